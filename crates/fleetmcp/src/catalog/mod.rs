@@ -1,0 +1,221 @@
+//! What a server offers: tools, resources, resource templates and prompts, declared with the
+//! builders of [`tool`], [`resource`] and [`prompt`] and collected into a [`Catalog`].
+//!
+//! The catalog is immutable; a change at runtime builds a new one and swaps it in (see
+//! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking.
+
+pub mod prompt;
+pub mod resource;
+pub mod tool;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+pub use prompt::{PromptDef, PromptError, prompt};
+pub use resource::{ResourceDef, ResourceError, TemplateDef, UriTemplate, resource, template};
+pub use tool::{IntoToolResult, NoArgs, Structured, ToolDef, ToolError, tool};
+
+/// A consistent snapshot of everything a server offers.
+#[derive(Clone, Default)]
+pub struct Catalog {
+    pub(crate) tools: Vec<Arc<ToolDef>>,
+    tool_index: HashMap<String, usize>,
+    pub(crate) resources: Vec<Arc<ResourceDef>>,
+    resource_index: HashMap<String, usize>,
+    pub(crate) templates: Vec<Arc<TemplateDef>>,
+    pub(crate) prompts: Vec<Arc<PromptDef>>,
+    prompt_index: HashMap<String, usize>,
+    tools_hash: String,
+    catalog_hash: String,
+}
+
+impl Catalog {
+    pub fn new(
+        tools: Vec<Arc<ToolDef>>,
+        resources: Vec<Arc<ResourceDef>>,
+        templates: Vec<Arc<TemplateDef>>,
+        prompts: Vec<Arc<PromptDef>>,
+    ) -> Self {
+        let mut c = Catalog {
+            tools,
+            resources,
+            templates,
+            prompts,
+            ..Default::default()
+        };
+        c.reindex();
+        c
+    }
+
+    fn reindex(&mut self) {
+        self.tool_index = index(self.tools.iter().map(|t| t.name().to_string()));
+        self.resource_index = index(self.resources.iter().map(|r| r.uri().to_string()));
+        self.prompt_index = index(self.prompts.iter().map(|p| p.name().to_string()));
+        self.tools_hash = tools_hash(self.tools.iter().map(|t| t.name()));
+        self.catalog_hash = self.compute_catalog_hash();
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Arc<ToolDef>> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+    pub fn resource(&self, uri: &str) -> Option<&Arc<ResourceDef>> {
+        self.resource_index.get(uri).map(|&i| &self.resources[i])
+    }
+    pub fn prompt(&self, name: &str) -> Option<&Arc<PromptDef>> {
+        self.prompt_index.get(name).map(|&i| &self.prompts[i])
+    }
+    /// The first template whose pattern matches `uri`, with the values of its variables.
+    pub fn match_template(
+        &self,
+        uri: &str,
+    ) -> Option<(&Arc<TemplateDef>, HashMap<String, String>)> {
+        self.templates
+            .iter()
+            .find_map(|t| t.pattern().matches(uri).map(|vars| (t, vars)))
+    }
+    pub fn template_by_uri(&self, uri_template: &str) -> Option<&Arc<TemplateDef>> {
+        self.templates
+            .iter()
+            .find(|t| t.pattern().as_str() == uri_template)
+    }
+
+    /// A copy with a tool added (replacing one of the same name).
+    pub fn with_tool(&self, def: Arc<ToolDef>) -> Self {
+        let mut c = self.clone();
+        c.tools.retain(|t| t.name() != def.name());
+        c.tools.push(def);
+        c.reindex();
+        c
+    }
+    /// A copy without the named tool.
+    pub fn without_tool(&self, name: &str) -> Self {
+        let mut c = self.clone();
+        c.tools.retain(|t| t.name() != name);
+        c.reindex();
+        c
+    }
+    pub fn with_prompt(&self, def: Arc<PromptDef>) -> Self {
+        let mut c = self.clone();
+        c.prompts.retain(|p| p.name() != def.name());
+        c.prompts.push(def);
+        c.reindex();
+        c
+    }
+    pub fn without_prompt(&self, name: &str) -> Self {
+        let mut c = self.clone();
+        c.prompts.retain(|p| p.name() != name);
+        c.reindex();
+        c
+    }
+    pub fn with_resource(&self, def: Arc<ResourceDef>) -> Self {
+        let mut c = self.clone();
+        c.resources.retain(|r| r.uri() != def.uri());
+        c.resources.push(def);
+        c.reindex();
+        c
+    }
+    pub fn without_resource(&self, uri: &str) -> Self {
+        let mut c = self.clone();
+        c.resources.retain(|r| r.uri() != uri);
+        c.reindex();
+        c
+    }
+
+    /// `catalog.toolsHash` of `/readyz`: lower-case hex SHA-256 of the sorted tool names joined
+    /// with `,`, the reference definition, so mixed fleets can be compared.
+    pub fn tools_hash(&self) -> &str {
+        &self.tools_hash
+    }
+
+    /// A stricter hash that also covers schemas, resources and prompts: two builds that differ
+    /// only in a tool's arguments have the same `toolsHash` but not the same `catalogHash`.
+    pub fn catalog_hash(&self) -> &str {
+        &self.catalog_hash
+    }
+
+    fn compute_catalog_hash(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for t in &self.tools {
+            parts.push(format!(
+                "tool:{}",
+                serde_json::to_string(t.descriptor()).unwrap_or_default()
+            ));
+        }
+        for r in &self.resources {
+            parts.push(format!(
+                "resource:{}",
+                serde_json::to_string(r.descriptor()).unwrap_or_default()
+            ));
+        }
+        for t in &self.templates {
+            parts.push(format!(
+                "template:{}",
+                serde_json::to_string(t.descriptor()).unwrap_or_default()
+            ));
+        }
+        for p in &self.prompts {
+            parts.push(format!(
+                "prompt:{}",
+                serde_json::to_string(p.descriptor()).unwrap_or_default()
+            ));
+        }
+        parts.sort();
+        hex(&Sha256::digest(parts.join("\n").as_bytes()))
+    }
+
+    pub fn tool_count(&self) -> usize {
+        self.tools.len()
+    }
+    pub fn resource_count(&self) -> usize {
+        self.resources.len() + self.templates.len()
+    }
+    pub fn prompt_count(&self) -> usize {
+        self.prompts.len()
+    }
+}
+
+fn index(keys: impl Iterator<Item = String>) -> HashMap<String, usize> {
+    keys.enumerate().map(|(i, k)| (k, i)).collect()
+}
+
+fn tools_hash<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let mut names: Vec<&str> = names.collect();
+    names.sort_unstable();
+    hex(&Sha256::digest(names.join(",").as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_hash_matches_the_reference_definition() {
+        // sha256("a,b") — names sorted and joined with a comma.
+        assert_eq!(
+            tools_hash(["b", "a"].into_iter()),
+            hex(&Sha256::digest(b"a,b"))
+        );
+        let t = |n: &'static str| {
+            tool(n)
+                .description("d")
+                .handler(|_: NoArgs, _ctx| async { Ok("x") })
+        };
+        let a = Catalog::new(vec![t("a"), t("b")], vec![], vec![], vec![]);
+        let b = Catalog::new(vec![t("b"), t("a")], vec![], vec![], vec![]);
+        assert_eq!(a.tools_hash(), b.tools_hash(), "order does not matter");
+        assert_eq!(a.catalog_hash(), b.catalog_hash());
+        let c = a.without_tool("b");
+        assert_ne!(a.tools_hash(), c.tools_hash());
+        assert!(c.tool("b").is_none() && c.tool("a").is_some());
+    }
+}

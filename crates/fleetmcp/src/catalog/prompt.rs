@@ -1,0 +1,171 @@
+//! Prompts: named message templates with string arguments.
+//!
+//! ```
+//! use fleetmcp::prompt;
+//! use fleetmcp::protocol::model::{PromptMessage, Role};
+//!
+//! let triage = prompt("triage_ticket")
+//!     .description("Triage a ticket")
+//!     .argument("ticket_id", "The ticket to triage", true)
+//!     .get(|args, _ctx| async move {
+//!         Ok(vec![PromptMessage::new_text(Role::User, format!("Triage ticket {}", args["ticket_id"]))])
+//!     });
+//! assert_eq!(triage.name(), "triage_ticket");
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage};
+
+use super::resource::Completer;
+use crate::context::RequestContext;
+
+/// Why a prompt could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    /// Bad or missing arguments (`-32602`).
+    #[error("{0}")]
+    InvalidArguments(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// What a prompt handler may return.
+pub trait IntoPromptResult {
+    fn into_prompt_result(self) -> GetPromptResult;
+}
+impl IntoPromptResult for GetPromptResult {
+    fn into_prompt_result(self) -> GetPromptResult {
+        self
+    }
+}
+impl IntoPromptResult for Vec<PromptMessage> {
+    fn into_prompt_result(self) -> GetPromptResult {
+        GetPromptResult::new(self)
+    }
+}
+
+type Getter = dyn Fn(
+        HashMap<String, String>,
+        RequestContext,
+    ) -> BoxFuture<'static, Result<GetPromptResult, PromptError>>
+    + Send
+    + Sync;
+
+/// A declared prompt.
+pub struct PromptDef {
+    descriptor: Prompt,
+    getter: Box<Getter>,
+    completers: HashMap<String, Completer>,
+}
+
+impl PromptDef {
+    pub fn name(&self) -> &str {
+        &self.descriptor.name
+    }
+    pub fn descriptor(&self) -> &Prompt {
+        &self.descriptor
+    }
+    pub(crate) fn completer(&self, argument: &str) -> Option<&Completer> {
+        self.completers.get(argument)
+    }
+
+    /// Checks required arguments, then runs the handler.
+    pub(crate) fn get(
+        &self,
+        args: HashMap<String, String>,
+        ctx: RequestContext,
+    ) -> BoxFuture<'static, Result<GetPromptResult, PromptError>> {
+        if let Some(declared) = &self.descriptor.arguments {
+            for a in declared {
+                if a.required == Some(true) && !args.contains_key(&a.name) {
+                    let msg = format!(
+                        "Missing required argument `{}` for prompt {}",
+                        a.name, self.descriptor.name
+                    );
+                    return Box::pin(async move { Err(PromptError::InvalidArguments(msg)) });
+                }
+            }
+        }
+        (self.getter)(args, ctx)
+    }
+}
+
+/// Starts declaring a prompt.
+pub fn prompt(name: impl Into<String>) -> PromptBuilder {
+    PromptBuilder {
+        name: name.into(),
+        title: None,
+        description: None,
+        arguments: Vec::new(),
+        completers: HashMap::new(),
+    }
+}
+
+/// Builder returned by [`prompt`].
+pub struct PromptBuilder {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    arguments: Vec<PromptArgument>,
+    completers: HashMap<String, Completer>,
+}
+
+impl PromptBuilder {
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+    pub fn argument(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        required: bool,
+    ) -> Self {
+        self.arguments.push(
+            PromptArgument::new(name)
+                .with_description(description)
+                .with_required(required),
+        );
+        self
+    }
+    /// Offers completions for one argument (`completion/complete` with `ref/prompt`).
+    pub fn complete<F>(mut self, argument: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, &HashMap<String, String>) -> Vec<String> + Send + Sync + 'static,
+    {
+        self.completers.insert(argument.into(), Arc::new(f));
+        self
+    }
+    /// Finishes with the handler; it gets the arguments by name.
+    pub fn get<F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    where
+        F: Fn(HashMap<String, String>, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
+        R: IntoPromptResult + 'static,
+    {
+        let args = (!self.arguments.is_empty()).then_some(self.arguments);
+        let mut descriptor = Prompt::new(self.name, self.description, args);
+        if let Some(t) = self.title {
+            descriptor = descriptor.with_title(t);
+        }
+        let f = Arc::new(f);
+        Arc::new(PromptDef {
+            descriptor,
+            getter: Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(
+                    async move { f(args, ctx).await.map(IntoPromptResult::into_prompt_result) },
+                )
+            }),
+            completers: self.completers,
+        })
+    }
+}

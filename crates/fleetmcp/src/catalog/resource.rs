@@ -1,0 +1,281 @@
+//! Resources: fixed URIs, and URI templates (`helpdesk://tickets/{id}`) whose variables are
+//! handed to the reader.
+//!
+//! ```
+//! use fleetmcp::{resource, template};
+//! use fleetmcp::protocol::model::ResourceContents;
+//!
+//! let sla = resource("helpdesk://policies/sla", "sla")
+//!     .mime_type("text/markdown")
+//!     .read(|uri, _ctx| async move { Ok(vec![ResourceContents::text("Four hours.", uri)]) });
+//! let ticket = template("helpdesk://tickets/{id}", "ticket")
+//!     .read(|uri, vars, _ctx| async move {
+//!         Ok(vec![ResourceContents::text(format!("ticket {}", vars["id"]), uri)])
+//!     });
+//! assert!(ticket.pattern().matches("helpdesk://tickets/42").is_some());
+//! # let _ = sla;
+//! ```
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
+
+use crate::context::RequestContext;
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceError {
+    /// No such resource: `-32002` in the session era.
+    #[error("Resource not found: {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+type Reader = dyn Fn(
+        String,
+        HashMap<String, String>,
+        RequestContext,
+    ) -> BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>>
+    + Send
+    + Sync;
+
+/// Completes one variable of a template or argument of a prompt: (partial value, other
+/// arguments already given) to candidate values.
+pub type Completer = Arc<dyn Fn(&str, &HashMap<String, String>) -> Vec<String> + Send + Sync>;
+
+/// A resource at a fixed URI.
+pub struct ResourceDef {
+    descriptor: Resource,
+    reader: Box<Reader>,
+}
+
+impl ResourceDef {
+    pub fn uri(&self) -> &str {
+        &self.descriptor.uri
+    }
+    pub fn descriptor(&self) -> &Resource {
+        &self.descriptor
+    }
+    pub(crate) fn read(
+        &self,
+        ctx: RequestContext,
+    ) -> BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>> {
+        (self.reader)(self.descriptor.uri.clone(), HashMap::new(), ctx)
+    }
+}
+
+/// A family of resources named by a URI template.
+pub struct TemplateDef {
+    descriptor: ResourceTemplate,
+    pattern: UriTemplate,
+    reader: Box<Reader>,
+    completers: HashMap<String, Completer>,
+}
+
+impl TemplateDef {
+    pub fn descriptor(&self) -> &ResourceTemplate {
+        &self.descriptor
+    }
+    pub fn pattern(&self) -> &UriTemplate {
+        &self.pattern
+    }
+    pub(crate) fn completer(&self, variable: &str) -> Option<&Completer> {
+        self.completers.get(variable)
+    }
+    pub(crate) fn read(
+        &self,
+        uri: String,
+        vars: HashMap<String, String>,
+        ctx: RequestContext,
+    ) -> BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>> {
+        (self.reader)(uri, vars, ctx)
+    }
+}
+
+/// Starts declaring a resource at a fixed URI.
+pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuilder {
+    ResourceBuilder {
+        descriptor: Resource::new(uri, name),
+    }
+}
+
+/// Builder returned by [`resource`].
+pub struct ResourceBuilder {
+    descriptor: Resource,
+}
+
+impl ResourceBuilder {
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_title(t);
+        self
+    }
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_description(d);
+        self
+    }
+    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_mime_type(m);
+        self
+    }
+    /// Finishes with the reader; it gets the resource's URI.
+    pub fn read<F, Fut>(self, f: F) -> Arc<ResourceDef>
+    where
+        F: Fn(String, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        Arc::new(ResourceDef {
+            descriptor: self.descriptor,
+            reader: Box::new(move |uri, _vars, ctx| Box::pin(f(uri, ctx))),
+        })
+    }
+}
+
+/// Starts declaring a URI template.
+pub fn template(uri_template: impl Into<String>, name: impl Into<String>) -> TemplateBuilder {
+    let uri_template = uri_template.into();
+    TemplateBuilder {
+        pattern: UriTemplate::parse(&uri_template),
+        descriptor: ResourceTemplate::new(uri_template, name),
+        completers: HashMap::new(),
+    }
+}
+
+/// Builder returned by [`template`].
+pub struct TemplateBuilder {
+    descriptor: ResourceTemplate,
+    pattern: UriTemplate,
+    completers: HashMap<String, Completer>,
+}
+
+impl TemplateBuilder {
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_title(t);
+        self
+    }
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_description(d);
+        self
+    }
+    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
+        self.descriptor = self.descriptor.with_mime_type(m);
+        self
+    }
+    /// Offers completions for one variable (`completion/complete` with `ref/resource`).
+    pub fn complete<F>(mut self, variable: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, &HashMap<String, String>) -> Vec<String> + Send + Sync + 'static,
+    {
+        self.completers.insert(variable.into(), Arc::new(f));
+        self
+    }
+    /// Finishes with the reader; it gets the URI and the values of the template's variables.
+    pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>
+    where
+        F: Fn(String, HashMap<String, String>, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        Arc::new(TemplateDef {
+            descriptor: self.descriptor,
+            pattern: self.pattern,
+            reader: Box::new(move |uri, vars, ctx| Box::pin(f(uri, vars, ctx))),
+            completers: self.completers,
+        })
+    }
+}
+
+/// A level-1 URI template (RFC 6570 simple `{var}` expansions). A variable matches one or
+/// more characters up to the next literal, and never crosses a `/`.
+#[derive(Debug, Clone)]
+pub struct UriTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Literal(String),
+    Var(String),
+}
+
+impl UriTemplate {
+    pub fn parse(source: &str) -> Self {
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_string()));
+            }
+            match rest[open..].find('}') {
+                Some(close) => {
+                    parts.push(Part::Var(rest[open + 1..open + close].to_string()));
+                    rest = &rest[open + close + 1..];
+                }
+                None => {
+                    parts.push(Part::Literal(rest[open..].to_string()));
+                    rest = "";
+                }
+            }
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_string()));
+        }
+        Self {
+            source: source.to_string(),
+            parts,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The variables' values when `uri` matches.
+    pub fn matches(&self, uri: &str) -> Option<HashMap<String, String>> {
+        let mut vars = HashMap::new();
+        let mut rest = uri;
+        let mut i = 0;
+        while i < self.parts.len() {
+            match &self.parts[i] {
+                Part::Literal(lit) => rest = rest.strip_prefix(lit.as_str())?,
+                Part::Var(name) => {
+                    let end = match self.parts.get(i + 1) {
+                        Some(Part::Literal(next)) => rest.find(next.as_str())?,
+                        _ => rest.len(),
+                    };
+                    let value = &rest[..end];
+                    if value.is_empty() || value.contains('/') {
+                        return None;
+                    }
+                    vars.insert(name.clone(), value.to_string());
+                    rest = &rest[end..];
+                }
+            }
+            i += 1;
+        }
+        rest.is_empty().then_some(vars)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_whole_segments() {
+        let t = UriTemplate::parse("test://template/{id}/data");
+        assert_eq!(t.matches("test://template/123/data").unwrap()["id"], "123");
+        assert!(t.matches("test://template//data").is_none());
+        assert!(t.matches("test://template/1/2/data").is_none());
+        assert!(t.matches("test://template/123/datax").is_none());
+        let t = UriTemplate::parse("helpdesk://tickets/{id}");
+        assert_eq!(t.matches("helpdesk://tickets/7").unwrap()["id"], "7");
+        assert!(t.matches("helpdesk://tickets/").is_none());
+        let t = UriTemplate::parse("x://{a}-{b}");
+        let v = t.matches("x://1-2").unwrap();
+        assert_eq!((v["a"].as_str(), v["b"].as_str()), ("1", "2"));
+    }
+}

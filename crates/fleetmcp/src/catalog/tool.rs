@@ -1,0 +1,356 @@
+//! Tools: a name, a JSON Schema for the arguments, and an async handler.
+//!
+//! ```
+//! use fleetmcp::{tool, Structured};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//! #[derive(Serialize, JsonSchema)]
+//! struct Sum { sum: i64 }
+//!
+//! let add = tool("add")
+//!     .description("Adds two integers")
+//!     .output_schema::<Sum>()
+//!     .handler(|args: Add, _ctx| async move { Ok(Structured(Sum { sum: args.a + args.b })) });
+//! assert_eq!(add.name(), "add");
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::context::{ClientRequestError, RequestContext};
+use crate::protocol::ErrorData;
+
+/// Arguments of a tool that takes none.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+/// Why a tool call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The tool ran and failed: the client gets a result with `isError: true`, which the model
+    /// can read and act on.
+    #[error("{0}")]
+    Failed(String),
+    /// A protocol error (`-32602` for bad arguments, and so on).
+    #[error("{}", .0.message)]
+    Protocol(ErrorData),
+}
+
+impl ToolError {
+    pub fn failed(msg: impl Into<String>) -> Self {
+        Self::Failed(msg.into())
+    }
+}
+
+impl From<ClientRequestError> for ToolError {
+    fn from(e: ClientRequestError) -> Self {
+        Self::Failed(e.to_string())
+    }
+}
+
+/// What a handler may return.
+pub trait IntoToolResult {
+    fn into_tool_result(self) -> CallToolResult;
+}
+
+impl IntoToolResult for CallToolResult {
+    fn into_tool_result(self) -> CallToolResult {
+        self
+    }
+}
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text(self)])
+    }
+}
+impl IntoToolResult for &'static str {
+    fn into_tool_result(self) -> CallToolResult {
+        CallToolResult::success(vec![ContentBlock::text(self)])
+    }
+}
+impl IntoToolResult for Vec<ContentBlock> {
+    fn into_tool_result(self) -> CallToolResult {
+        CallToolResult::success(self)
+    }
+}
+
+/// A structured result: sent as `structuredContent`, and as JSON text for older clients.
+pub struct Structured<T>(pub T);
+
+impl<T: Serialize> IntoToolResult for Structured<T> {
+    fn into_tool_result(self) -> CallToolResult {
+        match serde_json::to_value(&self.0) {
+            Ok(value) => {
+                let text = value.to_string();
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = Some(value);
+                r
+            }
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
+                "the tool's result could not be serialised: {e}"
+            ))]),
+        }
+    }
+}
+
+type Handler = dyn Fn(Value, RequestContext) -> BoxFuture<'static, Result<CallToolResult, ToolError>>
+    + Send
+    + Sync;
+
+/// A declared tool.
+pub struct ToolDef {
+    descriptor: Tool,
+    validator: Option<jsonschema::Validator>,
+    handler: Box<Handler>,
+}
+
+impl ToolDef {
+    pub fn name(&self) -> &str {
+        &self.descriptor.name
+    }
+    /// The entry of `tools/list`.
+    pub fn descriptor(&self) -> &Tool {
+        &self.descriptor
+    }
+
+    /// Checks the arguments against the input schema, naming the offending field.
+    pub fn validate(&self, args: &Value) -> Result<(), ErrorData> {
+        let Some(v) = &self.validator else {
+            return Ok(());
+        };
+        let errors: Vec<(String, String)> = v
+            .iter_errors(args)
+            .map(|e| (e.instance_path().to_string(), e.to_string()))
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let details: Vec<Value> = errors
+            .iter()
+            .map(
+                |(path, msg)| json!({"field": field_name(path, msg), "path": path, "message": msg}),
+            )
+            .collect();
+        let (path, msg) = &errors[0];
+        let field = field_name(path, msg);
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::INVALID_PARAMS,
+            format!("Invalid arguments for tool {}: {field}: {msg}", self.name()),
+            Some(json!({"tool": self.name(), "errors": details})),
+        ))
+    }
+
+    pub(crate) fn call(
+        &self,
+        args: Value,
+        ctx: RequestContext,
+    ) -> BoxFuture<'static, Result<CallToolResult, ToolError>> {
+        (self.handler)(args, ctx)
+    }
+}
+
+/// The field an error is about: the instance path, or for a missing property its name.
+fn field_name(path: &str, msg: &str) -> String {
+    if path.is_empty() || path == "/" {
+        // "\"resolution\" is a required property" names the field in quotes.
+        if let Some(rest) = msg.strip_prefix('"')
+            && let Some(end) = rest.find('"')
+        {
+            return rest[..end].to_string();
+        }
+        return "arguments".to_string();
+    }
+    path.trim_start_matches('/').replace('/', ".")
+}
+
+/// Starts declaring a tool.
+pub fn tool(name: impl Into<String>) -> ToolBuilder {
+    ToolBuilder {
+        name: name.into(),
+        title: None,
+        description: None,
+        annotations: None,
+        input_schema: None,
+        output_schema: None,
+        meta: None,
+    }
+}
+
+/// Builder returned by [`tool`].
+pub struct ToolBuilder {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    annotations: Option<ToolAnnotations>,
+    input_schema: Option<JsonObject>,
+    output_schema: Option<JsonObject>,
+    meta: Option<rmcp::model::MetaObject>,
+}
+
+/// The JSON Schema (2020-12) of a Rust type, as an object.
+pub fn schema_of<T: JsonSchema>() -> JsonObject {
+    let schema = schemars::schema_for!(T);
+    match serde_json::to_value(&schema) {
+        Ok(Value::Object(map)) => map,
+        _ => {
+            let mut m = JsonObject::new();
+            m.insert("type".into(), Value::String("object".into()));
+            m
+        }
+    }
+}
+
+impl ToolBuilder {
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+    /// Declares the shape of `structuredContent` (see [`Structured`]).
+    pub fn output_schema<T: JsonSchema>(mut self) -> Self {
+        self.output_schema = Some(schema_of::<T>());
+        self
+    }
+    /// Uses this schema verbatim instead of one derived from the argument type.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        if let Value::Object(map) = schema {
+            self.input_schema = Some(map);
+        }
+        self
+    }
+    /// `_meta` of the tool's descriptor.
+    pub fn meta(mut self, meta: rmcp::model::MetaObject) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// Finishes the tool with a handler taking typed arguments. The arguments are validated
+    /// against the schema before the handler runs; a client that omits `arguments` sends `{}`.
+    pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        let schema = self.input_schema.clone().unwrap_or_else(schema_of::<A>);
+        let f = Arc::new(f);
+        self.finish(
+            schema,
+            Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(async move {
+                    let args: A = serde_json::from_value(args).map_err(|e| {
+                        ToolError::Protocol(crate::protocol::errors::invalid_params(format!(
+                            "Invalid arguments: {e}"
+                        )))
+                    })?;
+                    f(args, ctx).await.map(IntoToolResult::into_tool_result)
+                })
+            }),
+        )
+    }
+
+    /// Finishes the tool with a handler taking the raw JSON arguments; the schema comes from
+    /// [`ToolBuilder::input_schema`] (an empty object schema if none was given).
+    pub fn raw_handler<F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        F: Fn(Value, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        let schema = self.input_schema.clone().unwrap_or_else(|| {
+            let mut m = JsonObject::new();
+            m.insert("type".into(), Value::String("object".into()));
+            m
+        });
+        let f = Arc::new(f);
+        self.finish(
+            schema,
+            Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(async move { f(args, ctx).await.map(IntoToolResult::into_tool_result) })
+            }),
+        )
+    }
+
+    fn finish(self, schema: JsonObject, handler: Box<Handler>) -> Arc<ToolDef> {
+        let schema_value = Value::Object(schema.clone());
+        let validator = match jsonschema::validator_for(&schema_value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(tool = %self.name, error = %e, "input schema does not compile; arguments will not be validated");
+                None
+            }
+        };
+        let mut descriptor = Tool::new_with_raw(
+            self.name,
+            self.description.map(Into::into),
+            Arc::new(schema),
+        );
+        if let Some(title) = self.title {
+            descriptor = descriptor.with_title(title);
+        }
+        if let Some(out) = self.output_schema {
+            descriptor = descriptor.with_raw_output_schema(Arc::new(out));
+        }
+        if let Some(a) = self.annotations {
+            descriptor = descriptor.with_annotations(a);
+        }
+        if let Some(m) = self.meta {
+            descriptor = descriptor.with_meta(m);
+        }
+        Arc::new(ToolDef {
+            descriptor,
+            validator,
+            handler,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Close {
+        id: u64,
+        resolution: String,
+    }
+
+    #[test]
+    fn validation_names_the_wrong_field() {
+        let t = tool("close").handler(|_: Close, _ctx| async { Ok("ok") });
+        assert!(t.validate(&json!({"id": 1, "resolution": "fixed"})).is_ok());
+        let e = t.validate(&json!({"id": 1})).unwrap_err();
+        assert_eq!(e.code.0, -32602);
+        assert!(e.message.contains("resolution"), "{}", e.message);
+        let e = t
+            .validate(&json!({"id": "one", "resolution": "x"}))
+            .unwrap_err();
+        assert!(e.message.contains("id"), "{}", e.message);
+        let schema = Value::Object((*t.descriptor().input_schema).clone());
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+    }
+}

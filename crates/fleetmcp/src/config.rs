@@ -1,0 +1,385 @@
+//! The one configuration type, read from an optional TOML file and the environment variables
+//! of the deployment contract, validated once at start.
+//!
+//! Precedence, lowest first: built-in defaults, the TOML file (`FLEETMCP_CONFIG` or an explicit
+//! path), then the contract's environment variables (`PORT`, `MCP_SESSION_SECRET`, ...). Nothing
+//! else in the crate reads the environment.
+//!
+//! ```
+//! let cfg = fleetmcp::Config::from_sources(None, [("PORT", "4001"), ("MACHINE_ID", "desk-a")]).unwrap();
+//! assert_eq!(cfg.port, 4001);
+//! assert_eq!(cfg.machine_id.as_deref(), Some("desk-a"));
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Where the HTTP listener binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BindAddress {
+    /// 127.0.0.1 only (the default outside distributed mode).
+    #[default]
+    Loopback,
+    /// Every interface (0.0.0.0).
+    All,
+}
+
+impl BindAddress {
+    pub fn ip(self) -> IpAddr {
+        match self {
+            Self::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            Self::All => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+/// `FRONTMCP_DEPLOYMENT_MODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentMode {
+    #[default]
+    Standalone,
+    Distributed,
+    Serverless,
+}
+
+impl DeploymentMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Standalone => "standalone",
+            Self::Distributed => "distributed",
+            Self::Serverless => "serverless",
+        }
+    }
+}
+
+/// HTTP transport settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest accepted request body; larger bodies get `413`.
+    pub max_body_bytes: usize,
+    /// Extra `Origin` values accepted besides loopback ones (exact match, e.g. `https://app.example`).
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` names accepted besides loopback ones (without port). `*` accepts any host,
+    /// which is what a server behind a load balancer usually wants.
+    pub allowed_hosts: Vec<String>,
+    /// The SSE `retry:` hint, in milliseconds, sent with priming events.
+    pub sse_retry_ms: u64,
+    /// Interval of SSE keep-alive comments, in seconds.
+    pub sse_keepalive_secs: u64,
+    /// How long a graceful shutdown waits for open requests before exiting.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            sse_retry_ms: 3000,
+            sse_keepalive_secs: 15,
+            shutdown_grace_ms: 5000,
+        }
+    }
+}
+
+/// Session settings (session-era clients only).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionConfig {
+    /// A session unused for this long is dropped (clients rarely send `DELETE`).
+    pub idle_ttl_ms: u64,
+    /// Most sessions one instance holds; `initialize` beyond it answers `503`.
+    pub max_sessions: usize,
+    /// Most SSE events kept per stream for resumption.
+    pub max_events_per_stream: usize,
+    /// Most streams whose events are kept per session.
+    pub max_streams_per_session: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            idle_ttl_ms: 3_600_000,
+            max_sessions: 100_000,
+            max_events_per_stream: 1024,
+            max_streams_per_session: 64,
+        }
+    }
+}
+
+/// Everything a fleetmcp server is configured with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `PORT`: the listen port (0 picks a free one).
+    pub port: u16,
+    /// `FRONTMCP_BIND_ADDRESS`: `loopback` or `all`. Unset: loopback, or all in distributed mode.
+    pub bind_address: Option<BindAddress>,
+    /// `MCP_SESSION_SECRET`: key material for session ids, shared by every instance.
+    pub session_secret: Option<String>,
+    /// `MACHINE_ID`: this instance's id.
+    pub machine_id: Option<String>,
+    /// `HOSTNAME`: the machine id in distributed mode when `MACHINE_ID` is unset.
+    pub hostname: Option<String>,
+    /// `NODE_ENV`: `production` switches on production rules (secret required).
+    pub node_env: Option<String>,
+    /// `FRONTMCP_DEPLOYMENT_MODE`.
+    pub deployment_mode: DeploymentMode,
+    /// Items per page of every list method.
+    pub page_size: usize,
+    pub http: HttpConfig,
+    pub sessions: SessionConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            port: 3000,
+            bind_address: None,
+            session_secret: None,
+            machine_id: None,
+            hostname: None,
+            node_env: None,
+            deployment_mode: DeploymentMode::Standalone,
+            page_size: 100,
+            http: HttpConfig::default(),
+            sessions: SessionConfig::default(),
+        }
+    }
+}
+
+/// A configuration value that cannot be used, with the name the operator set it under.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Parse(String),
+    #[error("configuration: {name} = {value:?} is not valid: {why}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        why: &'static str,
+    },
+}
+
+/// Environment variables of the contract and the config keys they set.
+const ENV_KEYS: &[(&str, &str)] = &[
+    ("PORT", "port"),
+    ("MCP_SESSION_SECRET", "session_secret"),
+    ("MACHINE_ID", "machine_id"),
+    ("HOSTNAME", "hostname"),
+    ("NODE_ENV", "node_env"),
+];
+
+impl Config {
+    /// Reads `FLEETMCP_CONFIG` (a TOML file, optional) and the process environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        let file = std::env::var("FLEETMCP_CONFIG").ok();
+        Self::from_sources(file.as_deref().map(Path::new), std::env::vars())
+    }
+
+    /// Builds the configuration from a TOML file and a set of environment variables.
+    pub fn from_sources<K, V>(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, ConfigError>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Parse(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        let mut cfg: Config = fig
+            .extract()
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
+        for (k, v) in env {
+            cfg.apply_env(k.as_ref(), v.as_ref())?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn apply_env(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        let invalid = |name: &'static str, why: &'static str| ConfigError::Invalid {
+            name,
+            value: value.to_string(),
+            why,
+        };
+        if !ENV_KEYS.iter().any(|(n, _)| *n == name)
+            && name != "FRONTMCP_BIND_ADDRESS"
+            && name != "FRONTMCP_DEPLOYMENT_MODE"
+        {
+            return Ok(());
+        }
+        let value_opt = (!value.is_empty()).then(|| value.to_string());
+        match name {
+            "PORT" => {
+                self.port = value
+                    .parse()
+                    .map_err(|_| invalid("PORT", "expected a port number 0-65535"))?
+            }
+            "MCP_SESSION_SECRET" => self.session_secret = value_opt,
+            "MACHINE_ID" => self.machine_id = value_opt,
+            "HOSTNAME" => self.hostname = value_opt,
+            "NODE_ENV" => self.node_env = value_opt,
+            "FRONTMCP_BIND_ADDRESS" => {
+                self.bind_address = match value.to_ascii_lowercase().as_str() {
+                    "" => None,
+                    "loopback" | "127.0.0.1" | "localhost" => Some(BindAddress::Loopback),
+                    "all" | "0.0.0.0" => Some(BindAddress::All),
+                    _ => {
+                        return Err(invalid(
+                            "FRONTMCP_BIND_ADDRESS",
+                            "expected `loopback` or `all`",
+                        ));
+                    }
+                }
+            }
+            "FRONTMCP_DEPLOYMENT_MODE" => {
+                self.deployment_mode = match value.to_ascii_lowercase().as_str() {
+                    "" | "standalone" => DeploymentMode::Standalone,
+                    "distributed" => DeploymentMode::Distributed,
+                    "serverless" => DeploymentMode::Serverless,
+                    _ => {
+                        return Err(invalid(
+                            "FRONTMCP_DEPLOYMENT_MODE",
+                            "expected `distributed` or `serverless` (or unset)",
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |name, value: String, why| Err(ConfigError::Invalid { name, value, why });
+        if let Some(id) = &self.machine_id
+            && (!id.bytes().all(|b| (0x21..=0x7e).contains(&b)) || id.len() > 128)
+        {
+            return invalid(
+                "MACHINE_ID",
+                id.clone(),
+                "must be 1-128 visible ASCII characters (it goes into headers and cookies)",
+            );
+        }
+        if self.http.max_body_bytes < 1024 {
+            return invalid(
+                "http.max_body_bytes",
+                self.http.max_body_bytes.to_string(),
+                "must be at least 1024",
+            );
+        }
+        if self.page_size == 0 {
+            return invalid("page_size", "0".into(), "must be at least 1");
+        }
+        if self.sessions.idle_ttl_ms < 1000 {
+            return invalid(
+                "sessions.idle_ttl_ms",
+                self.sessions.idle_ttl_ms.to_string(),
+                "must be at least 1000",
+            );
+        }
+        if self.sessions.max_events_per_stream == 0 || self.sessions.max_streams_per_session == 0 {
+            return invalid(
+                "sessions.max_events_per_stream",
+                self.sessions.max_events_per_stream.to_string(),
+                "event limits must be at least 1",
+            );
+        }
+        if let Some(secret) = &self.session_secret
+            && secret.len() < 16
+        {
+            return invalid(
+                "MCP_SESSION_SECRET",
+                "<redacted>".into(),
+                "must be at least 16 characters",
+            );
+        }
+        Ok(())
+    }
+
+    /// `NODE_ENV=production`.
+    pub fn is_production(&self) -> bool {
+        self.node_env.as_deref() == Some("production")
+    }
+
+    /// The effective bind address (distributed mode binds every interface unless told otherwise).
+    pub fn effective_bind(&self) -> BindAddress {
+        self.bind_address.unwrap_or(match self.deployment_mode {
+            DeploymentMode::Distributed => BindAddress::All,
+            _ => BindAddress::Loopback,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_file_and_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.toml");
+        std::fs::write(
+            &path,
+            "port = 5000\npage_size = 2\n[http]\nmax_body_bytes = 2048\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), [("PORT", "6000")]).unwrap();
+        assert_eq!(cfg.port, 6000);
+        assert_eq!(cfg.page_size, 2);
+        assert_eq!(cfg.http.max_body_bytes, 2048);
+        assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let err = Config::from_sources(None, [("PORT", "seventy")]).unwrap_err();
+        assert!(err.to_string().contains("PORT"), "{err}");
+        let err = Config::from_sources(None, [("FRONTMCP_BIND_ADDRESS", "moon")]).unwrap_err();
+        assert!(err.to_string().contains("FRONTMCP_BIND_ADDRESS"), "{err}");
+        let err = Config::from_sources(None, [("MCP_SESSION_SECRET", "short")]).unwrap_err();
+        assert!(err.to_string().contains("MCP_SESSION_SECRET"), "{err}");
+        assert!(
+            !err.to_string().contains("short"),
+            "secrets are never echoed"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        assert!(Config::from_sources(Some(&path), Vec::<(String, String)>::new()).is_err());
+    }
+
+    #[test]
+    fn distributed_mode_binds_everywhere_unless_told() {
+        let cfg =
+            Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed")]).unwrap();
+        assert_eq!(cfg.effective_bind(), BindAddress::All);
+        let cfg = Config::from_sources(
+            None,
+            [
+                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+                ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+}

@@ -1,0 +1,72 @@
+//! `completion/complete` for prompt arguments and resource-template variables.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{Reply, params, raw};
+use crate::protocol::errors;
+use crate::server::Shared;
+
+/// The specification caps a completion answer at 100 values.
+const MAX_VALUES: usize = 100;
+
+#[derive(Deserialize)]
+struct CompleteParams {
+    #[serde(rename = "ref")]
+    reference: Reference,
+    argument: Argument,
+    #[serde(default)]
+    context: Option<Context>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type")]
+enum Reference {
+    #[serde(rename = "ref/prompt")]
+    Prompt { name: String },
+    #[serde(rename = "ref/resource")]
+    Resource { uri: String },
+}
+
+#[derive(Deserialize)]
+struct Argument {
+    name: String,
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct Context {
+    #[serde(default)]
+    arguments: HashMap<String, String>,
+}
+
+pub(super) fn complete(shared: &Shared, p: Option<&RawValue>) -> Reply {
+    let CompleteParams {
+        reference,
+        argument,
+        context,
+    } = params(p)?;
+    let others = context.map(|c| c.arguments).unwrap_or_default();
+    let catalog = shared.catalog();
+    let completer = match &reference {
+        Reference::Prompt { name } => catalog
+            .prompt(name)
+            .ok_or_else(|| errors::invalid_params(format!("Unknown prompt: {name}")))?
+            .completer(&argument.name)
+            .cloned(),
+        Reference::Resource { uri } => catalog
+            .template_by_uri(uri)
+            .ok_or_else(|| errors::invalid_params(format!("Unknown resource template: {uri}")))?
+            .completer(&argument.name)
+            .cloned(),
+    };
+    let mut values = completer
+        .map(|c| c(&argument.value, &others))
+        .unwrap_or_default();
+    let total = values.len();
+    values.truncate(MAX_VALUES);
+    raw(&json!({"completion": {"values": values, "total": total, "hasMore": total > MAX_VALUES}}))
+}

@@ -1,0 +1,66 @@
+//! `prompts/list` and `prompts/get`.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{Reply, paging, params, raw};
+use crate::catalog::PromptError;
+use crate::context::RequestContext;
+use crate::protocol::errors;
+use crate::protocol::model::Prompt;
+use crate::server::Shared;
+
+pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ListPrompts<'a> {
+        prompts: Vec<&'a Prompt>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_cursor: Option<String>,
+    }
+    let catalog = shared.catalog();
+    let (page, next_cursor) = paging::page(&catalog.prompts, p, shared.config.page_size)?;
+    raw(&ListPrompts {
+        prompts: page.iter().map(|t| t.descriptor()).collect(),
+        next_cursor,
+    })
+}
+
+#[derive(Deserialize)]
+struct GetParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<HashMap<String, Value>>,
+}
+
+pub(super) async fn get(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+    let GetParams { name, arguments } = params(p)?;
+    let prompt = shared
+        .catalog()
+        .prompt(&name)
+        .cloned()
+        .ok_or_else(|| errors::invalid_params(format!("Unknown prompt: {name}")))?;
+    // Arguments are strings in MCP; accept other scalars by their JSON text.
+    let args = arguments
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| {
+            let s = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, s)
+        })
+        .collect();
+    match prompt.get(args, ctx).await {
+        Ok(mut result) => {
+            result.result_type = None;
+            raw(&result)
+        }
+        Err(PromptError::InvalidArguments(m)) => Err(errors::invalid_params(m)),
+        Err(PromptError::Failed(m)) => Err(errors::internal(m)),
+    }
+}

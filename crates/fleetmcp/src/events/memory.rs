@@ -1,0 +1,285 @@
+//! Events in this process's memory, bounded per stream and per session.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id};
+
+struct Stream {
+    /// (sequence number, data); oldest first.
+    events: VecDeque<(u64, Bytes)>,
+    next_seq: u64,
+    closed: bool,
+    /// Bumped by each new reader and by `end_reader`; a reader whose generation is stale ends.
+    reader_gen: u64,
+}
+
+struct Shared {
+    state: Mutex<Stream>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct SessionStreams {
+    streams: HashMap<StreamId, Arc<Shared>>,
+    /// Creation order, to drop the oldest stream when a session has too many.
+    order: VecDeque<StreamId>,
+}
+
+/// An [`EventStore`] in memory.
+pub struct MemoryEventStore {
+    max_events_per_stream: usize,
+    max_streams_per_session: usize,
+    sessions: Mutex<HashMap<String, SessionStreams>>,
+}
+
+impl MemoryEventStore {
+    pub fn new(max_events_per_stream: usize, max_streams_per_session: usize) -> Self {
+        Self {
+            max_events_per_stream,
+            max_streams_per_session,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn stream(&self, session: &str, stream: StreamId, create: bool) -> Option<Arc<Shared>> {
+        let mut sessions = self.sessions.lock();
+        if !create {
+            return sessions.get(session)?.streams.get(&stream).cloned();
+        }
+        let entry = sessions.entry(session.to_string()).or_default();
+        if let Some(s) = entry.streams.get(&stream) {
+            return Some(s.clone());
+        }
+        if entry.order.len() >= self.max_streams_per_session {
+            // Drop the oldest *closed* stream; open ones still have a request behind them.
+            let victim = entry
+                .order
+                .iter()
+                .position(|id| entry.streams.get(id).is_some_and(|s| s.state.lock().closed));
+            if let Some(pos) = victim
+                && let Some(id) = entry.order.remove(pos)
+            {
+                entry.streams.remove(&id);
+            }
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Stream {
+                events: VecDeque::new(),
+                next_seq: 1,
+                closed: false,
+                reader_gen: 0,
+            }),
+            notify: Notify::new(),
+        });
+        entry.streams.insert(stream, shared.clone());
+        entry.order.push_back(stream);
+        Some(shared)
+    }
+
+    /// Number of sessions with events (for tests and metrics).
+    pub fn session_count(&self) -> usize {
+        self.sessions.lock().len()
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryEventStore {
+    async fn append(
+        &self,
+        session: &str,
+        stream: StreamId,
+        data: Bytes,
+    ) -> Result<String, EventStoreError> {
+        let shared = self
+            .stream(session, stream, true)
+            .ok_or_else(|| EventStoreError("stream could not be created".into()))?;
+        let seq = {
+            let mut st = shared.state.lock();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.events.push_back((seq, data));
+            while st.events.len() > self.max_events_per_stream {
+                st.events.pop_front();
+            }
+            seq
+        };
+        shared.notify.notify_waiters();
+        Ok(event_id(stream, seq))
+    }
+
+    async fn close(&self, session: &str, stream: StreamId) {
+        if let Some(shared) = self.stream(session, stream, false) {
+            shared.state.lock().closed = true;
+            shared.notify.notify_waiters();
+        }
+    }
+
+    async fn end_reader(&self, session: &str, stream: StreamId) {
+        if let Some(shared) = self.stream(session, stream, false) {
+            shared.state.lock().reader_gen += 1;
+            shared.notify.notify_waiters();
+        }
+    }
+
+    fn tail(
+        &self,
+        session: &str,
+        stream: StreamId,
+        from: Cursor,
+        stop: CancellationToken,
+    ) -> BoxStream<'static, StoredEvent> {
+        let Some(shared) = self.stream(session, stream, true) else {
+            return stream::empty().boxed();
+        };
+        // Claim the stream: any earlier reader ends at its next wake-up.
+        let (generation, start_after) = {
+            let mut st = shared.state.lock();
+            st.reader_gen += 1;
+            let after = match from {
+                Cursor::Start => 0,
+                Cursor::After(seq) => seq,
+                Cursor::Now => st.next_seq - 1,
+            };
+            (st.reader_gen, after)
+        };
+        shared.notify.notify_waiters();
+        let state = (shared, start_after, generation, stop, stream);
+        stream::unfold(
+            state,
+            |(shared, after, generation, stop, stream_id)| async move {
+                enum Step {
+                    Event(StoredEvent, u64),
+                    End,
+                }
+                let step = loop {
+                    // Register interest before looking, so an append in between is not missed.
+                    let notified = shared.notify.notified();
+                    let step = {
+                        let st = shared.state.lock();
+                        if st.reader_gen != generation {
+                            Some(Step::End)
+                        } else {
+                            // Events are in sequence order; find the first one after the cursor.
+                            let idx = st.events.partition_point(|(seq, _)| *seq <= after);
+                            match st.events.get(idx) {
+                                Some((seq, data)) => Some(Step::Event(
+                                    StoredEvent {
+                                        id: event_id(stream_id, *seq),
+                                        data: data.clone(),
+                                    },
+                                    *seq,
+                                )),
+                                None if st.closed => Some(Step::End),
+                                None => None,
+                            }
+                        }
+                    };
+                    if let Some(step) = step {
+                        break step;
+                    }
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = stop.cancelled() => break Step::End,
+                    }
+                };
+                match step {
+                    Step::Event(ev, seq) => Some((ev, (shared, seq, generation, stop, stream_id))),
+                    Step::End => None,
+                }
+            },
+        )
+        .boxed()
+    }
+
+    async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)> {
+        let (stream, seq) = parse_event_id(last_event_id)?;
+        let shared = self.stream(session, stream, false)?;
+        let st = shared.state.lock();
+        (seq < st.next_seq).then_some((stream, Cursor::After(seq)))
+    }
+
+    async fn forget(&self, session: &str) {
+        let removed = self.sessions.lock().remove(session);
+        if let Some(s) = removed {
+            for shared in s.streams.values() {
+                shared.state.lock().closed = true;
+                shared.notify.notify_waiters();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn collect(s: BoxStream<'static, StoredEvent>) -> Vec<String> {
+        s.map(|e| String::from_utf8_lossy(&e.data).into_owned())
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn resume_after_an_id_gets_each_later_event_once() {
+        let store = MemoryEventStore::new(100, 8);
+        let a = store.append("s1", 3, Bytes::from("a")).await.unwrap();
+        store.append("s1", 3, Bytes::from("b")).await.unwrap();
+        store.append("s1", 3, Bytes::from("c")).await.unwrap();
+        store.close("s1", 3).await;
+        let (stream, cursor) = store.resolve("s1", &a).await.unwrap();
+        assert_eq!(stream, 3);
+        let got = collect(store.tail("s1", stream, cursor, CancellationToken::new())).await;
+        assert_eq!(got, ["b", "c"]);
+        assert!(
+            store.resolve("s2", &a).await.is_none(),
+            "ids do not cross sessions"
+        );
+        assert!(store.resolve("s1", "9-1").await.is_none());
+        assert!(store.resolve("s1", "garbage").await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_live_reader_sees_appends_and_a_new_reader_takes_over() {
+        let store = Arc::new(MemoryEventStore::new(100, 8));
+        let mut first = store.tail("s", 1, Cursor::Start, CancellationToken::new());
+        store.append("s", 1, Bytes::from("x")).await.unwrap();
+        assert_eq!(first.next().await.unwrap().data, Bytes::from("x"));
+        let second = store.tail("s", 1, Cursor::After(1), CancellationToken::new());
+        assert!(first.next().await.is_none(), "the older reader ends");
+        store.append("s", 1, Bytes::from("y")).await.unwrap();
+        store.close("s", 1).await;
+        assert_eq!(collect(second).await, ["y"]);
+    }
+
+    #[tokio::test]
+    async fn bounded_per_stream_and_per_session() {
+        let store = MemoryEventStore::new(2, 2);
+        for i in 0..5 {
+            store
+                .append("s", 1, Bytes::from(i.to_string()))
+                .await
+                .unwrap();
+        }
+        store.close("s", 1).await;
+        assert_eq!(
+            collect(store.tail("s", 1, Cursor::Start, CancellationToken::new())).await,
+            ["3", "4"]
+        );
+        store.append("s", 2, Bytes::from("b")).await.unwrap();
+        store.append("s", 3, Bytes::from("c")).await.unwrap();
+        assert!(
+            store.resolve("s", "1-4").await.is_none(),
+            "oldest closed stream dropped"
+        );
+        store.forget("s").await;
+        assert_eq!(store.session_count(), 0);
+    }
+}

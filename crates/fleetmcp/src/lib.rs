@@ -1,0 +1,50 @@
+//! fleetmcp: an MCP server runtime that runs as one process, or as a fleet of instances
+//! behind a load balancer sharing state through Redis.
+//!
+//! Declare tools, resources and prompts, build a [`Server`], serve it:
+//!
+//! ```no_run
+//! use fleetmcp::{Config, Server, tool, NoArgs};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = Server::builder("hello", "1.0.0")
+//!     .tool(tool("hello").description("Says hello").handler(|_: NoArgs, _ctx| async { Ok("Hello!") }))
+//!     .config(Config::load()?)
+//!     .build();
+//! server.serve().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/ARCHITECTURE.md` for how the parts fit together.
+
+pub mod catalog;
+pub mod config;
+pub mod context;
+mod dispatch;
+pub mod events;
+mod health;
+pub mod machine_id;
+pub mod protocol;
+mod server;
+pub mod session;
+mod transport;
+
+pub use catalog::{
+    Catalog, IntoToolResult, NoArgs, PromptError, ResourceError, Structured, ToolError, prompt,
+    resource, template, tool,
+};
+pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
+pub use context::{ClientRequestError, RequestContext};
+pub use server::{Server, ServerBuilder, ServerHandle, ServerInfo, shutdown_signal};
+pub use session::LogLevel;
+pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+
+/// Sets up `tracing` for a binary: `RUST_LOG` filters (default `info`).
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}

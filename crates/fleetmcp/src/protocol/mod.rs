@@ -1,0 +1,56 @@
+//! The wire format: JSON-RPC envelopes, protocol versions and error codes.
+//!
+//! Message *payload* types (tools, content blocks, results, capabilities) come from
+//! [`rmcp::model`], the official SDK's model module with its transport and service layers
+//! switched off. The envelope is our own: it keeps `id`, `params` and `result` as raw JSON so
+//! that a request is routed without building a typed tree for it, and so that an answer
+//! echoes the request id byte for byte.
+//!
+//! Architecture invariant: nothing here knows about HTTP, sessions or Redis.
+
+mod jsonrpc;
+mod version;
+
+pub use jsonrpc::{
+    Incoming, Message, encode_error, encode_notification, encode_request, encode_result,
+};
+pub use rmcp::model;
+pub use rmcp::model::{ErrorCode, ErrorData};
+pub use version::ProtocolVersion;
+
+/// JSON-RPC error helpers with the messages this server uses everywhere.
+pub mod errors {
+    use super::{ErrorCode, ErrorData};
+    use serde_json::Value;
+
+    pub fn parse_error(detail: impl std::fmt::Display) -> ErrorData {
+        ErrorData::new(
+            ErrorCode::PARSE_ERROR,
+            format!("Parse error: {detail}"),
+            None,
+        )
+    }
+    pub fn invalid_request(message: impl Into<String>) -> ErrorData {
+        ErrorData::new(ErrorCode::INVALID_REQUEST, message.into(), None)
+    }
+    pub fn method_not_found(method: &str) -> ErrorData {
+        ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+            None,
+        )
+    }
+    pub fn invalid_params(message: impl Into<String>) -> ErrorData {
+        ErrorData::new(ErrorCode::INVALID_PARAMS, message.into(), None)
+    }
+    pub fn invalid_params_with(message: impl Into<String>, data: Value) -> ErrorData {
+        ErrorData::new(ErrorCode::INVALID_PARAMS, message.into(), Some(data))
+    }
+    pub fn internal(message: impl Into<String>) -> ErrorData {
+        ErrorData::new(ErrorCode::INTERNAL_ERROR, message.into(), None)
+    }
+    /// Implementation-defined server error (`-32000`), used by the session contract.
+    pub fn server(message: impl Into<String>) -> ErrorData {
+        ErrorData::new(ErrorCode(-32000), message.into(), None)
+    }
+}

@@ -1,0 +1,412 @@
+//! The server: what it was built with ([`ServerBuilder`]), the state every request shares
+//! ([`Shared`]), the handle handlers use to change it at runtime ([`ServerHandle`]), and the
+//! listener loop with its graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
+use crate::config::{Config, DeploymentMode};
+use crate::events::{EventStore, MemoryEventStore, STANDALONE_STREAM};
+use crate::machine_id::{self, MachineIdSource};
+use crate::protocol::encode_notification;
+use crate::session::{LiveSessions, MemorySessionStore, Session, SessionSealer, SessionStore};
+
+/// Name, version and instructions announced to clients.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub instructions: Option<String>,
+}
+
+/// State shared by every request of one server.
+pub(crate) struct Shared {
+    pub info: ServerInfo,
+    pub catalog: ArcSwap<Catalog>,
+    pub config: Config,
+    pub machine_id: String,
+    /// `None` in production without `MCP_SESSION_SECRET`: no session id can be minted.
+    pub sealer: Option<SessionSealer>,
+    pub live: LiveSessions,
+    pub store: Arc<dyn SessionStore>,
+    pub events: Arc<dyn EventStore>,
+    pub shutdown: CancellationToken,
+    pub started: Instant,
+}
+
+impl Shared {
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+}
+
+/// Declares a server. See the crate documentation for a complete example.
+pub struct ServerBuilder {
+    info: ServerInfo,
+    tools: Vec<Arc<ToolDef>>,
+    resources: Vec<Arc<ResourceDef>>,
+    templates: Vec<Arc<TemplateDef>>,
+    prompts: Vec<Arc<PromptDef>>,
+    config: Option<Config>,
+    store: Option<Arc<dyn SessionStore>>,
+    events: Option<Arc<dyn EventStore>>,
+}
+
+impl ServerBuilder {
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.info.instructions = Some(text.into());
+        self
+    }
+    pub fn tool(mut self, def: Arc<ToolDef>) -> Self {
+        self.tools.push(def);
+        self
+    }
+    pub fn resource(mut self, def: Arc<ResourceDef>) -> Self {
+        self.resources.push(def);
+        self
+    }
+    pub fn template(mut self, def: Arc<TemplateDef>) -> Self {
+        self.templates.push(def);
+        self
+    }
+    pub fn prompt(mut self, def: Arc<PromptDef>) -> Self {
+        self.prompts.push(def);
+        self
+    }
+    /// The configuration (default: [`Config::default`]; binaries use [`Config::load`]).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+    /// Replaces the in-memory session store.
+    pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+    /// Replaces the in-memory event store.
+    pub fn event_store(mut self, events: Arc<dyn EventStore>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    pub fn build(self) -> Server {
+        let config = self.config.unwrap_or_default();
+        let (machine_id, source) = machine_id::resolve(&config);
+        let sealer = sealer_for(&config, &machine_id, source);
+        let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
+        let events = self.events.unwrap_or_else(|| {
+            Arc::new(MemoryEventStore::new(
+                config.sessions.max_events_per_stream,
+                config.sessions.max_streams_per_session,
+            ))
+        });
+        let catalog = Catalog::new(self.tools, self.resources, self.templates, self.prompts);
+        let shared = Arc::new(Shared {
+            info: self.info,
+            catalog: ArcSwap::from_pointee(catalog),
+            live: LiveSessions::new(config.sessions.max_sessions),
+            config,
+            machine_id,
+            sealer,
+            store,
+            events,
+            shutdown: CancellationToken::new(),
+            started: Instant::now(),
+        });
+        Server { shared }
+    }
+}
+
+fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option<SessionSealer> {
+    if let Some(secret) = &cfg.session_secret {
+        return Some(SessionSealer::new(secret.as_bytes()));
+    }
+    if cfg.is_production() {
+        tracing::error!(
+            "MCP_SESSION_SECRET is not set: in production no session id can be issued, and `initialize` from clients before MCP 2026-07-28 answers 500"
+        );
+        return None;
+    }
+    if cfg.deployment_mode == DeploymentMode::Distributed {
+        // The machine id is published in every response header in this mode, so a key made
+        // from it would be public. A per-process key keeps ids sealed, at the cost of not
+        // surviving a restart or crossing instances: set MCP_SESSION_SECRET.
+        tracing::warn!(
+            "MCP_SESSION_SECRET is not set: session ids are sealed with a per-process key and no other instance can serve them"
+        );
+        let key: [u8; 32] = rand::random();
+        return Some(SessionSealer::new(&key));
+    }
+    tracing::warn!(
+        "[SessionIdUtils] Using machine ID as session encryption secret - NOT SECURE FOR PRODUCTION. Set MCP_SESSION_SECRET."
+    );
+    if source == MachineIdSource::Random {
+        tracing::warn!("MACHINE_ID is not set either: session ids will not survive a restart");
+    }
+    Some(SessionSealer::new(machine_id.as_bytes()))
+}
+
+/// A built server, ready to serve.
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Starts declaring a server.
+    pub fn builder(name: impl Into<String>, version: impl Into<String>) -> ServerBuilder {
+        ServerBuilder {
+            info: ServerInfo {
+                name: name.into(),
+                version: version.into(),
+                instructions: None,
+            },
+            tools: Vec::new(),
+            resources: Vec::new(),
+            templates: Vec::new(),
+            prompts: Vec::new(),
+            config: None,
+            store: None,
+            events: None,
+        }
+    }
+
+    /// The handle for runtime changes (add or remove tools, announce resource updates).
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.shared.clone())
+    }
+
+    /// The machine id this instance resolved at build time.
+    pub fn machine_id(&self) -> &str {
+        &self.shared.machine_id
+    }
+
+    /// The HTTP routes (`/mcp`, `/healthz`, `/readyz`), to embed in a larger axum app.
+    pub fn router(&self) -> axum::Router {
+        crate::transport::router(self.shared.clone())
+    }
+
+    /// Binds as configured and serves until SIGTERM or SIGINT.
+    pub async fn serve(self) -> std::io::Result<()> {
+        let addr = SocketAddr::new(
+            self.shared.config.effective_bind().ip(),
+            self.shared.config.port,
+        );
+        let listener = TcpListener::bind(addr).await?;
+        self.serve_on(listener, shutdown_signal()).await
+    }
+
+    /// Serves on an already bound listener until `stop` completes, then drains open requests
+    /// for at most `http.shutdown_grace_ms`.
+    pub async fn serve_on(
+        self,
+        listener: TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt;
+        let local = listener.local_addr()?;
+        let shared = self.shared.clone();
+        log_startup(&shared, local);
+        let sweeper = tokio::spawn(sweep_idle(shared.clone()));
+        // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let token = shared.shutdown.clone();
+        let grace = Duration::from_millis(shared.config.http.shutdown_grace_ms);
+        let stop_token = token.clone();
+        tokio::spawn(async move {
+            stop.await;
+            tracing::info!("shutting down: closing streams and draining requests");
+            stop_token.cancel();
+        });
+        let app = self.router();
+        let serve =
+            axum::serve(listener, app).with_graceful_shutdown(token.clone().cancelled_owned());
+        let drained = async {
+            token.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        let result = tokio::select! {
+            r = serve.into_future() => r,
+            _ = drained => {
+                tracing::warn!("graceful shutdown took longer than {} ms; exiting", grace.as_millis());
+                Ok(())
+            }
+        };
+        sweeper.abort();
+        tracing::info!("stopped");
+        result
+    }
+}
+
+fn log_startup(shared: &Shared, local: SocketAddr) {
+    let cat = shared.catalog();
+    tracing::info!(
+        server = %shared.info.name,
+        version = %shared.info.version,
+        machine_id = %shared.machine_id,
+        deployment = shared.config.deployment_mode.as_str(),
+        session_store = shared.store.kind(),
+        tools = cat.tool_count(),
+        "listening on http://{local}/mcp"
+    );
+    match shared.config.effective_bind() {
+        crate::config::BindAddress::All
+            if shared.config.deployment_mode == DeploymentMode::Distributed =>
+        {
+            tracing::info!(
+                audit = "BIND_ALL_INTERFACES_DISTRIBUTED",
+                "bound to every interface (distributed mode)"
+            )
+        }
+        crate::config::BindAddress::All => {
+            tracing::warn!(
+                audit = "BIND_ALL_INTERFACES",
+                "bound to every interface outside distributed mode"
+            )
+        }
+        crate::config::BindAddress::Loopback => {
+            tracing::info!(audit = "BIND_RESTRICTED", "bound to loopback only")
+        }
+    }
+}
+
+/// Drops sessions nobody used for `sessions.idle_ttl_ms`, with their events.
+async fn sweep_idle(shared: Arc<Shared>) {
+    let idle = Duration::from_millis(shared.config.sessions.idle_ttl_ms);
+    let period = (idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        for id in shared.live.expire_idle(idle) {
+            shared.events.forget(&id).await;
+            tracing::debug!(session = %id, "session expired after being idle");
+        }
+    }
+}
+
+/// Completes on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Appends a message to a session's standalone (GET) stream.
+pub(crate) fn push_standalone(shared: &Arc<Shared>, session: &Arc<Session>, message: Bytes) {
+    let events = shared.events.clone();
+    let id = session.id.clone();
+    tokio::spawn(async move {
+        if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
+            tracing::warn!(session = %id, error = %e, "could not queue a message for the session's stream");
+        }
+    });
+}
+
+/// Changes a running server: its catalog, and announcements to connected clients.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+impl ServerHandle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// Adds (or replaces) a tool and tells every session `notifications/tools/list_changed`.
+    pub async fn add_tool(&self, def: Arc<ToolDef>) {
+        self.shared.catalog.rcu(|c| c.with_tool(def.clone()));
+        self.broadcast("notifications/tools/list_changed").await;
+    }
+    pub async fn remove_tool(&self, name: &str) {
+        self.shared.catalog.rcu(|c| c.without_tool(name));
+        self.broadcast("notifications/tools/list_changed").await;
+    }
+    pub async fn add_prompt(&self, def: Arc<PromptDef>) {
+        self.shared.catalog.rcu(|c| c.with_prompt(def.clone()));
+        self.broadcast("notifications/prompts/list_changed").await;
+    }
+    pub async fn remove_prompt(&self, name: &str) {
+        self.shared.catalog.rcu(|c| c.without_prompt(name));
+        self.broadcast("notifications/prompts/list_changed").await;
+    }
+    pub async fn add_resource(&self, def: Arc<ResourceDef>) {
+        self.shared.catalog.rcu(|c| c.with_resource(def.clone()));
+        self.broadcast("notifications/resources/list_changed").await;
+    }
+    pub async fn remove_resource(&self, uri: &str) {
+        self.shared.catalog.rcu(|c| c.without_resource(uri));
+        self.broadcast("notifications/resources/list_changed").await;
+    }
+
+    /// Sends `notifications/resources/updated` to every session subscribed to `uri`.
+    pub async fn notify_resource_updated(&self, uri: &str) {
+        let msg = encode_notification(
+            "notifications/resources/updated",
+            &serde_json::json!({"uri": uri}),
+        );
+        for s in self.shared.live.all() {
+            if s.is_subscribed(uri) {
+                self.append(&s, msg.clone()).await;
+            }
+        }
+    }
+
+    /// Whether the catalog has a tool of this name now.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.shared.catalog().tool(name).is_some()
+    }
+
+    /// Sessions this instance holds.
+    pub fn session_count(&self) -> usize {
+        self.shared.live.len()
+    }
+
+    async fn broadcast(&self, method: &str) {
+        let msg = encode_notification(method, &serde_json::json!({}));
+        for s in self.shared.live.all() {
+            self.append(&s, msg.clone()).await;
+        }
+    }
+
+    async fn append(&self, s: &Session, msg: Bytes) {
+        if let Err(e) = self
+            .shared
+            .events
+            .append(&s.id, STANDALONE_STREAM, msg)
+            .await
+        {
+            tracing::warn!(session = %s.id, error = %e, "could not queue a notification");
+        }
+    }
+}

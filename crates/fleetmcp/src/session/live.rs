@@ -1,0 +1,353 @@
+//! Sessions this instance holds: their runtime state, and the registry that finds them.
+//!
+//! The registry is keyed by the exact id string. An id found here was minted (or verified)
+//! by this process, so the hot path skips decryption; only a miss opens the seal.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::ProtocolVersion;
+
+/// RFC 5424 levels, as MCP names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum LogLevel {
+    Debug = 0,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "debug" => Self::Debug,
+            "info" => Self::Info,
+            "notice" => Self::Notice,
+            "warning" => Self::Warning,
+            "error" => Self::Error,
+            "critical" => Self::Critical,
+            "alert" => Self::Alert,
+            "emergency" => Self::Emergency,
+            _ => return None,
+        })
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Debug => "debug",
+            Self::Info => "info",
+            Self::Notice => "notice",
+            Self::Warning => "warning",
+            Self::Error => "error",
+            Self::Critical => "critical",
+            Self::Alert => "alert",
+            Self::Emergency => "emergency",
+        }
+    }
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Debug,
+            1 => Self::Info,
+            2 => Self::Notice,
+            3 => Self::Warning,
+            4 => Self::Error,
+            5 => Self::Critical,
+            6 => Self::Alert,
+            _ => Self::Emergency,
+        }
+    }
+}
+
+/// The client's answer to a request the server sent it.
+pub type ClientReply = Result<Value, crate::protocol::ErrorData>;
+
+/// A session held by this instance.
+pub struct Session {
+    pub id: Arc<str>,
+    pub version: ProtocolVersion,
+    pub client_info: Value,
+    pub client_capabilities: Value,
+    log_level: AtomicU8,
+    initialized: AtomicBool,
+    /// Milliseconds since the registry's epoch; read by the idle sweeper.
+    last_used: AtomicU64,
+    next_stream: AtomicU64,
+    next_client_request: AtomicU64,
+    /// Requests from the client still running, by raw JSON-RPC id, for `notifications/cancelled`.
+    inflight: Mutex<HashMap<String, CancellationToken>>,
+    /// Requests to the client awaiting an answer, by the id we gave them.
+    pending: Mutex<HashMap<String, oneshot::Sender<ClientReply>>>,
+    subscriptions: Mutex<HashSet<String>>,
+    /// Fires when the session ends, so its streams and waiting requests stop.
+    pub closed: CancellationToken,
+}
+
+impl Session {
+    /// `closed` should be a child of the server's shutdown token, so that stopping the server
+    /// ends every session's streams and waiting requests.
+    pub fn new(
+        id: Arc<str>,
+        version: ProtocolVersion,
+        client_info: Value,
+        client_capabilities: Value,
+        closed: CancellationToken,
+    ) -> Self {
+        Self {
+            id,
+            version,
+            client_info,
+            client_capabilities,
+            log_level: AtomicU8::new(LogLevel::Info as u8),
+            initialized: AtomicBool::new(false),
+            last_used: AtomicU64::new(0),
+            next_stream: AtomicU64::new(1),
+            next_client_request: AtomicU64::new(1),
+            inflight: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            subscriptions: Mutex::new(HashSet::new()),
+            closed,
+        }
+    }
+
+    pub fn log_level(&self) -> LogLevel {
+        LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
+    }
+    pub fn set_log_level(&self, level: LogLevel) {
+        self.log_level.store(level as u8, Ordering::Relaxed);
+    }
+    pub fn mark_initialized(&self) {
+        self.initialized.store(true, Ordering::Relaxed);
+    }
+    pub fn is_initialized(&self) -> bool {
+        self.initialized.load(Ordering::Relaxed)
+    }
+    /// A fresh stream id for a POST answered as SSE.
+    pub fn next_stream_id(&self) -> u64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`, ...).
+    pub fn client_supports(&self, capability: &str) -> bool {
+        self.client_capabilities.get(capability).is_some()
+    }
+
+    /// Registers a running request; the token fires on `notifications/cancelled`.
+    pub fn track_request(&self, raw_id: &str) -> CancellationToken {
+        let token = self.closed.child_token();
+        self.inflight
+            .lock()
+            .insert(raw_id.to_string(), token.clone());
+        token
+    }
+    pub fn finish_request(&self, raw_id: &str) {
+        self.inflight.lock().remove(raw_id);
+    }
+    /// Cancels a running request; false if none has that id.
+    pub fn cancel_request(&self, raw_id: &str) -> bool {
+        match self.inflight.lock().remove(raw_id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers a request to the client and returns its id and the receiver of the answer.
+    pub fn expect_client_reply(&self) -> (String, oneshot::Receiver<ClientReply>) {
+        let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
+        let id = format!("fleetmcp-{n}");
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id.clone(), tx);
+        (id, rx)
+    }
+    pub fn forget_client_request(&self, id: &str) {
+        self.pending.lock().remove(id);
+    }
+    /// Delivers the client's answer; false if nothing waits for that id.
+    pub fn deliver_client_reply(&self, id: &str, reply: ClientReply) -> bool {
+        match self.pending.lock().remove(id) {
+            Some(tx) => tx.send(reply).is_ok(),
+            None => false,
+        }
+    }
+
+    pub fn subscribe(&self, uri: &str) {
+        self.subscriptions.lock().insert(uri.to_string());
+    }
+    pub fn unsubscribe(&self, uri: &str) {
+        self.subscriptions.lock().remove(uri);
+    }
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        self.subscriptions.lock().contains(uri)
+    }
+}
+
+/// Why a session this instance knew is gone; it decides which `404` the client gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `DELETE` on this instance.
+    Deleted,
+    /// Idle too long, or its stored record vanished.
+    Expired,
+}
+
+/// Recently ended sessions, oldest first in the queue.
+type EndedMemory = (HashMap<Arc<str>, Ended>, VecDeque<Arc<str>>);
+
+/// The sessions this instance holds, plus a bounded memory of recently ended ones.
+pub struct LiveSessions {
+    epoch: Instant,
+    sessions: RwLock<HashMap<Arc<str>, Arc<Session>>>,
+    ended: Mutex<EndedMemory>,
+    max_sessions: usize,
+}
+
+const MAX_ENDED: usize = 10_000;
+
+impl LiveSessions {
+    pub fn new(max_sessions: usize) -> Self {
+        Self {
+            epoch: Instant::now(),
+            sessions: RwLock::new(HashMap::new()),
+            ended: Mutex::new((HashMap::new(), VecDeque::new())),
+            max_sessions,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Finds a held session by its exact id and marks it used.
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        let s = self.sessions.read().get(id).cloned()?;
+        s.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Some(s)
+    }
+
+    /// Adds a session; false when the instance is full.
+    pub fn insert(&self, session: Arc<Session>) -> bool {
+        let mut map = self.sessions.write();
+        if map.len() >= self.max_sessions && !map.contains_key(&session.id) {
+            return false;
+        }
+        session.last_used.store(self.now_ms(), Ordering::Relaxed);
+        map.insert(session.id.clone(), session);
+        true
+    }
+
+    /// Removes a session, remembering why.
+    pub fn remove(&self, id: &str, why: Ended) -> Option<Arc<Session>> {
+        let removed = self.sessions.write().remove(id);
+        if let Some(s) = &removed {
+            s.closed.cancel();
+            self.remember(s.id.clone(), why);
+        }
+        removed
+    }
+
+    fn remember(&self, id: Arc<str>, why: Ended) {
+        let mut guard = self.ended.lock();
+        let (map, order) = &mut *guard;
+        if map.insert(id.clone(), why).is_none() {
+            order.push_back(id);
+        }
+        while order.len() > MAX_ENDED {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+    }
+
+    /// Why a session is gone, if this instance remembers it.
+    pub fn ended(&self, id: &str) -> Option<Ended> {
+        self.ended.lock().0.get(id).copied()
+    }
+
+    /// Removes sessions idle for longer than `idle`; returns their ids.
+    pub fn expire_idle(&self, idle: Duration) -> Vec<Arc<str>> {
+        let cutoff = self.now_ms().saturating_sub(idle.as_millis() as u64);
+        let stale: Vec<Arc<str>> = self
+            .sessions
+            .read()
+            .values()
+            .filter(|s| s.last_used.load(Ordering::Relaxed) < cutoff)
+            .map(|s| s.id.clone())
+            .collect();
+        for id in &stale {
+            self.remove(id, Ended::Expired);
+        }
+        stale
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.read().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every held session (for broadcasting list changes).
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.sessions.read().values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(id: &str) -> Arc<Session> {
+        Arc::new(Session::new(
+            id.into(),
+            ProtocolVersion::LATEST,
+            Value::Null,
+            serde_json::json!({"sampling": {}}),
+            CancellationToken::new(),
+        ))
+    }
+
+    #[test]
+    fn capacity_idle_expiry_and_memory_of_ended_sessions() {
+        let live = LiveSessions::new(2);
+        assert!(live.insert(session("a")));
+        assert!(live.insert(session("b")));
+        assert!(!live.insert(session("c")), "full");
+        live.remove("a", Ended::Deleted);
+        assert_eq!(live.ended("a"), Some(Ended::Deleted));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(live.expire_idle(Duration::from_millis(5)).len(), 1);
+        assert_eq!(live.ended("b"), Some(Ended::Expired));
+        assert!(live.is_empty());
+    }
+
+    #[tokio::test]
+    async fn client_replies_and_cancellation_reach_their_waiters() {
+        let s = session("x");
+        assert!(s.client_supports("sampling"));
+        assert!(!s.client_supports("elicitation"));
+        let (id, rx) = s.expect_client_reply();
+        assert!(s.deliver_client_reply(&id, Ok(serde_json::json!({"ok": true}))));
+        assert_eq!(rx.await.unwrap().unwrap()["ok"], true);
+        assert!(
+            !s.deliver_client_reply(&id, Ok(Value::Null)),
+            "answered once"
+        );
+        let token = s.track_request("7");
+        assert!(s.cancel_request("7"));
+        assert!(token.is_cancelled());
+        assert!(!s.cancel_request("7"));
+    }
+}

@@ -1,0 +1,86 @@
+//! SSE framing of an event-store tail, with keep-alive comments.
+//!
+//! Frames are written by hand rather than with axum's `Sse` so that the body is plain bytes
+//! that a relay can pass through unchanged.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::StreamExt;
+use futures_util::stream::{self, BoxStream};
+use http::{HeaderValue, StatusCode, header};
+
+use crate::events::StoredEvent;
+
+/// One SSE frame. An event with no data is a priming event: it carries the `retry` hint.
+pub(crate) fn frame(ev: &StoredEvent, retry_ms: u64) -> Bytes {
+    let mut b = BytesMut::with_capacity(ev.data.len() + 48);
+    b.put_slice(b"id: ");
+    b.put_slice(ev.id.as_bytes());
+    if ev.data.is_empty() {
+        b.put_slice(b"\nretry: ");
+        b.put_slice(retry_ms.to_string().as_bytes());
+        b.put_slice(b"\ndata: \n\n");
+    } else {
+        // Our JSON is compact, so it never contains a raw newline.
+        b.put_slice(b"\nevent: message\ndata: ");
+        b.put_slice(&ev.data);
+        b.put_slice(b"\n\n");
+    }
+    b.freeze()
+}
+
+/// An SSE response that streams `events` until they end.
+pub(crate) fn response(
+    events: BoxStream<'static, StoredEvent>,
+    retry_ms: u64,
+    keepalive: Duration,
+) -> Response {
+    let tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    let body = stream::unfold((events, tick), move |(mut events, mut tick)| async move {
+        tokio::select! {
+            ev = events.next() => ev.map(|ev| (frame(&ev, retry_ms), (events, tick))),
+            _ = tick.tick() => Some((Bytes::from_static(b": keepalive\n\n"), (events, tick))),
+        }
+    })
+    .map(Ok::<_, Infallible>);
+    let mut res = Response::new(Body::from_stream(body));
+    *res.status_mut() = StatusCode::OK;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Stops nginx and similar proxies from buffering the stream.
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames() {
+        let p = frame(
+            &StoredEvent {
+                id: "1-1".into(),
+                data: Bytes::new(),
+            },
+            3000,
+        );
+        assert_eq!(&p[..], b"id: 1-1\nretry: 3000\ndata: \n\n");
+        let m = frame(
+            &StoredEvent {
+                id: "1-2".into(),
+                data: Bytes::from_static(b"{}"),
+            },
+            3000,
+        );
+        assert_eq!(&m[..], b"id: 1-2\nevent: message\ndata: {}\n\n");
+    }
+}

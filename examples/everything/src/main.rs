@@ -1,0 +1,456 @@
+//! everything: the surface the official conformance suite calls (tools, resources, prompts
+//! with fixed names and texts), plus a few tools our own integration tests use.
+//!
+//! Test surface, not a product: see ../../shared/reference/conformance.md, section 8.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fleetmcp::protocol::model::{
+    CallToolResult, ContentBlock, PromptMessage, ResourceContents, Role,
+};
+use fleetmcp::{
+    Config, LogLevel, NoArgs, ResourceError, Server, ToolError, prompt, resource, template, tool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// A 1×1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+/// A WAV header with no samples.
+const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
+
+#[derive(Deserialize, JsonSchema)]
+struct SamplingArgs {
+    /// The prompt to send to the client's model.
+    prompt: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct ElicitationArgs {
+    /// The message to show the user.
+    message: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct CancellableArgs {
+    /// How long the tool works if nobody cancels it, in milliseconds.
+    #[serde(default = "default_work_ms")]
+    work_ms: u64,
+}
+fn default_work_ms() -> u64 {
+    10_000
+}
+
+#[derive(Default)]
+struct Stats {
+    started: AtomicU64,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+/// Counts a cancelled call: the handler future is dropped before it finishes.
+struct CancelGuard(Arc<Stats>, bool);
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn text(t: impl Into<String>) -> ContentBlock {
+    ContentBlock::text(t)
+}
+
+fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
+    let mut v = vec![
+        tool("test_simple_text")
+            .description("Returns a simple text response")
+            .handler(|_: NoArgs, _| async { Ok("This is a simple text response for testing.") }),
+        tool("test_image_content")
+            .description("Returns an image")
+            .handler(|_: NoArgs, _| async { Ok(vec![ContentBlock::image(PNG, "image/png")]) }),
+        tool("test_audio_content")
+            .description("Returns audio")
+            .handler(|_: NoArgs, _| async { Ok(vec![ContentBlock::audio(WAV, "audio/wav")]) }),
+        tool("test_embedded_resource")
+            .description("Returns an embedded resource")
+            .handler(|_: NoArgs, _| async {
+                Ok(vec![ContentBlock::resource(
+                    ResourceContents::text("This is an embedded resource content.", "test://embedded-resource")
+                        .with_mime_type("text/plain"),
+                )])
+            }),
+        tool("test_multiple_content_types")
+            .description("Returns text, an image and a resource")
+            .handler(|_: NoArgs, _| async {
+                Ok(vec![
+                    text("Multiple content types test:"),
+                    ContentBlock::image(PNG, "image/png"),
+                    ContentBlock::resource(
+                        ResourceContents::text(r#"{"test":"data","value":123}"#, "test://mixed-content-resource")
+                            .with_mime_type("application/json"),
+                    ),
+                ])
+            }),
+        tool("test_tool_with_logging")
+            .description("Sends three log messages while it runs")
+            .handler(|_: NoArgs, ctx| async move {
+                for (i, m) in ["Tool execution started", "Tool processing data", "Tool execution completed"]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    ctx.log(LogLevel::Info, m);
+                }
+                Ok("Logging test completed")
+            }),
+        tool("test_tool_with_progress")
+            .description("Reports progress 0, 50, 100 of 100")
+            .handler(|_: NoArgs, ctx| async move {
+                for (i, p) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    ctx.progress(p, Some(100.0), None);
+                }
+                Ok("Progress test completed")
+            }),
+        tool("test_error_handling")
+            .description("Always fails, as a tool result")
+            .handler(|_: NoArgs, _| async {
+                Err::<&str, _>(ToolError::failed("This tool intentionally returns an error for testing"))
+            }),
+        tool("test_sampling")
+            .description("Asks the client's model to answer a prompt")
+            .handler(|a: SamplingArgs, ctx| async move {
+                let r = ctx
+                    .create_message(json!({
+                        "messages": [{"role": "user", "content": {"type": "text", "text": a.prompt}}],
+                        "maxTokens": 100
+                    }))
+                    .await?;
+                let answer = r["content"]["text"].as_str().unwrap_or_default().to_string();
+                Ok(format!("LLM response: {answer}"))
+            }),
+        tool("test_elicitation")
+            .description("Asks the user for a username and an email")
+            .handler(|a: ElicitationArgs, ctx| async move {
+                let r = ctx
+                    .elicit(json!({
+                        "message": a.message,
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "username": {"type": "string", "description": "User's response"},
+                                "email": {"type": "string", "description": "User's email address"}
+                            },
+                            "required": ["username", "email"]
+                        }
+                    }))
+                    .await?;
+                Ok(format!("User response: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+            }),
+        tool("test_elicitation_sep1034_defaults")
+            .description("Elicitation whose schema has defaults for every primitive type")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .elicit(json!({
+                        "message": "Please review and update the form fields with defaults",
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                                "age": {"type": "integer", "description": "User age", "default": 30},
+                                "score": {"type": "number", "description": "User score", "default": 95.5},
+                                "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active"},
+                                "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                            }
+                        }
+                    }))
+                    .await?;
+                Ok(format!("Elicitation completed: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+            }),
+        tool("test_elicitation_sep1330_enums")
+            .description("Elicitation with every enum shape")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .elicit(json!({
+                        "message": "Please select options from the enum fields",
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "untitledSingle": {"type": "string", "description": "Select one option", "enum": ["option1", "option2", "option3"]},
+                                "titledSingle": {"type": "string", "description": "Select one option with titles", "oneOf": [
+                                    {"const": "value1", "title": "First Option"},
+                                    {"const": "value2", "title": "Second Option"},
+                                    {"const": "value3", "title": "Third Option"}
+                                ]},
+                                "legacyEnum": {"type": "string", "description": "Select one option (legacy)", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                                "untitledMulti": {"type": "array", "description": "Select multiple options", "minItems": 1, "maxItems": 3, "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                                "titledMulti": {"type": "array", "description": "Select multiple options with titles", "minItems": 1, "maxItems": 3, "items": {"anyOf": [
+                                    {"const": "value1", "title": "First Choice"},
+                                    {"const": "value2", "title": "Second Choice"},
+                                    {"const": "value3", "title": "Third Choice"}
+                                ]}}
+                            },
+                            "required": []
+                        }
+                    }))
+                    .await?;
+                Ok(format!("Elicitation completed: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+            }),
+        tool("test_reconnection")
+            .description("Closes its SSE connection mid-call; the result arrives after the client resumes")
+            .handler(|_: NoArgs, ctx| async move {
+                ctx.log(LogLevel::Info, "Reconnection test started");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                ctx.end_connection_for_polling();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok("Reconnection test completed successfully")
+            }),
+        tool("json_schema_2020_12_tool")
+            .description("A tool whose input schema uses JSON Schema 2020-12 features")
+            .input_schema(json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "$defs": {
+                    "address": {
+                        "type": "object",
+                        "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
+                    }
+                },
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {"$ref": "#/$defs/address"}
+                },
+                "additionalProperties": false
+            }))
+            .raw_handler(|_args: Value, _| async { Ok("ok") }),
+        tool("test_trigger_tool_change")
+            .description("Adds or removes the tool `test_dynamic_tool`, so clients see tools/list_changed")
+            .handler(|_: NoArgs, ctx| async move {
+                let server = ctx.server();
+                if server_has_dynamic(&ctx) {
+                    server.remove_tool("test_dynamic_tool").await;
+                    Ok("removed test_dynamic_tool")
+                } else {
+                    server
+                        .add_tool(
+                            tool("test_dynamic_tool")
+                                .description("Added at runtime")
+                                .handler(|_: NoArgs, _| async { Ok("dynamic") }),
+                        )
+                        .await;
+                    Ok("added test_dynamic_tool")
+                }
+            }),
+        tool("test_notify_resource_updated")
+            .description("Announces an update of test://watched-resource to its subscribers")
+            .handler(|_: NoArgs, ctx| async move {
+                ctx.server().notify_resource_updated("test://watched-resource").await;
+                Ok("notified")
+            }),
+        tool("test_roots")
+            .description("Asks the client for its roots")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx.list_roots().await?;
+                Ok(CallToolResult::success(vec![text(r.to_string())]))
+            }),
+    ];
+    let s = stats;
+    v.push(
+        tool("test_cancellable")
+            .description("Works for `work_ms` with progress; counts how often it was cancelled")
+            .handler(move |a: CancellableArgs, ctx| {
+                let s = s.clone();
+                async move {
+                    s.started.fetch_add(1, Ordering::SeqCst);
+                    let mut guard = CancelGuard(s.clone(), false);
+                    let steps = (a.work_ms / 50).max(1);
+                    for i in 0..steps {
+                        ctx.progress(i as f64, Some(steps as f64), None);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    guard.1 = true;
+                    s.completed.fetch_add(1, Ordering::SeqCst);
+                    Ok("finished")
+                }
+            }),
+    );
+    v
+}
+
+fn server_has_dynamic(ctx: &fleetmcp::RequestContext) -> bool {
+    ctx.server().has_tool("test_dynamic_tool")
+}
+
+fn build(config: Config) -> Server {
+    let stats = Arc::new(Stats::default());
+    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION")).config(config);
+    for t in tools(stats.clone()) {
+        b = b.tool(t);
+    }
+    let st = stats.clone();
+    b.resource(
+        resource("test://static-text", "static-text")
+            .description("A static text resource")
+            .mime_type("text/plain")
+            .read(|uri, _| async move {
+                Ok(vec![
+                    ResourceContents::text("This is the content of the static text resource.", uri)
+                        .with_mime_type("text/plain"),
+                ])
+            }),
+    )
+    .resource(
+        resource("test://static-binary", "static-binary")
+            .description("A static binary resource (a PNG)")
+            .mime_type("image/png")
+            .read(|uri, _| async move {
+                Ok(vec![
+                    ResourceContents::blob(PNG, uri).with_mime_type("image/png"),
+                ])
+            }),
+    )
+    .resource(
+        resource("test://watched-resource", "watched-resource")
+            .description("A resource to subscribe to")
+            .mime_type("text/plain")
+            .read(|uri, _| async move {
+                Ok(vec![
+                    ResourceContents::text("Watched resource content", uri)
+                        .with_mime_type("text/plain"),
+                ])
+            }),
+    )
+    .resource(
+        resource("test://stats", "stats")
+            .description("Counters of test_cancellable: started, completed, cancelled")
+            .mime_type("application/json")
+            .read(move |uri, _| {
+                let s = st.clone();
+                async move {
+                    let v = json!({
+                        "started": s.started.load(Ordering::SeqCst),
+                        "completed": s.completed.load(Ordering::SeqCst),
+                        "cancelled": s.cancelled.load(Ordering::SeqCst),
+                    });
+                    Ok(vec![
+                        ResourceContents::text(v.to_string(), uri)
+                            .with_mime_type("application/json"),
+                    ])
+                }
+            }),
+    )
+    .template(
+        template("test://template/{id}/data", "template")
+            .description("A resource template")
+            .mime_type("application/json")
+            .complete("id", |partial, _| {
+                ["123", "124", "200"]
+                    .iter()
+                    .filter(|v| v.starts_with(partial))
+                    .map(|v| v.to_string())
+                    .collect()
+            })
+            .read(|uri, vars, _| async move {
+                let id = vars
+                    .get("id")
+                    .cloned()
+                    .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+                let body =
+                    json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")});
+                Ok(vec![
+                    ResourceContents::text(body.to_string(), uri)
+                        .with_mime_type("application/json"),
+                ])
+            }),
+    )
+    .prompt(
+        prompt("test_simple_prompt")
+            .description("A simple prompt")
+            .get(|_, _| async {
+                Ok(vec![PromptMessage::new_text(
+                    Role::User,
+                    "This is a simple prompt for testing.",
+                )])
+            }),
+    )
+    .prompt(
+        prompt("test_prompt_with_arguments")
+            .description("A prompt with arguments")
+            .argument("arg1", "First argument", true)
+            .argument("arg2", "Second argument", true)
+            .complete("arg1", |partial, _| {
+                ["paris", "park", "party"]
+                    .iter()
+                    .filter(|v| v.starts_with(partial))
+                    .map(|v| v.to_string())
+                    .collect()
+            })
+            .get(|args: HashMap<String, String>, _| async move {
+                Ok(vec![PromptMessage::new_text(
+                    Role::User,
+                    format!(
+                        "Prompt with arguments: arg1='{}', arg2='{}'",
+                        args["arg1"], args["arg2"]
+                    ),
+                )])
+            }),
+    )
+    .prompt(
+        prompt("test_prompt_with_embedded_resource")
+            .description("A prompt with an embedded resource")
+            .argument("resourceUri", "URI of the resource to embed", true)
+            .get(|args, _| async move {
+                let uri = args["resourceUri"].clone();
+                Ok(vec![
+                    PromptMessage::new(
+                        Role::User,
+                        ContentBlock::resource(
+                            ResourceContents::text("Embedded resource content for testing.", uri)
+                                .with_mime_type("text/plain"),
+                        ),
+                    ),
+                    PromptMessage::new_text(
+                        Role::User,
+                        "Please process the embedded resource above.",
+                    ),
+                ])
+            }),
+    )
+    .prompt(
+        prompt("test_prompt_with_image")
+            .description("A prompt with an image")
+            .get(|_, _| async {
+                Ok(vec![
+                    PromptMessage::new(Role::User, ContentBlock::image(PNG, "image/png")),
+                    PromptMessage::new_text(Role::User, "Please analyze the image above."),
+                ])
+            }),
+    )
+    .build()
+}
+
+#[tokio::main]
+async fn main() {
+    fleetmcp::init_tracing();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("everything: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = build(config).serve().await {
+        eprintln!("everything: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,278 @@
+//! help-desk: a small ticketing app on fleetmcp. Tickets live in this process's memory.
+//!
+//! `cargo run -p help-desk` serves it on http://127.0.0.1:3000/mcp (sessions in memory, no
+//! Redis). Settings come from the environment (`PORT`, `MCP_SESSION_SECRET`, ...) and from the
+//! TOML file named by `FLEETMCP_CONFIG`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fleetmcp::protocol::model::{PromptMessage, ResourceContents, Role, ToolAnnotations};
+use fleetmcp::{
+    Config, PromptError, ResourceError, Server, Structured, ToolError, prompt, resource, template,
+    tool,
+};
+use parking_lot::Mutex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+enum Priority {
+    Low,
+    #[default]
+    Normal,
+    High,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Open,
+    Closed,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+struct Ticket {
+    id: u64,
+    title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    priority: Priority,
+    status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolution: Option<String>,
+}
+
+#[derive(Default)]
+struct Desk {
+    next_id: u64,
+    tickets: BTreeMap<u64, Ticket>,
+}
+
+type Shared = Arc<Mutex<Desk>>;
+
+/// Arguments of `open_ticket`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct OpenTicket {
+    /// A one-line summary of the problem.
+    title: String,
+    /// Details, steps to reproduce.
+    description: Option<String>,
+    #[serde(default)]
+    priority: Priority,
+}
+
+/// Arguments of `find_tickets`.
+#[derive(Deserialize, JsonSchema)]
+struct FindTickets {
+    /// Words to look for in titles and descriptions (case-insensitive).
+    query: Option<String>,
+    status: Option<Status>,
+}
+
+#[derive(Serialize, JsonSchema)]
+struct TicketList {
+    tickets: Vec<Ticket>,
+}
+
+/// Arguments of `close_ticket`.
+#[derive(Deserialize, JsonSchema)]
+struct CloseTicket {
+    id: u64,
+    /// How the problem was solved.
+    resolution: String,
+}
+
+fn build(config: Config) -> Server {
+    let desk: Shared = Arc::default();
+
+    let d = desk.clone();
+    let open = tool("open_ticket")
+        .title("Open a ticket")
+        .description("Opens a help-desk ticket and returns it with its id.")
+        .output_schema::<Ticket>()
+        .handler(move |a: OpenTicket, _ctx| {
+            let d = d.clone();
+            async move {
+                if a.title.trim().is_empty() {
+                    return Err(ToolError::failed("a ticket needs a title"));
+                }
+                let mut desk = d.lock();
+                desk.next_id += 1;
+                let t = Ticket {
+                    id: desk.next_id,
+                    title: a.title,
+                    description: a.description,
+                    priority: a.priority,
+                    status: Status::Open,
+                    resolution: None,
+                };
+                desk.tickets.insert(t.id, t.clone());
+                Ok(Structured(t))
+            }
+        });
+
+    let d = desk.clone();
+    let find = tool("find_tickets")
+        .title("Find tickets")
+        .description("Finds tickets by words in their title or description, and by status.")
+        .annotations(ToolAnnotations::new().read_only(true))
+        .output_schema::<TicketList>()
+        .handler(move |a: FindTickets, _ctx| {
+            let d = d.clone();
+            async move {
+                let q = a.query.map(|q| q.to_lowercase());
+                let tickets = d
+                    .lock()
+                    .tickets
+                    .values()
+                    .filter(|t| a.status.is_none_or(|s| s == t.status))
+                    .filter(|t| {
+                        q.as_ref().is_none_or(|q| {
+                            t.title.to_lowercase().contains(q)
+                                || t.description
+                                    .as_ref()
+                                    .is_some_and(|d| d.to_lowercase().contains(q))
+                        })
+                    })
+                    .cloned()
+                    .collect();
+                Ok(Structured(TicketList { tickets }))
+            }
+        });
+
+    let d = desk.clone();
+    let close = tool("close_ticket")
+        .title("Close a ticket")
+        .description("Closes a ticket with a resolution.")
+        .annotations(ToolAnnotations::new().idempotent(true))
+        .output_schema::<Ticket>()
+        .handler(move |a: CloseTicket, ctx| {
+            let d = d.clone();
+            async move {
+                let t = {
+                    let mut desk = d.lock();
+                    let t = desk
+                        .tickets
+                        .get_mut(&a.id)
+                        .ok_or_else(|| ToolError::failed(format!("no ticket {}", a.id)))?;
+                    t.status = Status::Closed;
+                    t.resolution = Some(a.resolution);
+                    t.clone()
+                };
+                ctx.server()
+                    .notify_resource_updated(&format!("helpdesk://tickets/{}", t.id))
+                    .await;
+                Ok(Structured(t))
+            }
+        });
+
+    let sla = resource("helpdesk://policies/sla", "sla")
+        .title("Service levels")
+        .description("How fast each priority is answered.")
+        .mime_type("text/markdown")
+        .read(|uri, _ctx| async move {
+            Ok(vec![
+                ResourceContents::text(
+                    "# Service levels\n\n- high: answered within 1 hour\n- normal: within 1 business day\n- low: within 1 week\n",
+                    uri,
+                )
+                .with_mime_type("text/markdown"),
+            ])
+        });
+
+    let d = desk.clone();
+    let d_complete = desk.clone();
+    let ticket = template("helpdesk://tickets/{id}", "ticket")
+        .title("A ticket")
+        .description("One ticket, as JSON.")
+        .mime_type("application/json")
+        .complete("id", move |partial, _| {
+            d_complete
+                .lock()
+                .tickets
+                .keys()
+                .map(|k| k.to_string())
+                .filter(|k| k.starts_with(partial))
+                .collect()
+        })
+        .read(move |uri, vars, _ctx| {
+            let d = d.clone();
+            async move {
+                let id: u64 = vars
+                    .get("id")
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+                let t = d
+                    .lock()
+                    .tickets
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+                let json =
+                    serde_json::to_string(&t).map_err(|e| ResourceError::Failed(e.to_string()))?;
+                Ok(vec![
+                    ResourceContents::text(json, uri).with_mime_type("application/json"),
+                ])
+            }
+        });
+
+    let d = desk.clone();
+    let triage = prompt("triage_ticket")
+        .title("Triage a ticket")
+        .description("Asks the model to assess a ticket's priority and next step.")
+        .argument("ticket_id", "The id of the ticket to triage", true)
+        .get(move |args, _ctx| {
+            let d = d.clone();
+            async move {
+                let raw = args.get("ticket_id").cloned().unwrap_or_default();
+                let id: u64 = raw
+                    .parse()
+                    .map_err(|_| PromptError::InvalidArguments(format!("ticket_id must be a number, got {raw:?}")))?;
+                let t = d
+                    .lock()
+                    .tickets
+                    .get(&id)
+                    .cloned()
+                    .ok_or_else(|| PromptError::InvalidArguments(format!("no ticket {id}")))?;
+                Ok(vec![PromptMessage::new_text(
+                    Role::User,
+                    format!(
+                        "Triage ticket {id}: \"{}\" (priority {:?}).\n{}\nSay whether the priority is right and what to do next.",
+                        t.title,
+                        t.priority,
+                        t.description.as_deref().unwrap_or("No description.")
+                    ),
+                )])
+            }
+        });
+
+    Server::builder("help-desk", env!("CARGO_PKG_VERSION"))
+        .instructions("A help desk: open, find and close tickets; read the service levels.")
+        .tool(open)
+        .tool(find)
+        .tool(close)
+        .resource(sla)
+        .template(ticket)
+        .prompt(triage)
+        .config(config)
+        .build()
+}
+
+#[tokio::main]
+async fn main() {
+    fleetmcp::init_tracing();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("help-desk: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = build(config).serve().await {
+        eprintln!("help-desk: {e}");
+        std::process::exit(1);
+    }
+}
