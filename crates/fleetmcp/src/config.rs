@@ -115,6 +115,40 @@ impl Default for SessionConfig {
     }
 }
 
+/// Which era serves a request that carries no version information at all (no `_meta`
+/// protocol version, no version header, no session, not `initialize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DefaultEra {
+    /// Answer `400 session required`, so dual-era clients fall back to `initialize`.
+    #[default]
+    Session,
+    /// Validate it as a 2026-07-28 request (it then needs its `_meta`).
+    Stateless,
+}
+
+/// Settings of the stateless era (MCP 2026-07-28).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatelessConfig {
+    pub default_era: DefaultEra,
+    /// `ttlMs` of `server/discover` and list results. Lists can change at runtime
+    /// (`subscriptions/listen` announces it), so the default lets clients cache nothing.
+    pub list_ttl_ms: u64,
+    /// How long a `requestState` handed to a client stays valid.
+    pub request_state_ttl_ms: u64,
+}
+
+impl Default for StatelessConfig {
+    fn default() -> Self {
+        Self {
+            default_era: DefaultEra::Session,
+            list_ttl_ms: 0,
+            request_state_ttl_ms: 600_000,
+        }
+    }
+}
+
 /// Everything a fleetmcp server is configured with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -131,12 +165,17 @@ pub struct Config {
     pub hostname: Option<String>,
     /// `NODE_ENV`: `production` switches on production rules (secret required).
     pub node_env: Option<String>,
+    /// `VAULT_SECRET`: first choice for the key of 2026 `requestState`.
+    pub vault_secret: Option<String>,
+    /// `JWT_SECRET`: second choice for the key of 2026 `requestState`.
+    pub jwt_secret: Option<String>,
     /// `FRONTMCP_DEPLOYMENT_MODE`.
     pub deployment_mode: DeploymentMode,
     /// Items per page of every list method.
     pub page_size: usize,
     pub http: HttpConfig,
     pub sessions: SessionConfig,
+    pub stateless: StatelessConfig,
 }
 
 impl Default for Config {
@@ -152,6 +191,9 @@ impl Default for Config {
             page_size: 100,
             http: HttpConfig::default(),
             sessions: SessionConfig::default(),
+            vault_secret: None,
+            jwt_secret: None,
+            stateless: StatelessConfig::default(),
         }
     }
 }
@@ -176,6 +218,8 @@ const ENV_KEYS: &[(&str, &str)] = &[
     ("MACHINE_ID", "machine_id"),
     ("HOSTNAME", "hostname"),
     ("NODE_ENV", "node_env"),
+    ("VAULT_SECRET", "vault_secret"),
+    ("JWT_SECRET", "jwt_secret"),
 ];
 
 impl Config {
@@ -237,6 +281,8 @@ impl Config {
             "MACHINE_ID" => self.machine_id = value_opt,
             "HOSTNAME" => self.hostname = value_opt,
             "NODE_ENV" => self.node_env = value_opt,
+            "VAULT_SECRET" => self.vault_secret = value_opt,
+            "JWT_SECRET" => self.jwt_secret = value_opt,
             "FRONTMCP_BIND_ADDRESS" => {
                 self.bind_address = match value.to_ascii_lowercase().as_str() {
                     "" => None,

@@ -1,11 +1,19 @@
 //! What a handler can do besides returning its result: log, report progress, notice that it
 //! was cancelled, and ask the client something (sampling, elicitation, roots).
 //!
+//! The same handler code serves both eras. In the session era, asking the client sends a real
+//! request on the stream of the request that runs the handler, and the answer comes back to
+//! the awaiting handler. In the stateless era (2026-07-28) the server may not send requests:
+//! asking looks the answer up in the retry's `inputResponses`; when it is not there, the call
+//! fails with [`ClientRequestError::InputRequired`], the handler's `?` ends it, and the client
+//! gets an `InputRequiredResult` listing what to answer. The client retries, the handler runs
+//! again from the top, and this time the answers are there.
+//!
 //! Messages a handler sends go out on the stream of the request that runs it (the POST's
-//! answer, which becomes an SSE stream the moment the first message is sent), as the
-//! specification asks for messages related to a request.
+//! answer, which becomes an SSE stream the moment the first message is sent).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::protocol::{ErrorData, encode_notification, encode_request};
 use crate::server::{ServerHandle, Shared};
 use crate::session::{LogLevel, Session};
+use crate::stateless::Round;
 
 /// A message on its way to the client, from a running request.
 #[derive(Debug)]
@@ -25,6 +34,13 @@ pub(crate) enum Outbound {
     /// Close the HTTP connection without ending the stream (SSE polling); the client resumes
     /// with `Last-Event-ID`.
     EndConnection,
+}
+
+/// Who sent the request: a session, or a self-describing 2026-07-28 request.
+#[derive(Clone)]
+pub(crate) enum Caller {
+    Session(Arc<Session>),
+    Stateless(Arc<Round>),
 }
 
 /// Why a request to the client failed.
@@ -40,8 +56,12 @@ pub enum ClientRequestError {
     SessionClosed,
     #[error("the client did not answer within {0:?}")]
     Timeout(Duration),
-    #[error("this request has no session to ask the client through")]
-    NoSession,
+    /// Stateless era: the answer is not in this round; propagate it with `?`.
+    #[error("input required from the client")]
+    InputRequired,
+    /// Stateless era: the client's answer does not have the shape of the method's result.
+    #[error("{}", .0.message)]
+    InvalidInput(ErrorData),
 }
 
 /// Handed to every tool, resource and prompt handler. Cheap to clone.
@@ -52,10 +72,13 @@ pub struct RequestContext {
 
 struct Inner {
     shared: Arc<Shared>,
-    session: Option<Arc<Session>>,
+    caller: Caller,
     outbound: Option<mpsc::UnboundedSender<Outbound>>,
     progress_token: Option<Value>,
     cancel: CancellationToken,
+    /// Numbers the client requests a handler makes without naming them, so that a handler
+    /// run again in the next round produces the same keys.
+    asked: AtomicUsize,
 }
 
 /// How long a handler waits for the client to answer a request.
@@ -64,7 +87,7 @@ const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 impl RequestContext {
     pub(crate) fn new(
         shared: Arc<Shared>,
-        session: Option<Arc<Session>>,
+        caller: Caller,
         outbound: Option<mpsc::UnboundedSender<Outbound>>,
         progress_token: Option<Value>,
         cancel: CancellationToken,
@@ -72,10 +95,11 @@ impl RequestContext {
         Self {
             inner: Arc::new(Inner {
                 shared,
-                session,
+                caller,
                 outbound,
                 progress_token,
                 cancel,
+                asked: AtomicUsize::new(0),
             }),
         }
     }
@@ -85,26 +109,44 @@ impl RequestContext {
         ServerHandle::new(self.inner.shared.clone())
     }
 
-    /// The session this request belongs to (session-era clients).
+    /// The session this request belongs to (session-era clients only).
     pub fn session(&self) -> Option<&Arc<Session>> {
-        self.inner.session.as_ref()
+        match &self.inner.caller {
+            Caller::Session(s) => Some(s),
+            Caller::Stateless(_) => None,
+        }
+    }
+
+    /// Whether the request comes from a 2026-07-28 client (no session).
+    pub fn is_stateless(&self) -> bool {
+        matches!(self.inner.caller, Caller::Stateless(_))
+    }
+
+    /// The client's declared capabilities (of the session, or of this very request).
+    pub fn client_capabilities(&self) -> &Value {
+        match &self.inner.caller {
+            Caller::Session(s) => &s.client_capabilities,
+            Caller::Stateless(r) => &r.meta.client_capabilities,
+        }
     }
 
     /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`).
     pub fn client_supports(&self, capability: &str) -> bool {
-        self.inner
-            .session
-            .as_ref()
-            .is_some_and(|s| s.client_supports(capability))
+        self.client_capabilities().get(capability).is_some()
     }
 
-    /// Fires when the client cancels the request (`notifications/cancelled`) or the session
-    /// ends. A handler that is cancelled is also dropped at its next `.await`.
+    /// Fires when the client cancels the request (`notifications/cancelled`, or closing the
+    /// stream in 2026-07-28) or the session ends. A cancelled handler is also dropped at its
+    /// next `.await`.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.inner.cancel
     }
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
+    }
+
+    pub(crate) fn caller(&self) -> &Caller {
+        &self.inner.caller
     }
 
     pub(crate) fn send(&self, message: Bytes) {
@@ -113,18 +155,22 @@ impl RequestContext {
             _ => {
                 // No request stream (a batch, or the request already answered): use the
                 // session's standalone stream so the message is not silently lost.
-                if let Some(s) = &self.inner.session {
+                if let Caller::Session(s) = &self.inner.caller {
                     crate::server::push_standalone(&self.inner.shared, s, message);
                 }
             }
         }
     }
 
-    /// Sends `notifications/message` if the client's log level lets it through.
+    /// Sends `notifications/message` if the client asked for this level: the session's
+    /// `logging/setLevel`, or in 2026-07-28 this request's `_meta` log level (without one,
+    /// nothing is sent).
     pub fn log(&self, level: LogLevel, data: impl Serialize) {
-        if let Some(s) = &self.inner.session
-            && level < s.log_level()
-        {
+        let min = match &self.inner.caller {
+            Caller::Session(s) => Some(s.log_level()),
+            Caller::Stateless(r) => r.meta.log_level,
+        };
+        if min.is_none_or(|min| level < min) {
             return;
         }
         let data = serde_json::to_value(data).unwrap_or(Value::Null);
@@ -151,31 +197,95 @@ impl RequestContext {
 
     /// Ends the current HTTP connection of this request's SSE stream without ending the
     /// stream: the client reconnects with `Last-Event-ID` after the `retry` delay and
-    /// receives the rest (SSE polling, 2025-11-25).
+    /// receives the rest (SSE polling, 2025-11-25). No effect in the stateless era.
     pub fn end_connection_for_polling(&self) {
-        if let Some(tx) = &self.inner.outbound {
+        if let (Some(tx), Caller::Session(_)) = (&self.inner.outbound, &self.inner.caller) {
             let _ = tx.send(Outbound::EndConnection);
         }
     }
 
-    /// Sends a request to the client and waits for its answer.
-    pub async fn request_client(
+    /// Asks the client `method` with `params`, under `key`: the key names the question in a
+    /// 2026-07-28 `InputRequiredResult` (unique within the request, stable across rounds).
+    pub async fn ask(
         &self,
+        key: &str,
         method: &str,
         params: Value,
     ) -> Result<Value, ClientRequestError> {
-        let session = self
-            .inner
-            .session
-            .as_ref()
-            .ok_or(ClientRequestError::NoSession)?;
-        if let Some(cap) = capability_for(method)
-            && !session.client_supports(cap)
-        {
+        let mut answers = self
+            .ask_all(vec![(key.to_string(), method.to_string(), params)])
+            .await?;
+        answers.pop().ok_or(ClientRequestError::InputRequired)
+    }
+
+    /// Asks several questions at once: in the session era they go to the client together;
+    /// in the stateless era every unanswered one is listed in the same `InputRequiredResult`.
+    /// Answers come back in the order asked.
+    pub async fn ask_all(
+        &self,
+        questions: Vec<(String, String, Value)>,
+    ) -> Result<Vec<Value>, ClientRequestError> {
+        for (_, method, params) in &questions {
+            self.check_capability(method, params)?;
+        }
+        match &self.inner.caller {
+            Caller::Stateless(round) => {
+                let mut answers = Vec::with_capacity(questions.len());
+                let mut missing = false;
+                for (key, method, params) in &questions {
+                    match round
+                        .answer(key, method, params)
+                        .map_err(ClientRequestError::InvalidInput)?
+                    {
+                        Some(a) => answers.push(a),
+                        None => missing = true,
+                    }
+                }
+                if missing {
+                    Err(ClientRequestError::InputRequired)
+                } else {
+                    Ok(answers)
+                }
+            }
+            Caller::Session(session) => {
+                let asks = questions
+                    .into_iter()
+                    .map(|(_, method, params)| self.request_client(session, method, params));
+                futures_util::future::try_join_all(asks).await
+            }
+        }
+    }
+
+    fn check_capability(&self, method: &str, params: &Value) -> Result<(), ClientRequestError> {
+        let cap = match method {
+            "sampling/createMessage" => "sampling",
+            "elicitation/create" => "elicitation",
+            "roots/list" => "roots",
+            _ => return Ok(()),
+        };
+        if !self.client_supports(cap) {
             return Err(ClientRequestError::NotSupported(cap));
         }
+        if method == "elicitation/create"
+            && params.get("mode").and_then(Value::as_str) == Some("url")
+            && self
+                .client_capabilities()
+                .pointer("/elicitation/url")
+                .is_none()
+        {
+            return Err(ClientRequestError::NotSupported("elicitation.url"));
+        }
+        Ok(())
+    }
+
+    async fn request_client(
+        &self,
+        session: &Session,
+        method: String,
+        params: Value,
+    ) -> Result<Value, ClientRequestError> {
         let (id, rx) = session.expect_client_reply();
-        self.send(encode_request(&id, method, &params));
+        self.send(encode_request(&id, &method, &params));
         let outcome = tokio::select! {
             reply = rx => match reply {
                 Ok(Ok(v)) => Ok(v),
@@ -192,27 +302,39 @@ impl RequestContext {
         outcome
     }
 
-    /// `sampling/createMessage`: asks the client's model for a completion.
-    pub async fn create_message(&self, params: Value) -> Result<Value, ClientRequestError> {
-        self.request_client("sampling/createMessage", params).await
+    fn auto_key(&self, prefix: &str) -> String {
+        let n = self.inner.asked.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{prefix}-{n}")
     }
 
-    /// `elicitation/create`: asks the user for input through the client.
+    /// `sampling/createMessage`: asks the client's model for a completion.
+    pub async fn create_message(&self, params: Value) -> Result<Value, ClientRequestError> {
+        let key = self.auto_key("sampling");
+        self.ask(&key, "sampling/createMessage", params).await
+    }
+
+    /// `elicitation/create`: asks the user for input through the client. `params` carries
+    /// `message` and `requestedSchema` (form mode), or `mode: "url"`, `url` and
+    /// `elicitationId` (URL mode, 2025-11-25, only if the client declared `elicitation.url`).
     pub async fn elicit(&self, params: Value) -> Result<Value, ClientRequestError> {
-        self.request_client("elicitation/create", params).await
+        let key = self.auto_key("elicitation");
+        self.ask(&key, "elicitation/create", params).await
     }
 
     /// `roots/list`: the client's roots.
     pub async fn list_roots(&self) -> Result<Value, ClientRequestError> {
-        self.request_client("roots/list", json!({})).await
+        let key = self.auto_key("roots");
+        self.ask(&key, "roots/list", json!({})).await
     }
-}
 
-fn capability_for(method: &str) -> Option<&'static str> {
-    match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
-        _ => None,
+    /// `notifications/elicitation/complete` (session era): tells the client that the
+    /// out-of-band (URL mode) interaction `elicitation_id` finished.
+    pub fn elicitation_complete(&self, elicitation_id: &str) {
+        if matches!(self.inner.caller, Caller::Session(_)) {
+            self.send(encode_notification(
+                "notifications/elicitation/complete",
+                &json!({"elicitationId": elicitation_id}),
+            ));
+        }
     }
 }

@@ -27,6 +27,7 @@ pub mod machine_id;
 pub mod protocol;
 mod server;
 pub mod session;
+pub mod stateless;
 mod transport;
 
 pub use catalog::{

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use tokio::net::TcpListener;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
@@ -17,6 +18,7 @@ use crate::events::{EventStore, MemoryEventStore, STANDALONE_STREAM};
 use crate::machine_id::{self, MachineIdSource};
 use crate::protocol::encode_notification;
 use crate::session::{LiveSessions, MemorySessionStore, Session, SessionSealer, SessionStore};
+use crate::stateless::request_state::{KeySource, RequestStateSealer};
 
 /// Name, version and instructions announced to clients.
 #[derive(Debug, Clone)]
@@ -39,6 +41,19 @@ pub(crate) struct Shared {
     pub events: Arc<dyn EventStore>,
     pub shutdown: CancellationToken,
     pub started: Instant,
+    /// Seals the `requestState` of 2026-07-28 multi-round requests.
+    pub request_state: RequestStateSealer,
+    /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
+    pub changes: broadcast::Sender<Change>,
+}
+
+/// A change clients can subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    ToolsListChanged,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated(String),
 }
 
 impl Shared {
@@ -111,6 +126,17 @@ impl ServerBuilder {
             ))
         });
         let catalog = Catalog::new(self.tools, self.resources, self.templates, self.prompts);
+        let request_state =
+            RequestStateSealer::new(config.vault_secret.as_deref(), config.jwt_secret.as_deref());
+        if request_state.source == KeySource::PerProcess
+            && config.deployment_mode == DeploymentMode::Distributed
+        {
+            // Another instance cannot open a state this one sealed; a fleet needs a shared secret.
+            tracing::warn!(
+                "requestState is signed with a per-process key: set VAULT_SECRET or JWT_SECRET on every instance"
+            );
+        }
+        let (changes, _) = broadcast::channel(256);
         let shared = Arc::new(Shared {
             info: self.info,
             catalog: ArcSwap::from_pointee(catalog),
@@ -122,6 +148,8 @@ impl ServerBuilder {
             events,
             shutdown: CancellationToken::new(),
             started: Instant::now(),
+            request_state,
+            changes,
         });
         Server { shared }
     }
@@ -346,31 +374,36 @@ impl ServerHandle {
     /// Adds (or replaces) a tool and tells every session `notifications/tools/list_changed`.
     pub async fn add_tool(&self, def: Arc<ToolDef>) {
         self.shared.catalog.rcu(|c| c.with_tool(def.clone()));
-        self.broadcast("notifications/tools/list_changed").await;
+        self.broadcast(Change::ToolsListChanged).await;
     }
     pub async fn remove_tool(&self, name: &str) {
         self.shared.catalog.rcu(|c| c.without_tool(name));
-        self.broadcast("notifications/tools/list_changed").await;
+        self.broadcast(Change::ToolsListChanged).await;
     }
     pub async fn add_prompt(&self, def: Arc<PromptDef>) {
         self.shared.catalog.rcu(|c| c.with_prompt(def.clone()));
-        self.broadcast("notifications/prompts/list_changed").await;
+        self.broadcast(Change::PromptsListChanged).await;
     }
     pub async fn remove_prompt(&self, name: &str) {
         self.shared.catalog.rcu(|c| c.without_prompt(name));
-        self.broadcast("notifications/prompts/list_changed").await;
+        self.broadcast(Change::PromptsListChanged).await;
     }
     pub async fn add_resource(&self, def: Arc<ResourceDef>) {
         self.shared.catalog.rcu(|c| c.with_resource(def.clone()));
-        self.broadcast("notifications/resources/list_changed").await;
+        self.broadcast(Change::ResourcesListChanged).await;
     }
     pub async fn remove_resource(&self, uri: &str) {
         self.shared.catalog.rcu(|c| c.without_resource(uri));
-        self.broadcast("notifications/resources/list_changed").await;
+        self.broadcast(Change::ResourcesListChanged).await;
     }
 
     /// Sends `notifications/resources/updated` to every session subscribed to `uri`.
     pub async fn notify_resource_updated(&self, uri: &str) {
+        // No listener is not an error: broadcast only fails when nobody listens.
+        let _ = self
+            .shared
+            .changes
+            .send(Change::ResourceUpdated(uri.to_string()));
         let msg = encode_notification(
             "notifications/resources/updated",
             &serde_json::json!({"uri": uri}),
@@ -387,12 +420,25 @@ impl ServerHandle {
         self.shared.catalog().tool(name).is_some()
     }
 
+    /// Whether the catalog has a prompt of this name now.
+    pub fn has_prompt(&self, name: &str) -> bool {
+        self.shared.catalog().prompt(name).is_some()
+    }
+
     /// Sessions this instance holds.
     pub fn session_count(&self) -> usize {
         self.shared.live.len()
     }
 
-    async fn broadcast(&self, method: &str) {
+    async fn broadcast(&self, change: Change) {
+        let method = match &change {
+            Change::ToolsListChanged => "notifications/tools/list_changed",
+            Change::PromptsListChanged => "notifications/prompts/list_changed",
+            Change::ResourcesListChanged | Change::ResourceUpdated(_) => {
+                "notifications/resources/list_changed"
+            }
+        };
+        let _ = self.shared.changes.send(change);
         let msg = encode_notification(method, &serde_json::json!({}));
         for s in self.shared.live.all() {
             self.append(&s, msg.clone()).await;

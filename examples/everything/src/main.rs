@@ -222,14 +222,20 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                 "type": "object",
                 "$defs": {
                     "address": {
+                        "$anchor": "address",
                         "type": "object",
                         "properties": {"street": {"type": "string"}, "city": {"type": "string"}}
                     }
                 },
                 "properties": {
                     "name": {"type": "string"},
-                    "address": {"$ref": "#/$defs/address"}
+                    "address": {"$ref": "#/$defs/address"},
+                    "kind": {"type": "string", "enum": ["home", "work"]}
                 },
+                "allOf": [{"anyOf": [{"required": ["name"]}, {"required": ["address"]}]}],
+                "if": {"properties": {"kind": {"const": "work"}}, "required": ["kind"]},
+                "then": {"required": ["address"]},
+                "else": {"properties": {"kind": {"const": "home"}}},
                 "additionalProperties": false
             }))
             .raw_handler(|_args: Value, _| async { Ok("ok") }),
@@ -257,6 +263,143 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                 ctx.server().notify_resource_updated("test://watched-resource").await;
                 Ok("notified")
             }),
+        // 2026-07-28 fixtures (conformance.md 8.5 and 11.3).
+        tool("test_missing_capability")
+            .description("Needs the client's sampling capability")
+            .requires_client_capability("sampling")
+            .handler(|_: NoArgs, _| async { Ok("sampling is available") }),
+        tool("test_logging_tool")
+            .description("Logs three messages, only if the request asked for log messages")
+            .handler(|_: NoArgs, ctx| async move {
+                for m in ["Logging tool started", "Logging tool working", "Logging tool finished"] {
+                    ctx.log(LogLevel::Info, m);
+                }
+                Ok("Logging tool completed")
+            }),
+        tool("test_streaming_elicitation")
+            .description("Streams a notification, then asks the user for a name")
+            .handler(|_: NoArgs, ctx| async move {
+                ctx.progress(0.0, Some(1.0), Some("about to ask"));
+                ctx.log(LogLevel::Info, "about to ask for a name");
+                let r = ctx
+                    .ask("user_name", "elicitation/create", name_question("What is your name?", "name"))
+                    .await?;
+                Ok(format!("Hello, {}!", r["content"]["name"].as_str().unwrap_or("?")))
+            }),
+        tool("test_trigger_prompt_change")
+            .description("Adds or removes the prompt `test_dynamic_prompt`, so clients see prompts/list_changed")
+            .handler(|_: NoArgs, ctx| async move {
+                let server = ctx.server();
+                if server.has_prompt("test_dynamic_prompt") {
+                    server.remove_prompt("test_dynamic_prompt").await;
+                    Ok("removed test_dynamic_prompt")
+                } else {
+                    server
+                        .add_prompt(prompt("test_dynamic_prompt").description("Added at runtime").get(|_, _| async {
+                            Ok(vec![PromptMessage::new_text(Role::User, "dynamic")])
+                        }))
+                        .await;
+                    Ok("added test_dynamic_prompt")
+                }
+            }),
+        tool("test_input_required_result_elicitation")
+            .description("Asks the user's name (MRTR)")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask("user_name", "elicitation/create", name_question("What is your name?", "name"))
+                    .await?;
+                Ok(format!("Hello, {}!", r["content"]["name"].as_str().unwrap_or("stranger")))
+            }),
+        tool("test_input_required_result_sampling")
+            .description("Asks the client's model a question (MRTR)")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask("capital_question", "sampling/createMessage", sampling_question("What is the capital of France?", 100))
+                    .await?;
+                Ok(format!("The model said: {}", r["content"]["text"].as_str().unwrap_or("")))
+            }),
+        tool("test_input_required_result_list_roots")
+            .description("Asks the client for its roots (MRTR)")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx.ask("client_roots", "roots/list", json!({})).await?;
+                Ok(format!("Client roots: {}", roots_text(&r)))
+            }),
+        tool("test_input_required_result_request_state")
+            .description("Asks for a confirmation and checks the state round trip (MRTR)")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask(
+                        "confirm",
+                        "elicitation/create",
+                        json!({"mode": "form", "message": "Please confirm", "requestedSchema": {
+                            "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}),
+                    )
+                    .await?;
+                Ok(format!("Confirmed ({}): state-ok", r["action"].as_str().unwrap_or("?")))
+            }),
+        tool("test_input_required_result_multiple_inputs")
+            .description("Asks three questions at once (MRTR)")
+            .handler(|_: NoArgs, ctx| async move {
+                let answers = ctx
+                    .ask_all(vec![
+                        ("user_name".into(), "elicitation/create".into(), name_question("What is your name?", "name")),
+                        ("greeting".into(), "sampling/createMessage".into(), sampling_question("Generate a greeting", 50)),
+                        ("client_roots".into(), "roots/list".into(), json!({})),
+                    ])
+                    .await?;
+                Ok(format!(
+                    "name={}, greeting={}, roots={}",
+                    answers[0]["content"]["name"].as_str().unwrap_or("?"),
+                    answers[1]["content"]["text"].as_str().unwrap_or("?"),
+                    roots_text(&answers[2])
+                ))
+            }),
+        tool("test_input_required_result_multi_round")
+            .description("Asks two questions one after the other (MRTR, two rounds)")
+            .handler(|_: NoArgs, ctx| async move {
+                let name = ctx
+                    .ask("step1", "elicitation/create", name_question("Step 1: What is your name?", "name"))
+                    .await?;
+                let color = ctx
+                    .ask("step2", "elicitation/create", name_question("Step 2: What is your favorite color?", "color"))
+                    .await?;
+                Ok(format!(
+                    "{} likes {}",
+                    name["content"]["name"].as_str().unwrap_or("?"),
+                    color["content"]["color"].as_str().unwrap_or("?")
+                ))
+            }),
+        tool("test_input_required_result_tampered_state")
+            .description("Asks a question; a retry with a modified requestState is refused")
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask("confirm", "elicitation/create", name_question("Please confirm your name", "name"))
+                    .await?;
+                Ok(format!("Accepted: {}", r["action"].as_str().unwrap_or("?")))
+            }),
+        tool("test_input_required_result_capabilities")
+            .description("Asks only with what the client declared in this request")
+            .handler(|_: NoArgs, ctx| async move {
+                let (key, method, params) = if ctx.client_supports("elicitation") {
+                    ("user_name", "elicitation/create", name_question("What is your name?", "name"))
+                } else if ctx.client_supports("sampling") {
+                    ("capital_question", "sampling/createMessage", sampling_question("What is the capital of France?", 100))
+                } else if ctx.client_supports("roots") {
+                    ("client_roots", "roots/list", json!({}))
+                } else {
+                    return Ok("The client declared no capability to ask with".to_string());
+                };
+                let r = ctx.ask(key, method, params).await?;
+                Ok(format!("Answered: {r}"))
+            }),
+        tool("test_header_param")
+            .description("Echoes its region, which clients mirror in the Mcp-Param-Region header")
+            .input_schema(json!({
+                "type": "object",
+                "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+                "required": ["region"]
+            }))
+            .raw_handler(|args: Value, _| async move { Ok(format!("region={}", args["region"].as_str().unwrap_or(""))) }),
         tool("test_roots")
             .description("Asks the client for its roots")
             .handler(|_: NoArgs, ctx| async move {
@@ -285,6 +428,29 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
             }),
     );
     v
+}
+
+/// An elicitation asking for one string field.
+fn name_question(message: &str, field: &str) -> Value {
+    json!({"mode": "form", "message": message, "requestedSchema": {
+        "type": "object", "properties": {field: {"type": "string"}}, "required": [field]}})
+}
+
+fn sampling_question(text: &str, max_tokens: u32) -> Value {
+    json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max_tokens})
+}
+
+fn roots_text(r: &Value) -> String {
+    r["roots"]
+        .as_array()
+        .map(|roots| {
+            roots
+                .iter()
+                .filter_map(|x| x["uri"].as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
 }
 
 fn server_has_dynamic(ctx: &fleetmcp::RequestContext) -> bool {
@@ -424,6 +590,26 @@ fn build(config: Config) -> Server {
                         "Please process the embedded resource above.",
                     ),
                 ])
+            }),
+    )
+    .prompt(
+        prompt("test_input_required_result_prompt")
+            .description("Asks the user for context before producing its messages (MRTR)")
+            .get(|_, ctx| async move {
+                let r = ctx
+                    .ask(
+                        "user_context",
+                        "elicitation/create",
+                        name_question("What context should the prompt use?", "context"),
+                    )
+                    .await?;
+                Ok(vec![PromptMessage::new_text(
+                    Role::User,
+                    format!(
+                        "Use this context: {}",
+                        r["content"]["context"].as_str().unwrap_or("none")
+                    ),
+                )])
             }),
     )
     .prompt(

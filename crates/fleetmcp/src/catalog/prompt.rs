@@ -31,6 +31,23 @@ pub enum PromptError {
     InvalidArguments(String),
     #[error("{0}")]
     Failed(String),
+    /// A protocol error raised by the handler.
+    #[error("{}", .0.message)]
+    Protocol(crate::protocol::ErrorData),
+    /// Answers from the client are needed first (see [`crate::ToolError::InputRequired`]).
+    #[error("input required from the client")]
+    InputRequired,
+}
+
+impl From<crate::context::ClientRequestError> for PromptError {
+    fn from(e: crate::context::ClientRequestError) -> Self {
+        use crate::context::ClientRequestError as E;
+        match e {
+            E::InputRequired => Self::InputRequired,
+            E::InvalidInput(e) => Self::Protocol(e),
+            other => Self::Failed(other.to_string()),
+        }
+    }
 }
 
 /// What a prompt handler may return.

@@ -33,6 +33,23 @@ pub enum ResourceError {
     NotFound(String),
     #[error("{0}")]
     Failed(String),
+    /// A protocol error raised by the handler.
+    #[error("{}", .0.message)]
+    Protocol(crate::protocol::ErrorData),
+    /// Answers from the client are needed first (see [`crate::ToolError::InputRequired`]).
+    #[error("input required from the client")]
+    InputRequired,
+}
+
+impl From<crate::context::ClientRequestError> for ResourceError {
+    fn from(e: crate::context::ClientRequestError) -> Self {
+        use crate::context::ClientRequestError as E;
+        match e {
+            E::InputRequired => Self::InputRequired,
+            E::InvalidInput(e) => Self::Protocol(e),
+            other => Self::Failed(other.to_string()),
+        }
+    }
 }
 
 type Reader = dyn Fn(
@@ -51,7 +68,13 @@ pub type Completer = Arc<dyn Fn(&str, &HashMap<String, String>) -> Vec<String> +
 pub struct ResourceDef {
     descriptor: Resource,
     reader: Box<Reader>,
+    cache: CacheHint,
 }
+
+/// 2026-07-28 caching hint of a read: (`ttlMs`, `cacheScope`). The default, `(0, "private")`,
+/// lets no one reuse a read, which is right for content that may depend on the user.
+pub type CacheHint = (u64, &'static str);
+const DEFAULT_CACHE: CacheHint = (0, "private");
 
 impl ResourceDef {
     pub fn uri(&self) -> &str {
@@ -59,6 +82,9 @@ impl ResourceDef {
     }
     pub fn descriptor(&self) -> &Resource {
         &self.descriptor
+    }
+    pub fn cache(&self) -> CacheHint {
+        self.cache
     }
     pub(crate) fn read(
         &self,
@@ -74,6 +100,7 @@ pub struct TemplateDef {
     pattern: UriTemplate,
     reader: Box<Reader>,
     completers: HashMap<String, Completer>,
+    cache: CacheHint,
 }
 
 impl TemplateDef {
@@ -82,6 +109,9 @@ impl TemplateDef {
     }
     pub fn pattern(&self) -> &UriTemplate {
         &self.pattern
+    }
+    pub fn cache(&self) -> CacheHint {
+        self.cache
     }
     pub(crate) fn completer(&self, variable: &str) -> Option<&Completer> {
         self.completers.get(variable)
@@ -100,12 +130,14 @@ impl TemplateDef {
 pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuilder {
     ResourceBuilder {
         descriptor: Resource::new(uri, name),
+        cache: DEFAULT_CACHE,
     }
 }
 
 /// Builder returned by [`resource`].
 pub struct ResourceBuilder {
     descriptor: Resource,
+    cache: CacheHint,
 }
 
 impl ResourceBuilder {
@@ -121,6 +153,12 @@ impl ResourceBuilder {
         self.descriptor = self.descriptor.with_mime_type(m);
         self
     }
+    /// How long a 2026-07-28 client may reuse a read, and whether shared caches may
+    /// (`public`: the content is the same for every user).
+    pub fn cache(mut self, ttl_ms: u64, public: bool) -> Self {
+        self.cache = (ttl_ms, if public { "public" } else { "private" });
+        self
+    }
     /// Finishes with the reader; it gets the resource's URI.
     pub fn read<F, Fut>(self, f: F) -> Arc<ResourceDef>
     where
@@ -130,6 +168,7 @@ impl ResourceBuilder {
         Arc::new(ResourceDef {
             descriptor: self.descriptor,
             reader: Box::new(move |uri, _vars, ctx| Box::pin(f(uri, ctx))),
+            cache: self.cache,
         })
     }
 }
@@ -141,6 +180,7 @@ pub fn template(uri_template: impl Into<String>, name: impl Into<String>) -> Tem
         pattern: UriTemplate::parse(&uri_template),
         descriptor: ResourceTemplate::new(uri_template, name),
         completers: HashMap::new(),
+        cache: DEFAULT_CACHE,
     }
 }
 
@@ -149,6 +189,7 @@ pub struct TemplateBuilder {
     descriptor: ResourceTemplate,
     pattern: UriTemplate,
     completers: HashMap<String, Completer>,
+    cache: CacheHint,
 }
 
 impl TemplateBuilder {
@@ -162,6 +203,11 @@ impl TemplateBuilder {
     }
     pub fn mime_type(mut self, m: impl Into<String>) -> Self {
         self.descriptor = self.descriptor.with_mime_type(m);
+        self
+    }
+    /// See [`ResourceBuilder::cache`].
+    pub fn cache(mut self, ttl_ms: u64, public: bool) -> Self {
+        self.cache = (ttl_ms, if public { "public" } else { "private" });
         self
     }
     /// Offers completions for one variable (`completion/complete` with `ref/resource`).
@@ -183,6 +229,7 @@ impl TemplateBuilder {
             pattern: self.pattern,
             reader: Box::new(move |uri, vars, ctx| Box::pin(f(uri, vars, ctx))),
             completers: self.completers,
+            cache: self.cache,
         })
     }
 }

@@ -44,6 +44,10 @@ pub enum ToolError {
     /// A protocol error (`-32602` for bad arguments, and so on).
     #[error("{}", .0.message)]
     Protocol(ErrorData),
+    /// The handler needs answers from the client first (2026-07-28: the result becomes an
+    /// `InputRequiredResult`). Produced by `?` on [`RequestContext`]'s client requests.
+    #[error("input required from the client")]
+    InputRequired,
 }
 
 impl ToolError {
@@ -54,7 +58,11 @@ impl ToolError {
 
 impl From<ClientRequestError> for ToolError {
     fn from(e: ClientRequestError) -> Self {
-        Self::Failed(e.to_string())
+        match e {
+            ClientRequestError::InputRequired => Self::InputRequired,
+            ClientRequestError::InvalidInput(e) => Self::Protocol(e),
+            other => Self::Failed(other.to_string()),
+        }
     }
 }
 
@@ -112,6 +120,10 @@ pub struct ToolDef {
     descriptor: Tool,
     validator: Option<jsonschema::Validator>,
     handler: Box<Handler>,
+    /// `Mcp-Param-{Name}` header name → argument, from `x-mcp-header` annotations.
+    header_params: Vec<(String, String)>,
+    /// Client capabilities a call needs (2026-07-28 answers `-32021` without them).
+    required_capabilities: Option<serde_json::Map<String, Value>>,
 }
 
 impl ToolDef {
@@ -121,6 +133,16 @@ impl ToolDef {
     /// The entry of `tools/list`.
     pub fn descriptor(&self) -> &Tool {
         &self.descriptor
+    }
+
+    /// `(header name, argument)` pairs of the arguments annotated `x-mcp-header`.
+    pub fn header_params(&self) -> &[(String, String)] {
+        &self.header_params
+    }
+
+    /// Capabilities the client must declare to call this tool.
+    pub fn required_capabilities(&self) -> Option<&serde_json::Map<String, Value>> {
+        self.required_capabilities.as_ref()
     }
 
     /// Checks the arguments against the input schema, naming the offending field.
@@ -183,6 +205,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         input_schema: None,
         output_schema: None,
         meta: None,
+        required_capabilities: None,
     }
 }
 
@@ -195,6 +218,7 @@ pub struct ToolBuilder {
     input_schema: Option<JsonObject>,
     output_schema: Option<JsonObject>,
     meta: Option<rmcp::model::MetaObject>,
+    required_capabilities: Option<serde_json::Map<String, Value>>,
 }
 
 /// The JSON Schema (2020-12) of a Rust type, as an object.
@@ -235,6 +259,15 @@ impl ToolBuilder {
         }
         self
     }
+    /// Declares a client capability every call needs (`"sampling"`, `"elicitation"`, ...). A
+    /// 2026-07-28 request that does not declare it is answered `-32021` before the handler runs.
+    pub fn requires_client_capability(mut self, capability: impl Into<String>) -> Self {
+        self.required_capabilities
+            .get_or_insert_with(serde_json::Map::new)
+            .insert(capability.into(), json!({}));
+        self
+    }
+
     /// `_meta` of the tool's descriptor.
     pub fn meta(mut self, meta: rmcp::model::MetaObject) -> Self {
         self.meta = Some(meta);
@@ -292,6 +325,7 @@ impl ToolBuilder {
     }
 
     fn finish(self, schema: JsonObject, handler: Box<Handler>) -> Arc<ToolDef> {
+        let header_params = header_params_of(&schema);
         let schema_value = Value::Object(schema.clone());
         let validator = match jsonschema::validator_for(&schema_value) {
             Ok(v) => Some(v),
@@ -321,8 +355,28 @@ impl ToolBuilder {
             descriptor,
             validator,
             handler,
+            header_params,
+            required_capabilities: self.required_capabilities,
         })
     }
+}
+
+/// Top-level properties of primitive type annotated `"x-mcp-header": "Name"`.
+fn header_params_of(schema: &JsonObject) -> Vec<(String, String)> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(prop, def)| {
+            let header = def.get("x-mcp-header")?.as_str()?;
+            let primitive = matches!(
+                def.get("type").and_then(Value::as_str),
+                Some("string" | "integer" | "boolean")
+            );
+            primitive.then(|| (header.to_string(), prop.clone()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

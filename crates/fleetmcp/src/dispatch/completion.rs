@@ -6,7 +6,8 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Reply, params, raw};
+use super::{Reply, params, respond};
+use crate::context::RequestContext;
 use crate::protocol::errors;
 use crate::server::Shared;
 
@@ -43,7 +44,7 @@ struct Context {
     arguments: HashMap<String, String>,
 }
 
-pub(super) fn complete(shared: &Shared, p: Option<&RawValue>) -> Reply {
+pub(super) fn complete(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     let CompleteParams {
         reference,
         argument,
@@ -68,5 +69,7 @@ pub(super) fn complete(shared: &Shared, p: Option<&RawValue>) -> Reply {
         .unwrap_or_default();
     let total = values.len();
     values.truncate(MAX_VALUES);
-    raw(&json!({"completion": {"values": values, "total": total, "hasMore": total > MAX_VALUES}}))
+    let result =
+        json!({"completion": {"values": values, "total": total, "hasMore": total > MAX_VALUES}});
+    respond(shared, ctx, &result, None)
 }

@@ -1,8 +1,8 @@
-//! Session-era method dispatch: one parsed JSON-RPC message in, a result or an error out.
+//! Method dispatch: one parsed JSON-RPC request in, a result or an error out, for both eras.
 //!
-//! One file per method family. Handlers here see a [`Session`] and a [`RequestContext`],
-//! never HTTP: the same dispatch serves a request received directly or relayed from another
-//! instance.
+//! One file per method family. Handlers here see a [`Caller`] (a session, or a self-describing
+//! 2026-07-28 request) and a [`RequestContext`], never HTTP: the same dispatch serves a request
+//! received directly or relayed from another instance.
 //!
 //! Architecture invariant: dispatch knows nothing of HTTP, headers or Redis.
 
@@ -14,19 +14,22 @@ mod tools;
 
 use std::sync::Arc;
 
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
 
-use crate::context::RequestContext;
-use crate::protocol::{ErrorData, errors};
+use crate::context::{Caller, RequestContext};
+use crate::protocol::{ErrorData, STATELESS_VERSIONS, errors};
 use crate::server::Shared;
 use crate::session::{LogLevel, Session};
+use crate::stateless::request_state::StatePayload;
+use crate::stateless::{META_SERVER_INFO, Round};
 
 /// The result of a request, already serialised.
 pub(crate) type Reply = Result<Box<RawValue>, ErrorData>;
 
-pub(crate) fn raw<T: serde::Serialize>(value: &T) -> Reply {
+pub(crate) fn raw<T: Serialize + ?Sized>(value: &T) -> Reply {
     serde_json::value::to_raw_value(value)
         .map_err(|e| errors::internal(format!("serialising the result: {e}")))
 }
@@ -37,33 +40,160 @@ pub(crate) fn params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T
     serde_json::from_str(text).map_err(|e| errors::invalid_params(format!("Invalid params: {e}")))
 }
 
-/// Runs one request of a session.
+/// Caching hints of a 2026-07-28 result: how long it stays fresh, and for whom.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cache {
+    pub ttl_ms: u64,
+    pub scope: &'static str,
+}
+
+/// Serialises a result for the caller's era. 2026-07-28 results carry `resultType`, the
+/// server's identity in `_meta`, and (lists, reads, discover) caching hints; session-era
+/// results carry none of these.
+pub(crate) fn respond<T: Serialize>(
+    shared: &Shared,
+    ctx: &RequestContext,
+    value: &T,
+    cache: Option<Cache>,
+) -> Reply {
+    if !ctx.is_stateless() {
+        return raw(value);
+    }
+    let mut v = serde_json::to_value(value).map_err(|e| errors::internal(e.to_string()))?;
+    if let Value::Object(map) = &mut v {
+        decorate(shared, map, cache);
+    }
+    raw(&v)
+}
+
+fn decorate(shared: &Shared, map: &mut Map<String, Value>, cache: Option<Cache>) {
+    map.entry("resultType").or_insert_with(|| json!("complete"));
+    let meta = map.entry("_meta").or_insert_with(|| json!({}));
+    if let Value::Object(meta) = meta {
+        meta.insert(
+            META_SERVER_INFO.into(),
+            json!({"name": shared.info.name, "version": shared.info.version}),
+        );
+    }
+    if let Some(c) = cache {
+        map.insert("ttlMs".into(), json!(c.ttl_ms));
+        map.insert("cacheScope".into(), json!(c.scope));
+    }
+}
+
+/// The `InputRequiredResult` of a stateless handler that asked the client for something it
+/// has not answered yet: the questions, and a sealed `requestState` with the answers so far.
+pub(crate) fn input_required(shared: &Shared, round: &Round) -> Reply {
+    let asked = round.take_asked();
+    if asked.is_empty() {
+        return Err(errors::internal(
+            "the handler needs client input but asked nothing",
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let state = shared
+        .request_state
+        .seal(&StatePayload {
+            m: round.method.clone(),
+            d: round.digest.clone(),
+            exp: now + shared.config.stateless.request_state_ttl_ms,
+            a: round.answers().clone(),
+        })
+        .ok_or_else(|| errors::internal("could not seal requestState"))?;
+    let requests: Map<String, Value> = asked.into_iter().collect();
+    let mut result = json!({
+        "resultType": "input_required",
+        "inputRequests": requests,
+        "requestState": state,
+    });
+    if let Value::Object(map) = &mut result {
+        decorate(shared, map, None);
+    }
+    raw(&result)
+}
+
+/// Runs one request.
 pub(crate) async fn request(
     shared: Arc<Shared>,
-    session: Arc<Session>,
+    caller: Caller,
     method: String,
     params: Option<Box<RawValue>>,
     ctx: RequestContext,
 ) -> Reply {
     let p = params.as_deref();
-    match method.as_str() {
-        "ping" => raw(&serde_json::json!({})),
-        "tools/list" => tools::list(&shared, p),
-        "tools/call" => tools::call(&shared, p, ctx).await,
-        "resources/list" => resources::list(&shared, p),
-        "resources/templates/list" => resources::list_templates(&shared, p),
-        "resources/read" => resources::read(&shared, p, ctx).await,
-        "resources/subscribe" => resources::subscribe(&session, p, true),
-        "resources/unsubscribe" => resources::subscribe(&session, p, false),
-        "prompts/list" => prompts::list(&shared, p),
-        "prompts/get" => prompts::get(&shared, p, ctx).await,
-        "completion/complete" => completion::complete(&shared, p),
-        "logging/setLevel" => set_level(&session, p),
-        "initialize" => Err(errors::invalid_request(
+    match (&caller, method.as_str()) {
+        (_, "tools/list") => tools::list(&shared, &ctx, p),
+        (_, "tools/call") => tools::call(&shared, p, ctx).await,
+        (_, "resources/list") => resources::list(&shared, &ctx, p),
+        (_, "resources/templates/list") => resources::list_templates(&shared, &ctx, p),
+        (_, "resources/read") => resources::read(&shared, p, ctx).await,
+        (_, "prompts/list") => prompts::list(&shared, &ctx, p),
+        (_, "prompts/get") => prompts::get(&shared, p, ctx).await,
+        (_, "completion/complete") => completion::complete(&shared, &ctx, p),
+        (Caller::Session(_), "ping") => raw(&json!({})),
+        (Caller::Session(s), "resources/subscribe") => resources::subscribe(s, p, true),
+        (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(s, p, false),
+        (Caller::Session(s), "logging/setLevel") => set_level(s, p),
+        (Caller::Session(_), "initialize") => Err(errors::invalid_request(
             "Invalid Request: this session is already initialized",
         )),
-        other => Err(errors::method_not_found(other)),
+        (Caller::Stateless(_), "server/discover") => discover(&shared, &ctx),
+        (_, other) => Err(errors::method_not_found(other)),
     }
+}
+
+/// Methods a 2026-07-28 request may call (anything else is `404` `-32601`).
+pub(crate) fn is_stateless_method(method: &str) -> bool {
+    matches!(
+        method,
+        "server/discover"
+            | "subscriptions/listen"
+            | "tools/list"
+            | "tools/call"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+            | "prompts/list"
+            | "prompts/get"
+            | "completion/complete"
+    )
+}
+
+/// The capabilities this server serves, the same in both eras apart from what 2026-07-28
+/// removed (logging levels are per request there).
+pub(crate) fn capabilities(stateless: bool) -> Value {
+    let mut caps = json!({
+        "tools": {"listChanged": true},
+        "resources": {"subscribe": true, "listChanged": true},
+        "prompts": {"listChanged": true},
+        "completions": {},
+    });
+    if !stateless {
+        caps["logging"] = json!({});
+    }
+    caps
+}
+
+fn discover(shared: &Shared, ctx: &RequestContext) -> Reply {
+    let mut result = json!({
+        "supportedVersions": STATELESS_VERSIONS,
+        "capabilities": capabilities(true),
+    });
+    if let Some(i) = &shared.info.instructions {
+        result["instructions"] = json!(i);
+    }
+    respond(
+        shared,
+        ctx,
+        &result,
+        Some(Cache {
+            ttl_ms: shared.config.stateless.list_ttl_ms,
+            scope: "public",
+        }),
+    )
 }
 
 fn set_level(session: &Session, p: Option<&RawValue>) -> Reply {
@@ -75,10 +205,10 @@ fn set_level(session: &Session, p: Option<&RawValue>) -> Reply {
     let level = LogLevel::parse(&level)
         .ok_or_else(|| errors::invalid_params(format!("Invalid log level: {level}")))?;
     session.set_log_level(level);
-    raw(&serde_json::json!({}))
+    raw(&json!({}))
 }
 
-/// Handles a notification from the client.
+/// Handles a notification from a session-era client.
 pub(crate) fn notification(session: &Session, method: &str, p: Option<&RawValue>) {
     match method {
         "notifications/initialized" => session.mark_initialized(),

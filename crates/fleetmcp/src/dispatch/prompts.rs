@@ -6,14 +6,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Reply, paging, params, raw};
+use super::tools::list_cache;
+use super::{Reply, input_required, paging, params, respond};
 use crate::catalog::PromptError;
-use crate::context::RequestContext;
+use crate::context::{Caller, RequestContext};
 use crate::protocol::errors;
 use crate::protocol::model::Prompt;
 use crate::server::Shared;
 
-pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListPrompts<'a> {
@@ -23,10 +24,11 @@ pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
     }
     let catalog = shared.catalog();
     let (page, next_cursor) = paging::page(&catalog.prompts, p, shared.config.page_size)?;
-    raw(&ListPrompts {
+    let result = ListPrompts {
         prompts: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
-    })
+    };
+    respond(shared, ctx, &result, Some(list_cache(shared)))
 }
 
 #[derive(Deserialize)]
@@ -55,12 +57,19 @@ pub(super) async fn get(shared: &Shared, p: Option<&RawValue>, ctx: RequestConte
             (k, s)
         })
         .collect();
-    match prompt.get(args, ctx).await {
+    match prompt.get(args, ctx.clone()).await {
         Ok(mut result) => {
-            result.result_type = None;
-            raw(&result)
+            if !ctx.is_stateless() {
+                result.result_type = None;
+            }
+            respond(shared, &ctx, &result, None)
         }
         Err(PromptError::InvalidArguments(m)) => Err(errors::invalid_params(m)),
         Err(PromptError::Failed(m)) => Err(errors::internal(m)),
+        Err(PromptError::Protocol(e)) => Err(e),
+        Err(PromptError::InputRequired) => match ctx.caller() {
+            Caller::Stateless(round) => input_required(shared, round),
+            Caller::Session(_) => Err(errors::internal("input required outside the stateless era")),
+        },
     }
 }

@@ -4,15 +4,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Reply, paging, params, raw};
+use super::tools::list_cache;
+use super::{Cache, Reply, input_required, paging, params, raw, respond};
 use crate::catalog::ResourceError;
-use crate::context::RequestContext;
+use crate::context::{Caller, RequestContext};
 use crate::protocol::model::{ReadResourceResult, Resource, ResourceTemplate};
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::server::Shared;
 use crate::session::Session;
 
-pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListResources<'a> {
@@ -22,13 +23,14 @@ pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
     }
     let catalog = shared.catalog();
     let (page, next_cursor) = paging::page(&catalog.resources, p, shared.config.page_size)?;
-    raw(&ListResources {
+    let result = ListResources {
         resources: page.iter().map(|r| r.descriptor()).collect(),
         next_cursor,
-    })
+    };
+    respond(shared, ctx, &result, Some(list_cache(shared)))
 }
 
-pub(super) fn list_templates(shared: &Shared, p: Option<&RawValue>) -> Reply {
+pub(super) fn list_templates(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListTemplates<'a> {
@@ -38,10 +40,11 @@ pub(super) fn list_templates(shared: &Shared, p: Option<&RawValue>) -> Reply {
     }
     let catalog = shared.catalog();
     let (page, next_cursor) = paging::page(&catalog.templates, p, shared.config.page_size)?;
-    raw(&ListTemplates {
+    let result = ListTemplates {
         resource_templates: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
-    })
+    };
+    respond(shared, ctx, &result, Some(list_cache(shared)))
 }
 
 #[derive(Deserialize)]
@@ -49,10 +52,16 @@ struct UriParams {
     uri: String,
 }
 
-fn not_found(uri: &str) -> ErrorData {
+/// Session era: `-32002`; 2026-07-28 (SEP-2164): `-32602`; both with `data.uri`.
+fn not_found(ctx: &RequestContext, uri: &str) -> ErrorData {
+    let code = if ctx.is_stateless() {
+        ErrorCode::INVALID_PARAMS
+    } else {
+        ErrorCode::RESOURCE_NOT_FOUND
+    };
     ErrorData::new(
-        ErrorCode::RESOURCE_NOT_FOUND,
-        "Resource not found",
+        code,
+        format!("Resource not found: {uri}"),
         Some(json!({"uri": uri})),
     )
 }
@@ -60,22 +69,37 @@ fn not_found(uri: &str) -> ErrorData {
 pub(super) async fn read(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let UriParams { uri } = params(p)?;
     let catalog = shared.catalog();
-    let fut = if let Some(r) = catalog.resource(&uri) {
-        r.read(ctx)
+    let (fut, cache) = if let Some(r) = catalog.resource(&uri) {
+        (r.read(ctx.clone()), r.cache())
     } else if let Some((t, vars)) = catalog.match_template(&uri) {
-        t.read(uri.clone(), vars, ctx)
+        (t.read(uri.clone(), vars, ctx.clone()), t.cache())
     } else {
-        return Err(not_found(&uri));
+        return Err(not_found(&ctx, &uri));
     };
     drop(catalog);
     match fut.await {
         Ok(contents) => {
             let mut result = ReadResourceResult::new(contents);
-            result.result_type = None;
-            raw(&result)
+            if !ctx.is_stateless() {
+                result.result_type = None;
+            }
+            respond(
+                shared,
+                &ctx,
+                &result,
+                Some(Cache {
+                    ttl_ms: cache.0,
+                    scope: cache.1,
+                }),
+            )
         }
-        Err(ResourceError::NotFound(_)) => Err(not_found(&uri)),
+        Err(ResourceError::NotFound(_)) => Err(not_found(&ctx, &uri)),
         Err(ResourceError::Failed(msg)) => Err(errors::internal(msg)),
+        Err(ResourceError::Protocol(e)) => Err(e),
+        Err(ResourceError::InputRequired) => match ctx.caller() {
+            Caller::Stateless(round) => input_required(shared, round),
+            Caller::Session(_) => Err(errors::internal("input required outside the stateless era")),
+        },
     }
 }
 

@@ -2,16 +2,16 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{Reply, paging, params, raw};
+use super::{Cache, Reply, input_required, paging, params, respond};
 use crate::catalog::ToolError;
-use crate::context::RequestContext;
-use crate::protocol::errors;
+use crate::context::{Caller, RequestContext};
 use crate::protocol::model::{CallToolResult, ContentBlock, Tool};
+use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::server::Shared;
 
-pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListTools<'a> {
@@ -21,10 +21,18 @@ pub(super) fn list(shared: &Shared, p: Option<&RawValue>) -> Reply {
     }
     let catalog = shared.catalog();
     let (page, next_cursor) = paging::page(&catalog.tools, p, shared.config.page_size)?;
-    raw(&ListTools {
+    let result = ListTools {
         tools: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
-    })
+    };
+    respond(shared, ctx, &result, Some(list_cache(shared)))
+}
+
+pub(super) fn list_cache(shared: &Shared) -> Cache {
+    Cache {
+        ttl_ms: shared.config.stateless.list_ttl_ms,
+        scope: "public",
+    }
 }
 
 #[derive(Deserialize)]
@@ -41,15 +49,40 @@ pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
         .tool(&name)
         .cloned()
         .ok_or_else(|| errors::invalid_params(format!("Unknown tool: {name}")))?;
+    if let (Caller::Stateless(round), Some(required)) = (ctx.caller(), tool.required_capabilities())
+    {
+        let missing: Map<String, Value> = required
+            .iter()
+            .filter(|(cap, _)| !round.meta.supports(cap))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                format!("Missing required client capability for tool {name}"),
+                Some(json!({"requiredCapabilities": missing})),
+            ));
+        }
+    }
     // A client may omit `arguments` for a tool that takes none.
     let args = Value::Object(arguments.unwrap_or_default());
     tool.validate(&args)?;
-    let mut result = match tool.call(args, ctx).await {
+    let mut result = match tool.call(args, ctx.clone()).await {
         Ok(r) => r,
         Err(ToolError::Failed(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
         Err(ToolError::Protocol(e)) => return Err(e),
+        Err(ToolError::InputRequired) => {
+            return match ctx.caller() {
+                Caller::Stateless(round) => input_required(shared, round),
+                Caller::Session(_) => {
+                    Err(errors::internal("input required outside the stateless era"))
+                }
+            };
+        }
     };
-    // `resultType` exists from 2026-07-28 on; session-era peers must not see it.
-    result.result_type = None;
-    raw(&result)
+    if !ctx.is_stateless() {
+        // `resultType` exists from 2026-07-28 on; session-era peers must not see it.
+        result.result_type = None;
+    }
+    respond(shared, &ctx, &result, None)
 }

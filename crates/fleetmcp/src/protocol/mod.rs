@@ -16,7 +16,7 @@ pub use jsonrpc::{
 };
 pub use rmcp::model;
 pub use rmcp::model::{ErrorCode, ErrorData};
-pub use version::ProtocolVersion;
+pub use version::{ProtocolVersion, STATELESS_VERSION, STATELESS_VERSIONS};
 
 /// JSON-RPC error helpers with the messages this server uses everywhere.
 pub mod errors {

@@ -11,6 +11,12 @@ pub enum ProtocolVersion {
     V2025_11_25,
 }
 
+/// The stateless revision: no `initialize`, no session; every request carries its metadata.
+pub const STATELESS_VERSION: &str = "2026-07-28";
+
+/// Versions served statelessly (`server/discover`'s `supportedVersions`).
+pub const STATELESS_VERSIONS: [&str; 1] = [STATELESS_VERSION];
+
 impl ProtocolVersion {
     /// Every revision with an `initialize` handshake, oldest first.
     pub const SESSION_ERA: [ProtocolVersion; 4] = [

@@ -60,17 +60,23 @@ pub trait SessionStore: Send + Sync + 'static {
 pub struct MemorySessionStore {
     ttl: Duration,
     records: Mutex<HashMap<String, (SessionRecord, Instant)>>,
+    /// Writes since the last sweep: expired records are dropped every [`SWEEP_EVERY`] writes,
+    /// so memory stays bounded without a background task.
+    writes: std::sync::atomic::AtomicUsize,
 }
+
+const SWEEP_EVERY: usize = 1024;
 
 impl MemorySessionStore {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
             records: Mutex::new(HashMap::new()),
+            writes: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// Drops expired records; the server calls it from its sweeper.
+    /// Drops expired records.
     pub fn sweep(&self) -> usize {
         let now = Instant::now();
         let mut map = self.records.lock();
@@ -91,6 +97,12 @@ impl MemorySessionStore {
 #[async_trait]
 impl SessionStore for MemorySessionStore {
     async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let n = self
+            .writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.sweep();
+        }
         self.records.lock().insert(
             record.id.clone(),
             (record.clone(), Instant::now() + self.ttl),

@@ -11,6 +11,12 @@ use crate::server::Shared;
 use crate::session::Ended;
 
 pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps the
+    // contract's `400 No valid session ID provided`.
+    let h = req.headers();
+    if !h.contains_key(super::SESSION_HEADER) && super::names_stateless_version(h) {
+        return super::stateless_method_not_allowed("DELETE");
+    }
     let session = match session_ref::find(&shared, req.headers(), Asker::Delete).await {
         Ok(s) => s,
         Err(res) => return res,

@@ -17,6 +17,9 @@ use crate::server::Shared;
 
 pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let headers = req.headers();
+    if super::is_stateless_stream_request(headers) {
+        return super::stateless_method_not_allowed("GET");
+    }
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

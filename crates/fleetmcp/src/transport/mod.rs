@@ -12,10 +12,12 @@
 mod delete;
 mod get;
 mod guard;
+mod listen;
 mod post;
 pub(crate) mod reply;
 mod session_ref;
 mod sse;
+mod stateless;
 
 use std::sync::Arc;
 
@@ -49,7 +51,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
             "/mcp",
             axum::routing::post(post::handle)
                 .get(get::handle)
-                .delete(delete::handle),
+                .delete(delete::handle)
+                .fallback(method_not_allowed),
         )
         .layer(middleware::from_fn_with_state(shared.clone(), guard::check));
     let health = Router::new()
@@ -62,6 +65,44 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     } else {
         app
     }
+}
+
+/// Whether the version header names a version of the stateless era (or any non-session one).
+pub(crate) fn names_stateless_version(h: &HeaderMap) -> bool {
+    h.get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| crate::protocol::ProtocolVersion::parse(v.trim()).is_none())
+}
+
+/// A `GET` that is not the stream of a session: 2026-07-28 has no GET stream.
+pub(crate) fn is_stateless_stream_request(h: &HeaderMap) -> bool {
+    !h.contains_key(SESSION_HEADER) || names_stateless_version(h)
+}
+
+/// `405` for GET and DELETE in the stateless era, with `Allow: POST` as clients expect.
+pub(crate) fn stateless_method_not_allowed(method: &'static str) -> Response {
+    let body = match method {
+        "GET" => "HTTP GET is not supported by MCP protocol 2026-07-28",
+        _ => "HTTP DELETE is not supported by MCP protocol 2026-07-28",
+    };
+    let mut res = reply::text(http::StatusCode::METHOD_NOT_ALLOWED, body);
+    res.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+    res
+}
+
+/// Any other method on `/mcp`: a JSON-RPC error, like every other error answer.
+async fn method_not_allowed() -> Response {
+    let mut res = reply::rpc_error(
+        http::StatusCode::METHOD_NOT_ALLOWED,
+        None,
+        &crate::protocol::errors::server("Method Not Allowed: use POST, GET or DELETE"),
+    );
+    res.headers_mut().insert(
+        http::header::ALLOW,
+        HeaderValue::from_static("GET, POST, DELETE"),
+    );
+    res
 }
 
 /// Distributed mode: every response names the instance that served it, for load balancers

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use super::session_ref::{self, Asker};
 use super::{McpRequest, PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply, sse};
 use crate::config::DeploymentMode;
-use crate::context::{Outbound, RequestContext};
+use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch::{self, Reply};
 use crate::events::Cursor;
 use crate::protocol::{Incoming, Message, ProtocolVersion, encode_error, encode_result, errors};
@@ -99,23 +99,6 @@ fn check_headers(h: &HeaderMap) -> Option<Response> {
             ),
         ));
     }
-    if let Some(v) = h.get(PROTOCOL_VERSION_HEADER) {
-        let v = v.to_str().unwrap_or("");
-        if ProtocolVersion::parse(v).is_none() {
-            let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
-                .iter()
-                .map(|v| v.as_str())
-                .collect();
-            return Some(reply::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &errors::server(format!(
-                    "Bad Request: Unsupported protocol version: {v} (supported versions: {})",
-                    supported.join(", ")
-                )),
-            ));
-        }
-    }
     None
 }
 
@@ -144,10 +127,21 @@ pub(crate) async fn serve(shared: &Arc<Shared>, req: McpRequest) -> Response {
         Ok(m) => m,
         Err((id, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e),
     };
+    let sse_ok = req
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|a| accepts(a, "text/event-stream"));
+    if is_stateless_request(shared, &req.headers, &message) {
+        return super::stateless::serve(shared, &req.headers, message, sse_ok).await;
+    }
+    if let Some(bad) = check_legacy_version(&req.headers) {
+        return bad;
+    }
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
-        return initialize(shared, id, params.as_deref(), &req.headers).await;
+        return initialize(shared, id, params.as_deref()).await;
     }
     let session = match session_ref::find(shared, &req.headers, Asker::Post).await {
         Ok(s) => s,
@@ -155,11 +149,6 @@ pub(crate) async fn serve(shared: &Arc<Shared>, req: McpRequest) -> Response {
     };
     match message {
         Message::Request { id, method, params } => {
-            let sse_ok = req
-                .headers
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_none_or(|a| accepts(a, "text/event-stream"));
             run_request(shared, session, id, method, params, sse_ok).await
         }
         Message::Notification { method, params } => {
@@ -173,6 +162,83 @@ pub(crate) async fn serve(shared: &Arc<Shared>, req: McpRequest) -> Response {
     }
 }
 
+/// Which era a message belongs to (mcp-transports.md 8.14): 2026-07-28 when it says so in
+/// `_meta`, in a non-session version header, or by a method only that era has; the session era
+/// for `initialize` and for requests that carry a session; otherwise the configured default.
+fn is_stateless_request(shared: &Shared, headers: &HeaderMap, message: &Message) -> bool {
+    let (method, params) = match message {
+        Message::Request { method, params, .. } | Message::Notification { method, params } => {
+            (method, params)
+        }
+        Message::Response { .. } => return false,
+    };
+    if matches!(method.as_str(), "server/discover" | "subscriptions/listen") {
+        return true;
+    }
+    let header_version = headers
+        .get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let has_session = headers.contains_key(SESSION_HEADER);
+    let legacy_header = header_version.is_none_or(|v| ProtocolVersion::parse(v.trim()).is_some());
+    // The hot path of a session-era client: no need to look into the params.
+    if has_session && legacy_header {
+        return false;
+    }
+    if meta_version(params.as_deref()) {
+        return true;
+    }
+    if !legacy_header {
+        // A version header of the new era, or an unknown one, on a request without a session.
+        return !has_session;
+    }
+    if method == "initialize" || has_session {
+        return false;
+    }
+    shared.config.stateless.default_era == crate::config::DefaultEra::Stateless
+}
+
+/// Whether `params._meta` names a protocol version.
+fn meta_version(params: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Peek {
+        #[serde(rename = "_meta")]
+        meta: Option<PeekMeta>,
+    }
+    #[derive(Deserialize)]
+    struct PeekMeta {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+        version: Option<Value>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Peek>(p.get()).ok())
+        .and_then(|p| p.meta)
+        .is_some_and(|m| m.version.is_some())
+}
+
+/// Session era: a version header, when present, must name a version we speak.
+fn check_legacy_version(h: &HeaderMap) -> Option<Response> {
+    let v = h
+        .get(PROTOCOL_VERSION_HEADER)?
+        .to_str()
+        .unwrap_or("")
+        .trim();
+    if ProtocolVersion::parse(v).is_some() {
+        return None;
+    }
+    let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
+        .iter()
+        .map(|v| v.as_str())
+        .collect();
+    Some(reply::rpc_error(
+        StatusCode::BAD_REQUEST,
+        None,
+        &errors::server(format!(
+            "Bad Request: Unsupported protocol version: {v} (supported versions: {})",
+            supported.join(", ")
+        )),
+    ))
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct InitializeParams {
@@ -183,12 +249,7 @@ struct InitializeParams {
     client_info: Value,
 }
 
-async fn initialize(
-    shared: &Arc<Shared>,
-    id: &RawValue,
-    params: Option<&RawValue>,
-    headers: &HeaderMap,
-) -> Response {
+async fn initialize(shared: &Arc<Shared>, id: &RawValue, params: Option<&RawValue>) -> Response {
     let p: InitializeParams = match dispatch::params(params) {
         Ok(p) => p,
         Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e),
@@ -272,20 +333,13 @@ async fn initialize(
             res.headers_mut().insert(header::SET_COOKIE, v);
         }
     }
-    let _ = headers;
     res
 }
 
 fn initialize_result(shared: &Shared, version: ProtocolVersion) -> Value {
     let mut result = serde_json::json!({
         "protocolVersion": version.as_str(),
-        "capabilities": {
-            "tools": {"listChanged": true},
-            "resources": {"subscribe": true, "listChanged": true},
-            "prompts": {"listChanged": true},
-            "logging": {},
-            "completions": {},
-        },
+        "capabilities": dispatch::capabilities(false),
         "serverInfo": {"name": shared.info.name, "version": shared.info.version},
     });
     if let Some(i) = &shared.info.instructions {
@@ -325,12 +379,18 @@ async fn run_request(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let ctx = RequestContext::new(
         shared.clone(),
-        Some(session.clone()),
+        Caller::Session(session.clone()),
         sse_ok.then_some(tx),
         progress_token(params.as_deref()),
         cancel.clone(),
     );
-    let work = dispatch::request(shared.clone(), session.clone(), method, params, ctx);
+    let work = dispatch::request(
+        shared.clone(),
+        Caller::Session(session.clone()),
+        method,
+        params,
+        ctx,
+    );
     // Cancellation drops the handler at its next await point.
     let mut running: Running = async move {
         tokio::select! {
@@ -469,6 +529,9 @@ async fn stream_answer(
 
 /// A 2025-03-26 batch: requests run concurrently, answers come back as one JSON array.
 async fn serve_batch(shared: &Arc<Shared>, req: McpRequest) -> Response {
+    if let Some(bad) = check_legacy_version(&req.headers) {
+        return bad;
+    }
     let items: Vec<Incoming> = match serde_json::from_slice(&req.body) {
         Ok(v) => v,
         Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)),
@@ -527,12 +590,18 @@ async fn serve_batch(shared: &Arc<Shared>, req: McpRequest) -> Response {
                 let cancel = session.track_request(&raw_id);
                 let ctx = RequestContext::new(
                     shared.clone(),
-                    Some(session.clone()),
+                    Caller::Session(session.clone()),
                     None,
                     progress_token(params.as_deref()),
                     cancel,
                 );
-                let work = dispatch::request(shared.clone(), session.clone(), method, params, ctx);
+                let work = dispatch::request(
+                    shared.clone(),
+                    Caller::Session(session.clone()),
+                    method,
+                    params,
+                    ctx,
+                );
                 let session = session.clone();
                 answers.push(
                     async move {
