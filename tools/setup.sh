@@ -36,7 +36,9 @@ export PATH=$node22_bin:$PATH
 
 # 2. The conformance suite and 3. the TypeScript SDK v1 client.
 npm_project "$tools/conformance/suite-0.1.16" @modelcontextprotocol/conformance 0.1.16
+npm_project "$tools/conformance/suite-0.2" @modelcontextprotocol/conformance 0.2.0-alpha.12
 npm_project "$tools/clients/ts-v1" @modelcontextprotocol/sdk 1.32.2
+npm_project "$tools/clients/ts-v2" @modelcontextprotocol/client 2.4.0
 
 # 4. The Python client's venv, pinned by requirements.txt.
 py=$tools/clients/python

@@ -102,6 +102,13 @@ pub struct SessionConfig {
     pub max_events_per_stream: usize,
     /// Most streams whose events are kept per session.
     pub max_streams_per_session: usize,
+    /// Bound on the per-request check that a held session's record still exists
+    /// (`transport.persistence.sessionCheckTimeoutMs` in the contract); past it the session is
+    /// served from memory.
+    pub check_timeout_ms: u64,
+    /// Bound on reading a session this instance does not hold; past it the request gets `503`
+    /// with `Retry-After` instead of hanging.
+    pub store_wait_ms: u64,
 }
 
 impl Default for SessionConfig {
@@ -111,6 +118,8 @@ impl Default for SessionConfig {
             max_sessions: 100_000,
             max_events_per_stream: 1024,
             max_streams_per_session: 64,
+            check_timeout_ms: 500,
+            store_wait_ms: 5000,
         }
     }
 }

@@ -10,15 +10,21 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id};
+use super::{
+    Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id,
+    session_tag,
+};
 
 struct Stream {
     /// (sequence number, data); oldest first.
     events: VecDeque<(u64, Bytes)>,
     next_seq: u64,
     closed: bool,
-    /// Bumped by each new reader and by `end_reader`; a reader whose generation is stale ends.
+    /// Bumped by each new reader; a reader whose generation is stale ends.
     reader_gen: u64,
+    /// Set by `end_reader`: the reader of that generation ends once it has delivered the
+    /// event with that sequence number (everything written before the cut).
+    cut: Option<(u64, u64)>,
 }
 
 struct Shared {
@@ -28,6 +34,8 @@ struct Shared {
 
 #[derive(Default)]
 struct SessionStreams {
+    /// Prefix of this session's event ids.
+    tag: Arc<str>,
     streams: HashMap<StreamId, Arc<Shared>>,
     /// Creation order, to drop the oldest stream when a session has too many.
     order: VecDeque<StreamId>,
@@ -49,14 +57,25 @@ impl MemoryEventStore {
         }
     }
 
-    fn stream(&self, session: &str, stream: StreamId, create: bool) -> Option<Arc<Shared>> {
+    fn stream(
+        &self,
+        session: &str,
+        stream: StreamId,
+        create: bool,
+    ) -> Option<(Arc<Shared>, Arc<str>)> {
         let mut sessions = self.sessions.lock();
         if !create {
-            return sessions.get(session)?.streams.get(&stream).cloned();
+            let entry = sessions.get(session)?;
+            return Some((entry.streams.get(&stream).cloned()?, entry.tag.clone()));
         }
-        let entry = sessions.entry(session.to_string()).or_default();
+        let entry = sessions
+            .entry(session.to_string())
+            .or_insert_with(|| SessionStreams {
+                tag: session_tag(session).into(),
+                ..Default::default()
+            });
         if let Some(s) = entry.streams.get(&stream) {
-            return Some(s.clone());
+            return Some((s.clone(), entry.tag.clone()));
         }
         if entry.order.len() >= self.max_streams_per_session {
             // Drop the oldest *closed* stream; open ones still have a request behind them.
@@ -76,12 +95,13 @@ impl MemoryEventStore {
                 next_seq: 1,
                 closed: false,
                 reader_gen: 0,
+                cut: None,
             }),
             notify: Notify::new(),
         });
         entry.streams.insert(stream, shared.clone());
         entry.order.push_back(stream);
-        Some(shared)
+        Some((shared, entry.tag.clone()))
     }
 
     /// Number of sessions with events (for tests and metrics).
@@ -98,7 +118,7 @@ impl EventStore for MemoryEventStore {
         stream: StreamId,
         data: Bytes,
     ) -> Result<String, EventStoreError> {
-        let shared = self
+        let (shared, tag) = self
             .stream(session, stream, true)
             .ok_or_else(|| EventStoreError("stream could not be created".into()))?;
         let seq = {
@@ -112,19 +132,22 @@ impl EventStore for MemoryEventStore {
             seq
         };
         shared.notify.notify_waiters();
-        Ok(event_id(stream, seq))
+        Ok(event_id(&tag, stream, seq))
     }
 
     async fn close(&self, session: &str, stream: StreamId) {
-        if let Some(shared) = self.stream(session, stream, false) {
+        if let Some((shared, _)) = self.stream(session, stream, false) {
             shared.state.lock().closed = true;
             shared.notify.notify_waiters();
         }
     }
 
     async fn end_reader(&self, session: &str, stream: StreamId) {
-        if let Some(shared) = self.stream(session, stream, false) {
-            shared.state.lock().reader_gen += 1;
+        if let Some((shared, _)) = self.stream(session, stream, false) {
+            {
+                let mut st = shared.state.lock();
+                st.cut = Some((st.reader_gen, st.next_seq - 1));
+            }
             shared.notify.notify_waiters();
         }
     }
@@ -136,7 +159,7 @@ impl EventStore for MemoryEventStore {
         from: Cursor,
         stop: CancellationToken,
     ) -> BoxStream<'static, StoredEvent> {
-        let Some(shared) = self.stream(session, stream, true) else {
+        let Some((shared, tag)) = self.stream(session, stream, true) else {
             return stream::empty().boxed();
         };
         // Claim the stream: any earlier reader ends at its next wake-up.
@@ -151,10 +174,10 @@ impl EventStore for MemoryEventStore {
             (st.reader_gen, after)
         };
         shared.notify.notify_waiters();
-        let state = (shared, start_after, generation, stop, stream);
+        let state = (shared, start_after, generation, stop, (stream, tag));
         stream::unfold(
             state,
-            |(shared, after, generation, stop, stream_id)| async move {
+            |(shared, after, generation, stop, (stream_id, tag))| async move {
                 enum Step {
                     Event(StoredEvent, u64),
                     End,
@@ -164,7 +187,10 @@ impl EventStore for MemoryEventStore {
                     let notified = shared.notify.notified();
                     let step = {
                         let st = shared.state.lock();
-                        if st.reader_gen != generation {
+                        let cut_reached = st
+                            .cut
+                            .is_some_and(|(g, seq)| g == generation && after >= seq);
+                        if st.reader_gen != generation || cut_reached {
                             Some(Step::End)
                         } else {
                             // Events are in sequence order; find the first one after the cursor.
@@ -172,7 +198,7 @@ impl EventStore for MemoryEventStore {
                             match st.events.get(idx) {
                                 Some((seq, data)) => Some(Step::Event(
                                     StoredEvent {
-                                        id: event_id(stream_id, *seq),
+                                        id: event_id(&tag, stream_id, *seq),
                                         data: data.clone(),
                                     },
                                     *seq,
@@ -191,7 +217,9 @@ impl EventStore for MemoryEventStore {
                     }
                 };
                 match step {
-                    Step::Event(ev, seq) => Some((ev, (shared, seq, generation, stop, stream_id))),
+                    Step::Event(ev, seq) => {
+                        Some((ev, (shared, seq, generation, stop, (stream_id, tag))))
+                    }
                     Step::End => None,
                 }
             },
@@ -200,8 +228,11 @@ impl EventStore for MemoryEventStore {
     }
 
     async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)> {
-        let (stream, seq) = parse_event_id(last_event_id)?;
-        let shared = self.stream(session, stream, false)?;
+        let (tag, stream, seq) = parse_event_id(last_event_id)?;
+        let (shared, own_tag) = self.stream(session, stream, false)?;
+        if tag != &*own_tag {
+            return None;
+        }
         let st = shared.state.lock();
         (seq < st.next_seq).then_some((stream, Cursor::After(seq)))
     }
@@ -242,7 +273,17 @@ mod tests {
             store.resolve("s2", &a).await.is_none(),
             "ids do not cross sessions"
         );
-        assert!(store.resolve("s1", "9-1").await.is_none());
+        assert!(
+            store
+                .resolve("s1", &format!("{}-9-1", session_tag("s1")))
+                .await
+                .is_none()
+        );
+        store.append("s2", 3, Bytes::from("z")).await.unwrap();
+        assert!(
+            store.resolve("s2", &a).await.is_none(),
+            "same stream number, other session"
+        );
         assert!(store.resolve("s1", "garbage").await.is_none());
     }
 

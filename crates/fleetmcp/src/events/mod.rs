@@ -7,8 +7,9 @@
 //! collecting events until the client comes back. One reader at a time: a new reader of a
 //! stream ends the previous one, so a message is never delivered on two connections.
 //!
-//! Event ids are `<stream>-<seq>` and are resolved only within the session they belong to,
-//! so one session can never replay another's events.
+//! Event ids are `<tag>-<stream>-<seq>`, where the tag is derived from the session id (which
+//! only its client knows): an id is resolved only within the session it names, so one session
+//! can never replay another's events, even when stream numbers coincide.
 
 mod memory;
 
@@ -80,12 +81,23 @@ pub trait EventStore: Send + Sync + 'static {
     async fn forget(&self, session: &str);
 }
 
-/// Splits `<stream>-<seq>`.
-pub(crate) fn parse_event_id(id: &str) -> Option<(StreamId, u64)> {
-    let (stream, seq) = id.split_once('-')?;
-    Some((stream.parse().ok()?, seq.parse().ok()?))
+/// Splits `<tag>-<stream>-<seq>`.
+pub(crate) fn parse_event_id(id: &str) -> Option<(&str, StreamId, u64)> {
+    let mut parts = id.splitn(3, '-');
+    let tag = parts.next()?;
+    let stream = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    Some((tag, stream, seq))
 }
 
-pub(crate) fn event_id(stream: StreamId, seq: u64) -> String {
-    format!("{stream}-{seq}")
+pub(crate) fn event_id(tag: &str, stream: StreamId, seq: u64) -> String {
+    format!("{tag}-{stream}-{seq}")
+}
+
+/// The tag of a session's event ids: 12 hex digits of SHA-256 of the session id.
+/// Hex, so that the id stays splittable on `-`.
+pub(crate) fn session_tag(session: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(session.as_bytes());
+    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -82,6 +82,9 @@ pub struct Session {
     initialized: AtomicBool,
     /// Milliseconds since the registry's epoch; read by the idle sweeper.
     last_used: AtomicU64,
+    /// When the stored record was last refreshed, in ms since `created`.
+    last_touch: AtomicU64,
+    created: Instant,
     next_stream: AtomicU64,
     next_client_request: AtomicU64,
     /// Requests from the client still running, by raw JSON-RPC id, for `notifications/cancelled`.
@@ -111,6 +114,8 @@ impl Session {
             log_level: AtomicU8::new(LogLevel::Info as u8),
             initialized: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
+            last_touch: AtomicU64::new(0),
+            created: Instant::now(),
             next_stream: AtomicU64::new(1),
             next_client_request: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
@@ -132,6 +137,18 @@ impl Session {
     pub fn is_initialized(&self) -> bool {
         self.initialized.load(Ordering::Relaxed)
     }
+    /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
+    /// it refreshed when it is.
+    pub fn due_for_touch(&self, every_ms: u64) -> bool {
+        let now = self.created.elapsed().as_millis() as u64;
+        let last = self.last_touch.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= every_ms
+            && self
+                .last_touch
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// A fresh stream id for a POST answered as SSE.
     pub fn next_stream_id(&self) -> u64 {
         self.next_stream.fetch_add(1, Ordering::Relaxed)

@@ -17,7 +17,7 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     if !h.contains_key(super::SESSION_HEADER) && super::names_stateless_version(h) {
         return super::stateless_method_not_allowed("DELETE");
     }
-    let session = match session_ref::find(&shared, req.headers(), Asker::Delete).await {
+    let session = match session_ref::find(&shared, req.headers(), Asker::Delete, None).await {
         Ok(s) => s,
         Err(res) => return res,
     };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
-use http::{StatusCode, header};
+use http::StatusCode;
 
 use super::session_ref::{self, Asker};
 use super::{reply, sse};
@@ -20,18 +20,15 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     if super::is_stateless_stream_request(headers) {
         return super::stateless_method_not_allowed("GET");
     }
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !super::post::accepts(accept, "text/event-stream") {
+    let accept = super::post::accept_header(headers).unwrap_or_default();
+    if !super::post::accepts(&accept, "text/event-stream") {
         return reply::rpc_error(
             StatusCode::NOT_ACCEPTABLE,
             None,
             &errors::server("Not Acceptable: Accept must include text/event-stream"),
         );
     }
-    let session = match session_ref::find(&shared, headers, Asker::Get).await {
+    let session = match session_ref::find(&shared, headers, Asker::Get, None).await {
         Ok(s) => s,
         Err(res) => return res,
     };
@@ -69,7 +66,7 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
             .await
         {
             Ok(id) => {
-                if let Some((_, seq)) = crate::events::parse_event_id(&id) {
+                if let Some((_, _, seq)) = crate::events::parse_event_id(&id) {
                     cursor = Cursor::After(seq.saturating_sub(1));
                 }
             }

@@ -87,7 +87,7 @@ fn check_headers(h: &HeaderMap) -> Option<Response> {
         ));
     }
     // Be lenient when Accept is absent (some clients omit it), strict when it excludes us.
-    if let Some(accept) = h.get(header::ACCEPT).and_then(|v| v.to_str().ok())
+    if let Some(accept) = accept_header(h).as_deref()
         && !accepts(accept, "application/json")
         && !accepts(accept, "text/event-stream")
     {
@@ -100,6 +100,17 @@ fn check_headers(h: &HeaderMap) -> Option<Response> {
         ));
     }
     None
+}
+
+/// Every `Accept` line joined into one list (RFC 9110 allows the list to be split).
+pub(super) fn accept_header(h: &HeaderMap) -> Option<String> {
+    let mut lines = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .peekable();
+    lines.peek()?;
+    Some(lines.collect::<Vec<_>>().join(","))
 }
 
 pub(super) fn accepts(accept: &str, mime: &str) -> bool {
@@ -127,10 +138,8 @@ pub(crate) async fn serve(shared: &Arc<Shared>, req: McpRequest) -> Response {
         Ok(m) => m,
         Err((id, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e),
     };
-    let sse_ok = req
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
+    let sse_ok = accept_header(&req.headers)
+        .as_deref()
         .is_none_or(|a| accepts(a, "text/event-stream"));
     if is_stateless_request(shared, &req.headers, &message) {
         return super::stateless::serve(shared, &req.headers, message, sse_ok).await;
@@ -143,7 +152,11 @@ pub(crate) async fn serve(shared: &Arc<Shared>, req: McpRequest) -> Response {
     {
         return initialize(shared, id, params.as_deref()).await;
     }
-    let session = match session_ref::find(shared, &req.headers, Asker::Post).await {
+    let request_id = match &message {
+        Message::Request { id, .. } => Some(&**id),
+        _ => None,
+    };
+    let session = match session_ref::find(shared, &req.headers, Asker::Post, request_id).await {
         Ok(s) => s,
         Err(res) => return res,
     };
@@ -450,6 +463,11 @@ async fn stream_answer(
     let stream = session.next_stream_id();
     let sid_for_tail = session.id.clone();
     let stop = session.closed.child_token();
+    // The reader claims the stream before anything is written to it, so a polling end sent
+    // as the very first message ends this connection and not a reader that does not exist yet.
+    let tail = shared
+        .events
+        .tail(&sid_for_tail, stream, Cursor::Start, stop);
     let events = shared.events.clone();
     let sid = session.id.clone();
     let append = {
@@ -521,9 +539,6 @@ async fn stream_answer(
         }
         events.close(&sid, stream).await;
     });
-    let tail = shared
-        .events
-        .tail(&sid_for_tail, stream, Cursor::Start, stop);
     sse::response(tail, shared.config.http.sse_retry_ms, keepalive(shared))
 }
 
@@ -553,7 +568,7 @@ async fn serve_batch(shared: &Arc<Shared>, req: McpRequest) -> Response {
             &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
         );
     }
-    let session = match session_ref::find(shared, &req.headers, Asker::Post).await {
+    let session = match session_ref::find(shared, &req.headers, Asker::Post, None).await {
         Ok(s) => s,
         Err(res) => return res,
     };

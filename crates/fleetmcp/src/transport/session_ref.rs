@@ -5,17 +5,21 @@
 //! | no header (POST) | `400` `-32600` ``Session not initialized — send `initialize` first`` |
 //! | an id that does not open under our secret | `404` `-32000` `invalid session id` |
 //! | deleted on this instance | `404` `text/plain` `Session not found` |
-//! | expired (idle, or its record is gone) | `404` `-32001` `session expired` |
+//! | expired (idle, or its stored record is gone) | `404` `-32001` `session expired` |
 //! | opens, but no instance knows it | `404` `-32000` `session not initialized` |
 //!
-//! The lookup of a held session is one hash-map read of the exact id; the seal is opened
-//! only when that misses.
+//! A held session is found with one hash-map read of the exact id; the seal is opened only
+//! when that misses. Each request of a held session also checks that its stored record still
+//! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
+//! store that does not answer in time never blocks a session this instance can serve.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::{SESSION_HEADER, reply};
 use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion};
@@ -30,16 +34,18 @@ pub(super) enum Asker {
     Delete,
 }
 
+/// Finds the session of a request; `id` is the JSON-RPC id, echoed in error answers.
 pub(super) async fn find(
     shared: &Arc<Shared>,
     headers: &HeaderMap,
     asker: Asker,
+    id: Option<&RawValue>,
 ) -> Result<Arc<Session>, Response> {
     let Some(raw) = headers.get(SESSION_HEADER) else {
         return Err(match asker {
             Asker::Post => reply::rpc_error(
                 StatusCode::BAD_REQUEST,
-                None,
+                id,
                 &ErrorData::new(
                     ErrorCode::INVALID_REQUEST,
                     "Session not initialized — send `initialize` first",
@@ -58,63 +64,127 @@ pub(super) async fn find(
             ),
         });
     };
-    let id = raw.to_str().unwrap_or("");
-    if let Some(s) = shared.live.get(id) {
-        return Ok(s);
+    let sid = raw.to_str().unwrap_or("");
+    if let Some(s) = shared.live.get(sid) {
+        return still_stored(shared, s, id).await;
     }
-    let verified = !id.is_empty()
-        && id.trim() == id
-        && shared.sealer.as_ref().and_then(|s| s.open(id)).is_some();
+    let verified = !sid.is_empty()
+        && sid.trim() == sid
+        && shared.sealer.as_ref().and_then(|s| s.open(sid)).is_some();
     if !verified {
         tracing::warn!("parseInput: mcp-session-id is not a session this server verified");
-        return Err(invalid_session_id());
+        return Err(invalid_session_id(id));
     }
-    match shared.live.ended(id) {
+    match shared.live.ended(sid) {
         Some(Ended::Deleted) => {
             return Err(reply::text(StatusCode::NOT_FOUND, "Session not found"));
         }
-        Some(Ended::Expired) => return Err(session_expired()),
+        Some(Ended::Expired) => return Err(session_expired(id)),
         None => {}
     }
-    match shared.store.get(id).await {
-        Ok(Some(record)) => recreate(shared, record).ok_or_else(|| {
-            reply::with_retry_after(
-                reply::rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    None,
-                    &crate::protocol::errors::server(
-                        "This instance holds too many sessions; retry shortly",
-                    ),
-                ),
-                1,
-            )
-        }),
-        Ok(None) => Err(match asker {
+    // Not held here: the store is the only copy, so this wait is bounded but cannot fall back.
+    let bound = Duration::from_millis(shared.config.sessions.store_wait_ms);
+    match tokio::time::timeout(bound, shared.store.get(sid)).await {
+        Ok(Ok(Some(record))) => recreate(shared, record)
+            .await
+            .ok_or_else(|| unavailable(id, "This instance holds too many sessions; retry shortly")),
+        Ok(Ok(None)) => Err(match asker {
             Asker::Get => reply::text(StatusCode::NOT_FOUND, "Session not found"),
             _ => reply::rpc_error(
                 StatusCode::NOT_FOUND,
-                None,
+                id,
                 &crate::protocol::errors::server("session not initialized"),
             ),
         }),
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "the session store could not be read");
-            Err(reply::with_retry_after(
-                reply::rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    None,
-                    &crate::protocol::errors::server(
-                        "The session store is unavailable; retry shortly",
-                    ),
-                ),
-                1,
+            Err(unavailable(
+                id,
+                "The session store is unavailable; retry shortly",
+            ))
+        }
+        Err(_) => {
+            tracing::warn!(
+                wait_ms = bound.as_millis() as u64,
+                "the session store did not answer in time for a session this instance does not hold"
+            );
+            Err(unavailable(
+                id,
+                "The session store did not answer in time; retry shortly",
             ))
         }
     }
 }
 
+fn unavailable(id: Option<&RawValue>, message: &'static str) -> Response {
+    reply::with_retry_after(
+        reply::rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            &crate::protocol::errors::server(message),
+        ),
+        1,
+    )
+}
+
+/// A held session is served only while its stored record exists. When the store cannot say
+/// in time, the session is served from memory and checked again on its next request.
+async fn still_stored(
+    shared: &Arc<Shared>,
+    session: Arc<Session>,
+    id: Option<&RawValue>,
+) -> Result<Arc<Session>, Response> {
+    let limit = shared.config.sessions.check_timeout_ms;
+    match tokio::time::timeout(
+        Duration::from_millis(limit),
+        shared.store.exists(&session.id),
+    )
+    .await
+    {
+        Ok(Ok(true)) => {
+            refresh(shared, &session);
+            Ok(session)
+        }
+        Ok(Ok(false)) => {
+            tracing::info!(
+                "[TransportService] The stored session is gone — dropping its transport here"
+            );
+            shared.live.remove(&session.id, Ended::Expired);
+            shared.events.forget(&session.id).await;
+            Err(session_expired(id))
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "[TransportService] Could not confirm the session is still stored — serving it here");
+            Ok(session)
+        }
+        Err(_) => {
+            tracing::warn!("The session store did not answer within {limit} ms");
+            tracing::warn!(
+                "[TransportService] Could not confirm the session is still stored — serving it here"
+            );
+            Ok(session)
+        }
+    }
+}
+
+/// Pushes the stored record's expiry out, at most once per quarter of the idle TTL, off the
+/// request path.
+fn refresh(shared: &Arc<Shared>, session: &Arc<Session>) {
+    let quarter = shared.config.sessions.idle_ttl_ms / 4;
+    if !session.due_for_touch(quarter) {
+        return;
+    }
+    let store = shared.store.clone();
+    let sid = session.id.clone();
+    tokio::spawn(async move {
+        if let Err(e) = store.touch(&sid).await {
+            tracing::warn!(error = %e, "[TransportService] Failed to refresh session TTL");
+        }
+    });
+}
+
 /// Serves a stored session this instance does not hold: it becomes the holder.
-fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Session>> {
+async fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Session>> {
     tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
     let version =
         ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
@@ -135,32 +205,36 @@ fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Session>>
     tracing::info!(
         "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
     );
-    let store = shared.store.clone();
-    let node = shared.machine_id.clone();
-    tokio::spawn(async move {
-        let record = SessionRecord {
-            node_id: node,
-            ..record
-        };
-        if let Err(e) = store.put(&record).await {
-            tracing::warn!(error = %e, "Failed to update session in Redis");
-        }
-    });
+    // Written back before the request is served, not in the background: a write landing
+    // after a DELETE of the same session would bring it back to life.
+    let record = SessionRecord {
+        node_id: shared.machine_id.clone(),
+        ..record
+    };
+    let bound = Duration::from_millis(shared.config.sessions.check_timeout_ms);
+    match tokio::time::timeout(bound, shared.store.put(&record)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "Failed to update session in Redis"),
+        Err(_) => tracing::warn!(
+            "Failed to update session in Redis: no answer within {} ms",
+            bound.as_millis()
+        ),
+    }
     Some(session)
 }
 
-pub(super) fn invalid_session_id() -> Response {
+pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
     reply::rpc_error(
         StatusCode::NOT_FOUND,
-        None,
+        id,
         &crate::protocol::errors::server("invalid session id"),
     )
 }
 
-pub(super) fn session_expired() -> Response {
+pub(super) fn session_expired(id: Option<&RawValue>) -> Response {
     reply::rpc_error(
         StatusCode::NOT_FOUND,
-        None,
+        id,
         &ErrorData::new(ErrorCode(-32001), "session expired", None),
     )
 }

@@ -1,0 +1,673 @@
+//! The 2026-07-28 era against a real server on loopback: validation order and codes, mirrored
+//! headers, multi-round requests with a sealed `requestState`, `subscriptions/listen`, and a
+//! session-era client served next to a stateless one.
+
+use std::time::Duration;
+
+use fleetmcp::{Config, LogLevel, NoArgs, Server, ServerHandle, prompt, tool};
+use futures_util::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct TestServer {
+    url: String,
+    handle: ServerHandle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let mut cfg =
+        Config::from_sources(None, [("MCP_SESSION_SECRET", "stateless-test-secret-0123")]).unwrap();
+    tweak(&mut cfg);
+    let server = Server::builder("stateless-test", "1.0.0")
+        .config(cfg)
+        .tool(tool("echo").description("Echoes").raw_handler(|a: Value, _| async move { Ok(a.to_string()) }))
+        .tool(
+            tool("regional")
+                .description("Takes a region mirrored in a header")
+                .input_schema(json!({"type": "object", "properties": {
+                    "region": {"type": "string", "x-mcp-header": "Region"},
+                    "count": {"type": "integer", "x-mcp-header": "Count"}}}))
+                .raw_handler(|a: Value, _| async move { Ok(format!("region={}", a["region"])) }),
+        )
+        .tool(
+            tool("needs_sampling")
+                .description("Needs sampling")
+                .requires_client_capability("sampling")
+                .handler(|_: NoArgs, _| async { Ok("ok") }),
+        )
+        .tool(tool("chatty").description("Logs").handler(|_: NoArgs, ctx| async move {
+            ctx.log(LogLevel::Info, "hello from the tool");
+            Ok("done")
+        }))
+        .tool(tool("two_questions").description("Asks twice").handler(|_: NoArgs, ctx| async move {
+            let q = |m: &str, f: &str| {
+                json!({"message": m, "requestedSchema": {"type": "object", "properties": {f: {"type": "string"}}}})
+            };
+            let name = ctx.ask("name", "elicitation/create", q("Name?", "name")).await?;
+            let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
+            Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
+        }))
+        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }))
+        .build();
+    let handle = server.handle();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve_on(listener, async move {
+        let _ = rx.await;
+    }));
+    TestServer {
+        url,
+        handle,
+        _stop: tx,
+    }
+}
+
+fn meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+/// A well-formed 2026 request: the body and its mirrored headers.
+fn modern(method: &str, mut params: Value) -> (Vec<(String, String)>, Value) {
+    if params.get("_meta").is_none() {
+        params["_meta"] = meta();
+    }
+    let mut headers = vec![
+        ("MCP-Protocol-Version".to_string(), "2026-07-28".to_string()),
+        ("Mcp-Method".to_string(), method.to_string()),
+    ];
+    if let Some(n) = params
+        .get("name")
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+    {
+        headers.push(("Mcp-Name".into(), n.into()));
+    }
+    (
+        headers,
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+}
+
+async fn post(
+    url: &str,
+    headers: &[(String, String)],
+    body: &Value,
+) -> (StatusCode, reqwest::header::HeaderMap, String) {
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let res = tokio::time::timeout(Duration::from_secs(10), req.send())
+        .await
+        .unwrap()
+        .unwrap();
+    let status = res.status();
+    let h = res.headers().clone();
+    (status, h, res.text().await.unwrap())
+}
+
+fn error_code(body: &str) -> i64 {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    assert_eq!(v["id"], 7, "errors name the request: {body}");
+    v["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {body}"))
+}
+
+fn result(body: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    v.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("not a result: {body}"))
+}
+
+fn set(headers: &mut Vec<(String, String)>, name: &str, value: Option<&str>) {
+    headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+    if let Some(v) = value {
+        headers.push((name.to_string(), v.to_string()));
+    }
+}
+
+#[tokio::test]
+async fn every_header_mismatch_is_400_with_minus_32020() {
+    let s = start(|_| {}).await;
+    let (good_h, body) = modern("tools/call", json!({"name": "echo", "arguments": {}}));
+    let (st, _, b) = post(&s.url, &good_h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+
+    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<(String, String)>)>)> = vec![
+        (
+            "no version header",
+            Box::new(|h| set(h, "MCP-Protocol-Version", None)),
+        ),
+        ("no Mcp-Method", Box::new(|h| set(h, "Mcp-Method", None))),
+        (
+            "other Mcp-Method",
+            Box::new(|h| set(h, "Mcp-Method", Some("tools/list"))),
+        ),
+        (
+            "Mcp-Method in other case",
+            Box::new(|h| set(h, "Mcp-Method", Some("TOOLS/CALL"))),
+        ),
+        ("no Mcp-Name", Box::new(|h| set(h, "Mcp-Name", None))),
+        (
+            "other Mcp-Name",
+            Box::new(|h| set(h, "Mcp-Name", Some("other"))),
+        ),
+        (
+            "bad base64 Mcp-Name",
+            Box::new(|h| set(h, "Mcp-Name", Some("=?base64?***?="))),
+        ),
+    ];
+    for (what, edit) in cases {
+        let mut h = good_h.clone();
+        edit(&mut h);
+        let (st, _, b) = post(&s.url, &h, &body).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{what}: {b}");
+        assert_eq!(error_code(&b), -32020, "{what}: {b}");
+    }
+    // Encoded and padded values that match are fine; names are case-insensitive.
+    let mut h = good_h.clone();
+    set(&mut h, "Mcp-Name", Some("=?base64?ZWNobw==?="));
+    set(&mut h, "mcp-method", Some("  tools/call "));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+
+    // The header says 2026-07-28 but the body another version: a mismatch, not a bad version.
+    let mut m = meta();
+    m["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let (h, body) = modern("tools/list", json!({"_meta": m}));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32020),
+        "{b}"
+    );
+}
+
+#[tokio::test]
+async fn mcp_param_headers_mirror_annotated_arguments() {
+    let s = start(|_| {}).await;
+    let (base, body) = modern(
+        "tools/call",
+        json!({"name": "regional", "arguments": {"region": "eu-west1", "count": 3}}),
+    );
+    let with = |extra: &[(&str, &str)]| {
+        let mut h = base.clone();
+        for (k, v) in extra {
+            h.push((k.to_string(), v.to_string()));
+        }
+        h
+    };
+    let (st, _, b) = post(
+        &s.url,
+        &with(&[("Mcp-Param-Region", "eu-west1"), ("Mcp-Param-Count", "3")]),
+        &body,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let (st, _, b) = post(
+        &s.url,
+        &with(&[
+            ("Mcp-Param-Region", "=?base64?ZXUtd2VzdDE=?="),
+            ("Mcp-Param-Count", "3.0"),
+        ]),
+        &body,
+    )
+    .await;
+    assert_eq!(
+        st,
+        StatusCode::OK,
+        "encoded string, integer compared numerically: {b}"
+    );
+    for bad in [
+        vec![("Mcp-Param-Count", "3")],
+        vec![("Mcp-Param-Region", "us-east1"), ("Mcp-Param-Count", "3")],
+        vec![("Mcp-Param-Region", "eu-west1"), ("Mcp-Param-Count", "4")],
+    ] {
+        let (st, _, b) = post(&s.url, &with(&bad), &body).await;
+        assert_eq!(
+            (st, error_code(&b)),
+            (StatusCode::BAD_REQUEST, -32020),
+            "{bad:?}: {b}"
+        );
+    }
+    // An absent argument needs no header, and must not have one.
+    let (h, body) = modern("tools/call", json!({"name": "regional", "arguments": {}}));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let mut h2 = h.clone();
+    h2.push(("Mcp-Param-Region".into(), "eu".into()));
+    let (st, _, b) = post(&s.url, &h2, &body).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32020),
+        "{b}"
+    );
+}
+
+#[tokio::test]
+async fn meta_version_capability_and_method_errors() {
+    let s = start(|_| {}).await;
+    // _meta missing, or missing a required field: -32602 (even though the headers are there).
+    for m in [
+        json!(null),
+        json!({"io.modelcontextprotocol/clientCapabilities": {}}),
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"}),
+    ] {
+        let params = if m.is_null() {
+            json!({})
+        } else {
+            json!({"_meta": m})
+        };
+        let mut body =
+            json!({"jsonrpc": "2.0", "id": 7, "method": "server/discover", "params": params});
+        if m.is_null() {
+            body["params"] = json!({});
+        }
+        let h = vec![
+            ("MCP-Protocol-Version".into(), "2026-07-28".into()),
+            ("Mcp-Method".into(), "server/discover".into()),
+        ];
+        let (st, _, b) = post(&s.url, &h, &body).await;
+        assert_eq!(
+            (st, error_code(&b)),
+            (StatusCode::BAD_REQUEST, -32602),
+            "{m}: {b}"
+        );
+    }
+    // clientInfo is optional.
+    let (h, body) = modern("server/discover", json!({}));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let r = result(&b);
+    assert_eq!(r["resultType"], "complete");
+    assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
+    assert!(r["capabilities"]["tools"].is_object() && r["capabilities"]["prompts"].is_object());
+    assert!(r["ttlMs"].is_u64() && r["cacheScope"].is_string(), "{r}");
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "stateless-test"
+    );
+
+    // Unsupported version in header and body: -32022 naming what is supported.
+    let mut m = meta();
+    m["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    let (mut h, body) = modern("server/discover", json!({"_meta": m}));
+    set(&mut h, "MCP-Protocol-Version", Some("2099-01-01"));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32022),
+        "{b}"
+    );
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(
+        v["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "2099-01-01"})
+    );
+
+    // Removed and unknown methods: 404 -32601.
+    for method in [
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "initialize",
+        "no/such/method",
+    ] {
+        let (h, body) = modern(method, json!({}));
+        let (st, _, b) = post(&s.url, &h, &body).await;
+        assert_eq!(
+            (st, error_code(&b)),
+            (StatusCode::NOT_FOUND, -32601),
+            "{method}: {b}"
+        );
+    }
+
+    // A tool that needs a capability the request did not declare: -32021 with an object.
+    let (h, body) = modern(
+        "tools/call",
+        json!({"name": "needs_sampling", "arguments": {}}),
+    );
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32021),
+        "{b}"
+    );
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(
+        v["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    let mut m = meta();
+    m["io.modelcontextprotocol/clientCapabilities"] = json!({"sampling": {}});
+    let (h, body) = modern(
+        "tools/call",
+        json!({"name": "needs_sampling", "arguments": {}, "_meta": m}),
+    );
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert_eq!(result(&b)["resultType"], "complete");
+
+    // Resource not found is -32602 with the URI in this era.
+    let (h, body) = modern("resources/read", json!({"uri": "test://nope"}));
+    let (st, _, b) = post(&s.url, &h, &body).await;
+    assert_eq!(error_code(&b), -32602, "{st}: {b}");
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["error"]["data"]["uri"], "test://nope");
+}
+
+fn elicit_meta() -> Value {
+    let mut m = meta();
+    m["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
+    m
+}
+
+#[tokio::test]
+async fn multi_round_requests_carry_answers_in_a_sealed_state() {
+    let s = start(|c| c.stateless.request_state_ttl_ms = 1_000).await;
+    let call = |extra: Value| {
+        let mut p = json!({"name": "two_questions", "arguments": {}, "_meta": elicit_meta()});
+        if let Value::Object(e) = extra {
+            for (k, v) in e {
+                p[k] = v;
+            }
+        }
+        modern("tools/call", p)
+    };
+    // Round 1: the first question.
+    let (h, b1) = call(json!({}));
+    let (st, _, b) = post(&s.url, &h, &b1).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    let r1 = result(&b);
+    assert_eq!(r1["resultType"], "input_required", "{r1}");
+    assert_eq!(r1["inputRequests"]["name"]["method"], "elicitation/create");
+    assert!(
+        r1["inputRequests"].get("color").is_none(),
+        "one question at a time"
+    );
+    let state1 = r1["requestState"].as_str().unwrap().to_string();
+
+    // Round 2: answers the first, gets the second with a new state.
+    let answer = |f: &str, v: &str| json!({"action": "accept", "content": {f: v}});
+    let (h, b2) =
+        call(json!({"inputResponses": {"name": answer("name", "Ada")}, "requestState": state1}));
+    let (_, _, b) = post(&s.url, &h, &b2).await;
+    let r2 = result(&b);
+    assert_eq!(r2["resultType"], "input_required", "{r2}");
+    assert!(r2["inputRequests"].get("color").is_some(), "{r2}");
+    let state2 = r2["requestState"].as_str().unwrap().to_string();
+
+    // Round 3: only the second answer is sent; the first comes back from the state.
+    let (h, b3) = call(
+        json!({"inputResponses": {"color": answer("color", "green")}, "requestState": state2.clone()}),
+    );
+    let (_, _, b) = post(&s.url, &h, &b3).await;
+    let r3 = result(&b);
+    assert_eq!(r3["resultType"], "complete", "{r3}");
+    assert_eq!(r3["content"][0]["text"], "Ada likes green");
+
+    // A tampered state, or one moved to another request, is refused.
+    let (h, bt) = call(
+        json!({"inputResponses": {"color": answer("color", "red")}, "requestState": format!("{state2}-TAMPERED")}),
+    );
+    let (st, _, b) = post(&s.url, &h, &bt).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{b}"
+    );
+    let mut moved = json!({"name": "two_questions", "arguments": {"x": 1}, "_meta": elicit_meta(), "requestState": state2.clone()});
+    moved["inputResponses"] = json!({"color": answer("color", "red")});
+    let (h, bm) = modern("tools/call", moved);
+    let (st, _, b) = post(&s.url, &h, &bm).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{b}"
+    );
+    // An answer of the wrong shape is refused; so is an expired state.
+    let (h, bw) = call(json!({"inputResponses": {"name": 12345}}));
+    let (st, _, b) = post(&s.url, &h, &bw).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{b}"
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (st, _, b) = post(&s.url, &h, &b3).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "expired: {b}"
+    );
+}
+
+/// Reads SSE `data:` payloads from a response until `stop` says so or the stream ends.
+async fn sse_messages(res: reqwest::Response, mut stop: impl FnMut(&Value) -> bool) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    let mut body = res.bytes_stream();
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(5), body.next()).await
+    {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            for line in event.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    let v: Value = serde_json::from_str(data).unwrap();
+                    let done = stop(&v);
+                    out.push(v);
+                    if done {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn log_messages_only_when_the_request_asks() {
+    let s = start(|_| {}).await;
+    let (h, body) = modern("tools/call", json!({"name": "chatty", "arguments": {}}));
+    let (st, hdrs, b) = post(&s.url, &h, &body).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        hdrs["content-type"], "application/json",
+        "no log level: a plain answer, no messages: {b}"
+    );
+    let mut m = meta();
+    m["io.modelcontextprotocol/logLevel"] = json!("info");
+    let (h, body) = modern(
+        "tools/call",
+        json!({"name": "chatty", "arguments": {}, "_meta": m}),
+    );
+    let mut req = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    for (k, v) in &h {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let res = req.send().await.unwrap();
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let msgs = sse_messages(res, |v| v.get("result").is_some()).await;
+    assert_eq!(msgs[0]["method"], "notifications/message");
+    assert_eq!(msgs.last().unwrap()["result"]["resultType"], "complete");
+    assert!(
+        msgs.iter()
+            .all(|m| m.get("id").is_none() || m.get("result").is_some()),
+        "no requests on the stream"
+    );
+}
+
+#[tokio::test]
+async fn listen_streams_are_acknowledged_tagged_and_filtered() {
+    let s = start(|_| {}).await;
+    let open = |filter: Value| {
+        let url = s.url.clone();
+        async move {
+            let (h, mut body) = modern("subscriptions/listen", json!({"notifications": filter}));
+            body["id"] = json!("sub-1");
+            let mut req = reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(body.to_string());
+            for (k, v) in &h {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            req.send().await.unwrap()
+        }
+    };
+    let tools = open(json!({"toolsListChanged": true})).await;
+    let prompts = open(json!({"promptsListChanged": true})).await;
+    let reader = tokio::spawn(sse_messages(tools, |v| {
+        v["method"] == "notifications/tools/list_changed"
+    }));
+    let prompt_reader = tokio::spawn(sse_messages(prompts, |v| {
+        v["method"] == "notifications/prompts/list_changed"
+    }));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.handle
+        .add_tool(
+            tool("late")
+                .description("Added later")
+                .handler(|_: NoArgs, _| async { Ok("late") }),
+        )
+        .await;
+    s.handle
+        .add_prompt(
+            prompt("late")
+                .description("Added later")
+                .get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }),
+        )
+        .await;
+    let msgs = reader.await.unwrap();
+    assert_eq!(
+        msgs[0]["method"], "notifications/subscriptions/acknowledged",
+        "{msgs:?}"
+    );
+    assert_eq!(
+        msgs[0]["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    assert!(
+        msgs.iter()
+            .all(|m| m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "sub-1"),
+        "{msgs:?}"
+    );
+    assert_eq!(
+        msgs.last().unwrap()["method"],
+        "notifications/tools/list_changed"
+    );
+    let pmsgs = prompt_reader.await.unwrap();
+    assert!(
+        pmsgs
+            .iter()
+            .all(|m| m["method"] != "notifications/tools/list_changed"),
+        "filtered: {pmsgs:?}"
+    );
+    assert_eq!(
+        pmsgs.last().unwrap()["method"],
+        "notifications/prompts/list_changed"
+    );
+}
+
+#[tokio::test]
+async fn a_session_client_and_a_stateless_client_side_by_side() {
+    let s = start(|_| {}).await;
+    let client = reqwest::Client::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
+    let res = client
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        result(&res.text().await.unwrap())["protocolVersion"],
+        "2025-06-18"
+    );
+    for i in 0..3 {
+        let legacy = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": {"i": i}}});
+        let h = vec![
+            ("mcp-session-id".to_string(), sid.clone()),
+            ("mcp-protocol-version".into(), "2025-06-18".into()),
+        ];
+        let (st, hdrs, b) = post(&s.url, &h, &legacy).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+        let r = result(&b);
+        assert!(
+            r.get("resultType").is_none(),
+            "session-era results have no resultType: {r}"
+        );
+        assert!(hdrs.get("mcp-session-id").is_none());
+
+        let (h, body) = modern("tools/call", json!({"name": "echo", "arguments": {"i": i}}));
+        let mut h = h;
+        h.push(("Mcp-Session-Id".into(), "ignored-in-this-era".into()));
+        let (st, hdrs, b) = post(&s.url, &h, &body).await;
+        assert_eq!(
+            st,
+            StatusCode::OK,
+            "a 2026 request ignores any session id: {b}"
+        );
+        assert_eq!(result(&b)["resultType"], "complete");
+        assert!(
+            hdrs.get("mcp-session-id").is_none(),
+            "never minted in this era"
+        );
+    }
+    // GET and DELETE without a session are 405 in the new era.
+    let res = client
+        .get(&s.url)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(res.headers()["allow"], "POST");
+    let res = client
+        .delete(&s.url)
+        .header("mcp-protocol-version", "2026-07-28")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // A request with no version, no session and no initialize gets the session era's 400,
+    // with no modern error code, so a dual-era client falls back to initialize.
+    let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
+    let (st, _, b) = post(&s.url, &[], &bare).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&b), -32600);
+}
+
+#[tokio::test]
+async fn the_default_era_switch_validates_bare_requests_as_stateless() {
+    let s = start(|c| c.stateless.default_era = fleetmcp::config::DefaultEra::Stateless).await;
+    let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
+    let (st, _, b) = post(&s.url, &[], &bare).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{b}"
+    );
+}
