@@ -141,7 +141,8 @@ async fn every_header_mismatch_is_400_with_minus_32020() {
     let (st, _, b) = post(&s.url, &good_h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<(String, String)>)>)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<(String, String)>)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "no version header",
             Box::new(|h| set(h, "MCP-Protocol-Version", None)),
