@@ -36,11 +36,20 @@ pub(crate) enum Outbound {
     EndConnection,
 }
 
-/// Who sent the request: a session, or a self-describing 2026-07-28 request.
+/// Who sent the request: a session, a self-describing 2026-07-28 request, or (for a tool
+/// running as a background task) the task it became.
 #[derive(Clone)]
 pub(crate) enum Caller {
     Session(Arc<Session>),
     Stateless(Arc<Round>),
+    Task(Arc<TaskCall>),
+}
+
+/// A tool call running as a background task.
+pub(crate) struct TaskCall {
+    pub task_id: String,
+    pub meta: crate::stateless::RequestMeta,
+    pub running: Arc<crate::tasks::Running>,
 }
 
 /// Why a request to the client failed.
@@ -113,13 +122,21 @@ impl RequestContext {
     pub fn session(&self) -> Option<&Arc<Session>> {
         match &self.inner.caller {
             Caller::Session(s) => Some(s),
-            Caller::Stateless(_) => None,
+            _ => None,
         }
     }
 
     /// Whether the request comes from a 2026-07-28 client (no session).
     pub fn is_stateless(&self) -> bool {
-        matches!(self.inner.caller, Caller::Stateless(_))
+        !matches!(self.inner.caller, Caller::Session(_))
+    }
+
+    /// The id of the background task this handler runs as, if it does.
+    pub fn task_id(&self) -> Option<&str> {
+        match &self.inner.caller {
+            Caller::Task(t) => Some(&t.task_id),
+            _ => None,
+        }
     }
 
     /// The client's declared capabilities (of the session, or of this very request).
@@ -127,6 +144,7 @@ impl RequestContext {
         match &self.inner.caller {
             Caller::Session(s) => &s.client_capabilities,
             Caller::Stateless(r) => &r.meta.client_capabilities,
+            Caller::Task(t) => &t.meta.client_capabilities,
         }
     }
 
@@ -149,6 +167,10 @@ impl RequestContext {
         &self.inner.caller
     }
 
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
     pub(crate) fn send(&self, message: Bytes) {
         match &self.inner.outbound {
             Some(tx) if tx.send(Outbound::Message(message.clone())).is_ok() => {}
@@ -169,6 +191,7 @@ impl RequestContext {
         let min = match &self.inner.caller {
             Caller::Session(s) => Some(s.log_level()),
             Caller::Stateless(r) => r.meta.log_level,
+            Caller::Task(t) => t.meta.log_level,
         };
         if min.is_none_or(|min| level < min) {
             return;
@@ -252,6 +275,16 @@ impl RequestContext {
                     .into_iter()
                     .map(|(_, method, params)| self.request_client(session, method, params));
                 futures_util::future::try_join_all(asks).await
+            }
+            Caller::Task(task) => {
+                // The task parks in `input_required` until `tasks/update` answers every question.
+                let waits = crate::dispatch::tasks::ask(&self.inner.shared, task, questions).await;
+                tokio::select! {
+                    answers = futures_util::future::try_join_all(waits) => {
+                        answers.map_err(|_| ClientRequestError::Cancelled)
+                    }
+                    _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
+                }
             }
         }
     }

@@ -28,6 +28,7 @@ pub mod protocol;
 mod server;
 pub mod session;
 pub mod stateless;
+pub mod tasks;
 mod transport;
 
 pub use catalog::{
@@ -38,6 +39,7 @@ pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, RequestContext};
 pub use server::{Server, ServerBuilder, ServerHandle, ServerInfo, shutdown_signal};
 pub use session::LogLevel;
+pub use tasks::TaskSupport;
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
 /// Sets up `tracing` for a binary: `RUST_LOG` filters (default `info`).

@@ -19,6 +19,7 @@ use crate::machine_id::{self, MachineIdSource};
 use crate::protocol::encode_notification;
 use crate::session::{LiveSessions, MemorySessionStore, Session, SessionSealer, SessionStore};
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
+use crate::tasks::{MemoryTaskStore, Runner, TaskStore};
 
 /// Name, version and instructions announced to clients.
 #[derive(Debug, Clone)]
@@ -45,6 +46,10 @@ pub(crate) struct Shared {
     pub request_state: RequestStateSealer,
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     pub changes: broadcast::Sender<Change>,
+    /// Records of background tasks.
+    pub tasks: Arc<dyn TaskStore>,
+    /// Tasks running on this instance.
+    pub runner: Runner,
 }
 
 /// A change clients can subscribe to.
@@ -72,6 +77,7 @@ pub struct ServerBuilder {
     config: Option<Config>,
     store: Option<Arc<dyn SessionStore>>,
     events: Option<Arc<dyn EventStore>>,
+    tasks: Option<Arc<dyn TaskStore>>,
 }
 
 impl ServerBuilder {
@@ -103,6 +109,11 @@ impl ServerBuilder {
     /// Replaces the in-memory session store.
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+    /// Replaces the in-memory task store.
+    pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
+        self.tasks = Some(tasks);
         self
     }
     /// Replaces the in-memory event store.
@@ -150,6 +161,10 @@ impl ServerBuilder {
             started: Instant::now(),
             request_state,
             changes,
+            tasks: self
+                .tasks
+                .unwrap_or_else(|| Arc::new(MemoryTaskStore::default())),
+            runner: Runner::default(),
         });
         Server { shared }
     }
@@ -205,6 +220,7 @@ impl Server {
             config: None,
             store: None,
             events: None,
+            tasks: None,
         }
     }
 
@@ -229,7 +245,9 @@ impl Server {
             self.shared.config.effective_bind().ip(),
             self.shared.config.port,
         );
-        let listener = TcpListener::bind(addr).await?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
         self.serve_on(listener, shutdown_signal()).await
     }
 

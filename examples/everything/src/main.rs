@@ -12,7 +12,8 @@ use fleetmcp::protocol::model::{
     CallToolResult, ContentBlock, PromptMessage, ResourceContents, Role,
 };
 use fleetmcp::{
-    Config, LogLevel, NoArgs, ResourceError, Server, ToolError, prompt, resource, template, tool,
+    Config, LogLevel, NoArgs, ResourceError, Server, TaskSupport, ToolError, prompt, resource,
+    template, tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -33,6 +34,18 @@ struct SamplingArgs {
 struct ElicitationArgs {
     /// The message to show the user.
     message: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct GreetArgs {
+    name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SlowArgs {
+    #[serde(default)]
+    seconds: f64,
+    label: Option<String>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -400,6 +413,61 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                 "required": ["region"]
             }))
             .raw_handler(|args: Value, _| async move { Ok(format!("region={}", args["region"].as_str().unwrap_or(""))) }),
+        // Tasks extension fixtures (SEP-2663 scenarios of the conformance suite).
+        tool("greet")
+            .description("Greets synchronously")
+            .handler(|a: GreetArgs, _| async move { Ok(format!("Hello, {}!", a.name)) }),
+        tool("slow_compute")
+            .description("Sleeps `seconds`, then answers; runs as a task")
+            .task_support(TaskSupport::Optional)
+            .handler(|a: SlowArgs, _| async move {
+                tokio::time::sleep(Duration::from_secs_f64(a.seconds.max(0.0))).await;
+                Ok(format!("computed {} after {}s", a.label.unwrap_or_default(), a.seconds))
+            }),
+        tool("failing_job")
+            .description("Fails as a tool after about a second; only as a task")
+            .task_support(TaskSupport::Required)
+            .handler(|_: NoArgs, _| async move {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                Err::<&str, _>(ToolError::failed("the job failed"))
+            }),
+        tool("protocol_error_job")
+            .description("Ends in a protocol error; runs as a task")
+            .task_support(TaskSupport::Optional)
+            .handler(|_: NoArgs, _| async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err::<&str, _>(ToolError::Protocol(fleetmcp::protocol::errors::internal("the job crashed")))
+            }),
+        tool("confirm_delete")
+            .description("Asks for a confirmation, then deletes; runs as a task")
+            .task_support(TaskSupport::Optional)
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask(
+                        "confirm",
+                        "elicitation/create",
+                        json!({"mode": "form", "message": "Delete the file?", "requestedSchema": {
+                            "type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}}),
+                    )
+                    .await?;
+                Ok(format!("delete: {}", r["action"].as_str().unwrap_or("?")))
+            }),
+        tool("multi_input")
+            .description("Asks two questions at once; runs as a task")
+            .task_support(TaskSupport::Optional)
+            .handler(|_: NoArgs, ctx| async move {
+                let answers = ctx
+                    .ask_all(vec![
+                        ("first".into(), "elicitation/create".into(), name_question("First name?", "name")),
+                        ("second".into(), "elicitation/create".into(), name_question("Last name?", "name")),
+                    ])
+                    .await?;
+                Ok(format!(
+                    "{} {}",
+                    answers[0]["content"]["name"].as_str().unwrap_or("?"),
+                    answers[1]["content"]["name"].as_str().unwrap_or("?")
+                ))
+            }),
         tool("test_roots")
             .description("Asks the client for its roots")
             .handler(|_: NoArgs, ctx| async move {

@@ -124,6 +124,7 @@ pub struct ToolDef {
     header_params: Vec<(String, String)>,
     /// Client capabilities a call needs (2026-07-28 answers `-32021` without them).
     required_capabilities: Option<serde_json::Map<String, Value>>,
+    task_support: crate::tasks::TaskSupport,
 }
 
 impl ToolDef {
@@ -138,6 +139,11 @@ impl ToolDef {
     /// `(header name, argument)` pairs of the arguments annotated `x-mcp-header`.
     pub fn header_params(&self) -> &[(String, String)] {
         &self.header_params
+    }
+
+    /// Whether the tool runs as a background task (2026-07-28 tasks extension).
+    pub fn task_support(&self) -> crate::tasks::TaskSupport {
+        self.task_support
     }
 
     /// Capabilities the client must declare to call this tool.
@@ -206,6 +212,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         output_schema: None,
         meta: None,
         required_capabilities: None,
+        task_support: crate::tasks::TaskSupport::Forbidden,
     }
 }
 
@@ -219,6 +226,7 @@ pub struct ToolBuilder {
     output_schema: Option<JsonObject>,
     meta: Option<rmcp::model::MetaObject>,
     required_capabilities: Option<serde_json::Map<String, Value>>,
+    task_support: crate::tasks::TaskSupport,
 }
 
 /// The JSON Schema (2020-12) of a Rust type, as an object.
@@ -265,6 +273,13 @@ impl ToolBuilder {
         self.required_capabilities
             .get_or_insert_with(serde_json::Map::new)
             .insert(capability.into(), json!({}));
+        self
+    }
+
+    /// Lets the tool run as a background task for clients of the tasks extension: `tools/call`
+    /// answers at once with a task the client polls with `tasks/get`.
+    pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
+        self.task_support = support;
         self
     }
 
@@ -357,6 +372,7 @@ impl ToolBuilder {
             handler,
             header_params,
             required_capabilities: self.required_capabilities,
+            task_support: self.task_support,
         })
     }
 }

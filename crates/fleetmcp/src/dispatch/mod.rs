@@ -10,6 +10,7 @@ mod completion;
 mod paging;
 mod prompts;
 mod resources;
+pub(crate) mod tasks;
 mod tools;
 
 use std::sync::Arc;
@@ -141,6 +142,9 @@ pub(crate) async fn request(
             "Invalid Request: this session is already initialized",
         )),
         (Caller::Stateless(_), "server/discover") => discover(&shared, &ctx),
+        (Caller::Stateless(_), "tasks/get") => tasks::get(&shared, &ctx, p).await,
+        (Caller::Stateless(_), "tasks/update") => tasks::update(&shared, &ctx, p).await,
+        (Caller::Stateless(_), "tasks/cancel") => tasks::cancel(&shared, &ctx, p).await,
         (_, other) => Err(errors::method_not_found(other)),
     }
 }
@@ -159,6 +163,9 @@ pub(crate) fn is_stateless_method(method: &str) -> bool {
             | "prompts/list"
             | "prompts/get"
             | "completion/complete"
+            | "tasks/get"
+            | "tasks/update"
+            | "tasks/cancel"
     )
 }
 
@@ -171,7 +178,9 @@ pub(crate) fn capabilities(stateless: bool) -> Value {
         "prompts": {"listChanged": true},
         "completions": {},
     });
-    if !stateless {
+    if stateless {
+        caps["extensions"] = json!({crate::tasks::TASKS_EXTENSION: {}});
+    } else {
         caps["logging"] = json!({});
     }
     caps

@@ -69,7 +69,9 @@ pub(super) async fn get(shared: &Shared, p: Option<&RawValue>, ctx: RequestConte
         Err(PromptError::Protocol(e)) => Err(e),
         Err(PromptError::InputRequired) => match ctx.caller() {
             Caller::Stateless(round) => input_required(shared, round),
-            Caller::Session(_) => Err(errors::internal("input required outside the stateless era")),
+            _ => Err(errors::internal(
+                "input required outside a multi-round request",
+            )),
         },
     }
 }

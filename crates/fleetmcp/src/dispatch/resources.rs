@@ -98,7 +98,9 @@ pub(super) async fn read(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
         Err(ResourceError::Protocol(e)) => Err(e),
         Err(ResourceError::InputRequired) => match ctx.caller() {
             Caller::Stateless(round) => input_required(shared, round),
-            Caller::Session(_) => Err(errors::internal("input required outside the stateless era")),
+            _ => Err(errors::internal(
+                "input required outside a multi-round request",
+            )),
         },
     }
 }

@@ -28,6 +28,10 @@ pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) 
     respond(shared, ctx, &result, Some(list_cache(shared)))
 }
 
+fn ctx_shared(ctx: &RequestContext) -> std::sync::Arc<Shared> {
+    ctx.shared().clone()
+}
+
 pub(super) fn list_cache(shared: &Shared) -> Cache {
     Cache {
         ttl_ms: shared.config.stateless.list_ttl_ms,
@@ -67,6 +71,24 @@ pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
     // A client may omit `arguments` for a tool that takes none.
     let args = Value::Object(arguments.unwrap_or_default());
     tool.validate(&args)?;
+    if let Caller::Stateless(round) = ctx.caller() {
+        use crate::tasks::TaskSupport;
+        let declared = super::tasks::declared(&round.meta);
+        match (tool.task_support(), declared) {
+            (TaskSupport::Required, false) => return Err(super::tasks::missing_extension()),
+            (TaskSupport::Required | TaskSupport::Optional, true) => {
+                return super::tasks::create(
+                    &ctx_shared(&ctx),
+                    &ctx,
+                    tool,
+                    args,
+                    round.meta.clone(),
+                )
+                .await;
+            }
+            _ => {}
+        }
+    }
     let mut result = match tool.call(args, ctx.clone()).await {
         Ok(r) => r,
         Err(ToolError::Failed(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
@@ -74,9 +96,9 @@ pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
         Err(ToolError::InputRequired) => {
             return match ctx.caller() {
                 Caller::Stateless(round) => input_required(shared, round),
-                Caller::Session(_) => {
-                    Err(errors::internal("input required outside the stateless era"))
-                }
+                _ => Err(errors::internal(
+                    "input required outside a multi-round request",
+                )),
             };
         }
     };

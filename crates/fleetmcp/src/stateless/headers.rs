@@ -62,6 +62,7 @@ pub fn check_standard(
     let named = match method {
         "tools/call" | "prompts/get" => params.get("name"),
         "resources/read" => params.get("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => params.get("taskId"),
         _ => return Ok(()),
     };
     let body = named.and_then(Value::as_str).unwrap_or("");

@@ -1,0 +1,344 @@
+//! End-to-end test support shared by the example packages' integration tests, included with
+//! `#[path = "../../e2e_support.rs"] mod support;` (std only, no extra dependencies).
+//!
+//! - [`ensure_tooling`] runs `tools/setup.sh` once per test process.
+//! - [`Instance`] runs a server binary on a free loopback port until dropped.
+//! - [`run`] runs an external command (suite, client) with a deadline, killing its whole process
+//!   group if it overruns.
+//! - [`TempDir`] is a scratch directory under `target/tmp`, kept (and its path printed) when the
+//!   test fails.
+#![allow(dead_code)] // each test crate uses a different part of this file
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The secret every test instance seals its session ids with (>= 16 characters).
+pub const SESSION_SECRET: &str = "fleetmcp-e2e-test-session-secret";
+/// How long a server may take to answer `/healthz` after it is spawned.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(20);
+/// How long `tools/setup.sh` may take. When everything is installed it takes well under a
+/// second; the long deadline only matters on a fresh checkout, where it downloads Node 22, the
+/// suite, the TypeScript SDK and the Python SDK.
+pub const SETUP_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Environment variables the server reads that must not leak in from the developer's shell.
+const SERVER_ENV_CLEARED: &[&str] = &[
+    "FLEETMCP_CONFIG",
+    "NODE_ENV",
+    "MACHINE_ID",
+    "FRONTMCP_BIND_ADDRESS",
+    "FRONTMCP_DEPLOYMENT_MODE",
+];
+
+/// The workspace root (both example packages sit two levels below it).
+pub fn repo_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest.join("../..");
+    root.canonicalize()
+        .unwrap_or_else(|e| panic!("workspace root {}: {e}", root.display()))
+}
+
+/// Runs `tools/setup.sh` once per test process; every caller fails with its output if it failed.
+pub fn ensure_tooling() {
+    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = SETUP.get_or_init(|| {
+        let script = repo_root().join("tools/setup.sh");
+        let scratch = TempDir::new("setup");
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script).current_dir(repo_root());
+        let out = run(&mut cmd, SETUP_DEADLINE, scratch.path());
+        if out.success() {
+            Ok(())
+        } else {
+            Err(format!("{} failed: {}", script.display(), out.describe()))
+        }
+    });
+    if let Err(why) = result {
+        panic!("{why}");
+    }
+}
+
+/// A scratch directory under Cargo's per-target temp dir; removed on drop unless the thread is
+/// panicking, in which case it is kept for inspection and its path printed.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("e2e")
+            .join(format!("{label}-{}-{seq}", std::process::id()));
+        let _ = fs::remove_dir_all(&path); // a leftover from an earlier run with the same pid
+        fs::create_dir_all(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        Self { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("kept for inspection: {}", self.path.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// A running server binary, killed (and reaped) on drop.
+pub struct Instance {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    name: String,
+    _dir: TempDir,
+}
+
+impl Instance {
+    /// Spawns `bin` on a free port with `MCP_SESSION_SECRET` set and waits for `/healthz`.
+    /// `extra_env` is applied last, so it can override `RUST_LOG` or the secret.
+    pub fn start(bin: &str, extra_env: &[(&str, &str)]) -> Self {
+        let name = Path::new(bin)
+            .file_name()
+            .map_or_else(|| bin.to_string(), |n| n.to_string_lossy().into_owned());
+        // The port is picked by binding :0 and letting go, so another process can grab it in
+        // between; the server then exits on its bind error and the next attempt takes a new port.
+        let mut failures = String::new();
+        for attempt in 1..=3 {
+            let dir = TempDir::new(&name);
+            let port = free_port();
+            let log = dir.path().join("server.log");
+            let child = spawn_server(bin, port, &log, extra_env);
+            let mut instance = Self {
+                child,
+                port,
+                log,
+                name: name.clone(),
+                _dir: dir,
+            };
+            match instance.wait_healthy(STARTUP_DEADLINE) {
+                Ok(()) => return instance,
+                Err(why) => {
+                    let _ = write!(
+                        failures,
+                        "attempt {attempt} (port {port}): {why}\n--- {name} log ---\n{}\n",
+                        instance.log()
+                    );
+                    // Only losing the port race is worth another try.
+                    let exited = instance.child.try_wait().ok().flatten().is_some();
+                    if !(exited && instance.log().contains("Address already in use")) {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("{name} did not become healthy:\n{failures}");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT/mcp`
+    pub fn mcp_url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// Everything the server wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_else(|e| format!("<cannot read {}: {e}>", self.log.display()))
+    }
+
+    /// Panics (with the log) if the server has exited.
+    pub fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{} exited unexpectedly ({status})\n--- {} log ---\n{}",
+                self.name,
+                self.name,
+                self.log()
+            );
+        }
+    }
+
+    /// Panics (with the log) if the server logged a panic: tokio survives a panicking task, so a
+    /// handler bug would otherwise only show as a failed request.
+    pub fn assert_no_panic_logged(&self) {
+        let log = self.log();
+        assert!(
+            !log.contains("panicked at"),
+            "{} logged a panic\n--- {} log ---\n{log}",
+            self.name,
+            self.name
+        );
+    }
+
+    fn wait_healthy(&mut self, deadline: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        let mut last = String::from("no attempt");
+        while start.elapsed() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited before it was healthy ({status})"));
+            }
+            match http_get(self.port, "/healthz") {
+                Ok(resp) if resp.starts_with("HTTP/1.1 200") => return Ok(()),
+                Ok(resp) => last = resp.lines().next().unwrap_or_default().to_string(),
+                Err(e) => last = e.to_string(),
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "GET /healthz not 200 within {deadline:?} (last: {last})"
+        ))
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!(
+                "--- {} log (port {}) ---\n{}",
+                self.name,
+                self.port,
+                self.log()
+            );
+        }
+    }
+}
+
+fn spawn_server(bin: &str, port: u16, log: &Path, extra_env: &[(&str, &str)]) -> Child {
+    let out = File::create(log).unwrap_or_else(|e| panic!("create {}: {e}", log.display()));
+    let err = out.try_clone().expect("clone log file handle");
+    let mut cmd = Command::new(bin);
+    for name in SERVER_ENV_CLEARED {
+        cmd.env_remove(name);
+    }
+    cmd.env("PORT", port.to_string())
+        .env("MCP_SESSION_SECRET", SESSION_SECRET)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .envs(extra_env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    cmd.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"))
+}
+
+/// A bare HTTP/1.1 GET on 127.0.0.1:`port`; returns the whole response (status line first).
+pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut resp = Vec::new();
+    stream.read_to_end(&mut resp)?;
+    Ok(String::from_utf8_lossy(&resp).into_owned())
+}
+
+/// The outcome of [`run`].
+pub struct Output {
+    pub command: String,
+    /// `None`: killed at the deadline.
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// The command, how it ended and everything it printed, for failure messages.
+    pub fn describe(&self) -> String {
+        let ended = match self.status {
+            Some(s) => s.to_string(),
+            None => "killed at the deadline".to_string(),
+        };
+        format!(
+            "`{}` -> {ended} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` in its own process group with stdin closed and stdout/stderr captured to files in
+/// `scratch`; at `deadline` the whole group is SIGKILLed (npx and the like spawn grandchildren).
+/// Proxy variables are neutralised for loopback so an HTTP(S)_PROXY in the shell cannot
+/// intercept the clients' requests to the test servers.
+pub fn run(cmd: &mut Command, deadline: Duration, scratch: &Path) -> Output {
+    let command = format!("{cmd:?}");
+    let out_path = scratch.join("stdout");
+    let err_path = scratch.join("stderr");
+    let out = File::create(&out_path).expect("create stdout capture");
+    let err = File::create(&err_path).expect("create stderr capture");
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env("NO_COLOR", "1")
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command}: {e}"));
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if start.elapsed() >= deadline => {
+                // The child leads its own group (process_group(0)), so -PID is that group.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("wait for {command}: {e}"),
+        }
+    };
+    let read = |p: &Path| {
+        fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    Output {
+        command,
+        status,
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+        elapsed: start.elapsed(),
+    }
+}
