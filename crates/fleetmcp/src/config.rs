@@ -185,6 +185,9 @@ pub struct Config {
     pub http: HttpConfig,
     pub sessions: SessionConfig,
     pub stateless: StatelessConfig,
+    /// Redis, shared by every instance of a fleet (`REDIS_URL`, `REDIS_HOST`, `REDIS_PORT`, or a
+    /// `[redis]` section). Unset: sessions live in this process's memory.
+    pub redis: Option<crate::redis_config::RedisConfig>,
 }
 
 impl Default for Config {
@@ -203,6 +206,7 @@ impl Default for Config {
             vault_secret: None,
             jwt_secret: None,
             stateless: StatelessConfig::default(),
+            redis: None,
         }
     }
 }
@@ -274,8 +278,14 @@ impl Config {
             why,
         };
         if !ENV_KEYS.iter().any(|(n, _)| *n == name)
-            && name != "FRONTMCP_BIND_ADDRESS"
-            && name != "FRONTMCP_DEPLOYMENT_MODE"
+            && !matches!(
+                name,
+                "FRONTMCP_BIND_ADDRESS"
+                    | "FRONTMCP_DEPLOYMENT_MODE"
+                    | "REDIS_URL"
+                    | "REDIS_HOST"
+                    | "REDIS_PORT"
+            )
         {
             return Ok(());
         }
@@ -290,6 +300,18 @@ impl Config {
             "MACHINE_ID" => self.machine_id = value_opt,
             "HOSTNAME" => self.hostname = value_opt,
             "NODE_ENV" => self.node_env = value_opt,
+            "REDIS_URL" if !value.is_empty() => {
+                self.redis.get_or_insert_with(Default::default).url = value_opt;
+            }
+            "REDIS_HOST" if !value.is_empty() => {
+                self.redis.get_or_insert_with(Default::default).host = value_opt;
+            }
+            "REDIS_PORT" if !value.is_empty() => {
+                let port = value
+                    .parse()
+                    .map_err(|_| invalid("REDIS_PORT", "expected a port number 1-65535"))?;
+                self.redis.get_or_insert_with(Default::default).port = Some(port);
+            }
             "VAULT_SECRET" => self.vault_secret = value_opt,
             "JWT_SECRET" => self.jwt_secret = value_opt,
             "FRONTMCP_BIND_ADDRESS" => {
@@ -357,6 +379,11 @@ impl Config {
                 self.sessions.max_events_per_stream.to_string(),
                 "event limits must be at least 1",
             );
+        }
+        if let Some(redis) = &self.redis
+            && let Err(e) = redis.validate()
+        {
+            return Err(ConfigError::Parse(format!("redis: {e}")));
         }
         if let Some(secret) = &self.session_secret
             && secret.len() < 16

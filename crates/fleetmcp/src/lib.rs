@@ -25,6 +25,7 @@ pub mod events;
 mod health;
 pub mod machine_id;
 pub mod protocol;
+pub mod redis_config;
 mod server;
 pub mod session;
 pub mod stateless;
@@ -46,8 +47,11 @@ pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal, so log files and test captures stay greppable.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(ansi)
         .try_init();
 }

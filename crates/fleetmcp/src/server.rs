@@ -106,6 +106,27 @@ impl ServerBuilder {
         self.config = Some(config);
         self
     }
+    /// Connects the stores the configuration names (Redis when `redis` is set) unless one
+    /// was given explicitly. An unreachable Redis does not stop the server: sessions live in
+    /// memory, the connection is retried in the background, and `/readyz` answers 503 until
+    /// Redis answers.
+    pub async fn connect_stores(mut self) -> Self {
+        if self.store.is_some() {
+            return self;
+        }
+        let Some(redis) = self.config.as_ref().and_then(|c| c.redis.clone()) else {
+            return self;
+        };
+        match crate::session::RedisSessionStore::connect_in_background(redis).await {
+            Ok(store) => self.store = Some(Arc::new(store)),
+            Err(e) => tracing::error!(
+                error = %e,
+                "[TransportService] Failed to create session store - session persistence disabled"
+            ),
+        }
+        self
+    }
+
     /// Replaces the in-memory session store.
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);

@@ -525,9 +525,12 @@ fn server_has_dynamic(ctx: &fleetmcp::RequestContext) -> bool {
     ctx.server().has_tool("test_dynamic_tool")
 }
 
-fn build(config: Config) -> Server {
+async fn build(config: Config) -> Server {
     let stats = Arc::new(Stats::default());
-    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION")).config(config);
+    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION"))
+        .config(config)
+        .connect_stores()
+        .await;
     for t in tools(stats.clone()) {
         b = b.tool(t);
     }
@@ -703,7 +706,7 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = build(config).serve().await {
+    if let Err(e) = build(config).await.serve().await {
         eprintln!("everything: {e}");
         std::process::exit(1);
     }

@@ -85,7 +85,7 @@ struct CloseTicket {
     resolution: String,
 }
 
-fn build(config: Config) -> Server {
+async fn build(config: Config) -> Server {
     let desk: Shared = Arc::default();
 
     let d = desk.clone();
@@ -258,6 +258,8 @@ fn build(config: Config) -> Server {
         .template(ticket)
         .prompt(triage)
         .config(config)
+        .connect_stores()
+        .await
         .build()
 }
 
@@ -271,7 +273,7 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = build(config).serve().await {
+    if let Err(e) = build(config).await.serve().await {
         eprintln!("help-desk: {e}");
         std::process::exit(1);
     }

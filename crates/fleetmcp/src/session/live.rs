@@ -80,6 +80,9 @@ pub struct Session {
     pub client_capabilities: Value,
     log_level: AtomicU8,
     initialized: AtomicBool,
+    /// Whether the session store holds a record of it (false when it was created while the
+    /// store was unreachable).
+    persisted: AtomicBool,
     /// Milliseconds since the registry's epoch; read by the idle sweeper.
     last_used: AtomicU64,
     /// When the stored record was last refreshed, in ms since `created`.
@@ -113,6 +116,7 @@ impl Session {
             client_capabilities,
             log_level: AtomicU8::new(LogLevel::Info as u8),
             initialized: AtomicBool::new(false),
+            persisted: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
             created: Instant::now(),
@@ -133,6 +137,12 @@ impl Session {
     }
     pub fn mark_initialized(&self) {
         self.initialized.store(true, Ordering::Relaxed);
+    }
+    pub fn mark_persisted(&self) {
+        self.persisted.store(true, Ordering::Relaxed);
+    }
+    pub fn is_persisted(&self) -> bool {
+        self.persisted.load(Ordering::Relaxed)
     }
     pub fn is_initialized(&self) -> bool {
         self.initialized.load(Ordering::Relaxed)

@@ -6,8 +6,10 @@
 
 pub mod id;
 pub mod live;
+pub mod redis;
 pub mod store;
 
+pub use self::redis::RedisSessionStore;
 pub use id::{SessionIdPayload, SessionSealer};
 pub use live::{Ended, LiveSessions, LogLevel, Session};
 pub use store::{MemorySessionStore, SessionRecord, SessionStore, StoreError};

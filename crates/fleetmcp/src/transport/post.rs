@@ -303,7 +303,7 @@ async fn initialize(shared: &Arc<Shared>, id: &RawValue, params: Option<&RawValu
         p.capabilities.clone(),
         shared.shutdown.child_token(),
     ));
-    if !shared.live.insert(session) {
+    if !shared.live.insert(session.clone()) {
         tracing::warn!(
             limit = shared.config.sessions.max_sessions,
             "initialize refused: this instance holds its maximum of sessions"
@@ -327,9 +327,17 @@ async fn initialize(shared: &Arc<Shared>, id: &RawValue, params: Option<&RawValu
         client_capabilities: p.capabilities,
         created_at: now.as_millis() as u64,
     };
-    if let Err(e) = shared.store.put(&record).await {
-        // The session still works on this instance; only other instances cannot find it.
-        tracing::warn!(error = %e, "[TransportService] Failed to persist session to Redis");
+    let bound = std::time::Duration::from_millis(shared.config.sessions.check_timeout_ms);
+    match tokio::time::timeout(bound, shared.store.put(&record)).await {
+        Ok(Ok(())) => session.mark_persisted(),
+        // The session still works on this instance; it is stored once the store answers.
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "[TransportService] Failed to persist session to Redis")
+        }
+        Err(_) => tracing::warn!(
+            "[TransportService] Failed to persist session to Redis: no answer within {} ms",
+            bound.as_millis()
+        ),
     }
     tracing::debug!(version = %version, client = %record.client_info, "session opened");
     let result = initialize_result(shared, version);

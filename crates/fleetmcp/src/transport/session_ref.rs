@@ -145,6 +145,12 @@ async fn still_stored(
             refresh(shared, &session);
             Ok(session)
         }
+        Ok(Ok(false)) if !session.is_persisted() => {
+            // Created while the store was unreachable: it was never stored, so it is not gone.
+            // Store it now that the store answers.
+            persist(shared, &session).await;
+            Ok(session)
+        }
         Ok(Ok(false)) => {
             tracing::info!(
                 "[TransportService] The stored session is gone — dropping its transport here"
@@ -167,10 +173,33 @@ async fn still_stored(
     }
 }
 
+/// Writes a held session's record (one the store could not take when it was created).
+async fn persist(shared: &Arc<Shared>, session: &Arc<Session>) {
+    let record = SessionRecord {
+        id: session.id.to_string(),
+        node_id: shared.machine_id.clone(),
+        protocol_version: session.version.as_str().into(),
+        client_info: session.client_info.clone(),
+        client_capabilities: session.client_capabilities.clone(),
+        created_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64,
+    };
+    let bound = Duration::from_millis(shared.config.sessions.check_timeout_ms);
+    if let Ok(Ok(())) = tokio::time::timeout(bound, shared.store.put(&record)).await {
+        session.mark_persisted();
+    }
+}
+
 /// Pushes the stored record's expiry out, at most once per quarter of the idle TTL, off the
 /// request path.
 fn refresh(shared: &Arc<Shared>, session: &Arc<Session>) {
-    let quarter = shared.config.sessions.idle_ttl_ms / 4;
+    let ttl = match &shared.config.redis {
+        Some(r) => r.default_ttl_ms.min(shared.config.sessions.idle_ttl_ms),
+        None => shared.config.sessions.idle_ttl_ms,
+    };
+    let quarter = ttl / 4;
     if !session.due_for_touch(quarter) {
         return;
     }
@@ -196,6 +225,7 @@ async fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Ses
         shared.shutdown.child_token(),
     ));
     session.mark_initialized();
+    session.mark_persisted();
     if !shared.live.insert(session.clone()) {
         return None;
     }

@@ -1,0 +1,337 @@
+//! The one Redis configuration shared by every part of fleetmcp that talks to Redis (session
+//! store, event store, HA), from a URL (`REDIS_URL`: `redis://`, `rediss://`) or from
+//! host, port, username, password and database.
+//!
+//! Every connection built from it has `TCP_NODELAY` on (the `redis` crate leaves it off in
+//! 1.x), a connect timeout, and a timeout on every command.
+//!
+//! ```
+//! use fleetmcp::redis_config::RedisConfig;
+//!
+//! let cfg = RedisConfig::from_url("redis://:s3cret@10.0.0.5:6380/2");
+//! cfg.validate().unwrap();
+//! assert_eq!(cfg.session_key("abc"), "mcp:session:abc");
+//! assert_eq!(cfg.display_target(), "redis://10.0.0.5:6380/2");
+//!
+//! // The same, in the host form, as a TOML section would give it.
+//! let cfg: RedisConfig = serde_json::from_value(serde_json::json!({
+//!     "host": "10.0.0.5", "port": 6380, "password": "s3cret", "db": 2,
+//!     "key_prefix": "desk:", "default_ttl_ms": 600000
+//! })).unwrap();
+//! cfg.validate().unwrap();
+//! assert_eq!(cfg.session_key("abc"), "desk:session:abc");
+//! assert_eq!(cfg.command_timeout_ms, 500);
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+use serde::{Deserialize, Serialize};
+
+/// Where Redis is and how every command to it is bounded.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `REDIS_URL`: `redis://[user][:password@]host[:port][/db]`, or `rediss://` for TLS.
+    /// When set, `host`, `port`, `username`, `password`, `db` and `tls` must be left unset.
+    pub url: Option<String>,
+    /// Host form: the server's host name or address (default `127.0.0.1` when `url` is unset).
+    pub host: Option<String>,
+    /// Host form: the port (default 6379).
+    pub port: Option<u16>,
+    /// Host form: the ACL user name (Redis 6+).
+    pub username: Option<String>,
+    /// Host form: the password (`AUTH`).
+    pub password: Option<String>,
+    /// Host form: the database number (default 0).
+    pub db: Option<i64>,
+    /// Host form: connect with TLS (what `rediss://` means in a URL).
+    pub tls: Option<bool>,
+    /// Base of every key fleetmcp writes (default `mcp:`); sessions live at
+    /// `<key_prefix>session:<id>`. Two deployments sharing one Redis need different prefixes.
+    #[serde(alias = "keyPrefix")]
+    pub key_prefix: String,
+    /// Lifetime of a stored session after its last refresh (default one hour).
+    #[serde(alias = "defaultTtlMs")]
+    pub default_ttl_ms: u64,
+    /// Bound on every command (default 500 ms): past it the command fails with a timeout.
+    #[serde(alias = "commandTimeoutMs")]
+    pub command_timeout_ms: u64,
+    /// Bound on opening a connection, handshake included (default 1000 ms).
+    #[serde(alias = "connectTimeoutMs")]
+    pub connect_timeout_ms: u64,
+    /// `TCP_NODELAY` on the connection (default on: small commands are not delayed by Nagle).
+    #[serde(alias = "tcpNodelay")]
+    pub tcp_nodelay: bool,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            host: None,
+            port: None,
+            username: None,
+            password: None,
+            db: None,
+            tls: None,
+            key_prefix: "mcp:".into(),
+            default_ttl_ms: 3_600_000,
+            command_timeout_ms: 500,
+            connect_timeout_ms: 1000,
+            tcp_nodelay: true,
+        }
+    }
+}
+
+/// The password never appears in logs.
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("target", &self.display_target())
+            .field("key_prefix", &self.key_prefix)
+            .field("default_ttl_ms", &self.default_ttl_ms)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("tcp_nodelay", &self.tcp_nodelay)
+            .finish()
+    }
+}
+
+/// A Redis configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisConfigError {
+    #[error(
+        "redis: set either `url` or the host form (host, port, username, password, db, tls), not both"
+    )]
+    UrlAndHost,
+    #[error("redis: `url` must start with redis:// or rediss:// (got `{0}`)")]
+    Scheme(String),
+    #[error("redis: `url` does not parse: {0}")]
+    Url(String),
+    #[error("redis: `port` must not be 0")]
+    Port,
+    #[error("redis: `db` must be 0 or more (got {0})")]
+    Db(i64),
+    #[error("redis: `{0}` must be greater than 0")]
+    Zero(&'static str),
+    #[error(
+        "redis: TLS (rediss:// or tls = true) is not supported by this build of fleetmcp; use redis:// or a TLS-terminating proxy"
+    )]
+    TlsUnsupported,
+}
+
+impl RedisConfig {
+    /// A configuration from a `redis://` or `rediss://` URL, with the other settings at their
+    /// defaults.
+    pub fn from_url(url: impl Into<String>) -> Self {
+        Self {
+            url: Some(url.into()),
+            ..Self::default()
+        }
+    }
+
+    /// A configuration in the host form, with the other settings at their defaults.
+    pub fn from_host(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            host: Some(host.into()),
+            port: Some(port),
+            ..Self::default()
+        }
+    }
+
+    /// Checks everything that can be checked without connecting.
+    pub fn validate(&self) -> Result<(), RedisConfigError> {
+        for (name, v) in [
+            ("default_ttl_ms", self.default_ttl_ms),
+            ("command_timeout_ms", self.command_timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(RedisConfigError::Zero(name));
+            }
+        }
+        self.connection_info().map(|_| ())
+    }
+
+    /// Whether the connection uses TLS.
+    pub fn is_tls(&self) -> bool {
+        match &self.url {
+            Some(u) => u.trim_start().to_ascii_lowercase().starts_with("rediss://"),
+            None => self.tls.unwrap_or(false),
+        }
+    }
+
+    fn host_form_set(&self) -> bool {
+        self.host.is_some()
+            || self.port.is_some()
+            || self.username.is_some()
+            || self.password.is_some()
+            || self.db.is_some()
+            || self.tls.is_some()
+    }
+
+    /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured.
+    pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
+        let info = match &self.url {
+            Some(url) => {
+                if self.host_form_set() {
+                    return Err(RedisConfigError::UrlAndHost);
+                }
+                let lower = url.trim().to_ascii_lowercase();
+                if !(lower.starts_with("redis://") || lower.starts_with("rediss://")) {
+                    let scheme = url.split("://").next().unwrap_or(url);
+                    return Err(RedisConfigError::Scheme(format!("{scheme}://")));
+                }
+                if lower.starts_with("rediss://") {
+                    return Err(RedisConfigError::TlsUnsupported);
+                }
+                url.trim()
+                    .into_connection_info()
+                    .map_err(|e| RedisConfigError::Url(e.to_string()))?
+            }
+            None => {
+                if self.tls == Some(true) {
+                    return Err(RedisConfigError::TlsUnsupported);
+                }
+                let port = self.port.unwrap_or(6379);
+                if port == 0 {
+                    return Err(RedisConfigError::Port);
+                }
+                let db = self.db.unwrap_or(0);
+                if db < 0 {
+                    return Err(RedisConfigError::Db(db));
+                }
+                let host = self.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+                let mut redis = RedisConnectionInfo::default().set_db(db);
+                if let Some(u) = &self.username {
+                    redis = redis.set_username(u);
+                }
+                if let Some(p) = &self.password {
+                    redis = redis.set_password(p);
+                }
+                ConnectionAddr::Tcp(host, port)
+                    .into_connection_info()
+                    .map_err(|e| RedisConfigError::Url(e.to_string()))?
+                    .set_redis_settings(redis)
+            }
+        };
+        let tcp = info.tcp_settings().clone().set_nodelay(self.tcp_nodelay);
+        Ok(info.set_tcp_settings(tcp))
+    }
+
+    /// Where this configuration points, for logs: scheme, host, port and database, never the
+    /// user name or password.
+    pub fn display_target(&self) -> String {
+        match self.connection_info() {
+            Ok(info) => {
+                let scheme = if self.is_tls() { "rediss" } else { "redis" };
+                format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db())
+            }
+            Err(_) if self.is_tls() => "rediss://<unsupported>".into(),
+            Err(_) => "<invalid redis configuration>".into(),
+        }
+    }
+
+    /// Prefix of session keys: `<key_prefix>session:`.
+    pub fn session_key_prefix(&self) -> String {
+        format!("{}session:", self.key_prefix)
+    }
+
+    /// The key of one session's record: `<key_prefix>session:<id>` (`mcp:session:<id>` by
+    /// default).
+    pub fn session_key(&self, id: &str) -> String {
+        format!("{}session:{id}", self.key_prefix)
+    }
+
+    pub fn default_ttl(&self) -> Duration {
+        Duration::from_millis(self.default_ttl_ms)
+    }
+
+    pub fn command_timeout(&self) -> Duration {
+        Duration::from_millis(self.command_timeout_ms)
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_key_layout() {
+        let cfg = RedisConfig::default();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.session_key("x"), "mcp:session:x");
+        assert_eq!(cfg.default_ttl_ms, 3_600_000);
+        assert!(cfg.connection_info().unwrap().tcp_settings().nodelay());
+        assert_eq!(cfg.display_target(), "redis://127.0.0.1:6379/0");
+    }
+
+    #[test]
+    fn url_form_parses_credentials_and_db() {
+        let cfg = RedisConfig::from_url("redis://alice:pw@example.com:6390/3");
+        let info = cfg.connection_info().unwrap();
+        assert_eq!(info.redis_settings().username(), Some("alice"));
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        assert_eq!(info.redis_settings().db(), 3);
+        assert!(info.tcp_settings().nodelay());
+        assert!(!format!("{cfg:?}").contains("pw"));
+    }
+
+    #[test]
+    fn host_form() {
+        let mut cfg = RedisConfig::from_host("db.internal", 6381);
+        cfg.password = Some("pw".into());
+        cfg.db = Some(4);
+        let info = cfg.connection_info().unwrap();
+        assert_eq!(info.addr().to_string(), "db.internal:6381");
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        assert_eq!(info.redis_settings().db(), 4);
+    }
+
+    #[test]
+    fn clear_errors() {
+        let mut both = RedisConfig::from_url("redis://a");
+        both.host = Some("b".into());
+        assert_eq!(both.validate(), Err(RedisConfigError::UrlAndHost));
+        assert_eq!(
+            RedisConfig::from_url("http://a").validate(),
+            Err(RedisConfigError::Scheme("http://".into()))
+        );
+        assert!(matches!(
+            RedisConfig::from_url("redis://a/notanumber").validate(),
+            Err(RedisConfigError::Url(_))
+        ));
+        assert_eq!(
+            RedisConfig::from_host("a", 0).validate(),
+            Err(RedisConfigError::Port)
+        );
+        let zero = RedisConfig {
+            command_timeout_ms: 0,
+            ..RedisConfig::default()
+        };
+        assert_eq!(
+            zero.validate(),
+            Err(RedisConfigError::Zero("command_timeout_ms"))
+        );
+        assert_eq!(
+            RedisConfig::from_url("rediss://a").validate(),
+            Err(RedisConfigError::TlsUnsupported)
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let r: Result<RedisConfig, _> = serde_json::from_value(serde_json::json!({"hots": "a"}));
+        assert!(r.is_err());
+        let r: RedisConfig =
+            serde_json::from_value(serde_json::json!({"keyPrefix": "x:", "defaultTtlMs": 5}))
+                .unwrap();
+        assert_eq!((r.key_prefix.as_str(), r.default_ttl_ms), ("x:", 5));
+    }
+}

@@ -1,0 +1,398 @@
+//! The Redis session store against real `redis-server` processes: the key layout, the sliding
+//! TTL, a paused server, a server killed and restarted empty, a store started before Redis,
+//! and two in-process instances sharing one Redis.
+
+mod support_redis;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fleetmcp::redis_config::RedisConfig;
+use fleetmcp::session::{RedisSessionStore, SessionRecord, SessionStore, StoreError};
+use fleetmcp::{Config, NoArgs, Server, tool};
+use serde_json::{Value, json};
+use support_redis::{RedisServer, free_port};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const SECRET: &str = "redis-store-test-secret-0123456789";
+const LATEST: &str = "2025-11-25";
+
+fn record(id: &str, node: &str) -> SessionRecord {
+    SessionRecord {
+        id: id.into(),
+        node_id: node.into(),
+        protocol_version: LATEST.into(),
+        client_info: json!({"name": "t", "version": "1"}),
+        client_capabilities: json!({"elicitation": {}}),
+        created_at: 1_767_225_600_000,
+    }
+}
+
+fn cfg_for(redis: &RedisServer) -> RedisConfig {
+    RedisConfig::from_url(redis.url())
+}
+
+/// Polls `f` every 50 ms until it returns true, failing after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not reached within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_with_the_contract_key_layout() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    assert!(store.is_connected());
+    assert_eq!(store.kind(), "redis");
+    store.ping().await.unwrap();
+
+    let r = record("sid-1", "desk-a");
+    assert!(!store.exists("sid-1").await.unwrap());
+    assert_eq!(store.get("sid-1").await.unwrap(), None);
+    store.put(&r).await.unwrap();
+    assert!(store.exists("sid-1").await.unwrap());
+    assert_eq!(store.get("sid-1").await.unwrap(), Some(r.clone()));
+
+    // Key layout and stored record, seen from outside.
+    assert_eq!(redis.cli(&["KEYS", "*"]), "mcp:session:sid-1");
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:sid-1"])).unwrap();
+    assert_eq!(raw["session"]["id"], "sid-1");
+    assert_eq!(raw["session"]["nodeId"], "desk-a");
+    assert_eq!(raw["session"]["protocol"], "streamable-http");
+    assert_eq!(raw["initialized"], true);
+    assert_eq!(raw["clientCapabilities"], json!({"elicitation": {}}));
+    let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-1"]).parse().unwrap();
+    assert!(pttl > 3_590_000 && pttl <= 3_600_000, "pttl {pttl}");
+
+    // Write-back by another instance replaces the holder.
+    store.put(&record("sid-1", "desk-b")).await.unwrap();
+    assert_eq!(store.get("sid-1").await.unwrap().unwrap().node_id, "desk-b");
+
+    store.touch("sid-1").await.unwrap();
+    store.touch("no-such-session").await.unwrap();
+    store.delete("sid-1").await.unwrap();
+    assert!(!store.exists("sid-1").await.unwrap());
+    assert_eq!(redis.cli(&["DBSIZE"]), "0");
+
+    // A record that does not parse is deleted and reads as absent.
+    redis.cli(&["SET", "mcp:session:bad", "not json"]);
+    assert_eq!(store.get("bad").await.unwrap(), None);
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:bad"]), "0");
+
+    // A custom prefix.
+    let mut cfg = cfg_for(&redis);
+    cfg.key_prefix = "desk:".into();
+    let other = RedisSessionStore::connect(cfg).await.unwrap();
+    other.put(&record("x", "n")).await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", "desk:session:x"]), "1");
+    assert!(!store.exists("x").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ttl_slides_with_touch() {
+    let redis = RedisServer::start();
+    let mut cfg = cfg_for(&redis);
+    cfg.default_ttl_ms = 600;
+    let store = RedisSessionStore::connect(cfg).await.unwrap();
+    store.put(&record("used", "a")).await.unwrap();
+    store.put(&record("idle", "a")).await.unwrap();
+    let started = Instant::now();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store.touch("used").await.unwrap();
+    }
+    assert!(started.elapsed() > Duration::from_millis(1000));
+    assert!(store.exists("used").await.unwrap(), "touched: still there");
+    assert!(!store.exists("idle").await.unwrap(), "not touched: expired");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        !store.exists("used").await.unwrap(),
+        "expired after touches stop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_gives_timeouts_then_works_again() {
+    let mut redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    store.put(&record("p", "a")).await.unwrap();
+
+    redis.pause();
+    for i in 0..6 {
+        let t = Instant::now();
+        let r = store.exists("p").await;
+        let took = t.elapsed();
+        assert!(
+            matches!(r, Err(StoreError::Timeout(500))),
+            "call {i}: {r:?}"
+        );
+        assert!(took < Duration::from_millis(1500), "call {i} took {took:?}");
+        assert!(took >= Duration::from_millis(400), "call {i} took {took:?}");
+    }
+    // Concurrent calls all end within the bound too.
+    let t = Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let s = store.clone();
+            tokio::spawn(async move { s.get("p").await })
+        })
+        .collect();
+    for c in calls {
+        assert!(matches!(c.await.unwrap(), Err(StoreError::Timeout(_))));
+    }
+    assert!(t.elapsed() < Duration::from_millis(1500));
+    assert!(!store.is_connected());
+    assert!(
+        store.rebuild_attempts() >= 1,
+        "timeouts in a row start a connection rebuild"
+    );
+
+    redis.resume();
+    eventually(
+        "exists answers after SIGCONT",
+        Duration::from_secs(5),
+        || {
+            let s = store.clone();
+            async move { matches!(s.exists("p").await, Ok(true)) }
+        },
+    )
+    .await;
+    assert!(store.is_connected());
+    store.put(&record("q", "a")).await.unwrap();
+    assert!(store.exists("q").await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_restarted_empty_is_reconnected() {
+    let mut redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    store.put(&record("k", "a")).await.unwrap();
+
+    redis.kill();
+    let t = Instant::now();
+    let r = store.exists("k").await;
+    assert!(r.is_err(), "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+
+    redis.start_again();
+    eventually(
+        "the store reconnects to the restarted server",
+        Duration::from_secs(10),
+        || {
+            let s = store.clone();
+            async move { matches!(s.exists("k").await, Ok(false)) }
+        },
+    )
+    .await;
+    store.put(&record("k2", "a")).await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:k2"]), "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_started_before_redis_connects_when_it_comes_up() {
+    let port = free_port();
+    let cfg = RedisConfig::from_host("127.0.0.1", port);
+
+    // The strict constructor fails, quickly and clearly.
+    let t = Instant::now();
+    assert!(RedisSessionStore::connect(cfg.clone()).await.is_err());
+    assert!(t.elapsed() < Duration::from_secs(3));
+
+    let store = RedisSessionStore::connect_in_background(cfg).await.unwrap();
+    assert!(!store.is_connected());
+    let t = Instant::now();
+    assert!(matches!(
+        store.exists("x").await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(t.elapsed() < Duration::from_millis(100));
+    assert!(store.ping().await.is_err());
+
+    let redis = RedisServer::start_on(port);
+    eventually(
+        "connected after Redis starts",
+        Duration::from_secs(6),
+        || {
+            let ok = store.is_connected();
+            async move { ok }
+        },
+    )
+    .await;
+    store.ping().await.unwrap();
+    store.put(&record("late", "a")).await.unwrap();
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:late"]), "1");
+}
+
+#[tokio::test]
+async fn invalid_configuration_is_refused() {
+    let r = RedisSessionStore::connect(RedisConfig::from_url("http://nope")).await;
+    assert!(matches!(r, Err(StoreError::Unavailable(m)) if m.contains("redis://")));
+    let r = RedisSessionStore::connect_in_background(RedisConfig::from_host("h", 0)).await;
+    assert!(r.is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two instances sharing one Redis
+// ---------------------------------------------------------------------------------------------
+
+struct Instance {
+    mcp: String,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn instance(machine: &str, store: RedisSessionStore) -> Instance {
+    let mut cfg = Config::from_sources(None, [("MCP_SESSION_SECRET", SECRET)]).unwrap();
+    cfg.port = 0;
+    cfg.machine_id = Some(machine.into());
+    let server = Server::builder("redis-it", "1.0.0")
+        .tool(
+            tool("hello")
+                .description("Says hello")
+                .handler(|_: NoArgs, _ctx| async { Ok("Hello!") }),
+        )
+        .session_store(Arc::new(store))
+        .config(cfg)
+        .build();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(server.serve_on(listener, async move {
+        let _ = rx.await;
+    }));
+    Instance {
+        mcp: format!("http://{addr}/mcp"),
+        _stop: tx,
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+fn post(c: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    let mut b = c
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", LATEST)
+        .json(&body);
+    if let Some(s) = sid {
+        b = b.header("mcp-session-id", s);
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_on_one_instance_is_served_by_another() {
+    let redis = RedisServer::start();
+    let a = instance(
+        "desk-a",
+        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
+    )
+    .await;
+    let b = instance(
+        "desk-b",
+        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
+    )
+    .await;
+    let c = http();
+
+    let res = post(
+        &c,
+        &a.mcp,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST,
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "it", "version": "0"}
+        }}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let res = post(
+        &c,
+        &a.mcp,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 202);
+
+    // The record is in Redis, held by A (the write may land just after the answer).
+    let key = format!("mcp:session:{sid}");
+    eventually("A stored the session", Duration::from_secs(3), || {
+        let v = redis.cli(&["GET", &key]);
+        async move { v.contains("\"nodeId\":\"desk-a\"") }
+    })
+    .await;
+
+    // B serves it.
+    let res = post(
+        &c,
+        &b.mcp,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
+    assert!(text.contains("Hello!"), "{text}");
+    let stored: Value = serde_json::from_str(&redis.cli(&["GET", &key])).unwrap();
+    assert_eq!(
+        stored["session"]["nodeId"], "desk-b",
+        "B wrote it back naming itself"
+    );
+    assert_eq!(stored["clientCapabilities"], json!({"elicitation": {}}));
+
+    // DELETE on A ends it in Redis; B then answers `session expired`.
+    let res = c
+        .delete(&a.mcp)
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LATEST)
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
+    let res = post(
+        &c,
+        &b.mcp,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 404);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], -32001, "{body}");
+    assert_eq!(body["error"]["message"], "session expired");
+}
