@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# bench/run.sh: fleetmcp help-desk vs rmcp 3.11 vs the TypeScript SDK v1, side by side.
+#
+# Builds in release, starts each server in turn on a free loopback port, drives it with
+# fleet-loadgen (SESSIONS concurrent sessions, closed loop of tools/call find_tickets), stops it
+# and prints one markdown table. See bench/README.md.
+#
+# Environment (all optional):
+#   SESSIONS=64      concurrent sessions per target
+#   DURATION=10      measured seconds per target (after a WARMUP)
+#   WARMUP=1         warm-up seconds per target
+#   ROUNDS=1         rounds over all targets (interleaved); the table shows each target's median
+#   TARGETS="fleetmcp rmcp ts"   which servers to run, in this order
+#   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
+#   OUT=             also write the table to this file
+#   SKIP_BUILD=0     1 = use the binaries already in target/release
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BENCH="$ROOT/bench"
+cd "$ROOT"
+
+SESSIONS="${SESSIONS:-64}"
+DURATION="${DURATION:-10}"
+WARMUP="${WARMUP:-1}"
+ROUNDS="${ROUNDS:-1}"
+TARGETS="${TARGETS:-fleetmcp rmcp ts}"
+PIN="${PIN:-0}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+REL="$TARGET_DIR/release"
+
+LABEL_fleetmcp="fleetmcp help-desk"
+LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
+LABEL_ts="TS SDK 1.32.2 (ts-ref)"
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+
+# --- build ---------------------------------------------------------------------------------
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  log "cargo build --release -p help-desk -p rmcp-ref -p fleet-loadgen"
+  cargo build --release -p help-desk -p rmcp-ref -p fleet-loadgen
+fi
+if [[ " $TARGETS " == *" ts "* ]]; then
+  command -v node >/dev/null || { log "node is required for the ts target"; exit 1; }
+  # npm ci when node_modules is missing or older than the lock file.
+  if [[ ! -f "$BENCH/ts-ref/node_modules/.package-lock.json" \
+     || "$BENCH/ts-ref/package-lock.json" -nt "$BENCH/ts-ref/node_modules/.package-lock.json" ]]; then
+    log "npm ci in bench/ts-ref"
+    (cd "$BENCH/ts-ref" && timeout 300 npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+LOADGEN="$REL/fleet-loadgen"
+for b in "$LOADGEN" "$REL/help-desk" "$REL/rmcp-ref"; do
+  [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
+done
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-bench.XXXXXX")"
+RESULTS="$WORK/results.jsonl"
+: >"$RESULTS"
+SERVER_PID=""
+
+stop_server() {
+  [[ -n "$SERVER_PID" ]] || return 0
+  kill -TERM "$SERVER_PID" 2>/dev/null || true
+  for _ in $(seq 50); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+}
+trap 'stop_server' EXIT
+trap 'exit 130' INT TERM
+
+server_pin=()
+loadgen_pin=()
+if [[ "$PIN" == 1 ]]; then
+  server_pin=(taskset -c 1)
+  loadgen_pin=(taskset -c 0)
+fi
+
+# start_server NAME PORT: starts the server in the background, sets SERVER_PID.
+start_server() {
+  local name="$1" port="$2" logf="$WORK/$1.log"
+  case "$name" in
+    fleetmcp)
+      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
+      ;;
+    rmcp)
+      PORT="$port" RUST_LOG=warn "${server_pin[@]}" "$REL/rmcp-ref" >"$logf" 2>&1 &
+      ;;
+    ts)
+      PORT="$port" NODE_ENV=production "${server_pin[@]}" node "$BENCH/ts-ref/server.mjs" >"$logf" 2>&1 &
+      ;;
+    *) log "unknown target $name"; exit 1 ;;
+  esac
+  SERVER_PID=$!
+  # Ready when GET /healthz answers 200 (at most 20 s).
+  local i
+  for i in $(seq 200); do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      log "$name exited during start-up:"; cat "$logf" >&2; SERVER_PID=""; return 1
+    fi
+    if curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$name did not become ready in 20 s:"; cat "$logf" >&2
+  return 1
+}
+
+log "$SESSIONS sessions, ${WARMUP}s warm-up + ${DURATION}s per target, $ROUNDS round(s), targets: $TARGETS, PIN=$PIN"
+for round in $(seq "$ROUNDS"); do
+  for name in $TARGETS; do
+    label_var="LABEL_$name"
+    label="${!label_var:-$name}"
+    port="$("$LOADGEN" free-port)"
+    log "round $round: $label on port $port"
+    start_server "$name" "$port"
+    # The loadgen bounds itself (setup <= 30 s, run = WARMUP + DURATION + at most 12 s); the
+    # outer timeout is a last resort.
+    limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
+    if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" \
+        --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
+        --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json >>"$RESULTS"; then
+      log "load generator failed against $label (server log: $WORK/$name.log)"
+      tail -n 20 "$WORK/$name.log" >&2 || true
+    fi
+    stop_server
+  done
+done
+
+echo
+echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; $SESSIONS sessions, ${DURATION}s measured after ${WARMUP}s warm-up; $(nproc) CPUs, PIN=$PIN"
+echo
+"$LOADGEN" table --baseline "$LABEL_rmcp" "$RESULTS" | tee "${OUT:-/dev/null}"
+echo
+echo "req/s counts successful calls only; latencies are of successful calls; RSS = server VmRSS after the run."
+log "raw results: $RESULTS"
