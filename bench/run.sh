@@ -10,7 +10,8 @@
 #   DURATION=10      measured seconds per target (after a WARMUP)
 #   WARMUP=1         warm-up seconds per target
 #   ROUNDS=1         rounds over all targets (interleaved); the table shows each target's median
-#   TARGETS="fleetmcp rmcp ts"   which servers to run, in this order
+#   TARGETS="fleetmcp fleetmcp_stateless rmcp ts"   which servers to run, in this order
+#                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
 #   SKIP_BUILD=0     1 = use the binaries already in target/release
@@ -24,12 +25,13 @@ SESSIONS="${SESSIONS:-64}"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-1}"
-TARGETS="${TARGETS:-fleetmcp rmcp ts}"
+TARGETS="${TARGETS:-fleetmcp fleetmcp_stateless rmcp ts}"
 PIN="${PIN:-0}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 REL="$TARGET_DIR/release"
 
 LABEL_fleetmcp="fleetmcp help-desk"
+LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -84,7 +86,7 @@ fi
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
-    fleetmcp)
+    fleetmcp|fleetmcp_stateless)
       PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
       ;;
@@ -125,7 +127,8 @@ for round in $(seq "$ROUNDS"); do
     limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
     if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" \
         --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
-        --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json >>"$RESULTS"; then
+        --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
+        $([[ $name == *stateless ]] && echo --stateless) >>"$RESULTS"; then
       log "load generator failed against $label (server log: $WORK/$name.log)"
       tail -n 20 "$WORK/$name.log" >&2 || true
     fi

@@ -30,6 +30,8 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
 const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The stateless revision (`--stateless`): no session, metadata on every request.
+const STATELESS_VERSION: &str = "2026-07-28";
 /// No single request may take longer than this; a stuck server counts as errors, not a hang.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound for opening all sessions.
@@ -47,11 +49,13 @@ struct Args {
     label: String,
     pid: Option<u32>,
     json: bool,
+    /// 2026-07-28: no session; every call carries `_meta` and the mirrored headers.
+    stateless: bool,
 }
 
 fn usage() -> &'static str {
     "usage: fleet-loadgen --url URL [--sessions N] [--duration SECS] [--warmup SECS] \
-     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json]"
+     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless]"
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -65,11 +69,16 @@ fn parse_args() -> Result<Args, String> {
         label: String::new(),
         pid: None,
         json: false,
+        stateless: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--json" {
             a.json = true;
+            continue;
+        }
+        if flag == "--stateless" {
+            a.stateless = true;
             continue;
         }
         if flag == "-h" || flag == "--help" {
@@ -220,8 +229,9 @@ fn truncate(s: &str) -> String {
     out
 }
 
+/// A client: a session id (session era), or none (2026-07-28, stateless).
 struct Session {
-    id: HeaderValue,
+    id: Option<HeaderValue>,
 }
 
 async fn open_session(client: &reqwest::Client, url: &str) -> Result<Session, Failure> {
@@ -267,13 +277,16 @@ async fn open_session(client: &reqwest::Client, url: &str) -> Result<Session, Fa
     if !status.is_success() {
         return Err(format!("notifications/initialized: HTTP {status}"));
     }
-    Ok(Session { id: sid })
+    Ok(Session { id: Some(sid) })
 }
 
 async fn close_session(client: &reqwest::Client, url: &str, s: &Session) {
+    let Some(id) = &s.id else {
+        return;
+    };
     if let Ok(resp) = client
         .delete(url)
-        .header("mcp-session-id", s.id.clone())
+        .header("mcp-session-id", id.clone())
         .header("mcp-protocol-version", PROTOCOL_VERSION)
         .send()
         .await
@@ -327,19 +340,29 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         }
         let id = next_id;
         next_id += 1;
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": tool_args}
-        })
-        .to_string();
+        let mut params = json!({"name": tool, "arguments": tool_args});
+        if session.id.is_none() {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": STATELESS_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "fleet-loadgen", "version": env!("CARGO_PKG_VERSION")}
+            });
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+            .to_string();
         let start = Instant::now();
         let outcome = async {
-            let resp = client
-                .post(url.as_str())
-                .header("mcp-session-id", session.id.clone())
-                .header("mcp-protocol-version", PROTOCOL_VERSION)
+            let req = client.post(url.as_str());
+            let req = match &session.id {
+                Some(sid) => req
+                    .header("mcp-session-id", sid.clone())
+                    .header("mcp-protocol-version", PROTOCOL_VERSION),
+                None => req
+                    .header("mcp-protocol-version", STATELESS_VERSION)
+                    .header("mcp-method", "tools/call")
+                    .header("mcp-name", tool.as_str()),
+            };
+            let resp = req
                 .body(body)
                 .send()
                 .await
@@ -457,7 +480,14 @@ async fn run(args: Args) -> Result<(), String> {
         for _ in 0..args.sessions {
             let client = client.clone();
             let url = args.url.clone();
-            set.spawn(async move { open_session(&client, &url).await });
+            let stateless = args.stateless;
+            set.spawn(async move {
+                if stateless {
+                    Ok(Session { id: None })
+                } else {
+                    open_session(&client, &url).await
+                }
+            });
         }
         let mut sessions = Vec::with_capacity(args.sessions);
         while let Some(r) = set.join_next().await {

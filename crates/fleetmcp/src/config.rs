@@ -102,6 +102,8 @@ pub struct SessionConfig {
     pub max_events_per_stream: usize,
     /// Most streams whose events are kept per session.
     pub max_streams_per_session: usize,
+    /// How long a stream's events outlive its last event in a shared (Redis) event store.
+    pub event_ttl_ms: u64,
     /// Bound on the per-request check that a held session's record still exists
     /// (`transport.persistence.sessionCheckTimeoutMs` in the contract); past it the session is
     /// served from memory.
@@ -118,6 +120,7 @@ impl Default for SessionConfig {
             max_sessions: 100_000,
             max_events_per_stream: 1024,
             max_streams_per_session: 64,
+            event_ttl_ms: 300_000,
             check_timeout_ms: 500,
             store_wait_ms: 5000,
         }

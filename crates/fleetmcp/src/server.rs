@@ -114,11 +114,31 @@ impl ServerBuilder {
         if self.store.is_some() {
             return self;
         }
-        let Some(redis) = self.config.as_ref().and_then(|c| c.redis.clone()) else {
+        let Some(mut redis) = self.config.as_ref().and_then(|c| c.redis.clone()) else {
             return self;
         };
+        // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
+        // timeout would cut it short.
+        if let Some(cfg) = &self.config {
+            redis.command_timeout_ms = redis.command_timeout_ms.max(cfg.sessions.check_timeout_ms);
+        }
         match crate::session::RedisSessionStore::connect_in_background(redis).await {
-            Ok(store) => self.store = Some(Arc::new(store)),
+            Ok(store) => {
+                if self.events.is_none() {
+                    let (max_len, ttl_ms) = self
+                        .config
+                        .as_ref()
+                        .map(|c| (c.sessions.max_events_per_stream, c.sessions.event_ttl_ms))
+                        .unwrap_or((1024, 300_000));
+                    self.events = Some(Arc::new(crate::events::RedisEventStore::new(
+                        store.clone(),
+                        max_len,
+                        ttl_ms,
+                    )));
+                    tracing::info!("EventStore initialized for SSE resumability");
+                }
+                self.store = Some(Arc::new(store));
+            }
             Err(e) => tracing::error!(
                 error = %e,
                 "[TransportService] Failed to create session store - session persistence disabled"

@@ -396,3 +396,150 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
     assert_eq!(body["error"]["code"], -32001, "{body}");
     assert_eq!(body["error"]["message"], "session expired");
 }
+
+/// An instance whose stores come from its configuration (`redis.url`): sessions and SSE
+/// events in Redis, as a binary sets them up.
+async fn configured_instance(machine: &str, redis: &RedisServer) -> Instance {
+    let mut cfg = Config::from_sources(
+        None,
+        [
+            ("MCP_SESSION_SECRET", SECRET),
+            ("REDIS_URL", redis.url().as_str()),
+        ],
+    )
+    .unwrap();
+    cfg.machine_id = Some(machine.into());
+    let server = Server::builder("redis-it", "1.0.0")
+        .tool(
+            tool("count")
+                .description("Counts to 10 with progress")
+                .handler(|_: NoArgs, ctx| async move {
+                    for i in 0..10 {
+                        ctx.progress(i as f64, Some(10.0), None);
+                        tokio::time::sleep(Duration::from_millis(40)).await;
+                    }
+                    Ok("counted")
+                }),
+        )
+        .config(cfg)
+        .connect_stores()
+        .await
+        .build();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(server.serve_on(listener, async move {
+        let _ = rx.await;
+    }));
+    Instance {
+        mcp: format!("http://{addr}/mcp"),
+        _stop: tx,
+    }
+}
+
+/// Reads SSE events `(id, data)` until `n` events were read or the stream ended.
+async fn read_events(res: reqwest::Response, n: usize) -> Vec<(String, String)> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    let mut body = res.bytes_stream();
+    while out.len() < n {
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(5), body.next()).await
+        else {
+            break;
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(String::from);
+            let data = frame
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or("")
+                .to_string();
+            if let Some(id) = id {
+                out.push((id, data));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
+    let redis = RedisServer::start();
+    let a = configured_instance("desk-a", &redis).await;
+    let b = configured_instance("desk-b", &redis).await;
+    let c = http();
+    let res = post(
+        &c,
+        &a.mcp,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+
+    let res = post(
+        &c,
+        &a.mcp,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+               "params": {"name": "count", "arguments": {}, "_meta": {"progressToken": "p"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    // The priming event and the first three progress notifications, then the cut.
+    let first = read_events(res, 4).await;
+    assert_eq!(first.len(), 4, "{first:?}");
+    assert!(first[0].1.is_empty(), "priming event first: {first:?}");
+    let last_id = first.last().unwrap().0.clone();
+
+    // Resume on B, which never held the session.
+    let res = c
+        .get(&b.mcp)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LATEST)
+        .header("last-event-id", &last_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let rest = read_events(res, 100).await;
+    let mut progress = Vec::new();
+    let mut results = 0;
+    for (_, data) in first
+        .iter()
+        .chain(rest.iter())
+        .filter(|(_, d)| !d.is_empty())
+    {
+        let v: Value = serde_json::from_str(data).unwrap();
+        if v["method"] == "notifications/progress" {
+            progress.push(v["params"]["progress"].as_f64().unwrap() as u32);
+        } else if v["id"] == 5 {
+            assert_eq!(v["result"]["content"][0]["text"], "counted");
+            results += 1;
+        }
+    }
+    assert_eq!(
+        progress,
+        (0..10).collect::<Vec<_>>(),
+        "every event exactly once, in order"
+    );
+    assert_eq!(results, 1, "one answer");
+    // The events live in a Redis stream scoped to the session.
+    let keys = redis.cli(&["KEYS", &format!("mcp:events:{{{sid}}}*")]);
+    assert!(keys.contains(&format!("mcp:events:{{{sid}}}:")), "{keys}");
+}

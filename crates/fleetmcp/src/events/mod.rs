@@ -12,11 +12,13 @@
 //! can never replay another's events, even when stream numbers coincide.
 
 mod memory;
+mod redis;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
+pub use self::redis::RedisEventStore;
 pub use memory::MemoryEventStore;
 
 /// A stream within one session. Stream 0 is the session's standalone (GET) stream.

@@ -275,6 +275,21 @@ impl LiveSessions {
         true
     }
 
+    /// Adds a session unless one with the same id is already held, which wins: the caller
+    /// gets the held one and `false`. `None` when the instance is full.
+    pub fn insert_if_absent(&self, session: Arc<Session>) -> Option<(Arc<Session>, bool)> {
+        let mut map = self.sessions.write();
+        if let Some(existing) = map.get(&session.id) {
+            return Some((existing.clone(), false));
+        }
+        if map.len() >= self.max_sessions {
+            return None;
+        }
+        session.last_used.store(self.now_ms(), Ordering::Relaxed);
+        map.insert(session.id.clone(), session.clone());
+        Some((session, true))
+    }
+
     /// Removes a session, remembering why.
     pub fn remove(&self, id: &str, why: Ended) -> Option<Arc<Session>> {
         let removed = self.sessions.write().remove(id);

@@ -198,7 +198,10 @@ impl RedisSessionStore {
         self.inner.cfg.session_key(id)
     }
 
-    async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
         self.inner.run(cmd).await
     }
 }

@@ -214,7 +214,6 @@ fn refresh(shared: &Arc<Shared>, session: &Arc<Session>) {
 
 /// Serves a stored session this instance does not hold: it becomes the holder.
 async fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Session>> {
-    tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
     let version =
         ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
     let session = Arc::new(Session::new(
@@ -226,12 +225,13 @@ async fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Ses
     ));
     session.mark_initialized();
     session.mark_persisted();
-    if !shared.live.insert(session.clone()) {
-        return None;
+    // Concurrent requests for the same session may all read the record; the first to register
+    // it recreates it, the others serve the session it registered.
+    let (session, created) = shared.live.insert_if_absent(session)?;
+    if !created {
+        return Some(session);
     }
-    // Two concurrent requests may both get here; the registry keeps whichever came last, and
-    // both serve correctly since the record is the same.
-    let session = shared.live.get(&record.id).unwrap_or(session);
+    tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
     tracing::info!(
         "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
     );

@@ -1,0 +1,402 @@
+//! Events in Redis Streams, so that a stream broken on one instance can be resumed with
+//! `Last-Event-ID` on another.
+//!
+//! One Redis stream per SSE stream, at `<prefix>events:{<session>}:<stream>` (the braces keep
+//! a session's keys in one Cluster slot), trimmed to the configured length and expiring with
+//! the session's activity; the set `<prefix>events:{<session>}` lists them so that ending the
+//! session deletes them all. A completed stream ends with an entry that carries no data.
+//!
+//! Readers poll: a reader on the instance that writes the stream is woken at once by the
+//! append; a reader on another instance reads what has arrived every [`POLL`]. Redis entry ids
+//! (`<ms>-<n>`) become the sequence part of our event ids as `ms << 20 | n`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+use parking_lot::Mutex;
+use redis::Value as RedisValue;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id,
+    session_tag,
+};
+use crate::session::RedisSessionStore;
+
+/// How often a reader looks for events written by another instance.
+const POLL: Duration = Duration::from_millis(50);
+/// Entries read per `XRANGE`.
+const BATCH: usize = 100;
+
+/// An [`EventStore`] on Redis Streams, sharing the session store's connection.
+pub struct RedisEventStore {
+    redis: RedisSessionStore,
+    prefix: String,
+    max_len: usize,
+    ttl_ms: u64,
+    /// Wakes readers in this process when this process appends, and ends superseded readers.
+    local: Mutex<HashMap<String, Arc<LocalStream>>>,
+}
+
+#[derive(Default)]
+struct LocalStream {
+    notify: Notify,
+    /// When this process last pushed the stream's expiry out (None: never, so the stream is
+    /// not yet in the session's index either).
+    expiry_pushed: Mutex<Option<std::time::Instant>>,
+    generation: Mutex<u64>,
+    /// `end_reader`: the reader of this generation ends once past this sequence number.
+    cut: Mutex<Option<(u64, u64)>>,
+}
+
+fn seq_of(entry_id: &str) -> Option<u64> {
+    let (ms, n) = entry_id.split_once('-')?;
+    let ms: u64 = ms.parse().ok()?;
+    let n: u64 = n.parse().ok()?;
+    (n < (1 << 20)).then_some((ms << 20) | n)
+}
+
+fn entry_of(seq: u64) -> String {
+    format!("{}-{}", seq >> 20, seq & ((1 << 20) - 1))
+}
+
+impl RedisEventStore {
+    /// `max_len`: entries kept per stream; `ttl_ms`: how long a stream outlives its last append.
+    pub fn new(redis: RedisSessionStore, max_len: usize, ttl_ms: u64) -> Self {
+        let prefix = redis.config().key_prefix.clone();
+        Self {
+            redis,
+            prefix,
+            max_len,
+            ttl_ms,
+            local: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn stream_key(&self, session: &str, stream: StreamId) -> String {
+        format!("{}events:{{{session}}}:{stream}", self.prefix)
+    }
+    fn index_key(&self, session: &str) -> String {
+        format!("{}events:{{{session}}}", self.prefix)
+    }
+    fn local(&self, key: &str) -> Arc<LocalStream> {
+        self.local
+            .lock()
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    async fn append_raw(
+        &self,
+        session: &str,
+        stream: StreamId,
+        field: &str,
+        data: &[u8],
+    ) -> Result<String, EventStoreError> {
+        let key = self.stream_key(session, stream);
+        let err = |e: crate::session::StoreError| EventStoreError(e.to_string());
+        let id: String = self
+            .redis
+            .run(
+                redis::cmd("XADD")
+                    .arg(&key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(self.max_len)
+                    .arg("*")
+                    .arg(field)
+                    .arg(data)
+                    .clone(),
+            )
+            .await
+            .map_err(err)?;
+        let local = self.local(&key);
+        // Index the stream and push its expiry out on the first append, then at most once per
+        // quarter of the TTL: a busy stream costs one XADD per event.
+        let due = {
+            let pushed = *local.expiry_pushed.lock();
+            pushed.is_none_or(|t| t.elapsed() >= Duration::from_millis(self.ttl_ms / 4))
+        };
+        if due {
+            let index = self.index_key(session);
+            let _: i64 = self
+                .redis
+                .run(redis::cmd("SADD").arg(&index).arg(&key).clone())
+                .await
+                .map_err(err)?;
+            for k in [&key, &index] {
+                let _: i64 = self
+                    .redis
+                    .run(redis::cmd("PEXPIRE").arg(k).arg(self.ttl_ms).clone())
+                    .await
+                    .map_err(err)?;
+            }
+            *local.expiry_pushed.lock() = Some(std::time::Instant::now());
+        }
+        local.notify.notify_waiters();
+        Ok(id)
+    }
+}
+
+/// One `XRANGE` entry: its id, and its data (`None` for the end marker).
+type Entry = (String, Option<Bytes>);
+
+fn parse_entries(v: RedisValue) -> Vec<Entry> {
+    let RedisValue::Array(items) = v else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let RedisValue::Array(mut parts) = item else {
+                return None;
+            };
+            if parts.len() != 2 {
+                return None;
+            }
+            let fields = parts.pop()?;
+            let id = match parts.pop()? {
+                RedisValue::BulkString(b) => String::from_utf8(b).ok()?,
+                RedisValue::SimpleString(s) => s,
+                _ => return None,
+            };
+            let RedisValue::Array(fields) = fields else {
+                return None;
+            };
+            let mut data = None;
+            let mut it = fields.into_iter();
+            while let (Some(name), Some(value)) = (it.next(), it.next()) {
+                if let (RedisValue::BulkString(n), RedisValue::BulkString(v)) = (name, value)
+                    && n == b"d"
+                {
+                    data = Some(Bytes::from(v));
+                }
+            }
+            Some((id, data))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl EventStore for RedisEventStore {
+    async fn append(
+        &self,
+        session: &str,
+        stream: StreamId,
+        data: Bytes,
+    ) -> Result<String, EventStoreError> {
+        let id = self.append_raw(session, stream, "d", &data).await?;
+        let seq = seq_of(&id)
+            .ok_or_else(|| EventStoreError(format!("unexpected stream entry id {id}")))?;
+        Ok(event_id(&session_tag(session), stream, seq))
+    }
+
+    async fn close(&self, session: &str, stream: StreamId) {
+        if let Err(e) = self.append_raw(session, stream, "end", b"").await {
+            tracing::warn!(error = %e, "could not mark an SSE stream complete in Redis");
+        }
+    }
+
+    async fn end_reader(&self, session: &str, stream: StreamId) {
+        let key = self.stream_key(session, stream);
+        let local = self.local(&key);
+        // The cut is the newest entry now: everything written before it is still delivered.
+        let newest: Result<RedisValue, _> = self
+            .redis
+            .run(
+                redis::cmd("XREVRANGE")
+                    .arg(&key)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(1)
+                    .clone(),
+            )
+            .await;
+        let last = newest
+            .ok()
+            .map(parse_entries)
+            .and_then(|mut e| e.pop())
+            .and_then(|(id, _)| seq_of(&id))
+            .unwrap_or(0);
+        let generation = *local.generation.lock();
+        *local.cut.lock() = Some((generation, last));
+        local.notify.notify_waiters();
+    }
+
+    fn tail(
+        &self,
+        session: &str,
+        stream: StreamId,
+        from: Cursor,
+        stop: CancellationToken,
+    ) -> BoxStream<'static, StoredEvent> {
+        let key = self.stream_key(session, stream);
+        let local = self.local(&key);
+        let generation = {
+            let mut g = local.generation.lock();
+            *g += 1;
+            *g
+        };
+        local.notify.notify_waiters();
+        let redis = self.redis.clone();
+        let tag = session_tag(session);
+        struct State {
+            redis: RedisSessionStore,
+            key: String,
+            tag: String,
+            stream: StreamId,
+            local: Arc<LocalStream>,
+            generation: u64,
+            /// Exclusive lower bound for the next XRANGE; `None`: from now on.
+            after: Option<u64>,
+            buffered: std::collections::VecDeque<(u64, Bytes)>,
+            ended: bool,
+            stop: CancellationToken,
+        }
+        let after = match from {
+            Cursor::Start => Some(0),
+            Cursor::After(seq) => Some(seq),
+            Cursor::Now => None,
+        };
+        let state = State {
+            redis,
+            key,
+            tag,
+            stream,
+            local,
+            generation,
+            after,
+            buffered: Default::default(),
+            ended: false,
+            stop,
+        };
+        stream::unfold(state, |mut st| async move {
+            loop {
+                if *st.local.generation.lock() != st.generation {
+                    return None;
+                }
+                let cut = *st.local.cut.lock();
+                if let (Some((g, seq)), Some(after)) = (cut, st.after)
+                    && g == st.generation
+                    && after >= seq
+                {
+                    return None;
+                }
+                if let Some((seq, data)) = st.buffered.pop_front() {
+                    st.after = Some(seq);
+                    let ev = StoredEvent {
+                        id: event_id(&st.tag, st.stream, seq),
+                        data,
+                    };
+                    return Some((ev, st));
+                }
+                if st.ended {
+                    return None;
+                }
+                let notified = st.local.notify.notified();
+                let start = match st.after {
+                    Some(0) => "-".to_string(),
+                    Some(seq) => format!("({}", entry_of(seq)),
+                    None => {
+                        // "From now": the newest entry is the starting point.
+                        let newest: Result<RedisValue, _> = st
+                            .redis
+                            .run(redis::cmd("XREVRANGE").arg(&st.key).arg("+").arg("-").arg("COUNT").arg(1).clone())
+                            .await;
+                        let last = newest.ok().map(parse_entries).and_then(|mut e| e.pop());
+                        st.after = Some(last.and_then(|(id, _)| seq_of(&id)).unwrap_or(0));
+                        continue;
+                    }
+                };
+                let read: Result<RedisValue, _> = st
+                    .redis
+                    .run(redis::cmd("XRANGE").arg(&st.key).arg(&start).arg("+").arg("COUNT").arg(BATCH).clone())
+                    .await;
+                match read {
+                    Ok(v) => {
+                        for (id, data) in parse_entries(v) {
+                            let Some(seq) = seq_of(&id) else { continue };
+                            match data {
+                                Some(d) => st.buffered.push_back((seq, d)),
+                                None => {
+                                    st.ended = true;
+                                    break;
+                                }
+                            }
+                        }
+                        if !st.buffered.is_empty() || st.ended {
+                            continue;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying"),
+                }
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = st.stop.cancelled() => return None,
+                }
+            }
+        })
+        .boxed()
+    }
+
+    async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)> {
+        let (tag, stream, seq) = parse_event_id(last_event_id)?;
+        if tag != session_tag(session) {
+            return None;
+        }
+        let exists: i64 = self
+            .redis
+            .run(
+                redis::cmd("EXISTS")
+                    .arg(self.stream_key(session, stream))
+                    .clone(),
+            )
+            .await
+            .ok()?;
+        (exists == 1).then_some((stream, Cursor::After(seq)))
+    }
+
+    async fn forget(&self, session: &str) {
+        let index = self.index_key(session);
+        let keys: Vec<String> = self
+            .redis
+            .run(redis::cmd("SMEMBERS").arg(&index).clone())
+            .await
+            .unwrap_or_default();
+        let mut del = redis::cmd("DEL");
+        del.arg(&index);
+        for k in &keys {
+            del.arg(k);
+        }
+        let _: Result<i64, _> = self.redis.run(del).await;
+        let mut local = self.local.lock();
+        for k in keys {
+            if let Some(l) = local.remove(&k) {
+                *l.generation.lock() += 1;
+                l.notify.notify_waiters();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_ids_round_trip_through_sequence_numbers() {
+        let seq = seq_of("1767225600123-7").unwrap();
+        assert_eq!(entry_of(seq), "1767225600123-7");
+        assert!(seq_of("1-2") < seq_of("1-3") && seq_of("1-3") < seq_of("2-0"));
+        assert_eq!(seq_of("garbage"), None);
+        assert_eq!(seq_of("5-2000000"), None, "n beyond 20 bits does not fit");
+    }
+}
