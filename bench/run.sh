@@ -11,7 +11,8 @@
 #   WARMUP=1         warm-up seconds per target
 #   ROUNDS=1         rounds over all targets (interleaved); the table shows each target's median
 #   TARGETS="fleetmcp fleetmcp_stateless rmcp ts"   which servers to run, in this order
-#                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients)
+#                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients;
+#                     fleetmcp_pair: two help-desks sharing a Redis, calls round-robin between them)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
 #   SKIP_BUILD=0     1 = use the binaries already in target/release
@@ -25,13 +26,14 @@ SESSIONS="${SESSIONS:-64}"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-1}"
-TARGETS="${TARGETS:-fleetmcp fleetmcp_stateless rmcp ts}"
+TARGETS="${TARGETS:-fleetmcp fleetmcp_stateless fleetmcp_pair rmcp ts}"
 PIN="${PIN:-0}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 REL="$TARGET_DIR/release"
 
 LABEL_fleetmcp="fleetmcp help-desk"
 LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
+LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -62,6 +64,15 @@ RESULTS="$WORK/results.jsonl"
 SERVER_PID=""
 
 stop_server() {
+  if [[ -n "${SECOND_PID:-}" ]]; then
+    kill -TERM "$SECOND_PID" 2>/dev/null || true
+    wait "$SECOND_PID" 2>/dev/null || true
+    SECOND_PID=""
+  fi
+  if [[ -f "$WORK/redis.pid" ]]; then
+    kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
+    rm -f "$WORK/redis.pid"
+  fi
   [[ -n "$SERVER_PID" ]] || return 0
   kill -TERM "$SERVER_PID" 2>/dev/null || true
   for _ in $(seq 50); do
@@ -86,6 +97,21 @@ fi
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
+    fleetmcp_pair)
+      # Two instances sharing one Redis; the second listens on PORT2.
+      REDIS_PORT_B="$("$LOADGEN" free-port)"
+      redis-server --port "$REDIS_PORT_B" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$WORK" --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+      for _ in $(seq 50); do redis-cli -p "$REDIS_PORT_B" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      PORT2="$("$LOADGEN" free-port)"
+      PORT="$PORT2" MACHINE_ID=bench-b REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
+      SECOND_PID=$!
+      PORT="$port" MACHINE_ID=bench-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
+      ;;
     fleetmcp|fleetmcp_stateless)
       PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
@@ -125,12 +151,27 @@ for round in $(seq "$ROUNDS"); do
     # The loadgen bounds itself (setup <= 30 s, run = WARMUP + DURATION + at most 12 s); the
     # outer timeout is a last resort.
     limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
-    if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" \
+    extra=()
+    if [[ $name == fleetmcp_pair ]]; then
+      extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
+      redis-cli -p "$REDIS_PORT_B" config resetstat >/dev/null
+    fi
+    if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
         --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
         --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
         $([[ $name == *stateless ]] && echo --stateless) >>"$RESULTS"; then
       log "load generator failed against $label (server log: $WORK/$name.log)"
       tail -n 20 "$WORK/$name.log" >&2 || true
+    fi
+    if [[ $name == fleetmcp_pair ]]; then
+      # Redis commands per tools/call on the hot path (setup included, so an upper bound).
+      calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+      cmds=$(redis-cli -p "$REDIS_PORT_B" info commandstats | sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' | tr '\n' ' ')
+      total=$(redis-cli -p "$REDIS_PORT_B" info commandstats | awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}')
+      log "Redis commands during the pair run: $cmds(total $total for ${calls:-?} measured calls)"
+      if [[ -n "$calls" && "$calls" -gt 0 ]]; then
+        log "Redis commands per tools/call: $(awk -v t="$total" -v c="$calls" 'BEGIN {printf "%.2f", t / c}')"
+      fi
     fi
     stop_server
   done

@@ -41,6 +41,9 @@ const HIST_MAX_US: u64 = 60_000_000;
 
 struct Args {
     url: String,
+    /// A second instance: calls alternate between `url` and this one (round-robin, no
+    /// affinity), while sessions are opened on `url`.
+    url2: Option<String>,
     sessions: usize,
     duration: Duration,
     warmup: Duration,
@@ -54,13 +57,14 @@ struct Args {
 }
 
 fn usage() -> &'static str {
-    "usage: fleet-loadgen --url URL [--sessions N] [--duration SECS] [--warmup SECS] \
+    "usage: fleet-loadgen --url URL [--url2 URL] [--sessions N] [--duration SECS] [--warmup SECS] \
      [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless]"
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         url: String::new(),
+        url2: None,
         sessions: 64,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(1),
@@ -96,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
         };
         match flag.as_str() {
             "--url" => a.url = val,
+            "--url2" => a.url2 = Some(val),
             "--sessions" => {
                 a.sessions = val.parse().map_err(|e| format!("--sessions {val}: {e}"))?;
                 if a.sessions == 0 || a.sessions > 10_000 {
@@ -307,6 +312,7 @@ struct Tally {
 struct Plan {
     client: reqwest::Client,
     url: String,
+    url2: Option<String>,
     tool: String,
     tool_args: Value,
     /// Calls started before this are warm-up, not recorded.
@@ -321,6 +327,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
     let Plan {
         client,
         url,
+        url2,
         tool,
         tool_args,
         measure_from,
@@ -352,7 +359,12 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
             .to_string();
         let start = Instant::now();
         let outcome = async {
-            let req = client.post(url.as_str());
+            // Round-robin over two instances when asked: every other call goes to the second.
+            let target = match url2 {
+                Some(u2) if id % 2 == 0 => u2.as_str(),
+                _ => url.as_str(),
+            };
+            let req = client.post(target);
             let req = match &session.id {
                 Some(sid) => req
                     .header("mcp-session-id", sid.clone())
@@ -510,6 +522,7 @@ async fn run(args: Args) -> Result<(), String> {
     let plan = Arc::new(Plan {
         client: client.clone(),
         url: args.url.clone(),
+        url2: args.url2.clone(),
         tool: args.tool.clone(),
         tool_args: args.tool_args.clone(),
         measure_from,

@@ -82,13 +82,27 @@ pub(super) async fn find(
         Some(Ended::Expired) => return Err(session_expired(id)),
         None => {}
     }
-    // Not held here: the store is the only copy, so this wait is bounded but cannot fall back.
+    // Not held here: the store is the only copy, so this waits for it (a paused or restarting
+    // Redis), retrying, until `sessions.store_wait_ms`; then a clear 503, never a hang.
     let bound = Duration::from_millis(shared.config.sessions.store_wait_ms);
-    match tokio::time::timeout(bound, shared.store.get(sid)).await {
-        Ok(Ok(Some(record))) => recreate(shared, record)
+    let deadline = tokio::time::Instant::now() + bound;
+    let outcome = loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, shared.store.get(sid)).await {
+            Ok(Ok(found)) => break Ok(found),
+            Ok(Err(e)) if tokio::time::Instant::now() + STORE_RETRY < deadline => {
+                tracing::debug!(error = %e, "the session store did not answer; retrying");
+                tokio::time::sleep(STORE_RETRY).await;
+            }
+            Ok(Err(e)) => break Err(e.to_string()),
+            Err(_) => break Err(format!("no answer within {} ms", bound.as_millis())),
+        }
+    };
+    match outcome {
+        Ok(Some(record)) => recreate(shared, record)
             .await
             .ok_or_else(|| unavailable(id, "This instance holds too many sessions; retry shortly")),
-        Ok(Ok(None)) => Err(match asker {
+        Ok(None) => Err(match asker {
             Asker::Get => reply::text(StatusCode::NOT_FOUND, "Session not found"),
             _ => reply::rpc_error(
                 StatusCode::NOT_FOUND,
@@ -96,25 +110,18 @@ pub(super) async fn find(
                 &crate::protocol::errors::server("session not initialized"),
             ),
         }),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the session store could not be read");
+        Err(why) => {
+            tracing::warn!(error = %why, wait_ms = bound.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
             Err(unavailable(
                 id,
                 "The session store is unavailable; retry shortly",
             ))
         }
-        Err(_) => {
-            tracing::warn!(
-                wait_ms = bound.as_millis() as u64,
-                "the session store did not answer in time for a session this instance does not hold"
-            );
-            Err(unavailable(
-                id,
-                "The session store did not answer in time; retry shortly",
-            ))
-        }
     }
 }
+
+/// Pause between attempts to read a session from a store that did not answer.
+const STORE_RETRY: Duration = Duration::from_millis(100);
 
 fn unavailable(id: Option<&RawValue>, message: &'static str) -> Response {
     reply::with_retry_after(
@@ -160,6 +167,9 @@ async fn still_stored(
             Err(session_expired(id))
         }
         Ok(Err(e)) => {
+            if matches!(e, crate::session::StoreError::Timeout(_)) {
+                tracing::warn!("The session store did not answer within {limit} ms");
+            }
             tracing::warn!(error = %e, "[TransportService] Could not confirm the session is still stored — serving it here");
             Ok(session)
         }

@@ -1,0 +1,794 @@
+//! Several `help-desk` processes sharing one real `redis-server` (issue 4, "Acceptance"): a
+//! session-era client's session moves between instances through Redis, survives a restart,
+//! outlives a paused or late Redis, ends everywhere on `DELETE`, and its key's TTL slides while
+//! it is used.
+//!
+//! Each test starts its own `redis-server` (on a free loopback port, no persistence) and its own
+//! instances, and speaks raw HTTP/1.1 to them. Needs `redis-server` and `redis-cli` on `PATH`
+//! (or `REDIS_SERVER` / `REDIS_CLI`). Every wait is bounded.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Instance, TempDir};
+use support_redis::RedisServer;
+
+/// The protocol version of the session-era client these tests play.
+const PROTOCOL_VERSION: &str = "2025-11-25";
+/// How long any one HTTP exchange may take before the test calls it a hang.
+const HTTP_LIMIT: Duration = Duration::from_secs(15);
+/// How long a log line may take to show up after the response that follows it.
+const LOG_LIMIT: Duration = Duration::from_secs(3);
+
+const RECREATING: &str = "[TransportService] Recreating transport from stored session";
+const VALIDATED: &str = "[TransportService] Session store connection validated successfully";
+const NO_ANSWER_500: &str = "The session store did not answer within 500 ms";
+const NO_ANSWER_2000: &str = "The session store did not answer within 2000 ms";
+const SERVING_HERE: &str =
+    "[TransportService] Could not confirm the session is still stored — serving it here";
+const GONE: &str = "[TransportService] The stored session is gone — dropping its transport here";
+
+// ---------------------------------------------------------------------------------------------
+// Instances
+
+/// Starts `help-desk` named `machine`, on `redis` (a URL) or with sessions in memory, with an
+/// optional TOML configuration file. Redis variables from the developer's shell are neutralised
+/// (an empty value sets nothing).
+fn desk(machine: &str, redis: Option<&str>, config: Option<&PathBuf>) -> Instance {
+    let config = config.map(|p| p.to_string_lossy().into_owned());
+    let mut env: Vec<(&str, &str)> = vec![
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis.unwrap_or("")),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    if let Some(path) = config.as_deref() {
+        env.push(("FLEETMCP_CONFIG", path));
+    }
+    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+}
+
+/// A TOML configuration file in `dir`.
+fn config_file(dir: &TempDir, toml: &str) -> PathBuf {
+    let path = dir.path().join("fleetmcp.toml");
+    std::fs::write(&path, toml).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
+/// Waits until `needle` is in the instance's log; false after `limit`.
+fn log_has(instance: &Instance, needle: &str, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if instance.log().contains(needle) {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
+    assert!(
+        log_has(instance, needle, LOG_LIMIT),
+        "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
+        instance.log()
+    );
+}
+
+fn count(instance: &Instance, needle: &str) -> usize {
+    instance.log().matches(needle).count()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP/1.1
+
+/// One HTTP answer.
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+    elapsed: Duration,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC message of the body: the body itself, or the last `data:` of an SSE
+    /// stream that carries a JSON-RPC answer.
+    fn json(&self) -> Value {
+        let sse = self
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/event-stream"));
+        if sse {
+            self.body
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+                .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
+                .unwrap_or_else(|| {
+                    panic!("no JSON-RPC answer in the SSE body:\n{}", self.describe())
+                })
+        } else {
+            serde_json::from_str(&self.body)
+                .unwrap_or_else(|e| panic!("body is not JSON ({e}):\n{}", self.describe()))
+        }
+    }
+
+    fn describe(&self) -> String {
+        let headers: String = self
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\n"))
+            .collect();
+        format!(
+            "HTTP {} after {:.0?}\n{headers}\n{}",
+            self.status, self.elapsed, self.body
+        )
+    }
+}
+
+/// Sends one request on a fresh connection (`Connection: close`) and reads the whole answer,
+/// panicking if it takes longer than `limit`.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    limit: Duration,
+) -> Resp {
+    let start = Instant::now();
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
+    stream.set_write_timeout(Some(limit)).unwrap();
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    req.push_str("\r\n");
+    req.push_str(body.unwrap_or(""));
+    stream
+        .write_all(req.as_bytes())
+        .unwrap_or_else(|e| panic!("{method} {path} on port {port}: write: {e}"));
+
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            panic!(
+                "{method} {path} on port {port}: no complete answer within {limit:?} (a hang); got so far:\n{}",
+                String::from_utf8_lossy(&raw)
+            );
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => panic!("{method} {path} on port {port}: read: {e}"),
+        }
+    }
+    let elapsed = start.elapsed();
+    parse_response(&raw, elapsed)
+        .unwrap_or_else(|| panic!("not an HTTP answer:\n{}", String::from_utf8_lossy(&raw)))
+}
+
+fn parse_response(raw: &[u8], elapsed: Duration) -> Option<Resp> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    if chunked {
+        body = dechunk(&body)?;
+    }
+    Some(Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        elapsed,
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = data.windows(2).position(|w| w == b"\r\n")?;
+        let size_line = std::str::from_utf8(&data[..eol]).ok()?;
+        let size = usize::from_str_radix(size_line.split(';').next()?.trim(), 16).ok()?;
+        data = &data[eol + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(data.get(..size)?);
+        data = data.get(size + 2..)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A session-era MCP client
+
+fn next_id() -> u64 {
+    static ID: AtomicU64 = AtomicU64::new(1);
+    ID.fetch_add(1, Ordering::Relaxed)
+}
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+fn post(port: u16, session: Option<&str>, msg: &Value, limit: Duration) -> Resp {
+    let body = msg.to_string();
+    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
+    if let Some(sid) = session {
+        headers.push(("mcp-session-id", sid));
+        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
+    }
+    http(port, "POST", "/mcp", &headers, Some(&body), limit)
+}
+
+/// `initialize` and `notifications/initialized` on `port`; returns the session id.
+fn open_session(port: u16) -> String {
+    let init = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "fleet-redis-test", "version": "1.0.0"},
+        },
+    });
+    let resp = post(port, None, &init, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
+    let sid = resp
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("initialize without mcp-session-id:\n{}", resp.describe()))
+        .to_string();
+    assert!(
+        resp.json().get("result").is_some(),
+        "initialize:\n{}",
+        resp.describe()
+    );
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = post(port, Some(&sid), &note, HTTP_LIMIT);
+    assert!(
+        resp.status == 202 || resp.status == 200,
+        "notifications/initialized:\n{}",
+        resp.describe()
+    );
+    sid
+}
+
+/// `tools/call find_tickets {}` on `port` in session `sid`.
+fn find_tickets(port: u16, sid: &str) -> Resp {
+    find_tickets_within(port, sid, HTTP_LIMIT)
+}
+
+fn find_tickets_within(port: u16, sid: &str, limit: Duration) -> Resp {
+    let call = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}},
+    });
+    post(port, Some(sid), &call, limit)
+}
+
+fn delete_session(port: u16, sid: &str) -> Resp {
+    http(
+        port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        HTTP_LIMIT,
+    )
+}
+
+/// A 200 with a successful tool result.
+fn assert_tool_ok(resp: &Resp, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    let result = msg
+        .get("result")
+        .unwrap_or_else(|| panic!("{what}: no result:\n{}", resp.describe()));
+    assert_ne!(
+        result.get("isError"),
+        Some(&Value::Bool(true)),
+        "{what}: tool error:\n{}",
+        resp.describe()
+    );
+}
+
+/// A JSON-RPC error answer with this HTTP status, code and message.
+fn assert_rpc_error(resp: &Resp, status: u16, code: i64, message: &str, what: &str) {
+    assert_eq!(resp.status, status, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    assert_eq!(
+        msg["error"]["code"].as_i64(),
+        Some(code),
+        "{what}:\n{}",
+        resp.describe()
+    );
+    assert_eq!(
+        msg["error"]["message"].as_str(),
+        Some(message),
+        "{what}:\n{}",
+        resp.describe()
+    );
+}
+
+fn readyz(port: u16) -> Resp {
+    http(port, "GET", "/readyz", &[], None, HTTP_LIMIT)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis inspection
+
+fn session_key(sid: &str) -> String {
+    format!("mcp:session:{sid}")
+}
+
+fn key_exists(redis: &RedisServer, sid: &str) -> bool {
+    redis.cli(&["EXISTS", &session_key(sid)]) == "1"
+}
+
+/// Every `nodeId` value anywhere in the stored record of `sid`.
+fn stored_node_ids(redis: &RedisServer, sid: &str) -> Vec<String> {
+    let raw = redis.cli(&["GET", &session_key(sid)]);
+    let record: Value = serde_json::from_str(&raw)
+        .unwrap_or_else(|e| panic!("record of {sid} is not JSON ({e}): {raw:?}"));
+    let mut ids = Vec::new();
+    collect_node_ids(&record, &mut ids);
+    assert!(!ids.is_empty(), "no nodeId in the stored record: {record}");
+    ids
+}
+
+fn collect_node_ids(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k == "nodeId" {
+                    out.push(v.as_str().unwrap_or_default().to_string());
+                }
+                collect_node_ids(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_node_ids(v, out)),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. A session moves between instances
+
+#[test]
+fn a_session_opened_on_a_is_served_by_b_through_redis() {
+    let redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), None);
+    let b = desk("desk-b", Some(&redis.url()), None);
+    assert_log_has(&a, "A", VALIDATED);
+    assert_log_has(&b, "B", VALIDATED);
+
+    let sid = open_session(a.port());
+    assert!(
+        key_exists(&redis, &sid),
+        "initialize on A stored no session key"
+    );
+    assert_eq!(stored_node_ids(&redis, &sid), ["desk-a"], "holder before B");
+
+    let resp = find_tickets(b.port(), &sid);
+    assert_tool_ok(&resp, "tools/call on B for a session opened on A");
+    assert_log_has(&b, "B", RECREATING);
+    assert_eq!(
+        stored_node_ids(&redis, &sid),
+        ["desk-b"],
+        "B writes the record back naming itself"
+    );
+
+    // B now holds it: a second call is served without recreating it again.
+    assert_tool_ok(&find_tickets(b.port(), &sid), "second call on B");
+    assert_eq!(count(&b, RECREATING), 1, "B recreated the session twice");
+    // And A still serves it.
+    assert_tool_ok(&find_tickets(a.port(), &sid), "call back on A");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+#[test]
+fn without_redis_b_does_not_know_a_session_opened_on_a() {
+    let a = desk("desk-a", None, None);
+    let b = desk("desk-b", None, None);
+    let sid = open_session(a.port());
+    let resp = find_tickets(b.port(), &sid);
+    assert_rpc_error(
+        &resp,
+        404,
+        -32000,
+        "session not initialized",
+        "tools/call on B without Redis",
+    );
+    assert!(!b.log().contains(RECREATING), "B recreated without Redis");
+    assert_tool_ok(&find_tickets(a.port(), &sid), "A still serves its session");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. A restarted instance
+
+#[test]
+fn a_restarted_instance_serves_the_sessions_of_its_previous_life() {
+    let redis = RedisServer::start();
+    let first = desk("desk-a", Some(&redis.url()), None);
+    let sid = open_session(first.port());
+    assert_tool_ok(&find_tickets(first.port(), &sid), "call before the restart");
+    drop(first); // SIGKILL: the process is gone, its memory with it
+
+    let second = desk("desk-a", Some(&redis.url()), None);
+    let resp = find_tickets(second.port(), &sid);
+    assert_tool_ok(&resp, "call on the restarted instance");
+    assert_log_has(&second, "restarted A", RECREATING);
+    assert_tool_ok(
+        &find_tickets(second.port(), &sid),
+        "second call after the restart",
+    );
+    second.assert_no_panic_logged();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Redis paused (SIGSTOP)
+
+/// Calls on a held session while Redis is paused: each answers 200 within `bounds`.
+///
+/// `line`: the contract's log line for the timed-out check, when the test asserts it.
+fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), line: Option<&str>) {
+    let dir = TempDir::new("fleet-redis-pause");
+    let config = check_timeout
+        .map(|ms| config_file(&dir, &format!("[sessions]\ncheck_timeout_ms = {ms}\n")));
+    let mut redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), config.as_ref());
+    let sid = open_session(a.port());
+    assert!(key_exists(&redis, &sid), "session not stored");
+    assert_tool_ok(&find_tickets(a.port(), &sid), "call before the pause");
+
+    redis.pause();
+    let paused_at = Instant::now();
+    let mut took = Vec::new();
+    // Three calls, about five seconds of pause with the default bound.
+    for n in 1..=3 {
+        let resp = find_tickets(a.port(), &sid);
+        assert_tool_ok(&resp, &format!("call {n} on A with Redis paused"));
+        let secs = resp.elapsed.as_secs_f64();
+        took.push(secs);
+        assert!(
+            (bounds.0..=bounds.1).contains(&secs),
+            "call {n} with Redis paused answered after {secs:.2} s, expected {:.1}-{:.1} s \
+             (check timeout {check_timeout:?} ms)\n--- A log ---\n{}",
+            bounds.0,
+            bounds.1,
+            a.log()
+        );
+    }
+    assert_log_has(&a, "A", SERVING_HERE);
+    if let Some(line) = line {
+        assert_log_has(&a, "A", line);
+    }
+    // Keep Redis paused about five seconds, as in the acceptance, then let it go.
+    if let Some(rest) = Duration::from_secs(5).checked_sub(paused_at.elapsed()) {
+        thread::sleep(rest);
+    }
+    redis.resume();
+    eprintln!("calls with Redis paused took {took:.2?} s");
+
+    // Redis is back: the session is still served, and still stored.
+    let start = Instant::now();
+    loop {
+        let resp = find_tickets(a.port(), &sid);
+        assert_tool_ok(&resp, "call after SIGCONT");
+        if resp.elapsed < Duration::from_millis(250) || start.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        key_exists(&redis, &sid),
+        "session key lost across the pause"
+    );
+    a.assert_no_panic_logged();
+}
+
+#[test]
+fn paused_redis_a_held_session_answers_after_the_default_check_timeout() {
+    held_session_survives_pause(None, (0.3, 3.0), None);
+}
+
+#[test]
+fn paused_redis_a_held_session_answers_after_a_configured_check_timeout() {
+    held_session_survives_pause(Some(2000), (1.5, 5.0), None);
+}
+
+/// The contract's own line, `The session store did not answer within 500 ms`, next to
+/// `Could not confirm the session is still stored — serving it here`.
+#[test]
+fn paused_redis_logs_the_session_store_did_not_answer_within_500_ms() {
+    held_session_survives_pause(None, (0.3, 3.0), Some(NO_ANSWER_500));
+}
+
+/// The same with `check_timeout_ms = 2000`.
+#[test]
+fn paused_redis_logs_the_session_store_did_not_answer_within_2000_ms() {
+    held_session_survives_pause(Some(2000), (1.5, 5.0), Some(NO_ANSWER_2000));
+}
+
+/// A session A does not hold, with Redis paused: a bounded wait, then `503` with
+/// `Retry-After`, never a hang; once Redis is back the same call answers 200.
+#[test]
+fn paused_redis_a_session_not_held_gets_503_with_retry_after_then_200() {
+    let dir = TempDir::new("fleet-redis-wait");
+    let config = config_file(&dir, "[sessions]\nstore_wait_ms = 1500\n");
+    let mut redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), Some(&config));
+    let b = desk("desk-b", Some(&redis.url()), Some(&config));
+    let sid = open_session(b.port());
+    assert!(key_exists(&redis, &sid), "session not stored");
+
+    redis.pause();
+    let resp = find_tickets_within(a.port(), &sid, Duration::from_secs(10));
+    let secs = resp.elapsed.as_secs_f64();
+    assert_eq!(
+        resp.status,
+        503,
+        "call on A for a session it does not hold, Redis paused:\n{}\n--- A log ---\n{}",
+        resp.describe(),
+        a.log()
+    );
+    let retry = resp
+        .header("retry-after")
+        .unwrap_or_else(|| panic!("503 without Retry-After:\n{}", resp.describe()));
+    assert!(
+        retry.parse::<u64>().is_ok_and(|s| s >= 1),
+        "Retry-After {retry:?}"
+    );
+    let msg = resp.json();
+    assert!(
+        msg["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "503 without a JSON-RPC error message:\n{}",
+        resp.describe()
+    );
+    assert!(
+        secs <= 4.0,
+        "the 503 came after {secs:.2} s; store_wait_ms is 1500"
+    );
+    eprintln!("503 after {secs:.2} s: {}", resp.body);
+
+    redis.resume();
+    let resp = find_tickets(a.port(), &sid);
+    assert_tool_ok(&resp, "the same call on A after SIGCONT");
+    assert_log_has(&a, "A", RECREATING);
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+/// The other half of that acceptance line: a request for a session the instance does not hold
+/// waits for Redis, so when Redis comes back before `store_wait_ms` runs out the request is
+/// answered (200), not refused.
+#[test]
+fn paused_redis_a_session_not_held_is_answered_when_redis_comes_back_within_the_wait() {
+    let dir = TempDir::new("fleet-redis-comeback");
+    let config = config_file(&dir, "[sessions]\nstore_wait_ms = 3000\n");
+    let mut redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), Some(&config));
+    let b = desk("desk-b", Some(&redis.url()), Some(&config));
+    let sid = open_session(b.port());
+
+    redis.pause();
+    let port = a.port();
+    let call = {
+        let sid = sid.clone();
+        thread::spawn(move || find_tickets_within(port, &sid, Duration::from_secs(10)))
+    };
+    thread::sleep(Duration::from_millis(1000));
+    redis.resume();
+    let resp = call.join().expect("the call thread");
+    assert_tool_ok(
+        &resp,
+        &format!(
+            "call on A (session held by B) while Redis was paused for 1 s, store_wait_ms 3000\n--- A log ---\n{}",
+            a.log()
+        ),
+    );
+    let secs = resp.elapsed.as_secs_f64();
+    assert!(
+        (0.8..=3.5).contains(&secs),
+        "answered after {secs:.2} s; Redis came back after 1 s"
+    );
+    assert_log_has(&a, "A", RECREATING);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Redis not running at start
+
+#[test]
+fn redis_down_at_start_then_started_is_used_without_a_restart() {
+    let port = support_redis::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut a = desk("desk-a", Some(&url), None);
+
+    let resp = readyz(a.port());
+    assert_eq!(
+        resp.status,
+        503,
+        "/readyz with Redis down:\n{}",
+        resp.describe()
+    );
+    assert!(
+        !a.log().contains(VALIDATED),
+        "validated a Redis that is not running"
+    );
+
+    // Sessions work in memory meanwhile.
+    let early = open_session(a.port());
+    assert_tool_ok(&find_tickets(a.port(), &early), "call with Redis down");
+
+    let redis = RedisServer::start_on(port);
+    let started = Instant::now();
+    let limit = Duration::from_secs(40);
+    loop {
+        let resp = readyz(a.port());
+        if resp.status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "/readyz still {} {:?} after Redis ran for {limit:?}\n--- A log ---\n{}",
+            resp.status,
+            resp.body,
+            a.log()
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+    eprintln!(
+        "/readyz 200 {:.1?} after redis-server started",
+        started.elapsed()
+    );
+    assert_log_has(&a, "A", VALIDATED);
+    a.assert_alive(); // the same process: no restart
+
+    let fresh = open_session(a.port());
+    assert!(
+        key_exists(&redis, &fresh),
+        "a session opened after Redis came up is not in Redis"
+    );
+    assert_eq!(stored_node_ids(&redis, &fresh), ["desk-a"]);
+    assert_tool_ok(&find_tickets(a.port(), &fresh), "call on the new session");
+    assert_tool_ok(
+        &find_tickets(a.port(), &early),
+        "call on the session opened while Redis was down",
+    );
+    a.assert_no_panic_logged();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. DELETE on one instance
+
+#[test]
+fn delete_on_a_expires_the_session_on_b_which_served_it() {
+    let redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), None);
+    let b = desk("desk-b", Some(&redis.url()), None);
+    let sid = open_session(a.port());
+    assert_tool_ok(&find_tickets(b.port(), &sid), "call on B before the DELETE");
+    assert_log_has(&b, "B", RECREATING);
+
+    let resp = delete_session(a.port(), &sid);
+    assert_eq!(resp.status, 204, "DELETE on A:\n{}", resp.describe());
+    assert!(!key_exists(&redis, &sid), "DELETE left the key in Redis");
+
+    let resp = find_tickets(b.port(), &sid);
+    assert_rpc_error(
+        &resp,
+        404,
+        -32001,
+        "session expired",
+        "call on B after the DELETE on A",
+    );
+    assert_log_has(&b, "B", GONE);
+
+    // On A, the contract's answer for a session deleted there.
+    let resp = find_tickets(a.port(), &sid);
+    assert_eq!(
+        (resp.status, resp.body.as_str()),
+        (404, "Session not found"),
+        "call on A after its DELETE:\n{}",
+        resp.describe()
+    );
+    assert!(!key_exists(&redis, &sid), "the deleted session came back");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. The session TTL slides
+
+#[test]
+fn the_session_ttl_slides_while_used_and_runs_out_when_idle() {
+    let dir = TempDir::new("fleet-redis-ttl");
+    let config = config_file(
+        &dir,
+        "[sessions]\nidle_ttl_ms = 3000\n[redis]\ndefault_ttl_ms = 3000\n",
+    );
+    let redis = RedisServer::start();
+    let a = desk("desk-a", Some(&redis.url()), Some(&config));
+    let sid = open_session(a.port());
+    let ttl: i64 = redis.cli(&["PTTL", &session_key(&sid)]).parse().unwrap();
+    assert!(
+        (1..=3000).contains(&ttl),
+        "a fresh session's key lives {ttl} ms, expected at most 3000"
+    );
+
+    // Used every 500 ms for 5 s: longer than the 3 s TTL.
+    let start = Instant::now();
+    let mut calls = 0;
+    while start.elapsed() < Duration::from_secs(5) {
+        let resp = find_tickets(a.port(), &sid);
+        calls += 1;
+        assert_tool_ok(&resp, &format!("call {calls} at {:.1?}", start.elapsed()));
+        thread::sleep(Duration::from_millis(500));
+    }
+    assert_tool_ok(&find_tickets(a.port(), &sid), "call after 5 s of use");
+    assert!(
+        key_exists(&redis, &sid),
+        "the key expired although the session was used every 500 ms"
+    );
+
+    // Idle for 4 s: past the TTL.
+    thread::sleep(Duration::from_secs(4));
+    assert!(
+        !key_exists(&redis, &sid),
+        "the key outlived its 3 s TTL by a second"
+    );
+    let resp = find_tickets(a.port(), &sid);
+    assert_rpc_error(
+        &resp,
+        404,
+        -32001,
+        "session expired",
+        "call after the session idled past its TTL",
+    );
+    a.assert_no_panic_logged();
+}
