@@ -361,7 +361,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         let outcome = async {
             // Round-robin over two instances when asked: every other call goes to the second.
             let target = match url2 {
-                Some(u2) if id % 2 == 0 => u2.as_str(),
+                Some(u2) if id.is_multiple_of(2) => u2.as_str(),
                 _ => url.as_str(),
             };
             let req = client.post(target);
