@@ -233,11 +233,44 @@ pub struct ToolBuilder {
 pub fn schema_of<T: JsonSchema>() -> JsonObject {
     let schema = schemars::schema_for!(T);
     match serde_json::to_value(&schema) {
-        Ok(Value::Object(map)) => map,
+        Ok(Value::Object(mut map)) => {
+            strip_rust_formats(&mut map);
+            map
+        }
         _ => {
             let mut m = JsonObject::new();
             m.insert("type".into(), Value::String("object".into()));
             m
+        }
+    }
+}
+
+/// Removes the `format` values schemars derives from Rust number types (`uint64`, `int32`,
+/// `double`, ...). They are not JSON Schema formats, so validators in clients warn about them
+/// on every call; `minimum` and `type: integer` already carry what matters.
+fn strip_rust_formats(map: &mut JsonObject) {
+    const RUST_FORMATS: &[&str] = &[
+        "uint", "uint8", "uint16", "uint32", "uint64", "uint128", "int", "int8", "int16", "int32",
+        "int64", "int128", "float", "double",
+    ];
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| RUST_FORMATS.contains(&f))
+    {
+        map.remove("format");
+    }
+    for v in map.values_mut() {
+        match v {
+            Value::Object(m) => strip_rust_formats(m),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(m) = item {
+                        strip_rust_formats(m);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
