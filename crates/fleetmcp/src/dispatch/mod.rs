@@ -119,12 +119,12 @@ pub(crate) fn input_required(shared: &Shared, round: &Round) -> Reply {
 /// Runs one request.
 pub(crate) async fn request(
     shared: Arc<Shared>,
-    caller: Caller,
     method: String,
     params: Option<Box<RawValue>>,
     ctx: RequestContext,
 ) -> Reply {
     let p = params.as_deref();
+    let caller = ctx.caller().clone();
     match (&caller, method.as_str()) {
         (_, "tools/list") => tools::list(&shared, &ctx, p),
         (_, "tools/call") => tools::call(&shared, p, ctx).await,

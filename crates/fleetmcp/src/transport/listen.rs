@@ -52,14 +52,6 @@ fn parse(map: &Map<String, Value>) -> Option<Filter> {
     })
 }
 
-fn frame(data: &[u8]) -> Bytes {
-    let mut b = Vec::with_capacity(data.len() + 24);
-    b.extend_from_slice(b"event: message\ndata: ");
-    b.extend_from_slice(data);
-    b.extend_from_slice(b"\n\n");
-    Bytes::from(b)
-}
-
 pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value>) -> Response {
     let Some(filter) = parse(map) else {
         return reply::rpc_error(
@@ -98,7 +90,7 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
     let server_info = json!({"name": shared.info.name, "version": shared.info.version});
     let id_text = id.get().to_string();
     tokio::spawn(async move {
-        if tx.send(frame(&ack)).await.is_err() {
+        if tx.send(super::sse::message_frame(&ack)).await.is_err() {
             return;
         }
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
@@ -142,7 +134,9 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
             for (method, mut params) in due {
                 params["_meta"] = json!({META_SUBSCRIPTION_ID: sub_id});
                 if tx
-                    .send(frame(&encode_notification(method, &params)))
+                    .send(super::sse::message_frame(&encode_notification(
+                        method, &params,
+                    )))
                     .await
                     .is_err()
                 {
@@ -155,7 +149,7 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
             "{{\"jsonrpc\":\"2.0\",\"id\":{id_text},\"result\":{}}}",
             json!({"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: sub_id, META_SERVER_INFO: server_info}})
         );
-        let _ = tx.send(frame(result.as_bytes())).await;
+        let _ = tx.send(super::sse::message_frame(result.as_bytes())).await;
     });
     super::stateless::sse_body(rx)
 }

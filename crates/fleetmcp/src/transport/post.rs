@@ -405,13 +405,7 @@ async fn run_request(
         progress_token(params.as_deref()),
         cancel.clone(),
     );
-    let work = dispatch::request(
-        shared.clone(),
-        Caller::Session(session.clone()),
-        method,
-        params,
-        ctx,
-    );
+    let work = dispatch::request(shared.clone(), method, params, ctx);
     // Cancellation drops the handler at its next await point.
     let mut running: Running = async move {
         tokio::select! {
@@ -618,13 +612,7 @@ async fn serve_batch(shared: &Arc<Shared>, req: McpRequest) -> Response {
                     progress_token(params.as_deref()),
                     cancel,
                 );
-                let work = dispatch::request(
-                    shared.clone(),
-                    Caller::Session(session.clone()),
-                    method,
-                    params,
-                    ctx,
-                );
+                let work = dispatch::request(shared.clone(), method, params, ctx);
                 let session = session.clone();
                 answers.push(
                     async move {

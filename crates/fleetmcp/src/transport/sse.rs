@@ -47,7 +47,12 @@ pub(crate) fn response(
         }
     })
     .map(Ok::<_, Infallible>);
-    let mut res = Response::new(Body::from_stream(body));
+    streaming(Body::from_stream(body))
+}
+
+/// A `200` SSE response around `body`.
+pub(crate) fn streaming(body: Body) -> Response {
+    let mut res = Response::new(body);
     *res.status_mut() = StatusCode::OK;
     let h = res.headers_mut();
     h.insert(
@@ -58,6 +63,15 @@ pub(crate) fn response(
     // Stops nginx and similar proxies from buffering the stream.
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     res
+}
+
+/// An SSE frame with no id (2026-07-28 streams are not resumable).
+pub(crate) fn message_frame(data: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(data.len() + 24);
+    b.put_slice(b"event: message\ndata: ");
+    b.put_slice(data);
+    b.put_slice(b"\n\n");
+    b.freeze()
 }
 
 #[cfg(test)]

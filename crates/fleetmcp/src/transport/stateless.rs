@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt, stream};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -197,8 +197,7 @@ async fn run(
         progress_token,
         cancel.clone(),
     );
-    let mut work: Running =
-        dispatch::request(shared.clone(), ctx.caller().clone(), method, params, ctx).boxed();
+    let mut work: Running = dispatch::request(shared.clone(), method, params, ctx).boxed();
     tokio::select! {
         biased;
         reply = &mut work => match rx.try_recv() {
@@ -210,14 +209,6 @@ async fn run(
         },
         Some(first) = rx.recv() => stream(id, first, rx, Some(work), None, cancel),
     }
-}
-
-fn frame(data: &[u8]) -> Bytes {
-    let mut b = Vec::with_capacity(data.len() + 24);
-    b.extend_from_slice(b"event: message\ndata: ");
-    b.extend_from_slice(data);
-    b.extend_from_slice(b"\n\n");
-    Bytes::from(b)
 }
 
 /// An SSE answer written straight to the connection. When the client closes it, the request
@@ -236,7 +227,9 @@ fn stream(
             let body_tx = body_tx.clone();
             async move {
                 match m {
-                    Outbound::Message(b) => body_tx.send(frame(&b)).await.is_ok(),
+                    Outbound::Message(b) => {
+                        body_tx.send(super::sse::message_frame(&b)).await.is_ok()
+                    }
                     Outbound::EndConnection => true,
                 }
             }
@@ -266,7 +259,7 @@ fn stream(
             Ok(result) => encode_result(&id, &result),
             Err(e) => encode_error(Some(&id), &e),
         };
-        let _ = body_tx.send(frame(&last)).await;
+        let _ = body_tx.send(super::sse::message_frame(&last)).await;
     });
     sse_body(body_rx)
 }
@@ -275,13 +268,5 @@ pub(super) fn sse_body(rx: mpsc::Receiver<Bytes>) -> Response {
     let body = stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
-    let mut res = Response::new(Body::from_stream(body.boxed()));
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    res
+    super::sse::streaming(Body::from_stream(body.boxed()))
 }
