@@ -88,6 +88,8 @@ struct Inner {
     /// Numbers the client requests a handler makes without naming them, so that a handler
     /// run again in the next round produces the same keys.
     asked: AtomicUsize,
+    /// Set while a tool that escalates runs as a plain request: `escalate` fires it.
+    escalation: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// How long a handler waits for the client to answer a request.
@@ -109,6 +111,7 @@ impl RequestContext {
                 progress_token,
                 cancel,
                 asked: AtomicUsize::new(0),
+                escalation: parking_lot::Mutex::new(None),
             }),
         }
     }
@@ -169,6 +172,20 @@ impl RequestContext {
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
+    }
+
+    pub(crate) fn arm_escalation(&self, tx: tokio::sync::oneshot::Sender<()>) {
+        *self.inner.escalation.lock() = Some(tx);
+    }
+
+    /// For a tool declared with `escalates_to_task()`: answer the client now with a background
+    /// task, and go on running as that task. Before this call the tool is a plain request (it
+    /// can still ask the client through `InputRequiredResult` rounds); without the tasks
+    /// extension, or called twice, it does nothing.
+    pub fn escalate(&self) {
+        if let Some(tx) = self.inner.escalation.lock().take() {
+            let _ = tx.send(());
+        }
     }
 
     pub(crate) fn send(&self, message: Bytes) {

@@ -468,6 +468,19 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                     answers[1]["content"]["name"].as_str().unwrap_or("?")
                 ))
             }),
+        tool("test_tool_with_task")
+            .description("Asks for a name (MRTR), then finishes as a background task")
+            .task_support(TaskSupport::Required)
+            .escalates_to_task()
+            .handler(|_: NoArgs, ctx| async move {
+                let r = ctx
+                    .ask("user_name", "elicitation/create", name_question("What is your name?", "name"))
+                    .await?;
+                let name = r["content"]["name"].as_str().unwrap_or("stranger").to_string();
+                ctx.escalate();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(format!("Hello, {name}! (finished as a task)"))
+            }),
         tool("test_roots")
             .description("Asks the client for its roots")
             .handler(|_: NoArgs, ctx| async move {

@@ -122,5 +122,5 @@ fn conformance_0_2_requirements_2025_11_25_pass() {
 
 #[test]
 fn conformance_0_2_requirements_2026_07_28_pass() {
-    requirement_set_passes("2026-07-28", 195);
+    requirement_set_passes("2026-07-28", 196);
 }

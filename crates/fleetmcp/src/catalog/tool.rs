@@ -125,6 +125,7 @@ pub struct ToolDef {
     /// Client capabilities a call needs (2026-07-28 answers `-32021` without them).
     required_capabilities: Option<serde_json::Map<String, Value>>,
     task_support: crate::tasks::TaskSupport,
+    escalates: bool,
 }
 
 impl ToolDef {
@@ -144,6 +145,12 @@ impl ToolDef {
     /// Whether the tool runs as a background task (2026-07-28 tasks extension).
     pub fn task_support(&self) -> crate::tasks::TaskSupport {
         self.task_support
+    }
+
+    /// Whether the tool starts as a plain request and becomes a task when its handler calls
+    /// [`RequestContext::escalate`].
+    pub fn escalates(&self) -> bool {
+        self.escalates
     }
 
     /// Capabilities the client must declare to call this tool.
@@ -213,6 +220,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         meta: None,
         required_capabilities: None,
         task_support: crate::tasks::TaskSupport::Forbidden,
+        escalates: false,
     }
 }
 
@@ -227,6 +235,7 @@ pub struct ToolBuilder {
     meta: Option<rmcp::model::MetaObject>,
     required_capabilities: Option<serde_json::Map<String, Value>>,
     task_support: crate::tasks::TaskSupport,
+    escalates: bool,
 }
 
 /// The JSON Schema (2020-12) of a Rust type, as an object.
@@ -313,6 +322,17 @@ impl ToolBuilder {
     /// answers at once with a task the client polls with `tasks/get`.
     pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
         self.task_support = support;
+        self
+    }
+
+    /// Makes the tool a task only from the moment its handler calls
+    /// [`RequestContext::escalate`]: before that it is a plain request, so it can gather input
+    /// through `InputRequiredResult` rounds first (the MRTR-then-task composition).
+    pub fn escalates_to_task(mut self) -> Self {
+        self.escalates = true;
+        if self.task_support == crate::tasks::TaskSupport::Forbidden {
+            self.task_support = crate::tasks::TaskSupport::Optional;
+        }
         self
     }
 
@@ -406,6 +426,7 @@ impl ToolBuilder {
             header_params,
             required_capabilities: self.required_capabilities,
             task_support: self.task_support,
+            escalates: self.escalates,
         })
     }
 }

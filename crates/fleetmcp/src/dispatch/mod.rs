@@ -21,7 +21,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::context::{Caller, RequestContext};
-use crate::protocol::{ErrorData, STATELESS_VERSIONS, errors};
+use crate::protocol::{ErrorData, ProtocolVersion, STATELESS_VERSIONS, errors};
 use crate::server::Shared;
 use crate::session::{LogLevel, Session};
 use crate::stateless::request_state::StatePayload;
@@ -138,6 +138,18 @@ pub(crate) async fn request(
         (Caller::Session(s), "resources/subscribe") => resources::subscribe(s, p, true),
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(s, p, false),
         (Caller::Session(s), "logging/setLevel") => set_level(s, p),
+        (Caller::Session(s), "tasks/get") if s.version >= ProtocolVersion::V2025_11_25 => {
+            tasks::session_get(&shared, s, p).await
+        }
+        (Caller::Session(s), "tasks/result") if s.version >= ProtocolVersion::V2025_11_25 => {
+            tasks::session_result(&shared, &ctx, s, p).await
+        }
+        (Caller::Session(s), "tasks/list") if s.version >= ProtocolVersion::V2025_11_25 => {
+            tasks::session_list(&shared, s, p).await
+        }
+        (Caller::Session(s), "tasks/cancel") if s.version >= ProtocolVersion::V2025_11_25 => {
+            tasks::session_cancel(&shared, s, p).await
+        }
         (Caller::Session(_), "initialize") => Err(errors::invalid_request(
             "Invalid Request: this session is already initialized",
         )),

@@ -47,18 +47,7 @@ pub(crate) async fn create(
     meta: RequestMeta,
 ) -> Reply {
     let task_id = uuid::Uuid::new_v4().to_string();
-    let now = now_iso();
-    let record = TaskRecord {
-        task_id: task_id.clone(),
-        status: TaskStatus::Working,
-        created_at: now.clone(),
-        last_updated_at: now,
-        ttl_ms: TASK_TTL_MS,
-        poll_interval_ms: POLL_INTERVAL_MS,
-        result: None,
-        error: None,
-        input_requests: Map::new(),
-    };
+    let record = new_record(&task_id);
     shared.tasks.put(&record).await;
     let cancel = shared.shutdown.child_token();
     let running = shared.runner.start(&task_id, cancel.clone());
@@ -87,6 +76,80 @@ pub(crate) async fn create(
     let mut created = task_envelope(&record);
     created.insert("resultType".into(), json!("task"));
     respond(shared, ctx, &Value::Object(created), None)
+}
+
+/// Runs a tool that may escalate: as a plain request until its handler calls
+/// `ctx.escalate()`; from then on as a background task, while the client gets the
+/// `CreateTaskResult`.
+pub(crate) async fn run_escalating(
+    shared: &Arc<Shared>,
+    ctx: &RequestContext,
+    tool: Arc<ToolDef>,
+    args: Value,
+) -> Reply {
+    let (tx, escalated) = oneshot::channel();
+    ctx.arm_escalation(tx);
+    let mut work = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { tool.call(args, ctx).await }
+    });
+    tokio::select! {
+        done = &mut work => {
+            let outcome = done.map_err(|e| errors::internal(format!("the tool stopped: {e}")))?;
+            let mut result = match outcome {
+                Ok(r) => r,
+                Err(ToolError::Failed(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
+                Err(ToolError::Protocol(e)) => return Err(e),
+                Err(ToolError::InputRequired) => {
+                    return match ctx.caller() {
+                        Caller::Stateless(round) => super::input_required(shared, round),
+                        _ => Err(errors::internal("input required outside a multi-round request")),
+                    };
+                }
+            };
+            result.result_type = None;
+            respond(shared, ctx, &result, None)
+        }
+        Ok(()) = escalated => {
+            let task_id = uuid::Uuid::new_v4().to_string();
+            let record = new_record(&task_id);
+            shared.tasks.put(&record).await;
+            let cancel = shared.shutdown.child_token();
+            shared.runner.start(&task_id, cancel.clone());
+            let bg = shared.clone();
+            let id = task_id.clone();
+            tokio::spawn(async move {
+                let outcome = tokio::select! {
+                    r = &mut work => r.ok(),
+                    _ = cancel.cancelled() => {
+                        work.abort();
+                        None
+                    }
+                };
+                finish(&bg, &id, outcome).await;
+                bg.runner.finish(&id);
+            });
+            let mut created = task_envelope(&record);
+            created.insert("resultType".into(), json!("task"));
+            respond(shared, ctx, &Value::Object(created), None)
+        }
+    }
+}
+
+fn new_record(task_id: &str) -> TaskRecord {
+    let now = now_iso();
+    TaskRecord {
+        task_id: task_id.to_string(),
+        status: TaskStatus::Working,
+        created_at: now.clone(),
+        last_updated_at: now,
+        ttl_ms: TASK_TTL_MS,
+        poll_interval_ms: POLL_INTERVAL_MS,
+        result: None,
+        error: None,
+        input_requests: Map::new(),
+        owner: None,
+    }
 }
 
 /// Records how a task ended.
@@ -268,4 +331,163 @@ pub(crate) async fn ask(
         shared.tasks.put(&record).await;
     }
     receivers
+}
+
+// -------------------------------------------------------------------------------------------
+// The experimental core tasks of 2025-11-25 (session era): `tools/call` with a `task` param,
+// then `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`, bound to the session.
+// -------------------------------------------------------------------------------------------
+
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The 2025-11-25 `Task` object.
+fn session_task(r: &TaskRecord) -> Value {
+    json!({
+        "taskId": r.task_id,
+        "status": r.status,
+        "createdAt": r.created_at,
+        "lastUpdatedAt": r.last_updated_at,
+        "ttl": r.ttl_ms,
+        "pollInterval": r.poll_interval_ms,
+    })
+}
+
+/// Starts a session's tool call as a task; the answer is a `CreateTaskResult`.
+pub(crate) async fn create_for_session(
+    shared: &Arc<Shared>,
+    session: &Arc<crate::session::Session>,
+    tool: Arc<ToolDef>,
+    args: Value,
+) -> Reply {
+    let task_id = uuid::Uuid::new_v4().to_string();
+    let mut record = new_record(&task_id);
+    record.owner = Some(session.id.to_string());
+    shared.tasks.put(&record).await;
+    let cancel = session.closed.child_token();
+    shared.runner.start(&task_id, cancel.clone());
+    // The task talks to the client through the session (its standalone stream), as any
+    // message not tied to a live request does.
+    let task_ctx = RequestContext::new(
+        shared.clone(),
+        Caller::Session(session.clone()),
+        None,
+        None,
+        cancel.clone(),
+    );
+    let bg = shared.clone();
+    let id = task_id.clone();
+    tokio::spawn(async move {
+        let outcome = tokio::select! {
+            r = tool.call(args, task_ctx) => Some(r),
+            _ = cancel.cancelled() => None,
+        };
+        finish(&bg, &id, outcome).await;
+        bg.runner.finish(&id);
+    });
+    super::raw(&json!({"task": session_task(&record)}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SessionTaskParams {
+    task_id: String,
+}
+
+async fn owned(
+    shared: &Shared,
+    session: &crate::session::Session,
+    p: Option<&RawValue>,
+) -> Result<TaskRecord, ErrorData> {
+    let SessionTaskParams { task_id } = params(p)?;
+    match shared.tasks.get(&task_id).await {
+        Some(r) if r.owner.as_deref() == Some(&*session.id) => Ok(r),
+        _ => Err(unknown(&task_id)),
+    }
+}
+
+pub(super) async fn session_get(
+    shared: &Shared,
+    session: &crate::session::Session,
+    p: Option<&RawValue>,
+) -> Reply {
+    let r = owned(shared, session, p).await?;
+    super::raw(&session_task(&r))
+}
+
+/// Waits until the task is terminal, then answers exactly what the call would have.
+pub(super) async fn session_result(
+    shared: &Shared,
+    ctx: &RequestContext,
+    session: &crate::session::Session,
+    p: Option<&RawValue>,
+) -> Reply {
+    let mut r = owned(shared, session, p).await?;
+    while !r.status.is_terminal() {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            _ = ctx.cancellation().cancelled() => return Err(errors::internal("cancelled")),
+        }
+        r = shared
+            .tasks
+            .get(&r.task_id)
+            .await
+            .ok_or_else(|| unknown(&r.task_id))?;
+    }
+    let related = json!({RELATED_TASK: {"taskId": r.task_id}});
+    match (r.status, r.result, r.error) {
+        (TaskStatus::Completed, Some(Value::Object(mut result)), _) => {
+            result.insert("_meta".into(), related);
+            super::raw(&Value::Object(result))
+        }
+        (TaskStatus::Failed, _, Some(error)) => {
+            Err(serde_json::from_value(error)
+                .unwrap_or_else(|_| errors::internal("the task failed")))
+        }
+        _ => Err(ErrorData::new(
+            ErrorCode::INTERNAL_ERROR,
+            "The task was cancelled",
+            Some(related),
+        )),
+    }
+}
+
+pub(super) async fn session_list(
+    shared: &Shared,
+    session: &crate::session::Session,
+    p: Option<&RawValue>,
+) -> Reply {
+    let all = shared.tasks.list(&session.id).await;
+    let (page, next) = super::paging::page(&all, p, shared.config.page_size)?;
+    let tasks: Vec<Value> = page.iter().map(session_task).collect();
+    let mut result = json!({"tasks": tasks});
+    if let Some(c) = next {
+        result["nextCursor"] = json!(c);
+    }
+    super::raw(&result)
+}
+
+pub(super) async fn session_cancel(
+    shared: &Shared,
+    session: &crate::session::Session,
+    p: Option<&RawValue>,
+) -> Reply {
+    let mut r = owned(shared, session, p).await?;
+    if r.status.is_terminal() {
+        return Err(errors::invalid_params(format!(
+            "Task {} is already {}",
+            r.task_id,
+            serde_json::to_value(r.status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default()
+        )));
+    }
+    if let Some(running) = shared.runner.get(&r.task_id) {
+        running.cancel.cancel();
+    }
+    r.status = TaskStatus::Cancelled;
+    r.input_requests.clear();
+    r.last_updated_at = now_iso();
+    shared.tasks.put(&r).await;
+    super::raw(&session_task(&r))
 }

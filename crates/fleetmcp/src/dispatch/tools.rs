@@ -44,10 +44,17 @@ struct CallParams {
     name: String,
     #[serde(default)]
     arguments: Option<Map<String, Value>>,
+    /// 2025-11-25 experimental tasks: run the call as a task (`{ttl?}`).
+    #[serde(default)]
+    task: Option<Value>,
 }
 
 pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
-    let CallParams { name, arguments } = params(p)?;
+    let CallParams {
+        name,
+        arguments,
+        task,
+    } = params(p)?;
     let tool = shared
         .catalog()
         .tool(&name)
@@ -71,11 +78,37 @@ pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
     // A client may omit `arguments` for a tool that takes none.
     let args = Value::Object(arguments.unwrap_or_default());
     tool.validate(&args)?;
+    if let Caller::Session(session) = ctx.caller()
+        && session.version >= crate::protocol::ProtocolVersion::V2025_11_25
+    {
+        use crate::tasks::TaskSupport;
+        // 2025-11-25: the client asks for a task; the tool's declaration must allow it.
+        match (tool.task_support(), task.is_some()) {
+            (TaskSupport::Forbidden, true) => {
+                return Err(errors::method_not_found_msg(format!(
+                    "Tool {name} does not run as a task"
+                )));
+            }
+            (TaskSupport::Required, false) => {
+                return Err(errors::method_not_found_msg(format!(
+                    "Tool {name} runs only as a task: call it with `task`"
+                )));
+            }
+            (_, true) => {
+                return super::tasks::create_for_session(&ctx_shared(&ctx), session, tool, args)
+                    .await;
+            }
+            _ => {}
+        }
+    }
     if let Caller::Stateless(round) = ctx.caller() {
         use crate::tasks::TaskSupport;
         let declared = super::tasks::declared(&round.meta);
         match (tool.task_support(), declared) {
             (TaskSupport::Required, false) => return Err(super::tasks::missing_extension()),
+            (_, true) if tool.escalates() => {
+                return super::tasks::run_escalating(&ctx_shared(&ctx), &ctx, tool, args).await;
+            }
             (TaskSupport::Required | TaskSupport::Optional, true) => {
                 return super::tasks::create(
                     &ctx_shared(&ctx),

@@ -40,6 +40,10 @@ pub mod errors {
             None,
         )
     }
+    /// `-32601` with a message of our own (a method that exists but not in this form).
+    pub fn method_not_found_msg(message: impl Into<String>) -> ErrorData {
+        ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message.into(), None)
+    }
     pub fn invalid_params(message: impl Into<String>) -> ErrorData {
         ErrorData::new(ErrorCode::INVALID_PARAMS, message.into(), None)
     }

@@ -69,6 +69,9 @@ pub struct TaskRecord {
     /// Questions waiting for the client, by key, while `input_required`.
     #[serde(skip_serializing_if = "Map::is_empty", default)]
     pub input_requests: Map<String, Value>,
+    /// The session that created it (2025-11-25 tasks are bound to their session).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub owner: Option<String>,
 }
 
 /// Where task records live.
@@ -76,6 +79,8 @@ pub struct TaskRecord {
 pub trait TaskStore: Send + Sync + 'static {
     async fn put(&self, record: &TaskRecord);
     async fn get(&self, task_id: &str) -> Option<TaskRecord>;
+    /// The live tasks of an owner (a session), oldest first.
+    async fn list(&self, owner: &str) -> Vec<TaskRecord>;
 }
 
 /// Task records in memory, each dropped `ttl_ms` after its creation.
@@ -102,6 +107,23 @@ impl TaskStore for MemoryTaskStore {
         map.get(task_id)
             .filter(|(_, e)| *e > Instant::now())
             .map(|(r, _)| r.clone())
+    }
+
+    async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+        let now = Instant::now();
+        let mut out: Vec<TaskRecord> = self
+            .records
+            .lock()
+            .values()
+            .filter(|(r, e)| *e > now && r.owner.as_deref() == Some(owner))
+            .map(|(r, _)| r.clone())
+            .collect();
+        out.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.task_id.cmp(&b.task_id))
+        });
+        out
     }
 }
 
@@ -187,8 +209,11 @@ mod tests {
             result: None,
             error: None,
             input_requests: Map::new(),
+            owner: Some("s".into()),
         };
         store.put(&rec).await;
+        assert_eq!(store.list("s").await.len(), 1);
+        assert!(store.list("other").await.is_empty());
         assert_eq!(store.get("t").await, Some(rec));
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(store.get("t").await, None);

@@ -366,6 +366,16 @@ fn initialize_result(shared: &Shared, version: ProtocolVersion) -> Value {
     if let Some(i) = &shared.info.instructions {
         result["instructions"] = Value::String(i.clone());
     }
+    // 2025-11-25's experimental tasks, when some tool can run as one.
+    let tasks = shared
+        .catalog()
+        .tools
+        .iter()
+        .any(|t| t.task_support() != crate::tasks::TaskSupport::Forbidden);
+    if tasks && version >= ProtocolVersion::V2025_11_25 {
+        result["capabilities"]["tasks"] =
+            serde_json::json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    }
     result
 }
 
