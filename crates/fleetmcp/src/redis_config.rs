@@ -48,6 +48,9 @@ pub struct RedisConfig {
     pub db: Option<i64>,
     /// Host form: connect with TLS (what `rediss://` means in a URL).
     pub tls: Option<bool>,
+    /// TLS: a PEM file with the certificate authorities that sign the server's certificate
+    /// (default: the system's trust store).
+    pub ca_file: Option<String>,
     /// Base of every key fleetmcp writes (default `mcp:`); sessions live at
     /// `<key_prefix>session:<id>`. Two deployments sharing one Redis need different prefixes.
     #[serde(alias = "keyPrefix")]
@@ -76,6 +79,7 @@ impl Default for RedisConfig {
             password: None,
             db: None,
             tls: None,
+            ca_file: None,
             key_prefix: "mcp:".into(),
             default_ttl_ms: 3_600_000,
             command_timeout_ms: 500,
@@ -116,10 +120,17 @@ pub enum RedisConfigError {
     Db(i64),
     #[error("redis: `{0}` must be greater than 0")]
     Zero(&'static str),
-    #[error(
-        "redis: TLS (rediss:// or tls = true) is not supported by this build of fleetmcp; use redis:// or a TLS-terminating proxy"
-    )]
-    TlsUnsupported,
+    #[error("redis: `ca_file` {0}")]
+    CaFile(String),
+}
+
+/// rustls needs one process-wide crypto provider; ring is the one built in.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An application that installed its own provider first keeps it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 impl RedisConfig {
@@ -143,6 +154,11 @@ impl RedisConfig {
 
     /// Checks everything that can be checked without connecting.
     pub fn validate(&self) -> Result<(), RedisConfigError> {
+        if let Some(path) = &self.ca_file
+            && let Err(e) = std::fs::metadata(path)
+        {
+            return Err(RedisConfigError::CaFile(format!("{path}: {e}")));
+        }
         for (name, v) in [
             ("default_ttl_ms", self.default_ttl_ms),
             ("command_timeout_ms", self.command_timeout_ms),
@@ -172,6 +188,28 @@ impl RedisConfig {
             || self.tls.is_some()
     }
 
+    /// A `redis` client for this configuration: with TLS, it verifies the server against
+    /// `ca_file` when set, else the system's trust store.
+    pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
+        install_crypto_provider();
+        let info = self.connection_info()?;
+        match (&self.ca_file, self.is_tls()) {
+            (Some(path), true) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
+                redis::Client::build_with_tls(
+                    info,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+                .map_err(|e| RedisConfigError::Url(e.to_string()))
+            }
+            _ => redis::Client::open(info).map_err(|e| RedisConfigError::Url(e.to_string())),
+        }
+    }
+
     /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured.
     pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
         let info = match &self.url {
@@ -184,17 +222,11 @@ impl RedisConfig {
                     let scheme = url.split("://").next().unwrap_or(url);
                     return Err(RedisConfigError::Scheme(format!("{scheme}://")));
                 }
-                if lower.starts_with("rediss://") {
-                    return Err(RedisConfigError::TlsUnsupported);
-                }
                 url.trim()
                     .into_connection_info()
                     .map_err(|e| RedisConfigError::Url(e.to_string()))?
             }
             None => {
-                if self.tls == Some(true) {
-                    return Err(RedisConfigError::TlsUnsupported);
-                }
                 let port = self.port.unwrap_or(6379);
                 if port == 0 {
                     return Err(RedisConfigError::Port);
@@ -211,8 +243,17 @@ impl RedisConfig {
                 if let Some(p) = &self.password {
                     redis = redis.set_password(p);
                 }
-                ConnectionAddr::Tcp(host, port)
-                    .into_connection_info()
+                let addr = if self.tls == Some(true) {
+                    ConnectionAddr::TcpTls {
+                        host,
+                        port,
+                        insecure: false,
+                        tls_params: None,
+                    }
+                } else {
+                    ConnectionAddr::Tcp(host, port)
+                };
+                addr.into_connection_info()
                     .map_err(|e| RedisConfigError::Url(e.to_string()))?
                     .set_redis_settings(redis)
             }
@@ -319,10 +360,15 @@ mod tests {
             zero.validate(),
             Err(RedisConfigError::Zero("command_timeout_ms"))
         );
-        assert_eq!(
-            RedisConfig::from_url("rediss://a").validate(),
-            Err(RedisConfigError::TlsUnsupported)
-        );
+        assert!(RedisConfig::from_url("rediss://a").validate().is_ok());
+        let missing = RedisConfig {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..RedisConfig::from_url("rediss://a")
+        };
+        assert!(matches!(
+            missing.validate(),
+            Err(RedisConfigError::CaFile(_))
+        ));
     }
 
     #[test]

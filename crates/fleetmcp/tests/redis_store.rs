@@ -543,3 +543,169 @@ async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
     let keys = redis.cli(&["KEYS", &format!("mcp:events:{{{sid}}}*")]);
     assert!(keys.contains(&format!("mcp:events:{{{sid}}}:")), "{keys}");
 }
+
+/// A TLS-only redis-server with a certificate from a throwaway CA (made with `openssl`).
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn tls_redis() -> TlsRedis {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=fleetmcp-test-ca",
+        ],
+    );
+    run_openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    run_openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let port = free_port();
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.pem",
+            "--tls-key-file",
+            "server.key",
+            "--tls-ca-cert-file",
+            "ca.pem",
+        ])
+        .args([
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            ".",
+        ])
+        .current_dir(d)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    // Ready when the TLS port accepts connections.
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    TlsRedis { child, port, dir }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_connect_over_tls_and_verify_the_server() {
+    let redis = tls_redis();
+    let url = format!("rediss://127.0.0.1:{}", redis.port);
+    let ca = redis
+        .dir
+        .path()
+        .join("ca.pem")
+        .to_string_lossy()
+        .into_owned();
+    let cfg = RedisConfig {
+        ca_file: Some(ca),
+        ..RedisConfig::from_url(url.clone())
+    };
+    let store = RedisSessionStore::connect(cfg)
+        .await
+        .expect("TLS connection with the test CA");
+    store.put(&record("tls-1", "desk-a")).await.unwrap();
+    assert_eq!(store.get("tls-1").await.unwrap().unwrap().node_id, "desk-a");
+    assert!(store.exists("tls-1").await.unwrap());
+
+    // Without the CA, the server's certificate is not trusted: no connection.
+    let untrusted = RedisSessionStore::connect(RedisConfig::from_url(url)).await;
+    assert!(
+        untrusted.is_err(),
+        "a certificate from an unknown CA must be refused"
+    );
+    // A plain connection to the TLS port does not get through either.
+    let plain = RedisSessionStore::connect(RedisConfig::from_url(format!(
+        "redis://127.0.0.1:{}",
+        redis.port
+    )))
+    .await;
+    assert!(plain.is_err());
+}

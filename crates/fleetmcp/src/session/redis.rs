@@ -118,11 +118,9 @@ impl RedisSessionStore {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, StoreError> {
         cfg.validate()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let info = cfg
-            .connection_info()
+        let client = cfg
+            .client()
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let client =
-            redis::Client::open(info).map_err(|e| StoreError::Unavailable(e.to_string()))?;
         Ok(Arc::new(Inner {
             ttl_ms: cfg.default_ttl_ms,
             cfg,
