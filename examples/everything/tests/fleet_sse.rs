@@ -2,11 +2,9 @@
 //! `everything` processes sharing a real redis-server, every event delivered exactly once.
 
 #[path = "../../e2e_support.rs"]
-#[allow(dead_code)]
 mod support;
 
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
-#[allow(dead_code)]
 mod support_redis;
 
 use std::time::Duration;
