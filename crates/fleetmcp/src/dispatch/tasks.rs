@@ -56,23 +56,7 @@ pub(crate) async fn create(
         meta,
         running,
     });
-    let task_ctx = RequestContext::new(
-        shared.clone(),
-        Caller::Task(call),
-        None,
-        None,
-        cancel.clone(),
-    );
-    let bg = shared.clone();
-    let id = task_id.clone();
-    tokio::spawn(async move {
-        let outcome = tokio::select! {
-            r = tool.call(args, task_ctx) => Some(r),
-            _ = cancel.cancelled() => None,
-        };
-        finish(&bg, &id, outcome).await;
-        bg.runner.finish(&id);
-    });
+    spawn(shared, &task_id, tool, args, Caller::Task(call), cancel);
     let mut created = task_envelope(&record);
     created.insert("resultType".into(), json!("task"));
     respond(shared, ctx, &Value::Object(created), None)
@@ -150,6 +134,28 @@ fn new_record(task_id: &str) -> TaskRecord {
         input_requests: Map::new(),
         owner: None,
     }
+}
+
+/// Runs a task's tool in the background, recording how it ends.
+fn spawn(
+    shared: &Arc<Shared>,
+    task_id: &str,
+    tool: Arc<ToolDef>,
+    args: Value,
+    caller: Caller,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let ctx = RequestContext::new(shared.clone(), caller, None, None, cancel.clone());
+    let shared = shared.clone();
+    let id = task_id.to_string();
+    tokio::spawn(async move {
+        let outcome = tokio::select! {
+            r = tool.call(args, ctx) => Some(r),
+            _ = cancel.cancelled() => None,
+        };
+        finish(&shared, &id, outcome).await;
+        shared.runner.finish(&id);
+    });
 }
 
 /// Records how a task ended.
@@ -367,23 +373,14 @@ pub(crate) async fn create_for_session(
     shared.runner.start(&task_id, cancel.clone());
     // The task talks to the client through the session (its standalone stream), as any
     // message not tied to a live request does.
-    let task_ctx = RequestContext::new(
-        shared.clone(),
+    spawn(
+        shared,
+        &task_id,
+        tool,
+        args,
         Caller::Session(session.clone()),
-        None,
-        None,
-        cancel.clone(),
+        cancel,
     );
-    let bg = shared.clone();
-    let id = task_id.clone();
-    tokio::spawn(async move {
-        let outcome = tokio::select! {
-            r = tool.call(args, task_ctx) => Some(r),
-            _ = cancel.cancelled() => None,
-        };
-        finish(&bg, &id, outcome).await;
-        bg.runner.finish(&id);
-    });
     super::raw(&json!({"task": session_task(&record)}))
 }
 
