@@ -376,7 +376,8 @@ async fn sweep_idle(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         for id in shared.live.expire_idle(idle) {
-            shared.events.forget(&id).await;
+            // Idle here only: other instances may still serve it from the shared stores.
+            shared.events.release(&id).await;
             tracing::debug!(session = %id, "session expired after being idle");
         }
     }

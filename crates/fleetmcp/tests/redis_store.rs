@@ -400,6 +400,14 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
 /// An instance whose stores come from its configuration (`redis.url`): sessions and SSE
 /// events in Redis, as a binary sets them up.
 async fn configured_instance(machine: &str, redis: &RedisServer) -> Instance {
+    configured_instance_with(machine, redis, |_| {}).await
+}
+
+async fn configured_instance_with(
+    machine: &str,
+    redis: &RedisServer,
+    tweak: impl FnOnce(&mut Config),
+) -> Instance {
     let mut cfg = Config::from_sources(
         None,
         [
@@ -409,6 +417,7 @@ async fn configured_instance(machine: &str, redis: &RedisServer) -> Instance {
     )
     .unwrap();
     cfg.machine_id = Some(machine.into());
+    tweak(&mut cfg);
     let server = Server::builder("redis-it", "1.0.0")
         .tool(
             tool("count")
@@ -708,4 +717,70 @@ async fn rediss_urls_connect_over_tls_and_verify_the_server() {
     )))
     .await;
     assert!(plain.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
+    let redis = RedisServer::start();
+    let a = configured_instance("desk-a", &redis).await;
+    // B forgets sessions it has not used for a second.
+    let b = configured_instance_with("desk-b", &redis, |c| c.sessions.idle_ttl_ms = 1000).await;
+    let c = http();
+    let res = post(
+        &c,
+        &a.mcp,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let res = post(
+        &c,
+        &a.mcp,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+               "params": {"name": "count", "arguments": {}, "_meta": {"progressToken": "p"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    let all = read_events(res, 100).await;
+    let first = all[1].0.clone();
+    // B serves the session once (a resumption), then lets its copy idle out.
+    let res = c
+        .get(&b.mcp)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LATEST)
+        .header("last-event-id", &first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let _ = read_events(res, 100).await;
+    let pattern = format!("mcp:events:{{{sid}}}*");
+    assert!(!redis.cli(&["KEYS", &pattern]).trim().is_empty());
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert!(
+        !redis.cli(&["KEYS", &pattern]).trim().is_empty(),
+        "B dropping its idle copy must not delete the streams A still serves"
+    );
+    // A still resumes from the start of the stream.
+    let res = c
+        .get(&a.mcp)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LATEST)
+        .header("last-event-id", &first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(read_events(res, 100).await.len() >= 10);
 }

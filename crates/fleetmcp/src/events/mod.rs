@@ -79,8 +79,15 @@ pub trait EventStore: Send + Sync + 'static {
     /// Finds the stream and position a `Last-Event-ID` names, within this session only.
     async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)>;
 
-    /// Drops every stream of a session.
+    /// Drops every stream of a session: the session has ended.
     async fn forget(&self, session: &str);
+
+    /// Drops what this instance keeps for a session it no longer holds (idle here), without
+    /// touching state other instances share. For a store that only this process uses, that is
+    /// everything.
+    async fn release(&self, session: &str) {
+        self.forget(session).await;
+    }
 }
 
 /// Splits `<tag>-<stream>-<seq>`.

@@ -364,6 +364,12 @@ impl EventStore for RedisEventStore {
         (exists == 1).then_some((stream, Cursor::After(seq)))
     }
 
+    async fn release(&self, session: &str) {
+        // Only this process's wake-up state; the streams stay for whoever holds the session.
+        let marker = format!("{{{session}}}");
+        self.local.lock().retain(|key, _| !key.contains(&marker));
+    }
+
     async fn forget(&self, session: &str) {
         let index = self.index_key(session);
         let keys: Vec<String> = self

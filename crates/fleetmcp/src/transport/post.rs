@@ -397,6 +397,15 @@ fn progress_token(params: Option<&RawValue>) -> Option<Value> {
 
 type Running = BoxFuture<'static, Option<Reply>>;
 
+/// Removes a request from its session's in-flight table when dropped.
+struct Tracked(Arc<Session>, String);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.finish_request(&self.1);
+    }
+}
+
 async fn run_request(
     shared: &Arc<Shared>,
     session: Arc<Session>,
@@ -416,8 +425,12 @@ async fn run_request(
         cancel.clone(),
     );
     let work = dispatch::request(shared.clone(), method, params, ctx);
+    // The request leaves the session's in-flight table however the handler ends: finished,
+    // cancelled, or dropped with its connection.
+    let tracked = Tracked(session.clone(), raw_id.clone());
     // Cancellation drops the handler at its next await point.
     let mut running: Running = async move {
+        let _tracked = tracked;
         tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
