@@ -160,6 +160,26 @@ impl Instance {
         self.port
     }
 
+    /// Sends `signal` (`TERM`, `INT`, `KILL`) and waits up to `within` for the process to
+    /// exit; its exit status, or `None` if it is still running.
+    pub fn signal_and_wait(
+        &mut self,
+        signal: &str,
+        within: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// `http://127.0.0.1:PORT/mcp`
     pub fn mcp_url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
