@@ -181,3 +181,45 @@ fn python_client_fails_against_a_closed_port() {
     let out = run(&mut python_client(&url), CLIENT_DEADLINE, scratch.path());
     assert_client_failed(&out, "python client failed");
 }
+
+/// The official Python client over the 2024-11-05 HTTP+SSE transport (`GET /sse`).
+#[test]
+fn python_sdk_sse_client_drives_help_desk() {
+    ensure_tooling();
+    let mut server = Instance::start(env!("CARGO_BIN_EXE_help-desk"), &[]);
+    let scratch = TempDir::new("sse-client");
+    let root = repo_root();
+    let mut cmd = Command::new(root.join("tools/clients/python/venv/bin/python"));
+    cmd.arg(root.join("tools/clients/python/sse_client.py"))
+        .arg(format!("http://127.0.0.1:{}/sse", server.port()));
+    let out = run(&mut cmd, CLIENT_DEADLINE, scratch.path());
+    let report = out.describe();
+    assert!(out.success(), "{report}");
+    let line = out.stdout.lines().last().unwrap_or_default();
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {report}"));
+    assert_eq!(v["ok"], true, "{report}");
+    let steps: Vec<String> = v["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let expected = [
+        "initialize: protocol",
+        "list_tools: 3 tools",
+        "open_ticket: id",
+        "read_resource helpdesk://policies/sla",
+    ];
+    assert_eq!(steps.len(), expected.len(), "{report}");
+    for (step, want) in steps.iter().zip(expected) {
+        assert!(
+            step.starts_with(want),
+            "step {step:?} should start with {want:?}\n{report}"
+        );
+    }
+    eprintln!("steps: {steps:#?}");
+    server.assert_alive();
+    server.assert_no_panic_logged();
+}

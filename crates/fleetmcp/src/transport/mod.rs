@@ -12,6 +12,7 @@
 mod delete;
 mod get;
 mod guard;
+mod legacy_sse;
 mod listen;
 mod post;
 pub(crate) mod reply;
@@ -53,6 +54,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
                 .get(get::handle)
                 .delete(delete::handle)
                 .fallback(method_not_allowed),
+        )
+        .route("/sse", get_route(legacy_sse::open))
+        .route(
+            legacy_sse::MESSAGE_PATH,
+            axum::routing::post(legacy_sse::post),
         )
         .layer(middleware::from_fn_with_state(shared.clone(), guard::check));
     let health = Router::new()

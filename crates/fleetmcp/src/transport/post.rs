@@ -345,19 +345,23 @@ async fn initialize(shared: &Arc<Shared>, id: &RawValue, params: Option<&RawValu
     if let Ok(v) = HeaderValue::from_str(&session_id) {
         res.headers_mut().insert(SESSION_HEADER, v);
     }
-    if shared.config.deployment_mode == DeploymentMode::Distributed {
-        let cookie = format!(
-            "__frontmcp_node={}; Path=/; Max-Age=86400; HttpOnly; SameSite=Strict",
-            shared.machine_id
-        );
-        if let Ok(v) = HeaderValue::from_str(&cookie) {
-            res.headers_mut().insert(header::SET_COOKIE, v);
-        }
+    if shared.config.deployment_mode == DeploymentMode::Distributed
+        && let Ok(v) = HeaderValue::from_str(&affinity_cookie(shared))
+    {
+        res.headers_mut().insert(header::SET_COOKIE, v);
     }
     res
 }
 
-fn initialize_result(shared: &Shared, version: ProtocolVersion) -> Value {
+/// The affinity cookie of distributed mode: load balancers route a session's requests by it.
+pub(super) fn affinity_cookie(shared: &Shared) -> String {
+    format!(
+        "__frontmcp_node={}; Path=/; Max-Age=86400; HttpOnly; SameSite=Strict",
+        shared.machine_id
+    )
+}
+
+pub(super) fn initialize_result(shared: &Shared, version: ProtocolVersion) -> Value {
     let mut result = serde_json::json!({
         "protocolVersion": version.as_str(),
         "capabilities": dispatch::capabilities(false),
