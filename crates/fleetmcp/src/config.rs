@@ -127,6 +127,31 @@ impl Default for SessionConfig {
     }
 }
 
+/// Tuning of distributed mode's HA manager (`FRONTMCP_HA_*`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HaConfig {
+    /// How often each instance rewrites its heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// Lifetime of a heartbeat key; an instance whose key expired is presumed gone.
+    pub heartbeat_ttl_ms: u64,
+    /// Extra wait before sessions of a silent instance are claimed.
+    pub takeover_grace_ms: u64,
+    /// Prefix of heartbeat keys and relay channels.
+    pub key_prefix: String,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 10_000,
+            heartbeat_ttl_ms: 30_000,
+            takeover_grace_ms: 5_000,
+            key_prefix: "mcp:ha:".into(),
+        }
+    }
+}
+
 /// Which era serves a request that carries no version information at all (no `_meta`
 /// protocol version, no version header, no session, not `initialize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -191,6 +216,8 @@ pub struct Config {
     /// Redis, shared by every instance of a fleet (`REDIS_URL`, `REDIS_HOST`, `REDIS_PORT`, or a
     /// `[redis]` section). Unset: sessions live in this process's memory.
     pub redis: Option<crate::redis_config::RedisConfig>,
+    /// Distributed mode's HA manager.
+    pub ha: HaConfig,
 }
 
 impl Default for Config {
@@ -210,6 +237,7 @@ impl Default for Config {
             jwt_secret: None,
             stateless: StatelessConfig::default(),
             redis: None,
+            ha: HaConfig::default(),
         }
     }
 }
@@ -228,6 +256,23 @@ pub enum ConfigError {
 }
 
 /// Environment variables of the contract and the config keys they set.
+/// The other variables the configuration reads, each with its own parsing.
+const OTHER_ENV: &[&str] = &[
+    "FRONTMCP_BIND_ADDRESS",
+    "FRONTMCP_DEPLOYMENT_MODE",
+    "REDIS_URL",
+    "REDIS_HOST",
+    "REDIS_PORT",
+    "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
+    "FRONTMCP_HA_HEARTBEAT_TTL_MS",
+    "FRONTMCP_HA_TAKEOVER_GRACE_MS",
+    "FRONTMCP_HA_KEY_PREFIX",
+];
+
+fn positive(value: &str) -> Option<u64> {
+    value.trim().parse::<u64>().ok().filter(|v| *v > 0)
+}
+
 const ENV_KEYS: &[(&str, &str)] = &[
     ("PORT", "port"),
     ("MCP_SESSION_SECRET", "session_secret"),
@@ -280,16 +325,7 @@ impl Config {
             value: value.to_string(),
             why,
         };
-        if !ENV_KEYS.iter().any(|(n, _)| *n == name)
-            && !matches!(
-                name,
-                "FRONTMCP_BIND_ADDRESS"
-                    | "FRONTMCP_DEPLOYMENT_MODE"
-                    | "REDIS_URL"
-                    | "REDIS_HOST"
-                    | "REDIS_PORT"
-            )
-        {
+        if !ENV_KEYS.iter().any(|(n, _)| *n == name) && !OTHER_ENV.contains(&name) {
             return Ok(());
         }
         let value_opt = (!value.is_empty()).then(|| value.to_string());
@@ -303,6 +339,26 @@ impl Config {
             "MACHINE_ID" => self.machine_id = value_opt,
             "HOSTNAME" => self.hostname = value_opt,
             "NODE_ENV" => self.node_env = value_opt,
+            // The contract: a value that is not a positive integer is ignored (the default
+            // applies), and so is a blank prefix.
+            "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS" => {
+                if let Some(v) = positive(value) {
+                    self.ha.heartbeat_interval_ms = v;
+                }
+            }
+            "FRONTMCP_HA_HEARTBEAT_TTL_MS" => {
+                if let Some(v) = positive(value) {
+                    self.ha.heartbeat_ttl_ms = v;
+                }
+            }
+            "FRONTMCP_HA_TAKEOVER_GRACE_MS" => {
+                if let Some(v) = positive(value) {
+                    self.ha.takeover_grace_ms = v;
+                }
+            }
+            "FRONTMCP_HA_KEY_PREFIX" if !value.trim().is_empty() => {
+                self.ha.key_prefix = value.trim().to_string()
+            }
             "REDIS_URL" if !value.is_empty() => {
                 self.redis.get_or_insert_with(Default::default).url = value_opt;
             }
@@ -388,6 +444,13 @@ impl Config {
         {
             return Err(ConfigError::Parse(format!("redis: {e}")));
         }
+        if self.ha.heartbeat_ttl_ms < 2 * self.ha.heartbeat_interval_ms {
+            return invalid(
+                "FRONTMCP_HA_HEARTBEAT_TTL_MS",
+                self.ha.heartbeat_ttl_ms.to_string(),
+                "must be at least twice FRONTMCP_HA_HEARTBEAT_INTERVAL_MS, or jitter makes live instances look dead",
+            );
+        }
         if let Some(secret) = &self.session_secret
             && secret.len() < 16
         {
@@ -450,6 +513,35 @@ mod tests {
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, "prot = 1\n").unwrap();
         assert!(Config::from_sources(Some(&path), Vec::<(String, String)>::new()).is_err());
+    }
+
+    #[test]
+    fn ha_variables_follow_the_contract() {
+        let cfg = Config::from_sources(
+            None,
+            [
+                ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "2000"),
+                ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "6000"),
+                ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "-5"),
+                ("FRONTMCP_HA_KEY_PREFIX", "  "),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.ha.heartbeat_interval_ms, cfg.ha.heartbeat_ttl_ms),
+            (2000, 6000)
+        );
+        assert_eq!(
+            cfg.ha.takeover_grace_ms, 5000,
+            "not a positive integer: ignored"
+        );
+        assert_eq!(cfg.ha.key_prefix, "mcp:ha:", "blank: ignored");
+        let err = Config::from_sources(None, [("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "20000")])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("FRONTMCP_HA_HEARTBEAT_TTL_MS"),
+            "{err}"
+        );
     }
 
     #[test]

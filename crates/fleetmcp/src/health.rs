@@ -59,11 +59,22 @@ pub(crate) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
             "agentCount": 0,
         },
     });
+    let mut ready = healthy;
+    let mut probes = json!({"session-store": detail});
+    if let Some(ha) = shared.ha.load_full() {
+        let active = ha.heartbeat_present().await;
+        ready &= active;
+        probes["ha"] = json!({
+            "status": if active { "healthy" } else { "unhealthy" },
+            "details": {"nodeId": ha.node_id(), "heartbeatActive": active},
+        });
+    }
+    body["status"] = json!(if ready { "ready" } else { "not_ready" });
     if !shared.config.is_production() {
-        body["probes"] = json!({"session-store": detail});
+        body["probes"] = probes;
         body["sessions"] = json!({"held": shared.live.len(), "store": shared.store.kind()});
     }
-    let status = if healthy {
+    let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

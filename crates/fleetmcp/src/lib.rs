@@ -18,6 +18,7 @@
 //! See `docs/ARCHITECTURE.md` for how the parts fit together.
 
 pub mod catalog;
+mod cluster;
 pub mod config;
 pub mod context;
 mod dispatch;

@@ -50,6 +50,10 @@ pub(crate) struct Shared {
     pub tasks: Arc<dyn TaskStore>,
     /// Tasks running on this instance.
     pub runner: Runner,
+    /// The Redis connection the stores share, when Redis is configured.
+    pub redis: Option<crate::session::RedisSessionStore>,
+    /// Distributed mode's HA manager, once started.
+    pub ha: arc_swap::ArcSwapOption<crate::cluster::Ha>,
 }
 
 /// A change clients can subscribe to.
@@ -78,6 +82,7 @@ pub struct ServerBuilder {
     store: Option<Arc<dyn SessionStore>>,
     events: Option<Arc<dyn EventStore>>,
     tasks: Option<Arc<dyn TaskStore>>,
+    redis: Option<crate::session::RedisSessionStore>,
 }
 
 impl ServerBuilder {
@@ -137,6 +142,7 @@ impl ServerBuilder {
                     )));
                     tracing::info!("EventStore initialized for SSE resumability");
                 }
+                self.redis = Some(store.clone());
                 self.store = Some(Arc::new(store));
             }
             Err(e) => tracing::error!(
@@ -206,6 +212,8 @@ impl ServerBuilder {
                 .tasks
                 .unwrap_or_else(|| Arc::new(MemoryTaskStore::default())),
             runner: Runner::default(),
+            redis: self.redis,
+            ha: arc_swap::ArcSwapOption::empty(),
         });
         Server { shared }
     }
@@ -262,6 +270,7 @@ impl Server {
             store: None,
             events: None,
             tasks: None,
+            redis: None,
         }
     }
 
@@ -303,6 +312,9 @@ impl Server {
         let local = listener.local_addr()?;
         let shared = self.shared.clone();
         log_startup(&shared, local);
+        if shared.config.deployment_mode == DeploymentMode::Distributed {
+            start_ha(&shared).await?;
+        }
         let sweeper = tokio::spawn(sweep_idle(shared.clone()));
         // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
         let listener = listener.tap_io(|tcp| {
@@ -331,6 +343,9 @@ impl Server {
             }
         };
         sweeper.abort();
+        if let Some(ha) = shared.ha.load_full() {
+            ha.stop().await;
+        }
         tracing::info!("stopped");
         result
     }
@@ -366,6 +381,37 @@ fn log_startup(shared: &Shared, local: SocketAddr) {
             tracing::info!(audit = "BIND_RESTRICTED", "bound to loopback only")
         }
     }
+}
+
+/// Distributed mode: the HA manager and its heartbeat loop (with Redis); without Redis the
+/// instance still names itself in headers and cookies, but nothing is shared.
+async fn start_ha(shared: &Arc<Shared>) -> std::io::Result<()> {
+    let Some(redis) = shared.redis.clone() else {
+        tracing::warn!(
+            "distributed mode without Redis: sessions stay on the instance that created them"
+        );
+        return Ok(());
+    };
+    let ha = match crate::cluster::Ha::start(redis, &shared.machine_id, &shared.config.ha).await {
+        Ok(ha) => ha,
+        Err(why) => {
+            tracing::error!("{why}");
+            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, why));
+        }
+    };
+    shared.ha.store(Some(ha.clone()));
+    let beats = shared.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(ha.interval());
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => ha.beat(beats.live.len()).await,
+                _ = beats.shutdown.cancelled() => return,
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Drops sessions nobody used for `sessions.idle_ttl_ms`, with their events.

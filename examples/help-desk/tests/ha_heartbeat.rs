@@ -1,0 +1,141 @@
+//! Distributed mode's heartbeat, with real help-desk processes and a real redis-server: each
+//! instance keeps `mcp:ha:heartbeat:<id>` alive, deletes it on SIGTERM, leaves it to expire on
+//! SIGKILL, and an instance refuses to start under a machine id a running one already uses.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Instance, http_get};
+use support_redis::RedisServer;
+
+fn distributed<'a>(machine: &'a str, redis_url: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis_url),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1200"),
+    ]
+}
+
+fn heartbeat(redis: &RedisServer, machine: &str) -> Option<Value> {
+    let raw = redis.cli(&["GET", &format!("mcp:ha:heartbeat:{machine}")]);
+    serde_json::from_str(raw.trim()).ok()
+}
+
+fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn instances_beat_delete_on_sigterm_and_expire_on_sigkill() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut a = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &distributed("node-a", &url),
+    );
+    let mut b = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &distributed("node-b", &url),
+    );
+
+    let first = heartbeat(&redis, "node-a").expect("node-a beats");
+    assert_eq!(first["nodeId"], "node-a");
+    assert!(
+        first["startedAt"].is_u64() && first["sessionCount"].is_u64(),
+        "{first}"
+    );
+    wait_until("the heartbeat is rewritten", Duration::from_secs(3), || {
+        heartbeat(&redis, "node-a").is_some_and(|h| h["lastBeat"] != first["lastBeat"])
+    });
+    let ttl: i64 = redis
+        .cli(&["PTTL", "mcp:ha:heartbeat:node-a"])
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 1200, "PX is the configured TTL: {ttl}");
+    for log in [
+        "[HA] Manager started for distributed deployment",
+        "[HA] Heartbeat started for node node-a",
+    ] {
+        assert!(a.log().contains(log), "{log}\n{}", a.log());
+    }
+    // Readiness reports the heartbeat; every response names the instance.
+    let ready = http_get(a.port(), "/readyz").unwrap();
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(
+        ready
+            .to_ascii_lowercase()
+            .contains("x-frontmcp-machine-id: node-a"),
+        "{ready}"
+    );
+    assert!(ready.contains("\"heartbeatActive\":true"), "{ready}");
+
+    // SIGTERM: exit 0 and the heartbeat is gone at once.
+    let status = a
+        .signal_and_wait("TERM", Duration::from_secs(10))
+        .expect("node-a exits");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        heartbeat(&redis, "node-a").is_none(),
+        "deleted on a graceful stop"
+    );
+    assert!(
+        a.log().contains("[HA] Services stopped for node node-a"),
+        "{}",
+        a.log()
+    );
+
+    // SIGKILL: the key stays until its TTL runs out.
+    assert!(b.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    assert!(
+        heartbeat(&redis, "node-b").is_some(),
+        "a crash leaves the heartbeat behind"
+    );
+    wait_until(
+        "the crashed instance's heartbeat expires",
+        Duration::from_secs(3),
+        || heartbeat(&redis, "node-b").is_none(),
+    );
+}
+
+#[test]
+fn a_second_instance_with_a_machine_id_in_use_refuses_to_start() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let _a = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &distributed("node-a", &url),
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    cmd.envs(distributed("node-a", &url))
+        .env("PORT", support::free_port().to_string())
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = cmd.output().expect("help-desk runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "it must not start:\n{text}");
+    assert!(
+        text.contains("another running instance already uses machine id node-a"),
+        "{text}"
+    );
+}
