@@ -28,7 +28,7 @@ use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{Incoming, Message, ProtocolVersion, encode_error, encode_result, errors};
 use crate::server::Shared;
-use crate::session::{Ended, Session, SessionIdPayload, SessionRecord};
+use crate::session::{Ended, Session};
 
 /// The path clients POST to, named in the `endpoint` event.
 pub(crate) const MESSAGE_PATH: &str = "/message";
@@ -53,30 +53,9 @@ impl Drop for StreamGuard {
 
 /// `GET /sse`: a new session's stream.
 pub(super) async fn open(State(shared): State<Arc<Shared>>) -> Response {
-    let Some(sealer) = &shared.sealer else {
-        return reply::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            None,
-            &errors::internal("Session ids cannot be issued: MCP_SESSION_SECRET is not set"),
-        );
-    };
-    let payload = SessionIdPayload {
-        node_id: shared.machine_id.clone(),
-        uuid: uuid::Uuid::new_v4().to_string(),
-        iat: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs(),
-        protocol: "legacy-sse".into(),
-        auth_sig: "public".into(),
-        is_public: true,
-    };
-    let Some(id) = sealer.seal(&payload) else {
-        return reply::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            None,
-            &errors::internal("could not seal a session id"),
-        );
+    let id = match super::session_ref::mint_id(&shared, "legacy-sse", None) {
+        Ok(id) => id,
+        Err(res) => return *res,
     };
     let id: Arc<str> = id.into();
     let stop = shared.shutdown.child_token();
@@ -290,43 +269,17 @@ async fn initialize(
         Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e),
     };
     let version = ProtocolVersion::negotiate(&p.protocol_version);
-    let session = Arc::new(Session::new(
-        sid.into(),
+    if let Err(res) = super::session_ref::open_session(
+        shared,
+        sid,
         version,
-        p.client_info.clone(),
-        p.capabilities.clone(),
-        shared.shutdown.child_token(),
-    ));
-    if !shared.live.insert(session.clone()) {
-        return reply::with_retry_after(
-            reply::rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(rid),
-                &errors::server(
-                    "This instance holds its maximum number of sessions; retry shortly",
-                ),
-            ),
-            5,
-        );
-    }
-    let record = SessionRecord {
-        id: sid.to_string(),
-        node_id: shared.machine_id.clone(),
-        protocol_version: version.as_str().into(),
-        client_info: p.client_info,
-        client_capabilities: p.capabilities,
-        created_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as u64,
-    };
-    if let Ok(Ok(())) = tokio::time::timeout(
-        Duration::from_millis(shared.config.sessions.check_timeout_ms),
-        shared.store.put(&record),
+        p.client_info,
+        p.capabilities,
+        Some(rid),
     )
     .await
     {
-        session.mark_persisted();
+        return res;
     }
     let result = super::post::initialize_result(shared, version);
     if let Err(e) = shared

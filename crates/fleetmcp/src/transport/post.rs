@@ -27,7 +27,7 @@ use crate::dispatch::{self, Reply};
 use crate::events::Cursor;
 use crate::protocol::{Incoming, Message, ProtocolVersion, encode_error, encode_result, errors};
 use crate::server::Shared;
-use crate::session::{Session, SessionIdPayload, SessionRecord};
+use crate::session::Session;
 
 pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -268,78 +268,22 @@ async fn initialize(shared: &Arc<Shared>, id: &RawValue, params: Option<&RawValu
         Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e),
     };
     let version = ProtocolVersion::negotiate(&p.protocol_version);
-    let Some(sealer) = &shared.sealer else {
-        tracing::error!(
-            "initialize refused: MCP_SESSION_SECRET is required in production to issue session ids"
-        );
-        return reply::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Some(id),
-            &errors::internal("Session ids cannot be issued: MCP_SESSION_SECRET is not set"),
-        );
+    let session_id = match session_ref::mint_id(shared, "streamable-http", Some(id)) {
+        Ok(sid) => sid,
+        Err(res) => return *res,
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let payload = SessionIdPayload {
-        node_id: shared.machine_id.clone(),
-        uuid: uuid::Uuid::new_v4().to_string(),
-        iat: now.as_secs(),
-        protocol: "streamable-http".into(),
-        auth_sig: "public".into(),
-        is_public: true,
-    };
-    let Some(session_id) = sealer.seal(&payload) else {
-        return reply::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Some(id),
-            &errors::internal("could not seal a session id"),
-        );
-    };
-    let session = Arc::new(Session::new(
-        session_id.as_str().into(),
+    if let Err(res) = session_ref::open_session(
+        shared,
+        &session_id,
         version,
-        p.client_info.clone(),
-        p.capabilities.clone(),
-        shared.shutdown.child_token(),
-    ));
-    if !shared.live.insert(session.clone()) {
-        tracing::warn!(
-            limit = shared.config.sessions.max_sessions,
-            "initialize refused: this instance holds its maximum of sessions"
-        );
-        return reply::with_retry_after(
-            reply::rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(id),
-                &errors::server(
-                    "This instance holds its maximum number of sessions; retry shortly",
-                ),
-            ),
-            5,
-        );
+        p.client_info,
+        p.capabilities,
+        Some(id),
+    )
+    .await
+    {
+        return res;
     }
-    let record = SessionRecord {
-        id: session_id.clone(),
-        node_id: shared.machine_id.clone(),
-        protocol_version: version.as_str().into(),
-        client_info: p.client_info,
-        client_capabilities: p.capabilities,
-        created_at: now.as_millis() as u64,
-    };
-    let bound = std::time::Duration::from_millis(shared.config.sessions.check_timeout_ms);
-    match tokio::time::timeout(bound, shared.store.put(&record)).await {
-        Ok(Ok(())) => session.mark_persisted(),
-        // The session still works on this instance; it is stored once the store answers.
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "[TransportService] Failed to persist session to Redis")
-        }
-        Err(_) => tracing::warn!(
-            "[TransportService] Failed to persist session to Redis: no answer within {} ms",
-            bound.as_millis()
-        ),
-    }
-    tracing::debug!(version = %version, client = %record.client_info, "session opened");
     let result = initialize_result(shared, version);
     let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
     if let Ok(v) = HeaderValue::from_str(&session_id) {

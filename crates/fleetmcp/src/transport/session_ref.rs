@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 use super::{SESSION_HEADER, reply};
 use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion};
 use crate::server::Shared;
-use crate::session::{Ended, Session, SessionRecord};
+use crate::session::{Ended, Session, SessionIdPayload, SessionRecord};
 
 /// Which method asked: the answers for a missing or unknown session differ slightly.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -277,4 +277,104 @@ pub(super) fn session_expired(id: Option<&RawValue>) -> Response {
         id,
         &ErrorData::new(ErrorCode(-32001), "session expired", None),
     )
+}
+
+/// Mints a sealed session id naming this instance; `protocol` is the transport
+/// (`streamable-http`, `legacy-sse`). In production without `MCP_SESSION_SECRET` no id can be
+/// minted: the answer is `500`.
+pub(super) fn mint_id(
+    shared: &Shared,
+    protocol: &str,
+    rid: Option<&RawValue>,
+) -> Result<String, Box<Response>> {
+    let Some(sealer) = &shared.sealer else {
+        tracing::error!(
+            "initialize refused: MCP_SESSION_SECRET is required in production to issue session ids"
+        );
+        return Err(Box::new(reply::rpc_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            rid,
+            &crate::protocol::errors::internal(
+                "Session ids cannot be issued: MCP_SESSION_SECRET is not set",
+            ),
+        )));
+    };
+    let payload = SessionIdPayload {
+        node_id: shared.machine_id.clone(),
+        uuid: uuid::Uuid::new_v4().to_string(),
+        iat: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs(),
+        protocol: protocol.into(),
+        auth_sig: "public".into(),
+        is_public: true,
+    };
+    sealer.seal(&payload).ok_or_else(|| {
+        Box::new(reply::rpc_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            rid,
+            &crate::protocol::errors::internal("could not seal a session id"),
+        ))
+    })
+}
+
+/// Holds a new session here and writes its record to the store (bounded: a store that does
+/// not answer leaves the session in memory, stored once the store answers). `503` when this
+/// instance already holds its maximum.
+pub(super) async fn open_session(
+    shared: &Arc<Shared>,
+    id: &str,
+    version: ProtocolVersion,
+    client_info: serde_json::Value,
+    client_capabilities: serde_json::Value,
+    rid: Option<&RawValue>,
+) -> Result<Arc<Session>, Response> {
+    let session = Arc::new(Session::new(
+        id.into(),
+        version,
+        client_info.clone(),
+        client_capabilities.clone(),
+        shared.shutdown.child_token(),
+    ));
+    if !shared.live.insert(session.clone()) {
+        tracing::warn!(
+            limit = shared.config.sessions.max_sessions,
+            "initialize refused: this instance holds its maximum of sessions"
+        );
+        return Err(reply::with_retry_after(
+            reply::rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                rid,
+                &crate::protocol::errors::server(
+                    "This instance holds its maximum number of sessions; retry shortly",
+                ),
+            ),
+            5,
+        ));
+    }
+    let record = SessionRecord {
+        id: id.to_string(),
+        node_id: shared.machine_id.clone(),
+        protocol_version: version.as_str().into(),
+        client_info,
+        client_capabilities,
+        created_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64,
+    };
+    let bound = Duration::from_millis(shared.config.sessions.check_timeout_ms);
+    match tokio::time::timeout(bound, shared.store.put(&record)).await {
+        Ok(Ok(())) => session.mark_persisted(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "[TransportService] Failed to persist session to Redis")
+        }
+        Err(_) => tracing::warn!(
+            "[TransportService] Failed to persist session to Redis: no answer within {} ms",
+            bound.as_millis()
+        ),
+    }
+    tracing::debug!(version = %version, "session opened");
+    Ok(session)
 }
