@@ -30,6 +30,14 @@ use crate::stateless::{META_SERVER_INFO, Round};
 /// The result of a request, already serialised.
 pub(crate) type Reply = Result<Box<RawValue>, ErrorData>;
 
+/// The JSON-RPC answer to request `id`: its result, or its error.
+pub(crate) fn encode_reply(id: &RawValue, reply: Reply) -> bytes::Bytes {
+    match reply {
+        Ok(result) => crate::protocol::encode_result(id, &result),
+        Err(e) => crate::protocol::encode_error(Some(id), &e),
+    }
+}
+
 pub(crate) fn raw<T: Serialize + ?Sized>(value: &T) -> Reply {
     serde_json::value::to_raw_value(value)
         .map_err(|e| errors::internal(format!("serialising the result: {e}")))

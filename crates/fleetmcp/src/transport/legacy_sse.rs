@@ -26,7 +26,7 @@ use super::{reply, sse};
 use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
-use crate::protocol::{Incoming, Message, ProtocolVersion, encode_error, encode_result, errors};
+use crate::protocol::{Incoming, Message, ProtocolVersion, encode_result, errors};
 use crate::server::Shared;
 use crate::session::{Ended, Session};
 
@@ -223,10 +223,7 @@ async fn run(
     }
     session.finish_request(&raw_id);
     if let Some(reply) = outcome {
-        let body = match reply {
-            Ok(result) => encode_result(&id, &result),
-            Err(e) => encode_error(Some(&id), &e),
-        };
+        let body = dispatch::encode_reply(&id, reply);
         append(body).await;
     }
 }

@@ -412,10 +412,7 @@ enum Upgrade {
 }
 
 fn json_answer(id: &RawValue, reply: Reply) -> Response {
-    let body = match reply {
-        Ok(result) => encode_result(id, &result),
-        Err(e) => encode_error(Some(id), &e),
-    };
+    let body = dispatch::encode_reply(id, reply);
     reply::json(StatusCode::OK, body)
 }
 
@@ -504,10 +501,7 @@ async fn stream_answer(
         }
         session.finish_request(&raw_id);
         if let Some(reply) = outcome {
-            let body = match reply {
-                Ok(result) => encode_result(&id, &result),
-                Err(e) => encode_error(Some(&id), &e),
-            };
+            let body = dispatch::encode_reply(&id, reply);
             append(body).await;
         }
         events.close(&sid, stream).await;
@@ -589,10 +583,7 @@ async fn serve_batch(shared: &Arc<Shared>, req: McpRequest) -> Response {
                     async move {
                         let r = work.await;
                         session.finish_request(&raw_id);
-                        match r {
-                            Ok(result) => encode_result(&id, &result),
-                            Err(e) => encode_error(Some(&id), &e),
-                        }
+                        dispatch::encode_reply(&id, r)
                     }
                     .boxed(),
                 );

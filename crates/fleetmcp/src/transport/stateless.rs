@@ -20,9 +20,7 @@ use tokio::sync::mpsc;
 use super::{listen, reply};
 use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch::{self, Reply};
-use crate::protocol::{
-    ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_error, encode_result, errors,
-};
+use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
 use crate::server::Shared;
 use crate::stateless::request_state::{StateError, request_digest};
 use crate::stateless::{RequestMeta, Round, headers};
@@ -255,10 +253,7 @@ fn stream(
                 return;
             }
         }
-        let last = match reply {
-            Ok(result) => encode_result(&id, &result),
-            Err(e) => encode_error(Some(&id), &e),
-        };
+        let last = dispatch::encode_reply(&id, reply);
         let _ = body_tx.send(super::sse::message_frame(&last)).await;
     });
     sse_body(body_rx)
