@@ -446,6 +446,36 @@ async fn configured_instance_with(
     }
 }
 
+/// Opens a session with `initialize`; returns its id.
+async fn open_session(c: &reqwest::Client, url: &str) -> String {
+    let res = post(
+        c,
+        url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `GET` with `Last-Event-ID`: resumes a session's stream after `last`.
+async fn resume(c: &reqwest::Client, url: &str, sid: &str, last: &str) -> reqwest::Response {
+    c.get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", LATEST)
+        .header("last-event-id", last)
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Reads SSE events `(id, data)` until `n` events were read or the stream ended.
 async fn read_events(res: reqwest::Response, n: usize) -> Vec<(String, String)> {
     use futures_util::StreamExt;
@@ -483,20 +513,7 @@ async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
     let a = configured_instance("desk-a", &redis).await;
     let b = configured_instance("desk-b", &redis).await;
     let c = http();
-    let res = post(
-        &c,
-        &a.mcp,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    let sid = res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = open_session(&c, &a.mcp).await;
 
     let res = post(
         &c,
@@ -516,15 +533,7 @@ async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
     let last_id = first.last().unwrap().0.clone();
 
     // Resume on B, which never held the session.
-    let res = c
-        .get(&b.mcp)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", LATEST)
-        .header("last-event-id", &last_id)
-        .send()
-        .await
-        .unwrap();
+    let res = resume(&c, &b.mcp, &sid, &last_id).await;
     assert_eq!(res.status(), 200);
     let rest = read_events(res, 100).await;
     let mut progress = Vec::new();
@@ -726,20 +735,7 @@ async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
     // B forgets sessions it has not used for a second.
     let b = configured_instance_with("desk-b", &redis, |c| c.sessions.idle_ttl_ms = 1000).await;
     let c = http();
-    let res = post(
-        &c,
-        &a.mcp,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    let sid = res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let sid = open_session(&c, &a.mcp).await;
     let res = post(
         &c,
         &a.mcp,
@@ -753,15 +749,7 @@ async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
     let all = read_events(res, 100).await;
     let first = all[1].0.clone();
     // B serves the session once (a resumption), then lets its copy idle out.
-    let res = c
-        .get(&b.mcp)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", LATEST)
-        .header("last-event-id", &first)
-        .send()
-        .await
-        .unwrap();
+    let res = resume(&c, &b.mcp, &sid, &first).await;
     assert_eq!(res.status(), 200);
     let _ = read_events(res, 100).await;
     let pattern = format!("mcp:events:{{{sid}}}*");
@@ -772,15 +760,7 @@ async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
         "B dropping its idle copy must not delete the streams A still serves"
     );
     // A still resumes from the start of the stream.
-    let res = c
-        .get(&a.mcp)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", LATEST)
-        .header("last-event-id", &first)
-        .send()
-        .await
-        .unwrap();
+    let res = resume(&c, &a.mcp, &sid, &first).await;
     assert_eq!(res.status(), 200);
     assert!(read_events(res, 100).await.len() >= 10);
 }

@@ -240,7 +240,6 @@ fn set_level(session: &Session, p: Option<&RawValue>) -> Reply {
 /// Handles a notification from a session-era client.
 pub(crate) fn notification(session: &Session, method: &str, p: Option<&RawValue>) {
     match method {
-        "notifications/initialized" => session.mark_initialized(),
         "notifications/cancelled" => {
             #[derive(Deserialize)]
             #[serde(rename_all = "camelCase")]

@@ -79,7 +79,6 @@ pub struct Session {
     pub client_info: Value,
     pub client_capabilities: Value,
     log_level: AtomicU8,
-    initialized: AtomicBool,
     /// Whether the session store holds a record of it (false when it was created while the
     /// store was unreachable).
     persisted: AtomicBool,
@@ -115,7 +114,6 @@ impl Session {
             client_info,
             client_capabilities,
             log_level: AtomicU8::new(LogLevel::Info as u8),
-            initialized: AtomicBool::new(false),
             persisted: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
@@ -135,17 +133,11 @@ impl Session {
     pub fn set_log_level(&self, level: LogLevel) {
         self.log_level.store(level as u8, Ordering::Relaxed);
     }
-    pub fn mark_initialized(&self) {
-        self.initialized.store(true, Ordering::Relaxed);
-    }
     pub fn mark_persisted(&self) {
         self.persisted.store(true, Ordering::Relaxed);
     }
     pub fn is_persisted(&self) -> bool {
         self.persisted.load(Ordering::Relaxed)
-    }
-    pub fn is_initialized(&self) -> bool {
-        self.initialized.load(Ordering::Relaxed)
     }
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.

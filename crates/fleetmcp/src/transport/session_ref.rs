@@ -233,7 +233,6 @@ async fn recreate(shared: &Arc<Shared>, record: SessionRecord) -> Option<Arc<Ses
         record.client_capabilities.clone(),
         shared.shutdown.child_token(),
     ));
-    session.mark_initialized();
     session.mark_persisted();
     // Concurrent requests for the same session may all read the record; the first to register
     // it recreates it, the others serve the session it registered.
