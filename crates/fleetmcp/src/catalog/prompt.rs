@@ -21,31 +21,46 @@ use futures_util::future::BoxFuture;
 use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage};
 
 use super::resource::Completer;
+use super::tool::{Classified, classify};
 use crate::context::RequestContext;
 
 /// Why a prompt could not be produced.
-#[derive(Debug, thiserror::Error)]
+///
+/// `?` converts any error into it, as for [`crate::ToolError`]: a
+/// [`crate::context::ClientRequestError`] keeps its meaning, an [`crate::protocol::ErrorData`]
+/// becomes [`PromptError::Protocol`], any other error [`PromptError::Failed`]. For the same
+/// reason as `ToolError` it does not implement [`std::error::Error`].
+#[derive(Debug)]
 pub enum PromptError {
     /// Bad or missing arguments (`-32602`).
-    #[error("{0}")]
     InvalidArguments(String),
-    #[error("{0}")]
+    /// The handler failed (an internal error, `-32603`, with this message).
     Failed(String),
     /// A protocol error raised by the handler.
-    #[error("{}", .0.message)]
     Protocol(crate::protocol::ErrorData),
     /// Answers from the client are needed first (see [`crate::ToolError::InputRequired`]).
-    #[error("input required from the client")]
     InputRequired,
 }
 
-impl From<crate::context::ClientRequestError> for PromptError {
-    fn from(e: crate::context::ClientRequestError) -> Self {
-        use crate::context::ClientRequestError as E;
-        match e {
-            E::InputRequired => Self::InputRequired,
-            E::InvalidInput(e) => Self::Protocol(e),
-            other => Self::Failed(other.to_string()),
+impl std::fmt::Display for PromptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidArguments(msg) | Self::Failed(msg) => f.write_str(msg),
+            Self::Protocol(e) => f.write_str(&e.message),
+            Self::InputRequired => f.write_str("input required from the client"),
+        }
+    }
+}
+
+impl<E> From<E> for PromptError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(e: E) -> Self {
+        match classify(e) {
+            Classified::InputRequired => Self::InputRequired,
+            Classified::Protocol(e) => Self::Protocol(e),
+            Classified::Failed(msg) => Self::Failed(msg),
         }
     }
 }
@@ -184,5 +199,31 @@ impl PromptBuilder {
             }),
             completers: self.completers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::ClientRequestError;
+
+    fn raise<E: std::error::Error + Send + Sync + 'static>(e: E) -> Result<(), PromptError> {
+        Err::<(), E>(e)?;
+        Ok(())
+    }
+
+    #[test]
+    fn question_mark_keeps_the_meaning_of_client_request_errors() {
+        let io = std::io::Error::other("disk on fire");
+        assert!(matches!(raise(io), Err(PromptError::Failed(m)) if m == "disk on fire"));
+        assert!(matches!(
+            raise(ClientRequestError::InputRequired),
+            Err(PromptError::InputRequired)
+        ));
+        let bad = crate::protocol::errors::invalid_params("no such answer");
+        assert!(matches!(
+            raise(ClientRequestError::InvalidInput(bad)),
+            Err(PromptError::Protocol(e)) if e.code.0 == -32602
+        ));
     }
 }

@@ -23,31 +23,47 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 
+use super::tool::{Classified, classify};
 use crate::context::RequestContext;
 
 /// Why a read failed.
-#[derive(Debug, thiserror::Error)]
+///
+/// `?` converts any error into it, as for [`crate::ToolError`]: a
+/// [`crate::context::ClientRequestError`] keeps its meaning, an [`crate::protocol::ErrorData`]
+/// becomes [`ResourceError::Protocol`], any other error [`ResourceError::Failed`]. For the same
+/// reason as `ToolError` it does not implement [`std::error::Error`].
+#[derive(Debug)]
 pub enum ResourceError {
     /// No such resource: `-32002` in the session era.
-    #[error("Resource not found: {0}")]
     NotFound(String),
-    #[error("{0}")]
+    /// The reader failed (an internal error, `-32603`, with this message).
     Failed(String),
     /// A protocol error raised by the handler.
-    #[error("{}", .0.message)]
     Protocol(crate::protocol::ErrorData),
     /// Answers from the client are needed first (see [`crate::ToolError::InputRequired`]).
-    #[error("input required from the client")]
     InputRequired,
 }
 
-impl From<crate::context::ClientRequestError> for ResourceError {
-    fn from(e: crate::context::ClientRequestError) -> Self {
-        use crate::context::ClientRequestError as E;
-        match e {
-            E::InputRequired => Self::InputRequired,
-            E::InvalidInput(e) => Self::Protocol(e),
-            other => Self::Failed(other.to_string()),
+impl std::fmt::Display for ResourceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound(uri) => write!(f, "Resource not found: {uri}"),
+            Self::Failed(msg) => f.write_str(msg),
+            Self::Protocol(e) => f.write_str(&e.message),
+            Self::InputRequired => f.write_str("input required from the client"),
+        }
+    }
+}
+
+impl<E> From<E> for ResourceError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    fn from(e: E) -> Self {
+        match classify(e) {
+            Classified::InputRequired => Self::InputRequired,
+            Classified::Protocol(e) => Self::Protocol(e),
+            Classified::Failed(msg) => Self::Failed(msg),
         }
     }
 }
@@ -310,6 +326,27 @@ impl UriTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::ClientRequestError;
+
+    fn raise<E: std::error::Error + Send + Sync + 'static>(e: E) -> Result<(), ResourceError> {
+        Err::<(), E>(e)?;
+        Ok(())
+    }
+
+    #[test]
+    fn question_mark_keeps_the_meaning_of_client_request_errors() {
+        let io = std::io::Error::other("disk on fire");
+        assert!(matches!(raise(io), Err(ResourceError::Failed(m)) if m == "disk on fire"));
+        assert!(matches!(
+            raise(ClientRequestError::InputRequired),
+            Err(ResourceError::InputRequired)
+        ));
+        let bad = crate::protocol::errors::invalid_params("no such answer");
+        assert!(matches!(
+            raise(ClientRequestError::InvalidInput(bad)),
+            Err(ResourceError::Protocol(e)) if e.code.0 == -32602
+        ));
+    }
 
     #[test]
     fn templates_match_whole_segments() {
