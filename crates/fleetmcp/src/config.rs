@@ -42,18 +42,19 @@ impl BindAddress {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum DeploymentMode {
+    /// One instance; sessions live in its memory unless Redis is configured.
     #[default]
     Standalone,
+    /// A fleet of instances behind a load balancer (binds every interface by default).
     Distributed,
-    Serverless,
 }
 
 impl DeploymentMode {
+    /// The value as written in `FRONTMCP_DEPLOYMENT_MODE`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Standalone => "standalone",
             Self::Distributed => "distributed",
-            Self::Serverless => "serverless",
         }
     }
 }
@@ -135,8 +136,6 @@ pub struct HaConfig {
     pub heartbeat_interval_ms: u64,
     /// Lifetime of a heartbeat key; an instance whose key expired is presumed gone.
     pub heartbeat_ttl_ms: u64,
-    /// Extra wait before sessions of a silent instance are claimed.
-    pub takeover_grace_ms: u64,
     /// Prefix of heartbeat keys and relay channels.
     pub key_prefix: String,
 }
@@ -146,7 +145,6 @@ impl Default for HaConfig {
         Self {
             heartbeat_interval_ms: 10_000,
             heartbeat_ttl_ms: 30_000,
-            takeover_grace_ms: 5_000,
             key_prefix: "mcp:ha:".into(),
         }
     }
@@ -255,7 +253,6 @@ pub enum ConfigError {
     },
 }
 
-/// Environment variables of the contract and the config keys they set.
 /// The other variables the configuration reads, each with its own parsing.
 const OTHER_ENV: &[&str] = &[
     "FRONTMCP_BIND_ADDRESS",
@@ -265,7 +262,6 @@ const OTHER_ENV: &[&str] = &[
     "REDIS_PORT",
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
-    "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FRONTMCP_HA_KEY_PREFIX",
 ];
 
@@ -273,14 +269,15 @@ fn positive(value: &str) -> Option<u64> {
     value.trim().parse::<u64>().ok().filter(|v| *v > 0)
 }
 
-const ENV_KEYS: &[(&str, &str)] = &[
-    ("PORT", "port"),
-    ("MCP_SESSION_SECRET", "session_secret"),
-    ("MACHINE_ID", "machine_id"),
-    ("HOSTNAME", "hostname"),
-    ("NODE_ENV", "node_env"),
-    ("VAULT_SECRET", "vault_secret"),
-    ("JWT_SECRET", "jwt_secret"),
+/// Environment variables of the contract that each set one field as they are.
+const ENV_KEYS: &[&str] = &[
+    "PORT",
+    "MCP_SESSION_SECRET",
+    "MACHINE_ID",
+    "HOSTNAME",
+    "NODE_ENV",
+    "VAULT_SECRET",
+    "JWT_SECRET",
 ];
 
 impl Config {
@@ -325,7 +322,7 @@ impl Config {
             value: value.to_string(),
             why,
         };
-        if !ENV_KEYS.iter().any(|(n, _)| *n == name) && !OTHER_ENV.contains(&name) {
+        if !ENV_KEYS.contains(&name) && !OTHER_ENV.contains(&name) {
             return Ok(());
         }
         let value_opt = (!value.is_empty()).then(|| value.to_string());
@@ -349,11 +346,6 @@ impl Config {
             "FRONTMCP_HA_HEARTBEAT_TTL_MS" => {
                 if let Some(v) = positive(value) {
                     self.ha.heartbeat_ttl_ms = v;
-                }
-            }
-            "FRONTMCP_HA_TAKEOVER_GRACE_MS" => {
-                if let Some(v) = positive(value) {
-                    self.ha.takeover_grace_ms = v;
                 }
             }
             "FRONTMCP_HA_KEY_PREFIX" if !value.trim().is_empty() => {
@@ -390,11 +382,18 @@ impl Config {
                 self.deployment_mode = match value.to_ascii_lowercase().as_str() {
                     "" | "standalone" => DeploymentMode::Standalone,
                     "distributed" => DeploymentMode::Distributed,
-                    "serverless" => DeploymentMode::Serverless,
+                    // Named on its own: it is a mode of the contract fleetmcp does not offer,
+                    // not a typo, and starting as standalone instead would mislead.
+                    "serverless" => {
+                        return Err(invalid(
+                            "FRONTMCP_DEPLOYMENT_MODE",
+                            "serverless mode is not supported; expected `standalone` or `distributed` (or unset)",
+                        ));
+                    }
                     _ => {
                         return Err(invalid(
                             "FRONTMCP_DEPLOYMENT_MODE",
-                            "expected `distributed` or `serverless` (or unset)",
+                            "expected `standalone` or `distributed` (or unset)",
                         ));
                     }
                 }
@@ -522,7 +521,6 @@ mod tests {
             [
                 ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "2000"),
                 ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "6000"),
-                ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "-5"),
                 ("FRONTMCP_HA_KEY_PREFIX", "  "),
             ],
         )
@@ -531,8 +529,10 @@ mod tests {
             (cfg.ha.heartbeat_interval_ms, cfg.ha.heartbeat_ttl_ms),
             (2000, 6000)
         );
+        let cfg =
+            Config::from_sources(None, [("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "-5")]).unwrap();
         assert_eq!(
-            cfg.ha.takeover_grace_ms, 5000,
+            cfg.ha.heartbeat_interval_ms, 10_000,
             "not a positive integer: ignored"
         );
         assert_eq!(cfg.ha.key_prefix, "mcp:ha:", "blank: ignored");
@@ -542,6 +542,32 @@ mod tests {
             err.to_string().contains("FRONTMCP_HA_HEARTBEAT_TTL_MS"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unsupported_deployment_modes_are_refused_by_name() {
+        for value in ["serverless", "Serverless", "lambda"] {
+            let err =
+                Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", value)]).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("FRONTMCP_DEPLOYMENT_MODE"), "{msg}");
+            assert!(msg.contains(value), "{msg}");
+            assert!(
+                msg.contains("`standalone`") && msg.contains("`distributed`"),
+                "{msg}"
+            );
+        }
+        let err =
+            Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "serverless")]).unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
+        for (value, mode) in [
+            ("", DeploymentMode::Standalone),
+            ("standalone", DeploymentMode::Standalone),
+            ("Distributed", DeploymentMode::Distributed),
+        ] {
+            let cfg = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", value)]).unwrap();
+            assert_eq!(cfg.deployment_mode, mode, "{value:?}");
+        }
     }
 
     #[test]
