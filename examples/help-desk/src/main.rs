@@ -211,8 +211,7 @@ async fn build(config: Config) -> Server {
                     .get(&id)
                     .cloned()
                     .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
-                let json =
-                    serde_json::to_string(&t).map_err(|e| ResourceError::Failed(e.to_string()))?;
+                let json = serde_json::to_string(&t)?;
                 Ok(vec![
                     ResourceContents::text(json, uri).with_mime_type("application/json"),
                 ])
