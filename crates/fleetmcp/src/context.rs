@@ -22,9 +22,16 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::{ErrorData, encode_notification, encode_request};
-use crate::server::{ServerHandle, Shared};
-use crate::session::{LogLevel, Session};
+use crate::app::{App, ServerHandle};
+// rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
+// use them, and the session era has no replacement.
+#[allow(deprecated)]
+use crate::protocol::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ListRootsResult,
+};
+use crate::protocol::{ErrorData, LogLevel, encode_notification, encode_request, errors};
+use crate::session::Session;
 use crate::stateless::Round;
 
 /// A message on its way to the client, from a running request.
@@ -80,7 +87,7 @@ pub struct RequestContext {
 }
 
 struct Inner {
-    shared: Arc<Shared>,
+    app: App,
     caller: Caller,
     outbound: Option<mpsc::UnboundedSender<Outbound>>,
     progress_token: Option<Value>,
@@ -97,7 +104,7 @@ const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl RequestContext {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        app: App,
         caller: Caller,
         outbound: Option<mpsc::UnboundedSender<Outbound>>,
         progress_token: Option<Value>,
@@ -105,7 +112,7 @@ impl RequestContext {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                shared,
+                app,
                 caller,
                 outbound,
                 progress_token,
@@ -118,7 +125,29 @@ impl RequestContext {
 
     /// The server, for changing the catalog or announcing resource updates.
     pub fn server(&self) -> ServerHandle {
-        ServerHandle::new(self.inner.shared.clone())
+        self.inner.app.handle()
+    }
+
+    /// The value of type `T` given to the server with
+    /// [`ServerBuilder::state`](crate::ServerBuilder::state): a database pool, a client, the
+    /// application's own state. An error (not a panic) when the server was built without one,
+    /// so `?` in a handler reports it.
+    ///
+    /// ```no_run
+    /// # use fleetmcp::{tool, NoArgs, ToolError};
+    /// struct Desk { name: String }
+    /// let t = tool("desk_name").handler(|_: NoArgs, ctx| async move {
+    ///     let desk = ctx.state::<Desk>()?;
+    ///     Ok::<_, ToolError>(desk.name.clone())
+    /// });
+    /// ```
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
+        self.inner.app.state::<T>().ok_or_else(|| {
+            errors::internal(format!(
+                "the server was built without state of type {}",
+                std::any::type_name::<T>()
+            ))
+        })
     }
 
     /// The session this request belongs to (session-era clients only).
@@ -151,6 +180,17 @@ impl RequestContext {
         }
     }
 
+    /// What the client said about itself (`clientInfo` of the session's `initialize`, or of
+    /// this 2026-07-28 request's `_meta`), if it said anything.
+    pub fn client_info(&self) -> Option<&Value> {
+        let info = match &self.inner.caller {
+            Caller::Session(s) => Some(&s.client_info),
+            Caller::Stateless(r) => r.meta.client_info.as_ref(),
+            Caller::Task(t) => t.meta.client_info.as_ref(),
+        };
+        info.filter(|v| !v.is_null())
+    }
+
     /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`).
     pub fn client_supports(&self, capability: &str) -> bool {
         self.client_capabilities().get(capability).is_some()
@@ -170,8 +210,8 @@ impl RequestContext {
         &self.inner.caller
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.inner.shared
+    pub(crate) fn app(&self) -> &App {
+        &self.inner.app
     }
 
     pub(crate) fn arm_escalation(&self, tx: tokio::sync::oneshot::Sender<()>) {
@@ -195,7 +235,7 @@ impl RequestContext {
                 // No request stream (a batch, or the request already answered): use the
                 // session's standalone stream so the message is not silently lost.
                 if let Caller::Session(s) = &self.inner.caller {
-                    crate::server::push_standalone(&self.inner.shared, s, message);
+                    self.inner.app.push_standalone(s, message);
                 }
             }
         }
@@ -295,7 +335,12 @@ impl RequestContext {
             }
             Caller::Task(task) => {
                 // The task parks in `input_required` until `tasks/update` answers every question.
-                let waits = crate::dispatch::tasks::ask(&self.inner.shared, task, questions).await;
+                let waits = self
+                    .inner
+                    .app
+                    .tasks()
+                    .park(&task.task_id, &task.running, questions)
+                    .await;
                 tokio::select! {
                     answers = futures_util::future::try_join_all(waits) => {
                         answers.map_err(|_| ClientRequestError::Cancelled)
@@ -358,23 +403,64 @@ impl RequestContext {
     }
 
     /// `sampling/createMessage`: asks the client's model for a completion.
-    pub async fn create_message(&self, params: Value) -> Result<Value, ClientRequestError> {
+    ///
+    /// ```no_run
+    /// # #![allow(deprecated)]
+    /// # use fleetmcp::RequestContext;
+    /// use fleetmcp::protocol::model::{CreateMessageRequestParams, SamplingMessage};
+    /// # async fn run(ctx: RequestContext) -> Result<(), fleetmcp::ToolError> {
+    /// let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Hi")], 100);
+    /// let answer = ctx.create_message(params).await?;
+    /// println!("{:?}", answer.message.content);
+    /// # Ok(()) }
+    /// ```
+    #[allow(deprecated)] // see the import
+    pub async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+    ) -> Result<CreateMessageResult, ClientRequestError> {
         let key = self.auto_key("sampling");
-        self.ask(&key, "sampling/createMessage", params).await
+        self.ask_typed(&key, "sampling/createMessage", &params)
+            .await
     }
 
-    /// `elicitation/create`: asks the user for input through the client. `params` carries
-    /// `message` and `requestedSchema` (form mode), or `mode: "url"`, `url` and
-    /// `elicitationId` (URL mode, 2025-11-25, only if the client declared `elicitation.url`).
-    pub async fn elicit(&self, params: Value) -> Result<Value, ClientRequestError> {
+    /// `elicitation/create`: asks the user for input through the client, in form mode
+    /// (`message` and `requestedSchema`) or URL mode (2025-11-25, only if the client declared
+    /// `elicitation.url`).
+    pub async fn elicit(
+        &self,
+        params: ElicitRequestParams,
+    ) -> Result<ElicitResult, ClientRequestError> {
         let key = self.auto_key("elicitation");
-        self.ask(&key, "elicitation/create", params).await
+        self.ask_typed(&key, "elicitation/create", &params).await
     }
 
     /// `roots/list`: the client's roots.
-    pub async fn list_roots(&self) -> Result<Value, ClientRequestError> {
+    #[allow(deprecated)] // see the import
+    pub async fn list_roots(&self) -> Result<ListRootsResult, ClientRequestError> {
         let key = self.auto_key("roots");
-        self.ask(&key, "roots/list", json!({})).await
+        self.ask_typed(&key, "roots/list", &json!({})).await
+    }
+
+    /// [`RequestContext::ask`] with typed params and answer. An answer that does not have
+    /// the shape of `R` is [`ClientRequestError::InvalidInput`].
+    async fn ask_typed<P: Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        method: &str,
+        params: &P,
+    ) -> Result<R, ClientRequestError> {
+        let params = serde_json::to_value(params).map_err(|e| {
+            ClientRequestError::InvalidInput(errors::internal(format!(
+                "the {method} params could not be serialised: {e}"
+            )))
+        })?;
+        let answer = self.ask(key, method, params).await?;
+        serde_json::from_value(answer).map_err(|e| {
+            ClientRequestError::InvalidInput(errors::invalid_params(format!(
+                "Invalid params: the client's answer is not a valid {method} result: {e}"
+            )))
+        })
     }
 
     /// `notifications/elicitation/complete` (session era): tells the client that the

@@ -17,30 +17,43 @@
 //!
 //! See `docs/ARCHITECTURE.md` for how the parts fit together.
 
-pub mod catalog;
-mod cluster;
+// The layers, lowest first. A module imports only from layers below it (and its own layer);
+// tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.
+// 0. foundation
+mod clock;
 pub mod config;
-pub mod context;
-mod dispatch;
-pub mod events;
-mod health;
-pub mod machine_id;
+mod machine_id;
 pub mod protocol;
 pub mod redis_config;
-mod server;
+pub mod redis_conn;
+// 1. state that is not a session's
+pub mod events;
+mod stateless;
+mod tasks;
+// 2. sessions
 pub mod session;
-pub mod stateless;
-pub mod tasks;
-mod transport;
+// 3. the application: shared state, what a server offers, what a handler sees
+mod app;
+pub mod catalog;
+mod context;
+// 4. method dispatch
+mod dispatch;
+// 5. HTTP
+pub mod transport;
+// 6. other instances
+mod cluster;
+// 7. wiring
+mod server;
 
+pub use app::{ServerHandle, ServerInfo};
 pub use catalog::{
     Catalog, IntoToolResult, NoArgs, PromptError, ResourceError, Structured, ToolError, prompt,
     resource, template, tool,
 };
 pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, RequestContext};
-pub use server::{Server, ServerBuilder, ServerHandle, ServerInfo, shutdown_signal};
-pub use session::LogLevel;
+pub use protocol::LogLevel;
+pub use server::{Running, Server, ServerBuilder, shutdown_signal};
 pub use tasks::TaskSupport;
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 

@@ -1,77 +1,32 @@
-//! The server: what it was built with ([`ServerBuilder`]), the state every request shares
-//! ([`Shared`]), the handle handlers use to change it at runtime ([`ServerHandle`]), and the
-//! listener loop with its graceful shutdown.
+//! The server: what it is built from ([`ServerBuilder`]), starting what runs besides answering
+//! requests ([`Server::start`]), and serving until a signal, with a graceful shutdown. The only
+//! place that wires the parts together.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use bytes::Bytes;
+use axum::Router;
 use tokio::net::TcpListener;
-use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
 use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
+use crate::cluster::Cluster;
 use crate::config::{Config, DeploymentMode};
-use crate::events::{EventStore, MemoryEventStore, STANDALONE_STREAM};
+use crate::events::{EventStore, MemoryEventStore, RedisEventStore};
 use crate::machine_id::{self, MachineIdSource};
-use crate::protocol::encode_notification;
-use crate::session::{LiveSessions, MemorySessionStore, Session, SessionSealer, SessionStore};
+use crate::redis_conn::RedisConn;
+use crate::session::{
+    MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions, Timing,
+};
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
-use crate::tasks::{MemoryTaskStore, Runner, TaskStore};
+use crate::tasks::{MemoryTaskStore, TaskStore, Tasks};
+use crate::transport::{self, Relay, Seams};
 
-/// Name, version and instructions announced to clients.
-#[derive(Debug, Clone)]
-pub struct ServerInfo {
-    pub name: String,
-    pub version: String,
-    pub instructions: Option<String>,
-}
-
-/// State shared by every request of one server.
-pub(crate) struct Shared {
-    pub info: ServerInfo,
-    pub catalog: ArcSwap<Catalog>,
-    pub config: Config,
-    pub machine_id: String,
-    /// `None` in production without `MCP_SESSION_SECRET`: no session id can be minted.
-    pub sealer: Option<SessionSealer>,
-    pub live: LiveSessions,
-    pub store: Arc<dyn SessionStore>,
-    pub events: Arc<dyn EventStore>,
-    pub shutdown: CancellationToken,
-    pub started: Instant,
-    /// Seals the `requestState` of 2026-07-28 multi-round requests.
-    pub request_state: RequestStateSealer,
-    /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
-    pub changes: broadcast::Sender<Change>,
-    /// Records of background tasks.
-    pub tasks: Arc<dyn TaskStore>,
-    /// Tasks running on this instance.
-    pub runner: Runner,
-    /// The Redis connection the stores share, when Redis is configured.
-    pub redis: Option<crate::session::RedisSessionStore>,
-    /// Distributed mode's HA manager, once started.
-    pub ha: arc_swap::ArcSwapOption<crate::cluster::Ha>,
-}
-
-/// A change clients can subscribe to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Change {
-    ToolsListChanged,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated(String),
-}
-
-impl Shared {
-    pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.load_full()
-    }
-}
-
-/// Declares a server. See the crate documentation for a complete example.
+/// Declares a server. Every method may be called in any order: nothing takes effect before
+/// [`ServerBuilder::build`]. See the crate documentation for a complete example.
 pub struct ServerBuilder {
     info: ServerInfo,
     tools: Vec<Arc<ToolDef>>,
@@ -82,108 +37,136 @@ pub struct ServerBuilder {
     store: Option<Arc<dyn SessionStore>>,
     events: Option<Arc<dyn EventStore>>,
     tasks: Option<Arc<dyn TaskStore>>,
-    redis: Option<crate::session::RedisSessionStore>,
+    state: StateMap,
+    ownership: Option<Arc<dyn Ownership>>,
+    relay: Option<Arc<dyn Relay>>,
 }
 
 impl ServerBuilder {
+    /// Instructions announced to clients in `initialize` and `server/discover`.
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         self.info.instructions = Some(text.into());
         self
     }
+    /// Adds a tool (see [`crate::tool`]).
     pub fn tool(mut self, def: Arc<ToolDef>) -> Self {
         self.tools.push(def);
         self
     }
+    /// Adds a resource (see [`crate::resource`]).
     pub fn resource(mut self, def: Arc<ResourceDef>) -> Self {
         self.resources.push(def);
         self
     }
+    /// Adds a resource template (see [`crate::template`]).
     pub fn template(mut self, def: Arc<TemplateDef>) -> Self {
         self.templates.push(def);
         self
     }
+    /// Adds a prompt (see [`crate::prompt`]).
     pub fn prompt(mut self, def: Arc<PromptDef>) -> Self {
         self.prompts.push(def);
         self
     }
-    /// The configuration (default: [`Config::default`]; binaries use [`Config::load`]).
+    /// The configuration (default: [`Config::default`]; binaries use [`Config::load`]). When it
+    /// names Redis (`REDIS_URL`, `[redis]`), sessions and SSE events are kept there, unless a
+    /// store is given explicitly.
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
         self
     }
-    /// Connects the stores the configuration names (Redis when `redis` is set) unless one
-    /// was given explicitly. An unreachable Redis does not stop the server: sessions live in
-    /// memory, the connection is retried in the background, and `/readyz` answers 503 until
-    /// Redis answers.
-    pub async fn connect_stores(mut self) -> Self {
-        if self.store.is_some() {
-            return self;
-        }
-        let Some(mut redis) = self.config.as_ref().and_then(|c| c.redis.clone()) else {
-            return self;
-        };
-        // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
-        // timeout would cut it short.
-        if let Some(cfg) = &self.config {
-            redis.command_timeout_ms = redis.command_timeout_ms.max(cfg.sessions.check_timeout_ms);
-        }
-        match crate::session::RedisSessionStore::connect_in_background(redis).await {
-            Ok(store) => {
-                if self.events.is_none() {
-                    let (max_len, ttl_ms) = self
-                        .config
-                        .as_ref()
-                        .map(|c| (c.sessions.max_events_per_stream, c.sessions.event_ttl_ms))
-                        .unwrap_or((1024, 300_000));
-                    self.events = Some(Arc::new(crate::events::RedisEventStore::new(
-                        store.clone(),
-                        max_len,
-                        ttl_ms,
-                    )));
-                    tracing::info!("EventStore initialized for SSE resumability");
-                }
-                self.redis = Some(store.clone());
-                self.store = Some(Arc::new(store));
-            }
-            Err(e) => tracing::error!(
-                error = %e,
-                "[TransportService] Failed to create session store - session persistence disabled"
-            ),
-        }
+    /// A value handlers read with [`crate::RequestContext::state`], one per type: a database
+    /// pool, a client, the application's own state.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use fleetmcp::{NoArgs, Server, tool};
+    /// use parking_lot::Mutex;
+    ///
+    /// #[derive(Default)]
+    /// struct Counter(Mutex<u64>);
+    ///
+    /// let server = Server::builder("counter", "1.0.0")
+    ///     .state(Counter::default())
+    ///     .tool(tool("bump").handler(|_: NoArgs, ctx| async move {
+    ///         let counter = ctx.state::<Counter>()?;
+    ///         let mut n = counter.0.lock();
+    ///         *n += 1;
+    ///         Ok(n.to_string())
+    ///     }))
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.state
+            .insert(std::any::TypeId::of::<T>(), Arc::new(value));
         self
     }
-
-    /// Replaces the in-memory session store.
+    /// Replaces the session store the configuration would choose.
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
         self
     }
-    /// Replaces the in-memory task store.
+    /// Replaces the task store (in memory by default).
     pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
         self.tasks = Some(tasks);
         self
     }
-    /// Replaces the in-memory event store.
+    /// Replaces the event store the configuration would choose.
     pub fn event_store(mut self, events: Arc<dyn EventStore>) -> Self {
         self.events = Some(events);
         self
     }
+    /// Installs the seams distributed mode plugs into (tests of the seams use them directly).
+    #[cfg(test)]
+    pub(crate) fn seams(mut self, ownership: Arc<dyn Ownership>, relay: Arc<dyn Relay>) -> Self {
+        self.ownership = Some(ownership);
+        self.relay = Some(relay);
+        self
+    }
 
+    /// Builds the server. Nothing runs and nothing is connected yet: [`Server::start`] (or
+    /// [`Server::serve`]) does that.
     pub fn build(self) -> Server {
         let config = self.config.unwrap_or_default();
         let (machine_id, source) = machine_id::resolve(&config);
         let sealer = sealer_for(&config, &machine_id, source);
+        let mut store = self.store;
+        let mut events = self.events;
+        let mut redis = None;
+        if store.is_none()
+            && let Some(mut cfg) = config.redis.clone()
+        {
+            // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
+            // timeout would cut it short.
+            cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
+            match RedisConn::new(cfg) {
+                Ok(conn) => {
+                    store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
+                    if events.is_none() {
+                        events = Some(Arc::new(RedisEventStore::new(
+                            conn.clone(),
+                            config.sessions.max_events_per_stream,
+                            config.sessions.event_ttl_ms,
+                        )));
+                        tracing::info!("EventStore initialized for SSE resumability");
+                    }
+                    redis = Some(conn);
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "[TransportService] Failed to create session store - session persistence disabled"
+                ),
+            }
+        }
         let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
-        let store = self
-            .store
-            .unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
-        let events = self.events.unwrap_or_else(|| {
+        let store = store.unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
+        let events = events.unwrap_or_else(|| {
             Arc::new(MemoryEventStore::new(
                 config.sessions.max_events_per_stream,
                 config.sessions.max_streams_per_session,
             ))
         });
-        let catalog = Catalog::new(self.tools, self.resources, self.templates, self.prompts);
         let request_state =
             RequestStateSealer::new(config.vault_secret.as_deref(), config.jwt_secret.as_deref());
         if request_state.source == KeySource::PerProcess
@@ -194,28 +177,46 @@ impl ServerBuilder {
                 "requestState is signed with a per-process key: set VAULT_SECRET or JWT_SECRET on every instance"
             );
         }
-        let (changes, _) = broadcast::channel(256);
-        let shared = Arc::new(Shared {
-            info: self.info,
-            catalog: ArcSwap::from_pointee(catalog),
-            live: LiveSessions::new(config.sessions.max_sessions),
-            config,
+        let shutdown = CancellationToken::new();
+        // A held session's record is refreshed at most once per quarter of its lifetime.
+        let ttl = match &config.redis {
+            Some(r) => r.default_ttl_ms.min(config.sessions.idle_ttl_ms),
+            None => config.sessions.idle_ttl_ms,
+        };
+        let timing = Timing {
+            check_timeout: Duration::from_millis(config.sessions.check_timeout_ms),
+            store_wait: Duration::from_millis(config.sessions.store_wait_ms),
+            refresh_every_ms: ttl / 4,
+        };
+        let sessions = Sessions::new(
             machine_id,
             sealer,
+            config.sessions.max_sessions,
             store,
+            events.clone(),
+            self.ownership,
+            timing,
+            shutdown.clone(),
+        );
+        let app = App::new(Parts {
+            info: self.info,
+            catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
+            config,
+            sessions,
             events,
-            shutdown: CancellationToken::new(),
-            started: Instant::now(),
+            tasks: Tasks::new(
+                self.tasks
+                    .unwrap_or_else(|| Arc::new(MemoryTaskStore::default())),
+            ),
             request_state,
-            changes,
-            tasks: self
-                .tasks
-                .unwrap_or_else(|| Arc::new(MemoryTaskStore::default())),
-            runner: Runner::default(),
-            redis: self.redis,
-            ha: arc_swap::ArcSwapOption::empty(),
+            shutdown,
+            state: self.state,
         });
-        Server { shared }
+        Server {
+            app,
+            redis,
+            relay: self.relay,
+        }
     }
 }
 
@@ -248,9 +249,12 @@ fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option
     Some(SessionSealer::new(machine_id.as_bytes()))
 }
 
-/// A built server, ready to serve.
+/// A built server: start it and embed its routes ([`Server::start`]), or serve it
+/// ([`Server::serve`], [`Server::serve_on`]).
 pub struct Server {
-    shared: Arc<Shared>,
+    app: App,
+    redis: Option<RedisConn>,
+    relay: Option<Arc<dyn Relay>>,
 }
 
 impl Server {
@@ -270,31 +274,81 @@ impl Server {
             store: None,
             events: None,
             tasks: None,
-            redis: None,
+            state: StateMap::new(),
+            ownership: None,
+            relay: None,
         }
     }
 
     /// The handle for runtime changes (add or remove tools, announce resource updates).
     pub fn handle(&self) -> ServerHandle {
-        ServerHandle::new(self.shared.clone())
+        self.app.handle()
     }
 
     /// The machine id this instance resolved at build time.
     pub fn machine_id(&self) -> &str {
-        &self.shared.machine_id
+        self.app.sessions().machine_id()
     }
 
-    /// The HTTP routes (`/mcp`, `/healthz`, `/readyz`), to embed in a larger axum app.
-    pub fn router(&self) -> axum::Router {
-        crate::transport::router(self.shared.clone())
+    /// Starts what the server runs besides answering requests (the Redis connection, the
+    /// expiry of idle sessions, distributed mode), and returns its routes, to serve or to embed
+    /// in a larger axum app. The routes exist only once all that is running, so it cannot be
+    /// forgotten.
+    ///
+    /// ```no_run
+    /// # async fn run() -> std::io::Result<()> {
+    /// let server = fleetmcp::Server::builder("embedded", "1.0.0").build();
+    /// let running = server.start().await?;
+    /// let app = axum::Router::new().merge(running.router());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    /// axum::serve(listener, app).await?;
+    /// running.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(self) -> std::io::Result<Running> {
+        let app = self.app;
+        if let Some(redis) = &self.redis {
+            redis.first_connect().await;
+        }
+        let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
+            let held = app.clone();
+            let cluster = Cluster::start(
+                app.sessions().machine_id(),
+                self.redis.clone(),
+                &app.config().ha,
+                move || held.sessions().held(),
+                app.shutdown().clone(),
+            )
+            .await
+            .map_err(|why| {
+                tracing::error!("{why}");
+                std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
+            })?;
+            Some(cluster)
+        } else {
+            None
+        };
+        let seams = Seams {
+            relay: self.relay,
+            probes: cluster.iter().flat_map(Cluster::probes).collect(),
+        };
+        let mut router = transport::router(app.clone(), seams);
+        if let Some(c) = &cluster {
+            router = c.layer(router);
+        }
+        let sweeper = tokio::spawn(sweep_idle(app.clone()));
+        Ok(Running {
+            app,
+            router,
+            cluster,
+            sweeper,
+        })
     }
 
     /// Binds as configured and serves until SIGTERM or SIGINT.
     pub async fn serve(self) -> std::io::Result<()> {
-        let addr = SocketAddr::new(
-            self.shared.config.effective_bind().ip(),
-            self.shared.config.port,
-        );
+        let cfg = self.app.config();
+        let addr = SocketAddr::new(cfg.effective_bind().ip(), cfg.port);
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
@@ -310,27 +364,22 @@ impl Server {
     ) -> std::io::Result<()> {
         use axum::serve::ListenerExt;
         let local = listener.local_addr()?;
-        let shared = self.shared.clone();
-        log_startup(&shared, local);
-        if shared.config.deployment_mode == DeploymentMode::Distributed {
-            start_ha(&shared).await?;
-        }
-        let sweeper = tokio::spawn(sweep_idle(shared.clone()));
+        log_startup(&self.app, local);
+        let running = self.start().await?;
         // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let token = shared.shutdown.clone();
-        let grace = Duration::from_millis(shared.config.http.shutdown_grace_ms);
+        let token = running.app.shutdown().clone();
+        let grace = Duration::from_millis(running.app.config().http.shutdown_grace_ms);
         let stop_token = token.clone();
         tokio::spawn(async move {
             stop.await;
             tracing::info!("shutting down: closing streams and draining requests");
             stop_token.cancel();
         });
-        let app = self.router();
-        let serve =
-            axum::serve(listener, app).with_graceful_shutdown(token.clone().cancelled_owned());
+        let serve = axum::serve(listener, running.router())
+            .with_graceful_shutdown(token.clone().cancelled_owned());
         let drained = async {
             token.cancelled().await;
             tokio::time::sleep(grace).await;
@@ -342,30 +391,67 @@ impl Server {
                 Ok(())
             }
         };
-        sweeper.abort();
-        if let Some(ha) = shared.ha.load_full() {
-            ha.stop().await;
-        }
+        running.stop().await;
         tracing::info!("stopped");
         result
     }
 }
 
-fn log_startup(shared: &Shared, local: SocketAddr) {
-    let cat = shared.catalog();
+/// A started server: its routes, and what runs beside them until [`Running::stop`].
+pub struct Running {
+    app: App,
+    router: Router,
+    cluster: Option<Cluster>,
+    sweeper: JoinHandle<()>,
+}
+
+impl Running {
+    /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// The handle for runtime changes.
+    pub fn handle(&self) -> ServerHandle {
+        self.app.handle()
+    }
+
+    /// Stops: open streams and sessions end, background work stops, and in distributed mode
+    /// the heartbeat is deleted at once.
+    pub async fn stop(self) {
+        self.app.shutdown().cancel();
+        self.sweeper.abort();
+        if let Some(c) = &self.cluster {
+            c.stop().await;
+        }
+    }
+}
+
+/// Drops sessions nobody used for `sessions.idle_ttl_ms`.
+async fn sweep_idle(app: App) {
+    let idle = Duration::from_millis(app.config().sessions.idle_ttl_ms);
+    let period = (idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        app.sessions().expire_idle(idle).await;
+    }
+}
+
+fn log_startup(app: &App, local: SocketAddr) {
+    let cat = app.catalog();
+    let cfg = app.config();
     tracing::info!(
-        server = %shared.info.name,
-        version = %shared.info.version,
-        machine_id = %shared.machine_id,
-        deployment = shared.config.deployment_mode.as_str(),
-        session_store = shared.store.kind(),
+        server = %app.info().name,
+        version = %app.info().version,
+        machine_id = %app.sessions().machine_id(),
+        deployment = cfg.deployment_mode.as_str(),
+        session_store = app.sessions().store_kind(),
         tools = cat.tool_count(),
         "listening on http://{local}/mcp"
     );
-    match shared.config.effective_bind() {
-        crate::config::BindAddress::All
-            if shared.config.deployment_mode == DeploymentMode::Distributed =>
-        {
+    match cfg.effective_bind() {
+        crate::config::BindAddress::All if cfg.deployment_mode == DeploymentMode::Distributed => {
             tracing::info!(
                 audit = "BIND_ALL_INTERFACES_DISTRIBUTED",
                 "bound to every interface (distributed mode)"
@@ -379,52 +465,6 @@ fn log_startup(shared: &Shared, local: SocketAddr) {
         }
         crate::config::BindAddress::Loopback => {
             tracing::info!(audit = "BIND_RESTRICTED", "bound to loopback only")
-        }
-    }
-}
-
-/// Distributed mode: the HA manager and its heartbeat loop (with Redis); without Redis the
-/// instance still names itself in headers and cookies, but nothing is shared.
-async fn start_ha(shared: &Arc<Shared>) -> std::io::Result<()> {
-    let Some(redis) = shared.redis.clone() else {
-        tracing::warn!(
-            "distributed mode without Redis: sessions stay on the instance that created them"
-        );
-        return Ok(());
-    };
-    let ha = match crate::cluster::Ha::start(redis, &shared.machine_id, &shared.config.ha).await {
-        Ok(ha) => ha,
-        Err(why) => {
-            tracing::error!("{why}");
-            return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, why));
-        }
-    };
-    shared.ha.store(Some(ha.clone()));
-    let beats = shared.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(ha.interval());
-        tick.tick().await;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => ha.beat(beats.live.len()).await,
-                _ = beats.shutdown.cancelled() => return,
-            }
-        }
-    });
-    Ok(())
-}
-
-/// Drops sessions nobody used for `sessions.idle_ttl_ms`, with their events.
-async fn sweep_idle(shared: Arc<Shared>) {
-    let idle = Duration::from_millis(shared.config.sessions.idle_ttl_ms);
-    let period = (idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
-    let mut tick = tokio::time::interval(period);
-    loop {
-        tick.tick().await;
-        for id in shared.live.expire_idle(idle) {
-            // Idle here only: other instances may still serve it from the shared stores.
-            shared.events.release(&id).await;
-            tracing::debug!(session = %id, "session expired after being idle");
         }
     }
 }
@@ -452,113 +492,5 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// Appends a message to a session's standalone (GET) stream.
-pub(crate) fn push_standalone(shared: &Arc<Shared>, session: &Arc<Session>, message: Bytes) {
-    let events = shared.events.clone();
-    let id = session.id.clone();
-    tokio::spawn(async move {
-        if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
-            tracing::warn!(session = %id, error = %e, "could not queue a message for the session's stream");
-        }
-    });
-}
-
-/// Changes a running server: its catalog, and announcements to connected clients.
-#[derive(Clone)]
-pub struct ServerHandle {
-    shared: Arc<Shared>,
-}
-
-impl ServerHandle {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
-    }
-
-    /// Adds (or replaces) a tool and tells every session `notifications/tools/list_changed`.
-    pub async fn add_tool(&self, def: Arc<ToolDef>) {
-        self.shared.catalog.rcu(|c| c.with_tool(def.clone()));
-        self.broadcast(Change::ToolsListChanged).await;
-    }
-    pub async fn remove_tool(&self, name: &str) {
-        self.shared.catalog.rcu(|c| c.without_tool(name));
-        self.broadcast(Change::ToolsListChanged).await;
-    }
-    pub async fn add_prompt(&self, def: Arc<PromptDef>) {
-        self.shared.catalog.rcu(|c| c.with_prompt(def.clone()));
-        self.broadcast(Change::PromptsListChanged).await;
-    }
-    pub async fn remove_prompt(&self, name: &str) {
-        self.shared.catalog.rcu(|c| c.without_prompt(name));
-        self.broadcast(Change::PromptsListChanged).await;
-    }
-    pub async fn add_resource(&self, def: Arc<ResourceDef>) {
-        self.shared.catalog.rcu(|c| c.with_resource(def.clone()));
-        self.broadcast(Change::ResourcesListChanged).await;
-    }
-    pub async fn remove_resource(&self, uri: &str) {
-        self.shared.catalog.rcu(|c| c.without_resource(uri));
-        self.broadcast(Change::ResourcesListChanged).await;
-    }
-
-    /// Sends `notifications/resources/updated` to every session subscribed to `uri`.
-    pub async fn notify_resource_updated(&self, uri: &str) {
-        // No listener is not an error: broadcast only fails when nobody listens.
-        let _ = self
-            .shared
-            .changes
-            .send(Change::ResourceUpdated(uri.to_string()));
-        let msg = encode_notification(
-            "notifications/resources/updated",
-            &serde_json::json!({"uri": uri}),
-        );
-        for s in self.shared.live.all() {
-            if s.is_subscribed(uri) {
-                self.append(&s, msg.clone()).await;
-            }
-        }
-    }
-
-    /// Whether the catalog has a tool of this name now.
-    pub fn has_tool(&self, name: &str) -> bool {
-        self.shared.catalog().tool(name).is_some()
-    }
-
-    /// Whether the catalog has a prompt of this name now.
-    pub fn has_prompt(&self, name: &str) -> bool {
-        self.shared.catalog().prompt(name).is_some()
-    }
-
-    /// Sessions this instance holds.
-    pub fn session_count(&self) -> usize {
-        self.shared.live.len()
-    }
-
-    async fn broadcast(&self, change: Change) {
-        let method = match &change {
-            Change::ToolsListChanged => "notifications/tools/list_changed",
-            Change::PromptsListChanged => "notifications/prompts/list_changed",
-            Change::ResourcesListChanged | Change::ResourceUpdated(_) => {
-                "notifications/resources/list_changed"
-            }
-        };
-        let _ = self.shared.changes.send(change);
-        let msg = encode_notification(method, &serde_json::json!({}));
-        for s in self.shared.live.all() {
-            self.append(&s, msg.clone()).await;
-        }
-    }
-
-    async fn append(&self, s: &Session, msg: Bytes) {
-        if let Err(e) = self
-            .shared
-            .events
-            .append(&s.id, STANDALONE_STREAM, msg)
-            .await
-        {
-            tracing::warn!(session = %s.id, error = %e, "could not queue a notification");
-        }
     }
 }

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+#[allow(deprecated)] // sampling (SEP-2577): the conformance suite still exercises it
 use fleetmcp::protocol::model::{
-    CallToolResult, ContentBlock, PromptMessage, ResourceContents, Role,
+    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitResult, PromptMessage,
+    ResourceContents, Role, SamplingMessage,
 };
 use fleetmcp::{
     Config, LogLevel, NoArgs, ResourceError, Server, TaskSupport, ToolError, prompt, resource,
@@ -143,20 +145,14 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
         tool("test_sampling")
             .description("Asks the client's model to answer a prompt")
             .handler(|a: SamplingArgs, ctx| async move {
-                let r = ctx
-                    .create_message(json!({
-                        "messages": [{"role": "user", "content": {"type": "text", "text": a.prompt}}],
-                        "maxTokens": 100
-                    }))
-                    .await?;
-                let answer = r["content"]["text"].as_str().unwrap_or_default().to_string();
+                let answer = sample(&ctx, a.prompt).await?;
                 Ok(format!("LLM response: {answer}"))
             }),
         tool("test_elicitation")
             .description("Asks the user for a username and an email")
             .handler(|a: ElicitationArgs, ctx| async move {
                 let r = ctx
-                    .elicit(json!({
+                    .elicit(serde_json::from_value(json!({
                         "message": a.message,
                         "requestedSchema": {
                             "type": "object",
@@ -166,15 +162,15 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                             },
                             "required": ["username", "email"]
                         }
-                    }))
+                    }))?)
                     .await?;
-                Ok(format!("User response: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+                Ok(format!("User response: action={}, content={}", elicit_action(&r), elicit_content(&r)))
             }),
         tool("test_elicitation_sep1034_defaults")
             .description("Elicitation whose schema has defaults for every primitive type")
             .handler(|_: NoArgs, ctx| async move {
                 let r = ctx
-                    .elicit(json!({
+                    .elicit(serde_json::from_value(json!({
                         "message": "Please review and update the form fields with defaults",
                         "requestedSchema": {
                             "type": "object",
@@ -186,15 +182,15 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                                 "verified": {"type": "boolean", "description": "Verification status", "default": true}
                             }
                         }
-                    }))
+                    }))?)
                     .await?;
-                Ok(format!("Elicitation completed: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+                Ok(format!("Elicitation completed: action={}, content={}", elicit_action(&r), elicit_content(&r)))
             }),
         tool("test_elicitation_sep1330_enums")
             .description("Elicitation with every enum shape")
             .handler(|_: NoArgs, ctx| async move {
                 let r = ctx
-                    .elicit(json!({
+                    .elicit(serde_json::from_value(json!({
                         "message": "Please select options from the enum fields",
                         "requestedSchema": {
                             "type": "object",
@@ -215,9 +211,9 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                             },
                             "required": []
                         }
-                    }))
+                    }))?)
                     .await?;
-                Ok(format!("Elicitation completed: action={}, content={}", r["action"].as_str().unwrap_or("?"), r["content"]))
+                Ok(format!("Elicitation completed: action={}, content={}", elicit_action(&r), elicit_content(&r)))
             }),
         tool("test_reconnection")
             .description("Closes its SSE connection mid-call; the result arrives after the client resumes")
@@ -485,7 +481,7 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
             .description("Asks the client for its roots")
             .handler(|_: NoArgs, ctx| async move {
                 let r = ctx.list_roots().await?;
-                Ok(CallToolResult::success(vec![text(r.to_string())]))
+                Ok(CallToolResult::success(vec![text(serde_json::to_string(&r)?)]))
             }),
     ];
     let s = stats;
@@ -509,6 +505,32 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
             }),
     );
     v
+}
+
+/// Asks the client's model to answer `prompt`; the text of its answer.
+#[allow(deprecated)] // sampling (SEP-2577): the conformance suite still exercises it
+async fn sample(ctx: &fleetmcp::RequestContext, prompt: String) -> Result<String, ToolError> {
+    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
+    let r = ctx.create_message(params).await?;
+    Ok(r.message
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default())
+}
+
+/// The action of an elicitation answer as the conformance suite expects to read it.
+fn elicit_action(r: &ElicitResult) -> String {
+    serde_json::to_value(&r.action)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The content of an elicitation answer (`null` when the user gave none).
+fn elicit_content(r: &ElicitResult) -> Value {
+    r.content.clone().unwrap_or(Value::Null)
 }
 
 /// An elicitation asking for one string field.
@@ -540,10 +562,7 @@ fn server_has_dynamic(ctx: &fleetmcp::RequestContext) -> bool {
 
 async fn build(config: Config) -> Server {
     let stats = Arc::new(Stats::default());
-    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION"))
-        .config(config)
-        .connect_stores()
-        .await;
+    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION")).config(config);
     for t in tools(stats.clone()) {
         b = b.tool(t);
     }

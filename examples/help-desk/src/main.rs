@@ -257,8 +257,6 @@ async fn build(config: Config) -> Server {
         .template(ticket)
         .prompt(triage)
         .config(config)
-        .connect_stores()
-        .await
         .build()
 }
 

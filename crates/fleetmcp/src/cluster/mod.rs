@@ -1,146 +1,92 @@
-//! Distributed mode: what the instances of a fleet know about each other.
+//! Distributed mode: everything that knows other instances exist.
 //!
-//! So far this is the heartbeat: each instance keeps `<prefix>heartbeat:<nodeId>` alive in Redis
-//! (`{nodeId, startedAt, lastBeat, sessionCount}`, rewritten every interval, expiring after the
-//! TTL) and deletes it when it stops gracefully, so that others can tell a stopped instance from
-//! a running one at once. Relaying requests to a session's holder and taking over the sessions
-//! of a stopped instance build on it.
+//! - [`identity`]: the machine-id header and affinity cookie, one layer around every route;
+//! - [`heartbeat`]: the heartbeat in Redis, the refusal to start under a machine id in use,
+//!   and the `/readyz` probe.
 //!
-//! Architecture invariant: nothing outside this module knows that other instances exist.
+//! Relaying a session's requests to its holder, taking over a stopped instance's sessions and
+//! fencing plug into the seams below this module: `session::Ownership` (who serves a stored
+//! session) and `transport::Relay` (how a request reaches its holder).
+//!
+//! Architecture invariant: nothing outside this module knows that other instances exist; a
+//! single instance (standalone mode) starts none of it.
+
+mod heartbeat;
+mod identity;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::HaConfig;
-use crate::session::RedisSessionStore;
+use crate::redis_conn::RedisConn;
+use crate::transport::Probe;
+use heartbeat::Heartbeat;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Heartbeat {
-    node_id: String,
-    started_at: u64,
-    last_beat: u64,
-    session_count: usize,
+/// Distributed mode on one instance, from start to a graceful stop.
+pub(crate) struct Cluster {
+    machine_id: String,
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
-}
-
-/// The HA manager of one instance.
-pub(crate) struct Ha {
-    redis: RedisSessionStore,
-    node_id: String,
-    key: String,
-    started_at: u64,
-    interval: Duration,
-    ttl_ms: u64,
-    /// The last write of the heartbeat succeeded.
-    active: AtomicBool,
-}
-
-impl Ha {
-    /// Starts the manager: refuses when another running instance already beats under this
-    /// machine id (two instances must never share one), then writes the first heartbeat.
+impl Cluster {
+    /// Starts distributed mode: with Redis, the heartbeat (refusing a machine id in use);
+    /// without it, the instance still names itself in headers and cookies, but nothing is
+    /// shared. `sessions` counts the sessions held, for the heartbeat.
     pub async fn start(
-        redis: RedisSessionStore,
-        node_id: &str,
+        machine_id: &str,
+        redis: Option<RedisConn>,
         cfg: &HaConfig,
-    ) -> Result<Arc<Self>, String> {
-        let ha = Arc::new(Self {
-            key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
-            redis,
-            node_id: node_id.to_string(),
-            started_at: now_ms(),
-            interval: Duration::from_millis(cfg.heartbeat_interval_ms),
-            ttl_ms: cfg.heartbeat_ttl_ms,
-            active: AtomicBool::new(false),
-        });
-        if let Some(before) = ha.read().await {
-            // A key is left by a crash until it expires. A live owner rewrites it within an
-            // interval; a dead one does not.
-            tokio::time::sleep(ha.interval + ha.interval / 10).await;
-            if let Some(after) = ha.read().await
-                && after.last_beat != before.last_beat
-            {
-                return Err(format!(
-                    "another running instance already uses machine id {node_id} (started at {} ms); give every instance its own MACHINE_ID",
-                    after.started_at
-                ));
-            }
-        }
-        ha.beat(0).await;
-        tracing::info!("[HA] Heartbeat started for node {node_id}");
+        sessions: impl Fn() -> usize + Send + 'static,
+        stop: CancellationToken,
+    ) -> Result<Self, String> {
+        let Some(redis) = redis else {
+            tracing::warn!(
+                "distributed mode without Redis: sessions stay on the instance that created them"
+            );
+            return Ok(Self {
+                machine_id: machine_id.to_string(),
+                heartbeat: None,
+            });
+        };
+        let hb = Heartbeat::start(redis, machine_id, cfg).await?;
         tracing::info!("[HA] Manager started for distributed deployment");
-        Ok(ha)
+        let beats = hb.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(beats.interval());
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => beats.beat(sessions()).await,
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        Ok(Self {
+            machine_id: machine_id.to_string(),
+            heartbeat: Some(hb),
+        })
     }
 
-    async fn read(&self) -> Option<Heartbeat> {
-        let raw: Option<String> = self
-            .redis
-            .run(redis::cmd("GET").arg(&self.key).clone())
-            .await
-            .ok()?;
-        serde_json::from_str(&raw?).ok()
+    /// Wraps the routes so that responses name this instance.
+    pub fn layer(&self, router: Router) -> Router {
+        identity::layer(router, &self.machine_id)
     }
 
-    /// Rewrites the heartbeat.
-    pub async fn beat(&self, session_count: usize) {
-        let hb = Heartbeat {
-            node_id: self.node_id.clone(),
-            started_at: self.started_at,
-            last_beat: now_ms(),
-            session_count,
-        };
-        let Ok(value) = serde_json::to_string(&hb) else {
-            return;
-        };
-        let written: Result<String, _> = self
-            .redis
-            .run(
-                redis::cmd("SET")
-                    .arg(&self.key)
-                    .arg(value)
-                    .arg("PX")
-                    .arg(self.ttl_ms)
-                    .clone(),
-            )
-            .await;
-        let ok = written.is_ok();
-        if !ok && self.active.load(Ordering::Relaxed) {
-            tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
-        }
-        self.active.store(ok, Ordering::Relaxed);
+    /// The readiness probes distributed mode adds to `/readyz`.
+    pub fn probes(&self) -> Vec<Arc<dyn Probe>> {
+        self.heartbeat
+            .iter()
+            .map(|h| h.clone() as Arc<dyn Probe>)
+            .collect()
     }
 
-    pub fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    /// Whether this instance's heartbeat key is there (readiness).
-    pub async fn heartbeat_present(&self) -> bool {
-        self.read()
-            .await
-            .is_some_and(|h| h.started_at == self.started_at)
-    }
-
-    pub fn node_id(&self) -> &str {
-        &self.node_id
-    }
-
-    /// A graceful stop: the heartbeat goes at once, so others need not wait for it to expire.
+    /// A graceful stop: the heartbeat goes at once.
     pub async fn stop(&self) {
-        let _: Result<i64, _> = self
-            .redis
-            .run(redis::cmd("DEL").arg(&self.key).clone())
-            .await;
-        self.active.store(false, Ordering::Relaxed);
-        tracing::info!("[HA] Services stopped for node {}", self.node_id);
+        if let Some(hb) = &self.heartbeat {
+            hb.stop().await;
+            tracing::info!("[HA] Services stopped for node {}", self.machine_id);
+        }
     }
 }

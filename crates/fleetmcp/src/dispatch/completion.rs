@@ -7,9 +7,9 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::{Reply, params, respond};
+use crate::app::App;
 use crate::context::RequestContext;
 use crate::protocol::errors;
-use crate::server::Shared;
 
 /// The specification caps a completion answer at 100 values.
 const MAX_VALUES: usize = 100;
@@ -44,14 +44,14 @@ struct Context {
     arguments: HashMap<String, String>,
 }
 
-pub(super) fn complete(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) fn complete(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     let CompleteParams {
         reference,
         argument,
         context,
     } = params(p)?;
     let others = context.map(|c| c.arguments).unwrap_or_default();
-    let catalog = shared.catalog();
+    let catalog = app.catalog();
     let completer = match &reference {
         Reference::Prompt { name } => catalog
             .prompt(name)
@@ -71,5 +71,5 @@ pub(super) fn complete(shared: &Shared, ctx: &RequestContext, p: Option<&RawValu
     values.truncate(MAX_VALUES);
     let result =
         json!({"completion": {"values": values, "total": total, "hasMore": total > MAX_VALUES}});
-    respond(shared, ctx, &result, None)
+    respond(app, ctx, &result, None)
 }

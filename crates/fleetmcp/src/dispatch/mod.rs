@@ -10,20 +10,19 @@ mod completion;
 mod paging;
 mod prompts;
 mod resources;
-pub(crate) mod tasks;
+mod tasks;
 mod tools;
-
-use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use crate::app::App;
 use crate::context::{Caller, RequestContext};
+use crate::protocol::LogLevel;
 use crate::protocol::{ErrorData, ProtocolVersion, STATELESS_VERSIONS, errors};
-use crate::server::Shared;
-use crate::session::{LogLevel, Session};
+use crate::session::Session;
 use crate::stateless::request_state::StatePayload;
 use crate::stateless::{META_SERVER_INFO, Round};
 
@@ -56,11 +55,19 @@ pub(crate) struct Cache {
     pub scope: &'static str,
 }
 
+/// The caching hints of every list result.
+fn list_cache(app: &App) -> Cache {
+    Cache {
+        ttl_ms: app.config().stateless.list_ttl_ms,
+        scope: "public",
+    }
+}
+
 /// Serialises a result for the caller's era. 2026-07-28 results carry `resultType`, the
 /// server's identity in `_meta`, and (lists, reads, discover) caching hints; session-era
 /// results carry none of these.
 pub(crate) fn respond<T: Serialize>(
-    shared: &Shared,
+    app: &App,
     ctx: &RequestContext,
     value: &T,
     cache: Option<Cache>,
@@ -70,18 +77,18 @@ pub(crate) fn respond<T: Serialize>(
     }
     let mut v = serde_json::to_value(value).map_err(|e| errors::internal(e.to_string()))?;
     if let Value::Object(map) = &mut v {
-        decorate(shared, map, cache);
+        decorate(app, map, cache);
     }
     raw(&v)
 }
 
-fn decorate(shared: &Shared, map: &mut Map<String, Value>, cache: Option<Cache>) {
+fn decorate(app: &App, map: &mut Map<String, Value>, cache: Option<Cache>) {
     map.entry("resultType").or_insert_with(|| json!("complete"));
     let meta = map.entry("_meta").or_insert_with(|| json!({}));
     if let Value::Object(meta) = meta {
         meta.insert(
             META_SERVER_INFO.into(),
-            json!({"name": shared.info.name, "version": shared.info.version}),
+            json!({"name": app.info().name, "version": app.info().version}),
         );
     }
     if let Some(c) = cache {
@@ -92,23 +99,20 @@ fn decorate(shared: &Shared, map: &mut Map<String, Value>, cache: Option<Cache>)
 
 /// The `InputRequiredResult` of a stateless handler that asked the client for something it
 /// has not answered yet: the questions, and a sealed `requestState` with the answers so far.
-pub(crate) fn input_required(shared: &Shared, round: &Round) -> Reply {
+pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
     let asked = round.take_asked();
     if asked.is_empty() {
         return Err(errors::internal(
             "the handler needs client input but asked nothing",
         ));
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64;
-    let state = shared
-        .request_state
+    let now = crate::clock::unix_ms();
+    let state = app
+        .request_state()
         .seal(&StatePayload {
             m: round.method.clone(),
             d: round.digest.clone(),
-            exp: now + shared.config.stateless.request_state_ttl_ms,
+            exp: now + app.config().stateless.request_state_ttl_ms,
             a: round.answers().clone(),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;
@@ -119,52 +123,52 @@ pub(crate) fn input_required(shared: &Shared, round: &Round) -> Reply {
         "requestState": state,
     });
     if let Value::Object(map) = &mut result {
-        decorate(shared, map, None);
+        decorate(app, map, None);
     }
     raw(&result)
 }
 
 /// Runs one request.
 pub(crate) async fn request(
-    shared: Arc<Shared>,
     method: String,
     params: Option<Box<RawValue>>,
     ctx: RequestContext,
 ) -> Reply {
+    let app = ctx.app().clone();
     let p = params.as_deref();
     let caller = ctx.caller().clone();
     match (&caller, method.as_str()) {
-        (_, "tools/list") => tools::list(&shared, &ctx, p),
-        (_, "tools/call") => tools::call(&shared, p, ctx).await,
-        (_, "resources/list") => resources::list(&shared, &ctx, p),
-        (_, "resources/templates/list") => resources::list_templates(&shared, &ctx, p),
-        (_, "resources/read") => resources::read(&shared, p, ctx).await,
-        (_, "prompts/list") => prompts::list(&shared, &ctx, p),
-        (_, "prompts/get") => prompts::get(&shared, p, ctx).await,
-        (_, "completion/complete") => completion::complete(&shared, &ctx, p),
+        (_, "tools/list") => tools::list(&app, &ctx, p),
+        (_, "tools/call") => tools::call(&app, p, ctx).await,
+        (_, "resources/list") => resources::list(&app, &ctx, p),
+        (_, "resources/templates/list") => resources::list_templates(&app, &ctx, p),
+        (_, "resources/read") => resources::read(&app, p, ctx).await,
+        (_, "prompts/list") => prompts::list(&app, &ctx, p),
+        (_, "prompts/get") => prompts::get(&app, p, ctx).await,
+        (_, "completion/complete") => completion::complete(&app, &ctx, p),
         (Caller::Session(_), "ping") => raw(&json!({})),
         (Caller::Session(s), "resources/subscribe") => resources::subscribe(s, p, true),
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(s, p, false),
         (Caller::Session(s), "logging/setLevel") => set_level(s, p),
         (Caller::Session(s), "tasks/get") if s.version >= ProtocolVersion::V2025_11_25 => {
-            tasks::session_get(&shared, s, p).await
+            tasks::session::get(&app, s, p).await
         }
         (Caller::Session(s), "tasks/result") if s.version >= ProtocolVersion::V2025_11_25 => {
-            tasks::session_result(&shared, &ctx, s, p).await
+            tasks::session::result(&app, &ctx, s, p).await
         }
         (Caller::Session(s), "tasks/list") if s.version >= ProtocolVersion::V2025_11_25 => {
-            tasks::session_list(&shared, s, p).await
+            tasks::session::list(&app, s, p).await
         }
         (Caller::Session(s), "tasks/cancel") if s.version >= ProtocolVersion::V2025_11_25 => {
-            tasks::session_cancel(&shared, s, p).await
+            tasks::session::cancel(&app, s, p).await
         }
         (Caller::Session(_), "initialize") => Err(errors::invalid_request(
             "Invalid Request: this session is already initialized",
         )),
-        (Caller::Stateless(_), "server/discover") => discover(&shared, &ctx),
-        (Caller::Stateless(_), "tasks/get") => tasks::get(&shared, &ctx, p).await,
-        (Caller::Stateless(_), "tasks/update") => tasks::update(&shared, &ctx, p).await,
-        (Caller::Stateless(_), "tasks/cancel") => tasks::cancel(&shared, &ctx, p).await,
+        (Caller::Stateless(_), "server/discover") => discover(&app, &ctx),
+        (Caller::Stateless(_), "tasks/get") => tasks::extension::get(&app, &ctx, p).await,
+        (Caller::Stateless(_), "tasks/update") => tasks::extension::update(&app, &ctx, p).await,
+        (Caller::Stateless(_), "tasks/cancel") => tasks::extension::cancel(&app, &ctx, p).await,
         (_, other) => Err(errors::method_not_found(other)),
     }
 }
@@ -206,20 +210,20 @@ pub(crate) fn capabilities(stateless: bool) -> Value {
     caps
 }
 
-fn discover(shared: &Shared, ctx: &RequestContext) -> Reply {
+fn discover(app: &App, ctx: &RequestContext) -> Reply {
     let mut result = json!({
         "supportedVersions": STATELESS_VERSIONS,
         "capabilities": capabilities(true),
     });
-    if let Some(i) = &shared.info.instructions {
+    if let Some(i) = &app.info().instructions {
         result["instructions"] = json!(i);
     }
     respond(
-        shared,
+        app,
         ctx,
         &result,
         Some(Cache {
-            ttl_ms: shared.config.stateless.list_ttl_ms,
+            ttl_ms: app.config().stateless.list_ttl_ms,
             scope: "public",
         }),
     )

@@ -6,15 +6,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::tools::list_cache;
-use super::{Reply, input_required, paging, params, respond};
+use super::{Reply, input_required, list_cache, paging, params, respond};
+use crate::app::App;
 use crate::catalog::PromptError;
 use crate::context::{Caller, RequestContext};
 use crate::protocol::errors;
 use crate::protocol::model::Prompt;
-use crate::server::Shared;
 
-pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListPrompts<'a> {
@@ -22,13 +21,13 @@ pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) 
         #[serde(skip_serializing_if = "Option::is_none")]
         next_cursor: Option<String>,
     }
-    let catalog = shared.catalog();
-    let (page, next_cursor) = paging::page(&catalog.prompts, p, shared.config.page_size)?;
+    let catalog = app.catalog();
+    let (page, next_cursor) = paging::page(&catalog.prompts, p, app.config().page_size)?;
     let result = ListPrompts {
         prompts: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
     };
-    respond(shared, ctx, &result, Some(list_cache(shared)))
+    respond(app, ctx, &result, Some(list_cache(app)))
 }
 
 #[derive(Deserialize)]
@@ -38,9 +37,9 @@ struct GetParams {
     arguments: Option<HashMap<String, Value>>,
 }
 
-pub(super) async fn get(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+pub(super) async fn get(app: &App, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let GetParams { name, arguments } = params(p)?;
-    let prompt = shared
+    let prompt = app
         .catalog()
         .prompt(&name)
         .cloned()
@@ -62,13 +61,13 @@ pub(super) async fn get(shared: &Shared, p: Option<&RawValue>, ctx: RequestConte
             if !ctx.is_stateless() {
                 result.result_type = None;
             }
-            respond(shared, &ctx, &result, None)
+            respond(app, &ctx, &result, None)
         }
         Err(PromptError::InvalidArguments(m)) => Err(errors::invalid_params(m)),
         Err(PromptError::Failed(m)) => Err(errors::internal(m)),
         Err(PromptError::Protocol(e)) => Err(e),
         Err(PromptError::InputRequired) => match ctx.caller() {
-            Caller::Stateless(round) => input_required(shared, round),
+            Caller::Stateless(round) => input_required(app, round),
             _ => Err(errors::internal(
                 "input required outside a multi-round request",
             )),

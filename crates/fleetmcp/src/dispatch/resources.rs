@@ -4,16 +4,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::tools::list_cache;
-use super::{Cache, Reply, input_required, paging, params, raw, respond};
+use super::{Cache, Reply, input_required, list_cache, paging, params, raw, respond};
+use crate::app::App;
 use crate::catalog::ResourceError;
 use crate::context::{Caller, RequestContext};
 use crate::protocol::model::{ReadResourceResult, Resource, ResourceTemplate};
 use crate::protocol::{ErrorCode, ErrorData, errors};
-use crate::server::Shared;
 use crate::session::Session;
 
-pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListResources<'a> {
@@ -21,16 +20,16 @@ pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) 
         #[serde(skip_serializing_if = "Option::is_none")]
         next_cursor: Option<String>,
     }
-    let catalog = shared.catalog();
-    let (page, next_cursor) = paging::page(&catalog.resources, p, shared.config.page_size)?;
+    let catalog = app.catalog();
+    let (page, next_cursor) = paging::page(&catalog.resources, p, app.config().page_size)?;
     let result = ListResources {
         resources: page.iter().map(|r| r.descriptor()).collect(),
         next_cursor,
     };
-    respond(shared, ctx, &result, Some(list_cache(shared)))
+    respond(app, ctx, &result, Some(list_cache(app)))
 }
 
-pub(super) fn list_templates(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) fn list_templates(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListTemplates<'a> {
@@ -38,13 +37,13 @@ pub(super) fn list_templates(shared: &Shared, ctx: &RequestContext, p: Option<&R
         #[serde(skip_serializing_if = "Option::is_none")]
         next_cursor: Option<String>,
     }
-    let catalog = shared.catalog();
-    let (page, next_cursor) = paging::page(&catalog.templates, p, shared.config.page_size)?;
+    let catalog = app.catalog();
+    let (page, next_cursor) = paging::page(&catalog.templates, p, app.config().page_size)?;
     let result = ListTemplates {
         resource_templates: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
     };
-    respond(shared, ctx, &result, Some(list_cache(shared)))
+    respond(app, ctx, &result, Some(list_cache(app)))
 }
 
 #[derive(Deserialize)]
@@ -66,9 +65,9 @@ fn not_found(ctx: &RequestContext, uri: &str) -> ErrorData {
     )
 }
 
-pub(super) async fn read(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+pub(super) async fn read(app: &App, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let UriParams { uri } = params(p)?;
-    let catalog = shared.catalog();
+    let catalog = app.catalog();
     let (fut, cache) = if let Some(r) = catalog.resource(&uri) {
         (r.read(ctx.clone()), r.cache())
     } else if let Some((t, vars)) = catalog.match_template(&uri) {
@@ -84,7 +83,7 @@ pub(super) async fn read(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
                 result.result_type = None;
             }
             respond(
-                shared,
+                app,
                 &ctx,
                 &result,
                 Some(Cache {
@@ -97,7 +96,7 @@ pub(super) async fn read(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
         Err(ResourceError::Failed(msg)) => Err(errors::internal(msg)),
         Err(ResourceError::Protocol(e)) => Err(e),
         Err(ResourceError::InputRequired) => match ctx.caller() {
-            Caller::Stateless(round) => input_required(shared, round),
+            Caller::Stateless(round) => input_required(app, round),
             _ => Err(errors::internal(
                 "input required outside a multi-round request",
             )),

@@ -4,14 +4,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::{Cache, Reply, input_required, paging, params, respond};
+use super::{Reply, input_required, list_cache, paging, params, respond};
+use crate::app::App;
 use crate::catalog::ToolError;
 use crate::context::{Caller, RequestContext};
 use crate::protocol::model::{CallToolResult, ContentBlock, Tool};
 use crate::protocol::{ErrorCode, ErrorData, errors};
-use crate::server::Shared;
 
-pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) fn list(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct ListTools<'a> {
@@ -19,24 +19,13 @@ pub(super) fn list(shared: &Shared, ctx: &RequestContext, p: Option<&RawValue>) 
         #[serde(skip_serializing_if = "Option::is_none")]
         next_cursor: Option<String>,
     }
-    let catalog = shared.catalog();
-    let (page, next_cursor) = paging::page(&catalog.tools, p, shared.config.page_size)?;
+    let catalog = app.catalog();
+    let (page, next_cursor) = paging::page(&catalog.tools, p, app.config().page_size)?;
     let result = ListTools {
         tools: page.iter().map(|t| t.descriptor()).collect(),
         next_cursor,
     };
-    respond(shared, ctx, &result, Some(list_cache(shared)))
-}
-
-fn ctx_shared(ctx: &RequestContext) -> std::sync::Arc<Shared> {
-    ctx.shared().clone()
-}
-
-pub(super) fn list_cache(shared: &Shared) -> Cache {
-    Cache {
-        ttl_ms: shared.config.stateless.list_ttl_ms,
-        scope: "public",
-    }
+    respond(app, ctx, &result, Some(list_cache(app)))
 }
 
 #[derive(Deserialize)]
@@ -49,13 +38,13 @@ struct CallParams {
     task: Option<Value>,
 }
 
-pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let CallParams {
         name,
         arguments,
         task,
     } = params(p)?;
-    let tool = shared
+    let tool = app
         .catalog()
         .tool(&name)
         .cloned()
@@ -95,49 +84,70 @@ pub(super) async fn call(shared: &Shared, p: Option<&RawValue>, ctx: RequestCont
                 )));
             }
             (_, true) => {
-                return super::tasks::create_for_session(&ctx_shared(&ctx), session, tool, args)
-                    .await;
+                return super::tasks::session::create(app, session, tool, args).await;
             }
             _ => {}
         }
     }
     if let Caller::Stateless(round) = ctx.caller() {
+        use super::tasks::extension;
         use crate::tasks::TaskSupport;
-        let declared = super::tasks::declared(&round.meta);
-        match (tool.task_support(), declared) {
-            (TaskSupport::Required, false) => return Err(super::tasks::missing_extension()),
+        match (tool.task_support(), extension::declared(&round.meta)) {
+            (TaskSupport::Required, false) => return Err(extension::missing_extension()),
             (_, true) if tool.escalates() => {
-                return super::tasks::run_escalating(&ctx_shared(&ctx), &ctx, tool, args).await;
+                return extension::run_escalating(app, &ctx, tool, args).await;
             }
             (TaskSupport::Required | TaskSupport::Optional, true) => {
-                return super::tasks::create(
-                    &ctx_shared(&ctx),
-                    &ctx,
-                    tool,
-                    args,
-                    round.meta.clone(),
-                )
-                .await;
+                return extension::create(app, &ctx, tool, args, round.meta.clone()).await;
             }
             _ => {}
         }
     }
-    let mut result = match tool.call(args, ctx.clone()).await {
-        Ok(r) => r,
-        Err(ToolError::Failed(msg)) => CallToolResult::error(vec![ContentBlock::text(msg)]),
-        Err(ToolError::Protocol(e)) => return Err(e),
-        Err(ToolError::InputRequired) => {
-            return match ctx.caller() {
-                Caller::Stateless(round) => input_required(shared, round),
-                _ => Err(errors::internal(
-                    "input required outside a multi-round request",
-                )),
-            };
+    let outcome = tool.call(args, ctx.clone()).await;
+    answer(app, &ctx, outcome)
+}
+
+/// What a tool call's outcome means, whoever waits for it (the caller, or a task's record).
+pub(super) enum Outcome {
+    /// A result; an error the tool reported (`ToolError::Failed`) is a result with
+    /// `isError: true`, which the model can read and act on.
+    Result(CallToolResult),
+    /// A protocol error (bad arguments, and so on).
+    Error(ErrorData),
+    /// The handler needs answers from the client first.
+    InputRequired,
+}
+
+/// The one mapping from a tool's return value to what it means.
+pub(super) fn outcome(r: Result<CallToolResult, ToolError>) -> Outcome {
+    match r {
+        Ok(mut result) => {
+            // `resultType` is set where the answer is shaped for its era, not by the tool.
+            result.result_type = None;
+            Outcome::Result(result)
         }
-    };
-    if !ctx.is_stateless() {
-        // `resultType` exists from 2026-07-28 on; session-era peers must not see it.
-        result.result_type = None;
+        Err(ToolError::Failed(msg)) => {
+            Outcome::Result(CallToolResult::error(vec![ContentBlock::text(msg)]))
+        }
+        Err(ToolError::Protocol(e)) => Outcome::Error(e),
+        Err(ToolError::InputRequired) => Outcome::InputRequired,
     }
-    respond(shared, &ctx, &result, None)
+}
+
+/// The answer to the client that waits for a tool call.
+pub(super) fn answer(
+    app: &App,
+    ctx: &RequestContext,
+    r: Result<CallToolResult, ToolError>,
+) -> Reply {
+    match outcome(r) {
+        Outcome::Result(result) => respond(app, ctx, &result, None),
+        Outcome::Error(e) => Err(e),
+        Outcome::InputRequired => match ctx.caller() {
+            Caller::Stateless(round) => input_required(app, round),
+            _ => Err(errors::internal(
+                "input required outside a multi-round request",
+            )),
+        },
+    }
 }

@@ -26,16 +26,16 @@ use super::{
     Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id,
     session_tag,
 };
-use crate::session::RedisSessionStore;
+use crate::redis_conn::{CommandError, RedisConn};
 
 /// How often a reader looks for events written by another instance.
 const POLL: Duration = Duration::from_millis(50);
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
 
-/// An [`EventStore`] on Redis Streams, sharing the session store's connection.
+/// An [`EventStore`] on Redis Streams, sharing the instance's Redis connection.
 pub struct RedisEventStore {
-    redis: RedisSessionStore,
+    redis: RedisConn,
     prefix: String,
     max_len: usize,
     ttl_ms: u64,
@@ -67,7 +67,7 @@ fn entry_of(seq: u64) -> String {
 
 impl RedisEventStore {
     /// `max_len`: entries kept per stream; `ttl_ms`: how long a stream outlives its last append.
-    pub fn new(redis: RedisSessionStore, max_len: usize, ttl_ms: u64) -> Self {
+    pub fn new(redis: RedisConn, max_len: usize, ttl_ms: u64) -> Self {
         let prefix = redis.config().key_prefix.clone();
         Self {
             redis,
@@ -100,7 +100,7 @@ impl RedisEventStore {
         data: &[u8],
     ) -> Result<String, EventStoreError> {
         let key = self.stream_key(session, stream);
-        let err = |e: crate::session::StoreError| EventStoreError(e.to_string());
+        let err = |e: CommandError| EventStoreError(e.to_string());
         let id: String = self
             .redis
             .run(
@@ -248,7 +248,7 @@ impl EventStore for RedisEventStore {
         let redis = self.redis.clone();
         let tag = session_tag(session);
         struct State {
-            redis: RedisSessionStore,
+            redis: RedisConn,
             key: String,
             tag: String,
             stream: StreamId,

@@ -9,11 +9,13 @@
 //! Architecture invariant: nothing here knows about HTTP, sessions or Redis.
 
 mod jsonrpc;
+mod log_level;
 mod version;
 
 pub use jsonrpc::{
     Incoming, Message, encode_error, encode_notification, encode_request, encode_result,
 };
+pub use log_level::LogLevel;
 pub use rmcp::model;
 pub use rmcp::model::{ErrorCode, ErrorData};
 pub use version::{ProtocolVersion, STATELESS_VERSION, STATELESS_VERSIONS};

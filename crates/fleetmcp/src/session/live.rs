@@ -13,61 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::protocol::ProtocolVersion;
-
-/// RFC 5424 levels, as MCP names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum LogLevel {
-    Debug = 0,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "debug" => Self::Debug,
-            "info" => Self::Info,
-            "notice" => Self::Notice,
-            "warning" => Self::Warning,
-            "error" => Self::Error,
-            "critical" => Self::Critical,
-            "alert" => Self::Alert,
-            "emergency" => Self::Emergency,
-            _ => return None,
-        })
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Debug => "debug",
-            Self::Info => "info",
-            Self::Notice => "notice",
-            Self::Warning => "warning",
-            Self::Error => "error",
-            Self::Critical => "critical",
-            Self::Alert => "alert",
-            Self::Emergency => "emergency",
-        }
-    }
-    fn from_u8(v: u8) -> Self {
-        match v {
-            0 => Self::Debug,
-            1 => Self::Info,
-            2 => Self::Notice,
-            3 => Self::Warning,
-            4 => Self::Error,
-            5 => Self::Critical,
-            6 => Self::Alert,
-            _ => Self::Emergency,
-        }
-    }
-}
+use crate::protocol::{LogLevel, ProtocolVersion};
 
 /// The client's answer to a request the server sent it.
 pub type ClientReply = Result<Value, crate::protocol::ErrorData>;
@@ -329,8 +275,9 @@ impl LiveSessions {
     pub fn len(&self) -> usize {
         self.sessions.read().len()
     }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// The most sessions this instance holds at once.
+    pub fn capacity(&self) -> usize {
+        self.max_sessions
     }
 
     /// Every held session (for broadcasting list changes).
@@ -364,7 +311,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(live.expire_idle(Duration::from_millis(5)).len(), 1);
         assert_eq!(live.ended("b"), Some(Ended::Expired));
-        assert!(live.is_empty());
+        assert_eq!(live.len(), 0);
     }
 
     #[tokio::test]

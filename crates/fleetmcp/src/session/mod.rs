@@ -1,15 +1,26 @@
 //! Sessions of session-era clients (2024-11-05 to 2025-11-25).
 //!
+//! - [`lifecycle`]: [`Sessions`], the one place that decides whether a session exists: mint,
+//!   open, find (typed [`Lookup`]), recreate, refresh, end;
+//! - [`ownership`]: the seam distributed mode plugs into (who serves a stored session this
+//!   instance does not hold);
 //! - [`id`]: sealed session ids;
-//! - [`store`]: the durable record behind a trait (memory now, Redis for fleets);
+//! - [`store`]: the durable record behind a trait, in memory or in Redis ([`redis`]);
 //! - [`live`]: what the instance holding a session keeps in memory while it serves it.
+//!
+//! Architecture invariant: knows nothing of HTTP; nothing outside this module decides whether a
+//! session exists.
 
-pub mod id;
-pub mod live;
-pub mod redis;
-pub mod store;
+mod id;
+mod lifecycle;
+mod live;
+mod ownership;
+mod redis;
+mod store;
 
 pub use self::redis::RedisSessionStore;
-pub use id::{SessionIdPayload, SessionSealer};
-pub use live::{Ended, LiveSessions, LogLevel, Session};
+pub(crate) use id::SessionSealer;
+pub(crate) use lifecycle::{Lookup, Missing, OpenError, Sessions, Timing};
+pub use live::{ClientReply, Session};
+pub use ownership::{Owner, Ownership};
 pub use store::{MemorySessionStore, SessionRecord, SessionStore, StoreError};

@@ -3,34 +3,16 @@
 //! One string key per session, `<prefix>session:<id>` (`mcp:session:<id>` by default), holding
 //! the record as JSON in the contract's layout (the holder is `session.nodeId`), written with
 //! `SET ... PX <ttl>`. `exists` is `EXISTS`, `touch` is `PEXPIRE`, `get` is `GET`, `delete`
-//! is `DEL`, `ping` is `PING`: one command each.
-//!
-//! Every command is bounded by `command_timeout_ms` (the connection's response timeout, and a
-//! Tokio timeout around it) and fails with [`StoreError::Timeout`]; any other failure is
-//! [`StoreError::Unavailable`]. A lost connection is re-established by the `redis` crate's
-//! `ConnectionManager`. A server that stops answering without closing the connection (paused,
-//! or a black-holed network) only shows as timeouts, and the manager does not reconnect on
-//! those: after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row this store builds a new
-//! connection in the background and swaps it in; callers never wait for that.
+//! is `DEL`, `ping` is `PING`: one command each, each bounded by the shared [`RedisConn`].
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use arc_swap::ArcSwapOption;
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::store::{SessionRecord, SessionStore, StoreError};
+use crate::clock::unix_ms;
 use crate::redis_config::RedisConfig;
-
-/// Timeouts in a row after which the connection is rebuilt.
-pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
-/// First delay of the background connection retry; it doubles up to [`RETRY_MAX`].
-pub const RETRY_MIN: Duration = Duration::from_secs(1);
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
+use crate::redis_conn::{CommandError, RedisConn};
 
 /// The stored record, in the contract's layout (ha-contract 4.2) plus the fields a Rust
 /// instance needs to recreate the session (`protocolVersion`, `clientInfo`).
@@ -67,7 +49,7 @@ impl Wire {
                 node_id: r.node_id.clone(),
             },
             created_at: r.created_at,
-            last_accessed_at: now_ms(),
+            last_accessed_at: unix_ms(),
             initialized: true,
             protocol_version: r.protocol_version.clone(),
             client_info: r.client_info.clone(),
@@ -87,265 +69,62 @@ impl Wire {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct RedisSessionStore {
-    inner: Arc<Inner>,
+    conn: RedisConn,
+    ttl_ms: u64,
 }
 
-struct Inner {
-    cfg: RedisConfig,
-    client: redis::Client,
-    ttl_ms: u64,
-    /// `None` until the first connection succeeds.
-    conn: ArcSwapOption<ConnectionManager>,
-    timeouts_in_a_row: AtomicU32,
-    rebuilding: AtomicBool,
-    /// Connection rebuilds started after timeouts (for tests and metrics).
-    rebuilds: AtomicU32,
-    /// The last command or ping got an answer.
-    healthy: AtomicBool,
+impl From<CommandError> for StoreError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::Timeout(ms) => StoreError::Timeout(ms),
+            CommandError::Unavailable(why) => StoreError::Unavailable(why),
+        }
+    }
 }
 
 impl RedisSessionStore {
-    fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, StoreError> {
-        cfg.validate()
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let client = cfg
-            .client()
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        Ok(Arc::new(Inner {
-            ttl_ms: cfg.default_ttl_ms,
-            cfg,
-            client,
-            conn: ArcSwapOption::empty(),
-            timeouts_in_a_row: AtomicU32::new(0),
-            rebuilding: AtomicBool::new(false),
-            rebuilds: AtomicU32::new(0),
-            healthy: AtomicBool::new(false),
-        }))
+    /// Session records on an existing connection.
+    pub fn on(conn: RedisConn) -> Self {
+        let ttl_ms = conn.config().default_ttl_ms;
+        Self { conn, ttl_ms }
     }
 
-    /// Connects and checks the connection with `PING`; fails if Redis does not answer within
-    /// the connect timeout.
+    /// Connects (see [`RedisConn::connect`]).
     pub async fn connect(cfg: RedisConfig) -> Result<Self, StoreError> {
-        let inner = Self::new_inner(cfg)?;
-        let manager = inner.open().await?;
-        inner.conn.store(Some(Arc::new(manager)));
-        inner.healthy.store(true, Ordering::Release);
-        tracing::info!(
-            target_redis = %inner.cfg.display_target(),
-            "[TransportService] Session store connection validated successfully"
-        );
-        Ok(Self { inner })
+        Ok(Self::on(RedisConn::connect(cfg).await?))
     }
 
-    /// Tries once (bounded by the connect timeout plus one command timeout), then returns
-    /// whether or not Redis is reachable. Until a connection succeeds every
-    /// command fails with [`StoreError::Unavailable`] (callers serve sessions from memory)
-    /// and a background task retries, 1 s doubling to 30 s. Configuration errors are
-    /// reported here, not retried.
+    /// Connects, or keeps retrying in the background (see [`RedisConn::connect_in_background`]).
     pub async fn connect_in_background(cfg: RedisConfig) -> Result<Self, StoreError> {
-        let inner = Self::new_inner(cfg)?;
-        match inner.open().await {
-            Ok(manager) => {
-                inner.conn.store(Some(Arc::new(manager)));
-                inner.healthy.store(true, Ordering::Release);
-                tracing::info!(
-                    target_redis = %inner.cfg.display_target(),
-                    "[TransportService] Session store connection validated successfully"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    target_redis = %inner.cfg.display_target(),
-                    "[TransportService] Failed to connect to Redis - session persistence disabled"
-                );
-                tokio::spawn(retry_until_connected(Arc::downgrade(&inner)));
-            }
-        }
-        Ok(Self { inner })
+        Ok(Self::on(RedisConn::connect_in_background(cfg).await?))
     }
 
-    /// Whether the store has a connection and the last command on it got an answer.
+    /// Whether the connection is up and answered its last command.
     pub fn is_connected(&self) -> bool {
-        self.inner.conn.load().is_some() && self.inner.healthy.load(Ordering::Acquire)
+        self.conn.is_connected()
     }
 
-    /// How many times the connection was rebuilt (or a rebuild attempted) after
-    /// [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row.
+    /// Connection rebuilds after repeated timeouts (see [`RedisConn::rebuild_attempts`]).
     pub fn rebuild_attempts(&self) -> u32 {
-        self.inner.rebuilds.load(Ordering::Acquire)
+        self.conn.rebuild_attempts()
     }
 
-    /// The configuration this store was built from.
-    pub fn config(&self) -> &RedisConfig {
-        &self.inner.cfg
+    /// The connection this store uses, to share with other stores.
+    pub fn conn(&self) -> &RedisConn {
+        &self.conn
     }
 
     /// The key of a session's record.
     pub fn key(&self, id: &str) -> String {
-        self.inner.cfg.session_key(id)
+        self.conn.config().session_key(id)
     }
 
-    pub(crate) async fn run<T: redis::FromRedisValue>(
-        &self,
-        cmd: redis::Cmd,
-    ) -> Result<T, StoreError> {
-        self.inner.run(cmd).await
+    async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        Ok(self.conn.run(cmd).await?)
     }
-}
-
-/// Retries the first connection: 1 s, doubling, capped at 30 s. Stops when the store is dropped.
-async fn retry_until_connected(inner: Weak<Inner>) {
-    let mut delay = RETRY_MIN;
-    loop {
-        tokio::time::sleep(delay).await;
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        match inner.open().await {
-            Ok(manager) => {
-                inner.conn.store(Some(Arc::new(manager)));
-                inner.timeouts_in_a_row.store(0, Ordering::Release);
-                inner.healthy.store(true, Ordering::Release);
-                tracing::info!("[TransportService] Session store recovered after startup failure");
-                tracing::info!(
-                    target_redis = %inner.cfg.display_target(),
-                    "[TransportService] Session store connection validated successfully"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, retry_in_ms = delay.as_millis() as u64, "Redis session store still unreachable");
-            }
-        }
-        delay = (delay * 2).min(RETRY_MAX);
-    }
-}
-
-impl Inner {
-    fn manager_config(&self) -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.cfg.command_timeout()))
-            .set_connection_timeout(Some(self.cfg.connect_timeout()))
-            // Reconnection after a lost connection: quick, bounded attempts; a command that
-            // finds the connection still down fails and triggers the next round.
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1))
-            .set_number_of_retries(3)
-    }
-
-    /// A new connection, checked with `PING`, within the connect timeout (plus one command
-    /// timeout for the `PING`).
-    async fn open(&self) -> Result<ConnectionManager, StoreError> {
-        let bound = self.cfg.connect_timeout() + self.cfg.command_timeout();
-        let attempt = async {
-            let mut manager =
-                ConnectionManager::new_with_config(self.client.clone(), self.manager_config())
-                    .await
-                    .map_err(map_err_untimed)?;
-            redis::cmd("PING")
-                .query_async::<String>(&mut manager)
-                .await
-                .map_err(map_err_untimed)?;
-            Ok::<_, StoreError>(manager)
-        };
-        match tokio::time::timeout(bound, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(bound.as_millis() as u64)),
-        }
-    }
-
-    async fn run<T: redis::FromRedisValue>(
-        self: &Arc<Self>,
-        cmd: redis::Cmd,
-    ) -> Result<T, StoreError> {
-        let Some(manager) = self.conn.load_full() else {
-            return Err(StoreError::Unavailable(
-                "not connected to Redis yet (retrying in the background)".into(),
-            ));
-        };
-        let mut conn = (*manager).clone();
-        let limit = self.cfg.command_timeout();
-        let ms = self.cfg.command_timeout_ms;
-        match tokio::time::timeout(limit, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => {
-                self.timeouts_in_a_row.store(0, Ordering::Release);
-                self.healthy.store(true, Ordering::Release);
-                Ok(v)
-            }
-            Ok(Err(e)) if e.is_timeout() => {
-                self.on_timeout();
-                Err(StoreError::Timeout(ms))
-            }
-            Ok(Err(e)) => {
-                self.healthy.store(false, Ordering::Release);
-                Err(StoreError::Unavailable(e.to_string()))
-            }
-            Err(_) => {
-                self.on_timeout();
-                Err(StoreError::Timeout(ms))
-            }
-        }
-    }
-
-    /// Counts a timeout; the [`REBUILD_AFTER_TIMEOUTS`]th in a row starts a rebuild of the
-    /// connection in the background (one at a time).
-    fn on_timeout(self: &Arc<Self>) {
-        self.healthy.store(false, Ordering::Release);
-        let n = self.timeouts_in_a_row.fetch_add(1, Ordering::AcqRel) + 1;
-        if n < REBUILD_AFTER_TIMEOUTS {
-            return;
-        }
-        if self
-            .rebuilding
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return;
-        }
-        self.rebuilds.fetch_add(1, Ordering::AcqRel);
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let Some(inner) = weak.upgrade() else {
-                return;
-            };
-            tracing::warn!(
-                timeouts = n,
-                "Redis session store: no answer to {n} commands in a row; opening a new connection"
-            );
-            match inner.open().await {
-                Ok(manager) => {
-                    inner.conn.store(Some(Arc::new(manager)));
-                    inner.timeouts_in_a_row.store(0, Ordering::Release);
-                    inner.healthy.store(true, Ordering::Release);
-                    tracing::info!("Redis session store: new connection in use");
-                }
-                Err(e) => {
-                    // Keep the old connection (it answers again if the server resumes); the
-                    // next timeouts try again.
-                    inner
-                        .timeouts_in_a_row
-                        .store(REBUILD_AFTER_TIMEOUTS - 1, Ordering::Release);
-                    tracing::warn!(error = %e, "Redis session store: new connection failed");
-                }
-            }
-            inner.rebuilding.store(false, Ordering::Release);
-        });
-    }
-}
-
-fn map_err_untimed(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
 }
 
 #[async_trait]
@@ -357,7 +136,7 @@ impl SessionStore for RedisSessionStore {
         cmd.arg(self.key(&record.id))
             .arg(json)
             .arg("PX")
-            .arg(self.inner.ttl_ms);
+            .arg(self.ttl_ms);
         self.run::<()>(cmd).await
     }
 
@@ -391,7 +170,7 @@ impl SessionStore for RedisSessionStore {
 
     async fn touch(&self, id: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("PEXPIRE");
-        cmd.arg(self.key(id)).arg(self.inner.ttl_ms);
+        cmd.arg(self.key(id)).arg(self.ttl_ms);
         self.run::<i64>(cmd).await.map(|_| ())
     }
 

@@ -2,20 +2,19 @@
 //! `params._meta`, mirrored in headers; requests to the client become `InputRequiredResult`
 //! rounds (MRTR) whose `requestState` any instance can open.
 //!
-//! - [`headers`]: the mirrored-header rules (`-32020`);
 //! - [`request_state`]: sealing the state carried between rounds;
 //! - this file: the per-request metadata and the bookkeeping of one MRTR round.
 //!
-//! Architecture invariant: knows nothing of sessions; everything a request needs is in it.
+//! Architecture invariant: knows nothing of sessions or HTTP; everything a request needs is in
+//! it (the mirrored-header checks, which read HTTP headers, live in `transport::mirrored`).
 
-pub mod headers;
 pub mod request_state;
 
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
+use crate::protocol::LogLevel;
 use crate::protocol::{ErrorData, errors};
-use crate::session::LogLevel;
 
 pub const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -134,67 +134,122 @@ pub(crate) struct Running {
     pub waiting: Mutex<HashMap<String, oneshot::Sender<Value>>>,
 }
 
-/// Tasks running on this instance.
-#[derive(Default)]
-pub(crate) struct Runner {
+/// How long a finished task stays readable, and how often clients should poll.
+const TASK_TTL_MS: u64 = 3_600_000;
+const POLL_INTERVAL_MS: u64 = 500;
+
+/// The tasks of this server: their records (shared through the store) and those running on
+/// this instance.
+pub(crate) struct Tasks {
+    store: Arc<dyn TaskStore>,
     running: Mutex<HashMap<String, Arc<Running>>>,
 }
 
-impl Runner {
-    pub fn start(&self, task_id: &str, cancel: CancellationToken) -> Arc<Running> {
-        let r = Arc::new(Running {
+impl Tasks {
+    pub fn new(store: Arc<dyn TaskStore>) -> Self {
+        Self {
+            store,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Creates a working task (bound to `owner`, a session, when given), stores its record
+    /// before anyone can ask for it, and registers it as running here until [`Tasks::end`].
+    pub async fn begin(
+        &self,
+        owner: Option<String>,
+        cancel: CancellationToken,
+    ) -> (TaskRecord, Arc<Running>) {
+        let now = crate::clock::iso_now();
+        let record = TaskRecord {
+            task_id: uuid::Uuid::new_v4().to_string(),
+            status: TaskStatus::Working,
+            created_at: now.clone(),
+            last_updated_at: now,
+            ttl_ms: TASK_TTL_MS,
+            poll_interval_ms: POLL_INTERVAL_MS,
+            result: None,
+            error: None,
+            input_requests: Map::new(),
+            owner,
+        };
+        self.store.put(&record).await;
+        let running = Arc::new(Running {
             cancel,
             waiting: Mutex::new(HashMap::new()),
         });
-        self.running.lock().insert(task_id.to_string(), r.clone());
-        r
+        self.running
+            .lock()
+            .insert(record.task_id.clone(), running.clone());
+        (record, running)
     }
-    pub fn get(&self, task_id: &str) -> Option<Arc<Running>> {
-        self.running.lock().get(task_id).cloned()
-    }
-    pub fn finish(&self, task_id: &str) {
+
+    /// Records how a task ended (unless it already had, e.g. cancelled) and forgets it here.
+    pub async fn end(&self, task_id: &str, outcome: impl FnOnce(&mut TaskRecord)) {
+        if let Some(mut record) = self.store.get(task_id).await
+            && !record.status.is_terminal()
+        {
+            record.input_requests.clear();
+            outcome(&mut record);
+            self.update(record).await;
+        }
         self.running.lock().remove(task_id);
     }
-}
 
-pub(crate) fn now_iso() -> String {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    iso8601(d.as_secs(), d.subsec_millis())
-}
+    /// Parks a task on questions for the client: registers a waiter per question and shows
+    /// them on the record (`input_required`). Returns the receivers of the answers, in order.
+    pub async fn park(
+        &self,
+        task_id: &str,
+        running: &Running,
+        questions: Vec<(String, String, Value)>,
+    ) -> Vec<oneshot::Receiver<Value>> {
+        let mut receivers = Vec::with_capacity(questions.len());
+        let mut shown = Map::new();
+        {
+            let mut waiting = running.waiting.lock();
+            for (key, method, params) in questions {
+                let (tx, rx) = oneshot::channel();
+                waiting.insert(key.clone(), tx);
+                shown.insert(key, serde_json::json!({"method": method, "params": params}));
+                receivers.push(rx);
+            }
+        }
+        if let Some(mut record) = self.store.get(task_id).await
+            && !record.status.is_terminal()
+        {
+            record.status = TaskStatus::InputRequired;
+            record.input_requests.extend(shown);
+            self.update(record).await;
+        }
+        receivers
+    }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` from Unix seconds (civil-from-days, proleptic Gregorian).
-fn iso8601(secs: u64, millis: u32) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    /// A task's record.
+    pub async fn get(&self, task_id: &str) -> Option<TaskRecord> {
+        self.store.get(task_id).await
+    }
+
+    /// The live tasks of a session, oldest first.
+    pub async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+        self.store.list(owner).await
+    }
+
+    /// Writes a changed record, stamping `lastUpdatedAt`.
+    pub async fn update(&self, mut record: TaskRecord) {
+        record.last_updated_at = crate::clock::iso_now();
+        self.store.put(&record).await;
+    }
+
+    /// What this instance holds for a task running here.
+    pub fn running(&self, task_id: &str) -> Option<Arc<Running>> {
+        self.running.lock().get(task_id).cloned()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn iso_dates() {
-        assert_eq!(iso8601(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(1_798_502_400, 5), "2026-12-29T00:00:00.005Z");
-        assert_eq!(iso8601(951_782_400, 0), "2000-02-29T00:00:00.000Z");
-    }
 
     #[tokio::test]
     async fn records_round_trip_until_their_ttl() {
@@ -202,8 +257,8 @@ mod tests {
         let rec = TaskRecord {
             task_id: "t".into(),
             status: TaskStatus::Working,
-            created_at: now_iso(),
-            last_updated_at: now_iso(),
+            created_at: crate::clock::iso_now(),
+            last_updated_at: crate::clock::iso_now(),
             ttl_ms: 50,
             poll_interval_ms: 100,
             result: None,

@@ -1,31 +1,30 @@
 //! `DELETE /mcp`: the client ends its session.
 
-use std::sync::Arc;
-
 use axum::extract::{Request, State};
 use axum::response::Response;
+use bytes::Bytes;
 use http::StatusCode;
 
-use super::session_ref::{self, Asker};
-use crate::server::Shared;
-use crate::session::Ended;
+use super::locate::{self, Asker, Place};
+use super::{Ep, SESSION_HEADER, era, relay};
 
-pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
+    let parts = super::bodiless(req);
+    let h = &parts.headers;
     // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps the
     // contract's `400 No valid session ID provided`.
-    let h = req.headers();
-    if !h.contains_key(super::SESSION_HEADER) && super::names_stateless_version(h) {
-        return super::stateless_method_not_allowed("DELETE");
+    if !h.contains_key(SESSION_HEADER) && era::names_stateless_version(h) {
+        return era::stateless_method_not_allowed("DELETE");
     }
-    let session = match session_ref::find(&shared, req.headers(), Asker::Delete, None).await {
-        Ok(s) => s,
-        Err(res) => return res,
+    let session = match locate::locate(&ep.app, h).await {
+        Place::Here(s) => s,
+        Place::Holder(node) => {
+            let req = super::relay_request(parts, Bytes::new());
+            return relay::forward(ep.relay(), &node, req).await;
+        }
+        Place::Refused(why) => return locate::refuse(why, Asker::Delete, None),
     };
-    shared.live.remove(&session.id, Ended::Deleted);
-    shared.events.forget(&session.id).await;
-    if let Err(e) = shared.store.delete(&session.id).await {
-        tracing::warn!(error = %e, "the stored session could not be deleted");
-    }
+    ep.app.sessions().end(&session.id).await;
     let mut res = Response::new(axum::body::Body::empty());
     *res.status_mut() = StatusCode::NO_CONTENT;
     res

@@ -1,48 +1,46 @@
 //! `GET /mcp`: the session's standalone stream for server-initiated messages, or, with
 //! `Last-Event-ID`, the resumption of a stream that broke.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::session_ref::{self, Asker};
-use super::{reply, sse};
+use super::locate::{self, Asker, Place};
+use super::{Ep, checks, era, relay, reply, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
-use crate::server::Shared;
 
-pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let headers = req.headers();
-    if super::is_stateless_stream_request(headers) {
-        return super::stateless_method_not_allowed("GET");
+pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
+    let parts = super::bodiless(req);
+    let headers = &parts.headers;
+    if !era::is_session_request(headers) {
+        return era::stateless_method_not_allowed("GET");
     }
-    let accept = super::post::accept_header(headers).unwrap_or_default();
-    if !super::post::accepts(&accept, "text/event-stream") {
-        return reply::rpc_error(
-            StatusCode::NOT_ACCEPTABLE,
-            None,
-            &errors::server("Not Acceptable: Accept must include text/event-stream"),
-        );
+    if let Err(bad) = checks::get_headers(headers) {
+        return bad;
     }
-    let session = match session_ref::find(&shared, headers, Asker::Get, None).await {
-        Ok(s) => s,
-        Err(res) => return res,
+    let session = match locate::locate(&ep.app, headers).await {
+        Place::Here(s) => s,
+        Place::Holder(node) => {
+            let req = super::relay_request(parts, Bytes::new());
+            return relay::forward(ep.relay(), &node, req).await;
+        }
+        Place::Refused(why) => return locate::refuse(why, Asker::Get, None),
     };
-    let keepalive = Duration::from_secs(shared.config.http.sse_keepalive_secs.max(1));
-    let retry = shared.config.http.sse_retry_ms;
+    let app = &ep.app;
+    let events = app.events();
+    let keepalive = sse::keepalive_every(&app.config().http);
+    let retry = app.config().http.sse_retry_ms;
     // Ends when the session does; sessions end when the server shuts down, so a graceful
     // stop does not wait on open streams.
     let stop = session.closed.child_token();
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
-        return match shared.events.resolve(&session.id, last).await {
+        return match events.resolve(&session.id, last).await {
             Some((stream, cursor)) => {
                 tracing::debug!(session = %session.id, stream, "resuming an SSE stream");
                 sse::response(
-                    shared.events.tail(&session.id, stream, cursor, stop),
+                    events.tail(&session.id, stream, cursor, stop),
                     retry,
                     keepalive,
                 )
@@ -60,8 +58,7 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
     // with a priming event (2025-11-25) so the client can resume from it.
     let mut cursor = Cursor::Now;
     if session.version.wants_priming() {
-        match shared
-            .events
+        match events
             .append(&session.id, STANDALONE_STREAM, Bytes::new())
             .await
         {
@@ -74,9 +71,7 @@ pub(super) async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> R
         }
     }
     sse::response(
-        shared
-            .events
-            .tail(&session.id, STANDALONE_STREAM, cursor, stop),
+        events.tail(&session.id, STANDALONE_STREAM, cursor, stop),
         retry,
         keepalive,
     )

@@ -12,13 +12,12 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::StatusCode;
 
-use super::reply;
+use super::{Endpoint, reply};
 use crate::config::BindAddress;
-use crate::server::Shared;
 
-pub(super) async fn check(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
-    let cfg = &shared.config;
+    let cfg = ep.app.config();
     if let Some(host) = headers
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())

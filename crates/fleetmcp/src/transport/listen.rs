@@ -1,9 +1,6 @@
 //! `subscriptions/listen` (2026-07-28): a long-lived SSE stream of the list and resource
 //! changes a client asked for, each tagged with the subscription id (the listen request's id).
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
@@ -11,9 +8,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::reply;
+use super::{reply, sse};
+use crate::app::{App, Change};
 use crate::protocol::{ErrorCode, ErrorData, encode_notification};
-use crate::server::{Change, Shared};
 use crate::stateless::{META_SERVER_INFO, META_SUBSCRIPTION_ID};
 
 /// What a listen request asked for.
@@ -52,7 +49,7 @@ fn parse(map: &Map<String, Value>) -> Option<Filter> {
     })
 }
 
-pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value>) -> Response {
+pub(super) fn serve(app: &App, id: &RawValue, map: &Map<String, Value>) -> Response {
     let Some(filter) = parse(map) else {
         return reply::rpc_error(
             StatusCode::BAD_REQUEST,
@@ -79,28 +76,23 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
         honoured.insert("resourceSubscriptions".into(), json!(filter.uris));
     }
     // Subscribe before acknowledging, so no change between the two is missed.
-    let mut changes = shared.changes.subscribe();
+    let mut changes = app.changes();
     let ack = encode_notification(
         "notifications/subscriptions/acknowledged",
         &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": honoured}),
     );
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let stop = shared.shutdown.clone();
-    let keepalive = Duration::from_secs(shared.config.http.sse_keepalive_secs.max(1));
-    let server_info = json!({"name": shared.info.name, "version": shared.info.version});
+    let stop = app.shutdown().clone();
+    let info = app.info();
+    let server_info = json!({"name": info.name, "version": info.version});
     let id_text = id.get().to_string();
     tokio::spawn(async move {
-        if tx.send(super::sse::message_frame(&ack)).await.is_err() {
+        if tx.send(sse::message_frame(&ack)).await.is_err() {
             return;
         }
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
         loop {
             let change = tokio::select! {
                 c = changes.recv() => c,
-                _ = tick.tick() => {
-                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
-                    continue;
-                }
                 _ = tx.closed() => return,
                 _ = stop.cancelled() => break,
             };
@@ -134,9 +126,7 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
             for (method, mut params) in due {
                 params["_meta"] = json!({META_SUBSCRIPTION_ID: sub_id});
                 if tx
-                    .send(super::sse::message_frame(&encode_notification(
-                        method, &params,
-                    )))
+                    .send(sse::message_frame(&encode_notification(method, &params)))
                     .await
                     .is_err()
                 {
@@ -149,7 +139,7 @@ pub(super) fn serve(shared: &Arc<Shared>, id: &RawValue, map: &Map<String, Value
             "{{\"jsonrpc\":\"2.0\",\"id\":{id_text},\"result\":{}}}",
             json!({"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: sub_id, META_SERVER_INFO: server_info}})
         );
-        let _ = tx.send(super::sse::message_frame(result.as_bytes())).await;
+        let _ = tx.send(sse::message_frame(result.as_bytes())).await;
     });
-    super::stateless::sse_body(rx)
+    super::stateless::frames(app, rx)
 }

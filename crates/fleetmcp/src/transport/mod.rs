@@ -1,52 +1,84 @@
-//! Streamable HTTP on `/mcp`, plus `/healthz` and `/readyz`.
+//! HTTP: Streamable HTTP on `/mcp`, the 2024-11-05 pair `/sse` + `/message`, `/healthz` and
+//! `/readyz`.
 //!
 //! A request flows: [`guard`] (Host and Origin, DNS rebinding) → the method's handler, which
-//! checks headers, reads the body under the size limit and turns the request into an
-//! [`McpRequest`] (method, headers, raw body) → [`session_ref`] finds the session from the
-//! header alone → dispatch. Up to that point nothing has parsed the body, so distributed mode
-//! can hand an `McpRequest` to the instance that holds the session and stream its answer
-//! back unchanged.
+//! runs [`checks`] (headers, body under its limit) → [`locate`], which decides from the
+//! session header alone, before the body is parsed, whether the request is served here, handed
+//! to the [`relay`] seam for the instance that holds its session, or refused → for requests
+//! served here: parse, era ([`era`]), then [`driver`] runs the request through dispatch and the
+//! handler picks the answer's shape (JSON, or SSE framed by [`sse`]).
 //!
-//! Architecture invariant: this module is the only one that knows HTTP.
+//! Architecture invariant: transport knows HTTP and nothing of other instances beyond the
+//! relay seam; nothing below it knows HTTP.
 
+mod batch;
+mod checks;
 mod delete;
+mod driver;
+mod era;
 mod get;
 mod guard;
+mod health;
+mod initialize;
 mod legacy_sse;
 mod listen;
+mod locate;
+mod mirrored;
 mod post;
-pub(crate) mod reply;
-mod session_ref;
+mod relay;
+mod reply;
 mod sse;
 mod stateless;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderValue;
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::Response;
 use axum::routing::get as get_route;
-use bytes::Bytes;
-use http::HeaderMap;
 
-use crate::config::DeploymentMode;
-use crate::server::Shared;
+pub use health::{Probe, ProbeReport};
+pub use relay::{Relay, RelayRequest};
+
+use crate::app::App;
 
 /// The header that names the instance that served a response (distributed mode).
 pub const MACHINE_ID_HEADER: &str = "x-frontmcp-machine-id";
 /// The session header (names are case-insensitive).
 pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The protocol version header.
 pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+/// The path of the 2024-11-05 transport's POSTs, named in its `endpoint` event.
+pub const MESSAGE_PATH: &str = "/message";
 
-/// A request to `/mcp` as received: everything needed to serve it here or elsewhere.
-pub(crate) struct McpRequest {
-    pub headers: HeaderMap,
-    pub body: Bytes,
+/// What the layers above transport plug into it.
+#[derive(Default, Clone)]
+pub(crate) struct Seams {
+    /// Serves requests whose session another instance holds (distributed mode).
+    pub relay: Option<Arc<dyn Relay>>,
+    /// Extra readiness probes for `/readyz` (distributed mode's heartbeat).
+    pub probes: Vec<Arc<dyn Probe>>,
 }
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// The state every HTTP handler gets: the app and the seams.
+pub(crate) struct Endpoint {
+    app: App,
+    seams: Seams,
+}
+
+impl Endpoint {
+    fn relay(&self) -> Option<&dyn Relay> {
+        self.seams.relay.as_deref()
+    }
+}
+
+type Ep = axum::extract::State<Arc<Endpoint>>;
+
+/// The routes of one server.
+pub(crate) fn router(app: App, seams: Seams) -> Router {
+    let ep = Arc::new(Endpoint { app, seams });
     let mcp = Router::new()
         .route(
             "/mcp",
@@ -56,45 +88,28 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
                 .fallback(method_not_allowed),
         )
         .route("/sse", get_route(legacy_sse::open))
-        .route(
-            legacy_sse::MESSAGE_PATH,
-            axum::routing::post(legacy_sse::post),
-        )
-        .layer(middleware::from_fn_with_state(shared.clone(), guard::check));
+        .route(MESSAGE_PATH, axum::routing::post(legacy_sse::post))
+        .layer(middleware::from_fn_with_state(ep.clone(), guard::check));
     let health = Router::new()
-        .route("/healthz", get_route(crate::health::healthz))
-        .route("/health", get_route(crate::health::healthz))
-        .route("/readyz", get_route(crate::health::readyz));
-    let app = mcp.merge(health).with_state(shared.clone());
-    if shared.config.deployment_mode == DeploymentMode::Distributed {
-        app.layer(middleware::from_fn_with_state(shared, machine_id_header))
-    } else {
-        app
+        .route("/healthz", get_route(health::healthz))
+        .route("/health", get_route(health::healthz))
+        .route("/readyz", get_route(health::readyz));
+    mcp.merge(health).with_state(ep)
+}
+
+/// The request as the relay seam takes it.
+fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayRequest {
+    RelayRequest {
+        method: parts.method,
+        uri: parts.uri,
+        headers: parts.headers,
+        body,
     }
 }
 
-/// Whether the version header names a version of the stateless era (or any non-session one).
-pub(crate) fn names_stateless_version(h: &HeaderMap) -> bool {
-    h.get(PROTOCOL_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| crate::protocol::ProtocolVersion::parse(v.trim()).is_none())
-}
-
-/// A `GET` that is not the stream of a session: 2026-07-28 has no GET stream.
-pub(crate) fn is_stateless_stream_request(h: &HeaderMap) -> bool {
-    !h.contains_key(SESSION_HEADER) || names_stateless_version(h)
-}
-
-/// `405` for GET and DELETE in the stateless era, with `Allow: POST` as clients expect.
-pub(crate) fn stateless_method_not_allowed(method: &'static str) -> Response {
-    let body = match method {
-        "GET" => "HTTP GET is not supported by MCP protocol 2026-07-28",
-        _ => "HTTP DELETE is not supported by MCP protocol 2026-07-28",
-    };
-    let mut res = reply::text(http::StatusCode::METHOD_NOT_ALLOWED, body);
-    res.headers_mut()
-        .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
-    res
+/// Splits a request whose body is not read (GET, DELETE).
+fn bodiless(req: Request) -> http::request::Parts {
+    req.into_parts().0
 }
 
 /// Any other method on `/mcp`: a JSON-RPC error, like every other error answer.
@@ -108,19 +123,5 @@ async fn method_not_allowed() -> Response {
         http::header::ALLOW,
         HeaderValue::from_static("GET, POST, DELETE"),
     );
-    res
-}
-
-/// Distributed mode: every response names the instance that served it, for load balancers
-/// that route by it.
-async fn machine_id_header(
-    State(shared): State<Arc<Shared>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    let mut res = next.run(req).await;
-    if let Ok(v) = HeaderValue::from_str(&shared.machine_id) {
-        res.headers_mut().insert(MACHINE_ID_HEADER, v);
-    }
     res
 }

@@ -1,4 +1,4 @@
-//! SSE framing of an event-store tail, with keep-alive comments.
+//! Every SSE frame this server writes, and the one keep-alive stream around them.
 //!
 //! Frames are written by hand rather than with axum's `Sse` so that the body is plain bytes
 //! that a relay can pass through unchanged.
@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::StreamExt;
 use futures_util::stream::{self, BoxStream};
+use futures_util::{Stream, StreamExt};
 use http::{HeaderValue, StatusCode, header};
 
 use crate::events::StoredEvent;
@@ -33,25 +33,45 @@ pub(crate) fn frame(ev: &StoredEvent, retry_ms: u64) -> Bytes {
     b.freeze()
 }
 
-/// An SSE response that streams `events` until they end.
+/// An SSE response that streams a session's stored `events` until they end.
 pub(crate) fn response(
     events: BoxStream<'static, StoredEvent>,
     retry_ms: u64,
     keepalive: Duration,
 ) -> Response {
-    let tick = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
-    let body = stream::unfold((events, tick), move |(mut events, mut tick)| async move {
-        tokio::select! {
-            ev = events.next() => ev.map(|ev| (frame(&ev, retry_ms), (events, tick))),
-            _ = tick.tick() => Some((Bytes::from_static(b": keepalive\n\n"), (events, tick))),
-        }
-    })
+    streaming(events.map(move |ev| frame(&ev, retry_ms)), keepalive)
+}
+
+/// A `200` SSE response of `frames`, with a keep-alive comment whenever nothing was sent for
+/// `every`; it ends when `frames` does.
+pub(crate) fn streaming(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    every: Duration,
+) -> Response {
+    let tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let body = stream::unfold(
+        (frames.boxed(), tick),
+        |(mut frames, mut tick)| async move {
+            tokio::select! {
+                f = frames.next() => {
+                    tick.reset();
+                    f.map(|f| (f, (frames, tick)))
+                }
+                _ = tick.tick() => Some((Bytes::from_static(b": keepalive\n\n"), (frames, tick))),
+            }
+        },
+    )
     .map(Ok::<_, Infallible>);
-    streaming(Body::from_stream(body))
+    sse_response(Body::from_stream(body))
+}
+
+/// The keep-alive interval the configuration asks for (at least a second).
+pub(crate) fn keepalive_every(http: &crate::config::HttpConfig) -> Duration {
+    Duration::from_secs(http.sse_keepalive_secs.max(1))
 }
 
 /// A `200` SSE response around `body`.
-pub(crate) fn streaming(body: Body) -> Response {
+fn sse_response(body: Body) -> Response {
     let mut res = Response::new(body);
     *res.status_mut() = StatusCode::OK;
     let h = res.headers_mut();

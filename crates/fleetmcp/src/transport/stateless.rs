@@ -5,25 +5,24 @@
 //! the capabilities the call needs (`-32021`, in dispatch). An SSE answer here is not
 //! resumable: it is written straight to the connection, and closing it cancels the request.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt, stream};
 use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 
-use super::{listen, reply};
-use crate::context::{Caller, Outbound, RequestContext};
+use super::driver::{self, Call, Started, Streaming};
+use super::{listen, mirrored, reply, sse};
+use crate::app::App;
+use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
-use crate::server::Shared;
 use crate::stateless::request_state::{StateError, request_digest};
-use crate::stateless::{RequestMeta, Round, headers};
+use crate::stateless::{RequestMeta, Round};
 
 /// HTTP status of a 2026-07-28 error answer.
 fn status_of(e: &ErrorData) -> StatusCode {
@@ -44,7 +43,7 @@ fn error(id: &RawValue, e: &ErrorData) -> Response {
 }
 
 pub(super) async fn serve(
-    shared: &Arc<Shared>,
+    app: &App,
     headers: &HeaderMap,
     message: Message,
     sse_ok: bool,
@@ -80,7 +79,7 @@ pub(super) async fn serve(
         Ok(m) => m,
         Err(e) => return error(&id, &e),
     };
-    if let Err(msg) = headers::check_standard(headers, &meta.version, &method, &map) {
+    if let Err(msg) = mirrored::check_standard(headers, &meta.version, &method, &map) {
         return error(&id, &ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
     }
     if !STATELESS_VERSIONS.contains(&meta.version.as_str()) {
@@ -100,35 +99,45 @@ pub(super) async fn serve(
         let tool = map
             .get("name")
             .and_then(Value::as_str)
-            .and_then(|n| shared.catalog().tool(n).cloned());
+            .and_then(|n| app.catalog().tool(n).cloned());
         if let Some(tool) = tool {
             let empty = Map::new();
             let args = map
                 .get("arguments")
                 .and_then(Value::as_object)
                 .unwrap_or(&empty);
-            if let Err(msg) = headers::check_params(headers, &tool, args) {
+            if let Err(msg) = mirrored::check_params(headers, &tool, args) {
                 return error(&id, &ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
             }
         }
     }
     if method == "subscriptions/listen" {
-        return listen::serve(shared, &id, &map);
+        return listen::serve(app, &id, &map);
     }
-    let round = match round_for(shared, meta, &method, &map) {
+    let round = match round_for(app, meta, &method, &map) {
         Ok(r) => Arc::new(r),
         Err(e) => return error(&id, &e),
     };
-    let progress_token = map
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .cloned();
-    run(shared, round, id, method, params, progress_token, sse_ok).await
+    let answer_id = id.clone();
+    let call = Call { id, method, params };
+    match driver::start(app, Caller::Stateless(round), call, sse_ok).await {
+        Started::Plain(Some(Ok(result))) => {
+            reply::json(StatusCode::OK, encode_result(&answer_id, &result))
+        }
+        Started::Plain(Some(Err(e))) => error(&answer_id, &e),
+        Started::Plain(None) => error(&answer_id, &shutting_down()),
+        Started::Streaming(s) => stream(app, answer_id, s),
+    }
+}
+
+/// The answer to a request the server's shutdown cancelled.
+fn shutting_down() -> ErrorData {
+    errors::internal("The server is shutting down; retry the request")
 }
 
 /// The answers this round starts with: those sealed in `requestState`, then `inputResponses`.
 fn round_for(
-    shared: &Shared,
+    app: &App,
     meta: RequestMeta,
     method: &str,
     map: &Map<String, Value>,
@@ -141,13 +150,9 @@ fn round_for(
             let state = state
                 .as_str()
                 .ok_or_else(|| errors::invalid_params("Invalid requestState: not a string"))?;
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis() as u64;
-            let payload = shared
-                .request_state
-                .open(state, method, &digest, now)
+            let payload = app
+                .request_state()
+                .open(state, method, &digest, crate::clock::unix_ms())
                 .map_err(|e| {
                     let why = match e {
                         StateError::Invalid => "it failed verification",
@@ -175,93 +180,39 @@ fn round_for(
     Ok(Round::new(meta, method.to_string(), digest, answers))
 }
 
-type Running = futures_util::future::BoxFuture<'static, Reply>;
-
-async fn run(
-    shared: &Arc<Shared>,
-    round: Arc<Round>,
-    id: Box<RawValue>,
-    method: String,
-    params: Option<Box<RawValue>>,
-    progress_token: Option<Value>,
-    sse_ok: bool,
-) -> Response {
-    let cancel = shared.shutdown.child_token();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let ctx = RequestContext::new(
-        shared.clone(),
-        Caller::Stateless(round),
-        sse_ok.then_some(tx),
-        progress_token,
-        cancel.clone(),
-    );
-    let mut work: Running = dispatch::request(shared.clone(), method, params, ctx).boxed();
-    tokio::select! {
-        biased;
-        reply = &mut work => match rx.try_recv() {
-            Ok(first) => stream(id, first, rx, None, Some(reply), cancel),
-            Err(_) => match reply {
-                Ok(result) => reply::json(StatusCode::OK, encode_result(&id, &result)),
-                Err(e) => error(&id, &e),
-            },
-        },
-        Some(first) = rx.recv() => stream(id, first, rx, Some(work), None, cancel),
-    }
-}
-
 /// An SSE answer written straight to the connection. When the client closes it, the request
 /// is cancelled (2026-07-28 has no resumption).
-fn stream(
-    id: Box<RawValue>,
-    first: Outbound,
-    mut rx: mpsc::UnboundedReceiver<Outbound>,
-    work: Option<Running>,
-    done: Option<Reply>,
-    cancel: tokio_util::sync::CancellationToken,
-) -> Response {
-    let (body_tx, body_rx) = mpsc::channel::<Bytes>(64);
+fn stream(app: &App, id: Box<RawValue>, streaming: Streaming) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
-        let send = |m: Outbound| {
-            let body_tx = body_tx.clone();
-            async move {
-                match m {
-                    Outbound::Message(b) => {
-                        body_tx.send(super::sse::message_frame(&b)).await.is_ok()
+        let sent = streaming
+            .pump(|m| {
+                let tx = tx.clone();
+                async move {
+                    match m {
+                        Outbound::Message(b) => tx.send(sse::message_frame(&b)).await.is_ok(),
+                        // No polling end in this era: the connection is the stream.
+                        Outbound::EndConnection => true,
                     }
-                    Outbound::EndConnection => true,
                 }
-            }
+            })
+            .await;
+        let last: Reply = match sent {
+            Ok(Some(reply)) => reply,
+            Ok(None) => Err(shutting_down()),
+            Err(driver::Gone) => return,
         };
-        if !send(first).await {
-            cancel.cancel();
-            return;
-        }
-        let reply = match (work, done) {
-            (_, Some(reply)) => reply,
-            (Some(mut work), None) => loop {
-                tokio::select! {
-                    biased;
-                    Some(m) = rx.recv() => if !send(m).await { cancel.cancel(); return; },
-                    reply = &mut work => break reply,
-                    _ = body_tx.closed() => { cancel.cancel(); return; }
-                }
-            },
-            (None, None) => return,
-        };
-        while let Ok(m) = rx.try_recv() {
-            if !send(m).await {
-                return;
-            }
-        }
-        let last = dispatch::encode_reply(&id, reply);
-        let _ = body_tx.send(super::sse::message_frame(&last)).await;
+        let _ = tx
+            .send(sse::message_frame(&dispatch::encode_reply(&id, last)))
+            .await;
     });
-    sse_body(body_rx)
+    frames(app, rx)
 }
 
-pub(super) fn sse_body(rx: mpsc::Receiver<Bytes>) -> Response {
-    let body = stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    super::sse::streaming(Body::from_stream(body.boxed()))
+/// An SSE response of the frames `rx` carries, with keep-alive comments.
+pub(super) fn frames(app: &App, rx: mpsc::Receiver<Bytes>) -> Response {
+    sse::streaming(
+        ReceiverStream::new(rx),
+        sse::keepalive_every(&app.config().http),
+    )
 }

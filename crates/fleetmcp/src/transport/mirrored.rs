@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use crate::catalog::ToolDef;
 
 /// Decodes `=?base64?...?=`; a value without the wrapper is literal. `None`: bad base64.
-pub fn decode_value(v: &str) -> Option<String> {
+pub(crate) fn decode_value(v: &str) -> Option<String> {
     match v
         .strip_prefix("=?base64?")
         .and_then(|r| r.strip_suffix("?="))
@@ -35,7 +35,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, Str
 
 /// Checks `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` against the body. The error is
 /// the message of the `-32020` answer.
-pub fn check_standard(
+pub(crate) fn check_standard(
     headers: &HeaderMap,
     version: &str,
     method: &str,
@@ -79,7 +79,7 @@ pub fn check_standard(
 }
 
 /// Checks the `Mcp-Param-{Name}` headers of a tool call against its arguments.
-pub fn check_params(
+pub(crate) fn check_params(
     headers: &HeaderMap,
     tool: &ToolDef,
     args: &Map<String, Value>,

@@ -1,0 +1,123 @@
+//! [`ServerHandle`]: changes a running server (its catalog) and announces changes to connected
+//! clients, from a handler (`ctx.server()`) or from the program that built the server.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{App, Change};
+use crate::catalog::{PromptDef, ResourceDef, ToolDef};
+use crate::events::STANDALONE_STREAM;
+use crate::protocol::encode_notification;
+use crate::session::Session;
+
+/// Changes a running server: its catalog, and announcements to connected clients.
+#[derive(Clone)]
+pub struct ServerHandle {
+    app: App,
+}
+
+impl ServerHandle {
+    pub(crate) fn new(app: App) -> Self {
+        Self { app }
+    }
+
+    /// Adds (or replaces) a tool and tells every session `notifications/tools/list_changed`.
+    pub async fn add_tool(&self, def: Arc<ToolDef>) {
+        self.app.change_catalog(|c| c.with_tool(def.clone()));
+        self.list_changed(Change::ToolsListChanged, "notifications/tools/list_changed")
+            .await;
+    }
+    /// Removes a tool and tells every session.
+    pub async fn remove_tool(&self, name: &str) {
+        self.app.change_catalog(|c| c.without_tool(name));
+        self.list_changed(Change::ToolsListChanged, "notifications/tools/list_changed")
+            .await;
+    }
+    /// Adds (or replaces) a prompt and tells every session.
+    pub async fn add_prompt(&self, def: Arc<PromptDef>) {
+        self.app.change_catalog(|c| c.with_prompt(def.clone()));
+        self.list_changed(
+            Change::PromptsListChanged,
+            "notifications/prompts/list_changed",
+        )
+        .await;
+    }
+    /// Removes a prompt and tells every session.
+    pub async fn remove_prompt(&self, name: &str) {
+        self.app.change_catalog(|c| c.without_prompt(name));
+        self.list_changed(
+            Change::PromptsListChanged,
+            "notifications/prompts/list_changed",
+        )
+        .await;
+    }
+    /// Adds (or replaces) a resource and tells every session.
+    pub async fn add_resource(&self, def: Arc<ResourceDef>) {
+        self.app.change_catalog(|c| c.with_resource(def.clone()));
+        self.list_changed(
+            Change::ResourcesListChanged,
+            "notifications/resources/list_changed",
+        )
+        .await;
+    }
+    /// Removes a resource and tells every session.
+    pub async fn remove_resource(&self, uri: &str) {
+        self.app.change_catalog(|c| c.without_resource(uri));
+        self.list_changed(
+            Change::ResourcesListChanged,
+            "notifications/resources/list_changed",
+        )
+        .await;
+    }
+
+    /// Sends `notifications/resources/updated` to every session subscribed to `uri`.
+    pub async fn notify_resource_updated(&self, uri: &str) {
+        self.app.announce(Change::ResourceUpdated(uri.to_string()));
+        let msg = encode_notification(
+            "notifications/resources/updated",
+            &serde_json::json!({"uri": uri}),
+        );
+        for s in self.app.sessions().all() {
+            if s.is_subscribed(uri) {
+                self.append(&s, msg.clone()).await;
+            }
+        }
+    }
+
+    /// Whether the catalog has a tool of this name now.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.app.catalog().tool(name).is_some()
+    }
+
+    /// Whether the catalog has a prompt of this name now.
+    pub fn has_prompt(&self, name: &str) -> bool {
+        self.app.catalog().prompt(name).is_some()
+    }
+
+    /// Sessions this instance holds.
+    pub fn session_count(&self) -> usize {
+        self.app.sessions().held()
+    }
+
+    /// A list change: to 2026-07-28 listeners, and as `method` to every session's standalone
+    /// stream.
+    async fn list_changed(&self, change: Change, method: &str) {
+        self.app.announce(change);
+        let msg = encode_notification(method, &serde_json::json!({}));
+        for s in self.app.sessions().all() {
+            self.append(&s, msg.clone()).await;
+        }
+    }
+
+    async fn append(&self, s: &Session, msg: Bytes) {
+        if let Err(e) = self
+            .app
+            .events()
+            .append(&s.id, STANDALONE_STREAM, msg)
+            .await
+        {
+            tracing::warn!(session = %s.id, error = %e, "could not queue a notification");
+        }
+    }
+}

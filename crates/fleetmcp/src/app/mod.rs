@@ -1,0 +1,169 @@
+//! [`App`]: what every request of one server shares, behind one narrow type.
+//!
+//! The fields are private; callers get the catalog snapshot, the configuration, the sessions,
+//! the event and task stores, the list-change channel and the user's state through methods, so
+//! how each is held can change without touching them (mini-redis keeps its `Db` the same way).
+//! `App` knows nothing of HTTP or of other instances: transport and cluster sit above it.
+
+mod handle;
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+pub use handle::ServerHandle;
+
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::events::{EventStore, STANDALONE_STREAM};
+use crate::session::{Session, Sessions};
+use crate::stateless::request_state::RequestStateSealer;
+use crate::tasks::Tasks;
+
+/// Name, version and instructions announced to clients.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub instructions: Option<String>,
+}
+
+/// A change clients can subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Change {
+    ToolsListChanged,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated(String),
+}
+
+/// Values handlers read with [`crate::RequestContext::state`], one per type.
+pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
+
+/// The state of one server, shared by every request. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct App {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    info: ServerInfo,
+    catalog: ArcSwap<Catalog>,
+    config: Config,
+    sessions: Sessions,
+    events: Arc<dyn EventStore>,
+    tasks: Tasks,
+    request_state: RequestStateSealer,
+    /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
+    changes: broadcast::Sender<Change>,
+    shutdown: CancellationToken,
+    started: Instant,
+    state: StateMap,
+}
+
+/// What an [`App`] is made of (the server builder fills it in).
+pub(crate) struct Parts {
+    pub info: ServerInfo,
+    pub catalog: Catalog,
+    pub config: Config,
+    pub sessions: Sessions,
+    pub events: Arc<dyn EventStore>,
+    pub tasks: Tasks,
+    pub request_state: RequestStateSealer,
+    pub shutdown: CancellationToken,
+    pub state: StateMap,
+}
+
+impl App {
+    pub fn new(p: Parts) -> Self {
+        let (changes, _) = broadcast::channel(256);
+        Self {
+            inner: Arc::new(Inner {
+                info: p.info,
+                catalog: ArcSwap::from_pointee(p.catalog),
+                config: p.config,
+                sessions: p.sessions,
+                events: p.events,
+                tasks: p.tasks,
+                request_state: p.request_state,
+                changes,
+                shutdown: p.shutdown,
+                started: Instant::now(),
+                state: p.state,
+            }),
+        }
+    }
+
+    pub fn info(&self) -> &ServerInfo {
+        &self.inner.info
+    }
+    /// The catalog as it is now (a snapshot: later changes do not affect it).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.catalog.load_full()
+    }
+    /// Swaps the catalog for a changed copy.
+    pub(crate) fn change_catalog(&self, f: impl Fn(&Catalog) -> Catalog) {
+        self.inner.catalog.rcu(|c| f(c));
+    }
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+    pub fn sessions(&self) -> &Sessions {
+        &self.inner.sessions
+    }
+    pub fn events(&self) -> &Arc<dyn EventStore> {
+        &self.inner.events
+    }
+    pub fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+    pub fn request_state(&self) -> &RequestStateSealer {
+        &self.inner.request_state
+    }
+    /// Fires when the server stops.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+    /// When the server was built (uptime in `/healthz`).
+    pub fn started(&self) -> Instant {
+        self.inner.started
+    }
+    /// The value of type `T` the server was given with `ServerBuilder::state`.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.inner
+            .state
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.clone().downcast::<T>().ok())
+    }
+
+    /// Follows catalog and resource changes (2026-07-28 `subscriptions/listen`).
+    pub fn changes(&self) -> broadcast::Receiver<Change> {
+        self.inner.changes.subscribe()
+    }
+    /// Tells every listener about a change; nobody listening is not an error.
+    pub fn announce(&self, change: Change) {
+        let _ = self.inner.changes.send(change);
+    }
+
+    /// Appends a message to a session's standalone (GET) stream, off the caller's path.
+    pub fn push_standalone(&self, session: &Session, message: Bytes) {
+        let events = self.inner.events.clone();
+        let id = session.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
+                tracing::warn!(session = %id, error = %e, "could not queue a message for the session's stream");
+            }
+        });
+    }
+
+    /// The handle for runtime changes.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle::new(self.clone())
+    }
+}

@@ -1,0 +1,156 @@
+//! The heartbeat: each instance keeps `<prefix>heartbeat:<nodeId>` alive in Redis
+//! (`{nodeId, startedAt, lastBeat, sessionCount}`, rewritten every interval, expiring after the
+//! TTL) and deletes it when it stops gracefully, so that others can tell a stopped instance from
+//! a running one at once. It also refuses to start under a machine id a running instance uses,
+//! and reports to `/readyz` whether its key is there.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::clock::unix_ms as now_ms;
+use crate::config::HaConfig;
+use crate::redis_conn::RedisConn;
+use crate::transport::{Probe, ProbeReport};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Beat {
+    node_id: String,
+    started_at: u64,
+    last_beat: u64,
+    session_count: usize,
+}
+
+/// The heartbeat of one instance.
+pub(crate) struct Heartbeat {
+    redis: RedisConn,
+    node_id: String,
+    key: String,
+    started_at: u64,
+    interval: Duration,
+    ttl_ms: u64,
+    /// The last write of the heartbeat succeeded.
+    active: AtomicBool,
+}
+
+impl Heartbeat {
+    /// Starts beating: refuses when another running instance already beats under this
+    /// machine id (two instances must never share one), then writes the first heartbeat.
+    pub async fn start(
+        redis: RedisConn,
+        node_id: &str,
+        cfg: &HaConfig,
+    ) -> Result<Arc<Self>, String> {
+        let ha = Arc::new(Self {
+            key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
+            redis,
+            node_id: node_id.to_string(),
+            started_at: now_ms(),
+            interval: Duration::from_millis(cfg.heartbeat_interval_ms),
+            ttl_ms: cfg.heartbeat_ttl_ms,
+            active: AtomicBool::new(false),
+        });
+        if let Some(before) = ha.read().await {
+            // A key is left by a crash until it expires. A live owner rewrites it within an
+            // interval; a dead one does not.
+            tokio::time::sleep(ha.interval + ha.interval / 10).await;
+            if let Some(after) = ha.read().await
+                && after.last_beat != before.last_beat
+            {
+                return Err(format!(
+                    "another running instance already uses machine id {node_id} (started at {} ms); give every instance its own MACHINE_ID",
+                    after.started_at
+                ));
+            }
+        }
+        ha.beat(0).await;
+        tracing::info!("[HA] Heartbeat started for node {node_id}");
+        Ok(ha)
+    }
+
+    async fn read(&self) -> Option<Beat> {
+        let raw: Option<String> = self
+            .redis
+            .run(redis::cmd("GET").arg(&self.key).clone())
+            .await
+            .ok()?;
+        serde_json::from_str(&raw?).ok()
+    }
+
+    /// Rewrites the heartbeat.
+    pub async fn beat(&self, session_count: usize) {
+        let hb = Beat {
+            node_id: self.node_id.clone(),
+            started_at: self.started_at,
+            last_beat: now_ms(),
+            session_count,
+        };
+        let Ok(value) = serde_json::to_string(&hb) else {
+            return;
+        };
+        let written: Result<String, _> = self
+            .redis
+            .run(
+                redis::cmd("SET")
+                    .arg(&self.key)
+                    .arg(value)
+                    .arg("PX")
+                    .arg(self.ttl_ms)
+                    .clone(),
+            )
+            .await;
+        let ok = written.is_ok();
+        if !ok && self.active.load(Ordering::Relaxed) {
+            tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
+        }
+        self.active.store(ok, Ordering::Relaxed);
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Whether this instance's heartbeat key is there (readiness).
+    pub async fn heartbeat_present(&self) -> bool {
+        self.read()
+            .await
+            .is_some_and(|h| h.started_at == self.started_at)
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// A graceful stop: the heartbeat goes at once, so others need not wait for it to expire.
+    pub async fn stop(&self) {
+        let _: Result<i64, _> = self
+            .redis
+            .run(redis::cmd("DEL").arg(&self.key).clone())
+            .await;
+        self.active.store(false, Ordering::Relaxed);
+    }
+}
+
+/// `/readyz`'s `ha` probe: ready while this instance's heartbeat key is in Redis.
+#[async_trait]
+impl Probe for Heartbeat {
+    fn name(&self) -> &'static str {
+        "ha"
+    }
+
+    async fn check(&self) -> ProbeReport {
+        let active = self.heartbeat_present().await;
+        ProbeReport {
+            healthy: active,
+            detail: json!({
+                "status": if active { "healthy" } else { "unhealthy" },
+                "details": {"nodeId": self.node_id(), "heartbeatActive": active},
+            }),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The `io.modelcontextprotocol/tasks` extension of 2026-07-28: a tool call answered at once
+//! with a task the client polls (`tasks/get`), answers (`tasks/update`) and may cancel
+//! (`tasks/cancel`); and a call that runs as a plain request until its handler escalates.
+
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use super::super::tools::answer;
+use super::super::{Reply, params, respond};
+use super::{AbortOnDrop, launch, task_envelope, unknown};
+use crate::app::App;
+use crate::catalog::{ToolDef, ToolError};
+use crate::context::{Caller, RequestContext, TaskCall};
+use crate::protocol::{ErrorCode, ErrorData, errors};
+use crate::stateless::RequestMeta;
+use crate::tasks::{TASKS_EXTENSION, TaskRecord, TaskStatus};
+
+/// Whether the client declared the tasks extension in this request's capabilities.
+pub(crate) fn declared(meta: &RequestMeta) -> bool {
+    meta.client_capabilities
+        .get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some()
+}
+
+pub(crate) fn missing_extension() -> ErrorData {
+    ErrorData::new(
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        format!("This request needs the client capability extensions.{TASKS_EXTENSION}"),
+        Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})),
+    )
+}
+
+/// The `CreateTaskResult` of a task just started.
+fn created(app: &App, ctx: &RequestContext, record: &TaskRecord) -> Reply {
+    let mut created = task_envelope(record);
+    created.insert("resultType".into(), json!("task"));
+    respond(app, ctx, &Value::Object(created), None)
+}
+
+/// Starts `tool` as a background task and answers with the `CreateTaskResult`.
+pub(crate) async fn create(
+    app: &App,
+    ctx: &RequestContext,
+    tool: Arc<ToolDef>,
+    args: Value,
+    meta: RequestMeta,
+) -> Reply {
+    let cancel = app.shutdown().child_token();
+    let task_app = app.clone();
+    let task_cancel = cancel.clone();
+    let record = launch(app, None, cancel, move |task_id, running| {
+        let caller = Caller::Task(Arc::new(TaskCall {
+            task_id: task_id.to_string(),
+            meta,
+            running,
+        }));
+        let ctx = RequestContext::new(task_app, caller, None, None, task_cancel);
+        async move { tool.call(args, ctx).await }.boxed()
+    })
+    .await;
+    created(app, ctx, &record)
+}
+
+/// Runs a tool that may escalate: as a plain request until its handler calls
+/// `ctx.escalate()`; from then on as a background task, while the client gets the
+/// `CreateTaskResult`.
+pub(crate) async fn run_escalating(
+    app: &App,
+    ctx: &RequestContext,
+    tool: Arc<ToolDef>,
+    args: Value,
+) -> Reply {
+    let (tx, escalated) = oneshot::channel();
+    ctx.arm_escalation(tx);
+    let mut work = tokio::spawn({
+        let ctx = ctx.clone();
+        async move { tool.call(args, ctx).await }
+    });
+    tokio::select! {
+        done = &mut work => {
+            let outcome = done.map_err(|e| errors::internal(format!("the tool stopped: {e}")))?;
+            answer(app, ctx, outcome)
+        }
+        Ok(()) = escalated => {
+            let work = AbortOnDrop(work);
+            let record = launch(app, None, app.shutdown().child_token(), move |_, _| {
+                async move {
+                    let mut work = work;
+                    (&mut work.0).await.unwrap_or_else(|e| {
+                        Err(ToolError::Protocol(errors::internal(format!("the tool stopped: {e}"))))
+                    })
+                }
+                .boxed()
+            })
+            .await;
+            created(app, ctx, &record)
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskParams {
+    task_id: String,
+    #[serde(default)]
+    input_responses: Option<Map<String, Value>>,
+}
+
+fn gate(ctx: &RequestContext) -> Result<(), ErrorData> {
+    match ctx.caller() {
+        Caller::Stateless(round) if declared(&round.meta) => Ok(()),
+        _ => Err(missing_extension()),
+    }
+}
+
+async fn record(app: &App, task_id: &str) -> Result<TaskRecord, ErrorData> {
+    app.tasks()
+        .get(task_id)
+        .await
+        .ok_or_else(|| unknown(task_id))
+}
+
+pub(crate) async fn get(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+    gate(ctx)?;
+    let TaskParams { task_id, .. } = params(p)?;
+    let r = record(app, &task_id).await?;
+    let mut m = task_envelope(&r);
+    match r.status {
+        TaskStatus::Completed => {
+            if let Some(result) = r.result {
+                m.insert("result".into(), result);
+            }
+        }
+        TaskStatus::Failed => {
+            if let Some(error) = r.error {
+                m.insert("error".into(), error);
+            }
+        }
+        TaskStatus::InputRequired => {
+            m.insert("inputRequests".into(), Value::Object(r.input_requests));
+        }
+        TaskStatus::Working | TaskStatus::Cancelled => {}
+    }
+    respond(app, ctx, &Value::Object(m), None)
+}
+
+pub(crate) async fn update(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+    gate(ctx)?;
+    let TaskParams {
+        task_id,
+        input_responses,
+    } = params(p)?;
+    let mut r = record(app, &task_id).await?;
+    if let Some(running) = app.tasks().running(&task_id) {
+        for (key, answer) in input_responses.unwrap_or_default() {
+            if let Some(tx) = running.waiting.lock().remove(&key) {
+                let _ = tx.send(answer);
+                r.input_requests.remove(&key);
+            }
+        }
+        if r.status == TaskStatus::InputRequired && r.input_requests.is_empty() {
+            r.status = TaskStatus::Working;
+        }
+        app.tasks().update(r).await;
+    }
+    respond(app, ctx, &json!({}), None)
+}
+
+pub(crate) async fn cancel(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+    gate(ctx)?;
+    let TaskParams { task_id, .. } = params(p)?;
+    let r = record(app, &task_id).await?;
+    // Cancelling a finished task is a no-op with the same answer.
+    if !r.status.is_terminal() {
+        super::session::cancel_record(app, r).await;
+    }
+    respond(app, ctx, &json!({}), None)
+}

@@ -1,0 +1,99 @@
+//! Tool calls that run as background tasks, in both eras:
+//!
+//! - this file: starting a task (one way for every kind) and recording how it ends;
+//! - [`extension`]: the `io.modelcontextprotocol/tasks` extension of 2026-07-28
+//!   (`tasks/get`, `tasks/update`, `tasks/cancel`, and a call that escalates to a task);
+//! - [`session`]: the experimental core tasks of 2025-11-25, bound to their session
+//!   (`task` on `tools/call`, `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`).
+
+pub(super) mod extension;
+pub(super) mod session;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::tools::{Outcome, outcome};
+use crate::app::App;
+use crate::catalog::ToolError;
+use crate::protocol::ErrorData;
+use crate::protocol::errors;
+use crate::protocol::model::CallToolResult;
+use crate::tasks::{Running, TaskRecord, TaskStatus};
+
+/// Starts a task: stores its record (before the client can ask for it), registers it as
+/// running here, and runs the work `start` returns in the background until it ends or `cancel`
+/// fires, recording the outcome. Every kind of task starts here.
+pub(super) async fn launch(
+    app: &App,
+    owner: Option<String>,
+    cancel: CancellationToken,
+    start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
+) -> TaskRecord {
+    let (record, running) = app.tasks().begin(owner, cancel.clone()).await;
+    let work = start(&record.task_id, running);
+    let app = app.clone();
+    let id = record.task_id.clone();
+    tokio::spawn(async move {
+        let ended = tokio::select! {
+            r = work => Some(outcome(r)),
+            _ = cancel.cancelled() => None,
+        };
+        app.tasks()
+            .end(&id, |record| record_outcome(record, ended))
+            .await;
+    });
+    record
+}
+
+/// How a task's record shows the way its tool call ended (`None`: cancelled).
+fn record_outcome(record: &mut TaskRecord, ended: Option<Outcome>) {
+    match ended {
+        None => record.status = TaskStatus::Cancelled,
+        // A tool that reported an error still completed: its result says so.
+        Some(Outcome::Result(result)) => {
+            record.status = TaskStatus::Completed;
+            record.result = serde_json::to_value(&result).ok();
+        }
+        Some(Outcome::Error(e)) => fail(record, &e),
+        Some(Outcome::InputRequired) => fail(
+            record,
+            &errors::internal("the task asked for input it could not wait for"),
+        ),
+    }
+}
+
+fn fail(record: &mut TaskRecord, e: &ErrorData) {
+    record.status = TaskStatus::Failed;
+    record.error = serde_json::to_value(e).ok();
+}
+
+/// Aborts a spawned tool call when the task that awaits it is dropped (cancelled).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The fields every 2026-07-28 task answer shares.
+fn task_envelope(r: &TaskRecord) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("taskId".into(), json!(r.task_id));
+    m.insert("status".into(), json!(r.status));
+    m.insert("createdAt".into(), json!(r.created_at));
+    m.insert("lastUpdatedAt".into(), json!(r.last_updated_at));
+    m.insert("ttlMs".into(), json!(r.ttl_ms));
+    m.insert("pollIntervalMs".into(), json!(r.poll_interval_ms));
+    m
+}
+
+fn unknown(task_id: &str) -> ErrorData {
+    errors::invalid_params_with(
+        format!("Unknown task: {task_id}"),
+        json!({"taskId": task_id}),
+    )
+}

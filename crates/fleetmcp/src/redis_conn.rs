@@ -1,0 +1,298 @@
+//! The one Redis connection an instance shares between its stores (sessions, events) and
+//! distributed mode, with every command bounded.
+//!
+//! Every command is bounded by `command_timeout_ms` (the connection's response timeout, and a
+//! Tokio timeout around it) and fails with [`CommandError::Timeout`]; any other failure is
+//! [`CommandError::Unavailable`]. A lost connection is re-established by the `redis` crate's
+//! `ConnectionManager`. A server that stops answering without closing the connection (paused,
+//! or a black-holed network) only shows as timeouts, and the manager does not reconnect on
+//! those: after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row a new connection is built in the
+//! background and swapped in; callers never wait for that. When Redis cannot be reached at
+//! start, a background task retries (1 s doubling to 30 s) while commands fail at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::redis_config::RedisConfig;
+
+/// Timeouts in a row after which the connection is rebuilt.
+pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
+/// First delay of the background connection retry; it doubles up to [`RETRY_MAX`].
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Why a Redis command failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommandError {
+    #[error("Redis did not answer within {0} ms")]
+    Timeout(u64),
+    #[error("Redis is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A shared Redis connection. Cheap to clone; clones share one connection.
+#[derive(Clone)]
+pub struct RedisConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: RedisConfig,
+    client: redis::Client,
+    /// `None` until the first connection succeeds.
+    conn: ArcSwapOption<ConnectionManager>,
+    timeouts_in_a_row: AtomicU32,
+    rebuilding: AtomicBool,
+    /// Connection rebuilds started after timeouts (for tests and metrics).
+    rebuilds: AtomicU32,
+    /// The last command or ping got an answer.
+    healthy: AtomicBool,
+}
+
+impl RedisConn {
+    fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
+        cfg.validate()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let client = cfg
+            .client()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        Ok(Arc::new(Inner {
+            cfg,
+            client,
+            conn: ArcSwapOption::empty(),
+            timeouts_in_a_row: AtomicU32::new(0),
+            rebuilding: AtomicBool::new(false),
+            rebuilds: AtomicU32::new(0),
+            healthy: AtomicBool::new(false),
+        }))
+    }
+
+    /// Connects and checks the connection with `PING`; fails if Redis does not answer within
+    /// the connect timeout.
+    pub async fn connect(cfg: RedisConfig) -> Result<Self, CommandError> {
+        let inner = Self::new_inner(cfg)?;
+        let manager = inner.open().await?;
+        inner.install(manager);
+        tracing::info!(
+            target_redis = %inner.cfg.display_target(),
+            "[TransportService] Session store connection validated successfully"
+        );
+        Ok(Self { inner })
+    }
+
+    /// Tries once (bounded by the connect timeout plus one command timeout), then returns
+    /// whether or not Redis is reachable (see [`RedisConn::first_connect`]). Configuration
+    /// errors are reported here, not retried.
+    pub async fn connect_in_background(cfg: RedisConfig) -> Result<Self, CommandError> {
+        let conn = Self::new(cfg)?;
+        conn.first_connect().await;
+        Ok(conn)
+    }
+
+    /// A connection that is not opened yet: no I/O, only the configuration is checked.
+    /// Commands fail with [`CommandError::Unavailable`] until [`RedisConn::first_connect`].
+    pub fn new(cfg: RedisConfig) -> Result<Self, CommandError> {
+        Ok(Self {
+            inner: Self::new_inner(cfg)?,
+        })
+    }
+
+    /// Opens the connection, trying once. When Redis cannot be reached, every command fails
+    /// with [`CommandError::Unavailable`] (callers serve sessions from memory) and a background
+    /// task retries, 1 s doubling to 30 s, until it answers.
+    pub async fn first_connect(&self) {
+        let inner = &self.inner;
+        match inner.open().await {
+            Ok(manager) => {
+                inner.install(manager);
+                tracing::info!(
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Session store connection validated successfully"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Failed to connect to Redis - session persistence disabled"
+                );
+                tokio::spawn(retry_until_connected(Arc::downgrade(inner)));
+            }
+        }
+    }
+
+    /// Whether there is a connection and the last command on it got an answer.
+    pub fn is_connected(&self) -> bool {
+        self.inner.conn.load().is_some() && self.inner.healthy.load(Ordering::Acquire)
+    }
+
+    /// How many times the connection was rebuilt (or a rebuild attempted) after
+    /// [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row.
+    pub fn rebuild_attempts(&self) -> u32 {
+        self.inner.rebuilds.load(Ordering::Acquire)
+    }
+
+    /// The configuration this connection was built from.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.cfg
+    }
+
+    /// Runs one command, bounded by the command timeout.
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<T, CommandError> {
+        self.inner.run(cmd).await
+    }
+}
+
+/// Retries the first connection: 1 s, doubling, capped at 30 s. Stops when the connection
+/// is dropped.
+async fn retry_until_connected(inner: Weak<Inner>) {
+    let mut delay = RETRY_MIN;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match inner.open().await {
+            Ok(manager) => {
+                inner.install(manager);
+                tracing::info!("[TransportService] Session store recovered after startup failure");
+                tracing::info!(
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Session store connection validated successfully"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, retry_in_ms = delay.as_millis() as u64, "Redis still unreachable");
+            }
+        }
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+impl Inner {
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.cfg.command_timeout()))
+            .set_connection_timeout(Some(self.cfg.connect_timeout()))
+            // Reconnection after a lost connection: quick, bounded attempts; a command that
+            // finds the connection still down fails and triggers the next round.
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1))
+            .set_number_of_retries(3)
+    }
+
+    fn install(&self, manager: ConnectionManager) {
+        self.conn.store(Some(Arc::new(manager)));
+        self.timeouts_in_a_row.store(0, Ordering::Release);
+        self.healthy.store(true, Ordering::Release);
+    }
+
+    /// A new connection, checked with `PING`, within the connect timeout (plus one command
+    /// timeout for the `PING`).
+    async fn open(&self) -> Result<ConnectionManager, CommandError> {
+        let bound = self.cfg.connect_timeout() + self.cfg.command_timeout();
+        let attempt = async {
+            let mut manager =
+                ConnectionManager::new_with_config(self.client.clone(), self.manager_config())
+                    .await
+                    .map_err(unavailable)?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut manager)
+                .await
+                .map_err(unavailable)?;
+            Ok::<_, CommandError>(manager)
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        }
+    }
+
+    async fn run<T: redis::FromRedisValue>(
+        self: &Arc<Self>,
+        cmd: redis::Cmd,
+    ) -> Result<T, CommandError> {
+        let Some(manager) = self.conn.load_full() else {
+            return Err(CommandError::Unavailable(
+                "not connected to Redis yet (retrying in the background)".into(),
+            ));
+        };
+        let mut conn = (*manager).clone();
+        let limit = self.cfg.command_timeout();
+        let ms = self.cfg.command_timeout_ms;
+        match tokio::time::timeout(limit, cmd.query_async::<T>(&mut conn)).await {
+            Ok(Ok(v)) => {
+                self.timeouts_in_a_row.store(0, Ordering::Release);
+                self.healthy.store(true, Ordering::Release);
+                Ok(v)
+            }
+            Ok(Err(e)) if e.is_timeout() => {
+                self.on_timeout();
+                Err(CommandError::Timeout(ms))
+            }
+            Ok(Err(e)) => {
+                self.healthy.store(false, Ordering::Release);
+                Err(CommandError::Unavailable(e.to_string()))
+            }
+            Err(_) => {
+                self.on_timeout();
+                Err(CommandError::Timeout(ms))
+            }
+        }
+    }
+
+    /// Counts a timeout; the [`REBUILD_AFTER_TIMEOUTS`]th in a row starts a rebuild of the
+    /// connection in the background (one at a time).
+    fn on_timeout(self: &Arc<Self>) {
+        self.healthy.store(false, Ordering::Release);
+        let n = self.timeouts_in_a_row.fetch_add(1, Ordering::AcqRel) + 1;
+        if n < REBUILD_AFTER_TIMEOUTS {
+            return;
+        }
+        if self
+            .rebuilding
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        self.rebuilds.fetch_add(1, Ordering::AcqRel);
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            tracing::warn!(
+                timeouts = n,
+                "Redis session store: no answer to {n} commands in a row; opening a new connection"
+            );
+            match inner.open().await {
+                Ok(manager) => {
+                    inner.install(manager);
+                    tracing::info!("Redis session store: new connection in use");
+                }
+                Err(e) => {
+                    // Keep the old connection (it answers again if the server resumes); the
+                    // next timeouts try again.
+                    inner
+                        .timeouts_in_a_row
+                        .store(REBUILD_AFTER_TIMEOUTS - 1, Ordering::Release);
+                    tracing::warn!(error = %e, "Redis session store: new connection failed");
+                }
+            }
+            inner.rebuilding.store(false, Ordering::Release);
+        });
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> CommandError {
+    CommandError::Unavailable(e.to_string())
+}

@@ -1,0 +1,434 @@
+//! The life of a session on this instance: mint its id, open it, find it for a request,
+//! recreate it from the store, keep its record fresh, end it.
+//!
+//! [`Sessions`] is the one type that decides whether a session exists. It answers a lookup with
+//! a typed [`Lookup`], never with an HTTP response: transport turns it into the contract's exact
+//! answers, and hands a request whose session is held elsewhere to the relay seam.
+//!
+//! A held session is found with one hash-map read of the exact id; the seal is opened only
+//! when that misses. Each request of a held session also checks that its stored record still
+//! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
+//! store that does not answer in time never blocks a session this instance can serve.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::id::{SessionIdPayload, SessionSealer};
+use super::live::{Ended, LiveSessions, Session};
+use super::ownership::{Owner, Ownership};
+use super::store::{SessionRecord, SessionStore, StoreError};
+use crate::clock::{unix_ms, unix_secs};
+use crate::events::EventStore;
+use crate::protocol::ProtocolVersion;
+
+/// Where a session's request is served.
+pub enum Lookup {
+    /// Here: this instance holds the session.
+    Held(Arc<Session>),
+    /// By another live instance (its machine id): hand the request over unchanged.
+    Elsewhere(String),
+    /// Nowhere; why decides the client's answer.
+    Missing(Missing),
+}
+
+/// Why no session can serve a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// The id does not open under this deployment's secret.
+    Invalid,
+    /// Ended by `DELETE` on this instance.
+    Deleted,
+    /// Idle too long, or its stored record vanished.
+    Expired,
+    /// The id opens, but no instance knows the session.
+    Unknown,
+    /// The store did not answer within `sessions.store_wait_ms`.
+    StoreUnavailable,
+    /// This instance holds its maximum of sessions.
+    Full,
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// In production without `MCP_SESSION_SECRET` no id can be minted.
+    NoSecret,
+    /// Sealing failed (should not happen).
+    SealFailed,
+    /// This instance holds its maximum of sessions.
+    Full,
+}
+
+/// The timings a session's life follows, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Bound on the existence check and on writes of a held session's record.
+    pub check_timeout: Duration,
+    /// Bound on reading a session this instance does not hold.
+    pub store_wait: Duration,
+    /// A held session's stored record is refreshed at most once per this many ms.
+    pub refresh_every_ms: u64,
+}
+
+/// The sessions of this instance and the stores behind them.
+pub struct Sessions {
+    machine_id: String,
+    /// `None` in production without `MCP_SESSION_SECRET`: no session id can be minted.
+    sealer: Option<SessionSealer>,
+    live: LiveSessions,
+    store: Arc<dyn SessionStore>,
+    events: Arc<dyn EventStore>,
+    /// `None`: every stored session is served here (see [`Ownership`]).
+    ownership: Option<Arc<dyn Ownership>>,
+    timing: Timing,
+    /// Parent of every session's `closed` token: stopping the server ends them all.
+    shutdown: CancellationToken,
+}
+
+/// Pause between attempts to read a session from a store that did not answer.
+const STORE_RETRY: Duration = Duration::from_millis(100);
+
+impl Sessions {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        machine_id: String,
+        sealer: Option<SessionSealer>,
+        max_sessions: usize,
+        store: Arc<dyn SessionStore>,
+        events: Arc<dyn EventStore>,
+        ownership: Option<Arc<dyn Ownership>>,
+        timing: Timing,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            machine_id,
+            sealer,
+            live: LiveSessions::new(max_sessions),
+            store,
+            events,
+            ownership,
+            timing,
+            shutdown,
+        }
+    }
+
+    /// This instance's machine id, as session records name it.
+    pub fn machine_id(&self) -> &str {
+        &self.machine_id
+    }
+
+    /// Sessions held here.
+    pub fn held(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Every held session (for announcements).
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.live.all()
+    }
+
+    /// The store's kind, for logs and `/readyz`.
+    pub fn store_kind(&self) -> &'static str {
+        self.store.kind()
+    }
+
+    /// Whether the store answers (readiness).
+    pub async fn ping_store(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+
+    /// Mints a sealed id naming this instance; `protocol` is the transport
+    /// (`streamable-http`, `legacy-sse`).
+    pub fn mint(&self, protocol: &str) -> Result<String, OpenError> {
+        let Some(sealer) = &self.sealer else {
+            tracing::error!(
+                "initialize refused: MCP_SESSION_SECRET is required in production to issue session ids"
+            );
+            return Err(OpenError::NoSecret);
+        };
+        let payload = SessionIdPayload {
+            node_id: self.machine_id.clone(),
+            uuid: uuid::Uuid::new_v4().to_string(),
+            iat: unix_secs(),
+            protocol: protocol.into(),
+            auth_sig: "public".into(),
+            is_public: true,
+        };
+        sealer.seal(&payload).ok_or(OpenError::SealFailed)
+    }
+
+    /// Whether `id` was minted by this deployment (opens under its secret).
+    pub fn verifies(&self, id: &str) -> bool {
+        !id.is_empty() && id.trim() == id && self.sealer.as_ref().and_then(|s| s.open(id)).is_some()
+    }
+
+    /// Holds a new session here and writes its record to the store (bounded: a store that does
+    /// not answer leaves the session in memory, stored once the store answers).
+    pub async fn open(
+        &self,
+        id: &str,
+        version: ProtocolVersion,
+        client_info: Value,
+        client_capabilities: Value,
+    ) -> Result<Arc<Session>, OpenError> {
+        let session = Arc::new(Session::new(
+            id.into(),
+            version,
+            client_info,
+            client_capabilities,
+            self.shutdown.child_token(),
+        ));
+        if !self.live.insert(session.clone()) {
+            tracing::warn!(
+                limit = self.live.capacity(),
+                "initialize refused: this instance holds its maximum of sessions"
+            );
+            return Err(OpenError::Full);
+        }
+        match self.write(&self.record_of(&session)).await {
+            Ok(()) => session.mark_persisted(),
+            Err(why) => {
+                tracing::warn!(error = %why, "[TransportService] Failed to persist session to Redis")
+            }
+        }
+        tracing::debug!(version = %version, "session opened");
+        Ok(session)
+    }
+
+    /// Where a request for session `id` is served. A session held here is checked against the
+    /// store first; one that is not is read from the store (waiting at most
+    /// `sessions.store_wait_ms`) and recreated here, unless its holder is a live peer.
+    pub async fn find(&self, id: &str) -> Lookup {
+        if let Some(s) = self.live.get(id) {
+            return self.still_stored(s).await;
+        }
+        if let Some(missing) = self.not_servable(id) {
+            return Lookup::Missing(missing);
+        }
+        match self.read(id).await {
+            Ok(Some(record)) => {
+                if let Some(owner) = &self.ownership
+                    && let Owner::Peer(node) = owner.owner(&record).await
+                {
+                    return Lookup::Elsewhere(node);
+                }
+                match self.recreate(record).await {
+                    Some(s) => Lookup::Held(s),
+                    None => Lookup::Missing(Missing::Full),
+                }
+            }
+            Ok(None) => Lookup::Missing(Missing::Unknown),
+            Err(why) => {
+                tracing::warn!(error = %why, wait_ms = self.timing.store_wait.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
+                Lookup::Missing(Missing::StoreUnavailable)
+            }
+        }
+    }
+
+    /// Like [`Sessions::find`], for a session that cannot move between instances (the
+    /// 2024-11-05 transport's, tied to its stream): held here, held by a live peer, or missing.
+    /// Without an [`Ownership`] nothing but this instance's memory is consulted.
+    pub async fn find_pinned(&self, id: &str) -> Lookup {
+        if let Some(s) = self.live.get(id) {
+            return Lookup::Held(s);
+        }
+        if let Some(missing) = self.not_servable(id) {
+            return Lookup::Missing(missing);
+        }
+        let Some(owner) = &self.ownership else {
+            return Lookup::Missing(Missing::Unknown);
+        };
+        match self.read(id).await {
+            Ok(Some(record)) => match owner.owner(&record).await {
+                Owner::Peer(node) => Lookup::Elsewhere(node),
+                Owner::Here => Lookup::Missing(Missing::Unknown),
+            },
+            Ok(None) => Lookup::Missing(Missing::Unknown),
+            Err(_) => Lookup::Missing(Missing::StoreUnavailable),
+        }
+    }
+
+    /// Ends a session everywhere: here at once, then its events and its stored record.
+    pub async fn end(&self, id: &str) {
+        self.close(id);
+        self.purge(id).await;
+    }
+
+    /// Ends a session here at once (its streams and waiting requests stop, and its id is
+    /// remembered as deleted); [`Sessions::purge`] removes what other instances could read.
+    pub fn close(&self, id: &str) {
+        self.live.remove(id, Ended::Deleted);
+    }
+
+    /// Deletes a closed session's events and stored record.
+    pub async fn purge(&self, id: &str) {
+        self.events.forget(id).await;
+        if let Err(e) = self.store.delete(id).await {
+            tracing::warn!(error = %e, "the stored session could not be deleted");
+        }
+    }
+
+    /// Drops sessions nobody used for `idle`, with what this instance keeps of their events;
+    /// other instances may still serve them from the shared stores.
+    pub async fn expire_idle(&self, idle: Duration) {
+        for id in self.live.expire_idle(idle) {
+            self.events.release(&id).await;
+            tracing::debug!(session = %id, "session expired after being idle");
+        }
+    }
+
+    /// Why an id not held here cannot be served, when that is known without the store.
+    fn not_servable(&self, id: &str) -> Option<Missing> {
+        if !self.verifies(id) {
+            tracing::warn!("parseInput: mcp-session-id is not a session this server verified");
+            return Some(Missing::Invalid);
+        }
+        match self.live.ended(id) {
+            Some(Ended::Deleted) => Some(Missing::Deleted),
+            Some(Ended::Expired) => Some(Missing::Expired),
+            None => None,
+        }
+    }
+
+    /// Reads a record this instance does not hold. The store is its only copy, so this waits
+    /// for it (a paused or restarting Redis), retrying, until `sessions.store_wait_ms`.
+    async fn read(&self, id: &str) -> Result<Option<SessionRecord>, String> {
+        let bound = self.timing.store_wait;
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, self.store.get(id)).await {
+                Ok(Ok(found)) => return Ok(found),
+                Ok(Err(e)) if tokio::time::Instant::now() + STORE_RETRY < deadline => {
+                    tracing::debug!(error = %e, "the session store did not answer; retrying");
+                    tokio::time::sleep(STORE_RETRY).await;
+                }
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err(format!("no answer within {} ms", bound.as_millis())),
+            }
+        }
+    }
+
+    /// A held session is served only while its stored record exists. When the store cannot
+    /// say in time, the session is served from memory and checked again on its next request.
+    async fn still_stored(&self, session: Arc<Session>) -> Lookup {
+        let limit = self.timing.check_timeout;
+        match tokio::time::timeout(limit, self.store.exists(&session.id)).await {
+            Ok(Ok(true)) => {
+                self.refresh(&session);
+                Lookup::Held(session)
+            }
+            Ok(Ok(false)) if !session.is_persisted() => {
+                // Created while the store was unreachable: it was never stored, so it is not
+                // gone. Store it now that the store answers.
+                if self.write(&self.record_of(&session)).await.is_ok() {
+                    session.mark_persisted();
+                }
+                Lookup::Held(session)
+            }
+            Ok(Ok(false)) => {
+                tracing::info!(
+                    "[TransportService] The stored session is gone — dropping its transport here"
+                );
+                self.live.remove(&session.id, Ended::Expired);
+                self.events.forget(&session.id).await;
+                Lookup::Missing(Missing::Expired)
+            }
+            Ok(Err(e)) => {
+                if matches!(e, StoreError::Timeout(_)) {
+                    tracing::warn!(
+                        "The session store did not answer within {} ms",
+                        limit.as_millis()
+                    );
+                }
+                tracing::warn!(error = %e, "[TransportService] Could not confirm the session is still stored — serving it here");
+                Lookup::Held(session)
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "The session store did not answer within {} ms",
+                    limit.as_millis()
+                );
+                tracing::warn!(
+                    "[TransportService] Could not confirm the session is still stored — serving it here"
+                );
+                Lookup::Held(session)
+            }
+        }
+    }
+
+    /// Pushes the stored record's expiry out, at most once per `refresh_every_ms`, off the
+    /// request path.
+    fn refresh(&self, session: &Arc<Session>) {
+        if !session.due_for_touch(self.timing.refresh_every_ms) {
+            return;
+        }
+        let store = self.store.clone();
+        let sid = session.id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.touch(&sid).await {
+                tracing::warn!(error = %e, "[TransportService] Failed to refresh session TTL");
+            }
+        });
+    }
+
+    /// Serves a stored session this instance does not hold: it becomes the holder. `None`
+    /// when this instance is full.
+    async fn recreate(&self, record: SessionRecord) -> Option<Arc<Session>> {
+        let version =
+            ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
+        let session = Arc::new(Session::new(
+            record.id.as_str().into(),
+            version,
+            record.client_info.clone(),
+            record.client_capabilities.clone(),
+            self.shutdown.child_token(),
+        ));
+        session.mark_persisted();
+        // Concurrent requests for the same session may all read the record; the first to
+        // register it recreates it, the others serve the session it registered.
+        let (session, created) = self.live.insert_if_absent(session)?;
+        if !created {
+            return Some(session);
+        }
+        tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
+        tracing::info!(
+            "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
+        );
+        // Written back before the request is served, not in the background: a write landing
+        // after a DELETE of the same session would bring it back to life.
+        let record = SessionRecord {
+            node_id: self.machine_id.clone(),
+            ..record
+        };
+        if let Err(why) = self.write(&record).await {
+            tracing::warn!(error = %why, "Failed to update session in Redis");
+        }
+        Some(session)
+    }
+
+    /// The record of a held session, naming this instance as its holder.
+    fn record_of(&self, session: &Session) -> SessionRecord {
+        SessionRecord {
+            id: session.id.to_string(),
+            node_id: self.machine_id.clone(),
+            protocol_version: session.version.as_str().into(),
+            client_info: session.client_info.clone(),
+            client_capabilities: session.client_capabilities.clone(),
+            created_at: unix_ms(),
+        }
+    }
+
+    /// Writes a record, bounded by `sessions.check_timeout_ms`.
+    async fn write(&self, record: &SessionRecord) -> Result<(), String> {
+        let bound = self.timing.check_timeout;
+        match tokio::time::timeout(bound, self.store.put(record)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
+        }
+    }
+}

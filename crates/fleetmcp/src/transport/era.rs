@@ -1,0 +1,110 @@
+//! Which protocol era a request on `/mcp` belongs to (mcp-transports.md 8.14), from its headers
+//! and, only when they do not say, its `_meta`.
+
+use axum::response::Response;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply};
+use crate::config::DefaultEra;
+use crate::protocol::{Message, ProtocolVersion, errors};
+
+/// Whether the version header names a version of the stateless era (or any non-session one).
+pub(super) fn names_stateless_version(h: &HeaderMap) -> bool {
+    h.get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| ProtocolVersion::parse(v.trim()).is_none())
+}
+
+/// A session-era request by its headers alone: it carries a session and no version header of
+/// another era. This is the hot path, and the only requests the relay seam considers.
+pub(super) fn is_session_request(h: &HeaderMap) -> bool {
+    h.contains_key(SESSION_HEADER) && !names_stateless_version(h)
+}
+
+/// `405` for GET and DELETE in the stateless era, with `Allow: POST` as clients expect.
+pub(super) fn stateless_method_not_allowed(method: &'static str) -> Response {
+    let body = match method {
+        "GET" => "HTTP GET is not supported by MCP protocol 2026-07-28",
+        _ => "HTTP DELETE is not supported by MCP protocol 2026-07-28",
+    };
+    let mut res = reply::text(StatusCode::METHOD_NOT_ALLOWED, body);
+    res.headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
+    res
+}
+
+/// Whether a message belongs to 2026-07-28: it says so in `_meta`, in a non-session version
+/// header, or by a method only that era has; the session era for `initialize` and for requests
+/// that carry a session; otherwise the configured default.
+pub(super) fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &Message) -> bool {
+    let (method, params) = match message {
+        Message::Request { method, params, .. } | Message::Notification { method, params } => {
+            (method, params)
+        }
+        Message::Response { .. } => return false,
+    };
+    if matches!(method.as_str(), "server/discover" | "subscriptions/listen") {
+        return true;
+    }
+    let has_session = headers.contains_key(SESSION_HEADER);
+    let legacy_header = !names_stateless_version(headers);
+    // The hot path of a session-era client: no need to look into the params.
+    if has_session && legacy_header {
+        return false;
+    }
+    if meta_version(params.as_deref()) {
+        return true;
+    }
+    if !legacy_header {
+        // A version header of the new era, or an unknown one, on a request without a session.
+        return !has_session;
+    }
+    if method == "initialize" || has_session {
+        return false;
+    }
+    default == DefaultEra::Stateless
+}
+
+/// Whether `params._meta` names a protocol version.
+fn meta_version(params: Option<&RawValue>) -> bool {
+    #[derive(Deserialize)]
+    struct Peek {
+        #[serde(rename = "_meta")]
+        meta: Option<PeekMeta>,
+    }
+    #[derive(Deserialize)]
+    struct PeekMeta {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+        version: Option<Value>,
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Peek>(p.get()).ok())
+        .and_then(|p| p.meta)
+        .is_some_and(|m| m.version.is_some())
+}
+
+/// Session era: a version header, when present, must name a version we speak.
+pub(super) fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
+    let Some(v) = h.get(PROTOCOL_VERSION_HEADER) else {
+        return Ok(());
+    };
+    let v = v.to_str().unwrap_or("").trim();
+    if ProtocolVersion::parse(v).is_some() {
+        return Ok(());
+    }
+    let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
+        .iter()
+        .map(|v| v.as_str())
+        .collect();
+    Err(reply::rpc_error(
+        StatusCode::BAD_REQUEST,
+        None,
+        &errors::server(format!(
+            "Bad Request: Unsupported protocol version: {v} (supported versions: {})",
+            supported.join(", ")
+        )),
+    ))
+}

@@ -1,0 +1,148 @@
+//! Where a session's request is served, decided from its headers before the body is parsed:
+//! here (a held session), on its holder through the relay seam, or nowhere, with the
+//! contract's exact answer:
+//!
+//! | situation | answer |
+//! |---|---|
+//! | no header (POST) | `400` `-32600` ``Session not initialized — send `initialize` first`` |
+//! | an id that does not open under our secret | `404` `-32000` `invalid session id` |
+//! | deleted on this instance | `404` `text/plain` `Session not found` |
+//! | expired (idle, or its stored record is gone) | `404` `-32001` `session expired` |
+//! | opens, but no instance knows it | `404` `-32000` `session not initialized` |
+//! | the store could not be read in time | `503` `Retry-After: 1` |
+//!
+//! Whether the session exists is decided by `session::Sessions`; this file only maps its
+//! answer to HTTP.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use http::{HeaderMap, StatusCode};
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{SESSION_HEADER, reply};
+use crate::app::App;
+use crate::protocol::{ErrorCode, ErrorData, errors};
+use crate::session::{Lookup, Missing, Session};
+
+/// Where a request is served.
+pub(super) enum Place {
+    /// Here, by the session this instance holds.
+    Here(Arc<Session>),
+    /// By another instance (its machine id): the request goes to the relay seam as received.
+    Holder(String),
+    /// Nowhere.
+    Refused(Refusal),
+}
+
+/// Why a request has no session to serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// It carries no session id.
+    NoSession,
+    /// It names one that cannot be served.
+    Missing(Missing),
+}
+
+/// Which method asked: the answers for a missing or unknown session differ slightly.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asker {
+    Post,
+    Get,
+    Delete,
+}
+
+/// Where the session the request's `Mcp-Session-Id` names is served.
+pub(super) async fn locate(app: &App, headers: &HeaderMap) -> Place {
+    let Some(raw) = headers.get(SESSION_HEADER) else {
+        return Place::Refused(Refusal::NoSession);
+    };
+    let id = raw.to_str().unwrap_or("");
+    place(app.sessions().find(id).await)
+}
+
+/// The same for a session that cannot move between instances (2024-11-05's `/message`).
+pub(super) async fn locate_pinned(app: &App, id: &str) -> Place {
+    place(app.sessions().find_pinned(id).await)
+}
+
+fn place(lookup: Lookup) -> Place {
+    match lookup {
+        Lookup::Held(s) => Place::Here(s),
+        Lookup::Elsewhere(node) => Place::Holder(node),
+        Lookup::Missing(m) => Place::Refused(Refusal::Missing(m)),
+    }
+}
+
+/// The answer to a request whose session cannot be served here or anywhere; `id` is the
+/// JSON-RPC id, echoed in error answers.
+pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Response {
+    match why {
+        Refusal::NoSession => match asker {
+            Asker::Post => reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                &ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "Session not initialized — send `initialize` first",
+                    Some(json!({"transport": "streamable-http", "expected": "initialize"})),
+                ),
+            ),
+            Asker::Get => reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &errors::server("Bad Request: Mcp-Session-Id header is required"),
+            ),
+            Asker::Delete => reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &errors::server("No valid session ID provided"),
+            ),
+        },
+        Refusal::Missing(Missing::Invalid) => invalid_session_id(id),
+        Refusal::Missing(Missing::Deleted) => {
+            reply::text(StatusCode::NOT_FOUND, "Session not found")
+        }
+        Refusal::Missing(Missing::Expired) => reply::rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            &ErrorData::new(ErrorCode(-32001), "session expired", None),
+        ),
+        Refusal::Missing(Missing::Unknown) => match asker {
+            Asker::Get => reply::text(StatusCode::NOT_FOUND, "Session not found"),
+            _ => reply::rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                &errors::server("session not initialized"),
+            ),
+        },
+        Refusal::Missing(Missing::StoreUnavailable) => {
+            unavailable(id, "The session store is unavailable; retry shortly", 1)
+        }
+        Refusal::Missing(Missing::Full) => unavailable(
+            id,
+            "This instance holds too many sessions; retry shortly",
+            1,
+        ),
+    }
+}
+
+pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
+    reply::rpc_error(
+        StatusCode::NOT_FOUND,
+        id,
+        &errors::server("invalid session id"),
+    )
+}
+
+pub(super) fn unavailable(id: Option<&RawValue>, message: &'static str, retry_s: u64) -> Response {
+    reply::with_retry_after(
+        reply::rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            &errors::server(message),
+        ),
+        retry_s,
+    )
+}
