@@ -1,5 +1,5 @@
 //! End-to-end test support shared by the example packages' integration tests, included with
-//! `#[path = "../../e2e_support.rs"] mod support;` (std only, no extra dependencies).
+//! `#[path = "../../e2e_support.rs"] mod support;` (std and `serde_json` only).
 //!
 //! - [`ensure_tooling`] runs `tools/setup.sh` once per test process.
 //! - [`Instance`] runs a server binary on a free loopback port until dropped.
@@ -7,12 +7,16 @@
 //!   group if it overruns.
 //! - [`TempDir`] is a scratch directory under `target/tmp`, kept (and its path printed) when the
 //!   test fails.
+//! - [`raw_http`] is the test suites' one raw HTTP/1.1 client (`crates/fleetmcp/tests/support/
+//!   raw_http.rs`); [`http_get`] is a GET with it.
 #![allow(dead_code)] // each test crate uses a different part of this file
+
+#[path = "../crates/fleetmcp/tests/support/raw_http.rs"]
+pub mod raw_http;
 
 use std::fmt::Write as _;
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -224,8 +228,8 @@ impl Instance {
                 return Err(format!("exited before it was healthy ({status})"));
             }
             match http_get(self.port, "/healthz") {
-                Ok(resp) if resp.starts_with("HTTP/1.1 200") => return Ok(()),
-                Ok(resp) => last = resp.lines().next().unwrap_or_default().to_string(),
+                Ok(resp) if resp.status == 200 => return Ok(()),
+                Ok(resp) => last = format!("HTTP {}", resp.status),
                 Err(e) => last = e.to_string(),
             }
             thread::sleep(Duration::from_millis(100));
@@ -269,19 +273,18 @@ fn spawn_server(bin: &str, port: u16, log: &Path, extra_env: &[(&str, &str)]) ->
     cmd.spawn().unwrap_or_else(|e| panic!("spawn {bin}: {e}"))
 }
 
-/// A bare HTTP/1.1 GET on 127.0.0.1:`port`; returns the whole response (status line first).
-pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+/// A bare HTTP/1.1 GET on 127.0.0.1:`port` (a `Host` and nothing else), answered within 2 s.
+pub fn http_get(port: u16, path: &str) -> std::io::Result<raw_http::RawResponse> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut resp = Vec::new();
-    stream.read_to_end(&mut resp)?;
-    Ok(String::from_utf8_lossy(&resp).into_owned())
+    let host = format!("127.0.0.1:{port}");
+    raw_http::try_send(
+        addr,
+        "GET",
+        path,
+        &[("Host", &host)],
+        None,
+        Duration::from_secs(2),
+    )
 }
 
 /// The outcome of [`run`].

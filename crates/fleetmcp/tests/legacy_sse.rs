@@ -1,21 +1,16 @@
 //! The 2024-11-05 HTTP+SSE transport: `GET /sse` announces the POST endpoint, every answer
 //! arrives on that one stream, and the session ends with the stream.
 
+mod support;
+
 use std::time::Duration;
 
-use fleetmcp::{Config, LogLevel, NoArgs, Server, tool};
-use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
+use fleetmcp::{LogLevel, NoArgs, Server, tool};
 use serde_json::{Value, json};
+use support::{SECRET, SseStream, TestServer, config_with, mcp_post, serve, within};
 
-async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
-    let cfg = Config::from_sources(
-        None,
-        [("MCP_SESSION_SECRET", "legacy-sse-test-secret-01234")],
-    )
-    .unwrap();
-    let server = Server::builder("legacy", "1.0.0")
-        .config(cfg)
+async fn start() -> TestServer {
+    let builder = Server::builder("legacy", "1.0.0")
         .tool(
             tool("echo")
                 .description("Echoes")
@@ -26,77 +21,34 @@ async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
                 ctx.log(LogLevel::Warning, "first");
                 Ok("second")
             },
-        ))
-        .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
-        let _ = rx.await;
-    }));
-    (base, tx)
+        ));
+    serve(builder, config_with(SECRET, |_| {})).await
 }
 
-/// SSE events `(event, data)` of a response body.
-struct Events {
-    body: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: String,
-}
-
-impl Events {
-    async fn next(&mut self) -> (String, String) {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let frame: String = self.buf.drain(..end + 2).collect();
-                if frame.starts_with(':') {
-                    continue;
-                }
-                let event = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("event: "))
-                    .unwrap_or("message");
-                let data = frame
-                    .lines()
-                    .find_map(|l| l.strip_prefix("data: "))
-                    .unwrap_or("");
-                return (event.to_string(), data.to_string());
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(5), self.body.next())
-                .await
-                .expect("an event within 5 s")
-                .expect("the stream is open")
-                .unwrap();
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
+/// The next SSE event on the open stream, as `(event, data)` (`event` defaults to `message`).
+async fn next(events: &mut SseStream) -> (String, String) {
+    let ev = events.next().await.expect("the stream is open");
+    (ev.event.unwrap_or_else(|| "message".into()), ev.data)
 }
 
 async fn post(url: &str, body: Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+    within("POST", mcp_post(url).body(body.to_string()).send())
         .await
         .unwrap()
 }
 
 #[tokio::test]
 async fn an_old_client_talks_through_one_stream() {
-    let (base, _stop) = start().await;
-    let res = reqwest::Client::new()
+    let server = start().await;
+    let base = &server.base;
+    let get = support::http()
         .get(format!("{base}/sse"))
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+        .header("accept", "text/event-stream");
+    let res = within("GET /sse", get.send()).await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["content-type"], "text/event-stream");
-    let mut events = Events {
-        body: res.bytes_stream().boxed(),
-        buf: String::new(),
-    };
-    let (event, endpoint) = events.next().await;
+    let mut events = SseStream::new(res);
+    let (event, endpoint) = next(&mut events).await;
     assert_eq!(event, "endpoint");
     assert!(endpoint.starts_with("/message?sessionId="), "{endpoint}");
     let url = format!("{base}{endpoint}");
@@ -105,7 +57,7 @@ async fn an_old_client_talks_through_one_stream() {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}}))
     .await;
     assert_eq!(res.status(), 202, "answers travel on the stream");
-    let (event, data) = events.next().await;
+    let (event, data) = next(&mut events).await;
     assert_eq!(event, "message");
     let init: Value = serde_json::from_str(&data).unwrap();
     assert_eq!(init["id"], 1);
@@ -122,8 +74,8 @@ async fn an_old_client_talks_through_one_stream() {
 
     // A request's messages come before its answer, in order.
     assert_eq!(post(&url, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "chatty", "arguments": {}}})).await.status(), 202);
-    let (_, log) = events.next().await;
-    let (_, answer) = events.next().await;
+    let (_, log) = next(&mut events).await;
+    let (_, answer) = next(&mut events).await;
     let log: Value = serde_json::from_str(&log).unwrap();
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(log["method"], "notifications/message");
@@ -140,7 +92,7 @@ async fn an_old_client_talks_through_one_stream() {
         .status(),
         202
     );
-    let (_, err) = events.next().await;
+    let (_, err) = next(&mut events).await;
     let err: Value = serde_json::from_str(&err).unwrap();
     assert_eq!(
         (err["id"].as_i64(), err["error"]["code"].as_i64()),

@@ -2,6 +2,7 @@
 //! TTL, a paused server, a server killed and restarted empty, a store started before Redis,
 //! and two in-process instances sharing one Redis.
 
+mod support;
 mod support_redis;
 
 use std::sync::Arc;
@@ -11,11 +12,9 @@ use fleetmcp::redis_config::RedisConfig;
 use fleetmcp::session::{RedisSessionStore, SessionRecord, SessionStore, StoreError};
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
+use support::{SECRET, TestServer, config_from, config_with, http, serve};
 use support_redis::{RedisServer, free_port};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
-const SECRET: &str = "redis-store-test-secret-0123456789";
 const LATEST: &str = "2025-11-25";
 
 fn record(id: &str, node: &str) -> SessionRecord {
@@ -253,45 +252,20 @@ async fn invalid_configuration_is_refused() {
 // Two instances sharing one Redis
 // ---------------------------------------------------------------------------------------------
 
-struct Instance {
-    mcp: String,
-    _stop: oneshot::Sender<()>,
-}
-
-async fn instance(machine: &str, store: RedisSessionStore) -> Instance {
-    let mut cfg = Config::from_sources(None, [("MCP_SESSION_SECRET", SECRET)]).unwrap();
-    cfg.port = 0;
-    cfg.machine_id = Some(machine.into());
-    let server = Server::builder("redis-it", "1.0.0")
+async fn instance(machine: &str, store: RedisSessionStore) -> TestServer {
+    let cfg = config_with(SECRET, |c| c.machine_id = Some(machine.into()));
+    let builder = Server::builder("redis-it", "1.0.0")
         .tool(
             tool("hello")
                 .description("Says hello")
                 .handler(|_: NoArgs, _ctx| async { Ok("Hello!") }),
         )
-        .session_store(Arc::new(store))
-        .config(cfg)
-        .build();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
-        let _ = rx.await;
-    }));
-    Instance {
-        mcp: format!("http://{addr}/mcp"),
-        _stop: tx,
-    }
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+        .session_store(Arc::new(store));
+    serve(builder, cfg).await
 }
 
 fn post(c: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
-    let mut b = c
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
+    let mut b = support::conforming(c.post(url))
         .header("mcp-protocol-version", LATEST)
         .json(&body);
     if let Some(s) = sid {
@@ -399,7 +373,7 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
 
 /// An instance whose stores come from its configuration (`redis.url`): sessions and SSE
 /// events in Redis, as a binary sets them up.
-async fn configured_instance(machine: &str, redis: &RedisServer) -> Instance {
+async fn configured_instance(machine: &str, redis: &RedisServer) -> TestServer {
     configured_instance_with(machine, redis, |_| {}).await
 }
 
@@ -407,43 +381,25 @@ async fn configured_instance_with(
     machine: &str,
     redis: &RedisServer,
     tweak: impl FnOnce(&mut Config),
-) -> Instance {
-    let mut cfg = Config::from_sources(
-        None,
-        [
-            ("MCP_SESSION_SECRET", SECRET),
-            ("REDIS_URL", redis.url().as_str()),
-        ],
-    )
-    .unwrap();
-    cfg.machine_id = Some(machine.into());
-    tweak(&mut cfg);
-    let server = Server::builder("redis-it", "1.0.0")
-        .tool(
-            tool("count")
-                .description("Counts to 10 with progress")
-                .handler(|_: NoArgs, ctx| async move {
-                    for i in 0..10 {
-                        ctx.progress(i as f64, Some(10.0), None);
-                        tokio::time::sleep(Duration::from_millis(40)).await;
-                    }
-                    Ok("counted")
-                }),
-        )
-        .config(cfg)
-        .connect_stores()
-        .await
-        .build();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
-        let _ = rx.await;
-    }));
-    Instance {
-        mcp: format!("http://{addr}/mcp"),
-        _stop: tx,
-    }
+) -> TestServer {
+    let url = redis.url();
+    let env = [("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())];
+    let cfg = config_from(&env, |c| {
+        c.machine_id = Some(machine.into());
+        tweak(c);
+    });
+    let builder = Server::builder("redis-it", "1.0.0").tool(
+        tool("count")
+            .description("Counts to 10 with progress")
+            .handler(|_: NoArgs, ctx| async move {
+                for i in 0..10 {
+                    ctx.progress(i as f64, Some(10.0), None);
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                }
+                Ok("counted")
+            }),
+    );
+    serve(builder, cfg).await
 }
 
 /// Opens a session with `initialize`; returns its id.

@@ -2,25 +2,17 @@
 //! headers, multi-round requests with a sealed `requestState`, `subscriptions/listen`, and a
 //! session-era client served next to a stateless one.
 
+mod support;
+
 use std::time::Duration;
 
-use fleetmcp::{Config, LogLevel, NoArgs, Server, ServerHandle, prompt, tool};
-use futures_util::StreamExt;
+use fleetmcp::{Config, LogLevel, NoArgs, Server, prompt, tool};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-struct TestServer {
-    url: String,
-    handle: ServerHandle,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
+use support::{SECRET, SseStream, TestServer, config_with, mcp_post, serve, within};
 
 async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
-    let mut cfg =
-        Config::from_sources(None, [("MCP_SESSION_SECRET", "stateless-test-secret-0123")]).unwrap();
-    tweak(&mut cfg);
-    let server = Server::builder("stateless-test", "1.0.0")
-        .config(cfg)
+    let builder = Server::builder("stateless-test", "1.0.0")
         .tool(tool("echo").description("Echoes").raw_handler(|a: Value, _| async move { Ok(a.to_string()) }))
         .tool(
             tool("regional")
@@ -48,20 +40,8 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
             Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
         }))
-        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }))
-        .build();
-    let handle = server.handle();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
-        let _ = rx.await;
-    }));
-    TestServer {
-        url,
-        handle,
-        _stop: tx,
-    }
+        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }));
+    serve(builder, config_with(SECRET, tweak)).await
 }
 
 fn meta() -> Value {
@@ -90,26 +70,26 @@ fn modern(method: &str, mut params: Value) -> (Vec<(String, String)>, Value) {
     )
 }
 
+/// POSTs `body` with the conforming headers and `headers`.
+fn request(url: &str, headers: &[(String, String)], body: &Value) -> reqwest::RequestBuilder {
+    let mut req = mcp_post(url).body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req
+}
+
 async fn post(
     url: &str,
     headers: &[(String, String)],
     body: &Value,
 ) -> (StatusCode, reqwest::header::HeaderMap, String) {
-    let mut req = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (k, v) in headers {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    let res = tokio::time::timeout(Duration::from_secs(10), req.send())
+    let res = within("POST", request(url, headers, body).send())
         .await
-        .unwrap()
         .unwrap();
     let status = res.status();
     let h = res.headers().clone();
-    (status, h, res.text().await.unwrap())
+    (status, h, within("POST body", res.text()).await.unwrap())
 }
 
 fn error_code(body: &str) -> i64 {
@@ -138,7 +118,7 @@ fn set(headers: &mut Vec<(String, String)>, name: &str, value: Option<&str>) {
 async fn every_header_mismatch_is_400_with_minus_32020() {
     let s = start(|_| {}).await;
     let (good_h, body) = modern("tools/call", json!({"name": "echo", "arguments": {}}));
-    let (st, _, b) = post(&s.url, &good_h, &body).await;
+    let (st, _, b) = post(&s.mcp, &good_h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
 
     type Edit = Box<dyn Fn(&mut Vec<(String, String)>)>;
@@ -169,7 +149,7 @@ async fn every_header_mismatch_is_400_with_minus_32020() {
     for (what, edit) in cases {
         let mut h = good_h.clone();
         edit(&mut h);
-        let (st, _, b) = post(&s.url, &h, &body).await;
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{what}: {b}");
         assert_eq!(error_code(&b), -32020, "{what}: {b}");
     }
@@ -177,14 +157,14 @@ async fn every_header_mismatch_is_400_with_minus_32020() {
     let mut h = good_h.clone();
     set(&mut h, "Mcp-Name", Some("=?base64?ZWNobw==?="));
     set(&mut h, "mcp-method", Some("  tools/call "));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
 
     // The header says 2026-07-28 but the body another version: a mismatch, not a bad version.
     let mut m = meta();
     m["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
     let (h, body) = modern("tools/list", json!({"_meta": m}));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32020),
@@ -207,14 +187,14 @@ async fn mcp_param_headers_mirror_annotated_arguments() {
         h
     };
     let (st, _, b) = post(
-        &s.url,
+        &s.mcp,
         &with(&[("Mcp-Param-Region", "eu-west1"), ("Mcp-Param-Count", "3")]),
         &body,
     )
     .await;
     assert_eq!(st, StatusCode::OK, "{b}");
     let (st, _, b) = post(
-        &s.url,
+        &s.mcp,
         &with(&[
             ("Mcp-Param-Region", "=?base64?ZXUtd2VzdDE=?="),
             ("Mcp-Param-Count", "3.0"),
@@ -232,7 +212,7 @@ async fn mcp_param_headers_mirror_annotated_arguments() {
         vec![("Mcp-Param-Region", "us-east1"), ("Mcp-Param-Count", "3")],
         vec![("Mcp-Param-Region", "eu-west1"), ("Mcp-Param-Count", "4")],
     ] {
-        let (st, _, b) = post(&s.url, &with(&bad), &body).await;
+        let (st, _, b) = post(&s.mcp, &with(&bad), &body).await;
         assert_eq!(
             (st, error_code(&b)),
             (StatusCode::BAD_REQUEST, -32020),
@@ -241,11 +221,11 @@ async fn mcp_param_headers_mirror_annotated_arguments() {
     }
     // An absent argument needs no header, and must not have one.
     let (h, body) = modern("tools/call", json!({"name": "regional", "arguments": {}}));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
     let mut h2 = h.clone();
     h2.push(("Mcp-Param-Region".into(), "eu".into()));
-    let (st, _, b) = post(&s.url, &h2, &body).await;
+    let (st, _, b) = post(&s.mcp, &h2, &body).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32020),
@@ -276,7 +256,7 @@ async fn meta_version_capability_and_method_errors() {
             ("MCP-Protocol-Version".into(), "2026-07-28".into()),
             ("Mcp-Method".into(), "server/discover".into()),
         ];
-        let (st, _, b) = post(&s.url, &h, &body).await;
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
         assert_eq!(
             (st, error_code(&b)),
             (StatusCode::BAD_REQUEST, -32602),
@@ -285,7 +265,7 @@ async fn meta_version_capability_and_method_errors() {
     }
     // clientInfo is optional.
     let (h, body) = modern("server/discover", json!({}));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
     let r = result(&b);
     assert_eq!(r["resultType"], "complete");
@@ -302,7 +282,7 @@ async fn meta_version_capability_and_method_errors() {
     m["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     let (mut h, body) = modern("server/discover", json!({"_meta": m}));
     set(&mut h, "MCP-Protocol-Version", Some("2099-01-01"));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32022),
@@ -323,7 +303,7 @@ async fn meta_version_capability_and_method_errors() {
         "no/such/method",
     ] {
         let (h, body) = modern(method, json!({}));
-        let (st, _, b) = post(&s.url, &h, &body).await;
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
         assert_eq!(
             (st, error_code(&b)),
             (StatusCode::NOT_FOUND, -32601),
@@ -336,7 +316,7 @@ async fn meta_version_capability_and_method_errors() {
         "tools/call",
         json!({"name": "needs_sampling", "arguments": {}}),
     );
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32021),
@@ -353,13 +333,13 @@ async fn meta_version_capability_and_method_errors() {
         "tools/call",
         json!({"name": "needs_sampling", "arguments": {}, "_meta": m}),
     );
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(st, StatusCode::OK, "{b}");
     assert_eq!(result(&b)["resultType"], "complete");
 
     // Resource not found is -32602 with the URI in this era.
     let (h, body) = modern("resources/read", json!({"uri": "test://nope"}));
-    let (st, _, b) = post(&s.url, &h, &body).await;
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(error_code(&b), -32602, "{st}: {b}");
     let v: Value = serde_json::from_str(&b).unwrap();
     assert_eq!(v["error"]["data"]["uri"], "test://nope");
@@ -385,7 +365,7 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     };
     // Round 1: the first question.
     let (h, b1) = call(json!({}));
-    let (st, _, b) = post(&s.url, &h, &b1).await;
+    let (st, _, b) = post(&s.mcp, &h, &b1).await;
     assert_eq!(st, StatusCode::OK, "{b}");
     let r1 = result(&b);
     assert_eq!(r1["resultType"], "input_required", "{r1}");
@@ -400,7 +380,7 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let answer = |f: &str, v: &str| json!({"action": "accept", "content": {f: v}});
     let (h, b2) =
         call(json!({"inputResponses": {"name": answer("name", "Ada")}, "requestState": state1}));
-    let (_, _, b) = post(&s.url, &h, &b2).await;
+    let (_, _, b) = post(&s.mcp, &h, &b2).await;
     let r2 = result(&b);
     assert_eq!(r2["resultType"], "input_required", "{r2}");
     assert!(r2["inputRequests"].get("color").is_some(), "{r2}");
@@ -410,7 +390,7 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let (h, b3) = call(
         json!({"inputResponses": {"color": answer("color", "green")}, "requestState": state2.clone()}),
     );
-    let (_, _, b) = post(&s.url, &h, &b3).await;
+    let (_, _, b) = post(&s.mcp, &h, &b3).await;
     let r3 = result(&b);
     assert_eq!(r3["resultType"], "complete", "{r3}");
     assert_eq!(r3["content"][0]["text"], "Ada likes green");
@@ -419,7 +399,7 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let (h, bt) = call(
         json!({"inputResponses": {"color": answer("color", "red")}, "requestState": format!("{state2}-TAMPERED")}),
     );
-    let (st, _, b) = post(&s.url, &h, &bt).await;
+    let (st, _, b) = post(&s.mcp, &h, &bt).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),
@@ -428,7 +408,7 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let mut moved = json!({"name": "two_questions", "arguments": {"x": 1}, "_meta": elicit_meta(), "requestState": state2.clone()});
     moved["inputResponses"] = json!({"color": answer("color", "red")});
     let (h, bm) = modern("tools/call", moved);
-    let (st, _, b) = post(&s.url, &h, &bm).await;
+    let (st, _, b) = post(&s.mcp, &h, &bm).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),
@@ -436,14 +416,14 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     );
     // An answer of the wrong shape is refused; so is an expired state.
     let (h, bw) = call(json!({"inputResponses": {"name": 12345}}));
-    let (st, _, b) = post(&s.url, &h, &bw).await;
+    let (st, _, b) = post(&s.mcp, &h, &bw).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),
         "{b}"
     );
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    let (st, _, b) = post(&s.url, &h, &b3).await;
+    let (st, _, b) = post(&s.mcp, &h, &b3).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),
@@ -451,36 +431,11 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     );
 }
 
-/// Reads SSE `data:` payloads from a response until `stop` says so or the stream ends.
-async fn sse_messages(res: reqwest::Response, mut stop: impl FnMut(&Value) -> bool) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut buf = String::new();
-    let mut body = res.bytes_stream();
-    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(5), body.next()).await
-    {
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let event: String = buf.drain(..end + 2).collect();
-            for line in event.lines() {
-                if let Some(data) = line.strip_prefix("data: ") {
-                    let v: Value = serde_json::from_str(data).unwrap();
-                    let done = stop(&v);
-                    out.push(v);
-                    if done {
-                        return out;
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn log_messages_only_when_the_request_asks() {
     let s = start(|_| {}).await;
     let (h, body) = modern("tools/call", json!({"name": "chatty", "arguments": {}}));
-    let (st, hdrs, b) = post(&s.url, &h, &body).await;
+    let (st, hdrs, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(
         hdrs["content-type"], "application/json",
@@ -492,17 +447,13 @@ async fn log_messages_only_when_the_request_asks() {
         "tools/call",
         json!({"name": "chatty", "arguments": {}, "_meta": m}),
     );
-    let mut req = reqwest::Client::new()
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(body.to_string());
-    for (k, v) in &h {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    let res = req.send().await.unwrap();
+    let res = within("POST", request(&s.mcp, &h, &body).send())
+        .await
+        .unwrap();
     assert_eq!(res.headers()["content-type"], "text/event-stream");
-    let msgs = sse_messages(res, |v| v.get("result").is_some()).await;
+    let msgs = SseStream::new(res)
+        .messages_until(|v| v.get("result").is_some())
+        .await;
     assert_eq!(msgs[0]["method"], "notifications/message");
     assert_eq!(msgs.last().unwrap()["result"]["resultType"], "complete");
     assert!(
@@ -516,29 +467,26 @@ async fn log_messages_only_when_the_request_asks() {
 async fn listen_streams_are_acknowledged_tagged_and_filtered() {
     let s = start(|_| {}).await;
     let open = |filter: Value| {
-        let url = s.url.clone();
+        let url = s.mcp.clone();
         async move {
             let (h, mut body) = modern("subscriptions/listen", json!({"notifications": filter}));
             body["id"] = json!("sub-1");
-            let mut req = reqwest::Client::new()
-                .post(&url)
-                .header("content-type", "application/json")
-                .header("accept", "application/json, text/event-stream")
-                .body(body.to_string());
-            for (k, v) in &h {
-                req = req.header(k.as_str(), v.as_str());
-            }
-            req.send().await.unwrap()
+            let res = within("listen POST", request(&url, &h, &body).send());
+            SseStream::new(res.await.unwrap())
         }
     };
-    let tools = open(json!({"toolsListChanged": true})).await;
-    let prompts = open(json!({"promptsListChanged": true})).await;
-    let reader = tokio::spawn(sse_messages(tools, |v| {
-        v["method"] == "notifications/tools/list_changed"
-    }));
-    let prompt_reader = tokio::spawn(sse_messages(prompts, |v| {
-        v["method"] == "notifications/prompts/list_changed"
-    }));
+    let mut tools = open(json!({"toolsListChanged": true})).await;
+    let mut prompts = open(json!({"promptsListChanged": true})).await;
+    let reader = tokio::spawn(async move {
+        tools
+            .messages_until(|v| v["method"] == "notifications/tools/list_changed")
+            .await
+    });
+    let prompt_reader = tokio::spawn(async move {
+        prompts
+            .messages_until(|v| v["method"] == "notifications/prompts/list_changed")
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     s.handle
         .add_tool(
@@ -588,15 +536,10 @@ async fn listen_streams_are_acknowledged_tagged_and_filtered() {
 #[tokio::test]
 async fn a_session_client_and_a_stateless_client_side_by_side() {
     let s = start(|_| {}).await;
-    let client = reqwest::Client::new();
+    let client = support::http();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}}});
-    let res = client
-        .post(&s.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(init.to_string())
-        .send()
+    let res = within("initialize", request(&s.mcp, &[], &init).send())
         .await
         .unwrap();
     let sid = res.headers()["mcp-session-id"]
@@ -613,7 +556,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
             ("mcp-session-id".to_string(), sid.clone()),
             ("mcp-protocol-version".into(), "2025-06-18".into()),
         ];
-        let (st, hdrs, b) = post(&s.url, &h, &legacy).await;
+        let (st, hdrs, b) = post(&s.mcp, &h, &legacy).await;
         assert_eq!(st, StatusCode::OK, "{b}");
         let r = result(&b);
         assert!(
@@ -625,7 +568,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
         let (h, body) = modern("tools/call", json!({"name": "echo", "arguments": {"i": i}}));
         let mut h = h;
         h.push(("Mcp-Session-Id".into(), "ignored-in-this-era".into()));
-        let (st, hdrs, b) = post(&s.url, &h, &body).await;
+        let (st, hdrs, b) = post(&s.mcp, &h, &body).await;
         assert_eq!(
             st,
             StatusCode::OK,
@@ -639,7 +582,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
     }
     // GET and DELETE without a session are 405 in the new era.
     let res = client
-        .get(&s.url)
+        .get(&s.mcp)
         .header("accept", "text/event-stream")
         .send()
         .await
@@ -647,7 +590,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
     assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(res.headers()["allow"], "POST");
     let res = client
-        .delete(&s.url)
+        .delete(&s.mcp)
         .header("mcp-protocol-version", "2026-07-28")
         .send()
         .await
@@ -656,7 +599,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
     // A request with no version, no session and no initialize gets the session era's 400,
     // with no modern error code, so a dual-era client falls back to initialize.
     let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
-    let (st, _, b) = post(&s.url, &[], &bare).await;
+    let (st, _, b) = post(&s.mcp, &[], &bare).await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_eq!(error_code(&b), -32600);
 }
@@ -665,7 +608,7 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
 async fn the_default_era_switch_validates_bare_requests_as_stateless() {
     let s = start(|c| c.stateless.default_era = fleetmcp::config::DefaultEra::Stateless).await;
     let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
-    let (st, _, b) = post(&s.url, &[], &bare).await;
+    let (st, _, b) = post(&s.mcp, &[], &bare).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),

@@ -2,25 +2,17 @@
 //! the request-then-task composition) and 2025-11-25's experimental core tasks, bound to
 //! their session.
 
+mod support;
+
 use std::time::Duration;
 
-use fleetmcp::{Config, NoArgs, Server, TaskSupport, ToolError, tool};
+use fleetmcp::{NoArgs, Server, TaskSupport, ToolError, tool};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-
-struct TestServer {
-    url: String,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
+use support::{Client, SECRET, TestServer, config_with, mcp_post, serve, within};
 
 async fn start() -> TestServer {
-    let cfg = Config::from_sources(
-        None,
-        [("MCP_SESSION_SECRET", "tasks-test-secret-0123456789")],
-    )
-    .unwrap();
-    let server = Server::builder("tasks-test", "1.0.0")
-        .config(cfg)
+    let builder = Server::builder("tasks-test", "1.0.0")
         .tool(tool("quick").description("Sync only").handler(|_: NoArgs, _| async { Ok("quick") }))
         .tool(
             tool("slow")
@@ -69,15 +61,8 @@ async fn start() -> TestServer {
                         .await?;
                     Ok(format!("answered {}", r["action"].as_str().unwrap_or("?")))
                 }),
-        )
-        .build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
-        let _ = rx.await;
-    }));
-    TestServer { url, _stop: tx }
+        );
+    serve(builder, config_with(SECRET, |_| {})).await
 }
 
 /// A 2026-07-28 request declaring the tasks extension (and elicitation).
@@ -91,22 +76,17 @@ async fn modern(url: &str, method: &str, mut params: Value) -> (StatusCode, Valu
         .or_else(|| params.get("taskId"))
         .and_then(Value::as_str)
         .map(String::from);
-    let mut req = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
+    let mut req = mcp_post(url)
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method);
     if let Some(n) = name {
         req = req.header("mcp-name", n);
     }
-    let res = req
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let req = req
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string());
+    let res = within(method, req.send()).await.unwrap();
     let status = res.status();
-    (status, res.json().await.unwrap())
+    (status, within("answer body", res.json()).await.unwrap())
 }
 
 async fn poll_until_terminal(url: &str, task_id: &str) -> Value {
@@ -129,7 +109,7 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
     let s = start().await;
     // A task-supporting tool answers with a flat CreateTaskResult at once.
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "slow", "arguments": {}}),
     )
@@ -139,18 +119,18 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
     let id = created["taskId"].as_str().unwrap().to_string();
     assert!(created["ttlMs"].is_u64() && created["pollIntervalMs"].is_u64());
     assert!(created.get("result").is_none() && created.get("task").is_none());
-    let done = poll_until_terminal(&s.url, &id).await;
+    let done = poll_until_terminal(&s.mcp, &id).await;
     assert_eq!(done["status"], "completed");
     assert_eq!(done["result"]["content"][0]["text"], "slow done");
 
     // A tool error is a completed task whose result says so.
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "broken", "arguments": {}}),
     )
     .await;
-    let done = poll_until_terminal(&s.url, v["result"]["taskId"].as_str().unwrap()).await;
+    let done = poll_until_terminal(&s.mcp, v["result"]["taskId"].as_str().unwrap()).await;
     assert_eq!(
         (done["status"].as_str(), done["result"]["isError"].as_bool()),
         (Some("completed"), Some(true))
@@ -158,7 +138,7 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
 
     // A question from inside a task parks it in input_required until tasks/update answers.
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "ask_in_task", "arguments": {}}),
     )
@@ -166,7 +146,7 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
     let id = v["result"]["taskId"].as_str().unwrap().to_string();
     let mut parked = Value::Null;
     for _ in 0..50 {
-        let (_, g) = modern(&s.url, "tasks/get", json!({"taskId": id})).await;
+        let (_, g) = modern(&s.mcp, "tasks/get", json!({"taskId": id})).await;
         if g["result"]["status"] == "input_required" {
             parked = g["result"].clone();
             break;
@@ -177,27 +157,27 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
         parked["inputRequests"]["ok"]["method"], "elicitation/create",
         "{parked}"
     );
-    let (_, ack) = modern(&s.url, "tasks/update", json!({"taskId": id, "inputResponses": {"ok": {"action": "accept", "content": {"go": true}}}})).await;
+    let (_, ack) = modern(&s.mcp, "tasks/update", json!({"taskId": id, "inputResponses": {"ok": {"action": "accept", "content": {"go": true}}}})).await;
     assert_eq!(ack["result"]["resultType"], "complete");
-    let done = poll_until_terminal(&s.url, &id).await;
+    let done = poll_until_terminal(&s.mcp, &id).await;
     assert_eq!(done["result"]["content"][0]["text"], "answered accept");
 
     // Cancel: an empty ack, the task settles to cancelled; unknown ids are -32602.
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "forever", "arguments": {}}),
     )
     .await;
     let id = v["result"]["taskId"].as_str().unwrap().to_string();
-    let (_, ack) = modern(&s.url, "tasks/cancel", json!({"taskId": id})).await;
+    let (_, ack) = modern(&s.mcp, "tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(ack["result"]["resultType"], "complete");
     assert!(ack["result"].get("taskId").is_none());
     assert_eq!(
-        poll_until_terminal(&s.url, &id).await["status"],
+        poll_until_terminal(&s.mcp, &id).await["status"],
         "cancelled"
     );
-    let (st, v) = modern(&s.url, "tasks/get", json!({"taskId": "nope"})).await;
+    let (st, v) = modern(&s.mcp, "tasks/get", json!({"taskId": "nope"})).await;
     assert_eq!(
         (st, v["error"]["code"].as_i64()),
         (StatusCode::BAD_REQUEST, Some(-32602)),
@@ -209,7 +189,7 @@ async fn stateless_tasks_are_created_polled_answered_and_cancelled() {
 async fn a_request_gathers_input_then_escalates_to_a_task() {
     let s = start().await;
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "ask_then_task", "arguments": {}}),
     )
@@ -219,7 +199,7 @@ async fn a_request_gathers_input_then_escalates_to_a_task() {
     assert!(r1.get("taskId").is_none());
     let state = r1["requestState"].as_str().unwrap();
     let (_, v) = modern(
-        &s.url,
+        &s.mcp,
         "tools/call",
         json!({"name": "ask_then_task", "arguments": {}, "requestState": state,
                "inputResponses": {"who": {"action": "accept", "content": {"name": "Ada"}}}}),
@@ -228,110 +208,79 @@ async fn a_request_gathers_input_then_escalates_to_a_task() {
     let r2 = &v["result"];
     assert_eq!(r2["resultType"], "task", "{v}");
     assert!(r2.get("requestState").is_none());
-    let done = poll_until_terminal(&s.url, r2["taskId"].as_str().unwrap()).await;
+    let done = poll_until_terminal(&s.mcp, r2["taskId"].as_str().unwrap()).await;
     assert_eq!(done["result"]["content"][0]["text"], "hi Ada");
 }
 
-/// A 2025-11-25 session and its requests.
-struct Session {
-    url: String,
-    id: String,
+/// Opens a session at `version` (no `notifications/initialized`), checking that only 2025-11-25
+/// announces tasks.
+async fn open_session(url: &str, version: &str) -> Client {
+    let mut c = Client::bare(url, version);
+    let init = c.initialize(json!({})).await;
+    if version == "2025-11-25" {
+        assert!(
+            init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object(),
+            "{init}"
+        );
+    } else {
+        assert!(
+            init["result"]["capabilities"].get("tasks").is_none(),
+            "{init}"
+        );
+    }
+    c
 }
 
-impl Session {
-    async fn open(url: &str, version: &str) -> Session {
-        let res = reqwest::Client::new()
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}).to_string())
-            .send()
-            .await
-            .unwrap();
-        let id = res.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_string();
-        let init: Value = res.json().await.unwrap();
-        if version == "2025-11-25" {
-            assert!(
-                init["result"]["capabilities"]["tasks"]["requests"]["tools"]["call"].is_object(),
-                "{init}"
-            );
-        } else {
-            assert!(
-                init["result"]["capabilities"].get("tasks").is_none(),
-                "{init}"
-            );
-        }
-        Session {
-            url: url.into(),
-            id,
-        }
-    }
-
-    async fn call(&self, method: &str, params: Value) -> Value {
-        reqwest::Client::new()
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &self.id)
-            .body(
-                json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params}).to_string(),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
+/// A request in the session; its JSON-RPC answer.
+async fn call(c: &Client, method: &str, params: Value) -> Value {
+    let res = c.request_with_id(json!(9), method, params).await;
+    within("answer body", res.json()).await.unwrap()
 }
 
 #[tokio::test]
 async fn session_era_tasks_follow_2025_11_25() {
     let s = start().await;
-    let a = Session::open(&s.url, "2025-11-25").await;
-    let v = a
-        .call(
-            "tools/call",
-            json!({"name": "slow", "arguments": {}, "task": {"ttl": 60000}}),
-        )
-        .await;
+    let a = open_session(&s.mcp, "2025-11-25").await;
+    let v = call(
+        &a,
+        "tools/call",
+        json!({"name": "slow", "arguments": {}, "task": {"ttl": 60000}}),
+    )
+    .await;
     let task = &v["result"]["task"];
     assert_eq!(task["status"], "working", "{v}");
     let id = task["taskId"].as_str().unwrap().to_string();
     // tasks/result blocks until the task is done, then is exactly the call's result.
-    let v = a.call("tasks/result", json!({"taskId": id})).await;
+    let v = call(&a, "tasks/result", json!({"taskId": id})).await;
     assert_eq!(v["result"]["content"][0]["text"], "slow done", "{v}");
     assert_eq!(
         v["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
         id.as_str()
     );
-    let v = a.call("tasks/get", json!({"taskId": id})).await;
+    let v = call(&a, "tasks/get", json!({"taskId": id})).await;
     assert_eq!(v["result"]["status"], "completed");
-    let v = a.call("tasks/list", json!({})).await;
+    let v = call(&a, "tasks/list", json!({})).await;
     assert_eq!(v["result"]["tasks"].as_array().unwrap().len(), 1);
     // Cancelling a finished task is an error; cancelling a running one ends it.
     assert_eq!(
-        a.call("tasks/cancel", json!({"taskId": id})).await["error"]["code"],
+        call(&a, "tasks/cancel", json!({"taskId": id})).await["error"]["code"],
         -32602
     );
-    let v = a
-        .call(
-            "tools/call",
-            json!({"name": "forever", "arguments": {}, "task": {}}),
-        )
-        .await;
+    let v = call(
+        &a,
+        "tools/call",
+        json!({"name": "forever", "arguments": {}, "task": {}}),
+    )
+    .await;
     let id2 = v["result"]["task"]["taskId"].as_str().unwrap().to_string();
     assert_eq!(
-        a.call("tasks/cancel", json!({"taskId": id2})).await["result"]["status"],
+        call(&a, "tasks/cancel", json!({"taskId": id2})).await["result"]["status"],
         "cancelled"
     );
     // The declaration rules: a sync-only tool as a task, or a task-only tool without one: -32601.
     assert_eq!(
-        a.call(
+        call(
+            &a,
             "tools/call",
             json!({"name": "quick", "arguments": {}, "task": {}})
         )
@@ -339,26 +288,30 @@ async fn session_era_tasks_follow_2025_11_25() {
         -32601
     );
     assert_eq!(
-        a.call("tools/call", json!({"name": "forever", "arguments": {}}))
-            .await["error"]["code"],
+        call(
+            &a,
+            "tools/call",
+            json!({"name": "forever", "arguments": {}})
+        )
+        .await["error"]["code"],
         -32601
     );
     // Tasks belong to their session.
-    let b = Session::open(&s.url, "2025-11-25").await;
+    let b = open_session(&s.mcp, "2025-11-25").await;
     assert_eq!(
-        b.call("tasks/get", json!({"taskId": id})).await["error"]["code"],
+        call(&b, "tasks/get", json!({"taskId": id})).await["error"]["code"],
         -32602
     );
     assert!(
-        b.call("tasks/list", json!({})).await["result"]["tasks"]
+        call(&b, "tasks/list", json!({})).await["result"]["tasks"]
             .as_array()
             .unwrap()
             .is_empty()
     );
     // Older sessions have no tasks at all.
-    let old = Session::open(&s.url, "2025-06-18").await;
+    let old = open_session(&s.mcp, "2025-06-18").await;
     assert_eq!(
-        old.call("tasks/list", json!({})).await["error"]["code"],
+        call(&old, "tasks/list", json!({})).await["error"]["code"],
         -32601
     );
 }

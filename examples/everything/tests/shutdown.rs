@@ -4,34 +4,50 @@
 #[path = "../../e2e_support.rs"]
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use support::Instance;
+use support::raw_http::{self, RawResponse};
 
-/// A raw HTTP request whose connection stays open (for SSE); returns the socket.
-fn open(port: u16, request: &str) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s
+const JSON_HEADERS: [(&str, &str); 3] = [
+    ("Host", "127.0.0.1"),
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json, text/event-stream"),
+];
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
 }
 
-fn post(port: u16, sid: Option<&str>, body: &str) -> String {
-    let sid = sid
-        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
-        .unwrap_or_default();
-    let mut s = open(
-        port,
-        &format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{sid}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+/// A raw HTTP request to `/mcp` whose connection stays open (for SSE); returns the socket.
+fn open(port: u16, method: &str, headers: &[(&str, &str)], body: Option<&str>) -> TcpStream {
+    raw_http::open(
+        addr(port),
+        method,
+        "/mcp",
+        headers,
+        body,
+        Duration::from_secs(5),
+    )
+    .unwrap()
+}
+
+fn post(port: u16, sid: Option<&str>, body: &str) -> RawResponse {
+    let mut headers = JSON_HEADERS.to_vec();
+    if let Some(sid) = sid {
+        headers.push(("Mcp-Session-Id", sid));
+        headers.push(("MCP-Protocol-Version", "2025-11-25"));
+    }
+    raw_http::send(
+        addr(port),
+        "POST",
+        "/mcp",
+        &headers,
+        Some(body),
+        Duration::from_secs(5),
+    )
 }
 
 #[test]
@@ -44,28 +60,20 @@ fn sigterm_with_open_streams_exits_zero_promptly() {
         r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
     );
     let sid = init
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("mcp-session-id: ")
-                .map(|_| l[16..].trim().to_string())
-        })
-        .expect("a session id");
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_string();
     // An open GET stream, and a long call streaming progress.
-    let mut get = open(
-        port,
-        &format!(
-            "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\n\r\n"
-        ),
-    );
+    let stream_headers = [
+        ("Host", "127.0.0.1"),
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", sid.as_str()),
+    ];
+    let mut get = open(port, "GET", &stream_headers, None);
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_cancellable","arguments":{"work_ms":60000},"_meta":{"progressToken":"p"}}}"#;
-    let mut call = open(
-        port,
-        &format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
+    let mut call_headers = JSON_HEADERS.to_vec();
+    call_headers.push(("Mcp-Session-Id", &sid));
+    let mut call = open(port, "POST", &call_headers, Some(body));
     let mut buf = [0u8; 256];
     assert!(get.read(&mut buf).unwrap() > 0, "the GET stream is open");
     assert!(call.read(&mut buf).unwrap() > 0, "the call is streaming");

@@ -75,14 +75,18 @@ fn instances_beat_delete_on_sigterm_and_expire_on_sigkill() {
     }
     // Readiness reports the heartbeat; every response names the instance.
     let ready = http_get(a.port(), "/readyz").unwrap();
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    assert!(
-        ready
-            .to_ascii_lowercase()
-            .contains("x-frontmcp-machine-id: node-a"),
-        "{ready}"
+    assert_eq!(ready.status, 200, "{}", ready.describe());
+    assert_eq!(
+        ready.header("x-frontmcp-machine-id"),
+        Some("node-a"),
+        "{}",
+        ready.describe()
     );
-    assert!(ready.contains("\"heartbeatActive\":true"), "{ready}");
+    assert!(
+        ready.body.contains("\"heartbeatActive\":true"),
+        "{}",
+        ready.describe()
+    );
 
     // SIGTERM: exit 0 and the heartbeat is gone at once.
     let status = a

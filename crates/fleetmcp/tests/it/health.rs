@@ -31,11 +31,7 @@ async fn server_with_tools(names: &[&str]) -> TestServer {
                 .handler(|_: fleetmcp::NoArgs, _ctx| async { Ok("x") }),
         );
     }
-    spawn(
-        b.config(config_with(SECRET, |_| {})).build(),
-        Default::default(),
-    )
-    .await
+    serve(b, config_with(SECRET, |_| {})).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,5 +13,6 @@ mod health;
 mod sessions;
 mod sse_resume;
 mod status_codes;
+#[path = "../support/mod.rs"]
 mod support;
 mod tools;

@@ -189,7 +189,7 @@ async fn initialize_beyond_max_sessions_is_503_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn production_without_a_secret_refuses_initialize_with_500() {
     let cfg = fleetmcp::Config::from_sources(None, [("NODE_ENV", "production")]).unwrap();
-    let srv = spawn(fixture(Default::default(), cfg), Default::default()).await;
+    let srv = serve(fixture_builder(Default::default()), cfg).await;
     let res = Client::bare(&srv.mcp, LATEST)
         .send(&initialize_body(LATEST, json!({})))
         .await;

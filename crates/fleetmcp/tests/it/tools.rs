@@ -116,10 +116,7 @@ async fn paged_server() -> TestServer {
                 .handler(|_: fleetmcp::NoArgs, _ctx| async { Ok("x") }),
         );
     }
-    let server = b
-        .config(config_with(SECRET, |cfg| cfg.page_size = 2))
-        .build();
-    spawn(server, Default::default()).await
+    serve(b, config_with(SECRET, |cfg| cfg.page_size = 2)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

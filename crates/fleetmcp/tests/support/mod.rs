@@ -1,8 +1,22 @@
-//! Shared fixtures: an in-process server with test tools, a raw MCP client over reqwest, an
-//! SSE frame reader, and a raw TCP helper for requests reqwest cannot express (no `Accept`
-//! header, a foreign `Host`).
+//! The shared test fixture of fleetmcp's integration tests, included by each test crate with
+//! `mod support;` (from `tests/it/main.rs`: `#[path = "../support/mod.rs"] mod support;`):
+//!
+//! - starting a server on a free loopback port that stops when its [`TestServer`] is dropped
+//!   ([`serve`]; the one place that builds a test server), with the fixed secrets and the
+//!   configuration helper ([`config_with`]);
+//! - the `it` crate's fixture tools ([`fixture_builder`], [`start`], [`start_with`], ...);
+//! - an MCP client over reqwest ([`Client`], [`mcp_post`]) and an SSE frame reader
+//!   ([`SseStream`]);
+//! - async wrappers of the one raw HTTP/1.1 client ([`raw_http`], [`raw_status`], in
+//!   `raw_http.rs`), for requests reqwest cannot express (no `Accept` header, a foreign `Host`).
+//!
+//! Redis processes are `tests/support_redis`. The `allow` below is this module's only one:
+//! an including crate must not add another on its `mod support;` (clippy's
+//! `duplicated_attributes`).
 
-#![allow(dead_code)]
+#![allow(dead_code)] // each test crate uses a different part of this module
+
+pub mod raw_http;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,8 +33,7 @@ use futures_util::{Stream, StreamExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 /// The secret every fixture server uses unless a test says otherwise.
@@ -114,10 +127,17 @@ pub struct SlowArgs {
     pub ms: u64,
 }
 
-/// Config with a fixed secret, port 0, and whatever `edit` changes.
+/// Config with a fixed secret (say [`SECRET`] or [`OTHER_SECRET`]), port 0, and whatever `edit`
+/// changes.
 pub fn config_with(secret: &str, edit: impl FnOnce(&mut Config)) -> Config {
-    let mut cfg = Config::from_sources(None, [("MCP_SESSION_SECRET", secret)])
-        .expect("fixture configuration is valid");
+    config_from(&[("MCP_SESSION_SECRET", secret)], edit)
+}
+
+/// Config from these environment variables (and nothing from the process's), port 0, and
+/// whatever `edit` changes.
+pub fn config_from(env: &[(&str, &str)], edit: impl FnOnce(&mut Config)) -> Config {
+    let mut cfg =
+        Config::from_sources(None, env.iter().copied()).expect("fixture configuration is valid");
     cfg.port = 0;
     edit(&mut cfg);
     cfg
@@ -136,12 +156,8 @@ pub const FIXTURE_TOOLS: &[&str] = &[
     "poll_first",
 ];
 
-/// The fixture server: every tool the tests need.
-pub fn fixture(counters: Arc<Counters>, cfg: Config) -> Server {
-    fixture_builder(counters).config(cfg).build()
-}
-
-/// The fixture's builder, before its configuration (to add a session store, say).
+/// The fixture server's builder, with every tool the `it` tests need, before its configuration
+/// (to add a session store, say).
 pub fn fixture_builder(counters: Arc<Counters>) -> ServerBuilder {
     let slow_counters = counters;
     Server::builder("fleetmcp-it", "9.9.9")
@@ -258,8 +274,20 @@ pub struct TestServer {
     _stop: oneshot::Sender<()>,
 }
 
-/// Serves an already built server on a free loopback port.
-pub async fn spawn(server: Server, counters: Arc<Counters>) -> TestServer {
+/// Builds `builder` with `cfg` and serves it on a free loopback port: the one place a test
+/// server is built and started. The session and event stores the configuration names (Redis)
+/// are connected first.
+pub async fn serve(builder: ServerBuilder, cfg: Config) -> TestServer {
+    serve_counting(builder, cfg, Arc::default()).await
+}
+
+/// [`serve`], for a builder whose tools count into `counters` (the fixture's `slow`).
+pub async fn serve_counting(
+    builder: ServerBuilder,
+    cfg: Config,
+    counters: Arc<Counters>,
+) -> TestServer {
+    let server = builder.config(cfg).connect_stores().await.build();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     let handle = server.handle();
@@ -288,29 +316,43 @@ pub async fn start_sharing(
     edit: impl FnOnce(&mut Config),
 ) -> TestServer {
     let counters = Arc::new(Counters::default());
-    let server = fixture_builder(counters.clone())
-        .session_store(store)
-        .config(config_with(SECRET, edit))
-        .build();
-    spawn(server, counters).await
+    let builder = fixture_builder(counters.clone()).session_store(store);
+    serve_counting(builder, config_with(SECRET, edit), counters).await
 }
 
 /// The fixture server with another secret or config changes.
 pub async fn start_with(secret: &str, edit: impl FnOnce(&mut Config)) -> TestServer {
     let counters = Arc::new(Counters::default());
-    let server = fixture(counters.clone(), config_with(secret, edit));
-    spawn(server, counters).await
+    serve_counting(
+        fixture_builder(counters.clone()),
+        config_with(secret, edit),
+        counters,
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------------------------
 // MCP client
 // ---------------------------------------------------------------------------------------------
 
+/// The HTTP client of every test request (no proxy: the servers are on loopback).
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("reqwest client")
+}
+
+/// Adds the headers a conforming client sends with every POST of a JSON-RPC message.
+pub fn conforming(post: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    post.header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+}
+
+/// A POST to `url` with the headers a conforming client sends and nothing else (no session,
+/// no protocol version): for tests that set those headers themselves.
+pub fn mcp_post(url: &str) -> reqwest::RequestBuilder {
+    conforming(http().post(url))
 }
 
 /// Client capabilities declaring sampling and elicitation.
@@ -360,10 +402,22 @@ impl Client {
     /// Initializes, checks the answer, and sends `notifications/initialized`.
     pub async fn connect_with(url: &str, version: &str, capabilities: Value) -> Self {
         let mut c = Self::bare(url, version);
+        c.initialize(capabilities).await;
+        let res = c
+            .notify("notifications/initialized", json!({}))
+            .await
+            .status();
+        assert_eq!(res, 202, "notifications/initialized");
+        c
+    }
+
+    /// Sends `initialize` at the client's version, checks the answer (200, a session id, the
+    /// version agreed), keeps the session id, and returns the JSON-RPC answer.
+    pub async fn initialize(&mut self, capabilities: Value) -> Value {
         let res = within(
             "initialize",
-            c.post()
-                .json(&initialize_body(version, capabilities))
+            self.post()
+                .json(&initialize_body(&self.version, capabilities))
                 .send(),
         )
         .await
@@ -377,14 +431,9 @@ impl Client {
             .expect("session id is ASCII")
             .to_string();
         let body: Value = within("initialize body", res.json()).await.expect("json");
-        assert_eq!(body["result"]["protocolVersion"], version, "{body}");
-        c.session = Some(sid);
-        let res = c
-            .notify("notifications/initialized", json!({}))
-            .await
-            .status();
-        assert_eq!(res, 202, "notifications/initialized");
-        c
+        assert_eq!(body["result"]["protocolVersion"], self.version, "{body}");
+        self.session = Some(sid);
+        body
     }
 
     pub fn session_id(&self) -> &str {
@@ -393,11 +442,7 @@ impl Client {
 
     /// A POST to the MCP endpoint with the headers a conforming client sends.
     pub fn post(&self) -> reqwest::RequestBuilder {
-        let mut b = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
+        let mut b = conforming(self.http.post(&self.url));
         if let Some(s) = &self.session {
             b = b.header("mcp-session-id", s);
         }
@@ -651,6 +696,22 @@ impl SseStream {
         panic!("stream ended before the response to {id}; got {before:?}");
     }
 
+    /// The JSON-RPC messages up to and including the first one `stop` accepts; fails if the
+    /// stream ends first.
+    pub async fn messages_until(&mut self, mut stop: impl FnMut(&Value) -> bool) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(ev) = self.next().await {
+            if let Some(msg) = ev.json() {
+                let done = stop(&msg);
+                out.push(msg);
+                if done {
+                    return out;
+                }
+            }
+        }
+        panic!("stream ended before the awaited message; got {out:?}");
+    }
+
     /// Events until a server-to-client request (a message with `method` and `id`).
     pub async fn until_server_request(&mut self) -> (Vec<SseEvent>, Value) {
         let mut before = Vec::new();
@@ -726,116 +787,61 @@ pub fn progress_values(events: &[SseEvent]) -> Vec<u64> {
 // Raw HTTP over TCP
 // ---------------------------------------------------------------------------------------------
 
-#[derive(Debug)]
-pub struct RawResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
+pub use raw_http::RawResponse;
 
-impl RawResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.body))
+/// Runs a blocking raw-HTTP exchange off the runtime (the server answering it runs on the
+/// same runtime), passing its panic on.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 
-/// Sends one HTTP/1.1 request exactly as given (plus `Content-Length` and
-/// `Connection: close`) and reads the whole answer.
+fn owned(headers: &[(&str, &str)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn borrowed(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// Sends one HTTP/1.1 request to `/mcp` exactly as given (plus `Content-Length` and
+/// `Connection: close`) and reads the whole answer within [`WAIT`].
 pub async fn raw_http(
     addr: SocketAddr,
     method: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> RawResponse {
-    let mut req = format!("{method} /mcp HTTP/1.1\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str(&format!(
-        "content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    ));
-    let mut stream = within("connect", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    within("write", stream.write_all(req.as_bytes()))
-        .await
-        .expect("write");
-    let mut raw = Vec::new();
-    within("read", stream.read_to_end(&mut raw))
-        .await
-        .expect("read");
-    let text = String::from_utf8(raw).expect("UTF-8 answer");
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head");
-    let mut lines = head.lines();
-    let status_line = lines.next().expect("status line");
-    let status: u16 = status_line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let chunked = headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    RawResponse {
-        status,
-        headers,
-        body,
-    }
+    let (method, headers, body) = (method.to_string(), owned(headers), body.to_string());
+    off_runtime(move || {
+        raw_http::send(
+            addr,
+            &method,
+            "/mcp",
+            &borrowed(&headers),
+            Some(&body),
+            WAIT,
+        )
+    })
+    .await
 }
 
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
-    out
-}
-
-/// Sends one HTTP/1.1 request and reads only the status line (for answers that stream).
+/// Sends one HTTP/1.1 request to `/mcp` and reads only the status line (for answers that
+/// stream).
 pub async fn raw_status(addr: SocketAddr, method: &str, headers: &[(&str, &str)]) -> u16 {
-    let mut req = format!("{method} /mcp HTTP/1.1\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("content-length: 0\r\n\r\n");
-    let mut stream = within("connect", TcpStream::connect(addr))
-        .await
-        .expect("connect");
-    within("write", stream.write_all(req.as_bytes()))
-        .await
-        .expect("write");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n") {
-        let n = within("read", stream.read(&mut byte)).await.expect("read");
-        assert!(n == 1, "connection closed before the status line");
-        head.push(byte[0]);
-    }
-    let line = String::from_utf8(head).expect("ASCII status line");
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {line:?}"))
+    let (method, headers) = (method.to_string(), owned(headers));
+    off_runtime(move || {
+        let mut stream = raw_http::open(addr, &method, "/mcp", &borrowed(&headers), Some(""), WAIT)
+            .unwrap_or_else(|e| panic!("{method} /mcp on {addr}: {e}"));
+        raw_http::read_status(&mut stream).unwrap_or_else(|e| panic!("{method} /mcp: {e}"))
+    })
+    .await
 }
