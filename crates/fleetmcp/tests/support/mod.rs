@@ -191,31 +191,28 @@ pub fn fixture_builder(counters: Arc<Counters>) -> ServerBuilder {
         ))
         .tool(tool("sample").description("Asks the client's model").handler(
             |_: NoArgs, ctx: RequestContext| async move {
-                let r = ctx
-                    .create_message(json!({
-                        "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
-                        "maxTokens": 20
-                    }))
-                    .await?;
-                let text = r["content"]["text"].as_str().unwrap_or("<no text>");
+                let text = sample(&ctx, "Say hi").await?;
                 Ok(format!("sampled: {text}"))
             },
         ))
         .tool(tool("elicit").description("Asks the user").handler(
             |_: NoArgs, ctx: RequestContext| async move {
-                let r = ctx
-                    .elicit(json!({
-                        "message": "Your name?",
-                        "requestedSchema": {
-                            "type": "object",
-                            "properties": {"name": {"type": "string"}},
-                            "required": ["name"]
-                        }
-                    }))
-                    .await?;
-                let action = r["action"].as_str().unwrap_or("<no action>");
-                let name = r["content"]["name"].as_str().unwrap_or("<no name>");
-                Ok(format!("elicited: {action} {name}"))
+                let question = serde_json::from_value(json!({
+                    "message": "Your name?",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}},
+                        "required": ["name"]
+                    }
+                }))?;
+                let r = ctx.elicit(question).await?;
+                let action = serde_json::to_value(&r.action)?;
+                let name = r
+                    .content
+                    .as_ref()
+                    .and_then(|c| c["name"].as_str())
+                    .unwrap_or("<no name>");
+                Ok(format!("elicited: {} {name}", action.as_str().unwrap_or("<no action>")))
             },
         ))
         .tool(
@@ -287,7 +284,7 @@ pub async fn serve_counting(
     cfg: Config,
     counters: Arc<Counters>,
 ) -> TestServer {
-    let server = builder.config(cfg).connect_stores().await.build();
+    let server = builder.config(cfg).build();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     let handle = server.handle();
@@ -844,4 +841,18 @@ pub async fn raw_status(addr: SocketAddr, method: &str, headers: &[(&str, &str)]
         raw_http::read_status(&mut stream).unwrap_or_else(|e| panic!("{method} /mcp: {e}"))
     })
     .await
+}
+
+/// Asks the client's model through the typed sampling API; the text of its answer.
+#[allow(deprecated)] // sampling (SEP-2577) is still part of every session-era revision
+async fn sample(ctx: &RequestContext, prompt: &str) -> Result<String, fleetmcp::ToolError> {
+    use fleetmcp::protocol::model::{CreateMessageRequestParams, SamplingMessage};
+    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 20);
+    let r = ctx.create_message(params).await?;
+    Ok(r.message
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_else(|| "<no text>".into()))
 }
