@@ -39,7 +39,7 @@ mod context;
 // 4. method dispatch
 mod dispatch;
 // 5. HTTP
-pub mod transport;
+mod transport;
 // 6. other instances
 mod cluster;
 // 7. wiring

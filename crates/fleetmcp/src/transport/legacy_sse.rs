@@ -155,7 +155,6 @@ async fn run(app: App, session: Arc<Session>, call: Call) {
         }
     };
     let emit = |m: Outbound| {
-        let append = append.clone();
         async move {
             // This transport has no resumption, so no polling end either.
             if let Outbound::Message(b) = m {

@@ -172,29 +172,35 @@ pub fn fixture_builder(counters: Arc<Counters>) -> ServerBuilder {
                 .description("Adds two integers")
                 .handler(|a: AddArgs, _ctx| async move { Ok(format!("{}", a.a + a.b)) }),
         )
-        .tool(tool("progress").description("Sends progress notifications").handler(
-            |a: ProgressArgs, ctx: RequestContext| async move {
-                for i in 0..a.count {
-                    ctx.progress(f64::from(i), Some(f64::from(a.count)), Some("working"));
-                    tokio::time::sleep(Duration::from_millis(a.delay_ms)).await;
-                }
-                Ok(format!("done {}", a.count))
-            },
-        ))
-        .tool(tool("log").description("Logs at info, then answers").handler(
-            |_: NoArgs, ctx: RequestContext| async move {
-                ctx.log(LogLevel::Info, json!("first line"));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                ctx.log(LogLevel::Info, json!({"line": 2}));
-                Ok("logged")
-            },
-        ))
-        .tool(tool("sample").description("Asks the client's model").handler(
-            |_: NoArgs, ctx: RequestContext| async move {
-                let text = sample(&ctx, "Say hi").await?;
-                Ok(format!("sampled: {text}"))
-            },
-        ))
+        .tool(
+            tool("progress")
+                .description("Sends progress notifications")
+                .handler(|a: ProgressArgs, ctx: RequestContext| async move {
+                    for i in 0..a.count {
+                        ctx.progress(f64::from(i), Some(f64::from(a.count)), Some("working"));
+                        tokio::time::sleep(Duration::from_millis(a.delay_ms)).await;
+                    }
+                    Ok(format!("done {}", a.count))
+                }),
+        )
+        .tool(
+            tool("log")
+                .description("Logs at info, then answers")
+                .handler(|_: NoArgs, ctx: RequestContext| async move {
+                    ctx.log(LogLevel::Info, json!("first line"));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    ctx.log(LogLevel::Info, json!({"line": 2}));
+                    Ok("logged")
+                }),
+        )
+        .tool(
+            tool("sample")
+                .description("Asks the client's model")
+                .handler(|_: NoArgs, ctx: RequestContext| async move {
+                    let text = sample(&ctx, "Say hi").await?;
+                    Ok(format!("sampled: {text}"))
+                }),
+        )
         .tool(tool("elicit").description("Asks the user").handler(
             |_: NoArgs, ctx: RequestContext| async move {
                 let question = serde_json::from_value(json!({
@@ -212,7 +218,10 @@ pub fn fixture_builder(counters: Arc<Counters>) -> ServerBuilder {
                     .as_ref()
                     .and_then(|c| c["name"].as_str())
                     .unwrap_or("<no name>");
-                Ok(format!("elicited: {} {name}", action.as_str().unwrap_or("<no action>")))
+                Ok(format!(
+                    "elicited: {} {name}",
+                    action.as_str().unwrap_or("<no action>")
+                ))
             },
         ))
         .tool(
