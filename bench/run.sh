@@ -13,6 +13,9 @@
 #   TARGETS="fleetmcp fleetmcp_stateless rmcp ts"   which servers to run, in this order
 #                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients;
 #                     fleetmcp_pair: two help-desks sharing a Redis, calls round-robin between them)
+#                    (fleetmcp_before: the help-desk binary named by BEFORE_BIN, run like
+#                     fleetmcp, to compare two builds in one run)
+#   BEFORE_BIN=      a help-desk binary built from another commit (for fleetmcp_before)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
 #   SKIP_BUILD=0     1 = use the binaries already in target/release
@@ -34,6 +37,7 @@ REL="$TARGET_DIR/release"
 LABEL_fleetmcp="fleetmcp help-desk"
 LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
+LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -115,6 +119,11 @@ start_server() {
     fleetmcp|fleetmcp_stateless)
       PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
+      ;;
+    fleetmcp_before)
+      [[ -x "${BEFORE_BIN:-}" ]] || { log "fleetmcp_before needs BEFORE_BIN=<a help-desk binary>"; exit 1; }
+      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        "${server_pin[@]}" "$BEFORE_BIN" >"$logf" 2>&1 &
       ;;
     rmcp)
       PORT="$port" RUST_LOG=warn "${server_pin[@]}" "$REL/rmcp-ref" >"$logf" 2>&1 &

@@ -3,7 +3,8 @@
 //!
 //! The check reads every source file, takes each `crate::<module>` path outside comments
 //! (in `use` lines and in expressions alike), and fails naming the file, the line and the two
-//! layers. A new top-level module fails the check until it is placed in [`LAYERS`].
+//! layers. A new top-level module fails the check until it is placed in [`LAYERS`]. Below
+//! transport, naming HTTP (`axum`, `http`, `hyper`) is a violation too.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,10 @@ const LAYERS: &[(&str, u8)] = &[
     // 7. wiring
     ("server", 7),
 ];
+
+/// The lowest layer that may know HTTP (transport); below it nothing names `axum`, `http` or
+/// `hyper`, so the same dispatch serves a request received directly or relayed.
+const HTTP_FROM: u8 = 5;
 
 /// One import that goes up a layer.
 #[derive(Debug, PartialEq, Eq)]
@@ -91,6 +96,19 @@ fn check_source(
                     .filter_map(|p| p.trim().split("::").next())
                     .filter(|p| !p.is_empty()),
             );
+        }
+        let code = line.split("//").next().unwrap_or("");
+        if own < HTTP_FROM
+            && ["axum::", "http::", "hyper::", "HeaderMap"]
+                .iter()
+                .any(|t| code.contains(t))
+        {
+            found.push(Violation {
+                file: file.to_string(),
+                line: n + 1,
+                from: format!("{module} (layer {own})"),
+                to: "HTTP".into(),
+            });
         }
         for name in names {
             if let Some(&target) = layers.get(name)
@@ -169,7 +187,8 @@ fn modules_import_only_from_their_layer_or_below() {
 }
 
 /// The check itself can fail: an upward import, in a `use` line, in a group or in an
-/// expression, is reported; a downward one, a comment and a longer word are not.
+/// expression, and HTTP below transport, are reported; a downward one, a comment and a longer
+/// word are not.
 #[test]
 fn an_upward_import_is_reported() {
     let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
@@ -179,6 +198,7 @@ use crate::transport::reply;
 use crate::{events::EventStore, server::Server};
 // see crate::cluster for why
 fn f() { crate::dispatch::request(); mycrate::server::x(); }
+fn g(h: &http::HeaderMap) {}
 ";
     let v = check_source("session", "session/x.rs", source, &layers);
     let got: Vec<(usize, &str)> = v.iter().map(|v| (v.line, v.to.as_str())).collect();
@@ -188,6 +208,17 @@ fn f() { crate::dispatch::request(); mycrate::server::x(); }
             (2, "transport (layer 5)"),
             (3, "server (layer 7)"),
             (5, "dispatch (layer 4)"),
+            (6, "HTTP"),
         ]
+    );
+    assert!(
+        check_source(
+            "transport",
+            "transport/x.rs",
+            "fn g(h: &http::HeaderMap) {}",
+            &layers
+        )
+        .is_empty(),
+        "transport may know HTTP"
     );
 }

@@ -50,8 +50,6 @@ struct Desk {
     tickets: BTreeMap<u64, Ticket>,
 }
 
-type Shared = Arc<Mutex<Desk>>;
-
 /// Arguments of `open_ticket`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -86,87 +84,78 @@ struct CloseTicket {
 }
 
 async fn build(config: Config) -> Server {
-    let desk: Shared = Arc::default();
+    let desk: Arc<Mutex<Desk>> = Arc::default();
 
-    let d = desk.clone();
     let open = tool("open_ticket")
         .title("Open a ticket")
         .description("Opens a help-desk ticket and returns it with its id.")
         .output_schema::<Ticket>()
-        .handler(move |a: OpenTicket, _ctx| {
-            let d = d.clone();
-            async move {
-                if a.title.trim().is_empty() {
-                    return Err(ToolError::failed("a ticket needs a title"));
-                }
-                let mut desk = d.lock();
-                desk.next_id += 1;
-                let t = Ticket {
-                    id: desk.next_id,
-                    title: a.title,
-                    description: a.description,
-                    priority: a.priority,
-                    status: Status::Open,
-                    resolution: None,
-                };
-                desk.tickets.insert(t.id, t.clone());
-                Ok(Structured(t))
+        .handler(|a: OpenTicket, ctx| async move {
+            let d = ctx.state::<Mutex<Desk>>()?;
+            if a.title.trim().is_empty() {
+                return Err(ToolError::failed("a ticket needs a title"));
             }
+            let mut desk = d.lock();
+            desk.next_id += 1;
+            let t = Ticket {
+                id: desk.next_id,
+                title: a.title,
+                description: a.description,
+                priority: a.priority,
+                status: Status::Open,
+                resolution: None,
+            };
+            desk.tickets.insert(t.id, t.clone());
+            Ok(Structured(t))
         });
 
-    let d = desk.clone();
     let find = tool("find_tickets")
         .title("Find tickets")
         .description("Finds tickets by words in their title or description, and by status.")
         .annotations(ToolAnnotations::new().read_only(true))
         .output_schema::<TicketList>()
-        .handler(move |a: FindTickets, _ctx| {
-            let d = d.clone();
-            async move {
-                let q = a.query.map(|q| q.to_lowercase());
-                let tickets = d
-                    .lock()
-                    .tickets
-                    .values()
-                    .filter(|t| a.status.is_none_or(|s| s == t.status))
-                    .filter(|t| {
-                        q.as_ref().is_none_or(|q| {
-                            t.title.to_lowercase().contains(q)
-                                || t.description
-                                    .as_ref()
-                                    .is_some_and(|d| d.to_lowercase().contains(q))
-                        })
+        .handler(|a: FindTickets, ctx| async move {
+            let d = ctx.state::<Mutex<Desk>>()?;
+            let q = a.query.map(|q| q.to_lowercase());
+            let tickets = d
+                .lock()
+                .tickets
+                .values()
+                .filter(|t| a.status.is_none_or(|s| s == t.status))
+                .filter(|t| {
+                    q.as_ref().is_none_or(|q| {
+                        t.title.to_lowercase().contains(q)
+                            || t.description
+                                .as_ref()
+                                .is_some_and(|d| d.to_lowercase().contains(q))
                     })
-                    .cloned()
-                    .collect();
-                Ok(Structured(TicketList { tickets }))
-            }
+                })
+                .cloned()
+                .collect();
+            Ok(Structured(TicketList { tickets }))
         });
 
-    let d = desk.clone();
     let close = tool("close_ticket")
         .title("Close a ticket")
         .description("Closes a ticket with a resolution.")
         .annotations(ToolAnnotations::new().idempotent(true))
         .output_schema::<Ticket>()
-        .handler(move |a: CloseTicket, ctx| {
-            let d = d.clone();
-            async move {
-                let t = {
-                    let mut desk = d.lock();
-                    let t = desk
-                        .tickets
-                        .get_mut(&a.id)
-                        .ok_or_else(|| ToolError::failed(format!("no ticket {}", a.id)))?;
-                    t.status = Status::Closed;
-                    t.resolution = Some(a.resolution);
-                    t.clone()
-                };
-                ctx.server()
-                    .notify_resource_updated(&format!("helpdesk://tickets/{}", t.id))
-                    .await;
-                Ok(Structured(t))
-            }
+        .handler(|a: CloseTicket, ctx| async move {
+            let d = ctx.state::<Mutex<Desk>>()?;
+            let t = {
+                let mut desk = d.lock();
+                let t = desk
+                    .tickets
+                    .get_mut(&a.id)
+                    .ok_or_else(|| ToolError::failed(format!("no ticket {}", a.id)))?;
+                t.status = Status::Closed;
+                t.resolution = Some(a.resolution);
+                t.clone()
+            };
+            ctx.server()
+                .notify_resource_updated(&format!("helpdesk://tickets/{}", t.id))
+                .await;
+            Ok(Structured(t))
         });
 
     let sla = resource("helpdesk://policies/sla", "sla")
@@ -183,7 +172,7 @@ async fn build(config: Config) -> Server {
             ])
         });
 
-    let d = desk.clone();
+    // Completions get no context: the completer keeps its own handle on the desk.
     let d_complete = desk.clone();
     let ticket = template("helpdesk://tickets/{id}", "ticket")
         .title("A ticket")
@@ -198,34 +187,31 @@ async fn build(config: Config) -> Server {
                 .filter(|k| k.starts_with(partial))
                 .collect()
         })
-        .read(move |uri, vars, _ctx| {
-            let d = d.clone();
-            async move {
-                let id: u64 = vars
-                    .get("id")
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
-                let t = d
-                    .lock()
-                    .tickets
-                    .get(&id)
-                    .cloned()
-                    .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
-                let json = serde_json::to_string(&t)?;
-                Ok(vec![
-                    ResourceContents::text(json, uri).with_mime_type("application/json"),
-                ])
-            }
+        .read(|uri, vars, ctx| async move {
+            let d = ctx.state::<Mutex<Desk>>()?;
+            let id: u64 = vars
+                .get("id")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+            let t = d
+                .lock()
+                .tickets
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+            let json = serde_json::to_string(&t)?;
+            Ok(vec![
+                ResourceContents::text(json, uri).with_mime_type("application/json"),
+            ])
         });
 
-    let d = desk.clone();
     let triage = prompt("triage_ticket")
         .title("Triage a ticket")
         .description("Asks the model to assess a ticket's priority and next step.")
         .argument("ticket_id", "The id of the ticket to triage", true)
-        .get(move |args, _ctx| {
-            let d = d.clone();
+        .get(|args, ctx| {
             async move {
+                let d = ctx.state::<Mutex<Desk>>()?;
                 let raw = args.get("ticket_id").cloned().unwrap_or_default();
                 let id: u64 = raw
                     .parse()
@@ -256,6 +242,7 @@ async fn build(config: Config) -> Server {
         .resource(sla)
         .template(ticket)
         .prompt(triage)
+        .shared_state(desk)
         .config(config)
         .build()
 }

@@ -97,9 +97,13 @@ impl ServerBuilder {
     ///     .build();
     /// # drop(server);
     /// ```
-    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.state
-            .insert(std::any::TypeId::of::<T>(), Arc::new(value));
+    pub fn state<T: Send + Sync + 'static>(self, value: T) -> Self {
+        self.shared_state(Arc::new(value))
+    }
+    /// Like [`ServerBuilder::state`], for a value the program also keeps a handle on (code
+    /// outside handlers, such as a completion function or a background job, uses it too).
+    pub fn shared_state<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.state.insert(std::any::TypeId::of::<T>(), value);
         self
     }
     /// Replaces the session store the configuration would choose.
