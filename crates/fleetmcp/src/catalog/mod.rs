@@ -4,6 +4,25 @@
 //! The catalog is immutable; a change at runtime builds a new one and swaps it in (see
 //! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking.
 
+/// `From<E: Error>` for a handler's error type through the one [`tool::classify`], so `?` works
+/// on any error in a tool, resource or prompt handler and means the same in all three.
+macro_rules! from_any_error {
+    ($ty:ident) => {
+        impl<E> From<E> for $ty
+        where
+            E: std::error::Error + Send + Sync + 'static,
+        {
+            fn from(e: E) -> Self {
+                match super::tool::classify(e) {
+                    super::tool::Classified::InputRequired => Self::InputRequired,
+                    super::tool::Classified::Protocol(e) => Self::Protocol(e),
+                    super::tool::Classified::Failed(msg) => Self::Failed(msg),
+                }
+            }
+        }
+    };
+}
+
 pub mod prompt;
 pub mod resource;
 pub mod tool;

@@ -21,7 +21,6 @@ use futures_util::future::BoxFuture;
 use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage};
 
 use super::resource::Completer;
-use super::tool::{Classified, classify};
 use crate::context::RequestContext;
 
 /// Why a prompt could not be produced.
@@ -52,18 +51,7 @@ impl std::fmt::Display for PromptError {
     }
 }
 
-impl<E> From<E> for PromptError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    fn from(e: E) -> Self {
-        match classify(e) {
-            Classified::InputRequired => Self::InputRequired,
-            Classified::Protocol(e) => Self::Protocol(e),
-            Classified::Failed(msg) => Self::Failed(msg),
-        }
-    }
-}
+from_any_error!(PromptError);
 
 /// What a prompt handler may return.
 pub trait IntoPromptResult {

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 
-use super::tool::{Classified, classify};
 use crate::context::RequestContext;
 
 /// Why a read failed.
@@ -55,18 +54,7 @@ impl std::fmt::Display for ResourceError {
     }
 }
 
-impl<E> From<E> for ResourceError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    fn from(e: E) -> Self {
-        match classify(e) {
-            Classified::InputRequired => Self::InputRequired,
-            Classified::Protocol(e) => Self::Protocol(e),
-            Classified::Failed(msg) => Self::Failed(msg),
-        }
-    }
-}
+from_any_error!(ResourceError);
 
 type Reader = dyn Fn(
         String,

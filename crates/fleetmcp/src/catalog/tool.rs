@@ -71,18 +71,7 @@ impl std::fmt::Display for ToolError {
     }
 }
 
-impl<E> From<E> for ToolError
-where
-    E: std::error::Error + Send + Sync + 'static,
-{
-    fn from(e: E) -> Self {
-        match classify(e) {
-            Classified::InputRequired => Self::InputRequired,
-            Classified::Protocol(e) => Self::Protocol(e),
-            Classified::Failed(msg) => Self::Failed(msg),
-        }
-    }
-}
+from_any_error!(ToolError);
 
 /// What an error raised with `?` in a handler means to the client; shared by the conversions
 /// into [`ToolError`], [`crate::PromptError`] and [`crate::ResourceError`].

@@ -2,11 +2,10 @@
 
 use axum::extract::{Request, State};
 use axum::response::Response;
-use bytes::Bytes;
 use http::StatusCode;
 
-use super::locate::{self, Asker, Place};
-use super::{Ep, SESSION_HEADER, era, relay};
+use super::locate::{self, Asker};
+use super::{Ep, SESSION_HEADER, era};
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let parts = super::bodiless(req);
@@ -16,13 +15,9 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if !h.contains_key(SESSION_HEADER) && era::names_stateless_version(h) {
         return era::stateless_method_not_allowed("DELETE");
     }
-    let session = match locate::locate(&ep.app, h).await {
-        Place::Here(s) => s,
-        Place::Holder(node) => {
-            let req = super::relay_request(parts, Bytes::new());
-            return relay::forward(ep.relay(), &node, req).await;
-        }
-        Place::Refused(why) => return locate::refuse(why, Asker::Delete, None),
+    let (session, _) = match locate::here_or_answer(&ep, parts, Asker::Delete).await {
+        Ok(found) => found,
+        Err(answer) => return answer,
     };
     ep.app.sessions().end(&session.id).await;
     let mut res = Response::new(axum::body::Body::empty());

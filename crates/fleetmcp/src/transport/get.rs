@@ -6,28 +6,24 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::StatusCode;
 
-use super::locate::{self, Asker, Place};
-use super::{Ep, checks, era, relay, reply, sse};
+use super::locate::{self, Asker};
+use super::{Ep, checks, era, reply, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let parts = super::bodiless(req);
-    let headers = &parts.headers;
-    if !era::is_session_request(headers) {
+    if !era::is_session_request(&parts.headers) {
         return era::stateless_method_not_allowed("GET");
     }
-    if let Err(bad) = checks::get_headers(headers) {
+    if let Err(bad) = checks::get_headers(&parts.headers) {
         return bad;
     }
-    let session = match locate::locate(&ep.app, headers).await {
-        Place::Here(s) => s,
-        Place::Holder(node) => {
-            let req = super::relay_request(parts, Bytes::new());
-            return relay::forward(ep.relay(), &node, req).await;
-        }
-        Place::Refused(why) => return locate::refuse(why, Asker::Get, None),
+    let (session, parts) = match locate::here_or_answer(&ep, parts, Asker::Get).await {
+        Ok(found) => found,
+        Err(answer) => return answer,
     };
+    let headers = &parts.headers;
     let app = &ep.app;
     let events = app.events();
     let keepalive = sse::keepalive_every(&app.config().http);

@@ -17,11 +17,13 @@
 use std::sync::Arc;
 
 use axum::response::Response;
+use bytes::Bytes;
+use http::request::Parts;
 use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{SESSION_HEADER, reply};
+use super::{Endpoint, SESSION_HEADER, relay, reply};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
@@ -51,6 +53,23 @@ pub(super) enum Asker {
     Post,
     Get,
     Delete,
+}
+
+/// For a request without a body (GET, DELETE): the session that serves it here, with the
+/// request's parts; otherwise the answer, the holder's through the relay seam or the refusal.
+pub(super) async fn here_or_answer(
+    ep: &Endpoint,
+    parts: Parts,
+    asker: Asker,
+) -> Result<(Arc<Session>, Parts), Response> {
+    match locate(&ep.app, &parts.headers).await {
+        Place::Here(s) => Ok((s, parts)),
+        Place::Holder(node) => {
+            let req = super::relay_request(parts, Bytes::new());
+            Err(relay::forward(ep.relay(), &node, req).await)
+        }
+        Place::Refused(why) => Err(refuse(why, asker, None)),
+    }
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served.
