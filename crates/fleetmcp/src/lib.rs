@@ -54,7 +54,7 @@ pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, RequestContext};
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
-pub use tasks::TaskSupport;
+pub use tasks::{MemoryTaskStore, TaskRecord, TaskStatus, TaskStore, TaskSupport};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
 /// Sets up `tracing` for a binary: `RUST_LOG` filters (default `info`).

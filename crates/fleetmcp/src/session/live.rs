@@ -47,7 +47,7 @@ pub struct Session {
 impl Session {
     /// `closed` should be a child of the server's shutdown token, so that stopping the server
     /// ends every session's streams and waiting requests.
-    pub fn new(
+    pub(crate) fn new(
         id: Arc<str>,
         version: ProtocolVersion,
         client_info: Value,
@@ -76,18 +76,18 @@ impl Session {
     pub fn log_level(&self) -> LogLevel {
         LogLevel::from_u8(self.log_level.load(Ordering::Relaxed))
     }
-    pub fn set_log_level(&self, level: LogLevel) {
+    pub(crate) fn set_log_level(&self, level: LogLevel) {
         self.log_level.store(level as u8, Ordering::Relaxed);
     }
-    pub fn mark_persisted(&self) {
+    pub(crate) fn mark_persisted(&self) {
         self.persisted.store(true, Ordering::Relaxed);
     }
-    pub fn is_persisted(&self) -> bool {
+    pub(crate) fn is_persisted(&self) -> bool {
         self.persisted.load(Ordering::Relaxed)
     }
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.
-    pub fn due_for_touch(&self, every_ms: u64) -> bool {
+    pub(crate) fn due_for_touch(&self, every_ms: u64) -> bool {
         let now = self.created.elapsed().as_millis() as u64;
         let last = self.last_touch.load(Ordering::Relaxed);
         now.saturating_sub(last) >= every_ms
@@ -98,7 +98,7 @@ impl Session {
     }
 
     /// A fresh stream id for a POST answered as SSE.
-    pub fn next_stream_id(&self) -> u64 {
+    pub(crate) fn next_stream_id(&self) -> u64 {
         self.next_stream.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -108,18 +108,18 @@ impl Session {
     }
 
     /// Registers a running request; the token fires on `notifications/cancelled`.
-    pub fn track_request(&self, raw_id: &str) -> CancellationToken {
+    pub(crate) fn track_request(&self, raw_id: &str) -> CancellationToken {
         let token = self.closed.child_token();
         self.inflight
             .lock()
             .insert(raw_id.to_string(), token.clone());
         token
     }
-    pub fn finish_request(&self, raw_id: &str) {
+    pub(crate) fn finish_request(&self, raw_id: &str) {
         self.inflight.lock().remove(raw_id);
     }
     /// Cancels a running request; false if none has that id.
-    pub fn cancel_request(&self, raw_id: &str) -> bool {
+    pub(crate) fn cancel_request(&self, raw_id: &str) -> bool {
         match self.inflight.lock().remove(raw_id) {
             Some(token) => {
                 token.cancel();
@@ -130,28 +130,28 @@ impl Session {
     }
 
     /// Registers a request to the client and returns its id and the receiver of the answer.
-    pub fn expect_client_reply(&self) -> (String, oneshot::Receiver<ClientReply>) {
+    pub(crate) fn expect_client_reply(&self) -> (String, oneshot::Receiver<ClientReply>) {
         let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("fleetmcp-{n}");
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id.clone(), tx);
         (id, rx)
     }
-    pub fn forget_client_request(&self, id: &str) {
+    pub(crate) fn forget_client_request(&self, id: &str) {
         self.pending.lock().remove(id);
     }
     /// Delivers the client's answer; false if nothing waits for that id.
-    pub fn deliver_client_reply(&self, id: &str, reply: ClientReply) -> bool {
+    pub(crate) fn deliver_client_reply(&self, id: &str, reply: ClientReply) -> bool {
         match self.pending.lock().remove(id) {
             Some(tx) => tx.send(reply).is_ok(),
             None => false,
         }
     }
 
-    pub fn subscribe(&self, uri: &str) {
+    pub(crate) fn subscribe(&self, uri: &str) {
         self.subscriptions.lock().insert(uri.to_string());
     }
-    pub fn unsubscribe(&self, uri: &str) {
+    pub(crate) fn unsubscribe(&self, uri: &str) {
         self.subscriptions.lock().remove(uri);
     }
     pub fn is_subscribed(&self, uri: &str) -> bool {
@@ -182,7 +182,7 @@ pub struct LiveSessions {
 const MAX_ENDED: usize = 10_000;
 
 impl LiveSessions {
-    pub fn new(max_sessions: usize) -> Self {
+    pub(crate) fn new(max_sessions: usize) -> Self {
         Self {
             epoch: Instant::now(),
             sessions: RwLock::new(HashMap::new()),
