@@ -4,12 +4,27 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use fleetmcp::{Config, LogLevel, NoArgs, Server, prompt, tool};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{SECRET, SseStream, TestServer, config_with, mcp_post, serve, within};
+use support::{SECRET, SseStream, TestServer, config_with, eventually, mcp_post, serve, within};
+
+/// How many `log_then_wait` handlers were dropped before they finished.
+static DROPPED_WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a handler dropped before it finished.
+struct CountIfDropped(bool);
+
+impl Drop for CountIfDropped {
+    fn drop(&mut self) {
+        if !self.0 {
+            DROPPED_WAITING.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
 
 async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
     let builder = Server::builder("stateless-test", "1.0.0")
@@ -31,6 +46,13 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
         .tool(tool("chatty").description("Logs").handler(|_: NoArgs, ctx| async move {
             ctx.log(LogLevel::Info, "hello from the tool");
             Ok("done")
+        }))
+        .tool(tool("log_then_wait").description("Logs once, then works silently for 20 s").handler(|_: NoArgs, ctx| async move {
+            let mut guard = CountIfDropped(false);
+            ctx.log(LogLevel::Info, "started");
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            guard.0 = true;
+            Ok("finished")
         }))
         .tool(tool("two_questions").description("Asks twice").handler(|_: NoArgs, ctx| async move {
             let q = |m: &str, f: &str| {
@@ -429,6 +451,39 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
         (StatusCode::BAD_REQUEST, -32602),
         "expired: {b}"
     );
+}
+
+/// 2026-07-28 has no resumption: a client that closes an SSE answer cancels the request, even
+/// while the handler sends nothing.
+#[tokio::test]
+async fn closing_a_streamed_answer_cancels_a_silent_handler() {
+    let s = start(|_| {}).await;
+    let mut m = meta();
+    m["io.modelcontextprotocol/logLevel"] = json!("info");
+    let (h, body) = modern(
+        "tools/call",
+        json!({"name": "log_then_wait", "arguments": {}, "_meta": m}),
+    );
+    let res = within("POST", request(&s.mcp, &h, &body).send())
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let mut stream = SseStream::new(res);
+    let first = within("the log event", stream.next())
+        .await
+        .expect("an event");
+    assert_eq!(
+        first.json().expect("JSON")["method"],
+        "notifications/message"
+    );
+    let before = DROPPED_WAITING.load(Ordering::SeqCst);
+    drop(stream);
+    eventually(
+        "the handler is dropped once its client closed the stream",
+        Duration::from_secs(3),
+        || DROPPED_WAITING.load(Ordering::SeqCst) > before,
+    )
+    .await;
 }
 
 #[tokio::test]

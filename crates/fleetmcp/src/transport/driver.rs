@@ -103,8 +103,13 @@ impl Streaming {
     }
 
     /// Passes every message to `emit` in order, then returns the reply. When `emit` answers
-    /// `false` (the client is gone) the request is cancelled.
-    pub async fn pump<F, Fut>(self, mut emit: F) -> Result<Option<Reply>, Gone>
+    /// `false`, or `gone` completes while the handler is still running (the client went away),
+    /// the request is cancelled.
+    pub async fn pump<F, Fut>(
+        self,
+        mut emit: F,
+        gone: impl Future<Output = ()>,
+    ) -> Result<Option<Reply>, Gone>
     where
         F: FnMut(Outbound) -> Fut,
         Fut: Future<Output = bool>,
@@ -115,34 +120,36 @@ impl Streaming {
             work,
             cancel,
         } = self;
-        let gone = |cancel: &CancellationToken| {
+        let gone_now = |cancel: &CancellationToken| {
             cancel.cancel();
             Err(Gone)
         };
         if let Some(first) = first
             && !emit(first).await
         {
-            return gone(&cancel);
+            return gone_now(&cancel);
         }
         let reply = match work {
             Work::Done(reply) => reply,
             Work::Running(mut running) => {
                 let mut open = true;
+                let mut client_gone = std::pin::pin!(gone);
                 loop {
                     tokio::select! {
                         biased;
                         m = rest.recv(), if open => match m {
-                            Some(m) => if !emit(m).await { return gone(&cancel); },
+                            Some(m) => if !emit(m).await { return gone_now(&cancel); },
                             None => open = false,
                         },
                         reply = &mut running => break reply,
+                        _ = &mut client_gone => return gone_now(&cancel),
                     }
                 }
             }
         };
         while let Ok(m) = rest.try_recv() {
             if !emit(m).await {
-                return gone(&cancel);
+                return gone_now(&cancel);
             }
         }
         Ok(reply)
@@ -157,7 +164,8 @@ where
 {
     match start(app, caller, call, true).await {
         Started::Plain(reply) => reply,
-        Started::Streaming(s) => s.pump(emit).await.ok().flatten(),
+        // The stream outlives any connection, so only the end of the request ends it.
+        Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }
 }
 

@@ -171,15 +171,20 @@ async fn stream_answer(
         sink.forward(first).await;
     }
     let writer = sink.clone();
+    // A broken connection does not end the request: its events wait in the store for the
+    // client to resume.
     tokio::spawn(async move {
         let reply = streaming
-            .pump(|m| {
-                let writer = writer.clone();
-                async move {
-                    writer.forward(m).await;
-                    true
-                }
-            })
+            .pump(
+                |m| {
+                    let writer = writer.clone();
+                    async move {
+                        writer.forward(m).await;
+                        true
+                    }
+                },
+                std::future::pending(),
+            )
             .await;
         if let Ok(Some(reply)) = reply {
             writer.append(dispatch::encode_reply(&id, reply)).await;

@@ -184,18 +184,22 @@ fn round_for(
 /// is cancelled (2026-07-28 has no resumption).
 fn stream(app: &App, id: Box<RawValue>, streaming: Streaming) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let watch = tx.clone();
     tokio::spawn(async move {
         let sent = streaming
-            .pump(|m| {
-                let tx = tx.clone();
-                async move {
-                    match m {
-                        Outbound::Message(b) => tx.send(sse::message_frame(&b)).await.is_ok(),
-                        // No polling end in this era: the connection is the stream.
-                        Outbound::EndConnection => true,
+            .pump(
+                |m| {
+                    let tx = tx.clone();
+                    async move {
+                        match m {
+                            Outbound::Message(b) => tx.send(sse::message_frame(&b)).await.is_ok(),
+                            // No polling end in this era: the connection is the stream.
+                            Outbound::EndConnection => true,
+                        }
                     }
-                }
-            })
+                },
+                async move { watch.closed().await },
+            )
             .await;
         let last: Reply = match sent {
             Ok(Some(reply)) => reply,
