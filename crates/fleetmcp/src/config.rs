@@ -192,8 +192,14 @@ pub struct Config {
     pub port: u16,
     /// `FRONTMCP_BIND_ADDRESS`: `loopback` or `all`. Unset: loopback, or all in distributed mode.
     pub bind_address: Option<BindAddress>,
-    /// `MCP_SESSION_SECRET`: key material for session ids, shared by every instance.
+    /// `MCP_SESSION_SECRET`: key material for session ids, shared by every instance. Required in
+    /// distributed mode.
     pub session_secret: Option<String>,
+    /// `MCP_SESSION_SECRET_PREVIOUS` (comma-separated): secrets rotated out. Ids sealed under them
+    /// still open; new ids are sealed under `session_secret` only, so a rolling change of the
+    /// secret drops no session: first give every instance the new secret with the old one here,
+    /// then, once no instance mints under the old one, remove it.
+    pub previous_session_secrets: Vec<String>,
     /// `MACHINE_ID`: this instance's id.
     pub machine_id: Option<String>,
     /// `HOSTNAME`: the machine id in distributed mode when `MACHINE_ID` is unset.
@@ -224,6 +230,7 @@ impl Default for Config {
             port: 3000,
             bind_address: None,
             session_secret: None,
+            previous_session_secrets: Vec::new(),
             machine_id: None,
             hostname: None,
             node_env: None,
@@ -255,6 +262,7 @@ pub enum ConfigError {
 
 /// The other variables the configuration reads, each with its own parsing.
 const OTHER_ENV: &[&str] = &[
+    "MCP_SESSION_SECRET_PREVIOUS",
     "FRONTMCP_BIND_ADDRESS",
     "FRONTMCP_DEPLOYMENT_MODE",
     "REDIS_URL",
@@ -333,6 +341,14 @@ impl Config {
                     .map_err(|_| invalid("PORT", "expected a port number 0-65535"))?
             }
             "MCP_SESSION_SECRET" => self.session_secret = value_opt,
+            "MCP_SESSION_SECRET_PREVIOUS" => {
+                self.previous_session_secrets = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             "MACHINE_ID" => self.machine_id = value_opt,
             "HOSTNAME" => self.hostname = value_opt,
             "NODE_ENV" => self.node_env = value_opt,
@@ -459,6 +475,20 @@ impl Config {
                 "must be at least 16 characters",
             );
         }
+        if self.previous_session_secrets.iter().any(|s| s.len() < 16) {
+            return invalid(
+                "MCP_SESSION_SECRET_PREVIOUS",
+                "<redacted>".into(),
+                "every previous secret must be at least 16 characters",
+            );
+        }
+        if self.deployment_mode == DeploymentMode::Distributed && self.session_secret.is_none() {
+            return invalid(
+                "MCP_SESSION_SECRET",
+                "<unset>".into(),
+                "is required in distributed mode: every instance must open the others' session ids, and a key made from the machine id would be public (every response names it)",
+            );
+        }
         Ok(())
     }
 
@@ -565,24 +595,61 @@ mod tests {
             ("standalone", DeploymentMode::Standalone),
             ("Distributed", DeploymentMode::Distributed),
         ] {
-            let cfg = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", value)]).unwrap();
+            let env = [
+                ("FRONTMCP_DEPLOYMENT_MODE", value),
+                ("MCP_SESSION_SECRET", "a fleet secret of some length"),
+            ];
+            let cfg = Config::from_sources(None, env).unwrap();
             assert_eq!(cfg.deployment_mode, mode, "{value:?}");
         }
     }
 
     #[test]
     fn distributed_mode_binds_everywhere_unless_told() {
-        let cfg =
-            Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed")]).unwrap();
+        const SECRET: (&str, &str) = ("MCP_SESSION_SECRET", "a fleet secret of some length");
+        let cfg = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed"), SECRET])
+            .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::All);
         let cfg = Config::from_sources(
             None,
             [
                 ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
                 ("FRONTMCP_BIND_ADDRESS", "loopback"),
+                SECRET,
             ],
         )
         .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn distributed_mode_requires_the_session_secret() {
+        let e = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("MCP_SESSION_SECRET") && e.contains("required in distributed mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn previous_secrets_are_a_comma_separated_list_of_long_enough_secrets() {
+        let cfg = Config::from_sources(
+            None,
+            [(
+                "MCP_SESSION_SECRET_PREVIOUS",
+                " the first old secret , ,the second old secret",
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.previous_session_secrets,
+            ["the first old secret", "the second old secret"].map(String::from)
+        );
+        let e = Config::from_sources(None, [("MCP_SESSION_SECRET_PREVIOUS", "short")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MCP_SESSION_SECRET_PREVIOUS"), "{e}");
     }
 }

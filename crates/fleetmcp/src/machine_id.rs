@@ -51,6 +51,7 @@ mod tests {
             [
                 ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
                 ("HOSTNAME", "pod-1"),
+                ("MCP_SESSION_SECRET", "a fleet secret of some length"),
             ],
         )
         .unwrap();

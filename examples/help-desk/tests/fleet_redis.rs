@@ -676,3 +676,62 @@ fn the_session_ttl_slides_while_used_and_runs_out_when_idle() {
     );
     a.assert_no_panic_logged();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rotating MCP_SESSION_SECRET
+
+/// The secret a rotation moves to (the old one is `support::SESSION_SECRET`).
+const NEW_SECRET: &str = "fleetmcp-e2e-the-secret-after-the-rotation";
+
+/// A rolling change of the secret: an instance given the new secret with the old one as
+/// previous serves sessions opened under the old one and seals new ids under the new one, so no
+/// session is dropped while instances are restarted one by one; once the old secret is removed
+/// everywhere, its ids stop opening.
+#[test]
+fn a_rolling_secret_change_drops_no_session() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let old = desk("desk-a", Some(&url), None);
+    let sid = open_session(old.port());
+    let rotating = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[
+            ("MACHINE_ID", "desk-b"),
+            ("REDIS_URL", &url),
+            ("MCP_SESSION_SECRET", NEW_SECRET),
+            ("MCP_SESSION_SECRET_PREVIOUS", support::SESSION_SECRET),
+        ],
+    );
+    assert_tool_ok(
+        &find_tickets(rotating.port(), &sid),
+        "an id sealed under the old secret, on an instance rotating to the new one",
+    );
+    let new_sid = open_session(rotating.port());
+    assert_rpc_error(
+        &find_tickets(old.port(), &new_sid),
+        404,
+        -32000,
+        "invalid session id",
+        "an id sealed under the new secret, on an instance that knows only the old one",
+    );
+    let rotated = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[
+            ("MACHINE_ID", "desk-c"),
+            ("REDIS_URL", &url),
+            ("MCP_SESSION_SECRET", NEW_SECRET),
+            ("MCP_SESSION_SECRET_PREVIOUS", ""),
+        ],
+    );
+    assert_tool_ok(
+        &find_tickets(rotated.port(), &new_sid),
+        "a new id, once the rotation is over",
+    );
+    assert_rpc_error(
+        &find_tickets(rotated.port(), &sid),
+        404,
+        -32000,
+        "invalid session id",
+        "an old id, once the old secret is gone",
+    );
+}

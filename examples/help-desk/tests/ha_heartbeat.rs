@@ -143,3 +143,25 @@ fn a_second_instance_with_a_machine_id_in_use_refuses_to_start() {
         "{text}"
     );
 }
+
+/// Distributed mode never derives the session key from the machine id (every response publishes
+/// it): without `MCP_SESSION_SECRET` the instance refuses to start and says why.
+#[test]
+fn distributed_mode_without_a_session_secret_refuses_to_start() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    cmd.env("FRONTMCP_DEPLOYMENT_MODE", "distributed")
+        .env("FRONTMCP_BIND_ADDRESS", "loopback")
+        .env("MACHINE_ID", "node-s")
+        .env("MCP_SESSION_SECRET", "")
+        .env("REDIS_URL", "")
+        .env("PORT", support::free_port().to_string());
+    let scratch = support::TempDir::new("no-secret");
+    let out = support::run(&mut cmd, Duration::from_secs(20), scratch.path());
+    assert!(!out.success(), "it must not start:\n{}", out.describe());
+    assert!(
+        out.describe().contains("MCP_SESSION_SECRET")
+            && out.describe().contains("required in distributed mode"),
+        "{}",
+        out.describe()
+    );
+}

@@ -226,7 +226,12 @@ impl ServerBuilder {
 
 fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option<SessionSealer> {
     if let Some(secret) = &cfg.session_secret {
-        return Some(SessionSealer::new(secret.as_bytes()));
+        let previous: Vec<&[u8]> = cfg
+            .previous_session_secrets
+            .iter()
+            .map(|s| s.as_bytes())
+            .collect();
+        return Some(SessionSealer::rotating(secret.as_bytes(), &previous));
     }
     if cfg.is_production() {
         tracing::error!(
@@ -236,13 +241,8 @@ fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option
     }
     if cfg.deployment_mode == DeploymentMode::Distributed {
         // The machine id is published in every response header in this mode, so a key made
-        // from it would be public. A per-process key keeps ids sealed, at the cost of not
-        // surviving a restart or crossing instances: set MCP_SESSION_SECRET.
-        tracing::warn!(
-            "MCP_SESSION_SECRET is not set: session ids are sealed with a per-process key and no other instance can serve them"
-        );
-        let key: [u8; 32] = rand::random();
-        return Some(SessionSealer::new(&key));
+        // from it would be public; `Server::start` refuses to run like this.
+        return None;
     }
     tracing::warn!(
         "[SessionIdUtils] Using machine ID as session encryption secret - NOT SECURE FOR PRODUCTION. Set MCP_SESSION_SECRET."
@@ -311,6 +311,14 @@ impl Server {
     /// ```
     pub async fn start(self) -> std::io::Result<Running> {
         let app = self.app;
+        if app.config().deployment_mode == DeploymentMode::Distributed
+            && app.config().session_secret.is_none()
+        {
+            // `Config::load` refuses this already; a configuration built in code gets the same.
+            let why = "MCP_SESSION_SECRET is required in distributed mode";
+            tracing::error!("{why}");
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+        }
         if let Some(redis) = &self.redis {
             redis.first_connect().await;
         }

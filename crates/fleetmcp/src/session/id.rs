@@ -31,28 +31,45 @@ pub struct SessionIdPayload {
     pub is_public: bool,
 }
 
-/// Seals and opens session ids under one key.
+/// Seals session ids under the current key and opens them under it or a previous one.
 pub struct SessionSealer {
-    cipher: XChaCha20Poly1305,
+    /// The current key first, then the keys of rotated-out secrets.
+    ciphers: Vec<XChaCha20Poly1305>,
+}
+
+fn cipher_for(secret: &[u8]) -> XChaCha20Poly1305 {
+    let hk = Hkdf::<Sha256>::new(Some(b"fleetmcp/session-id/v1"), secret);
+    let mut okm = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA256's output limit, so expand cannot fail.
+    let _ = hk.expand(b"mcp-session-id", &mut okm);
+    XChaCha20Poly1305::new(&Key::from(okm))
 }
 
 impl SessionSealer {
     /// Derives the key from the shared secret (or, outside production, the machine id).
     pub fn new(secret: &[u8]) -> Self {
-        let hk = Hkdf::<Sha256>::new(Some(b"fleetmcp/session-id/v1"), secret);
-        let mut okm = [0u8; 32];
-        // 32 bytes is far below HKDF-SHA256's output limit, so expand cannot fail.
-        let _ = hk.expand(b"mcp-session-id", &mut okm);
-        Self {
-            cipher: XChaCha20Poly1305::new(&Key::from(okm)),
-        }
+        Self::rotating(secret, &[])
+    }
+
+    /// Seals under `current`; opens ids sealed under it or any of `previous` (a rotation in
+    /// progress). Opening an id no key opens costs one attempt per key, so keep the list short.
+    pub fn rotating(current: &[u8], previous: &[&[u8]]) -> Self {
+        let ciphers = std::iter::once(current)
+            .chain(previous.iter().copied())
+            .map(cipher_for)
+            .collect();
+        Self { ciphers }
     }
 
     pub fn seal(&self, payload: &SessionIdPayload) -> Option<String> {
         let plain = serde_json::to_vec(payload).ok()?;
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let nonce = XNonce::from(nonce_bytes);
-        let sealed = self.cipher.encrypt(&nonce, plain.as_slice()).ok()?;
+        let sealed = self
+            .ciphers
+            .first()?
+            .encrypt(&nonce, plain.as_slice())
+            .ok()?;
         let mut raw = Vec::with_capacity(NONCE_LEN + sealed.len());
         raw.extend_from_slice(&nonce_bytes);
         raw.extend_from_slice(&sealed);
@@ -70,7 +87,11 @@ impl SessionSealer {
         }
         let (nonce, sealed) = raw.split_at(NONCE_LEN);
         let nonce_arr: [u8; NONCE_LEN] = nonce.try_into().ok()?;
-        let plain = self.cipher.decrypt(&XNonce::from(nonce_arr), sealed).ok()?;
+        let nonce = XNonce::from(nonce_arr);
+        let plain = self
+            .ciphers
+            .iter()
+            .find_map(|c| c.decrypt(&nonce, sealed).ok())?;
         serde_json::from_slice(&plain).ok()
     }
 }
@@ -112,5 +133,33 @@ mod tests {
         bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
         assert_eq!(a.open(std::str::from_utf8(&bytes).unwrap()), None);
         assert_eq!(a.open(&"A".repeat(MAX_ID_LEN + 1)), None);
+    }
+
+    #[test]
+    fn a_rotation_opens_old_ids_and_seals_new_ones_under_the_new_secret() {
+        let old = SessionSealer::new(b"the secret before the rotation");
+        let rotating = SessionSealer::rotating(
+            b"the secret after the rotation",
+            &[b"the secret before the rotation"],
+        );
+        let after = SessionSealer::new(b"the secret after the rotation");
+        let old_id = old.seal(&payload()).unwrap();
+        assert_eq!(
+            rotating.open(&old_id),
+            Some(payload()),
+            "old ids still open"
+        );
+        let new_id = rotating.seal(&payload()).unwrap();
+        assert_eq!(
+            after.open(&new_id),
+            Some(payload()),
+            "minted under the new secret"
+        );
+        assert_eq!(old.open(&new_id), None, "not under the old one");
+        assert_eq!(
+            after.open(&old_id),
+            None,
+            "once the old secret is gone, so are its ids"
+        );
     }
 }
