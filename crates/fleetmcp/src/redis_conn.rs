@@ -141,6 +141,29 @@ impl RedisConn {
         &self.inner.cfg
     }
 
+    /// A dedicated connection subscribed to `channel` (pub/sub needs its own connection), bounded
+    /// by the connect timeout plus one command timeout. The stream ends when the connection does.
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+    ) -> Result<redis::aio::PubSubStream, CommandError> {
+        let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
+        let attempt = async {
+            let mut pubsub = self
+                .inner
+                .client
+                .get_async_pubsub()
+                .await
+                .map_err(unavailable)?;
+            pubsub.subscribe(channel).await.map_err(unavailable)?;
+            Ok::<_, CommandError>(pubsub.into_on_message())
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        }
+    }
+
     /// Runs one command, bounded by the command timeout.
     pub(crate) async fn run<T: redis::FromRedisValue>(
         &self,

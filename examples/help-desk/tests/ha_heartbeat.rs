@@ -165,3 +165,73 @@ fn distributed_mode_without_a_session_secret_refuses_to_start() {
         out.describe()
     );
 }
+
+/// At the default timings (a heartbeat every 10 s, 30 s lifetime): an instance restarted under
+/// its own machine id after a SIGKILL is serving long before a heartbeat interval has passed
+/// (the crashed process holds no subscription on its channel any more), and a second instance
+/// under the id of a running one is refused just as fast.
+#[test]
+fn a_restart_after_sigkill_serves_at_once_and_a_live_twin_is_refused_at_once() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = [
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", "node-k"),
+        ("REDIS_URL", url.as_str()),
+    ];
+    let mut first = Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env);
+    let interval = Duration::from_secs(10);
+
+    // A live twin: refused without waiting an interval.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    cmd.envs(env)
+        .env("PORT", support::free_port().to_string())
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET);
+    let scratch = support::TempDir::new("twin");
+    let began = Instant::now();
+    let out = support::run(&mut cmd, Duration::from_secs(30), scratch.path());
+    let refused_after = began.elapsed();
+    assert!(!out.success(), "a twin must not start:\n{}", out.describe());
+    assert!(
+        out.describe().contains("already uses machine id node-k"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        refused_after < interval / 2,
+        "refused after {refused_after:?}, not after a heartbeat interval"
+    );
+
+    // A crash leaves the heartbeat behind; the restarted instance takes its place at once.
+    assert!(
+        first
+            .signal_and_wait("KILL", Duration::from_secs(5))
+            .is_some()
+    );
+    assert!(
+        heartbeat(&redis, "node-k").is_some(),
+        "left behind by the crash"
+    );
+    let began = Instant::now();
+    let second = Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env);
+    let serving_after = began.elapsed();
+    assert!(
+        serving_after < interval / 2,
+        "healthy {serving_after:?} after the restart, not after a heartbeat interval\n{}",
+        second.log()
+    );
+    assert!(
+        second
+            .log()
+            .contains("A stopped instance left its heartbeat under machine id node-k"),
+        "{}",
+        second.log()
+    );
+    let hb = heartbeat(&redis, "node-k").expect("the new instance beats");
+    assert_ne!(
+        hb["startedAt"],
+        Value::Null,
+        "the key is the new instance's: {hb}"
+    );
+}

@@ -3,6 +3,13 @@
 //! TTL) and deletes it when it stops gracefully, so that others can tell a stopped instance from
 //! a running one at once. It also refuses to start under a machine id a running instance uses,
 //! and reports to `/readyz` whether its key is there.
+//!
+//! Presence: a running instance stays subscribed to its own channel, `<prefix>notify:<nodeId>`
+//! (the contract's relay channel). The kernel closes a dead process's connections, so a crashed
+//! instance has no subscriber at once, while a paused or busy one keeps its subscription. At
+//! start, a heartbeat key under our machine id with no subscriber on that channel is one a crash
+//! left behind: the instance takes its place at once instead of waiting an interval to see
+//! whether the key is rewritten.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::unix_ms as now_ms;
 use crate::config::HaConfig;
@@ -31,6 +39,8 @@ pub(crate) struct Heartbeat {
     redis: RedisConn,
     node_id: String,
     key: String,
+    /// This instance's channel, whose subscriber count tells whether it is alive.
+    channel: String,
     started_at: u64,
     interval: Duration,
     ttl_ms: u64,
@@ -45,9 +55,11 @@ impl Heartbeat {
         redis: RedisConn,
         node_id: &str,
         cfg: &HaConfig,
+        stop: CancellationToken,
     ) -> Result<Arc<Self>, String> {
         let ha = Arc::new(Self {
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
+            channel: format!("{}notify:{node_id}", cfg.key_prefix),
             redis,
             node_id: node_id.to_string(),
             started_at: now_ms(),
@@ -56,21 +68,90 @@ impl Heartbeat {
             active: AtomicBool::new(false),
         });
         if let Some(before) = ha.read().await {
-            // A key is left by a crash until it expires. A live owner rewrites it within an
-            // interval; a dead one does not.
-            tokio::time::sleep(ha.interval + ha.interval / 10).await;
-            if let Some(after) = ha.read().await
-                && after.last_beat != before.last_beat
-            {
+            let twin = match ha.listeners().await {
+                Some(n) => n > 0,
+                // Redis cannot say: a live owner rewrites its key within an interval, a dead
+                // one does not.
+                None => {
+                    tokio::time::sleep(ha.interval + ha.interval / 10).await;
+                    ha.read()
+                        .await
+                        .is_some_and(|after| after.last_beat != before.last_beat)
+                }
+            };
+            if twin {
                 return Err(format!(
                     "another running instance already uses machine id {node_id} (started at {} ms); give every instance its own MACHINE_ID",
-                    after.started_at
+                    before.started_at
                 ));
             }
+            tracing::info!(
+                previous_started_at = before.started_at,
+                "[HA] A stopped instance left its heartbeat under machine id {node_id}; taking its place"
+            );
         }
+        // Subscribed before the first beat, so an instance that starts under the same id from
+        // now on sees this one alive.
+        // Redis may be down at start: the instance still starts (its `/readyz` says not ready
+        // until the heartbeat is written) and subscribes once Redis answers.
+        let messages = match ha.redis.subscribe(&ha.channel).await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, channel = %ha.channel, "[HA] cannot subscribe to this instance's channel yet; retrying");
+                None
+            }
+        };
+        tokio::spawn(ha.clone().stay_subscribed(messages, stop));
         ha.beat(0).await;
         tracing::info!("[HA] Heartbeat started for node {node_id}");
         Ok(ha)
+    }
+
+    /// Subscribers of this instance's channel (`None`: Redis did not answer).
+    async fn listeners(&self) -> Option<i64> {
+        let counts: Vec<(String, i64)> = self
+            .redis
+            .run(
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(&self.channel)
+                    .clone(),
+            )
+            .await
+            .ok()?;
+        counts.first().map(|(_, n)| *n)
+    }
+
+    /// Keeps the channel subscribed until `stop`: when the connection drops (Redis restarted),
+    /// or was never made, subscribes again, 100 ms doubling to 5 s between attempts. Messages
+    /// are not read yet: the relay will.
+    async fn stay_subscribed(
+        self: Arc<Self>,
+        mut messages: Option<redis::aio::PubSubStream>,
+        stop: CancellationToken,
+    ) {
+        use futures_util::StreamExt;
+        loop {
+            if let Some(stream) = messages.as_mut() {
+                tokio::select! {
+                    m = stream.next() => if m.is_some() { continue },
+                    _ = stop.cancelled() => return,
+                }
+                tracing::warn!(channel = %self.channel, "[HA] lost the subscription to this instance's channel; subscribing again");
+            }
+            let mut delay = Duration::from_millis(100);
+            messages = loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.cancelled() => return,
+                }
+                match self.redis.subscribe(&self.channel).await {
+                    Ok(m) => break Some(m),
+                    Err(e) => tracing::debug!(error = %e, "[HA] subscribing again failed"),
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
+            };
+        }
     }
 
     async fn read(&self) -> Option<Beat> {

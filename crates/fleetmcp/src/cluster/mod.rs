@@ -50,7 +50,7 @@ impl Cluster {
                 heartbeat: None,
             });
         };
-        let hb = Heartbeat::start(redis, machine_id, cfg).await?;
+        let hb = Heartbeat::start(redis, machine_id, cfg, stop.clone()).await?;
         tracing::info!("[HA] Manager started for distributed deployment");
         let beats = hb.clone();
         tokio::spawn(async move {

@@ -357,14 +357,17 @@ impl Server {
         })
     }
 
-    /// Binds as configured and serves until SIGTERM or SIGINT.
+    /// Starts (see [`Server::start`]), then binds as configured and serves until SIGTERM or
+    /// SIGINT. The port is bound only once the server is ready, so a load balancer never sees an
+    /// open port that answers nothing (distributed mode's start talks to Redis first).
     pub async fn serve(self) -> std::io::Result<()> {
         let cfg = self.app.config();
         let addr = SocketAddr::new(cfg.effective_bind().ip(), cfg.port);
+        let running = self.start().await?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-        self.serve_on(listener, shutdown_signal()).await
+        running.serve_on(listener, shutdown_signal()).await
     }
 
     /// Serves on an already bound listener until `stop` completes, then drains open requests
@@ -374,38 +377,7 @@ impl Server {
         listener: TcpListener,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        use axum::serve::ListenerExt;
-        let local = listener.local_addr()?;
-        log_startup(&self.app, local);
-        let running = self.start().await?;
-        // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let token = running.app.shutdown().clone();
-        let grace = Duration::from_millis(running.app.config().http.shutdown_grace_ms);
-        let stop_token = token.clone();
-        tokio::spawn(async move {
-            stop.await;
-            tracing::info!("shutting down: closing streams and draining requests");
-            stop_token.cancel();
-        });
-        let serve = axum::serve(listener, running.router())
-            .with_graceful_shutdown(token.clone().cancelled_owned());
-        let drained = async {
-            token.cancelled().await;
-            tokio::time::sleep(grace).await;
-        };
-        let result = tokio::select! {
-            r = serve.into_future() => r,
-            _ = drained => {
-                tracing::warn!("graceful shutdown took longer than {} ms; exiting", grace.as_millis());
-                Ok(())
-            }
-        };
-        running.stop().await;
-        tracing::info!("stopped");
-        result
+        self.start().await?.serve_on(listener, stop).await
     }
 }
 
@@ -426,6 +398,45 @@ impl Running {
     /// The handle for runtime changes.
     pub fn handle(&self) -> ServerHandle {
         self.app.handle()
+    }
+
+    /// Serves on `listener` until `stop` completes, then drains open requests for at most
+    /// `http.shutdown_grace_ms`, and stops.
+    pub async fn serve_on(
+        self,
+        listener: TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt;
+        log_startup(&self.app, listener.local_addr()?);
+        // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let token = self.app.shutdown().clone();
+        let grace = Duration::from_millis(self.app.config().http.shutdown_grace_ms);
+        let stop_token = token.clone();
+        tokio::spawn(async move {
+            stop.await;
+            tracing::info!("shutting down: closing streams and draining requests");
+            stop_token.cancel();
+        });
+        let serve = axum::serve(listener, self.router())
+            .with_graceful_shutdown(token.clone().cancelled_owned());
+        let drained = async {
+            token.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        let result = tokio::select! {
+            r = serve.into_future() => r,
+            _ = drained => {
+                tracing::warn!("graceful shutdown took longer than {} ms; exiting", grace.as_millis());
+                Ok(())
+            }
+        };
+        self.stop().await;
+        tracing::info!("stopped");
+        result
     }
 
     /// Stops: open streams and sessions end, background work stops, and in distributed mode
