@@ -235,3 +235,45 @@ fn a_restart_after_sigkill_serves_at_once_and_a_live_twin_is_refused_at_once() {
         "the key is the new instance's: {hb}"
     );
 }
+
+/// The port is bound only once the instance is ready: while distributed mode's start waits on a
+/// paused Redis, connections are refused (a load balancer moves on) rather than accepted and
+/// left unanswered; once Redis answers, the instance serves.
+#[test]
+fn the_port_opens_only_when_the_instance_is_ready() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    redis.pause();
+    let port = support::free_port();
+    let scratch = support::TempDir::new("late-listen");
+    let log = std::fs::File::create(scratch.path().join("log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_help-desk"))
+        .envs(distributed("node-late", &url))
+        .env("PORT", port.to_string())
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Connecting to Redis alone is bounded by 1 s + 0.5 s here, so for the first 0.8 s the
+    // instance is certainly not ready.
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_millis(800) {
+        let c = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100));
+        assert!(
+            c.is_err(),
+            "connected {:?} after spawning, before the instance was ready",
+            began.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    redis.resume();
+    wait_until(
+        "the instance serves once Redis answers",
+        Duration::from_secs(20),
+        || http_get(port, "/healthz").is_ok_and(|r| r.status == 200),
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
