@@ -138,6 +138,10 @@ pub struct HaConfig {
     pub heartbeat_ttl_ms: u64,
     /// Prefix of heartbeat keys and relay channels.
     pub key_prefix: String,
+    /// `FLEETMCP_ADVERTISE_ADDRESS`: `host:port` where the other instances reach this one to relay
+    /// a session's requests to it (written in the heartbeat). Unset: `127.0.0.1:<port>` when
+    /// bound to loopback, else `<machine id>:<port>` (a pod's name, where DNS resolves it).
+    pub advertise_address: Option<String>,
 }
 
 impl Default for HaConfig {
@@ -146,6 +150,7 @@ impl Default for HaConfig {
             heartbeat_interval_ms: 10_000,
             heartbeat_ttl_ms: 30_000,
             key_prefix: "mcp:ha:".into(),
+            advertise_address: None,
         }
     }
 }
@@ -271,6 +276,7 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
     "FRONTMCP_HA_KEY_PREFIX",
+    "FLEETMCP_ADVERTISE_ADDRESS",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -363,6 +369,9 @@ impl Config {
                 if let Some(v) = positive(value) {
                     self.ha.heartbeat_ttl_ms = v;
                 }
+            }
+            "FLEETMCP_ADVERTISE_ADDRESS" => {
+                self.ha.advertise_address = (!value.trim().is_empty()).then(|| value.trim().into())
             }
             "FRONTMCP_HA_KEY_PREFIX" if !value.trim().is_empty() => {
                 self.ha.key_prefix = value.trim().to_string()

@@ -735,3 +735,152 @@ fn a_rolling_secret_change_drops_no_session() {
         "an old id, once the old secret is gone",
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Distributed mode: the holder serves, the others relay to it, a stopped holder is taken over
+
+/// A `help-desk` in distributed mode on `redis`, bound to loopback (so it advertises
+/// `127.0.0.1:<port>` to the others), with extra settings.
+fn distributed_desk(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
+    let mut env: Vec<(&str, &str)> = vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    env.extend_from_slice(extra);
+    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+}
+
+fn machine_of(resp: &RawResponse) -> Option<&str> {
+    resp.header("x-frontmcp-machine-id")
+}
+
+/// A session opened on A and used on B is served by A through the relay (A's tool output and
+/// A's machine id, no recreation on B); a DELETE sent to B is answered 204 by A and ends the
+/// session everywhere; A keeps serving.
+#[test]
+fn the_holder_serves_and_the_others_relay_to_it() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+    for _ in 0..3 {
+        let resp = find_tickets(b.port(), &sid);
+        assert_tool_ok(&resp, "a call for A's session, sent to B");
+        assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+    }
+    assert_eq!(count(&b, RECREATING), 0, "B never holds it:\n{}", b.log());
+    assert_eq!(
+        count(&a, RECREATING),
+        0,
+        "A held it all along:\n{}",
+        a.log()
+    );
+
+    let resp = delete_session(b.port(), &sid);
+    assert_eq!(resp.status, 204, "a relayed DELETE:\n{}", resp.describe());
+    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+    assert!(!key_exists(&redis, &sid), "the session is gone from Redis");
+    assert_eq!(
+        find_tickets(a.port(), &sid).status,
+        404,
+        "and from its holder"
+    );
+    assert_eq!(
+        find_tickets(b.port(), &sid).status,
+        404,
+        "and from the others"
+    );
+    let health = support::http_get(a.port(), "/healthz").expect("A answers");
+    assert_eq!(health.status, 200, "{}", health.describe());
+}
+
+/// After its holder stops gracefully (SIGTERM: exit 0, heartbeat deleted), the session's next
+/// request on another instance is served at once, with the contract's log lines.
+#[test]
+fn a_stopped_holders_session_is_taken_over_at_once() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+    let status = a
+        .signal_and_wait("TERM", Duration::from_secs(10))
+        .expect("desk-a exits");
+    assert!(status.success(), "{status:?}");
+    thread::sleep(Duration::from_millis(100));
+    let resp = find_tickets(b.port(), &sid);
+    assert_tool_ok(&resp, "the stopped holder's session, on B");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+    for line in [
+        "[HA] Session owner is gone — the session will be taken over",
+        RECREATING,
+        "[HA] Took over session from a stopped node",
+        "previous_node_id=desk-a",
+    ] {
+        assert_log_has(&b, "desk-b", line);
+    }
+    assert_eq!(
+        redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim(),
+        "0",
+        "only B's heartbeat is left"
+    );
+    assert_eq!(
+        redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-b"]).trim(),
+        "1"
+    );
+    // B holds it now: its next request is served there without another takeover.
+    assert_tool_ok(&find_tickets(b.port(), &sid), "served by its new holder");
+    assert_eq!(count(&b, "[HA] Took over session from a stopped node"), 1);
+}
+
+/// A holder killed with SIGKILL leaves its heartbeat behind: until it expires the session's
+/// requests get the contract's 503 (never a hang, never a 500) with `Retry-After` = the
+/// heartbeat lifetime; then another instance takes it over.
+#[test]
+fn a_crashed_holder_gives_503_with_retry_after_until_its_heartbeat_expires() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "2000"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "6000"),
+    ];
+    let mut a = distributed_desk("desk-a", &url, &timings);
+    let b = distributed_desk("desk-b", &url, &timings);
+    let sid = open_session(a.port());
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(5));
+    assert_rpc_error(
+        &resp,
+        503,
+        -32000,
+        "This MCP session is served by another instance of the server, which did not answer the relayed request. Retry after 6s; if that instance has stopped, the session is taken over by another instance once its heartbeat expires.",
+        "the crashed holder's session before its heartbeat expires",
+    );
+    assert_eq!(resp.header("retry-after"), Some("6"), "{}", resp.describe());
+    assert_log_has(&b, "desk-b", "[HA] Relay to session owner failed");
+    let began = Instant::now();
+    loop {
+        let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(5));
+        if resp.status == 200 {
+            assert_tool_ok(&resp, "taken over once the heartbeat expired");
+            break;
+        }
+        assert_eq!(
+            resp.status,
+            503,
+            "only 503 until then:\n{}",
+            resp.describe()
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "not taken over within the heartbeat lifetime plus margin"
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+    assert_log_has(&b, "desk-b", "[HA] Took over session from a stopped node");
+}

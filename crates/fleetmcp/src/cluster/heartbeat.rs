@@ -27,11 +27,14 @@ use crate::transport::{Probe, ProbeReport};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Beat {
+pub(super) struct Beat {
     node_id: String,
     started_at: u64,
     last_beat: u64,
     session_count: usize,
+    /// `host:port` where other instances relay this one's sessions' requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// The heartbeat of one instance.
@@ -41,6 +44,8 @@ pub(crate) struct Heartbeat {
     key: String,
     /// This instance's channel, whose subscriber count tells whether it is alive.
     channel: String,
+    /// Where the other instances reach this one.
+    address: String,
     started_at: u64,
     interval: Duration,
     ttl_ms: u64,
@@ -55,9 +60,11 @@ impl Heartbeat {
         redis: RedisConn,
         node_id: &str,
         cfg: &HaConfig,
+        address: String,
         stop: CancellationToken,
     ) -> Result<Arc<Self>, String> {
         let ha = Arc::new(Self {
+            address,
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
             channel: format!("{}notify:{node_id}", cfg.key_prefix),
             redis,
@@ -155,12 +162,7 @@ impl Heartbeat {
     }
 
     async fn read(&self) -> Option<Beat> {
-        let raw: Option<String> = self
-            .redis
-            .run(redis::cmd("GET").arg(&self.key).clone())
-            .await
-            .ok()?;
-        serde_json::from_str(&raw?).ok()
+        read_beat(&self.redis, &self.key).await.ok().flatten()
     }
 
     /// Rewrites the heartbeat.
@@ -170,6 +172,7 @@ impl Heartbeat {
             started_at: self.started_at,
             last_beat: now_ms(),
             session_count,
+            address: Some(self.address.clone()),
         };
         let Ok(value) = serde_json::to_string(&hb) else {
             return;
@@ -234,4 +237,14 @@ impl Probe for Heartbeat {
             }),
         }
     }
+}
+
+/// The heartbeat at `key` (`<prefix>heartbeat:<nodeId>`): `None` when the instance stopped or
+/// its key expired; an error when Redis did not answer.
+pub(super) async fn read_beat(
+    redis: &RedisConn,
+    key: &str,
+) -> Result<Option<Beat>, crate::redis_conn::CommandError> {
+    let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
+    Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
 }

@@ -46,7 +46,10 @@ async fn name_instance(State(id): State<Arc<Identity>>, req: Request, next: Next
     let opens_session = res.status() == StatusCode::OK
         && (res.headers().contains_key(SESSION_HEADER) || opens_stream);
     let h = res.headers_mut();
-    h.insert(MACHINE_ID_HEADER, id.machine_id.clone());
+    // A relayed answer already names the holder that served it.
+    if !h.contains_key(MACHINE_ID_HEADER) {
+        h.insert(MACHINE_ID_HEADER, id.machine_id.clone());
+    }
     if opens_session {
         h.insert(header::SET_COOKIE, id.cookie.clone());
     }

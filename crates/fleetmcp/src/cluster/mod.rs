@@ -1,28 +1,59 @@
 //! Distributed mode: everything that knows other instances exist.
 //!
 //! - [`identity`]: the machine-id header and affinity cookie, one layer around every route;
-//! - [`heartbeat`]: the heartbeat in Redis, the refusal to start under a machine id in use,
-//!   and the `/readyz` probe.
-//!
-//! Relaying a session's requests to its holder, taking over a stopped instance's sessions and
-//! fencing plug into the seams below this module: `session::Ownership` (who serves a stored
-//! session) and `transport::Relay` (how a request reaches its holder).
+//! - [`heartbeat`]: the heartbeat in Redis (with the address other instances relay to), the
+//!   refusal to start under a machine id in use, and the `/readyz` probe;
+//! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
+//!   instance, taking over from a stopped one;
+//! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop.
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
 
+mod directory;
 mod heartbeat;
 mod identity;
+mod relay;
 
 use std::sync::Arc;
 
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::HaConfig;
+use crate::config::{BindAddress, Config, HaConfig};
 use crate::redis_conn::RedisConn;
-use crate::transport::Probe;
+use crate::session::Ownership;
+use crate::transport::{Probe, Relay};
 use heartbeat::Heartbeat;
+
+/// The seams distributed mode fills, with Redis: who serves a stored session, and how a request
+/// reaches its holder.
+pub(crate) fn seams(
+    redis: &RedisConn,
+    machine_id: &str,
+    cfg: &HaConfig,
+) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
+    let relay = relay::HttpRelay::new(
+        redis.clone(),
+        machine_id,
+        &cfg.key_prefix,
+        cfg.heartbeat_ttl_ms,
+    )?;
+    let directory = directory::Directory::new(redis.clone(), machine_id, &cfg.key_prefix);
+    Some((Arc::new(directory), Arc::new(relay)))
+}
+
+/// Where the other instances reach this one: `FLEETMCP_ADVERTISE_ADDRESS`, else the loopback
+/// address or the machine id, with the configured port.
+pub(crate) fn advertised_address(cfg: &Config, machine_id: &str) -> String {
+    if let Some(a) = &cfg.ha.advertise_address {
+        return a.clone();
+    }
+    match cfg.effective_bind() {
+        BindAddress::Loopback => format!("127.0.0.1:{}", cfg.port),
+        BindAddress::All => format!("{machine_id}:{}", cfg.port),
+    }
+}
 
 /// Distributed mode on one instance, from start to a graceful stop.
 pub(crate) struct Cluster {
@@ -36,6 +67,7 @@ impl Cluster {
     /// shared. `sessions` counts the sessions held, for the heartbeat.
     pub async fn start(
         machine_id: &str,
+        address: String,
         redis: Option<RedisConn>,
         cfg: &HaConfig,
         sessions: impl Fn() -> usize + Send + 'static,
@@ -50,7 +82,7 @@ impl Cluster {
                 heartbeat: None,
             });
         };
-        let hb = Heartbeat::start(redis, machine_id, cfg, stop.clone()).await?;
+        let hb = Heartbeat::start(redis, machine_id, cfg, address, stop.clone()).await?;
         tracing::info!("[HA] Manager started for distributed deployment");
         let beats = hb.clone();
         tokio::spawn(async move {

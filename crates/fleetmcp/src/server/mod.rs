@@ -192,13 +192,21 @@ impl ServerBuilder {
             store_wait: Duration::from_millis(config.sessions.store_wait_ms),
             refresh_every_ms: ttl / 4,
         };
+        let (mut ownership, mut relay) = (self.ownership, self.relay);
+        if config.deployment_mode == DeploymentMode::Distributed
+            && let Some(conn) = &redis
+            && let Some((o, r)) = crate::cluster::seams(conn, &machine_id, &config.ha)
+        {
+            ownership = ownership.or(Some(o));
+            relay = relay.or(Some(r));
+        }
         let sessions = Sessions::new(
             machine_id,
             sealer,
             config.sessions.max_sessions,
             store,
             events.clone(),
-            self.ownership,
+            ownership,
             timing,
             shutdown.clone(),
         );
@@ -216,11 +224,7 @@ impl ServerBuilder {
             shutdown,
             state: self.state,
         });
-        Server {
-            app,
-            redis,
-            relay: self.relay,
-        }
+        Server { app, redis, relay }
     }
 }
 
@@ -324,8 +328,10 @@ impl Server {
         }
         let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
             let held = app.clone();
+            let machine_id = app.sessions().machine_id();
             let cluster = Cluster::start(
-                app.sessions().machine_id(),
+                machine_id,
+                crate::cluster::advertised_address(app.config(), machine_id),
                 self.redis.clone(),
                 &app.config().ha,
                 move || held.sessions().held(),

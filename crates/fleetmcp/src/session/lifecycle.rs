@@ -210,13 +210,22 @@ impl Sessions {
         }
         match self.read(id).await {
             Ok(Some(record)) => {
-                if let Some(owner) = &self.ownership
-                    && let Owner::Peer(node) = owner.owner(&record).await
-                {
-                    return Lookup::Elsewhere(node);
-                }
+                let owner = match &self.ownership {
+                    Some(o) => o.owner(&record).await,
+                    None => Owner::Here,
+                };
+                let previous = match owner {
+                    Owner::Peer(node) => return Lookup::Elsewhere(node),
+                    Owner::TakeOver(node) => Some(node),
+                    Owner::Here => None,
+                };
                 match self.recreate(record).await {
-                    Some(s) => Lookup::Held(s),
+                    Some(s) => {
+                        if let Some(previous_node_id) = previous {
+                            tracing::info!(session_id = %s.id, %previous_node_id, "[HA] Took over session from a stopped node");
+                        }
+                        Lookup::Held(s)
+                    }
                     None => Lookup::Missing(Missing::Full),
                 }
             }
@@ -244,7 +253,8 @@ impl Sessions {
         match self.read(id).await {
             Ok(Some(record)) => match owner.owner(&record).await {
                 Owner::Peer(node) => Lookup::Elsewhere(node),
-                Owner::Here => Lookup::Missing(Missing::Unknown),
+                // Its stream was on the stopped holder: nothing to take over.
+                Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
             Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),

@@ -16,8 +16,10 @@ use super::store::SessionRecord;
 /// The answer of an [`Ownership`]: serve the session here, or hand it to its live holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
-    /// This instance becomes the holder (recreation, or takeover from a stopped instance).
+    /// This instance becomes the holder (recreation).
     Here,
+    /// This instance takes the session over from a holder that stopped (its machine id).
+    TakeOver(String),
     /// Another live instance holds it; its machine id.
     Peer(String),
 }

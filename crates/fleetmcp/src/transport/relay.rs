@@ -14,8 +14,6 @@ use super::locate;
 
 /// A request as received, ready to be served by another instance.
 #[derive(Debug, Clone)]
-// Read by the relay distributed mode installs; until it lands, only the seam's tests read them.
-#[cfg_attr(not(test), allow(dead_code))]
 pub struct RelayRequest {
     pub method: Method,
     /// Path and query (`/mcp`, `/message?sessionId=…`).
