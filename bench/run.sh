@@ -15,6 +15,9 @@
 #                     fleetmcp_pair: two help-desks sharing a Redis, calls round-robin between them)
 #                    (fleetmcp_before: the help-desk binary named by BEFORE_BIN, run like
 #                     fleetmcp, to compare two builds in one run)
+#                    (fleetmcp_relayed: two help-desks in distributed mode sharing a Redis,
+#                     sessions opened on the first, every call sent to the second, which relays
+#                     it to the holder)
 #   BEFORE_BIN=      a help-desk binary built from another commit (for fleetmcp_before)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
@@ -38,6 +41,7 @@ LABEL_fleetmcp="fleetmcp help-desk"
 LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
+LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -101,18 +105,22 @@ fi
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
-    fleetmcp_pair)
+    fleetmcp_pair|fleetmcp_relayed)
       # Two instances sharing one Redis; the second listens on PORT2.
+      local mode=standalone
+      [[ $name == fleetmcp_relayed ]] && mode=distributed
       REDIS_PORT_B="$("$LOADGEN" free-port)"
       redis-server --port "$REDIS_PORT_B" --bind 127.0.0.1 --save "" --appendonly no \
         --dir "$WORK" --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
       for _ in $(seq 50); do redis-cli -p "$REDIS_PORT_B" ping >/dev/null 2>&1 && break; sleep 0.1; done
       PORT2="$("$LOADGEN" free-port)"
       PORT="$PORT2" MACHINE_ID=bench-b REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+        FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
       SECOND_PID=$!
       PORT="$port" MACHINE_ID=bench-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+        FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
       ;;
@@ -161,8 +169,9 @@ for round in $(seq "$ROUNDS"); do
     # outer timeout is a last resort.
     limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
     extra=()
-    if [[ $name == fleetmcp_pair ]]; then
+    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed ]]; then
       extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
+      [[ $name == fleetmcp_relayed ]] && extra+=(--only-url2 1)
       redis-cli -p "$REDIS_PORT_B" config resetstat >/dev/null
     fi
     if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
@@ -172,7 +181,7 @@ for round in $(seq "$ROUNDS"); do
       log "load generator failed against $label (server log: $WORK/$name.log)"
       tail -n 20 "$WORK/$name.log" >&2 || true
     fi
-    if [[ $name == fleetmcp_pair ]]; then
+    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed ]]; then
       # Redis commands per tools/call on the hot path (setup included, so an upper bound).
       calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
       cmds=$(redis-cli -p "$REDIS_PORT_B" info commandstats | sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' | tr '\n' ' ')

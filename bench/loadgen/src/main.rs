@@ -44,6 +44,9 @@ struct Args {
     /// A second instance: calls alternate between `url` and this one (round-robin, no
     /// affinity), while sessions are opened on `url`.
     url2: Option<String>,
+    /// Every call goes to `url2` (sessions are still opened on `url`): in distributed mode, every
+    /// call is relayed to the session's holder.
+    only_url2: bool,
     sessions: usize,
     duration: Duration,
     warmup: Duration,
@@ -57,7 +60,7 @@ struct Args {
 }
 
 fn usage() -> &'static str {
-    "usage: fleet-loadgen --url URL [--url2 URL] [--sessions N] [--duration SECS] [--warmup SECS] \
+    "usage: fleet-loadgen --url URL [--url2 URL [--only-url2 1]] [--sessions N] [--duration SECS] [--warmup SECS] \
      [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless]"
 }
 
@@ -65,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         url: String::new(),
         url2: None,
+        only_url2: false,
         sessions: 64,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(1),
@@ -101,6 +105,7 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--url" => a.url = val,
             "--url2" => a.url2 = Some(val),
+            "--only-url2" => a.only_url2 = matches!(val.as_str(), "1" | "true" | "yes"),
             "--sessions" => {
                 a.sessions = val.parse().map_err(|e| format!("--sessions {val}: {e}"))?;
                 if a.sessions == 0 || a.sessions > 10_000 {
@@ -313,6 +318,7 @@ struct Plan {
     client: reqwest::Client,
     url: String,
     url2: Option<String>,
+    only_url2: bool,
     tool: String,
     tool_args: Value,
     /// Calls started before this are warm-up, not recorded.
@@ -328,6 +334,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         client,
         url,
         url2,
+        only_url2,
         tool,
         tool_args,
         measure_from,
@@ -361,7 +368,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         let outcome = async {
             // Round-robin over two instances when asked: every other call goes to the second.
             let target = match url2 {
-                Some(u2) if id.is_multiple_of(2) => u2.as_str(),
+                Some(u2) if *only_url2 || id.is_multiple_of(2) => u2.as_str(),
                 _ => url.as_str(),
             };
             let req = client.post(target);
@@ -523,6 +530,7 @@ async fn run(args: Args) -> Result<(), String> {
         client: client.clone(),
         url: args.url.clone(),
         url2: args.url2.clone(),
+        only_url2: args.only_url2,
         tool: args.tool.clone(),
         tool_args: args.tool_args.clone(),
         measure_from,
