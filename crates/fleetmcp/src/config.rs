@@ -112,6 +112,15 @@ pub struct SessionConfig {
     /// Bound on reading a session this instance does not hold; past it the request gets `503`
     /// with `Retry-After` instead of hanging.
     pub store_wait_ms: u64,
+    /// Most bytes of `clientInfo` and `capabilities` together (as sent) that `initialize` may
+    /// carry; both are kept for the session's life, in memory and in the store. Beyond it,
+    /// `initialize` answers `400` `-32602` and nothing is opened.
+    pub max_client_info_bytes: usize,
+    /// Most resources one session may be subscribed to at once (`resources/subscribe` beyond
+    /// it answers `-32602`).
+    pub max_subscriptions: usize,
+    /// Longest URI `resources/subscribe` accepts, in bytes.
+    pub max_subscription_uri_bytes: usize,
 }
 
 impl Default for SessionConfig {
@@ -124,6 +133,44 @@ impl Default for SessionConfig {
             event_ttl_ms: 300_000,
             check_timeout_ms: 500,
             store_wait_ms: 5000,
+            max_client_info_bytes: 16 * 1024,
+            max_subscriptions: 1000,
+            max_subscription_uri_bytes: 4096,
+        }
+    }
+}
+
+/// Background tasks (the 2026-07-28 tasks extension and 2025-11-25 experimental tasks): how
+/// long their records are kept, and how many and how large they may be. Working tasks count
+/// against the bounds but are never evicted; finished ones are, oldest first, when a new task
+/// needs room. A new task that finds no room answers a JSON-RPC error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskConfig {
+    /// How long a task's record stays readable after it was created (`ttlMs`).
+    pub ttl_ms: u64,
+    /// Most task records kept at once, working or finished.
+    pub max_tasks: usize,
+    /// Most bytes of task records kept at once (records as serialised).
+    pub max_bytes: usize,
+    /// Most task records one session keeps (2025-11-25 tasks belong to their session).
+    pub max_tasks_per_owner: usize,
+    /// Most bytes of task records one session keeps.
+    pub max_bytes_per_owner: usize,
+    /// Largest record one task may leave; a larger result fails the task with an error that
+    /// names this limit instead of being stored.
+    pub max_result_bytes: usize,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        Self {
+            ttl_ms: 3_600_000,
+            max_tasks: 1000,
+            max_bytes: 128 * 1024 * 1024,
+            max_tasks_per_owner: 100,
+            max_bytes_per_owner: 32 * 1024 * 1024,
+            max_result_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -221,6 +268,8 @@ pub struct Config {
     pub page_size: usize,
     pub http: HttpConfig,
     pub sessions: SessionConfig,
+    /// Background task records.
+    pub tasks: TaskConfig,
     pub stateless: StatelessConfig,
     /// Redis, shared by every instance of a fleet (`REDIS_URL`, `REDIS_HOST`, `REDIS_PORT`, or a
     /// `[redis]` section). Unset: sessions live in this process's memory.
@@ -243,6 +292,7 @@ impl Default for Config {
             page_size: 100,
             http: HttpConfig::default(),
             sessions: SessionConfig::default(),
+            tasks: TaskConfig::default(),
             vault_secret: None,
             jwt_secret: None,
             stateless: StatelessConfig::default(),
@@ -461,6 +511,41 @@ impl Config {
                 "sessions.max_events_per_stream",
                 self.sessions.max_events_per_stream.to_string(),
                 "event limits must be at least 1",
+            );
+        }
+        if self.sessions.max_client_info_bytes < 256
+            || self.sessions.max_subscription_uri_bytes < 64
+        {
+            return invalid(
+                "sessions.max_client_info_bytes",
+                self.sessions.max_client_info_bytes.to_string(),
+                "must be at least 256 (and sessions.max_subscription_uri_bytes at least 64)",
+            );
+        }
+        let t = &self.tasks;
+        if t.ttl_ms < 1000 {
+            return invalid(
+                "tasks.ttl_ms",
+                t.ttl_ms.to_string(),
+                "must be at least 1000",
+            );
+        }
+        if t.max_tasks == 0 || t.max_tasks_per_owner == 0 || t.max_tasks_per_owner > t.max_tasks {
+            return invalid(
+                "tasks.max_tasks_per_owner",
+                t.max_tasks_per_owner.to_string(),
+                "must be at least 1 and at most tasks.max_tasks",
+            );
+        }
+        // A record must fit wherever it is kept, or a finished task could never be stored.
+        if t.max_result_bytes < 1024
+            || t.max_result_bytes > t.max_bytes_per_owner
+            || t.max_bytes_per_owner > t.max_bytes
+        {
+            return invalid(
+                "tasks.max_result_bytes",
+                t.max_result_bytes.to_string(),
+                "must be at least 1024, and max_result_bytes <= max_bytes_per_owner <= max_bytes",
             );
         }
         if let Some(redis) = &self.redis

@@ -54,7 +54,9 @@ pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, RequestContext};
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
-pub use tasks::{MemoryTaskStore, TaskRecord, TaskStatus, TaskStore, TaskSupport};
+pub use tasks::{
+    MemoryTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreFull, TaskSupport,
+};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
 /// Sets up `tracing` for a binary: `RUST_LOG` filters (default `info`).

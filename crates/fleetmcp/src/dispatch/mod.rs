@@ -147,8 +147,8 @@ pub(crate) async fn request(
         (_, "prompts/get") => prompts::get(&app, p, ctx).await,
         (_, "completion/complete") => completion::complete(&app, &ctx, p),
         (Caller::Session(_), "ping") => raw(&json!({})),
-        (Caller::Session(s), "resources/subscribe") => resources::subscribe(s, p, true),
-        (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(s, p, false),
+        (Caller::Session(s), "resources/subscribe") => resources::subscribe(&app, s, p, true),
+        (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(&app, s, p, false),
         (Caller::Session(s), "logging/setLevel") => set_level(s, p),
         (Caller::Session(s), "tasks/get") if s.version >= ProtocolVersion::V2025_11_25 => {
             tasks::session::get(&app, s, p).await

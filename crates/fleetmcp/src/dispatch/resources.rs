@@ -104,10 +104,33 @@ pub(super) async fn read(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
     }
 }
 
-pub(super) fn subscribe(session: &Session, p: Option<&RawValue>, on: bool) -> Reply {
+/// `resources/(un)subscribe`. A session's subscriptions live as long as it does, so their
+/// number (`sessions.max_subscriptions`) and the length of each URI
+/// (`sessions.max_subscription_uri_bytes`) are bounded; past either, `-32602` naming the bound,
+/// and nothing is stored.
+pub(super) fn subscribe(app: &App, session: &Session, p: Option<&RawValue>, on: bool) -> Reply {
     let UriParams { uri } = params(p)?;
     if on {
-        session.subscribe(&uri);
+        let cfg = &app.config().sessions;
+        if uri.len() > cfg.max_subscription_uri_bytes {
+            let max = cfg.max_subscription_uri_bytes;
+            return Err(errors::invalid_params_with(
+                format!(
+                    "The URI is {} bytes, longer than sessions.max_subscription_uri_bytes ({max})",
+                    uri.len()
+                ),
+                json!({"limit": "sessions.max_subscription_uri_bytes", "max": max}),
+            ));
+        }
+        if !session.subscribe(&uri, cfg.max_subscriptions) {
+            let max = cfg.max_subscriptions;
+            return Err(errors::invalid_params_with(
+                format!(
+                    "This session already holds sessions.max_subscriptions ({max}) subscriptions; unsubscribe first"
+                ),
+                json!({"limit": "sessions.max_subscriptions", "max": max}),
+            ));
+        }
     } else {
         session.unsubscribe(&uri);
     }

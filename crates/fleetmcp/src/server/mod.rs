@@ -22,7 +22,7 @@ use crate::session::{
     MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions, Timing,
 };
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
-use crate::tasks::{MemoryTaskStore, TaskStore, Tasks};
+use crate::tasks::{MemoryTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::transport::{self, Relay, Seams};
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
@@ -210,6 +210,7 @@ impl ServerBuilder {
             timing,
             shutdown.clone(),
         );
+        let tasks_cfg = config.tasks.clone();
         let app = App::new(Parts {
             info: self.info,
             catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
@@ -217,8 +218,10 @@ impl ServerBuilder {
             sessions,
             events,
             tasks: Tasks::new(
-                self.tasks
-                    .unwrap_or_else(|| Arc::new(MemoryTaskStore::default())),
+                self.tasks.unwrap_or_else(|| {
+                    Arc::new(MemoryTaskStore::new(TaskLimits::from_config(&tasks_cfg)))
+                }),
+                &tasks_cfg,
             ),
             request_state,
             shutdown,

@@ -10,6 +10,7 @@
 //! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
 //! store that does not answer in time never blocks a session this instance can serve.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -86,6 +87,10 @@ pub struct Sessions {
     timing: Timing,
     /// Parent of every session's `closed` token: stopping the server ends them all.
     shutdown: CancellationToken,
+    /// Ids of the 2024-11-05 streams (`GET /sse`) open on this instance. Such a session can
+    /// only be initialized while its stream is open here: its answers have nowhere else to go,
+    /// and an id whose stream closed, or that another instance minted, must never open.
+    legacy_streams: parking_lot::Mutex<HashSet<Arc<str>>>,
 }
 
 /// Pause between attempts to read a session from a store that did not answer.
@@ -112,7 +117,24 @@ impl Sessions {
             ownership,
             timing,
             shutdown,
+            legacy_streams: parking_lot::Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Records that the 2024-11-05 stream of session `id` is open on this instance.
+    pub fn legacy_stream_opened(&self, id: Arc<str>) {
+        self.legacy_streams.lock().insert(id);
+    }
+
+    /// Records that the 2024-11-05 stream of session `id` closed here.
+    pub fn legacy_stream_closed(&self, id: &str) {
+        self.legacy_streams.lock().remove(id);
+    }
+
+    /// Whether `id`'s 2024-11-05 stream is open on this instance: the only case in which its
+    /// `initialize` may open it.
+    pub fn has_legacy_stream(&self, id: &str) -> bool {
+        self.legacy_streams.lock().contains(id)
     }
 
     /// This instance's machine id, as session records name it.
@@ -238,11 +260,14 @@ impl Sessions {
     }
 
     /// Like [`Sessions::find`], for a session that cannot move between instances (the
-    /// 2024-11-05 transport's, tied to its stream): held here, held by a live peer, or missing.
-    /// Without an [`Ownership`] nothing but this instance's memory is consulted.
+    /// 2024-11-05 transport's, tied to its stream): held here (and still stored), held by a
+    /// live peer, or missing. Without an [`Ownership`] a session not held here is never read
+    /// from the store: it cannot be served here.
     pub async fn find_pinned(&self, id: &str) -> Lookup {
+        // Held here is not enough: another instance may have ended it (its stored record is
+        // gone), and an ended session stays ended on every path.
         if let Some(s) = self.live.get(id) {
-            return Lookup::Held(s);
+            return self.still_stored(s).await;
         }
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);

@@ -148,8 +148,18 @@ impl Session {
         }
     }
 
-    pub(crate) fn subscribe(&self, uri: &str) {
-        self.subscriptions.lock().insert(uri.to_string());
+    /// Subscribes to `uri` unless the session already holds `max` subscriptions (one it
+    /// already has is accepted again). False: refused, nothing stored.
+    pub(crate) fn subscribe(&self, uri: &str, max: usize) -> bool {
+        let mut subs = self.subscriptions.lock();
+        if subs.contains(uri) {
+            return true;
+        }
+        if subs.len() >= max {
+            return false;
+        }
+        subs.insert(uri.to_string());
+        true
     }
     pub(crate) fn unsubscribe(&self, uri: &str) {
         self.subscriptions.lock().remove(uri);

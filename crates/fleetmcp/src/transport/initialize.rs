@@ -12,17 +12,43 @@ use serde_json::value::RawValue;
 use super::{locate, reply};
 use crate::app::App;
 use crate::dispatch;
-use crate::protocol::{ProtocolVersion, errors};
+use crate::protocol::{ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
 
+/// Kept raw at first so that their size is checked before anything is built from them.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct InitializeParams {
     protocol_version: String,
     #[serde(default)]
-    capabilities: Value,
+    capabilities: Option<Box<RawValue>>,
     #[serde(default)]
-    client_info: Value,
+    client_info: Option<Box<RawValue>>,
+}
+
+/// `clientInfo` and `capabilities` as values, once their size (as sent) is within
+/// `sessions.max_client_info_bytes`: both live as long as the session, in memory and in the
+/// store, so a client may not make them arbitrarily large.
+fn client_data(app: &App, p: &InitializeParams) -> Result<(Value, Value), ErrorData> {
+    let max = app.config().sessions.max_client_info_bytes;
+    let len = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |r| r.get().len());
+    let size = len(&p.client_info) + len(&p.capabilities);
+    if size > max {
+        return Err(errors::invalid_params_with(
+            format!(
+                "clientInfo and capabilities take {size} bytes, more than sessions.max_client_info_bytes ({max})"
+            ),
+            serde_json::json!({"limit": "sessions.max_client_info_bytes", "max": max, "size": size}),
+        ));
+    }
+    let value = |v: &Option<Box<RawValue>>| -> Result<Value, ErrorData> {
+        match v {
+            Some(r) => serde_json::from_str(r.get())
+                .map_err(|e| errors::invalid_params(format!("invalid initialize params: {e}"))),
+            None => Ok(Value::Null),
+        }
+    };
+    Ok((value(&p.client_info)?, value(&p.capabilities)?))
 }
 
 /// Opens session `sid` (minted with [`mint`] when `None`) for the `initialize` request `rid`;
@@ -35,6 +61,9 @@ pub(super) async fn open(
 ) -> Result<(Arc<Session>, Value), Response> {
     let p: InitializeParams = dispatch::params(params)
         .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
+    // Checked before an id is minted or anything is held, so a refusal leaves nothing behind.
+    let (client_info, capabilities) = client_data(app, &p)
+        .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
     let version = ProtocolVersion::negotiate(&p.protocol_version);
     let minted;
     let sid = match sid {
@@ -46,7 +75,7 @@ pub(super) async fn open(
     };
     let session = app
         .sessions()
-        .open(sid, version, p.client_info, p.capabilities)
+        .open(sid, version, client_info, capabilities)
         .await
         .map_err(|e| open_error(e, Some(rid)))?;
     Ok((session, result(app, version)))

@@ -34,8 +34,9 @@ struct StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        // Closed here at once, so a POST that follows finds no session; the shared state goes
-        // in the background.
+        // Closed here at once, so a POST that follows finds no session (and no `initialize`
+        // can open it again); the shared state goes in the background.
+        self.app.sessions().legacy_stream_closed(&self.id);
         self.app.sessions().close(&self.id);
         let app = self.app.clone();
         let id = self.id.clone();
@@ -60,6 +61,7 @@ pub(super) async fn open(State(ep): Ep) -> Response {
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
+    app.sessions().legacy_stream_opened(id.clone());
     let guard = StreamGuard {
         app: app.clone(),
         id,
@@ -194,8 +196,22 @@ async fn initialize(
         }
         _ => {}
     }
+    // Only a stream open here can carry this session's answers. An id whose stream closed, or
+    // that another instance's stream (or a Streamable HTTP `initialize`) minted, is refused,
+    // even when it opens under our secret and no store remembers it ended.
+    if !app.sessions().has_legacy_stream(sid) {
+        tracing::warn!(
+            "a 2024-11-05 initialize was refused: its /sse stream is not open on this instance"
+        );
+        return reply::text(StatusCode::NOT_FOUND, "Session not found");
+    }
     match initialize::open(app, Some(sid), rid, params).await {
-        Ok((_, result)) => {
+        Ok((session, result)) => {
+            // The stream may have closed while the session was opened: it must not outlive it.
+            if !app.sessions().has_legacy_stream(sid) {
+                app.sessions().end(&session.id).await;
+                return reply::text(StatusCode::NOT_FOUND, "Session not found");
+            }
             if let Err(e) = app
                 .events()
                 .append(sid, STANDALONE_STREAM, encode_result(rid, &result))

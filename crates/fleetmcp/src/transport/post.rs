@@ -11,7 +11,11 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use http::{HeaderMap, HeaderValue, StatusCode};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
@@ -19,7 +23,7 @@ use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, relay, reply, ss
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
-use crate::events::{Cursor, EventStore, StreamId};
+use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 
@@ -144,16 +148,26 @@ fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
 
 /// The answer as an SSE stream: a writer task moves the handler's messages and its final
 /// answer into the event store; the response tails the stream, so it can be resumed.
+///
+/// When the event store fails under it (Redis down), the answer does not wait for events
+/// that cannot be stored: from the first failed append on, the writer sends every message,
+/// and the final answer, straight to this connection, without event ids (they cannot be
+/// resumed), and the response ends when the writer does. The response also ends as soon as
+/// it has delivered the final answer, so it never waits for an end marker that may be lost.
 async fn stream_answer(
     app: &App,
     session: Arc<Session>,
     id: Box<serde_json::value::RawValue>,
     mut streaming: Streaming,
 ) -> Response {
+    let (direct_tx, direct_rx) = mpsc::unbounded_channel();
     let sink = Arc::new(StoredStream {
         events: app.events().clone(),
         session: session.id.clone(),
         stream: session.next_stream_id(),
+        degraded: CancellationToken::new(),
+        direct: Mutex::new(Some(direct_tx)),
+        last: Arc::new(Mutex::new(None)),
     });
     // The reader claims the stream before anything is written to it, so a polling end sent
     // as the very first message ends this connection and not a reader that does not exist yet.
@@ -187,15 +201,75 @@ async fn stream_answer(
             )
             .await;
         if let Ok(Some(reply)) = reply {
-            writer.append(dispatch::encode_reply(&id, reply)).await;
+            let answer = dispatch::encode_reply(&id, reply);
+            // Known to the response before it can be read back, so the response ends on it.
+            *writer.last.lock() = Some(answer.clone());
+            writer.append(answer).await;
         }
+        // No more direct messages: a response that switched to them ends here.
+        writer.direct.lock().take();
+        // The end marker, for readers that resume the stream later (Redis may be back).
         writer.events.close(&writer.session, writer.stream).await;
     });
-    sse::response(
+    let body = Answer {
         tail,
-        app.config().http.sse_retry_ms,
-        sse::keepalive_every(&app.config().http),
-    )
+        direct: direct_rx,
+        degraded: sink.degraded.clone(),
+        last: sink.last.clone(),
+        phase: Phase::Tail,
+        retry_ms: app.config().http.sse_retry_ms,
+    };
+    sse::streaming(body.frames(), sse::keepalive_every(&app.config().http))
+}
+
+/// Where the response of a streamed answer reads from.
+enum Phase {
+    /// The event store (the normal case).
+    Tail,
+    /// The writer's direct messages, once the event store failed.
+    Direct,
+    /// Finished: the final answer was delivered.
+    Done,
+}
+
+/// The response side of a streamed answer.
+struct Answer {
+    tail: BoxStream<'static, StoredEvent>,
+    direct: mpsc::UnboundedReceiver<Bytes>,
+    degraded: CancellationToken,
+    last: Arc<Mutex<Option<Bytes>>>,
+    phase: Phase,
+    retry_ms: u64,
+}
+
+impl Answer {
+    fn frames(self) -> BoxStream<'static, Bytes> {
+        futures_util::stream::unfold(self, |mut st| async move {
+            loop {
+                match st.phase {
+                    Phase::Tail => tokio::select! {
+                        // What the store already delivers goes first.
+                        biased;
+                        ev = st.tail.next() => {
+                            let ev = ev?;
+                            if !ev.data.is_empty() && st.last.lock().as_ref() == Some(&ev.data) {
+                                st.phase = Phase::Done;
+                            }
+                            let frame = sse::frame(&ev, st.retry_ms);
+                            return Some((frame, st));
+                        }
+                        _ = st.degraded.cancelled() => st.phase = Phase::Direct,
+                    },
+                    Phase::Direct => {
+                        let data = st.direct.recv().await?;
+                        return Some((sse::message_frame(&data), st));
+                    }
+                    Phase::Done => return None,
+                }
+            }
+        })
+        .boxed()
+    }
 }
 
 /// One stream of a session in the event store, as a request's answer writes it.
@@ -203,18 +277,45 @@ struct StoredStream {
     events: Arc<dyn EventStore>,
     session: Arc<str>,
     stream: StreamId,
+    /// Fires at the first append that fails: from then on messages go to `direct`.
+    degraded: CancellationToken,
+    /// The connection, for messages the store could not take (`None` once the writer ended).
+    direct: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    /// The final answer, once known: the response ends after delivering it.
+    last: Arc<Mutex<Option<Bytes>>>,
 }
 
 impl StoredStream {
     async fn append(&self, data: Bytes) {
-        if let Err(e) = self.events.append(&self.session, self.stream, data).await {
-            tracing::warn!(session = %self.session, error = %e, "an SSE event could not be stored");
+        if !self.degraded.is_cancelled() {
+            match self
+                .events
+                .append(&self.session, self.stream, data.clone())
+                .await
+            {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(session = %self.session, error = %e, "an SSE event could not be stored; the answer continues on its connection, without resumption");
+                    self.degraded.cancel();
+                }
+            }
+        }
+        // A priming event only serves resumption, which this stream no longer offers.
+        if !data.is_empty()
+            && let Some(tx) = self.direct.lock().as_ref()
+        {
+            // The connection may be gone already: then the message is lost, as any message
+            // of a broken, unresumable stream is.
+            let _ = tx.send(data);
         }
     }
 
     async fn forward(&self, m: Outbound) {
         match m {
             Outbound::Message(b) => self.append(b).await,
+            // Ending the connection asks the client to resume from the store; once the store
+            // failed there is nothing to resume from, so the connection stays.
+            Outbound::EndConnection if self.degraded.is_cancelled() => {}
             Outbound::EndConnection => self.events.end_reader(&self.session, self.stream).await,
         }
     }

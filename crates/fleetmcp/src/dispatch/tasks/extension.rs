@@ -63,7 +63,7 @@ pub(crate) async fn create(
         let ctx = RequestContext::new(task_app, caller, None, None, task_cancel);
         async move { tool.call(args, ctx).await }.boxed()
     })
-    .await;
+    .await?;
     created(app, ctx, &record)
 }
 
@@ -98,7 +98,7 @@ pub(crate) async fn run_escalating(
                 }
                 .boxed()
             })
-            .await;
+            .await?;
             created(app, ctx, &record)
         }
     }

@@ -25,14 +25,15 @@ use crate::tasks::{Running, TaskRecord, TaskStatus};
 
 /// Starts a task: stores its record (before the client can ask for it), registers it as
 /// running here, and runs the work `start` returns in the background until it ends or `cancel`
-/// fires, recording the outcome. Every kind of task starts here.
+/// fires, recording the outcome. Every kind of task starts here. A task the store has no room
+/// for is refused with the error the caller answers, and its work never starts.
 pub(super) async fn launch(
     app: &App,
     owner: Option<String>,
     cancel: CancellationToken,
     start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
-) -> TaskRecord {
-    let (record, running) = app.tasks().begin(owner, cancel.clone()).await;
+) -> Result<TaskRecord, ErrorData> {
+    let (record, running) = app.tasks().begin(owner, cancel.clone()).await?;
     let work = start(&record.task_id, running);
     let app = app.clone();
     let id = record.task_id.clone();
@@ -45,7 +46,7 @@ pub(super) async fn launch(
             .end(&id, |record| record_outcome(record, ended))
             .await;
     });
-    record
+    Ok(record)
 }
 
 /// How a task's record shows the way its tool call ended (`None`: cancelled).

@@ -51,7 +51,7 @@ pub(crate) async fn create(
     let record = launch(app, Some(session.id.to_string()), cancel, move |_, _| {
         async move { tool.call(args, ctx).await }.boxed()
     })
-    .await;
+    .await?;
     raw(&json!({"task": session_task(&record)}))
 }
 
