@@ -117,6 +117,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             d: round.digest.clone(),
             exp: now + app.config().stateless.request_state_ttl_ms,
             a: round.answers().clone(),
+            q: asked.iter().map(|(k, _)| k.clone()).collect(),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;
     let requests: Map<String, Value> = asked.into_iter().collect();
