@@ -127,6 +127,8 @@ pub(super) async fn serve(
         Started::Plain(Some(Err(e))) => error(&answer_id, &e),
         Started::Plain(None) => error(&answer_id, &shutting_down()),
         Started::Streaming(s) => stream(app, answer_id, s),
+        // Only session requests are counted; kept exhaustive so a new limit cannot be missed.
+        Started::Busy(e) => driver::busy_response(&answer_id, &e),
     }
 }
 
