@@ -76,6 +76,12 @@ pub struct HttpConfig {
     pub sse_keepalive_secs: u64,
     /// How long a graceful shutdown waits for open requests before exiting.
     pub shutdown_grace_ms: u64,
+    /// Most messages in one JSON-RPC batch (2025-03-26); a longer batch is refused with `400`
+    /// `-32600` while it is parsed, before its items are read.
+    pub max_batch_len: usize,
+    /// Most requests one session may have running at once; one more is answered `429`
+    /// `-32029` with `Retry-After`, and the running ones go on.
+    pub max_inflight_per_session: usize,
 }
 
 impl Default for HttpConfig {
@@ -87,6 +93,8 @@ impl Default for HttpConfig {
             sse_retry_ms: 3000,
             sse_keepalive_secs: 15,
             shutdown_grace_ms: 5000,
+            max_batch_len: 100,
+            max_inflight_per_session: 100,
         }
     }
 }

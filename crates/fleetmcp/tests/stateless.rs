@@ -400,8 +400,9 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
 
     // Round 2: answers the first, gets the second with a new state.
     let answer = |f: &str, v: &str| json!({"action": "accept", "content": {f: v}});
-    let (h, b2) =
-        call(json!({"inputResponses": {"name": answer("name", "Ada")}, "requestState": state1}));
+    let (h, b2) = call(
+        json!({"inputResponses": {"name": answer("name", "Ada")}, "requestState": state1.clone()}),
+    );
     let (_, _, b) = post(&s.mcp, &h, &b2).await;
     let r2 = result(&b);
     assert_eq!(r2["resultType"], "input_required", "{r2}");
@@ -436,8 +437,9 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
         (StatusCode::BAD_REQUEST, -32602),
         "{b}"
     );
-    // An answer of the wrong shape is refused; so is an expired state.
-    let (h, bw) = call(json!({"inputResponses": {"name": 12345}}));
+    // An answer of the wrong shape is refused; so is an expired state. (With the state of the
+    // round that asked: an answer to a question nobody asked is ignored, not checked.)
+    let (h, bw) = call(json!({"inputResponses": {"name": 12345}, "requestState": state1}));
     let (st, _, b) = post(&s.mcp, &h, &bw).await;
     assert_eq!(
         (st, error_code(&b)),

@@ -13,6 +13,9 @@ mod resources;
 mod tasks;
 mod tools;
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -114,6 +117,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             d: round.digest.clone(),
             exp: now + app.config().stateless.request_state_ttl_ms,
             a: round.answers().clone(),
+            q: asked.iter().map(|(k, _)| k.clone()).collect(),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;
     let requests: Map<String, Value> = asked.into_iter().collect();
@@ -128,16 +132,62 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
     raw(&result)
 }
 
-/// Runs one request.
+/// Runs one request. A handler that panics (a tool, resource, prompt or completion handler,
+/// or our own code on its way) answers `-32603` for this request alone, logged once with the
+/// method and the name it was called with; the session and every other request go on.
+///
+/// The panic is caught here rather than in the transport's driver because here the method and
+/// params are still at hand: the name is read from the params only when a panic happened, so
+/// the hot path pays nothing but the `catch_unwind` frame.
 pub(crate) async fn request(
     method: String,
     params: Option<Box<RawValue>>,
     ctx: RequestContext,
 ) -> Reply {
+    // `AssertUnwindSafe`: after a panic nothing of the request's future is used again; the
+    // shared state it may have touched is behind locks that do not poison (parking_lot).
+    match AssertUnwindSafe(route(&method, params.as_deref(), ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(reply) => reply,
+        Err(panic) => {
+            tracing::error!(
+                method,
+                name = called_name(params.as_deref()).as_deref().unwrap_or(""),
+                panic = panic_message(&*panic),
+                "a handler panicked; the request is answered -32603"
+            );
+            Err(errors::handler_panicked())
+        }
+    }
+}
+
+/// What a panic said, for the log (`panic!` with a message carries a `&str` or a `String`).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("<a panic without a message>")
+}
+
+/// `params.name` (tools, prompts) or `params.uri` (resources), for the log of a failed request.
+fn called_name(params: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named {
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    let n: Named = serde_json::from_str(params?.get()).ok()?;
+    n.name.or(n.uri)
+}
+
+/// Routes one request to its method family.
+async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let app = ctx.app().clone();
-    let p = params.as_deref();
     let caller = ctx.caller().clone();
-    match (&caller, method.as_str()) {
+    match (&caller, method) {
         (_, "tools/list") => tools::list(&app, &ctx, p),
         (_, "tools/call") => tools::call(&app, p, ctx).await,
         (_, "resources/list") => resources::list(&app, &ctx, p),

@@ -55,6 +55,20 @@ pub mod errors {
     pub fn internal(message: impl Into<String>) -> ErrorData {
         ErrorData::new(ErrorCode::INTERNAL_ERROR, message.into(), None)
     }
+    /// `-32029` "Rate limit exceeded" (the deployment contract's code for `429`): the caller
+    /// sent more than a limit allows and may retry after `retry_after_s` seconds.
+    pub fn rate_limited(retry_after_s: u64, data: Value) -> ErrorData {
+        ErrorData::new(
+            ErrorCode(-32029),
+            format!("Rate limit exceeded. Retry after {retry_after_s} seconds"),
+            Some(data),
+        )
+    }
+    /// `-32603` for a handler that panicked: the client learns only that the request failed;
+    /// the panic's message stays in the server's log.
+    pub fn handler_panicked() -> ErrorData {
+        internal("Internal error: the handler failed unexpectedly")
+    }
     /// Implementation-defined server error (`-32000`), used by the session contract.
     pub fn server(message: impl Into<String>) -> ErrorData {
         ErrorData::new(ErrorCode(-32000), message.into(), None)

@@ -107,13 +107,17 @@ impl Session {
         self.client_capabilities.get(capability).is_some()
     }
 
-    /// Registers a running request; the token fires on `notifications/cancelled`.
-    pub(crate) fn track_request(&self, raw_id: &str) -> CancellationToken {
+    /// Registers a running request; the token fires on `notifications/cancelled`. `None` when
+    /// `max` requests are already running: the count and the insert happen under one lock, so
+    /// concurrent requests (a batch) cannot all slip under the limit together.
+    pub(crate) fn track_request(&self, raw_id: &str, max: usize) -> Option<CancellationToken> {
+        let mut inflight = self.inflight.lock();
+        if inflight.len() >= max && !inflight.contains_key(raw_id) {
+            return None;
+        }
         let token = self.closed.child_token();
-        self.inflight
-            .lock()
-            .insert(raw_id.to_string(), token.clone());
-        token
+        inflight.insert(raw_id.to_string(), token.clone());
+        Some(token)
     }
     pub(crate) fn finish_request(&self, raw_id: &str) {
         self.inflight.lock().remove(raw_id);
@@ -336,7 +340,7 @@ mod tests {
             !s.deliver_client_reply(&id, Ok(Value::Null)),
             "answered once"
         );
-        let token = s.track_request("7");
+        let token = s.track_request("7", usize::MAX).expect("under the limit");
         assert!(s.cancel_request("7"));
         assert!(token.is_cancelled());
         assert!(!s.cancel_request("7"));

@@ -28,8 +28,13 @@ pub struct StatePayload {
     pub d: String,
     /// Expiry, milliseconds since the Unix epoch.
     pub exp: u64,
-    /// Answers of earlier rounds, by input-request key.
+    /// Answers of earlier rounds, by input-request key. Never replaced by a later round.
     pub a: Map<String, Value>,
+    /// Keys of the input requests the round that sealed this state asked: the only
+    /// `inputResponses` the next round accepts. (Absent in states sealed before it existed:
+    /// their questions are then asked again.)
+    #[serde(default)]
+    pub q: Vec<String>,
 }
 
 /// Why a `requestState` was refused.
@@ -148,6 +153,7 @@ mod tests {
                 .as_object()
                 .cloned()
                 .unwrap(),
+            q: vec!["step2".into()],
         }
     }
 

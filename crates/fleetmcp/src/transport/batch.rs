@@ -1,11 +1,19 @@
 //! A 2025-03-26 JSON-RPC batch: its requests run concurrently, and their answers come back as
 //! one JSON array (messages a request sends on the way go to the session's standalone stream).
+//!
+//! A batch is refused early and cheaply: a version header without batches before its session
+//! is looked up, the session's own version before it runs, and a batch longer than
+//! `http.max_batch_len` while it is parsed, before the messages past the limit are read.
+
+use std::cell::Cell;
 
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, StatusCode};
+use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess, Visitor};
+use serde_json::json;
 
 use super::driver::{self, Call, Started};
 use super::locate::{self, Asker, Place};
@@ -13,15 +21,76 @@ use super::{PROTOCOL_VERSION_HEADER, era, reply};
 use crate::app::App;
 use crate::context::Caller;
 use crate::dispatch;
-use crate::protocol::{Incoming, Message, ProtocolVersion, encode_error, errors};
+use crate::protocol::{
+    ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
+    errors,
+};
 
+/// The check a batch gets before its session is looked up: a version header that names a
+/// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
+/// `-32600`, or `-32700` for a body that is not JSON, as for any request). An unknown
+/// version is left to [`era::check_session_version`], which answers it like any request.
+pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
+    let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    let Some(v) = headers
+        .get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+    else {
+        return Ok(());
+    };
+    if !is_batch {
+        return Ok(());
+    }
+    let refused = match ProtocolVersion::parse(v) {
+        Some(version) if !version.allows_batches() => not_allowed(version.as_str()),
+        None if STATELESS_VERSIONS.contains(&v) => not_allowed(v),
+        _ => return Ok(()),
+    };
+    // A body that is not JSON is a parse error first, as everywhere else; checking it builds
+    // nothing (`IgnoredAny`), so a refused batch still costs no allocation per message.
+    if let Err(e) = serde_json::from_slice::<IgnoredAny>(body) {
+        return Err(reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::parse_error(e),
+        ));
+    }
+    Err(refused)
+}
+
+fn not_allowed(version: &str) -> Response {
+    reply::rpc_error(
+        StatusCode::BAD_REQUEST,
+        None,
+        &errors::invalid_request(format!(
+            "Invalid Request: JSON-RPC batches are not supported by protocol version {version}"
+        )),
+    )
+}
+
+/// Serves a batch whose version header [`check_header_version`] has passed.
 pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Place) -> Response {
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
-    let items: Vec<Incoming> = match serde_json::from_slice(body) {
+    let max = app.config().http.max_batch_len;
+    let items = match parse(body, max) {
         Ok(v) => v,
-        Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)),
+        Err(Refused::TooLong) => {
+            return reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Invalid Request: a batch holds at most {max} messages"),
+                    Some(json!({"maxBatchLen": max})),
+                ),
+            );
+        }
+        Err(Refused::Parse(e)) => {
+            return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
+        }
     };
     if items.is_empty() {
         return reply::rpc_error(
@@ -45,19 +114,10 @@ pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Pl
         Place::Refused(why) => return locate::refuse(why, Asker::Post, None),
         Place::Holder(_) => return super::post::unreachable_holder(),
     };
-    let header_version = headers
-        .get(PROTOCOL_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(ProtocolVersion::parse);
-    let version = header_version.unwrap_or(session.version);
-    if !version.allows_batches() {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request(format!(
-                "Invalid Request: JSON-RPC batches are not supported by protocol version {version}"
-            )),
-        );
+    // The session's negotiated version decides: a 2025-11-25 session does not get batches by
+    // sending an older version header (the header check above catches only newer ones).
+    if !session.version.allows_batches() {
+        return not_allowed(session.version.as_str());
     }
     let mut answers: Vec<BoxFuture<'static, Option<Bytes>>> = Vec::new();
     for item in items {
@@ -81,6 +141,8 @@ pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Pl
                         match driver::start(&app, caller, Call { id, method, params }, false).await
                         {
                             Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
+                            // Past the in-flight limit: this item alone is refused.
+                            Started::Busy(e) => Some(encode_error(Some(&answer_id), &e)),
                             // A cancelled request is not answered.
                             Started::Plain(None) | Started::Streaming(_) => None,
                         }
@@ -108,4 +170,85 @@ pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Pl
     }
     body.push(b']');
     reply::json(StatusCode::OK, Bytes::from(body))
+}
+
+/// Why a batch body was refused while it was parsed.
+enum Refused {
+    /// It holds more than `http.max_batch_len` messages.
+    TooLong,
+    Parse(serde_json::Error),
+}
+
+/// Parses a batch, stopping at its `max + 1`th message: that message is not read at all (not
+/// even checked to be valid JSON), so a long batch costs no more than `max` parsed messages.
+fn parse(body: &[u8], max: usize) -> Result<Vec<Incoming>, Refused> {
+    let too_long = Cell::new(false);
+    let seed = Bounded {
+        max,
+        too_long: &too_long,
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = seed.deserialize(&mut de).and_then(|items| {
+        de.end()?;
+        Ok(items)
+    });
+    match parsed {
+        Ok(items) => Ok(items),
+        Err(_) if too_long.get() => Err(Refused::TooLong),
+        Err(e) => Err(Refused::Parse(e)),
+    }
+}
+
+/// A JSON array of at most `max` messages; past that, `too_long` is set and the parse fails.
+struct Bounded<'a> {
+    max: usize,
+    too_long: &'a Cell<bool>,
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Vec<Incoming>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Vec<Incoming>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a JSON-RPC batch of at most {} messages", self.max)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // The size hint of a JSON array is unknown; a small start avoids trusting anything.
+        let mut items = Vec::with_capacity(self.max.min(16));
+        while items.len() < self.max {
+            match seq.next_element()? {
+                Some(item) => items.push(item),
+                None => return Ok(items),
+            }
+        }
+        match seq.next_element_seed(Overflow(self.too_long))? {
+            None => Ok(items),
+            Some(never) => match never {},
+        }
+    }
+}
+
+/// The seed of the message after the limit: never reads it, only says it is there and fails.
+/// (Called only when a message follows: the end of the array, or a malformed separator, does
+/// not reach it.)
+struct Overflow<'a>(&'a Cell<bool>);
+
+/// What [`Overflow`] would produce: nothing, ever.
+enum Never {}
+
+impl<'de> DeserializeSeed<'de> for Overflow<'_> {
+    type Value = Never;
+
+    fn deserialize<D: Deserializer<'de>>(self, _d: D) -> Result<Never, D::Error> {
+        self.0.set(true);
+        Err(D::Error::custom("the batch is longer than its limit"))
+    }
 }

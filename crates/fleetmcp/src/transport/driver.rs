@@ -3,23 +3,28 @@
 //! is plain (the handler finished without sending anything first) or a stream, which the caller
 //! then pumps into its sink (the event store, the 2024-11-05 stream, or the connection).
 //!
-//! It also keeps a session's in-flight table (for `notifications/cancelled`) and drops the
-//! handler at its next `.await` when the request is cancelled.
+//! It also keeps a session's in-flight table (for `notifications/cancelled`, and to refuse a
+//! request past `http.max_inflight_per_session`) and drops the handler at its next `.await`
+//! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
+use http::StatusCode;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::reply;
 use crate::app::App;
 use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch::{self, Reply};
+use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 
 /// One JSON-RPC request to run.
@@ -35,6 +40,23 @@ pub(super) enum Started {
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
     Streaming(Streaming),
+    /// It did not run: its session already runs `http.max_inflight_per_session` requests.
+    /// The error ([`busy_response`] for HTTP) names the limit; nothing else is affected.
+    Busy(ErrorData),
+}
+
+/// How long a client refused by the in-flight limit should wait before it retries.
+const BUSY_RETRY_AFTER_S: u64 = 1;
+
+/// The HTTP answer of a request refused by the in-flight limit: `429` (the deployment
+/// contract's rate-limit answer), with `Retry-After`. `429` rather than `503`: the server is
+/// fine, this one session asks for too much at once, and a load balancer must not take a `503`
+/// as a sign that the instance is unhealthy.
+pub(super) fn busy_response(id: &RawValue, e: &ErrorData) -> Response {
+    reply::with_retry_after(
+        reply::rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(id), e),
+        BUSY_RETRY_AFTER_S,
+    )
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
@@ -60,7 +82,24 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
     let Call { id, method, params } = call;
     let raw_id = id.get().to_string();
     let (cancel, tracked) = match &caller {
-        Caller::Session(s) => (s.track_request(&raw_id), Some(Tracked(s.clone(), raw_id))),
+        Caller::Session(s) => {
+            let max = app.config().http.max_inflight_per_session;
+            match s.track_request(&raw_id, max) {
+                Some(token) => (token, Some(Tracked(s.clone(), raw_id))),
+                None => {
+                    tracing::warn!(
+                        session = %s.id,
+                        method,
+                        max,
+                        "refused a request: its session already runs the most requests allowed"
+                    );
+                    return Started::Busy(errors::rate_limited(
+                        BUSY_RETRY_AFTER_S,
+                        json!({"maxInflightPerSession": max}),
+                    ));
+                }
+            }
+        }
         _ => (app.shutdown().child_token(), None),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -164,6 +203,7 @@ where
 {
     match start(app, caller, call, true).await {
         Started::Plain(reply) => reply,
+        Started::Busy(e) => Some(Err(e)),
         // The stream outlives any connection, so only the end of the request ends it.
         Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }

@@ -9,13 +9,21 @@ use serde_json::value::RawValue;
 
 use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply};
 use crate::config::DefaultEra;
-use crate::protocol::{Message, ProtocolVersion, errors};
+use crate::protocol::{Message, ProtocolVersion, STATELESS_VERSIONS, errors};
 
 /// Whether the version header names a version of the stateless era (or any non-session one).
 pub(super) fn names_stateless_version(h: &HeaderMap) -> bool {
     h.get(PROTOCOL_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| ProtocolVersion::parse(v.trim()).is_none())
+}
+
+/// Whether the version header names a version of the stateless era (2026-07-28), as opposed
+/// to a session-era one or one of no era at all.
+pub(super) fn names_stateless_era(h: &HeaderMap) -> bool {
+    h.get(PROTOCOL_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| STATELESS_VERSIONS.contains(&v.trim()))
 }
 
 /// A session-era request by its headers alone: it carries a session and no version header of
@@ -44,7 +52,9 @@ pub(super) fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &M
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
             (method, params)
         }
-        Message::Response { .. } => return false,
+        // A response is 2026-07-28's when its header says so: that era refuses it (clients do
+        // not send responses there) instead of calling its version unsupported.
+        Message::Response { .. } => return names_stateless_era(headers),
     };
     if matches!(method.as_str(), "server/discover" | "subscriptions/listen") {
         return true;
@@ -59,6 +69,11 @@ pub(super) fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &M
         return true;
     }
     if !legacy_header {
+        // `initialize` exists only in the session era: with a version header of no era it is a
+        // session-era request with an unsupported version (400), not a 2026 one without `_meta`.
+        if method == "initialize" && !names_stateless_era(headers) {
+            return false;
+        }
         // A version header of the new era, or an unknown one, on a request without a session.
         return !has_session;
     }

@@ -7,13 +7,21 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use super::locate::{self, Asker};
-use super::{Ep, checks, era, reply, sse};
+use super::{Ep, SESSION_HEADER, checks, era, reply, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let parts = super::bodiless(req);
     if !era::is_session_request(&parts.headers) {
+        // A session with a version header of no era is a bad session-era request (400, as a
+        // POST answers it), not a 2026-07-28 one.
+        if parts.headers.contains_key(SESSION_HEADER)
+            && !era::names_stateless_era(&parts.headers)
+            && let Err(bad) = era::check_session_version(&parts.headers)
+        {
+            return bad;
+        }
         return era::stateless_method_not_allowed("GET");
     }
     if let Err(bad) = checks::get_headers(&parts.headers) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use http::StatusCode;
+use http::{HeaderMap, StatusCode};
 
 use super::{Endpoint, reply};
 use crate::config::BindAddress;
@@ -18,38 +18,60 @@ use crate::config::BindAddress;
 pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     let cfg = ep.app.config();
-    if let Some(host) = headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-    {
-        let check_host =
-            !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind() == BindAddress::Loopback;
-        if check_host && !host_allowed(host, &cfg.http.allowed_hosts) {
+    let check_host =
+        !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind() == BindAddress::Loopback;
+    if check_host && let Some(host) = single_value(headers, http::header::HOST) {
+        // A value that is not one visible-ASCII line cannot be compared: refused, like a
+        // foreign one (fail closed).
+        let allowed = host
+            .as_deref()
+            .is_some_and(|h| host_allowed(h, &cfg.http.allowed_hosts));
+        if !allowed {
+            let shown = host.as_deref().unwrap_or("<malformed>");
             tracing::warn!(
-                host,
+                host = shown,
                 "rejected a request for a foreign Host (DNS rebinding protection)"
             );
-            return reply::rpc_error(
-                StatusCode::FORBIDDEN,
-                None,
-                &crate::protocol::errors::server(format!("Forbidden: Host {host} is not allowed")),
-            );
+            return forbidden(format!("Forbidden: Host {shown} is not allowed"));
         }
     }
-    if let Some(origin) = headers.get(http::header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        if !origin_allowed(origin, &cfg.http.allowed_origins) {
-            tracing::warn!(origin, "rejected a request from a foreign Origin");
-            return reply::rpc_error(
-                StatusCode::FORBIDDEN,
-                None,
-                &crate::protocol::errors::server(format!(
-                    "Forbidden: Origin {origin} is not allowed"
-                )),
-            );
+    if let Some(origin) = single_value(headers, http::header::ORIGIN) {
+        let allowed = origin
+            .as_deref()
+            .is_some_and(|o| origin_allowed(o, &cfg.http.allowed_origins));
+        if !allowed {
+            let shown = origin.as_deref().unwrap_or("<malformed>");
+            tracing::warn!(origin = shown, "rejected a request from a foreign Origin");
+            return forbidden(format!("Forbidden: Origin {shown} is not allowed"));
         }
     }
     next.run(req).await
+}
+
+fn forbidden(message: String) -> Response {
+    reply::rpc_error(
+        StatusCode::FORBIDDEN,
+        None,
+        &crate::protocol::errors::server(message),
+    )
+}
+
+/// The header's value when present: `Some(Some(v))` for one value of visible ASCII only
+/// (0x21 to 0x7E), `Some(None)` for anything else (bytes outside that range, spaces, or the
+/// header repeated, where which value counts is ambiguous), `None` when absent.
+fn single_value(headers: &HeaderMap, name: http::HeaderName) -> Option<Option<String>> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return Some(None);
+    }
+    let bytes = first.as_bytes();
+    let visible = !bytes.is_empty() && bytes.iter().all(|b| (0x21..=0x7e).contains(b));
+    Some(
+        visible
+            .then(|| std::str::from_utf8(bytes).ok().map(str::to_string))
+            .flatten(),
+    )
 }
 
 /// The host name without its port (`[::1]:3000` → `[::1]`).
@@ -103,5 +125,28 @@ mod tests {
             "https://app.example",
             &["https://app.example".into()]
         ));
+    }
+
+    #[test]
+    fn malformed_or_repeated_values_are_not_read() {
+        let mut h = HeaderMap::new();
+        let name = http::header::HOST;
+        assert_eq!(single_value(&h, name.clone()), None);
+        h.insert(
+            name.clone(),
+            http::HeaderValue::from_static("localhost:3000"),
+        );
+        assert_eq!(
+            single_value(&h, name.clone()),
+            Some(Some("localhost:3000".into()))
+        );
+        let bad = http::HeaderValue::from_bytes(b"evil\xff.example").expect("obs-text is allowed");
+        h.insert(name.clone(), bad);
+        assert_eq!(single_value(&h, name.clone()), Some(None));
+        h.insert(name.clone(), http::HeaderValue::from_static("local host"));
+        assert_eq!(single_value(&h, name.clone()), Some(None));
+        h.insert(name.clone(), http::HeaderValue::from_static("localhost"));
+        h.append(name.clone(), http::HeaderValue::from_static("evil.example"));
+        assert_eq!(single_value(&h, name), Some(None));
     }
 }

@@ -37,6 +37,10 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         Ok(b) => b,
         Err(bad) => return bad,
     };
+    // A batch the version header forbids costs no session lookup.
+    if let Err(bad) = batch::check_header_version(&parts.headers, &body) {
+        return bad;
+    }
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
         match locate::locate(&ep.app, &parts.headers).await {
@@ -139,6 +143,7 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
             sse::keepalive_every(&app.config().http),
         ),
         Started::Streaming(s) => stream_answer(app, session, id, s).await,
+        Started::Busy(e) => driver::busy_response(&id, &e),
     }
 }
 

@@ -127,6 +127,8 @@ pub(super) async fn serve(
         Started::Plain(Some(Err(e))) => error(&answer_id, &e),
         Started::Plain(None) => error(&answer_id, &shutting_down()),
         Started::Streaming(s) => stream(app, answer_id, s),
+        // Only session requests are counted; kept exhaustive so a new limit cannot be missed.
+        Started::Busy(e) => driver::busy_response(&answer_id, &e),
     }
 }
 
@@ -135,7 +137,11 @@ fn shutting_down() -> ErrorData {
     errors::internal("The server is shutting down; retry the request")
 }
 
-/// The answers this round starts with: those sealed in `requestState`, then `inputResponses`.
+/// The answers this round starts with: those sealed in `requestState`, then the
+/// `inputResponses` to the questions the previous round asked (the keys sealed with it). Any
+/// other key is ignored, as the specification advises for unknown keys, and a sealed answer is
+/// never replaced: so a client cannot rewrite an answer the handler already acted on, nor make
+/// the server seal (and carry to the next round) anything it did not ask for.
 fn round_for(
     app: &App,
     meta: RequestMeta,
@@ -144,6 +150,7 @@ fn round_for(
 ) -> Result<Round, ErrorData> {
     let digest = request_digest(method, map);
     let mut answers = Map::new();
+    let mut asked = Vec::new();
     let multi_round = matches!(method, "tools/call" | "prompts/get" | "resources/read");
     if multi_round {
         if let Some(state) = map.get("requestState") {
@@ -162,12 +169,20 @@ fn round_for(
                     errors::invalid_params(format!("Invalid requestState: {why}"))
                 })?;
             answers = payload.a;
+            asked = payload.q;
         }
         match map.get("inputResponses") {
             None | Some(Value::Null) => {}
             Some(Value::Object(responses)) => {
                 for (k, v) in responses {
-                    answers.insert(k.clone(), v.clone());
+                    if asked.contains(k) && !answers.contains_key(k) {
+                        answers.insert(k.clone(), v.clone());
+                    } else {
+                        tracing::debug!(
+                            key = %k,
+                            "ignored an inputResponses key the previous round did not ask (or already answered)"
+                        );
+                    }
                 }
             }
             Some(_) => {

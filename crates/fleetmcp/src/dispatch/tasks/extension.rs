@@ -54,7 +54,8 @@ pub(crate) async fn create(
     let cancel = app.shutdown().child_token();
     let task_app = app.clone();
     let task_cancel = cancel.clone();
-    let record = launch(app, None, cancel, move |task_id, running| {
+    let name = tool.name().to_string();
+    let record = launch(app, &name, None, cancel, move |task_id, running| {
         let caller = Caller::Task(Arc::new(TaskCall {
             task_id: task_id.to_string(),
             meta,
@@ -78,29 +79,47 @@ pub(crate) async fn run_escalating(
 ) -> Reply {
     let (tx, escalated) = oneshot::channel();
     ctx.arm_escalation(tx);
+    let name = tool.name().to_string();
     let mut work = tokio::spawn({
         let ctx = ctx.clone();
         async move { tool.call(args, ctx).await }
     });
     tokio::select! {
         done = &mut work => {
-            let outcome = done.map_err(|e| errors::internal(format!("the tool stopped: {e}")))?;
+            let outcome = done.map_err(|e| stopped(&name, e))?;
             answer(app, ctx, outcome)
         }
         Ok(()) = escalated => {
             let work = AbortOnDrop(work);
-            let record = launch(app, None, app.shutdown().child_token(), move |_, _| {
+            let task_tool = name.clone();
+            let record = launch(app, &name, None, app.shutdown().child_token(), move |_, _| {
                 async move {
                     let mut work = work;
-                    (&mut work.0).await.unwrap_or_else(|e| {
-                        Err(ToolError::Protocol(errors::internal(format!("the tool stopped: {e}"))))
-                    })
+                    (&mut work.0)
+                        .await
+                        .unwrap_or_else(|e| Err(ToolError::Protocol(stopped(&task_tool, e))))
                 }
                 .boxed()
             })
             .await?;
             created(app, ctx, &record)
         }
+    }
+}
+
+/// The `-32603` of a spawned tool call that did not return: it panicked (logged here, once,
+/// with the panic's message) or was aborted.
+fn stopped(tool: &str, e: tokio::task::JoinError) -> ErrorData {
+    if e.is_panic() {
+        let panic = e.into_panic();
+        tracing::error!(
+            tool,
+            panic = super::super::panic_message(&*panic),
+            "a tool's handler panicked; the request is answered -32603"
+        );
+        errors::handler_panicked()
+    } else {
+        errors::internal(format!("the tool stopped: {e}"))
     }
 }
 

@@ -9,8 +9,10 @@
 pub(super) mod extension;
 pub(super) mod session;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -26,20 +28,36 @@ use crate::tasks::{Running, TaskRecord, TaskStatus};
 /// Starts a task: stores its record (before the client can ask for it), registers it as
 /// running here, and runs the work `start` returns in the background until it ends or `cancel`
 /// fires, recording the outcome. Every kind of task starts here. A task the store has no room
-/// for is refused with the error the caller answers, and its work never starts.
+/// for is refused with the error the caller answers, and its work never starts. `tool` names the
+/// tool, for the log of a task whose handler panicked: it fails like a tool that returned
+/// `-32603`, so its record still ends and its running entry is still removed.
 pub(super) async fn launch(
     app: &App,
+    tool: &str,
     owner: Option<String>,
     cancel: CancellationToken,
     start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
     let (record, running) = app.tasks().begin(owner, cancel.clone()).await?;
-    let work = start(&record.task_id, running);
+    // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
+    let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
     let id = record.task_id.clone();
+    let tool = tool.to_string();
     tokio::spawn(async move {
         let ended = tokio::select! {
-            r = work => Some(outcome(r)),
+            r = work => Some(match r {
+                Ok(r) => outcome(r),
+                Err(panic) => {
+                    tracing::error!(
+                        task = %id,
+                        tool,
+                        panic = super::panic_message(&*panic),
+                        "a task's handler panicked; the task failed with -32603"
+                    );
+                    Outcome::Error(errors::handler_panicked())
+                }
+            }),
             _ = cancel.cancelled() => None,
         };
         app.tasks()

@@ -48,9 +48,14 @@ pub(crate) async fn create(
         None,
         cancel.clone(),
     );
-    let record = launch(app, Some(session.id.to_string()), cancel, move |_, _| {
-        async move { tool.call(args, ctx).await }.boxed()
-    })
+    let name = tool.name().to_string();
+    let record = launch(
+        app,
+        &name,
+        Some(session.id.to_string()),
+        cancel,
+        move |_, _| async move { tool.call(args, ctx).await }.boxed(),
+    )
     .await?;
     raw(&json!({"task": session_task(&record)}))
 }
