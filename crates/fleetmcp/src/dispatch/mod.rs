@@ -116,7 +116,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             m: round.method.clone(),
             d: round.digest.clone(),
             exp: now + app.config().stateless.request_state_ttl_ms,
-            a: round.answers().clone(),
+            a: round.answers_to_seal(),
             q: asked.iter().map(|(k, _)| k.clone()).collect(),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;

@@ -91,6 +91,9 @@ pub(crate) struct Round {
     pub digest: String,
     answers: Map<String, Value>,
     asked: Mutex<Vec<(String, Value)>>,
+    /// Keys whose answers the handler used this round: only those are sealed into the next
+    /// `requestState`, so answers nobody asked for never grow it.
+    used: Mutex<Vec<String>>,
 }
 
 impl Round {
@@ -106,6 +109,7 @@ impl Round {
             digest,
             answers,
             asked: Mutex::new(Vec::new()),
+            used: Mutex::new(Vec::new()),
         }
     }
 
@@ -120,6 +124,10 @@ impl Round {
         match self.answers.get(key) {
             Some(v) => {
                 check_answer_shape(key, method, v)?;
+                let mut used = self.used.lock();
+                if !used.iter().any(|k| k == key) {
+                    used.push(key.to_string());
+                }
                 Ok(Some(v.clone()))
             }
             None => {
@@ -137,9 +145,14 @@ impl Round {
         std::mem::take(&mut *self.asked.lock())
     }
 
-    /// Every answer known after this round (carried into the next `requestState`).
-    pub fn answers(&self) -> &Map<String, Value> {
-        &self.answers
+    /// The answers the handler used this round, carried into the next `requestState`.
+    pub fn answers_to_seal(&self) -> Map<String, Value> {
+        let used = self.used.lock();
+        self.answers
+            .iter()
+            .filter(|(k, _)| used.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }
 

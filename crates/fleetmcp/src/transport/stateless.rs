@@ -171,11 +171,16 @@ fn round_for(
             answers = payload.a;
             asked = payload.q;
         }
+        let sealed = map.contains_key("requestState");
         match map.get("inputResponses") {
             None | Some(Value::Null) => {}
             Some(Value::Object(responses)) => {
                 for (k, v) in responses {
-                    if asked.contains(k) && !answers.contains_key(k) {
+                    // With a state: only what its round asked, never replacing a sealed answer.
+                    // Without one (a client answering up front): any key; the handler looks up
+                    // only what it asks, and only what it used is sealed.
+                    let wanted = if sealed { asked.contains(k) } else { true };
+                    if wanted && !answers.contains_key(k) {
                         answers.insert(k.clone(), v.clone());
                     } else {
                         tracing::debug!(
