@@ -164,6 +164,11 @@ impl Instance {
         self.port
     }
 
+    /// The server's process id (for `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` (`TERM`, `INT`, `KILL`) and waits up to `within` for the process to
     /// exit; its exit status, or `None` if it is still running.
     pub fn signal_and_wait(
