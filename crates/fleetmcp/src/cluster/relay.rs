@@ -5,10 +5,12 @@
 //!
 //! Redis is only the directory (who holds a session, where each instance listens); the request
 //! and its answer take one direct hop. One hop at most: a relayed request carries
-//! [`RELAYED_BY`], and an instance never relays such a request again. When the holder cannot be
-//! reached, the answer is the contract's `503` with `Retry-After` set to the heartbeat lifetime,
-//! never a 500 and never a hang. A client that goes away drops the hop, which ends the request
-//! on the holder.
+//! [`RELAYED_BY`], and an instance never relays such a request again. A holder that crashed
+//! (its address refuses connections and it holds no subscription on its channel) is taken over
+//! at once, long before its heartbeat expires; one that does not answer otherwise (paused,
+//! partitioned, wedged) gets the contract's `503` with `Retry-After` set to the heartbeat
+//! lifetime, never a 500 and never a hang. A client that goes away drops the hop, which ends
+//! the request on the holder.
 
 use std::time::Duration;
 
@@ -20,20 +22,40 @@ use serde_json::json;
 
 use super::heartbeat::read_beat;
 use crate::redis_conn::RedisConn;
-use crate::transport::{Relay, RelayRequest};
+use crate::transport::{Relay, RelayRequest, Relayed};
 
 /// Marks a relayed request with the instance that relayed it.
 pub(super) const RELAYED_BY: &str = "x-fleetmcp-relayed-by";
 
 /// How long connecting to the holder may take before it counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long the holder may take to start answering (its response head) before it counts as
+/// not answering: a paused or wedged holder gives a `503`, not a hang (the contract's ack
+/// timeout). The answer's body, an SSE stream of any length, has no bound here.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) struct HttpRelay {
     redis: RedisConn,
     me: HeaderValue,
     heartbeat_prefix: String,
+    /// `<prefix>notify:`, the instances' own channels.
+    notify_prefix: String,
     ttl_s: u64,
     client: reqwest::Client,
+}
+
+/// Whether the connection was refused (somewhere in the error's chain).
+fn refused(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 impl HttpRelay {
@@ -56,9 +78,29 @@ impl HttpRelay {
             redis,
             me: HeaderValue::from_str(me).ok()?,
             heartbeat_prefix: format!("{key_prefix}heartbeat:"),
+            notify_prefix: format!("{key_prefix}notify:"),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
         })
+    }
+
+    /// Whether `holder` is certainly gone: its address refused the connection (no process
+    /// listens there: a paused or partitioned one would accept or time out) and it holds no
+    /// subscription on its channel (the kernel closed a dead process's connections).
+    async fn gone(&self, holder: &str, error: &reqwest::Error) -> bool {
+        if !refused(error) {
+            return false;
+        }
+        let counts: Result<Vec<(String, i64)>, _> = self
+            .redis
+            .run(
+                redis::cmd("PUBSUB")
+                    .arg("NUMSUB")
+                    .arg(format!("{}{holder}", self.notify_prefix))
+                    .clone(),
+            )
+            .await;
+        matches!(counts.as_deref(), Ok([(_, 0)]))
     }
 
     /// The contract's answer when the holder does not answer the relayed request.
@@ -106,18 +148,20 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 
 #[async_trait]
 impl Relay for HttpRelay {
-    async fn forward(&self, holder: &str, req: RelayRequest) -> Response {
+    async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
+        let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
         if req.headers.contains_key(RELAYED_BY) {
-            return self.unavailable(holder, "the request was already relayed once");
+            return fail("the request was already relayed once");
         }
         let key = format!("{}{holder}", self.heartbeat_prefix);
         let address = match read_beat(&self.redis, &key).await {
             Ok(Some(beat)) => match beat.address {
                 Some(a) => a,
-                None => return self.unavailable(holder, "its heartbeat advertises no address"),
+                None => return fail("its heartbeat advertises no address"),
             },
-            Ok(None) => return self.unavailable(holder, "its heartbeat is gone"),
-            Err(e) => return self.unavailable(holder, &e.to_string()),
+            // Stopped between the directory's look and ours: take it over.
+            Ok(None) => return Relayed::HolderGone(req),
+            Err(e) => return fail(&e.to_string()),
         };
         let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
         let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 1);
@@ -129,14 +173,23 @@ impl Relay for HttpRelay {
         headers.insert(RELAYED_BY, self.me.clone());
         let sent = self
             .client
-            .request(req.method, format!("http://{address}{path}"))
+            .request(req.method.clone(), format!("http://{address}{path}"))
             .headers(headers)
-            .body(req.body)
-            .send()
-            .await;
-        let answer = match sent {
-            Ok(a) => a,
-            Err(e) => return self.unavailable(holder, &e.to_string()),
+            .body(req.body.clone())
+            .send();
+        let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) if self.gone(holder, &e).await => {
+                tracing::info!(
+                    previous_node_id = holder,
+                    "[HA] Session owner is gone — the session will be taken over"
+                );
+                return Relayed::HolderGone(req);
+            }
+            Ok(Err(e)) => return fail(&e.to_string()),
+            Err(_) => {
+                return fail(&format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()));
+            }
         };
         let status = answer.status();
         let mut headers = http::HeaderMap::with_capacity(answer.headers().len());
@@ -148,6 +201,6 @@ impl Relay for HttpRelay {
         let mut res = Response::new(Body::from_stream(answer.bytes_stream()));
         *res.status_mut() = status;
         *res.headers_mut() = headers;
-        res
+        Relayed::Answered(res)
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use crate::session::{MemorySessionStore, Owner, Ownership, SessionRecord, SessionStore};
-use crate::transport::{Relay, RelayRequest};
+use crate::transport::{Relay, RelayRequest, Relayed};
 use crate::{Config, Server};
 
 const SECRET: &str = "seams-test-secret-0123456789abcdef";
@@ -33,11 +33,11 @@ struct Recorder(Mutex<Vec<(String, RelayRequest)>>);
 
 #[async_trait]
 impl Relay for Recorder {
-    async fn forward(&self, holder: &str, req: RelayRequest) -> Response {
+    async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
         self.0.lock().push((holder.to_string(), req));
         let mut res = Response::new(axum::body::Body::from(format!("relayed to {holder}")));
         *res.status_mut() = http::StatusCode::from_u16(299).unwrap_or(http::StatusCode::OK);
-        res
+        Relayed::Answered(res)
     }
 }
 

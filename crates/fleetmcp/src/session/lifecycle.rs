@@ -259,6 +259,27 @@ impl Sessions {
         }
     }
 
+    /// Takes over session `id` from `previous`, a holder found gone (the relay could not reach
+    /// it and it holds no subscription): recreated here if the record still names `previous`;
+    /// if another instance took it over meanwhile, wherever [`Sessions::find`] says.
+    pub async fn take_over(&self, id: &str, previous: &str) -> Lookup {
+        if let Some(s) = self.live.get(id) {
+            return Lookup::Held(s);
+        }
+        match self.read(id).await {
+            Ok(Some(record)) if record.node_id == previous => match self.recreate(record).await {
+                Some(s) => {
+                    tracing::info!(session_id = %s.id, previous_node_id = %previous, "[HA] Took over session from a stopped node");
+                    Lookup::Held(s)
+                }
+                None => Lookup::Missing(Missing::Full),
+            },
+            Ok(Some(_)) => self.find(id).await,
+            Ok(None) => Lookup::Missing(Missing::Unknown),
+            Err(_) => Lookup::Missing(Missing::StoreUnavailable),
+        }
+    }
+
     /// Like [`Sessions::find`], for a session that cannot move between instances (the
     /// 2024-11-05 transport's, tied to its stream): held here (and still stored), held by a
     /// live peer, or missing. Without an [`Ownership`] a session not held here is never read

@@ -27,11 +27,11 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if let Err(bad) = checks::get_headers(&parts.headers) {
         return bad;
     }
-    let (session, parts) = match locate::here_or_answer(&ep, parts, Asker::Get).await {
+    let (session, headers) = match locate::here_or_answer(&ep, parts, Asker::Get).await {
         Ok(found) => found,
         Err(answer) => return answer,
     };
-    let headers = &parts.headers;
+    let headers = &headers;
     let app = &ep.app;
     let events = app.events();
     let keepalive = sse::keepalive_every(&app.config().http);

@@ -110,7 +110,13 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     // The relay seam: decided from the query alone, before the body is parsed.
     let place = locate::locate_pinned(app, &sid).await;
     if let Place::Holder(node) = place {
-        return relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await;
+        return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
+            super::relay::Relayed::Answered(res) => res,
+            // Its stream was on the instance that is gone: nothing can take it over.
+            super::relay::Relayed::HolderGone(_) => {
+                reply::text(StatusCode::NOT_FOUND, "Session not found")
+            }
+        };
     }
     let message = match serde_json::from_slice::<Incoming>(&body) {
         Ok(m) => match m.classify() {

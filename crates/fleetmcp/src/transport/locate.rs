@@ -23,6 +23,7 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::relay::Relayed;
 use super::{Endpoint, SESSION_HEADER, relay, reply};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -56,20 +57,43 @@ pub(super) enum Asker {
 }
 
 /// For a request without a body (GET, DELETE): the session that serves it here, with the
-/// request's parts; otherwise the answer, the holder's through the relay seam or the refusal.
+/// request's headers; otherwise the answer, the holder's through the relay seam or the refusal.
 pub(super) async fn here_or_answer(
     ep: &Endpoint,
     parts: Parts,
     asker: Asker,
-) -> Result<(Arc<Session>, Parts), Response> {
+) -> Result<(Arc<Session>, HeaderMap), Response> {
     match locate(&ep.app, &parts.headers).await {
-        Place::Here(s) => Ok((s, parts)),
+        Place::Here(s) => Ok((s, parts.headers)),
         Place::Holder(node) => {
             let req = super::relay_request(parts, Bytes::new());
-            Err(relay::forward(ep.relay(), &node, req).await)
+            match relay::forward(ep.relay(), &node, req).await {
+                Relayed::Answered(res) => Err(res),
+                Relayed::HolderGone(req) => match take_over(&ep.app, &req.headers, &node).await {
+                    Place::Here(s) => Ok((s, req.headers)),
+                    Place::Refused(why) => Err(refuse(why, asker, None)),
+                    // Another instance took it over first; one hop more reaches it.
+                    Place::Holder(next) => {
+                        Err(match relay::forward(ep.relay(), &next, req).await {
+                            Relayed::Answered(res) => res,
+                            Relayed::HolderGone(_) => {
+                                unavailable(None, "The session's holder stopped; retry shortly", 1)
+                            }
+                        })
+                    }
+                },
+            }
         }
         Place::Refused(why) => Err(refuse(why, asker, None)),
     }
+}
+
+/// The session the request names, taken over from `holder`, which the relay found gone.
+pub(super) async fn take_over(app: &App, headers: &HeaderMap, holder: &str) -> Place {
+    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Place::Refused(Refusal::NoSession);
+    };
+    place(app.sessions().take_over(id, holder).await)
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served.

@@ -44,7 +44,7 @@ use axum::response::Response;
 use axum::routing::get as get_route;
 
 pub use health::{Probe, ProbeReport};
-pub use relay::{Relay, RelayRequest};
+pub use relay::{Relay, RelayRequest, Relayed};
 
 use crate::app::App;
 

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
+use super::relay::Relayed;
 use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, relay, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
@@ -43,17 +44,29 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     }
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
-        match locate::locate(&ep.app, &parts.headers).await {
-            Place::Holder(node) => {
-                let req = super::relay_request(parts, body);
-                return relay::forward(ep.relay(), &node, req).await;
-            }
-            place => place,
-        }
+        locate::locate(&ep.app, &parts.headers).await
     } else {
         Place::Refused(Refusal::NoSession)
     };
-    serve(&ep.app, &parts.headers, body, place).await
+    let Place::Holder(node) = place else {
+        return serve(&ep.app, &parts.headers, body, place).await;
+    };
+    match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
+        Relayed::Answered(res) => res,
+        // The holder crashed: take the session over and serve the request here.
+        Relayed::HolderGone(req) => {
+            let place = match locate::take_over(&ep.app, &req.headers, &node).await {
+                Place::Holder(next) => {
+                    return match relay::forward(ep.relay(), &next, req).await {
+                        Relayed::Answered(res) => res,
+                        Relayed::HolderGone(_) => unreachable_holder(),
+                    };
+                }
+                place => place,
+            };
+            serve(&ep.app, &req.headers, req.body, place).await
+        }
+    }
 }
 
 /// Serves a request this instance answers; `place` is where its session header led.

@@ -23,20 +23,26 @@ pub struct RelayRequest {
     pub body: Bytes,
 }
 
+/// What became of a relayed request.
+pub enum Relayed {
+    /// The holder's answer, or the `503` that says it did not answer.
+    Answered(Response),
+    /// The holder is certainly gone (a crash): the request comes back, to be served here by
+    /// taking the session over.
+    HolderGone(RelayRequest),
+}
+
 /// Serves a request on the instance that holds its session.
 #[async_trait]
 pub trait Relay: Send + Sync + 'static {
-    /// Hands `req` to the instance `holder` (its machine id) and answers with its response.
-    /// A holder that does not answer must become a `503` with `Retry-After`, never a hang.
-    async fn forward(&self, holder: &str, req: RelayRequest) -> Response;
+    /// Hands `req` to the instance `holder` (its machine id). A holder that does not answer must
+    /// become a `503` with `Retry-After`, never a hang; one known to be gone hands the request
+    /// back.
+    async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed;
 }
 
 /// Relays `req` to `holder`, or, with no relay installed, answers `503`.
-pub(super) async fn forward(
-    relay: Option<&dyn Relay>,
-    holder: &str,
-    req: RelayRequest,
-) -> Response {
+pub(super) async fn forward(relay: Option<&dyn Relay>, holder: &str, req: RelayRequest) -> Relayed {
     match relay {
         Some(r) => r.forward(holder, req).await,
         None => {
@@ -44,11 +50,11 @@ pub(super) async fn forward(
                 holder,
                 "a session held by another instance, and no relay to reach it"
             );
-            locate::unavailable(
+            Relayed::Answered(locate::unavailable(
                 None,
                 "The instance holding this session cannot be reached; retry shortly",
                 1,
-            )
+            ))
         }
     }
 }
