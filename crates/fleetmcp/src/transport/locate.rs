@@ -23,7 +23,7 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::relay::Relayed;
+use super::relay::{RelayRequest, Relayed};
 use super::{Endpoint, SESSION_HEADER, relay, reply};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -63,37 +63,55 @@ pub(super) async fn here_or_answer(
     parts: Parts,
     asker: Asker,
 ) -> Result<(Arc<Session>, HeaderMap), Response> {
-    match locate(&ep.app, &parts.headers).await {
-        Place::Here(s) => Ok((s, parts.headers)),
+    let (place, headers) = match locate(&ep.app, &parts.headers).await {
         Place::Holder(node) => {
-            let req = super::relay_request(parts, Bytes::new());
-            match relay::forward(ep.relay(), &node, req).await {
-                Relayed::Answered(res) => Err(res),
-                Relayed::HolderGone(req) => match take_over(&ep.app, &req.headers, &node).await {
-                    Place::Here(s) => Ok((s, req.headers)),
-                    Place::Refused(why) => Err(refuse(why, asker, None)),
-                    // Another instance took it over first; one hop more reaches it.
-                    Place::Holder(next) => {
-                        Err(match relay::forward(ep.relay(), &next, req).await {
-                            Relayed::Answered(res) => res,
-                            Relayed::HolderGone(_) => {
-                                unavailable(None, "The session's holder stopped; retry shortly", 1)
-                            }
-                        })
-                    }
-                },
-            }
+            let req =
+                relay_or_take_over(ep, &node, super::relay_request(parts, Bytes::new())).await?;
+            (req.0, req.1.headers)
         }
+        place => (place, parts.headers),
+    };
+    match place {
+        Place::Here(s) => Ok((s, headers)),
         Place::Refused(why) => Err(refuse(why, asker, None)),
+        Place::Holder(_) => Err(unavailable(
+            None,
+            "The session moved while the request was read; retry",
+            1,
+        )),
     }
 }
 
-/// The session the request names, taken over from `holder`, which the relay found gone.
-pub(super) async fn take_over(app: &App, headers: &HeaderMap, holder: &str) -> Place {
-    let Some(id) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
-        return Place::Refused(Refusal::NoSession);
+/// Hands `req` to `holder` through the relay seam: its answer, or, when the holder is gone,
+/// where the request is served now that its session was taken over (here, or by the instance
+/// that took it over first, one hop more), with the request back.
+pub(super) async fn relay_or_take_over(
+    ep: &Endpoint,
+    holder: &str,
+    req: RelayRequest,
+) -> Result<(Place, RelayRequest), Response> {
+    let req = match relay::forward(ep.relay(), holder, req).await {
+        Relayed::Answered(res) => return Err(res),
+        Relayed::HolderGone(req) => req,
     };
-    place(app.sessions().take_over(id, holder).await)
+    let Some(id) = req
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok((Place::Refused(Refusal::NoSession), req));
+    };
+    match place(ep.app.sessions().take_over(id, holder).await) {
+        Place::Holder(next) => match relay::forward(ep.relay(), &next, req).await {
+            Relayed::Answered(res) => Err(res),
+            Relayed::HolderGone(_) => Err(unavailable(
+                None,
+                "The instances holding this session stopped; retry shortly",
+                1,
+            )),
+        },
+        place => Ok((place, req)),
+    }
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served.

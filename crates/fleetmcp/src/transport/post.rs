@@ -19,8 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::relay::Relayed;
-use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, relay, reply, sse};
+use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -51,21 +50,9 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let Place::Holder(node) = place else {
         return serve(&ep.app, &parts.headers, body, place).await;
     };
-    match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
-        Relayed::Answered(res) => res,
-        // The holder crashed: take the session over and serve the request here.
-        Relayed::HolderGone(req) => {
-            let place = match locate::take_over(&ep.app, &req.headers, &node).await {
-                Place::Holder(next) => {
-                    return match relay::forward(ep.relay(), &next, req).await {
-                        Relayed::Answered(res) => res,
-                        Relayed::HolderGone(_) => unreachable_holder(),
-                    };
-                }
-                place => place,
-            };
-            serve(&ep.app, &req.headers, req.body, place).await
-        }
+    match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body)).await {
+        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place).await,
+        Err(answer) => answer,
     }
 }
 
