@@ -808,6 +808,9 @@ fn a_stopped_holders_session_is_taken_over_at_once() {
     let mut a = distributed_desk("desk-a", &url, &[]);
     let b = distributed_desk("desk-b", &url, &[]);
     let sid = open_session(a.port());
+    // B has just relayed for this session, so it remembers A as the holder.
+    let resp = find_tickets(b.port(), &sid);
+    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
     let status = a
         .signal_and_wait("TERM", Duration::from_secs(10))
         .expect("desk-a exits");

@@ -42,7 +42,13 @@ pub(super) struct HttpRelay {
     notify_prefix: String,
     ttl_s: u64,
     client: reqwest::Client,
+    /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
+    /// request (an instance keeps its address for its whole life).
+    addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
 }
+
+/// How long a holder's address is remembered.
+const ADDRESS_TTL: Duration = Duration::from_secs(1);
 
 /// Whether the connection was refused (somewhere in the error's chain).
 fn refused(error: &reqwest::Error) -> bool {
@@ -81,6 +87,7 @@ impl HttpRelay {
             notify_prefix: format!("{key_prefix}notify:"),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
+            addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -153,15 +160,35 @@ impl Relay for HttpRelay {
         if req.headers.contains_key(RELAYED_BY) {
             return fail("the request was already relayed once");
         }
-        let key = format!("{}{holder}", self.heartbeat_prefix);
-        let address = match read_beat(&self.redis, &key).await {
-            Ok(Some(beat)) => match beat.address {
-                Some(a) => a,
-                None => return fail("its heartbeat advertises no address"),
-            },
-            // Stopped between the directory's look and ours: take it over.
-            Ok(None) => return Relayed::HolderGone(req),
-            Err(e) => return fail(&e.to_string()),
+        let known = self
+            .addresses
+            .lock()
+            .get(holder)
+            .filter(|(_, at)| at.elapsed() < ADDRESS_TTL)
+            .map(|(a, _)| a.clone());
+        let address = match known {
+            Some(a) => a,
+            None => {
+                let key = format!("{}{holder}", self.heartbeat_prefix);
+                let address = match read_beat(&self.redis, &key).await {
+                    Ok(Some(beat)) => match beat.address {
+                        Some(a) => a,
+                        None => return fail("its heartbeat advertises no address"),
+                    },
+                    // Stopped between the directory's look and ours: take it over.
+                    Ok(None) => return Relayed::HolderGone(req),
+                    Err(e) => return fail(&e.to_string()),
+                };
+                let mut map = self.addresses.lock();
+                if map.len() > 4096 {
+                    map.clear();
+                }
+                map.insert(
+                    holder.to_string(),
+                    (address.clone(), std::time::Instant::now()),
+                );
+                address
+            }
         };
         let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
         let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 1);
@@ -180,6 +207,7 @@ impl Relay for HttpRelay {
         let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
             Ok(Ok(a)) => a,
             Ok(Err(e)) if self.gone(holder, &e).await => {
+                self.addresses.lock().remove(holder);
                 tracing::info!(
                     previous_node_id = holder,
                     "[HA] Session owner is gone — the session will be taken over"

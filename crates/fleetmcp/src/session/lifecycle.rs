@@ -10,9 +10,9 @@
 //! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
 //! store that does not answer in time never blocks a session this instance can serve.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -84,6 +84,10 @@ pub struct Sessions {
     events: Arc<dyn EventStore>,
     /// `None`: every stored session is served here (see [`Ownership`]).
     ownership: Option<Arc<dyn Ownership>>,
+    /// Sessions found held by a live peer a moment ago: their next requests go to it without
+    /// reading the store again. Short-lived, so a takeover is seen within [`ELSEWHERE_TTL`];
+    /// a stale entry only sends a request to a holder that answers 404 or is found gone.
+    elsewhere: parking_lot::Mutex<HashMap<Arc<str>, (String, Instant)>>,
     timing: Timing,
     /// Parent of every session's `closed` token: stopping the server ends them all.
     shutdown: CancellationToken,
@@ -95,6 +99,10 @@ pub struct Sessions {
 
 /// Pause between attempts to read a session from a store that did not answer.
 const STORE_RETRY: Duration = Duration::from_millis(100);
+/// How long a session found held elsewhere is remembered.
+const ELSEWHERE_TTL: Duration = Duration::from_secs(1);
+/// Entries of that memory; past it, it starts again empty.
+const ELSEWHERE_MAX: usize = 65_536;
 
 impl Sessions {
     #[allow(clippy::too_many_arguments)]
@@ -115,10 +123,25 @@ impl Sessions {
             store,
             events,
             ownership,
+            elsewhere: parking_lot::Mutex::new(HashMap::new()),
             timing,
             shutdown,
             legacy_streams: parking_lot::Mutex::new(HashSet::new()),
         }
+    }
+
+    fn remembered_elsewhere(&self, id: &str) -> Option<String> {
+        let map = self.elsewhere.lock();
+        let (node, at) = map.get(id)?;
+        (at.elapsed() < ELSEWHERE_TTL).then(|| node.clone())
+    }
+
+    fn remember_elsewhere(&self, id: &str, node: &str) {
+        let mut map = self.elsewhere.lock();
+        if map.len() >= ELSEWHERE_MAX {
+            map.clear();
+        }
+        map.insert(id.into(), (node.to_string(), Instant::now()));
     }
 
     /// Records that the 2024-11-05 stream of session `id` is open on this instance.
@@ -230,6 +253,9 @@ impl Sessions {
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);
         }
+        if let Some(node) = self.remembered_elsewhere(id) {
+            return Lookup::Elsewhere(node);
+        }
         match self.read(id).await {
             Ok(Some(record)) => {
                 let owner = match &self.ownership {
@@ -237,7 +263,10 @@ impl Sessions {
                     None => Owner::Here,
                 };
                 let previous = match owner {
-                    Owner::Peer(node) => return Lookup::Elsewhere(node),
+                    Owner::Peer(node) => {
+                        self.remember_elsewhere(id, &node);
+                        return Lookup::Elsewhere(node);
+                    }
                     Owner::TakeOver(node) => Some(node),
                     Owner::Here => None,
                 };
@@ -263,6 +292,7 @@ impl Sessions {
     /// it and it holds no subscription): recreated here if the record still names `previous`;
     /// if another instance took it over meanwhile, wherever [`Sessions::find`] says.
     pub async fn take_over(&self, id: &str, previous: &str) -> Lookup {
+        self.elsewhere.lock().remove(id);
         if let Some(s) = self.live.get(id) {
             return Lookup::Held(s);
         }
