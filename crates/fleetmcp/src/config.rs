@@ -82,6 +82,24 @@ pub struct HttpConfig {
     /// Most requests one session may have running at once; one more is answered `429`
     /// `-32029` with `Retry-After`, and the running ones go on.
     pub max_inflight_per_session: usize,
+    /// How long a client may take to send a request's head (request line and headers). Past
+    /// it the connection is closed. On HTTP/1.1 hyper also runs this timer while a kept-alive
+    /// connection waits for its next request, so there an idle connection closes after the
+    /// smaller of this and `idle_timeout_ms`.
+    pub header_read_timeout_ms: u64,
+    /// How long a request's whole body may take to arrive, counted from its head; past it the
+    /// request is answered `408` and the connection closed.
+    pub body_read_timeout_ms: u64,
+    /// A connection with no request in flight for this long is closed (a kept-alive
+    /// connection waiting for its next request, or one that never sent a byte).
+    pub idle_timeout_ms: u64,
+    /// How long one write to a client may stay blocked (the client stopped reading: an SSE
+    /// stream nobody drains); past it the connection is closed.
+    pub write_timeout_ms: u64,
+    /// Most connections served at once. Past it a small reserve answers only `/healthz` and
+    /// `/readyz` (anything else `503`), and beyond that reserve a connection is closed as soon
+    /// as it is accepted. Lowered at start to fit the open-files limit.
+    pub max_connections: usize,
 }
 
 impl Default for HttpConfig {
@@ -95,6 +113,11 @@ impl Default for HttpConfig {
             shutdown_grace_ms: 5000,
             max_batch_len: 100,
             max_inflight_per_session: 100,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            write_timeout_ms: 30_000,
+            max_connections: 10_000,
         }
     }
 }
@@ -503,6 +526,20 @@ impl Config {
                 self.http.max_body_bytes.to_string(),
                 "must be at least 1024",
             );
+        }
+        let h = &self.http;
+        for (name, ms) in [
+            ("http.header_read_timeout_ms", h.header_read_timeout_ms),
+            ("http.body_read_timeout_ms", h.body_read_timeout_ms),
+            ("http.idle_timeout_ms", h.idle_timeout_ms),
+            ("http.write_timeout_ms", h.write_timeout_ms),
+        ] {
+            if ms < 100 {
+                return invalid(name, ms.to_string(), "must be at least 100");
+            }
+        }
+        if h.max_connections == 0 {
+            return invalid("http.max_connections", "0".into(), "must be at least 1");
         }
         if self.page_size == 0 {
             return invalid("page_size", "0".into(), "must be at least 1");

@@ -410,42 +410,34 @@ impl Running {
     }
 
     /// Serves on `listener` until `stop` completes, then drains open requests for at most
-    /// `http.shutdown_grace_ms`, and stops.
+    /// `http.shutdown_grace_ms`, and stops. Every connection is bounded (`http.*_timeout_ms`,
+    /// `http.max_connections`; see `server/listener.rs`).
     pub async fn serve_on(
         self,
         listener: TcpListener,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        use axum::serve::ListenerExt;
         log_startup(&self.app, listener.local_addr()?);
-        // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
         let token = self.app.shutdown().clone();
-        let grace = Duration::from_millis(self.app.config().http.shutdown_grace_ms);
+        let http = &self.app.config().http;
+        let grace = Duration::from_millis(http.shutdown_grace_ms);
+        let limits = listener::Limits::from_config(http);
         let stop_token = token.clone();
         tokio::spawn(async move {
             stop.await;
             tracing::info!("shutting down: closing streams and draining requests");
             stop_token.cancel();
         });
-        let serve = axum::serve(listener, self.router())
-            .with_graceful_shutdown(token.clone().cancelled_owned());
-        let drained = async {
-            token.cancelled().await;
-            tokio::time::sleep(grace).await;
-        };
-        let result = tokio::select! {
-            r = serve.into_future() => r,
-            _ = drained => {
-                tracing::warn!("graceful shutdown took longer than {} ms; exiting", grace.as_millis());
-                Ok(())
-            }
-        };
+        let drained = listener::serve(listener, self.router(), limits, token, grace).await;
+        if !drained {
+            tracing::warn!(
+                "graceful shutdown took longer than {} ms; exiting",
+                grace.as_millis()
+            );
+        }
         self.stop().await;
         tracing::info!("stopped");
-        result
+        Ok(())
     }
 
     /// Stops: open streams and sessions end, background work stops, and in distributed mode
@@ -527,5 +519,6 @@ pub async fn shutdown_signal() {
     }
 }
 
+mod listener;
 #[cfg(test)]
 mod seams_test;

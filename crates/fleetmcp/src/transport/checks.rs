@@ -1,5 +1,5 @@
 //! What every `/mcp` handler checks before anything is parsed: `Content-Type` (415), `Accept`
-//! (406), and the body read under `http.max_body_bytes` (413).
+//! (406), and the body read under `http.max_body_bytes` (413) and in time (408).
 
 use axum::body::Body;
 use axum::response::Response;
@@ -94,12 +94,31 @@ pub(super) async fn read_body(h: &HeaderMap, body: Body, limit: usize) -> Result
     match Limited::new(body, limit).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(limit)),
+        // The server bounds the whole body (`http.body_read_timeout_ms`) with a `TimedOut` error.
+        Err(e) if timed_out(&*e) => Err(reply::rpc_error(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            &errors::server("Request Timeout: the body did not arrive in time"),
+        )),
         Err(e) => Err(reply::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::server(format!("Bad Request: could not read the body: {e}")),
         )),
     }
+}
+
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 fn too_large(limit: usize) -> Response {

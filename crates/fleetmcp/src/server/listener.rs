@@ -1,0 +1,545 @@
+//! Serving connections: the accept loop, the bounds on every connection, the connection cap,
+//! and the graceful drain.
+//!
+//! `axum::serve` runs hyper without a timer, so a client that sends half a request line, stops
+//! in the middle of a body, sits idle, or stops reading holds its connection (and a file
+//! descriptor) for ever, until accept fails with "Too many open files" and `/healthz` goes
+//! silent. Here each connection is served with hyper's HTTP/1.1 builder (what `axum::serve`
+//! served with axum's default features; hyper-util's `auto` builder would add h2c, a new surface)
+//! and bounded by:
+//!
+//! - **the request head**: hyper's `header_read_timeout`. Hyper starts it whenever it waits for
+//!   a head, on a new connection and again after each answer on a kept-alive one (hyper 1.12,
+//!   `proto/h1/conn.rs`: `poll_read_head`, and `State::idle` asks for the next read at once), so
+//!   it also closes a kept-alive connection that sends nothing for that long;
+//! - **the request body**: [`DeadlineBody`], a deadline on the whole body counted from the head
+//!   (a per-frame timeout, as `tower_http`'s, lets a client trickle one byte at a time for
+//!   ever); the body read answers `408` (`transport/checks.rs`);
+//! - **idleness**: no request in flight for `idle_timeout_ms` starts a graceful close. As the
+//!   header timer runs between requests too, an idle connection closes after the smaller of the
+//!   two; this one is the bound an operator sets for keep-alive (below the header timeout, it
+//!   closes idle connections sooner than a slow head would be cut);
+//! - **a client that stops reading** (an SSE stream nobody drains): [`WriteDeadline`] fails the
+//!   connection when one write stays blocked for `write_timeout_ms`. The kernel's socket buffers
+//!   absorb a stalled reader's first megabytes, so a stream that sends only keep-alive comments
+//!   is caught only once they fill; what it costs until then is one socket and one task;
+//! - **the number of connections** (`max_connections`, a semaphore as in mini-redis). Past it,
+//!   a small reserve ([`HEALTH_RESERVE`]) of connections answers `/healthz` and
+//!   `/readyz` as usual and anything else `503`, one request each with a short head wait, so a
+//!   load balancer still sees the instance alive while its MCP side is saturated; past the
+//!   reserve a connection is closed as soon as it is accepted, which frees its descriptor at
+//!   once. Both are logged at most every [`LOG_EVERY`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body as AxumBody;
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+use crate::config::HttpConfig;
+
+/// Connections past `max_connections` that may still ask `/healthz` and `/readyz`: enough for
+/// a few load balancers probing at once, small enough to cost nothing.
+pub(super) const HEALTH_RESERVE: usize = 16;
+/// The longest an over-the-cap connection may take to send its head: a health probe sends it
+/// at once, and the reserve must not be held by stalled clients for long.
+const OVERFLOW_HEAD_WAIT: Duration = Duration::from_secs(2);
+/// Over the cap, or failing to accept, is logged at most this often (a flood would flood the
+/// log too).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+/// Descriptors left for what is not a connection (Redis, the listener, files, the reserve).
+const FD_HEADROOM: usize = 64;
+
+/// The bounds on each connection, from `[http]`.
+pub(super) struct Limits {
+    header: Duration,
+    body: Duration,
+    idle: Duration,
+    write: Duration,
+    max_connections: usize,
+}
+
+impl Limits {
+    pub(super) fn from_config(h: &HttpConfig) -> Self {
+        Self {
+            header: Duration::from_millis(h.header_read_timeout_ms),
+            body: Duration::from_millis(h.body_read_timeout_ms),
+            idle: Duration::from_millis(h.idle_timeout_ms),
+            write: Duration::from_millis(h.write_timeout_ms),
+            max_connections: fit_open_files(h.max_connections),
+        }
+    }
+}
+
+/// `max_connections`, lowered to fit the process's open-files limit: past that limit accept
+/// fails, and then `/healthz` cannot be answered either.
+fn fit_open_files(configured: usize) -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let Some(soft) = soft.and_then(|s| usize::try_from(s).ok()) else {
+        return configured;
+    };
+    let room = soft.saturating_sub(FD_HEADROOM + HEALTH_RESERVE).max(1);
+    if configured > room {
+        tracing::warn!(
+            max_connections = configured,
+            open_files_limit = soft,
+            "http.max_connections is above what the open-files limit allows; serving at most {room} connections (raise `ulimit -n` for more)"
+        );
+        return room;
+    }
+    configured
+}
+
+/// What a connection may ask.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Everything.
+    Full,
+    /// Over the cap: `/healthz` and `/readyz` only.
+    HealthOnly,
+}
+
+/// Accepts on `listener` and serves `router` until `stop` is cancelled; then stops accepting,
+/// closes every connection gracefully (in-flight requests finish; streams end as the
+/// application's shutdown ends them) and waits for them for at most `grace`. False when the
+/// grace ran out first.
+pub(super) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: CancellationToken,
+    grace: Duration,
+) -> bool {
+    let limits = Arc::new(limits);
+    let full = Arc::new(builder(&limits));
+    let overflow = Arc::new(overflow_builder(&limits));
+    let main = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
+    let tracker = TaskTracker::new();
+    let (mut refused, mut health_only, mut accept_failed) = (
+        Throttle::default(),
+        Throttle::default(),
+        Throttle::default(),
+    );
+    loop {
+        let (stream, peer) = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    accept_error(e, &mut accept_failed).await;
+                    continue;
+                }
+            },
+        };
+        // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
+        }
+        let (mode, permit, conn_builder) = if let Ok(p) = main.clone().try_acquire_owned() {
+            (Mode::Full, p, full.clone())
+        } else if let Ok(p) = reserve.clone().try_acquire_owned() {
+            if let Some(skipped) = health_only.allow() {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    since_last_log = skipped,
+                    "connection limit reached (http.max_connections): new connections answer only /healthz and /readyz, anything else 503"
+                );
+            }
+            (Mode::HealthOnly, p, overflow.clone())
+        } else {
+            if let Some(skipped) = refused.allow() {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    health_reserve = HEALTH_RESERVE,
+                    since_last_log = skipped,
+                    "connection limit reached (http.max_connections and the health reserve): closing new connections at once"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        tracker.spawn(connection(
+            stream,
+            peer,
+            router.clone(),
+            conn_builder,
+            mode,
+            limits.clone(),
+            stop.clone(),
+            permit,
+        ));
+    }
+    // A client connecting from now on is refused by the kernel instead of waiting unanswered.
+    drop(listener);
+    tracker.close();
+    tokio::time::timeout(grace, tracker.wait()).await.is_ok()
+}
+
+/// The builder of connections under the cap.
+fn builder(limits: &Limits) -> http1::Builder {
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(limits.header);
+    b
+}
+
+/// The builder of connections over the cap: one HTTP/1.1 request each (health probes), its head
+/// waited for briefly.
+fn overflow_builder(limits: &Limits) -> http1::Builder {
+    let mut b = http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(limits.header.min(OVERFLOW_HEAD_WAIT))
+        .keep_alive(false);
+    b
+}
+
+/// Waits after a failed accept. A connection that failed before it was accepted is nothing to
+/// wait for; anything else (the open-files limit: `EMFILE`) fails again at once if retried at
+/// once, so the loop pauses (as hyper 0.14 and axum do, more briefly: connections that close
+/// meanwhile free descriptors, and the health reserve needs them soon).
+async fn accept_error(e: io::Error, throttle: &mut Throttle) {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    if let Some(skipped) = throttle.allow() {
+        tracing::error!(error = %e, since_last_log = skipped, "accept failed; retrying in 100 ms");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Serves one connection until it ends, the server stops, or it idles too long.
+#[allow(clippy::too_many_arguments)] // one call site, every argument distinct
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    builder: Arc<http1::Builder>,
+    mode: Mode,
+    limits: Arc<Limits>,
+    stop: CancellationToken,
+    _permit: OwnedSemaphorePermit,
+) {
+    let (active, idle_rx) = watch::channel(0usize);
+    let active = Arc::new(active);
+    let body_limit = limits.body;
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let guard = InFlight::begin(active.clone());
+        let deadline = Instant::now() + body_limit;
+        let router = router.clone();
+        async move {
+            let res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
+                over_capacity()
+            } else {
+                let req = req.map(|body| DeadlineBody::new(body, deadline));
+                match router.oneshot(req).await {
+                    Ok(res) => res,
+                    Err(never) => match never {},
+                }
+            };
+            Ok::<_, Infallible>(res.map(|body| Tracked {
+                inner: body,
+                _guard: guard,
+            }))
+        }
+    });
+    let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
+    let mut conn = pin!(builder.serve_connection(io, service));
+    let mut idle = pin!(idle_for(idle_rx, limits.idle));
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.cancelled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut idle, if !closing => {
+                tracing::debug!(%peer, "closing a connection idle for {} ms", limits.idle.as_millis());
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+fn is_health(path: &str) -> bool {
+    matches!(path, "/healthz" | "/health" | "/readyz")
+}
+
+/// The answer to anything but a health probe over the cap: valid JSON-RPC, like every error.
+fn over_capacity() -> Response<AxumBody> {
+    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Service Unavailable: too many connections"}}"#;
+    let mut res = Response::new(AxumBody::from(body));
+    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
+}
+
+/// Completes once no request has been in flight for `limit`.
+async fn idle_for(mut active: watch::Receiver<usize>, limit: Duration) {
+    loop {
+        if active.wait_for(|n| *n == 0).await.is_err() {
+            // The service is gone: so is the connection, which ends the caller's loop.
+            return std::future::pending().await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(limit) => return,
+            changed = active.changed() => if changed.is_err() {
+                return std::future::pending().await;
+            },
+        }
+    }
+}
+
+/// One request in flight on a connection, from its head until its answer's body is dropped
+/// (sent, or the connection gone).
+struct InFlight(Arc<watch::Sender<usize>>);
+
+impl InFlight {
+    fn begin(count: Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// An answer's body that keeps its request counted as in flight.
+struct Tracked<B> {
+    inner: B,
+    _guard: InFlight,
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that must be complete by a deadline; past it, reading fails with an
+/// `io::ErrorKind::TimedOut` error (the body read answers `408`). Frames that arrived are
+/// always delivered first, so a body complete in time never fails.
+pub(super) struct DeadlineBody<B> {
+    inner: B,
+    deadline: Instant,
+    // Made only when the body is waited on: most bodies are in hand at once.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> DeadlineBody<B> {
+    pub(super) fn new(inner: B, deadline: Instant) -> Self {
+        Self {
+            inner,
+            deadline,
+            timer: None,
+        }
+    }
+}
+
+impl<B> Body for DeadlineBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let deadline = this.deadline;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Some(Err(Box::new(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the request body did not arrive within http.body_read_timeout_ms",
+        )))))
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A TCP stream whose writes fail once one has been blocked for `limit`: the client stopped
+/// reading and the socket buffers are full. Reads are untouched (hyper reads while it writes a
+/// long answer, to notice a client that went away, so a read timeout would end quiet SSE
+/// streams).
+struct WriteDeadline {
+    io: TcpStream,
+    peer: SocketAddr,
+    limit: Duration,
+    // Armed when a write first returns Pending, disarmed when one makes progress; the box is
+    // kept and reset, not reallocated.
+    timer: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl WriteDeadline {
+    fn new(io: TcpStream, peer: SocketAddr, limit: Duration) -> Self {
+        Self {
+            io,
+            peer,
+            limit,
+            timer: None,
+            armed: false,
+        }
+    }
+
+    fn bound<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.armed = false;
+            return r;
+        }
+        if !self.armed {
+            let deadline = Instant::now() + self.limit;
+            match self.timer.as_mut() {
+                Some(t) => t.as_mut().reset(deadline),
+                None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            self.armed = true;
+        }
+        let Some(timer) = self.timer.as_mut() else {
+            return Poll::Pending; // armed above
+        };
+        if timer.as_mut().poll(cx).is_ready() {
+            self.armed = false;
+            tracing::info!(
+                peer = %self.peer,
+                "closing a connection whose client stopped reading for {} ms (http.write_timeout_ms)",
+                self.limit.as_millis()
+            );
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "write blocked past http.write_timeout_ms",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl AsyncRead for WriteDeadline {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteDeadline {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.bound(cx, r)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.bound(cx, r)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_flush(cx);
+        this.bound(cx, r)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.bound(cx, r)
+    }
+}
+
+/// Lets one log line through per [`LOG_EVERY`], counting the ones held back.
+#[derive(Default)]
+struct Throttle {
+    next: Option<Instant>,
+    skipped: u64,
+}
+
+impl Throttle {
+    /// `Some(held back since the last line)` when a line may be logged now.
+    fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self.next.is_some_and(|next| now < next) {
+            self.skipped += 1;
+            return None;
+        }
+        self.next = Some(now + LOG_EVERY);
+        Some(std::mem::take(&mut self.skipped))
+    }
+}
