@@ -113,9 +113,12 @@ impl Default for HttpConfig {
             shutdown_grace_ms: 5000,
             max_batch_len: 100,
             max_inflight_per_session: 100,
-            header_read_timeout_ms: 10_000,
+            // Above the 60 s idle timeout load balancers keep upstream connections for
+            // (nginx, ALB): hyper runs this timer between kept-alive requests too, and a server
+            // that closes first races the balancer's next request into a 502.
+            header_read_timeout_ms: 65_000,
             body_read_timeout_ms: 30_000,
-            idle_timeout_ms: 60_000,
+            idle_timeout_ms: 65_000,
             write_timeout_ms: 30_000,
             max_connections: 10_000,
         }
