@@ -5,26 +5,70 @@
 //! type it wants. Outgoing messages are written straight into a byte buffer.
 
 use bytes::Bytes;
+use serde::de::{Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::ErrorData;
 
-/// One JSON-RPC message as received, before it is classified.
-#[derive(Debug, Deserialize)]
+/// One JSON-RPC message as received, before it is classified. Only a JSON object is one: a
+/// derived `Deserialize` would also read an array positionally (`["2.0",1,"ping"]` as a
+/// request), which JSON-RPC does not allow.
+#[derive(Debug)]
 pub struct Incoming {
-    #[serde(default)]
     pub jsonrpc: Option<String>,
-    #[serde(default)]
     pub id: Option<Box<RawValue>>,
-    #[serde(default)]
     pub method: Option<String>,
-    #[serde(default)]
     pub params: Option<Box<RawValue>>,
-    #[serde(default)]
     pub result: Option<Box<RawValue>>,
-    #[serde(default)]
     pub error: Option<Box<RawValue>>,
+}
+
+impl<'de> Deserialize<'de> for Incoming {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectOnly;
+        impl<'de> Visitor<'de> for ObjectOnly {
+            type Value = Incoming;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON-RPC message (a JSON object)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Incoming, A::Error> {
+                // The values are still read by the original deserializer, so raw ids stay raw.
+                Fields::deserialize(MapAccessDeserializer::new(map)).map(Fields::into_incoming)
+            }
+        }
+        d.deserialize_map(ObjectOnly)
+    }
+}
+
+/// The fields of [`Incoming`], read from an object's entries.
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    jsonrpc: Option<String>,
+    #[serde(default)]
+    id: Option<Box<RawValue>>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<Box<RawValue>>,
+}
+
+impl Fields {
+    fn into_incoming(self) -> Incoming {
+        Incoming {
+            jsonrpc: self.jsonrpc,
+            id: self.id,
+            method: self.method,
+            params: self.params,
+            result: self.result,
+            error: self.error,
+        }
+    }
 }
 
 /// A classified message.
@@ -181,6 +225,23 @@ mod tests {
         let (id, err) = parse(r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#).unwrap_err();
         assert_eq!(id.unwrap().get(), "3");
         assert_eq!(err.code.0, -32600);
+    }
+
+    /// Found by the property tests: the derived `Deserialize` read a JSON array positionally,
+    /// so `["2.0",7,"ping"]` (alone at `/message`, or as a batch item) was served as a ping.
+    #[test]
+    fn an_array_is_not_a_message() {
+        for text in [r#"["2.0",7,"ping"]"#, "[]", r#"["2.0"]"#] {
+            assert!(
+                serde_json::from_str::<Incoming>(text).is_err(),
+                "{text} must not parse as a message"
+            );
+        }
+        // Objects still are, with raw ids and duplicate fields refused as before.
+        let m = serde_json::from_str::<Incoming>(r#"{"jsonrpc":"2.0","id": "x" ,"method":"ping"}"#)
+            .unwrap();
+        assert_eq!(m.id.unwrap().get(), r#""x""#);
+        assert!(serde_json::from_str::<Incoming>(r#"{"id":1,"id":2}"#).is_err());
     }
 
     #[test]
