@@ -74,10 +74,41 @@ fn accept_header(h: &HeaderMap) -> Option<String> {
 fn accepts(accept: &str, mime: &str) -> bool {
     accept.split(',').any(|part| {
         let m = part.split(';').next().unwrap_or("").trim();
+        // Media types are case-insensitive (RFC 9110 8.3.1), wildcards included.
+        let type_prefix = m.strip_suffix('*').filter(|p| p.ends_with('/'));
         m.eq_ignore_ascii_case(mime)
             || m == "*/*"
-            || (m.ends_with("/*") && mime.starts_with(&m[..m.len() - 1]))
+            || type_prefix.is_some_and(|p| {
+                mime.get(..p.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
+            })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the property tests: `Application/*` was refused (406) while
+    /// `Application/JSON` was accepted; a wildcard's type compared case-sensitively.
+    #[test]
+    fn wildcards_match_case_insensitively() {
+        assert!(accepts("Application/*", "application/json"));
+        assert!(accepts("TEXT/*;q=0.5", "text/event-stream"));
+        assert!(!accepts("text/*", "application/json"));
+        assert!(!accepts("applications/*", "application/json"));
+        assert!(!accepts("/*", "application/json"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            header::ACCEPT,
+            http::HeaderValue::from_static("Application/*"),
+        );
+        assert!(post_headers(&h).is_ok());
+    }
 }
 
 /// Reads a body of at most `limit` bytes: a declared `Content-Length` over it is refused before
