@@ -194,8 +194,9 @@ mod props {
                 }
             }
             // "Names a non-session version" only for a readable header that is not one.
-            prop_assert_eq!(names_stateless_version(&h), text.is_some() && !session_era);
-            prop_assert_eq!(is_session_request(&h), session && !(text.is_some() && !session_era));
+            let non_session_header = text.is_some() && !session_era;
+            prop_assert_eq!(names_stateless_version(&h), non_session_header);
+            prop_assert_eq!(is_session_request(&h), session && !non_session_header);
             // `_meta` is peeked at from any raw params without a panic; 2026-only methods are
             // always 2026-07-28, and a session with a session-era header never is.
             let params = params.and_then(|p| RawValue::from_string(p).ok());
