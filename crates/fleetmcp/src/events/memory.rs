@@ -343,7 +343,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(512))]
+        #![proptest_config(config(256))]
 
         #[test]
         fn resolve_finds_only_positions_of_this_session(

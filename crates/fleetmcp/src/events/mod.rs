@@ -134,7 +134,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// Every id this server hands out parses back to what made it.
         #[test]

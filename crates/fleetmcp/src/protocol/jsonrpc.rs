@@ -409,7 +409,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// Any bytes at all: parsing and classifying never panic, and a classification error
         /// is always `-32600`.

@@ -253,7 +253,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(512))]
+        #![proptest_config(config(256))]
 
         /// A sealed state opens to itself for its own request until it expires; after that it
         /// is `Expired`, and for another request `OtherRequest`.

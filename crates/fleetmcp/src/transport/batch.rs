@@ -299,7 +299,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// Any bytes: no panic, and a successful read never holds more than the limit.
         #[test]

@@ -186,7 +186,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// 415 unless the media type is application/json (any case, any parameters); then 406
         /// when Accept is present and names neither answer type nor a wildcard covering one.

@@ -159,7 +159,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         #[test]
         fn version_headers_are_classified_consistently(

@@ -190,7 +190,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// A value is read only when it is one non-empty run of visible ASCII, and then exactly.
         #[test]

@@ -215,7 +215,7 @@ mod props {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(config(1000))]
 
         /// Base64 in the wrapper decodes back to the text; a value without it is literal; bad
         /// base64 or non-UTF-8 bytes inside it are `None`.
