@@ -324,3 +324,68 @@ mod tests {
         assert_eq!(store.session_count(), 0);
     }
 }
+
+/// Property test of `resolve` in memory: whatever `Last-Event-ID` a client sends, it resolves
+/// only to a position this session's own events reached.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::events::{parse_event_id, session_tag};
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn resolve_finds_only_positions_of_this_session(
+            // Events appended per stream (streams 0..4) of "s1"; "s2" gets one event on each.
+            counts in prop::collection::vec(0u64..5, 4),
+            candidates in prop::collection::vec(
+                prop_oneof![
+                    any::<String>(),
+                    (0u64..6, 0u64..8).prop_map(|(st, seq)| event_id(&session_tag("s1"), st, seq)),
+                    (0u64..6, 0u64..8).prop_map(|(st, seq)| event_id(&session_tag("s2"), st, seq)),
+                    (0u64..6, 0u64..8).prop_map(|(st, seq)| format!("{}-+{st}-0{seq}", session_tag("s1"))),
+                    "[0-9a-f]{0,13}-[0-9]{1,3}-[0-9]{1,3}",
+                ],
+                1..16,
+            ),
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            rt.block_on(async {
+                let store = MemoryEventStore::new(100, 8);
+                for (stream, &n) in counts.iter().enumerate() {
+                    for _ in 0..n {
+                        store.append("s1", stream as u64, Bytes::from("e")).await.expect("append");
+                    }
+                    store.append("s2", stream as u64, Bytes::from("f")).await.expect("append");
+                }
+                let own = session_tag("s1");
+                for c in &candidates {
+                    let got = store.resolve("s1", c).await;
+                    // Stream `st` holds `counts[st]` events, numbered from 1: any of them, or
+                    // 0 (before the first), is a position; nothing else is.
+                    let want = parse_event_id(c).and_then(|(tag, st, seq)| {
+                        let n = *counts.get(usize::try_from(st).ok()?)?;
+                        (tag == own && n > 0 && seq <= n).then_some((st, Cursor::After(seq)))
+                    });
+                    prop_assert_eq!(got, want, "{:?}", c);
+                    // Another session never resolves s1's ids, whatever it holds.
+                    if parse_event_id(c).is_some_and(|(tag, _, _)| tag == own) {
+                        prop_assert_eq!(store.resolve("s2", c).await, None);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+}

@@ -110,3 +110,76 @@ pub(crate) fn session_tag(session: &str) -> String {
     let digest = Sha256::digest(session.as_bytes());
     digest[..6].iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Property tests of `Last-Event-ID` parsing: the header is the client's, so any text must
+/// give `None` or a triple that spells the input back.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// A decimal number as `u64::from_str` reads it: digits, with an optional leading `+`.
+    fn is_number(s: &str) -> bool {
+        let digits = s.strip_prefix('+').unwrap_or(s);
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// Every id this server hands out parses back to what made it.
+        #[test]
+        fn event_ids_round_trip(session in ".{0,40}", stream in any::<u64>(), seq in any::<u64>()) {
+            let tag = session_tag(&session);
+            prop_assert_eq!(tag.len(), 12);
+            prop_assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()), "a tag never contains '-'");
+            let id = event_id(&tag, stream, seq);
+            prop_assert_eq!(parse_event_id(&id), Some((tag.as_str(), stream, seq)));
+        }
+
+        /// Any text: no panic; `Some` only for `<tag without '-'>-<number>-<number>` whose
+        /// numbers fit a u64, with the tag and the numbers read exactly as written.
+        #[test]
+        fn arbitrary_ids_parse_only_in_the_documented_form(
+            id in prop_oneof![
+                any::<String>(),
+                "[0-9a-f+ -]{0,30}",
+                "[0-9a-f]{12}-[0-9]{1,21}-[0-9+ -]{1,21}",
+            ],
+        ) {
+            if let Some((tag, stream, seq)) = parse_event_id(&id) {
+                let mut parts = id.splitn(3, '-');
+                prop_assert_eq!(parts.next(), Some(tag));
+                prop_assert!(!tag.contains('-'));
+                let (s, q) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                prop_assert!(is_number(s) && is_number(q), "{:?}", id);
+                prop_assert_eq!(s.parse::<u64>().ok(), Some(stream));
+                prop_assert_eq!(q.parse::<u64>().ok(), Some(seq));
+            }
+        }
+
+        /// Numbers past u64, a missing field, or an extra `-` field: `None`.
+        #[test]
+        fn malformed_ids_are_refused(tag in "[0-9a-f]{12}", stream in any::<u64>(), seq in any::<u64>()) {
+            for bad in [
+                format!("{tag}-{stream}0000000000000000000000-{seq}"),
+                format!("{tag}-{stream}-{seq}0000000000000000000000"),
+                format!("{tag}-{stream}"),
+                format!("{tag}-{stream}-{seq}-1"),
+                format!("{tag}-{stream}--{seq}"),
+                format!("{tag}-{stream}- {seq}"),
+            ] {
+                prop_assert_eq!(parse_event_id(&bad), None, "{:?}", bad);
+            }
+        }
+    }
+}

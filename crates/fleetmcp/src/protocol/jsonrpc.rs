@@ -5,26 +5,70 @@
 //! type it wants. Outgoing messages are written straight into a byte buffer.
 
 use bytes::Bytes;
+use serde::de::{Deserializer, MapAccess, Visitor, value::MapAccessDeserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::ErrorData;
 
-/// One JSON-RPC message as received, before it is classified.
-#[derive(Debug, Deserialize)]
+/// One JSON-RPC message as received, before it is classified. Only a JSON object is one: a
+/// derived `Deserialize` would also read an array positionally (`["2.0",1,"ping"]` as a
+/// request), which JSON-RPC does not allow.
+#[derive(Debug)]
 pub struct Incoming {
-    #[serde(default)]
     pub jsonrpc: Option<String>,
-    #[serde(default)]
     pub id: Option<Box<RawValue>>,
-    #[serde(default)]
     pub method: Option<String>,
-    #[serde(default)]
     pub params: Option<Box<RawValue>>,
-    #[serde(default)]
     pub result: Option<Box<RawValue>>,
-    #[serde(default)]
     pub error: Option<Box<RawValue>>,
+}
+
+impl<'de> Deserialize<'de> for Incoming {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectOnly;
+        impl<'de> Visitor<'de> for ObjectOnly {
+            type Value = Incoming;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON-RPC message (a JSON object)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Incoming, A::Error> {
+                // The values are still read by the original deserializer, so raw ids stay raw.
+                Fields::deserialize(MapAccessDeserializer::new(map)).map(Fields::into_incoming)
+            }
+        }
+        d.deserialize_map(ObjectOnly)
+    }
+}
+
+/// The fields of [`Incoming`], read from an object's entries.
+#[derive(Deserialize)]
+struct Fields {
+    #[serde(default)]
+    jsonrpc: Option<String>,
+    #[serde(default)]
+    id: Option<Box<RawValue>>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default)]
+    result: Option<Box<RawValue>>,
+    #[serde(default)]
+    error: Option<Box<RawValue>>,
+}
+
+impl Fields {
+    fn into_incoming(self) -> Incoming {
+        Incoming {
+            jsonrpc: self.jsonrpc,
+            id: self.id,
+            method: self.method,
+            params: self.params,
+            result: self.result,
+            error: self.error,
+        }
+    }
 }
 
 /// A classified message.
@@ -183,6 +227,23 @@ mod tests {
         assert_eq!(err.code.0, -32600);
     }
 
+    /// Found by the property tests: the derived `Deserialize` read a JSON array positionally,
+    /// so `["2.0",7,"ping"]` (alone at `/message`, or as a batch item) was served as a ping.
+    #[test]
+    fn an_array_is_not_a_message() {
+        for text in [r#"["2.0",7,"ping"]"#, "[]", r#"["2.0"]"#] {
+            assert!(
+                serde_json::from_str::<Incoming>(text).is_err(),
+                "{text} must not parse as a message"
+            );
+        }
+        // Objects still are, with raw ids and duplicate fields refused as before.
+        let m = serde_json::from_str::<Incoming>(r#"{"jsonrpc":"2.0","id": "x" ,"method":"ping"}"#)
+            .unwrap();
+        assert_eq!(m.id.unwrap().get(), r#""x""#);
+        assert!(serde_json::from_str::<Incoming>(r#"{"id":1,"id":2}"#).is_err());
+    }
+
     #[test]
     fn answers_echo_the_raw_id() {
         let id = RawValue::from_string("\"abc\"".into()).unwrap();
@@ -192,5 +253,223 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["id"], serde_json::Value::Null);
         assert_eq!(v["error"]["code"], -32700);
+    }
+}
+
+/// Property tests: the envelope is parsed from untrusted bytes, so for any input it must not
+/// panic and must end in exactly one of the documented outcomes.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Any JSON value without floats (serde_json's default float parser is not exact, and
+    /// floats add nothing an integer does not here).
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A field that is absent, or one of a few plausible values, or anything at all.
+    fn field(plausible: Vec<Value>) -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            2 => Just(None),
+            3 => prop::sample::select(plausible).prop_map(Some),
+            2 => json_value().prop_map(Some),
+        ]
+    }
+
+    /// Objects shaped like JSON-RPC messages, with every field possibly missing or mistyped.
+    fn envelope() -> impl Strategy<Value = Value> {
+        (
+            field(vec![json!("2.0"), json!("1.0"), json!(2.0), Value::Null]),
+            field(vec![json!(1), json!("a"), Value::Null, json!({"x": 1})]),
+            field(vec![
+                json!("ping"),
+                json!("tools/call"),
+                Value::Null,
+                json!(5),
+            ]),
+            field(vec![json!({}), json!([]), Value::Null]),
+            field(vec![json!({}), Value::Null]),
+            field(vec![json!({"code": 1, "message": "m"}), Value::Null]),
+            prop::collection::btree_map("[a-z]{1,4}", json_value(), 0..2),
+        )
+            .prop_map(|(jsonrpc, id, method, params, result, error, extra)| {
+                let mut m: serde_json::Map<String, Value> = extra.into_iter().collect();
+                for (k, v) in [
+                    ("jsonrpc", jsonrpc),
+                    ("id", id),
+                    ("method", method),
+                    ("params", params),
+                    ("result", result),
+                    ("error", error),
+                ] {
+                    match v {
+                        Some(v) => m.insert(k.to_string(), v),
+                        None => m.remove(k),
+                    };
+                }
+                Value::Object(m)
+            })
+    }
+
+    /// What the envelope is, computed from the JSON value independently of serde.
+    #[derive(Debug, PartialEq)]
+    enum Expected {
+        /// Not an object, or `jsonrpc`/`method` not a string: a parse error (`-32700`).
+        NotEnvelope,
+        Request(Value, String),
+        Notification(String),
+        Response(Value, bool),
+        /// `-32600`, naming the id when there is one.
+        Invalid(Option<Value>),
+    }
+
+    fn expected(v: &Value) -> Expected {
+        let Some(o) = v.as_object() else {
+            return Expected::NotEnvelope;
+        };
+        // `Option<String>`: null and absent are `None`; any other non-string fails the parse.
+        let string = |k: &str| match o.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(()),
+        };
+        // `Option<Box<RawValue>>`: null and absent are `None`.
+        let raw = |k: &str| o.get(k).filter(|v| !v.is_null()).cloned();
+        let (Ok(jsonrpc), Ok(method)) = (string("jsonrpc"), string("method")) else {
+            return Expected::NotEnvelope;
+        };
+        let id = raw("id");
+        if jsonrpc.as_deref() != Some("2.0") {
+            return Expected::Invalid(id);
+        }
+        match (method, id) {
+            (Some(m), Some(id)) => Expected::Request(id, m),
+            (Some(m), None) => Expected::Notification(m),
+            (None, Some(id)) => match (raw("result"), raw("error")) {
+                (Some(_), None) => Expected::Response(id, true),
+                (None, Some(_)) => Expected::Response(id, false),
+                _ => Expected::Invalid(Some(id)),
+            },
+            (None, None) => Expected::Invalid(None),
+        }
+    }
+
+    fn to_value(raw: &RawValue) -> Value {
+        serde_json::from_str(raw.get()).expect("a RawValue is valid JSON")
+    }
+
+    /// What the parser and `classify` made of the text, in the model's terms.
+    fn actual(text: &str) -> Expected {
+        let Ok(incoming) = serde_json::from_str::<Incoming>(text) else {
+            return Expected::NotEnvelope;
+        };
+        match incoming.classify() {
+            Ok(Message::Request { id, method, .. }) => Expected::Request(to_value(&id), method),
+            Ok(Message::Notification { method, .. }) => Expected::Notification(method),
+            Ok(Message::Response { id, outcome }) => {
+                Expected::Response(to_value(&id), outcome.is_ok())
+            }
+            Err((id, e)) => {
+                assert_eq!(e.code.0, -32600, "classify only ever says Invalid Request");
+                // The error answer names the request and is itself valid JSON-RPC.
+                let answer: Value = serde_json::from_slice(&encode_error(id.as_deref(), &e))
+                    .expect("an error answer is JSON");
+                assert_eq!(answer["jsonrpc"], "2.0");
+                assert_eq!(answer["error"]["code"], -32600);
+                let id = id.as_deref().map(to_value);
+                assert_eq!(answer["id"], id.clone().unwrap_or(Value::Null));
+                Expected::Invalid(id)
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// Any bytes at all: parsing and classifying never panic, and a classification error
+        /// is always `-32600`.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(incoming) = serde_json::from_slice::<Incoming>(&bytes)
+                && let Err((_, e)) = incoming.classify()
+            {
+                prop_assert_eq!(e.code.0, -32600);
+            }
+        }
+
+        /// Every JSON value is classified exactly as the JSON-RPC rules (and serde's treatment
+        /// of `null` as absent) say, ids read back unchanged.
+        #[test]
+        fn any_json_value_is_classified_by_the_rules(v in prop_oneof![json_value(), envelope()]) {
+            prop_assert_eq!(actual(&v.to_string()), expected(&v));
+        }
+
+        /// A valid message cut short anywhere is not a message (the server's `-32700`).
+        #[test]
+        fn truncated_messages_do_not_parse(v in envelope(), cut in any::<prop::sample::Index>()) {
+            let text = v.to_string();
+            let end = cut.index(text.len());
+            prop_assume!(text.is_char_boundary(end));
+            prop_assert!(serde_json::from_str::<Incoming>(&text[..end]).is_err());
+        }
+
+        /// What this server sends parses back as the message it meant, ids byte for byte.
+        #[test]
+        fn encoded_messages_round_trip(
+            id in ".{0,16}",
+            method in ".{1,16}",
+            params in json_value(),
+            answer_id in prop_oneof![any::<i64>().prop_map(Value::from), ".{0,8}".prop_map(Value::String)],
+            code in any::<i32>(),
+            message in ".{0,16}",
+        ) {
+            match serde_json::from_slice::<Incoming>(&encode_request(&id, &method, &params)).map(Incoming::classify) {
+                Ok(Ok(Message::Request { id: got, method: m, params: p })) => {
+                    prop_assert_eq!(to_value(&got), Value::String(id));
+                    prop_assert_eq!(m, method.clone());
+                    // `null` params are read as absent, as for any message.
+                    prop_assert_eq!(p.map(|p| to_value(&p)).unwrap_or(Value::Null), params.clone());
+                }
+                other => prop_assert!(false, "request did not round trip: {other:?}"),
+            }
+            match serde_json::from_slice::<Incoming>(&encode_notification(&method, &params)).map(Incoming::classify) {
+                Ok(Ok(Message::Notification { method: m, .. })) => prop_assert_eq!(m, method),
+                other => prop_assert!(false, "notification did not round trip: {other:?}"),
+            }
+            let raw_id = RawValue::from_string(answer_id.to_string()).expect("JSON");
+            let ok: Value = serde_json::from_slice(&encode_result(&raw_id, &params)).expect("JSON");
+            prop_assert_eq!(&ok["id"], &answer_id);
+            prop_assert_eq!(&ok["result"], &params);
+            let e = ErrorData::new(rmcp::model::ErrorCode(code), message.clone(), None);
+            let err: Value = serde_json::from_slice(&encode_error(Some(&raw_id), &e)).expect("JSON");
+            prop_assert_eq!(&err["id"], &answer_id);
+            prop_assert_eq!(&err["error"]["code"], &json!(code));
+            prop_assert_eq!(&err["error"]["message"], &json!(message));
+        }
     }
 }

@@ -163,3 +163,116 @@ mod tests {
         );
     }
 }
+
+/// Property tests: `open` reads an attacker's header, so for any input it returns `None`
+/// unless the id was sealed here, and refuses over-long ids by their length alone.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+    fn sealer() -> SessionSealer {
+        SessionSealer::new(b"a shared secret of some length")
+    }
+
+    fn payload() -> impl Strategy<Value = SessionIdPayload> {
+        (
+            // Long enough, sometimes, that the sealed id passes MAX_ID_LEN.
+            prop_oneof![".{0,24}", "[ -~]{1000,1700}"],
+            ".{0,36}",
+            any::<u64>(),
+            ".{0,16}",
+            ".{0,16}",
+            any::<bool>(),
+        )
+            .prop_map(|(node_id, uuid, iat, protocol, auth_sig, is_public)| {
+                SessionIdPayload {
+                    node_id,
+                    uuid,
+                    iat,
+                    protocol,
+                    auth_sig,
+                    is_public,
+                }
+            })
+    }
+
+    proptest! {
+        // Each case seals and opens ids of up to 2 KiB (slow-ish in a debug build).
+        #![proptest_config(config(256))]
+
+        /// Every payload opens back to itself, exactly when its id fits MAX_ID_LEN: a valid
+        /// seal past the limit is refused, so only the length guard can have refused it.
+        #[test]
+        fn seal_then_open_round_trips_within_the_length_limit(p in payload()) {
+            let s = sealer();
+            let id = s.seal(&p).expect("sealing plain data succeeds");
+            prop_assert!(id.bytes().all(|b| ALPHABET.contains(&b)), "a header-safe id");
+            if id.len() <= MAX_ID_LEN {
+                prop_assert_eq!(s.open(&id), Some(p));
+            } else {
+                prop_assert_eq!(s.open(&id), None);
+            }
+        }
+
+        /// Any change to a sealed id (one character replaced, cut short, extended) does not
+        /// open: ids are not malleable, so one session has exactly one id string.
+        #[test]
+        fn a_changed_id_does_not_open(
+            p in payload(),
+            at in any::<prop::sample::Index>(),
+            with in prop::sample::select(ALPHABET.to_vec()),
+            extra in "[A-Za-z0-9_-]{1,4}",
+        ) {
+            let s = sealer();
+            let id = s.seal(&p).expect("sealing plain data succeeds");
+            prop_assume!(id.len() <= MAX_ID_LEN);
+            let i = at.index(id.len());
+            let mut changed = id.clone().into_bytes();
+            prop_assume!(changed[i] != with);
+            changed[i] = with;
+            let changed = String::from_utf8(changed).expect("ASCII");
+            prop_assert_eq!(s.open(&changed), None, "replaced at {}", i);
+            prop_assert_eq!(s.open(&id[..i]), None, "cut at {}", i);
+            prop_assert_eq!(s.open(&format!("{id}{extra}")), None);
+        }
+
+        /// Arbitrary strings, and arbitrary strings of the id alphabet of any length, never
+        /// open and never panic.
+        #[test]
+        fn arbitrary_ids_do_not_open(
+            id in prop_oneof![
+                any::<String>(),
+                "[A-Za-z0-9_-]{0,120}",
+                "[A-Za-z0-9_-]{2040,2100}",
+                "[\\u{80}-\\u{10ffff}]{500,700}",
+            ],
+        ) {
+            prop_assert_eq!(sealer().open(&id), None);
+        }
+
+        /// An id sealed under a rotated-out secret still opens during the rotation, and one
+        /// sealed under an unrelated secret does not.
+        #[test]
+        fn rotation_opens_old_ids_only(p in payload(), other in "[a-z]{8,32}") {
+            prop_assume!(other.as_bytes() != b"a shared secret of some length");
+            let old = SessionSealer::new(other.as_bytes());
+            let rotating = SessionSealer::rotating(b"the new secret, long enough", &[other.as_bytes()]);
+            let id = old.seal(&p).expect("sealing plain data succeeds");
+            prop_assume!(id.len() <= MAX_ID_LEN);
+            prop_assert_eq!(rotating.open(&id), Some(p));
+            prop_assert_eq!(sealer().open(&id), None);
+        }
+    }
+}

@@ -196,3 +196,137 @@ mod tests {
         assert_ne!(d(&a), d(&c));
     }
 }
+
+/// Property tests: a `requestState` comes back from the client, so `open` must refuse
+/// anything it did not seal (`Invalid`), and say `Expired` or `OtherRequest` only of states
+/// it did seal.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    fn sealer() -> RequestStateSealer {
+        RequestStateSealer::new(Some("vault secret for the properties"), None)
+    }
+
+    /// Answers without floats (serde_json's default float parsing is not exact).
+    fn answer() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(2, 12, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                prop::collection::btree_map(".{0,6}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn payload() -> impl Strategy<Value = StatePayload> {
+        (
+            ".{1,16}",
+            "[A-Za-z0-9_-]{0,43}",
+            any::<u64>(),
+            prop::collection::btree_map(".{0,8}", answer(), 0..4),
+            prop::collection::vec(".{0,8}", 0..3),
+        )
+            .prop_map(|(m, d, exp, a, q)| StatePayload {
+                m,
+                d,
+                exp,
+                a: a.into_iter().collect(),
+                q,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        /// A sealed state opens to itself for its own request until it expires; after that it
+        /// is `Expired`, and for another request `OtherRequest`.
+        #[test]
+        fn seal_then_open_round_trips(p in payload(), before in any::<u64>(), other in ".{1,8}") {
+            let s = sealer();
+            let state = s.seal(&p).expect("sealing plain data succeeds");
+            let now = before.min(p.exp);
+            prop_assert_eq!(s.open(&state, &p.m, &p.d, now), Ok(p.clone()));
+            if p.exp < u64::MAX {
+                prop_assert_eq!(s.open(&state, &p.m, &p.d, p.exp + 1), Err(StateError::Expired));
+            }
+            if other != p.m {
+                prop_assert_eq!(s.open(&state, &other, &p.d, now), Err(StateError::OtherRequest));
+            }
+            if other != p.d {
+                prop_assert_eq!(s.open(&state, &p.m, &other, now), Err(StateError::OtherRequest));
+            }
+        }
+
+        /// Any change to a sealed state is `Invalid`, never a payload.
+        #[test]
+        fn a_changed_state_is_invalid(
+            p in payload(),
+            at in any::<prop::sample::Index>(),
+            with in prop::sample::select(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".to_vec()),
+        ) {
+            let s = sealer();
+            let state = s.seal(&p).expect("sealing plain data succeeds");
+            let i = at.index(state.len());
+            let mut changed = state.clone().into_bytes();
+            prop_assume!(changed[i] != with);
+            changed[i] = with;
+            let changed = String::from_utf8(changed).expect("ASCII");
+            prop_assert_eq!(s.open(&changed, &p.m, &p.d, 0), Err(StateError::Invalid));
+            prop_assert_eq!(s.open(&state[..i], &p.m, &p.d, 0), Err(StateError::Invalid));
+            // Another deployment's key does not open it either.
+            let other = RequestStateSealer::new(None, Some("another deployment"));
+            prop_assert_eq!(other.open(&state, &p.m, &p.d, 0), Err(StateError::Invalid));
+        }
+
+        /// Arbitrary text is `Invalid`, and never panics.
+        #[test]
+        fn arbitrary_states_are_invalid(
+            state in prop_oneof![any::<String>(), "[A-Za-z0-9_-]{0,200}"],
+            method in ".{0,8}",
+            now in any::<u64>(),
+        ) {
+            prop_assert_eq!(sealer().open(&state, &method, "", now), Err(StateError::Invalid));
+        }
+    }
+
+    /// The length guard: a state sealed here but longer than MAX_STATE_LEN is refused as
+    /// `Invalid` (only the guard can refuse a valid seal), one just within it opens.
+    #[test]
+    fn states_past_the_length_limit_are_refused_before_decoding() {
+        let s = sealer();
+        let with_answer = |len: usize| StatePayload {
+            m: "tools/call".into(),
+            d: "d".into(),
+            exp: u64::MAX,
+            a: serde_json::json!({"k": "x".repeat(len)})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            q: vec![],
+        };
+        // About 3/4 of the limit in plain text is just under it once sealed and encoded.
+        let small = s.seal(&with_answer(MAX_STATE_LEN * 3 / 4 - 200)).unwrap();
+        assert!(small.len() <= MAX_STATE_LEN);
+        assert!(s.open(&small, "tools/call", "d", 0).is_ok());
+        let big = s.seal(&with_answer(MAX_STATE_LEN * 3 / 4)).unwrap();
+        assert!(big.len() > MAX_STATE_LEN);
+        assert_eq!(s.open(&big, "tools/call", "d", 0), Err(StateError::Invalid));
+    }
+}

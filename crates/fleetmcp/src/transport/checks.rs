@@ -74,10 +74,41 @@ fn accept_header(h: &HeaderMap) -> Option<String> {
 fn accepts(accept: &str, mime: &str) -> bool {
     accept.split(',').any(|part| {
         let m = part.split(';').next().unwrap_or("").trim();
+        // Media types are case-insensitive (RFC 9110 8.3.1), wildcards included.
+        let type_prefix = m.strip_suffix('*').filter(|p| p.ends_with('/'));
         m.eq_ignore_ascii_case(mime)
             || m == "*/*"
-            || (m.ends_with("/*") && mime.starts_with(&m[..m.len() - 1]))
+            || type_prefix.is_some_and(|p| {
+                mime.get(..p.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
+            })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the property tests: `Application/*` was refused (406) while
+    /// `Application/JSON` was accepted; a wildcard's type compared case-sensitively.
+    #[test]
+    fn wildcards_match_case_insensitively() {
+        assert!(accepts("Application/*", "application/json"));
+        assert!(accepts("TEXT/*;q=0.5", "text/event-stream"));
+        assert!(!accepts("text/*", "application/json"));
+        assert!(!accepts("applications/*", "application/json"));
+        assert!(!accepts("/*", "application/json"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            header::ACCEPT,
+            http::HeaderValue::from_static("Application/*"),
+        );
+        assert!(post_headers(&h).is_ok());
+    }
 }
 
 /// Reads a body of at most `limit` bytes: a declared `Content-Length` over it is refused before
@@ -127,4 +158,149 @@ fn too_large(limit: usize) -> Response {
         None,
         &errors::invalid_request(format!("Request body exceeds the limit of {limit} bytes")),
     )
+}
+
+/// Property tests of `Content-Type`, `Accept` and the body limit: values built from known
+/// parts are judged as the rules say, arbitrary ones never panic, and no body over the limit
+/// is ever read whole.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// A media type with random case, spaces and parameters, and whether it is `target`.
+    fn media(options: Vec<&'static str>) -> impl Strategy<Value = (String, &'static str)> {
+        (
+            prop::sample::select(options),
+            prop::collection::vec(any::<bool>(), 24),
+            "[ ]{0,2}",
+            prop::option::of("[a-z]{1,6}=[a-z0-9.]{1,6}"),
+        )
+            .prop_map(|(m, upper, pad, param)| {
+                let cased: String = m
+                    .chars()
+                    .zip(upper.iter().cycle())
+                    .map(|(c, u)| if *u { c.to_ascii_uppercase() } else { c })
+                    .collect();
+                let param = param.map(|p| format!(";{pad}{p}")).unwrap_or_default();
+                (format!("{pad}{cased}{pad}{param}"), m)
+            })
+    }
+
+    fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop_oneof![0x20u8..=0x7e, Just(b'\t'), 0x80u8..=0xff],
+            0..30,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// 415 unless the media type is application/json (any case, any parameters); then 406
+        /// when Accept is present and names neither answer type nor a wildcard covering one.
+        #[test]
+        fn post_headers_follow_the_rules(
+            (ct, ct_type) in media(vec!["application/json", "application/jsonx", "text/json", "text/plain", "application/json-rpc"]),
+            accept in prop::option::of(prop::collection::vec(
+                media(vec!["application/json", "text/event-stream", "*/*", "application/*", "text/*", "text/html", "image/*", "application/xml"]),
+                1..4,
+            )),
+        ) {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ASCII"));
+            if let Some(list) = &accept {
+                let joined: Vec<&str> = list.iter().map(|(v, _)| v.as_str()).collect();
+                h.insert(header::ACCEPT, HeaderValue::from_str(&joined.join(",")).expect("ASCII"));
+            }
+            let json = ct_type == "application/json";
+            let acceptable = accept.as_ref().is_none_or(|list| {
+                list.iter().any(|(_, m)| {
+                    matches!(*m, "application/json" | "text/event-stream" | "*/*" | "application/*" | "text/*")
+                })
+            });
+            let takes = accept.as_ref().is_none_or(|list| {
+                list.iter().any(|(_, m)| matches!(*m, "text/event-stream" | "*/*" | "text/*"))
+            });
+            prop_assert_eq!(takes_sse(&h), takes);
+            match post_headers(&h) {
+                Ok(()) => prop_assert!(json && acceptable),
+                Err(res) if !json => prop_assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE),
+                Err(res) => {
+                    prop_assert!(!acceptable);
+                    prop_assert_eq!(res.status(), StatusCode::NOT_ACCEPTABLE);
+                }
+            }
+        }
+
+        /// Any bytes in either header: an answer, never a panic, and only the documented codes.
+        #[test]
+        fn arbitrary_header_values_never_panic(ct in header_bytes(), accept in prop::collection::vec(header_bytes(), 0..3)) {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_bytes(&ct).expect("valid header bytes"));
+            for a in &accept {
+                h.append(header::ACCEPT, HeaderValue::from_bytes(a).expect("valid header bytes"));
+            }
+            if let Err(res) = post_headers(&h) {
+                prop_assert!(matches!(res.status().as_u16(), 406 | 415));
+            }
+            if let Err(res) = get_headers(&h) {
+                prop_assert_eq!(res.status(), StatusCode::NOT_ACCEPTABLE);
+            }
+            let _ = takes_sse(&h);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        /// A body is returned whole exactly when it fits the limit, whatever Content-Length
+        /// claims (an honest one over the limit is refused unread, a lying one is cut off).
+        #[test]
+        fn read_body_never_returns_more_than_the_limit(
+            len in 0usize..300,
+            limit in 0usize..200,
+            declared in prop_oneof![Just(None), Just(Some("exact")), Just(Some("less")), Just(Some("junk"))],
+            chunks in 1usize..4,
+        ) {
+            let body: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut h = HeaderMap::new();
+            let claim = match declared {
+                None => None,
+                Some("exact") => Some(len.to_string()),
+                Some("less") => Some(len.saturating_sub(1).to_string()),
+                _ => Some("12ab".to_string()),
+            };
+            if let Some(c) = &claim {
+                h.insert(header::CONTENT_LENGTH, HeaderValue::from_str(c).expect("ASCII"));
+            }
+            // A streamed body, so the limit is met while reading, not from a known size.
+            let parts: Vec<Result<Bytes, std::io::Error>> = body
+                .chunks(len.div_ceil(chunks).max(1))
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            let stream = Body::from_stream(futures_util::stream::iter(parts));
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            match rt.block_on(read_body(&h, stream, limit)) {
+                Ok(read) => {
+                    prop_assert!(len <= limit);
+                    prop_assert_eq!(&read[..], &body[..]);
+                }
+                Err(res) => {
+                    prop_assert!(len > limit, "refused a body within the limit");
+                    prop_assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+                }
+            }
+        }
+    }
 }

@@ -123,3 +123,94 @@ pub(super) fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
         )),
     ))
 }
+
+/// Property tests of the era decision: any version header or `_meta` is read without a panic,
+/// and the session-era version check accepts exactly the session-era versions.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    fn version_header() -> impl Strategy<Value = Option<Vec<u8>>> {
+        prop_oneof![
+            Just(None),
+            prop::sample::select(vec![
+                "2024-11-05",
+                "2025-03-26",
+                "2025-06-18",
+                "2025-11-25",
+                "2026-07-28",
+                " 2025-03-26\t",
+                "2025-11-26",
+                ""
+            ])
+            .prop_map(|v| Some(v.as_bytes().to_vec())),
+            prop::collection::vec(prop_oneof![0x20u8..=0x7e, 0x80u8..=0xff], 0..14).prop_map(Some),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        #[test]
+        fn version_headers_are_classified_consistently(
+            version in version_header(),
+            session in any::<bool>(),
+            method in prop::sample::select(vec!["initialize", "ping", "tools/call", "server/discover", "subscriptions/listen"]),
+            params in prop_oneof![
+                Just(None),
+                Just(Some(r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#.to_string())),
+                "[\\[\\]{}\":_a-z0-9,]{0,24}".prop_map(Some),
+            ],
+        ) {
+            let mut h = HeaderMap::new();
+            if let Some(v) = &version {
+                h.insert(PROTOCOL_VERSION_HEADER, HeaderValue::from_bytes(v).expect("valid header bytes"));
+            }
+            if session {
+                h.insert(SESSION_HEADER, HeaderValue::from_static("some-session"));
+            }
+            // What `HeaderValue::to_str` reads: visible ASCII, spaces and tabs only.
+            let text = version
+                .as_deref()
+                .filter(|v| v.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b)))
+                .and_then(|v| std::str::from_utf8(v).ok());
+            let session_era = text.is_some_and(|v| ProtocolVersion::parse(v.trim()).is_some());
+            // Absent, or a session-era version, passes; anything else is 400.
+            match check_session_version(&h) {
+                Ok(()) => prop_assert!(version.is_none() || session_era),
+                Err(res) => {
+                    prop_assert!(version.is_some() && !session_era);
+                    prop_assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+                }
+            }
+            // "Names a non-session version" only for a readable header that is not one.
+            let non_session_header = text.is_some() && !session_era;
+            prop_assert_eq!(names_stateless_version(&h), non_session_header);
+            prop_assert_eq!(is_session_request(&h), session && !non_session_header);
+            // `_meta` is peeked at from any raw params without a panic; 2026-only methods are
+            // always 2026-07-28, and a session with a session-era header never is.
+            let params = params.and_then(|p| RawValue::from_string(p).ok());
+            let message = Message::Request {
+                id: RawValue::from_string("1".into()).expect("JSON"),
+                method: method.to_string(),
+                params,
+            };
+            let stateless = is_stateless(DefaultEra::Session, &h, &message);
+            if matches!(method, "server/discover" | "subscriptions/listen") {
+                prop_assert!(stateless);
+            } else if session && (version.is_none() || session_era) {
+                prop_assert!(!stateless);
+            }
+        }
+    }
+}

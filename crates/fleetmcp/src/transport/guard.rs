@@ -150,3 +150,105 @@ mod tests {
         assert_eq!(single_value(&h, name), Some(None));
     }
 }
+
+/// Property tests of `Host`/`Origin`: any header bytes are read or refused without a panic,
+/// and with no allow-list only loopback names pass.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Host names a browser could put in `Host`/`Origin`: loopback ones, look-alikes, others.
+    fn host() -> impl Strategy<Value = (String, bool)> {
+        prop_oneof![
+            prop::sample::select(vec!["localhost", "127.0.0.1", "[::1]"])
+                .prop_map(|h| (h.to_string(), true)),
+            prop::sample::select(vec![
+                "localhost.evil.example",
+                "127.0.0.1.nip.io",
+                "evil.example",
+                "[::2]",
+                "127.0.0.2",
+                "locaLhost",
+                "0.0.0.0",
+            ])
+            .prop_map(|h| (h.to_string(), false)),
+            "[a-z0-9.-]{1,20}".prop_map(|h| {
+                let loopback = matches!(h.as_str(), "localhost" | "127.0.0.1");
+                (h, loopback)
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// A value is read only when it is one non-empty run of visible ASCII, and then exactly.
+        #[test]
+        fn single_value_reads_only_one_visible_value(
+            values in prop::collection::vec(
+                prop::collection::vec(prop_oneof![0x20u8..=0x7e, Just(b'\t'), 0x80u8..=0xff], 0..12),
+                0..3,
+            ),
+        ) {
+            let mut h = HeaderMap::new();
+            for v in &values {
+                h.append(http::header::HOST, http::HeaderValue::from_bytes(v).expect("valid header bytes"));
+            }
+            let got = single_value(&h, http::header::HOST);
+            match values.as_slice() {
+                [] => prop_assert_eq!(got, None),
+                [one] => {
+                    let visible = !one.is_empty() && one.iter().all(|b| (0x21..=0x7e).contains(b));
+                    let want = visible.then(|| String::from_utf8(one.clone()).expect("ASCII"));
+                    prop_assert_eq!(got, Some(want));
+                }
+                _ => prop_assert_eq!(got, Some(None)),
+            }
+        }
+
+        /// With no allow-list, a Host passes exactly when its name is a loopback one, whatever
+        /// port follows; the same for an http(s) Origin.
+        #[test]
+        fn only_loopback_names_pass_without_an_allow_list(
+            (name, loopback) in host(),
+            port in prop::option::of(any::<u16>()),
+            https in any::<bool>(),
+        ) {
+            let hostport = match port {
+                Some(p) => format!("{name}:{p}"),
+                None => name.clone(),
+            };
+            prop_assert_eq!(host_allowed(&hostport, &[]), loopback, "{}", hostport);
+            let scheme = if https { "https" } else { "http" };
+            let origin = format!("{scheme}://{hostport}");
+            prop_assert_eq!(origin_allowed(&origin, &[]), loopback, "{}", origin);
+            // Another scheme, or no scheme, is never a loopback origin.
+            let file = format!("file://{hostport}");
+            prop_assert!(!origin_allowed(&file, &[]));
+            prop_assert!(!origin_allowed(&hostport, &[]));
+            // A listed name passes, case-insensitively for Host, exactly for Origin.
+            let listed = vec![name.to_ascii_uppercase()];
+            prop_assert!(host_allowed(&hostport, &listed));
+            prop_assert!(origin_allowed(&origin, std::slice::from_ref(&origin)));
+        }
+
+        /// Arbitrary text never panics (the name split works on any bytes).
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>(), list in prop::collection::vec(".{0,8}", 0..2)) {
+            let name = host_name(&text);
+            prop_assert!(text.starts_with(name));
+            let _ = host_allowed(&text, &list);
+            let _ = origin_allowed(&text, &list);
+        }
+    }
+}

@@ -182,3 +182,168 @@ mod tests {
         assert!(check_standard(&version, "v999.0.0", "tools/list", &p).is_err());
     }
 }
+
+/// Property tests of the mirrored headers: any header value gives a `-32020` message or
+/// agreement, never a panic, and a header that mirrors the body, plainly or in base64, agrees.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use base64::Engine;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn config(cases: u32) -> ProptestConfig {
+        // No regression files in the repo: a real failure becomes a plain unit test.
+        ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// Bytes a header value may hold (visible ASCII, space, tab, obs-text), no edge spaces.
+    fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop_oneof![0x21u8..=0x7e, Just(b' '), Just(b'\t'), 0x80u8..=0xff],
+            0..24,
+        )
+    }
+
+    fn wrap(s: &str) -> String {
+        format!("=?base64?{}?=", STANDARD.encode(s))
+    }
+
+    proptest! {
+        #![proptest_config(config(1000))]
+
+        /// Base64 in the wrapper decodes back to the text; a value without it is literal; bad
+        /// base64 or non-UTF-8 bytes inside it are `None`.
+        #[test]
+        fn decode_value_round_trips(text in any::<String>(), raw in prop::collection::vec(any::<u8>(), 0..16), junk in "[^A-Za-z0-9+/=]{1,4}") {
+            prop_assert_eq!(decode_value(&wrap(&text)), Some(text.clone()));
+            if !(text.starts_with("=?base64?") && text.ends_with("?=")) {
+                prop_assert_eq!(decode_value(&text), Some(text.clone()));
+            }
+            let encoded = STANDARD.encode(&raw);
+            prop_assert_eq!(
+                decode_value(&format!("=?base64?{encoded}?=")),
+                String::from_utf8(raw).ok()
+            );
+            prop_assert_eq!(decode_value(&format!("=?base64?{encoded}{junk}?=")), None);
+        }
+
+        /// Headers that mirror the body agree, plain or base64, with spaces around; any other
+        /// value of any one header is a `Header mismatch`, never a panic.
+        #[test]
+        fn check_standard_agrees_only_with_mirrors(
+            method in prop::sample::select(vec!["tools/call", "prompts/get", "resources/read", "tasks/get", "tools/list", "ping"]),
+            name in "[a-zA-Z0-9_./:é -]{0,16}",
+            b64 in any::<bool>(),
+            which in 0usize..3,
+            bad in header_bytes(),
+        ) {
+            let key = match method {
+                "resources/read" => "uri",
+                "tasks/get" => "taskId",
+                _ => "name",
+            };
+            let params = json!({ key: name }).as_object().cloned().expect("object");
+            let version = "2026-07-28";
+            // A non-ASCII or edge-spaced name can only be sent in base64.
+            let plain_ok = name.is_ascii() && name.trim() == name;
+            let name_header = if b64 || !plain_ok { wrap(&name) } else { format!(" {name} ") };
+            let mut h = HeaderMap::new();
+            h.insert("mcp-protocol-version", HeaderValue::from_static(version));
+            h.insert("mcp-method", HeaderValue::from_str(method).expect("ASCII"));
+            h.insert("mcp-name", HeaderValue::from_str(&name_header).expect("ASCII"));
+            // The name is compared trimmed, so only a trimmed name is mirrored exactly.
+            prop_assume!(name.trim() == name);
+            prop_assert_eq!(check_standard(&h, version, method, &params), Ok(()));
+
+            let header = ["mcp-protocol-version", "mcp-method", "mcp-name"][which];
+            let value = HeaderValue::from_bytes(&bad).expect("valid header bytes");
+            let same = match header {
+                "mcp-protocol-version" => value.to_str().is_ok_and(|v| v.trim() == version),
+                "mcp-method" => value.to_str().is_ok_and(|v| v.trim() == method),
+                _ => value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| decode_value(v.trim()))
+                    .is_some_and(|v| v.trim() == name),
+            };
+            h.insert(header, value);
+            let checked = check_standard(&h, version, method, &params);
+            let named = matches!(method, "tools/call" | "prompts/get" | "resources/read" | "tasks/get");
+            if same || (header == "mcp-name" && !named) {
+                prop_assert_eq!(checked, Ok(()));
+            } else {
+                let e = checked.expect_err("a different header is refused");
+                prop_assert!(e.starts_with("Header mismatch") || e.ends_with("invalid characters"), "{}", e);
+            }
+        }
+
+    }
+
+    proptest! {
+        // Each case compiles the tool's JSON Schema, slow in a debug build.
+        #![proptest_config(config(256))]
+
+        /// `Mcp-Param-*`: a header that mirrors the argument (plainly, in base64, or as the same
+        /// number) agrees; an absent argument with a header, or any other value, is refused.
+        #[test]
+        fn check_params_agrees_only_with_mirrors(
+            region in prop::option::of("[a-z0-9-]{0,10}"),
+            count in prop::option::of(any::<i32>()),
+            sent_region in prop::option::of(header_bytes()),
+            b64 in any::<bool>(),
+        ) {
+            let tool = crate::catalog::tool("regional")
+                .input_schema(json!({"type": "object", "properties": {
+                    "region": {"type": "string", "x-mcp-header": "Region"},
+                    "count": {"type": "integer", "x-mcp-header": "Count"}}}))
+                .raw_handler(|_: Value, _| async { Ok("") });
+            let mut args = Map::new();
+            let mut h = HeaderMap::new();
+            if let Some(r) = &region {
+                args.insert("region".into(), json!(r));
+                let v = if b64 { wrap(r) } else { r.clone() };
+                h.insert("mcp-param-region", HeaderValue::from_str(&v).expect("ASCII"));
+            }
+            if let Some(c) = count {
+                args.insert("count".into(), json!(c));
+                // Numbers may be written differently (`+7`, `7.0`) and still agree.
+                h.insert("mcp-param-count", HeaderValue::from_str(&format!("{}.0", c)).expect("ASCII"));
+            }
+            prop_assert_eq!(check_params(&h, &tool, &args), Ok(()));
+
+            // Now replace the region header by arbitrary bytes, or drop it.
+            match &sent_region {
+                Some(bytes) => {
+                    h.insert("mcp-param-region", HeaderValue::from_bytes(bytes).expect("valid header bytes"));
+                }
+                None => {
+                    h.remove("mcp-param-region");
+                }
+            }
+            let sent = sent_region
+                .as_ref()
+                .map(|b| std::str::from_utf8(b).ok().map(str::trim).and_then(decode_value));
+            let agrees = match (&sent, &region) {
+                (None, None) => true,
+                (Some(Some(v)), Some(r)) => {
+                    v.trim() == r.as_str()
+                        || matches!((v.trim().parse::<f64>(), r.parse::<f64>()), (Ok(a), Ok(b)) if a == b)
+                }
+                _ => false,
+            };
+            let checked = check_params(&h, &tool, &args);
+            if agrees {
+                prop_assert_eq!(checked, Ok(()));
+            } else {
+                let e = checked.expect_err("a header that does not mirror the argument");
+                prop_assert!(e.starts_with("Header mismatch") || e.ends_with("invalid characters"), "{}", e);
+            }
+        }
+    }
+}
