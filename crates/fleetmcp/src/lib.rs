@@ -26,6 +26,8 @@ mod machine_id;
 pub mod protocol;
 pub mod redis_config;
 pub mod redis_conn;
+#[cfg(test)]
+mod testing;
 // 1. state that is not a session's
 pub mod events;
 mod stateless;

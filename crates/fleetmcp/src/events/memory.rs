@@ -333,14 +333,7 @@ mod props {
     use crate::events::{parse_event_id, session_tag};
     use proptest::prelude::*;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     proptest! {
         #![proptest_config(config(256))]

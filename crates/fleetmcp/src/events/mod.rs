@@ -118,14 +118,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     /// A decimal number as `u64::from_str` reads it: digits, with an optional leading `+`.
     fn is_number(s: &str) -> bool {

@@ -264,14 +264,7 @@ mod props {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     /// Any JSON value without floats (serde_json's default float parser is not exact, and
     /// floats add nothing an integer does not here).

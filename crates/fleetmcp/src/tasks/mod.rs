@@ -208,6 +208,21 @@ impl Inner {
         Some(e)
     }
 
+    /// Stores `record`, keeping the expiry and place of a record already stored under its id
+    /// (an update), or giving it fresh ones; its sequence number.
+    fn replace(&mut self, record: &TaskRecord, now: Instant) -> u64 {
+        let (expires, seq) = match self.remove(&record.task_id) {
+            Some(old) => (old.expires, old.seq),
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                (now + Duration::from_millis(record.ttl_ms), seq)
+            }
+        };
+        self.insert(record.clone(), expires, seq);
+        seq
+    }
+
     fn insert(&mut self, record: TaskRecord, expires: Instant, seq: u64) {
         let bytes = serialized_len(&record);
         let id = record.task_id.clone();
@@ -338,15 +353,7 @@ impl TaskStore for MemoryTaskStore {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         inner.expire(now);
-        let (expires, seq) = match inner.remove(&record.task_id) {
-            Some(old) => (old.expires, old.seq),
-            None => {
-                let seq = inner.next_seq;
-                inner.next_seq += 1;
-                (now + Duration::from_millis(record.ttl_ms), seq)
-            }
-        };
-        inner.insert(record.clone(), expires, seq);
+        let seq = inner.replace(record, now);
         self.settle(&mut inner, record.owner.as_deref(), seq);
     }
 
@@ -392,15 +399,7 @@ impl TaskStore for MemoryTaskStore {
         }
         // A record already stored under this id (ids are fresh UUIDs, so only a replay) is
         // replaced, keeping its place.
-        let (expires, seq) = match inner.remove(&record.task_id) {
-            Some(old) => (old.expires, old.seq),
-            None => {
-                let seq = inner.next_seq;
-                inner.next_seq += 1;
-                (now + Duration::from_millis(record.ttl_ms), seq)
-            }
-        };
-        inner.insert(record.clone(), expires, seq);
+        inner.replace(record, now);
         Ok(())
     }
 

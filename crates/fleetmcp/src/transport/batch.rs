@@ -261,14 +261,7 @@ mod props {
     use proptest::prelude::*;
     use serde_json::value::RawValue;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     fn message(i: usize) -> String {
         format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ping"}}"#)

@@ -169,14 +169,7 @@ mod props {
     use http::HeaderValue;
     use proptest::prelude::*;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     /// A media type with random case, spaces and parameters, and whether it is `target`.
     fn media(options: Vec<&'static str>) -> impl Strategy<Value = (String, &'static str)> {

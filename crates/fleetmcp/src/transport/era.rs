@@ -131,14 +131,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     fn version_header() -> impl Strategy<Value = Option<Vec<u8>>> {
         prop_oneof![

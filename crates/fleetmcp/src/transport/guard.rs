@@ -158,14 +158,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     /// Host names a browser could put in `Host`/`Origin`: loopback ones, look-alikes, others.
     fn host() -> impl Strategy<Value = (String, bool)> {

@@ -193,14 +193,7 @@ mod props {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn config(cases: u32) -> ProptestConfig {
-        // No regression files in the repo: a real failure becomes a plain unit test.
-        ProptestConfig {
-            cases,
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
-    }
+    use crate::testing::prop_config as config;
 
     /// Bytes a header value may hold (visible ASCII, space, tab, obs-text), no edge spaces.
     fn header_bytes() -> impl Strategy<Value = Vec<u8>> {
