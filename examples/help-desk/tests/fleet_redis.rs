@@ -926,3 +926,79 @@ fn a_paused_holder_gives_503_with_retry_after_and_keeps_its_session() {
         b.log()
     );
 }
+
+/// A resource update raised on one instance reaches a session subscribed to it on another: B
+/// closes ticket 1 (its handler announces `helpdesk://tickets/1` as updated) and the GET
+/// stream of a session held by A, subscribed to that URI, carries the notification.
+#[test]
+fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
+    use std::io::Read;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let uri = "helpdesk://tickets/1";
+
+    let sa = open_session(a.port());
+    let subscribe = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe", "params": {"uri": uri}});
+    let resp = post(a.port(), Some(&sa), &subscribe, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "subscribe:\n{}", resp.describe());
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, a.port()));
+    let host = format!("127.0.0.1:{}", a.port());
+    let mut stream = raw_http::open(
+        addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", &sa),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("open A's GET stream");
+    // Let the stream start before the change is made.
+    thread::sleep(Duration::from_millis(200));
+
+    let sb = open_session(b.port());
+    let call = |name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+    };
+    assert_tool_ok(
+        &post(
+            b.port(),
+            Some(&sb),
+            &call("open_ticket", json!({"title": "printer"})),
+            HTTP_LIMIT,
+        ),
+        "open ticket 1 on B",
+    );
+    assert_tool_ok(
+        &post(
+            b.port(),
+            Some(&sb),
+            &call("close_ticket", json!({"id": 1, "resolution": "toner"})),
+            HTTP_LIMIT,
+        ),
+        "close ticket 1 on B",
+    );
+
+    let mut seen = String::new();
+    let began = Instant::now();
+    let mut buf = [0u8; 4096];
+    while !(seen.contains("notifications/resources/updated") && seen.contains(uri)) {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "A's stream did not carry the update within 5 s; it carried:\n{seen}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("A's stream ended; it carried:\n{seen}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            // The read timeout: nothing yet.
+            Err(_) => {}
+        }
+    }
+}

@@ -71,8 +71,24 @@ impl ServerHandle {
         .await;
     }
 
-    /// Sends `notifications/resources/updated` to every session subscribed to `uri`.
+    /// Sends `notifications/resources/updated` to every session subscribed to `uri`, on this
+    /// instance and, in distributed mode, on every other one.
     pub async fn notify_resource_updated(&self, uri: &str) {
+        self.app.publish(&Change::ResourceUpdated(uri.to_string()));
+        self.resource_updated_here(uri).await;
+    }
+
+    /// A change announced by another instance of the fleet: to this instance's listen streams,
+    /// and a resource update to its subscribed sessions too (a list change is not applied to
+    /// this instance's catalog, which is its own).
+    pub async fn apply_remote(&self, change: Change) {
+        match change {
+            Change::ResourceUpdated(uri) => self.resource_updated_here(&uri).await,
+            list => self.app.announce(list),
+        }
+    }
+
+    async fn resource_updated_here(&self, uri: &str) {
         self.app.announce(Change::ResourceUpdated(uri.to_string()));
         let msg = encode_notification(
             "notifications/resources/updated",
@@ -103,6 +119,7 @@ impl ServerHandle {
     /// A list change: to 2026-07-28 listeners, and as `method` to every session's standalone
     /// stream.
     async fn list_changed(&self, change: Change, method: &str) {
+        self.app.publish(&change);
         self.app.announce(change);
         let msg = encode_notification(method, &serde_json::json!({}));
         for s in self.app.sessions().all() {

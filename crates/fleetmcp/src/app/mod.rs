@@ -35,12 +35,20 @@ pub struct ServerInfo {
 }
 
 /// A change clients can subscribe to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Change {
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "change", content = "uri", rename_all = "camelCase")]
+pub enum Change {
     ToolsListChanged,
     PromptsListChanged,
     ResourcesListChanged,
     ResourceUpdated(String),
+}
+
+/// Carries the changes a server announces to the other instances of its fleet (distributed
+/// mode installs one), where they reach `subscriptions/listen` streams and subscribed sessions.
+pub trait Fanout: Send + Sync + 'static {
+    /// Sends `change` to every other instance; best effort, never blocking the caller.
+    fn publish(&self, change: &Change);
 }
 
 /// Values handlers read with [`crate::RequestContext::state`], one per type.
@@ -65,6 +73,8 @@ struct Inner {
     shutdown: CancellationToken,
     started: Instant,
     state: StateMap,
+    /// Installed once, when distributed mode starts.
+    fanout: std::sync::OnceLock<Arc<dyn Fanout>>,
 }
 
 /// What an [`App`] is made of (the server builder fills it in).
@@ -96,6 +106,7 @@ impl App {
                 shutdown: p.shutdown,
                 started: Instant::now(),
                 state: p.state,
+                fanout: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -146,9 +157,21 @@ impl App {
     pub fn changes(&self) -> broadcast::Receiver<Change> {
         self.inner.changes.subscribe()
     }
-    /// Tells every listener about a change; nobody listening is not an error.
+    /// Tells every listener here about a change; nobody listening is not an error.
     pub fn announce(&self, change: Change) {
         let _ = self.inner.changes.send(change);
+    }
+
+    /// Sends a change made here to the fleet's other instances, if there is a fleet.
+    pub fn publish(&self, change: &Change) {
+        if let Some(f) = self.inner.fanout.get() {
+            f.publish(change);
+        }
+    }
+
+    /// Installs the fleet's fanout (once; distributed mode at start).
+    pub fn install_fanout(&self, fanout: Arc<dyn Fanout>) {
+        let _ = self.inner.fanout.set(fanout);
     }
 
     /// Appends a message to a session's standalone (GET) stream, off the caller's path.

@@ -108,7 +108,14 @@ impl Heartbeat {
                 None
             }
         };
-        tokio::spawn(ha.clone().stay_subscribed(messages, stop));
+        // Messages on this channel are not read yet: only its subscription matters (presence).
+        tokio::spawn(super::subscription::keep(
+            ha.redis.clone(),
+            ha.channel.clone(),
+            messages,
+            stop,
+            |_| {},
+        ));
         ha.beat(0).await;
         tracing::info!("[HA] Heartbeat started for node {node_id}");
         Ok(ha)
@@ -127,38 +134,6 @@ impl Heartbeat {
             .await
             .ok()?;
         counts.first().map(|(_, n)| *n)
-    }
-
-    /// Keeps the channel subscribed until `stop`: when the connection drops (Redis restarted),
-    /// or was never made, subscribes again, 100 ms doubling to 5 s between attempts. Messages
-    /// are not read yet: the relay will.
-    async fn stay_subscribed(
-        self: Arc<Self>,
-        mut messages: Option<redis::aio::PubSubStream>,
-        stop: CancellationToken,
-    ) {
-        use futures_util::StreamExt;
-        loop {
-            if let Some(stream) = messages.as_mut() {
-                tokio::select! {
-                    m = stream.next() => if m.is_some() { continue },
-                    _ = stop.cancelled() => return,
-                }
-                tracing::warn!(channel = %self.channel, "[HA] lost the subscription to this instance's channel; subscribing again");
-            }
-            let mut delay = Duration::from_millis(100);
-            messages = loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = stop.cancelled() => return,
-                }
-                match self.redis.subscribe(&self.channel).await {
-                    Ok(m) => break Some(m),
-                    Err(e) => tracing::debug!(error = %e, "[HA] subscribing again failed"),
-                }
-                delay = (delay * 2).min(Duration::from_secs(5));
-            };
-        }
     }
 
     async fn read(&self) -> Option<Beat> {

@@ -5,21 +5,25 @@
 //!   refusal to start under a machine id in use, and the `/readyz` probe;
 //! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
 //!   instance, taking over from a stopped one;
-//! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop.
+//! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
+//! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
+//! - [`subscription`]: channel subscriptions kept for the instance's life.
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
 
 mod directory;
+mod fanout;
 mod heartbeat;
 mod identity;
 mod relay;
+mod subscription;
 
 use std::sync::Arc;
 
 use axum::Router;
-use tokio_util::sync::CancellationToken;
 
+use crate::app::App;
 use crate::config::{BindAddress, Config, HaConfig};
 use crate::redis_conn::RedisConn;
 use crate::session::Ownership;
@@ -62,41 +66,53 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    /// Starts distributed mode: with Redis, the heartbeat (refusing a machine id in use);
-    /// without it, the instance still names itself in headers and cookies, but nothing is
-    /// shared. `sessions` counts the sessions held, for the heartbeat.
+    /// Starts distributed mode for `app`: with Redis, the heartbeat (refusing a machine id in
+    /// use) and the fleet's change channel; without it, the instance still names itself in
+    /// headers and cookies, but nothing is shared.
     pub async fn start(
-        machine_id: &str,
+        app: &App,
         address: String,
         redis: Option<RedisConn>,
-        cfg: &HaConfig,
-        sessions: impl Fn() -> usize + Send + 'static,
-        stop: CancellationToken,
     ) -> Result<Self, String> {
+        let machine_id = app.sessions().machine_id().to_string();
+        let cfg = &app.config().ha;
+        let stop = app.shutdown().clone();
         let Some(redis) = redis else {
             tracing::warn!(
                 "distributed mode without Redis: sessions stay on the instance that created them"
             );
             return Ok(Self {
-                machine_id: machine_id.to_string(),
+                machine_id,
                 heartbeat: None,
             });
         };
-        let hb = Heartbeat::start(redis, machine_id, cfg, address, stop.clone()).await?;
+        let hb = Heartbeat::start(redis.clone(), &machine_id, cfg, address, stop.clone()).await?;
         tracing::info!("[HA] Manager started for distributed deployment");
+        app.install_fanout(Arc::new(fanout::RedisFanout::new(
+            redis.clone(),
+            &cfg.key_prefix,
+            &machine_id,
+        )));
+        tokio::spawn(fanout::listen(
+            redis,
+            cfg.key_prefix.clone(),
+            app.clone(),
+            stop.clone(),
+        ));
         let beats = hb.clone();
+        let held = app.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(beats.interval());
             tick.tick().await;
             loop {
                 tokio::select! {
-                    _ = tick.tick() => beats.beat(sessions()).await,
+                    _ = tick.tick() => beats.beat(held.sessions().held()).await,
                     _ = stop.cancelled() => return,
                 }
             }
         });
         Ok(Self {
-            machine_id: machine_id.to_string(),
+            machine_id,
             heartbeat: Some(hb),
         })
     }

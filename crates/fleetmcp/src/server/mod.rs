@@ -330,21 +330,14 @@ impl Server {
             redis.first_connect().await;
         }
         let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
-            let held = app.clone();
-            let machine_id = app.sessions().machine_id();
-            let cluster = Cluster::start(
-                machine_id,
-                crate::cluster::advertised_address(app.config(), machine_id),
-                self.redis.clone(),
-                &app.config().ha,
-                move || held.sessions().held(),
-                app.shutdown().clone(),
-            )
-            .await
-            .map_err(|why| {
-                tracing::error!("{why}");
-                std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
-            })?;
+            let address =
+                crate::cluster::advertised_address(app.config(), app.sessions().machine_id());
+            let cluster = Cluster::start(&app, address, self.redis.clone())
+                .await
+                .map_err(|why| {
+                    tracing::error!("{why}");
+                    std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
+                })?;
             Some(cluster)
         } else {
             None

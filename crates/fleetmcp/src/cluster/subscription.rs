@@ -1,0 +1,47 @@
+//! A channel subscription kept for an instance's whole life: when its connection drops (Redis
+//! restarted) or could not be made, it subscribes again, 100 ms doubling to 5 s between
+//! attempts, until the instance stops.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::redis_conn::RedisConn;
+
+/// Keeps `channel` subscribed until `stop`, handing each message's payload to `on_message`.
+/// `messages`: a subscription already made, if any.
+pub(super) async fn keep(
+    redis: RedisConn,
+    channel: String,
+    mut messages: Option<redis::aio::PubSubStream>,
+    stop: CancellationToken,
+    on_message: impl Fn(&[u8]),
+) {
+    loop {
+        if let Some(stream) = messages.as_mut() {
+            loop {
+                tokio::select! {
+                    m = stream.next() => match m {
+                        Some(m) => on_message(m.get_payload_bytes()),
+                        None => break,
+                    },
+                    _ = stop.cancelled() => return,
+                }
+            }
+            tracing::warn!(%channel, "[HA] lost a channel subscription; subscribing again");
+        }
+        let mut delay = Duration::from_millis(100);
+        messages = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.cancelled() => return,
+            }
+            match redis.subscribe(&channel).await {
+                Ok(m) => break Some(m),
+                Err(e) => tracing::debug!(error = %e, %channel, "[HA] subscribing again failed"),
+            }
+            delay = (delay * 2).min(Duration::from_secs(5));
+        };
+    }
+}
