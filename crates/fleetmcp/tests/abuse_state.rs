@@ -189,6 +189,105 @@ async fn task_records_are_bounded_and_a_store_full_of_working_tasks_refuses_new_
 // (2) An SSE answer whose event store dies under it
 // ---------------------------------------------------------------------------------------------
 
+/// The same on the 2024-11-05 transport, whose every answer travels on its `/sse` stream
+/// through the event store: with Redis SIGKILLed while a call runs, its answer still reaches
+/// the open stream (straight, not stored) within the command timeout plus 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_answer_reaches_its_stream_when_redis_is_killed_under_it() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let cfg = config_from(
+        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
+        |c| {
+            c.redis
+                .as_mut()
+                .expect("REDIS_URL configures redis")
+                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
+        },
+    );
+    let builder = Server::builder("abuse-legacy-redis", "1.0.0").tool(
+        tool("ticker")
+            .description("Progress every 100 ms for two seconds")
+            .handler(|_: NoArgs, ctx| async move {
+                let steps = (TICKING.as_millis() / 100) as u32;
+                for i in 0..steps {
+                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok("ticked")
+            }),
+    );
+    let s = serve(builder, cfg).await;
+    let base = s.mcp.trim_end_matches("/mcp").to_string();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let sse = within("GET /sse", http.get(format!("{base}/sse")).send())
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    let mut events = SseStream::new(sse);
+    let endpoint = within("the endpoint event", events.next())
+        .await
+        .expect("an endpoint event");
+    assert_eq!(endpoint.event.as_deref(), Some("endpoint"), "{endpoint:?}");
+    let post_url = format!("{base}{}", endpoint.data.trim());
+    let post = |body: Value| {
+        let req = http
+            .post(&post_url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        async move { within("POST /message", req.send()).await.unwrap().status() }
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    assert_eq!(post(init).await, 202);
+    assert_eq!(
+        post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await,
+        202
+    );
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "ticker", "arguments": {}, "_meta": {"progressToken": "t"}}});
+    assert_eq!(post(call).await, 202);
+    let started = Instant::now();
+    // Progress arrives through the store first...
+    let mut progress = 0;
+    while progress < 3 {
+        let ev = within("progress", events.next())
+            .await
+            .expect("the stream is open");
+        if ev
+            .json()
+            .is_some_and(|m| m["method"] == "notifications/progress")
+        {
+            progress += 1;
+        }
+    }
+    // ...then Redis dies while the call still runs.
+    redis.kill();
+    let killed = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let ev = events
+                .next()
+                .await
+                .expect("the stream ended without the answer");
+            if let Some(m) = ev.json()
+                && m["id"] == 7
+            {
+                break m;
+            }
+        }
+    })
+    .await
+    .expect("the answer reached the stream");
+    assert_eq!(answer["result"]["content"][0]["text"], "ticked", "{answer}");
+    let tool_left = TICKING.saturating_sub(killed - started);
+    let elapsed = killed.elapsed();
+    assert!(
+        elapsed <= tool_left + COMMAND_TIMEOUT + Duration::from_secs(1),
+        "the answer took {elapsed:?} after the kill ({tool_left:?} of work was left)"
+    );
+}
+
 /// How long the `ticker` tool runs, sending progress every 100 ms.
 const TICKING: Duration = Duration::from_secs(2);
 /// `redis.command_timeout_ms` (the default).

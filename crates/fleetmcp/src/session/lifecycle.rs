@@ -10,7 +10,7 @@
 //! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
 //! store that does not answer in time never blocks a session this instance can serve.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,9 @@ use super::store::{SessionRecord, SessionStore, StoreError};
 use crate::clock::{unix_ms, unix_secs};
 use crate::events::EventStore;
 use crate::protocol::ProtocolVersion;
+
+/// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
+pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 
 /// Where a session's request is served.
 pub enum Lookup {
@@ -94,7 +97,9 @@ pub struct Sessions {
     /// Ids of the 2024-11-05 streams (`GET /sse`) open on this instance. Such a session can
     /// only be initialized while its stream is open here: its answers have nowhere else to go,
     /// and an id whose stream closed, or that another instance minted, must never open.
-    legacy_streams: parking_lot::Mutex<HashSet<Arc<str>>>,
+    /// The 2024-11-05 streams open here, each with its direct line: what cannot be stored for
+    /// the stream (the event store failing) is handed to it this way instead of being lost.
+    legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyLine>>,
 }
 
 /// Pause between attempts to read a session from a store that did not answer.
@@ -126,7 +131,7 @@ impl Sessions {
             elsewhere: parking_lot::Mutex::new(HashMap::new()),
             timing,
             shutdown,
-            legacy_streams: parking_lot::Mutex::new(HashSet::new()),
+            legacy_streams: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -144,9 +149,15 @@ impl Sessions {
         map.insert(id.into(), (node.to_string(), Instant::now()));
     }
 
-    /// Records that the 2024-11-05 stream of session `id` is open on this instance.
-    pub fn legacy_stream_opened(&self, id: Arc<str>) {
-        self.legacy_streams.lock().insert(id);
+    /// Records that the 2024-11-05 stream of session `id` is open on this instance, with the
+    /// direct line to it.
+    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine) {
+        self.legacy_streams.lock().insert(id, direct);
+    }
+
+    /// The direct line to `id`'s 2024-11-05 stream, when it is open here.
+    pub fn legacy_line(&self, id: &str) -> Option<LegacyLine> {
+        self.legacy_streams.lock().get(id).cloned()
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
@@ -157,7 +168,7 @@ impl Sessions {
     /// Whether `id`'s 2024-11-05 stream is open on this instance: the only case in which its
     /// `initialize` may open it.
     pub fn has_legacy_stream(&self, id: &str) -> bool {
-        self.legacy_streams.lock().contains(id)
+        self.legacy_streams.lock().contains_key(id)
     }
 
     /// This instance's machine id, as session records name it.

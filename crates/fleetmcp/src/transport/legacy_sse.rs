@@ -7,6 +7,7 @@
 //! is tied to this connection), so a POST for it that lands elsewhere goes to the relay seam.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::{Query, Request, State};
 use axum::response::Response;
@@ -52,21 +53,26 @@ pub(super) async fn open(State(ep): Ep) -> Response {
         Err(res) => return res,
     };
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
-    let events = app.events().tail(
-        &id,
-        STANDALONE_STREAM,
-        Cursor::Now,
-        app.shutdown().child_token(),
-    );
+    let stop = app.shutdown().child_token();
+    let events = app
+        .events()
+        .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
-    app.sessions().legacy_stream_opened(id.clone());
+    // What the event store cannot take reaches the stream this way (not resumable, like
+    // everything on this transport), and ends with it.
+    let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    app.sessions().legacy_stream_opened(id.clone(), line);
+    let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
+        .take_until(stop.cancelled_owned())
+        .map(|data| sse::message_frame(&data));
     let guard = StreamGuard {
         app: app.clone(),
         id,
     };
-    let frames = stream::once(async move { endpoint }).chain(messages(events, guard));
+    let frames = stream::once(async move { endpoint })
+        .chain(stream::select(messages(events, guard), direct.boxed()));
     sse::streaming(frames, sse::keepalive_every(&app.config().http))
 }
 
@@ -153,14 +159,14 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
 /// Runs a request; its messages and then its answer go to the session's stream, in order.
 async fn run(app: App, session: Arc<Session>, call: Call) {
     let id = call.id.clone();
+    // Once the store fails, the rest of this answer goes straight to the stream, in order,
+    // rather than waiting on a store that does not answer for every message.
+    let degraded = Arc::new(AtomicBool::new(false));
     let append = |data: Bytes| {
-        let events = app.events().clone();
+        let app = app.clone();
         let sid = session.id.clone();
-        async move {
-            if let Err(e) = events.append(&sid, STANDALONE_STREAM, data).await {
-                tracing::warn!(error = %e, "a message could not be queued on an SSE session's stream");
-            }
-        }
+        let degraded = degraded.clone();
+        async move { to_stream(&app, &sid, data, &degraded).await }
     };
     let emit = |m: Outbound| {
         async move {
@@ -173,6 +179,30 @@ async fn run(app: App, session: Arc<Session>, call: Call) {
     };
     if let Some(reply) = driver::run(&app, Caller::Session(session.clone()), call, emit).await {
         append(dispatch::encode_reply(&id, reply)).await;
+    }
+}
+
+/// Queues a message on session `sid`'s stream: through the event store, or, once the store
+/// failed (`degraded`), on the stream's direct line, so an answer is not lost while Redis is
+/// down.
+async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
+    if !degraded.load(Ordering::Acquire) {
+        let Err(e) = app
+            .events()
+            .append(sid, STANDALONE_STREAM, data.clone())
+            .await
+        else {
+            return;
+        };
+        degraded.store(true, Ordering::Release);
+        tracing::warn!(error = %e, "the event store failed; this answer goes straight to its SSE stream");
+    }
+    let sent = app
+        .sessions()
+        .legacy_line(sid)
+        .is_some_and(|line| line.send(data).is_ok());
+    if !sent {
+        tracing::warn!("a message could not be queued on an SSE session's stream");
     }
 }
 
@@ -218,13 +248,8 @@ async fn initialize(
                 app.sessions().end(&session.id).await;
                 return reply::text(StatusCode::NOT_FOUND, "Session not found");
             }
-            if let Err(e) = app
-                .events()
-                .append(sid, STANDALONE_STREAM, encode_result(rid, &result))
-                .await
-            {
-                tracing::warn!(error = %e, "the initialize result could not be queued");
-            }
+            let fresh = AtomicBool::new(false);
+            to_stream(app, sid, encode_result(rid, &result), &fresh).await;
             reply::accepted()
         }
         Err(res) => res,
