@@ -189,6 +189,82 @@ async fn task_records_are_bounded_and_a_store_full_of_working_tasks_refuses_new_
 // (2) An SSE answer whose event store dies under it
 // ---------------------------------------------------------------------------------------------
 
+/// A degraded answer's stream is still completed: Redis paused while an SSE answer is written
+/// (the answer goes straight to the client), then resumed; a client that resumes the stream with
+/// `Last-Event-ID` gets what was stored and then the end. (A paused Redis runs the commands
+/// queued on its connections when it resumes, so here the end marker lands either way; the
+/// writer's retries matter when a connection is lost with its commands, which needs a proxy
+/// that drops traffic to show.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_degraded_by_a_paused_redis_is_still_completed_for_resumption() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let cfg = config_from(
+        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
+        |c| {
+            c.redis
+                .as_mut()
+                .expect("REDIS_URL configures redis")
+                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
+        },
+    );
+    let builder = Server::builder("abuse-redis-pause", "1.0.0").tool(
+        tool("ticker")
+            .description("Progress every 100 ms for two seconds")
+            .handler(|_: NoArgs, ctx| async move {
+                let steps = (TICKING.as_millis() / 100) as u32;
+                for i in 0..steps {
+                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok("ticked")
+            }),
+    );
+    let s = serve(builder, cfg).await;
+    let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
+    let res = c.start_tool(7, "ticker", json!({})).await;
+    let mut events = SseStream::new(res);
+    let mut last_stored = None;
+    while last_stored.is_none() {
+        let ev = events.next().await.expect("the answer is streaming");
+        if ev.json().is_some() {
+            last_stored = ev.id.clone();
+        }
+    }
+    redis.pause();
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let ev = events
+                .next()
+                .await
+                .expect("the stream ended without an answer");
+            if ev.json().is_some_and(|m| m["id"] == 7) {
+                break;
+            }
+        }
+    })
+    .await;
+    redis.resume();
+    assert!(
+        answered.is_ok(),
+        "the answer reached the client while Redis was paused"
+    );
+    let last = last_stored.expect("a stored event");
+    let resumed = tokio::time::timeout(Duration::from_secs(15), async {
+        let mut stream = SseStream::new(c.resume(&last).await);
+        let mut n = 0;
+        while stream.next().await.is_some() {
+            n += 1;
+        }
+        n
+    })
+    .await;
+    assert!(
+        resumed.is_ok(),
+        "the resumed stream ended (its end marker was written once Redis was back)"
+    );
+}
+
 /// The same on the 2024-11-05 transport, whose every answer travels on its `/sse` stream
 /// through the event store: with Redis SIGKILLed while a call runs, its answer still reaches
 /// the open stream (straight, not stored) within the command timeout plus 1 s.

@@ -135,11 +135,12 @@ impl EventStore for MemoryEventStore {
         Ok(event_id(&tag, stream, seq))
     }
 
-    async fn close(&self, session: &str, stream: StreamId) {
+    async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError> {
         if let Some((shared, _)) = self.stream(session, stream, false) {
             shared.state.lock().closed = true;
             shared.notify.notify_waiters();
         }
+        Ok(())
     }
 
     async fn end_reader(&self, session: &str, stream: StreamId) {
@@ -264,7 +265,7 @@ mod tests {
         let a = store.append("s1", 3, Bytes::from("a")).await.unwrap();
         store.append("s1", 3, Bytes::from("b")).await.unwrap();
         store.append("s1", 3, Bytes::from("c")).await.unwrap();
-        store.close("s1", 3).await;
+        store.close("s1", 3).await.unwrap();
         let (stream, cursor) = store.resolve("s1", &a).await.unwrap();
         assert_eq!(stream, 3);
         let got = collect(store.tail("s1", stream, cursor, CancellationToken::new())).await;
@@ -296,7 +297,7 @@ mod tests {
         let second = store.tail("s", 1, Cursor::After(1), CancellationToken::new());
         assert!(first.next().await.is_none(), "the older reader ends");
         store.append("s", 1, Bytes::from("y")).await.unwrap();
-        store.close("s", 1).await;
+        store.close("s", 1).await.unwrap();
         assert_eq!(collect(second).await, ["y"]);
     }
 
@@ -309,7 +310,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        store.close("s", 1).await;
+        store.close("s", 1).await.unwrap();
         assert_eq!(
             collect(store.tail("s", 1, Cursor::Start, CancellationToken::new())).await,
             ["3", "4"]

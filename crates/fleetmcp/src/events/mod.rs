@@ -59,8 +59,10 @@ pub trait EventStore: Send + Sync + 'static {
         data: Bytes,
     ) -> Result<String, EventStoreError>;
 
-    /// Marks a stream complete: readers end once they have read everything.
-    async fn close(&self, session: &str, stream: StreamId);
+    /// Marks a stream complete: readers end once they have read everything. An error when the
+    /// mark could not be written (the writer may try again: a reader that resumes the stream
+    /// later waits for it).
+    async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError>;
 
     /// Ends the connection currently reading a stream, without completing the stream
     /// (SSE polling: the client reconnects with `Last-Event-ID`).

@@ -30,6 +30,9 @@ use crate::redis_conn::{CommandError, RedisConn};
 
 /// How often a reader looks for events written by another instance.
 const POLL: Duration = Duration::from_millis(50);
+/// A reader that cannot read its stream for this long ends (the client resumes it later with
+/// `Last-Event-ID`), rather than waiting on a store that does not answer.
+const READ_OUTAGE: Duration = Duration::from_secs(30);
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
 
@@ -197,10 +200,10 @@ impl EventStore for RedisEventStore {
         Ok(event_id(&session_tag(session), stream, seq))
     }
 
-    async fn close(&self, session: &str, stream: StreamId) {
-        if let Err(e) = self.append_raw(session, stream, "end", b"").await {
-            tracing::warn!(error = %e, "could not mark an SSE stream complete in Redis");
-        }
+    async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError> {
+        self.append_raw(session, stream, "end", b"")
+            .await
+            .map(|_| ())
     }
 
     async fn end_reader(&self, session: &str, stream: StreamId) {
@@ -259,6 +262,8 @@ impl EventStore for RedisEventStore {
             buffered: std::collections::VecDeque<(u64, Bytes)>,
             ended: bool,
             stop: CancellationToken,
+            /// Since when every read failed (Redis down), if they do.
+            failing_since: Option<tokio::time::Instant>,
         }
         let after = match from {
             Cursor::Start => Some(0),
@@ -275,6 +280,7 @@ impl EventStore for RedisEventStore {
             after,
             buffered: Default::default(),
             ended: false,
+            failing_since: None,
             stop,
         };
         stream::unfold(state, |mut st| async move {
@@ -319,6 +325,9 @@ impl EventStore for RedisEventStore {
                     .redis
                     .run(redis::cmd("XRANGE").arg(&st.key).arg(&start).arg("+").arg("COUNT").arg(BATCH).clone())
                     .await;
+                if read.is_ok() {
+                    st.failing_since = None;
+                }
                 match read {
                     Ok(v) => {
                         for (id, data) in parse_entries(v) {
@@ -335,7 +344,14 @@ impl EventStore for RedisEventStore {
                             continue;
                         }
                     }
-                    Err(e) => tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying"),
+                    Err(e) => {
+                        let since = *st.failing_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() >= READ_OUTAGE {
+                            tracing::warn!(error = %e, "an SSE stream could not be read from Redis for {} s; ending this reader", READ_OUTAGE.as_secs());
+                            return None;
+                        }
+                        tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying");
+                    }
                 }
                 tokio::select! {
                     _ = notified => {}

@@ -6,6 +6,7 @@
 //! a broken connection can be resumed with `Last-Event-ID`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::response::Response;
@@ -192,6 +193,7 @@ async fn stream_answer(
     let writer = sink.clone();
     // A broken connection does not end the request: its events wait in the store for the
     // client to resume.
+    let event_ttl = Duration::from_millis(app.config().sessions.event_ttl_ms);
     tokio::spawn(async move {
         let reply = streaming
             .pump(
@@ -213,8 +215,19 @@ async fn stream_answer(
         }
         // No more direct messages: a response that switched to them ends here.
         writer.direct.lock().take();
-        // The end marker, for readers that resume the stream later (Redis may be back).
-        writer.events.close(&writer.session, writer.stream).await;
+        // The end marker, for readers that resume the stream later: a store that failed is
+        // tried again (1 s doubling to 10 s) while the stream's events live, so a reader that
+        // resumes once Redis is back is not left waiting for an end that never comes.
+        let mut delay = Duration::from_secs(1);
+        let give_up = tokio::time::Instant::now() + event_ttl;
+        while let Err(e) = writer.events.close(&writer.session, writer.stream).await {
+            if tokio::time::Instant::now() + delay > give_up {
+                tracing::warn!(error = %e, "an SSE stream could not be marked complete");
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(10));
+        }
     });
     let body = Answer {
         tail,
