@@ -250,18 +250,87 @@ async fn a_stream_degraded_by_a_paused_redis_is_still_completed_for_resumption()
         "the answer reached the client while Redis was paused"
     );
     let last = last_stored.expect("a stored event");
+    // The whole body: it is complete only when the stream ends.
     let resumed = tokio::time::timeout(Duration::from_secs(15), async {
-        let mut stream = SseStream::new(c.resume(&last).await);
-        let mut n = 0;
-        while stream.next().await.is_some() {
-            n += 1;
-        }
-        n
+        c.resume(&last).await.bytes().await
     })
     .await;
     assert!(
         resumed.is_ok(),
         "the resumed stream ended (its end marker was written once Redis was back)"
+    );
+}
+
+/// The writer of a degraded answer keeps trying to write its end marker: Redis is paused while
+/// an SSE answer is written (the answer goes straight to the client), killed with the end
+/// marker still unread in its socket, and started again with its data (append-only file). A
+/// client that resumes the stream with `Last-Event-ID` then gets the end once the writer's retry
+/// lands it; a writer that tried once would leave that reader waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_marker_lost_with_redis_is_written_again() {
+    let mut redis = RedisServer::start_persistent();
+    let url = redis.url();
+    let cfg = config_from(
+        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
+        |c| {
+            c.redis
+                .as_mut()
+                .expect("REDIS_URL configures redis")
+                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
+        },
+    );
+    let builder = Server::builder("abuse-redis-lost-end", "1.0.0").tool(
+        tool("ticker")
+            .description("Progress every 100 ms for two seconds")
+            .handler(|_: NoArgs, ctx| async move {
+                let steps = (TICKING.as_millis() / 100) as u32;
+                for i in 0..steps {
+                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok("ticked")
+            }),
+    );
+    let s = serve(builder, cfg).await;
+    let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
+    let mut events = SseStream::new(c.start_tool(7, "ticker", json!({})).await);
+    let mut last_stored = None;
+    while last_stored.is_none() {
+        let ev = events.next().await.expect("the answer is streaming");
+        if ev.json().is_some() {
+            last_stored = ev.id.clone();
+        }
+    }
+    redis.pause();
+    let answered = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let ev = events
+                .next()
+                .await
+                .expect("the stream ended without an answer");
+            if ev.json().is_some_and(|m| m["id"] == 7) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        answered.is_ok(),
+        "the answer reached the client while Redis was paused"
+    );
+    // The writer's first try at the end marker is queued on the paused server; it dies unread.
+    tokio::time::sleep(COMMAND_TIMEOUT * 3).await;
+    redis.kill_paused();
+    redis.start_again();
+    let last = last_stored.expect("a stored event");
+    // The whole body: it is complete only when the stream ends.
+    let resumed = tokio::time::timeout(Duration::from_secs(20), async {
+        c.resume(&last).await.bytes().await
+    })
+    .await;
+    assert!(
+        resumed.is_ok(),
+        "the resumed stream ended: the end marker was written again once Redis was back"
     );
 }
 

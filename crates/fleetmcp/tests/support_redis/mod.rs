@@ -29,12 +29,14 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// One `redis-server` process, with no persistence (a restart starts empty).
+/// One `redis-server` process, with no persistence (a restart starts empty) unless asked.
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
     paused: bool,
+    /// Every write is appended to a file (fsync'd) and read back on a restart.
+    persistent: bool,
 }
 
 impl RedisServer {
@@ -50,6 +52,21 @@ impl RedisServer {
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
             paused: false,
+            persistent: false,
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts a server whose data survives [`kill`](Self::kill) and
+    /// [`start_again`](Self::start_again) (append-only file, fsync'd on every write).
+    pub fn start_persistent() -> Self {
+        let mut s = Self {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            paused: false,
+            persistent: true,
         };
         s.spawn();
         s
@@ -65,7 +82,9 @@ impl RedisServer {
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                if self.persistent { "yes" } else { "no" },
+                "--appendfsync",
+                "always",
                 "--dir",
             ])
             .arg(self.dir.path())
@@ -146,13 +165,24 @@ impl RedisServer {
         }
     }
 
+    /// SIGKILL while paused: the commands it had not read yet are lost with it.
+    pub fn kill_paused(&mut self) {
+        assert!(self.paused, "the server is paused");
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
     /// Kills the server and starts a new, empty one on the same port.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
     }
 
-    /// Starts the server again after [`kill`](Self::kill), empty, on the same port.
+    /// Starts the server again after [`kill`](Self::kill) on the same port: empty, unless it was
+    /// started with [`start_persistent`](Self::start_persistent).
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "server is still running");
         self.spawn();
