@@ -139,6 +139,9 @@ pub struct SessionConfig {
     pub max_streams_per_session: usize,
     /// How long a stream's events outlive its last event in a shared (Redis) event store.
     pub event_ttl_ms: u64,
+    /// A reader of an SSE stream that cannot read the shared (Redis) event store for this long
+    /// ends its response (the client resumes with `Last-Event-ID`) instead of waiting.
+    pub stream_read_outage_ms: u64,
     /// Bound on the per-request check that a held session's record still exists
     /// (`transport.persistence.sessionCheckTimeoutMs` in the contract); past it the session is
     /// served from memory.
@@ -165,6 +168,7 @@ impl Default for SessionConfig {
             max_events_per_stream: 1024,
             max_streams_per_session: 64,
             event_ttl_ms: 300_000,
+            stream_read_outage_ms: 30_000,
             check_timeout_ms: 500,
             store_wait_ms: 5000,
             max_client_info_bytes: 16 * 1024,
@@ -552,6 +556,13 @@ impl Config {
                 "sessions.idle_ttl_ms",
                 self.sessions.idle_ttl_ms.to_string(),
                 "must be at least 1000",
+            );
+        }
+        if self.sessions.stream_read_outage_ms < 100 {
+            return invalid(
+                "sessions.stream_read_outage_ms",
+                self.sessions.stream_read_outage_ms.to_string(),
+                "must be at least 100",
             );
         }
         if self.sessions.max_events_per_stream == 0 || self.sessions.max_streams_per_session == 0 {

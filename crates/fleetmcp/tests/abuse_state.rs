@@ -334,6 +334,40 @@ async fn the_end_marker_lost_with_redis_is_written_again() {
     );
 }
 
+/// A reader of a stream in Redis does not wait on a Redis that does not answer: with Redis
+/// paused, an open GET stream ends after `sessions.stream_read_outage_ms` (the client resumes it
+/// later with `Last-Event-ID`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reader_ends_when_redis_stays_unreadable() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let outage = Duration::from_millis(1000);
+    let cfg = config_from(
+        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
+        |c| {
+            c.sessions.stream_read_outage_ms = outage.as_millis() as u64;
+            c.redis
+                .as_mut()
+                .expect("REDIS_URL configures redis")
+                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
+        },
+    );
+    let s = serve(Server::builder("abuse-redis-outage", "1.0.0"), cfg).await;
+    let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
+    let res = within("GET", c.get().send()).await.unwrap();
+    assert_eq!(res.status(), 200);
+    redis.pause();
+    let paused = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), res.bytes()).await;
+    let after = paused.elapsed();
+    redis.resume();
+    assert!(ended.is_ok(), "the GET stream ended while Redis was paused");
+    assert!(
+        after >= outage && after <= outage + COMMAND_TIMEOUT * 2 + Duration::from_secs(2),
+        "it ended {after:?} after the pause (outage bound {outage:?})"
+    );
+}
+
 /// The same on the 2024-11-05 transport, whose every answer travels on its `/sse` stream
 /// through the event store: with Redis SIGKILLed while a call runs, its answer still reaches
 /// the open stream (straight, not stored) within the command timeout plus 1 s.

@@ -30,9 +30,6 @@ use crate::redis_conn::{CommandError, RedisConn};
 
 /// How often a reader looks for events written by another instance.
 const POLL: Duration = Duration::from_millis(50);
-/// A reader that cannot read its stream for this long ends (the client resumes it later with
-/// `Last-Event-ID`), rather than waiting on a store that does not answer.
-const READ_OUTAGE: Duration = Duration::from_secs(30);
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
 
@@ -42,6 +39,9 @@ pub struct RedisEventStore {
     prefix: String,
     max_len: usize,
     ttl_ms: u64,
+    /// A reader that cannot read its stream for this long ends (the client resumes it later
+    /// with `Last-Event-ID`), rather than waiting on a store that does not answer.
+    read_outage: Duration,
     /// Wakes readers in this process when this process appends, and ends superseded readers.
     local: Mutex<HashMap<String, Arc<LocalStream>>>,
 }
@@ -69,14 +69,16 @@ fn entry_of(seq: u64) -> String {
 }
 
 impl RedisEventStore {
-    /// `max_len`: entries kept per stream; `ttl_ms`: how long a stream outlives its last append.
-    pub fn new(redis: RedisConn, max_len: usize, ttl_ms: u64) -> Self {
+    /// `max_len`: entries kept per stream; `ttl_ms`: how long a stream outlives its last append;
+    /// `read_outage`: how long a reader waits on a store it cannot read before it ends.
+    pub fn new(redis: RedisConn, max_len: usize, ttl_ms: u64, read_outage: Duration) -> Self {
         let prefix = redis.config().key_prefix.clone();
         Self {
             redis,
             prefix,
             max_len,
             ttl_ms,
+            read_outage,
             local: Mutex::new(HashMap::new()),
         }
     }
@@ -264,6 +266,7 @@ impl EventStore for RedisEventStore {
             stop: CancellationToken,
             /// Since when every read failed (Redis down), if they do.
             failing_since: Option<tokio::time::Instant>,
+            read_outage: Duration,
         }
         let after = match from {
             Cursor::Start => Some(0),
@@ -281,6 +284,7 @@ impl EventStore for RedisEventStore {
             buffered: Default::default(),
             ended: false,
             failing_since: None,
+            read_outage: self.read_outage,
             stop,
         };
         stream::unfold(state, |mut st| async move {
@@ -346,8 +350,8 @@ impl EventStore for RedisEventStore {
                     }
                     Err(e) => {
                         let since = *st.failing_since.get_or_insert_with(tokio::time::Instant::now);
-                        if since.elapsed() >= READ_OUTAGE {
-                            tracing::warn!(error = %e, "an SSE stream could not be read from Redis for {} s; ending this reader", READ_OUTAGE.as_secs());
+                        if since.elapsed() >= st.read_outage {
+                            tracing::warn!(error = %e, "an SSE stream could not be read from Redis for {} ms; ending this reader", st.read_outage.as_millis());
                             return None;
                         }
                         tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying");

@@ -152,6 +152,7 @@ impl ServerBuilder {
                             conn.clone(),
                             config.sessions.max_events_per_stream,
                             config.sessions.event_ttl_ms,
+                            Duration::from_millis(config.sessions.stream_read_outage_ms),
                         )));
                         tracing::info!("EventStore initialized for SSE resumability");
                     }
