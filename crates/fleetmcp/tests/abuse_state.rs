@@ -199,28 +199,7 @@ async fn task_records_are_bounded_and_a_store_full_of_working_tasks_refuses_new_
 async fn a_stream_degraded_by_a_paused_redis_is_still_completed_for_resumption() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let cfg = config_from(
-        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
-        |c| {
-            c.redis
-                .as_mut()
-                .expect("REDIS_URL configures redis")
-                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
-        },
-    );
-    let builder = Server::builder("abuse-redis-pause", "1.0.0").tool(
-        tool("ticker")
-            .description("Progress every 100 ms for two seconds")
-            .handler(|_: NoArgs, ctx| async move {
-                let steps = (TICKING.as_millis() / 100) as u32;
-                for i in 0..steps {
-                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok("ticked")
-            }),
-    );
-    let s = serve(builder, cfg).await;
+    let s = ticker_server(&url, |_| {}).await;
     let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
     let res = c.start_tool(7, "ticker", json!({})).await;
     let mut events = SseStream::new(res);
@@ -270,28 +249,7 @@ async fn a_stream_degraded_by_a_paused_redis_is_still_completed_for_resumption()
 async fn the_end_marker_lost_with_redis_is_written_again() {
     let mut redis = RedisServer::start_persistent();
     let url = redis.url();
-    let cfg = config_from(
-        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
-        |c| {
-            c.redis
-                .as_mut()
-                .expect("REDIS_URL configures redis")
-                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
-        },
-    );
-    let builder = Server::builder("abuse-redis-lost-end", "1.0.0").tool(
-        tool("ticker")
-            .description("Progress every 100 ms for two seconds")
-            .handler(|_: NoArgs, ctx| async move {
-                let steps = (TICKING.as_millis() / 100) as u32;
-                for i in 0..steps {
-                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok("ticked")
-            }),
-    );
-    let s = serve(builder, cfg).await;
+    let s = ticker_server(&url, |_| {}).await;
     let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
     let mut events = SseStream::new(c.start_tool(7, "ticker", json!({})).await);
     let mut last_stored = None;
@@ -375,28 +333,7 @@ async fn a_stream_reader_ends_when_redis_stays_unreadable() {
 async fn a_legacy_sse_answer_reaches_its_stream_when_redis_is_killed_under_it() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let cfg = config_from(
-        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
-        |c| {
-            c.redis
-                .as_mut()
-                .expect("REDIS_URL configures redis")
-                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
-        },
-    );
-    let builder = Server::builder("abuse-legacy-redis", "1.0.0").tool(
-        tool("ticker")
-            .description("Progress every 100 ms for two seconds")
-            .handler(|_: NoArgs, ctx| async move {
-                let steps = (TICKING.as_millis() / 100) as u32;
-                for i in 0..steps {
-                    ctx.progress(f64::from(i), Some(f64::from(steps)), None);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok("ticked")
-            }),
-    );
-    let s = serve(builder, cfg).await;
+    let s = ticker_server(&url, |_| {}).await;
     let base = s.mcp.trim_end_matches("/mcp").to_string();
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let sse = within("GET /sse", http.get(format!("{base}/sse")).send())
@@ -467,25 +404,16 @@ async fn a_legacy_sse_answer_reaches_its_stream_when_redis_is_killed_under_it() 
     );
 }
 
-/// How long the `ticker` tool runs, sending progress every 100 ms.
-const TICKING: Duration = Duration::from_secs(2);
-/// `redis.command_timeout_ms` (the default).
-const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_sse_answer_reaches_its_client_when_redis_is_killed_under_it() {
-    let mut redis = RedisServer::start();
-    let url = redis.url();
-    let cfg = config_from(
-        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())],
-        |c| {
-            c.machine_id = Some("desk-a".into());
-            c.redis
-                .as_mut()
-                .expect("REDIS_URL configures redis")
-                .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
-        },
-    );
+/// A server on the Redis at `url` (commands bounded by [`COMMAND_TIMEOUT`]) with one tool,
+/// `ticker`: progress every 100 ms for [`TICKING`], then `ticked`.
+async fn ticker_server(url: &str, edit: impl FnOnce(&mut fleetmcp::Config)) -> TestServer {
+    let cfg = config_from(&[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url)], |c| {
+        c.redis
+            .as_mut()
+            .expect("REDIS_URL configures redis")
+            .command_timeout_ms = COMMAND_TIMEOUT.as_millis() as u64;
+        edit(c);
+    });
     let builder = Server::builder("abuse-redis", "1.0.0").tool(
         tool("ticker")
             .description("Progress every 100 ms for two seconds")
@@ -498,7 +426,22 @@ async fn an_sse_answer_reaches_its_client_when_redis_is_killed_under_it() {
                 Ok("ticked")
             }),
     );
-    let s = serve(builder, cfg).await;
+    serve(builder, cfg).await
+}
+
+/// How long the `ticker` tool runs, sending progress every 100 ms.
+const TICKING: Duration = Duration::from_secs(2);
+/// `redis.command_timeout_ms` (the default).
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_answer_reaches_its_client_when_redis_is_killed_under_it() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let s = ticker_server(&url, |c| {
+        c.machine_id = Some("desk-a".into());
+    })
+    .await;
     let c = Client::connect_with(&s.mcp, LATEST, json!({})).await;
 
     let started = Instant::now();
