@@ -223,6 +223,11 @@ pub struct HaConfig {
     pub heartbeat_ttl_ms: u64,
     /// Prefix of heartbeat keys and relay channels.
     pub key_prefix: String,
+    /// `FRONTMCP_HA_TAKEOVER_GRACE_MS`: how long a holder whose heartbeat expired but whose
+    /// process still holds its channel subscription (alive but slow or paused) keeps its sessions
+    /// before another instance takes them over. A holder known to be gone (no subscription) is
+    /// taken over at once.
+    pub takeover_grace_ms: u64,
     /// `FLEETMCP_ADVERTISE_ADDRESS`: `host:port` where the other instances reach this one to relay
     /// a session's requests to it (written in the heartbeat). Unset: `127.0.0.1:<port>` when
     /// bound to loopback, else `<machine id>:<port>` (a pod's name, where DNS resolves it).
@@ -235,6 +240,7 @@ impl Default for HaConfig {
             heartbeat_interval_ms: 10_000,
             heartbeat_ttl_ms: 30_000,
             key_prefix: "mcp:ha:".into(),
+            takeover_grace_ms: 5_000,
             advertise_address: None,
         }
     }
@@ -364,6 +370,7 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
     "FRONTMCP_HA_KEY_PREFIX",
+    "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FLEETMCP_ADVERTISE_ADDRESS",
 ];
 
@@ -456,6 +463,11 @@ impl Config {
             "FRONTMCP_HA_HEARTBEAT_TTL_MS" => {
                 if let Some(v) = positive(value) {
                     self.ha.heartbeat_ttl_ms = v;
+                }
+            }
+            "FRONTMCP_HA_TAKEOVER_GRACE_MS" => {
+                if let Some(v) = positive(value) {
+                    self.ha.takeover_grace_ms = v;
                 }
             }
             "FLEETMCP_ADVERTISE_ADDRESS" => {
@@ -773,6 +785,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn the_takeover_grace_period_follows_the_contract() {
+        assert_eq!(Config::default().ha.takeover_grace_ms, 5_000);
+        let cfg = Config::from_sources(None, [("FRONTMCP_HA_TAKEOVER_GRACE_MS", "750")]).unwrap();
+        assert_eq!(cfg.ha.takeover_grace_ms, 750);
+        // Not a positive integer: ignored, as the contract says.
+        let cfg = Config::from_sources(None, [("FRONTMCP_HA_TAKEOVER_GRACE_MS", "-1")]).unwrap();
+        assert_eq!(cfg.ha.takeover_grace_ms, 5_000);
     }
 
     #[test]

@@ -1002,3 +1002,69 @@ fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
         }
     }
 }
+
+/// A holder that stops beating while its process lives (SIGSTOP past its heartbeat lifetime)
+/// keeps its sessions for `FRONTMCP_HA_TAKEOVER_GRACE_MS` (503 with `Retry-After` meanwhile,
+/// answered at once), and only then is taken over; a holder known gone is not made to wait
+/// (see the SIGKILL test).
+#[test]
+fn a_silent_holder_is_taken_over_only_after_the_grace_period() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "500"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "3000"),
+    ];
+    let mut a = distributed_desk("desk-a", &url, &timings);
+    let b = distributed_desk("desk-b", &url, &timings);
+    let sid = open_session(a.port());
+    assert!(
+        a.signal_and_wait("STOP", Duration::from_millis(100))
+            .is_none()
+    );
+    let expired = Instant::now();
+    while redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim() == "1" {
+        assert!(
+            expired.elapsed() < Duration::from_secs(5),
+            "A's heartbeat expires"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let first = Instant::now();
+    let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(5));
+    assert_eq!(
+        resp.status,
+        503,
+        "within the grace period:\n{}",
+        resp.describe()
+    );
+    assert!(first.elapsed() < Duration::from_secs(2), "answered at once");
+    let taken = loop {
+        thread::sleep(Duration::from_millis(250));
+        let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(6));
+        if resp.status == 200 {
+            assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+            break first.elapsed();
+        }
+        assert_eq!(
+            resp.status,
+            503,
+            "only 503 until then:\n{}",
+            resp.describe()
+        );
+        assert!(
+            first.elapsed() < Duration::from_secs(10),
+            "taken over after the grace period"
+        );
+    };
+    assert!(
+        taken >= Duration::from_millis(2900),
+        "taken over {taken:?} after B first saw A silent, before the 3 s grace period"
+    );
+    assert_log_has(&b, "desk-b", "the grace period passed");
+    assert!(
+        a.signal_and_wait("CONT", Duration::from_millis(100))
+            .is_none()
+    );
+}

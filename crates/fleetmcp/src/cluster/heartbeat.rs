@@ -66,7 +66,7 @@ impl Heartbeat {
         let ha = Arc::new(Self {
             address,
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
-            channel: format!("{}notify:{node_id}", cfg.key_prefix),
+            channel: channel_of(&cfg.key_prefix, node_id),
             redis,
             node_id: node_id.to_string(),
             started_at: now_ms(),
@@ -123,17 +123,7 @@ impl Heartbeat {
 
     /// Subscribers of this instance's channel (`None`: Redis did not answer).
     async fn listeners(&self) -> Option<i64> {
-        let counts: Vec<(String, i64)> = self
-            .redis
-            .run(
-                redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(&self.channel)
-                    .clone(),
-            )
-            .await
-            .ok()?;
-        counts.first().map(|(_, n)| *n)
+        subscribers(&self.redis, &self.channel).await
     }
 
     async fn read(&self) -> Option<Beat> {
@@ -222,4 +212,19 @@ pub(super) async fn read_beat(
 ) -> Result<Option<Beat>, crate::redis_conn::CommandError> {
     let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
     Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+}
+
+/// Instance `node`'s own channel, `<prefix>notify:<node>` (the contract's relay channel).
+pub(super) fn channel_of(key_prefix: &str, node: &str) -> String {
+    format!("{key_prefix}notify:{node}")
+}
+
+/// Subscribers of `channel`: 0 on an instance's own channel once its process is gone; `None`
+/// when Redis did not answer.
+pub(super) async fn subscribers(redis: &RedisConn, channel: &str) -> Option<i64> {
+    let counts: Vec<(String, i64)> = redis
+        .run(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).clone())
+        .await
+        .ok()?;
+    counts.first().map(|(_, n)| *n)
 }

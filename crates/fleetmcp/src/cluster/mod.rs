@@ -43,7 +43,12 @@ pub(crate) fn seams(
         &cfg.key_prefix,
         cfg.heartbeat_ttl_ms,
     )?;
-    let directory = directory::Directory::new(redis.clone(), machine_id, &cfg.key_prefix);
+    let directory = directory::Directory::new(
+        redis.clone(),
+        machine_id,
+        &cfg.key_prefix,
+        std::time::Duration::from_millis(cfg.takeover_grace_ms),
+    );
     Some((Arc::new(directory), Arc::new(relay)))
 }
 

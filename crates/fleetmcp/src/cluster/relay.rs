@@ -38,8 +38,7 @@ pub(super) struct HttpRelay {
     redis: RedisConn,
     me: HeaderValue,
     heartbeat_prefix: String,
-    /// `<prefix>notify:`, the instances' own channels.
-    notify_prefix: String,
+    key_prefix: String,
     ttl_s: u64,
     client: reqwest::Client,
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
@@ -84,7 +83,7 @@ impl HttpRelay {
             redis,
             me: HeaderValue::from_str(me).ok()?,
             heartbeat_prefix: format!("{key_prefix}heartbeat:"),
-            notify_prefix: format!("{key_prefix}notify:"),
+            key_prefix: key_prefix.to_string(),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
             addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
@@ -98,16 +97,12 @@ impl HttpRelay {
         if !refused(error) {
             return false;
         }
-        let counts: Result<Vec<(String, i64)>, _> = self
-            .redis
-            .run(
-                redis::cmd("PUBSUB")
-                    .arg("NUMSUB")
-                    .arg(format!("{}{holder}", self.notify_prefix))
-                    .clone(),
-            )
-            .await;
-        matches!(counts.as_deref(), Ok([(_, 0)]))
+        super::heartbeat::subscribers(
+            &self.redis,
+            &super::heartbeat::channel_of(&self.key_prefix, holder),
+        )
+        .await
+            == Some(0)
     }
 
     /// The contract's answer when the holder does not answer the relayed request.
@@ -175,8 +170,20 @@ impl Relay for HttpRelay {
                         Some(a) => a,
                         None => return fail("its heartbeat advertises no address"),
                     },
-                    // Stopped between the directory's look and ours: take it over.
-                    Ok(None) => return Relayed::HolderGone(req),
+                    // Its heartbeat went between the directory's look and ours: gone if it holds
+                    // no subscription (take it over), else alive but silent (the directory's
+                    // grace period decides, on a later request).
+                    Ok(None) => {
+                        return match super::heartbeat::subscribers(
+                            &self.redis,
+                            &super::heartbeat::channel_of(&self.key_prefix, holder),
+                        )
+                        .await
+                        {
+                            Some(0) => Relayed::HolderGone(req),
+                            _ => fail("its heartbeat expired while it still runs"),
+                        };
+                    }
                     Err(e) => return fail(&e.to_string()),
                 };
                 let mut map = self.addresses.lock();
