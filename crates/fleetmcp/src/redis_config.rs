@@ -286,6 +286,13 @@ impl RedisConfig {
         format!("{}session:{id}", self.key_prefix)
     }
 
+    /// The index of the sessions an instance holds: `<key_prefix>node:<nodeId>:sessions`, a
+    /// sorted set of session ids scored by when the holder last refreshed them. The orphan
+    /// scanner reads a dead instance's index instead of scanning the keyspace.
+    pub fn node_index_key(&self, node_id: &str) -> String {
+        format!("{}node:{node_id}:sessions", self.key_prefix)
+    }
+
     pub fn default_ttl(&self) -> Duration {
         Duration::from_millis(self.default_ttl_ms)
     }

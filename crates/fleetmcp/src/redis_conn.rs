@@ -169,7 +169,30 @@ impl RedisConn {
         &self,
         cmd: redis::Cmd,
     ) -> Result<T, CommandError> {
-        self.inner.run(cmd).await
+        self.inner
+            .bounded(|mut conn| async move { cmd.query_async::<T>(&mut conn).await })
+            .await
+    }
+
+    /// Runs a Lua script (`EVALSHA`, loading it once when Redis does not know it), bounded by
+    /// the command timeout.
+    pub(crate) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: redis::ScriptInvocation<'_>,
+    ) -> Result<T, CommandError> {
+        self.inner
+            .bounded(|mut conn| async move { script.invoke_async::<T>(&mut conn).await })
+            .await
+    }
+
+    /// Sends a pipeline in one round trip, bounded by the command timeout.
+    pub(crate) async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: redis::Pipeline,
+    ) -> Result<T, CommandError> {
+        self.inner
+            .bounded(|mut conn| async move { pipe.query_async::<T>(&mut conn).await })
+            .await
     }
 }
 
@@ -239,19 +262,22 @@ impl Inner {
         }
     }
 
-    async fn run<T: redis::FromRedisValue>(
-        self: &Arc<Self>,
-        cmd: redis::Cmd,
-    ) -> Result<T, CommandError> {
+    /// Runs `work` on a clone of the connection, bounded by the command timeout, counting
+    /// timeouts towards a rebuild.
+    async fn bounded<T, F, Fut>(self: &Arc<Self>, work: F) -> Result<T, CommandError>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
         let Some(manager) = self.conn.load_full() else {
             return Err(CommandError::Unavailable(
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
         };
-        let mut conn = (*manager).clone();
+        let conn = (*manager).clone();
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
-        match tokio::time::timeout(limit, cmd.query_async::<T>(&mut conn)).await {
+        match tokio::time::timeout(limit, work(conn)).await {
             Ok(Ok(v)) => {
                 self.timeouts_in_a_row.store(0, Ordering::Release);
                 self.healthy.store(true, Ordering::Release);

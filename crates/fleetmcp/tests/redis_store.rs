@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleetmcp::redis_config::RedisConfig;
-use fleetmcp::session::{RedisSessionStore, SessionRecord, SessionStore, StoreError};
+use fleetmcp::session::{
+    Claim, Fence, Held, RedisSessionStore, SessionRecord, SessionStore, StoreError,
+};
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
 use support::{SECRET, TestServer, config_from, config_with, http, serve};
@@ -25,6 +27,7 @@ fn record(id: &str, node: &str) -> SessionRecord {
         client_info: json!({"name": "t", "version": "1"}),
         client_capabilities: json!({"elicitation": {}}),
         created_at: 1_767_225_600_000,
+        epoch: 1,
     }
 }
 
@@ -99,6 +102,108 @@ async fn round_trip_with_the_contract_key_layout() {
     other.put(&record("x", "n")).await.unwrap();
     assert_eq!(redis.cli(&["EXISTS", "desk:session:x"]), "1");
     assert!(!store.exists("x").await.unwrap());
+}
+
+fn fence(node: &str, epoch: u64) -> Fence {
+    Fence {
+        node_id: node.into(),
+        epoch,
+    }
+}
+
+/// Index members of `node`'s held sessions, as Redis has them.
+fn index(redis: &RedisServer, node: &str) -> Vec<String> {
+    let key = format!("mcp:node:{node}:sessions");
+    let out = redis.cli(&["ZRANGE", &key, "0", "-1"]);
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_compare_holder_and_epoch() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let r = record("sid-f", "desk-a");
+    store.create(&r).await.unwrap();
+    assert_eq!(index(&redis, "desk-a"), ["sid-f"]);
+    assert_eq!(
+        store.check("sid-f", &fence("desk-a", 1), true).await.unwrap(),
+        Held::Mine
+    );
+
+    // B claims it from what it read; A's view is now stale.
+    assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:sid-f"])).unwrap();
+    assert_eq!(raw["session"]["nodeId"], "desk-b");
+    assert_eq!(raw["epoch"], 2);
+    assert_eq!(raw["reassignedFrom"], "desk-a");
+    assert!(raw["reassignedAt"].as_u64().is_some());
+    // What the client sent is kept as sent (Lua never re-encodes the record).
+    assert_eq!(raw["clientCapabilities"], json!({"elicitation": {}}));
+    assert_eq!(index(&redis, "desk-a"), Vec::<String>::new());
+    assert_eq!(index(&redis, "desk-b"), ["sid-f"]);
+
+    // A's refresh and a second claim from the stale read both lose, and write nothing.
+    let before = redis.cli(&["GET", "mcp:session:sid-f"]);
+    redis.cli(&["PEXPIRE", "mcp:session:sid-f", "50000"]);
+    assert_eq!(
+        store.check("sid-f", &fence("desk-a", 1), true).await.unwrap(),
+        Held::Lost {
+            node_id: "desk-b".into(),
+            epoch: 2
+        }
+    );
+    let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
+    assert!(pttl <= 50_000, "the lost holder's refresh landed: pttl {pttl}");
+    assert_eq!(
+        store.claim(&r, "desk-c").await.unwrap(),
+        Claim::Lost {
+            node_id: "desk-b".into(),
+            epoch: 2
+        }
+    );
+    assert_eq!(redis.cli(&["GET", "mcp:session:sid-f"]), before);
+    // The same node under an older epoch has lost it too.
+    assert!(matches!(
+        store.check("sid-f", &fence("desk-b", 1), false).await.unwrap(),
+        Held::Lost { .. }
+    ));
+    assert_eq!(
+        store.check("sid-f", &fence("desk-b", 2), true).await.unwrap(),
+        Held::Mine
+    );
+    let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
+    assert!(pttl > 3_500_000, "the holder's refresh did not land: pttl {pttl}");
+
+    // Batches: each claim decided on its own.
+    let mut batch = Vec::new();
+    for i in 0..5 {
+        let r = record(&format!("sid-{i}"), "desk-x");
+        store.create(&r).await.unwrap();
+        batch.push(r);
+    }
+    store.delete("sid-3").await.unwrap();
+    let mut stale = batch[4].clone();
+    assert_eq!(store.claim(&stale, "desk-y").await.unwrap(), Claim::Won(2));
+    stale.epoch = 1;
+    let answers = store.claim_many(&batch, "desk-z").await.unwrap();
+    assert_eq!(
+        answers,
+        [
+            Claim::Won(2),
+            Claim::Won(2),
+            Claim::Won(2),
+            Claim::Gone,
+            Claim::Lost {
+                node_id: "desk-y".into(),
+                epoch: 2
+            }
+        ]
+    );
+    assert_eq!(index(&redis, "desk-z"), ["sid-0", "sid-1", "sid-2"]);
+    assert_eq!(store.claim(&record("none", "desk-a"), "desk-b").await.unwrap(), Claim::Gone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::unix_ms as now_ms;
 use crate::config::HaConfig;
 use crate::redis_conn::RedisConn;
+use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,6 +52,13 @@ pub(crate) struct Heartbeat {
     ttl_ms: u64,
     /// The last write of the heartbeat succeeded.
     active: AtomicBool,
+    /// Renewed by every successful beat: how long this instance may serve its sessions without
+    /// confirming them in the store.
+    lease: Arc<Lease>,
+    /// `<haPrefix>nodes`: every instance's last beat, for the orphan scanner.
+    nodes_key: String,
+    /// This instance's index of held sessions, pruned of expired entries at every beat.
+    index_key: String,
 }
 
 impl Heartbeat {
@@ -61,9 +69,13 @@ impl Heartbeat {
         node_id: &str,
         cfg: &HaConfig,
         address: String,
+        lease: Arc<Lease>,
         stop: CancellationToken,
     ) -> Result<Arc<Self>, String> {
         let ha = Arc::new(Self {
+            lease,
+            nodes_key: nodes_key(&cfg.key_prefix),
+            index_key: redis.config().node_index_key(node_id),
             address,
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
             channel: channel_of(&cfg.key_prefix, node_id),
@@ -142,18 +154,33 @@ impl Heartbeat {
         let Ok(value) = serde_json::to_string(&hb) else {
             return;
         };
-        let written: Result<String, _> = self
-            .redis
-            .run(
-                redis::cmd("SET")
-                    .arg(&self.key)
-                    .arg(value)
-                    .arg("PX")
-                    .arg(self.ttl_ms)
-                    .clone(),
-            )
-            .await;
+        // The lease counts from before the write is sent: Redis starts the key's lifetime
+        // later, so the lease always runs out before the key does.
+        let sent_at = std::time::Instant::now();
+        let session_ttl = self.redis.config().default_ttl_ms;
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(&self.key)
+            .arg(value)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&self.nodes_key)
+            .arg(hb.last_beat)
+            .arg(&self.node_id)
+            .ignore()
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&self.index_key)
+            .arg("-inf")
+            .arg(format!("({}", hb.last_beat.saturating_sub(session_ttl)))
+            .ignore();
+        let written: Result<(), _> = self.redis.pipe(pipe).await;
         let ok = written.is_ok();
+        if ok {
+            self.lease
+                .renew(sent_at, Duration::from_millis(self.ttl_ms));
+        }
         if !ok && self.active.load(Ordering::Relaxed) {
             tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
         }
@@ -212,6 +239,12 @@ pub(super) async fn read_beat(
 ) -> Result<Option<Beat>, crate::redis_conn::CommandError> {
     let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
     Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+}
+
+/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat. An
+/// instance stays in it after it stops, until the orphan scanner has claimed its sessions.
+pub(super) fn nodes_key(key_prefix: &str) -> String {
+    format!("{key_prefix}nodes")
 }
 
 /// Instance `node`'s own channel, `<prefix>notify:<node>` (the contract's relay channel).

@@ -7,6 +7,8 @@
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
+//! - [`scanner`]: the orphan scanner, claiming dead instances' sessions in the background from
+//!   per-instance indexes (never `KEYS`);
 //! - [`subscription`]: channel subscriptions kept for the instance's life.
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
@@ -17,6 +19,7 @@ mod fanout;
 mod heartbeat;
 mod identity;
 mod relay;
+mod scanner;
 mod subscription;
 
 use std::sync::Arc;
@@ -91,7 +94,15 @@ impl Cluster {
                 heartbeat: None,
             });
         };
-        let hb = Heartbeat::start(redis.clone(), &machine_id, cfg, address, stop.clone()).await?;
+        let hb = Heartbeat::start(
+            redis.clone(),
+            &machine_id,
+            cfg,
+            address,
+            app.sessions().lease().clone(),
+            stop.clone(),
+        )
+        .await?;
         tracing::info!("[HA] Manager started for distributed deployment");
         app.install_fanout(Arc::new(fanout::RedisFanout::new(
             redis.clone(),
@@ -99,11 +110,23 @@ impl Cluster {
             &machine_id,
         )));
         tokio::spawn(fanout::listen(
-            redis,
+            redis.clone(),
             cfg.key_prefix.clone(),
             app.clone(),
             stop.clone(),
         ));
+        tokio::spawn(
+            scanner::Scanner {
+                redis: redis.clone(),
+                store: crate::session::RedisSessionStore::on(redis.clone()),
+                me: machine_id.clone(),
+                key_prefix: cfg.key_prefix.clone(),
+                interval: std::time::Duration::from_millis(cfg.heartbeat_interval_ms),
+                heartbeat_ttl: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
+                grace: std::time::Duration::from_millis(cfg.takeover_grace_ms),
+            }
+            .run(stop.clone()),
+        );
         let beats = hb.clone();
         let held = app.clone();
         tokio::spawn(async move {

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::id::{SessionIdPayload, SessionSealer};
 use super::live::{Ended, LiveSessions, Session};
-use super::ownership::{Owner, Ownership};
-use super::store::{SessionRecord, SessionStore, StoreError};
+use super::ownership::{Lease, Owner, Ownership};
+use super::store::{Claim, Fence, Held, SessionRecord, SessionStore, StoreError};
 use crate::clock::{unix_ms, unix_secs};
 use crate::events::EventStore;
 use crate::protocol::ProtocolVersion;
@@ -51,6 +51,9 @@ pub enum Missing {
     Unknown,
     /// The store did not answer within `sessions.store_wait_ms`.
     StoreUnavailable,
+    /// Held here, but the store cannot confirm it is still this instance's and the lease ran
+    /// out: another instance may hold it now (distributed mode).
+    Unconfirmed,
     /// This instance holds its maximum of sessions.
     Full,
 }
@@ -85,8 +88,12 @@ pub struct Sessions {
     live: LiveSessions,
     store: Arc<dyn SessionStore>,
     events: Arc<dyn EventStore>,
-    /// `None`: every stored session is served here (see [`Ownership`]).
+    /// `None`: every stored session is served here (see [`Ownership`]). `Some` (distributed
+    /// mode) also fences every owner-side write with the holder's epoch.
     ownership: Option<Arc<dyn Ownership>>,
+    /// Renewed by the heartbeat in distributed mode; bounds how long a held session is served
+    /// when the store cannot confirm it.
+    lease: Arc<Lease>,
     /// Sessions found held by a live peer a moment ago: their next requests go to it without
     /// reading the store again. Short-lived, so a takeover is seen within [`ELSEWHERE_TTL`];
     /// a stale entry only sends a request to a holder that answers 404 or is found gone.
@@ -128,6 +135,7 @@ impl Sessions {
             store,
             events,
             ownership,
+            lease: Arc::new(Lease::default()),
             elsewhere: parking_lot::Mutex::new(HashMap::new()),
             timing,
             shutdown,
@@ -169,6 +177,16 @@ impl Sessions {
     /// `initialize` may open it.
     pub fn has_legacy_stream(&self, id: &str) -> bool {
         self.legacy_streams.lock().contains_key(id)
+    }
+
+    /// The lease this instance's heartbeat renews (distributed mode).
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// Whether owner-side writes are fenced (distributed mode: an ownership seam is installed).
+    fn fenced(&self) -> bool {
+        self.ownership.is_some()
     }
 
     /// This instance's machine id, as session records name it.
@@ -237,6 +255,7 @@ impl Sessions {
             client_capabilities,
             self.shutdown.child_token(),
         ));
+        session.set_epoch(1);
         if !self.live.insert(session.clone()) {
             tracing::warn!(
                 limit = self.live.capacity(),
@@ -244,7 +263,7 @@ impl Sessions {
             );
             return Err(OpenError::Full);
         }
-        match self.write(&self.record_of(&session)).await {
+        match self.create(&self.record_of(&session)).await {
             Ok(()) => session.mark_persisted(),
             Err(why) => {
                 tracing::warn!(error = %why, "[TransportService] Failed to persist session to Redis")
@@ -281,6 +300,9 @@ impl Sessions {
                     Owner::TakeOver(node) => Some(node),
                     Owner::Here => None,
                 };
+                if self.fenced() {
+                    return self.claim(record, previous).await;
+                }
                 match self.recreate(record).await {
                     Some(s) => {
                         if let Some(previous_node_id) = previous {
@@ -308,6 +330,9 @@ impl Sessions {
             return Lookup::Held(s);
         }
         match self.read(id).await {
+            Ok(Some(record)) if record.node_id == previous && self.fenced() => {
+                self.claim(record, Some(previous.to_string())).await
+            }
             Ok(Some(record)) if record.node_id == previous => match self.recreate(record).await {
                 Some(s) => {
                     tracing::info!(session_id = %s.id, previous_node_id = %previous, "[HA] Took over session from a stopped node");
@@ -412,6 +437,9 @@ impl Sessions {
     /// A held session is served only while its stored record exists. When the store cannot
     /// say in time, the session is served from memory and checked again on its next request.
     async fn still_stored(&self, session: Arc<Session>) -> Lookup {
+        if self.fenced() {
+            return self.still_held(session).await;
+        }
         let limit = self.timing.check_timeout;
         match tokio::time::timeout(limit, self.store.exists(&session.id)).await {
             Ok(Ok(true)) => {
@@ -421,7 +449,7 @@ impl Sessions {
             Ok(Ok(false)) if !session.is_persisted() => {
                 // Created while the store was unreachable: it was never stored, so it is not
                 // gone. Store it now that the store answers.
-                if self.write(&self.record_of(&session)).await.is_ok() {
+                if self.create(&self.record_of(&session)).await.is_ok() {
                     session.mark_persisted();
                 }
                 Lookup::Held(session)
@@ -457,6 +485,117 @@ impl Sessions {
         }
     }
 
+    /// Distributed mode's check of a held session, one script in the store: is the record still
+    /// this instance's under the epoch it holds it by (and, when due, its expiry pushed out)?
+    /// A session another instance claimed meanwhile (this one was cut off from Redis long enough
+    /// to be presumed gone) is dropped here and its request goes to the new holder. When the
+    /// store cannot answer, the session is served from memory only while the lease holds.
+    async fn still_held(&self, session: Arc<Session>) -> Lookup {
+        let limit = self.timing.check_timeout;
+        let fence = Fence {
+            node_id: self.machine_id.clone(),
+            epoch: session.epoch(),
+        };
+        let refresh = session.due_for_touch(self.timing.refresh_every_ms);
+        let why = match tokio::time::timeout(limit, self.store.check(&session.id, &fence, refresh))
+            .await
+        {
+            Ok(Ok(Held::Mine)) => return Lookup::Held(session),
+            Ok(Ok(Held::Gone)) if !session.is_persisted() => {
+                if self.create(&self.record_of(&session)).await.is_ok() {
+                    session.mark_persisted();
+                }
+                return Lookup::Held(session);
+            }
+            Ok(Ok(Held::Gone)) => {
+                tracing::info!(
+                    "[TransportService] The stored session is gone — dropping its transport here"
+                );
+                self.live.remove(&session.id, Ended::Expired);
+                self.events.forget(&session.id).await;
+                return Lookup::Missing(Missing::Expired);
+            }
+            Ok(Ok(Held::Lost { node_id, epoch })) => {
+                tracing::warn!(session_id = %session.id, owner_node_id = %node_id, owner_epoch = epoch, held_epoch = fence.epoch, "[HA] Another node took this session over while this node was unreachable — dropping it here");
+                self.live.release(&session.id);
+                self.events.release(&session.id).await;
+                if node_id == self.machine_id {
+                    // Claimed again under this very id (a restart reusing it): read it anew.
+                    return Lookup::Missing(Missing::StoreUnavailable);
+                }
+                self.remember_elsewhere(&session.id, &node_id);
+                return Lookup::Elsewhere(node_id);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} ms", limit.as_millis()),
+        };
+        if self.lease.valid() {
+            tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session — serving it here");
+            return Lookup::Held(session);
+        }
+        tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session, and its heartbeat lease ran out — not serving it");
+        Lookup::Missing(Missing::Unconfirmed)
+    }
+
+    /// Makes this instance the holder of a stored session (distributed mode): a compare-and-set
+    /// on the holder and epoch read, so that of two instances claiming one session at once
+    /// exactly one wins; the other serves it through the winner. The claim comes before the
+    /// session is held here: nothing is served under a claim that was lost.
+    async fn claim(&self, record: SessionRecord, previous: Option<String>) -> Lookup {
+        let limit = self.timing.check_timeout;
+        let claimed = tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
+        let epoch = match claimed {
+            Ok(Ok(Claim::Won(epoch))) => epoch,
+            Ok(Ok(Claim::Lost { node_id, .. })) if node_id == self.machine_id => {
+                // Another request for it on this instance claimed it a moment ago.
+                return self.claimed_here(&record.id).await;
+            }
+            Ok(Ok(Claim::Lost { node_id, epoch })) => {
+                tracing::info!(session_id = %record.id, winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
+                self.remember_elsewhere(&record.id, &node_id);
+                return Lookup::Elsewhere(node_id);
+            }
+            Ok(Ok(Claim::Gone)) => return Lookup::Missing(Missing::Unknown),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the session could not be claimed");
+                return Lookup::Missing(Missing::StoreUnavailable);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the session could not be claimed: no answer within {} ms",
+                    limit.as_millis()
+                );
+                return Lookup::Missing(Missing::StoreUnavailable);
+            }
+        };
+        let session = self.session_of(&record);
+        session.set_epoch(epoch);
+        let Some((session, created)) = self.live.insert_if_absent(session) else {
+            return Lookup::Missing(Missing::Full);
+        };
+        if created {
+            tracing::info!(session_node = %record.node_id, epoch, "[TransportService] Recreating transport from stored session");
+            tracing::info!(
+                "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
+            );
+            if let Some(previous_node_id) = previous {
+                tracing::info!(session_id = %session.id, %previous_node_id, "[HA] Took over session from a stopped node");
+            }
+        }
+        Lookup::Held(session)
+    }
+
+    /// The session another request on this instance just claimed, once it is held here.
+    async fn claimed_here(&self, id: &str) -> Lookup {
+        for _ in 0..50 {
+            if let Some(s) = self.live.get(id) {
+                return Lookup::Held(s);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Lookup::Missing(Missing::StoreUnavailable)
+    }
+
     /// Pushes the stored record's expiry out, at most once per `refresh_every_ms`, off the
     /// request path.
     fn refresh(&self, session: &Arc<Session>) {
@@ -475,16 +614,7 @@ impl Sessions {
     /// Serves a stored session this instance does not hold: it becomes the holder. `None`
     /// when this instance is full.
     async fn recreate(&self, record: SessionRecord) -> Option<Arc<Session>> {
-        let version =
-            ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
-        let session = Arc::new(Session::new(
-            record.id.as_str().into(),
-            version,
-            record.client_info.clone(),
-            record.client_capabilities.clone(),
-            self.shutdown.child_token(),
-        ));
-        session.mark_persisted();
+        let session = self.session_of(&record);
         // Concurrent requests for the same session may all read the record; the first to
         // register it recreates it, the others serve the session it registered.
         let (session, created) = self.live.insert_if_absent(session)?;
@@ -507,6 +637,22 @@ impl Sessions {
         Some(session)
     }
 
+    /// A session held here from its stored record.
+    fn session_of(&self, record: &SessionRecord) -> Arc<Session> {
+        let version =
+            ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
+        let session = Arc::new(Session::new(
+            record.id.as_str().into(),
+            version,
+            record.client_info.clone(),
+            record.client_capabilities.clone(),
+            self.shutdown.child_token(),
+        ));
+        session.set_epoch(record.epoch);
+        session.mark_persisted();
+        session
+    }
+
     /// The record of a held session, naming this instance as its holder.
     fn record_of(&self, session: &Session) -> SessionRecord {
         SessionRecord {
@@ -516,6 +662,17 @@ impl Sessions {
             client_info: session.client_info.clone(),
             client_capabilities: session.client_capabilities.clone(),
             created_at: unix_ms(),
+            epoch: session.epoch(),
+        }
+    }
+
+    /// Writes a new session's record, bounded by `sessions.check_timeout_ms`.
+    async fn create(&self, record: &SessionRecord) -> Result<(), String> {
+        let bound = self.timing.check_timeout;
+        match tokio::time::timeout(bound, self.store.create(record)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
         }
     }
 

@@ -32,6 +32,8 @@ pub struct Session {
     last_used: AtomicU64,
     /// When the stored record was last refreshed, in ms since `created`.
     last_touch: AtomicU64,
+    /// The epoch this instance holds the session under (see `SessionRecord::epoch`).
+    epoch: AtomicU64,
     created: Instant,
     next_stream: AtomicU64,
     next_client_request: AtomicU64,
@@ -63,6 +65,7 @@ impl Session {
             persisted: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             created: Instant::now(),
             next_stream: AtomicU64::new(1),
             next_client_request: AtomicU64::new(1),
@@ -84,6 +87,13 @@ impl Session {
     }
     pub(crate) fn is_persisted(&self) -> bool {
         self.persisted.load(Ordering::Relaxed)
+    }
+    /// The epoch this instance holds the session under.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+    pub(crate) fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Relaxed);
     }
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.
@@ -248,6 +258,17 @@ impl LiveSessions {
         if let Some(s) = &removed {
             s.closed.cancel();
             self.remember(s.id.clone(), why);
+        }
+        removed
+    }
+
+    /// Stops holding a session here without ending it: its streams and waiting requests stop,
+    /// but nothing remembers it as ended, so its next request looks for it in the store (it
+    /// lives on with another holder).
+    pub fn release(&self, id: &str) -> Option<Arc<Session>> {
+        let removed = self.sessions.write().remove(id);
+        if let Some(s) = &removed {
+            s.closed.cancel();
         }
         removed
     }

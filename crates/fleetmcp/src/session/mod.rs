@@ -22,5 +22,5 @@ pub use self::redis::RedisSessionStore;
 pub(crate) use id::SessionSealer;
 pub(crate) use lifecycle::{Lookup, Missing, OpenError, Sessions, Timing};
 pub use live::{ClientReply, Session};
-pub use ownership::{Owner, Ownership};
-pub use store::{MemorySessionStore, SessionRecord, SessionStore, StoreError};
+pub use ownership::{Lease, Owner, Ownership};
+pub use store::{Claim, Fence, Held, MemorySessionStore, SessionRecord, SessionStore, StoreError};

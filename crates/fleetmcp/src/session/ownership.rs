@@ -9,6 +9,9 @@
 //! The seam is consulted only when the session is not held here: a held session's request pays
 //! nothing for it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use async_trait::async_trait;
 
 use super::store::SessionRecord;
@@ -29,4 +32,43 @@ pub enum Owner {
 pub trait Ownership: Send + Sync + 'static {
     /// `record.node_id` names the last holder written to the store.
     async fn owner(&self, record: &SessionRecord) -> Owner;
+}
+
+/// How long this instance may serve the sessions it holds without confirming them in the store:
+/// the lease its heartbeat grants it.
+///
+/// Another instance takes a session over only once the holder's heartbeat has expired in
+/// Redis, which happens no sooner than the heartbeat's lifetime after the holder sent its last
+/// successful write. The lease runs out a tenth of that lifetime earlier, measured from when
+/// that write was sent, so a holder cut off from Redis stops serving its sessions from memory
+/// before anyone can have taken them over: two instances never serve one session. A holder
+/// that can reach the store confirms each session on each request instead, and needs no lease.
+#[derive(Debug)]
+pub struct Lease {
+    base: Instant,
+    /// Milliseconds after `base` until which the lease holds (0: never granted).
+    until_ms: AtomicU64,
+}
+
+impl Default for Lease {
+    fn default() -> Self {
+        Self {
+            base: Instant::now(),
+            until_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Lease {
+    /// Renews the lease after a heartbeat sent at `sent_at`, written with lifetime `ttl`.
+    pub fn renew(&self, sent_at: Instant, ttl: Duration) {
+        let until = sent_at.saturating_duration_since(self.base) + ttl - ttl / 10;
+        self.until_ms
+            .fetch_max(until.as_millis() as u64, Ordering::AcqRel);
+    }
+
+    /// Whether the lease still holds.
+    pub fn valid(&self) -> bool {
+        (self.base.elapsed().as_millis() as u64) < self.until_ms.load(Ordering::Acquire)
+    }
 }

@@ -1,15 +1,28 @@
 //! Session records in Redis, shared by every instance of a fleet.
 //!
 //! One string key per session, `<prefix>session:<id>` (`mcp:session:<id>` by default), holding
-//! the record as JSON in the contract's layout (the holder is `session.nodeId`), written with
-//! `SET ... PX <ttl>`. `exists` is `EXISTS`, `touch` is `PEXPIRE`, `get` is `GET`, `delete`
-//! is `DEL`, `ping` is `PING`: one command each, each bounded by the shared [`RedisConn`].
+//! the record as JSON in the contract's layout (the holder is `session.nodeId`, its term the
+//! top-level `epoch`), written with `SET ... PX <ttl>`. `exists` is `EXISTS`, `touch` is
+//! `PEXPIRE`, `get` is `GET`, `delete` is `DEL`, `ping` is `PING`: one command each, each
+//! bounded by the shared [`RedisConn`].
+//!
+//! The fenced operations of distributed mode are one Lua script each, so that the comparison
+//! and the write cannot be separated by another instance's write: `check` (is the record still
+//! this holder's, and refresh it if so) and `claim` (make another instance the holder, if the
+//! record still names the holder and epoch the claimer read). The script only decodes the
+//! record to compare; the new record is encoded here, so Lua's JSON encoder never rewrites
+//! what clients sent (it would turn `[]` into `{}`).
+//!
+//! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions` (a sorted set
+//! scored by the time of the holder's last refresh), so the orphan scanner reads a dead
+//! instance's sessions without scanning the keyspace. Creation, claims and refreshes keep it;
+//! entries of deleted or expired sessions are pruned by score.
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::store::{SessionRecord, SessionStore, StoreError};
+use super::store::{Claim, Fence, Held, SessionRecord, SessionStore, StoreError};
 use crate::clock::unix_ms;
 use crate::redis_config::RedisConfig;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -28,6 +41,14 @@ struct Wire {
     client_info: Value,
     #[serde(default)]
     client_capabilities: Value,
+    /// The holder's term (see [`SessionRecord::epoch`]).
+    #[serde(default)]
+    epoch: u64,
+    /// Set by a claim: when, and from which holder (the contract's takeover fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reassigned_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reassigned_from: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,6 +75,9 @@ impl Wire {
             protocol_version: r.protocol_version.clone(),
             client_info: r.client_info.clone(),
             client_capabilities: r.client_capabilities.clone(),
+            epoch: r.epoch,
+            reassigned_at: None,
+            reassigned_from: None,
         }
     }
 
@@ -65,15 +89,57 @@ impl Wire {
             client_info: self.client_info,
             client_capabilities: self.client_capabilities,
             created_at: self.session.created_at,
+            epoch: self.epoch,
         }
     }
 }
+
+/// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
+/// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
+/// expiry is pushed out by `ARGV[4]` ms and the holder's index `KEYS[2]` gets member `ARGV[6]`
+/// scored `ARGV[5]`.
+const CHECK: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return {0, '', 0} end
+local ok, r = pcall(cjson.decode, v)
+if not ok or type(r) ~= 'table' then return {0, '', 0} end
+local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
+local epoch = tonumber(r.epoch) or 0
+if node == ARGV[1] and epoch == tonumber(ARGV[2]) then
+  if ARGV[3] == '1' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
+  end
+  return {1, node, epoch}
+end
+return {2, tostring(node), epoch}
+"#;
+
+/// Claims the record at `KEYS[1]` if it names holder `ARGV[1]` under epoch `ARGV[2]`: writes
+/// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms, and moves member
+/// `ARGV[6]` from index `KEYS[2]` to index `KEYS[3]` (scored `ARGV[5]`). Answers like
+/// [`CHECK`].
+const CLAIM: &str = r#"
+local v = redis.call('GET', KEYS[1])
+if not v then return {0, '', 0} end
+local ok, r = pcall(cjson.decode, v)
+if not ok or type(r) ~= 'table' then return {0, '', 0} end
+local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
+local epoch = tonumber(r.epoch) or 0
+if node ~= ARGV[1] or epoch ~= tonumber(ARGV[2]) then return {2, tostring(node), epoch} end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[6])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
+return {1, node, epoch}
+"#;
 
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct RedisSessionStore {
     conn: RedisConn,
     ttl_ms: u64,
+    check: std::sync::Arc<redis::Script>,
+    claim: std::sync::Arc<redis::Script>,
 }
 
 impl From<CommandError> for StoreError {
@@ -89,7 +155,12 @@ impl RedisSessionStore {
     /// Session records on an existing connection.
     pub fn on(conn: RedisConn) -> Self {
         let ttl_ms = conn.config().default_ttl_ms;
-        Self { conn, ttl_ms }
+        Self {
+            conn,
+            ttl_ms,
+            check: std::sync::Arc::new(redis::Script::new(CHECK)),
+            claim: std::sync::Arc::new(redis::Script::new(CLAIM)),
+        }
     }
 
     /// Connects (see [`RedisConn::connect`]).
@@ -124,6 +195,112 @@ impl RedisSessionStore {
 
     async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
         Ok(self.conn.run(cmd).await?)
+    }
+
+    /// The index of the sessions `node` holds.
+    pub fn index_key(&self, node: &str) -> String {
+        self.conn.config().node_index_key(node)
+    }
+
+    fn encode(wire: &Wire) -> Result<String, StoreError> {
+        serde_json::to_string(wire)
+            .map_err(|e| StoreError::Unavailable(format!("cannot encode the record: {e}")))
+    }
+
+    /// The records of `ids` in one round trip (`MGET`), in order; `None` for a missing or
+    /// invalid one (left for [`SessionStore::get`] to clean up).
+    pub async fn get_many(&self, ids: &[String]) -> Result<Vec<Option<SessionRecord>>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("MGET");
+        for id in ids {
+            cmd.arg(self.key(id));
+        }
+        let raw: Vec<Option<String>> = self.run(cmd).await?;
+        Ok(ids
+            .iter()
+            .zip(raw)
+            .map(|(id, raw)| {
+                raw.and_then(|r| serde_json::from_str::<Wire>(&r).ok())
+                    .filter(|w| &w.session.id == id)
+                    .map(Wire::into_record)
+            })
+            .collect())
+    }
+
+    /// Claims every record of `records` for `to` (see [`SessionStore::claim`]) in one round
+    /// trip; the answers come in the same order. For the orphan scanner, which claims a dead
+    /// instance's sessions in batches.
+    pub async fn claim_many(
+        &self,
+        records: &[SessionRecord],
+        to: &str,
+    ) -> Result<Vec<Claim>, StoreError> {
+        if records.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A pipeline cannot load a script on demand: load it first (a no-op when Redis knows
+        // it), then send every claim by its hash.
+        let sha: String = self
+            .run(redis::cmd("SCRIPT").arg("LOAD").arg(CLAIM).clone())
+            .await?;
+        let now = unix_ms();
+        let mut pipe = redis::pipe();
+        for record in records {
+            let (keys, args) = self.claim_args(record, to, now)?;
+            pipe.cmd("EVALSHA")
+                .arg(&sha)
+                .arg(keys.len())
+                .arg(&keys)
+                .arg(&args);
+        }
+        let answers: Vec<(i64, String, u64)> = self.conn.pipe(pipe).await?;
+        Ok(records
+            .iter()
+            .zip(answers)
+            .map(|(r, a)| Self::claim_answer(r, a))
+            .collect())
+    }
+
+    /// The keys and arguments of [`CLAIM`] when `to` claims `record` at `now`: the record it
+    /// becomes is encoded here.
+    fn claim_args(
+        &self,
+        record: &SessionRecord,
+        to: &str,
+        now: u64,
+    ) -> Result<([String; 3], [String; 6]), StoreError> {
+        let mut wire = Wire::from_record(&SessionRecord {
+            node_id: to.to_string(),
+            epoch: record.epoch + 1,
+            ..record.clone()
+        });
+        wire.reassigned_at = Some(now);
+        wire.reassigned_from = Some(record.node_id.clone());
+        Ok((
+            [
+                self.key(&record.id),
+                self.index_key(&record.node_id),
+                self.index_key(to),
+            ],
+            [
+                record.node_id.clone(),
+                record.epoch.to_string(),
+                Self::encode(&wire)?,
+                self.ttl_ms.to_string(),
+                now.to_string(),
+                record.id.clone(),
+            ],
+        ))
+    }
+
+    fn claim_answer(record: &SessionRecord, (code, node_id, epoch): (i64, String, u64)) -> Claim {
+        match code {
+            1 => Claim::Won(record.epoch + 1),
+            2 => Claim::Lost { node_id, epoch },
+            _ => Claim::Gone,
+        }
     }
 }
 
@@ -187,6 +364,54 @@ impl SessionStore for RedisSessionStore {
     fn kind(&self) -> &'static str {
         "redis"
     }
+
+    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let json = Self::encode(&Wire::from_record(record))?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(self.key(&record.id))
+            .arg(json)
+            .arg("PX")
+            .arg(self.ttl_ms)
+            .ignore()
+            .cmd("ZADD")
+            .arg(self.index_key(&record.node_id))
+            .arg(unix_ms())
+            .arg(&record.id)
+            .ignore();
+        Ok(self.conn.pipe::<()>(pipe).await?)
+    }
+
+    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
+        let mut inv = self.check.prepare_invoke();
+        inv.key(self.key(id))
+            .key(self.index_key(&fence.node_id))
+            .arg(&fence.node_id)
+            .arg(fence.epoch)
+            .arg(if refresh { "1" } else { "0" })
+            .arg(self.ttl_ms)
+            .arg(unix_ms())
+            .arg(id);
+        let (code, node_id, epoch): (i64, String, u64) = self.conn.eval(inv).await?;
+        Ok(match code {
+            1 => Held::Mine,
+            2 => Held::Lost { node_id, epoch },
+            _ => Held::Gone,
+        })
+    }
+
+    async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
+        let (keys, args) = self.claim_args(record, to, unix_ms())?;
+        let mut inv = self.claim.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
+        let answer = self.conn.eval(inv).await?;
+        Ok(Self::claim_answer(record, answer))
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +427,7 @@ mod tests {
             client_info: serde_json::json!({"name": "c"}),
             client_capabilities: serde_json::json!({"elicitation": {}}),
             created_at: 42,
+            epoch: 3,
         };
         let v = serde_json::to_value(Wire::from_record(&r)).unwrap();
         assert_eq!(v["session"]["nodeId"], "desk-a");

@@ -28,6 +28,41 @@ pub struct SessionRecord {
     pub client_capabilities: Value,
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
+    /// The holder's term: 1 when the session is opened, one more at every claim (takeover,
+    /// recreation) in distributed mode. Owner-side writes there compare it, so an instance
+    /// that lost the session cannot write over its new holder's record (0: a record written
+    /// before epochs existed).
+    #[serde(default)]
+    pub epoch: u64,
+}
+
+/// What a holder knows of its right to a session: the machine id and epoch it holds it under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub node_id: String,
+    pub epoch: u64,
+}
+
+/// The answer of [`SessionStore::check`]: whether a holder still holds a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// The record names this holder and epoch.
+    Mine,
+    /// The record names another holder, or a later epoch: the session was claimed.
+    Lost { node_id: String, epoch: u64 },
+    /// No record (deleted, or expired).
+    Gone,
+}
+
+/// The answer of [`SessionStore::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The record now names the claimer, under this epoch.
+    Won(u64),
+    /// The record changed since it was read: this holder and epoch have it now.
+    Lost { node_id: String, epoch: u64 },
+    /// No record.
+    Gone,
 }
 
 /// A store failure: the store refused, or did not answer in time.
@@ -54,6 +89,54 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
     /// A short name for logs and `/readyz`.
     fn kind(&self) -> &'static str;
+
+    /// Writes the record of a new session, naming its holder under epoch 1 (and, for stores
+    /// that keep one, adds it to the holder's index of sessions).
+    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.put(record).await
+    }
+
+    /// Whether `fence` still holds session `id`; when `refresh`, also pushes the record's
+    /// expiry out, only if it does. One atomic step in the stores of this crate; the default
+    /// reads then touches, which is enough for a store nobody else writes to.
+    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
+        match self.get(id).await? {
+            None => Ok(Held::Gone),
+            Some(r) if r.node_id == fence.node_id && r.epoch == fence.epoch => {
+                if refresh {
+                    self.touch(id).await?;
+                }
+                Ok(Held::Mine)
+            }
+            Some(r) => Ok(Held::Lost {
+                node_id: r.node_id,
+                epoch: r.epoch,
+            }),
+        }
+    }
+
+    /// Makes `to` the holder of `record`'s session under the next epoch, only if the stored
+    /// record still names the holder and epoch `record` names (compare-and-set). The default
+    /// reads then writes, which is atomic only for a store nobody else writes to.
+    async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
+        match self.get(&record.id).await? {
+            None => Ok(Claim::Gone),
+            Some(r) if r.node_id == record.node_id && r.epoch == record.epoch => {
+                let epoch = r.epoch + 1;
+                self.put(&SessionRecord {
+                    node_id: to.to_string(),
+                    epoch,
+                    ..r
+                })
+                .await?;
+                Ok(Claim::Won(epoch))
+            }
+            Some(r) => Ok(Claim::Lost {
+                node_id: r.node_id,
+                epoch: r.epoch,
+            }),
+        }
+    }
 }
 
 /// Records in this process's memory, each expiring `ttl` after its last touch.
@@ -148,6 +231,42 @@ impl SessionStore for MemorySessionStore {
     fn kind(&self) -> &'static str {
         "memory"
     }
+
+    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
+        let now = Instant::now();
+        let mut map = self.records.lock();
+        let Some((r, exp)) = map.get_mut(id).filter(|(_, exp)| *exp > now) else {
+            return Ok(Held::Gone);
+        };
+        if r.node_id != fence.node_id || r.epoch != fence.epoch {
+            return Ok(Held::Lost {
+                node_id: r.node_id.clone(),
+                epoch: r.epoch,
+            });
+        }
+        if refresh {
+            *exp = now + self.ttl;
+        }
+        Ok(Held::Mine)
+    }
+
+    async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
+        let now = Instant::now();
+        let mut map = self.records.lock();
+        let Some((r, exp)) = map.get_mut(&record.id).filter(|(_, exp)| *exp > now) else {
+            return Ok(Claim::Gone);
+        };
+        if r.node_id != record.node_id || r.epoch != record.epoch {
+            return Ok(Claim::Lost {
+                node_id: r.node_id.clone(),
+                epoch: r.epoch,
+            });
+        }
+        r.node_id = to.to_string();
+        r.epoch += 1;
+        *exp = now + self.ttl;
+        Ok(Claim::Won(r.epoch))
+    }
 }
 
 #[cfg(test)]
@@ -162,7 +281,37 @@ mod tests {
             client_info: Value::Null,
             client_capabilities: Value::Null,
             created_at: 0,
+            epoch: 1,
         }
+    }
+
+    #[tokio::test]
+    async fn claims_compare_holder_and_epoch() {
+        let store = MemorySessionStore::new(Duration::from_secs(60));
+        store.create(&record("a")).await.unwrap();
+        let held = Fence {
+            node_id: "n".into(),
+            epoch: 1,
+        };
+        assert_eq!(store.check("a", &held, true).await.unwrap(), Held::Mine);
+        assert_eq!(store.claim(&record("a"), "m").await.unwrap(), Claim::Won(2));
+        // A second claim from what was read before the first one loses.
+        assert_eq!(
+            store.claim(&record("a"), "k").await.unwrap(),
+            Claim::Lost {
+                node_id: "m".into(),
+                epoch: 2
+            }
+        );
+        assert_eq!(
+            store.check("a", &held, true).await.unwrap(),
+            Held::Lost {
+                node_id: "m".into(),
+                epoch: 2
+            }
+        );
+        assert_eq!(store.claim(&record("b"), "m").await.unwrap(), Claim::Gone);
+        assert_eq!(store.check("b", &held, false).await.unwrap(), Held::Gone);
     }
 
     #[tokio::test]

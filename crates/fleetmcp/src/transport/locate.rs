@@ -181,6 +181,11 @@ pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Respo
         Refusal::Missing(Missing::StoreUnavailable) => {
             unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
+        Refusal::Missing(Missing::Unconfirmed) => unavailable(
+            id,
+            "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
+            1,
+        ),
         Refusal::Missing(Missing::Full) => unavailable(
             id,
             "This instance holds too many sessions; retry shortly",

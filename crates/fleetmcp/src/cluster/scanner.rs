@@ -1,0 +1,246 @@
+//! The orphan scanner: claims the sessions of instances that stopped or crashed, in the
+//! background, so that their next requests find a live holder without a takeover on the way.
+//!
+//! Nothing here lists the keyspace (`KEYS` blocks Redis for everyone, and a `SCAN` of it costs
+//! as much as the keyspace is large). Every instance scores itself in `<haPrefix>nodes` at each
+//! beat, and indexes the sessions it holds in `<prefix>node:<nodeId>:sessions` (kept by the
+//! session store's create, claim and refresh). A run reads the few entries of `nodes`, finds
+//! the dead among them, and claims the sessions of each dead one's index in batches: one `MGET`
+//! and one pipeline of claim scripts per batch. Its cost grows with the dead instance's
+//! sessions, not with the keyspace.
+//!
+//! An instance is dead when its heartbeat is gone and either nothing holds its channel (the
+//! kernel closed a crashed process's connections; a stopped one unsubscribed) or its last beat
+//! is older than the heartbeat lifetime plus `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent
+//! for that long: the same rule as on-demand takeover). One scanner runs at a time in the
+//! fleet: a run first takes `<haPrefix>scanner:lock` (`SET NX PX`), released when it ends.
+//! Every claim is the store's compare-and-set on holder and epoch, so a scanner and an
+//! on-demand takeover racing for one session cannot both win.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::heartbeat::{channel_of, nodes_key, subscribers};
+use crate::clock::unix_ms;
+use crate::redis_conn::{CommandError, RedisConn};
+use crate::session::{Claim, RedisSessionStore};
+
+/// Sessions read and claimed per round trip.
+const BATCH: usize = 500;
+
+/// Deletes the lock only while it is still this instance's.
+const UNLOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
+pub(super) struct Scanner {
+    pub redis: RedisConn,
+    pub store: RedisSessionStore,
+    pub me: String,
+    pub key_prefix: String,
+    pub interval: Duration,
+    pub heartbeat_ttl: Duration,
+    pub grace: Duration,
+}
+
+/// What one run did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Scan {
+    /// Dead instances found.
+    pub dead: usize,
+    /// Index entries looked at.
+    pub scanned: usize,
+    /// Sessions claimed for this instance.
+    pub claimed: usize,
+}
+
+impl Scanner {
+    /// Runs until `stop`: first after one interval plus the grace period (so that a fleet
+    /// starting together does not judge itself), then every interval; runs never overlap.
+    pub async fn run(self, stop: CancellationToken) {
+        tracing::info!(
+            "[HA] Orphan scanner started (interval: {}ms)",
+            self.interval.as_millis()
+        );
+        let mut wait = self.interval + self.grace;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.cancelled() => return,
+            }
+            wait = self.interval;
+            match self.scan_once().await {
+                Ok(Some(scan)) => {
+                    tracing::debug!(
+                        "[HA] Orphan scan complete: scanned={}, claimed={}",
+                        scan.scanned,
+                        scan.claimed
+                    );
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("[HA] Orphan scan failed: {e}"),
+            }
+        }
+    }
+
+    /// One run, if this instance gets the lock (`None` when another scanner holds it, or when
+    /// no instance is alive).
+    pub async fn scan_once(&self) -> Result<Option<Scan>, CommandError> {
+        let lock = format!("{}scanner:lock", self.key_prefix);
+        let ttl_ms = self.interval.as_millis().max(1000) as u64;
+        let taken: Option<String> = self
+            .redis
+            .run(
+                redis::cmd("SET")
+                    .arg(&lock)
+                    .arg(&self.me)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .clone(),
+            )
+            .await?;
+        if taken.is_none() {
+            return Ok(None);
+        }
+        let scan = self.scan_locked().await;
+        let script = redis::Script::new(UNLOCK);
+        let mut unlock = script.prepare_invoke();
+        unlock.key(&lock).arg(&self.me);
+        let _: Result<i64, _> = self.redis.eval(unlock).await;
+        scan
+    }
+
+    async fn scan_locked(&self) -> Result<Option<Scan>, CommandError> {
+        let nodes: Vec<(String, u64)> = self
+            .redis
+            .run(
+                redis::cmd("ZRANGE")
+                    .arg(nodes_key(&self.key_prefix))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .clone(),
+            )
+            .await?;
+        if !nodes.iter().any(|(n, _)| n == &self.me) {
+            // This instance's own beat should be there: an empty or foreign view means
+            // Redis trouble, not a dead fleet.
+            tracing::warn!(
+                "[HA] Orphan scan skipped: no alive nodes detected (Redis may be unavailable)"
+            );
+            return Ok(None);
+        }
+        let mut scan = Scan::default();
+        for (node, last_beat) in nodes {
+            if node == self.me || !self.is_dead(&node, last_beat).await? {
+                continue;
+            }
+            scan.dead += 1;
+            let started = Instant::now();
+            let (scanned, claimed) = self.claim_all(&node).await?;
+            scan.scanned += scanned;
+            scan.claimed += claimed;
+            tracing::info!(
+                dead_node_id = %node,
+                scanned,
+                claimed,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "[HA] Orphan scan: claimed the sessions of a dead node"
+            );
+        }
+        Ok(Some(scan))
+    }
+
+    /// Whether `node`, last seen beating at `last_beat`, is dead (see the module's rule).
+    async fn is_dead(&self, node: &str, last_beat: u64) -> Result<bool, CommandError> {
+        let beating: i64 = self
+            .redis
+            .run(
+                redis::cmd("EXISTS")
+                    .arg(format!("{}heartbeat:{node}", self.key_prefix))
+                    .clone(),
+            )
+            .await?;
+        if beating > 0 {
+            return Ok(false);
+        }
+        if subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await == Some(0) {
+            return Ok(true);
+        }
+        let silent_for = unix_ms().saturating_sub(last_beat);
+        Ok(silent_for > (self.heartbeat_ttl + self.grace).as_millis() as u64)
+    }
+
+    /// Claims every session in `dead`'s index; returns (entries looked at, sessions claimed).
+    /// Entries of sessions that ended or moved are dropped from the index; once it is empty,
+    /// `dead` leaves `nodes`.
+    async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
+        let index = self.store.index_key(dead);
+        let (mut scanned, mut claimed) = (0, 0);
+        loop {
+            let ids: Vec<String> = self
+                .redis
+                .run(
+                    redis::cmd("ZRANGE")
+                        .arg(&index)
+                        .arg(0)
+                        .arg(BATCH as i64 - 1)
+                        .clone(),
+                )
+                .await?;
+            if ids.is_empty() {
+                let mut pipe = redis::pipe();
+                pipe.cmd("ZREM")
+                    .arg(nodes_key(&self.key_prefix))
+                    .arg(dead)
+                    .ignore();
+                self.redis.pipe::<()>(pipe).await?;
+                return Ok((scanned, claimed));
+            }
+            scanned += ids.len();
+            let records = self.store.get_many(&ids).await.map_err(unavailable)?;
+            let mut stale = Vec::new();
+            let mut mine = Vec::new();
+            for (id, record) in ids.iter().zip(records) {
+                match record {
+                    Some(r) if r.node_id == dead => mine.push(r),
+                    _ => stale.push(id.clone()),
+                }
+            }
+            let answers = self
+                .store
+                .claim_many(&mine, &self.me)
+                .await
+                .map_err(unavailable)?;
+            for (record, answer) in mine.iter().zip(answers) {
+                match answer {
+                    Claim::Won(_) => {
+                        claimed += 1;
+                        let short: String = record.id.chars().take(20).collect();
+                        tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
+                        tracing::info!(session_id = %record.id, "[HA] Adopted an orphaned session — this node now serves it");
+                    }
+                    // Claimed by someone else, or gone: the script left the entry.
+                    Claim::Lost { .. } | Claim::Gone => stale.push(record.id.clone()),
+                }
+            }
+            if !stale.is_empty() {
+                let removed: i64 = self
+                    .redis
+                    .run(redis::cmd("ZREM").arg(&index).arg(&stale).clone())
+                    .await?;
+                if removed == 0 && claimed == 0 && mine.is_empty() {
+                    // Nothing moved: another scanner or a concurrent change; try next run.
+                    return Ok((scanned, claimed));
+                }
+            }
+        }
+    }
+}
+
+fn unavailable(e: crate::session::StoreError) -> CommandError {
+    CommandError::Unavailable(e.to_string())
+}
