@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::raw_http::{self, RawResponse};
 use support::{Instance, TempDir};
-use support_redis::RedisServer;
+use support_redis::{CuttableProxy, Monitor, RedisServer};
 
 /// The protocol version of the session-era client these tests play.
 const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -1067,4 +1067,181 @@ fn a_silent_holder_is_taken_over_only_after_the_grace_period() {
         a.signal_and_wait("CONT", Duration::from_millis(100))
             .is_none()
     );
+}
+
+/// The stored record of `sid` as Redis has it.
+fn stored(redis: &RedisServer, sid: &str) -> Value {
+    serde_json::from_str(&redis.cli(&["GET", &session_key(sid)])).unwrap_or(Value::Null)
+}
+
+/// The members of `node`'s index of held sessions.
+fn index_of(redis: &RedisServer, node: &str) -> Vec<String> {
+    redis
+        .cli(&["ZRANGE", &format!("mcp:node:{node}:sessions"), "0", "-1"])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Fencing under a partition: A, holding a session, is cut off from Redis (a proxy between
+/// them closes every connection) while B is not. By the time A's heartbeat has expired, and so
+/// before anyone can take the session over, A has stopped serving it from memory (503, its
+/// heartbeat lease ran out). B takes it over. When A is back, it finds it lost the session
+/// (the record names B under a later epoch), drops it, and relays its requests to B; the record
+/// is exactly as B wrote it, and A's index does not name the session.
+#[test]
+fn a_holder_cut_off_from_redis_stops_serving_and_never_writes_over_its_successor() {
+    let redis = RedisServer::start();
+    let proxy = CuttableProxy::start(redis.port);
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "1000"),
+    ];
+    let a = distributed_desk("desk-a", &proxy.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let sid = open_session(a.port());
+    let resp = find_tickets(a.port(), &sid);
+    assert_tool_ok(&resp, "served by its holder");
+    assert_eq!(machine_of(&resp), Some("desk-a"));
+    assert_eq!(stored(&redis, &sid)["epoch"], 1);
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    while redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim() == "1" {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(5),
+            "A's heartbeat expires"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The moment anyone could take it over, A no longer serves it from memory.
+    let resp = find_tickets_within(a.port(), &sid, Duration::from_secs(10));
+    assert_eq!(
+        resp.status,
+        503,
+        "A, cut off past its lease:\n{}",
+        resp.describe()
+    );
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+    assert_log_has(&a, "desk-a", "its heartbeat lease ran out — not serving it");
+
+    let resp = find_tickets(b.port(), &sid);
+    assert_tool_ok(&resp, "taken over by B");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+    let record = stored(&redis, &sid);
+    assert_eq!(record["session"]["nodeId"], "desk-b");
+    assert!(record["epoch"].as_u64() >= Some(2), "{record}");
+
+    proxy.restore();
+    let back = Instant::now();
+    while redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim() != "1" {
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "A beats again once the proxy forwards again"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let before = redis.cli(&["GET", &session_key(&sid)]);
+    for _ in 0..3 {
+        let resp = find_tickets(a.port(), &sid);
+        assert_tool_ok(&resp, "sent to A once it is back");
+        assert_eq!(
+            machine_of(&resp),
+            Some("desk-b"),
+            "A relays to the new holder:\n{}",
+            resp.describe()
+        );
+    }
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] Another node took this session over while this node was unreachable — dropping it here",
+    );
+    // A few of A's beats later, nothing of A's has landed on B's record or index.
+    thread::sleep(Duration::from_millis(1000));
+    assert_eq!(redis.cli(&["GET", &session_key(&sid)]), before);
+    assert!(!index_of(&redis, "desk-a").contains(&sid));
+    assert!(index_of(&redis, "desk-b").contains(&sid));
+}
+
+/// The orphan scanner claims a SIGKILLed holder's sessions in the background, with no request
+/// for them, reading the holder's index and never listing the keyspace (`MONITOR` sees no
+/// `KEYS` or `SCAN`); the claimer then serves them.
+#[test]
+fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+    ];
+    let mut a = distributed_desk("desk-a", &url, &timings);
+    let b = distributed_desk("desk-b", &url, &timings);
+    let sids: Vec<String> = (0..3).map(|_| open_session(a.port())).collect();
+    let mut held_by_a = index_of(&redis, "desk-a");
+    held_by_a.sort();
+    let mut expected = sids.clone();
+    expected.sort();
+    assert_eq!(held_by_a, expected, "A's index names its sessions");
+
+    let monitor = Monitor::start(&redis);
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let killed = Instant::now();
+    while !sids
+        .iter()
+        .all(|sid| stored(&redis, sid)["session"]["nodeId"] == "desk-b")
+    {
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the scanner claims A's sessions:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "the scanner claimed the SIGKILLed holder's sessions {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_log_has(&b, "desk-b", "[HA] Orphan scanner started (interval: 300ms)");
+    for sid in &sids {
+        let short: String = sid.chars().take(20).collect();
+        assert_log_has(
+            &b,
+            "desk-b",
+            &format!("[HA] Orphan scan: claimed session {short} from desk-a"),
+        );
+        assert_eq!(stored(&redis, sid)["reassignedFrom"], "desk-a");
+    }
+    assert_log_has(
+        &b,
+        "desk-b",
+        "[HA] Adopted an orphaned session — this node now serves it",
+    );
+    let commands = monitor.commands();
+    assert!(
+        commands.contains("\"ZRANGE\" \"mcp:node:desk-a:sessions\""),
+        "MONITOR recorded the scan:\n{commands}"
+    );
+    for listing in ["\"KEYS\"", "\"SCAN\""] {
+        assert!(
+            !commands.contains(listing),
+            "the scan listed the keyspace with {listing}"
+        );
+    }
+    drop(monitor);
+    // A left the fleet's list once its sessions were claimed.
+    assert!(
+        !redis
+            .cli(&["ZRANGE", "mcp:ha:nodes", "0", "-1"])
+            .contains("desk-a")
+    );
+    for sid in &sids {
+        let resp = find_tickets(b.port(), sid);
+        assert_tool_ok(&resp, "a claimed session, on its claimer");
+        assert_eq!(machine_of(&resp), Some("desk-b"));
+    }
+    assert_eq!(count(&b, "[HA] Took over session from a stopped node"), 0);
 }

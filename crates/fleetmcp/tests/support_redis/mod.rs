@@ -205,3 +205,122 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// A TCP proxy in front of a Redis server that a test can cut and restore: cut, it closes every
+/// connection through it and every new one at once, so a process behind it loses Redis while
+/// the rest of a fleet keeps it (a network partition of one instance).
+pub struct CuttableProxy {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl CuttableProxy {
+    /// Starts forwarding a free loopback port to `target` (a port on 127.0.0.1).
+    pub fn start(target: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
+        let (cut2, open2) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if cut2.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                    let mut list = open2.lock().expect("proxy list");
+                    list.push(c);
+                    list.push(s);
+                }
+                for (mut from, mut to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ]
+                .into_iter()
+                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self { port, cut, open }
+    }
+
+    /// `redis://127.0.0.1:<proxy port>`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Closes every connection through the proxy, and every new one from now on.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().expect("proxy list").drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Forwards new connections again.
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `redis-cli MONITOR` on a server, recording every command it runs until dropped.
+pub struct Monitor {
+    child: Child,
+    out: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Monitor {
+    pub fn start(redis: &RedisServer) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = dir.path().join("monitor.log");
+        let file = std::fs::File::create(&out).expect("monitor log");
+        let child = Command::new(cli_bin())
+            .args(["-p", &redis.port.to_string(), "MONITOR"])
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli MONITOR runs");
+        let began = Instant::now();
+        // MONITOR answers "OK" once it is recording.
+        while !std::fs::read_to_string(&out).is_ok_and(|s| s.starts_with("OK")) {
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "MONITOR did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            out,
+            _dir: dir,
+        }
+    }
+
+    /// Every command recorded so far, one per line.
+    pub fn commands(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
