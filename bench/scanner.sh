@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/scanner.sh: how long the orphan scanner takes to claim a dead instance's sessions.
+# A redis-server on loopback is filled with SESSIONS session records held by "ghost", an
+# instance that is gone (no heartbeat, nobody on its channel) but still listed in
+# mcp:ha:nodes with its index of sessions; then one distributed help-desk starts, and its
+# scanner's first run claims them. Prints one markdown table: the scanner's own time for the
+# claim (from its log line), and the time from the instance's start until every record in
+# Redis names it.
+#
+# Environment (optional): SESSIONS=10000, SKIP_BUILD=0, INTERVAL_MS=1000.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+SESSIONS="${SESSIONS:-10000}"
+INTERVAL_MS="${INTERVAL_MS:-1000}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+BIN="$TARGET_DIR/release/help-desk"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  cargo build --release -p help-desk -p fleet-loadgen >&2
+fi
+LOADGEN="$TARGET_DIR/release/fleet-loadgen"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-scanner.XXXXXX")"
+DESK_PID=""
+cleanup() {
+  [[ -n "$DESK_PID" ]] && kill -KILL "$DESK_PID" 2>/dev/null || true
+  [[ -f "$WORK/redis.pid" ]] && kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+REDIS_PORT="$("$LOADGEN" free-port)"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+  --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+# The dead instance's sessions, index and entry in the fleet's list, as a live one leaves them.
+python3 - "$SESSIONS" >"$WORK/fill.txt" <<'PY'
+import json, sys, time
+n = int(sys.argv[1]); now = int(time.time() * 1000)
+def cmd(*args):
+    out = [f"*{len(args)}"]
+    for a in args:
+        b = str(a).encode()
+        out += [f"${len(b)}", str(a)]
+    sys.stdout.write("\r\n".join(out) + "\r\n")
+for i in range(n):
+    sid = f"bench-session-{i:08d}"
+    rec = {"session": {"id": sid, "protocol": "streamable-http", "createdAt": now, "nodeId": "ghost"},
+           "createdAt": now, "lastAccessedAt": now, "initialized": True,
+           "protocolVersion": "2025-11-25", "clientInfo": {"name": "bench", "version": "0"},
+           "clientCapabilities": {}, "epoch": 1}
+    cmd("SET", f"mcp:session:{sid}", json.dumps(rec, separators=(",", ":")), "PX", 3600000)
+    cmd("ZADD", "mcp:node:ghost:sessions", now, sid)
+cmd("ZADD", "mcp:ha:nodes", now - 60000, "ghost")
+PY
+redis-cli -p "$REDIS_PORT" --pipe <"$WORK/fill.txt" >/dev/null
+
+PORT="$("$LOADGEN" free-port)"
+START_MS="$(date +%s%3N)"
+PORT="$PORT" MACHINE_ID=desk-b REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+  FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
+  FRONTMCP_HA_HEARTBEAT_INTERVAL_MS="$INTERVAL_MS" FRONTMCP_HA_TAKEOVER_GRACE_MS=0 \
+  MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=info \
+  "$BIN" >"$WORK/desk-b.log" 2>&1 &
+DESK_PID=$!
+
+done_ms=""
+for _ in $(seq 600); do
+  left="$(redis-cli -p "$REDIS_PORT" ZCARD mcp:node:ghost:sessions)"
+  mine="$(redis-cli -p "$REDIS_PORT" ZCARD mcp:node:desk-b:sessions)"
+  if [[ "$left" == 0 && "$mine" == "$SESSIONS" ]]; then done_ms="$(date +%s%3N)"; break; fi
+  sleep 0.05
+done
+[[ -n "$done_ms" ]] || { echo "the scanner did not claim every session; log:" >&2; tail -20 "$WORK/desk-b.log" >&2; exit 1; }
+sample="$(redis-cli -p "$REDIS_PORT" GET mcp:session:bench-session-00000042)"
+[[ "$sample" == *'"nodeId":"desk-b"'* ]] || { echo "a claimed record does not name the claimer: $sample" >&2; exit 1; }
+line="$(grep -a 'claimed the sessions of a dead node' "$WORK/desk-b.log" | tail -1)"
+scan_ms="$(sed -n 's/.*elapsed_ms=\([0-9]*\).*/\1/p' <<<"$line")"
+claimed="$(sed -n 's/.*claimed=\([0-9]*\).*/\1/p' <<<"$line")"
+echo
+echo "| sessions of the dead instance | claimed by one scan | scanner's claim time ms | start of the instance to all claimed ms (first run waits ${INTERVAL_MS} ms) |"
+echo "|--:|--:|--:|--:|"
+echo "| $SESSIONS | $claimed | $scan_ms | $((done_ms - START_MS)) |"
