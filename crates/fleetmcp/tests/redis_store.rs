@@ -129,7 +129,10 @@ async fn fenced_writes_compare_holder_and_epoch() {
     store.create(&r).await.unwrap();
     assert_eq!(index(&redis, "desk-a"), ["sid-f"]);
     assert_eq!(
-        store.check("sid-f", &fence("desk-a", 1), true).await.unwrap(),
+        store
+            .check("sid-f", &fence("desk-a", 1), true)
+            .await
+            .unwrap(),
         Held::Mine
     );
 
@@ -149,14 +152,20 @@ async fn fenced_writes_compare_holder_and_epoch() {
     let before = redis.cli(&["GET", "mcp:session:sid-f"]);
     redis.cli(&["PEXPIRE", "mcp:session:sid-f", "50000"]);
     assert_eq!(
-        store.check("sid-f", &fence("desk-a", 1), true).await.unwrap(),
+        store
+            .check("sid-f", &fence("desk-a", 1), true)
+            .await
+            .unwrap(),
         Held::Lost {
             node_id: "desk-b".into(),
             epoch: 2
         }
     );
     let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
-    assert!(pttl <= 50_000, "the lost holder's refresh landed: pttl {pttl}");
+    assert!(
+        pttl <= 50_000,
+        "the lost holder's refresh landed: pttl {pttl}"
+    );
     assert_eq!(
         store.claim(&r, "desk-c").await.unwrap(),
         Claim::Lost {
@@ -167,15 +176,24 @@ async fn fenced_writes_compare_holder_and_epoch() {
     assert_eq!(redis.cli(&["GET", "mcp:session:sid-f"]), before);
     // The same node under an older epoch has lost it too.
     assert!(matches!(
-        store.check("sid-f", &fence("desk-b", 1), false).await.unwrap(),
+        store
+            .check("sid-f", &fence("desk-b", 1), false)
+            .await
+            .unwrap(),
         Held::Lost { .. }
     ));
     assert_eq!(
-        store.check("sid-f", &fence("desk-b", 2), true).await.unwrap(),
+        store
+            .check("sid-f", &fence("desk-b", 2), true)
+            .await
+            .unwrap(),
         Held::Mine
     );
     let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
-    assert!(pttl > 3_500_000, "the holder's refresh did not land: pttl {pttl}");
+    assert!(
+        pttl > 3_500_000,
+        "the holder's refresh did not land: pttl {pttl}"
+    );
 
     // Batches: each claim decided on its own.
     let mut batch = Vec::new();
@@ -203,7 +221,13 @@ async fn fenced_writes_compare_holder_and_epoch() {
         ]
     );
     assert_eq!(index(&redis, "desk-z"), ["sid-0", "sid-1", "sid-2"]);
-    assert_eq!(store.claim(&record("none", "desk-a"), "desk-b").await.unwrap(), Claim::Gone);
+    assert_eq!(
+        store
+            .claim(&record("none", "desk-a"), "desk-b")
+            .await
+            .unwrap(),
+        Claim::Gone
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,22 @@ struct TicketList {
     tickets: Vec<Ticket>,
 }
 
+/// Arguments of `page_session`.
+#[derive(Deserialize, JsonSchema)]
+struct PageSession {
+    /// The `Mcp-Session-Id` of the session to page.
+    session_id: String,
+    /// What to tell it.
+    message: String,
+}
+
+/// What became of a page.
+#[derive(Serialize, JsonSchema)]
+struct Paged {
+    /// Whether the session's holder took the message (it reaches the session's stream).
+    delivered: bool,
+}
+
 /// Arguments of `close_ticket`.
 #[derive(Deserialize, JsonSchema)]
 struct CloseTicket {
@@ -158,6 +174,22 @@ async fn build(config: Config) -> Server {
             Ok(Structured(t))
         });
 
+    // A page reaches the session wherever it is held: here, or on the instance of the fleet
+    // that holds it.
+    let page = tool("page_session")
+        .title("Page a session")
+        .description("Sends a message to another help-desk session's stream (as a log message).")
+        .output_schema::<Paged>()
+        .handler(|a: PageSession, ctx| async move {
+            let params =
+                serde_json::json!({"level": "notice", "logger": "page", "data": a.message});
+            let delivered = ctx
+                .server()
+                .notify_session(&a.session_id, "notifications/message", &params)
+                .await;
+            Ok(Structured(Paged { delivered }))
+        });
+
     let sla = resource("helpdesk://policies/sla", "sla")
         .title("Service levels")
         .description("How fast each priority is answered.")
@@ -239,6 +271,7 @@ async fn build(config: Config) -> Server {
         .tool(open)
         .tool(find)
         .tool(close)
+        .tool(page)
         .resource(sla)
         .template(ticket)
         .prompt(triage)

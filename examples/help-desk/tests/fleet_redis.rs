@@ -932,7 +932,6 @@ fn a_paused_holder_gives_503_with_retry_after_and_keeps_its_session() {
 /// stream of a session held by A, subscribed to that URI, carries the notification.
 #[test]
 fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
-    use std::io::Read;
     let redis = RedisServer::start();
     let url = redis.url();
     let a = distributed_desk("desk-a", &url, &[]);
@@ -943,24 +942,7 @@ fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
     let subscribe = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe", "params": {"uri": uri}});
     let resp = post(a.port(), Some(&sa), &subscribe, HTTP_LIMIT);
     assert_eq!(resp.status, 200, "subscribe:\n{}", resp.describe());
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, a.port()));
-    let host = format!("127.0.0.1:{}", a.port());
-    let mut stream = raw_http::open(
-        addr,
-        "GET",
-        "/mcp",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("mcp-session-id", &sa),
-            ("mcp-protocol-version", PROTOCOL_VERSION),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("open A's GET stream");
-    // Let the stream start before the change is made.
-    thread::sleep(Duration::from_millis(200));
+    let mut stream = open_get_stream(a.port(), &sa);
 
     let sb = open_session(b.port());
     let call = |name: &str, arguments: Value| {
@@ -986,21 +968,53 @@ fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
         "close ticket 1 on B",
     );
 
+    read_stream_until(&mut stream, &["notifications/resources/updated", uri]);
+}
+
+/// Opens the standalone (`GET`) stream of session `sid` on `port`, reading with a short
+/// timeout, and lets it start.
+fn open_get_stream(port: u16, sid: &str) -> std::net::TcpStream {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let host = format!("127.0.0.1:{port}");
+    let stream = raw_http::open(
+        addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("open the GET stream");
+    // Let the stream start before anything is sent to it.
+    thread::sleep(Duration::from_millis(200));
+    stream
+}
+
+/// Reads `stream` until everything it carried contains every one of `needles`, for at most
+/// 5 s; returns what it carried.
+fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> String {
+    use std::io::Read;
     let mut seen = String::new();
     let began = Instant::now();
     let mut buf = [0u8; 4096];
-    while !(seen.contains("notifications/resources/updated") && seen.contains(uri)) {
+    while !needles.iter().all(|n| seen.contains(n)) {
         assert!(
             began.elapsed() < Duration::from_secs(5),
-            "A's stream did not carry the update within 5 s; it carried:\n{seen}"
+            "the stream did not carry {needles:?} within 5 s; it carried:\n{seen}"
         );
         match stream.read(&mut buf) {
-            Ok(0) => panic!("A's stream ended; it carried:\n{seen}"),
+            Ok(0) => panic!("the stream ended; it carried:\n{seen}"),
             Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
             // The read timeout: nothing yet.
             Err(_) => {}
         }
     }
+    seen
 }
 
 /// A holder that stops beating while its process lives (SIGSTOP past its heartbeat lifetime)
@@ -1205,7 +1219,11 @@ fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
         "the scanner claimed the SIGKILLed holder's sessions {:?} after the kill",
         killed.elapsed()
     );
-    assert_log_has(&b, "desk-b", "[HA] Orphan scanner started (interval: 300ms)");
+    assert_log_has(
+        &b,
+        "desk-b",
+        "[HA] Orphan scanner started (interval: 300ms)",
+    );
     for sid in &sids {
         let short: String = sid.chars().take(20).collect();
         assert_log_has(
@@ -1244,4 +1262,57 @@ fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
         assert_eq!(machine_of(&resp), Some("desk-b"));
     }
     assert_eq!(count(&b, "[HA] Took over session from a stopped node"), 0);
+}
+
+/// A notification for one session raised on another instance reaches the session's stream on
+/// its holder (ha-contract 17): a session held by B pages a session held by A (`page_session`
+/// runs on B), and A's GET stream carries the message. A page for a session whose holder is
+/// gone is dropped, counted, and reported as not delivered.
+#[test]
+fn a_notification_for_a_session_held_elsewhere_reaches_it_on_its_holder() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sa = open_session(a.port());
+    let mut stream = open_get_stream(a.port(), &sa);
+    let sb = open_session(b.port());
+    let page = |sid: &str, text: &str| {
+        json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+               "params": {"name": "page_session", "arguments": {"session_id": sid, "message": text}}})
+    };
+    let resp = post(
+        b.port(),
+        Some(&sb),
+        &page(&sa, "ticket 7 needs you"),
+        HTTP_LIMIT,
+    );
+    assert_tool_ok(&resp, "page A's session from B");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "ran on B");
+    assert_eq!(
+        resp.json()["result"]["structuredContent"]["delivered"],
+        true,
+        "{}",
+        resp.describe()
+    );
+    read_stream_until(
+        &mut stream,
+        &["notifications/message", "ticket 7 needs you"],
+    );
+    drop(stream);
+
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let resp = post(b.port(), Some(&sb), &page(&sa, "anyone there?"), HTTP_LIMIT);
+    assert_tool_ok(&resp, "page a session whose holder is gone");
+    assert_eq!(
+        resp.json()["result"]["structuredContent"]["delivered"],
+        false,
+        "{}",
+        resp.describe()
+    );
+    assert_log_has(
+        &b,
+        "desk-b",
+        "[HA] A notification for a session held elsewhere was dropped: its holder is not alive",
+    );
 }

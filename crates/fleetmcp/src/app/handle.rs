@@ -78,6 +78,48 @@ impl ServerHandle {
         self.resource_updated_here(uri).await;
     }
 
+    /// Sends a notification to one session's standalone (`GET`) stream, wherever the session is
+    /// held: here, or, in distributed mode, on the instance that holds it (through that
+    /// instance's channel; never broadcast). Returns whether a holder took it; a message for a
+    /// session no live instance holds is dropped (and counted in the log).
+    ///
+    /// ```no_run
+    /// # async fn page(handle: fleetmcp::ServerHandle, sid: &str) {
+    /// let params = serde_json::json!({"level": "info", "data": "your ticket was closed"});
+    /// handle.notify_session(sid, "notifications/message", &params).await;
+    /// # }
+    /// ```
+    pub async fn notify_session(
+        &self,
+        session_id: &str,
+        method: &str,
+        params: &serde_json::Value,
+    ) -> bool {
+        if let Some(s) = self.app.sessions().held_session(session_id) {
+            self.append(&s, encode_notification(method, params)).await;
+            return true;
+        }
+        self.app.to_holder(session_id, method, params).await
+    }
+
+    /// Delivers a message another instance routed here for session `session_id`: to its
+    /// standalone stream if this instance holds it; dropped otherwise (a routed message is
+    /// never routed again). Returns whether it was delivered.
+    pub(crate) async fn deliver_routed(
+        &self,
+        session_id: &str,
+        method: &str,
+        params: &serde_json::Value,
+    ) -> bool {
+        match self.app.sessions().held_session(session_id) {
+            Some(s) => {
+                self.append(&s, encode_notification(method, params)).await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A change announced by another instance of the fleet: to this instance's listen streams,
     /// and a resource update to its subscribed sessions too (a list change is not applied to
     /// this instance's catalog, which is its own).

@@ -44,11 +44,18 @@ pub enum Change {
     ResourceUpdated(String),
 }
 
-/// Carries the changes a server announces to the other instances of its fleet (distributed
-/// mode installs one), where they reach `subscriptions/listen` streams and subscribed sessions.
+/// Carries what one instance tells the others of its fleet (distributed mode installs one):
+/// the changes a server announces, which reach `subscriptions/listen` streams and subscribed
+/// sessions everywhere, and messages for sessions another instance holds.
+#[async_trait::async_trait]
 pub trait Fanout: Send + Sync + 'static {
     /// Sends `change` to every other instance; best effort, never blocking the caller.
     fn publish(&self, change: &Change);
+
+    /// Hands notification `method` with `params` for the standalone stream of session
+    /// `session_id`, which this instance does not hold, to the instance that holds it. `false`
+    /// when no live instance took it: the message is dropped, never broadcast.
+    async fn to_holder(&self, session_id: &str, method: &str, params: &serde_json::Value) -> bool;
 }
 
 /// Values handlers read with [`crate::RequestContext::state`], one per type.
@@ -172,6 +179,20 @@ impl App {
     /// Installs the fleet's fanout (once; distributed mode at start).
     pub fn install_fanout(&self, fanout: Arc<dyn Fanout>) {
         let _ = self.inner.fanout.set(fanout);
+    }
+
+    /// Hands a message for a session held elsewhere to its holder (see [`Fanout::to_holder`]);
+    /// `false` without distributed mode.
+    pub async fn to_holder(
+        &self,
+        session_id: &str,
+        method: &str,
+        params: &serde_json::Value,
+    ) -> bool {
+        match self.inner.fanout.get() {
+            Some(f) => f.to_holder(session_id, method, params).await,
+            None => false,
+        }
     }
 
     /// Appends a message to a session's standalone (GET) stream, off the caller's path.

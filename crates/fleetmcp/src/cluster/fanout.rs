@@ -20,16 +20,19 @@ struct Envelope {
     change: Change,
 }
 
-/// Publishes this instance's changes on the fleet's channel.
+/// Publishes this instance's changes on the fleet's channel, and routes notifications for
+/// sessions held elsewhere to their holders.
 pub(super) struct RedisFanout {
     redis: RedisConn,
     channel: String,
     me: String,
+    router: super::notify::Router,
 }
 
 impl RedisFanout {
     pub fn new(redis: RedisConn, key_prefix: &str, me: &str) -> Self {
         Self {
+            router: super::notify::Router::new(redis.clone(), key_prefix, me),
             redis,
             channel: channel(key_prefix),
             me: me.to_string(),
@@ -41,7 +44,12 @@ fn channel(key_prefix: &str) -> String {
     format!("{key_prefix}changes")
 }
 
+#[async_trait::async_trait]
 impl Fanout for RedisFanout {
+    async fn to_holder(&self, session_id: &str, method: &str, params: &serde_json::Value) -> bool {
+        self.router.route(session_id, method, params).await
+    }
+
     fn publish(&self, change: &Change) {
         let envelope = Envelope {
             from: self.me.clone(),

@@ -70,6 +70,7 @@ impl Heartbeat {
         cfg: &HaConfig,
         address: String,
         lease: Arc<Lease>,
+        on_message: impl Fn(&[u8]) + Send + 'static,
         stop: CancellationToken,
     ) -> Result<Arc<Self>, String> {
         let ha = Arc::new(Self {
@@ -120,13 +121,14 @@ impl Heartbeat {
                 None
             }
         };
-        // Messages on this channel are not read yet: only its subscription matters (presence).
+        // Its subscription tells others this instance is alive (presence); its messages are
+        // notifications routed to sessions held here.
         tokio::spawn(super::subscription::keep(
             ha.redis.clone(),
             ha.channel.clone(),
             messages,
             stop,
-            |_| {},
+            on_message,
         ));
         ha.beat(0).await;
         tracing::info!("[HA] Heartbeat started for node {node_id}");

@@ -7,6 +7,7 @@
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
+//! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions in the background from
 //!   per-instance indexes (never `KEYS`);
 //! - [`subscription`]: channel subscriptions kept for the instance's life.
@@ -18,6 +19,7 @@ mod directory;
 mod fanout;
 mod heartbeat;
 mod identity;
+mod notify;
 mod relay;
 mod scanner;
 mod subscription;
@@ -100,6 +102,10 @@ impl Cluster {
             cfg,
             address,
             app.sessions().lease().clone(),
+            {
+                let (handle, me) = (app.handle(), machine_id.clone());
+                move |payload: &[u8]| notify::on_message(&handle, &me, payload)
+            },
             stop.clone(),
         )
         .await?;

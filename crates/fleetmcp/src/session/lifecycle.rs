@@ -194,6 +194,11 @@ impl Sessions {
         &self.machine_id
     }
 
+    /// Session `id`, if this instance holds it.
+    pub fn held_session(&self, id: &str) -> Option<Arc<Session>> {
+        self.live.get(id)
+    }
+
     /// Sessions held here.
     pub fn held(&self) -> usize {
         self.live.len()
@@ -543,7 +548,8 @@ impl Sessions {
     /// session is held here: nothing is served under a claim that was lost.
     async fn claim(&self, record: SessionRecord, previous: Option<String>) -> Lookup {
         let limit = self.timing.check_timeout;
-        let claimed = tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
+        let claimed =
+            tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
         let epoch = match claimed {
             Ok(Ok(Claim::Won(epoch))) => epoch,
             Ok(Ok(Claim::Lost { node_id, .. })) if node_id == self.machine_id => {

@@ -1,0 +1,133 @@
+//! Notifications for one session, routed to the instance that holds it (ha-contract 17): a
+//! handler on one instance notifies a session another instance holds (`ServerHandle::
+//! notify_session`), and the message reaches that session's stream on its holder.
+//!
+//! The holder is the one the stored record names; the message goes to its own channel,
+//! `<prefix>notify:<nodeId>`, in the contract's `notification` format. Nobody on that channel
+//! (the holder is gone) means the message is dropped and counted; it is never broadcast, and a
+//! holder that no longer holds the session drops it too (never routed twice).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::heartbeat::channel_of;
+use crate::app::ServerHandle;
+use crate::clock::unix_ms;
+use crate::redis_conn::RedisConn;
+use crate::session::{RedisSessionStore, SessionStore};
+
+/// The contract's `notification` message.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Routed {
+    /// `notification`, or absent in older messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    session_id: String,
+    notification: Body,
+    source_node_id: String,
+    timestamp: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Body {
+    method: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    params: Value,
+}
+
+/// Routes notifications to the holders of sessions not held here.
+pub(super) struct Router {
+    redis: RedisConn,
+    store: RedisSessionStore,
+    key_prefix: String,
+    me: String,
+    /// Notifications dropped because no live instance held their session.
+    dropped: AtomicU64,
+}
+
+impl Router {
+    pub fn new(redis: RedisConn, key_prefix: &str, me: &str) -> Self {
+        Self {
+            store: RedisSessionStore::on(redis.clone()),
+            redis,
+            key_prefix: key_prefix.to_string(),
+            me: me.to_string(),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Sends the notification to the holder's channel; `false` (dropped, counted) when the
+    /// session is unknown, names this instance (which does not hold it), or nobody listens on
+    /// its holder's channel.
+    pub async fn route(&self, session_id: &str, method: &str, params: &Value) -> bool {
+        let holder = match self.store.get(session_id).await {
+            Ok(Some(record)) if record.node_id != self.me => record.node_id,
+            Ok(_) => return self.drop_one(session_id, "no live instance holds the session"),
+            Err(e) => return self.drop_one(session_id, &e.to_string()),
+        };
+        let message = Routed {
+            kind: Some("notification".into()),
+            session_id: session_id.to_string(),
+            notification: Body {
+                method: method.to_string(),
+                params: params.clone(),
+            },
+            source_node_id: self.me.clone(),
+            timestamp: unix_ms(),
+        };
+        let Ok(payload) = serde_json::to_string(&message) else {
+            return false;
+        };
+        let channel = channel_of(&self.key_prefix, &holder);
+        match self
+            .redis
+            .run::<i64>(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
+            .await
+        {
+            Ok(0) => self.drop_one(session_id, "its holder is not alive"),
+            Ok(_) => true,
+            Err(e) => self.drop_one(session_id, &e.to_string()),
+        }
+    }
+
+    fn drop_one(&self, session_id: &str, why: &str) -> bool {
+        let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::warn!(
+            session_id,
+            dropped_total = total,
+            "[HA] A notification for a session held elsewhere was dropped: {why}"
+        );
+        false
+    }
+}
+
+/// Delivers a message that arrived on this instance's channel, if it is a notification for a
+/// session held here.
+pub(super) fn on_message(handle: &ServerHandle, me: &str, payload: &[u8]) {
+    let Ok(routed) = serde_json::from_slice::<Routed>(payload) else {
+        tracing::debug!(
+            "[HA] ignored a message on this instance's channel that is not a notification"
+        );
+        return;
+    };
+    if routed.kind.as_deref().is_some_and(|k| k != "notification") || routed.source_node_id == me {
+        return;
+    }
+    let handle = handle.clone();
+    tokio::spawn(async move {
+        let Routed {
+            session_id,
+            notification,
+            ..
+        } = routed;
+        if !handle
+            .deliver_routed(&session_id, &notification.method, &notification.params)
+            .await
+        {
+            tracing::debug!(%session_id, "[HA] a notification routed here for a session not held here was dropped");
+        }
+    });
+}
