@@ -474,6 +474,8 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
         "B wrote it back naming itself"
     );
     assert_eq!(stored["clientCapabilities"], json!({"elicitation": {}}));
+    // Outside distributed mode nothing indexes sessions by holder (nothing would prune it).
+    assert_eq!(redis.cli(&["KEYS", "mcp:node:*"]), "");
 
     // DELETE on A ends it in Redis; B then answers `session expired`.
     let res = c

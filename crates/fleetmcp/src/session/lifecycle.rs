@@ -672,8 +672,13 @@ impl Sessions {
         }
     }
 
-    /// Writes a new session's record, bounded by `sessions.check_timeout_ms`.
+    /// Writes a new session's record, bounded by `sessions.check_timeout_ms`. In distributed
+    /// mode the store also indexes it under its holder (for the orphan scanner, which only runs
+    /// there; the heartbeat prunes the index, so it is not kept elsewhere).
     async fn create(&self, record: &SessionRecord) -> Result<(), String> {
+        if !self.fenced() {
+            return self.write(record).await;
+        }
         let bound = self.timing.check_timeout;
         match tokio::time::timeout(bound, self.store.create(record)).await {
             Ok(Ok(())) => Ok(()),
