@@ -191,8 +191,22 @@ impl RedisConfig {
     /// A `redis` client for this configuration: with TLS, it verifies the server against
     /// `ca_file` when set, else the system's trust store.
     pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
-        install_crypto_provider();
+        self.client_for(self.connection_info()?)
+    }
+
+    /// Like [`RedisConfig::client`], speaking RESP3, whose push messages carry client-side
+    /// caching's invalidations.
+    pub fn resp3_client(&self) -> Result<redis::Client, RedisConfigError> {
         let info = self.connection_info()?;
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        self.client_for(info.set_redis_settings(settings))
+    }
+
+    fn client_for(&self, info: ConnectionInfo) -> Result<redis::Client, RedisConfigError> {
+        install_crypto_provider();
         match (&self.ca_file, self.is_tls()) {
             (Some(path), true) => {
                 let pem = std::fs::read(path)

@@ -130,9 +130,10 @@ async fn fenced_writes_compare_holder_and_epoch() {
     assert_eq!(index(&redis, "desk-a"), ["sid-f"]);
     assert_eq!(
         store
-            .check("sid-f", &fence("desk-a", 1), true)
+            .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
-            .unwrap(),
+            .unwrap()
+            .held,
         Held::Mine
     );
 
@@ -153,9 +154,10 @@ async fn fenced_writes_compare_holder_and_epoch() {
     redis.cli(&["PEXPIRE", "mcp:session:sid-f", "50000"]);
     assert_eq!(
         store
-            .check("sid-f", &fence("desk-a", 1), true)
+            .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
-            .unwrap(),
+            .unwrap()
+            .held,
         Held::Lost {
             node_id: "desk-b".into(),
             epoch: 2
@@ -177,16 +179,18 @@ async fn fenced_writes_compare_holder_and_epoch() {
     // The same node under an older epoch has lost it too.
     assert!(matches!(
         store
-            .check("sid-f", &fence("desk-b", 1), false)
+            .check("sid-f", Some(&fence("desk-b", 1)), false)
             .await
-            .unwrap(),
+            .unwrap()
+            .held,
         Held::Lost { .. }
     ));
     assert_eq!(
         store
-            .check("sid-f", &fence("desk-b", 2), true)
+            .check("sid-f", Some(&fence("desk-b", 2)), true)
             .await
-            .unwrap(),
+            .unwrap()
+            .held,
         Held::Mine
     );
     let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();

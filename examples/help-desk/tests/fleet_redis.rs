@@ -352,10 +352,13 @@ fn a_restarted_instance_serves_the_sessions_of_its_previous_life() {
 /// call after SIGCONT is already fast). Ten seconds is five 2000 ms check timeouts.
 const FAST_AGAIN_LIMIT: Duration = Duration::from_secs(10);
 
-/// Calls on a held session while Redis is paused: each answers 200 within `bounds`, and `line`
-/// (the contract's log line for the timed-out check) is logged next to [`SERVING_HERE`]. Once
-/// Redis resumes, calls are fast again (under 250 ms) within [`FAST_AGAIN_LIMIT`] and the
-/// session is still stored.
+/// Calls on a held session while Redis is paused. A session whose record Redis confirmed and
+/// tracks is answered at once (no round trip: nobody can change its record while Redis is
+/// paused). A session whose record changed just before the pause (here another connection
+/// rewrote its expiry, so Redis pushed an invalidation) must be checked: each call answers 200
+/// within `bounds`, and `line` (the contract's log line for the timed-out check) is logged next
+/// to [`SERVING_HERE`]. Once Redis resumes, calls are fast again (under 250 ms) within
+/// [`FAST_AGAIN_LIMIT`] and the session is still stored.
 fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), line: &str) {
     let dir = TempDir::new("fleet-redis-pause");
     let config = check_timeout
@@ -363,10 +366,23 @@ fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), l
     let mut redis = RedisServer::start();
     let a = desk("desk-a", Some(&redis.url()), config.as_ref());
     let sid = open_session(a.port());
+    let tracked = open_session(a.port());
     assert!(key_exists(&redis, &sid), "session not stored");
     assert_tool_ok(&find_tickets(a.port(), &sid), "call before the pause");
+    assert_tool_ok(&find_tickets(a.port(), &tracked), "call before the pause");
+    let pttl = redis.cli(&["PTTL", &session_key(&sid)]);
+    redis.cli(&["PEXPIRE", &session_key(&sid), &pttl]);
+    // Let the invalidation reach A.
+    thread::sleep(Duration::from_millis(100));
 
     redis.pause();
+    let resp = find_tickets(a.port(), &tracked);
+    assert_tool_ok(&resp, "a tracked session with Redis paused");
+    assert!(
+        resp.elapsed < Duration::from_millis(250),
+        "a tracked session waited {:?} for a paused Redis",
+        resp.elapsed
+    );
     let paused_at = Instant::now();
     let mut took = Vec::new();
     // Three calls, about five seconds of pause with the default bound.

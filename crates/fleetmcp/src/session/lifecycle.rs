@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::id::{SessionIdPayload, SessionSealer};
 use super::live::{Ended, LiveSessions, Session};
 use super::ownership::{Lease, Owner, Ownership};
-use super::store::{Claim, Fence, Held, SessionRecord, SessionStore, StoreError};
+use super::store::{
+    Checked, Claim, Fence, Held, Invalidation, SessionRecord, SessionStore, StoreError,
+};
 use crate::clock::{unix_ms, unix_secs};
 use crate::events::EventStore;
 use crate::protocol::ProtocolVersion;
@@ -85,7 +87,7 @@ pub struct Sessions {
     machine_id: String,
     /// `None` in production without `MCP_SESSION_SECRET`: no session id can be minted.
     sealer: Option<SessionSealer>,
-    live: LiveSessions,
+    live: Arc<LiveSessions>,
     store: Arc<dyn SessionStore>,
     events: Arc<dyn EventStore>,
     /// `None`: every stored session is served here (see [`Ownership`]). `Some` (distributed
@@ -109,6 +111,36 @@ pub struct Sessions {
     legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyLine>>,
 }
 
+/// Voids the confirmations of held sessions whose records changed, as the store reports them,
+/// until the server stops.
+async fn forget_confirmations(
+    live: std::sync::Weak<LiveSessions>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Invalidation>,
+    stop: CancellationToken,
+) {
+    loop {
+        let change = tokio::select! {
+            c = changes.recv() => c,
+            _ = stop.cancelled() => return,
+        };
+        let (Some(change), Some(live)) = (change, live.upgrade()) else {
+            return;
+        };
+        match change {
+            Invalidation::Key(id) => {
+                if let Some(s) = live.get(&id) {
+                    s.unconfirm();
+                }
+            }
+            Invalidation::All => {
+                for s in live.all() {
+                    s.unconfirm();
+                }
+            }
+        }
+    }
+}
+
 /// Pause between attempts to read a session from a store that did not answer.
 const STORE_RETRY: Duration = Duration::from_millis(100);
 /// How long a session found held elsewhere is remembered.
@@ -128,10 +160,22 @@ impl Sessions {
         timing: Timing,
         shutdown: CancellationToken,
     ) -> Self {
+        let live = Arc::new(LiveSessions::new(max_sessions));
+        // A store that reports changes to the records it confirmed (client-side caching) lets
+        // held sessions be served without a round trip each; it needs the runtime.
+        if tokio::runtime::Handle::try_current().is_ok()
+            && let Some(changes) = store.invalidations()
+        {
+            tokio::spawn(forget_confirmations(
+                Arc::downgrade(&live),
+                changes,
+                shutdown.clone(),
+            ));
+        }
         Self {
             machine_id,
             sealer,
-            live: LiveSessions::new(max_sessions),
+            live,
             store,
             events,
             ownership,
@@ -439,80 +483,58 @@ impl Sessions {
         }
     }
 
-    /// A held session is served only while its stored record exists. When the store cannot
-    /// say in time, the session is served from memory and checked again on its next request.
+    /// A held session is served only while its stored record exists (and, in distributed mode,
+    /// still names this instance under the epoch it holds it by).
+    ///
+    /// No round trip when the store confirmed it before and tracks it (it reports any change:
+    /// see `tracking.rs`), unless the record is due for its refresh, or, in distributed mode,
+    /// the heartbeat lease ran out. Otherwise one check, bounded by `sessions.check_timeout_ms`,
+    /// which also refreshes the record when due. A session another instance claimed meanwhile
+    /// (this one was cut off from Redis long enough to be presumed gone) is dropped here and its
+    /// request goes to the new holder. When the store cannot answer in time the session is
+    /// served from memory, in distributed mode only while the lease holds.
     async fn still_stored(&self, session: Arc<Session>) -> Lookup {
-        if self.fenced() {
-            return self.still_held(session).await;
+        let every = self.timing.refresh_every_ms;
+        let fenced = self.fenced();
+        if session.is_confirmed() && !session.refresh_due(every) && (!fenced || self.lease.valid())
+        {
+            return Lookup::Held(session);
         }
         let limit = self.timing.check_timeout;
-        match tokio::time::timeout(limit, self.store.exists(&session.id)).await {
-            Ok(Ok(true)) => {
-                self.refresh(&session);
-                Lookup::Held(session)
+        let fence = fenced.then(|| Fence {
+            node_id: self.machine_id.clone(),
+            epoch: session.epoch(),
+        });
+        session.begin_confirm();
+        let refresh = session.due_for_touch(every);
+        let checked = tokio::time::timeout(
+            limit,
+            self.store.check(&session.id, fence.as_ref(), refresh),
+        )
+        .await;
+        let why = match checked {
+            Ok(Ok(Checked {
+                held: Held::Mine,
+                tracked,
+            })) => {
+                if tracked {
+                    session.finish_confirm();
+                }
+                return Lookup::Held(session);
             }
-            Ok(Ok(false)) if !session.is_persisted() => {
+            Ok(Ok(Checked {
+                held: Held::Gone, ..
+            })) if !session.is_persisted() => {
                 // Created while the store was unreachable: it was never stored, so it is not
                 // gone. Store it now that the store answers.
                 if self.create(&self.record_of(&session)).await.is_ok() {
                     session.mark_persisted();
                 }
-                Lookup::Held(session)
-            }
-            Ok(Ok(false)) => {
-                tracing::info!(
-                    "[TransportService] The stored session is gone — dropping its transport here"
-                );
-                self.live.remove(&session.id, Ended::Expired);
-                self.events.forget(&session.id).await;
-                Lookup::Missing(Missing::Expired)
-            }
-            Ok(Err(e)) => {
-                if matches!(e, StoreError::Timeout(_)) {
-                    tracing::warn!(
-                        "The session store did not answer within {} ms",
-                        limit.as_millis()
-                    );
-                }
-                tracing::warn!(error = %e, "[TransportService] Could not confirm the session is still stored — serving it here");
-                Lookup::Held(session)
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "The session store did not answer within {} ms",
-                    limit.as_millis()
-                );
-                tracing::warn!(
-                    "[TransportService] Could not confirm the session is still stored — serving it here"
-                );
-                Lookup::Held(session)
-            }
-        }
-    }
-
-    /// Distributed mode's check of a held session, one script in the store: is the record still
-    /// this instance's under the epoch it holds it by (and, when due, its expiry pushed out)?
-    /// A session another instance claimed meanwhile (this one was cut off from Redis long enough
-    /// to be presumed gone) is dropped here and its request goes to the new holder. When the
-    /// store cannot answer, the session is served from memory only while the lease holds.
-    async fn still_held(&self, session: Arc<Session>) -> Lookup {
-        let limit = self.timing.check_timeout;
-        let fence = Fence {
-            node_id: self.machine_id.clone(),
-            epoch: session.epoch(),
-        };
-        let refresh = session.due_for_touch(self.timing.refresh_every_ms);
-        let why = match tokio::time::timeout(limit, self.store.check(&session.id, &fence, refresh))
-            .await
-        {
-            Ok(Ok(Held::Mine)) => return Lookup::Held(session),
-            Ok(Ok(Held::Gone)) if !session.is_persisted() => {
-                if self.create(&self.record_of(&session)).await.is_ok() {
-                    session.mark_persisted();
-                }
                 return Lookup::Held(session);
             }
-            Ok(Ok(Held::Gone)) => {
+            Ok(Ok(Checked {
+                held: Held::Gone, ..
+            })) => {
                 tracing::info!(
                     "[TransportService] The stored session is gone — dropping its transport here"
                 );
@@ -520,8 +542,11 @@ impl Sessions {
                 self.events.forget(&session.id).await;
                 return Lookup::Missing(Missing::Expired);
             }
-            Ok(Ok(Held::Lost { node_id, epoch })) => {
-                tracing::warn!(session_id = %session.id, owner_node_id = %node_id, owner_epoch = epoch, held_epoch = fence.epoch, "[HA] Another node took this session over while this node was unreachable — dropping it here");
+            Ok(Ok(Checked {
+                held: Held::Lost { node_id, epoch },
+                ..
+            })) => {
+                tracing::warn!(session_id = %session.id, owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
                 self.live.release(&session.id);
                 self.events.release(&session.id).await;
                 if node_id == self.machine_id {
@@ -531,9 +556,19 @@ impl Sessions {
                 self.remember_elsewhere(&session.id, &node_id);
                 return Lookup::Elsewhere(node_id);
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {} ms", limit.as_millis()),
+            Ok(Err(e)) => e,
+            Err(_) => StoreError::Timeout(limit.as_millis() as u64),
         };
+        if matches!(why, StoreError::Timeout(_)) {
+            tracing::warn!(
+                "The session store did not answer within {} ms",
+                limit.as_millis()
+            );
+        }
+        if !fenced {
+            tracing::warn!(error = %why, "[TransportService] Could not confirm the session is still stored — serving it here");
+            return Lookup::Held(session);
+        }
         if self.lease.valid() {
             tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session — serving it here");
             return Lookup::Held(session);
@@ -600,21 +635,6 @@ impl Sessions {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         Lookup::Missing(Missing::StoreUnavailable)
-    }
-
-    /// Pushes the stored record's expiry out, at most once per `refresh_every_ms`, off the
-    /// request path.
-    fn refresh(&self, session: &Arc<Session>) {
-        if !session.due_for_touch(self.timing.refresh_every_ms) {
-            return;
-        }
-        let store = self.store.clone();
-        let sid = session.id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.touch(&sid).await {
-                tracing::warn!(error = %e, "[TransportService] Failed to refresh session TTL");
-            }
-        });
     }
 
     /// Serves a stored session this instance does not hold: it becomes the holder. `None`

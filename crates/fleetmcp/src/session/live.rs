@@ -18,6 +18,10 @@ use crate::protocol::{LogLevel, ProtocolVersion};
 /// The client's answer to a request the server sent it.
 pub type ClientReply = Result<Value, crate::protocol::ErrorData>;
 
+const UNCONFIRMED: u8 = 0;
+const CHECKING: u8 = 1;
+const CONFIRMED: u8 = 2;
+
 /// A session held by this instance.
 pub struct Session {
     pub id: Arc<str>,
@@ -34,6 +38,10 @@ pub struct Session {
     last_touch: AtomicU64,
     /// The epoch this instance holds the session under (see `SessionRecord::epoch`).
     epoch: AtomicU64,
+    /// Whether the store confirmed the record and will report a change to it
+    /// ([`CONFIRMED`]), a check is running whose answer may confirm it ([`CHECKING`]), or
+    /// neither: the next request checks.
+    confirm: AtomicU8,
     created: Instant,
     next_stream: AtomicU64,
     next_client_request: AtomicU64,
@@ -66,6 +74,7 @@ impl Session {
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            confirm: AtomicU8::new(UNCONFIRMED),
             created: Instant::now(),
             next_stream: AtomicU64::new(1),
             next_client_request: AtomicU64::new(1),
@@ -87,6 +96,30 @@ impl Session {
     }
     pub(crate) fn is_persisted(&self) -> bool {
         self.persisted.load(Ordering::Relaxed)
+    }
+    /// Whether the store confirmed the record and tracks it: requests need not check it.
+    pub(crate) fn is_confirmed(&self) -> bool {
+        self.confirm.load(Ordering::Acquire) == CONFIRMED
+    }
+    /// A check starts: its answer confirms the record only if no change was reported meanwhile.
+    pub(crate) fn begin_confirm(&self) {
+        self.confirm.store(CHECKING, Ordering::Release);
+    }
+    /// The check found the record held and tracked.
+    pub(crate) fn finish_confirm(&self) {
+        let _ =
+            self.confirm
+                .compare_exchange(CHECKING, CONFIRMED, Ordering::AcqRel, Ordering::Acquire);
+    }
+    /// The record changed, or may have: the next request checks it.
+    pub(crate) fn unconfirm(&self) {
+        self.confirm.store(UNCONFIRMED, Ordering::Release);
+    }
+    /// Whether the stored record is due for a refresh (see [`Session::due_for_touch`]), without
+    /// marking it refreshed.
+    pub(crate) fn refresh_due(&self, every_ms: u64) -> bool {
+        let now = self.created.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_touch.load(Ordering::Relaxed)) >= every_ms
     }
     /// The epoch this instance holds the session under.
     pub(crate) fn epoch(&self) -> u64 {

@@ -17,10 +17,14 @@ mod live;
 mod ownership;
 mod redis;
 mod store;
+mod tracking;
 
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::SessionSealer;
 pub(crate) use lifecycle::{Lookup, Missing, OpenError, Sessions, Timing};
 pub use live::{ClientReply, Session};
 pub use ownership::{Lease, Owner, Ownership};
-pub use store::{Claim, Fence, Held, MemorySessionStore, SessionRecord, SessionStore, StoreError};
+pub use store::{
+    Checked, Claim, Fence, Held, Invalidation, MemorySessionStore, SessionRecord, SessionStore,
+    StoreError,
+};

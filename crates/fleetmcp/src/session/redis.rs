@@ -22,7 +22,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::store::{Claim, Fence, Held, SessionRecord, SessionStore, StoreError};
+use super::store::{
+    Checked, Claim, Fence, Held, Invalidation, SessionRecord, SessionStore, StoreError,
+};
+use super::tracking::Tracker;
 use crate::clock::unix_ms;
 use crate::redis_config::RedisConfig;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -97,7 +100,8 @@ impl Wire {
 /// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
 /// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
 /// expiry is pushed out by `ARGV[4]` ms and the holder's index `KEYS[2]` gets member `ARGV[6]`
-/// scored `ARGV[5]`.
+/// scored `ARGV[5]`; the key is read again after that write, so that on a tracking connection
+/// the key stays tracked (a connection's own write ends its tracking of the key).
 const CHECK: &str = r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return {0, '', 0} end
@@ -109,10 +113,18 @@ if node == ARGV[1] and epoch == tonumber(ARGV[2]) then
   if ARGV[3] == '1' then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
     redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
+    redis.call('EXISTS', KEYS[1])
   end
   return {1, node, epoch}
 end
 return {2, tostring(node), epoch}
+"#;
+
+/// Whether the record at `KEYS[1]` exists (`1`) or not (`0`), after pushing its expiry out by
+/// `ARGV[2]` ms when `ARGV[1]` is `1` (written first, read last: see [`CHECK`]).
+const TOUCH_EXISTS: &str = r#"
+if ARGV[1] == '1' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('EXISTS', KEYS[1])
 "#;
 
 /// Claims the record at `KEYS[1]` if it names holder `ARGV[1]` under epoch `ARGV[2]`: writes
@@ -139,7 +151,10 @@ pub struct RedisSessionStore {
     conn: RedisConn,
     ttl_ms: u64,
     check: std::sync::Arc<redis::Script>,
+    touch_exists: std::sync::Arc<redis::Script>,
     claim: std::sync::Arc<redis::Script>,
+    /// The client-side caching connection, once [`SessionStore::invalidations`] started it.
+    tracker: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<Tracker>>>,
 }
 
 impl From<CommandError> for StoreError {
@@ -159,6 +174,8 @@ impl RedisSessionStore {
             conn,
             ttl_ms,
             check: std::sync::Arc::new(redis::Script::new(CHECK)),
+            touch_exists: std::sync::Arc::new(redis::Script::new(TOUCH_EXISTS)),
+            tracker: std::sync::Arc::default(),
             claim: std::sync::Arc::new(redis::Script::new(CLAIM)),
         }
     }
@@ -382,22 +399,71 @@ impl SessionStore for RedisSessionStore {
         Ok(self.conn.pipe::<()>(pipe).await?)
     }
 
-    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
-        let mut inv = self.check.prepare_invoke();
-        inv.key(self.key(id))
-            .key(self.index_key(&fence.node_id))
-            .arg(&fence.node_id)
-            .arg(fence.epoch)
-            .arg(if refresh { "1" } else { "0" })
-            .arg(self.ttl_ms)
-            .arg(unix_ms())
-            .arg(id);
-        let (code, node_id, epoch): (i64, String, u64) = self.conn.eval(inv).await?;
-        Ok(match code {
-            1 => Held::Mine,
-            2 => Held::Lost { node_id, epoch },
+    /// On the tracking connection while it is up (the answer is then `tracked`), else on the
+    /// shared one.
+    async fn check(
+        &self,
+        id: &str,
+        fence: Option<&Fence>,
+        refresh: bool,
+    ) -> Result<Checked, StoreError> {
+        let refresh = if refresh { "1" } else { "0" };
+        let mut inv;
+        match fence {
+            Some(f) => {
+                inv = self.check.prepare_invoke();
+                inv.key(self.key(id))
+                    .key(self.index_key(&f.node_id))
+                    .arg(&f.node_id)
+                    .arg(f.epoch)
+                    .arg(refresh)
+                    .arg(self.ttl_ms)
+                    .arg(unix_ms())
+                    .arg(id);
+            }
+            None => {
+                inv = self.touch_exists.prepare_invoke();
+                inv.key(self.key(id)).arg(refresh).arg(self.ttl_ms);
+            }
+        }
+        let tracking = self.tracker.get().and_then(|t| t.conn());
+        let tracked = tracking.is_some();
+        let answer: (i64, String, u64) = match (tracking, fence) {
+            (Some(mut conn), _) => {
+                let limit = self.conn.config().command_timeout();
+                let ran = async {
+                    if fence.is_some() {
+                        inv.invoke_async(&mut conn).await
+                    } else {
+                        inv.invoke_async::<i64>(&mut conn)
+                            .await
+                            .map(|n| (n, String::new(), 0))
+                    }
+                };
+                match tokio::time::timeout(limit, ran).await {
+                    Ok(Ok(a)) => a,
+                    Ok(Err(e)) if e.is_timeout() => {
+                        return Err(StoreError::Timeout(limit.as_millis() as u64));
+                    }
+                    Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                    Err(_) => return Err(StoreError::Timeout(limit.as_millis() as u64)),
+                }
+            }
+            (None, Some(_)) => self.conn.eval(inv).await?,
+            (None, None) => (self.conn.eval::<i64>(inv).await?, String::new(), 0),
+        };
+        let held = match answer {
+            (1, ..) => Held::Mine,
+            (2, node_id, epoch) => Held::Lost { node_id, epoch },
             _ => Held::Gone,
-        })
+        };
+        Ok(Checked { held, tracked })
+    }
+
+    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+        let (tracker, rx) = Tracker::start(self.conn.config().clone());
+        self.tracker.set(tracker).ok()?;
+        Some(rx)
     }
 
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {

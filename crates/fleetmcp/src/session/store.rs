@@ -54,6 +54,24 @@ pub enum Held {
     Gone,
 }
 
+/// The answer of [`SessionStore::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub held: Held,
+    /// Whether the store will report a later change of this record (an [`Invalidation`]): until
+    /// then the instance may serve the session without asking again.
+    pub tracked: bool,
+}
+
+/// A change to records an instance checked, reported by a store that tracks them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalidation {
+    /// The record of this session changed (deleted, expired, claimed elsewhere).
+    Key(String),
+    /// Any record may have changed unseen (the tracking connection was lost or replaced).
+    All,
+}
+
 /// The answer of [`SessionStore::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -96,23 +114,40 @@ pub trait SessionStore: Send + Sync + 'static {
         self.put(record).await
     }
 
-    /// Whether `fence` still holds session `id`; when `refresh`, also pushes the record's
-    /// expiry out, only if it does. One atomic step in the stores of this crate; the default
-    /// reads then touches, which is enough for a store nobody else writes to.
-    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
-        match self.get(id).await? {
-            None => Ok(Held::Gone),
-            Some(r) if r.node_id == fence.node_id && r.epoch == fence.epoch => {
+    /// Whether session `id` is still stored and, with a `fence` (distributed mode), still held
+    /// by it; when `refresh`, also pushes the record's expiry out, only if it is (held). One
+    /// atomic step in the stores of this crate; the default reads then touches, which is enough
+    /// for a store nobody else writes to, and tracks nothing.
+    async fn check(
+        &self,
+        id: &str,
+        fence: Option<&Fence>,
+        refresh: bool,
+    ) -> Result<Checked, StoreError> {
+        let held = match self.get(id).await? {
+            None => Held::Gone,
+            Some(r) if fence.is_none_or(|f| r.node_id == f.node_id && r.epoch == f.epoch) => {
                 if refresh {
                     self.touch(id).await?;
                 }
-                Ok(Held::Mine)
+                Held::Mine
             }
-            Some(r) => Ok(Held::Lost {
+            Some(r) => Held::Lost {
                 node_id: r.node_id,
                 epoch: r.epoch,
-            }),
-        }
+            },
+        };
+        Ok(Checked {
+            held,
+            tracked: false,
+        })
+    }
+
+    /// The changes to records this instance checked, for a store that reports them (client-side
+    /// caching); called once, when the instance starts. `None`: every request of a held session
+    /// checks its record.
+    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+        None
     }
 
     /// Makes `to` the holder of `record`'s session under the next epoch, only if the stored
@@ -146,6 +181,9 @@ pub struct MemorySessionStore {
     /// Writes since the last sweep: expired records are dropped every [`SWEEP_EVERY`] writes,
     /// so memory stays bounded without a background task.
     writes: std::sync::atomic::AtomicUsize,
+    /// The instances sharing this store, told of every write (client-side caching in memory:
+    /// several servers in one process may share one store).
+    watchers: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Invalidation>>>,
 }
 
 const SWEEP_EVERY: usize = 1024;
@@ -156,7 +194,14 @@ impl MemorySessionStore {
             ttl,
             records: Mutex::new(HashMap::new()),
             writes: std::sync::atomic::AtomicUsize::new(0),
+            watchers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Tells every instance sharing the store that `id`'s record changed.
+    fn changed(&self, id: &str) {
+        let mut watchers = self.watchers.lock();
+        watchers.retain(|w| w.send(Invalidation::Key(id.to_string())).is_ok());
     }
 
     /// Drops expired records.
@@ -190,6 +235,7 @@ impl SessionStore for MemorySessionStore {
             record.id.clone(),
             (record.clone(), Instant::now() + self.ttl),
         );
+        self.changed(&record.id);
         Ok(())
     }
 
@@ -221,6 +267,7 @@ impl SessionStore for MemorySessionStore {
 
     async fn delete(&self, id: &str) -> Result<(), StoreError> {
         self.records.lock().remove(id);
+        self.changed(id);
         Ok(())
     }
 
@@ -232,22 +279,42 @@ impl SessionStore for MemorySessionStore {
         "memory"
     }
 
-    async fn check(&self, id: &str, fence: &Fence, refresh: bool) -> Result<Held, StoreError> {
+    /// Tracked once an instance watches the store: every write is reported to it (an expiry is
+    /// not, but a held session is checked at least every quarter of the lifetime anyway).
+    async fn check(
+        &self,
+        id: &str,
+        fence: Option<&Fence>,
+        refresh: bool,
+    ) -> Result<Checked, StoreError> {
         let now = Instant::now();
         let mut map = self.records.lock();
-        let Some((r, exp)) = map.get_mut(id).filter(|(_, exp)| *exp > now) else {
-            return Ok(Held::Gone);
+        let held = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
+            None => Held::Gone,
+            Some((r, _)) if fence.is_some_and(|f| r.node_id != f.node_id || r.epoch != f.epoch) => {
+                Held::Lost {
+                    node_id: r.node_id.clone(),
+                    epoch: r.epoch,
+                }
+            }
+            Some((_, exp)) => {
+                if refresh {
+                    *exp = now + self.ttl;
+                }
+                Held::Mine
+            }
         };
-        if r.node_id != fence.node_id || r.epoch != fence.epoch {
-            return Ok(Held::Lost {
-                node_id: r.node_id.clone(),
-                epoch: r.epoch,
-            });
-        }
-        if refresh {
-            *exp = now + self.ttl;
-        }
-        Ok(Held::Mine)
+        drop(map);
+        Ok(Checked {
+            held,
+            tracked: !self.watchers.lock().is_empty(),
+        })
+    }
+
+    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.watchers.lock().push(tx);
+        Some(rx)
     }
 
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
@@ -265,7 +332,10 @@ impl SessionStore for MemorySessionStore {
         r.node_id = to.to_string();
         r.epoch += 1;
         *exp = now + self.ttl;
-        Ok(Claim::Won(r.epoch))
+        let epoch = r.epoch;
+        drop(map);
+        self.changed(&record.id);
+        Ok(Claim::Won(epoch))
     }
 }
 
@@ -293,7 +363,11 @@ mod tests {
             node_id: "n".into(),
             epoch: 1,
         };
-        assert_eq!(store.check("a", &held, true).await.unwrap(), Held::Mine);
+        let check = |id: &'static str| {
+            let (store, held) = (&store, held.clone());
+            async move { store.check(id, Some(&held), true).await.unwrap().held }
+        };
+        assert_eq!(check("a").await, Held::Mine);
         assert_eq!(store.claim(&record("a"), "m").await.unwrap(), Claim::Won(2));
         // A second claim from what was read before the first one loses.
         assert_eq!(
@@ -304,14 +378,19 @@ mod tests {
             }
         );
         assert_eq!(
-            store.check("a", &held, true).await.unwrap(),
+            check("a").await,
             Held::Lost {
                 node_id: "m".into(),
                 epoch: 2
             }
         );
         assert_eq!(store.claim(&record("b"), "m").await.unwrap(), Claim::Gone);
-        assert_eq!(store.check("b", &held, false).await.unwrap(), Held::Gone);
+        assert_eq!(check("b").await, Held::Gone);
+        // Without a fence, only existence counts.
+        assert_eq!(
+            store.check("a", None, false).await.unwrap().held,
+            Held::Mine
+        );
     }
 
     #[tokio::test]
