@@ -7,7 +7,9 @@
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
-//! - [`subscription`]: channel subscriptions kept for the instance's life.
+//! - [`subscription`]: channel subscriptions kept for the instance's life;
+//! - [`tasks`]: whether the instance running a background task is gone
+//!   (`tasks::ExecutorLiveness`).
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
@@ -18,6 +20,7 @@ mod heartbeat;
 mod identity;
 mod relay;
 mod subscription;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -50,6 +53,18 @@ pub(crate) fn seams(
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
     );
     Some((Arc::new(directory), Arc::new(relay)))
+}
+
+/// The liveness seam of background tasks in distributed mode: whether a task's executor is gone.
+pub(crate) fn task_liveness(
+    redis: &RedisConn,
+    cfg: &HaConfig,
+) -> Arc<dyn crate::tasks::ExecutorLiveness> {
+    Arc::new(tasks::TaskLiveness::new(
+        redis.clone(),
+        &cfg.key_prefix,
+        std::time::Duration::from_millis(cfg.takeover_grace_ms),
+    ))
 }
 
 /// Where the other instances reach this one: `FLEETMCP_ADVERTISE_ADDRESS`, else the loopback
