@@ -1,18 +1,24 @@
 //! The Redis task store against a real `redis-server`: the key layout and TTLs, a task's end
 //! being final, the compare-and-set that ends an orphaned task, the per-session bound, the
-//! orphan scanner's entry point, the cancel signal, and a paused Redis.
+//! orphan scanner's entry point, the cancel signal, and a paused Redis; and 2025-11-25 session
+//! tasks followed and cancelled through a second in-process instance sharing the Redis.
 
+mod support;
 mod support_redis;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fleetmcp::redis_config::RedisConfig;
 use fleetmcp::redis_conn::RedisConn;
 use fleetmcp::{
-    Executor, RedisTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
+    Executor, NoArgs, RedisTaskStore, Server, TaskLimits, TaskRecord, TaskStatus, TaskStore,
+    TaskStoreError, TaskSupport, tool,
 };
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
+use support::{Client, SECRET, TestServer, config_from, serve, within};
 use support_redis::RedisServer;
 
 fn limits(per_owner: usize) -> TaskLimits {
@@ -313,4 +319,107 @@ async fn a_paused_redis_bounds_every_call() {
     let took = began.elapsed();
     assert!(took < Duration::from_secs(3), "four calls took {took:?}");
     redis.resume();
+}
+
+/// Dropped handlers of `forever`, per instance.
+#[derive(Default)]
+struct Stopped(AtomicUsize);
+
+struct CountDrop(Arc<Stopped>);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        self.0.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// An instance whose stores come from its configuration (`REDIS_URL`, default mode: sessions
+/// move between instances by recreation), with a slow task tool and one that runs until
+/// cancelled.
+async fn instance(machine: &str, redis: &RedisServer, stopped: Arc<Stopped>) -> TestServer {
+    let url = redis.url();
+    let env = [("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())];
+    let cfg = config_from(&env, |c| c.machine_id = Some(machine.into()));
+    let builder = Server::builder("redis-tasks", "1.0.0")
+        .tool(
+            tool("slow")
+                .description("Half a second, as a task")
+                .task_support(TaskSupport::Optional)
+                .handler(|_: NoArgs, _| async {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Ok("slow done")
+                }),
+        )
+        .tool(
+            tool("forever")
+                .description("Runs until cancelled")
+                .task_support(TaskSupport::Required)
+                .handler(move |_: NoArgs, _| {
+                    let guard = CountDrop(stopped.clone());
+                    async move {
+                        let _guard = guard;
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        Ok("never")
+                    }
+                }),
+        );
+    serve(builder, cfg).await
+}
+
+async fn call(c: &Client, method: &str, params: Value) -> Value {
+    let res = c.request_with_id(json!(7), method, params).await;
+    within("answer body", res.json()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_tasks_started_on_a_are_read_and_cancelled_through_b() {
+    let redis = RedisServer::start();
+    let (stopped_a, stopped_b) = (Arc::new(Stopped::default()), Arc::new(Stopped::default()));
+    let a = instance("node-a", &redis, stopped_a.clone()).await;
+    let b = instance("node-b", &redis, stopped_b.clone()).await;
+    let mut on_a = Client::bare(&a.mcp, "2025-11-25");
+    on_a.initialize(json!({})).await;
+    let v = call(
+        &on_a,
+        "tools/call",
+        json!({"name": "slow", "arguments": {}, "task": {}}),
+    )
+    .await;
+    let id = v["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let sid = on_a.session_id().to_string();
+    assert!(
+        redis
+            .cli(&["EXISTS", &format!("mcp:task:records:{sid}:{id}")])
+            .ends_with('1'),
+        "filed under its session"
+    );
+
+    // The same session on B (recreated there from the store).
+    let mut on_b = Client::bare(&b.mcp, "2025-11-25");
+    on_b.session = Some(sid.clone());
+    let v = call(&on_b, "tasks/get", json!({"taskId": id})).await;
+    assert_eq!(v["result"]["status"], "working", "{v}");
+    let v = call(&on_b, "tasks/list", json!({})).await;
+    assert_eq!(v["result"]["tasks"][0]["taskId"], id.as_str(), "{v}");
+    let v = call(&on_b, "tasks/result", json!({"taskId": id})).await;
+    assert_eq!(v["result"]["content"][0]["text"], "slow done", "{v}");
+
+    // A task running on A, cancelled through B: A's handler is dropped.
+    let v = call(
+        &on_a,
+        "tools/call",
+        json!({"name": "forever", "arguments": {}, "task": {}}),
+    )
+    .await;
+    let id2 = v["result"]["task"]["taskId"].as_str().unwrap().to_string();
+    let v = call(&on_b, "tasks/cancel", json!({"taskId": id2})).await;
+    assert_eq!(v["result"]["status"], "cancelled", "{v}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while stopped_a.0.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "A's handler still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(stopped_b.0.load(Ordering::SeqCst), 0, "it never ran on B");
+    let v = call(&on_a, "tasks/get", json!({"taskId": id2})).await;
+    assert_eq!(v["result"]["status"], "cancelled", "{v}");
 }

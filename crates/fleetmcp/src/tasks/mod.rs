@@ -532,9 +532,6 @@ const POLL_INTERVAL_MS: u64 = 500;
 /// whether another task's executor is gone.
 struct Fleet {
     node: String,
-    /// When this process began (Unix ms): a record naming this machine id that started before
-    /// it was left by a previous process under the same id.
-    started_at: u64,
     liveness: Option<Arc<dyn ExecutorLiveness>>,
 }
 
@@ -568,7 +565,6 @@ impl Tasks {
     pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ExecutorLiveness>>) -> Self {
         self.fleet = Some(Fleet {
             node: node.to_string(),
-            started_at: crate::clock::unix_ms(),
             liveness,
         });
         self
@@ -736,10 +732,10 @@ impl Tasks {
             return false;
         }
         if ex.node_id == fleet.node {
-            // Our machine id: ours if it started in this process, else a previous process's
-            // (restarted under the same id), which cannot still run it.
-            return ex.spawned_at < fleet.started_at
-                && !self.running.lock().contains_key(&record.task_id);
+            // Our machine id: a task runs here from before its record exists until after its
+            // end is written, so one not running here was left by a previous process under
+            // this id, or ended without its end being recorded (Redis failed then).
+            return !self.running.lock().contains_key(&record.task_id);
         }
         let Some(liveness) = &fleet.liveness else {
             return false;
