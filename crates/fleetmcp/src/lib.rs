@@ -57,7 +57,8 @@ pub use context::{ClientRequestError, RequestContext};
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
 pub use tasks::{
-    MemoryTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreFull, TaskSupport,
+    EXECUTOR_GONE_MESSAGE, Executor, MemoryTaskStore, RedisTaskStore, TaskLimits, TaskRecord,
+    TaskStatus, TaskStore, TaskStoreError, TaskStoreFull, TaskSupport,
 };
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 

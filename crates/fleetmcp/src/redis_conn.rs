@@ -164,6 +164,28 @@ impl RedisConn {
         }
     }
 
+    /// Like [`RedisConn::subscribe`], for every channel matching `pattern` (`PSUBSCRIBE`).
+    pub(crate) async fn psubscribe(
+        &self,
+        pattern: &str,
+    ) -> Result<redis::aio::PubSubStream, CommandError> {
+        let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
+        let attempt = async {
+            let mut pubsub = self
+                .inner
+                .client
+                .get_async_pubsub()
+                .await
+                .map_err(unavailable)?;
+            pubsub.psubscribe(pattern).await.map_err(unavailable)?;
+            Ok::<_, CommandError>(pubsub.into_on_message())
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        }
+    }
+
     /// Runs one command, bounded by the command timeout.
     pub(crate) async fn run<T: redis::FromRedisValue>(
         &self,

@@ -484,27 +484,43 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                 Ok(CallToolResult::success(vec![text(serde_json::to_string(&r)?)]))
             }),
     ];
-    let s = stats;
+    let s = stats.clone();
     v.push(
         tool("test_cancellable")
             .description("Works for `work_ms` with progress; counts how often it was cancelled")
-            .handler(move |a: CancellableArgs, ctx| {
-                let s = s.clone();
-                async move {
-                    s.started.fetch_add(1, Ordering::SeqCst);
-                    let mut guard = CancelGuard(s.clone(), false);
-                    let steps = (a.work_ms / 50).max(1);
-                    for i in 0..steps {
-                        ctx.progress(i as f64, Some(steps as f64), None);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    guard.1 = true;
-                    s.completed.fetch_add(1, Ordering::SeqCst);
-                    Ok("finished")
-                }
-            }),
+            .handler(move |a: CancellableArgs, ctx| cancellable(s.clone(), a, ctx)),
+    );
+    // The same work as a background task (the fleet tests cancel it through another instance
+    // and read this instance's counters to see that its handler stopped).
+    let s = stats;
+    v.push(
+        tool("test_cancellable_task")
+            .description(
+                "test_cancellable as a background task; counts in the same test://stats counters",
+            )
+            .task_support(TaskSupport::Optional)
+            .handler(move |a: CancellableArgs, ctx| cancellable(s.clone(), a, ctx)),
     );
     v
+}
+
+/// Works for `a.work_ms` with progress, counting starts, completions and cancellations (a
+/// handler dropped before it finished).
+async fn cancellable(
+    s: Arc<Stats>,
+    a: CancellableArgs,
+    ctx: fleetmcp::RequestContext,
+) -> Result<&'static str, ToolError> {
+    s.started.fetch_add(1, Ordering::SeqCst);
+    let mut guard = CancelGuard(s.clone(), false);
+    let steps = (a.work_ms / 50).max(1);
+    for i in 0..steps {
+        ctx.progress(i as f64, Some(steps as f64), None);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    guard.1 = true;
+    s.completed.fetch_add(1, Ordering::SeqCst);
+    Ok("finished")
 }
 
 /// Asks the client's model to answer `prompt`; the text of its answer.
@@ -601,7 +617,7 @@ async fn build(config: Config) -> Server {
     )
     .resource(
         resource("test://stats", "stats")
-            .description("Counters of test_cancellable: started, completed, cancelled")
+            .description("Counters of test_cancellable and test_cancellable_task: started, completed, cancelled")
             .mime_type("application/json")
             .read(move |uri, _| {
                 let s = st.clone();

@@ -30,7 +30,8 @@ use crate::transport::{Probe, ProbeReport};
 #[serde(rename_all = "camelCase")]
 pub(super) struct Beat {
     node_id: String,
-    started_at: u64,
+    /// When the beating process started (Unix ms): a newer one under the same id has a later one.
+    pub(super) started_at: u64,
     last_beat: u64,
     session_count: usize,
     /// `host:port` where other instances relay this one's sessions' requests.

@@ -8,9 +8,11 @@
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
 //! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
-//! - [`scanner`]: the orphan scanner, claiming dead instances' sessions in the background from
-//!   per-instance indexes (never `KEYS`);
-//! - [`subscription`]: channel subscriptions kept for the instance's life.
+//! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
+//!   tasks) in the background from per-instance indexes (never `KEYS`);
+//! - [`subscription`]: channel subscriptions kept for the instance's life;
+//! - [`tasks`]: whether the instance running a background task is gone
+//!   (`tasks::ExecutorLiveness`).
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
@@ -23,6 +25,7 @@ mod notify;
 mod relay;
 mod scanner;
 mod subscription;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -55,6 +58,18 @@ pub(crate) fn seams(
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
     );
     Some((Arc::new(directory), Arc::new(relay)))
+}
+
+/// The liveness seam of background tasks in distributed mode: whether a task's executor is gone.
+pub(crate) fn task_liveness(
+    redis: &RedisConn,
+    cfg: &HaConfig,
+) -> Arc<dyn crate::tasks::ExecutorLiveness> {
+    Arc::new(tasks::TaskLiveness::new(
+        redis.clone(),
+        &cfg.key_prefix,
+        std::time::Duration::from_millis(cfg.takeover_grace_ms),
+    ))
 }
 
 /// Where the other instances reach this one: `FLEETMCP_ADVERTISE_ADDRESS`, else the loopback
@@ -123,6 +138,7 @@ impl Cluster {
         ));
         tokio::spawn(
             scanner::Scanner {
+                app: app.clone(),
                 redis: redis.clone(),
                 store: crate::session::RedisSessionStore::on(redis.clone()),
                 me: machine_id.clone(),

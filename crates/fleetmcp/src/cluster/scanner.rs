@@ -15,13 +15,15 @@
 //! for that long: the same rule as on-demand takeover). One scanner runs at a time in the
 //! fleet: a run first takes `<haPrefix>scanner:lock` (`SET NX PX`), released when it ends.
 //! Every claim is the store's compare-and-set on holder and epoch, so a scanner and an
-//! on-demand takeover racing for one session cannot both win.
+//! on-demand takeover racing for one session cannot both win. A dead instance's unfinished
+//! background tasks end as failed (`Tasks::fail_tasks_of`).
 
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::{channel_of, nodes_key, subscribers};
+use crate::app::App;
 use crate::clock::unix_ms;
 use crate::redis_conn::{CommandError, RedisConn};
 use crate::session::{Claim, RedisSessionStore};
@@ -36,6 +38,8 @@ return 0
 "#;
 
 pub(super) struct Scanner {
+    /// Whose tasks a dead instance's are failed in (`Tasks::fail_tasks_of`).
+    pub app: App,
     pub redis: RedisConn,
     pub store: RedisSessionStore,
     pub me: String,
@@ -139,10 +143,13 @@ impl Scanner {
                 continue;
             }
             scan.dead += 1;
+            let found_dead_at = unix_ms();
             let started = Instant::now();
             let (scanned, claimed) = self.claim_all(&node).await?;
             scan.scanned += scanned;
             scan.claimed += claimed;
+            // Its unfinished tasks end as failed rather than stay `working` until they expire.
+            self.app.tasks().fail_tasks_of(&node, found_dead_at).await;
             tracing::info!(
                 dead_node_id = %node,
                 scanned,

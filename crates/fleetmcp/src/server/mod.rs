@@ -22,7 +22,7 @@ use crate::session::{
     MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions, Timing,
 };
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
-use crate::tasks::{MemoryTaskStore, TaskLimits, TaskStore, Tasks};
+use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::transport::{self, Relay, Seams};
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
@@ -111,7 +111,7 @@ impl ServerBuilder {
         self.store = Some(store);
         self
     }
-    /// Replaces the task store (in memory by default).
+    /// Replaces the task store (in Redis when the server has Redis, else in memory).
     pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
         self.tasks = Some(tasks);
         self
@@ -193,6 +193,36 @@ impl ServerBuilder {
             store_wait: Duration::from_millis(config.sessions.store_wait_ms),
             refresh_every_ms: ttl / 4,
         };
+        // Whenever the server has Redis, task records are shared there, so that any instance
+        // answers for any task; the executor's liveness is known only in distributed mode.
+        let tasks_cfg = config.tasks.clone();
+        let limits = TaskLimits::from_config(&tasks_cfg);
+        let redis_tasks = match (&self.tasks, &redis) {
+            (None, Some(conn)) => Some(RedisTaskStore::new(
+                conn.clone(),
+                &conn.config().key_prefix,
+                limits,
+            )),
+            _ => None,
+        };
+        let task_liveness = match &redis {
+            Some(conn)
+                if redis_tasks.is_some()
+                    && config.deployment_mode == DeploymentMode::Distributed =>
+            {
+                Some(crate::cluster::task_liveness(conn, &config.ha))
+            }
+            _ => None,
+        };
+        let task_store: Arc<dyn TaskStore> = match (&redis_tasks, self.tasks) {
+            (Some(r), _) => Arc::new(r.clone()),
+            (None, Some(t)) => t,
+            (None, None) => Arc::new(MemoryTaskStore::new(limits)),
+        };
+        let mut tasks = Tasks::new(task_store, &tasks_cfg);
+        if redis_tasks.is_some() {
+            tasks = tasks.shared(&machine_id, task_liveness);
+        }
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
@@ -211,24 +241,23 @@ impl ServerBuilder {
             timing,
             shutdown.clone(),
         );
-        let tasks_cfg = config.tasks.clone();
         let app = App::new(Parts {
             info: self.info,
             catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
             config,
             sessions,
             events,
-            tasks: Tasks::new(
-                self.tasks.unwrap_or_else(|| {
-                    Arc::new(MemoryTaskStore::new(TaskLimits::from_config(&tasks_cfg)))
-                }),
-                &tasks_cfg,
-            ),
+            tasks,
             request_state,
             shutdown,
             state: self.state,
         });
-        Server { app, redis, relay }
+        Server {
+            app,
+            redis,
+            relay,
+            redis_tasks,
+        }
     }
 }
 
@@ -267,6 +296,8 @@ pub struct Server {
     app: App,
     redis: Option<RedisConn>,
     relay: Option<Arc<dyn Relay>>,
+    /// The task store, when it is in Redis: its cancel signals are followed from the start.
+    redis_tasks: Option<RedisTaskStore>,
 }
 
 impl Server {
@@ -329,6 +360,13 @@ impl Server {
         }
         if let Some(redis) = &self.redis {
             redis.first_connect().await;
+        }
+        if let Some(store) = &self.redis_tasks {
+            // Before the routes exist, so a cancel sent through another instance for a task
+            // started here is never missed for want of a subscription.
+            let signals = store.listen_cancels(app.shutdown().clone()).await;
+            let follower = app.clone();
+            tokio::spawn(async move { follower.tasks().follow(signals).await });
         }
         let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
             let address =

@@ -3,9 +3,21 @@
 //! `tasks/get`, answers the task's questions with `tasks/update`, and may `tasks/cancel` it.
 //!
 //! The record of a task (status, result or error, pending questions) lives behind
-//! [`TaskStore`] so that a fleet can share it (Redis comes with the HA work); what only the
-//! running instance can hold (the handler's cancel token, the channels its questions wait
-//! on) lives in [`Running`].
+//! [`TaskStore`]: in memory ([`MemoryTaskStore`]) for one instance, in Redis
+//! ([`RedisTaskStore`], `redis.rs`) whenever the server has Redis, so that any instance answers
+//! `tasks/get`, `tasks/list` and `tasks/result`. What only the running instance can hold (the
+//! handler's cancel token, the channels its questions wait on) lives in [`Running`].
+//!
+//! In a shared store each record names its executor (machine id and start time). A
+//! `tasks/cancel` received elsewhere reaches the executor through the store
+//! ([`TaskStore::signal_cancel`]); a task whose executor died is ended as `failed` by whichever
+//! instance reads it and finds the executor gone ([`ExecutorLiveness`], implemented by the
+//! cluster), or by the orphan scanner ([`Tasks::fail_tasks_of`]).
+
+mod redis;
+
+pub(crate) use redis::CancelSignal;
+pub use redis::RedisTaskStore;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +34,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::TaskConfig;
 use crate::protocol::{ErrorCode, ErrorData};
 
+/// The message of a task that ended because the instance running it stopped.
+pub const EXECUTOR_GONE_MESSAGE: &str = "The instance running this task stopped before it finished";
+
 /// The extension's identifier in `capabilities.extensions`.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
@@ -37,6 +52,7 @@ pub enum TaskSupport {
     Required,
 }
 
+/// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
@@ -48,6 +64,7 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// Whether the task has ended (a terminal record is never rewritten in a shared store).
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
@@ -76,22 +93,85 @@ pub struct TaskRecord {
     /// The session that created it (2025-11-25 tasks are bound to their session).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub owner: Option<String>,
+    /// The instance running it, in a shared store (absent in memory: there is only one).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub executor: Option<Executor>,
+}
+
+/// The instance that runs a task, as its record names it (the contract's `executor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Executor {
+    /// The executing instance's machine id.
+    pub node_id: String,
+    /// When the task started there (Unix ms). A heartbeat under the same machine id that
+    /// started later belongs to a newer process, so this task's executor is gone.
+    pub spawned_at: u64,
+}
+
+/// Whether the instance that runs a task is gone: the seam the cluster fills (heartbeat plus
+/// subscriber count, bounded by the takeover grace). Without it (one instance, or Redis without
+/// distributed mode) no task is ever presumed orphaned.
+#[async_trait]
+pub trait ExecutorLiveness: Send + Sync + 'static {
+    /// True only when `node`'s process that started a task at `spawned_at` is known to be gone;
+    /// false when it lives or when that cannot be told (Redis not answering).
+    async fn is_gone(&self, node: &str, spawned_at: u64) -> bool;
 }
 
 /// Where task records live.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Writes a record (a new one, or a change to one already stored).
+    /// Writes a record (a new one, or a change to one already stored). A shared store never
+    /// rewrites a record that has ended (a task's end is final, whoever wrote it first).
     async fn put(&self, record: &TaskRecord);
-    async fn get(&self, task_id: &str) -> Option<TaskRecord>;
+    /// The record of `task_id`, filed under `owner` (its session; `None` for a task of no
+    /// session). A store may find it without the owner (memory does); callers check ownership.
+    async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord>;
     /// The live tasks of an owner (a session), oldest first.
     async fn list(&self, owner: &str) -> Vec<TaskRecord>;
     /// Stores the record of a task about to start, or refuses it when the store is full of
-    /// records it may not drop. The default stores it unconditionally.
-    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreFull> {
+    /// records it may not drop (or cannot be reached). The default stores it unconditionally.
+    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
         self.put(record).await;
         Ok(())
     }
+    /// Writes `next` only if the stored record is still the one `seen` was (same status, same
+    /// `lastUpdatedAt`, same executor) and has not ended: the compare-and-set that ends an
+    /// orphaned task without undoing a write that came first. Whether it was written.
+    async fn replace_if_unchanged(&self, seen: &TaskRecord, next: &TaskRecord) -> bool {
+        match self.get(seen.owner.as_deref(), &seen.task_id).await {
+            Some(cur)
+                if !cur.status.is_terminal()
+                    && cur.status == seen.status
+                    && cur.last_updated_at == seen.last_updated_at
+                    && cur.executor == seen.executor =>
+            {
+                self.put(next).await;
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Asks the instance running `task_id` (if another) to stop it. Memory: nothing to do,
+    /// every task runs here.
+    async fn signal_cancel(&self, _task_id: &str) {}
+    /// Ends as `failed` (with `error`) every task not ended yet that `node` started before
+    /// `spawned_before` (Unix ms); how many. Memory: none, every task runs here.
+    async fn fail_tasks_of(&self, _node: &str, _spawned_before: u64, _error: &Value) -> usize {
+        0
+    }
+}
+
+/// Why a new task was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskStoreError {
+    /// A bound was reached.
+    #[error(transparent)]
+    Full(#[from] TaskStoreFull),
+    /// The store could not be reached (Redis did not answer).
+    #[error("the task store is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// A new task refused because the store holds as many records as it may, none of which it
@@ -357,7 +437,7 @@ impl TaskStore for MemoryTaskStore {
         self.settle(&mut inner, record.owner.as_deref(), seq);
     }
 
-    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreFull> {
+    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
         let l = self.limits;
         let now = Instant::now();
         let bytes = serialized_len(record);
@@ -370,7 +450,7 @@ impl TaskStore for MemoryTaskStore {
             };
             if !inner.make_room(Some(o), None, fits) {
                 let (n, _) = inner.owner_use(o);
-                return Err(if n >= l.max_tasks_per_owner {
+                return Err(TaskStoreError::Full(if n >= l.max_tasks_per_owner {
                     TaskStoreFull {
                         limit: "tasks.max_tasks_per_owner",
                         max: l.max_tasks_per_owner,
@@ -380,22 +460,24 @@ impl TaskStore for MemoryTaskStore {
                         limit: "tasks.max_bytes_per_owner",
                         max: l.max_bytes_per_owner,
                     }
-                });
+                }));
             }
         }
         let fits = |i: &Inner| i.records.len() < l.max_tasks && i.bytes + bytes <= l.max_bytes;
         if !inner.make_room(None, None, fits) {
-            return Err(if inner.records.len() >= l.max_tasks {
-                TaskStoreFull {
-                    limit: "tasks.max_tasks",
-                    max: l.max_tasks,
-                }
-            } else {
-                TaskStoreFull {
-                    limit: "tasks.max_bytes",
-                    max: l.max_bytes,
-                }
-            });
+            return Err(TaskStoreError::Full(
+                if inner.records.len() >= l.max_tasks {
+                    TaskStoreFull {
+                        limit: "tasks.max_tasks",
+                        max: l.max_tasks,
+                    }
+                } else {
+                    TaskStoreFull {
+                        limit: "tasks.max_bytes",
+                        max: l.max_bytes,
+                    }
+                },
+            ));
         }
         // A record already stored under this id (ids are fresh UUIDs, so only a replay) is
         // replaced, keeping its place.
@@ -403,7 +485,7 @@ impl TaskStore for MemoryTaskStore {
         Ok(())
     }
 
-    async fn get(&self, task_id: &str) -> Option<TaskRecord> {
+    async fn get(&self, _owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
         let inner = self.inner.lock();
         inner
             .records
@@ -439,10 +521,19 @@ pub(crate) struct Running {
     pub cancel: CancellationToken,
     /// Questions waiting for `tasks/update`, by key.
     pub waiting: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// The session the task belongs to (where its record is filed).
+    pub owner: Option<String>,
 }
 
 /// How often clients should poll a task.
 const POLL_INTERVAL_MS: u64 = 500;
+
+/// This instance in a shared store: what it stamps on the tasks it runs, and how it tells
+/// whether another task's executor is gone.
+struct Fleet {
+    node: String,
+    liveness: Option<Arc<dyn ExecutorLiveness>>,
+}
 
 /// The tasks of this server: their records (shared through the store) and those running on
 /// this instance.
@@ -453,6 +544,8 @@ pub(crate) struct Tasks {
     ttl_ms: u64,
     /// Largest record a finished task may leave (`tasks.max_result_bytes`).
     max_result_bytes: usize,
+    /// Set when the store is shared with other instances.
+    fleet: Option<Fleet>,
 }
 
 impl Tasks {
@@ -462,7 +555,19 @@ impl Tasks {
             running: Mutex::new(HashMap::new()),
             ttl_ms: cfg.ttl_ms,
             max_result_bytes: cfg.max_result_bytes,
+            fleet: None,
         }
+    }
+
+    /// The store is shared with other instances: tasks started here name `node` as their
+    /// executor, and `liveness` (when the cluster provides it) tells when another task's
+    /// executor is gone.
+    pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ExecutorLiveness>>) -> Self {
+        self.fleet = Some(Fleet {
+            node: node.to_string(),
+            liveness,
+        });
+        self
     }
 
     /// Creates a working task (bound to `owner`, a session, when given), stores its record
@@ -484,29 +589,54 @@ impl Tasks {
             result: None,
             error: None,
             input_requests: Map::new(),
-            owner,
+            owner: owner.clone(),
+            executor: self.fleet.as_ref().map(|f| Executor {
+                node_id: f.node.clone(),
+                spawned_at: crate::clock::unix_ms(),
+            }),
         };
-        if let Err(full) = self.store.create(&record).await {
-            tracing::warn!(
-                limit = full.limit,
-                max = full.max,
-                "a new task was refused: the task store is full"
-            );
-            return Err(too_many_tasks(&full));
-        }
+        // Registered before the record is visible, so a cancel signal from another instance
+        // that follows the record at once finds the task here.
         let running = Arc::new(Running {
             cancel,
             waiting: Mutex::new(HashMap::new()),
+            owner,
         });
         self.running
             .lock()
             .insert(record.task_id.clone(), running.clone());
+        if let Err(e) = self.store.create(&record).await {
+            self.running.lock().remove(&record.task_id);
+            return Err(match e {
+                TaskStoreError::Full(full) => {
+                    tracing::warn!(
+                        limit = full.limit,
+                        max = full.max,
+                        "a new task was refused: the task store is full"
+                    );
+                    too_many_tasks(&full)
+                }
+                TaskStoreError::Unavailable(why) => {
+                    tracing::warn!(error = %why, "a new task was refused: the task store is unavailable");
+                    ErrorData::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "The task store is unavailable; retry later",
+                        None,
+                    )
+                }
+            });
+        }
         Ok((record, running))
     }
 
     /// Records how a task ended (unless it already had, e.g. cancelled) and forgets it here.
-    pub async fn end(&self, task_id: &str, outcome: impl FnOnce(&mut TaskRecord)) {
-        if let Some(mut record) = self.store.get(task_id).await
+    pub async fn end(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+        outcome: impl FnOnce(&mut TaskRecord),
+    ) {
+        if let Some(mut record) = self.store.get(owner, task_id).await
             && !record.status.is_terminal()
         {
             record.input_requests.clear();
@@ -559,7 +689,7 @@ impl Tasks {
                 receivers.push(rx);
             }
         }
-        if let Some(mut record) = self.store.get(task_id).await
+        if let Some(mut record) = self.store.get(running.owner.as_deref(), task_id).await
             && !record.status.is_terminal()
         {
             record.status = TaskStatus::InputRequired;
@@ -569,14 +699,102 @@ impl Tasks {
         receivers
     }
 
-    /// A task's record.
-    pub async fn get(&self, task_id: &str) -> Option<TaskRecord> {
-        self.store.get(task_id).await
+    /// A task's record (filed under `owner`, its session, if any). A task whose executor is
+    /// found gone is ended as `failed` first.
+    pub async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+        let record = self.store.get(owner, task_id).await?;
+        let mut gone = HashMap::new();
+        Some(self.settle_orphan(record, &mut gone).await)
     }
 
-    /// The live tasks of a session, oldest first.
+    /// The live tasks of a session, oldest first (orphaned ones ended as in [`Tasks::get`]).
     pub async fn list(&self, owner: &str) -> Vec<TaskRecord> {
-        self.store.list(owner).await
+        let records = self.store.list(owner).await;
+        let mut gone = HashMap::new();
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            out.push(self.settle_orphan(r, &mut gone).await);
+        }
+        out
+    }
+
+    /// Whether the executor of a task not ended is gone. `known`: answers already obtained
+    /// in this call, by `(node, spawned_at)`, so a list asks once per executor.
+    async fn executor_gone(
+        &self,
+        record: &TaskRecord,
+        known: &mut HashMap<(String, u64), bool>,
+    ) -> bool {
+        let (Some(fleet), Some(ex)) = (&self.fleet, &record.executor) else {
+            return false;
+        };
+        if record.status.is_terminal() {
+            return false;
+        }
+        if ex.node_id == fleet.node {
+            // Our machine id: a task runs here from before its record exists until after its
+            // end is written, so one not running here was left by a previous process under
+            // this id, or ended without its end being recorded (Redis failed then).
+            return !self.running.lock().contains_key(&record.task_id);
+        }
+        let Some(liveness) = &fleet.liveness else {
+            return false;
+        };
+        let key = (ex.node_id.clone(), ex.spawned_at);
+        if let Some(&g) = known.get(&key) {
+            return g;
+        }
+        let g = liveness.is_gone(&ex.node_id, ex.spawned_at).await;
+        known.insert(key, g);
+        g
+    }
+
+    /// Ends `record` as `failed` if its executor is gone, with a compare-and-set so that a
+    /// write that came first (the executor finishing, a cancel) is kept; the record as stored.
+    async fn settle_orphan(
+        &self,
+        record: TaskRecord,
+        known: &mut HashMap<(String, u64), bool>,
+    ) -> TaskRecord {
+        if !self.executor_gone(&record, known).await {
+            return record;
+        }
+        let failed = orphan_failed(&record);
+        if self.store.replace_if_unchanged(&record, &failed).await {
+            tracing::warn!(
+                task = %record.task_id,
+                executor = record.executor.as_ref().map(|e| e.node_id.as_str()).unwrap_or(""),
+                "a task's executor is gone; the task failed"
+            );
+            return failed;
+        }
+        // Something was written first: show that.
+        self.store
+            .get(record.owner.as_deref(), &record.task_id)
+            .await
+            .unwrap_or(record)
+    }
+
+    /// Ends as `failed` every task not ended yet that instance `node` started before
+    /// `spawned_before` (Unix ms), with [`EXECUTOR_GONE_MESSAGE`]; how many were ended.
+    ///
+    /// For the orphan scanner (in `cluster`): call it once `node` is known to be gone (no
+    /// heartbeat and no subscriber on its channel, or no heartbeat for the takeover grace),
+    /// with `spawned_before` = the time it was found gone, so that tasks of a new process
+    /// started under the same machine id since are left alone. Each record is ended with a
+    /// compare-and-set, so a task that ended meanwhile keeps its end; calling it twice, or on
+    /// several instances at once, is harmless. Without a shared store it does nothing.
+    pub async fn fail_tasks_of(&self, node: &str, spawned_before: u64) -> usize {
+        let error = executor_gone_error(node);
+        let n = self.store.fail_tasks_of(node, spawned_before, &error).await;
+        if n > 0 {
+            tracing::warn!(
+                executor = node,
+                tasks = n,
+                "the tasks of a stopped instance failed"
+            );
+        }
+        n
     }
 
     /// Writes a changed record, stamping `lastUpdatedAt`.
@@ -585,10 +803,92 @@ impl Tasks {
         self.store.put(&record).await;
     }
 
+    /// Cancels a task that has not ended: stops it if it runs here, records it cancelled, and
+    /// otherwise asks its executor (through the store) to stop it. The record as stored after.
+    pub async fn cancel(&self, mut r: TaskRecord) -> TaskRecord {
+        let here = self.running(&r.task_id);
+        if let Some(running) = &here {
+            running.cancel.cancel();
+        }
+        r.status = TaskStatus::Cancelled;
+        r.input_requests.clear();
+        self.update(r.clone()).await;
+        if self.fleet.is_none() {
+            return r;
+        }
+        if here.is_none() {
+            // Written first, so the executor, once stopped, finds the task ended already.
+            self.store.signal_cancel(&r.task_id).await;
+        }
+        // A shared record may have ended another way first (that end is kept).
+        self.store
+            .get(r.owner.as_deref(), &r.task_id)
+            .await
+            .unwrap_or(r)
+    }
+
     /// What this instance holds for a task running here.
     pub fn running(&self, task_id: &str) -> Option<Arc<Running>> {
         self.running.lock().get(task_id).cloned()
     }
+
+    /// Follows the cancel signals of a shared store until they end: stops the tasks they name
+    /// that run here, and after every (re)subscription stops those whose record has ended
+    /// elsewhere meanwhile (a signal sent while the subscription was down is lost).
+    pub async fn follow(&self, mut signals: tokio::sync::mpsc::Receiver<CancelSignal>) {
+        while let Some(signal) = signals.recv().await {
+            match signal {
+                CancelSignal::Cancel(task_id) => {
+                    if let Some(running) = self.running(&task_id) {
+                        tracing::info!(task = %task_id, "a task was cancelled through another instance; stopping it");
+                        running.cancel.cancel();
+                    }
+                }
+                CancelSignal::Resync => {
+                    let here: Vec<(String, Arc<Running>)> = self
+                        .running
+                        .lock()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    for (id, running) in here {
+                        if let Some(r) = self.store.get(running.owner.as_deref(), &id).await
+                            && r.status.is_terminal()
+                        {
+                            tracing::info!(task = %id, "a task ended elsewhere while cancel signals were not received; stopping it");
+                            running.cancel.cancel();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The error of a task whose executor is gone.
+fn executor_gone_error(node: &str) -> Value {
+    let e = ErrorData::new(
+        ErrorCode::INTERNAL_ERROR,
+        EXECUTOR_GONE_MESSAGE,
+        Some(serde_json::json!({"executor": node})),
+    );
+    serde_json::to_value(&e).unwrap_or(Value::Null)
+}
+
+/// `record` ended as `failed` because its executor is gone.
+fn orphan_failed(record: &TaskRecord) -> TaskRecord {
+    let mut failed = record.clone();
+    failed.status = TaskStatus::Failed;
+    failed.input_requests.clear();
+    failed.result = None;
+    let node = record
+        .executor
+        .as_ref()
+        .map(|e| e.node_id.as_str())
+        .unwrap_or("");
+    failed.error = Some(executor_gone_error(node));
+    failed.last_updated_at = crate::clock::iso_now();
+    failed
 }
 
 /// The JSON-RPC error a refused task answers: the bound reached, named.
@@ -619,6 +919,7 @@ mod tests {
             error: None,
             input_requests: Map::new(),
             owner: owner.map(Into::into),
+            executor: None,
         }
     }
 
@@ -643,12 +944,16 @@ mod tests {
         let full = store.create(&rec("d", None, TaskStatus::Working, 0)).await;
         assert_eq!(
             full,
-            Err(TaskStoreFull {
+            Err(TaskStoreError::Full(TaskStoreFull {
                 limit: "tasks.max_tasks",
                 max: 3
-            })
+            }))
         );
-        assert_eq!(store.get("d").await, None, "a refused task is not stored");
+        assert_eq!(
+            store.get(None, "d").await,
+            None,
+            "a refused task is not stored"
+        );
         // b and then a finish: the oldest finished (a, created first) goes first.
         store.put(&rec("b", None, TaskStatus::Completed, 10)).await;
         store.put(&rec("a", None, TaskStatus::Completed, 10)).await;
@@ -656,14 +961,14 @@ mod tests {
             .create(&rec("d", None, TaskStatus::Working, 0))
             .await
             .unwrap();
-        assert_eq!(store.get("a").await, None);
-        assert!(store.get("b").await.is_some());
-        assert!(store.get("c").await.is_some(), "working tasks stay");
+        assert_eq!(store.get(None, "a").await, None);
+        assert!(store.get(None, "b").await.is_some());
+        assert!(store.get(None, "c").await.is_some(), "working tasks stay");
         store
             .create(&rec("e", None, TaskStatus::Working, 0))
             .await
             .unwrap();
-        assert_eq!(store.get("b").await, None);
+        assert_eq!(store.get(None, "b").await, None);
         assert_eq!(store.len(), 3);
     }
 
@@ -686,7 +991,10 @@ mod tests {
         let full = store
             .create(&rec("s3", Some("s"), TaskStatus::Working, 0))
             .await;
-        assert_eq!(full.map_err(|f| f.limit), Err("tasks.max_tasks_per_owner"));
+        assert!(
+            matches!(&full, Err(TaskStoreError::Full(f)) if f.limit == "tasks.max_tasks_per_owner"),
+            "{full:?}"
+        );
         // Another owner is not affected by this one's bound.
         store
             .create(&rec("t1", Some("t"), TaskStatus::Working, 0))
@@ -704,13 +1012,13 @@ mod tests {
             .await;
         assert!(store.bytes() <= 10_000, "{} bytes", store.bytes());
         assert_eq!(
-            store.get("s1").await,
+            store.get(None, "s1").await,
             None,
             "the oldest finished went first"
         );
         assert_eq!(store.list("s").await.len(), 1);
         assert!(
-            store.get("t1").await.is_some(),
+            store.get(None, "t1").await.is_some(),
             "the record just written stays"
         );
     }
@@ -748,12 +1056,181 @@ mod tests {
             error: None,
             input_requests: Map::new(),
             owner: Some("s".into()),
+            executor: None,
         };
         store.put(&rec).await;
         assert_eq!(store.list("s").await.len(), 1);
         assert!(store.list("other").await.is_empty());
-        assert_eq!(store.get("t").await, Some(rec));
+        assert_eq!(store.get(None, "t").await, Some(rec));
         tokio::time::sleep(Duration::from_millis(80)).await;
-        assert_eq!(store.get("t").await, None);
+        assert_eq!(store.get(None, "t").await, None);
+    }
+
+    /// A fleet's view in miniature: a memory store that records cancel signals, and a
+    /// liveness that says whatever the test sets.
+    #[derive(Default)]
+    struct Spy {
+        inner: MemoryTaskStore,
+        signals: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl TaskStore for Spy {
+        async fn put(&self, record: &TaskRecord) {
+            self.inner.put(record).await
+        }
+        async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+            self.inner.get(owner, task_id).await
+        }
+        async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+            self.inner.list(owner).await
+        }
+        async fn signal_cancel(&self, task_id: &str) {
+            self.signals.lock().push(task_id.to_string());
+        }
+    }
+
+    struct Gone(
+        std::sync::atomic::AtomicBool,
+        std::sync::atomic::AtomicUsize,
+    );
+
+    #[async_trait]
+    impl ExecutorLiveness for Gone {
+        async fn is_gone(&self, _node: &str, _spawned_at: u64) -> bool {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    fn fleet(store: Arc<Spy>, gone: Arc<Gone>) -> Tasks {
+        Tasks::new(store, &TaskConfig::default()).shared("me", Some(gone))
+    }
+
+    fn foreign(id: &str, owner: Option<&str>, node: &str, spawned_at: u64) -> TaskRecord {
+        let mut r = rec(id, owner, TaskStatus::Working, 0);
+        r.executor = Some(Executor {
+            node_id: node.into(),
+            spawned_at,
+        });
+        r
+    }
+
+    #[tokio::test]
+    async fn a_task_whose_executor_is_gone_fails_once_read_and_an_alive_one_stays() {
+        let store = Arc::new(Spy::default());
+        let gone = Arc::new(Gone(false.into(), 0.into()));
+        let tasks = fleet(store.clone(), gone.clone());
+        store.put(&foreign("t", Some("s"), "other", 1)).await;
+        store.put(&foreign("u", Some("s"), "other", 1)).await;
+
+        let r = tasks.get(Some("s"), "t").await.unwrap();
+        assert_eq!(r.status, TaskStatus::Working, "alive executor");
+
+        gone.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        let before = gone.1.load(std::sync::atomic::Ordering::SeqCst);
+        let listed = tasks.list("s").await;
+        assert!(listed.iter().all(|r| r.status == TaskStatus::Failed));
+        assert_eq!(
+            gone.1.load(std::sync::atomic::Ordering::SeqCst) - before,
+            1,
+            "a list asks once per executor"
+        );
+        let stored = store.get(Some("s"), "t").await.unwrap();
+        assert_eq!(stored.status, TaskStatus::Failed, "written to the store");
+        let e = stored.error.unwrap();
+        assert_eq!(e["message"], EXECUTOR_GONE_MESSAGE);
+        assert_eq!(e["data"]["executor"], "other");
+    }
+
+    #[tokio::test]
+    async fn a_task_of_a_previous_process_under_our_id_fails_and_ours_do_not() {
+        let store = Arc::new(Spy::default());
+        // Liveness is never asked about our own id: it would say gone.
+        let gone = Arc::new(Gone(true.into(), 0.into()));
+        let tasks = fleet(store.clone(), gone.clone());
+        store.put(&foreign("old", None, "me", 1)).await;
+        assert_eq!(
+            tasks.get(None, "old").await.unwrap().status,
+            TaskStatus::Failed
+        );
+        let (mine, _) = tasks.begin(None, CancellationToken::new()).await.unwrap();
+        assert_eq!(mine.executor.as_ref().unwrap().node_id, "me");
+        assert_eq!(
+            tasks.get(None, &mine.task_id).await.unwrap().status,
+            TaskStatus::Working
+        );
+        assert_eq!(gone.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_ended_task_is_not_failed_by_a_late_reader() {
+        let store = Arc::new(Spy::default());
+        let gone = Arc::new(Gone(true.into(), 0.into()));
+        let tasks = fleet(store.clone(), gone);
+        let mut done = foreign("t", None, "other", 1);
+        done.status = TaskStatus::Completed;
+        done.result = Some(serde_json::json!({"content": []}));
+        store.put(&done).await;
+        assert_eq!(tasks.get(None, "t").await, Some(done));
+    }
+
+    #[tokio::test]
+    async fn cancel_signals_the_executor_only_for_a_task_running_elsewhere() {
+        let store = Arc::new(Spy::default());
+        let tasks = fleet(store.clone(), Arc::new(Gone(false.into(), 0.into())));
+        let token = CancellationToken::new();
+        let (here, _) = tasks.begin(None, token.clone()).await.unwrap();
+        let r = tasks.cancel(here.clone()).await;
+        assert_eq!(r.status, TaskStatus::Cancelled);
+        assert!(token.is_cancelled(), "stopped here");
+        store.put(&foreign("far", None, "other", 1)).await;
+        let far = tasks.get(None, "far").await.unwrap();
+        assert_eq!(tasks.cancel(far).await.status, TaskStatus::Cancelled);
+        assert_eq!(*store.signals.lock(), vec!["far".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn follow_stops_tasks_cancelled_elsewhere_and_resyncs_after_a_gap() {
+        let store = Arc::new(Spy::default());
+        let tasks = Arc::new(fleet(store.clone(), Arc::new(Gone(false.into(), 0.into()))));
+        let (a_token, b_token) = (CancellationToken::new(), CancellationToken::new());
+        let (a, _) = tasks.begin(None, a_token.clone()).await.unwrap();
+        let (b, _) = tasks.begin(None, b_token.clone()).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let follower = tokio::spawn({
+            let tasks = tasks.clone();
+            async move { tasks.follow(rx).await }
+        });
+        tx.send(CancelSignal::Cancel(a.task_id.clone()))
+            .await
+            .unwrap();
+        tx.send(CancelSignal::Cancel("unknown".into()))
+            .await
+            .unwrap();
+        // b was cancelled elsewhere while no signal could arrive: the resync finds its record.
+        let mut cancelled = b.clone();
+        cancelled.status = TaskStatus::Cancelled;
+        store.put(&cancelled).await;
+        tx.send(CancelSignal::Resync).await.unwrap();
+        drop(tx);
+        tokio::time::timeout(Duration::from_secs(5), follower)
+            .await
+            .expect("follow ends with its signals")
+            .unwrap();
+        assert!(a_token.is_cancelled());
+        assert!(b_token.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn fail_tasks_of_is_a_no_op_in_memory() {
+        let tasks = Tasks::new(Arc::new(MemoryTaskStore::default()), &TaskConfig::default());
+        let (r, _) = tasks.begin(None, CancellationToken::new()).await.unwrap();
+        assert_eq!(r.executor, None, "a single instance names no executor");
+        assert_eq!(tasks.fail_tasks_of("me", u64::MAX).await, 0);
+        assert_eq!(
+            tasks.get(None, &r.task_id).await.unwrap().status,
+            TaskStatus::Working
+        );
     }
 }

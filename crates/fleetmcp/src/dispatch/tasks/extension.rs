@@ -139,8 +139,9 @@ fn gate(ctx: &RequestContext) -> Result<(), ErrorData> {
 }
 
 async fn record(app: &App, task_id: &str) -> Result<TaskRecord, ErrorData> {
+    // A task of no session: filed under no owner.
     app.tasks()
-        .get(task_id)
+        .get(None, task_id)
         .await
         .ok_or_else(|| unknown(task_id))
 }
@@ -197,7 +198,7 @@ pub(crate) async fn cancel(app: &App, ctx: &RequestContext, p: Option<&RawValue>
     let r = record(app, &task_id).await?;
     // Cancelling a finished task is a no-op with the same answer.
     if !r.status.is_terminal() {
-        super::session::cancel_record(app, r).await;
+        app.tasks().cancel(r).await;
     }
     respond(app, ctx, &json!({}), None)
 }

@@ -38,7 +38,7 @@ pub(super) async fn launch(
     cancel: CancellationToken,
     start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
-    let (record, running) = app.tasks().begin(owner, cancel.clone()).await?;
+    let (record, running) = app.tasks().begin(owner.clone(), cancel.clone()).await?;
     // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
     let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
@@ -61,7 +61,9 @@ pub(super) async fn launch(
             _ = cancel.cancelled() => None,
         };
         app.tasks()
-            .end(&id, |record| record_outcome(record, ended))
+            .end(owner.as_deref(), &id, |record| {
+                record_outcome(record, ended)
+            })
             .await;
     });
     Ok(record)

@@ -73,7 +73,7 @@ async fn owned(
     p: Option<&RawValue>,
 ) -> Result<TaskRecord, ErrorData> {
     let SessionTaskParams { task_id } = params(p)?;
-    match app.tasks().get(&task_id).await {
+    match app.tasks().get(Some(&*session.id), &task_id).await {
         Some(r) if r.owner.as_deref() == Some(&*session.id) => Ok(r),
         _ => Err(unknown(&task_id)),
     }
@@ -99,7 +99,7 @@ pub(crate) async fn result(
         }
         r = app
             .tasks()
-            .get(&r.task_id)
+            .get(r.owner.as_deref(), &r.task_id)
             .await
             .ok_or_else(|| unknown(&r.task_id))?;
     }
@@ -144,17 +144,6 @@ pub(crate) async fn cancel(app: &App, session: &Session, p: Option<&RawValue>) -
                 .unwrap_or_default()
         )));
     }
-    let r = cancel_record(app, r).await;
+    let r = app.tasks().cancel(r).await;
     raw(&session_task(&r))
-}
-
-/// Cancels a task that has not ended: stops it if it runs here, and records it cancelled.
-pub(super) async fn cancel_record(app: &App, mut r: TaskRecord) -> TaskRecord {
-    if let Some(running) = app.tasks().running(&r.task_id) {
-        running.cancel.cancel();
-    }
-    r.status = TaskStatus::Cancelled;
-    r.input_requests.clear();
-    app.tasks().update(r.clone()).await;
-    r
 }

@@ -1,0 +1,499 @@
+//! Task records in Redis, shared by every instance of a fleet (and used whenever the server has
+//! Redis), so that any instance answers `tasks/get`, `tasks/list` and `tasks/result`.
+//!
+//! Layout, under `<redis.key_prefix>task:` (`mcp:task:` by default, the contract's prefix):
+//!
+//! | Key or channel | Type | What |
+//! |---|---|---|
+//! | `records:{sessionId}:{taskId}` | string (JSON) | a 2025-11-25 task's record (the contract's key) |
+//! | `records::{taskId}` | string (JSON) | a task of no session (2026-07-28): the same shape with an empty session segment, so `get` finds it from the id alone with one `GET` |
+//! | `session:{sessionId}` | sorted set | the session's task ids, scored by expiry (Unix ms): what `tasks/list` reads, and its bound |
+//! | `executor:{nodeId}` | set | record keys of the tasks not ended yet that `nodeId` runs: what the orphan scanner reads |
+//! | `cancel:{taskId}` | channel | `1` asks the executor to stop the task |
+//!
+//! A record is written with `PX ttlMs` when the task starts and with `KEEPTTL` after, so it
+//! lives until its `expiresAt` (creation + `ttlMs`), as the contract says; the indexes expire
+//! with the newest record they hold. Every write goes through a script that refuses to rewrite
+//! a record that has ended: a task's end is final, whoever wrote it first (the executor's
+//! result, a cancel from another instance, or the failure of an orphaned task), so a late write
+//! of the executor cannot undo a cancel or an orphan's failure. A record that expired is not
+//! written again.
+//!
+//! Cancel signals: each instance holds one pattern subscription, `cancel:*`, instead of one
+//! subscription (and connection) per running task; cancels are rare, so every instance reading
+//! every cancel costs less than a connection per task.
+//!
+//! Bounds: a session keeps at most `tasks.max_tasks_per_owner` live records (when full, its
+//! oldest ended record is dropped; with none ended, the new task is refused, as in memory).
+//! Tasks of no session are bounded by their lifetime only; `tasks.max_result_bytes` bounds each
+//! record. Every command is bounded by the shared connection's timeout.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{TaskLimits, TaskRecord, TaskStore, TaskStoreError, TaskStoreFull};
+use crate::redis_conn::{CommandError, RedisConn};
+
+/// What a shared store tells the instance about tasks cancelled elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CancelSignal {
+    /// `tasks/cancel` reached another instance for this task.
+    Cancel(String),
+    /// The subscription was (re)made: signals sent meanwhile were lost, so the instance checks
+    /// the records of the tasks it runs.
+    Resync,
+}
+
+/// Lua helpers every script shares: a record's status (read from the front of the JSON, where
+/// serde writes `taskId` then `status`, so a large result is not decoded), and whether it ended.
+const HELPERS: &str = r#"
+local function status_of(v)
+  local s = string.match(v, '^{"taskId":"[^"]*","status":"([%a_]+)"')
+  if s then return s end
+  local ok, r = pcall(cjson.decode, v)
+  if ok and type(r) == 'table' and type(r.status) == 'string' then return r.status end
+  return nil
+end
+local function ended(s)
+  return s == 'completed' or s == 'failed' or s == 'cancelled'
+end
+"#;
+
+/// Creates a record. KEYS: record, executor index ('' none), session index ('' none).
+/// ARGV: record JSON, ttl ms, max per session, task id, the session's record-key prefix.
+/// Returns 1, or 0 when the session is full of records not ended.
+const CREATE: &str = r#"
+local ttl = tonumber(ARGV[2])
+if KEYS[3] ~= '' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+    local freed = false
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+      local key = ARGV[5] .. id
+      local v = redis.call('GET', key)
+      if (not v) or ended(status_of(v)) then
+        redis.call('DEL', key)
+        redis.call('ZREM', KEYS[3], id)
+        freed = true
+        break
+      end
+    end
+    if not freed then return 0 end
+  end
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[4])
+  if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+if KEYS[2] ~= '' then
+  redis.call('SADD', KEYS[2], KEYS[1])
+  if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+end
+return 1
+"#;
+
+/// Rewrites a record. KEYS: record, executor index ('' none). ARGV: record JSON, '1' when it
+/// has ended; then optionally the expected status, `lastUpdatedAt` and executor node ('' none)
+/// of the stored record (the compare-and-set). Returns 1 written, 0 no such record, -1 the
+/// stored record has ended, -2 it changed.
+const WRITE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if ended(status_of(cur)) then return -1 end
+if ARGV[3] then
+  local ok, r = pcall(cjson.decode, cur)
+  if not ok or type(r) ~= 'table' or r.status ~= ARGV[3] or r.lastUpdatedAt ~= ARGV[4] then
+    return -2
+  end
+  local node = ''
+  if type(r.executor) == 'table' and type(r.executor.nodeId) == 'string' then
+    node = r.executor.nodeId
+  end
+  if node ~= ARGV[5] then return -2 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+if ARGV[2] == '1' and KEYS[2] ~= '' then redis.call('SREM', KEYS[2], KEYS[1]) end
+return 1
+"#;
+
+/// Records read per `MGET` when listing or scanning.
+const BATCH: usize = 100;
+
+/// Task records in Redis (see the module documentation for the layout). Cheap to clone.
+#[derive(Clone)]
+pub struct RedisTaskStore {
+    redis: RedisConn,
+    /// `<redis.key_prefix>task:`.
+    prefix: String,
+    max_tasks_per_owner: usize,
+}
+
+impl RedisTaskStore {
+    /// A store on `redis`, under `<key_prefix>task:` (`key_prefix` is the Redis configuration's,
+    /// `mcp:` by default), bounding each session's records at `limits.max_tasks_per_owner`.
+    pub fn new(redis: RedisConn, key_prefix: &str, limits: TaskLimits) -> Self {
+        Self {
+            redis,
+            prefix: format!("{key_prefix}task:"),
+            max_tasks_per_owner: limits.max_tasks_per_owner.max(1),
+        }
+    }
+
+    /// The key of a task's record: `records:{sessionId}:{taskId}`, or `records::{taskId}` for
+    /// a task of no session.
+    pub fn record_key(&self, owner: Option<&str>, task_id: &str) -> String {
+        format!("{}records:{}:{task_id}", self.prefix, owner.unwrap_or(""))
+    }
+
+    fn owner_index(&self, owner: &str) -> String {
+        format!("{}session:{owner}", self.prefix)
+    }
+
+    fn executor_index(&self, node: &str) -> String {
+        format!("{}executor:{node}", self.prefix)
+    }
+
+    fn executor_index_of(&self, record: &TaskRecord) -> String {
+        record
+            .executor
+            .as_ref()
+            .map(|e| self.executor_index(&e.node_id))
+            .unwrap_or_default()
+    }
+
+    /// The channel that asks the executor of `task_id` to stop it.
+    pub fn cancel_channel(&self, task_id: &str) -> String {
+        format!("{}cancel:{task_id}", self.prefix)
+    }
+
+    /// Rewrites a record, optionally only if the stored one is still `expect`'s (see [`WRITE`]).
+    async fn write(
+        &self,
+        record: &TaskRecord,
+        expect: Option<&TaskRecord>,
+    ) -> Result<i64, CommandError> {
+        let json = serde_json::to_string(record)
+            .map_err(|e| CommandError::Unavailable(format!("unserialisable record: {e}")))?;
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(format!("{HELPERS}{WRITE}"))
+            .arg(2)
+            .arg(self.record_key(record.owner.as_deref(), &record.task_id))
+            .arg(self.executor_index_of(record))
+            .arg(json)
+            .arg(if record.status.is_terminal() {
+                "1"
+            } else {
+                "0"
+            });
+        if let Some(seen) = expect {
+            let status = serde_json::to_value(seen.status)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            cmd.arg(status).arg(&seen.last_updated_at).arg(
+                seen.executor
+                    .as_ref()
+                    .map(|e| e.node_id.as_str())
+                    .unwrap_or(""),
+            );
+        }
+        self.redis.run(cmd).await
+    }
+
+    /// Reads records by key, `BATCH` per round trip; a missing or unreadable one is `None`.
+    async fn read_many(&self, keys: &[String]) -> Result<Vec<Option<TaskRecord>>, CommandError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH) {
+            let raw: Vec<Option<String>> = self
+                .redis
+                .run(redis::cmd("MGET").arg(chunk).clone())
+                .await?;
+            out.extend(
+                raw.into_iter()
+                    .map(|r| r.and_then(|r| serde_json::from_str(&r).ok())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Subscribes to every task's cancel channel (the first attempt is awaited, bounded by the
+    /// connection's timeouts) and keeps the subscription until `stop`, subscribing again when
+    /// it drops (100 ms doubling to 5 s). What arrives is handed on through the receiver, to
+    /// [`super::Tasks::follow`]: each cancel, and a [`CancelSignal::Resync`] after every
+    /// (re)subscription.
+    pub(crate) async fn listen_cancels(
+        &self,
+        stop: CancellationToken,
+    ) -> mpsc::Receiver<CancelSignal> {
+        let (tx, rx) = mpsc::channel(256);
+        let pattern = format!("{}cancel:*", self.prefix);
+        // Redis down at start: not waited for here; the loop below subscribes once it answers.
+        let first = if !self.redis.is_connected() {
+            None
+        } else {
+            match self.redis.psubscribe(&pattern).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, %pattern, "cannot subscribe to task cancel signals yet; retrying");
+                    None
+                }
+            }
+        };
+        let redis = self.redis.clone();
+        let channel_prefix = format!("{}cancel:", self.prefix);
+        tokio::spawn(async move {
+            let mut messages = first;
+            loop {
+                if let Some(stream) = messages.as_mut() {
+                    if tx.send(CancelSignal::Resync).await.is_err() {
+                        return;
+                    }
+                    loop {
+                        tokio::select! {
+                            m = stream.next() => match m {
+                                Some(m) => {
+                                    let channel = m.get_channel_name();
+                                    let Some(id) = channel.strip_prefix(&channel_prefix) else {
+                                        continue;
+                                    };
+                                    // A full queue means the instance is far behind; the
+                                    // resync after the next reconnect catches what is lost.
+                                    if tx.try_send(CancelSignal::Cancel(id.to_string())).is_err() {
+                                        tracing::warn!(task = %id, "a task cancel signal was dropped: too many pending");
+                                    }
+                                }
+                                None => break,
+                            },
+                            _ = stop.cancelled() => return,
+                        }
+                    }
+                    tracing::warn!(%pattern, "lost the task cancel subscription; subscribing again");
+                }
+                let mut delay = Duration::from_millis(100);
+                messages = loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                    match redis.psubscribe(&pattern).await {
+                        Ok(m) => break Some(m),
+                        Err(e) => {
+                            tracing::debug!(error = %e, %pattern, "subscribing to task cancel signals failed")
+                        }
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                };
+            }
+        });
+        rx
+    }
+}
+
+fn warn_failed(what: &str, task: &str, e: &CommandError) {
+    tracing::warn!(error = %e, task, "Redis task store: {what} failed");
+}
+
+#[async_trait]
+impl TaskStore for RedisTaskStore {
+    async fn put(&self, record: &TaskRecord) {
+        match self.write(record, None).await {
+            Ok(1) => {}
+            Ok(-1) => {
+                tracing::debug!(task = %record.task_id, "a write over an ended task was refused")
+            }
+            Ok(_) => {
+                tracing::debug!(task = %record.task_id, "a write to an expired task was dropped")
+            }
+            Err(e) => warn_failed("a write", &record.task_id, &e),
+        }
+    }
+
+    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
+        let json = serde_json::to_string(record)
+            .map_err(|e| TaskStoreError::Unavailable(format!("unserialisable record: {e}")))?;
+        let owner = record.owner.as_deref();
+        let cmd = redis::cmd("EVAL")
+            .arg(format!("{HELPERS}{CREATE}"))
+            .arg(3)
+            .arg(self.record_key(owner, &record.task_id))
+            .arg(self.executor_index_of(record))
+            .arg(owner.map(|o| self.owner_index(o)).unwrap_or_default())
+            .arg(json)
+            .arg(record.ttl_ms.max(1))
+            .arg(self.max_tasks_per_owner)
+            .arg(&record.task_id)
+            .arg(self.record_key(owner, ""))
+            .clone();
+        match self.redis.run::<i64>(cmd).await {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(TaskStoreError::Full(TaskStoreFull {
+                limit: "tasks.max_tasks_per_owner",
+                max: self.max_tasks_per_owner,
+            })),
+            Err(e) => {
+                warn_failed("creating a record", &record.task_id, &e);
+                Err(TaskStoreError::Unavailable(e.to_string()))
+            }
+        }
+    }
+
+    async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+        let raw: Option<String> = match self
+            .redis
+            .run(
+                redis::cmd("GET")
+                    .arg(self.record_key(owner, task_id))
+                    .clone(),
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                warn_failed("a read", task_id, &e);
+                return None;
+            }
+        };
+        let raw = raw?;
+        match serde_json::from_str(&raw) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, task = task_id, "Redis task store: an unreadable record was ignored");
+                None
+            }
+        }
+    }
+
+    async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+        let ids: Vec<String> = match self
+            .redis
+            .run(
+                redis::cmd("ZRANGE")
+                    .arg(self.owner_index(owner))
+                    .arg(0)
+                    .arg(-1)
+                    .clone(),
+            )
+            .await
+        {
+            Ok(ids) => ids,
+            Err(e) => {
+                warn_failed("listing a session's tasks", "", &e);
+                return Vec::new();
+            }
+        };
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| self.record_key(Some(owner), id))
+            .collect();
+        let mut out: Vec<TaskRecord> = match self.read_many(&keys).await {
+            Ok(records) => records.into_iter().flatten().collect(),
+            Err(e) => {
+                warn_failed("listing a session's tasks", "", &e);
+                return Vec::new();
+            }
+        };
+        out.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.task_id.cmp(&b.task_id))
+        });
+        out
+    }
+
+    async fn replace_if_unchanged(&self, seen: &TaskRecord, next: &TaskRecord) -> bool {
+        match self.write(next, Some(seen)).await {
+            Ok(1) => true,
+            Ok(_) => false,
+            Err(e) => {
+                warn_failed("a compare-and-set", &seen.task_id, &e);
+                false
+            }
+        }
+    }
+
+    async fn signal_cancel(&self, task_id: &str) {
+        let sent: Result<i64, _> = self
+            .redis
+            .run(
+                redis::cmd("PUBLISH")
+                    .arg(self.cancel_channel(task_id))
+                    .arg("1")
+                    .clone(),
+            )
+            .await;
+        if let Err(e) = sent {
+            // The record says cancelled already; the executor's end write will be refused,
+            // and it stops the task at its next resync.
+            warn_failed("sending a cancel signal", task_id, &e);
+        }
+    }
+
+    async fn fail_tasks_of(&self, node: &str, spawned_before: u64, error: &Value) -> usize {
+        let index = self.executor_index(node);
+        let keys: Vec<String> = match self
+            .redis
+            .run(redis::cmd("SMEMBERS").arg(&index).clone())
+            .await
+        {
+            Ok(k) => k,
+            Err(e) => {
+                warn_failed("reading an executor's tasks", node, &e);
+                return 0;
+            }
+        };
+        let records = match self.read_many(&keys).await {
+            Ok(r) => r,
+            Err(e) => {
+                warn_failed("reading an executor's tasks", node, &e);
+                return 0;
+            }
+        };
+        let mut failed = 0;
+        let mut done = Vec::new();
+        for (key, record) in keys.iter().zip(records) {
+            let Some(record) = record else {
+                done.push(key.clone());
+                continue;
+            };
+            let Some(ex) = &record.executor else {
+                done.push(key.clone());
+                continue;
+            };
+            if ex.node_id != node || record.status.is_terminal() {
+                done.push(key.clone());
+                continue;
+            }
+            if ex.spawned_at >= spawned_before {
+                // A newer process under the same machine id runs it.
+                continue;
+            }
+            let mut next = record.clone();
+            next.status = super::TaskStatus::Failed;
+            next.input_requests.clear();
+            next.result = None;
+            next.error = Some(error.clone());
+            next.last_updated_at = crate::clock::iso_now();
+            // Not written: it changed since it was read; the next scan looks again.
+            if self.replace_if_unchanged(&record, &next).await {
+                failed += 1;
+                done.push(key.clone());
+            }
+        }
+        if !done.is_empty() {
+            let removed: Result<i64, _> = self
+                .redis
+                .run(redis::cmd("SREM").arg(&index).arg(&done).clone())
+                .await;
+            if let Err(e) = removed {
+                warn_failed("pruning an executor's tasks", node, &e);
+            }
+        }
+        failed
+    }
+}

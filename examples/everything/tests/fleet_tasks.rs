@@ -1,0 +1,262 @@
+//! Background tasks across a fleet: two `everything` processes in distributed mode sharing a real
+//! redis-server, driven through the 2026-07-28 tasks extension (stateless: any instance may
+//! answer any request). A task started on A is read on B, cancelled through B (A's handler
+//! stops), and, when A is SIGKILLed, ends on B as failed with a clear message instead of staying
+//! `working`.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::Instance;
+use support_redis::RedisServer;
+
+const MODERN: &str = "2026-07-28";
+/// `fleetmcp::EXECUTOR_GONE_MESSAGE`, as clients read it.
+const EXECUTOR_GONE: &str = "The instance running this task stopped before it finished";
+
+/// An instance of `everything` in distributed mode with a short heartbeat (300 ms, 1.2 s
+/// lifetime), so that a crashed instance is known gone within about a second.
+fn start(machine: &str, redis: &RedisServer) -> Instance {
+    let url = redis.url();
+    Instance::start(
+        env!("CARGO_BIN_EXE_everything"),
+        &[
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", machine),
+            ("REDIS_URL", url.as_str()),
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1200"),
+        ],
+    )
+}
+
+/// One 2026-07-28 request declaring the tasks extension; the JSON-RPC answer.
+async fn modern(http: &reqwest::Client, url: &str, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    });
+    let name = params
+        .get("name")
+        .or_else(|| params.get("taskId"))
+        .or_else(|| params.get("uri"))
+        .and_then(Value::as_str)
+        .map(String::from);
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", method)
+        .timeout(Duration::from_secs(10));
+    if let Some(n) = name {
+        req = req.header("mcp-name", n);
+    }
+    let res = req
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} to {url}: {e}"));
+    res.json()
+        .await
+        .unwrap_or_else(|e| panic!("{method} answer: {e}"))
+}
+
+/// Starts `tool` as a task through `url`; its id.
+async fn start_task(http: &reqwest::Client, url: &str, tool: &str, args: Value) -> String {
+    let v = modern(
+        http,
+        url,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+    .await;
+    assert_eq!(v["result"]["resultType"], "task", "{v}");
+    assert_eq!(v["result"]["status"], "working", "{v}");
+    v["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no taskId: {v}"))
+        .to_string()
+}
+
+async fn get(http: &reqwest::Client, url: &str, task: &str) -> Value {
+    let v = modern(http, url, "tasks/get", json!({"taskId": task})).await;
+    assert!(v.get("error").is_none(), "tasks/get failed: {v}");
+    v["result"].clone()
+}
+
+/// The `test://stats` counters of one instance (test_cancellable_task's handler runs there).
+async fn stats(http: &reqwest::Client, url: &str) -> Value {
+    let v = modern(http, url, "resources/read", json!({"uri": "test://stats"})).await;
+    let text = v["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stats: {v}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("stats {text}: {e}"))
+}
+
+/// Polls `tasks/get` through `url` every 50 ms until the status is `status`, failing after
+/// `limit`; the record then.
+async fn wait_status(
+    http: &reqwest::Client,
+    url: &str,
+    task: &str,
+    status: &str,
+    limit: Duration,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let r = get(http, url, task).await;
+        if r["status"] == status {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {task} not {status} within {limit:?}: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_on_a_is_followed_on_b_until_its_result() {
+    let redis = RedisServer::start();
+    let a = start("node-a", &redis);
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "slow_compute",
+        json!({"seconds": 1.5, "label": "fleet"}),
+    )
+    .await;
+    // B has never seen the task: it reads the shared record.
+    let seen = get(&http, &b.mcp_url(), &id).await;
+    assert_eq!(seen["status"], "working", "{seen}");
+    assert_eq!(seen["taskId"], id.as_str());
+    // The record names its executor, under the contract's prefix (no session: empty segment).
+    let raw = redis.cli(&["GET", &format!("mcp:task:records::{id}")]);
+    let stored: Value = serde_json::from_str(&raw).unwrap_or_else(|e| panic!("{raw}: {e}"));
+    assert_eq!(stored["executor"]["nodeId"], "node-a", "{stored}");
+    assert!(stored["executor"]["spawnedAt"].is_u64(), "{stored}");
+    let ttl: i64 = redis
+        .cli(&["PTTL", &format!("mcp:task:records::{id}")])
+        .parse()
+        .unwrap_or(-3);
+    assert!(
+        ttl > 3_000_000 && ttl <= 3_600_000,
+        "lives ttlMs (1 h): {ttl}"
+    );
+
+    let done = wait_status(
+        &http,
+        &b.mcp_url(),
+        &id,
+        "completed",
+        Duration::from_secs(10),
+    )
+    .await;
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert_eq!(text, "computed fleet after 1.5s", "{done}");
+    // A finished task leaves the executor's index (the orphan scanner's list).
+    assert_eq!(redis.cli(&["SCARD", "mcp:task:executor:node-a"]), "0");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_cancel_through_b_stops_the_handler_running_on_a() {
+    let redis = RedisServer::start();
+    let a = start("node-a", &redis);
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 30000}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats(&http, &a.mcp_url()).await["started"] != 1 {
+        assert!(Instant::now() < deadline, "the handler never started on A");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let v = modern(&http, &b.mcp_url(), "tasks/cancel", json!({"taskId": id})).await;
+    assert!(v.get("error").is_none(), "tasks/cancel on B: {v}");
+    let r = get(&http, &b.mcp_url(), &id).await;
+    assert_eq!(r["status"], "cancelled", "{r}");
+
+    // A's handler was dropped (its guard counts it), well before its 30 s of work.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let s = stats(&http, &a.mcp_url()).await;
+        if s["cancelled"] == 1 {
+            assert_eq!(s["completed"], 0, "{s}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's handler still runs after the cancel: {s}\n{}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        a.log()
+            .contains("a task was cancelled through another instance"),
+        "{}",
+        a.log()
+    );
+    // A, once stopped, did not rewrite the record: both instances say cancelled.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(get(&http, &a.mcp_url(), &id).await["status"], "cancelled");
+    assert_eq!(get(&http, &b.mcp_url(), &id).await["status"], "cancelled");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_instance_is_sigkilled_fails_on_b_with_a_clear_message() {
+    let redis = RedisServer::start();
+    let mut a = start("node-a", &redis);
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 60000}),
+    )
+    .await;
+    // Alive executor: B keeps reporting working (the heartbeat is there).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(get(&http, &b.mcp_url(), &id).await["status"], "working");
+
+    assert!(
+        a.signal_and_wait("KILL", Duration::from_secs(5)).is_some(),
+        "A did not die"
+    );
+    let killed = Instant::now();
+    let r = wait_status(&http, &b.mcp_url(), &id, "failed", Duration::from_secs(4)).await;
+    let after = killed.elapsed();
+    assert_eq!(r["error"]["message"], EXECUTOR_GONE, "{r}");
+    assert_eq!(r["error"]["data"]["executor"], "node-a", "{r}");
+    assert!(after < Duration::from_secs(4), "took {after:?}");
+    // The failure is in the shared record, not only in B's answer.
+    let raw = redis.cli(&["GET", &format!("mcp:task:records::{id}")]);
+    assert!(raw.contains("\"status\":\"failed\""), "{raw}");
+    assert!(raw.contains(EXECUTOR_GONE), "{raw}");
+    b.assert_no_panic_logged();
+}
