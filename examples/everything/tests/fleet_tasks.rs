@@ -260,3 +260,46 @@ async fn a_task_whose_instance_is_sigkilled_fails_on_b_with_a_clear_message() {
     assert!(raw.contains(EXECUTOR_GONE), "{raw}");
     b.assert_no_panic_logged();
 }
+
+/// Without anyone asking for it, the orphan scanner ends a SIGKILLed instance's running task as
+/// failed in the shared record (the scanner's first run comes one heartbeat interval plus the
+/// 5 s grace period after B started).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphan_scanner_fails_a_dead_instances_tasks_unasked() {
+    let redis = RedisServer::start();
+    let mut a = start("node-a", &redis);
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 60000}),
+    )
+    .await;
+    let key = format!("mcp:task:records::{id}");
+    assert!(redis.cli(&["GET", &key]).contains("\"status\":\"working\""));
+    assert!(
+        a.signal_and_wait("KILL", Duration::from_secs(5)).is_some(),
+        "A did not die"
+    );
+    let killed = Instant::now();
+    loop {
+        let raw = redis.cli(&["GET", &key]);
+        if raw.contains("\"status\":\"failed\"") {
+            assert!(raw.contains(EXECUTOR_GONE), "{raw}");
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the scanner did not fail the task; record: {raw}\n--- B log ---\n{}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "the scanner failed the dead instance's task {:?} after the kill",
+        killed.elapsed()
+    );
+    b.assert_no_panic_logged();
+}
