@@ -855,3 +855,103 @@ async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
     assert_eq!(res.status(), 200);
     assert!(read_events(res, 100).await.len() >= 10);
 }
+
+/// Commands Redis has run since its statistics were last reset (`INFO commandstats`), besides
+/// the test's own `CONFIG` and `INFO`.
+fn commands_run(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter(|l| !l.starts_with("config|") && !l.starts_with("info:"))
+        .filter_map(|l| {
+            let calls = l.split("calls=").nth(1)?;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Client-side caching: once Redis confirmed a held session's record and tracks it, calls on the
+/// session run no Redis command at all; a DELETE on another instance is still seen by the
+/// holder's very next request (Redis pushes the invalidation), and so is a record that another
+/// connection deleted behind everyone's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
+    let redis = RedisServer::start();
+    let a = instance(
+        "desk-a",
+        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
+    )
+    .await;
+    let b = instance(
+        "desk-b",
+        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
+    )
+    .await;
+    let c = http();
+    let open = |url: String| {
+        let c = c.clone();
+        async move {
+            let res = post(&c, &url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}))
+            .send()
+            .await
+            .unwrap();
+            assert_eq!(res.status(), 200);
+            res.headers()["mcp-session-id"]
+                .to_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let call = |url: String, sid: String, id: u64| {
+        let c = c.clone();
+        async move {
+            post(
+                &c,
+                &url,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "hello", "arguments": {}}}),
+            )
+            .send()
+            .await
+            .unwrap()
+        }
+    };
+    let sid = open(a.mcp.clone()).await;
+    // The first call checks the record (and Redis starts tracking it for A).
+    assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    for i in 0..50 {
+        let res = call(a.mcp.clone(), sid.clone(), 10 + i).await;
+        assert_eq!(res.status(), 200);
+    }
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    assert_eq!(
+        commands_run(&redis),
+        0,
+        "50 calls on a held, tracked session ran Redis commands:\n{stats}"
+    );
+
+    // A DELETE sent to B (which does not hold it) reaches A's next request.
+    let res = c
+        .delete(&b.mcp)
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", LATEST)
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    let res = call(a.mcp.clone(), sid.clone(), 99).await;
+    assert_eq!(res.status(), 404, "A saw the DELETE made on B");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["message"], "session expired");
+
+    // A record deleted by hand (another connection) is seen the same way.
+    let sid = open(a.mcp.clone()).await;
+    assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
+    assert_eq!(call(a.mcp.clone(), sid.clone(), 2).await.status(), 200);
+    redis.cli(&["DEL", &format!("mcp:session:{sid}")]);
+    assert_eq!(call(a.mcp.clone(), sid.clone(), 3).await.status(), 404);
+}

@@ -22,7 +22,7 @@ const CLIENT_DEADLINE: Duration = Duration::from_secs(60);
 /// Steps `client.mjs` reports, in order: each is a prefix of the printed step.
 const TS_STEPS: &[&str] = &[
     "connect: session ",
-    "listTools: 3 tools",
+    "listTools: 4 tools",
     "open_ticket: id ",
     "close_ticket: id ",
     "readResource helpdesk://tickets/",
@@ -36,7 +36,7 @@ const TS_STEPS: &[&str] = &[
 /// Steps `client.py` reports, in order: each is a prefix of the printed step.
 const PY_STEPS: &[&str] = &[
     "connect: session ",
-    "list_tools: 3 tools",
+    "list_tools: 4 tools",
     "open_ticket: id ",
     "close_ticket: id ",
     "read_resource helpdesk://tickets/",
@@ -208,7 +208,7 @@ fn python_sdk_sse_client_drives_help_desk() {
         .unwrap_or_default();
     let expected = [
         "initialize: protocol",
-        "list_tools: 3 tools",
+        "list_tools: 4 tools",
         "open_ticket: id",
         "read_resource helpdesk://policies/sla",
     ];
