@@ -4,6 +4,11 @@
 //! HKDF-SHA256 from `MCP_SESSION_SECRET`. Any instance with the same secret can open it, so an
 //! id proves it was minted by this deployment before anything is looked up: an id that does not
 //! open is answered `404 invalid session id` and never reaches a store.
+//!
+//! The payload is packed in binary (see [`pack`]): an id is about 90 characters instead of the
+//! 290 a JSON payload takes, and it is written twice per stored session (key and record) and
+//! sent with every request. Ids minted with a JSON payload (earlier versions, or a payload the
+//! packing cannot carry) still open.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -62,7 +67,10 @@ impl SessionSealer {
     }
 
     pub fn seal(&self, payload: &SessionIdPayload) -> Option<String> {
-        let plain = serde_json::to_vec(payload).ok()?;
+        let plain = match pack(payload) {
+            Some(packed) => packed,
+            None => serde_json::to_vec(payload).ok()?,
+        };
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let nonce = XNonce::from(nonce_bytes);
         let sealed = self
@@ -92,8 +100,90 @@ impl SessionSealer {
             .ciphers
             .iter()
             .find_map(|c| c.decrypt(&nonce, sealed).ok())?;
-        serde_json::from_slice(&plain).ok()
+        match plain.first() {
+            Some(&PACKED) => unpack(&plain),
+            _ => serde_json::from_slice(&plain).ok(),
+        }
     }
+}
+
+/// The first byte of a packed payload (a JSON payload starts with `{`).
+const PACKED: u8 = 2;
+/// `flags`: the session is public.
+const PUBLIC: u8 = 1;
+/// `flags`: `auth_sig` is the literal `public` (and is not written out).
+const SIG_PUBLIC: u8 = 2;
+/// Transports by code; an id of any other transport keeps a JSON payload.
+const PROTOCOLS: [&str; 2] = ["streamable-http", "legacy-sse"];
+
+/// `[2][flags][iat: LEB128][protocol code][uuid: 16 bytes][auth_sig: u8 length + bytes, unless
+/// SIG_PUBLIC][node_id: the rest]`. `None` when the payload does not fit this shape (a uuid that
+/// is not canonical, an unknown transport, a long `auth_sig`): it is then sealed as JSON.
+fn pack(p: &SessionIdPayload) -> Option<Vec<u8>> {
+    let uuid = uuid::Uuid::parse_str(&p.uuid).ok()?;
+    if uuid.hyphenated().to_string() != p.uuid {
+        return None;
+    }
+    let protocol = PROTOCOLS.iter().position(|k| *k == p.protocol)? as u8;
+    let mut out = Vec::with_capacity(32 + p.node_id.len());
+    let sig_public = p.auth_sig == "public";
+    out.push(PACKED);
+    out.push(u8::from(p.is_public) * PUBLIC | u8::from(sig_public) * SIG_PUBLIC);
+    let mut iat = p.iat;
+    loop {
+        let byte = (iat & 0x7f) as u8;
+        iat >>= 7;
+        if iat == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
+    out.push(protocol);
+    out.extend_from_slice(uuid.as_bytes());
+    if !sig_public {
+        out.push(u8::try_from(p.auth_sig.len()).ok()?);
+        out.extend_from_slice(p.auth_sig.as_bytes());
+    }
+    out.extend_from_slice(p.node_id.as_bytes());
+    Some(out)
+}
+
+/// The inverse of [`pack`]; `None` for anything malformed.
+fn unpack(b: &[u8]) -> Option<SessionIdPayload> {
+    let (&flags, mut rest) = b.get(1..)?.split_first()?;
+    let mut iat: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let (&byte, tail) = rest.split_first()?;
+        rest = tail;
+        iat |= u64::from(byte & 0x7f).checked_shl(shift)?;
+        if byte & 0x80 == 0 {
+            break;
+        }
+        if shift >= 63 {
+            return None;
+        }
+    }
+    let (&protocol, rest) = rest.split_first()?;
+    let protocol = PROTOCOLS.get(usize::from(protocol))?;
+    let uuid = uuid::Uuid::from_slice(rest.get(..16)?).ok()?;
+    let mut rest = &rest[16..];
+    let auth_sig = if flags & SIG_PUBLIC != 0 {
+        "public".to_string()
+    } else {
+        let (&len, tail) = rest.split_first()?;
+        let sig = std::str::from_utf8(tail.get(..usize::from(len))?).ok()?;
+        rest = &tail[usize::from(len)..];
+        sig.to_string()
+    };
+    Some(SessionIdPayload {
+        node_id: std::str::from_utf8(rest).ok()?.to_string(),
+        uuid: uuid.hyphenated().to_string(),
+        iat,
+        protocol: (*protocol).to_string(),
+        auth_sig,
+        is_public: flags & PUBLIC != 0,
+    })
 }
 
 #[cfg(test)]
@@ -109,6 +199,57 @@ mod tests {
             auth_sig: "public".into(),
             is_public: true,
         }
+    }
+
+    fn minted() -> SessionIdPayload {
+        SessionIdPayload {
+            uuid: "6f9619ff-8b86-4d11-b42d-00c04fc964ff".into(),
+            ..payload()
+        }
+    }
+
+    #[test]
+    fn a_minted_payload_is_packed_short_and_json_ids_still_open() {
+        let s = SessionSealer::new(b"a shared secret of some length");
+        let id = s.seal(&minted()).unwrap();
+        assert_eq!(s.open(&id), Some(minted()));
+        // 24 nonce + 1 + 1 + 5 (iat) + 1 + 16 + 6 ("desk-a") + 16 tag = 70 bytes.
+        assert_eq!(id.len(), 94, "{id}");
+        // An id an earlier version sealed with a JSON payload opens to the same payload.
+        let json = serde_json::to_vec(&minted()).unwrap();
+        let nonce = XNonce::from([7u8; NONCE_LEN]);
+        let sealed = s.ciphers[0].encrypt(&nonce, json.as_slice()).unwrap();
+        let old = URL_SAFE_NO_PAD.encode([[7u8; NONCE_LEN].as_slice(), &sealed].concat());
+        assert!(old.len() > 200);
+        assert_eq!(s.open(&old), Some(minted()));
+        // A private session's signature and any transport of ours round-trip too.
+        let private = SessionIdPayload {
+            auth_sig: "3f1c".into(),
+            is_public: false,
+            protocol: "legacy-sse".into(),
+            ..minted()
+        };
+        assert_eq!(s.open(&s.seal(&private).unwrap()), Some(private));
+    }
+
+    #[test]
+    fn packing_refuses_what_it_cannot_carry_and_unpacking_malformed_bytes_fails() {
+        assert!(pack(&payload()).is_none(), "not a canonical uuid");
+        let other = SessionIdPayload {
+            protocol: "websocket".into(),
+            ..minted()
+        };
+        assert!(pack(&other).is_none());
+        let packed = pack(&minted()).unwrap();
+        for cut in 0..packed.len() - "desk-a".len() {
+            assert_eq!(unpack(&packed[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(
+            unpack(&[
+                PACKED, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
+            ]),
+            None
+        );
     }
 
     #[test]
@@ -183,10 +324,18 @@ mod props {
         (
             // Long enough, sometimes, that the sealed id passes MAX_ID_LEN.
             prop_oneof![".{0,24}", "[ -~]{1000,1700}"],
-            ".{0,36}",
+            // Canonical uuids and known transports, sometimes: those payloads are packed.
+            prop_oneof![
+                ".{0,36}",
+                any::<u128>().prop_map(|n| uuid::Uuid::from_u128(n).hyphenated().to_string()),
+            ],
             any::<u64>(),
-            ".{0,16}",
-            ".{0,16}",
+            prop_oneof![
+                ".{0,16}",
+                Just("streamable-http".to_string()),
+                Just("legacy-sse".to_string())
+            ],
+            prop_oneof![".{0,16}", Just("public".to_string()), ".{200,300}"],
             any::<bool>(),
         )
             .prop_map(|(node_id, uuid, iat, protocol, auth_sig, is_public)| {
