@@ -5,10 +5,12 @@
 //! id proves it was minted by this deployment before anything is looked up: an id that does not
 //! open is answered `404 invalid session id` and never reaches a store.
 //!
-//! The payload is packed in binary (see [`pack`]): an id is about 90 characters instead of the
-//! 290 a JSON payload takes, and it is written twice per stored session (key and record) and
-//! sent with every request. Ids minted with a JSON payload (earlier versions, or a payload the
-//! packing cannot carry) still open.
+//! A minted id is shorter: `base64url(uuid ‖ XChaCha20-Poly1305(packed payload))`, where the
+//! session's random uuid (16 bytes) is also the nonce (zero-extended; uuids never repeat) and the
+//! rest of the payload is packed in binary (see [`pack`]): 62 characters for a short machine id,
+//! instead of about 290 with a JSON payload. An id is written twice per stored session (key and
+//! record), indexed and tracked in Redis, and sent with every request. Ids with a JSON payload
+//! (earlier versions, or a payload the packing cannot carry) still open.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -67,10 +69,15 @@ impl SessionSealer {
     }
 
     pub fn seal(&self, payload: &SessionIdPayload) -> Option<String> {
-        let plain = match pack(payload) {
-            Some(packed) => packed,
-            None => serde_json::to_vec(payload).ok()?,
-        };
+        if let Some((uuid, packed)) = pack(payload) {
+            let sealed = self
+                .ciphers
+                .first()?
+                .encrypt(&uuid_nonce(&uuid), packed.as_slice())
+                .ok()?;
+            return Some(URL_SAFE_NO_PAD.encode([uuid.as_slice(), &sealed].concat()));
+        }
+        let plain = serde_json::to_vec(payload).ok()?;
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let nonce = XNonce::from(nonce_bytes);
         let sealed = self
@@ -90,6 +97,9 @@ impl SessionSealer {
             return None;
         }
         let raw = URL_SAFE_NO_PAD.decode(id).ok()?;
+        if let Some(p) = self.open_packed(&raw) {
+            return Some(p);
+        }
         if raw.len() <= NONCE_LEN {
             return None;
         }
@@ -100,11 +110,32 @@ impl SessionSealer {
             .ciphers
             .iter()
             .find_map(|c| c.decrypt(&nonce, sealed).ok())?;
-        match plain.first() {
-            Some(&PACKED) => unpack(&plain),
-            _ => serde_json::from_slice(&plain).ok(),
-        }
+        serde_json::from_slice(&plain).ok()
     }
+
+    /// Opens a minted (packed) id: the uuid in front is the nonce of the rest.
+    fn open_packed(&self, raw: &[u8]) -> Option<SessionIdPayload> {
+        if raw.len() <= UUID_LEN {
+            return None;
+        }
+        let (uuid, sealed) = raw.split_at(UUID_LEN);
+        let uuid: [u8; UUID_LEN] = uuid.try_into().ok()?;
+        let nonce = uuid_nonce(&uuid);
+        let plain = self
+            .ciphers
+            .iter()
+            .find_map(|c| c.decrypt(&nonce, sealed).ok())?;
+        unpack(&uuid, &plain)
+    }
+}
+
+const UUID_LEN: usize = 16;
+
+/// The nonce of a packed id: its uuid, zero-extended.
+fn uuid_nonce(uuid: &[u8; UUID_LEN]) -> XNonce {
+    let mut nonce = [0u8; NONCE_LEN];
+    nonce[..UUID_LEN].copy_from_slice(uuid);
+    XNonce::from(nonce)
 }
 
 /// The first byte of a packed payload (a JSON payload starts with `{`).
@@ -116,10 +147,11 @@ const SIG_PUBLIC: u8 = 2;
 /// Transports by code; an id of any other transport keeps a JSON payload.
 const PROTOCOLS: [&str; 2] = ["streamable-http", "legacy-sse"];
 
-/// `[2][flags][iat: LEB128][protocol code][uuid: 16 bytes][auth_sig: u8 length + bytes, unless
-/// SIG_PUBLIC][node_id: the rest]`. `None` when the payload does not fit this shape (a uuid that
-/// is not canonical, an unknown transport, a long `auth_sig`): it is then sealed as JSON.
-fn pack(p: &SessionIdPayload) -> Option<Vec<u8>> {
+/// The uuid's bytes, and `[2][flags][iat: LEB128][protocol code][auth_sig: u8 length + bytes,
+/// unless SIG_PUBLIC][node_id: the rest]`. `None` when the payload does not fit this shape (a
+/// uuid that is not canonical, an unknown transport, a long `auth_sig`): it is then sealed as
+/// JSON.
+fn pack(p: &SessionIdPayload) -> Option<([u8; UUID_LEN], Vec<u8>)> {
     let uuid = uuid::Uuid::parse_str(&p.uuid).ok()?;
     if uuid.hyphenated().to_string() != p.uuid {
         return None;
@@ -140,17 +172,19 @@ fn pack(p: &SessionIdPayload) -> Option<Vec<u8>> {
         out.push(byte | 0x80);
     }
     out.push(protocol);
-    out.extend_from_slice(uuid.as_bytes());
     if !sig_public {
         out.push(u8::try_from(p.auth_sig.len()).ok()?);
         out.extend_from_slice(p.auth_sig.as_bytes());
     }
     out.extend_from_slice(p.node_id.as_bytes());
-    Some(out)
+    Some((*uuid.as_bytes(), out))
 }
 
 /// The inverse of [`pack`]; `None` for anything malformed.
-fn unpack(b: &[u8]) -> Option<SessionIdPayload> {
+fn unpack(uuid: &[u8; UUID_LEN], b: &[u8]) -> Option<SessionIdPayload> {
+    if b.first() != Some(&PACKED) {
+        return None;
+    }
     let (&flags, mut rest) = b.get(1..)?.split_first()?;
     let mut iat: u64 = 0;
     for shift in (0..64).step_by(7) {
@@ -164,10 +198,9 @@ fn unpack(b: &[u8]) -> Option<SessionIdPayload> {
             return None;
         }
     }
-    let (&protocol, rest) = rest.split_first()?;
+    let (&protocol, mut rest) = rest.split_first()?;
     let protocol = PROTOCOLS.get(usize::from(protocol))?;
-    let uuid = uuid::Uuid::from_slice(rest.get(..16)?).ok()?;
-    let mut rest = &rest[16..];
+    let uuid = uuid::Uuid::from_bytes(*uuid);
     let auth_sig = if flags & SIG_PUBLIC != 0 {
         "public".to_string()
     } else {
@@ -213,8 +246,8 @@ mod tests {
         let s = SessionSealer::new(b"a shared secret of some length");
         let id = s.seal(&minted()).unwrap();
         assert_eq!(s.open(&id), Some(minted()));
-        // 24 nonce + 1 + 1 + 5 (iat) + 1 + 16 + 6 ("desk-a") + 16 tag = 70 bytes.
-        assert_eq!(id.len(), 94, "{id}");
+        // 16 uuid + 1 + 1 + 5 (iat) + 1 + 6 ("desk-a") + 16 tag = 46 bytes.
+        assert_eq!(id.len(), 62, "{id}");
         // An id an earlier version sealed with a JSON payload opens to the same payload.
         let json = serde_json::to_vec(&minted()).unwrap();
         let nonce = XNonce::from([7u8; NONCE_LEN]);
@@ -240,16 +273,15 @@ mod tests {
             ..minted()
         };
         assert!(pack(&other).is_none());
-        let packed = pack(&minted()).unwrap();
+        let (uuid, packed) = pack(&minted()).unwrap();
+        assert_eq!(unpack(&uuid, &packed), Some(minted()));
         for cut in 0..packed.len() - "desk-a".len() {
-            assert_eq!(unpack(&packed[..cut]), None, "cut at {cut}");
+            assert_eq!(unpack(&uuid, &packed[..cut]), None, "cut at {cut}");
         }
-        assert_eq!(
-            unpack(&[
-                PACKED, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80
-            ]),
-            None
-        );
+        let endless_iat = [
+            PACKED, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+        ];
+        assert_eq!(unpack(&uuid, &endless_iat), None);
     }
 
     #[test]
