@@ -174,7 +174,7 @@ impl RequestContext {
     /// The client's declared capabilities (of the session, or of this very request).
     pub fn client_capabilities(&self) -> &Value {
         match &self.inner.caller {
-            Caller::Session(s) => &s.client_capabilities,
+            Caller::Session(s) => s.client_capabilities(),
             Caller::Stateless(r) => &r.meta.client_capabilities,
             Caller::Task(t) => &t.meta.client_capabilities,
         }
@@ -184,7 +184,7 @@ impl RequestContext {
     /// this 2026-07-28 request's `_meta`), if it said anything.
     pub fn client_info(&self) -> Option<&Value> {
         let info = match &self.inner.caller {
-            Caller::Session(s) => Some(&s.client_info),
+            Caller::Session(s) => Some(s.client_info()),
             Caller::Stateless(r) => r.meta.client_info.as_ref(),
             Caller::Task(t) => t.meta.client_info.as_ref(),
         };

@@ -681,12 +681,13 @@ impl Sessions {
 
     /// The record of a held session, naming this instance as its holder.
     fn record_of(&self, session: &Session) -> SessionRecord {
+        let (client_info, client_capabilities) = session.client_values();
         SessionRecord {
             id: session.id.to_string(),
             node_id: self.machine_id.clone(),
             protocol_version: session.version.as_str().into(),
-            client_info: session.client_info.clone(),
-            client_capabilities: session.client_capabilities.clone(),
+            client_info,
+            client_capabilities,
             created_at: unix_ms(),
             epoch: session.epoch(),
         }

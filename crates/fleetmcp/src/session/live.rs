@@ -18,6 +18,39 @@ use crate::protocol::{LogLevel, ProtocolVersion};
 /// The client's answer to a request the server sent it.
 pub type ClientReply = Result<Value, crate::protocol::ErrorData>;
 
+/// A JSON value a session keeps from `initialize` and rarely reads: kept as its text (a parsed
+/// object costs a whole B-tree node, over 600 bytes, however few its fields), parsed on first
+/// use.
+struct LazyJson {
+    text: Box<str>,
+    parsed: std::sync::OnceLock<Value>,
+}
+
+impl LazyJson {
+    fn new(value: &Value) -> Self {
+        Self {
+            text: value.to_string().into_boxed_str(),
+            parsed: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &Value {
+        self.parsed.get_or_init(|| self.parse())
+    }
+
+    /// A copy, without keeping the parsed value (for writing the session's record).
+    fn to_value(&self) -> Value {
+        match self.parsed.get() {
+            Some(v) => v.clone(),
+            None => self.parse(),
+        }
+    }
+
+    fn parse(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
 const UNCONFIRMED: u8 = 0;
 const CHECKING: u8 = 1;
 const CONFIRMED: u8 = 2;
@@ -26,8 +59,8 @@ const CONFIRMED: u8 = 2;
 pub struct Session {
     pub id: Arc<str>,
     pub version: ProtocolVersion,
-    pub client_info: Value,
-    pub client_capabilities: Value,
+    client_info: LazyJson,
+    client_capabilities: LazyJson,
     log_level: AtomicU8,
     /// Whether the session store holds a record of it (false when it was created while the
     /// store was unreachable).
@@ -67,8 +100,8 @@ impl Session {
         Self {
             id,
             version,
-            client_info,
-            client_capabilities,
+            client_info: LazyJson::new(&client_info),
+            client_capabilities: LazyJson::new(&client_capabilities),
             log_level: AtomicU8::new(LogLevel::Info as u8),
             persisted: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
@@ -147,7 +180,25 @@ impl Session {
 
     /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`, ...).
     pub fn client_supports(&self, capability: &str) -> bool {
-        self.client_capabilities.get(capability).is_some()
+        self.client_capabilities().get(capability).is_some()
+    }
+
+    /// The client's `clientInfo` from `initialize`.
+    pub fn client_info(&self) -> &Value {
+        self.client_info.get()
+    }
+
+    /// Copies of `clientInfo` and the capabilities, for the session's stored record.
+    pub(crate) fn client_values(&self) -> (Value, Value) {
+        (
+            self.client_info.to_value(),
+            self.client_capabilities.to_value(),
+        )
+    }
+
+    /// The client's capabilities from `initialize`.
+    pub fn client_capabilities(&self) -> &Value {
+        self.client_capabilities.get()
     }
 
     /// Registers a running request; the token fires on `notifications/cancelled`. `None` when
@@ -163,7 +214,12 @@ impl Session {
         Some(token)
     }
     pub(crate) fn finish_request(&self, raw_id: &str) {
-        self.inflight.lock().remove(raw_id);
+        let mut inflight = self.inflight.lock();
+        inflight.remove(raw_id);
+        if inflight.is_empty() {
+            // An idle session keeps no table (its buckets would stay allocated otherwise).
+            *inflight = HashMap::new();
+        }
     }
     /// Cancels a running request; false if none has that id.
     pub(crate) fn cancel_request(&self, raw_id: &str) -> bool {
