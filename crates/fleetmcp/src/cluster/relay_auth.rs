@@ -388,10 +388,10 @@ fn unseal(
         .ok()?;
     let mut rest = plain.as_slice();
     let mut take = || -> Option<&[u8]> {
-        let len_bytes: [u8; 8] = rest.get(..8)?.try_into().ok()?;
-        let len = usize::try_from(u64::from_be_bytes(len_bytes)).ok()?;
-        let field = rest.get(8..8usize.checked_add(len)?)?;
-        rest = &rest[8 + len..];
+        let (len, tail) = rest.split_first_chunk::<8>()?;
+        let len = usize::try_from(u64::from_be_bytes(*len)).ok()?;
+        let (field, tail) = tail.split_at_checked(len)?;
+        rest = tail;
         Some(field)
     };
     let mut out = Vec::new();
@@ -417,7 +417,7 @@ struct SeenNonces {
 }
 
 impl SeenNonces {
-    /// Remembers `nonce`; false if it was already there (a replay).
+    /// Remembers `nonce`: refused if it is already there (a replay) or there is no room left.
     fn remember(&mut self, nonce: u128, now_ms: u64, window_ms: u64) -> Result<(), Refusal> {
         let age = now_ms.saturating_sub(self.since_ms);
         if age >= 2 * window_ms {
@@ -755,6 +755,29 @@ mod tests {
         assert!(!h.contains_key("x-injected"));
         let auth: Vec<_> = h.get_all(header::AUTHORIZATION).iter().collect();
         assert_eq!(auth, [TOKEN], "only the sealed credential");
+    }
+
+    #[test]
+    fn sealed_credentials_that_do_not_open_are_refused_even_under_a_valid_mac() {
+        let keys = RelayKeys::new(SECRET, &[]);
+        let mut h = signed();
+        let auth = parse_auth(h.get(RELAY_AUTH).unwrap().as_bytes()).unwrap();
+        // Only a holder of the key could do this: a MAC over a sealed blob that is not one.
+        let junk = URL_SAFE_NO_PAD.encode([9u8; 40]);
+        h.insert(RELAY_SEALED, HeaderValue::from_str(&junk).unwrap());
+        let mac = mac_of(
+            &keys.pairs[0],
+            &subject("desk-b", "desk-a", "/mcp?x=1", BODY),
+            auth.ts,
+            &auth.nonce,
+            &auth.names,
+            &h,
+            junk.as_bytes(),
+        )
+        .finalize()
+        .into_bytes();
+        with_auth_field(&mut h, 4, &URL_SAFE_NO_PAD.encode(mac));
+        assert_eq!(check(&verifier(SECRET, &[]), &mut h), Err(Refusal::BadSeal));
     }
 
     #[test]
