@@ -642,11 +642,11 @@ impl Config {
                 "must be at least twice FRONTMCP_HA_HEARTBEAT_INTERVAL_MS, or jitter makes live instances look dead",
             );
         }
-        if self.ha.relay_window_ms < 1000 {
+        if !(1000..=600_000).contains(&self.ha.relay_window_ms) {
             return invalid(
                 "FLEETMCP_RELAY_WINDOW_MS",
                 self.ha.relay_window_ms.to_string(),
-                "must be at least 1000, or ordinary clock skew between instances refuses genuine relays",
+                "must be 1000 to 600000: shorter, ordinary clock skew between instances refuses genuine relays; longer, a captured request stays replayable (and its nonce remembered) that long",
             );
         }
         if let Some(secret) = &self.session_secret
@@ -803,6 +803,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn the_relay_window_is_30_s_and_bounded() {
+        assert_eq!(Config::default().ha.relay_window_ms, 30_000);
+        let cfg = Config::from_sources(None, [("FLEETMCP_RELAY_WINDOW_MS", "5000")]).unwrap();
+        assert_eq!(cfg.ha.relay_window_ms, 5_000);
+        for bad in ["999", "600001"] {
+            let err = Config::from_sources(None, [("FLEETMCP_RELAY_WINDOW_MS", bad)]).unwrap_err();
+            assert!(
+                err.to_string().contains("FLEETMCP_RELAY_WINDOW_MS"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -513,3 +513,121 @@ fn a_hop_signed_under_another_secret_is_refused() {
     );
     assert_eq!(tickets_titled(a.port(), &sid, &title), 1);
 }
+
+/// Reads `stream` until `needle` shows up; everything read so far. Fails the test after
+/// [`HTTP_LIMIT`] or if the stream ends first.
+fn read_until(stream: &mut TcpStream, seen: &mut String, needle: &str) {
+    let start = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    let mut buf = [0u8; 4096];
+    while !seen.contains(needle) {
+        assert!(
+            start.elapsed() < HTTP_LIMIT,
+            "no {needle:?} on the stream:\n{seen}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream ended before {needle:?}:\n{seen}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("reading the stream: {e}\n{seen}"),
+        }
+    }
+}
+
+/// The other shapes of a relayed request verify too: a bodiless GET (the session's stream)
+/// and the 2024-11-05 `/message?sessionId=…` POST, whose query is part of the MAC; the
+/// holder refuses none of them.
+#[test]
+fn a_relayed_get_stream_and_legacy_message_post_verify() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let b_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
+    let b_host = format!("127.0.0.1:{}", b.port());
+
+    let sid = open_session(a.port());
+    let mut get = raw_http::open(
+        b_addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &b_host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        HTTP_LIMIT,
+    )
+    .expect("open the GET stream through B");
+    let mut seen = String::new();
+    read_until(&mut get, &mut seen, "\r\n\r\n");
+    assert!(seen.starts_with("HTTP/1.1 200"), "the relayed GET:\n{seen}");
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains("x-frontmcp-machine-id: desk-a"),
+        "served by A:\n{seen}"
+    );
+
+    // A 2024-11-05 stream on A; its POSTs go to B, which relays them with their query.
+    let a_host = format!("127.0.0.1:{}", a.port());
+    let mut sse = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
+        "GET",
+        "/sse",
+        &[("Host", &a_host), ("Accept", "text/event-stream")],
+        None,
+        HTTP_LIMIT,
+    )
+    .expect("open /sse on A");
+    let mut events = String::new();
+    read_until(&mut sse, &mut events, "sessionId=");
+    read_until(&mut sse, &mut events, "\n\n");
+    let endpoint = events
+        .lines()
+        .find_map(|l| l.strip_prefix("data: /message?sessionId="))
+        .unwrap_or_else(|| panic!("no endpoint event:\n{events}"))
+        .trim()
+        .to_string();
+    let message_path = format!("/message?sessionId={endpoint}");
+    let legacy_post = |port: u16, msg: &Value| {
+        http(
+            port,
+            "POST",
+            &message_path,
+            &[("Content-Type", "application/json")],
+            Some(&msg.to_string()),
+        )
+    };
+    // Initialized on A (where its stream is), so that the fleet knows where the session is.
+    let init = json!({"jsonrpc": "2.0", "id": 4241, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(legacy_post(a.port(), &init).status, 202);
+    read_until(&mut sse, &mut events, "\"id\":4241");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(legacy_post(a.port(), &note).status, 202);
+    let list = json!({"jsonrpc": "2.0", "id": 4242, "method": "tools/list"});
+    let resp = legacy_post(b.port(), &list);
+    assert_eq!(
+        resp.status,
+        202,
+        "the relayed /message POST:\n{}",
+        resp.describe()
+    );
+    assert_eq!(resp.header("x-frontmcp-machine-id"), Some("desk-a"));
+    read_until(&mut sse, &mut events, "\"id\":4242");
+    assert_eq!(
+        a.log().matches(REFUSED).count(),
+        0,
+        "nothing refused:\n{}",
+        a.log()
+    );
+}

@@ -185,6 +185,16 @@ impl Relay for HttpRelay {
             }
         };
         let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
+        let url = match reqwest::Url::parse(&format!("http://{address}{path}")) {
+            Ok(u) => u,
+            Err(e) => return fail(&format!("its address {address:?} makes no URL: {e}")),
+        };
+        // Signed as it goes on the wire: parsing the URL may normalise the path (percent-
+        // encoding, dot segments), and the holder checks the path it receives.
+        let sent_path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
         let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 1);
         for (name, value) in &req.headers {
             if !hop_by_hop(name) {
@@ -195,7 +205,7 @@ impl Relay for HttpRelay {
             source: self.me.as_bytes(),
             target: holder.as_bytes(),
             method: &req.method,
-            path,
+            path: &sent_path,
             body: &req.body,
         };
         if let Err(why) = self
@@ -206,7 +216,7 @@ impl Relay for HttpRelay {
         }
         let sent = self
             .client
-            .request(req.method.clone(), format!("http://{address}{path}"))
+            .request(req.method.clone(), url)
             .headers(headers)
             .body(req.body.clone())
             .send();
