@@ -5,14 +5,14 @@
 //!
 //! Redis is only the directory (who holds a session, where each instance listens); the request
 //! and its answer take one direct hop. One hop at most: a relayed request carries
-//! [`RELAYED_BY`], and an instance never relays such a request again. Every hop is signed for
-//! its holder, and the client's credentials sealed ([`super::relay_auth`]); the holder checks
-//! it before anything runs ([`super::relay_guard`]). A holder that crashed
-//! (its address refuses connections and it holds no subscription on its channel) is taken over
-//! at once, long before its heartbeat expires; one that does not answer otherwise (paused,
-//! partitioned, wedged) gets the contract's `503` with `Retry-After` set to the heartbeat
-//! lifetime, never a 500 and never a hang. A client that goes away drops the hop, which ends
-//! the request on the holder.
+//! [`RELAYED_BY`](super::relay_auth::RELAYED_BY), and an instance never relays such a request
+//! again. Every hop is signed for its holder, the client's credentials sealed
+//! ([`super::relay_auth`]); the holder checks it before anything runs ([`super::relay_guard`]).
+//! A holder that crashed (its address refuses connections and it holds no subscription on its
+//! channel) is taken over at once, long before its heartbeat expires; one that does not answer
+//! otherwise (paused, partitioned, wedged) gets the contract's `503` with `Retry-After` set to
+//! the heartbeat lifetime, never a 500 and never a hang. A client that goes away drops the hop,
+//! which ends the request on the holder.
 
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use super::heartbeat::read_beat;
-use super::relay_auth::{RELAYED_BY, RelayKeys, Subject, hop_by_hop};
+use super::relay_auth::{RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
 use crate::redis_conn::RedisConn;
 use crate::transport::{Relay, RelayRequest, Relayed};
 
@@ -139,7 +139,7 @@ impl HttpRelay {
 impl Relay for HttpRelay {
     async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
         let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
-        if req.headers.contains_key(RELAYED_BY) {
+        if req.headers.contains_key(&RELAYED_BY_NAME) {
             return fail("the request was already relayed once");
         }
         let known = self

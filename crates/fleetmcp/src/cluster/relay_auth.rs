@@ -42,6 +42,12 @@ pub(super) const RELAY_AUTH: &str = "x-fleetmcp-relay-auth";
 /// The client's credentials, sealed.
 pub(super) const RELAY_SEALED: &str = "x-fleetmcp-relay-sealed";
 
+// The same names parsed once: looking a header up by `&str` parses the name each time, and
+// `is_relayed` runs on every request.
+pub(super) static RELAYED_BY_NAME: HeaderName = HeaderName::from_static(RELAYED_BY);
+static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
+static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
+
 /// Headers that never cross the hop in clear.
 const SENSITIVE: [HeaderName; 3] = [
     header::AUTHORIZATION,
@@ -55,11 +61,11 @@ const SEAL_NONCE_LEN: usize = 24;
 const MAC_LEN: usize = 32;
 /// More signed headers than this is not a request the relay made.
 const MAX_NAMES: usize = 128;
-/// Nonces remembered per generation (two generations are kept): at the default 30 s window a
-/// generation lasts 60 s, so a holder takes about 8,700 relayed requests a second before it
+/// Nonces remembered at most. A nonce is kept about 1.25 windows (see [`SeenNonces`]), so at
+/// the default 30 s window a holder takes about 28,000 relayed requests a second before it
 /// refuses more (fail closed, `503`) rather than forget nonces that could still be replayed.
-/// About 17 MB per full generation.
-const MAX_NONCES: usize = 1 << 19;
+/// About 20 MB when full.
+const MAX_NONCES: usize = 1 << 20;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 7.6.1), plus the ones
 /// the client library sets itself: neither forwarded nor signed.
@@ -84,9 +90,9 @@ fn is_relay_header(name: &HeaderName) -> bool {
 
 /// Whether a request carries any relay header: such a request is verified, whatever else it is.
 pub(super) fn is_relayed(headers: &HeaderMap) -> bool {
-    headers.contains_key(RELAYED_BY)
-        || headers.contains_key(RELAY_AUTH)
-        || headers.contains_key(RELAY_SEALED)
+    headers.contains_key(&RELAYED_BY_NAME)
+        || headers.contains_key(&RELAY_AUTH_NAME)
+        || headers.contains_key(&RELAY_SEALED_NAME)
 }
 
 /// The keys made from one secret.
@@ -406,38 +412,51 @@ fn unseal(
     Some(out)
 }
 
-/// The nonces of the relayed requests accepted lately, in two generations of `2 × window`
-/// each: a nonce is kept at least `2 × window`, the longest its request can stay within the
-/// window (timestamps are accepted up to `window` either side of now).
+/// The nonces of the relayed requests accepted lately, in buckets by their request's timestamp
+/// (a quarter window wide): a request is replayable only while its timestamp is within the
+/// window of now, so a bucket whose every timestamp is older than that is dropped whole. Keys
+/// are a nonce's first 8 bytes: among at most [`MAX_NONCES`], a genuine request mistaken for a
+/// replay has odds of about 2^-44.
+#[derive(Default)]
 struct SeenNonces {
-    current: HashSet<u128>,
-    previous: HashSet<u128>,
-    /// When `current` started, Unix ms.
-    since_ms: u64,
+    buckets: std::collections::BTreeMap<u64, HashSet<u64>>,
+    total: usize,
+    /// The latest clock reading seen: buckets expire against it, so a clock stepped back
+    /// cannot make a forgotten nonce acceptable again.
+    high_ms: u64,
 }
 
 impl SeenNonces {
-    /// Remembers `nonce`: refused if it is already there (a replay) or there is no room left.
-    fn remember(&mut self, nonce: u128, now_ms: u64, window_ms: u64) -> Result<(), Refusal> {
-        let age = now_ms.saturating_sub(self.since_ms);
-        if age >= 2 * window_ms {
-            // A nonce in `current` was accepted after `since_ms`; if `age` is at least twice a
-            // generation, even those are past keeping.
-            self.previous = if age >= 4 * window_ms {
-                HashSet::new()
-            } else {
-                std::mem::take(&mut self.current)
-            };
-            self.current.clear();
-            self.since_ms = now_ms;
+    /// Remembers the nonce of a request stamped `ts`, accepted at `now_ms` (within `window_ms`
+    /// of it): refused if it is already there (a replay), older than the window at the latest
+    /// clock reading, or if there is no room left.
+    fn remember(
+        &mut self,
+        nonce: u64,
+        ts: u64,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<(), Refusal> {
+        self.high_ms = self.high_ms.max(now_ms);
+        let oldest = self.high_ms.saturating_sub(window_ms);
+        if ts < oldest {
+            return Err(Refusal::Stale);
         }
-        if self.current.contains(&nonce) || self.previous.contains(&nonce) {
+        let width = (window_ms / 4).max(1);
+        // Buckets below `oldest`'s hold only timestamps before it: none is acceptable again.
+        let kept = self.buckets.split_off(&(oldest / width));
+        for gone in std::mem::replace(&mut self.buckets, kept).into_values() {
+            self.total -= gone.len();
+        }
+        let bucket = self.buckets.entry(ts / width).or_default();
+        if bucket.contains(&nonce) {
             return Err(Refusal::Replayed);
         }
-        if self.current.len() >= MAX_NONCES {
+        if self.total >= MAX_NONCES {
             return Err(Refusal::Overloaded);
         }
-        self.current.insert(nonce);
+        bucket.insert(nonce);
+        self.total += 1;
         Ok(())
     }
 }
@@ -458,11 +477,7 @@ impl Verifier {
             keys,
             me: me.as_bytes().to_vec(),
             window_ms,
-            seen: parking_lot::Mutex::new(SeenNonces {
-                current: HashSet::new(),
-                previous: HashSet::new(),
-                since_ms: 0,
-            }),
+            seen: parking_lot::Mutex::new(SeenNonces::default()),
         }
     }
 
@@ -477,12 +492,14 @@ impl Verifier {
         body: &[u8],
         now_ms: u64,
     ) -> Result<(), Refusal> {
-        let (Some(source), Some(auth)) = (headers.get(RELAYED_BY), headers.get(RELAY_AUTH)) else {
+        let (Some(source), Some(auth)) =
+            (headers.get(&RELAYED_BY_NAME), headers.get(&RELAY_AUTH_NAME))
+        else {
             return Err(Refusal::Incomplete);
         };
         let auth = parse_auth(auth.as_bytes()).ok_or(Refusal::Malformed)?;
         let sealed = headers
-            .get(RELAY_SEALED)
+            .get(&RELAY_SEALED_NAME)
             .map_or(&b""[..], HeaderValue::as_bytes);
         let subject = Subject {
             source: source.as_bytes(),
@@ -513,9 +530,13 @@ impl Verifier {
         if now_ms.abs_diff(auth.ts) > self.window_ms {
             return Err(Refusal::Stale);
         }
-        self.seen
-            .lock()
-            .remember(u128::from_be_bytes(auth.nonce), now_ms, self.window_ms)?;
+        let [a, b, c, d, e, f, g, h, ..] = auth.nonce;
+        self.seen.lock().remember(
+            u64::from_be_bytes([a, b, c, d, e, f, g, h]),
+            auth.ts,
+            now_ms,
+            self.window_ms,
+        )?;
         let credentials = if sealed.is_empty() {
             Vec::new()
         } else {
@@ -525,7 +546,7 @@ impl Verifier {
         // is dropped.
         let unsigned: Vec<HeaderName> = headers
             .keys()
-            .filter(|k| !hop_by_hop(k) && k.as_str() != RELAYED_BY && !auth.names.contains(k))
+            .filter(|k| !hop_by_hop(k) && **k != RELAYED_BY_NAME && !auth.names.contains(k))
             .cloned()
             .collect();
         for name in unsigned {
@@ -868,36 +889,42 @@ mod tests {
 
     #[test]
     fn nonces_are_kept_as_long_as_their_request_is_within_the_window() {
-        let mut seen = SeenNonces {
-            current: HashSet::new(),
-            previous: HashSet::new(),
-            since_ms: 0,
-        };
+        let mut seen = SeenNonces::default();
         let w = 1000;
-        seen.remember(1, 10_000, w).unwrap();
-        // Accepted at 10 000 with a timestamp up to 11 000: replayable until 12 000.
-        for at in [10_000, 11_000, 11_999, 12_000] {
-            assert_eq!(seen.remember(1, at, w), Err(Refusal::Replayed), "at {at}");
+        // Stamped 10 000, accepted at 9 500 (a clock ahead): replayable until 11 000.
+        seen.remember(1, 10_000, 9_500, w).unwrap();
+        for at in [9_500, 10_000, 10_999, 11_000] {
+            assert_eq!(
+                seen.remember(1, 10_000, at, w),
+                Err(Refusal::Replayed),
+                "at {at}"
+            );
         }
-        // Generations rolled at 10 000 and 12 000 (both kept nonce 1); at 14 000 it goes.
-        seen.remember(2, 13_999, w).unwrap();
-        seen.remember(1, 14_000, w).unwrap();
-        assert_eq!(seen.remember(2, 14_001, w), Err(Refusal::Replayed));
-        // A long silence forgets everything at once.
-        seen.remember(2, 30_000, w).unwrap();
-        assert_eq!(seen.current.len() + seen.previous.len(), 1);
+        // Past it, the bucket goes (and its timestamp is stale anyway).
+        seen.remember(2, 11_500, 11_500, w).unwrap();
+        assert_eq!(seen.remember(1, 10_000, 11_500, w), Err(Refusal::Stale));
+        assert_eq!(seen.total, 1, "only nonce 2 is kept: {:?}", seen.buckets);
+        // A clock stepped back does not bring a forgotten timestamp back.
+        assert_eq!(seen.remember(1, 10_000, 10_500, w), Err(Refusal::Stale));
+        // The same nonce under another timestamp is another bucket: still one request's.
+        seen.remember(3, 11_400, 11_500, w).unwrap();
+        assert_eq!(seen.remember(3, 11_400, 11_600, w), Err(Refusal::Replayed));
     }
 
     #[test]
     fn a_full_nonce_memory_refuses_rather_than_forgets() {
-        let mut seen = SeenNonces {
-            current: (0..MAX_NONCES as u128).collect(),
-            previous: HashSet::new(),
-            since_ms: 0,
-        };
-        assert_eq!(seen.remember(u128::MAX, 1, 1000), Err(Refusal::Overloaded));
-        // The next generation has room again.
-        seen.remember(u128::MAX, 2000, 1000).unwrap();
+        let w = 1000;
+        let mut seen = SeenNonces::default();
+        for n in 0..MAX_NONCES as u64 {
+            seen.remember(n, 1_000, 1_000, w).unwrap();
+        }
+        assert_eq!(
+            seen.remember(u64::MAX, 1_000, 1_000, w),
+            Err(Refusal::Overloaded)
+        );
+        // Once those timestamps are out of the window, there is room again.
+        seen.remember(u64::MAX, 2_500, 2_500, w).unwrap();
+        assert_eq!(seen.total, 1);
     }
 
     #[test]

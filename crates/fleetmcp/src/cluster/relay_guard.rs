@@ -18,7 +18,7 @@ use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
-use super::relay_auth::{RELAYED_BY, Refusal, Verifier, is_relayed};
+use super::relay_auth::{RELAYED_BY_NAME, Refusal, Verifier, is_relayed};
 
 /// What the layer needs.
 pub(super) struct Guard {
@@ -40,7 +40,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
     // Claimed, not proven: for the log only.
     let source = parts
         .headers
-        .get(RELAYED_BY)
+        .get(&RELAYED_BY_NAME)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .unwrap_or_else(|| "<unnamed>".into());
     // The MAC covers the body, so it is read whole first: a relayed body is already within this
