@@ -232,6 +232,10 @@ pub struct HaConfig {
     /// a session's requests to it (written in the heartbeat). Unset: `127.0.0.1:<port>` when
     /// bound to loopback, else `<machine id>:<port>` (a pod's name, where DNS resolves it).
     pub advertise_address: Option<String>,
+    /// `FLEETMCP_RELAY_WINDOW_MS`: how far a relayed request's timestamp may be from the
+    /// holder's clock (either way) before it is refused as stale; the holder remembers nonces
+    /// for twice this long to refuse replays. Bounds the clock skew the fleet tolerates.
+    pub relay_window_ms: u64,
 }
 
 impl Default for HaConfig {
@@ -242,6 +246,7 @@ impl Default for HaConfig {
             key_prefix: "mcp:ha:".into(),
             takeover_grace_ms: 5_000,
             advertise_address: None,
+            relay_window_ms: 30_000,
         }
     }
 }
@@ -372,6 +377,7 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_KEY_PREFIX",
     "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FLEETMCP_ADVERTISE_ADDRESS",
+    "FLEETMCP_RELAY_WINDOW_MS",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -468,6 +474,11 @@ impl Config {
             "FRONTMCP_HA_TAKEOVER_GRACE_MS" => {
                 if let Some(v) = positive(value) {
                     self.ha.takeover_grace_ms = v;
+                }
+            }
+            "FLEETMCP_RELAY_WINDOW_MS" => {
+                if let Some(v) = positive(value) {
+                    self.ha.relay_window_ms = v;
                 }
             }
             "FLEETMCP_ADVERTISE_ADDRESS" => {
@@ -631,6 +642,13 @@ impl Config {
                 "must be at least twice FRONTMCP_HA_HEARTBEAT_INTERVAL_MS, or jitter makes live instances look dead",
             );
         }
+        if !(1000..=600_000).contains(&self.ha.relay_window_ms) {
+            return invalid(
+                "FLEETMCP_RELAY_WINDOW_MS",
+                self.ha.relay_window_ms.to_string(),
+                "must be 1000 to 600000: shorter, ordinary clock skew between instances refuses genuine relays; longer, a captured request stays replayable (and its nonce remembered) that long",
+            );
+        }
         if let Some(secret) = &self.session_secret
             && secret.len() < 16
         {
@@ -785,6 +803,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn the_relay_window_is_30_s_and_bounded() {
+        assert_eq!(Config::default().ha.relay_window_ms, 30_000);
+        let cfg = Config::from_sources(None, [("FLEETMCP_RELAY_WINDOW_MS", "5000")]).unwrap();
+        assert_eq!(cfg.ha.relay_window_ms, 5_000);
+        for bad in ["999", "600001"] {
+            let err = Config::from_sources(None, [("FLEETMCP_RELAY_WINDOW_MS", bad)]).unwrap_err();
+            assert!(
+                err.to_string().contains("FLEETMCP_RELAY_WINDOW_MS"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
+//! - [`relay_auth`]: the hop's crypto: an HMAC under a key derived from `MCP_SESSION_SECRET`
+//!   over the whole request (source, target, timestamp, nonce, method, path, headers, body),
+//!   credentials sealed with an AEAD;
+//! - [`relay_guard`]: one layer around every route that lets a relayed request through only if
+//!   it verifies and is not a replay (else `403`, logged), with its credentials unsealed;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
 //! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
@@ -23,6 +28,8 @@ mod heartbeat;
 mod identity;
 mod notify;
 mod relay;
+mod relay_auth;
+mod relay_guard;
 mod scanner;
 mod subscription;
 mod tasks;
@@ -43,11 +50,13 @@ use heartbeat::Heartbeat;
 pub(crate) fn seams(
     redis: &RedisConn,
     machine_id: &str,
-    cfg: &HaConfig,
+    config: &Config,
 ) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
+    let cfg = &config.ha;
     let relay = relay::HttpRelay::new(
         redis.clone(),
         machine_id,
+        relay_auth::RelayKeys::from_config(config),
         &cfg.key_prefix,
         cfg.heartbeat_ttl_ms,
     )?;
@@ -88,6 +97,9 @@ pub(crate) fn advertised_address(cfg: &Config, machine_id: &str) -> String {
 pub(crate) struct Cluster {
     machine_id: String,
     heartbeat: Option<Arc<Heartbeat>>,
+    /// Verifies relayed requests; installed with or without Redis, so that a request claiming
+    /// to be relayed is never taken on its word.
+    guard: Arc<relay_guard::Guard>,
 }
 
 impl Cluster {
@@ -102,6 +114,14 @@ impl Cluster {
         let machine_id = app.sessions().machine_id().to_string();
         let cfg = &app.config().ha;
         let stop = app.shutdown().clone();
+        let guard = Arc::new(relay_guard::Guard {
+            verifier: relay_auth::Verifier::new(
+                relay_auth::RelayKeys::from_config(app.config()),
+                &machine_id,
+                cfg.relay_window_ms,
+            ),
+            max_body: app.config().http.max_body_bytes,
+        });
         let Some(redis) = redis else {
             tracing::warn!(
                 "distributed mode without Redis: sessions stay on the instance that created them"
@@ -109,6 +129,7 @@ impl Cluster {
             return Ok(Self {
                 machine_id,
                 heartbeat: None,
+                guard,
             });
         };
         let hb = Heartbeat::start(
@@ -164,11 +185,14 @@ impl Cluster {
         Ok(Self {
             machine_id,
             heartbeat: Some(hb),
+            guard,
         })
     }
 
-    /// Wraps the routes so that responses name this instance.
+    /// Wraps the routes so that relayed requests are verified before anything else runs, and
+    /// responses (refusals included) name this instance.
     pub fn layer(&self, router: Router) -> Router {
+        let router = relay_guard::layer(router, self.guard.clone());
         identity::layer(router, &self.machine_id)
     }
 

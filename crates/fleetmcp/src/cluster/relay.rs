@@ -5,27 +5,27 @@
 //!
 //! Redis is only the directory (who holds a session, where each instance listens); the request
 //! and its answer take one direct hop. One hop at most: a relayed request carries
-//! [`RELAYED_BY`], and an instance never relays such a request again. A holder that crashed
-//! (its address refuses connections and it holds no subscription on its channel) is taken over
-//! at once, long before its heartbeat expires; one that does not answer otherwise (paused,
-//! partitioned, wedged) gets the contract's `503` with `Retry-After` set to the heartbeat
-//! lifetime, never a 500 and never a hang. A client that goes away drops the hop, which ends
-//! the request on the holder.
+//! [`RELAYED_BY`](super::relay_auth::RELAYED_BY), and an instance never relays such a request
+//! again. Every hop is signed for its holder, the client's credentials sealed
+//! ([`super::relay_auth`]); the holder checks it before anything runs ([`super::relay_guard`]).
+//! A holder that crashed (its address refuses connections and it holds no subscription on its
+//! channel) is taken over at once, long before its heartbeat expires; one that does not answer
+//! otherwise (paused, partitioned, wedged) gets the contract's `503` with `Retry-After` set to
+//! the heartbeat lifetime, never a 500 and never a hang. A client that goes away drops the hop,
+//! which ends the request on the holder.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
-use http::{HeaderName, HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
 
 use super::heartbeat::read_beat;
+use super::relay_auth::{RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
 use crate::redis_conn::RedisConn;
 use crate::transport::{Relay, RelayRequest, Relayed};
-
-/// Marks a relayed request with the instance that relayed it.
-pub(super) const RELAYED_BY: &str = "x-fleetmcp-relayed-by";
 
 /// How long connecting to the holder may take before it counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -36,7 +36,9 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(super) struct HttpRelay {
     redis: RedisConn,
-    me: HeaderValue,
+    me: String,
+    /// Signs every hop (and seals the client's credentials).
+    keys: RelayKeys,
     heartbeat_prefix: String,
     key_prefix: String,
     ttl_s: u64,
@@ -67,6 +69,7 @@ impl HttpRelay {
     pub fn new(
         redis: RedisConn,
         me: &str,
+        keys: RelayKeys,
         key_prefix: &str,
         heartbeat_ttl_ms: u64,
     ) -> Option<Self> {
@@ -81,7 +84,8 @@ impl HttpRelay {
             .ok()?;
         Some(Self {
             redis,
-            me: HeaderValue::from_str(me).ok()?,
+            me: me.to_string(),
+            keys,
             heartbeat_prefix: format!("{key_prefix}heartbeat:"),
             key_prefix: key_prefix.to_string(),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
@@ -131,28 +135,11 @@ impl HttpRelay {
     }
 }
 
-/// Headers that belong to one connection, not to the request (RFC 9110 7.6.1), plus the ones
-/// the client library sets itself.
-fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "host"
-            | "content-length"
-    )
-}
-
 #[async_trait]
 impl Relay for HttpRelay {
     async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
         let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
-        if req.headers.contains_key(RELAYED_BY) {
+        if req.headers.contains_key(&RELAYED_BY_NAME) {
             return fail("the request was already relayed once");
         }
         let known = self
@@ -198,16 +185,38 @@ impl Relay for HttpRelay {
             }
         };
         let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
+        let url = match reqwest::Url::parse(&format!("http://{address}{path}")) {
+            Ok(u) => u,
+            Err(e) => return fail(&format!("its address {address:?} makes no URL: {e}")),
+        };
+        // Signed as it goes on the wire: parsing the URL may normalise the path (percent-
+        // encoding, dot segments), and the holder checks the path it receives.
+        let sent_path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
         let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 1);
         for (name, value) in &req.headers {
             if !hop_by_hop(name) {
                 headers.append(name.clone(), value.clone());
             }
         }
-        headers.insert(RELAYED_BY, self.me.clone());
+        let subject = Subject {
+            source: self.me.as_bytes(),
+            target: holder.as_bytes(),
+            method: &req.method,
+            path: &sent_path,
+            body: &req.body,
+        };
+        if let Err(why) = self
+            .keys
+            .sign(&subject, &mut headers, crate::clock::unix_ms())
+        {
+            return fail(why);
+        }
         let sent = self
             .client
-            .request(req.method.clone(), format!("http://{address}{path}"))
+            .request(req.method.clone(), url)
             .headers(headers)
             .body(req.body.clone())
             .send();

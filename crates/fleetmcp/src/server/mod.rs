@@ -226,7 +226,7 @@ impl ServerBuilder {
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
-            && let Some((o, r)) = crate::cluster::seams(conn, &machine_id, &config.ha)
+            && let Some((o, r)) = crate::cluster::seams(conn, &machine_id, &config)
         {
             ownership = ownership.or(Some(o));
             relay = relay.or(Some(r));

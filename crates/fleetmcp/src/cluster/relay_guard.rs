@@ -1,0 +1,102 @@
+//! The holder's side of an authenticated relay, as one layer around every route: a request
+//! that carries any relay header is served only if [`relay_auth`](super::relay_auth) verifies
+//! it (MAC under this fleet's secret, for this instance, within the replay window, nonce never
+//! seen), with the client's credentials unsealed. Anything else is dropped before any handler
+//! runs: `403` (`503` when too many nonces are remembered to take more) with a JSON-RPC error,
+//! `id: null`, and a warning naming the claimed source and why.
+//!
+//! A request without relay headers is a client's, and passes untouched.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use serde_json::json;
+
+use super::relay_auth::{RELAYED_BY_NAME, Refusal, Verifier, is_relayed};
+
+/// What the layer needs.
+pub(super) struct Guard {
+    pub verifier: Verifier,
+    /// `http.max_body_bytes`: the relaying instance read the body under the same limit.
+    pub max_body: usize,
+}
+
+/// Wraps `router` so that relayed requests are verified before anything else runs.
+pub(super) fn layer(router: Router, guard: Arc<Guard>) -> Router {
+    router.layer(middleware::from_fn_with_state(guard, check))
+}
+
+async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    if !is_relayed(req.headers()) {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    // Claimed, not proven: for the log only.
+    let source = parts
+        .headers
+        .get(&RELAYED_BY_NAME)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_else(|| "<unnamed>".into());
+    // The MAC covers the body, so it is read whole first: a relayed body is already within this
+    // limit (the relaying instance read it under it).
+    let body = match Limited::new(body, guard.max_body).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            tracing::warn!(
+                source = %source,
+                error = %e,
+                "[HA] Refused a relayed request from {source}: its body could not be read within the limit"
+            );
+            return refuse(StatusCode::FORBIDDEN, "its body could not be read");
+        }
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let checked = guard.verifier.check(
+        &parts.method,
+        path,
+        &mut parts.headers,
+        &body,
+        crate::clock::unix_ms(),
+    );
+    match checked {
+        Ok(()) => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Err(refusal) => {
+            let why = refusal.why();
+            tracing::warn!(
+                source = %source,
+                method = %parts.method,
+                path = %parts.uri.path(),
+                "[HA] Refused a relayed request from {source}: {why}"
+            );
+            let status = if refusal == Refusal::Overloaded {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::FORBIDDEN
+            };
+            refuse(status, why)
+        }
+    }
+}
+
+/// The refusal: a JSON-RPC error with `id: null` (the request was not read as JSON-RPC).
+fn refuse(status: StatusCode, why: &str) -> Response {
+    let message = format!("Relayed request refused: {why}");
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
+    let mut res = Response::new(Body::from(body.to_string()));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    res
+}

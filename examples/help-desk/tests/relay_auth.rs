@@ -1,0 +1,633 @@
+//! Authenticated relay hops, end to end: `help-desk` processes in distributed mode on one real
+//! `redis-server`. A request that claims to be relayed is served only if its MAC verifies under
+//! the fleet's secret and it is not a replay; everything else is refused (`403`, a JSON-RPC
+//! error with `id: null`, a warning in the holder's log) before the tool runs. A genuine hop,
+//! recorded by a TCP proxy between the relaying instance and the holder, carries no credential
+//! in clear, and replaying it is refused.
+//!
+//! The observable effect of a tool run is a ticket: `open_ticket` with a title no other call
+//! uses, then `find_tickets` with that title on the holder.
+//!
+//! Needs `redis-server` and `redis-cli` on `PATH` (or `REDIS_SERVER` / `REDIS_CLI`). Every wait
+//! is bounded.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::Instance;
+use support::raw_http::{self, RawResponse};
+use support_redis::RedisServer;
+
+const PROTOCOL_VERSION: &str = "2025-11-25";
+const ACCEPT: &str = "application/json, text/event-stream";
+/// How long any one HTTP exchange may take before the test calls it a hang.
+const HTTP_LIMIT: Duration = Duration::from_secs(15);
+/// How long a log line may take to show up after the response that follows it.
+const LOG_LIMIT: Duration = Duration::from_secs(3);
+/// The holder's warning for every refused relayed request.
+const REFUSED: &str = "[HA] Refused a relayed request from";
+
+// ---------------------------------------------------------------------------------------------
+// Instances and a session-era client
+
+/// A `help-desk` in distributed mode on `redis`, bound to loopback, with extra settings (the
+/// shared secret is `support::SESSION_SECRET` unless they say otherwise).
+fn distributed_desk(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
+    let mut env: Vec<(&str, &str)> = vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    env.extend_from_slice(extra);
+    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+}
+
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> RawResponse {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let host = format!("127.0.0.1:{port}");
+    let mut all = vec![("Host", host.as_str())];
+    all.extend_from_slice(headers);
+    raw_http::send(addr, method, path, &all, body, HTTP_LIMIT)
+}
+
+fn next_id() -> u64 {
+    static ID: AtomicU64 = AtomicU64::new(1);
+    ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A POST to `/mcp` in session `sid` (if any), with `extra` headers.
+fn post(port: u16, sid: Option<&str>, extra: &[(&str, &str)], msg: &Value) -> RawResponse {
+    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
+    if let Some(sid) = sid {
+        headers.push(("mcp-session-id", sid));
+        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
+    }
+    headers.extend_from_slice(extra);
+    http(port, "POST", "/mcp", &headers, Some(&msg.to_string()))
+}
+
+/// `initialize` and `notifications/initialized` on `port`; returns the session id.
+fn open_session(port: u16) -> String {
+    let init = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "relay-auth-test", "version": "1.0.0"},
+        },
+    });
+    let resp = post(port, None, &[], &init);
+    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
+    let sid = resp
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("initialize without mcp-session-id:\n{}", resp.describe()))
+        .to_string();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = post(port, Some(&sid), &[], &note);
+    assert!(
+        resp.status == 202 || resp.status == 200,
+        "notifications/initialized:\n{}",
+        resp.describe()
+    );
+    sid
+}
+
+fn open_ticket_call(title: &str) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {"name": "open_ticket", "arguments": {"title": title}},
+    })
+}
+
+/// How many tickets titled `title` the instance on `port` has: how often `open_ticket` ran
+/// there with it.
+fn tickets_titled(port: u16, sid: &str, title: &str) -> usize {
+    let call = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {"query": title}},
+    });
+    let resp = post(port, Some(sid), &[], &call);
+    assert_tool_ok(&resp, "find_tickets on the holder");
+    let tickets = resp.json()["result"]["structuredContent"]["tickets"].clone();
+    let tickets = tickets
+        .as_array()
+        .unwrap_or_else(|| panic!("no ticket list:\n{}", resp.describe()));
+    tickets.iter().filter(|t| t["title"] == title).count()
+}
+
+fn assert_tool_ok(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    let result = msg
+        .get("result")
+        .unwrap_or_else(|| panic!("{what}: no result:\n{}", resp.describe()));
+    assert_ne!(
+        result.get("isError"),
+        Some(&Value::Bool(true)),
+        "{what}: tool error:\n{}",
+        resp.describe()
+    );
+}
+
+/// The refusal of a relayed request: `403`, a JSON-RPC error with `id: null`.
+fn assert_refused(resp: &RawResponse, why: &str, what: &str) {
+    assert_eq!(resp.status, 403, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    assert_eq!(msg["id"], Value::Null, "{what}:\n{}", resp.describe());
+    assert_eq!(msg["error"]["code"], -32000, "{what}:\n{}", resp.describe());
+    let message = msg["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("Relayed request refused: ") && message.contains(why),
+        "{what}: {message:?} lacks {why:?}\n{}",
+        resp.describe()
+    );
+}
+
+/// Waits until `needle` is in the instance's log; fails the test after [`LOG_LIMIT`].
+fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
+    let start = Instant::now();
+    while !instance.log().contains(needle) {
+        assert!(
+            start.elapsed() < LOG_LIMIT,
+            "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
+            instance.log()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A title no other call in this test process uses.
+fn unique_title(what: &str) -> String {
+    format!("{what}-{}-{}", std::process::id(), next_id())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A recording TCP proxy
+
+/// What one proxied connection's connecting side sent.
+type Recording = Arc<Mutex<Vec<u8>>>;
+
+/// Forwards every connection it accepts to `127.0.0.1:<target>` (set once the holder runs) and
+/// records what the connecting side sent, one buffer per connection.
+struct Recorder {
+    port: u16,
+    target: Arc<AtomicU16>,
+    sent: Arc<Mutex<Vec<Recording>>>,
+}
+
+impl Recorder {
+    fn start() -> Self {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let target = Arc::new(AtomicU16::new(0));
+        let sent: Arc<Mutex<Vec<Recording>>> = Arc::default();
+        let (t, s) = (target.clone(), sent.clone());
+        thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let port = t.load(Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
+                    continue;
+                };
+                let record = Arc::new(Mutex::new(Vec::new()));
+                s.lock().unwrap().push(record.clone());
+                let (c2, s2) = (
+                    client.try_clone().expect("clone"),
+                    server.try_clone().expect("clone"),
+                );
+                thread::spawn(move || pipe(client, server, Some(record)));
+                thread::spawn(move || pipe(s2, c2, None));
+            }
+        });
+        Self { port, target, sent }
+    }
+
+    /// Everything sent through the proxy so far, connection after connection.
+    fn captured(&self) -> Vec<u8> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.lock().unwrap().clone())
+            .collect()
+    }
+}
+
+/// Copies `from` to `to` until either closes, recording the bytes if asked.
+fn pipe(mut from: TcpStream, mut to: TcpStream, record: Option<Recording>) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if let Some(r) = &record {
+                    r.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// One HTTP/1.1 request read back from captured bytes.
+struct Captured {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+/// The requests in `bytes` (keep-alive connections carry several), bodies by `Content-Length`.
+fn requests_in(bytes: &[u8]) -> Vec<Captured> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while let Some(split) = rest.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&rest[..split]).into_owned();
+        let mut lines = head.split("\r\n");
+        let request_line: Vec<&str> = lines.next().unwrap_or_default().split(' ').collect();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        assert!(
+            !headers.iter().any(|(k, _)| k == "transfer-encoding"),
+            "the relay sends bodies with a length:\n{head}"
+        );
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map_or(0, |(_, v)| v.parse().expect("a length"));
+        let body_start = split + 4;
+        let body = String::from_utf8_lossy(&rest[body_start..body_start + len]).into_owned();
+        out.push(Captured {
+            method: request_line[0].to_string(),
+            path: request_line[1].to_string(),
+            headers,
+            body,
+        });
+        rest = &rest[body_start + len..];
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+/// A request sent straight to the holder with the relay marker but without a MAC, or with one
+/// made up, is refused before the tool runs, and the holder says so in its log; the same call
+/// without the marker (a client's) runs.
+#[test]
+fn a_forged_relayed_request_is_refused_and_does_not_run() {
+    let redis = RedisServer::start();
+    let a = distributed_desk("desk-a", &redis.url(), &[]);
+    let sid = open_session(a.port());
+
+    let title = unique_title("forged");
+    let no_mac = post(
+        a.port(),
+        Some(&sid),
+        &[("x-fleetmcp-relayed-by", "desk-b")],
+        &open_ticket_call(&title),
+    );
+    assert_refused(&no_mac, "relay headers are missing", "the marker alone");
+    assert_eq!(
+        no_mac.header("x-frontmcp-machine-id"),
+        Some("desk-a"),
+        "the refusal names the holder:\n{}",
+        no_mac.describe()
+    );
+    assert_log_has(
+        &a,
+        "A",
+        "[HA] Refused a relayed request from desk-b: relay headers are missing",
+    );
+
+    // Well formed, under no key of this fleet: 16 and 32 bytes of zeros, base64url.
+    let made_up = format!(
+        "v1;{};AAAAAAAAAAAAAAAAAAAAAA;accept,content-type,mcp-protocol-version,mcp-session-id;{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+        "A".repeat(43)
+    );
+    let wrong_mac = post(
+        a.port(),
+        Some(&sid),
+        &[
+            ("x-fleetmcp-relayed-by", "desk-mallory"),
+            ("x-fleetmcp-relay-auth", &made_up),
+        ],
+        &open_ticket_call(&title),
+    );
+    assert_refused(&wrong_mac, "MAC does not verify", "a made-up MAC");
+    assert_log_has(
+        &a,
+        "A",
+        "[HA] Refused a relayed request from desk-mallory: its MAC does not verify",
+    );
+
+    assert_eq!(
+        tickets_titled(a.port(), &sid, &title),
+        0,
+        "no refused call ran the tool"
+    );
+    // The control: the same call as a client's runs, and shows up.
+    assert_tool_ok(
+        &post(a.port(), Some(&sid), &[], &open_ticket_call(&title)),
+        "the call without relay headers",
+    );
+    assert_eq!(tickets_titled(a.port(), &sid, &title), 1);
+}
+
+/// A genuine hop from B to the holder A, recorded by a proxy at A's advertised address, carries
+/// the client's `Authorization` and `Cookie` sealed, not in clear; sent again to A, the recorded
+/// request is refused as a replay and the tool runs only once.
+#[test]
+fn a_recorded_hop_carries_no_credential_in_clear_and_its_replay_is_refused() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let proxy = Recorder::start();
+    let advertised = format!("127.0.0.1:{}", proxy.port);
+    let a = distributed_desk(
+        "desk-a",
+        &url,
+        &[("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str())],
+    );
+    proxy.target.store(a.port(), Ordering::SeqCst);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+
+    let token = format!("Bearer relay-auth-token-{}", std::process::id());
+    let cookie = format!("relay_auth_cookie={}", std::process::id());
+    let title = unique_title("relayed");
+    let resp = post(
+        b.port(),
+        Some(&sid),
+        &[("Authorization", &token), ("Cookie", &cookie)],
+        &open_ticket_call(&title),
+    );
+    assert_tool_ok(&resp, "a call for A's session, sent to B");
+    assert_eq!(
+        resp.header("x-frontmcp-machine-id"),
+        Some("desk-a"),
+        "served by A:\n{}",
+        resp.describe()
+    );
+
+    let captured = proxy.captured();
+    let wire = String::from_utf8_lossy(&captured);
+    let requests = requests_in(&captured);
+    let hop = requests
+        .iter()
+        .find(|r| r.body.contains(&title))
+        .unwrap_or_else(|| panic!("the hop did not go through the proxy:\n{wire}"));
+    assert!(
+        !wire.contains(&token) && !wire.contains("relay-auth-token"),
+        "the Authorization value is in clear on the hop:\n{wire}"
+    );
+    assert!(
+        !wire.contains(&cookie),
+        "the cookie is in clear on the hop:\n{wire}"
+    );
+    for name in ["authorization", "cookie"] {
+        assert!(
+            !hop.headers.iter().any(|(k, _)| k == name),
+            "{name} on the hop:\n{wire}"
+        );
+    }
+    for name in [
+        "x-fleetmcp-relayed-by",
+        "x-fleetmcp-relay-auth",
+        "x-fleetmcp-relay-sealed",
+    ] {
+        assert!(
+            hop.headers.iter().any(|(k, _)| k == name),
+            "{name} missing on the hop:\n{wire}"
+        );
+    }
+
+    // The recorded request, sent to A again (straight to its port) at once: well within the
+    // replay window, with a MAC that verifies, and refused for its nonce.
+    let headers: Vec<(&str, &str)> = hop
+        .headers
+        .iter()
+        .filter(|(k, _)| k != "host" && k != "content-length")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let body = (!hop.body.is_empty()).then_some(hop.body.as_str());
+    let replayed = http(a.port(), &hop.method, &hop.path, &headers, body);
+    assert_refused(&replayed, "a replay", "the recorded hop, replayed");
+    assert_log_has(
+        &a,
+        "A",
+        "[HA] Refused a relayed request from desk-b: its nonce was already used (a replay)",
+    );
+    assert_eq!(
+        tickets_titled(a.port(), &sid, &title),
+        1,
+        "the tool ran for the genuine hop only"
+    );
+    assert_eq!(
+        a.log().matches(REFUSED).count(),
+        1,
+        "the genuine hop was not refused:\n{}",
+        a.log()
+    );
+}
+
+/// An instance whose current secret is another one (it still opens the fleet's session ids as
+/// a previous secret) relays with a MAC the holder cannot verify: refused, the tool does not
+/// run; an instance on the fleet's secret relays the same call fine.
+#[test]
+fn a_hop_signed_under_another_secret_is_refused() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let c = distributed_desk(
+        "desk-c",
+        &url,
+        &[
+            ("MCP_SESSION_SECRET", "another-fleets-secret-entirely"),
+            ("MCP_SESSION_SECRET_PREVIOUS", support::SESSION_SECRET),
+        ],
+    );
+    let sid = open_session(a.port());
+    let title = unique_title("other-secret");
+
+    let resp = post(c.port(), Some(&sid), &[], &open_ticket_call(&title));
+    assert_refused(
+        &resp,
+        "MAC does not verify",
+        "a hop signed under another secret",
+    );
+    assert_eq!(
+        resp.header("x-frontmcp-machine-id"),
+        Some("desk-a"),
+        "refused by the holder, not by C:\n{}",
+        resp.describe()
+    );
+    assert_log_has(
+        &a,
+        "A",
+        "[HA] Refused a relayed request from desk-c: its MAC does not verify",
+    );
+    assert_eq!(
+        tickets_titled(a.port(), &sid, &title),
+        0,
+        "the tool did not run"
+    );
+
+    let b = distributed_desk("desk-b", &url, &[]);
+    assert_tool_ok(
+        &post(b.port(), Some(&sid), &[], &open_ticket_call(&title)),
+        "the same call through an instance on the fleet's secret",
+    );
+    assert_eq!(tickets_titled(a.port(), &sid, &title), 1);
+}
+
+/// Reads `stream` until `needle` shows up; everything read so far. Fails the test after
+/// [`HTTP_LIMIT`] or if the stream ends first.
+fn read_until(stream: &mut TcpStream, seen: &mut String, needle: &str) {
+    let start = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("read timeout");
+    let mut buf = [0u8; 4096];
+    while !seen.contains(needle) {
+        assert!(
+            start.elapsed() < HTTP_LIMIT,
+            "no {needle:?} on the stream:\n{seen}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream ended before {needle:?}:\n{seen}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("reading the stream: {e}\n{seen}"),
+        }
+    }
+}
+
+/// The other shapes of a relayed request verify too: a bodiless GET (the session's stream)
+/// and the 2024-11-05 `/message?sessionId=…` POST, whose query is part of the MAC; the
+/// holder refuses none of them.
+#[test]
+fn a_relayed_get_stream_and_legacy_message_post_verify() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let b_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
+    let b_host = format!("127.0.0.1:{}", b.port());
+
+    let sid = open_session(a.port());
+    let mut get = raw_http::open(
+        b_addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &b_host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        HTTP_LIMIT,
+    )
+    .expect("open the GET stream through B");
+    let mut seen = String::new();
+    read_until(&mut get, &mut seen, "\r\n\r\n");
+    assert!(seen.starts_with("HTTP/1.1 200"), "the relayed GET:\n{seen}");
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains("x-frontmcp-machine-id: desk-a"),
+        "served by A:\n{seen}"
+    );
+
+    // A 2024-11-05 stream on A; its POSTs go to B, which relays them with their query.
+    let a_host = format!("127.0.0.1:{}", a.port());
+    let mut sse = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
+        "GET",
+        "/sse",
+        &[("Host", &a_host), ("Accept", "text/event-stream")],
+        None,
+        HTTP_LIMIT,
+    )
+    .expect("open /sse on A");
+    let mut events = String::new();
+    read_until(&mut sse, &mut events, "sessionId=");
+    read_until(&mut sse, &mut events, "\n\n");
+    let endpoint = events
+        .lines()
+        .find_map(|l| l.strip_prefix("data: /message?sessionId="))
+        .unwrap_or_else(|| panic!("no endpoint event:\n{events}"))
+        .trim()
+        .to_string();
+    let message_path = format!("/message?sessionId={endpoint}");
+    let legacy_post = |port: u16, msg: &Value| {
+        http(
+            port,
+            "POST",
+            &message_path,
+            &[("Content-Type", "application/json")],
+            Some(&msg.to_string()),
+        )
+    };
+    // Initialized on A (where its stream is), so that the fleet knows where the session is.
+    let init = json!({"jsonrpc": "2.0", "id": 4241, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(legacy_post(a.port(), &init).status, 202);
+    read_until(&mut sse, &mut events, "\"id\":4241");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(legacy_post(a.port(), &note).status, 202);
+    let list = json!({"jsonrpc": "2.0", "id": 4242, "method": "tools/list"});
+    let resp = legacy_post(b.port(), &list);
+    assert_eq!(
+        resp.status,
+        202,
+        "the relayed /message POST:\n{}",
+        resp.describe()
+    );
+    assert_eq!(resp.header("x-frontmcp-machine-id"), Some("desk-a"));
+    read_until(&mut sse, &mut events, "\"id\":4242");
+    assert_eq!(
+        a.log().matches(REFUSED).count(),
+        0,
+        "nothing refused:\n{}",
+        a.log()
+    );
+}
