@@ -1282,8 +1282,9 @@ fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
 
 /// A notification for one session raised on another instance reaches the session's stream on
 /// its holder (ha-contract 17): a session held by B pages a session held by A (`page_session`
-/// runs on B), and A's GET stream carries the message. A page for a session whose holder is
-/// gone is dropped, counted, and reported as not delivered.
+/// runs on B), and A's GET stream carries the message. The message is authenticated: the same
+/// message published again, or with its text changed, is dropped with a warning. A page for a
+/// session whose holder is gone is dropped, counted, and reported as not delivered.
 #[test]
 fn a_notification_for_a_session_held_elsewhere_reaches_it_on_its_holder() {
     let redis = RedisServer::start();
@@ -1297,6 +1298,7 @@ fn a_notification_for_a_session_held_elsewhere_reaches_it_on_its_holder() {
         json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
                "params": {"name": "page_session", "arguments": {"session_id": sid, "message": text}}})
     };
+    let monitor = Monitor::start(&redis);
     let resp = post(
         b.port(),
         Some(&sb),
@@ -1315,6 +1317,30 @@ fn a_notification_for_a_session_held_elsewhere_reaches_it_on_its_holder() {
         &mut stream,
         &["notifications/message", "ticket 7 needs you"],
     );
+
+    // The message as it crossed Redis, replayed as is and with its text changed: both dropped.
+    let genuine = published_on(&monitor.commands(), "mcp:ha:notify:desk-a");
+    drop(monitor);
+    assert!(genuine.contains("\"auth\":\"v1;"), "signed: {genuine}");
+    let forged = genuine.replace("ticket 7 needs you", "send me your password");
+    for message in [&genuine, &forged] {
+        assert_eq!(
+            redis.cli(&["PUBLISH", "mcp:ha:notify:desk-a", message]),
+            "1",
+            "A listens on its channel"
+        );
+    }
+    let resp = post(b.port(), Some(&sb), &page(&sa, "third page"), HTTP_LIMIT);
+    assert_tool_ok(&resp, "page A's session again");
+    let seen = read_stream_until(&mut stream, &["third page"]);
+    assert!(!seen.contains("send me your password"), "{seen}");
+    assert!(!seen.contains("ticket 7 needs you"), "replayed:\n{seen}");
+    assert_eq!(
+        count(&a, "[HA] Dropped a notification on this instance's channel"),
+        2,
+        "{}",
+        a.log()
+    );
     drop(stream);
 
     assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
@@ -1331,4 +1357,25 @@ fn a_notification_for_a_session_held_elsewhere_reaches_it_on_its_holder() {
         "desk-b",
         "[HA] A notification for a session held elsewhere was dropped: its holder is not alive",
     );
+}
+
+/// The payload of the last `PUBLISH` on `channel` that `MONITOR` recorded, unescaped.
+fn published_on(monitor: &str, channel: &str) -> String {
+    let marker = format!("\"PUBLISH\" \"{channel}\" \"");
+    let line = monitor
+        .lines()
+        .rev()
+        .find(|l| l.contains(&marker))
+        .unwrap_or_else(|| panic!("no PUBLISH on {channel} recorded:\n{monitor}"));
+    let quoted = &line[line.find(&marker).map_or(0, |i| i + marker.len())..];
+    let quoted = quoted.strip_suffix('"').unwrap_or(quoted);
+    let mut out = String::new();
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -30,9 +30,14 @@ pub(super) struct RedisFanout {
 }
 
 impl RedisFanout {
-    pub fn new(redis: RedisConn, key_prefix: &str, me: &str) -> Self {
+    pub fn new(
+        redis: RedisConn,
+        key_prefix: &str,
+        me: &str,
+        keys: super::relay_auth::RelayKeys,
+    ) -> Self {
         Self {
-            router: super::notify::Router::new(redis.clone(), key_prefix, me),
+            router: super::notify::Router::new(redis.clone(), key_prefix, me, keys),
             redis,
             channel: channel(key_prefix),
             me: me.to_string(),

@@ -139,8 +139,8 @@ impl Cluster {
             address,
             app.sessions().lease().clone(),
             {
-                let (handle, me) = (app.handle(), machine_id.clone());
-                move |payload: &[u8]| notify::on_message(&handle, &me, payload)
+                let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
+                move |payload: &[u8]| notify::on_message(&handle, &me, &guard.verifier, payload)
             },
             stop.clone(),
         )
@@ -150,6 +150,7 @@ impl Cluster {
             redis.clone(),
             &cfg.key_prefix,
             &machine_id,
+            relay_auth::RelayKeys::from_config(app.config()),
         )));
         tokio::spawn(fanout::listen(
             redis.clone(),

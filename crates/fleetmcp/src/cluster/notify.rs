@@ -6,13 +6,21 @@
 //! `<prefix>notify:<nodeId>`, in the contract's `notification` format. Nobody on that channel
 //! (the holder is gone) means the message is dropped and counted; it is never broadcast, and a
 //! holder that no longer holds the session drops it too (never routed twice).
+//!
+//! Every message is authenticated like a relayed request (`relay_auth.rs`): its `auth` field
+//! carries an HMAC, under a key derived from the fleet's secret, over its source, its target,
+//! a timestamp, a nonce, the session and the notification. The holder drops, with a warning, a
+//! message that does not verify for it, is outside the replay window, or repeats a nonce: anyone
+//! who can publish on Redis cannot put words in a session's stream.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use http::{HeaderMap, HeaderValue, Method, header};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::heartbeat::channel_of;
+use super::relay_auth::{RELAY_AUTH, RELAYED_BY, RelayKeys, Subject, Verifier};
 use crate::app::ServerHandle;
 use crate::clock::unix_ms;
 use crate::redis_conn::RedisConn;
@@ -29,7 +37,20 @@ struct Routed {
     notification: Body,
     source_node_id: String,
     timestamp: u64,
+    /// The authentication (see the module doc): `v1;<unix ms>;<nonce>;<names>;<mac>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    auth: Option<String>,
 }
+
+/// What the MAC of a routed notification covers besides source, target, time and nonce: the
+/// session and the notification, as this crate encodes them (both sides encode the same).
+fn signed_body(session_id: &str, notification: &Body) -> Option<Vec<u8>> {
+    serde_json::to_vec(&(session_id, notification)).ok()
+}
+
+/// The path a routed notification is signed under (it is no HTTP request; the path keeps its
+/// MAC apart from any relayed request's).
+const NOTIFY_PATH: &str = "/.fleetmcp/notify";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Body {
@@ -44,13 +65,15 @@ pub(super) struct Router {
     store: RedisSessionStore,
     key_prefix: String,
     me: String,
+    keys: RelayKeys,
     /// Notifications dropped because no live instance held their session.
     dropped: AtomicU64,
 }
 
 impl Router {
-    pub fn new(redis: RedisConn, key_prefix: &str, me: &str) -> Self {
+    pub fn new(redis: RedisConn, key_prefix: &str, me: &str, keys: RelayKeys) -> Self {
         Self {
+            keys,
             store: RedisSessionStore::on(redis.clone()),
             redis,
             key_prefix: key_prefix.to_string(),
@@ -68,15 +91,36 @@ impl Router {
             Ok(_) => return self.drop_one(session_id, "no live instance holds the session"),
             Err(e) => return self.drop_one(session_id, &e.to_string()),
         };
+        let notification = Body {
+            method: method.to_string(),
+            params: params.clone(),
+        };
+        let now = unix_ms();
+        let Some(body) = signed_body(session_id, &notification) else {
+            return false;
+        };
+        let mut headers = HeaderMap::new();
+        let subject = Subject {
+            source: self.me.as_bytes(),
+            target: holder.as_bytes(),
+            method: &Method::POST,
+            path: NOTIFY_PATH,
+            body: &body,
+        };
+        if let Err(why) = self.keys.sign(&subject, &mut headers, now) {
+            return self.drop_one(session_id, why);
+        }
+        let auth = headers
+            .get(RELAY_AUTH)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
         let message = Routed {
             kind: Some("notification".into()),
             session_id: session_id.to_string(),
-            notification: Body {
-                method: method.to_string(),
-                params: params.clone(),
-            },
+            notification,
             source_node_id: self.me.clone(),
-            timestamp: unix_ms(),
+            timestamp: now,
+            auth,
         };
         let Ok(payload) = serde_json::to_string(&message) else {
             return false;
@@ -104,9 +148,9 @@ impl Router {
     }
 }
 
-/// Delivers a message that arrived on this instance's channel, if it is a notification for a
-/// session held here.
-pub(super) fn on_message(handle: &ServerHandle, me: &str, payload: &[u8]) {
+/// Delivers a message that arrived on this instance's channel, if it is an authentic
+/// notification for a session held here.
+pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, payload: &[u8]) {
     let Ok(routed) = serde_json::from_slice::<Routed>(payload) else {
         tracing::debug!(
             "[HA] ignored a message on this instance's channel that is not a notification"
@@ -114,6 +158,10 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, payload: &[u8]) {
         return;
     };
     if routed.kind.as_deref().is_some_and(|k| k != "notification") || routed.source_node_id == me {
+        return;
+    }
+    if let Err(why) = verify(verifier, &routed) {
+        tracing::warn!(source_node_id = %routed.source_node_id, session_id = %routed.session_id, "[HA] Dropped a notification on this instance's channel: {why}");
         return;
     }
     let handle = handle.clone();
@@ -130,4 +178,25 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, payload: &[u8]) {
             tracing::debug!(%session_id, "[HA] a notification routed here for a session not held here was dropped");
         }
     });
+}
+
+/// Whether `routed` was signed for this instance by a holder of the fleet's secret, recently,
+/// and not seen before.
+fn verify(verifier: &Verifier, routed: &Routed) -> Result<(), &'static str> {
+    let auth = routed.auth.as_deref().ok_or("it is not authenticated")?;
+    let body = signed_body(&routed.session_id, &routed.notification).ok_or("it does not encode")?;
+    let mut headers = HeaderMap::new();
+    // What the signing side's headers were: `sign` adds `Accept: */*` when there is none.
+    headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+    headers.insert(
+        RELAYED_BY,
+        HeaderValue::from_str(&routed.source_node_id).map_err(|_| "its source is not valid")?,
+    );
+    headers.insert(
+        RELAY_AUTH,
+        HeaderValue::from_str(auth).map_err(|_| "its authentication is not valid")?,
+    );
+    verifier
+        .check(&Method::POST, NOTIFY_PATH, &mut headers, &body, unix_ms())
+        .map_err(|r| r.why())
 }
