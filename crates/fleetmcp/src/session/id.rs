@@ -160,7 +160,7 @@ fn pack(p: &SessionIdPayload) -> Option<([u8; UUID_LEN], Vec<u8>)> {
     let mut out = Vec::with_capacity(32 + p.node_id.len());
     let sig_public = p.auth_sig == "public";
     out.push(PACKED);
-    out.push(u8::from(p.is_public) * PUBLIC | u8::from(sig_public) * SIG_PUBLIC);
+    out.push((u8::from(p.is_public) * PUBLIC) | (u8::from(sig_public) * SIG_PUBLIC));
     let mut iat = p.iat;
     loop {
         let byte = (iat & 0x7f) as u8;
