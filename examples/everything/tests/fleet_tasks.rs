@@ -41,7 +41,7 @@ fn start(machine: &str, redis: &RedisServer) -> Instance {
 async fn modern(http: &reqwest::Client, url: &str, method: &str, mut params: Value) -> Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
     });
     let name = params
         .get("name")
@@ -301,5 +301,49 @@ async fn the_orphan_scanner_fails_a_dead_instances_tasks_unasked() {
         "the scanner failed the dead instance's task {:?} after the kill",
         killed.elapsed()
     );
+    b.assert_no_panic_logged();
+}
+
+/// The client's answer to a task's question reaches the instance running it wherever it lands:
+/// `confirm_delete` runs on A and asks for a confirmation; `tasks/update` sent to B hands the
+/// answer to A, whose handler finishes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_update_through_b_answers_the_question_of_a_task_running_on_a() {
+    let redis = RedisServer::start();
+    let a = start("node-a", &redis);
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+    let id = start_task(&http, &a.mcp_url(), "confirm_delete", json!({})).await;
+    let r = wait_status(
+        &http,
+        &b.mcp_url(),
+        &id,
+        "input_required",
+        Duration::from_secs(5),
+    )
+    .await;
+    let key = r["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .unwrap_or_else(|| panic!("no question: {r}"));
+    assert_eq!(key, "confirm", "{r}");
+    let v = modern(
+        &http,
+        &b.mcp_url(),
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert!(v.get("error").is_none(), "tasks/update through B: {v}");
+    let r = wait_status(
+        &http,
+        &b.mcp_url(),
+        &id,
+        "completed",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(r.to_string().contains("delete: accept"), "{r}");
+    a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }

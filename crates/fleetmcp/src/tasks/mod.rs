@@ -156,6 +156,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Asks the instance running `task_id` (if another) to stop it. Memory: nothing to do,
     /// every task runs here.
     async fn signal_cancel(&self, _task_id: &str) {}
+    /// Hands the client's answers to a task's questions to the instance running it (if
+    /// another). Memory: nothing to do, every task runs here.
+    async fn signal_answers(&self, _task_id: &str, _answers: &Map<String, Value>) {}
     /// Ends as `failed` (with `error`) every task not ended yet that `node` started before
     /// `spawned_before` (Unix ms); how many. Memory: none, every task runs here.
     async fn fail_tasks_of(&self, _node: &str, _spawned_before: u64, _error: &Value) -> usize {
@@ -827,6 +830,28 @@ impl Tasks {
             .unwrap_or(r)
     }
 
+    /// Takes the client's answers to a task's questions (`tasks/update`): hands them to the
+    /// questions waiting here and records the task working again once none is left; for a task
+    /// running on another instance, sends them to it (its executor does the same there).
+    pub async fn answer(&self, mut r: TaskRecord, answers: Map<String, Value>) {
+        let Some(running) = self.running(&r.task_id) else {
+            if self.fleet.is_some() && !r.status.is_terminal() {
+                self.store.signal_answers(&r.task_id, &answers).await;
+            }
+            return;
+        };
+        for (key, answer) in answers {
+            if let Some(tx) = running.waiting.lock().remove(&key) {
+                let _ = tx.send(answer);
+                r.input_requests.remove(&key);
+            }
+        }
+        if r.status == TaskStatus::InputRequired && r.input_requests.is_empty() {
+            r.status = TaskStatus::Working;
+        }
+        self.update(r).await;
+    }
+
     /// What this instance holds for a task running here.
     pub fn running(&self, task_id: &str) -> Option<Arc<Running>> {
         self.running.lock().get(task_id).cloned()
@@ -842,6 +867,16 @@ impl Tasks {
                     if let Some(running) = self.running(&task_id) {
                         tracing::info!(task = %task_id, "a task was cancelled through another instance; stopping it");
                         running.cancel.cancel();
+                    }
+                }
+                CancelSignal::Answers(task_id, answers) => {
+                    if self.running(&task_id).is_none() {
+                        continue;
+                    }
+                    let owner = self.running(&task_id).and_then(|r| r.owner.clone());
+                    if let Some(r) = self.store.get(owner.as_deref(), &task_id).await {
+                        tracing::debug!(task = %task_id, "a task's answers arrived through another instance");
+                        self.answer(r, answers).await;
                     }
                 }
                 CancelSignal::Resync => {

@@ -39,11 +39,13 @@ use tokio_util::sync::CancellationToken;
 use super::{TaskLimits, TaskRecord, TaskStore, TaskStoreError, TaskStoreFull};
 use crate::redis_conn::{CommandError, RedisConn};
 
-/// What a shared store tells the instance about tasks cancelled elsewhere.
+/// What a shared store tells the instance about its tasks from elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum CancelSignal {
     /// `tasks/cancel` reached another instance for this task.
     Cancel(String),
+    /// `tasks/update` reached another instance for this task: the client's answers, by key.
+    Answers(String, serde_json::Map<String, Value>),
     /// The subscription was (re)made: signals sent meanwhile were lost, so the instance checks
     /// the records of the tasks it runs.
     Resync,
@@ -172,6 +174,11 @@ impl RedisTaskStore {
         format!("{}cancel:{task_id}", self.prefix)
     }
 
+    /// `<prefix>input:<taskId>`: the client's answers to a task's questions, for its executor.
+    pub fn input_channel(&self, task_id: &str) -> String {
+        format!("{}input:{task_id}", self.prefix)
+    }
+
     /// Rewrites a record, optionally only if the stored one is still `expect`'s (see [`WRITE`]).
     async fn write(
         &self,
@@ -232,7 +239,8 @@ impl RedisTaskStore {
         stop: CancellationToken,
     ) -> mpsc::Receiver<CancelSignal> {
         let (tx, rx) = mpsc::channel(256);
-        let pattern = format!("{}cancel:*", self.prefix);
+        // One pattern for both signals: `cancel:<taskId>` and `input:<taskId>`.
+        let pattern = format!("{}*", self.prefix);
         // Redis down at start: not waited for here; the loop below subscribes once it answers.
         let first = if !self.redis.is_connected() {
             None
@@ -246,7 +254,7 @@ impl RedisTaskStore {
             }
         };
         let redis = self.redis.clone();
-        let channel_prefix = format!("{}cancel:", self.prefix);
+        let prefix = self.prefix.clone();
         tokio::spawn(async move {
             let mut messages = first;
             loop {
@@ -259,13 +267,14 @@ impl RedisTaskStore {
                             m = stream.next() => match m {
                                 Some(m) => {
                                     let channel = m.get_channel_name();
-                                    let Some(id) = channel.strip_prefix(&channel_prefix) else {
+                                    let Some(signal) = signal_of(&prefix, channel, m.get_payload_bytes()) else {
                                         continue;
                                     };
                                     // A full queue means the instance is far behind; the
-                                    // resync after the next reconnect catches what is lost.
-                                    if tx.try_send(CancelSignal::Cancel(id.to_string())).is_err() {
-                                        tracing::warn!(task = %id, "a task cancel signal was dropped: too many pending");
+                                    // resync after the next reconnect catches lost cancels
+                                    // (lost answers are asked for again: the task still waits).
+                                    if let Err(e) = tx.try_send(signal) {
+                                        tracing::warn!(signal = ?e.into_inner(), "a task signal was dropped: too many pending");
                                     }
                                 }
                                 None => break,
@@ -293,6 +302,17 @@ impl RedisTaskStore {
         });
         rx
     }
+}
+
+/// The signal a message on `channel` carries, if it is one.
+fn signal_of(prefix: &str, channel: &str, payload: &[u8]) -> Option<CancelSignal> {
+    let rest = channel.strip_prefix(prefix)?;
+    if let Some(id) = rest.strip_prefix("cancel:") {
+        return Some(CancelSignal::Cancel(id.to_string()));
+    }
+    let id = rest.strip_prefix("input:")?;
+    let answers = serde_json::from_slice(payload).ok()?;
+    Some(CancelSignal::Answers(id.to_string(), answers))
 }
 
 fn warn_failed(what: &str, task: &str, e: &CommandError) {
@@ -431,6 +451,29 @@ impl TaskStore for RedisTaskStore {
             // The record says cancelled already; the executor's end write will be refused,
             // and it stops the task at its next resync.
             warn_failed("sending a cancel signal", task_id, &e);
+        }
+    }
+
+    async fn signal_answers(&self, task_id: &str, answers: &serde_json::Map<String, Value>) {
+        let Ok(payload) = serde_json::to_string(answers) else {
+            return;
+        };
+        let sent: Result<i64, _> = self
+            .redis
+            .run(
+                redis::cmd("PUBLISH")
+                    .arg(self.input_channel(task_id))
+                    .arg(payload)
+                    .clone(),
+            )
+            .await;
+        match sent {
+            Ok(0) => tracing::warn!(
+                task = task_id,
+                "a task's answers reached no instance: its executor is gone"
+            ),
+            Ok(_) => {}
+            Err(e) => warn_failed("sending a task's answers", task_id, &e),
         }
     }
 

@@ -176,19 +176,10 @@ pub(crate) async fn update(app: &App, ctx: &RequestContext, p: Option<&RawValue>
         task_id,
         input_responses,
     } = params(p)?;
-    let mut r = record(app, &task_id).await?;
-    if let Some(running) = app.tasks().running(&task_id) {
-        for (key, answer) in input_responses.unwrap_or_default() {
-            if let Some(tx) = running.waiting.lock().remove(&key) {
-                let _ = tx.send(answer);
-                r.input_requests.remove(&key);
-            }
-        }
-        if r.status == TaskStatus::InputRequired && r.input_requests.is_empty() {
-            r.status = TaskStatus::Working;
-        }
-        app.tasks().update(r).await;
-    }
+    let r = record(app, &task_id).await?;
+    app.tasks()
+        .answer(r, input_responses.unwrap_or_default())
+        .await;
     respond(app, ctx, &json!({}), None)
 }
 
