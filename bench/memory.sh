@@ -9,27 +9,10 @@
 # Environment (optional): SESSIONS=2000, SKIP_BUILD=0.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_start memory
 SESSIONS="${SESSIONS:-2000}"
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-BIN="$TARGET_DIR/release/help-desk"
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  cargo build --release -p help-desk -p fleet-loadgen >&2
-fi
-LOADGEN="$TARGET_DIR/release/fleet-loadgen"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-memory.XXXXXX")"
-DESK_PID=""
-cleanup() {
-  [[ -n "$DESK_PID" ]] && kill -KILL "$DESK_PID" 2>/dev/null || true
-  [[ -f "$WORK/redis.pid" ]] && kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-REDIS_PORT="$("$LOADGEN" free-port)"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-  --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 PORT="$("$LOADGEN" free-port)"
 PORT="$PORT" MACHINE_ID=desk-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
@@ -37,6 +20,7 @@ PORT="$PORT" MACHINE_ID=desk-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
   MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
   "$BIN" >"$WORK/desk.log" 2>&1 &
 DESK_PID=$!
+BENCH_PIDS+=("$DESK_PID")
 for _ in $(seq 100); do curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$PORT/readyz" 2>/dev/null && break; sleep 0.05; done
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$DESK_PID/status"; }

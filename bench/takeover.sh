@@ -7,27 +7,10 @@
 # Environment (optional): ROUNDS=5, SKIP_BUILD=0, TTL_MS=30000, INTERVAL_MS=10000.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_start takeover
 ROUNDS="${ROUNDS:-5}"
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-BIN="$TARGET_DIR/release/help-desk"
-if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  cargo build --release -p help-desk -p fleet-loadgen >&2
-fi
-LOADGEN="$TARGET_DIR/release/fleet-loadgen"
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-takeover.XXXXXX")"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do kill -KILL "$p" 2>/dev/null || true; done
-  [[ -f "$WORK/redis.pid" ]] && kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
-}
-trap cleanup EXIT
-
-REDIS_PORT="$("$LOADGEN" free-port)"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-  --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 now_ms() { date +%s%3N; }
 
@@ -63,8 +46,8 @@ call() { # PORT SID -> HTTP status
 measure() { # SIGNAL -> ms from the signal to the first 200 on B
   local pa pb a b sid t0 code
   pa="$("$LOADGEN" free-port)"; pb="$("$LOADGEN" free-port)"
-  a="$(start_desk "desk-a-$RANDOM" "$pa")"; PIDS+=("$a")
-  b="$(start_desk "desk-b-$RANDOM" "$pb")"; PIDS+=("$b")
+  a="$(start_desk "desk-a-$RANDOM" "$pa")"; BENCH_PIDS+=("$a")
+  b="$(start_desk "desk-b-$RANDOM" "$pb")"; BENCH_PIDS+=("$b")
   wait_healthy "$pa"; wait_healthy "$pb"
   sid="$(open_session "$pa")"
   [[ "$(call "$pb" "$sid")" == 200 ]] || { echo "relay did not answer before the stop" >&2; exit 1; }

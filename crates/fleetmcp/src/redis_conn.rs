@@ -147,27 +147,21 @@ impl RedisConn {
         &self,
         channel: &str,
     ) -> Result<redis::aio::PubSubStream, CommandError> {
-        let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
-        let attempt = async {
-            let mut pubsub = self
-                .inner
-                .client
-                .get_async_pubsub()
-                .await
-                .map_err(unavailable)?;
-            pubsub.subscribe(channel).await.map_err(unavailable)?;
-            Ok::<_, CommandError>(pubsub.into_on_message())
-        };
-        match tokio::time::timeout(bound, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
-        }
+        self.subscribed(channel, false).await
     }
 
     /// Like [`RedisConn::subscribe`], for every channel matching `pattern` (`PSUBSCRIBE`).
     pub(crate) async fn psubscribe(
         &self,
         pattern: &str,
+    ) -> Result<redis::aio::PubSubStream, CommandError> {
+        self.subscribed(pattern, true).await
+    }
+
+    async fn subscribed(
+        &self,
+        target: &str,
+        pattern: bool,
     ) -> Result<redis::aio::PubSubStream, CommandError> {
         let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
         let attempt = async {
@@ -177,7 +171,11 @@ impl RedisConn {
                 .get_async_pubsub()
                 .await
                 .map_err(unavailable)?;
-            pubsub.psubscribe(pattern).await.map_err(unavailable)?;
+            if pattern {
+                pubsub.psubscribe(target).await.map_err(unavailable)?;
+            } else {
+                pubsub.subscribe(target).await.map_err(unavailable)?;
+            }
             Ok::<_, CommandError>(pubsub.into_on_message())
         };
         match tokio::time::timeout(bound, attempt).await {

@@ -97,18 +97,30 @@ impl Wire {
     }
 }
 
-/// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
-/// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
-/// expiry is pushed out by `ARGV[4]` ms and the holder's index `KEYS[2]` gets member `ARGV[6]`
-/// scored `ARGV[5]`; the key is read again after that write, so that on a tracking connection
-/// the key stays tracked (a connection's own write ends its tracking of the key).
-const CHECK: &str = r#"
+/// The start of the fenced scripts: the record at `KEYS[1]` (answering `{0}` when there is none,
+/// or it does not decode) and the `node` and `epoch` it names (`session.nodeId`, else the
+/// top-level `nodeId` of older records; epoch 0 for records written before epochs).
+macro_rules! holder_of_record {
+    () => {
+        r#"
 local v = redis.call('GET', KEYS[1])
 if not v then return {0, '', 0} end
 local ok, r = pcall(cjson.decode, v)
 if not ok or type(r) ~= 'table' then return {0, '', 0} end
 local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
 local epoch = tonumber(r.epoch) or 0
+"#
+    };
+}
+
+/// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
+/// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
+/// expiry is pushed out by `ARGV[4]` ms and the holder's index `KEYS[2]` gets member `ARGV[6]`
+/// scored `ARGV[5]`; the key is read again after that write, so that on a tracking connection
+/// the key stays tracked (a connection's own write ends its tracking of the key).
+const CHECK: &str = concat!(
+    holder_of_record!(),
+    r#"
 if node == ARGV[1] and epoch == tonumber(ARGV[2]) then
   if ARGV[3] == '1' then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
@@ -118,7 +130,8 @@ if node == ARGV[1] and epoch == tonumber(ARGV[2]) then
   return {1, node, epoch}
 end
 return {2, tostring(node), epoch}
-"#;
+"#
+);
 
 /// Whether the record at `KEYS[1]` exists (`1`) or not (`0`), after pushing its expiry out by
 /// `ARGV[2]` ms when `ARGV[1]` is `1` (written first, read last: see [`CHECK`]).
@@ -131,19 +144,16 @@ return redis.call('EXISTS', KEYS[1])
 /// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms, and moves member
 /// `ARGV[6]` from index `KEYS[2]` to index `KEYS[3]` (scored `ARGV[5]`). Answers like
 /// [`CHECK`].
-const CLAIM: &str = r#"
-local v = redis.call('GET', KEYS[1])
-if not v then return {0, '', 0} end
-local ok, r = pcall(cjson.decode, v)
-if not ok or type(r) ~= 'table' then return {0, '', 0} end
-local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
-local epoch = tonumber(r.epoch) or 0
+const CLAIM: &str = concat!(
+    holder_of_record!(),
+    r#"
 if node ~= ARGV[1] or epoch ~= tonumber(ARGV[2]) then return {2, tostring(node), epoch} end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[6])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
 return {1, node, epoch}
-"#;
+"#
+);
 
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]

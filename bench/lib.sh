@@ -1,0 +1,30 @@
+# bench/lib.sh: what the one-off bench scripts share (sourced, not run). After `bench_start NAME`:
+# ROOT, TARGET_DIR, BIN (release help-desk), LOADGEN, WORK (a scratch folder) are set, the
+# release binaries are built unless SKIP_BUILD=1, a redis-server listens on REDIS_PORT
+# (loopback, no persistence), and on exit every pid in BENCH_PIDS and the redis-server are
+# killed.
+
+bench_start() { # NAME
+  ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  cd "$ROOT"
+  TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+  BIN="$TARGET_DIR/release/help-desk"
+  if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    cargo build --release -p help-desk -p fleet-loadgen >&2
+  fi
+  LOADGEN="$TARGET_DIR/release/fleet-loadgen"
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-$1.XXXXXX")"
+  BENCH_PIDS=()
+  trap bench_cleanup EXIT
+  REDIS_PORT="$("$LOADGEN" free-port)"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+    --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+  for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "redis-server did not start on $REDIS_PORT" >&2
+  exit 1
+}
+
+bench_cleanup() {
+  for p in "${BENCH_PIDS[@]:-}"; do [[ -n "$p" ]] && kill -KILL "$p" 2>/dev/null || true; done
+  [[ -f "$WORK/redis.pid" ]] && kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
+}
