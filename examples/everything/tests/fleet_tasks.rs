@@ -226,20 +226,28 @@ async fn tasks_cancel_through_b_stops_the_handler_running_on_a() {
     b.assert_no_panic_logged();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_whose_instance_is_sigkilled_fails_on_b_with_a_clear_message() {
-    let redis = RedisServer::start();
-    let mut a = start("node-a", &redis);
-    let b = start("node-b", &redis);
-    let http = reqwest::Client::new();
-
+/// Instances A and B, and a minute-long task running on A; its id.
+async fn long_task_on_a(
+    redis: &RedisServer,
+    http: &reqwest::Client,
+) -> (Instance, Instance, String) {
+    let a = start("node-a", redis);
+    let b = start("node-b", redis);
     let id = start_task(
-        &http,
+        http,
         &a.mcp_url(),
         "test_cancellable_task",
         json!({"work_ms": 60000}),
     )
     .await;
+    (a, b, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_instance_is_sigkilled_fails_on_b_with_a_clear_message() {
+    let redis = RedisServer::start();
+    let http = reqwest::Client::new();
+    let (mut a, b, id) = long_task_on_a(&redis, &http).await;
     // Alive executor: B keeps reporting working (the heartbeat is there).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(get(&http, &b.mcp_url(), &id).await["status"], "working");
@@ -267,16 +275,8 @@ async fn a_task_whose_instance_is_sigkilled_fails_on_b_with_a_clear_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orphan_scanner_fails_a_dead_instances_tasks_unasked() {
     let redis = RedisServer::start();
-    let mut a = start("node-a", &redis);
-    let b = start("node-b", &redis);
     let http = reqwest::Client::new();
-    let id = start_task(
-        &http,
-        &a.mcp_url(),
-        "test_cancellable_task",
-        json!({"work_ms": 60000}),
-    )
-    .await;
+    let (mut a, b, id) = long_task_on_a(&redis, &http).await;
     let key = format!("mcp:task:records::{id}");
     assert!(redis.cli(&["GET", &key]).contains("\"status\":\"working\""));
     assert!(
