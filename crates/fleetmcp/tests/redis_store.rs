@@ -407,28 +407,15 @@ fn post(c: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwe
     b
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_opened_on_one_instance_is_served_by_another() {
-    let redis = RedisServer::start();
-    let a = instance(
-        "desk-a",
-        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
-    )
-    .await;
-    let b = instance(
-        "desk-b",
-        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
-    )
-    .await;
-    let c = http();
-
+/// `initialize` on `url` with the client's `capabilities`; the session id.
+async fn initialize(c: &reqwest::Client, url: &str, capabilities: Value) -> String {
     let res = post(
-        &c,
-        &a.mcp,
+        c,
+        url,
         None,
         json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": LATEST,
-            "capabilities": {"elicitation": {}},
+            "capabilities": capabilities,
             "clientInfo": {"name": "it", "version": "0"}
         }}),
     )
@@ -436,10 +423,28 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
     .await
     .unwrap();
     assert_eq!(res.status(), 200);
-    let sid = res.headers()["mcp-session-id"]
+    res.headers()["mcp-session-id"]
         .to_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// Instances `desk-a` and `desk-b`, each with its own connection to `redis`.
+async fn two_instances(redis: &RedisServer) -> (TestServer, TestServer) {
+    let store = || async { RedisSessionStore::connect(cfg_for(redis)).await.unwrap() };
+    (
+        instance("desk-a", store().await).await,
+        instance("desk-b", store().await).await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_on_one_instance_is_served_by_another() {
+    let redis = RedisServer::start();
+    let (a, b) = two_instances(&redis).await;
+    let c = http();
+
+    let sid = initialize(&c, &a.mcp, json!({"elicitation": {}})).await;
     let res = post(
         &c,
         &a.mcp,
@@ -878,31 +883,11 @@ fn commands_run(redis: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
     let redis = RedisServer::start();
-    let a = instance(
-        "desk-a",
-        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
-    )
-    .await;
-    let b = instance(
-        "desk-b",
-        RedisSessionStore::connect(cfg_for(&redis)).await.unwrap(),
-    )
-    .await;
+    let (a, b) = two_instances(&redis).await;
     let c = http();
     let open = |url: String| {
         let c = c.clone();
-        async move {
-            let res = post(&c, &url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}))
-            .send()
-            .await
-            .unwrap();
-            assert_eq!(res.status(), 200);
-            res.headers()["mcp-session-id"]
-                .to_str()
-                .unwrap()
-                .to_string()
-        }
+        async move { initialize(&c, &url, json!({})).await }
     };
     let call = |url: String, sid: String, id: u64| {
         let c = c.clone();
