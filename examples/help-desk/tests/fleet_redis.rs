@@ -13,23 +13,18 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
+mod fleet_client;
+
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use fleet_client::*;
 use serde_json::{Value, json};
 use support::raw_http::{self, RawResponse};
 use support::{Instance, TempDir};
 use support_redis::{CuttableProxy, Monitor, RedisServer};
-
-/// The protocol version of the session-era client these tests play.
-const PROTOCOL_VERSION: &str = "2025-11-25";
-/// How long any one HTTP exchange may take before the test calls it a hang.
-const HTTP_LIMIT: Duration = Duration::from_secs(15);
-/// How long a log line may take to show up after the response that follows it.
-const LOG_LIMIT: Duration = Duration::from_secs(3);
 
 const RECREATING: &str = "[TransportService] Recreating transport from stored session";
 const VALIDATED: &str = "[TransportService] Session store connection validated successfully";
@@ -66,103 +61,14 @@ fn config_file(dir: &TempDir, toml: &str) -> PathBuf {
     path
 }
 
-/// Waits until `needle` is in the instance's log; false after `limit`.
-fn log_has(instance: &Instance, needle: &str, limit: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        if instance.log().contains(needle) {
-            return true;
-        }
-        if start.elapsed() >= limit {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
-    assert!(
-        log_has(instance, needle, LOG_LIMIT),
-        "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
-        instance.log()
-    );
-}
-
-fn count(instance: &Instance, needle: &str) -> usize {
-    instance.log().matches(needle).count()
-}
-
 // ---------------------------------------------------------------------------------------------
 // Raw HTTP/1.1
-
-/// Sends one request with its `Host` on a fresh connection (`Connection: close`) and reads the
-/// whole answer, panicking if it takes longer than `limit`.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-    limit: Duration,
-) -> RawResponse {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let host = format!("127.0.0.1:{port}");
-    let mut all = vec![("Host", host.as_str())];
-    all.extend_from_slice(headers);
-    raw_http::send(addr, method, path, &all, body, limit)
-}
 
 // ---------------------------------------------------------------------------------------------
 // A session-era MCP client
 
-fn next_id() -> u64 {
-    static ID: AtomicU64 = AtomicU64::new(1);
-    ID.fetch_add(1, Ordering::Relaxed)
-}
-
-const ACCEPT: &str = "application/json, text/event-stream";
-
 fn post(port: u16, session: Option<&str>, msg: &Value, limit: Duration) -> RawResponse {
-    let body = msg.to_string();
-    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
-    if let Some(sid) = session {
-        headers.push(("mcp-session-id", sid));
-        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
-    }
-    http(port, "POST", "/mcp", &headers, Some(&body), limit)
-}
-
-/// `initialize` and `notifications/initialized` on `port`; returns the session id.
-fn open_session(port: u16) -> String {
-    let init = json!({
-        "jsonrpc": "2.0",
-        "id": next_id(),
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "fleet-redis-test", "version": "1.0.0"},
-        },
-    });
-    let resp = post(port, None, &init, HTTP_LIMIT);
-    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
-    let sid = resp
-        .header("mcp-session-id")
-        .unwrap_or_else(|| panic!("initialize without mcp-session-id:\n{}", resp.describe()))
-        .to_string();
-    assert!(
-        resp.json().get("result").is_some(),
-        "initialize:\n{}",
-        resp.describe()
-    );
-    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = post(port, Some(&sid), &note, HTTP_LIMIT);
-    assert!(
-        resp.status == 202 || resp.status == 200,
-        "notifications/initialized:\n{}",
-        resp.describe()
-    );
-    sid
+    post_with(port, session, &[], msg, limit)
 }
 
 /// `tools/call find_tickets {}` on `port` in session `sid`.
@@ -192,21 +98,6 @@ fn delete_session(port: u16, sid: &str) -> RawResponse {
         None,
         HTTP_LIMIT,
     )
-}
-
-/// A 200 with a successful tool result.
-fn assert_tool_ok(resp: &RawResponse, what: &str) {
-    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
-    let msg = resp.json();
-    let result = msg
-        .get("result")
-        .unwrap_or_else(|| panic!("{what}: no result:\n{}", resp.describe()));
-    assert_ne!(
-        result.get("isError"),
-        Some(&Value::Bool(true)),
-        "{what}: tool error:\n{}",
-        resp.describe()
-    );
 }
 
 /// A JSON-RPC error answer with this HTTP status, code and message.
@@ -754,25 +645,6 @@ fn a_rolling_secret_change_drops_no_session() {
 
 // ---------------------------------------------------------------------------------------------
 // Distributed mode: the holder serves, the others relay to it, a stopped holder is taken over
-
-/// A `help-desk` in distributed mode on `redis`, bound to loopback (so it advertises
-/// `127.0.0.1:<port>` to the others), with extra settings.
-fn distributed_desk(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
-    let mut env: Vec<(&str, &str)> = vec![
-        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
-        ("FRONTMCP_BIND_ADDRESS", "loopback"),
-        ("MACHINE_ID", machine),
-        ("REDIS_URL", redis),
-        ("REDIS_HOST", ""),
-        ("REDIS_PORT", ""),
-    ];
-    env.extend_from_slice(extra);
-    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
-}
-
-fn machine_of(resp: &RawResponse) -> Option<&str> {
-    resp.header("x-frontmcp-machine-id")
-}
 
 /// A session opened on A and used on B is served by A through the relay (A's tool output and
 /// A's machine id, no recreation on B); a DELETE sent to B is answered 204 by A and ends the

@@ -17,101 +17,29 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
+mod fleet_client;
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use fleet_client::*;
 use serde_json::{Value, json};
-use support::Instance;
 use support::raw_http::{self, RawResponse};
 use support_redis::RedisServer;
 
-const PROTOCOL_VERSION: &str = "2025-11-25";
-const ACCEPT: &str = "application/json, text/event-stream";
-/// How long any one HTTP exchange may take before the test calls it a hang.
-const HTTP_LIMIT: Duration = Duration::from_secs(15);
-/// How long a log line may take to show up after the response that follows it.
-const LOG_LIMIT: Duration = Duration::from_secs(3);
 /// The holder's warning for every refused relayed request.
 const REFUSED: &str = "[HA] Refused a relayed request from";
 
 // ---------------------------------------------------------------------------------------------
 // Instances and a session-era client
 
-/// A `help-desk` in distributed mode on `redis`, bound to loopback, with extra settings (the
-/// shared secret is `support::SESSION_SECRET` unless they say otherwise).
-fn distributed_desk(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
-    let mut env: Vec<(&str, &str)> = vec![
-        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
-        ("FRONTMCP_BIND_ADDRESS", "loopback"),
-        ("MACHINE_ID", machine),
-        ("REDIS_URL", redis),
-        ("REDIS_HOST", ""),
-        ("REDIS_PORT", ""),
-    ];
-    env.extend_from_slice(extra);
-    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
-}
-
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Option<&str>,
-) -> RawResponse {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let host = format!("127.0.0.1:{port}");
-    let mut all = vec![("Host", host.as_str())];
-    all.extend_from_slice(headers);
-    raw_http::send(addr, method, path, &all, body, HTTP_LIMIT)
-}
-
-fn next_id() -> u64 {
-    static ID: AtomicU64 = AtomicU64::new(1);
-    ID.fetch_add(1, Ordering::Relaxed)
-}
-
 /// A POST to `/mcp` in session `sid` (if any), with `extra` headers.
 fn post(port: u16, sid: Option<&str>, extra: &[(&str, &str)], msg: &Value) -> RawResponse {
-    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
-    if let Some(sid) = sid {
-        headers.push(("mcp-session-id", sid));
-        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
-    }
-    headers.extend_from_slice(extra);
-    http(port, "POST", "/mcp", &headers, Some(&msg.to_string()))
-}
-
-/// `initialize` and `notifications/initialized` on `port`; returns the session id.
-fn open_session(port: u16) -> String {
-    let init = json!({
-        "jsonrpc": "2.0",
-        "id": next_id(),
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "relay-auth-test", "version": "1.0.0"},
-        },
-    });
-    let resp = post(port, None, &[], &init);
-    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
-    let sid = resp
-        .header("mcp-session-id")
-        .unwrap_or_else(|| panic!("initialize without mcp-session-id:\n{}", resp.describe()))
-        .to_string();
-    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = post(port, Some(&sid), &[], &note);
-    assert!(
-        resp.status == 202 || resp.status == 200,
-        "notifications/initialized:\n{}",
-        resp.describe()
-    );
-    sid
+    post_with(port, sid, extra, msg, HTTP_LIMIT)
 }
 
 fn open_ticket_call(title: &str) -> Value {
@@ -141,20 +69,6 @@ fn tickets_titled(port: u16, sid: &str, title: &str) -> usize {
     tickets.iter().filter(|t| t["title"] == title).count()
 }
 
-fn assert_tool_ok(resp: &RawResponse, what: &str) {
-    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
-    let msg = resp.json();
-    let result = msg
-        .get("result")
-        .unwrap_or_else(|| panic!("{what}: no result:\n{}", resp.describe()));
-    assert_ne!(
-        result.get("isError"),
-        Some(&Value::Bool(true)),
-        "{what}: tool error:\n{}",
-        resp.describe()
-    );
-}
-
 /// The refusal of a relayed request: `403`, a JSON-RPC error with `id: null`.
 fn assert_refused(resp: &RawResponse, why: &str, what: &str) {
     assert_eq!(resp.status, 403, "{what}:\n{}", resp.describe());
@@ -167,19 +81,6 @@ fn assert_refused(resp: &RawResponse, why: &str, what: &str) {
         "{what}: {message:?} lacks {why:?}\n{}",
         resp.describe()
     );
-}
-
-/// Waits until `needle` is in the instance's log; fails the test after [`LOG_LIMIT`].
-fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
-    let start = Instant::now();
-    while !instance.log().contains(needle) {
-        assert!(
-            start.elapsed() < LOG_LIMIT,
-            "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
-            instance.log()
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A title no other call in this test process uses.
@@ -444,7 +345,7 @@ fn a_recorded_hop_carries_no_credential_in_clear_and_its_replay_is_refused() {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let body = (!hop.body.is_empty()).then_some(hop.body.as_str());
-    let replayed = http(a.port(), &hop.method, &hop.path, &headers, body);
+    let replayed = http(a.port(), &hop.method, &hop.path, &headers, body, HTTP_LIMIT);
     assert_refused(&replayed, "a replay", "the recorded hop, replayed");
     assert_log_has(
         &a,
@@ -604,6 +505,7 @@ fn a_relayed_get_stream_and_legacy_message_post_verify() {
             &message_path,
             &[("Content-Type", "application/json")],
             Some(&msg.to_string()),
+            HTTP_LIMIT,
         )
     };
     // Initialized on A (where its stream is), so that the fleet knows where the session is.

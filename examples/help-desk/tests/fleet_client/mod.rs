@@ -1,0 +1,162 @@
+//! What the fleet tests of help-desk share: instances in distributed mode, a session-era client
+//! speaking raw HTTP/1.1, and waits on an instance's log. Each test file includes it with
+//! `mod fleet_client;` next to `mod support;` (the e2e kit it builds on).
+
+#![allow(dead_code)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::Instance;
+use crate::support::raw_http::{self, RawResponse};
+
+/// The protocol version of the session-era client these tests play.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// How long any one HTTP exchange may take before a test calls it a hang.
+pub const HTTP_LIMIT: Duration = Duration::from_secs(15);
+/// How long a log line may take to show up after the response that follows it.
+pub const LOG_LIMIT: Duration = Duration::from_secs(3);
+pub const ACCEPT: &str = "application/json, text/event-stream";
+
+/// A `help-desk` in distributed mode on `redis`, bound to loopback (so it advertises
+/// `127.0.0.1:<port>` to the others), with extra settings (the shared secret is
+/// `support::SESSION_SECRET` unless they say otherwise). Redis variables from the developer's
+/// shell are neutralised.
+pub fn distributed_desk(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
+    let mut env: Vec<(&str, &str)> = vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    env.extend_from_slice(extra);
+    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+}
+
+/// Waits until `needle` is in the instance's log; false after `limit`.
+pub fn log_has(instance: &Instance, needle: &str, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if instance.log().contains(needle) {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until `needle` is in the instance's log; fails the test after [`LOG_LIMIT`].
+pub fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
+    assert!(
+        log_has(instance, needle, LOG_LIMIT),
+        "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
+        instance.log()
+    );
+}
+
+/// How often `needle` is in the instance's log.
+pub fn count(instance: &Instance, needle: &str) -> usize {
+    instance.log().matches(needle).count()
+}
+
+/// Sends one request with its `Host` on a fresh connection (`Connection: close`) and reads the
+/// whole answer, panicking if it takes longer than `limit`.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+    limit: Duration,
+) -> RawResponse {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let host = format!("127.0.0.1:{port}");
+    let mut all = vec![("Host", host.as_str())];
+    all.extend_from_slice(headers);
+    raw_http::send(addr, method, path, &all, body, limit)
+}
+
+/// A JSON-RPC id no other request of this test process uses.
+pub fn next_id() -> u64 {
+    static ID: AtomicU64 = AtomicU64::new(1);
+    ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A POST of `msg` to `/mcp`, in session `sid` (if any), with `extra` headers.
+pub fn post_with(
+    port: u16,
+    sid: Option<&str>,
+    extra: &[(&str, &str)],
+    msg: &Value,
+    limit: Duration,
+) -> RawResponse {
+    let body = msg.to_string();
+    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
+    if let Some(sid) = sid {
+        headers.push(("mcp-session-id", sid));
+        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
+    }
+    headers.extend_from_slice(extra);
+    http(port, "POST", "/mcp", &headers, Some(&body), limit)
+}
+
+/// `initialize` and `notifications/initialized` on `port`; returns the session id.
+pub fn open_session(port: u16) -> String {
+    let init = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "fleet-test", "version": "1.0.0"},
+        },
+    });
+    let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
+    let sid = resp
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("initialize without mcp-session-id:\n{}", resp.describe()))
+        .to_string();
+    assert!(
+        resp.json().get("result").is_some(),
+        "initialize:\n{}",
+        resp.describe()
+    );
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = post_with(port, Some(&sid), &[], &note, HTTP_LIMIT);
+    assert!(
+        resp.status == 202 || resp.status == 200,
+        "notifications/initialized:\n{}",
+        resp.describe()
+    );
+    sid
+}
+
+/// A 200 with a successful tool result.
+pub fn assert_tool_ok(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    let result = msg
+        .get("result")
+        .unwrap_or_else(|| panic!("{what}: no result:\n{}", resp.describe()));
+    assert_ne!(
+        result.get("isError"),
+        Some(&Value::Bool(true)),
+        "{what}: tool error:\n{}",
+        resp.describe()
+    );
+}
+
+/// The instance that answered, as its `X-FrontMCP-Machine-Id` says.
+pub fn machine_of(resp: &RawResponse) -> Option<&str> {
+    resp.header("x-frontmcp-machine-id")
+}
