@@ -42,6 +42,8 @@ LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
 LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
+LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)"
+LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -71,7 +73,16 @@ RESULTS="$WORK/results.jsonl"
 : >"$RESULTS"
 SERVER_PID=""
 
+FLEET_PIDS=()
 stop_server() {
+  for p in "${FLEET_PIDS[@]:-}"; do
+    [[ -n "$p" ]] && kill -TERM "$p" 2>/dev/null || true
+  done
+  for p in "${FLEET_PIDS[@]:-}"; do
+    [[ -n "$p" ]] && wait "$p" 2>/dev/null || true
+  done
+  FLEET_PIDS=()
+  REDIS_PORT_B=""
   if [[ -n "${SECOND_PID:-}" ]]; then
     kill -TERM "$SECOND_PID" 2>/dev/null || true
     wait "$SECOND_PID" 2>/dev/null || true
@@ -124,6 +135,62 @@ start_server() {
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
       ;;
+    fleet3_rr|fleet3_sticky)
+      # Three distributed instances sharing one Redis, nginx in front on PORT: round robin
+      # (a session's calls land on its holder one time in three, the rest are relayed), or
+      # pinned by the affinity cookie `__frontmcp_node` (a map from machine id to upstream).
+      REDIS_PORT_B="$("$LOADGEN" free-port)"
+      redis-server --port "$REDIS_PORT_B" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$WORK" --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+      for _ in $(seq 50); do redis-cli -p "$REDIS_PORT_B" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      local ports=() upstreams="" pinned="" maps=""
+      for node in a b c; do
+        local p; p="$("$LOADGEN" free-port)"; ports+=("$p")
+        PORT="$p" MACHINE_ID="bench-$node" REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+          FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
+          MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+          "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-$node.log" 2>&1 &
+        FLEET_PIDS+=($!)
+        upstreams+="server 127.0.0.1:$p; "
+        pinned+="upstream node_$node { server 127.0.0.1:$p; keepalive 32; } "
+        maps+="bench-$node node_$node; "
+      done
+      for p in "${ports[@]}"; do
+        for _ in $(seq 100); do curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$p/readyz" 2>/dev/null && break; sleep 0.1; done
+      done
+      local target=fleet
+      [[ $name == fleet3_sticky ]] && target='$holder'
+      mkdir -p "$WORK/nginx"
+      cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream fleet { $upstreams keepalive 32; }
+  $pinned
+  map \$cookie___frontmcp_node \$holder { default fleet; $maps }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://$target;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+      "${server_pin[@]}" "${NGINX:-/usr/sbin/nginx}" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" >"$logf" 2>&1 &
+      ;;
     fleetmcp|fleetmcp_stateless)
       PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
@@ -172,8 +239,9 @@ for round in $(seq "$ROUNDS"); do
     if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed ]]; then
       extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
       [[ $name == fleetmcp_relayed ]] && extra+=(--only-url2 1)
-      redis-cli -p "$REDIS_PORT_B" config resetstat >/dev/null
     fi
+    [[ $name == fleet3_sticky ]] && extra+=(--affinity 1)
+    [[ -n "${REDIS_PORT_B:-}" ]] && redis-cli -p "$REDIS_PORT_B" config resetstat >/dev/null
     if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
         --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
         --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
@@ -181,12 +249,12 @@ for round in $(seq "$ROUNDS"); do
       log "load generator failed against $label (server log: $WORK/$name.log)"
       tail -n 20 "$WORK/$name.log" >&2 || true
     fi
-    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed ]]; then
+    if [[ -n "${REDIS_PORT_B:-}" ]]; then
       # Redis commands per tools/call on the hot path (setup included, so an upper bound).
       calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
       cmds=$(redis-cli -p "$REDIS_PORT_B" info commandstats | sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' | tr '\n' ' ')
       total=$(redis-cli -p "$REDIS_PORT_B" info commandstats | awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}')
-      log "Redis commands during the pair run: $cmds(total $total for ${calls:-?} measured calls)"
+      log "Redis commands during the run: $cmds(total $total for ${calls:-?} measured calls)"
       if [[ -n "$calls" && "$calls" -gt 0 ]]; then
         log "Redis commands per tools/call: $(awk -v t="$total" -v c="$calls" 'BEGIN {printf "%.2f", t / c}')"
       fi

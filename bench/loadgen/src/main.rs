@@ -57,11 +57,14 @@ struct Args {
     json: bool,
     /// 2026-07-28: no session; every call carries `_meta` and the mirrored headers.
     stateless: bool,
+    /// Every call carries the affinity cookie `__frontmcp_node` naming the instance that
+    /// answered `initialize` (its `X-FrontMCP-Machine-Id`), as a browser would send it back.
+    affinity: bool,
 }
 
 fn usage() -> &'static str {
     "usage: fleet-loadgen --url URL [--url2 URL [--only-url2 1]] [--sessions N] [--duration SECS] [--warmup SECS] \
-     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless]"
+     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless] [--affinity 1]"
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +81,7 @@ fn parse_args() -> Result<Args, String> {
         pid: None,
         json: false,
         stateless: false,
+        affinity: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -106,6 +110,7 @@ fn parse_args() -> Result<Args, String> {
             "--url" => a.url = val,
             "--url2" => a.url2 = Some(val),
             "--only-url2" => a.only_url2 = matches!(val.as_str(), "1" | "true" | "yes"),
+            "--affinity" => a.affinity = matches!(val.as_str(), "1" | "true" | "yes"),
             "--sessions" => {
                 a.sessions = val.parse().map_err(|e| format!("--sessions {val}: {e}"))?;
                 if a.sessions == 0 || a.sessions > 10_000 {
@@ -242,6 +247,8 @@ fn truncate(s: &str) -> String {
 /// A client: a session id (session era), or none (2026-07-28, stateless).
 struct Session {
     id: Option<HeaderValue>,
+    /// `__frontmcp_node=<machine id>`, when calls carry the affinity cookie.
+    cookie: Option<HeaderValue>,
 }
 
 async fn open_session(client: &reqwest::Client, url: &str) -> Result<Session, Failure> {
@@ -266,6 +273,11 @@ async fn open_session(client: &reqwest::Client, url: &str) -> Result<Session, Fa
         .get("mcp-session-id")
         .cloned()
         .ok_or_else(|| format!("initialize: no Mcp-Session-Id (HTTP {})", resp.status()))?;
+    let cookie = resp
+        .headers()
+        .get("x-frontmcp-machine-id")
+        .and_then(|m| m.to_str().ok())
+        .and_then(|m| HeaderValue::from_str(&format!("__frontmcp_node={m}")).ok());
     let result = read_answer(resp, 0)
         .await
         .map_err(|e| format!("initialize: {e}"))?;
@@ -287,7 +299,10 @@ async fn open_session(client: &reqwest::Client, url: &str) -> Result<Session, Fa
     if !status.is_success() {
         return Err(format!("notifications/initialized: HTTP {status}"));
     }
-    Ok(Session { id: Some(sid) })
+    Ok(Session {
+        id: Some(sid),
+        cookie,
+    })
 }
 
 async fn close_session(client: &reqwest::Client, url: &str, s: &Session) {
@@ -319,6 +334,7 @@ struct Plan {
     url: String,
     url2: Option<String>,
     only_url2: bool,
+    affinity: bool,
     tool: String,
     tool_args: Value,
     /// Calls started before this are warm-up, not recorded.
@@ -335,6 +351,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         url,
         url2,
         only_url2,
+        affinity,
         tool,
         tool_args,
         measure_from,
@@ -372,6 +389,10 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
                 _ => url.as_str(),
             };
             let req = client.post(target);
+            let req = match (&session.cookie, *affinity) {
+                (Some(c), true) => req.header("cookie", c.clone()),
+                _ => req,
+            };
             let req = match &session.id {
                 Some(sid) => req
                     .header("mcp-session-id", sid.clone())
@@ -502,7 +523,10 @@ async fn run(args: Args) -> Result<(), String> {
             let stateless = args.stateless;
             set.spawn(async move {
                 if stateless {
-                    Ok(Session { id: None })
+                    Ok(Session {
+                        id: None,
+                        cookie: None,
+                    })
                 } else {
                     open_session(&client, &url).await
                 }
@@ -531,6 +555,7 @@ async fn run(args: Args) -> Result<(), String> {
         url: args.url.clone(),
         url2: args.url2.clone(),
         only_url2: args.only_url2,
+        affinity: args.affinity,
         tool: args.tool.clone(),
         tool_args: args.tool_args.clone(),
         measure_from,
