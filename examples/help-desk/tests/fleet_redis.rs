@@ -1251,3 +1251,37 @@ fn published_on(monitor: &str, channel: &str) -> String {
     }
     out
 }
+
+/// Redis paused (5 s, as in the fleet's chaos soak): a session held by A is still served when
+/// its requests land on B, which relays them to the holder and its address it saw before the
+/// pause (A serves the session from memory: its record was confirmed and its lease holds).
+#[test]
+fn a_relaying_instance_keeps_relaying_while_redis_is_paused() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+    let resp = find_tickets(b.port(), &sid);
+    assert_tool_ok(&resp, "relayed before the pause");
+    assert_eq!(machine_of(&resp), Some("desk-a"));
+
+    redis.pause();
+    let paused = Instant::now();
+    // Past the second for which B trusts what it read without asking Redis again.
+    thread::sleep(Duration::from_millis(1200));
+    for n in 1..=3 {
+        let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(10));
+        assert_tool_ok(&resp, &format!("relayed call {n} with Redis paused"));
+        assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+        assert!(
+            resp.elapsed < Duration::from_secs(3),
+            "call {n} took {:?}",
+            resp.elapsed
+        );
+    }
+    assert!(paused.elapsed() < Duration::from_secs(10));
+    assert_log_has(&b, "desk-b", "relaying to the holder last seen");
+    redis.resume();
+    assert_tool_ok(&find_tickets(b.port(), &sid), "relayed after the pause");
+}

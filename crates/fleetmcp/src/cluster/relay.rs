@@ -171,7 +171,12 @@ impl Relay for HttpRelay {
                             _ => fail("its heartbeat expired while it still runs"),
                         };
                     }
-                    Err(e) => return fail(&e.to_string()),
+                    // Redis does not answer: an instance keeps its address for its whole life, so
+                    // the one read before still holds (the holder checks the session itself).
+                    Err(e) => match self.addresses.lock().get(holder) {
+                        Some((stale, _)) => stale.clone(),
+                        None => return fail(&e.to_string()),
+                    },
                 };
                 let mut map = self.addresses.lock();
                 if map.len() > 4096 {

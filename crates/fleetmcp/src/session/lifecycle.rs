@@ -145,6 +145,8 @@ async fn forget_confirmations(
 const STORE_RETRY: Duration = Duration::from_millis(100);
 /// How long a session found held elsewhere is remembered.
 const ELSEWHERE_TTL: Duration = Duration::from_secs(1);
+/// How long a holder found then is still tried when the store does not answer.
+const ELSEWHERE_STALE: Duration = Duration::from_secs(300);
 /// Entries of that memory; past it, it starts again empty.
 const ELSEWHERE_MAX: usize = 65_536;
 
@@ -188,9 +190,14 @@ impl Sessions {
     }
 
     fn remembered_elsewhere(&self, id: &str) -> Option<String> {
+        self.elsewhere_within(id, ELSEWHERE_TTL)
+    }
+
+    /// The holder a live peer was last seen to be, up to `age` ago.
+    fn elsewhere_within(&self, id: &str, age: Duration) -> Option<String> {
         let map = self.elsewhere.lock();
         let (node, at) = map.get(id)?;
-        (at.elapsed() < ELSEWHERE_TTL).then(|| node.clone())
+        (at.elapsed() < age).then(|| node.clone())
     }
 
     fn remember_elsewhere(&self, id: &str, node: &str) {
@@ -335,7 +342,15 @@ impl Sessions {
         if let Some(node) = self.remembered_elsewhere(id) {
             return Lookup::Elsewhere(node);
         }
-        match self.read(id).await {
+        // A holder seen a while ago is where the session most likely still is: when the store
+        // does not answer, the request goes there (its holder checks it) rather than failing,
+        // after a short wait, not the whole `store_wait`.
+        let stale = self.elsewhere_within(id, ELSEWHERE_STALE);
+        let bound = match stale {
+            Some(_) => self.timing.check_timeout,
+            None => self.timing.store_wait,
+        };
+        match self.read_within(id, bound).await {
             Ok(Some(record)) => {
                 let owner = match &self.ownership {
                     Some(o) => o.owner(&record).await,
@@ -363,10 +378,16 @@ impl Sessions {
                 }
             }
             Ok(None) => Lookup::Missing(Missing::Unknown),
-            Err(why) => {
-                tracing::warn!(error = %why, wait_ms = self.timing.store_wait.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
-                Lookup::Missing(Missing::StoreUnavailable)
-            }
+            Err(why) => match stale {
+                Some(node) => {
+                    tracing::warn!(error = %why, holder = %node, "the session store could not be read; relaying to the holder last seen");
+                    Lookup::Elsewhere(node)
+                }
+                None => {
+                    tracing::warn!(error = %why, wait_ms = bound.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
+                    Lookup::Missing(Missing::StoreUnavailable)
+                }
+            },
         }
     }
 
@@ -467,7 +488,15 @@ impl Sessions {
     /// Reads a record this instance does not hold. The store is its only copy, so this waits
     /// for it (a paused or restarting Redis), retrying, until `sessions.store_wait_ms`.
     async fn read(&self, id: &str) -> Result<Option<SessionRecord>, String> {
-        let bound = self.timing.store_wait;
+        self.read_within(id, self.timing.store_wait).await
+    }
+
+    /// [`Sessions::read`], waiting at most `bound`.
+    async fn read_within(
+        &self,
+        id: &str,
+        bound: Duration,
+    ) -> Result<Option<SessionRecord>, String> {
         let deadline = tokio::time::Instant::now() + bound;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
