@@ -45,14 +45,16 @@ LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
 LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)"
 LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
+LABEL_hyper="bare hyper, same bytes (hyper-ref; the limit)"
+LABEL_python="Python mcp 2.3.0 MCPServer + uvicorn (py-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
 log() { printf '[bench] %s\n' "$*" >&2; }
 
 # --- build ---------------------------------------------------------------------------------
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  log "cargo build --release -p help-desk -p rmcp-ref -p fleet-loadgen"
-  cargo build --release -p help-desk -p rmcp-ref -p fleet-loadgen
+  log "cargo build --release -p help-desk -p rmcp-ref -p hyper-ref -p fleet-loadgen"
+  cargo build --release -p help-desk -p rmcp-ref -p hyper-ref -p fleet-loadgen
 fi
 if [[ " $TARGETS " == *" ts "* ]]; then
   command -v node >/dev/null || { log "node is required for the ts target"; exit 1; }
@@ -202,6 +204,12 @@ NGINX
       ;;
     rmcp)
       PORT="$port" RUST_LOG=warn "${server_pin[@]}" "$REL/rmcp-ref" >"$logf" 2>&1 &
+      ;;
+    hyper)
+      PORT="$port" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &
+      ;;
+    python)
+      PORT="$port" "${server_pin[@]}" "$ROOT/tools/clients/python/venv/bin/python" "$BENCH/py-ref/server.py" >"$logf" 2>&1 &
       ;;
     ts)
       PORT="$port" NODE_ENV=production "${server_pin[@]}" node "$BENCH/ts-ref/server.mjs" >"$logf" 2>&1 &
