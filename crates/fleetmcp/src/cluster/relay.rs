@@ -19,8 +19,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
+use futures_util::StreamExt;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::read_beat;
 use super::relay_auth::{RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
@@ -46,6 +48,8 @@ pub(super) struct HttpRelay {
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
     /// request (an instance keeps its address for its whole life).
     addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+    /// The server's `closing` phase: relayed streams end with it.
+    closing: CancellationToken,
 }
 
 /// How long a holder's address is remembered.
@@ -72,6 +76,7 @@ impl HttpRelay {
         keys: RelayKeys,
         key_prefix: &str,
         heartbeat_ttl_ms: u64,
+        closing: CancellationToken,
     ) -> Option<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
@@ -91,6 +96,7 @@ impl HttpRelay {
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
             addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            closing,
         })
     }
 
@@ -242,7 +248,20 @@ impl Relay for HttpRelay {
                 headers.append(name.clone(), value.clone());
             }
         }
-        let mut res = Response::new(Body::from_stream(answer.bytes_stream()));
+        // A relayed GET is a session's stream, open as long as its client wants: like the
+        // streams this instance serves itself, it ends when a graceful stop closes this
+        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
+        // answer is a request in flight, which the stop lets finish.
+        let body = if req.method == http::Method::GET {
+            Body::from_stream(
+                answer
+                    .bytes_stream()
+                    .take_until(self.closing.clone().cancelled_owned()),
+            )
+        } else {
+            Body::from_stream(answer.bytes_stream())
+        };
+        let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         Relayed::Answered(res)
