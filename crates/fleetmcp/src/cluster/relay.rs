@@ -52,6 +52,10 @@ pub(super) struct HttpRelay {
     closing: CancellationToken,
 }
 
+/// Marks a holder's refusal of a request relayed to it for a session it no longer holds: the
+/// relaying instance looks the session up again instead of passing the `503` on.
+static MOVED: http::HeaderName = http::HeaderName::from_static("x-fleetmcp-relay-moved");
+
 /// How long a holder's address is remembered.
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
 
@@ -121,6 +125,10 @@ impl HttpRelay {
             owner_node_id = holder,
             "[HA] Relay to session owner failed: {why}"
         );
+        self.unavailable_response()
+    }
+
+    fn unavailable_response(&self) -> Response {
         let message = format!(
             "This MCP session is served by another instance of the server, which did not answer the relayed request. Retry after {}s; if that instance has stopped, the session is taken over by another instance once its heartbeat expires.",
             self.ttl_s
@@ -146,7 +154,18 @@ impl Relay for HttpRelay {
     async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
         let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
         if req.headers.contains_key(&RELAYED_BY_NAME) {
-            return fail("the request was already relayed once");
+            // This instance was the holder when the relaying one looked, and is no longer (it
+            // found the session taken over: during a rolling restart, often by the relaying
+            // instance itself). A request is relayed once at most, so it goes back, unserved,
+            // marked, and the relaying instance looks the session up again.
+            tracing::info!(
+                owner_node_id = holder,
+                "[HA] A relayed request's session moved meanwhile; the relaying instance looks again"
+            );
+            let mut res = self.unavailable_response();
+            res.headers_mut()
+                .insert(MOVED.clone(), HeaderValue::from_static("1"));
+            return Relayed::Answered(res);
         }
         let known = self
             .addresses
@@ -242,6 +261,12 @@ impl Relay for HttpRelay {
             }
         };
         let status = answer.status();
+        if status == StatusCode::SERVICE_UNAVAILABLE && answer.headers().contains_key(&MOVED) {
+            // Not served there (see above): look again here; the caller takes the session
+            // over only while its record still names `holder`, else finds its new holder.
+            self.addresses.lock().remove(holder);
+            return Relayed::HolderGone(req);
+        }
         let mut headers = http::HeaderMap::with_capacity(answer.headers().len());
         for (name, value) in answer.headers() {
             if !hop_by_hop(name) {

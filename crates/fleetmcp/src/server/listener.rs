@@ -29,6 +29,12 @@
 //!   load balancer still sees the instance alive while its MCP side is saturated; past the
 //!   reserve a connection is closed as soon as it is accepted, which frees its descriptor at
 //!   once. Both are logged at most every [`LOG_EVERY`].
+//!
+//! A graceful stop ([`Phases`]) never drops a request a load balancer already sent: while
+//! draining, answers carry `Connection: close` and idle connections are left for the client to
+//! close; when closing, the accept queue is served before the listener closes, and a
+//! connection is closed only once its request (or its first one, if it has not sent it yet) is
+//! answered.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -36,6 +42,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -133,6 +140,9 @@ pub(super) struct Phases {
     pub shutdown: CancellationToken,
 }
 
+/// How long a connection accepted just before the listener closed may take to send its first
+/// request before it is closed unanswered (a load balancer sends it at once).
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// How long connections may take to end once what they ran was cancelled (they write the
 /// cancelled requests' answers and close).
 const CANCEL_WAIT: Duration = Duration::from_secs(1);
@@ -361,10 +371,14 @@ async fn connection(
     _permit: OwnedSemaphorePermit,
 ) {
     let (active, idle_rx) = watch::channel(0usize);
+    let mut first_rx = active.subscribe();
     let active = Arc::new(active);
+    let begun = Arc::new(AtomicBool::new(false));
     let body_limit = limits.body;
     let draining = phases.draining.clone();
+    let seen = begun.clone();
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        seen.store(true, Ordering::Relaxed);
         let guard = InFlight::begin(active.clone());
         let deadline = Instant::now() + body_limit;
         let router = router.clone();
@@ -396,6 +410,14 @@ async fn connection(
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(idle_rx, limits.idle));
     let mut closing = false;
+    // Closing, on a connection whose first request has not begun yet.
+    let mut awaiting_first = false;
+    let mut first = pin!(async move {
+        // Bounded by the caller's select.
+        let _ = first_rx.wait_for(|n| *n > 0).await;
+    });
+    let first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
+    let mut first_deadline = first_deadline;
     loop {
         tokio::select! {
             ended = conn.as_mut() => {
@@ -406,6 +428,25 @@ async fn connection(
             }
             _ = phases.closing.cancelled(), if !closing => {
                 closing = true;
+                if begun.load(Ordering::Relaxed) {
+                    conn.as_mut().graceful_shutdown();
+                } else {
+                    // Hyper closes a connection it has read nothing from at once: a request
+                    // already sent on it (by a load balancer that connected a moment before
+                    // the listener closed) would be lost, and a POST is not retried. It gets
+                    // answered first (with `Connection: close`), if it comes soon.
+                    awaiting_first = true;
+                    first_deadline
+                        .as_mut()
+                        .reset(Instant::now() + FIRST_REQUEST_WAIT);
+                }
+            }
+            _ = &mut first, if awaiting_first => {
+                awaiting_first = false;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut first_deadline, if awaiting_first => {
+                awaiting_first = false;
                 conn.as_mut().graceful_shutdown();
             }
             _ = &mut idle, if !closing => {
