@@ -160,6 +160,54 @@ impl Instance {
         panic!("{name} did not become healthy:\n{failures}");
     }
 
+    /// Spawns `bin` on `port` (a restart on the port of an instance that exited), like
+    /// [`Instance::start`] otherwise, and waits for `/healthz`; panics with its log if it is
+    /// not healthy within [`STARTUP_DEADLINE`].
+    pub fn start_on(bin: &str, port: u16, extra_env: &[(&str, &str)]) -> Self {
+        let name = Path::new(bin)
+            .file_name()
+            .map_or_else(|| bin.to_string(), |n| n.to_string_lossy().into_owned());
+        let dir = TempDir::new(&name);
+        let log = dir.path().join("server.log");
+        let child = spawn_server(bin, port, &log, extra_env);
+        let mut instance = Self {
+            child,
+            port,
+            log,
+            name: name.clone(),
+            _dir: dir,
+        };
+        if let Err(why) = instance.wait_healthy(STARTUP_DEADLINE) {
+            panic!(
+                "{name} did not become healthy on port {port}: {why}\n--- {name} log ---\n{}",
+                instance.log()
+            );
+        }
+        instance
+    }
+
+    /// Waits until `/readyz` answers 200, for at most `limit`; panics with the log if not.
+    pub fn wait_ready(&mut self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            self.assert_alive();
+            match http_get(self.port, "/readyz") {
+                Ok(resp) if resp.status == 200 => return,
+                Ok(resp) if start.elapsed() >= limit => {
+                    panic!(
+                        "{} not ready within {limit:?}:\n{}",
+                        self.name,
+                        resp.describe()
+                    )
+                }
+                Err(e) if start.elapsed() >= limit => {
+                    panic!("{} not ready within {limit:?}: {e}", self.name)
+                }
+                _ => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -176,9 +224,20 @@ impl Instance {
         signal: &str,
         within: Duration,
     ) -> Option<std::process::ExitStatus> {
+        self.signal(signal);
+        self.wait_exit(within)
+    }
+
+    /// Sends `signal` (`TERM`, `INT`, `KILL`) and returns at once.
+    pub fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
             .args([format!("-{signal}"), self.child.id().to_string()])
             .status();
+    }
+
+    /// Waits up to `within` for the process to exit; its exit status, or `None` if it is still
+    /// running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let start = Instant::now();
         while start.elapsed() < within {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -369,4 +428,143 @@ pub fn run(cmd: &mut Command, deadline: Duration, scratch: &Path) -> Output {
         stderr: read(&err_path),
         elapsed: start.elapsed(),
     }
+}
+
+/// A real nginx (`/usr/sbin/nginx`), stopped on drop, running an `http`-context configuration
+/// (such as the repository's `deploy/nginx/fleetmcp.conf`, see [`Nginx::fleet_conf`]) inside a
+/// minimal main configuration of its own: its files in a scratch directory, and an access log
+/// that names the upstreams each request went to (`$upstream_addr`: several, comma-separated,
+/// when nginx retried on the next one).
+pub struct Nginx {
+    child: Child,
+    port: u16,
+    dir: TempDir,
+}
+
+impl Nginx {
+    /// The repository's `deploy/nginx/fleetmcp.conf`, listening on loopback `port` in front of
+    /// `upstreams`; panics if the file no longer has the lines it replaces (one `listen`, three
+    /// `server 127.0.0.1:…` lines), so the test cannot silently run another configuration.
+    pub fn fleet_conf(upstreams: &[u16], port: u16) -> String {
+        let path = repo_root().join("deploy/nginx/fleetmcp.conf");
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let mut out = String::new();
+        let (mut servers, mut listens) = (0, 0);
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("server 127.0.0.1:") {
+                servers += 1;
+                if servers == 1 {
+                    // The options of the file's first line (max_fails, fail_timeout) for all.
+                    let options = trimmed
+                        .split_once(' ')
+                        .and_then(|(_, rest)| rest.split_once(' '))
+                        .map_or("", |(_, opts)| opts.trim_end_matches(';'));
+                    for p in upstreams {
+                        let _ = writeln!(out, "    server 127.0.0.1:{p} {options};");
+                    }
+                }
+                continue;
+            }
+            if trimmed.starts_with("listen ") {
+                listens += 1;
+                let _ = writeln!(out, "    listen 127.0.0.1:{port};");
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        assert_eq!(
+            (servers, listens),
+            (3, 1),
+            "{} changed shape: update Nginx::fleet_conf",
+            path.display()
+        );
+        out
+    }
+
+    /// Starts nginx with `http_conf` (which listens on `port`) and waits until it accepts.
+    pub fn start(http_conf: &str, port: u16) -> Self {
+        let dir = TempDir::new("nginx");
+        let d = dir.path().display();
+        fs::write(dir.path().join("fleet.conf"), http_conf).expect("write fleet.conf");
+        let main = format!(
+            "worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log info;
+events {{ worker_connections 1024; }}
+http {{
+  log_format upstreams '$request_method $status $upstream_addr $upstream_status';
+  access_log {d}/access.log upstreams;
+  client_body_temp_path {d}/body;
+  proxy_temp_path {d}/proxy;
+  fastcgi_temp_path {d}/fastcgi;
+  uwsgi_temp_path {d}/uwsgi;
+  scgi_temp_path {d}/scgi;
+  include {d}/fleet.conf;
+}}
+"
+        );
+        let path = dir.path().join("nginx.conf");
+        fs::write(&path, main).expect("write nginx.conf");
+        let child = Command::new(nginx_binary())
+            .arg("-c")
+            .arg(&path)
+            .arg("-p")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nginx runs (apt-get install nginx-light)");
+        let mut nginx = Self { child, port, dir };
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let began = Instant::now();
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = nginx.child.try_wait() {
+                panic!("nginx exited ({status}):\n{}", nginx.error_log());
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(10),
+                "nginx did not listen on {port}:\n{}",
+                nginx.error_log()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        nginx
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn error_log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+
+    /// One line per request: method, status, upstream addresses, upstream statuses.
+    pub fn access_log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("--- nginx error log ---\n{}", self.error_log());
+        }
+    }
+}
+
+fn nginx_binary() -> &'static Path {
+    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
+        if Path::new(p).exists() {
+            return Path::new(p);
+        }
+    }
+    Path::new("nginx")
 }

@@ -74,8 +74,17 @@ pub struct HttpConfig {
     pub sse_retry_ms: u64,
     /// Interval of SSE keep-alive comments, in seconds.
     pub sse_keepalive_secs: u64,
-    /// How long a graceful shutdown waits for open requests before exiting.
+    /// `FLEETMCP_SHUTDOWN_GRACE_MS`: how long a graceful stop waits for requests still running
+    /// once the drain delay is over and the listener closed; past it they are cancelled and
+    /// the process exits. A stop takes at most `drain_ms` plus this (plus a moment).
     pub shutdown_grace_ms: u64,
+    /// `FLEETMCP_DRAIN_MS`: how long a stopping instance (SIGTERM, SIGINT) keeps serving, with
+    /// `/readyz` answering `503` and every response closing its connection, before it stops
+    /// accepting connections: the time a load balancer needs to notice and send it nothing
+    /// new. Unset: [`DEFAULT_DRAIN_MS`] when the instance is likely behind one (sessions in
+    /// Redis, distributed mode, or production), else 0 (a lone development server stops at
+    /// once). See [`Config::drain_delay`].
+    pub drain_ms: Option<u64>,
     /// Most messages in one JSON-RPC batch (2025-03-26); a longer batch is refused with `400`
     /// `-32600` while it is parsed, before its items are read.
     pub max_batch_len: usize,
@@ -111,6 +120,7 @@ impl Default for HttpConfig {
             sse_retry_ms: 3000,
             sse_keepalive_secs: 15,
             shutdown_grace_ms: 5000,
+            drain_ms: None,
             max_batch_len: 100,
             max_inflight_per_session: 100,
             // Above the 60 s idle timeout load balancers keep upstream connections for
@@ -351,6 +361,12 @@ impl Default for Config {
     }
 }
 
+/// The drain delay of an instance likely behind a load balancer when `http.drain_ms` is unset:
+/// long enough for a balancer that probes `/readyz` every few seconds to see it fail, and for
+/// nginx to let its idle upstream connections go (keep its `keepalive_timeout` below this);
+/// short enough for a rolling restart and Kubernetes' default 30 s termination grace period.
+pub const DEFAULT_DRAIN_MS: u64 = 5000;
+
 /// A configuration value that cannot be used, with the name the operator set it under.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -378,6 +394,8 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FLEETMCP_ADVERTISE_ADDRESS",
     "FLEETMCP_RELAY_WINDOW_MS",
+    "FLEETMCP_DRAIN_MS",
+    "FLEETMCP_SHUTDOWN_GRACE_MS",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -480,6 +498,19 @@ impl Config {
                 if let Some(v) = positive(value) {
                     self.ha.relay_window_ms = v;
                 }
+            }
+            "FLEETMCP_DRAIN_MS" if !value.trim().is_empty() => {
+                self.http.drain_ms = Some(value.trim().parse().map_err(|_| {
+                    invalid("FLEETMCP_DRAIN_MS", "expected milliseconds (0 or more)")
+                })?)
+            }
+            "FLEETMCP_SHUTDOWN_GRACE_MS" if !value.trim().is_empty() => {
+                self.http.shutdown_grace_ms = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_SHUTDOWN_GRACE_MS",
+                        "expected milliseconds (0 or more)",
+                    )
+                })?
             }
             "FLEETMCP_ADVERTISE_ADDRESS" => {
                 self.ha.advertise_address = (!value.trim().is_empty()).then(|| value.trim().into())
@@ -675,6 +706,22 @@ impl Config {
         Ok(())
     }
 
+    /// How long a graceful stop keeps serving before it stops accepting connections:
+    /// `http.drain_ms` when set; else [`DEFAULT_DRAIN_MS`] for an instance likely behind a load
+    /// balancer (sessions in Redis, distributed mode, or production), which must not drop the
+    /// requests the balancer still sends it, and 0 for a lone development server (sessions in
+    /// memory), which nothing else could take over and which Ctrl-C should stop at once.
+    pub fn drain_delay(&self) -> std::time::Duration {
+        let fleet = self.redis.is_some()
+            || self.deployment_mode == DeploymentMode::Distributed
+            || self.is_production();
+        let ms = self
+            .http
+            .drain_ms
+            .unwrap_or(if fleet { DEFAULT_DRAIN_MS } else { 0 });
+        std::time::Duration::from_millis(ms)
+    }
+
     /// `NODE_ENV=production`.
     pub fn is_production(&self) -> bool {
         self.node_env.as_deref() == Some("production")
@@ -707,6 +754,47 @@ mod tests {
         assert_eq!(cfg.page_size, 2);
         assert_eq!(cfg.http.max_body_bytes, 2048);
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn the_drain_delay_defaults_by_deployment_and_is_configurable() {
+        let ms = |cfg: &Config| cfg.drain_delay().as_millis() as u64;
+        let none = Vec::<(String, String)>::new();
+        // A lone development server stops at once; one likely behind a balancer drains.
+        assert_eq!(ms(&Config::from_sources(None, none.clone()).unwrap()), 0);
+        for env in [
+            ("REDIS_URL", "redis://127.0.0.1:6379"),
+            ("NODE_ENV", "production"),
+        ] {
+            let cfg = Config::from_sources(None, [env]).unwrap();
+            assert_eq!(ms(&cfg), DEFAULT_DRAIN_MS, "{env:?}");
+        }
+        let cfg = Config::from_sources(
+            None,
+            [
+                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+                ("MCP_SESSION_SECRET", "0123456789abcdef"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(ms(&cfg), DEFAULT_DRAIN_MS);
+        // Set explicitly, in TOML or the environment (which wins), 0 included.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drain.toml");
+        std::fs::write(&path, "[http]\ndrain_ms = 1500\nshutdown_grace_ms = 700\n").unwrap();
+        let cfg = Config::from_sources(Some(&path), [("NODE_ENV", "production")]).unwrap();
+        assert_eq!((ms(&cfg), cfg.http.shutdown_grace_ms), (1500, 700));
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_DRAIN_MS", "0"),
+                ("FLEETMCP_SHUTDOWN_GRACE_MS", "250"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((ms(&cfg), cfg.http.shutdown_grace_ms), (0, 250));
+        let err = Config::from_sources(None, [("FLEETMCP_DRAIN_MS", "5s")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_DRAIN_MS"), "{err}");
     }
 
     #[test]

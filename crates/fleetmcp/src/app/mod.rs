@@ -78,6 +78,12 @@ struct Inner {
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     changes: broadcast::Sender<Change>,
     shutdown: CancellationToken,
+    /// Fires when a graceful stop stops accepting connections: open streams end (a child of
+    /// `shutdown`).
+    closing: CancellationToken,
+    /// Fires when a graceful stop begins: `/readyz` fails and responses close their
+    /// connections (a child of `closing`).
+    draining: CancellationToken,
     started: Instant,
     state: StateMap,
     /// Installed once, when distributed mode starts.
@@ -93,13 +99,41 @@ pub(crate) struct Parts {
     pub events: Arc<dyn EventStore>,
     pub tasks: Tasks,
     pub request_state: RequestStateSealer,
-    pub shutdown: CancellationToken,
+    pub phases: Phases,
     pub state: StateMap,
+}
+
+/// The tokens of a server's stop, one per phase ([`App::draining`], [`App::closing`],
+/// [`App::shutdown`]).
+pub(crate) struct Phases {
+    pub shutdown: CancellationToken,
+    pub closing: CancellationToken,
+    pub draining: CancellationToken,
+}
+
+impl Phases {
+    /// Each phase a child of the next, so it implies the ones before it: code that checks an
+    /// early phase is right whichever way the server was stopped (a signal, `Running::stop`).
+    pub fn new() -> Self {
+        let shutdown = CancellationToken::new();
+        let closing = shutdown.child_token();
+        let draining = closing.child_token();
+        Self {
+            shutdown,
+            closing,
+            draining,
+        }
+    }
 }
 
 impl App {
     pub fn new(p: Parts) -> Self {
         let (changes, _) = broadcast::channel(256);
+        let Phases {
+            shutdown,
+            closing,
+            draining,
+        } = p.phases;
         Self {
             inner: Arc::new(Inner {
                 info: p.info,
@@ -110,7 +144,9 @@ impl App {
                 tasks: p.tasks,
                 request_state: p.request_state,
                 changes,
-                shutdown: p.shutdown,
+                closing,
+                draining,
+                shutdown,
                 started: Instant::now(),
                 state: p.state,
                 fanout: std::sync::OnceLock::new(),
@@ -144,9 +180,19 @@ impl App {
     pub fn request_state(&self) -> &RequestStateSealer {
         &self.inner.request_state
     }
-    /// Fires when the server stops.
+    /// Fires when the server stops: sessions end and running handlers are cancelled.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+    /// Fires when a graceful stop stops accepting connections (after the drain delay): open
+    /// streams end so their clients resume on another instance; running requests go on.
+    pub fn closing(&self) -> &CancellationToken {
+        &self.inner.closing
+    }
+    /// Fires when a graceful stop begins (SIGTERM): the instance still serves, but `/readyz`
+    /// answers `503` and every response closes its connection, so load balancers move away.
+    pub fn draining(&self) -> &CancellationToken {
+        &self.inner.draining
     }
     /// When the server was built (uptime in `/healthz`).
     pub fn started(&self) -> Instant {

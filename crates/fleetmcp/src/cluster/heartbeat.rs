@@ -26,6 +26,10 @@ use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
+/// How long a stop waits for Redis to see this instance's channel subscription go before it
+/// deletes the heartbeat anyway (closing a connection takes Redis well under a millisecond).
+const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Beat {
@@ -60,6 +64,9 @@ pub(crate) struct Heartbeat {
     nodes_key: String,
     /// This instance's index of held sessions, pruned of expired entries at every beat.
     index_key: String,
+    /// Set once the heartbeat is deleted; held across each write, so that a beat already under
+    /// way cannot write the key again after [`Heartbeat::stop`] deleted it.
+    stopped: tokio::sync::Mutex<bool>,
 }
 
 impl Heartbeat {
@@ -87,6 +94,7 @@ impl Heartbeat {
             interval: Duration::from_millis(cfg.heartbeat_interval_ms),
             ttl_ms: cfg.heartbeat_ttl_ms,
             active: AtomicBool::new(false),
+            stopped: tokio::sync::Mutex::new(false),
         });
         if let Some(before) = ha.read().await {
             let twin = match ha.listeners().await {
@@ -145,8 +153,12 @@ impl Heartbeat {
         read_beat(&self.redis, &self.key).await.ok().flatten()
     }
 
-    /// Rewrites the heartbeat.
+    /// Rewrites the heartbeat (never once it was stopped).
     pub async fn beat(&self, session_count: usize) {
+        let stopped = self.stopped.lock().await;
+        if *stopped {
+            return;
+        }
         let hb = Beat {
             node_id: self.node_id.clone(),
             started_at: self.started_at,
@@ -206,11 +218,33 @@ impl Heartbeat {
     }
 
     /// A graceful stop: the heartbeat goes at once, so others need not wait for it to expire.
+    /// The caller has ended this instance's channel subscription (the stop token of
+    /// [`Heartbeat::start`]); this waits, briefly, until Redis has seen it go, so that from the
+    /// moment the key is gone others see this instance as stopped (no heartbeat, no
+    /// subscription) and take its sessions over at once rather than after the grace period.
+    /// Idempotent.
     pub async fn stop(&self) {
-        let _: Result<i64, _> = self
+        let mut stopped = self.stopped.lock().await;
+        if *stopped {
+            return;
+        }
+        *stopped = true;
+        let began = std::time::Instant::now();
+        while self.listeners().await.is_some_and(|n| n > 0) {
+            if began.elapsed() >= UNSUBSCRIBE_WAIT {
+                tracing::debug!(channel = %self.channel, "[HA] this instance's channel still has a subscriber; deleting the heartbeat anyway");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let deleted: Result<i64, _> = self
             .redis
             .run(redis::cmd("DEL").arg(&self.key).clone())
             .await;
+        if let Err(e) = deleted {
+            // Others then take this instance's sessions over once the key expires.
+            tracing::error!(error = %e, "[HA] Manager shutdown failed");
+        }
         self.active.store(false, Ordering::Relaxed);
     }
 }

@@ -51,6 +51,7 @@ pub(crate) fn seams(
     redis: &RedisConn,
     machine_id: &str,
     config: &Config,
+    closing: tokio_util::sync::CancellationToken,
 ) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
     let cfg = &config.ha;
     let relay = relay::HttpRelay::new(
@@ -59,6 +60,7 @@ pub(crate) fn seams(
         relay_auth::RelayKeys::from_config(config),
         &cfg.key_prefix,
         cfg.heartbeat_ttl_ms,
+        closing,
     )?;
     let directory = directory::Directory::new(
         redis.clone(),
@@ -100,6 +102,9 @@ pub(crate) struct Cluster {
     /// Verifies relayed requests; installed with or without Redis, so that a request claiming
     /// to be relayed is never taken on its word.
     guard: Arc<relay_guard::Guard>,
+    /// Set once the instance stopped advertising itself (the contract's HA shutdown, logged
+    /// once).
+    withdrawn: tokio::sync::OnceCell<()>,
 }
 
 impl Cluster {
@@ -114,6 +119,10 @@ impl Cluster {
         let machine_id = app.sessions().machine_id().to_string();
         let cfg = &app.config().ha;
         let stop = app.shutdown().clone();
+        // What advertises this instance to the others (its heartbeat, its channel subscription)
+        // and what adopts their sessions (the scanner) stops as soon as a graceful stop begins:
+        // from then on the others take its sessions over while it drains.
+        let withdraw = app.draining().clone();
         let guard = Arc::new(relay_guard::Guard {
             verifier: relay_auth::Verifier::new(
                 relay_auth::RelayKeys::from_config(app.config()),
@@ -130,6 +139,7 @@ impl Cluster {
                 machine_id,
                 heartbeat: None,
                 guard,
+                withdrawn: tokio::sync::OnceCell::new(),
             });
         };
         let hb = Heartbeat::start(
@@ -142,7 +152,7 @@ impl Cluster {
                 let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
                 move |payload: &[u8]| notify::on_message(&handle, &me, &guard.verifier, payload)
             },
-            stop.clone(),
+            withdraw.clone(),
         )
         .await?;
         tracing::info!("[HA] Manager started for distributed deployment");
@@ -169,7 +179,7 @@ impl Cluster {
                 heartbeat_ttl: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
                 grace: std::time::Duration::from_millis(cfg.takeover_grace_ms),
             }
-            .run(stop.clone()),
+            .run(withdraw.clone()),
         );
         let beats = hb.clone();
         let held = app.clone();
@@ -179,7 +189,7 @@ impl Cluster {
             loop {
                 tokio::select! {
                     _ = tick.tick() => beats.beat(held.sessions().held()).await,
-                    _ = stop.cancelled() => return,
+                    _ = withdraw.cancelled() => return,
                 }
             }
         });
@@ -187,6 +197,7 @@ impl Cluster {
             machine_id,
             heartbeat: Some(hb),
             guard,
+            withdrawn: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -205,11 +216,24 @@ impl Cluster {
             .collect()
     }
 
-    /// A graceful stop: the heartbeat goes at once.
+    /// The start of a graceful stop (the server's `draining` token has fired, which ended the
+    /// scanner, the heartbeat's renewal and this instance's channel subscription): deletes the
+    /// heartbeat, so the others take this instance's sessions over at once from now on, while
+    /// it still serves what reaches it during the drain. Idempotent.
+    pub async fn withdraw(&self) {
+        self.withdrawn
+            .get_or_init(|| async {
+                if let Some(hb) = &self.heartbeat {
+                    hb.stop().await;
+                    tracing::info!("[HA] Services stopped for node {}", self.machine_id);
+                }
+            })
+            .await;
+    }
+
+    /// A graceful stop: the heartbeat goes at once (if [`Cluster::withdraw`] has not already
+    /// deleted it).
     pub async fn stop(&self) {
-        if let Some(hb) = &self.heartbeat {
-            hb.stop().await;
-            tracing::info!("[HA] Services stopped for node {}", self.machine_id);
-        }
+        self.withdraw().await;
     }
 }

@@ -19,8 +19,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
+use futures_util::StreamExt;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::read_beat;
 use super::relay_auth::{RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
@@ -46,7 +48,13 @@ pub(super) struct HttpRelay {
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
     /// request (an instance keeps its address for its whole life).
     addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+    /// The server's `closing` phase: relayed streams end with it.
+    closing: CancellationToken,
 }
+
+/// Marks a holder's refusal of a request relayed to it for a session it no longer holds: the
+/// relaying instance looks the session up again instead of passing the `503` on.
+static MOVED: http::HeaderName = http::HeaderName::from_static("x-fleetmcp-relay-moved");
 
 /// How long a holder's address is remembered.
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
@@ -72,6 +80,7 @@ impl HttpRelay {
         keys: RelayKeys,
         key_prefix: &str,
         heartbeat_ttl_ms: u64,
+        closing: CancellationToken,
     ) -> Option<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
@@ -91,6 +100,7 @@ impl HttpRelay {
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
             addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            closing,
         })
     }
 
@@ -115,6 +125,10 @@ impl HttpRelay {
             owner_node_id = holder,
             "[HA] Relay to session owner failed: {why}"
         );
+        self.unavailable_response()
+    }
+
+    fn unavailable_response(&self) -> Response {
         let message = format!(
             "This MCP session is served by another instance of the server, which did not answer the relayed request. Retry after {}s; if that instance has stopped, the session is taken over by another instance once its heartbeat expires.",
             self.ttl_s
@@ -140,7 +154,18 @@ impl Relay for HttpRelay {
     async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
         let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
         if req.headers.contains_key(&RELAYED_BY_NAME) {
-            return fail("the request was already relayed once");
+            // This instance was the holder when the relaying one looked, and is no longer (it
+            // found the session taken over: during a rolling restart, often by the relaying
+            // instance itself). A request is relayed once at most, so it goes back, unserved,
+            // marked, and the relaying instance looks the session up again.
+            tracing::info!(
+                owner_node_id = holder,
+                "[HA] A relayed request's session moved meanwhile; the relaying instance looks again"
+            );
+            let mut res = self.unavailable_response();
+            res.headers_mut()
+                .insert(MOVED.clone(), HeaderValue::from_static("1"));
+            return Relayed::Answered(res);
         }
         let known = self
             .addresses
@@ -241,13 +266,32 @@ impl Relay for HttpRelay {
             }
         };
         let status = answer.status();
+        if status == StatusCode::SERVICE_UNAVAILABLE && answer.headers().contains_key(&MOVED) {
+            // Not served there (see above): look again here; the caller takes the session
+            // over only while its record still names `holder`, else finds its new holder.
+            self.addresses.lock().remove(holder);
+            return Relayed::HolderGone(req);
+        }
         let mut headers = http::HeaderMap::with_capacity(answer.headers().len());
         for (name, value) in answer.headers() {
             if !hop_by_hop(name) {
                 headers.append(name.clone(), value.clone());
             }
         }
-        let mut res = Response::new(Body::from_stream(answer.bytes_stream()));
+        // A relayed GET is a session's stream, open as long as its client wants: like the
+        // streams this instance serves itself, it ends when a graceful stop closes this
+        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
+        // answer is a request in flight, which the stop lets finish.
+        let body = if req.method == http::Method::GET {
+            Body::from_stream(
+                answer
+                    .bytes_stream()
+                    .take_until(self.closing.clone().cancelled_owned()),
+            )
+        } else {
+            Body::from_stream(answer.bytes_stream())
+        };
+        let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         Relayed::Answered(res)

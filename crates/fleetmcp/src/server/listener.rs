@@ -29,6 +29,12 @@
 //!   load balancer still sees the instance alive while its MCP side is saturated; past the
 //!   reserve a connection is closed as soon as it is accepted, which frees its descriptor at
 //!   once. Both are logged at most every [`LOG_EVERY`].
+//!
+//! A graceful stop ([`Phases`]) never drops a request a load balancer already sent: while
+//! draining, answers carry `Connection: close` and idle connections are left for the client to
+//! close; when closing, the accept queue is served before the listener closes, and a
+//! connection is closed only once its request (or its first one, if it has not sent it yet) is
+//! answered.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -36,6 +42,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -118,32 +125,60 @@ enum Mode {
     HealthOnly,
 }
 
-/// Accepts on `listener` and serves `router` until `stop` is cancelled; then stops accepting,
-/// closes every connection gracefully (in-flight requests finish; streams end as the
-/// application's shutdown ends them) and waits for them for at most `grace`. False when the
-/// grace ran out first.
+/// The phases of a graceful stop, as the accept loop and each connection see them (the
+/// server's tokens, each a child of the next, see `App::draining`).
+pub(super) struct Phases {
+    /// The stop began: every response from now on carries `Connection: close`, so no
+    /// connection is used again (a load balancer's request written on a kept-alive connection
+    /// the server closes is lost, and a POST is not retried); the instance otherwise serves as
+    /// usual. Idle connections are left to their client to close.
+    pub draining: CancellationToken,
+    /// The drain delay is over: stop accepting, and close every connection once its request
+    /// is answered.
+    pub closing: CancellationToken,
+    /// The grace period is over: what still runs is cancelled.
+    pub shutdown: CancellationToken,
+}
+
+/// How long a connection accepted just before the listener closed may take to send its first
+/// request before it is closed unanswered (a load balancer sends it at once).
+const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
+/// How long connections may take to end once what they ran was cancelled (they write the
+/// cancelled requests' answers and close).
+const CANCEL_WAIT: Duration = Duration::from_secs(1);
+
+/// Accepts on `listener` and serves `router` until `phases.closing` fires; then stops
+/// accepting (serving what the kernel already accepted first), lets each connection finish its
+/// request and close, and waits for them for at most `grace`; past it, cancels what still runs
+/// (`phases.shutdown`) and waits [`CANCEL_WAIT`] more. False when the grace ran out first.
 pub(super) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
-    stop: CancellationToken,
+    phases: Phases,
     grace: Duration,
 ) -> bool {
     let limits = Arc::new(limits);
+    let phases = Arc::new(phases);
     let full = Arc::new(builder(&limits));
     let overflow = Arc::new(overflow_builder(&limits));
     let main = Arc::new(Semaphore::new(limits.max_connections));
     let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
     let tracker = TaskTracker::new();
-    let (mut refused, mut health_only, mut accept_failed) = (
-        Throttle::default(),
-        Throttle::default(),
-        Throttle::default(),
-    );
+    let mut admit = Admission {
+        limits: limits.clone(),
+        full,
+        overflow,
+        main,
+        reserve,
+        refused: Throttle::default(),
+        health_only: Throttle::default(),
+    };
+    let mut accept_failed = Throttle::default();
     loop {
         let (stream, peer) = tokio::select! {
             biased;
-            _ = stop.cancelled() => break,
+            _ = phases.closing.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -152,48 +187,138 @@ pub(super) async fn serve(
                 }
             },
         };
+        if let Some((mode, permit, conn_builder)) = admit.admit(&stream, peer) {
+            tracker.spawn(connection(
+                stream,
+                peer,
+                router.clone(),
+                conn_builder,
+                mode,
+                limits.clone(),
+                phases.clone(),
+                permit,
+            ));
+        }
+    }
+    // Connections the kernel completed but the loop had not accepted yet would be reset when
+    // the listener closes, after their client may have sent a request: that request would be
+    // lost, and a load balancer does not retry a POST it sent. They are served instead.
+    let backlog = take_backlog(listener);
+    for (stream, peer) in backlog {
+        if let Some((mode, permit, conn_builder)) = admit.admit(&stream, peer) {
+            tracker.spawn(connection(
+                stream,
+                peer,
+                router.clone(),
+                conn_builder,
+                mode,
+                limits.clone(),
+                phases.clone(),
+                permit,
+            ));
+        }
+    }
+    // The listener is closed: a client connecting from now on is refused by the kernel, which a
+    // load balancer retries on another instance, POST included (nothing was sent).
+    tracker.close();
+    tracing::info!(
+        open_connections = tracker.len(),
+        grace_ms = grace.as_millis() as u64,
+        "stopped accepting connections; open streams end; waiting up to {} ms for requests in flight",
+        grace.as_millis()
+    );
+    if tokio::time::timeout(grace, tracker.wait()).await.is_ok() {
+        return true;
+    }
+    tracing::warn!(
+        open_connections = tracker.len(),
+        "requests still running after {} ms (http.shutdown_grace_ms): cancelling them",
+        grace.as_millis()
+    );
+    phases.shutdown.cancel();
+    let _ = tokio::time::timeout(CANCEL_WAIT, tracker.wait()).await;
+    false
+}
+
+/// Takes the connections waiting in `listener`'s accept queue, without waiting, and closes it.
+fn take_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
+    let mut taken = Vec::new();
+    // The accept system call itself, not the reactor's readiness (which may not have seen the
+    // latest arrivals yet): the standard listener is already non-blocking.
+    let std_listener = match listener.into_std() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not take the accept queue");
+            return taken;
+        }
+    };
+    loop {
+        match std_listener.accept() {
+            Ok((stream, peer)) => {
+                let stream = stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream));
+                match stream {
+                    Ok(s) => taken.push((s, peer)),
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "could not serve a queued connection")
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // `WouldBlock`: the queue is empty; anything else: nothing more to take.
+            Err(_) => break,
+        }
+    }
+    taken
+}
+
+/// Who gets a connection: everything under the cap, the health routes in the reserve past it,
+/// nothing beyond (logged at most every [`LOG_EVERY`]).
+struct Admission {
+    limits: Arc<Limits>,
+    full: Arc<http1::Builder>,
+    overflow: Arc<http1::Builder>,
+    main: Arc<Semaphore>,
+    reserve: Arc<Semaphore>,
+    refused: Throttle,
+    health_only: Throttle,
+}
+
+impl Admission {
+    fn admit(
+        &mut self,
+        stream: &TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(Mode, OwnedSemaphorePermit, Arc<http1::Builder>)> {
         // Nagle's algorithm meeting delayed ACKs stalls small SSE writes by ~40 ms.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
         }
-        let (mode, permit, conn_builder) = if let Ok(p) = main.clone().try_acquire_owned() {
-            (Mode::Full, p, full.clone())
-        } else if let Ok(p) = reserve.clone().try_acquire_owned() {
-            if let Some(skipped) = health_only.allow() {
+        if let Ok(p) = self.main.clone().try_acquire_owned() {
+            return Some((Mode::Full, p, self.full.clone()));
+        }
+        if let Ok(p) = self.reserve.clone().try_acquire_owned() {
+            if let Some(skipped) = self.health_only.allow() {
                 tracing::warn!(
-                    max_connections = limits.max_connections,
+                    max_connections = self.limits.max_connections,
                     since_last_log = skipped,
                     "connection limit reached (http.max_connections): new connections answer only /healthz and /readyz, anything else 503"
                 );
             }
-            (Mode::HealthOnly, p, overflow.clone())
-        } else {
-            if let Some(skipped) = refused.allow() {
-                tracing::warn!(
-                    max_connections = limits.max_connections,
-                    health_reserve = HEALTH_RESERVE,
-                    since_last_log = skipped,
-                    "connection limit reached (http.max_connections and the health reserve): closing new connections at once"
-                );
-            }
-            drop(stream);
-            continue;
-        };
-        tracker.spawn(connection(
-            stream,
-            peer,
-            router.clone(),
-            conn_builder,
-            mode,
-            limits.clone(),
-            stop.clone(),
-            permit,
-        ));
+            return Some((Mode::HealthOnly, p, self.overflow.clone()));
+        }
+        if let Some(skipped) = self.refused.allow() {
+            tracing::warn!(
+                max_connections = self.limits.max_connections,
+                health_reserve = HEALTH_RESERVE,
+                since_last_log = skipped,
+                "connection limit reached (http.max_connections and the health reserve): closing new connections at once"
+            );
+        }
+        // Dropped by the caller: its descriptor is freed at once.
+        None
     }
-    // A client connecting from now on is refused by the kernel instead of waiting unanswered.
-    drop(listener);
-    tracker.close();
-    tokio::time::timeout(grace, tracker.wait()).await.is_ok()
 }
 
 /// The builder of connections under the cap.
@@ -242,18 +367,24 @@ async fn connection(
     builder: Arc<http1::Builder>,
     mode: Mode,
     limits: Arc<Limits>,
-    stop: CancellationToken,
+    phases: Arc<Phases>,
     _permit: OwnedSemaphorePermit,
 ) {
     let (active, idle_rx) = watch::channel(0usize);
+    let mut first_rx = active.subscribe();
     let active = Arc::new(active);
+    let begun = Arc::new(AtomicBool::new(false));
     let body_limit = limits.body;
+    let draining = phases.draining.clone();
+    let seen = begun.clone();
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        seen.store(true, Ordering::Relaxed);
         let guard = InFlight::begin(active.clone());
         let deadline = Instant::now() + body_limit;
         let router = router.clone();
+        let draining = draining.clone();
         async move {
-            let res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
+            let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
                 over_capacity()
             } else {
                 let req = req.map(|body| DeadlineBody::new(body, deadline));
@@ -262,6 +393,13 @@ async fn connection(
                     Err(never) => match never {},
                 }
             };
+            if draining.is_cancelled() {
+                // Hyper closes the connection after this answer; the client (a load balancer)
+                // sends its next request on a new connection, which, once this instance stops
+                // accepting, is refused and retried elsewhere.
+                res.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             Ok::<_, Infallible>(res.map(|body| Tracked {
                 inner: body,
                 _guard: guard,
@@ -272,6 +410,14 @@ async fn connection(
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(idle_rx, limits.idle));
     let mut closing = false;
+    // Closing, on a connection whose first request has not begun yet.
+    let mut awaiting_first = false;
+    let mut first = pin!(async move {
+        // Bounded by the caller's select.
+        let _ = first_rx.wait_for(|n| *n > 0).await;
+    });
+    let first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
+    let mut first_deadline = first_deadline;
     loop {
         tokio::select! {
             ended = conn.as_mut() => {
@@ -280,8 +426,27 @@ async fn connection(
                 }
                 break;
             }
-            _ = stop.cancelled(), if !closing => {
+            _ = phases.closing.cancelled(), if !closing => {
                 closing = true;
+                if begun.load(Ordering::Relaxed) {
+                    conn.as_mut().graceful_shutdown();
+                } else {
+                    // Hyper closes a connection it has read nothing from at once: a request
+                    // already sent on it (by a load balancer that connected a moment before
+                    // the listener closed) would be lost, and a POST is not retried. It gets
+                    // answered first (with `Connection: close`), if it comes soon.
+                    awaiting_first = true;
+                    first_deadline
+                        .as_mut()
+                        .reset(Instant::now() + FIRST_REQUEST_WAIT);
+                }
+            }
+            _ = &mut first, if awaiting_first => {
+                awaiting_first = false;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = &mut first_deadline, if awaiting_first => {
+                awaiting_first = false;
                 conn.as_mut().graceful_shutdown();
             }
             _ = &mut idle, if !closing => {

@@ -9,7 +9,6 @@ use std::time::Duration;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
 use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
@@ -182,7 +181,8 @@ impl ServerBuilder {
                 "requestState is signed with a per-process key: set VAULT_SECRET or JWT_SECRET on every instance"
             );
         }
-        let shutdown = CancellationToken::new();
+        let phases = crate::app::Phases::new();
+        let shutdown = phases.shutdown.clone();
         // A held session's record is refreshed at most once per quarter of its lifetime.
         let ttl = match &config.redis {
             Some(r) => r.default_ttl_ms.min(config.sessions.idle_ttl_ms),
@@ -226,7 +226,8 @@ impl ServerBuilder {
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
-            && let Some((o, r)) = crate::cluster::seams(conn, &machine_id, &config)
+            && let Some((o, r)) =
+                crate::cluster::seams(conn, &machine_id, &config, phases.closing.clone())
         {
             ownership = ownership.or(Some(o));
             relay = relay.or(Some(r));
@@ -249,7 +250,7 @@ impl ServerBuilder {
             events,
             tasks,
             request_state,
-            shutdown,
+            phases,
             state: self.state,
         });
         Server {
@@ -377,13 +378,13 @@ impl Server {
                     tracing::error!("{why}");
                     std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
                 })?;
-            Some(cluster)
+            Some(Arc::new(cluster))
         } else {
             None
         };
         let seams = Seams {
             relay: self.relay,
-            probes: cluster.iter().flat_map(Cluster::probes).collect(),
+            probes: cluster.iter().flat_map(|c| c.probes()).collect(),
         };
         let mut router = transport::router(app.clone(), seams);
         if let Some(c) = &cluster {
@@ -399,8 +400,10 @@ impl Server {
     }
 
     /// Starts (see [`Server::start`]), then binds as configured and serves until SIGTERM or
-    /// SIGINT. The port is bound only once the server is ready, so a load balancer never sees an
-    /// open port that answers nothing (distributed mode's start talks to Redis first).
+    /// SIGINT, then stops gracefully (see [`Running::serve_on`]); a second signal during the
+    /// drain delay cuts it short. The port is bound only once the server is ready, so a load
+    /// balancer never sees an open port that answers nothing (distributed mode's start talks to
+    /// Redis first).
     pub async fn serve(self) -> std::io::Result<()> {
         let cfg = self.app.config();
         let addr = SocketAddr::new(cfg.effective_bind().ip(), cfg.port);
@@ -408,11 +411,15 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-        running.serve_on(listener, shutdown_signal()).await
+        // The second signal is listened for only once the first arrived: a listener made
+        // earlier would see the first one too.
+        running
+            .serve_until(listener, shutdown_signal(), shutdown_signal)
+            .await
     }
 
-    /// Serves on an already bound listener until `stop` completes, then drains open requests
-    /// for at most `http.shutdown_grace_ms`.
+    /// Serves on an already bound listener until `stop` completes, then stops gracefully (see
+    /// [`Running::serve_on`]).
     pub async fn serve_on(
         self,
         listener: TcpListener,
@@ -426,7 +433,8 @@ impl Server {
 pub struct Running {
     app: App,
     router: Router,
-    cluster: Option<Cluster>,
+    /// Shared with the task that runs a graceful stop's first phase.
+    cluster: Option<Arc<Cluster>>,
     sweeper: JoinHandle<()>,
 }
 
@@ -441,39 +449,97 @@ impl Running {
         self.app.handle()
     }
 
-    /// Serves on `listener` until `stop` completes, then drains open requests for at most
-    /// `http.shutdown_grace_ms`, and stops. Every connection is bounded (`http.*_timeout_ms`,
-    /// `http.max_connections`; see `server/listener.rs`).
+    /// Serves on `listener` until `stop` completes, then stops gracefully, in three phases:
+    ///
+    /// 1. **drain** (`http.drain_ms`, see [`Config::drain_delay`]): `/readyz` answers `503`,
+    ///    every response carries `Connection: close`, and in distributed mode the heartbeat is
+    ///    deleted (the others take this instance's sessions over from now on); everything else
+    ///    is served as usual, so whatever a load balancer still sends is answered;
+    /// 2. **close**: the listener closes (a new connection is refused, which a load balancer
+    ///    retries elsewhere), open SSE streams end (their clients resume elsewhere with
+    ///    `Last-Event-ID`), and requests in flight finish within `http.shutdown_grace_ms`;
+    /// 3. what still runs is cancelled, background work stops, and this returns: within
+    ///    `drain_ms + shutdown_grace_ms` and about a second.
+    ///
+    /// Every connection is bounded (`http.*_timeout_ms`, `http.max_connections`; see
+    /// `server/listener.rs`).
     pub async fn serve_on(
         self,
         listener: TcpListener,
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        self.serve_until(listener, stop, std::future::pending::<()>)
+            .await
+    }
+
+    /// [`Running::serve_on`], with `cut_drain`, made once `stop` completed, ending the drain
+    /// delay early when it completes (a second signal).
+    async fn serve_until<F>(
+        self,
+        listener: TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+        cut_drain: impl FnOnce() -> F + Send + 'static,
+    ) -> std::io::Result<()>
+    where
+        F: std::future::Future<Output = ()> + Send,
+    {
         log_startup(&self.app, listener.local_addr()?);
-        let token = self.app.shutdown().clone();
-        let http = &self.app.config().http;
+        let app = self.app.clone();
+        let http = &app.config().http;
         let grace = Duration::from_millis(http.shutdown_grace_ms);
+        let drain = app.config().drain_delay();
         let limits = listener::Limits::from_config(http);
-        let stop_token = token.clone();
-        tokio::spawn(async move {
-            stop.await;
-            tracing::info!("shutting down: closing streams and draining requests");
-            stop_token.cancel();
-        });
-        let drained = listener::serve(listener, self.router(), limits, token, grace).await;
+        let phases = listener::Phases {
+            draining: app.draining().clone(),
+            closing: app.closing().clone(),
+            shutdown: app.shutdown().clone(),
+        };
+        let began = Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
+        let stopping = {
+            let (app, cluster, began) = (app.clone(), self.cluster.clone(), began.clone());
+            tokio::spawn(async move {
+                stop.await;
+                let t0 = tokio::time::Instant::now();
+                let _ = began.set(t0);
+                tracing::info!(
+                    drain_ms = drain.as_millis() as u64,
+                    grace_ms = grace.as_millis() as u64,
+                    "shutting down: draining for {} ms (/readyz answers 503, responses carry Connection: close), then closing streams and finishing requests within {} ms",
+                    drain.as_millis(),
+                    grace.as_millis()
+                );
+                app.draining().cancel();
+                if let Some(c) = &cluster {
+                    c.withdraw().await;
+                }
+                let cut = cut_drain();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(t0 + drain) => {}
+                    _ = cut => tracing::info!("second signal: ending the drain delay now"),
+                    // Stopped some other way meanwhile (`Running::stop` by an embedder).
+                    _ = app.closing().cancelled() => {}
+                }
+                tracing::info!("drain delay over: closing");
+                app.closing().cancel();
+            })
+        };
+        let drained = listener::serve(listener, self.router(), limits, phases, grace).await;
         if !drained {
             tracing::warn!(
                 "graceful shutdown took longer than {} ms; exiting",
                 grace.as_millis()
             );
         }
+        stopping.abort();
         self.stop().await;
-        tracing::info!("stopped");
+        let took = began.get().map_or(0, |t| t.elapsed().as_millis() as u64);
+        tracing::info!(shutdown_ms = took, "stopped");
         Ok(())
     }
 
-    /// Stops: open streams and sessions end, background work stops, and in distributed mode
-    /// the heartbeat is deleted at once.
+    /// Stops at once: open streams and sessions end, running handlers are cancelled,
+    /// background work stops, and in distributed mode the heartbeat is deleted. (Serving with
+    /// [`Running::serve_on`] stops gracefully first.)
     pub async fn stop(self) {
         self.app.shutdown().cancel();
         self.sweeper.abort();

@@ -4,6 +4,7 @@
 use axum::extract::{Request, State};
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::StatusCode;
 
 use super::locate::{self, Asker};
@@ -36,15 +37,20 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let events = app.events();
     let keepalive = sse::keepalive_every(&app.config().http);
     let retry = app.config().http.sse_retry_ms;
-    // Ends when the session does; sessions end when the server shuts down, so a graceful
-    // stop does not wait on open streams.
+    // Ends when the session does, and when a graceful stop stops accepting connections (the
+    // drain delay is over): the client then resumes with `Last-Event-ID` on another instance,
+    // from the shared event store, and the stop does not wait on open streams.
     let stop = session.closed.child_token();
+    let closing = app.closing().clone();
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match events.resolve(&session.id, last).await {
             Some((stream, cursor)) => {
                 tracing::debug!(session = %session.id, stream, "resuming an SSE stream");
                 sse::response(
-                    events.tail(&session.id, stream, cursor, stop),
+                    events
+                        .tail(&session.id, stream, cursor, stop)
+                        .take_until(closing.cancelled_owned())
+                        .boxed(),
                     retry,
                     keepalive,
                 )
@@ -75,7 +81,10 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         }
     }
     sse::response(
-        events.tail(&session.id, STANDALONE_STREAM, cursor, stop),
+        events
+            .tail(&session.id, STANDALONE_STREAM, cursor, stop)
+            .take_until(closing.cancelled_owned())
+            .boxed(),
         retry,
         keepalive,
     )

@@ -54,6 +54,15 @@ pub(super) async fn healthz(State(ep): Ep) -> Response {
 pub(super) async fn readyz(State(ep): Ep) -> Response {
     let app = &ep.app;
     let started = Instant::now();
+    if app.draining().is_cancelled() {
+        // A stopping instance is not ready whatever its probes say, and says so at once: the
+        // load balancer is to send it nothing new while it finishes what it has.
+        let probes = json!({"shutdown": {
+            "status": "unhealthy",
+            "error": "The server is shutting down",
+        }});
+        return readiness(app, false, started, probes);
+    }
     let probe = tokio::time::timeout(PROBE_TIMEOUT, app.sessions().ping_store()).await;
     let latency = started.elapsed().as_millis() as u64;
     let (mut ready, detail) = match probe {
@@ -75,6 +84,12 @@ pub(super) async fn readyz(State(ep): Ep) -> Response {
         ready &= report.healthy;
         probes[p.name()] = report.detail;
     }
+    readiness(app, ready, started, probes)
+}
+
+/// `/readyz`'s answer: `200` `ready` or `503` `not_ready`, with the catalog hashes, and the
+/// probes and sessions outside production.
+fn readiness(app: &crate::app::App, ready: bool, started: Instant, probes: Value) -> Response {
     let catalog = app.catalog();
     let mut body = json!({
         "status": if ready { "ready" } else { "not_ready" },

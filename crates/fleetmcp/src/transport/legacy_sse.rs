@@ -53,7 +53,9 @@ pub(super) async fn open(State(ep): Ep) -> Response {
         Err(res) => return res,
     };
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
-    let stop = app.shutdown().child_token();
+    // Ends when a graceful stop stops accepting connections (the client opens `/sse` again,
+    // elsewhere: this transport's sessions cannot move).
+    let stop = app.closing().child_token();
     let events = app
         .events()
         .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());

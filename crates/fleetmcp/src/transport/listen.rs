@@ -82,7 +82,8 @@ pub(super) fn serve(app: &App, id: &RawValue, map: &Map<String, Value>) -> Respo
         &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": honoured}),
     );
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let stop = app.shutdown().clone();
+    // Ends with the graceful result when a stop stops accepting connections.
+    let stop = app.closing().clone();
     let info = app.info();
     let server_info = json!({"name": info.name, "version": info.version});
     let id_text = id.get().to_string();

@@ -8,6 +8,7 @@ mod batches;
 mod bodies;
 mod cancellation;
 mod client_requests;
+mod drain;
 mod fleet;
 mod health;
 mod sessions;

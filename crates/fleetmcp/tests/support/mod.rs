@@ -277,7 +277,30 @@ pub struct TestServer {
     pub mcp: String,
     pub handle: ServerHandle,
     pub counters: Arc<Counters>,
-    _stop: oneshot::Sender<()>,
+    /// Fires the stop future (dropping it does too).
+    stop: Option<oneshot::Sender<()>>,
+    /// `serve_on`, which returns once the server stopped.
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    /// Sends the stop signal (as SIGTERM would): the graceful stop begins.
+    pub fn begin_stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits, at most `limit`, for `serve_on` to return after [`TestServer::begin_stop`];
+    /// panics if it did not, or returned an error.
+    pub async fn stopped_within(&mut self, limit: Duration) {
+        let served = self.served.take().expect("stopped_within called once");
+        match tokio::time::timeout(limit, served).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(other) => panic!("serve_on ended badly: {other:?}"),
+            Err(_) => panic!("the server had not stopped within {limit:?}"),
+        }
+    }
 }
 
 /// Builds `builder` with `cfg` and serves it on a free loopback port: the one place a test
@@ -298,7 +321,7 @@ pub async fn serve_counting(
     let addr = listener.local_addr().expect("local addr");
     let handle = server.handle();
     let (tx, rx) = oneshot::channel::<()>();
-    tokio::spawn(server.serve_on(listener, async move {
+    let served = tokio::spawn(server.serve_on(listener, async move {
         let _ = rx.await;
     }));
     TestServer {
@@ -307,7 +330,8 @@ pub async fn serve_counting(
         mcp: format!("http://{addr}/mcp"),
         handle,
         counters,
-        _stop: tx,
+        stop: Some(tx),
+        served: Some(served),
     }
 }
 
