@@ -27,20 +27,21 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
+mod fleet_client;
+
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use fleet_client::*;
 use serde_json::{Value, json};
 use support::raw_http::{self, RawResponse};
 use support::{Instance, Nginx, free_port};
 use support_redis::RedisServer;
 
-const PROTOCOL_VERSION: &str = "2025-11-25";
-const ACCEPT: &str = "application/json, text/event-stream";
 /// The drain delay of the instances: above the configuration's upstream `keepalive_timeout`
 /// (3 s), as `deploy/nginx/fleetmcp.conf` requires.
 const DRAIN_MS: u64 = 3500;
@@ -51,8 +52,6 @@ const GRACE_MS: u64 = 3000;
 const EXIT_BOUND: Duration = Duration::from_millis(DRAIN_MS + GRACE_MS + 2000);
 /// Concurrent clients, each with a calling thread and a GET-stream thread.
 const CLIENTS: usize = 4;
-/// How long any one HTTP exchange may take before the test calls it a hang.
-const HTTP_LIMIT: Duration = Duration::from_secs(15);
 /// How long a restarted instance may take to be ready.
 const READY_LIMIT: Duration = Duration::from_secs(15);
 
@@ -87,26 +86,9 @@ fn ports(n: usize) -> Vec<u16> {
     out
 }
 
-fn next_id() -> u64 {
-    static ID: AtomicU64 = AtomicU64::new(1);
-    ID.fetch_add(1, Ordering::Relaxed)
-}
-
 /// One POST through nginx, on a fresh connection.
 fn post(port: u16, session: Option<&str>, msg: &Value) -> RawResponse {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let host = format!("127.0.0.1:{port}");
-    let body = msg.to_string();
-    let mut headers = vec![
-        ("Host", host.as_str()),
-        ("Content-Type", "application/json"),
-        ("Accept", ACCEPT),
-    ];
-    if let Some(sid) = session {
-        headers.push(("mcp-session-id", sid));
-        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
-    }
-    raw_http::send(addr, "POST", "/mcp", &headers, Some(&body), HTTP_LIMIT)
+    post_with(port, session, &[], msg, HTTP_LIMIT)
 }
 
 /// What the clients saw.
@@ -124,35 +106,6 @@ struct Tally {
     streams_opened: u64,
     /// GET streams resumed with `Last-Event-ID` after the server ended them.
     streams_resumed: u64,
-}
-
-/// `initialize` and `notifications/initialized` through nginx; the session id.
-fn open_session(port: u16) -> String {
-    let init = json!({
-        "jsonrpc": "2.0",
-        "id": next_id(),
-        "method": "initialize",
-        "params": {
-            "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
-            "clientInfo": {"name": "rolling-restart-test", "version": "1.0.0"},
-        },
-    });
-    let resp = post(port, None, &init);
-    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
-    let sid = resp
-        .header("mcp-session-id")
-        .unwrap_or_else(|| panic!("no session id:\n{}", resp.describe()))
-        .to_string();
-    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = post(port, Some(&sid), &note);
-    assert_eq!(
-        resp.status,
-        202,
-        "notifications/initialized:\n{}",
-        resp.describe()
-    );
-    sid
 }
 
 /// Calls `find_tickets` until `stop`, retrying a `503` with `Retry-After` as an SDK does.
