@@ -3,8 +3,11 @@
 //! session-era clients call a tool in a loop and hold their GET stream (resumed with
 //! `Last-Event-ID` whenever it ends), a pager pages every client's session (each page numbered,
 //! so the streams show any event lost or repeated), and 2026-07-28 clients call without a
-//! session. Meanwhile: a rolling SIGTERM of one instance, a SIGKILL of another (started again),
-//! Redis paused 5 s, a rolling SIGTERM of the third, and finally Redis restarted empty.
+//! session. Meanwhile: a SIGTERM of one instance (started again), a SIGKILL of another (started
+//! again), Redis paused 5 s, a SIGTERM of the third and of the second (so every instance is
+//! rolled), and finally Redis restarted empty. Each SIGTERM is checked: `/readyz` 503 and the
+//! heartbeat gone while it drains, exit 0 after the drain delay and within its bound, the phases
+//! of its stop logged.
 //!
 //! Before the empty Redis, asserted: every answer 2xx or the documented 503 with `Retry-After`
 //! (followed by the clients, as an SDK does), except requests in flight on the killed instance at
@@ -336,22 +339,69 @@ fn stream_loop(soak: &Soak, front: u16, client: usize, sid: &str) {
     }
 }
 
-/// Stops instance `i` with SIGTERM, waits for its exit 0 and starts it again.
-fn roll(soak: &Soak, fleet: &mut [Instance], i: usize, machine: &str, port: u16, redis: &str) {
+/// Stops instance `i` with SIGTERM and checks its stop: while it drains, `/readyz` answers 503
+/// and its heartbeat is gone (its sessions move at once); it exits 0 after its drain delay and
+/// within the bound, having logged the phases of its stop. Then starts it again.
+fn roll(
+    soak: &Soak,
+    fleet: &mut [Instance],
+    i: usize,
+    machine: &str,
+    port: u16,
+    redis: &RedisServer,
+) {
     soak.event(format!("SIGTERM {machine}"));
+    let sent = Instant::now();
     fleet[i].signal("TERM");
+    let mut drained_seen = false;
+    while sent.elapsed() < Duration::from_millis(DRAIN_MS / 2) {
+        let ready = support::http_get(port, "/readyz").map(|r| r.status);
+        let beat = redis.cli(&["EXISTS", &format!("mcp:ha:heartbeat:{machine}")]);
+        if ready.as_ref().is_ok_and(|s| *s == 503) && beat.trim() == "0" {
+            drained_seen = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        drained_seen,
+        "{machine}: /readyz 503 and heartbeat gone during the drain\n{}",
+        fleet[i].log()
+    );
     let bound = Duration::from_millis(DRAIN_MS + GRACE_MS + 2000);
     let status = fleet[i]
         .wait_exit(bound)
         .unwrap_or_else(|| panic!("{machine} still running {bound:?} after SIGTERM"));
+    let took = sent.elapsed();
     assert!(
         status.success(),
         "{machine} exited {status:?}\n{}",
         fleet[i].log()
     );
-    fleet[i] = desk(machine, port, redis);
+    assert!(
+        took >= Duration::from_millis(DRAIN_MS),
+        "{machine} kept serving for its drain delay: {took:?}"
+    );
+    let log = fleet[i].log();
+    for line in [
+        format!("shutting down: draining for {DRAIN_MS} ms"),
+        format!("[HA] Services stopped for node {machine}"),
+        "drain delay over: closing".to_string(),
+        "stopped accepting connections".to_string(),
+        "stopped shutdown_ms=".to_string(),
+    ] {
+        assert!(
+            log.contains(&line),
+            "{machine}'s log lacks `{line}`:\n{log}"
+        );
+    }
+    assert!(!log.contains("panicked at"), "{machine} panicked:\n{log}");
+    fleet[i] = desk(machine, port, &redis.url());
     fleet[i].wait_ready(READY_LIMIT);
-    soak.event(format!("{machine} back"));
+    soak.event(format!(
+        "{machine} back after a {:.2} s stop",
+        took.as_secs_f64()
+    ));
 }
 
 /// The picture: requests per second answered by each instance, failures, fault events.
@@ -475,7 +525,7 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
     let calm = |secs: u64| thread::sleep(Duration::from_secs(secs * u64::from(k)));
 
     calm(2);
-    roll(&soak, &mut fleet, 0, machines[0], upstreams[0], &url);
+    roll(&soak, &mut fleet, 0, machines[0], upstreams[0], &redis);
     calm(3);
     soak.event("SIGKILL desk-2");
     let killed_at = soak.now();
@@ -496,7 +546,9 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
     redis.resume();
     soak.event("Redis resumed");
     calm(3);
-    roll(&soak, &mut fleet, 2, machines[2], upstreams[2], &url);
+    roll(&soak, &mut fleet, 2, machines[2], upstreams[2], &redis);
+    calm(3);
+    roll(&soak, &mut fleet, 1, machines[1], upstreams[1], &redis);
     calm(3);
     let before_empty = soak.now();
     soak.event("Redis restarted empty");

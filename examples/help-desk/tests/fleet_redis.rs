@@ -693,7 +693,7 @@ fn the_holder_serves_and_the_others_relay_to_it() {
 fn a_stopped_holders_session_is_taken_over_at_once() {
     let redis = RedisServer::start();
     let url = redis.url();
-    // A short drain keeps SIGTERM quick (the drain itself: rolling_restart.rs).
+    // A short drain keeps SIGTERM quick (the drain itself: chaos.rs).
     let mut a = distributed_desk("desk-a", &url, &[("FLEETMCP_DRAIN_MS", "200")]);
     let b = distributed_desk("desk-b", &url, &[]);
     let sid = open_session(a.port());

@@ -23,7 +23,7 @@ fn distributed<'a>(machine: &'a str, redis_url: &'a str) -> Vec<(&'a str, &'a st
         ("REDIS_URL", redis_url),
         ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
         ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1200"),
-        // A short drain keeps SIGTERM quick (the drain itself: rolling_restart.rs).
+        // A short drain keeps SIGTERM quick (the drain itself: chaos.rs).
         ("FLEETMCP_DRAIN_MS", "200"),
     ]
 }
