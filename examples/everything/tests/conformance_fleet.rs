@@ -1,4 +1,5 @@
-//! The official conformance suites through a real nginx, round robin (no affinity), over two
+//! The official conformance suites through a real nginx running the repository's
+//! `deploy/nginx/fleetmcp.conf` (round robin, no affinity), over two
 //! `everything` instances in distributed mode sharing a real redis-server: every request may
 //! land on the instance that does not hold its session, so this passes only if the relay
 //! carries it to the holder (answers to sampling and elicitation, resumed SSE streams, the GET
@@ -13,118 +14,26 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use support::{Instance, TempDir, ensure_tooling, free_port, repo_root, run};
+use support::{Instance, Nginx, TempDir, ensure_tooling, free_port, repo_root, run};
 use support_redis::RedisServer;
 
 const SUITE_DEADLINE: Duration = Duration::from_secs(180);
 
-/// A real nginx in front of `upstreams`, round robin, streaming both ways; stopped on drop.
-struct Nginx {
-    child: Child,
-    port: u16,
-    dir: TempDir,
+/// How many requests nginx sent to `upstream` (its access log names the upstreams).
+fn answered_by(nginx: &Nginx, upstream: u16) -> usize {
+    let addr = format!("127.0.0.1:{upstream}");
+    nginx
+        .access_log()
+        .lines()
+        .filter(|l| l.contains(&addr))
+        .count()
 }
 
-impl Nginx {
-    fn start(upstreams: &[u16]) -> Self {
-        let dir = TempDir::new("nginx");
-        let port = free_port();
-        let servers: String = upstreams
-            .iter()
-            .map(|p| format!("server 127.0.0.1:{p};"))
-            .collect();
-        let d = dir.path().display();
-        let conf = format!(
-            "worker_processes 1;
-daemon off;
-pid {d}/nginx.pid;
-error_log {d}/error.log info;
-events {{ worker_connections 256; }}
-http {{
-  log_format upstream '$upstream_addr $status';
-  access_log {d}/access.log upstream;
-  client_body_temp_path {d}/body;
-  proxy_temp_path {d}/proxy;
-  fastcgi_temp_path {d}/fastcgi;
-  uwsgi_temp_path {d}/uwsgi;
-  scgi_temp_path {d}/scgi;
-  upstream fleet {{ {servers} keepalive 16; }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://fleet;
-      proxy_http_version 1.1;
-      proxy_set_header Connection \"\";
-      proxy_set_header Host $http_host;
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 300s;
-    }}
-  }}
-}}
-"
-        );
-        let path = dir.path().join("nginx.conf");
-        std::fs::write(&path, conf).expect("write nginx.conf");
-        let child = Command::new(nginx_binary())
-            .arg("-c")
-            .arg(&path)
-            .arg("-p")
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx runs (apt-get install nginx-light)");
-        let nginx = Self { child, port, dir };
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let began = Instant::now();
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                began.elapsed() < Duration::from_secs(10),
-                "nginx did not listen on {port}:\n{}",
-                nginx.error_log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        nginx
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    fn error_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
-    }
-
-    /// How many requests nginx sent to `upstream` (its access log names the upstream).
-    fn answered_by(&self, upstream: u16) -> usize {
-        let log = std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default();
-        let addr = format!("127.0.0.1:{upstream} ");
-        log.lines().filter(|l| l.starts_with(&addr)).count()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn nginx_binary() -> &'static Path {
-    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
-        if Path::new(p).exists() {
-            return Path::new(p);
-        }
-    }
-    Path::new("nginx")
+fn url_of(nginx: &Nginx) -> String {
+    format!("http://127.0.0.1:{}/mcp", nginx.port())
 }
 
 /// Two distributed `everything` instances on one Redis behind nginx.
@@ -152,7 +61,8 @@ fn fleet() -> Fleet {
     };
     let a = node("everything-a");
     let b = node("everything-b");
-    let nginx = Nginx::start(&[a.port(), b.port()]);
+    let front = free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], front), front);
     Fleet {
         a,
         b,
@@ -183,7 +93,7 @@ fn assert_both_served(f: &Fleet) {
             "{who} ran in distributed mode:\n{}",
             i.log()
         );
-        let n = f.nginx.answered_by(i.port());
+        let n = answered_by(&f.nginx, i.port());
         assert!(n > 10, "nginx sent {who} only {n} requests");
         i.assert_no_panic_logged();
     }
@@ -196,7 +106,7 @@ fn conformance_0_1_16_suite_all_through_nginx_round_robin() {
     let results = TempDir::new("fleet-conformance-results");
     let scratch = TempDir::new("fleet-conformance-run");
     let mut cmd = Command::new(repo_root().join("tools/conformance/run-suite.sh"));
-    cmd.arg(f.nginx.url()).arg("-o").arg(results.path());
+    cmd.arg(url_of(&f.nginx)).arg("-o").arg(results.path());
     let out = run(&mut cmd, SUITE_DEADLINE, scratch.path());
     let report = format!(
         "{}\n--- everything-a ---\n{}\n--- everything-b ---\n{}\n--- nginx ---\n{}",
@@ -225,7 +135,7 @@ fn conformance_0_2_requirements_2025_11_25_through_nginx_round_robin() {
     let scratch = TempDir::new("fleet-conformance-run-2025");
     let mut cmd = Command::new(repo_root().join("tools/conformance/run-requirements.sh"));
     cmd.arg("2025-11-25")
-        .arg(f.nginx.url())
+        .arg(url_of(&f.nginx))
         .arg("-o")
         .arg(results.path());
     let out = run(&mut cmd, SUITE_DEADLINE, scratch.path());
