@@ -148,6 +148,9 @@ async fn build(config: Config) -> Server {
                 })
                 .cloned()
                 .collect();
+            // A client that asked for progress (a `progressToken`) gets one step: its answer
+            // then comes as an SSE stream.
+            ctx.progress(1.0, Some(1.0), Some("searched the desk"));
             Ok(Structured(TicketList { tickets }))
         });
 
