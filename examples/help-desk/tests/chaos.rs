@@ -167,7 +167,7 @@ fn call_loop(soak: &Soak, front: u16, client: usize, sid: &str) {
         n += 1;
         // Every other call asks for progress: its answer is an SSE stream (progress, result).
         let mut params = json!({"name": "find_tickets", "arguments": {}});
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             params["_meta"] = json!({"progressToken": n});
         }
         let call =
