@@ -149,6 +149,40 @@ impl Soak {
     }
 }
 
+/// A POST to `/mcp` through nginx; a transport failure (no answer within [`ANSWER_LIMIT`], a
+/// reset) comes back as status 0 with the error, to be counted rather than end the soak.
+fn exchange(front: u16, headers: &[(&str, &str)], body: Option<&str>) -> RawResponse {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, front));
+    let host = format!("127.0.0.1:{front}");
+    let mut all = vec![("Host", host.as_str())];
+    all.extend_from_slice(headers);
+    let began = Instant::now();
+    raw_http::try_send(addr, "POST", "/mcp", &all, body, ANSWER_LIMIT).unwrap_or_else(|e| {
+        RawResponse {
+            status: 0,
+            headers: Vec::new(),
+            body: format!("no answer: {e}"),
+            elapsed: began.elapsed(),
+        }
+    })
+}
+
+/// A session-era POST of `msg` in session `sid` (if any); see [`exchange`].
+fn post(
+    front: u16,
+    sid: Option<&str>,
+    extra: &[(&str, &str)],
+    msg: &serde_json::Value,
+) -> RawResponse {
+    let mut headers = vec![("Content-Type", "application/json"), ("Accept", ACCEPT)];
+    if let Some(sid) = sid {
+        headers.push(("mcp-session-id", sid));
+        headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
+    }
+    headers.extend_from_slice(extra);
+    exchange(front, &headers, Some(&msg.to_string()))
+}
+
 /// Waits as an SDK does after a documented 503.
 fn follow_retry_after(resp: &RawResponse) {
     if resp.status == 503 {
@@ -173,7 +207,7 @@ fn call_loop(soak: &Soak, front: u16, client: usize, sid: &str) {
         let call =
             json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call", "params": params});
         let start = soak.now();
-        let mut resp = post_with(front, Some(sid), &[], &call, ANSWER_LIMIT);
+        let mut resp = post(front, Some(sid), &[], &call);
         let sse = resp
             .header("content-type")
             .is_some_and(|c| c.starts_with("text/event-stream"));
@@ -198,10 +232,8 @@ fn modern_loop(soak: &Soak, front: u16, client: usize) {
                 "io.modelcontextprotocol/clientCapabilities": {},
                 "io.modelcontextprotocol/clientInfo": {"name": "chaos-modern", "version": "1"}}}});
         let start = soak.now();
-        let resp = http(
+        let resp = exchange(
             front,
-            "POST",
-            "/mcp",
             &[
                 ("Content-Type", "application/json"),
                 ("Accept", ACCEPT),
@@ -210,7 +242,6 @@ fn modern_loop(soak: &Soak, front: u16, client: usize) {
                 ("mcp-name", "find_tickets"),
             ],
             Some(&call.to_string()),
-            ANSWER_LIMIT,
         );
         soak.record(client, start, &resp);
         follow_retry_after(&resp);
@@ -228,7 +259,7 @@ fn pager_loop(soak: &Soak, front: u16, pager: usize, sids: &[String]) {
             let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
                 "params": {"name": "page_session", "arguments": {"session_id": sid, "message": text}}});
             let start = soak.now();
-            let resp = post_with(front, Some(&own), &[], &call, ANSWER_LIMIT);
+            let resp = post(front, Some(&own), &[], &call);
             soak.record(pager, start, &resp);
             if resp.status == 200 && resp.json()["result"]["structuredContent"]["delivered"] == true
             {
