@@ -175,6 +175,21 @@ pub(super) async fn serve(
         health_only: Throttle::default(),
     };
     let mut accept_failed = Throttle::default();
+    // Admits a connection (or refuses it, over the limits) and serves it in the tracker.
+    let mut serve = |stream: TcpStream, peer: SocketAddr| {
+        if let Some((mode, permit, conn_builder)) = admit.admit(&stream, peer) {
+            tracker.spawn(connection(
+                stream,
+                peer,
+                router.clone(),
+                conn_builder,
+                mode,
+                limits.clone(),
+                phases.clone(),
+                permit,
+            ));
+        }
+    };
     loop {
         let (stream, peer) = tokio::select! {
             biased;
@@ -187,36 +202,14 @@ pub(super) async fn serve(
                 }
             },
         };
-        if let Some((mode, permit, conn_builder)) = admit.admit(&stream, peer) {
-            tracker.spawn(connection(
-                stream,
-                peer,
-                router.clone(),
-                conn_builder,
-                mode,
-                limits.clone(),
-                phases.clone(),
-                permit,
-            ));
-        }
+        serve(stream, peer);
     }
     // Connections the kernel completed but the loop had not accepted yet would be reset when
     // the listener closes, after their client may have sent a request: that request would be
     // lost, and a load balancer does not retry a POST it sent. They are served instead.
     let backlog = take_backlog(listener);
     for (stream, peer) in backlog {
-        if let Some((mode, permit, conn_builder)) = admit.admit(&stream, peer) {
-            tracker.spawn(connection(
-                stream,
-                peer,
-                router.clone(),
-                conn_builder,
-                mode,
-                limits.clone(),
-                phases.clone(),
-                permit,
-            ));
-        }
+        serve(stream, peer);
     }
     // The listener is closed: a client connecting from now on is refused by the kernel, which a
     // load balancer retries on another instance, POST included (nothing was sent).
