@@ -388,6 +388,9 @@ const OTHER_ENV: &[&str] = &[
     "REDIS_URL",
     "REDIS_HOST",
     "REDIS_PORT",
+    "REDIS_SENTINELS",
+    "REDIS_SENTINEL_MASTER",
+    "REDIS_SENTINEL_PASSWORD",
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
     "FRONTMCP_HA_KEY_PREFIX",
@@ -529,6 +532,24 @@ impl Config {
                     .parse()
                     .map_err(|_| invalid("REDIS_PORT", "expected a port number 1-65535"))?;
                 self.redis.get_or_insert_with(Default::default).port = Some(port);
+            }
+            "REDIS_SENTINELS" if !value.trim().is_empty() => {
+                self.redis.get_or_insert_with(Default::default).sentinels = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|a| !a.is_empty())
+                    .map(String::from)
+                    .collect();
+            }
+            "REDIS_SENTINEL_MASTER" if !value.trim().is_empty() => {
+                self.redis
+                    .get_or_insert_with(Default::default)
+                    .sentinel_master = Some(value.trim().to_string());
+            }
+            "REDIS_SENTINEL_PASSWORD" if !value.is_empty() => {
+                self.redis
+                    .get_or_insert_with(Default::default)
+                    .sentinel_password = value_opt;
             }
             "VAULT_SECRET" => self.vault_secret = value_opt,
             "JWT_SECRET" => self.jwt_secret = value_opt,

@@ -1,6 +1,8 @@
 //! The one Redis configuration shared by every part of fleetmcp that talks to Redis (session
 //! store, event store, HA), from a URL (`REDIS_URL`: `redis://`, `rediss://`) or from
-//! host, port, username, password and database.
+//! host, port, username, password and database, or, with Redis Sentinel, from the sentinels'
+//! addresses and the name of the master they watch (the host form's credentials, database and
+//! TLS then apply to whichever server is master).
 //!
 //! Every connection built from it has `TCP_NODELAY` on (the `redis` crate leaves it off in
 //! 1.x), a connect timeout, and a timeout on every command.
@@ -67,6 +69,20 @@ pub struct RedisConfig {
     /// `TCP_NODELAY` on the connection (default on: small commands are not delayed by Nagle).
     #[serde(alias = "tcpNodelay")]
     pub tcp_nodelay: bool,
+    /// Redis Sentinel (`REDIS_SENTINELS`, comma-separated): the sentinels' `host:port`. When
+    /// set, `url`, `host` and `port` must be unset: the master is asked of the sentinels at
+    /// every connection and reconnection, so a failover is followed without a restart.
+    pub sentinels: Vec<String>,
+    /// Redis Sentinel (`REDIS_SENTINEL_MASTER`): the name of the master the sentinels watch.
+    #[serde(alias = "sentinelMaster")]
+    pub sentinel_master: Option<String>,
+    /// Redis Sentinel: the ACL user the sentinels require, if any.
+    #[serde(alias = "sentinelUsername")]
+    pub sentinel_username: Option<String>,
+    /// Redis Sentinel (`REDIS_SENTINEL_PASSWORD`): the password the sentinels require, if any
+    /// (the master's is `password`).
+    #[serde(alias = "sentinelPassword")]
+    pub sentinel_password: Option<String>,
 }
 
 impl Default for RedisConfig {
@@ -85,6 +101,10 @@ impl Default for RedisConfig {
             command_timeout_ms: 500,
             connect_timeout_ms: 1000,
             tcp_nodelay: true,
+            sentinels: Vec::new(),
+            sentinel_master: None,
+            sentinel_username: None,
+            sentinel_password: None,
         }
     }
 }
@@ -122,6 +142,10 @@ pub enum RedisConfigError {
     Zero(&'static str),
     #[error("redis: `ca_file` {0}")]
     CaFile(String),
+    #[error("redis: {0}")]
+    Sentinel(&'static str),
+    #[error("redis: sentinel address `{0}` is not host:port")]
+    SentinelAddress(String),
 }
 
 /// rustls needs one process-wide crypto provider; ring is the one built in.
@@ -159,6 +183,28 @@ impl RedisConfig {
         {
             return Err(RedisConfigError::CaFile(format!("{path}: {e}")));
         }
+        if self.is_sentinel() || self.sentinel_master.is_some() {
+            self.sentinel_addresses()?;
+            if self
+                .sentinel_master
+                .as_deref()
+                .is_none_or(|m| m.trim().is_empty())
+            {
+                return Err(RedisConfigError::Sentinel(
+                    "`sentinels` needs `sentinel_master` (REDIS_SENTINEL_MASTER), the name of the master they watch",
+                ));
+            }
+            if self.sentinels.is_empty() {
+                return Err(RedisConfigError::Sentinel(
+                    "`sentinel_master` needs `sentinels` (REDIS_SENTINELS), their host:port addresses",
+                ));
+            }
+            if self.url.is_some() || self.host.is_some() || self.port.is_some() {
+                return Err(RedisConfigError::Sentinel(
+                    "with `sentinels`, leave `url`, `host` and `port` unset: the sentinels name the master",
+                ));
+            }
+        }
         for (name, v) in [
             ("default_ttl_ms", self.default_ttl_ms),
             ("command_timeout_ms", self.command_timeout_ms),
@@ -168,7 +214,101 @@ impl RedisConfig {
                 return Err(RedisConfigError::Zero(name));
             }
         }
+        if self.is_sentinel() {
+            return self.host_settings().map(|_| ());
+        }
         self.connection_info().map(|_| ())
+    }
+
+    /// Whether the master is found through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        !self.sentinels.is_empty()
+    }
+
+    /// The sentinels' addresses, parsed.
+    pub fn sentinel_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
+        self.sentinels
+            .iter()
+            .map(|a| {
+                let a = a.trim();
+                a.rsplit_once(':')
+                    .and_then(|(h, p)| {
+                        Some((h.trim_matches(['[', ']']).to_string(), p.parse().ok()?))
+                    })
+                    .filter(|(h, p): &(String, u16)| !h.is_empty() && *p != 0)
+                    .ok_or_else(|| RedisConfigError::SentinelAddress(a.to_string()))
+            })
+            .collect()
+    }
+
+    /// The connection settings for one sentinel: its own credentials, the master's TLS.
+    pub fn sentinel_connection_info(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<ConnectionInfo, RedisConfigError> {
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(u) = &self.sentinel_username {
+            redis = redis.set_username(u);
+        }
+        if let Some(p) = &self.sentinel_password {
+            redis = redis.set_password(p);
+        }
+        self.with_address(host.to_string(), port, redis)
+    }
+
+    /// The connection settings for the master at `host:port` (found through the sentinels),
+    /// with the host form's credentials, database and TLS.
+    pub fn master_connection_info(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<ConnectionInfo, RedisConfigError> {
+        self.with_address(host.to_string(), port, self.host_settings()?)
+    }
+
+    /// The host form's credentials and database.
+    fn host_settings(&self) -> Result<RedisConnectionInfo, RedisConfigError> {
+        let db = self.db.unwrap_or(0);
+        if db < 0 {
+            return Err(RedisConfigError::Db(db));
+        }
+        let mut redis = RedisConnectionInfo::default().set_db(db);
+        if let Some(u) = &self.username {
+            redis = redis.set_username(u);
+        }
+        if let Some(p) = &self.password {
+            redis = redis.set_password(p);
+        }
+        Ok(redis)
+    }
+
+    /// `host:port` with these settings, TLS as configured, `TCP_NODELAY` as configured.
+    fn with_address(
+        &self,
+        host: String,
+        port: u16,
+        redis: RedisConnectionInfo,
+    ) -> Result<ConnectionInfo, RedisConfigError> {
+        if port == 0 {
+            return Err(RedisConfigError::Port);
+        }
+        let addr = if self.tls == Some(true) {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        };
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| RedisConfigError::Url(e.to_string()))?
+            .set_redis_settings(redis);
+        let tcp = info.tcp_settings().clone().set_nodelay(self.tcp_nodelay);
+        Ok(info.set_tcp_settings(tcp))
     }
 
     /// Whether the connection uses TLS.
@@ -189,7 +329,8 @@ impl RedisConfig {
     }
 
     /// A `redis` client for this configuration: with TLS, it verifies the server against
-    /// `ca_file` when set, else the system's trust store.
+    /// `ca_file` when set, else the system's trust store. (With Sentinel, see
+    /// [`RedisConfig::client_for`] with the master's [`RedisConfig::master_connection_info`].)
     pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
         self.client_for(self.connection_info()?)
     }
@@ -197,7 +338,14 @@ impl RedisConfig {
     /// Like [`RedisConfig::client`], speaking RESP3, whose push messages carry client-side
     /// caching's invalidations.
     pub fn resp3_client(&self) -> Result<redis::Client, RedisConfigError> {
-        let info = self.connection_info()?;
+        self.resp3_client_for(self.connection_info()?)
+    }
+
+    /// Like [`RedisConfig::resp3_client`], for the server `info` names.
+    pub fn resp3_client_for(
+        &self,
+        info: ConnectionInfo,
+    ) -> Result<redis::Client, RedisConfigError> {
         let settings = info
             .redis_settings()
             .clone()
@@ -205,7 +353,8 @@ impl RedisConfig {
         self.client_for(info.set_redis_settings(settings))
     }
 
-    fn client_for(&self, info: ConnectionInfo) -> Result<redis::Client, RedisConfigError> {
+    /// A `redis` client for the server `info` names, with this configuration's TLS trust.
+    pub fn client_for(&self, info: ConnectionInfo) -> Result<redis::Client, RedisConfigError> {
         install_crypto_provider();
         match (&self.ca_file, self.is_tls()) {
             (Some(path), true) => {
@@ -224,8 +373,15 @@ impl RedisConfig {
         }
     }
 
-    /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured.
+    /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured. With
+    /// Sentinel there is no fixed server: the master's settings come from
+    /// [`RedisConfig::master_connection_info`] once the sentinels have named it.
     pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
+        if self.is_sentinel() {
+            return Err(RedisConfigError::Sentinel(
+                "with `sentinels`, the master is named by the sentinels at connection time",
+            ));
+        }
         let info = match &self.url {
             Some(url) => {
                 if self.host_form_set() {
@@ -241,35 +397,8 @@ impl RedisConfig {
                     .map_err(|e| RedisConfigError::Url(e.to_string()))?
             }
             None => {
-                let port = self.port.unwrap_or(6379);
-                if port == 0 {
-                    return Err(RedisConfigError::Port);
-                }
-                let db = self.db.unwrap_or(0);
-                if db < 0 {
-                    return Err(RedisConfigError::Db(db));
-                }
                 let host = self.host.clone().unwrap_or_else(|| "127.0.0.1".into());
-                let mut redis = RedisConnectionInfo::default().set_db(db);
-                if let Some(u) = &self.username {
-                    redis = redis.set_username(u);
-                }
-                if let Some(p) = &self.password {
-                    redis = redis.set_password(p);
-                }
-                let addr = if self.tls == Some(true) {
-                    ConnectionAddr::TcpTls {
-                        host,
-                        port,
-                        insecure: false,
-                        tls_params: None,
-                    }
-                } else {
-                    ConnectionAddr::Tcp(host, port)
-                };
-                addr.into_connection_info()
-                    .map_err(|e| RedisConfigError::Url(e.to_string()))?
-                    .set_redis_settings(redis)
+                return self.with_address(host, self.port.unwrap_or(6379), self.host_settings()?);
             }
         };
         let tcp = info.tcp_settings().clone().set_nodelay(self.tcp_nodelay);
@@ -279,6 +408,14 @@ impl RedisConfig {
     /// Where this configuration points, for logs: scheme, host, port and database, never the
     /// user name or password.
     pub fn display_target(&self) -> String {
+        if self.is_sentinel() {
+            return format!(
+                "redis-sentinel://{}/{}/{}",
+                self.sentinels.join(","),
+                self.sentinel_master.as_deref().unwrap_or(""),
+                self.db.unwrap_or(0)
+            );
+        }
         match self.connection_info() {
             Ok(info) => {
                 let scheme = if self.is_tls() { "rediss" } else { "redis" };
@@ -323,6 +460,56 @@ impl RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_form_is_checked_and_names_no_fixed_server() {
+        let cfg = RedisConfig {
+            sentinels: vec!["10.0.0.1:26379".into(), "[::1]:26380".into()],
+            sentinel_master: Some("desk".into()),
+            password: Some("s3cret".into()),
+            db: Some(2),
+            ..RedisConfig::default()
+        };
+        cfg.validate().unwrap();
+        assert_eq!(
+            cfg.sentinel_addresses().unwrap(),
+            vec![("10.0.0.1".into(), 26379), ("::1".into(), 26380)]
+        );
+        assert!(cfg.connection_info().is_err(), "no fixed server");
+        let master = cfg.master_connection_info("10.0.0.9", 6380).unwrap();
+        assert_eq!(master.addr().to_string(), "10.0.0.9:6380");
+        assert_eq!(master.redis_settings().db(), 2);
+        assert_eq!(
+            cfg.display_target(),
+            "redis-sentinel://10.0.0.1:26379,[::1]:26380/desk/2"
+        );
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+
+        let no_master = RedisConfig {
+            sentinel_master: None,
+            ..cfg.clone()
+        };
+        assert!(matches!(
+            no_master.validate(),
+            Err(RedisConfigError::Sentinel(_))
+        ));
+        let with_url = RedisConfig {
+            url: Some("redis://127.0.0.1:6379".into()),
+            ..cfg.clone()
+        };
+        assert!(matches!(
+            with_url.validate(),
+            Err(RedisConfigError::Sentinel(_))
+        ));
+        let bad = RedisConfig {
+            sentinels: vec!["nowhere".into()],
+            ..cfg
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(RedisConfigError::SentinelAddress("nowhere".into()))
+        );
+    }
 
     #[test]
     fn defaults_and_key_layout() {

@@ -9,6 +9,11 @@
 //! those: after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row a new connection is built in the
 //! background and swapped in; callers never wait for that. When Redis cannot be reached at
 //! start, a background task retries (1 s doubling to 30 s) while commands fail at once.
+//!
+//! With Redis Sentinel, every connection (this one, pub/sub, client-side caching's) first asks
+//! the sentinels which server is master, and checks with `ROLE` that it is. After a failover
+//! the old master refuses writes (`READONLY`) or connections: either starts a rebuild at once,
+//! which asks the sentinels again, so the instance follows the failover without a restart.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -42,7 +47,8 @@ pub struct RedisConn {
 
 struct Inner {
     cfg: RedisConfig,
-    client: redis::Client,
+    /// The client for the server in use: fixed, or with Sentinel the last master found.
+    client: ArcSwapOption<redis::Client>,
     /// `None` until the first connection succeeds.
     conn: ArcSwapOption<ConnectionManager>,
     timeouts_in_a_row: AtomicU32,
@@ -51,23 +57,42 @@ struct Inner {
     rebuilds: AtomicU32,
     /// The last command or ping got an answer.
     healthy: AtomicBool,
+    /// Counts the connections that replaced another: the dedicated connections (pub/sub,
+    /// client-side caching) reconnect when it moves, so that after a failover nothing stays
+    /// on the old master.
+    replaced: tokio::sync::watch::Sender<u64>,
+    /// With Sentinel: the address of the master in use.
+    master: parking_lot::Mutex<Option<String>>,
 }
+
+/// With Sentinel, how often the sentinels are asked whether the master changed. A manual or
+/// automatic failover promotes the replica at once, but the old master keeps accepting writes
+/// (lost when it is demoted, seconds later) until it is reconfigured: the connection must move
+/// as soon as the sentinels name the new one.
+const SENTINEL_WATCH: Duration = Duration::from_millis(250);
 
 impl RedisConn {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
         cfg.validate()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let client = cfg
-            .client()
-            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let client = if cfg.is_sentinel() {
+            None
+        } else {
+            Some(Arc::new(
+                cfg.client()
+                    .map_err(|e| CommandError::Unavailable(e.to_string()))?,
+            ))
+        };
         Ok(Arc::new(Inner {
             cfg,
-            client,
+            client: ArcSwapOption::new(client),
             conn: ArcSwapOption::empty(),
             timeouts_in_a_row: AtomicU32::new(0),
             rebuilding: AtomicBool::new(false),
             rebuilds: AtomicU32::new(0),
             healthy: AtomicBool::new(false),
+            replaced: tokio::sync::watch::Sender::new(0),
+            master: parking_lot::Mutex::new(None),
         }))
     }
 
@@ -77,6 +102,9 @@ impl RedisConn {
         let inner = Self::new_inner(cfg)?;
         let manager = inner.open().await?;
         inner.install(manager);
+        if inner.cfg.is_sentinel() {
+            tokio::spawn(watch_master(Arc::downgrade(&inner)));
+        }
         tracing::info!(
             target_redis = %inner.cfg.display_target(),
             "[TransportService] Session store connection validated successfully"
@@ -106,6 +134,9 @@ impl RedisConn {
     /// task retries, 1 s doubling to 30 s, until it answers.
     pub async fn first_connect(&self) {
         let inner = &self.inner;
+        if inner.cfg.is_sentinel() {
+            tokio::spawn(watch_master(Arc::downgrade(inner)));
+        }
         match inner.open().await {
             Ok(manager) => {
                 inner.install(manager);
@@ -136,6 +167,12 @@ impl RedisConn {
         self.inner.rebuilds.load(Ordering::Acquire)
     }
 
+    /// Changes whenever a new connection replaces the one in use (a rebuild, a failover):
+    /// dedicated connections made from this one's server reconnect then.
+    pub(crate) fn replaced(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.replaced.subscribe()
+    }
+
     /// The configuration this connection was built from.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.cfg
@@ -155,12 +192,12 @@ impl RedisConn {
     async fn subscribed(&self, target: &str, pattern: bool) -> Result<Subscription, CommandError> {
         let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
         let attempt = async {
-            let mut pubsub = self
-                .inner
-                .client
-                .get_async_pubsub()
-                .await
-                .map_err(unavailable)?;
+            let client = self.inner.client.load_full().ok_or_else(|| {
+                CommandError::Unavailable(
+                    "not connected to Redis yet (retrying in the background)".into(),
+                )
+            })?;
+            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
             if pattern {
                 pubsub.psubscribe(target).await.map_err(unavailable)?;
             } else {
@@ -253,30 +290,58 @@ impl Inner {
     }
 
     fn install(&self, manager: ConnectionManager) {
-        self.conn.store(Some(Arc::new(manager)));
+        if self.conn.swap(Some(Arc::new(manager))).is_some() {
+            self.replaced.send_modify(|n| *n += 1);
+        }
         self.timeouts_in_a_row.store(0, Ordering::Release);
         self.healthy.store(true, Ordering::Release);
     }
 
     /// A new connection, checked with `PING`, within the connect timeout (plus one command
-    /// timeout for the `PING`).
+    /// timeout for the `PING`); with Sentinel, to the master the sentinels name now, checked
+    /// with `ROLE` (each sentinel asked is bounded the same way).
     async fn open(&self) -> Result<ConnectionManager, CommandError> {
-        let bound = self.cfg.connect_timeout() + self.cfg.command_timeout();
+        let mut address = None;
+        let client = if self.cfg.is_sentinel() {
+            let info = server_info(&self.cfg).await?;
+            address = Some(info.addr().to_string());
+            Arc::new(
+                self.cfg
+                    .client_for(info)
+                    .map_err(|e| CommandError::Unavailable(e.to_string()))?,
+            )
+        } else {
+            self.client
+                .load_full()
+                .ok_or_else(|| CommandError::Unavailable("no Redis client".into()))?
+        };
+        let bound = self.cfg.connect_timeout() + self.cfg.command_timeout() * 2;
+        let sentinel = self.cfg.is_sentinel();
         let attempt = async {
             let mut manager =
-                ConnectionManager::new_with_config(self.client.clone(), self.manager_config())
+                ConnectionManager::new_with_config((*client).clone(), self.manager_config())
                     .await
                     .map_err(unavailable)?;
             redis::cmd("PING")
                 .query_async::<String>(&mut manager)
                 .await
                 .map_err(unavailable)?;
+            if sentinel {
+                check_master(&mut manager).await?;
+            }
             Ok::<_, CommandError>(manager)
         };
-        match tokio::time::timeout(bound, attempt).await {
+        let opened = match tokio::time::timeout(bound, attempt).await {
             Ok(r) => r,
             Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        };
+        if opened.is_ok() {
+            self.client.store(Some(client));
+            if address.is_some() {
+                *self.master.lock() = address;
+            }
         }
+        opened
     }
 
     /// Runs `work` on a clone of the connection, bounded by the command timeout, counting
@@ -306,6 +371,15 @@ impl Inner {
             }
             Ok(Err(e)) => {
                 self.healthy.store(false, Ordering::Release);
+                // With Sentinel, a server that refuses writes or connections is no longer the
+                // master (a failover): ask the sentinels again now, not after three timeouts.
+                if self.cfg.is_sentinel()
+                    && (e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                        || e.is_connection_refusal()
+                        || e.is_io_error())
+                {
+                    self.rebuild(format!("the master in use failed ({e})"));
+                }
                 Err(CommandError::Unavailable(e.to_string()))
             }
             Err(_) => {
@@ -323,6 +397,11 @@ impl Inner {
         if n < REBUILD_AFTER_TIMEOUTS {
             return;
         }
+        self.rebuild(format!("no answer to {n} commands in a row"));
+    }
+
+    /// Opens a new connection in the background and swaps it in (one rebuild at a time).
+    fn rebuild(self: &Arc<Self>, why: String) {
         if self
             .rebuilding
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -336,10 +415,7 @@ impl Inner {
             let Some(inner) = weak.upgrade() else {
                 return;
             };
-            tracing::warn!(
-                timeouts = n,
-                "Redis session store: no answer to {n} commands in a row; opening a new connection"
-            );
+            tracing::warn!("Redis session store: {why}; opening a new connection");
             match inner.open().await {
                 Ok(manager) => {
                     inner.install(manager);
@@ -361,6 +437,93 @@ impl Inner {
 
 fn unavailable(e: redis::RedisError) -> CommandError {
     CommandError::Unavailable(e.to_string())
+}
+
+/// The connection settings of the server to use now: the configured one, or with Sentinel the
+/// master the first sentinel that answers names (each asked within the connect timeout plus
+/// one command timeout).
+pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionInfo, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    if !cfg.is_sentinel() {
+        return cfg.connection_info().map_err(config);
+    }
+    let master = cfg.sentinel_master.as_deref().unwrap_or_default();
+    let bound = cfg.connect_timeout() + cfg.command_timeout();
+    let mut last = String::from("no sentinel configured");
+    for (host, port) in cfg.sentinel_addresses().map_err(config)? {
+        let ask = async {
+            let client = cfg
+                .client_for(cfg.sentinel_connection_info(&host, port).map_err(config)?)
+                .map_err(config)?;
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(unavailable)?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(master)
+                .query_async::<Option<(String, u16)>>(&mut conn)
+                .await
+                .map_err(unavailable)
+        };
+        match tokio::time::timeout(bound, ask).await {
+            Ok(Ok(Some((h, p)))) => return cfg.master_connection_info(&h, p).map_err(config),
+            Ok(Ok(None)) => {
+                last = format!("sentinel {host}:{port} knows no master named {master:?}")
+            }
+            Ok(Err(e)) => last = format!("sentinel {host}:{port}: {e}"),
+            Err(_) => {
+                last = format!(
+                    "sentinel {host}:{port} did not answer within {} ms",
+                    bound.as_millis()
+                )
+            }
+        }
+    }
+    Err(CommandError::Unavailable(last))
+}
+
+/// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
+/// moves the connection when it is another than the one in use. Ends with the connection.
+async fn watch_master(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(SENTINEL_WATCH).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Ok(info) = server_info(&inner.cfg).await else {
+            continue;
+        };
+        let now = info.addr().to_string();
+        let in_use = inner.master.lock().clone();
+        if in_use.is_some_and(|m| m != now) {
+            inner.rebuild(format!("the sentinels name a new master, {now}"));
+        }
+    }
+}
+
+/// Fails unless the server `conn` talks to says it is a master (`ROLE`): right after a
+/// failover, a sentinel may still name the old one.
+async fn check_master(conn: &mut ConnectionManager) -> Result<(), CommandError> {
+    let role: redis::Value = redis::cmd("ROLE")
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    let is_master = match &role {
+        redis::Value::Array(items) => {
+            matches!(
+                items.first(),
+                Some(redis::Value::BulkString(b)) if b == b"master"
+            ) || matches!(items.first(), Some(redis::Value::SimpleString(s)) if s == "master")
+        }
+        _ => false,
+    };
+    if is_master {
+        Ok(())
+    } else {
+        Err(CommandError::Unavailable(
+            "the server the sentinels named is not a master (yet)".into(),
+        ))
+    }
 }
 
 /// A dedicated pub/sub connection: a stream of its messages, and [`Subscription::leave`] to end

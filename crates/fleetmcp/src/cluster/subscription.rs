@@ -20,10 +20,16 @@ pub(super) async fn keep(
     stop: CancellationToken,
     on_message: impl Fn(&[u8]),
 ) {
+    let mut replaced = redis.replaced();
     loop {
         if let Some(stream) = messages.as_mut() {
             loop {
                 tokio::select! {
+                    // The shared connection moved to another server (a failover): so does this one.
+                    Ok(()) = replaced.changed() => {
+                        tracing::info!(%channel, "[HA] the Redis connection moved; subscribing again");
+                        break;
+                    }
                     m = stream.next() => match m {
                         Some(m) => on_message(m.get_payload_bytes()),
                         None => break,

@@ -471,7 +471,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
-        let (tracker, rx) = Tracker::start(self.conn.config().clone());
+        let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
         self.tracker.set(tracker).ok()?;
         Some(rx)
     }

@@ -34,6 +34,9 @@ pub(super) struct Tracker {
     out: UnboundedSender<Invalidation>,
     /// `<prefix>session:`: what an invalidated key starts with.
     prefix: String,
+    /// Changes when the instance's shared connection moves to another server (a failover):
+    /// the tracking connection follows it.
+    replaced: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Pause before connecting again: 100 ms doubling to 5 s.
@@ -43,11 +46,15 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 impl Tracker {
     /// Starts connecting in the background; returns the tracker and the invalidations it will
     /// report.
-    pub fn start(cfg: RedisConfig) -> (Arc<Self>, UnboundedReceiver<Invalidation>) {
+    pub fn start(
+        cfg: RedisConfig,
+        replaced: tokio::sync::watch::Receiver<u64>,
+    ) -> (Arc<Self>, UnboundedReceiver<Invalidation>) {
         let (out, rx) = unbounded_channel();
         let tracker = Arc::new(Self {
             prefix: cfg.session_key_prefix(),
             cfg,
+            replaced,
             conn: ArcSwapOption::empty(),
             out,
         });
@@ -62,7 +69,10 @@ impl Tracker {
 
     /// A connection with tracking on, and the receiver of its push messages.
     async fn open(&self) -> Result<(MultiplexedConnection, UnboundedReceiver<PushInfo>), String> {
-        let client = self.cfg.resp3_client().map_err(|e| e.to_string())?;
+        let info = crate::redis_conn::server_info(&self.cfg)
+            .await
+            .map_err(|e| e.to_string())?;
+        let client = self.cfg.resp3_client_for(info).map_err(|e| e.to_string())?;
         let (tx, rx) = unbounded_channel();
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.cfg.connect_timeout()))
@@ -84,9 +94,13 @@ impl Tracker {
 
     /// Reports the invalidations of one connection until it is lost.
     async fn pump(&self, mut pushes: UnboundedReceiver<PushInfo>) {
+        let mut replaced = self.replaced.clone();
+        replaced.mark_unchanged();
         loop {
             let push = tokio::select! {
                 p = pushes.recv() => p,
+                // The shared connection moved (a failover): this one reconnects too.
+                Ok(()) = replaced.changed() => return,
                 // Nobody listens any more (the server stopped): let the connection go.
                 _ = self.out.closed() => return,
             };

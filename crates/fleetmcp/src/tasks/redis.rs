@@ -255,6 +255,7 @@ impl RedisTaskStore {
         };
         let redis = self.redis.clone();
         let prefix = self.prefix.clone();
+        let mut replaced = redis.replaced();
         tokio::spawn(async move {
             let mut messages = first;
             loop {
@@ -264,6 +265,8 @@ impl RedisTaskStore {
                     }
                     loop {
                         tokio::select! {
+                            // The shared connection moved to another server: so does this one.
+                            Ok(()) = replaced.changed() => break,
                             m = stream.next() => match m {
                                 Some(m) => {
                                     let channel = m.get_channel_name();

@@ -37,6 +37,8 @@ pub struct RedisServer {
     paused: bool,
     /// Every write is appended to a file (fsync'd) and read back on a restart.
     persistent: bool,
+    /// More command-line arguments (`--replicaof`, ...).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -53,6 +55,21 @@ impl RedisServer {
             dir: tempfile::tempdir().expect("temp dir"),
             paused: false,
             persistent: false,
+            extra: Vec::new(),
+        };
+        s.spawn();
+        s
+    }
+
+    /// Starts a server replicating the one on `master` (`--replicaof`).
+    pub fn start_replica_of(master: u16) -> Self {
+        let mut s = Self {
+            port: free_port(),
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            paused: false,
+            persistent: false,
+            extra: vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()],
         };
         s.spawn();
         s
@@ -67,6 +84,7 @@ impl RedisServer {
             dir: tempfile::tempdir().expect("temp dir"),
             paused: false,
             persistent: true,
+            extra: Vec::new(),
         };
         s.spawn();
         s
@@ -88,6 +106,7 @@ impl RedisServer {
                 "--dir",
             ])
             .arg(self.dir.path())
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -203,6 +222,87 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// One Redis Sentinel (`redis-server <conf> --sentinel`) watching the master on `master_port`
+/// under `name`, with a quorum of `quorum`; a master is presumed down after 1 s of silence.
+pub struct Sentinel {
+    pub port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    pub fn start(name: &str, master_port: u16, quorum: u32) -> Self {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Sentinel rewrites its configuration file as the fleet changes: it must be writable.
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 4000\n\
+                 sentinel parallel-syncs {name} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new(server_bin())
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel starts");
+        let s = Self {
+            port,
+            child,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while s.cli(&["PING"]) != "PONG" {
+            assert!(
+                Instant::now() < deadline,
+                "sentinel on {port} did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    /// `host:port`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli -p <port> <args>`; its trimmed output (empty when it failed).
+    pub fn cli(&self, args: &[&str]) -> String {
+        Command::new(cli_bin())
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The port of the master this sentinel names now.
+    pub fn master_port(&self, name: &str) -> Option<u16> {
+        self.cli(&["SENTINEL", "get-master-addr-by-name", name])
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

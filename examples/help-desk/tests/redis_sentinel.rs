@@ -1,0 +1,177 @@
+//! Redis Sentinel (issue 12): two distributed `help-desk` instances find their Redis through
+//! three real sentinels watching a real master and its replica, and ride out a failover
+//! (`SENTINEL FAILOVER`) under a light load without a restart: no session is lost, every answer
+//! is a success or the documented `503` with `Retry-After`, and what is written after the switch
+//! lands on the new master.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+mod fleet_client;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use fleet_client::*;
+use serde_json::json;
+use support_redis::{RedisServer, Sentinel};
+
+const MASTER: &str = "desk-master";
+
+#[test]
+fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(master.port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica never synced");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sentinels: Vec<Sentinel> = (0..3)
+        .map(|_| Sentinel::start(MASTER, master.port, 2))
+        .collect();
+    // Every sentinel knows the replica (a failover needs one to promote).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !sentinels.iter().all(|s| {
+        s.cli(&["SENTINEL", "replicas", MASTER])
+            .contains(&replica.port.to_string())
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels never found the replica"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let addresses = sentinels
+        .iter()
+        .map(Sentinel::address)
+        .collect::<Vec<_>>()
+        .join(",");
+    let env = [
+        ("REDIS_SENTINELS", addresses.as_str()),
+        ("REDIS_SENTINEL_MASTER", MASTER),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+    ];
+    let a = distributed_desk("desk-a", "", &env);
+    let b = distributed_desk("desk-b", "", &env);
+    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
+        assert_log_has(
+            i,
+            who,
+            "[TransportService] Session store connection validated successfully",
+        );
+    }
+    let ports = [a.port(), b.port()];
+    // Four clients, their sessions opened on either instance, each calling through both.
+    let sessions: Vec<String> = (0..4).map(|c| open_session(ports[c % 2])).collect();
+    for sid in &sessions {
+        assert_eq!(
+            master.cli(&["EXISTS", &format!("mcp:session:{sid}")]),
+            "1",
+            "stored on the master the sentinels named"
+        );
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // (status, documented 503, when)
+    let seen = Arc::new(Mutex::new(Vec::<(u16, bool, Instant)>::new()));
+    let clients: Vec<_> = sessions
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(c, sid)| {
+            let (stop, seen) = (stop.clone(), seen.clone());
+            thread::spawn(move || {
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+                        "params": {"name": "find_tickets", "arguments": {}}});
+                    let resp = post_with(ports[(c + n) % 2], Some(&sid), &[], &call, HTTP_LIMIT);
+                    let documented = resp.status == 503 && resp.header("retry-after").is_some();
+                    seen.lock().unwrap_or_else(|e| e.into_inner()).push((
+                        resp.status,
+                        documented,
+                        Instant::now(),
+                    ));
+                    assert_ne!(resp.status, 404, "session lost: {}", resp.describe());
+                    if resp.status == 503 {
+                        thread::sleep(Duration::from_millis(300));
+                    } else {
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+
+    thread::sleep(Duration::from_secs(1));
+    let switched_at = Instant::now();
+    assert_eq!(sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]), "OK");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while sentinels
+        .iter()
+        .any(|s| s.master_port(MASTER) != Some(replica.port))
+    {
+        assert!(Instant::now() < deadline, "the failover did not complete");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let switched = switched_at.elapsed();
+    // Light load on the new master for a while.
+    thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("a client saw a session lost");
+    }
+
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let ok = seen.iter().filter(|(s, _, _)| *s == 200).count();
+    let documented = seen.iter().filter(|(_, d, _)| *d).count();
+    let other: Vec<&(u16, bool, Instant)> =
+        seen.iter().filter(|(s, d, _)| *s != 200 && !d).collect();
+    let ok_after = seen
+        .iter()
+        .filter(|(s, _, at)| *s == 200 && *at > switched_at + switched + Duration::from_secs(1))
+        .count();
+    eprintln!(
+        "sentinel failover: {} requests, {ok} ok, {documented} documented 503, {} other; the sentinels switched in {:.2} s",
+        seen.len(),
+        other.len(),
+        switched.as_secs_f64()
+    );
+    assert!(other.is_empty(), "undocumented answers: {other:?}");
+    assert!(ok_after > 20, "served on the new master: {ok_after}");
+
+    // What is written now lands on the new master.
+    let fresh = open_session(a.port());
+    assert_eq!(
+        replica.cli(&["EXISTS", &format!("mcp:session:{fresh}")]),
+        "1",
+        "a session opened after the failover is on the new master"
+    );
+    for sid in &sessions {
+        assert_eq!(
+            replica.cli(&["EXISTS", &format!("mcp:session:{sid}")]),
+            "1",
+            "no session lost in the switch"
+        );
+    }
+    assert!(
+        log_has(&a, "the sentinels name a new master", LOG_LIMIT)
+            && log_has(&b, "the sentinels name a new master", LOG_LIMIT),
+        "both instances moved to the new master: {}\n{}",
+        a.log(),
+        b.log()
+    );
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
