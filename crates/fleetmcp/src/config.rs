@@ -295,6 +295,70 @@ impl Default for StatelessConfig {
     }
 }
 
+/// Authorization (`[auth]`): this server as an OAuth 2.1 resource server (MCP authorization,
+/// RFC 9728 metadata, RFC 8707 audience). Off unless `enabled`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `FLEETMCP_AUTH_ENABLED`: require a bearer token on every MCP request.
+    pub enabled: bool,
+    /// `FLEETMCP_AUTH_ISSUER`: the `iss` every token must carry.
+    pub issuer: String,
+    /// `FLEETMCP_AUTH_RESOURCE`: this server's resource URI (e.g. `https://mcp.example.com/mcp`),
+    /// the `aud` every token must carry (RFC 8707) and the `resource` of the metadata.
+    pub resource: String,
+    /// `FLEETMCP_AUTH_JWKS_URI`: where the issuer publishes its signing keys.
+    pub jwks_uri: String,
+    /// The authorization servers named in the metadata (unset: the issuer).
+    pub authorization_servers: Vec<String>,
+    /// Signature algorithms accepted (public-key ones only; `none` never is).
+    pub algorithms: Vec<String>,
+    /// Scopes every request needs, whatever it calls (besides a tool's own).
+    pub required_scopes: Vec<String>,
+    /// `scopes_supported` of the metadata (unset: every scope the catalog declares, plus
+    /// `required_scopes`).
+    pub scopes_supported: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
+    /// Bound on one JWKS fetch.
+    pub jwks_timeout_ms: u64,
+    /// How long fetched keys are used before they are fetched again.
+    pub jwks_ttl_ms: u64,
+    /// Least time between two fetches caused by a token with an unknown `kid`, so a flood of
+    /// forged kids cannot hammer the issuer.
+    pub jwks_min_refetch_ms: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            issuer: String::new(),
+            resource: String::new(),
+            jwks_uri: String::new(),
+            authorization_servers: Vec::new(),
+            algorithms: [
+                "RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA",
+            ]
+            .map(String::from)
+            .to_vec(),
+            required_scopes: Vec::new(),
+            scopes_supported: Vec::new(),
+            leeway_secs: 30,
+            jwks_timeout_ms: 3000,
+            jwks_ttl_ms: 600_000,
+            jwks_min_refetch_ms: 10_000,
+        }
+    }
+}
+
+/// The algorithms `[auth] algorithms` may name: signatures by a key the issuer publishes.
+/// Shared-secret (`HS*`) algorithms are left out: a JWKS public key must never be usable as
+/// an HMAC secret.
+pub const AUTH_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
 /// Everything a fleetmcp server is configured with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -335,6 +399,8 @@ pub struct Config {
     pub redis: Option<crate::redis_config::RedisConfig>,
     /// Distributed mode's HA manager.
     pub ha: HaConfig,
+    /// Authorization (off by default).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -357,6 +423,7 @@ impl Default for Config {
             stateless: StatelessConfig::default(),
             redis: None,
             ha: HaConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -396,6 +463,10 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_RELAY_WINDOW_MS",
     "FLEETMCP_DRAIN_MS",
     "FLEETMCP_SHUTDOWN_GRACE_MS",
+    "FLEETMCP_AUTH_ENABLED",
+    "FLEETMCP_AUTH_ISSUER",
+    "FLEETMCP_AUTH_RESOURCE",
+    "FLEETMCP_AUTH_JWKS_URI",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -414,6 +485,76 @@ const ENV_KEYS: &[&str] = &[
 ];
 
 impl Config {
+    /// `[auth]`, checked only when enabled: the URLs parse, the algorithms are allowed.
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let a = &self.auth;
+        if !a.enabled {
+            return Ok(());
+        }
+        let invalid = |name, value: &str, why| {
+            Err(ConfigError::Invalid {
+                name,
+                value: value.to_string(),
+                why,
+            })
+        };
+        let is_url =
+            |v: &str| reqwest::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+        if !is_url(&a.issuer) {
+            return invalid(
+                "auth.issuer (FLEETMCP_AUTH_ISSUER)",
+                &a.issuer,
+                "expected the issuer's http(s) URL",
+            );
+        }
+        if !is_url(&a.resource) || a.resource.contains('#') {
+            return invalid(
+                "auth.resource (FLEETMCP_AUTH_RESOURCE)",
+                &a.resource,
+                "expected this server's http(s) resource URI, without a fragment",
+            );
+        }
+        if !is_url(&a.jwks_uri) {
+            return invalid(
+                "auth.jwks_uri (FLEETMCP_AUTH_JWKS_URI)",
+                &a.jwks_uri,
+                "expected the http(s) URL of the issuer's JWKS",
+            );
+        }
+        if let Some(bad) = a.authorization_servers.iter().find(|s| !is_url(s)) {
+            return invalid("auth.authorization_servers", bad, "expected http(s) URLs");
+        }
+        if a.algorithms.is_empty() {
+            return invalid("auth.algorithms", "[]", "name at least one algorithm");
+        }
+        if let Some(bad) = a
+            .algorithms
+            .iter()
+            .find(|alg| !AUTH_ALGORITHMS.contains(&alg.as_str()))
+        {
+            return invalid(
+                "auth.algorithms",
+                bad,
+                "expected public-key algorithms: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA",
+            );
+        }
+        if a.leeway_secs > 300 {
+            return invalid(
+                "auth.leeway_secs",
+                &a.leeway_secs.to_string(),
+                "must be at most 300",
+            );
+        }
+        if a.jwks_timeout_ms < 100 || a.jwks_ttl_ms < 1000 {
+            return invalid(
+                "auth.jwks_timeout_ms",
+                &a.jwks_timeout_ms.to_string(),
+                "must be at least 100 (and auth.jwks_ttl_ms at least 1000)",
+            );
+        }
+        Ok(())
+    }
+
     /// Reads `FLEETMCP_CONFIG` (a TOML file, optional) and the process environment.
     pub fn load() -> Result<Self, ConfigError> {
         let file = std::env::var("FLEETMCP_CONFIG").ok();
@@ -530,6 +671,20 @@ impl Config {
                     .map_err(|_| invalid("REDIS_PORT", "expected a port number 1-65535"))?;
                 self.redis.get_or_insert_with(Default::default).port = Some(port);
             }
+            "FLEETMCP_AUTH_ENABLED" if !value.trim().is_empty() => {
+                self.auth.enabled = match value.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => true,
+                    "0" | "false" | "no" | "off" => false,
+                    _ => return Err(invalid("FLEETMCP_AUTH_ENABLED", "expected true or false")),
+                }
+            }
+            "FLEETMCP_AUTH_ISSUER" if !value.is_empty() => self.auth.issuer = value.trim().into(),
+            "FLEETMCP_AUTH_RESOURCE" if !value.is_empty() => {
+                self.auth.resource = value.trim().into()
+            }
+            "FLEETMCP_AUTH_JWKS_URI" if !value.is_empty() => {
+                self.auth.jwks_uri = value.trim().into()
+            }
             "VAULT_SECRET" => self.vault_secret = value_opt,
             "JWT_SECRET" => self.jwt_secret = value_opt,
             "FRONTMCP_BIND_ADDRESS" => {
@@ -572,6 +727,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |name, value: String, why| Err(ConfigError::Invalid { name, value, why });
+        self.validate_auth()?;
         if let Some(id) = &self.machine_id
             && (!id.bytes().all(|b| (0x21..=0x7e).contains(&b)) || id.len() > 128)
         {

@@ -85,6 +85,9 @@ pub struct Session {
     subscriptions: Mutex<HashSet<String>>,
     /// Fires when the session ends, so its streams and waiting requests stop.
     pub closed: CancellationToken,
+    /// Who made it, when authorization is on: the principal's fingerprint (see
+    /// `Principal::fingerprint`); a request by anyone else finds no session.
+    owner: Option<Box<str>>,
 }
 
 impl Session {
@@ -96,6 +99,7 @@ impl Session {
         client_info: Value,
         client_capabilities: Value,
         closed: CancellationToken,
+        owner: Option<&str>,
     ) -> Self {
         Self {
             id,
@@ -115,7 +119,19 @@ impl Session {
             pending: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashSet::new()),
             closed,
+            owner: owner.map(Into::into),
         }
+    }
+
+    /// The fingerprint of the principal that made the session (`None` without authorization).
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Whether a request by the principal of fingerprint `caller` may use this session: only
+    /// the one that made it (no principal on either side: authorization is off).
+    pub fn is_owned_by(&self, caller: Option<&str>) -> bool {
+        self.owner.as_deref() == caller
     }
 
     pub fn log_level(&self) -> LogLevel {
@@ -421,6 +437,7 @@ mod tests {
             Value::Null,
             serde_json::json!({"sampling": {}}),
             CancellationToken::new(),
+            None,
         ))
     }
 
