@@ -477,3 +477,25 @@ fn assert_unauthorized_fleet(resp: &RawResponse, who: &str) {
         "{who}: {challenge}"
     );
 }
+
+/// The official TypeScript SDK client: no token at first, the server's 401 leads it to the
+/// metadata, the authorization server and a client-credentials token for this resource; then
+/// it calls a tool that needs `tickets:write`, as its client id.
+#[test]
+fn the_typescript_sdk_client_follows_the_401_to_a_token_and_calls_a_tool() {
+    let auth = AuthServer::start();
+    let dir = TempDir::new("auth-ts");
+    let desk = desk_with_auth(&auth, &dir, None, &[]);
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg(support::repo_root().join("tools/clients/ts-v1/auth-client.mjs"))
+        .arg(desk.mcp_url())
+        .arg("desk-client");
+    let out = support::run(&mut cmd, Duration::from_secs(60), dir.path());
+    assert!(out.success(), "auth-client.mjs failed:\n{}", out.describe());
+    let report: Value = serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("auth-client.mjs printed no report ({e}):\n{}", out.describe()));
+    assert_eq!(report["ok"], true, "{report}");
+    let steps = report["steps"].to_string();
+    assert!(steps.contains("opened by desk-client"), "{steps}");
+    eprintln!("steps: {steps}");
+}
