@@ -4,8 +4,13 @@
 //   POST /control/token  {"claims": {...}, "expires_in": s, "key": "current" | "foreign"}
 //        → {"access_token"}: a token with these claims (over iss/iat/nbf/exp), signed with the
 //        newest published key, or with a key the JWKS never published;
-//   POST /control/rotate → {"kid"}: a new signing key, published in the JWKS from now on.
+//   POST /control/rotate → {"kid"}: a new signing key, published in the JWKS from now on;
+//   POST /control/opaque {"claims": {...}} → {"access_token"}: an opaque (non-JWT) token whose
+//        introspection answers these claims (plus active, iss, exp in an hour);
+//   POST /control/introspect (RFC 7662, form `token=`) → its claims, or {"active": false};
+//   GET  /control/introspections → {"count"}: introspection calls so far.
 // Usage: node server.mjs <port>. Prints `ready <issuer url>` once it listens.
+import { randomBytes } from 'node:crypto';
 import { OAuth2Server, OAuth2Issuer } from 'oauth2-mock-server';
 
 const port = Number(process.argv[2] ?? 0);
@@ -50,6 +55,22 @@ server.service.addRoute('POST', '/control/token', async (req, res) => {
 server.service.addRoute('POST', '/control/rotate', async (_req, res) => {
   current = (await server.issuer.keys.generate('RS256')).kid;
   send(res, 200, { kid: current });
+});
+
+const opaque = new Map();
+let introspections = 0;
+server.service.addRoute('POST', '/control/opaque', async (req, res) => {
+  const token = randomBytes(24).toString('base64url');
+  const now = Math.floor(Date.now() / 1000);
+  opaque.set(token, { active: true, iss: server.issuer.url, exp: now + 3600, ...(req.body?.claims ?? {}) });
+  send(res, 200, { access_token: token });
+});
+server.service.addRoute('POST', '/control/introspect', async (req, res) => {
+  introspections += 1;
+  send(res, 200, opaque.get(req.body?.token) ?? { active: false });
+});
+server.service.addRoute('GET', '/control/introspections', async (_req, res) => {
+  send(res, 200, { count: introspections });
 });
 
 await server.start(port, '127.0.0.1');

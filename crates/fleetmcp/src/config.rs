@@ -327,6 +327,21 @@ pub struct AuthConfig {
     /// Least time between two fetches caused by a token with an unknown `kid`, so a flood of
     /// forged kids cannot hammer the issuer.
     pub jwks_min_refetch_ms: u64,
+    /// `FLEETMCP_AUTH_INTROSPECTION_ENDPOINT`: the issuer's token introspection endpoint
+    /// (RFC 7662), for opaque (non-JWT) tokens. Unset: only JWTs are accepted.
+    pub introspection_endpoint: String,
+    /// `FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID`: this server's client id at the endpoint (HTTP
+    /// Basic; unset: no client authentication).
+    pub introspection_client_id: String,
+    /// `FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET`: its secret.
+    pub introspection_client_secret: Option<String>,
+    /// Bound on one introspection call.
+    pub introspection_timeout_ms: u64,
+    /// How long a checked token (a verified JWT, an introspected opaque token) is accepted
+    /// again without being checked in full (never past its `exp`).
+    pub token_cache_ttl_ms: u64,
+    /// Most checked tokens kept (0: every request's token is checked in full).
+    pub token_cache_max: usize,
 }
 
 impl Default for AuthConfig {
@@ -348,6 +363,12 @@ impl Default for AuthConfig {
             jwks_timeout_ms: 3000,
             jwks_ttl_ms: 600_000,
             jwks_min_refetch_ms: 10_000,
+            introspection_endpoint: String::new(),
+            introspection_client_id: String::new(),
+            introspection_client_secret: None,
+            introspection_timeout_ms: 3000,
+            token_cache_ttl_ms: 60_000,
+            token_cache_max: 10_000,
         }
     }
 }
@@ -467,6 +488,9 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_AUTH_ISSUER",
     "FLEETMCP_AUTH_RESOURCE",
     "FLEETMCP_AUTH_JWKS_URI",
+    "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT",
+    "FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID",
+    "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -536,6 +560,20 @@ impl Config {
                 "auth.algorithms",
                 bad,
                 "expected public-key algorithms: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA",
+            );
+        }
+        if !a.introspection_endpoint.is_empty() && !is_url(&a.introspection_endpoint) {
+            return invalid(
+                "auth.introspection_endpoint (FLEETMCP_AUTH_INTROSPECTION_ENDPOINT)",
+                &a.introspection_endpoint,
+                "expected the http(s) URL of the issuer's introspection endpoint",
+            );
+        }
+        if a.introspection_timeout_ms < 100 {
+            return invalid(
+                "auth.introspection_timeout_ms",
+                &a.introspection_timeout_ms.to_string(),
+                "must be at least 100",
             );
         }
         if a.leeway_secs > 300 {
@@ -684,6 +722,15 @@ impl Config {
             }
             "FLEETMCP_AUTH_JWKS_URI" if !value.is_empty() => {
                 self.auth.jwks_uri = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT" if !value.is_empty() => {
+                self.auth.introspection_endpoint = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID" if !value.is_empty() => {
+                self.auth.introspection_client_id = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET" => {
+                self.auth.introspection_client_secret = value_opt
             }
             "VAULT_SECRET" => self.vault_secret = value_opt,
             "JWT_SECRET" => self.jwt_secret = value_opt,
@@ -895,6 +942,52 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_is_off_by_default_and_checked_once_on() {
+        let cfg = Config::from_sources(None, Vec::<(String, String)>::new()).unwrap();
+        assert!(!cfg.auth.enabled);
+        let on = [
+            ("FLEETMCP_AUTH_ENABLED", "true"),
+            ("FLEETMCP_AUTH_ISSUER", "https://as.example.com"),
+            ("FLEETMCP_AUTH_RESOURCE", "https://mcp.example.com/mcp"),
+            ("FLEETMCP_AUTH_JWKS_URI", "https://as.example.com/jwks"),
+        ];
+        let cfg = Config::from_sources(None, on).unwrap();
+        assert!(cfg.auth.enabled);
+        assert_eq!(cfg.auth.resource, "https://mcp.example.com/mcp");
+        // Each required value missing, or not a URL, stops the start naming it.
+        for i in 1..on.len() {
+            let mut env = on.to_vec();
+            env[i].1 = "not a url";
+            let err = Config::from_sources(None, env).unwrap_err().to_string();
+            assert!(err.contains(on[i].0), "{err}");
+        }
+        let err = Config::from_sources(None, [("FLEETMCP_AUTH_ENABLED", "maybe")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_AUTH_ENABLED"), "{err}");
+    }
+
+    #[test]
+    fn shared_secret_algorithms_are_refused() {
+        let mut cfg = Config::default();
+        cfg.auth = AuthConfig {
+            enabled: true,
+            issuer: "https://as".into(),
+            resource: "https://mcp/mcp".into(),
+            jwks_uri: "https://as/jwks".into(),
+            algorithms: vec!["RS256".into(), "HS256".into()],
+            ..AuthConfig::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("auth.algorithms") && err.contains("HS256"),
+            "{err}"
+        );
+        cfg.auth.algorithms = vec!["none".into()];
+        assert!(cfg.validate().is_err());
+        cfg.auth.algorithms = vec!["ES256".into()];
+        assert!(cfg.validate().is_ok());
+    }
 
     #[test]
     fn environment_overrides_file_and_defaults() {

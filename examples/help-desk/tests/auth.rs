@@ -492,10 +492,93 @@ fn the_typescript_sdk_client_follows_the_401_to_a_token_and_calls_a_tool() {
         .arg("desk-client");
     let out = support::run(&mut cmd, Duration::from_secs(60), dir.path());
     assert!(out.success(), "auth-client.mjs failed:\n{}", out.describe());
-    let report: Value = serde_json::from_str(out.stdout.trim())
-        .unwrap_or_else(|e| panic!("auth-client.mjs printed no report ({e}):\n{}", out.describe()));
+    let report: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "auth-client.mjs printed no report ({e}):\n{}",
+            out.describe()
+        )
+    });
     assert_eq!(report["ok"], true, "{report}");
     let steps = report["steps"].to_string();
     assert!(steps.contains("opened by desk-client"), "{steps}");
     eprintln!("steps: {steps}");
+}
+
+/// Opaque tokens, with an introspection endpoint configured: an active token for this resource
+/// is served (and its answer reused, not asked again per call), an unknown one or one for
+/// another resource refused.
+#[test]
+fn opaque_tokens_are_introspected_and_the_answer_kept() {
+    let auth = AuthServer::start();
+    let dir = TempDir::new("auth-opaque");
+    let endpoint = auth.introspection_endpoint();
+    let desk = desk_with_auth(
+        &auth,
+        &dir,
+        None,
+        &[
+            ("FLEETMCP_AUTH_INTROSPECTION_ENDPOINT", endpoint.as_str()),
+            ("FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID", "help-desk"),
+            (
+                "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET",
+                "introspection-secret",
+            ),
+        ],
+    );
+    let port = desk.port();
+    let resource = resource_for(port);
+    let token = auth.opaque_token(json!({"sub": "olga", "aud": resource, "scope": BOTH}));
+    let sid = open_with(port, &token);
+    let before = auth.introspections();
+    for _ in 0..3 {
+        assert_tool_ok(
+            &call(
+                port,
+                &sid,
+                Some(&token),
+                next_id(),
+                "find_tickets",
+                json!({}),
+            ),
+            "an opaque token",
+        );
+    }
+    assert_eq!(
+        auth.introspections(),
+        before,
+        "the introspection answer is kept"
+    );
+    let resp = call(
+        port,
+        &sid,
+        Some(&token),
+        next_id(),
+        "open_ticket",
+        json!({"title": "t", "priority": "low"}),
+    );
+    assert_tool_ok(&resp, "open_ticket with an opaque token");
+    assert_eq!(
+        resp.json()["result"]["structuredContent"]["opened_by"],
+        "olga"
+    );
+
+    let elsewhere =
+        auth.opaque_token(json!({"sub": "olga", "aud": "http://127.0.0.1:1/mcp", "scope": BOTH}));
+    for (what, t) in [
+        ("unknown opaque token", "never-issued-token"),
+        ("opaque token for another resource", elsewhere.as_str()),
+    ] {
+        let id = next_id();
+        assert_unauthorized(
+            &call(port, &sid, Some(t), id, "find_tickets", json!({})),
+            port,
+            Some(id),
+            true,
+            what,
+        );
+    }
+    assert!(
+        !desk.log().contains("introspection-secret"),
+        "the client secret is in the log"
+    );
 }

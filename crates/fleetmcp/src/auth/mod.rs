@@ -4,13 +4,17 @@
 //! A token is a JWT signed by one of the issuer's keys ([`jwks`]), with `iss` the configured
 //! issuer, `aud` this server's resource URI (RFC 8707: a token minted for another server is
 //! refused), `exp` and `nbf` checked with `auth.leeway_secs`, and an algorithm from
-//! `auth.algorithms` (`none` and shared-secret algorithms never). A valid token becomes a
+//! `auth.algorithms` (`none` and shared-secret algorithms never); or, with
+//! `auth.introspection_endpoint` set, an opaque token the issuer says is active for this
+//! resource (`introspection.rs`, RFC 7662). A valid token becomes a
 //! [`Principal`]. The token itself is never logged, stored or passed on: only hashes of it
 //! leave this module.
 //!
 //! Architecture invariant: knows nothing of HTTP routes, sessions or handlers; the transport
 //! asks it, and decides the answer.
 
+mod cache;
+mod introspection;
 mod jwks;
 mod principal;
 
@@ -40,6 +44,8 @@ pub struct Authorizer {
     cfg: AuthConfig,
     algorithms: Vec<Algorithm>,
     jwks: jwks::Jwks,
+    introspection: Option<introspection::Introspection>,
+    checked: cache::TokenCache,
     metadata_url: String,
 }
 
@@ -61,6 +67,11 @@ impl Authorizer {
         Ok(Some(Arc::new(Self {
             metadata_url: metadata_url(&cfg.resource)?,
             jwks: jwks::Jwks::new(cfg)?,
+            introspection: introspection::Introspection::new(cfg)?,
+            checked: cache::TokenCache::new(
+                cfg.token_cache_max,
+                std::time::Duration::from_millis(cfg.token_cache_ttl_ms),
+            ),
             algorithms,
             cfg: cfg.clone(),
         })))
@@ -102,11 +113,36 @@ impl Authorizer {
         })
     }
 
-    /// The principal of `authorization` (the header's value), or why not.
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, AuthError> {
+    /// The principal of `authorization` (the header's value), or why not. A token checked
+    /// before is found in the token cache; any other is checked in full, and kept if valid.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Arc<Principal>, AuthError> {
         let token = bearer(authorization).ok_or(AuthError::Missing)?;
-        let header =
-            jsonwebtoken::decode_header(token).map_err(|_| AuthError::Invalid("malformed"))?;
+        let key = cache::TokenCache::key(token);
+        if let Some(p) = self.checked.get(&key) {
+            return Ok(p);
+        }
+        let claims = self.check(token).await?;
+        let exp = claims.get("exp").and_then(Value::as_u64);
+        let principal = Arc::new(Principal::from_claims(claims, token));
+        self.checked.put(key, principal.clone(), exp);
+        Ok(principal)
+    }
+
+    /// The claims of `token` once its signature and claims (or its introspection) check out.
+    async fn check(&self, token: &str) -> Result<Map<String, Value>, AuthError> {
+        let header = match jsonwebtoken::decode_header(token) {
+            Ok(h) => h,
+            // Not a JWT: an opaque token, if the issuer can be asked about it.
+            Err(_) => {
+                let Some(i) = &self.introspection else {
+                    return Err(AuthError::Invalid("malformed"));
+                };
+                return i.claims(token).await;
+            }
+        };
         if !self.algorithms.contains(&header.alg) {
             return Err(AuthError::Invalid("algorithm not allowed"));
         }
@@ -133,7 +169,7 @@ impl Authorizer {
                 _ => "does not verify",
             })
         })?;
-        Ok(Principal::from_claims(data.claims, token))
+        Ok(data.claims)
     }
 }
 

@@ -51,7 +51,7 @@ pub(super) async fn check(State(ep): Ep, mut req: Request, next: Next) -> Respon
                 let id = request_id(&ep.app, req).await;
                 return insufficient_scope(&ep.app, id.as_deref(), &missing);
             }
-            req.extensions_mut().insert(Arc::new(principal));
+            req.extensions_mut().insert(principal);
             next.run(req).await
         }
         Err(why) => {

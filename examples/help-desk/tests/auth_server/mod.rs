@@ -120,6 +120,35 @@ impl AuthServer {
             .to_string()
     }
 
+    /// An opaque (non-JWT) token whose introspection answers `claims`.
+    pub fn opaque_token(&self, claims: Value) -> String {
+        self.post("/control/opaque", &json!({"claims": claims}))["access_token"]
+            .as_str()
+            .expect("access_token")
+            .to_string()
+    }
+
+    /// Its introspection endpoint (RFC 7662).
+    pub fn introspection_endpoint(&self) -> String {
+        format!("{}/control/introspect", self.issuer)
+    }
+
+    /// How many introspection calls it has answered.
+    pub fn introspections(&self) -> u64 {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let host = format!("127.0.0.1:{}", self.port);
+        let resp = raw_http::send(
+            addr,
+            "GET",
+            "/control/introspections",
+            &[("Host", &host)],
+            None,
+            LIMIT,
+        );
+        assert_eq!(resp.status, 200, "{}", resp.describe());
+        resp.json()["count"].as_u64().expect("count")
+    }
+
     /// A new signing key, published from now on; later tokens carry its `kid`.
     pub fn rotate(&self) -> String {
         self.post("/control/rotate", &json!({}))["kid"]
