@@ -969,14 +969,16 @@ mod tests {
 
     #[test]
     fn shared_secret_algorithms_are_refused() {
-        let mut cfg = Config::default();
-        cfg.auth = AuthConfig {
-            enabled: true,
-            issuer: "https://as".into(),
-            resource: "https://mcp/mcp".into(),
-            jwks_uri: "https://as/jwks".into(),
-            algorithms: vec!["RS256".into(), "HS256".into()],
-            ..AuthConfig::default()
+        let mut cfg = Config {
+            auth: AuthConfig {
+                enabled: true,
+                issuer: "https://as".into(),
+                resource: "https://mcp/mcp".into(),
+                jwks_uri: "https://as/jwks".into(),
+                algorithms: vec!["RS256".into(), "HS256".into()],
+                ..AuthConfig::default()
+            },
+            ..Config::default()
         };
         let err = cfg.validate().unwrap_err().to_string();
         assert!(
