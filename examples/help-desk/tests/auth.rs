@@ -282,6 +282,39 @@ fn tokens_are_checked_on_every_route_and_scopes_per_tool() {
         resp.describe()
     );
 
+    // The 2026-07-28 era (no session): the same scope rules.
+    let stateless = |token: &str, name: &str, args: Value, id: u64| {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": name, "arguments": args, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "auth-test", "version": "1"}}}});
+        let auth = bearer(token);
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ];
+        post_with(port, None, &headers, &msg, HTTP_LIMIT)
+    };
+    let resp = stateless(&reader, "find_tickets", json!({}), next_id());
+    assert_tool_ok(&resp, "a 2026-07-28 find_tickets with tickets:read");
+    let id = next_id();
+    let resp = stateless(
+        &reader,
+        "open_ticket",
+        json!({"title": "t", "priority": "low"}),
+        id,
+    );
+    assert_eq!(
+        resp.status,
+        403,
+        "a 2026-07-28 open_ticket without tickets:write:\n{}",
+        resp.describe()
+    );
+    assert_eq!(resp.json()["id"], id, "{}", resp.describe());
+
     // Tokens that must not verify: 401 invalid_token, the id echoed.
     let refused = [
         ("expired", auth.token(claims("alice", BOTH), -300)),
