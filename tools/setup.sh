@@ -39,6 +39,8 @@ npm_project "$tools/conformance/suite-0.1.16" @modelcontextprotocol/conformance 
 npm_project "$tools/conformance/suite-0.2" @modelcontextprotocol/conformance 0.2.0-alpha.12
 npm_project "$tools/clients/ts-v1" @modelcontextprotocol/sdk 1.32.2
 npm_project "$tools/clients/ts-v2" @modelcontextprotocol/client 2.4.0
+# 3b. The authorization server the authorization tests start (issues JWTs through a JWKS).
+npm_project "$tools/auth" oauth2-mock-server 9.3.0
 
 # 4. The Python client's venv, pinned by requirements.txt.
 py=$tools/clients/python

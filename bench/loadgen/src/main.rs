@@ -9,6 +9,7 @@
 //! ```text
 //! fleet-loadgen --url http://127.0.0.1:3000/mcp [--sessions 64] [--duration 10] [--warmup 1]
 //!               [--tool find_tickets] [--args '{}'] [--label NAME] [--pid PID] [--json]
+//!               [--bearer TOKEN]
 //! fleet-loadgen table [--baseline LABEL] RESULTS.jsonl   # the markdown table of bench/run.sh
 //! fleet-loadgen free-port                                # prints a free loopback TCP port
 //! ```
@@ -60,11 +61,13 @@ struct Args {
     /// Every call carries the affinity cookie `__frontmcp_node` naming the instance that
     /// answered `initialize` (its `X-FrontMCP-Machine-Id`), as a browser would send it back.
     affinity: bool,
+    /// An access token sent as `Authorization: Bearer` on every request (authorization on).
+    bearer: Option<String>,
 }
 
 fn usage() -> &'static str {
     "usage: fleet-loadgen --url URL [--url2 URL [--only-url2 1]] [--sessions N] [--duration SECS] [--warmup SECS] \
-     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless] [--affinity 1]"
+     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless] [--affinity 1] [--bearer TOKEN]"
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -82,6 +85,7 @@ fn parse_args() -> Result<Args, String> {
         json: false,
         stateless: false,
         affinity: false,
+        bearer: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -111,6 +115,7 @@ fn parse_args() -> Result<Args, String> {
             "--url2" => a.url2 = Some(val),
             "--only-url2" => a.only_url2 = matches!(val.as_str(), "1" | "true" | "yes"),
             "--affinity" => a.affinity = matches!(val.as_str(), "1" | "true" | "yes"),
+            "--bearer" => a.bearer = Some(val),
             "--sessions" => {
                 a.sessions = val.parse().map_err(|e| format!("--sessions {val}: {e}"))?;
                 if a.sessions == 0 || a.sessions > 10_000 {
@@ -501,6 +506,11 @@ async fn run(args: Args) -> Result<(), String> {
         HeaderValue::from_static("application/json, text/event-stream"),
     );
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(token) = &args.bearer {
+        let value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|e| format!("--bearer: {e}"))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     // One pool shared by all sessions: HTTP/1.1 keep-alive, at most one request in flight per
     // connection, so N busy sessions settle on about N connections.
     let client = reqwest::Client::builder()

@@ -295,6 +295,91 @@ impl Default for StatelessConfig {
     }
 }
 
+/// Authorization (`[auth]`): this server as an OAuth 2.1 resource server (MCP authorization,
+/// RFC 9728 metadata, RFC 8707 audience). Off unless `enabled`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `FLEETMCP_AUTH_ENABLED`: require a bearer token on every MCP request.
+    pub enabled: bool,
+    /// `FLEETMCP_AUTH_ISSUER`: the `iss` every token must carry.
+    pub issuer: String,
+    /// `FLEETMCP_AUTH_RESOURCE`: this server's resource URI (e.g. `https://mcp.example.com/mcp`),
+    /// the `aud` every token must carry (RFC 8707) and the `resource` of the metadata.
+    pub resource: String,
+    /// `FLEETMCP_AUTH_JWKS_URI`: where the issuer publishes its signing keys.
+    pub jwks_uri: String,
+    /// The authorization servers named in the metadata (unset: the issuer).
+    pub authorization_servers: Vec<String>,
+    /// Signature algorithms accepted (public-key ones only; `none` never is).
+    pub algorithms: Vec<String>,
+    /// Scopes every request needs, whatever it calls (besides a tool's own).
+    pub required_scopes: Vec<String>,
+    /// `scopes_supported` of the metadata (unset: every scope the catalog declares, plus
+    /// `required_scopes`).
+    pub scopes_supported: Vec<String>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    pub leeway_secs: u64,
+    /// Bound on one JWKS fetch.
+    pub jwks_timeout_ms: u64,
+    /// How long fetched keys are used before they are fetched again.
+    pub jwks_ttl_ms: u64,
+    /// Least time between two fetches caused by a token with an unknown `kid`, so a flood of
+    /// forged kids cannot hammer the issuer.
+    pub jwks_min_refetch_ms: u64,
+    /// `FLEETMCP_AUTH_INTROSPECTION_ENDPOINT`: the issuer's token introspection endpoint
+    /// (RFC 7662), for opaque (non-JWT) tokens. Unset: only JWTs are accepted.
+    pub introspection_endpoint: String,
+    /// `FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID`: this server's client id at the endpoint (HTTP
+    /// Basic; unset: no client authentication).
+    pub introspection_client_id: String,
+    /// `FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET`: its secret.
+    pub introspection_client_secret: Option<String>,
+    /// Bound on one introspection call.
+    pub introspection_timeout_ms: u64,
+    /// How long a checked token (a verified JWT, an introspected opaque token) is accepted
+    /// again without being checked in full (never past its `exp`).
+    pub token_cache_ttl_ms: u64,
+    /// Most checked tokens kept (0: every request's token is checked in full).
+    pub token_cache_max: usize,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            issuer: String::new(),
+            resource: String::new(),
+            jwks_uri: String::new(),
+            authorization_servers: Vec::new(),
+            algorithms: [
+                "RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA",
+            ]
+            .map(String::from)
+            .to_vec(),
+            required_scopes: Vec::new(),
+            scopes_supported: Vec::new(),
+            leeway_secs: 30,
+            jwks_timeout_ms: 3000,
+            jwks_ttl_ms: 600_000,
+            jwks_min_refetch_ms: 10_000,
+            introspection_endpoint: String::new(),
+            introspection_client_id: String::new(),
+            introspection_client_secret: None,
+            introspection_timeout_ms: 3000,
+            token_cache_ttl_ms: 60_000,
+            token_cache_max: 10_000,
+        }
+    }
+}
+
+/// The algorithms `[auth] algorithms` may name: signatures by a key the issuer publishes.
+/// Shared-secret (`HS*`) algorithms are left out: a JWKS public key must never be usable as
+/// an HMAC secret.
+pub const AUTH_ALGORITHMS: &[&str] = &[
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
 /// Everything a fleetmcp server is configured with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -335,6 +420,8 @@ pub struct Config {
     pub redis: Option<crate::redis_config::RedisConfig>,
     /// Distributed mode's HA manager.
     pub ha: HaConfig,
+    /// Authorization (off by default).
+    pub auth: AuthConfig,
 }
 
 impl Default for Config {
@@ -357,6 +444,7 @@ impl Default for Config {
             stateless: StatelessConfig::default(),
             redis: None,
             ha: HaConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -399,6 +487,13 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_RELAY_WINDOW_MS",
     "FLEETMCP_DRAIN_MS",
     "FLEETMCP_SHUTDOWN_GRACE_MS",
+    "FLEETMCP_AUTH_ENABLED",
+    "FLEETMCP_AUTH_ISSUER",
+    "FLEETMCP_AUTH_RESOURCE",
+    "FLEETMCP_AUTH_JWKS_URI",
+    "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT",
+    "FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID",
+    "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -417,6 +512,90 @@ const ENV_KEYS: &[&str] = &[
 ];
 
 impl Config {
+    /// `[auth]`, checked only when enabled: the URLs parse, the algorithms are allowed.
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let a = &self.auth;
+        if !a.enabled {
+            return Ok(());
+        }
+        let invalid = |name, value: &str, why| {
+            Err(ConfigError::Invalid {
+                name,
+                value: value.to_string(),
+                why,
+            })
+        };
+        let is_url =
+            |v: &str| reqwest::Url::parse(v).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
+        if !is_url(&a.issuer) {
+            return invalid(
+                "auth.issuer (FLEETMCP_AUTH_ISSUER)",
+                &a.issuer,
+                "expected the issuer's http(s) URL",
+            );
+        }
+        if !is_url(&a.resource) || a.resource.contains('#') {
+            return invalid(
+                "auth.resource (FLEETMCP_AUTH_RESOURCE)",
+                &a.resource,
+                "expected this server's http(s) resource URI, without a fragment",
+            );
+        }
+        if !is_url(&a.jwks_uri) {
+            return invalid(
+                "auth.jwks_uri (FLEETMCP_AUTH_JWKS_URI)",
+                &a.jwks_uri,
+                "expected the http(s) URL of the issuer's JWKS",
+            );
+        }
+        if let Some(bad) = a.authorization_servers.iter().find(|s| !is_url(s)) {
+            return invalid("auth.authorization_servers", bad, "expected http(s) URLs");
+        }
+        if a.algorithms.is_empty() {
+            return invalid("auth.algorithms", "[]", "name at least one algorithm");
+        }
+        if let Some(bad) = a
+            .algorithms
+            .iter()
+            .find(|alg| !AUTH_ALGORITHMS.contains(&alg.as_str()))
+        {
+            return invalid(
+                "auth.algorithms",
+                bad,
+                "expected public-key algorithms: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA",
+            );
+        }
+        if !a.introspection_endpoint.is_empty() && !is_url(&a.introspection_endpoint) {
+            return invalid(
+                "auth.introspection_endpoint (FLEETMCP_AUTH_INTROSPECTION_ENDPOINT)",
+                &a.introspection_endpoint,
+                "expected the http(s) URL of the issuer's introspection endpoint",
+            );
+        }
+        if a.introspection_timeout_ms < 100 {
+            return invalid(
+                "auth.introspection_timeout_ms",
+                &a.introspection_timeout_ms.to_string(),
+                "must be at least 100",
+            );
+        }
+        if a.leeway_secs > 300 {
+            return invalid(
+                "auth.leeway_secs",
+                &a.leeway_secs.to_string(),
+                "must be at most 300",
+            );
+        }
+        if a.jwks_timeout_ms < 100 || a.jwks_ttl_ms < 1000 {
+            return invalid(
+                "auth.jwks_timeout_ms",
+                &a.jwks_timeout_ms.to_string(),
+                "must be at least 100 (and auth.jwks_ttl_ms at least 1000)",
+            );
+        }
+        Ok(())
+    }
+
     /// Reads `FLEETMCP_CONFIG` (a TOML file, optional) and the process environment.
     pub fn load() -> Result<Self, ConfigError> {
         let file = std::env::var("FLEETMCP_CONFIG").ok();
@@ -551,6 +730,29 @@ impl Config {
                     .get_or_insert_with(Default::default)
                     .sentinel_password = value_opt;
             }
+            "FLEETMCP_AUTH_ENABLED" if !value.trim().is_empty() => {
+                self.auth.enabled = match value.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => true,
+                    "0" | "false" | "no" | "off" => false,
+                    _ => return Err(invalid("FLEETMCP_AUTH_ENABLED", "expected true or false")),
+                }
+            }
+            "FLEETMCP_AUTH_ISSUER" if !value.is_empty() => self.auth.issuer = value.trim().into(),
+            "FLEETMCP_AUTH_RESOURCE" if !value.is_empty() => {
+                self.auth.resource = value.trim().into()
+            }
+            "FLEETMCP_AUTH_JWKS_URI" if !value.is_empty() => {
+                self.auth.jwks_uri = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT" if !value.is_empty() => {
+                self.auth.introspection_endpoint = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID" if !value.is_empty() => {
+                self.auth.introspection_client_id = value.trim().into()
+            }
+            "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET" => {
+                self.auth.introspection_client_secret = value_opt
+            }
             "VAULT_SECRET" => self.vault_secret = value_opt,
             "JWT_SECRET" => self.jwt_secret = value_opt,
             "FRONTMCP_BIND_ADDRESS" => {
@@ -593,6 +795,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |name, value: String, why| Err(ConfigError::Invalid { name, value, why });
+        self.validate_auth()?;
         if let Some(id) = &self.machine_id
             && (!id.bytes().all(|b| (0x21..=0x7e).contains(&b)) || id.len() > 128)
         {
@@ -760,6 +963,54 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_is_off_by_default_and_checked_once_on() {
+        let cfg = Config::from_sources(None, Vec::<(String, String)>::new()).unwrap();
+        assert!(!cfg.auth.enabled);
+        let on = [
+            ("FLEETMCP_AUTH_ENABLED", "true"),
+            ("FLEETMCP_AUTH_ISSUER", "https://as.example.com"),
+            ("FLEETMCP_AUTH_RESOURCE", "https://mcp.example.com/mcp"),
+            ("FLEETMCP_AUTH_JWKS_URI", "https://as.example.com/jwks"),
+        ];
+        let cfg = Config::from_sources(None, on).unwrap();
+        assert!(cfg.auth.enabled);
+        assert_eq!(cfg.auth.resource, "https://mcp.example.com/mcp");
+        // Each required value missing, or not a URL, stops the start naming it.
+        for i in 1..on.len() {
+            let mut env = on.to_vec();
+            env[i].1 = "not a url";
+            let err = Config::from_sources(None, env).unwrap_err().to_string();
+            assert!(err.contains(on[i].0), "{err}");
+        }
+        let err = Config::from_sources(None, [("FLEETMCP_AUTH_ENABLED", "maybe")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_AUTH_ENABLED"), "{err}");
+    }
+
+    #[test]
+    fn shared_secret_algorithms_are_refused() {
+        let mut cfg = Config {
+            auth: AuthConfig {
+                enabled: true,
+                issuer: "https://as".into(),
+                resource: "https://mcp/mcp".into(),
+                jwks_uri: "https://as/jwks".into(),
+                algorithms: vec!["RS256".into(), "HS256".into()],
+                ..AuthConfig::default()
+            },
+            ..Config::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("auth.algorithms") && err.contains("HS256"),
+            "{err}"
+        );
+        cfg.auth.algorithms = vec!["none".into()];
+        assert!(cfg.validate().is_err());
+        cfg.auth.algorithms = vec!["ES256".into()];
+        assert!(cfg.validate().is_ok());
+    }
 
     #[test]
     fn environment_overrides_file_and_defaults() {

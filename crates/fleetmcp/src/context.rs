@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{App, ServerHandle};
+use crate::auth::Principal;
 // rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
 // use them, and the session era has no replacement.
 #[allow(deprecated)]
@@ -92,6 +93,8 @@ struct Inner {
     outbound: Option<mpsc::UnboundedSender<Outbound>>,
     progress_token: Option<Value>,
     cancel: CancellationToken,
+    /// Who made the request, when authorization is on.
+    principal: Option<Arc<Principal>>,
     /// Numbers the client requests a handler makes without naming them, so that a handler
     /// run again in the next round produces the same keys.
     asked: AtomicUsize,
@@ -109,6 +112,7 @@ impl RequestContext {
         outbound: Option<mpsc::UnboundedSender<Outbound>>,
         progress_token: Option<Value>,
         cancel: CancellationToken,
+        principal: Option<Arc<Principal>>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -117,10 +121,29 @@ impl RequestContext {
                 outbound,
                 progress_token,
                 cancel,
+                principal,
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
             }),
         }
+    }
+
+    /// Who made the request: the subject, client id, scopes and claims of its verified access
+    /// token. `None` when authorization is off (`[auth]`).
+    ///
+    /// ```no_run
+    /// # use fleetmcp::{tool, NoArgs, ToolError};
+    /// let t = tool("whoami").handler(|_: NoArgs, ctx| async move {
+    ///     let who = ctx.principal().and_then(|p| p.subject()).unwrap_or("anonymous");
+    ///     Ok::<_, ToolError>(who.to_string())
+    /// });
+    /// ```
+    pub fn principal(&self) -> Option<&Principal> {
+        self.inner.principal.as_deref()
+    }
+
+    pub(crate) fn principal_arc(&self) -> Option<Arc<Principal>> {
+        self.inner.principal.clone()
     }
 
     /// The server, for changing the catalog or announcing resource updates.

@@ -29,6 +29,7 @@ pub mod redis_conn;
 #[cfg(test)]
 mod testing;
 // 1. state that is not a session's
+pub mod auth;
 pub mod events;
 mod stateless;
 mod tasks;
@@ -48,6 +49,7 @@ mod cluster;
 mod server;
 
 pub use app::{ServerHandle, ServerInfo};
+pub use auth::{AuthError, Principal};
 pub use catalog::{
     Catalog, IntoToolResult, NoArgs, PromptError, ResourceError, Structured, ToolError, prompt,
     resource, template, tool,

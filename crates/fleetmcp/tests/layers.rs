@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("redis_conn", 0),
     ("testing", 0),
     // 1. state that is not a session's
+    ("auth", 1),
     ("events", 1),
     ("stateless", 1),
     ("tasks", 1),

@@ -28,6 +28,7 @@ fn record(id: &str, node: &str) -> SessionRecord {
         client_capabilities: json!({"elicitation": {}}),
         created_at: 1_767_225_600_000,
         epoch: 1,
+        owner: None,
     }
 }
 

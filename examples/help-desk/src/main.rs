@@ -42,6 +42,9 @@ struct Ticket {
     status: Status,
     #[serde(skip_serializing_if = "Option::is_none")]
     resolution: Option<String>,
+    /// Who opened it (the subject of their access token), when authorization is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    opened_by: Option<String>,
 }
 
 #[derive(Default)]
@@ -99,10 +102,18 @@ struct CloseTicket {
     resolution: String,
 }
 
+/// The scope that reads tickets, the service levels and the triage prompt.
+const READ: &str = "tickets:read";
+/// The scope that opens, closes and pages.
+const WRITE: &str = "tickets:write";
+
 async fn build(config: Config) -> Server {
     let desk: Arc<Mutex<Desk>> = Arc::default();
 
+    // With authorization on (`[auth]`), reading the desk needs `tickets:read` and changing it
+    // `tickets:write`; without it the scopes are ignored.
     let open = tool("open_ticket")
+        .scope(WRITE)
         .title("Open a ticket")
         .description("Opens a help-desk ticket and returns it with its id.")
         .output_schema::<Ticket>()
@@ -120,12 +131,14 @@ async fn build(config: Config) -> Server {
                 priority: a.priority,
                 status: Status::Open,
                 resolution: None,
+                opened_by: ctx.principal().and_then(|p| p.subject()).map(String::from),
             };
             desk.tickets.insert(t.id, t.clone());
             Ok(Structured(t))
         });
 
     let find = tool("find_tickets")
+        .scope(READ)
         .title("Find tickets")
         .description("Finds tickets by words in their title or description, and by status.")
         .annotations(ToolAnnotations::new().read_only(true))
@@ -155,6 +168,7 @@ async fn build(config: Config) -> Server {
         });
 
     let close = tool("close_ticket")
+        .scope(WRITE)
         .title("Close a ticket")
         .description("Closes a ticket with a resolution.")
         .annotations(ToolAnnotations::new().idempotent(true))
@@ -180,6 +194,7 @@ async fn build(config: Config) -> Server {
     // A page reaches the session wherever it is held: here, or on the instance of the fleet
     // that holds it.
     let page = tool("page_session")
+        .scope(WRITE)
         .title("Page a session")
         .description("Sends a message to another help-desk session's stream (as a log message).")
         .output_schema::<Paged>()
@@ -194,6 +209,7 @@ async fn build(config: Config) -> Server {
         });
 
     let sla = resource("helpdesk://policies/sla", "sla")
+        .scope(READ)
         .title("Service levels")
         .description("How fast each priority is answered.")
         .mime_type("text/markdown")
@@ -210,6 +226,7 @@ async fn build(config: Config) -> Server {
     // Completions get no context: the completer keeps its own handle on the desk.
     let d_complete = desk.clone();
     let ticket = template("helpdesk://tickets/{id}", "ticket")
+        .scope(READ)
         .title("A ticket")
         .description("One ticket, as JSON.")
         .mime_type("application/json")
@@ -241,6 +258,7 @@ async fn build(config: Config) -> Server {
         });
 
     let triage = prompt("triage_ticket")
+        .scope(READ)
         .title("Triage a ticket")
         .description("Asks the model to assess a ticket's priority and next step.")
         .argument("ticket_id", "The id of the ticket to triage", true)

@@ -7,6 +7,7 @@
 
 mod handle;
 
+use crate::auth::Authorizer;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,6 +89,8 @@ struct Inner {
     state: StateMap,
     /// Installed once, when distributed mode starts.
     fanout: std::sync::OnceLock<Arc<dyn Fanout>>,
+    /// Checks access tokens (`None`: authorization is off).
+    auth: Option<Arc<Authorizer>>,
 }
 
 /// What an [`App`] is made of (the server builder fills it in).
@@ -101,6 +104,7 @@ pub(crate) struct Parts {
     pub request_state: RequestStateSealer,
     pub phases: Phases,
     pub state: StateMap,
+    pub auth: Option<Arc<Authorizer>>,
 }
 
 /// The tokens of a server's stop, one per phase ([`App::draining`], [`App::closing`],
@@ -150,6 +154,7 @@ impl App {
                 started: Instant::now(),
                 state: p.state,
                 fanout: std::sync::OnceLock::new(),
+                auth: p.auth,
             }),
         }
     }
@@ -167,6 +172,10 @@ impl App {
     }
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+    /// The access-token checker, when authorization is on.
+    pub fn auth(&self) -> Option<&Arc<Authorizer>> {
+        self.inner.auth.as_ref()
     }
     pub fn sessions(&self) -> &Sessions {
         &self.inner.sessions

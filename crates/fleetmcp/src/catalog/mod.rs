@@ -76,6 +76,20 @@ impl Catalog {
         self.catalog_hash = self.compute_catalog_hash();
     }
 
+    /// Every scope a tool, resource, template or prompt declares, sorted, once each.
+    pub fn scopes(&self) -> Vec<String> {
+        let mut all: Vec<String> = (self.tools.iter().map(|t| t.scope()))
+            .chain(self.resources.iter().map(|r| r.scope()))
+            .chain(self.templates.iter().map(|t| t.scope()))
+            .chain(self.prompts.iter().map(|p| p.scope()))
+            .flatten()
+            .map(String::from)
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolDef>> {
         self.tool_index.get(name).map(|&i| &self.tools[i])
     }

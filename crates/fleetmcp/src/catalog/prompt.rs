@@ -80,9 +80,14 @@ pub struct PromptDef {
     descriptor: Prompt,
     getter: Box<Getter>,
     completers: HashMap<String, Completer>,
+    scope: Option<String>,
 }
 
 impl PromptDef {
+    /// The scope a `prompts/get` needs (see [`PromptBuilder::scope`]).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
     pub fn name(&self) -> &str {
         &self.descriptor.name
     }
@@ -122,6 +127,7 @@ pub fn prompt(name: impl Into<String>) -> PromptBuilder {
         description: None,
         arguments: Vec::new(),
         completers: HashMap::new(),
+        scope: None,
     }
 }
 
@@ -132,9 +138,17 @@ pub struct PromptBuilder {
     description: Option<String>,
     arguments: Vec<PromptArgument>,
     completers: HashMap<String, Completer>,
+    scope: Option<String>,
 }
 
 impl PromptBuilder {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
         self
@@ -186,6 +200,7 @@ impl PromptBuilder {
                 )
             }),
             completers: self.completers,
+            scope: self.scope,
         })
     }
 }

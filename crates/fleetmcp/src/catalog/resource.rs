@@ -73,6 +73,7 @@ pub struct ResourceDef {
     descriptor: Resource,
     reader: Box<Reader>,
     cache: CacheHint,
+    scope: Option<String>,
 }
 
 /// 2026-07-28 caching hint of a read: (`ttlMs`, `cacheScope`). The default, `(0, "private")`,
@@ -90,6 +91,10 @@ impl ResourceDef {
     pub fn cache(&self) -> CacheHint {
         self.cache
     }
+    /// The scope a read needs (see [`ResourceBuilder::scope`]).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
     pub(crate) fn read(
         &self,
         ctx: RequestContext,
@@ -105,9 +110,14 @@ pub struct TemplateDef {
     reader: Box<Reader>,
     completers: HashMap<String, Completer>,
     cache: CacheHint,
+    scope: Option<String>,
 }
 
 impl TemplateDef {
+    /// The scope a read needs (see [`TemplateBuilder::scope`]).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
     pub fn descriptor(&self) -> &ResourceTemplate {
         &self.descriptor
     }
@@ -135,6 +145,7 @@ pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuil
     ResourceBuilder {
         descriptor: Resource::new(uri, name),
         cache: DEFAULT_CACHE,
+        scope: None,
     }
 }
 
@@ -142,9 +153,17 @@ pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuil
 pub struct ResourceBuilder {
     descriptor: Resource,
     cache: CacheHint,
+    scope: Option<String>,
 }
 
 impl ResourceBuilder {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.descriptor = self.descriptor.with_title(t);
         self
@@ -173,6 +192,7 @@ impl ResourceBuilder {
             descriptor: self.descriptor,
             reader: Box::new(move |uri, _vars, ctx| Box::pin(f(uri, ctx))),
             cache: self.cache,
+            scope: self.scope,
         })
     }
 }
@@ -185,6 +205,7 @@ pub fn template(uri_template: impl Into<String>, name: impl Into<String>) -> Tem
         descriptor: ResourceTemplate::new(uri_template, name),
         completers: HashMap::new(),
         cache: DEFAULT_CACHE,
+        scope: None,
     }
 }
 
@@ -194,9 +215,17 @@ pub struct TemplateBuilder {
     pattern: UriTemplate,
     completers: HashMap<String, Completer>,
     cache: CacheHint,
+    scope: Option<String>,
 }
 
 impl TemplateBuilder {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.descriptor = self.descriptor.with_title(t);
         self
@@ -234,6 +263,7 @@ impl TemplateBuilder {
             reader: Box::new(move |uri, vars, ctx| Box::pin(f(uri, vars, ctx))),
             completers: self.completers,
             cache: self.cache,
+            scope: self.scope,
         })
     }
 }

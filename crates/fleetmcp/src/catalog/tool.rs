@@ -167,9 +167,14 @@ pub struct ToolDef {
     required_capabilities: Option<serde_json::Map<String, Value>>,
     task_support: crate::tasks::TaskSupport,
     escalates: bool,
+    scope: Option<String>,
 }
 
 impl ToolDef {
+    /// The scope a call needs (see [`ToolBuilder::scope`]).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
     pub fn name(&self) -> &str {
         &self.descriptor.name
     }
@@ -262,6 +267,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         required_capabilities: None,
         task_support: crate::tasks::TaskSupport::Forbidden,
         escalates: false,
+        scope: None,
     }
 }
 
@@ -277,6 +283,7 @@ pub struct ToolBuilder {
     required_capabilities: Option<serde_json::Map<String, Value>>,
     task_support: crate::tasks::TaskSupport,
     escalates: bool,
+    scope: Option<String>,
 }
 
 /// The JSON Schema (2020-12) of a Rust type, as an object: exactly what serde accepts, so an
@@ -465,6 +472,13 @@ fn strip_rust_formats(map: &mut JsonObject) {
 }
 
 impl ToolBuilder {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into());
         self
@@ -628,6 +642,7 @@ impl ToolBuilder {
             required_capabilities: self.required_capabilities,
             task_support: self.task_support,
             escalates: self.escalates,
+            scope: self.scope,
         })
     }
 }

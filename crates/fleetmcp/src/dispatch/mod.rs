@@ -10,8 +10,11 @@ mod completion;
 mod paging;
 mod prompts;
 mod resources;
+mod scope;
 mod tasks;
 mod tools;
+
+pub(crate) use scope::required_scope;
 
 use std::panic::AssertUnwindSafe;
 

@@ -84,7 +84,14 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
                 )));
             }
             (_, true) => {
-                return super::tasks::session::create(app, session, tool, args).await;
+                return super::tasks::session::create(
+                    app,
+                    session,
+                    tool,
+                    args,
+                    ctx.principal_arc(),
+                )
+                .await;
             }
             _ => {}
         }

@@ -2,6 +2,7 @@
 //! requests ([`Server::start`]), and serving until a signal, with a graceful shutdown. The only
 //! place that wires the parts together.
 
+use crate::auth::Authorizer;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,6 +243,10 @@ impl ServerBuilder {
             timing,
             shutdown.clone(),
         );
+        let (auth, auth_error) = match Authorizer::new(&config.auth) {
+            Ok(a) => (a, None),
+            Err(e) => (None, Some(e)),
+        };
         let app = App::new(Parts {
             info: self.info,
             catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
@@ -252,9 +257,11 @@ impl ServerBuilder {
             request_state,
             phases,
             state: self.state,
+            auth,
         });
         Server {
             app,
+            auth_error,
             redis,
             relay,
             redis_tasks,
@@ -299,6 +306,8 @@ pub struct Server {
     relay: Option<Arc<dyn Relay>>,
     /// The task store, when it is in Redis: its cancel signals are followed from the start.
     redis_tasks: Option<RedisTaskStore>,
+    /// Why `[auth]` could not be set up: the server refuses to start rather than run open.
+    auth_error: Option<String>,
 }
 
 impl Server {
@@ -351,6 +360,10 @@ impl Server {
     /// ```
     pub async fn start(self) -> std::io::Result<Running> {
         let app = self.app;
+        if let Some(why) = self.auth_error {
+            tracing::error!("{why}");
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+        }
         if app.config().deployment_mode == DeploymentMode::Distributed
             && app.config().session_secret.is_none()
         {

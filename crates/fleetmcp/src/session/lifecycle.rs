@@ -303,6 +303,7 @@ impl Sessions {
         version: ProtocolVersion,
         client_info: Value,
         client_capabilities: Value,
+        owner: Option<&str>,
     ) -> Result<Arc<Session>, OpenError> {
         let session = Arc::new(Session::new(
             id.into(),
@@ -310,6 +311,7 @@ impl Sessions {
             client_info,
             client_capabilities,
             self.shutdown.child_token(),
+            owner,
         ));
         session.set_epoch(1);
         if !self.live.insert(session.clone()) {
@@ -702,6 +704,7 @@ impl Sessions {
             record.client_info.clone(),
             record.client_capabilities.clone(),
             self.shutdown.child_token(),
+            record.owner.as_deref(),
         ));
         session.set_epoch(record.epoch);
         session.mark_persisted();
@@ -719,6 +722,7 @@ impl Sessions {
             client_capabilities,
             created_at: unix_ms(),
             epoch: session.epoch(),
+            owner: session.owner().map(String::from),
         }
     }
 

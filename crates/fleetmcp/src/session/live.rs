@@ -102,6 +102,9 @@ pub struct Session {
     /// (another took it over): see [`Session::leaving`]. Made on first use, so an idle session
     /// pays a pointer for it, not a token.
     leaving: std::sync::OnceLock<CancellationToken>,
+    /// Who made it, when authorization is on: the principal's fingerprint (see
+    /// `Principal::fingerprint`); a request by anyone else finds no session.
+    owner: Option<Box<str>>,
 }
 
 impl Session {
@@ -113,6 +116,7 @@ impl Session {
         client_info: Value,
         client_capabilities: Value,
         closed: CancellationToken,
+        owner: Option<&str>,
     ) -> Self {
         Self {
             id,
@@ -133,7 +137,19 @@ impl Session {
             subscriptions: Mutex::new(HashSet::new()),
             closed,
             leaving: std::sync::OnceLock::new(),
+            owner: owner.map(Into::into),
         }
+    }
+
+    /// The fingerprint of the principal that made the session (`None` without authorization).
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// Whether a request by the principal of fingerprint `caller` may use this session: only
+    /// the one that made it (no principal on either side: authorization is off).
+    pub fn is_owned_by(&self, caller: Option<&str>) -> bool {
+        self.owner.as_deref() == caller
     }
 
     pub fn log_level(&self) -> LogLevel {
@@ -451,6 +467,7 @@ mod tests {
             Value::Null,
             serde_json::json!({"sampling": {}}),
             CancellationToken::new(),
+            None,
         ))
     }
 

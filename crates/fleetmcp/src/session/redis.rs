@@ -52,6 +52,10 @@ struct Wire {
     reassigned_at: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reassigned_from: Option<String>,
+    /// The contract's field for who made the session: here the fingerprint of its principal
+    /// (16 bytes of SHA-256, base64url), never a token; absent without authorization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    authorization_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,6 +85,7 @@ impl Wire {
             epoch: r.epoch,
             reassigned_at: None,
             reassigned_from: None,
+            authorization_id: r.owner.clone(),
         }
     }
 
@@ -93,6 +98,7 @@ impl Wire {
             client_capabilities: self.client_capabilities,
             created_at: self.session.created_at,
             epoch: self.epoch,
+            owner: self.authorization_id,
         }
     }
 }
@@ -504,6 +510,7 @@ mod tests {
             client_capabilities: serde_json::json!({"elicitation": {}}),
             created_at: 42,
             epoch: 3,
+            owner: None,
         };
         let v = serde_json::to_value(Wire::from_record(&r)).unwrap();
         assert_eq!(v["session"]["nodeId"], "desk-a");

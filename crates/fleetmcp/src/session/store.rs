@@ -34,6 +34,9 @@ pub struct SessionRecord {
     /// before epochs existed).
     #[serde(default)]
     pub epoch: u64,
+    /// The fingerprint of the principal that made the session, when authorization is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// What a holder knows of its right to a session: the machine id and epoch it holds it under.
@@ -352,6 +355,7 @@ mod tests {
             client_capabilities: Value::Null,
             created_at: 0,
             epoch: 1,
+            owner: None,
         }
     }
 

@@ -6,6 +6,7 @@
 //! `http.max_batch_len` while it is parsed, before the messages past the limit are read.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use super::driver::{self, Call, Started};
 use super::locate::{self, Asker, Place};
 use super::{PROTOCOL_VERSION_HEADER, era, reply};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::context::Caller;
 use crate::dispatch;
 use crate::protocol::{
@@ -70,7 +72,13 @@ fn not_allowed(version: &str) -> Response {
 }
 
 /// Serves a batch whose version header [`check_header_version`] has passed.
-pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Place) -> Response {
+pub(super) async fn serve(
+    app: &App,
+    headers: &HeaderMap,
+    body: &[u8],
+    place: Place,
+    principal: Option<Arc<Principal>>,
+) -> Response {
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
@@ -135,14 +143,25 @@ pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Pl
             Ok(Message::Request { id, method, params }) => {
                 let app = app.clone();
                 let caller = Caller::Session(session.clone());
+                let principal = principal.clone();
                 answers.push(
                     async move {
                         let answer_id = id.clone();
-                        match driver::start(&app, caller, Call { id, method, params }, false).await
-                        {
+                        let call = Call {
+                            id,
+                            method,
+                            params,
+                            principal,
+                        };
+                        match driver::start(&app, caller, call, false).await {
                             Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
                             // Past the in-flight limit: this item alone is refused.
                             Started::Busy(e) => Some(encode_error(Some(&answer_id), &e)),
+                            // Without the scope: this item alone is refused.
+                            Started::Forbidden(scope) => Some(encode_error(
+                                Some(&answer_id),
+                                &super::authorize::scope_error(&scope),
+                            )),
                             // A cancelled request is not answered.
                             Started::Plain(None) | Started::Streaming(_) => None,
                         }

@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::reply;
+use super::{authorize, reply};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch::{self, Reply};
 use crate::protocol::{ErrorData, errors};
@@ -32,6 +33,8 @@ pub(super) struct Call {
     pub id: Box<RawValue>,
     pub method: String,
     pub params: Option<Box<RawValue>>,
+    /// Who sent it (authorization on), from the request's extensions.
+    pub principal: Option<Arc<Principal>>,
 }
 
 /// How a request is answered. `None` as a reply: it was cancelled, so nothing answers it.
@@ -43,6 +46,26 @@ pub(super) enum Started {
     /// It did not run: its session already runs `http.max_inflight_per_session` requests.
     /// The error ([`busy_response`] for HTTP) names the limit; nothing else is affected.
     Busy(ErrorData),
+    /// It did not run: authorization is on and the caller's token lacks this scope
+    /// ([`authorize::insufficient_scope`] for HTTP).
+    Forbidden(String),
+}
+
+/// Whether `call`'s caller may run it: with authorization on, its token must grant the scope
+/// its tool, resource or prompt declares (the scope missing otherwise).
+pub(super) fn permitted(app: &App, call: &Call) -> Result<(), String> {
+    if app.auth().is_none() {
+        return Ok(());
+    }
+    let Some(scope) =
+        dispatch::required_scope(&app.catalog(), &call.method, call.params.as_deref())
+    else {
+        return Ok(());
+    };
+    match &call.principal {
+        Some(p) if p.has_scope(&scope) => Ok(()),
+        _ => Err(scope),
+    }
 }
 
 /// How long a client refused by the in-flight limit should wait before it retries.
@@ -79,7 +102,15 @@ pub(super) struct Gone;
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
 pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) -> Started {
-    let Call { id, method, params } = call;
+    if let Err(scope) = permitted(app, &call) {
+        return Started::Forbidden(scope);
+    }
+    let Call {
+        id,
+        method,
+        params,
+        principal,
+    } = call;
     let raw_id = id.get().to_string();
     let (cancel, tracked) = match &caller {
         Caller::Session(s) => {
@@ -109,6 +140,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         streams.then_some(tx),
         progress_token(params.as_deref()),
         cancel.clone(),
+        principal,
     );
     let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
@@ -204,6 +236,7 @@ where
     match start(app, caller, call, true).await {
         Started::Plain(reply) => reply,
         Started::Busy(e) => Some(Err(e)),
+        Started::Forbidden(scope) => Some(Err(authorize::scope_error(&scope))),
         // The stream outlives any connection, so only the end of the request ends it.
         Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }

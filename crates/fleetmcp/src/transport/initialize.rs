@@ -58,6 +58,7 @@ pub(super) async fn open(
     sid: Option<&str>,
     rid: &RawValue,
     params: Option<&RawValue>,
+    owner: Option<&str>,
 ) -> Result<(Arc<Session>, Value), Response> {
     let p: InitializeParams = dispatch::params(params)
         .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
@@ -75,7 +76,7 @@ pub(super) async fn open(
     };
     let session = app
         .sessions()
-        .open(sid, version, client_info, capabilities)
+        .open(sid, version, client_info, capabilities, owner)
         .await
         .map_err(|e| open_error(e, Some(rid)))?;
     Ok((session, result(app, version)))

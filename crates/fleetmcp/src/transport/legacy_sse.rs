@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use super::driver::{self, Call};
 use super::locate::{self, Place, Refusal};
-use super::{Ep, MESSAGE_PATH, checks, initialize, relay, reply, sse};
+use super::{Ep, MESSAGE_PATH, authorize, checks, initialize, relay, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
@@ -110,13 +110,14 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     };
     let app = &ep.app;
     let (parts, body) = req.into_parts();
+    let principal = authorize::principal(&parts.extensions);
     let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
     {
         Ok(b) => b,
         Err(bad) => return bad,
     };
     // The relay seam: decided from the query alone, before the body is parsed.
-    let place = locate::locate_pinned(app, &sid).await;
+    let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
     if let Place::Holder(node) = place {
         return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
             super::relay::Relayed::Answered(res) => res,
@@ -140,7 +141,8 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     } = &message
         && method == "initialize"
     {
-        return initialize(app, &sid, &place, rid, params.as_deref()).await;
+        let owner = authorize::owner(&principal);
+        return initialize(app, &sid, &place, rid, params.as_deref(), owner).await;
     }
     let Place::Here(session) = place else {
         // Not held here: this transport's sessions never move between instances.
@@ -152,7 +154,17 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         }
         Message::Response { id, outcome } => dispatch::client_response(&session, &id, outcome),
         Message::Request { id, method, params } => {
-            tokio::spawn(run(app.clone(), session, Call { id, method, params }));
+            let call = Call {
+                id,
+                method,
+                params,
+                principal,
+            };
+            // Refused here, not on the stream, so the POST itself answers `403`.
+            if let Err(scope) = driver::permitted(app, &call) {
+                return authorize::insufficient_scope(app, Some(&call.id), &scope);
+            }
+            tokio::spawn(run(app.clone(), session, call));
         }
     }
     reply::accepted()
@@ -216,6 +228,7 @@ async fn initialize(
     place: &Place,
     rid: &RawValue,
     params: Option<&RawValue>,
+    owner: Option<&str>,
 ) -> Response {
     match place {
         Place::Here(_) => {
@@ -243,7 +256,7 @@ async fn initialize(
         );
         return reply::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), rid, params).await {
+    match initialize::open(app, Some(sid), rid, params, owner).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {

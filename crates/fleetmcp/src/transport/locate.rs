@@ -10,6 +10,7 @@
 //! | expired (idle, or its stored record is gone) | `404` `-32001` `session expired` |
 //! | opens, but no instance knows it | `404` `-32000` `session not initialized` |
 //! | the store could not be read in time | `503` `Retry-After: 1` |
+//! | held for another principal (authorization on) | as for an id no instance knows |
 //!
 //! Whether the session exists is decided by `session::Sessions`; this file only maps its
 //! answer to HTTP.
@@ -24,7 +25,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::relay::{RelayRequest, Relayed};
-use super::{Endpoint, SESSION_HEADER, relay, reply};
+use super::{Endpoint, SESSION_HEADER, authorize, relay, reply};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
@@ -63,10 +64,13 @@ pub(super) async fn here_or_answer(
     parts: Parts,
     asker: Asker,
 ) -> Result<(Arc<Session>, HeaderMap), Response> {
-    let (place, headers) = match locate(&ep.app, &parts.headers).await {
+    let principal = authorize::principal(&parts.extensions);
+    let owner = authorize::owner(&principal);
+    let (place, headers) = match locate(&ep.app, &parts.headers, owner).await {
         Place::Holder(node) => {
             let req =
-                relay_or_take_over(ep, &node, super::relay_request(parts, Bytes::new())).await?;
+                relay_or_take_over(ep, &node, super::relay_request(parts, Bytes::new()), owner)
+                    .await?;
             (req.0, req.1.headers)
         }
         place => (place, parts.headers),
@@ -89,6 +93,7 @@ pub(super) async fn relay_or_take_over(
     ep: &Endpoint,
     holder: &str,
     req: RelayRequest,
+    owner: Option<&str>,
 ) -> Result<(Place, RelayRequest), Response> {
     let req = match relay::forward(ep.relay(), holder, req).await {
         Relayed::Answered(res) => return Err(res),
@@ -101,7 +106,7 @@ pub(super) async fn relay_or_take_over(
     else {
         return Ok((Place::Refused(Refusal::NoSession), req));
     };
-    match place(ep.app.sessions().take_over(id, holder).await) {
+    match place(ep.app.sessions().take_over(id, holder).await, owner) {
         Place::Holder(next) => match relay::forward(ep.relay(), &next, req).await {
             Relayed::Answered(res) => Err(res),
             Relayed::HolderGone(_) => Err(unavailable(
@@ -114,22 +119,30 @@ pub(super) async fn relay_or_take_over(
     }
 }
 
-/// Where the session the request's `Mcp-Session-Id` names is served.
-pub(super) async fn locate(app: &App, headers: &HeaderMap) -> Place {
+/// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
+/// principal has fingerprint `owner` (`None`: authorization is off).
+pub(super) async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Place {
     let Some(raw) = headers.get(SESSION_HEADER) else {
         return Place::Refused(Refusal::NoSession);
     };
     let id = raw.to_str().unwrap_or("");
-    place(app.sessions().find(id).await)
+    place(app.sessions().find(id).await, owner)
 }
 
 /// The same for a session that cannot move between instances (2024-11-05's `/message`).
-pub(super) async fn locate_pinned(app: &App, id: &str) -> Place {
-    place(app.sessions().find_pinned(id).await)
+pub(super) async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Place {
+    place(app.sessions().find_pinned(id).await, owner)
 }
 
-fn place(lookup: Lookup) -> Place {
+/// A held session serves only the principal that made it: anyone else is told what a stranger
+/// to the id would be (the contract's token mismatch), so ids are not confirmed to them. A
+/// session held elsewhere is checked by its holder, which gets the request's token.
+fn place(lookup: Lookup, owner: Option<&str>) -> Place {
     match lookup {
+        Lookup::Held(s) if !s.is_owned_by(owner) => {
+            tracing::warn!(session_id = %s.id, "[TransportService] Session token mismatch during lookup");
+            Place::Refused(Refusal::Missing(Missing::Unknown))
+        }
         Lookup::Held(s) => Place::Here(s),
         Lookup::Elsewhere(node) => Place::Holder(node),
         Lookup::Missing(m) => Place::Refused(Refusal::Missing(m)),

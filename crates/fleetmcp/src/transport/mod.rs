@@ -15,6 +15,7 @@
 // call or two; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
+mod authorize;
 mod batch;
 mod checks;
 mod delete;
@@ -93,11 +94,21 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
         )
         .route("/sse", get_route(legacy_sse::open))
         .route(MESSAGE_PATH, axum::routing::post(legacy_sse::post))
+        // Inside the Host/Origin guard: a foreign origin is refused before a token is read.
+        .layer(middleware::from_fn_with_state(ep.clone(), authorize::check))
         .layer(middleware::from_fn_with_state(ep.clone(), guard::check));
     let health = Router::new()
         .route("/healthz", get_route(health::healthz))
         .route("/health", get_route(health::healthz))
-        .route("/readyz", get_route(health::readyz));
+        .route("/readyz", get_route(health::readyz))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get_route(authorize::metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get_route(authorize::metadata),
+        );
     mcp.merge(health).with_state(ep)
 }
 

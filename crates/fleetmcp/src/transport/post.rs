@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, reply, sse};
+use super::{Ep, SESSION_HEADER, authorize, batch, checks, era, initialize, reply, sse};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
@@ -30,6 +31,7 @@ use crate::session::Session;
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let (parts, body) = req.into_parts();
+    let principal = authorize::principal(&parts.extensions);
     if let Err(bad) = checks::post_headers(&parts.headers) {
         return bad;
     }
@@ -44,24 +46,32 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     }
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
-        locate::locate(&ep.app, &parts.headers).await
+        locate::locate(&ep.app, &parts.headers, authorize::owner(&principal)).await
     } else {
         Place::Refused(Refusal::NoSession)
     };
     let Place::Holder(node) = place else {
-        return serve(&ep.app, &parts.headers, body, place).await;
+        return serve(&ep.app, &parts.headers, body, place, principal).await;
     };
-    match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body)).await {
-        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place).await,
+    let owner = authorize::owner(&principal);
+    match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body), owner).await {
+        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal).await,
         Err(answer) => answer,
     }
 }
 
-/// Serves a request this instance answers; `place` is where its session header led.
-async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Response {
+/// Serves a request this instance answers; `place` is where its session header led,
+/// `principal` who sent it (authorization on).
+async fn serve(
+    app: &App,
+    headers: &HeaderMap,
+    body: Bytes,
+    place: Place,
+    principal: Option<Arc<Principal>>,
+) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
-        return batch::serve(app, headers, &body, place).await;
+        return batch::serve(app, headers, &body, place, principal).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
@@ -75,7 +85,7 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
     };
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
-        return super::stateless::serve(app, headers, message, sse_ok).await;
+        return super::stateless::serve(app, headers, message, sse_ok, principal).await;
     }
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
@@ -83,7 +93,8 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
-        return match initialize::open(app, None, id, params.as_deref()).await {
+        let owner = authorize::owner(&principal);
+        return match initialize::open(app, None, id, params.as_deref(), owner).await {
             Ok((session, result)) => {
                 let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
                 if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -108,7 +119,12 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
     };
     match message {
         Message::Request { id, method, params } => {
-            let call = Call { id, method, params };
+            let call = Call {
+                id,
+                method,
+                params,
+                principal,
+            };
             answer(app, session, call, sse_ok).await
         }
         Message::Notification { method, params } => {
@@ -145,6 +161,7 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
         ),
         Started::Streaming(s) => stream_answer(app, session, id, s).await,
         Started::Busy(e) => driver::busy_response(&id, &e),
+        Started::Forbidden(scope) => authorize::insufficient_scope(app, Some(&id), &scope),
     }
 }
 

@@ -18,6 +18,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::driver::{self, Call, Started, Streaming};
 use super::{listen, mirrored, reply, sse};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
@@ -47,6 +48,7 @@ pub(super) async fn serve(
     headers: &HeaderMap,
     message: Message,
     sse_ok: bool,
+    principal: Option<Arc<Principal>>,
 ) -> Response {
     let (id, method, params) = match message {
         // The core protocol defines no client notifications over HTTP in this era.
@@ -119,7 +121,12 @@ pub(super) async fn serve(
         Err(e) => return error(&id, &e),
     };
     let answer_id = id.clone();
-    let call = Call { id, method, params };
+    let call = Call {
+        id,
+        method,
+        params,
+        principal,
+    };
     match driver::start(app, Caller::Stateless(round), call, sse_ok).await {
         Started::Plain(Some(Ok(result))) => {
             reply::json(StatusCode::OK, encode_result(&answer_id, &result))
@@ -129,6 +136,9 @@ pub(super) async fn serve(
         Started::Streaming(s) => stream(app, answer_id, s),
         // Only session requests are counted; kept exhaustive so a new limit cannot be missed.
         Started::Busy(e) => driver::busy_response(&answer_id, &e),
+        Started::Forbidden(scope) => {
+            super::authorize::insufficient_scope(app, Some(&answer_id), &scope)
+        }
     }
 }
 

@@ -55,13 +55,14 @@ pub(crate) async fn create(
     let task_app = app.clone();
     let task_cancel = cancel.clone();
     let name = tool.name().to_string();
+    let principal = ctx.principal_arc();
     let record = launch(app, &name, None, cancel, move |task_id, running| {
         let caller = Caller::Task(Arc::new(TaskCall {
             task_id: task_id.to_string(),
             meta,
             running,
         }));
-        let ctx = RequestContext::new(task_app, caller, None, None, task_cancel);
+        let ctx = RequestContext::new(task_app, caller, None, None, task_cancel, principal);
         async move { tool.call(args, ctx).await }.boxed()
     })
     .await?;

@@ -39,6 +39,7 @@ pub(crate) async fn create(
     session: &Arc<Session>,
     tool: Arc<ToolDef>,
     args: Value,
+    principal: Option<Arc<crate::auth::Principal>>,
 ) -> Reply {
     let cancel = session.closed.child_token();
     let ctx = RequestContext::new(
@@ -47,6 +48,7 @@ pub(crate) async fn create(
         None,
         None,
         cancel.clone(),
+        principal,
     );
     let name = tool.name().to_string();
     let record = launch(

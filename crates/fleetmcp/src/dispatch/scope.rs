@@ -1,0 +1,38 @@
+//! Which OAuth scope a request needs: the one its tool, resource (or template) or prompt
+//! declares. Read from the method and its params alone, before anything runs, so the
+//! transport can refuse it with `403` and no handler starts.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::catalog::Catalog;
+
+/// The scope `method` with `params` needs, if its target declares one. Unknown targets need
+/// none here: dispatch answers them as usual.
+pub(crate) fn required_scope(
+    catalog: &Catalog,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Target {
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
+        return None;
+    }
+    let t: Target = serde_json::from_str(params?.get()).ok()?;
+    let scope = match method {
+        "tools/call" => catalog.tool(t.name.as_deref()?)?.scope(),
+        "prompts/get" => catalog.prompt(t.name.as_deref()?)?.scope(),
+        _ => {
+            let uri = t.uri.as_deref()?;
+            match catalog.resource(uri) {
+                Some(r) => r.scope(),
+                None => catalog.match_template(uri)?.0.scope(),
+            }
+        }
+    };
+    scope.map(String::from)
+}

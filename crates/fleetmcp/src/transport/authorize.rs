@@ -1,0 +1,173 @@
+//! Authorization at the HTTP edge (`[auth]` on): every request to `/mcp`, `/sse` and
+//! `/message` must carry a valid bearer token, checked here before anything else runs (no
+//! session lookup, no relay, no handler); its [`Principal`] goes into the request's extensions
+//! as `Arc<Principal>`, where the handlers (and a limiter) read it. The Protected Resource
+//! Metadata (RFC 9728) is served here too, open like the health routes.
+//!
+//! | situation | answer |
+//! |---|---|
+//! | no token, or one that does not verify | `401`, `WWW-Authenticate: Bearer resource_metadata="…"` (with `error="invalid_token"` for a bad one, and the scopes to ask for), JSON-RPC `-32001` `Unauthorized: …` |
+//! | a token without `auth.required_scopes`, or without the scope the tool, resource or prompt declares | `403`, `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, JSON-RPC `-32001` `Forbidden: …` |
+//!
+//! The JSON-RPC id of the request is echoed when the body is a single message.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderValue, Method, StatusCode, header};
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{Ep, reply};
+use crate::app::App;
+use crate::auth::{AuthError, Authorizer, Principal};
+use crate::protocol::{ErrorCode, ErrorData};
+
+/// The JSON-RPC code of `401` and `403` answers (the deployment contract's code for a
+/// refused caller).
+const REFUSED: ErrorCode = ErrorCode(-32001);
+
+/// The layer around the MCP routes: passes requests with a valid token (and the scopes every
+/// request needs), answers the rest. Without `[auth]` it passes everything untouched.
+pub(super) async fn check(State(ep): Ep, mut req: Request, next: Next) -> Response {
+    let Some(auth) = ep.app.auth() else {
+        return next.run(req).await;
+    };
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match auth.authenticate(header).await {
+        Ok(principal) => {
+            if let Some(missing) = auth
+                .required_scopes()
+                .iter()
+                .find(|s| !principal.has_scope(s))
+            {
+                let missing = missing.clone();
+                let id = request_id(&ep.app, req).await;
+                return insufficient_scope(&ep.app, id.as_deref(), &missing);
+            }
+            req.extensions_mut().insert(principal);
+            next.run(req).await
+        }
+        Err(why) => {
+            // The reason only: the token itself is never logged.
+            tracing::debug!(reason = %why, "refused a request without a valid access token");
+            let id = request_id(&ep.app, req).await;
+            unauthorized(auth, &ep.app, id.as_deref(), &why)
+        }
+    }
+}
+
+/// The principal the layer found for a request (`None`: authorization is off).
+pub(super) fn principal(extensions: &http::Extensions) -> Option<Arc<Principal>> {
+    extensions.get::<Arc<Principal>>().cloned()
+}
+
+/// Its fingerprint, what a session records of who made it.
+pub(super) fn owner(principal: &Option<Arc<Principal>>) -> Option<&str> {
+    principal.as_deref().map(Principal::fingerprint)
+}
+
+/// The JSON-RPC error of a call refused for want of `scope` (in a batch, or on the
+/// 2024-11-05 stream, where the HTTP status is not the call's own).
+pub(super) fn scope_error(scope: &str) -> ErrorData {
+    ErrorData::new(
+        REFUSED,
+        format!("Forbidden: insufficient_scope: this call needs the scope `{scope}`"),
+        Some(json!({"error": "insufficient_scope", "scope": scope})),
+    )
+}
+
+/// `403` for a token that lacks `scope`.
+pub(super) fn insufficient_scope(app: &App, id: Option<&RawValue>, scope: &str) -> Response {
+    let mut res = reply::rpc_error(StatusCode::FORBIDDEN, id, &scope_error(scope));
+    if let Some(auth) = app.auth() {
+        let mut scopes: Vec<&str> = auth.required_scopes().iter().map(String::as_str).collect();
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+        let value = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\", error_description=\"the token lacks a required scope\"",
+            scopes.join(" "),
+            auth.metadata_url()
+        );
+        challenge(&mut res, &value);
+    }
+    res
+}
+
+/// `401` for a missing or invalid token, naming the metadata and the scopes to ask for.
+fn unauthorized(auth: &Authorizer, app: &App, id: Option<&RawValue>, why: &AuthError) -> Response {
+    let message = match why {
+        AuthError::Missing => "Unauthorized: a bearer access token is required".to_string(),
+        AuthError::Invalid(reason) => format!("Unauthorized: invalid access token ({reason})"),
+    };
+    let mut res = reply::rpc_error(
+        StatusCode::UNAUTHORIZED,
+        id,
+        &ErrorData::new(REFUSED, message, None),
+    );
+    let mut value = String::from("Bearer ");
+    if let AuthError::Invalid(reason) = why {
+        value.push_str(&format!(
+            "error=\"invalid_token\", error_description=\"{reason}\", "
+        ));
+    }
+    value.push_str(&format!("resource_metadata=\"{}\"", auth.metadata_url()));
+    let scopes = if auth.required_scopes().is_empty() {
+        app.catalog().scopes()
+    } else {
+        auth.required_scopes().to_vec()
+    };
+    if !scopes.is_empty() {
+        value.push_str(&format!(", scope=\"{}\"", scopes.join(" ")));
+    }
+    challenge(&mut res, &value);
+    res
+}
+
+fn challenge(res: &mut Response, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+}
+
+/// The id of a refused POST's single JSON-RPC message, read (within `http.max_body_bytes`)
+/// only to echo it in the refusal.
+async fn request_id(app: &App, req: Request) -> Option<Box<RawValue>> {
+    #[derive(Deserialize)]
+    struct Id {
+        id: Option<Box<RawValue>>,
+    }
+    if req.method() != Method::POST {
+        return None;
+    }
+    let limit = app.config().http.max_body_bytes;
+    let body = axum::body::to_bytes(req.into_body(), limit).await.ok()?;
+    serde_json::from_slice::<Id>(&body).ok()?.id
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]`: the Protected Resource Metadata;
+/// `404` when authorization is off.
+pub(super) async fn metadata(State(ep): Ep) -> Response {
+    match ep.app.auth() {
+        Some(auth) => {
+            let doc = auth.metadata(ep.app.catalog().scopes());
+            let mut res = reply::json(
+                StatusCode::OK,
+                bytes::Bytes::from(doc.to_string().into_bytes()),
+            );
+            res.headers_mut().insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("max-age=300"),
+            );
+            res
+        }
+        None => reply::text(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
