@@ -30,6 +30,7 @@ pub mod redis_conn;
 mod testing;
 // 1. state that is not a session's
 pub mod events;
+mod limits;
 mod stateless;
 mod tasks;
 // 2. sessions

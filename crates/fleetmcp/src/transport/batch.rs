@@ -21,6 +21,7 @@ use super::{PROTOCOL_VERSION_HEADER, era, reply};
 use crate::app::App;
 use crate::context::Caller;
 use crate::dispatch;
+use crate::limits::LimitKey;
 use crate::protocol::{
     ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
     errors,
@@ -70,7 +71,13 @@ fn not_allowed(version: &str) -> Response {
 }
 
 /// Serves a batch whose version header [`check_header_version`] has passed.
-pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Place) -> Response {
+pub(super) async fn serve(
+    app: &App,
+    headers: &HeaderMap,
+    body: &[u8],
+    place: Place,
+    key: LimitKey,
+) -> Response {
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
@@ -135,14 +142,20 @@ pub(super) async fn serve(app: &App, headers: &HeaderMap, body: &[u8], place: Pl
             Ok(Message::Request { id, method, params }) => {
                 let app = app.clone();
                 let caller = Caller::Session(session.clone());
+                let key = key.clone();
                 answers.push(
                     async move {
                         let answer_id = id.clone();
-                        match driver::start(&app, caller, Call { id, method, params }, false).await
-                        {
+                        let call = Call {
+                            id,
+                            method,
+                            params,
+                            key,
+                        };
+                        match driver::start(&app, caller, call, false).await {
                             Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
-                            // Past the in-flight limit: this item alone is refused.
-                            Started::Busy(e) => Some(encode_error(Some(&answer_id), &e)),
+                            // Over a limit: this item alone is refused.
+                            Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
                             // A cancelled request is not answered.
                             Started::Plain(None) | Started::Streaming(_) => None,
                         }

@@ -110,6 +110,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     };
     let app = &ep.app;
     let (parts, body) = req.into_parts();
+    let key = super::client_key::of(app, &parts, None);
     let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
     {
         Ok(b) => b,
@@ -152,7 +153,13 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         }
         Message::Response { id, outcome } => dispatch::client_response(&session, &id, outcome),
         Message::Request { id, method, params } => {
-            tokio::spawn(run(app.clone(), session, Call { id, method, params }));
+            let call = Call {
+                id,
+                method,
+                params,
+                key,
+            };
+            tokio::spawn(run(app.clone(), session, call));
         }
     }
     reply::accepted()

@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, reply, sse};
+use super::{Ep, SESSION_HEADER, batch, checks, client_key, era, initialize, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
+use crate::limits::LimitKey;
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 
@@ -42,6 +43,8 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if let Err(bad) = batch::check_header_version(&parts.headers, &body) {
         return bad;
     }
+    // Where a principal will come from once authorization lands.
+    let key = client_key::of(&ep.app, &parts, None);
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
         locate::locate(&ep.app, &parts.headers).await
@@ -49,19 +52,26 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         Place::Refused(Refusal::NoSession)
     };
     let Place::Holder(node) = place else {
-        return serve(&ep.app, &parts.headers, body, place).await;
+        return serve(&ep.app, &parts.headers, body, place, key).await;
     };
     match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body)).await {
-        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place).await,
+        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, key).await,
         Err(answer) => answer,
     }
 }
 
-/// Serves a request this instance answers; `place` is where its session header led.
-async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Response {
+/// Serves a request this instance answers; `place` is where its session header led, `key`
+/// whom its limits count against.
+async fn serve(
+    app: &App,
+    headers: &HeaderMap,
+    body: Bytes,
+    place: Place,
+    key: LimitKey,
+) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
-        return batch::serve(app, headers, &body, place).await;
+        return batch::serve(app, headers, &body, place, key).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
@@ -75,7 +85,7 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
     };
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
-        return super::stateless::serve(app, headers, message, sse_ok).await;
+        return super::stateless::serve(app, headers, message, sse_ok, key).await;
     }
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
@@ -108,7 +118,12 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
     };
     match message {
         Message::Request { id, method, params } => {
-            let call = Call { id, method, params };
+            let call = Call {
+                id,
+                method,
+                params,
+                key,
+            };
             answer(app, session, call, sse_ok).await
         }
         Message::Notification { method, params } => {
@@ -144,7 +159,7 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
             sse::keepalive_every(&app.config().http),
         ),
         Started::Streaming(s) => stream_answer(app, session, id, s).await,
-        Started::Busy(e) => driver::busy_response(&id, &e),
+        Started::Refused(r) => r.response(&id),
     }
 }
 

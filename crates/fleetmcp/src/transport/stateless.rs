@@ -20,6 +20,7 @@ use super::{listen, mirrored, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
+use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
 use crate::stateless::request_state::{StateError, request_digest};
 use crate::stateless::{RequestMeta, Round};
@@ -47,6 +48,7 @@ pub(super) async fn serve(
     headers: &HeaderMap,
     message: Message,
     sse_ok: bool,
+    key: LimitKey,
 ) -> Response {
     let (id, method, params) = match message {
         // The core protocol defines no client notifications over HTTP in this era.
@@ -119,7 +121,12 @@ pub(super) async fn serve(
         Err(e) => return error(&id, &e),
     };
     let answer_id = id.clone();
-    let call = Call { id, method, params };
+    let call = Call {
+        id,
+        method,
+        params,
+        key,
+    };
     match driver::start(app, Caller::Stateless(round), call, sse_ok).await {
         Started::Plain(Some(Ok(result))) => {
             reply::json(StatusCode::OK, encode_result(&answer_id, &result))
@@ -127,8 +134,8 @@ pub(super) async fn serve(
         Started::Plain(Some(Err(e))) => error(&answer_id, &e),
         Started::Plain(None) => error(&answer_id, &shutting_down()),
         Started::Streaming(s) => stream(app, answer_id, s),
-        // Only session requests are counted; kept exhaustive so a new limit cannot be missed.
-        Started::Busy(e) => driver::busy_response(&answer_id, &e),
+        // Over a limit: the same 429 as in the session era.
+        Started::Refused(r) => r.response(&answer_id),
     }
 }
 
