@@ -436,7 +436,11 @@ impl LimitsConfig {
             );
         }
         if let Some(h) = &self.client_address_header
-            && http::HeaderName::from_bytes(h.as_bytes()).is_err()
+            // A header name is an RFC 9110 token.
+            && (h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
         {
             return invalid_value(
                 "limits.client_address_header",
@@ -1160,6 +1164,74 @@ mod tests {
         // Not a positive integer: ignored, as the contract says.
         let cfg = Config::from_sources(None, [("FRONTMCP_HA_TAKEOVER_GRACE_MS", "-1")]).unwrap();
         assert_eq!(cfg.ha.takeover_grace_ms, 5_000);
+    }
+
+    #[test]
+    fn limits_are_off_by_default_and_set_by_toml_or_environment() {
+        let cfg = Config::default();
+        assert_eq!(cfg.limits.rate, None);
+        assert!(cfg.limits.tools.is_empty());
+        assert_eq!(cfg.limits.max_inflight_per_key, None);
+        assert_eq!(cfg.limits.max_inflight_per_session, 100);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.toml");
+        std::fs::write(
+            &path,
+            "[limits]\nrate = { requests = 100, window_ms = 60000, burst = 20 }\non_store_error = \"closed\"\n[limits.tools.search]\nrequests = 5\nwindow_ms = 1000\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        let rate = cfg.limits.rate.unwrap();
+        assert_eq!(
+            (rate.requests, rate.window_ms, rate.burst()),
+            (100, 60_000, 20)
+        );
+        assert_eq!(
+            cfg.limits.tools["search"].burst(),
+            5,
+            "burst defaults to requests"
+        );
+        assert_eq!(cfg.limits.on_store_error, OnStoreError::Closed);
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_RATE_LIMIT", "10/1000"),
+                ("FLEETMCP_MAX_INFLIGHT_PER_KEY", "4"),
+                ("FLEETMCP_MAX_INFLIGHT_PER_SESSION", "8"),
+                ("FLEETMCP_LIMITS_ON_STORE_ERROR", "open"),
+                ("FLEETMCP_CLIENT_ADDRESS_HEADER", "X-Real-IP"),
+                ("FLEETMCP_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.1"),
+            ],
+        )
+        .unwrap();
+        let l = &cfg.limits;
+        assert_eq!(l.rate.map(|r| (r.requests, r.window_ms)), Some((10, 1000)));
+        assert_eq!(
+            (l.max_inflight_per_key, l.max_inflight_per_session),
+            (Some(4), 8)
+        );
+        assert_eq!(l.on_store_error, OnStoreError::Open);
+        assert_eq!(l.client_address_header.as_deref(), Some("x-real-ip"));
+        assert_eq!(l.trusted_nets().len(), 2);
+        let cfg = Config::from_sources(Some(&path), [("FLEETMCP_RATE_LIMIT", "off")]).unwrap();
+        assert_eq!(cfg.limits.rate, None);
+        for (name, bad) in [
+            ("FLEETMCP_RATE_LIMIT", "100 per minute"),
+            ("FLEETMCP_RATE_LIMIT", "0/1000"),
+            ("FLEETMCP_MAX_INFLIGHT_PER_KEY", "many"),
+            ("FLEETMCP_MAX_INFLIGHT_PER_SESSION", "0"),
+            ("FLEETMCP_LIMITS_ON_STORE_ERROR", "maybe"),
+            ("FLEETMCP_TRUSTED_PROXIES", "10.0.0.0/99"),
+            ("FLEETMCP_CLIENT_ADDRESS_HEADER", "x forwarded"),
+        ] {
+            let e = Config::from_sources(None, [(name, bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(name) || e.contains("limits."),
+                "{name}={bad}: {e}"
+            );
+        }
     }
 
     #[test]
