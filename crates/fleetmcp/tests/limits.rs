@@ -452,3 +452,63 @@ async fn memory_mode_counts_per_client_address_and_never_limits_health() {
         }
     }
 }
+
+/// A place in flight left by an instance that crashed (written here as it would have: a member
+/// of the key's set, scored by its lease end) refuses the next request until its lease ends,
+/// then frees itself; a live instance renews the places of its long calls, so a call running
+/// longer than the lease keeps its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instances_places_lapse_and_a_live_ones_are_renewed() {
+    let redis = RedisServer::start();
+    let holds = Holds::new();
+    let s = start(Some(&redis), holds.clone(), |c| {
+        c.limits.max_inflight_per_key = Some(1);
+        c.limits.inflight_lease_ms = 1000;
+    })
+    .await;
+    let c = Arc::new(Client::connect(&s).await);
+    let set = "mcp:limits:{addr:127.0.0.1}:inflight";
+    let time = redis.cli(&["TIME"]);
+    let secs: u64 = time
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("TIME");
+    let lease_end = (secs * 1000 + 1000).to_string();
+    redis.cli(&["ZADD", set, &lease_end, "crashed-desk:7"]);
+    expect_over(echo(&c, "blocked").await, "blocked", 1..=1).await;
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while echo(&c, "freed").await.status() != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the crashed instance's place did not lapse"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        redis.cli(&["ZSCORE", set, "crashed-desk:7"]),
+        "",
+        "dropped by a check"
+    );
+
+    let holder = c.clone();
+    let running = tokio::spawn(async move {
+        let res = holder
+            .post()
+            .json(&json!({"jsonrpc": "2.0", "id": "long", "method": "tools/call", "params": {"name": "hold", "arguments": {}}}))
+            .send()
+            .await
+            .expect("POST");
+        res.status()
+    });
+    let started = holds.started.clone();
+    eventually("the hold runs", Duration::from_secs(3), || {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // Past two leases: still held, because this instance renews it.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    expect_over(echo(&c, "still").await, "still", 1..=1).await;
+    holds.release.add_permits(1);
+    assert_eq!(running.await.expect("task"), 200);
+}

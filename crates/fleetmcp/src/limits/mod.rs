@@ -134,7 +134,7 @@ impl Limits {
     }
 
     /// Counted in Redis, shared by every instance using it; `instance` names this instance's
-    /// places in flight. Starts the task that renews them (it stops with `stop`).
+    /// places in flight, renewed by a task started with the first one and stopped by `stop`.
     pub fn in_redis(
         cfg: &LimitsConfig,
         conn: RedisConn,

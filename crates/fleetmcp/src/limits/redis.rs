@@ -84,6 +84,9 @@ pub(super) struct RedisLimits {
     admit: redis::Script,
     next_member: AtomicU64,
     held: HeldMap,
+    /// Starts the lease renewal with the first place taken (from a request, so in the runtime).
+    renewer: std::sync::Once,
+    stop: CancellationToken,
 }
 
 impl RedisLimits {
@@ -93,15 +96,6 @@ impl RedisLimits {
         instance: &str,
         stop: CancellationToken,
     ) -> Self {
-        let held: HeldMap = Arc::default();
-        if cfg.max_inflight_per_key.is_some() {
-            tokio::spawn(renew_leases(
-                conn.clone(),
-                held.clone(),
-                cfg.inflight_lease_ms,
-                stop,
-            ));
-        }
         Self {
             conn,
             prefix: cfg.key_prefix.clone(),
@@ -109,7 +103,9 @@ impl RedisLimits {
             lease_ms: cfg.inflight_lease_ms,
             admit: redis::Script::new(ADMIT),
             next_member: AtomicU64::new(0),
-            held,
+            held: Arc::default(),
+            renewer: std::sync::Once::new(),
+            stop,
         }
     }
 
@@ -142,6 +138,14 @@ impl RedisLimits {
         Ok(match verdict {
             0 => Ok(match place {
                 Some((set, member, _)) => {
+                    self.renewer.call_once(|| {
+                        tokio::spawn(renew_leases(
+                            self.conn.clone(),
+                            self.held.clone(),
+                            self.lease_ms,
+                            self.stop.clone(),
+                        ));
+                    });
                     self.held
                         .lock()
                         .entry(set.clone())
