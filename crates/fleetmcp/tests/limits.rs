@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use fleetmcp::config::{OnStoreError, RateLimit};
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
-use support::{Client, SECRET, TestServer, config_from, eventually, expect_rpc_error, serve};
+use support::{
+    Client, LATEST, SECRET, TestServer, config_from, eventually, expect_rpc_error, serve,
+};
 use support_redis::RedisServer;
 use tokio::sync::Semaphore;
 
@@ -124,10 +126,11 @@ async fn expect_over(
     v
 }
 
-/// N calls per window across two instances sharing Redis, not N each: five calls alternate
-/// between the instances (three on one, two on the other), and the sixth is refused on the
-/// instance that served only two. A 2026-07-28 request from the same client then gets the
-/// same refusal, and the counter is one key with an expiry.
+/// N requests per window across two instances sharing Redis, not N each: an `initialize` on
+/// each and three calls alternating between them (three requests on one, two on the other),
+/// and the sixth request is refused on the instance that served only two. A 2026-07-28
+/// request from the same client then gets the same refusal, and so does an `initialize`; the
+/// counter is one key with an expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_is_shared_by_two_instances() {
     let redis = RedisServer::start();
@@ -136,7 +139,7 @@ async fn a_rate_limit_is_shared_by_two_instances() {
     let b = start(Some(&redis), Holds::new(), limit).await;
     let ca = Client::connect(&a).await;
     let cb = Client::connect(&b).await;
-    for i in 0..5 {
+    for i in 0..3 {
         let (c, id) = if i % 2 == 0 {
             (&ca, format!("a{i}"))
         } else {
@@ -146,7 +149,8 @@ async fn a_rate_limit_is_shared_by_two_instances() {
         assert_eq!(
             res.status(),
             200,
-            "call {i} of 5 is within the shared limit"
+            "request {} of 5 is within the shared limit",
+            i + 3
         );
     }
     // One request per 12 s: the next is due in 12 s.
@@ -174,6 +178,14 @@ async fn a_rate_limit_is_shared_by_two_instances() {
         .await
         .expect("POST");
     expect_over(res, "modern", 11..=12).await;
+    let init = support::mcp_post(&b.mcp)
+        .json(&support::initialize_body(LATEST, json!({})))
+        .send()
+        .await
+        .expect("POST");
+    let after = retry_after(&init);
+    assert!((11..=12).contains(&after), "Retry-After {after}");
+    expect_rpc_error(init, 429, RATE_LIMITED, json!(0)).await;
 
     let key = "mcp:limits:{addr:127.0.0.1}:rate";
     let pttl: i64 = redis.cli(&["PTTL", key]).parse().expect("PTTL");
@@ -336,20 +348,21 @@ fn logged(text: &str) -> bool {
 }
 
 /// Redis paused (SIGSTOP) with `on_store_error = open`: the request is served uncounted, within
-/// the Redis timeout, and a warning says so. The limit (one request a minute, spent) would
+/// the Redis timeout, and a warning says so. The limit (two requests a minute, spent) would
 /// refuse it if it were counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_fails_open_with_a_warning() {
     logs();
     let mut redis = RedisServer::start();
     let s = start(Some(&redis), Holds::new(), |c| {
-        c.limits.rate = rate(1, 60_000);
+        // The initialize and one call.
+        c.limits.rate = rate(2, 60_000);
         c.limits.on_store_error = OnStoreError::Open;
     })
     .await;
     let c = Client::connect(&s).await;
     assert_eq!(echo(&c, "first").await.status(), 200);
-    expect_over(echo(&c, "second").await, "second", 59..=60).await;
+    expect_over(echo(&c, "second").await, "second", 29..=30).await;
     redis.pause();
     let t = Instant::now();
     let res = echo(&c, "paused").await;

@@ -79,7 +79,8 @@ fn post_from(from: Ipv4Addr, port: u16, sid: &str, msg: &Value) -> (u16, Value) 
 /// Three calls a minute per client. The session lives on A; a client at 127.0.0.2 sends its
 /// calls to B, which relays them: three are served by A, the fourth is refused with `429`
 /// `-32010` (counted twice, by B and A, the second would have been). The count is the client's
-/// (`{addr:127.0.0.2}`), not B's (`127.0.0.1`): the instances' own address has no counter.
+/// (`{addr:127.0.0.2}`), not B's (`127.0.0.1`, which counts only the `initialize` sent from
+/// there).
 #[test]
 fn a_relayed_request_is_counted_once_by_the_holder_against_the_client() {
     let redis = RedisServer::start();
@@ -101,12 +102,14 @@ fn a_relayed_request_is_counted_once_by_the_holder_against_the_client() {
     assert_eq!(answer["id"], call["id"], "{answer}");
     assert_eq!(answer["error"]["data"]["limit"], "rate", "{answer}");
 
-    let exists = |key: &str| redis.cli(&["EXISTS", key]);
-    assert_eq!(exists("mcp:limits:{addr:127.0.0.2}:rate"), "1");
-    assert_eq!(
-        exists("mcp:limits:{addr:127.0.0.1}:rate"),
-        "0",
-        "nothing counted against the relaying instance"
+    // Each key's counter lives one interval (20 s) per request counted: three for the client,
+    // one (the initialize, sent from 127.0.0.1) for the instances' address.
+    let pttl = |key: &str| -> i64 { redis.cli(&["PTTL", key]).parse().expect("PTTL") };
+    assert!(pttl("mcp:limits:{addr:127.0.0.2}:rate") > 40_000);
+    let own = pttl("mcp:limits:{addr:127.0.0.1}:rate");
+    assert!(
+        (1..=20_000).contains(&own),
+        "only the initialize counted against 127.0.0.1, nothing relayed: {own} ms"
     );
     // Health routes are never limited.
     for port in [a.port(), b.port()] {

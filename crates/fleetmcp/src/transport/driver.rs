@@ -100,6 +100,19 @@ impl Refused {
     }
 }
 
+/// Counts `initialize`, which opens a session rather than running in one, against `key`'s
+/// rate like any other request (and against nothing else: it holds no place in flight once
+/// answered).
+pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Refused> {
+    match app.limits().admit(key, None).await {
+        Ok(_slot) => Ok(()),
+        Err(refusal) => {
+            tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused an initialize over a limit");
+            Err(Refused::from_limits(refusal))
+        }
+    }
+}
+
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
 pub(super) struct Streaming {
     first: Option<Outbound>,

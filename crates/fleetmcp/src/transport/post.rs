@@ -93,6 +93,9 @@ async fn serve(
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
+        if let Err(refused) = driver::admit_initialize(app, &key).await {
+            return refused.response(id);
+        }
         return match initialize::open(app, None, id, params.as_deref()).await {
             Ok((session, result)) => {
                 let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
