@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/limits.sh: what the rate and concurrency limits cost in Redis round trips. One
 # help-desk on a redis-server (loopback), one session, CALLS sequential `tools/call
-# find_tickets` on one keep-alive connection; Redis's `INFO commandstats` is reset after the
-# session is open and read after the calls, so the table counts the calls' commands only.
+# find_tickets` on one keep-alive connection; Redis's MONITOR runs from after the session is
+# open until after the calls, so the table counts the calls' commands only: those the instance
+# sent (each a round trip) and those run inside its scripts (no round trip of their own).
 # One row per configuration: no limits, a rate limit, a rate and a per-tool limit, and a rate
 # with a limit on requests in flight per key.
 #
@@ -54,31 +55,41 @@ s = {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
 post({"jsonrpc": "2.0", "method": "notifications/initialized"}, s)
 # One call first, so the session's record is confirmed and cached (as for any session in use).
 post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "find_tickets", "arguments": {}}}, s)
-cli("CONFIG", "RESETSTAT")
-t = time.perf_counter()
+# Every command Redis runs from now on, as MONITOR reports it: a client's (one round trip
+# each) as `[0 127.0.0.1:<port>]`, one run inside a script as `[0 lua]`.
+mon = subprocess.Popen(["stdbuf", "-oL", "redis-cli", "-p", redis_port, "monitor"], stdout=subprocess.PIPE, text=True)
+assert mon.stdout.readline().strip() == "OK"
 for i in range(calls):
     r, body = post({"jsonrpc": "2.0", "id": i + 2, "method": "tools/call", "params": {"name": "find_tickets", "arguments": {}}}, s)
     if r.status != 200 or b'"result"' not in body:
         sys.exit(f"{name}: call {i} failed: {r.status} {body[:200]!r}")
-elapsed = time.perf_counter() - t
-time.sleep(0.3)  # a slot's release is sent in the background
-total, scripts, detail = 0, 0, []
-for line in cli("INFO", "commandstats").splitlines():
-    if not line.startswith("cmdstat_"): continue
-    cmd, rest = line[len("cmdstat_"):].split(":", 1)
-    n = int(rest.split("calls=")[1].split(",")[0])
-    if cmd in ("config", "info"): continue
-    total += n; detail.append(f"{cmd} {n}")
-    if cmd in ("evalsha", "eval"): scripts += n
-print(f"| {name} | {calls} | {total} | {total / calls:.3f} | {scripts / calls:.3f} | {', '.join(sorted(detail)) or '-'} | {elapsed / calls * 1e6:.0f} |")
+time.sleep(0.3)  # a place in flight is freed in the background
+cli("ECHO", "bench-end")
+out = []
+for line in mon.stdout:
+    if '"ECHO" "bench-end"' in line: break
+    out.append(line)
+mon.terminate()
+trips, inside, kinds = 0, 0, {}
+for line in out:
+    if "] \"" not in line: continue
+    who, cmd = line.split("] \"", 1)
+    cmd = cmd.split("\"", 1)[0].upper()
+    if who.endswith("lua"):
+        inside += 1
+    else:
+        trips += 1
+        kinds[cmd] = kinds.get(cmd, 0) + 1
+detail = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "-"
+print(f"| {name} | {calls} | {trips} | {trips / calls:.3f} | {detail} | {inside / calls:.1f} |")
 PY
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
 
 echo
-echo "| limits | calls | Redis commands | commands per call | scripts per call | commands | µs per call (one client, sequential) |"
-echo "|---|--:|--:|--:|--:|---|--:|"
+echo "| limits | calls | Redis round trips | round trips per call | commands sent | commands run inside the script, per call |"
+echo "|---|--:|--:|--:|---|--:|"
 run_one none
 run_one rate FLEETMCP_RATE_LIMIT=1000000/1000
 run_one rate+tool FLEETMCP_RATE_LIMIT=1000000/1000 FLEETMCP_CONFIG="$WORK/tool.toml"
