@@ -33,7 +33,18 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
     if let Some(p) = principal {
         return LimitKey::principal(p);
     }
-    let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0.ip());
+    // An embedding app served by axum instead of our listener: its `ConnectInfo`, when it
+    // serves with `into_make_service_with_connect_info`.
+    let peer = parts
+        .extensions
+        .get::<PeerAddr>()
+        .map(|p| p.0.ip())
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        });
     let cfg = &app.config().limits;
     let trusted = cfg.trusted_nets();
     let addr = client_address(
@@ -42,7 +53,8 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
         cfg.client_address_header.as_deref(),
         &trusted,
     );
-    // No peer and no header: only in-process callers (tests); they share one key.
+    // No peer and no header (an embedding app served without connect info): every caller
+    // shares one key.
     LimitKey::address(addr.unwrap_or(IpAddr::from([0, 0, 0, 0])))
 }
 
