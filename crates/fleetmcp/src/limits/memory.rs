@@ -17,10 +17,26 @@ use super::{LimitKey, Refusal, Rule, Slot, Which, gcra_params};
 /// are forgotten, so memory follows the keys active within a window.
 const PRUNE_AT: usize = 10_000;
 
+/// Theoretical arrival time per (key, scope), in microseconds since `epoch`.
+struct Tats {
+    map: HashMap<(LimitKey, String), u64>,
+    /// The size at which the next prune runs: twice what the last one kept, so a prune costs
+    /// O(1) per check amortised however many keys are active.
+    prune_at: usize,
+}
+
+impl Default for Tats {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            prune_at: PRUNE_AT,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct MemoryLimits {
-    /// Theoretical arrival time per (key, scope), in microseconds since `epoch`.
-    tats: Mutex<HashMap<(LimitKey, String), u64>>,
+    tats: Mutex<Tats>,
     inflight: Arc<Mutex<HashMap<LimitKey, usize>>>,
     epoch: Epoch,
 }
@@ -47,7 +63,7 @@ impl MemoryLimits {
         for rule in rules {
             let (interval, tolerance) = gcra_params(&rule.rate);
             let id = (key.clone(), rule.scope.clone());
-            let tat = tats.get(&id).copied().unwrap_or(now).max(now);
+            let tat = tats.map.get(&id).copied().unwrap_or(now).max(now);
             let new_tat = tat + interval;
             let allow_at = new_tat.saturating_sub(tolerance);
             if allow_at > now {
@@ -82,10 +98,11 @@ impl MemoryLimits {
             }
             None => Slot::none(),
         };
-        if tats.len() >= PRUNE_AT {
-            tats.retain(|_, tat| *tat > now);
+        if tats.map.len() >= tats.prune_at {
+            tats.map.retain(|_, tat| *tat > now);
+            tats.prune_at = (tats.map.len() * 2).max(PRUNE_AT);
         }
-        tats.extend(next);
+        tats.map.extend(next);
         Ok(slot)
     }
 }
