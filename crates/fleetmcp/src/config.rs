@@ -88,9 +88,6 @@ pub struct HttpConfig {
     /// Most messages in one JSON-RPC batch (2025-03-26); a longer batch is refused with `400`
     /// `-32600` while it is parsed, before its items are read.
     pub max_batch_len: usize,
-    /// Most requests one session may have running at once; one more is answered `429`
-    /// `-32029` with `Retry-After`, and the running ones go on.
-    pub max_inflight_per_session: usize,
     /// How long a client may take to send a request's head (request line and headers). Past
     /// it the connection is closed. On HTTP/1.1 hyper also runs this timer while a kept-alive
     /// connection waits for its next request, so there an idle connection closes after the
@@ -122,7 +119,6 @@ impl Default for HttpConfig {
             shutdown_grace_ms: 5000,
             drain_ms: None,
             max_batch_len: 100,
-            max_inflight_per_session: 100,
             // Above the 60 s idle timeout load balancers keep upstream connections for
             // (nginx, ALB): hyper runs this timer between kept-alive requests too, and a server
             // that closes first races the balancer's next request into a 502.
@@ -373,12 +369,202 @@ impl Default for AuthConfig {
     }
 }
 
+/// One request-rate limit: `requests` per `window_ms` on average, of which up to `burst` may
+/// come at once (GCRA: a request is admitted when its key's theoretical arrival time, pushed
+/// `window_ms / requests` further by each admitted request, is at most `burst` intervals ahead
+/// of now).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests allowed per window.
+    pub requests: u64,
+    /// The window, in milliseconds.
+    pub window_ms: u64,
+    /// Requests allowed at once after a quiet spell. Unset: `requests` (a whole window's worth).
+    #[serde(default)]
+    pub burst: Option<u64>,
+}
+
+impl RateLimit {
+    /// The burst in effect.
+    pub fn burst(&self) -> u64 {
+        self.burst.unwrap_or(self.requests)
+    }
+
+    /// Parses `<requests>/<window_ms>[/<burst>]`, as written in `FLEETMCP_RATE_LIMIT`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.trim().split('/').map(|p| p.trim().parse::<u64>());
+        let requests = parts.next()?.ok()?;
+        let window_ms = parts.next()?.ok()?;
+        let burst = match parts.next() {
+            None => None,
+            Some(b) => Some(b.ok()?),
+        };
+        parts.next().is_none().then_some(Self {
+            requests,
+            window_ms,
+            burst,
+        })
+    }
+
+    fn check(&self, name: &'static str) -> Result<(), ConfigError> {
+        if self.requests == 0 || self.window_ms == 0 || self.burst() == 0 {
+            return invalid_value(
+                name,
+                format!("{}/{}/{}", self.requests, self.window_ms, self.burst()),
+                "requests, window_ms and burst must each be at least 1",
+            );
+        }
+        // Kept in whole microseconds per request (the Redis script's unit).
+        if self.window_ms.saturating_mul(1000) < self.requests {
+            return invalid_value(
+                name,
+                format!("{}/{}", self.requests, self.window_ms),
+                "at most 1000 requests per millisecond",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What a limit check does when the shared (Redis) counters do not answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnStoreError {
+    /// Serve the request uncounted, with a warning in the log.
+    #[default]
+    Open,
+    /// Answer `503` with `Retry-After: 1`.
+    Closed,
+}
+
+/// Fair use (`[limits]`): request-rate limits per key, globally and per tool, and limits on
+/// requests in flight per session and per key. A key is the caller's principal once
+/// authorization identifies one, else the client's address (see `client_address_header`).
+/// Counted in Redis when the server has Redis (shared by the fleet), else in memory. Everything
+/// but `max_inflight_per_session` is off by default.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// `FLEETMCP_RATE_LIMIT`: every request run, per key. Unset: no limit.
+    pub rate: Option<RateLimit>,
+    /// `tools/call` of each named tool, per key, on top of `rate` (`[limits.tools.<name>]`).
+    pub tools: std::collections::BTreeMap<String, RateLimit>,
+    /// `FLEETMCP_MAX_INFLIGHT_PER_SESSION`: requests one session may have running at once; one
+    /// more is answered `429` with `Retry-After`, and the running ones go on. Counted by the
+    /// session's holder (only it serves the session).
+    pub max_inflight_per_session: usize,
+    /// `FLEETMCP_MAX_INFLIGHT_PER_KEY`: requests one key may have running at once across the
+    /// fleet. Unset or 0: no limit.
+    pub max_inflight_per_key: Option<usize>,
+    /// `FLEETMCP_LIMITS_ON_STORE_ERROR`: `open` or `closed`.
+    pub on_store_error: OnStoreError,
+    /// `FLEETMCP_CLIENT_ADDRESS_HEADER`: the header the load balancer reports the client's
+    /// address in (`x-forwarded-for`: the rightmost address not in `trusted_proxies`;
+    /// `x-real-ip`, or any other: its one address). Unset: the connection's peer address.
+    pub client_address_header: Option<String>,
+    /// `FLEETMCP_TRUSTED_PROXIES` (comma-separated addresses or CIDR ranges): the load
+    /// balancers. When set, the header is believed only from a peer in this list, and these
+    /// hops are skipped in `X-Forwarded-For`.
+    pub trusted_proxies: Vec<String>,
+    /// How long a slot of `max_inflight_per_key` held by an instance that stopped renewing it
+    /// (crashed) lasts in Redis; a live instance renews its slots every third of it.
+    pub inflight_lease_ms: u64,
+    /// Prefix of the limit keys in Redis.
+    pub key_prefix: String,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            rate: None,
+            tools: Default::default(),
+            max_inflight_per_session: 100,
+            max_inflight_per_key: None,
+            on_store_error: OnStoreError::Open,
+            client_address_header: None,
+            trusted_proxies: Vec::new(),
+            inflight_lease_ms: 60_000,
+            key_prefix: "mcp:limits:".into(),
+        }
+    }
+}
+
 /// The algorithms `[auth] algorithms` may name: signatures by a key the issuer publishes.
 /// Shared-secret (`HS*`) algorithms are left out: a JWKS public key must never be usable as
 /// an HMAC secret.
 pub const AUTH_ALGORITHMS: &[&str] = &[
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
+
+impl LimitsConfig {
+    /// `trusted_proxies`, parsed (validated at start, so nothing is dropped here).
+    pub fn trusted_nets(&self) -> Vec<ipnet::IpNet> {
+        self.trusted_proxies
+            .iter()
+            .filter_map(|p| parse_net(p))
+            .collect()
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if let Some(r) = &self.rate {
+            r.check("limits.rate")?;
+        }
+        for r in self.tools.values() {
+            r.check("limits.tools")?;
+        }
+        if self.max_inflight_per_session == 0 {
+            return invalid_value(
+                "limits.max_inflight_per_session",
+                "0".into(),
+                "must be at least 1",
+            );
+        }
+        if let Some(h) = &self.client_address_header
+            // A header name is an RFC 9110 token.
+            && (h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)))
+        {
+            return invalid_value(
+                "limits.client_address_header",
+                h.clone(),
+                "must be a header name (e.g. x-forwarded-for or x-real-ip)",
+            );
+        }
+        if let Some(bad) = self.trusted_proxies.iter().find(|p| parse_net(p).is_none()) {
+            return invalid_value(
+                "limits.trusted_proxies",
+                bad.clone(),
+                "each entry must be an IP address or a CIDR range (10.0.0.0/8)",
+            );
+        }
+        if self.inflight_lease_ms < 1000 {
+            return invalid_value(
+                "limits.inflight_lease_ms",
+                self.inflight_lease_ms.to_string(),
+                "must be at least 1000",
+            );
+        }
+        if self.key_prefix.is_empty() {
+            return invalid_value("limits.key_prefix", String::new(), "must not be empty");
+        }
+        Ok(())
+    }
+}
+
+fn invalid_value(name: &'static str, value: String, why: &'static str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid { name, value, why })
+}
+
+/// An address (`10.0.0.1`) or a range (`10.0.0.0/8`).
+fn parse_net(text: &str) -> Option<ipnet::IpNet> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .ok()
+        .or_else(|| text.parse::<IpAddr>().ok().map(ipnet::IpNet::from))
+}
 
 /// Everything a fleetmcp server is configured with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -422,6 +608,8 @@ pub struct Config {
     pub ha: HaConfig,
     /// Authorization (off by default).
     pub auth: AuthConfig,
+    /// Rate and concurrency limits.
+    pub limits: LimitsConfig,
 }
 
 impl Default for Config {
@@ -445,6 +633,7 @@ impl Default for Config {
             redis: None,
             ha: HaConfig::default(),
             auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }
@@ -494,6 +683,12 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT",
     "FLEETMCP_AUTH_INTROSPECTION_CLIENT_ID",
     "FLEETMCP_AUTH_INTROSPECTION_CLIENT_SECRET",
+    "FLEETMCP_RATE_LIMIT",
+    "FLEETMCP_MAX_INFLIGHT_PER_SESSION",
+    "FLEETMCP_MAX_INFLIGHT_PER_KEY",
+    "FLEETMCP_LIMITS_ON_STORE_ERROR",
+    "FLEETMCP_CLIENT_ADDRESS_HEADER",
+    "FLEETMCP_TRUSTED_PROXIES",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -694,6 +889,59 @@ impl Config {
                     )
                 })?
             }
+            "FLEETMCP_RATE_LIMIT" => self.limits.rate = match value.trim() {
+                "" | "off" => None,
+                v => Some(RateLimit::parse(v).ok_or_else(|| {
+                    invalid(
+                        "FLEETMCP_RATE_LIMIT",
+                        "expected <requests>/<window_ms>[/<burst>], e.g. 100/60000/20, or `off`",
+                    )
+                })?),
+            },
+            "FLEETMCP_MAX_INFLIGHT_PER_SESSION" if !value.trim().is_empty() => {
+                self.limits.max_inflight_per_session = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_INFLIGHT_PER_SESSION",
+                        "expected a number of requests (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_INFLIGHT_PER_KEY" => {
+                let n: usize = match value.trim() {
+                    "" => 0,
+                    v => v.parse().map_err(|_| {
+                        invalid(
+                            "FLEETMCP_MAX_INFLIGHT_PER_KEY",
+                            "expected a number of requests (0 for no limit)",
+                        )
+                    })?,
+                };
+                self.limits.max_inflight_per_key = (n > 0).then_some(n);
+            }
+            "FLEETMCP_LIMITS_ON_STORE_ERROR" => {
+                self.limits.on_store_error = match value.trim().to_ascii_lowercase().as_str() {
+                    "" | "open" => OnStoreError::Open,
+                    "closed" => OnStoreError::Closed,
+                    _ => {
+                        return Err(invalid(
+                            "FLEETMCP_LIMITS_ON_STORE_ERROR",
+                            "expected `open` (serve uncounted, with a warning) or `closed` (answer 503)",
+                        ));
+                    }
+                }
+            }
+            "FLEETMCP_CLIENT_ADDRESS_HEADER" => {
+                self.limits.client_address_header =
+                    (!value.trim().is_empty()).then(|| value.trim().to_ascii_lowercase())
+            }
+            "FLEETMCP_TRUSTED_PROXIES" => {
+                self.limits.trusted_proxies = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             "FLEETMCP_ADVERTISE_ADDRESS" => {
                 self.ha.advertise_address = (!value.trim().is_empty()).then(|| value.trim().into())
             }
@@ -885,6 +1133,7 @@ impl Config {
                 "must be at least 1024, and max_result_bytes <= max_bytes_per_owner <= max_bytes",
             );
         }
+        self.limits.check()?;
         if let Some(redis) = &self.redis
             && let Err(e) = redis.validate()
         {
@@ -1187,6 +1436,74 @@ mod tests {
         // Not a positive integer: ignored, as the contract says.
         let cfg = Config::from_sources(None, [("FRONTMCP_HA_TAKEOVER_GRACE_MS", "-1")]).unwrap();
         assert_eq!(cfg.ha.takeover_grace_ms, 5_000);
+    }
+
+    #[test]
+    fn limits_are_off_by_default_and_set_by_toml_or_environment() {
+        let cfg = Config::default();
+        assert_eq!(cfg.limits.rate, None);
+        assert!(cfg.limits.tools.is_empty());
+        assert_eq!(cfg.limits.max_inflight_per_key, None);
+        assert_eq!(cfg.limits.max_inflight_per_session, 100);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("limits.toml");
+        std::fs::write(
+            &path,
+            "[limits]\nrate = { requests = 100, window_ms = 60000, burst = 20 }\non_store_error = \"closed\"\n[limits.tools.search]\nrequests = 5\nwindow_ms = 1000\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        let rate = cfg.limits.rate.unwrap();
+        assert_eq!(
+            (rate.requests, rate.window_ms, rate.burst()),
+            (100, 60_000, 20)
+        );
+        assert_eq!(
+            cfg.limits.tools["search"].burst(),
+            5,
+            "burst defaults to requests"
+        );
+        assert_eq!(cfg.limits.on_store_error, OnStoreError::Closed);
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_RATE_LIMIT", "10/1000"),
+                ("FLEETMCP_MAX_INFLIGHT_PER_KEY", "4"),
+                ("FLEETMCP_MAX_INFLIGHT_PER_SESSION", "8"),
+                ("FLEETMCP_LIMITS_ON_STORE_ERROR", "open"),
+                ("FLEETMCP_CLIENT_ADDRESS_HEADER", "X-Real-IP"),
+                ("FLEETMCP_TRUSTED_PROXIES", "10.0.0.0/8, 192.168.1.1"),
+            ],
+        )
+        .unwrap();
+        let l = &cfg.limits;
+        assert_eq!(l.rate.map(|r| (r.requests, r.window_ms)), Some((10, 1000)));
+        assert_eq!(
+            (l.max_inflight_per_key, l.max_inflight_per_session),
+            (Some(4), 8)
+        );
+        assert_eq!(l.on_store_error, OnStoreError::Open);
+        assert_eq!(l.client_address_header.as_deref(), Some("x-real-ip"));
+        assert_eq!(l.trusted_nets().len(), 2);
+        let cfg = Config::from_sources(Some(&path), [("FLEETMCP_RATE_LIMIT", "off")]).unwrap();
+        assert_eq!(cfg.limits.rate, None);
+        for (name, bad) in [
+            ("FLEETMCP_RATE_LIMIT", "100 per minute"),
+            ("FLEETMCP_RATE_LIMIT", "0/1000"),
+            ("FLEETMCP_MAX_INFLIGHT_PER_KEY", "many"),
+            ("FLEETMCP_MAX_INFLIGHT_PER_SESSION", "0"),
+            ("FLEETMCP_LIMITS_ON_STORE_ERROR", "maybe"),
+            ("FLEETMCP_TRUSTED_PROXIES", "10.0.0.0/99"),
+            ("FLEETMCP_CLIENT_ADDRESS_HEADER", "x forwarded"),
+        ] {
+            let e = Config::from_sources(None, [(name, bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(name) || e.contains("limits."),
+                "{name}={bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod testing;
 // 1. state that is not a session's
 pub mod auth;
 pub mod events;
+mod limits;
 mod stateless;
 mod tasks;
 // 2. sessions

@@ -526,13 +526,13 @@ async fn input_responses_answer_only_what_was_asked() {
     assert_eq!(v["result"]["content"][0]["text"], "Ada likes red", "{v}");
 }
 
-/// (E) A session runs at most `http.max_inflight_per_session` requests: one more is `429`
-/// `-32029` with `Retry-After` and its id; the running ones finish normally, and the session
+/// (E) A session runs at most `limits.max_inflight_per_session` requests: one more is `429`
+/// `-32010` with `Retry-After` and its id; the running ones finish normally, and the session
 /// is served again once they have.
 #[tokio::test]
 async fn requests_in_flight_per_session_are_limited() {
     let holds = Holds::new();
-    let s = start(holds.clone(), |c| c.http.max_inflight_per_session = 2).await;
+    let s = start(holds.clone(), |c| c.limits.max_inflight_per_session = 2).await;
     let c = Arc::new(session(&s.mcp, "2025-11-25").await);
     let mut running = Vec::new();
     for id in [1, 2] {
@@ -569,7 +569,7 @@ async fn requests_in_flight_per_session_are_limited() {
         Some("1"),
         "Retry-After"
     );
-    let v = expect_rpc_error(res, 429, -32029, json!("third")).await;
+    let v = expect_rpc_error(res, 429, -32010, json!("third")).await;
     assert_eq!(v["error"]["data"]["maxInflightPerSession"], 2, "{v}");
     // Another session is not limited by this one.
     let other = session(&s.mcp, "2025-11-25").await;

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("events", 1),
     ("stateless", 1),
     ("tasks", 1),
+    ("limits", 1),
     // 2. sessions
     ("session", 2),
     // 3. the application: shared state, what a server offers, what a handler sees

@@ -23,6 +23,7 @@ pub use handle::ServerHandle;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::events::{EventStore, STANDALONE_STREAM};
+use crate::limits::Limits;
 use crate::session::{Session, Sessions};
 use crate::stateless::request_state::RequestStateSealer;
 use crate::tasks::Tasks;
@@ -76,6 +77,8 @@ struct Inner {
     events: Arc<dyn EventStore>,
     tasks: Tasks,
     request_state: RequestStateSealer,
+    /// Rate and concurrency limits per key.
+    limits: Limits,
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     changes: broadcast::Sender<Change>,
     shutdown: CancellationToken,
@@ -102,6 +105,7 @@ pub(crate) struct Parts {
     pub events: Arc<dyn EventStore>,
     pub tasks: Tasks,
     pub request_state: RequestStateSealer,
+    pub limits: Limits,
     pub phases: Phases,
     pub state: StateMap,
     pub auth: Option<Arc<Authorizer>>,
@@ -147,6 +151,7 @@ impl App {
                 events: p.events,
                 tasks: p.tasks,
                 request_state: p.request_state,
+                limits: p.limits,
                 changes,
                 closing,
                 draining,
@@ -190,6 +195,10 @@ impl App {
         &self.inner.request_state
     }
     /// Fires when the server stops: sessions end and running handlers are cancelled.
+    /// The limits every request is checked against (rate, in flight per key).
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
     pub fn shutdown(&self) -> &CancellationToken {
         &self.inner.shutdown
     }

@@ -19,6 +19,7 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use super::relay_auth::{RELAYED_BY_NAME, Refusal, Verifier, is_relayed};
+use crate::transport::{PeerAddr, RELAYED_PEER_HEADER};
 
 /// What the layer needs.
 pub(super) struct Guard {
@@ -65,7 +66,18 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
         crate::clock::unix_ms(),
     );
     match checked {
-        Ok(()) => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Ok(()) => {
+            // The client's peer as the relaying instance saw it (signed, so believed): the
+            // limits count the request against the client, not against that instance.
+            if let Some(peer) = parts
+                .headers
+                .remove(RELAYED_PEER_HEADER)
+                .and_then(|v| v.to_str().ok()?.parse::<std::net::SocketAddr>().ok())
+            {
+                parts.extensions.insert(PeerAddr(peer));
+            }
+            next.run(Request::from_parts(parts, Body::from(body))).await
+        }
         Err(refusal) => {
             let why = refusal.why();
             tracing::warn!(

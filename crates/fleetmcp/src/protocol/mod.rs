@@ -55,14 +55,24 @@ pub mod errors {
     pub fn internal(message: impl Into<String>) -> ErrorData {
         ErrorData::new(ErrorCode::INTERNAL_ERROR, message.into(), None)
     }
-    /// `-32029` "Rate limit exceeded" (the deployment contract's code for `429`): the caller
-    /// sent more than a limit allows and may retry after `retry_after_s` seconds.
+    /// The code of [`rate_limited`]: `-32010`, in the range `-32000..-32019` that MCP
+    /// 2026-07-28 leaves to implementations. The deployment contract's `-32029` lies in the
+    /// range the specification reserves for itself (ha-contract.md, section 25 item 29).
+    pub const RATE_LIMITED: ErrorCode = ErrorCode(-32010);
+
+    /// "Rate limit exceeded" (answered with `429`): the caller sent more than a limit allows
+    /// and may retry after `retry_after_s` seconds; `data` says which limit.
     pub fn rate_limited(retry_after_s: u64, data: Value) -> ErrorData {
         ErrorData::new(
-            ErrorCode(-32029),
+            RATE_LIMITED,
             format!("Rate limit exceeded. Retry after {retry_after_s} seconds"),
             Some(data),
         )
+    }
+    /// `-32603` (answered with `503`) when the shared rate-limit counters do not answer and
+    /// the server is configured to refuse rather than serve uncounted: the contract's message.
+    pub fn rate_limit_store_unavailable() -> ErrorData {
+        internal("Service temporarily unavailable: the rate-limit store cannot be reached")
     }
     /// `-32603` for a handler that panicked: the client learns only that the request failed;
     /// the panic's message stays in the server's log.

@@ -370,8 +370,11 @@ async fn connection(
     let body_limit = limits.body;
     let draining = phases.draining.clone();
     let seen = begun.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         seen.store(true, Ordering::Relaxed);
+        // Whom the request's limits count against, absent a trusted header (transport).
+        req.extensions_mut()
+            .insert(crate::transport::PeerAddr(peer));
         let guard = InFlight::begin(active.clone());
         let deadline = Instant::now() + body_limit;
         let router = router.clone();

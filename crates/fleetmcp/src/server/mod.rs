@@ -247,6 +247,16 @@ impl ServerBuilder {
             Ok(a) => (a, None),
             Err(e) => (None, Some(e)),
         };
+        // Shared by the fleet whenever the server has Redis, as sessions are.
+        let limits = match &redis {
+            Some(conn) => crate::limits::Limits::in_redis(
+                &config.limits,
+                conn.clone(),
+                sessions.machine_id(),
+                shutdown.clone(),
+            ),
+            None => crate::limits::Limits::in_memory(&config.limits),
+        };
         let app = App::new(Parts {
             info: self.info,
             catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
@@ -255,6 +265,7 @@ impl ServerBuilder {
             events,
             tasks,
             request_state,
+            limits,
             phases,
             state: self.state,
             auth,

@@ -23,6 +23,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::context::Caller;
 use crate::dispatch;
+use crate::limits::LimitKey;
 use crate::protocol::{
     ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
     errors,
@@ -78,6 +79,7 @@ pub(super) async fn serve(
     body: &[u8],
     place: Place,
     principal: Option<Arc<Principal>>,
+    key: LimitKey,
 ) -> Response {
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
@@ -144,6 +146,7 @@ pub(super) async fn serve(
                 let app = app.clone();
                 let caller = Caller::Session(session.clone());
                 let principal = principal.clone();
+                let key = key.clone();
                 answers.push(
                     async move {
                         let answer_id = id.clone();
@@ -152,11 +155,12 @@ pub(super) async fn serve(
                             method,
                             params,
                             principal,
+                            key,
                         };
                         match driver::start(&app, caller, call, false).await {
                             Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
-                            // Past the in-flight limit: this item alone is refused.
-                            Started::Busy(e) => Some(encode_error(Some(&answer_id), &e)),
+                            // Over a limit: this item alone is refused.
+                            Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
                             // Without the scope: this item alone is refused.
                             Started::Forbidden(scope) => Some(encode_error(
                                 Some(&answer_id),

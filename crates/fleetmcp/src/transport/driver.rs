@@ -4,8 +4,12 @@
 //! then pumps into its sink (the event store, the 2024-11-05 stream, or the connection).
 //!
 //! It also keeps a session's in-flight table (for `notifications/cancelled`, and to refuse a
-//! request past `http.max_inflight_per_session`) and drops the handler at its next `.await`
+//! request past `limits.max_inflight_per_session`), applies the limits of the request's key
+//! (`limits/`: rate, per tool, in flight per key), and drops the handler at its next `.await`
 //! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
+//!
+//! Every request any era runs passes here, and only on the instance that serves it: a relayed
+//! request is counted by its session's holder, never by the instance that relayed it.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +29,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::context::{Caller, Outbound, RequestContext};
 use crate::dispatch::{self, Reply};
+use crate::limits::{LimitKey, Refusal};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 
@@ -35,6 +40,8 @@ pub(super) struct Call {
     pub params: Option<Box<RawValue>>,
     /// Who sent it (authorization on), from the request's extensions.
     pub principal: Option<Arc<Principal>>,
+    /// Who it counts against ([`super::client_key`]).
+    pub key: LimitKey,
 }
 
 /// How a request is answered. `None` as a reply: it was cancelled, so nothing answers it.
@@ -43,9 +50,10 @@ pub(super) enum Started {
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
     Streaming(Streaming),
-    /// It did not run: its session already runs `http.max_inflight_per_session` requests.
-    /// The error ([`busy_response`] for HTTP) names the limit; nothing else is affected.
-    Busy(ErrorData),
+    /// It did not run: a limit refused it (its session's requests in flight, its key's rate,
+    /// its tool's rate, its key's requests in flight), or the shared counters did not answer.
+    /// [`Refused::response`] is its HTTP answer; nothing else is affected.
+    Refused(Refused),
     /// It did not run: authorization is on and the caller's token lacks this scope
     /// ([`authorize::insufficient_scope`] for HTTP).
     Forbidden(String),
@@ -68,18 +76,64 @@ pub(super) fn permitted(app: &App, call: &Call) -> Result<(), String> {
     }
 }
 
-/// How long a client refused by the in-flight limit should wait before it retries.
+/// How long a client refused by an in-flight limit should wait before it retries.
 const BUSY_RETRY_AFTER_S: u64 = 1;
 
-/// The HTTP answer of a request refused by the in-flight limit: `429` (the deployment
-/// contract's rate-limit answer), with `Retry-After`. `429` rather than `503`: the server is
-/// fine, this one session asks for too much at once, and a load balancer must not take a `503`
-/// as a sign that the instance is unhealthy.
-pub(super) fn busy_response(id: &RawValue, e: &ErrorData) -> Response {
-    reply::with_retry_after(
-        reply::rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(id), e),
-        BUSY_RETRY_AFTER_S,
-    )
+/// A request a limit refused: its JSON-RPC error, and how long to wait.
+pub(super) struct Refused {
+    pub error: ErrorData,
+    /// `Retry-After`, in seconds (rounded up, at least 1).
+    retry_after_s: u64,
+    /// `429` over a limit; `503` when the counters could not be read.
+    status: StatusCode,
+}
+
+impl Refused {
+    fn over(retry_after_s: u64, data: Value) -> Self {
+        Self {
+            error: errors::rate_limited(retry_after_s, data),
+            retry_after_s,
+            status: StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    fn from_limits(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Over { which, retry_after } => {
+                let ms = retry_after.as_millis() as u64;
+                Self::over(ms.div_ceil(1000).max(1), which.describe())
+            }
+            Refusal::StoreUnavailable => Self {
+                error: errors::rate_limit_store_unavailable(),
+                retry_after_s: 1,
+                status: StatusCode::SERVICE_UNAVAILABLE,
+            },
+        }
+    }
+
+    /// The HTTP answer, in either era: `429` (the deployment contract's rate-limit answer) with
+    /// `Retry-After` and the request's id. `429` rather than `503` over a limit: the server is
+    /// fine, this one caller asks for too much, and a load balancer must not take a `503` as a
+    /// sign that the instance is unhealthy.
+    pub fn response(&self, id: &RawValue) -> Response {
+        reply::with_retry_after(
+            reply::rpc_error(self.status, Some(id), &self.error),
+            self.retry_after_s,
+        )
+    }
+}
+
+/// Counts `initialize`, which opens a session rather than running in one, against `key`'s
+/// rate like any other request (and against nothing else: it holds no place in flight once
+/// answered).
+pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Refused> {
+    match app.limits().admit(key, None).await {
+        Ok(_slot) => Ok(()),
+        Err(refusal) => {
+            tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused an initialize over a limit");
+            Err(Refused::from_limits(refusal))
+        }
+    }
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
@@ -110,11 +164,12 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         method,
         params,
         principal,
+        key,
     } = call;
     let raw_id = id.get().to_string();
     let (cancel, tracked) = match &caller {
         Caller::Session(s) => {
-            let max = app.config().http.max_inflight_per_session;
+            let max = app.config().limits.max_inflight_per_session;
             match s.track_request(&raw_id, max) {
                 Some(token) => (token, Some(Tracked(s.clone(), raw_id))),
                 None => {
@@ -124,14 +179,25 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                         max,
                         "refused a request: its session already runs the most requests allowed"
                     );
-                    return Started::Busy(errors::rate_limited(
+                    return Started::Refused(Refused::over(
                         BUSY_RETRY_AFTER_S,
-                        json!({"maxInflightPerSession": max}),
+                        json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
                     ));
                 }
             }
         }
         _ => (app.shutdown().child_token(), None),
+    };
+    // After the session's own limit, so a request it refuses spends none of the key's rate.
+    let tool = (method == "tools/call" && app.limits().limits_tools())
+        .then(|| tool_name(params.as_deref()))
+        .flatten();
+    let slot = match app.limits().admit(&key, tool.as_deref()).await {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");
+            return Started::Refused(Refused::from_limits(refusal));
+        }
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let ctx = RequestContext::new(
@@ -148,6 +214,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
     // cancelled, or dropped with its connection.
     let mut running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
+        let _slot = slot;
         tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -235,8 +302,8 @@ where
 {
     match start(app, caller, call, true).await {
         Started::Plain(reply) => reply,
-        Started::Busy(e) => Some(Err(e)),
         Started::Forbidden(scope) => Some(Err(authorize::scope_error(&scope))),
+        Started::Refused(r) => Some(Err(r.error)),
         // The stream outlives any connection, so only the end of the request ends it.
         Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }
@@ -249,6 +316,17 @@ impl Drop for Tracked {
     fn drop(&mut self) {
         self.0.finish_request(&self.1);
     }
+}
+
+/// A `tools/call`'s tool name, read without parsing the rest of the params.
+fn tool_name(params: Option<&RawValue>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct P {
+        name: String,
+    }
+    serde_json::from_str::<P>(params?.get())
+        .ok()
+        .map(|p| p.name)
 }
 
 /// `params._meta.progressToken`, read without parsing the rest of the params.

@@ -111,6 +111,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     let app = &ep.app;
     let (parts, body) = req.into_parts();
     let principal = authorize::principal(&parts.extensions);
+    let key = super::client_key::of(app, &parts, principal.as_deref().map(crate::auth::Principal::key));
     let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
     {
         Ok(b) => b,
@@ -159,6 +160,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
                 method,
                 params,
                 principal,
+                key,
             };
             // Refused here, not on the stream, so the POST itself answers `403`.
             if let Err(scope) = driver::permitted(app, &call) {

@@ -18,6 +18,7 @@
 mod authorize;
 mod batch;
 mod checks;
+mod client_key;
 mod delete;
 mod driver;
 mod era;
@@ -44,6 +45,7 @@ use axum::middleware;
 use axum::response::Response;
 use axum::routing::get as get_route;
 
+pub use client_key::{PeerAddr, RELAYED_PEER_HEADER};
 pub use health::{Probe, ProbeReport};
 pub use relay::{Relay, RelayRequest, Relayed};
 
@@ -114,10 +116,23 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
 
 /// The request as the relay seam takes it.
 fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayRequest {
+    let mut headers = parts.headers;
+    // The holder counts the request's limits against the client, not against this instance:
+    // it gets the client's peer, signed with the hop (a client's own value is replaced).
+    match parts.extensions.get::<PeerAddr>() {
+        Some(peer) => {
+            if let Ok(v) = http::HeaderValue::from_str(&peer.0.to_string()) {
+                headers.insert(RELAYED_PEER_HEADER, v);
+            }
+        }
+        None => {
+            headers.remove(RELAYED_PEER_HEADER);
+        }
+    }
     RelayRequest {
         method: parts.method,
         uri: parts.uri,
-        headers: parts.headers,
+        headers,
         body,
     }
 }

@@ -20,12 +20,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::{Ep, SESSION_HEADER, authorize, batch, checks, era, initialize, reply, sse};
+use super::{Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, reply, sse};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
+use crate::limits::LimitKey;
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 
@@ -44,6 +45,8 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if let Err(bad) = batch::check_header_version(&parts.headers, &body) {
         return bad;
     }
+    // Limits count against the principal when authorization is on, else the client address.
+    let key = client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
         locate::locate(&ep.app, &parts.headers, authorize::owner(&principal)).await
@@ -51,27 +54,28 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         Place::Refused(Refusal::NoSession)
     };
     let Place::Holder(node) = place else {
-        return serve(&ep.app, &parts.headers, body, place, principal).await;
+        return serve(&ep.app, &parts.headers, body, place, principal, key).await;
     };
     let owner = authorize::owner(&principal);
     match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body), owner).await {
-        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal).await,
+        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal, key).await,
         Err(answer) => answer,
     }
 }
 
 /// Serves a request this instance answers; `place` is where its session header led,
-/// `principal` who sent it (authorization on).
+/// `principal` who sent it (authorization on), `key` whom its limits count against.
 async fn serve(
     app: &App,
     headers: &HeaderMap,
     body: Bytes,
     place: Place,
     principal: Option<Arc<Principal>>,
+    key: LimitKey,
 ) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
-        return batch::serve(app, headers, &body, place, principal).await;
+        return batch::serve(app, headers, &body, place, principal, key).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
@@ -85,7 +89,7 @@ async fn serve(
     };
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
-        return super::stateless::serve(app, headers, message, sse_ok, principal).await;
+        return super::stateless::serve(app, headers, message, sse_ok, principal, key).await;
     }
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
@@ -93,6 +97,9 @@ async fn serve(
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
+        if let Err(refused) = driver::admit_initialize(app, &key).await {
+            return refused.response(id);
+        }
         let owner = authorize::owner(&principal);
         return match initialize::open(app, None, id, params.as_deref(), owner).await {
             Ok((session, result)) => {
@@ -124,6 +131,7 @@ async fn serve(
                 method,
                 params,
                 principal,
+                key,
             };
             answer(app, session, call, sse_ok).await
         }
@@ -160,7 +168,7 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
             sse::keepalive_every(&app.config().http),
         ),
         Started::Streaming(s) => stream_answer(app, session, id, s).await,
-        Started::Busy(e) => driver::busy_response(&id, &e),
+        Started::Refused(r) => r.response(&id),
         Started::Forbidden(scope) => authorize::insufficient_scope(app, Some(&id), &scope),
     }
 }

@@ -21,6 +21,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
+use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
 use crate::stateless::request_state::{StateError, request_digest};
 use crate::stateless::{RequestMeta, Round};
@@ -49,6 +50,7 @@ pub(super) async fn serve(
     message: Message,
     sse_ok: bool,
     principal: Option<Arc<Principal>>,
+    key: LimitKey,
 ) -> Response {
     let (id, method, params) = match message {
         // The core protocol defines no client notifications over HTTP in this era.
@@ -126,6 +128,7 @@ pub(super) async fn serve(
         method,
         params,
         principal,
+        key,
     };
     match driver::start(app, Caller::Stateless(round), call, sse_ok).await {
         Started::Plain(Some(Ok(result))) => {
@@ -134,8 +137,8 @@ pub(super) async fn serve(
         Started::Plain(Some(Err(e))) => error(&answer_id, &e),
         Started::Plain(None) => error(&answer_id, &shutting_down()),
         Started::Streaming(s) => stream(app, answer_id, s),
-        // Only session requests are counted; kept exhaustive so a new limit cannot be missed.
-        Started::Busy(e) => driver::busy_response(&answer_id, &e),
+        // Over a limit: the same 429 as in the session era.
+        Started::Refused(r) => r.response(&answer_id),
         Started::Forbidden(scope) => {
             super::authorize::insufficient_scope(app, Some(&answer_id), &scope)
         }

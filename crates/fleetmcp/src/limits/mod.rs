@@ -1,0 +1,226 @@
+//! Fair use: request-rate limits (per key, globally and per tool) and the limit on requests
+//! in flight per key, counted in Redis when the server has Redis (so a fleet shares them) and
+//! in memory otherwise. The limit on requests in flight per *session* is not here: only the
+//! session's holder serves it, so its in-flight table counts it (`session/live.rs`).
+//!
+//! A key is a string: the caller's principal once authorization identifies one, else the
+//! client's address (`transport/client_key.rs` decides which). Every check is one call,
+//! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
+//! flight when dropped) or says which limit refused it and for how long.
+//!
+//! Architecture invariant: knows nothing of HTTP, sessions or JSON-RPC; one check costs at
+//! most one Redis round trip (one script), bounded by the Redis command timeout.
+
+mod memory;
+mod redis;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::config::{LimitsConfig, OnStoreError, RateLimit};
+use crate::redis_conn::RedisConn;
+
+/// Who a request counts against: `principal:<key>` or `addr:<ip>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LimitKey(Arc<str>);
+
+impl LimitKey {
+    /// The key of a caller authorization identified (its stable key: issuer and subject, or
+    /// the token's fingerprint).
+    pub fn principal(key: &str) -> Self {
+        Self(format!("principal:{key}").into())
+    }
+
+    /// The key of an anonymous caller: its address.
+    pub fn address(ip: std::net::IpAddr) -> Self {
+        Self(format!("addr:{ip}").into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Which {
+    /// `limits.rate`.
+    Rate(RateLimit),
+    /// `limits.tools.<name>`.
+    Tool(String, RateLimit),
+    /// `limits.max_inflight_per_key`.
+    InflightPerKey(usize),
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over a limit: retry after this long.
+    Over { which: Which, retry_after: Duration },
+    /// The shared counters did not answer and `limits.on_store_error` is `closed`.
+    StoreUnavailable,
+}
+
+impl Which {
+    /// What the JSON-RPC error's `data` says about the limit.
+    pub fn describe(&self) -> Value {
+        let rate = |r: &RateLimit| json!({"requests": r.requests, "windowMs": r.window_ms, "burst": r.burst()});
+        match self {
+            Self::Rate(r) => json!({"limit": "rate", "rate": rate(r)}),
+            Self::Tool(name, r) => json!({"limit": "toolRate", "tool": name, "rate": rate(r)}),
+            Self::InflightPerKey(max) => {
+                json!({"limit": "inflightPerKey", "maxInflightPerKey": max})
+            }
+        }
+    }
+}
+
+/// A request's place in flight under `max_inflight_per_key`; dropping it frees the place.
+#[must_use = "the place in flight is freed when the slot is dropped"]
+pub struct Slot {
+    /// Frees the place when dropped (`None`: nothing to free).
+    _held: Option<Box<dyn Send + Sync>>,
+}
+
+impl Slot {
+    fn none() -> Self {
+        Self { _held: None }
+    }
+
+    fn holding(held: impl Send + Sync + 'static) -> Self {
+        Self {
+            _held: Some(Box::new(held)),
+        }
+    }
+}
+
+/// One rule a check applies: its name for refusals, and its rate.
+#[derive(Clone)]
+struct Rule {
+    which: Which,
+    /// The key suffix it is counted under.
+    scope: String,
+    rate: RateLimit,
+}
+
+/// The emission interval and burst tolerance of a rate, in microseconds (GCRA's `T` and
+/// `T * burst`).
+fn gcra_params(rate: &RateLimit) -> (u64, u64) {
+    let interval = (rate.window_ms * 1000 / rate.requests).max(1);
+    (interval, interval * rate.burst())
+}
+
+/// Where the counters live.
+enum Store {
+    Memory(memory::MemoryLimits),
+    Redis(redis::RedisLimits),
+}
+
+/// The limits of one server.
+pub struct Limits {
+    cfg: LimitsConfig,
+    store: Store,
+    /// Unix ms of the last warning that the shared counters failed (one a second at most).
+    last_warned_ms: AtomicU64,
+}
+
+impl Limits {
+    /// Counted in this process's memory.
+    pub fn in_memory(cfg: &LimitsConfig) -> Self {
+        Self::with(cfg, Store::Memory(memory::MemoryLimits::default()))
+    }
+
+    /// Counted in Redis, shared by every instance using it; `instance` names this instance's
+    /// places in flight, renewed by a task started with the first one and stopped by `stop`.
+    pub fn in_redis(
+        cfg: &LimitsConfig,
+        conn: RedisConn,
+        instance: &str,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        Self::with(
+            cfg,
+            Store::Redis(redis::RedisLimits::new(conn, cfg, instance, stop)),
+        )
+    }
+
+    fn with(cfg: &LimitsConfig, store: Store) -> Self {
+        Self {
+            cfg: cfg.clone(),
+            store,
+            last_warned_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether any limit besides the per-session one is configured (no check at all otherwise).
+    pub fn is_on(&self) -> bool {
+        self.cfg.rate.is_some()
+            || !self.cfg.tools.is_empty()
+            || self.cfg.max_inflight_per_key.is_some()
+    }
+
+    /// Whether `tools/call` of `tool` has a limit of its own (so callers parse the name only
+    /// when it matters).
+    pub fn limits_tools(&self) -> bool {
+        !self.cfg.tools.is_empty()
+    }
+
+    /// Admits one request of `key` (a `tools/call` of `tool`, when it is one), or says why not.
+    /// The slot holds its place in flight until dropped.
+    pub async fn admit(&self, key: &LimitKey, tool: Option<&str>) -> Result<Slot, Refusal> {
+        if !self.is_on() {
+            return Ok(Slot::none());
+        }
+        let mut rules = Vec::with_capacity(2);
+        if let Some(rate) = self.cfg.rate {
+            rules.push(Rule {
+                which: Which::Rate(rate),
+                scope: "rate".into(),
+                rate,
+            });
+        }
+        if let Some(name) = tool
+            && let Some(rate) = self.cfg.tools.get(name)
+        {
+            rules.push(Rule {
+                which: Which::Tool(name.to_string(), *rate),
+                scope: format!("tool:{name}"),
+                rate: *rate,
+            });
+        }
+        let max_inflight = self.cfg.max_inflight_per_key;
+        let checked = match &self.store {
+            Store::Memory(m) => Ok(m.admit(key, &rules, max_inflight)),
+            Store::Redis(r) => r.admit(key, &rules, max_inflight).await,
+        };
+        match checked {
+            Ok(verdict) => verdict,
+            Err(e) => match self.cfg.on_store_error {
+                OnStoreError::Open => {
+                    self.warn_open(&e);
+                    Ok(Slot::none())
+                }
+                OnStoreError::Closed => {
+                    tracing::warn!(error = %e, "refused a request: the rate-limit store cannot be reached (limits.on_store_error = closed)");
+                    Err(Refusal::StoreUnavailable)
+                }
+            },
+        }
+    }
+
+    fn warn_open(&self, e: &crate::redis_conn::CommandError) {
+        let now = crate::clock::unix_ms();
+        let last = self.last_warned_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1000
+            && self
+                .last_warned_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(error = %e, "served a request without counting it: the rate-limit store cannot be reached (limits.on_store_error = open)");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The limits counted in Redis, shared by every instance using it: one script per check
+//! ([`ADMIT`]), so a check is one round trip, bounded by the Redis command timeout.
+//!
+//! Keys, all under one hash tag per limited key (one slot, should Cluster come):
+//! `<prefix>{<key>}:rate` and `<prefix>{<key>}:tool:<name>` hold a GCRA theoretical arrival
+//! time (microseconds, Redis's clock, so instances' clocks do not matter), with `PX` set to
+//! when it stops mattering; `<prefix>{<key>}:inflight` is a sorted set of the key's requests
+//! in flight, `<instance>:<n>` scored by when its lease ends. A live instance renews its
+//! leases every third of `limits.inflight_lease_ms`; a crashed one's lapse, and the next check
+//! drops them. Never `KEYS` or `SCAN`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::{LimitKey, Refusal, Rule, Slot, Which, gcra_params};
+use crate::config::LimitsConfig;
+use crate::redis_conn::{CommandError, RedisConn};
+
+/// Checks every rate of one key together and, when all admit and `max` is given, takes a place
+/// in flight; changes nothing unless it admits. `KEYS[1..n]`: the rates' keys; `KEYS[n+1]`: the
+/// in-flight set. `ARGV[1]` = n; `ARGV[2i]`, `ARGV[2i+1]`: rate i's interval and tolerance (µs);
+/// then max in flight, lease (ms), member (when there is an in-flight set). Returns
+/// `{0, 0, 0}` (admitted), `{1, i, wait ms}` (rate i refuses) or `{2, 0, 0}` (in flight full).
+const ADMIT: &str = r"
+local n = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tats = {}
+local wait, which = 0, 0
+for i = 1, n do
+  local interval = tonumber(ARGV[2 * i])
+  local tolerance = tonumber(ARGV[2 * i + 1])
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tat < now then tat = now end
+  local new_tat = tat + interval
+  local allow_at = new_tat - tolerance
+  if allow_at > now and allow_at - now > wait then
+    wait, which = allow_at - now, i
+  end
+  tats[i] = new_tat
+end
+if which > 0 then return {1, which, math.ceil(wait / 1000)} end
+if #KEYS > n then
+  local base = 2 * n + 2
+  local max = tonumber(ARGV[base])
+  local lease = tonumber(ARGV[base + 1])
+  local now_ms = math.floor(now / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[n + 1], '-inf', string.format('%d', now_ms))
+  if redis.call('ZCARD', KEYS[n + 1]) >= max then return {2, 0, 0} end
+  redis.call('ZADD', KEYS[n + 1], string.format('%d', now_ms + lease), ARGV[base + 2])
+  redis.call('PEXPIRE', KEYS[n + 1], lease)
+end
+for i = 1, n do
+  redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
+end
+return {0, 0, 0}
+";
+
+/// Extends this instance's leases: `KEYS[i]` an in-flight set, `ARGV[1]` the lease (ms),
+/// `ARGV[i + 1]` this instance's member in `KEYS[i]`. A member already gone stays gone (`XX`).
+const RENEW: &str = r"
+local t = redis.call('TIME')
+local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i, k in ipairs(KEYS) do
+  redis.call('ZADD', k, 'XX', string.format('%d', until_ms), ARGV[i + 1])
+  redis.call('PEXPIRE', k, ARGV[1])
+end
+return #KEYS
+";
+
+/// This instance's places in flight: in-flight set → members.
+type HeldMap = Arc<Mutex<HashMap<String, HashSet<String>>>>;
+
+pub(super) struct RedisLimits {
+    conn: RedisConn,
+    prefix: String,
+    instance: String,
+    lease_ms: u64,
+    admit: redis::Script,
+    next_member: AtomicU64,
+    held: HeldMap,
+    /// Starts the lease renewal with the first place taken (from a request, so in the runtime).
+    renewer: std::sync::Once,
+    stop: CancellationToken,
+}
+
+impl RedisLimits {
+    pub fn new(
+        conn: RedisConn,
+        cfg: &LimitsConfig,
+        instance: &str,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            conn,
+            prefix: cfg.key_prefix.clone(),
+            instance: instance.to_string(),
+            lease_ms: cfg.inflight_lease_ms,
+            admit: redis::Script::new(ADMIT),
+            next_member: AtomicU64::new(0),
+            held: Arc::default(),
+            renewer: std::sync::Once::new(),
+            stop,
+        }
+    }
+
+    pub async fn admit(
+        &self,
+        key: &LimitKey,
+        rules: &[Rule],
+        max_inflight: Option<usize>,
+    ) -> Result<Result<Slot, Refusal>, CommandError> {
+        let base = format!("{}{{{}}}:", self.prefix, key.as_str());
+        let mut inv = self.admit.prepare_invoke();
+        inv.arg(rules.len());
+        for rule in rules {
+            let (interval, tolerance) = gcra_params(&rule.rate);
+            inv.key(format!("{base}{}", rule.scope))
+                .arg(interval)
+                .arg(tolerance);
+        }
+        let place = max_inflight.map(|max| {
+            let set = format!("{base}inflight");
+            let member = format!(
+                "{}:{}",
+                self.instance,
+                self.next_member.fetch_add(1, Ordering::Relaxed)
+            );
+            inv.key(&set).arg(max).arg(self.lease_ms).arg(&member);
+            (set, member, max)
+        });
+        let (verdict, index, wait_ms): (u8, usize, u64) = self.conn.eval(inv).await?;
+        Ok(match verdict {
+            0 => Ok(match place {
+                Some((set, member, _)) => {
+                    self.renewer.call_once(|| {
+                        tokio::spawn(renew_leases(
+                            self.conn.clone(),
+                            self.held.clone(),
+                            self.lease_ms,
+                            self.stop.clone(),
+                        ));
+                    });
+                    self.held
+                        .lock()
+                        .entry(set.clone())
+                        .or_default()
+                        .insert(member.clone());
+                    Slot::holding(Held {
+                        set,
+                        member,
+                        conn: self.conn.clone(),
+                        held: self.held.clone(),
+                    })
+                }
+                None => Slot::none(),
+            }),
+            1 => {
+                let which = rules
+                    .get(index.saturating_sub(1))
+                    .map(|r| r.which.clone())
+                    .ok_or_else(|| CommandError::Unavailable("unexpected script answer".into()))?;
+                Err(Refusal::Over {
+                    which,
+                    retry_after: Duration::from_millis(wait_ms),
+                })
+            }
+            _ => Err(Refusal::Over {
+                which: Which::InflightPerKey(place.map_or(0, |p| p.2)),
+                retry_after: Duration::from_secs(1),
+            }),
+        })
+    }
+}
+
+/// A place in flight in Redis; dropping it removes it (in the background: a drop cannot wait).
+/// If that fails, the lease ends it, as for a crashed instance.
+struct Held {
+    set: String,
+    member: String,
+    conn: RedisConn,
+    held: HeldMap,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        {
+            let mut held = self.held.lock();
+            if let Some(members) = held.get_mut(&self.set) {
+                members.remove(&self.member);
+                if members.is_empty() {
+                    held.remove(&self.set);
+                }
+            }
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let conn = self.conn.clone();
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(&self.set).arg(&self.member);
+        rt.spawn(async move {
+            if let Err(e) = conn.run::<i64>(cmd).await {
+                tracing::debug!(error = %e, "a place in flight was not freed in Redis; its lease ends it");
+            }
+        });
+    }
+}
+
+/// Renews this instance's leases every third of the lease, until `stop`.
+async fn renew_leases(conn: RedisConn, held: HeldMap, lease_ms: u64, stop: CancellationToken) {
+    let script = redis::Script::new(RENEW);
+    let every = Duration::from_millis(lease_ms / 3);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let pairs: Vec<(String, String)> = held
+            .lock()
+            .iter()
+            .flat_map(|(set, members)| members.iter().map(move |m| (set.clone(), m.clone())))
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let mut inv = script.prepare_invoke();
+        inv.arg(lease_ms);
+        for (set, member) in &pairs {
+            inv.key(set).arg(member);
+        }
+        if let Err(e) = conn.eval::<i64>(inv).await {
+            tracing::warn!(error = %e, held = pairs.len(), "could not renew this instance's places in flight in Redis; they lapse if it goes on");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Who a request counts against for the limits: **the one place a principal will be passed
+//! in** once authorization identifies callers ([`of`]'s `principal`); until then, and for
+//! anonymous callers after, the client's address.
+//!
+//! The address is the connection's peer ([`PeerAddr`], put on every request by the listener),
+//! unless `limits.client_address_header` names the header the load balancer reports it in:
+//! `X-Forwarded-For` gives the rightmost hop that is not one of `limits.trusted_proxies` (every
+//! hop to its right was added by a proxy we trust, and the one it names is the first we
+//! cannot), any other header (`X-Real-IP`) its one address. With `trusted_proxies` set, the
+//! header is believed only from a peer in that list. A relayed request carries the relaying
+//! instance's peer in a signed header, which the holder's relay guard turns back into its
+//! [`PeerAddr`], so both instances find the same key.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::HeaderMap;
+use http::request::Parts;
+use ipnet::IpNet;
+
+use crate::app::App;
+use crate::limits::LimitKey;
+
+/// The connection's peer address, as a request extension.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// The header a relayed request carries its client's peer address in (signed with the hop).
+pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
+
+/// The key `parts` counts against: `principal` when authorization identified one, else the
+/// client's address.
+pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey {
+    if let Some(p) = principal {
+        return LimitKey::principal(p);
+    }
+    // An embedding app served by axum instead of our listener: its `ConnectInfo`, when it
+    // serves with `into_make_service_with_connect_info`.
+    let peer = parts
+        .extensions
+        .get::<PeerAddr>()
+        .map(|p| p.0.ip())
+        .or_else(|| {
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip())
+        });
+    let cfg = &app.config().limits;
+    let trusted = cfg.trusted_nets();
+    let addr = client_address(
+        &parts.headers,
+        peer,
+        cfg.client_address_header.as_deref(),
+        &trusted,
+    );
+    // No peer and no header (an embedding app served without connect info): every caller
+    // shares one key.
+    LimitKey::address(addr.unwrap_or(IpAddr::from([0, 0, 0, 0])))
+}
+
+/// The client's address: from `header` when configured, present and believed, else the peer.
+fn client_address(
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    header: Option<&str>,
+    trusted: &[IpNet],
+) -> Option<IpAddr> {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    let believed = match peer {
+        Some(p) => trusted.is_empty() || is_trusted(&p),
+        None => true,
+    };
+    let from_header = header.filter(|_| believed).and_then(|name| {
+        // Every value of the header, in order, as one list of hops.
+        let hops: Vec<IpAddr> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(parse_hop)
+            .collect();
+        hops.iter()
+            .rev()
+            .find(|ip| !is_trusted(ip))
+            .or(hops.first())
+            .copied()
+    });
+    from_header.or(peer)
+}
+
+/// One hop: an address, maybe with a port (`1.2.3.4:5`, `[::1]:5`).
+fn parse_hop(text: &str) -> Option<IpAddr> {
+    let text = text.trim();
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(name: &'static str, values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(name, v.parse().unwrap());
+        }
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn without_a_configured_header_the_peer_counts() {
+        let h = headers("x-forwarded-for", &["9.9.9.9"]);
+        assert_eq!(
+            client_address(&h, Some(ip("10.0.0.5")), None, &[]),
+            Some(ip("10.0.0.5"))
+        );
+    }
+
+    #[test]
+    fn x_forwarded_for_gives_its_rightmost_untrusted_hop() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        // The client made up the first hop; the balancer appended the real one.
+        let h = headers(
+            "x-forwarded-for",
+            &["6.6.6.6, 203.0.113.7", "10.0.0.2:8080"],
+        );
+        let got = client_address(&h, Some(ip("10.0.0.1")), Some("x-forwarded-for"), &trusted);
+        assert_eq!(got, Some(ip("203.0.113.7")));
+        // All hops trusted: the first one.
+        let h = headers("x-forwarded-for", &["10.1.1.1, 10.2.2.2"]);
+        let got = client_address(&h, Some(ip("10.0.0.1")), Some("x-forwarded-for"), &trusted);
+        assert_eq!(got, Some(ip("10.1.1.1")));
+    }
+
+    #[test]
+    fn the_header_is_believed_only_from_a_trusted_peer_when_proxies_are_listed() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let h = headers("x-real-ip", &["198.51.100.4"]);
+        let from_lb = client_address(&h, Some(ip("10.0.0.1")), Some("x-real-ip"), &trusted);
+        assert_eq!(from_lb, Some(ip("198.51.100.4")));
+        let direct = client_address(&h, Some(ip("192.0.2.9")), Some("x-real-ip"), &trusted);
+        assert_eq!(direct, Some(ip("192.0.2.9")));
+        // No list: the operator says only the balancer reaches the instances.
+        let any = client_address(&h, Some(ip("192.0.2.9")), Some("x-real-ip"), &[]);
+        assert_eq!(any, Some(ip("198.51.100.4")));
+        // A header that is not an address: the peer.
+        let h = headers("x-real-ip", &["not an address"]);
+        let bad = client_address(&h, Some(ip("10.0.0.1")), Some("x-real-ip"), &trusted);
+        assert_eq!(bad, Some(ip("10.0.0.1")));
+    }
+}
