@@ -18,6 +18,8 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::redis_config::RedisConfig;
+use crate::telemetry::Meters;
+use crate::telemetry::meters::RedisOutcome;
 
 /// Timeouts in a row after which the connection is rebuilt.
 pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
@@ -51,6 +53,8 @@ struct Inner {
     rebuilds: AtomicU32,
     /// The last command or ping got an answer.
     healthy: AtomicBool,
+    /// Where every command's latency and failures are counted (the server's, once given).
+    meters: std::sync::OnceLock<Meters>,
 }
 
 impl RedisConn {
@@ -68,6 +72,7 @@ impl RedisConn {
             rebuilding: AtomicBool::new(false),
             rebuilds: AtomicU32::new(0),
             healthy: AtomicBool::new(false),
+            meters: std::sync::OnceLock::new(),
         }))
     }
 
@@ -134,6 +139,12 @@ impl RedisConn {
     /// [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row.
     pub fn rebuild_attempts(&self) -> u32 {
         self.inner.rebuilds.load(Ordering::Acquire)
+    }
+
+    /// Counts every command from now on in `meters` (latency, timeouts, failures); the first
+    /// call wins.
+    pub(crate) fn instrument(&self, meters: Meters) {
+        let _ = self.inner.meters.set(meters);
     }
 
     /// The configuration this connection was built from.
@@ -290,6 +301,9 @@ impl Inner {
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let Some(manager) = self.conn.load_full() else {
+            if let Some(m) = self.meters.get() {
+                m.redis_command(RedisOutcome::Failed, Duration::ZERO);
+            }
             return Err(CommandError::Unavailable(
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
@@ -297,25 +311,33 @@ impl Inner {
         let conn = (*manager).clone();
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
-        match tokio::time::timeout(limit, work(conn)).await {
+        let began = std::time::Instant::now();
+        let (result, outcome) = match tokio::time::timeout(limit, work(conn)).await {
             Ok(Ok(v)) => {
                 self.timeouts_in_a_row.store(0, Ordering::Release);
                 self.healthy.store(true, Ordering::Release);
-                Ok(v)
+                (Ok(v), RedisOutcome::Answered)
             }
             Ok(Err(e)) if e.is_timeout() => {
                 self.on_timeout();
-                Err(CommandError::Timeout(ms))
+                (Err(CommandError::Timeout(ms)), RedisOutcome::Timeout)
             }
             Ok(Err(e)) => {
                 self.healthy.store(false, Ordering::Release);
-                Err(CommandError::Unavailable(e.to_string()))
+                (
+                    Err(CommandError::Unavailable(e.to_string())),
+                    RedisOutcome::Failed,
+                )
             }
             Err(_) => {
                 self.on_timeout();
-                Err(CommandError::Timeout(ms))
+                (Err(CommandError::Timeout(ms)), RedisOutcome::Timeout)
             }
+        };
+        if let Some(m) = self.meters.get() {
+            m.redis_command(outcome, began.elapsed());
         }
+        result
     }
 
     /// Counts a timeout; the [`REBUILD_AFTER_TIMEOUTS`]th in a row starts a rebuild of the

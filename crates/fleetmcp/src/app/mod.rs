@@ -86,6 +86,7 @@ struct Inner {
     draining: CancellationToken,
     started: Instant,
     state: StateMap,
+    meters: crate::telemetry::Meters,
     /// Installed once, when distributed mode starts.
     fanout: std::sync::OnceLock<Arc<dyn Fanout>>,
 }
@@ -101,6 +102,7 @@ pub(crate) struct Parts {
     pub request_state: RequestStateSealer,
     pub phases: Phases,
     pub state: StateMap,
+    pub meters: crate::telemetry::Meters,
 }
 
 /// The tokens of a server's stop, one per phase ([`App::draining`], [`App::closing`],
@@ -149,6 +151,7 @@ impl App {
                 shutdown,
                 started: Instant::now(),
                 state: p.state,
+                meters: p.meters,
                 fanout: std::sync::OnceLock::new(),
             }),
         }
@@ -167,6 +170,10 @@ impl App {
     }
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+    /// This server's metrics.
+    pub fn meters(&self) -> &crate::telemetry::Meters {
+        &self.inner.meters
     }
     pub fn sessions(&self) -> &Sessions {
         &self.inner.sessions

@@ -22,6 +22,7 @@ use crate::session::{
 };
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
+use crate::telemetry::Meters;
 use crate::transport::{self, Relay, Seams};
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
@@ -132,6 +133,11 @@ impl ServerBuilder {
     /// [`Server::serve`]) does that.
     pub fn build(self) -> Server {
         let config = self.config.unwrap_or_default();
+        let meters = if config.http.metrics {
+            Meters::new()
+        } else {
+            Meters::disabled()
+        };
         let (machine_id, source) = machine_id::resolve(&config);
         let sealer = sealer_for(&config, &machine_id, source);
         let mut store = self.store;
@@ -145,6 +151,7 @@ impl ServerBuilder {
             cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
             match RedisConn::new(cfg) {
                 Ok(conn) => {
+                    conn.instrument(meters.clone());
                     store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
                     if events.is_none() {
                         events = Some(Arc::new(RedisEventStore::new(
@@ -252,6 +259,7 @@ impl ServerBuilder {
             request_state,
             phases,
             state: self.state,
+            meters,
         });
         Server {
             app,
@@ -391,6 +399,7 @@ impl Server {
             router = c.layer(router);
         }
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
+        tokio::spawn(app.meters().clone().upkeep(app.shutdown().clone()));
         Ok(Running {
             app,
             router,

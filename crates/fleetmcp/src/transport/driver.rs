@@ -7,6 +7,7 @@
 //! request past `http.max_inflight_per_session`) and drops the handler at its next `.await`
 //! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
 
+use crate::telemetry::{Limit, scope};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -80,6 +81,7 @@ pub(super) struct Gone;
 /// standalone stream and the answer is always plain.
 pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) -> Started {
     let Call { id, method, params } = call;
+    scope::note_method(scope::Method::of(&method));
     let raw_id = id.get().to_string();
     let (cancel, tracked) = match &caller {
         Caller::Session(s) => {
@@ -93,6 +95,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                         max,
                         "refused a request: its session already runs the most requests allowed"
                     );
+                    app.meters().limit_rejected(Limit::InflightPerSession);
                     return Started::Busy(errors::rate_limited(
                         BUSY_RETRY_AFTER_S,
                         json!({"maxInflightPerSession": max}),

@@ -27,6 +27,7 @@ use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
+use crate::telemetry::scope::{self, Era, Method};
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -61,6 +62,8 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
 async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
+        scope::note_method(Method::BATCH);
+        scope::note_era(Era::Session);
         return batch::serve(app, headers, &body, place).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
@@ -73,10 +76,17 @@ async fn serve(app: &App, headers: &HeaderMap, body: Bytes, place: Place) -> Res
         Ok(m) => m,
         Err((id, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e),
     };
+    scope::note_method(match &message {
+        Message::Request { method, .. } => Method::of(method),
+        Message::Notification { .. } => Method::NOTIFICATION,
+        Message::Response { .. } => Method::RESPONSE,
+    });
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
+        scope::note_era(Era::Stateless);
         return super::stateless::serve(app, headers, message, sse_ok).await;
     }
+    scope::note_era(Era::Session);
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
