@@ -128,15 +128,21 @@ fn a_scrape_after_a_mixed_run_passes_promtool_check_metrics() {
     );
     assert_eq!(bad.status, 415, "{}", bad.describe());
     // The stateless era.
-    let discover =
-        json!({"jsonrpc": "2.0", "id": next_id(), "method": "server/discover", "params": {}});
-    let resp = post_with(
-        port,
-        None,
-        &[("mcp-protocol-version", "2026-07-28")],
-        &discover,
-        HTTP_LIMIT,
-    );
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let discover = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "server/discover",
+        "params": {"_meta": meta},
+    });
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let resp = post_with(port, None, &modern, &discover, HTTP_LIMIT);
     assert_eq!(resp.status, 200, "{}", resp.describe());
     let del = http(
         port,

@@ -66,7 +66,7 @@ struct Inner {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
     /// Per (method, era, status): the request counter and its latency histogram.
-    requests: RwLock<HashMap<(Method, Era, u16), (Counter, Histogram)>>,
+    requests: RwLock<HashMap<RequestLabels, (Counter, Histogram)>>,
     sessions_held: Gauge,
     sse_open: Gauge,
     relays: [Counter; 2],
@@ -78,6 +78,9 @@ struct Inner {
     redis_errors: Counter,
     limit_rejections: [Counter; Limit::ALL.len()],
 }
+
+/// A request series' labels: MCP method, era, HTTP status.
+type RequestLabels = (Method, Era, u16);
 
 const META: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));

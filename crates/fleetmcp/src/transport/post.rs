@@ -45,6 +45,7 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     }
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
+        scope::note_era(Era::Session);
         locate::locate(&ep.app, &parts.headers).await
     } else {
         Place::Refused(Refusal::NoSession)
