@@ -212,6 +212,14 @@ fn a_scrape_after_a_mixed_run_passes_promtool_check_metrics() {
         HTTP_LIMIT,
     );
     assert_eq!(foreign.status, 403, "{}", foreign.describe());
+
+    // Switched off: no route, nothing recorded.
+    let off = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[("FLEETMCP_METRICS", "off")],
+    );
+    let resp = http(off.port(), "GET", "/metrics", &[], None, HTTP_LIMIT);
+    assert_eq!(resp.status, 404, "{}", resp.describe());
 }
 
 #[test]
