@@ -448,7 +448,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`).
+    /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`, and `/metrics`
+    /// unless `http.metrics` is off).
     pub fn router(&self) -> Router {
         self.router.clone()
     }
