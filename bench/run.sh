@@ -68,7 +68,9 @@ if [[ " $TARGETS " == *" ts "* ]]; then
   fi
 fi
 LOADGEN="$REL/fleet-loadgen"
-for b in "$LOADGEN" "$REL/help-desk" "$REL/rmcp-ref"; do
+needed=("$LOADGEN" "$REL/help-desk")
+[[ " $TARGETS " == *" rmcp "* ]] && needed+=("$REL/rmcp-ref")
+for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
 done
 
