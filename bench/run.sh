@@ -22,6 +22,7 @@
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
 #   SKIP_BUILD=0     1 = use the binaries already in target/release
+#   SERVER_RUST_LOG=warn  the servers' RUST_LOG (info: each request's span is enabled)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +35,7 @@ WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-1}"
 TARGETS="${TARGETS:-fleetmcp fleetmcp_stateless fleetmcp_pair rmcp ts}"
 PIN="${PIN:-0}"
+SERVER_RUST_LOG="${SERVER_RUST_LOG:-warn}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 REL="$TARGET_DIR/release"
 
@@ -66,7 +68,9 @@ if [[ " $TARGETS " == *" ts "* ]]; then
   fi
 fi
 LOADGEN="$REL/fleet-loadgen"
-for b in "$LOADGEN" "$REL/help-desk" "$REL/rmcp-ref"; do
+needed=("$LOADGEN" "$REL/help-desk")
+[[ " $TARGETS " == *" rmcp "* ]] && needed+=("$REL/rmcp-ref")
+for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
 done
 
@@ -129,12 +133,12 @@ start_server() {
       PORT2="$("$LOADGEN" free-port)"
       PORT="$PORT2" MACHINE_ID=bench-b REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
-        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
       SECOND_PID=$!
       PORT="$port" MACHINE_ID=bench-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
-        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+        MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
       ;;
     fleet3_rr|fleet3_sticky)
@@ -150,7 +154,7 @@ start_server() {
         local p; p="$("$LOADGEN" free-port)"; ports+=("$p")
         PORT="$p" MACHINE_ID="bench-$node" REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
           FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
-          MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+          MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
           "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-$node.log" 2>&1 &
         FLEET_PIDS+=($!)
         upstreams+="server 127.0.0.1:$p; "
@@ -194,16 +198,16 @@ NGINX
       "${server_pin[@]}" "${NGINX:-/usr/sbin/nginx}" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" >"$logf" 2>&1 &
       ;;
     fleetmcp|fleetmcp_stateless)
-      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
       ;;
     fleetmcp_before)
       [[ -x "${BEFORE_BIN:-}" ]] || { log "fleetmcp_before needs BEFORE_BIN=<a help-desk binary>"; exit 1; }
-      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+      PORT="$port" MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$BEFORE_BIN" >"$logf" 2>&1 &
       ;;
     rmcp)
-      PORT="$port" RUST_LOG=warn "${server_pin[@]}" "$REL/rmcp-ref" >"$logf" 2>&1 &
+      PORT="$port" RUST_LOG="$SERVER_RUST_LOG" "${server_pin[@]}" "$REL/rmcp-ref" >"$logf" 2>&1 &
       ;;
     hyper)
       PORT="$port" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &

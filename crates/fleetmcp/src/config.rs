@@ -106,6 +106,11 @@ pub struct HttpConfig {
     /// `/readyz` (anything else `503`), and beyond that reserve a connection is closed as soon
     /// as it is accepted. Lowered at start to fit the open-files limit.
     pub max_connections: usize,
+    /// `FLEETMCP_METRICS`: serve `/metrics` (Prometheus text format) behind the same `Host` and
+    /// `Origin` checks as `/mcp`, and record what it shows. On by default: it shows only
+    /// counts under fixed labels (no id, no header), and a fleet is scraped without extra
+    /// configuration; off, nothing is recorded.
+    pub metrics: bool,
 }
 
 impl Default for HttpConfig {
@@ -127,6 +132,7 @@ impl Default for HttpConfig {
             idle_timeout_ms: 65_000,
             write_timeout_ms: 30_000,
             max_connections: 10_000,
+            metrics: true,
         }
     }
 }
@@ -689,6 +695,7 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_LIMITS_ON_STORE_ERROR",
     "FLEETMCP_CLIENT_ADDRESS_HEADER",
     "FLEETMCP_TRUSTED_PROXIES",
+    "FLEETMCP_METRICS",
 ];
 
 fn positive(value: &str) -> Option<u64> {
@@ -941,6 +948,13 @@ impl Config {
                     .filter(|s| !s.is_empty())
                     .map(String::from)
                     .collect()
+            }
+            "FLEETMCP_METRICS" if !value.trim().is_empty() => {
+                self.http.metrics = match value.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "on" => true,
+                    "0" | "false" | "off" => false,
+                    _ => return Err(invalid("FLEETMCP_METRICS", "expected on or off")),
+                }
             }
             "FLEETMCP_ADVERTISE_ADDRESS" => {
                 self.ha.advertise_address = (!value.trim().is_empty()).then(|| value.trim().into())
@@ -1316,6 +1330,15 @@ mod tests {
         assert_eq!((ms(&cfg), cfg.http.shutdown_grace_ms), (0, 250));
         let err = Config::from_sources(None, [("FLEETMCP_DRAIN_MS", "5s")]).unwrap_err();
         assert!(err.to_string().contains("FLEETMCP_DRAIN_MS"), "{err}");
+    }
+
+    #[test]
+    fn metrics_are_on_unless_switched_off() {
+        assert!(Config::default().http.metrics);
+        let off = Config::from_sources(None, [("FLEETMCP_METRICS", "off")]).unwrap();
+        assert!(!off.http.metrics);
+        let err = Config::from_sources(None, [("FLEETMCP_METRICS", "maybe")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_METRICS"), "{err}");
     }
 
     #[test]

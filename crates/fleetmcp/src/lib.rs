@@ -26,6 +26,7 @@ mod machine_id;
 pub mod protocol;
 pub mod redis_config;
 pub mod redis_conn;
+mod telemetry;
 #[cfg(test)]
 mod testing;
 // 1. state that is not a session's
@@ -65,15 +66,4 @@ pub use tasks::{
 };
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
-/// Sets up `tracing` for a binary: `RUST_LOG` filters (default `info`).
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only on a terminal, so log files and test captures stay greppable.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(ansi)
-        .try_init();
-}
+pub use telemetry::logs::init_tracing;

@@ -23,6 +23,8 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::redis_config::RedisConfig;
+use crate::telemetry::Meters;
+use crate::telemetry::meters::RedisOutcome;
 
 /// Timeouts in a row after which the connection is rebuilt.
 pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
@@ -63,6 +65,8 @@ struct Inner {
     replaced: tokio::sync::watch::Sender<u64>,
     /// With Sentinel: the address of the master in use.
     master: parking_lot::Mutex<Option<String>>,
+    /// Where every command's latency and failures are counted (the server's, once given).
+    meters: std::sync::OnceLock<Meters>,
 }
 
 /// With Sentinel, how often the sentinels are asked whether the master changed. A manual or
@@ -93,6 +97,7 @@ impl RedisConn {
             healthy: AtomicBool::new(false),
             replaced: tokio::sync::watch::Sender::new(0),
             master: parking_lot::Mutex::new(None),
+            meters: std::sync::OnceLock::new(),
         }))
     }
 
@@ -171,6 +176,12 @@ impl RedisConn {
     /// dedicated connections made from this one's server reconnect then.
     pub(crate) fn replaced(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.replaced.subscribe()
+    }
+
+    /// Counts every command from now on in `meters` (latency, timeouts, failures); the first
+    /// call wins.
+    pub(crate) fn instrument(&self, meters: Meters) {
+        let _ = self.inner.meters.set(meters);
     }
 
     /// The configuration this connection was built from.
@@ -352,6 +363,9 @@ impl Inner {
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let Some(manager) = self.conn.load_full() else {
+            if let Some(m) = self.meters.get() {
+                m.redis_command(RedisOutcome::Failed, Duration::ZERO);
+            }
             return Err(CommandError::Unavailable(
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
@@ -359,15 +373,16 @@ impl Inner {
         let conn = (*manager).clone();
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
-        match tokio::time::timeout(limit, work(conn)).await {
+        let began = std::time::Instant::now();
+        let (result, outcome) = match tokio::time::timeout(limit, work(conn)).await {
             Ok(Ok(v)) => {
                 self.timeouts_in_a_row.store(0, Ordering::Release);
                 self.healthy.store(true, Ordering::Release);
-                Ok(v)
+                (Ok(v), RedisOutcome::Answered)
             }
             Ok(Err(e)) if e.is_timeout() => {
                 self.on_timeout();
-                Err(CommandError::Timeout(ms))
+                (Err(CommandError::Timeout(ms)), RedisOutcome::Timeout)
             }
             Ok(Err(e)) => {
                 self.healthy.store(false, Ordering::Release);
@@ -380,13 +395,20 @@ impl Inner {
                 {
                     self.rebuild(format!("the master in use failed ({e})"));
                 }
-                Err(CommandError::Unavailable(e.to_string()))
+                (
+                    Err(CommandError::Unavailable(e.to_string())),
+                    RedisOutcome::Failed,
+                )
             }
             Err(_) => {
                 self.on_timeout();
-                Err(CommandError::Timeout(ms))
+                (Err(CommandError::Timeout(ms)), RedisOutcome::Timeout)
             }
+        };
+        if let Some(m) = self.meters.get() {
+            m.redis_command(outcome, began.elapsed());
         }
+        result
     }
 
     /// Counts a timeout; the [`REBUILD_AFTER_TIMEOUTS`]th in a row starts a rebuild of the

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("protocol", 0),
     ("redis_config", 0),
     ("redis_conn", 0),
+    ("telemetry", 0),
     ("testing", 0),
     // 1. state that is not a session's
     ("auth", 1),

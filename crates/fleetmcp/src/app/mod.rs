@@ -90,6 +90,7 @@ struct Inner {
     draining: CancellationToken,
     started: Instant,
     state: StateMap,
+    meters: crate::telemetry::Meters,
     /// Installed once, when distributed mode starts.
     fanout: std::sync::OnceLock<Arc<dyn Fanout>>,
     /// Checks access tokens (`None`: authorization is off).
@@ -109,6 +110,7 @@ pub(crate) struct Parts {
     pub phases: Phases,
     pub state: StateMap,
     pub auth: Option<Arc<Authorizer>>,
+    pub meters: crate::telemetry::Meters,
 }
 
 /// The tokens of a server's stop, one per phase ([`App::draining`], [`App::closing`],
@@ -158,6 +160,7 @@ impl App {
                 shutdown,
                 started: Instant::now(),
                 state: p.state,
+                meters: p.meters,
                 fanout: std::sync::OnceLock::new(),
                 auth: p.auth,
             }),
@@ -182,6 +185,12 @@ impl App {
     pub fn auth(&self) -> Option<&Arc<Authorizer>> {
         self.inner.auth.as_ref()
     }
+
+    /// This server's metrics.
+    pub fn meters(&self) -> &crate::telemetry::Meters {
+        &self.inner.meters
+    }
+
     pub fn sessions(&self) -> &Sessions {
         &self.inner.sessions
     }

@@ -23,6 +23,7 @@ use crate::session::{
 };
 use crate::stateless::request_state::{KeySource, RequestStateSealer};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
+use crate::telemetry::Meters;
 use crate::transport::{self, Relay, Seams};
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
@@ -133,6 +134,11 @@ impl ServerBuilder {
     /// [`Server::serve`]) does that.
     pub fn build(self) -> Server {
         let config = self.config.unwrap_or_default();
+        let meters = if config.http.metrics {
+            Meters::new()
+        } else {
+            Meters::disabled()
+        };
         let (machine_id, source) = machine_id::resolve(&config);
         let sealer = sealer_for(&config, &machine_id, source);
         let mut store = self.store;
@@ -146,6 +152,7 @@ impl ServerBuilder {
             cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
             match RedisConn::new(cfg) {
                 Ok(conn) => {
+                    conn.instrument(meters.clone());
                     store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
                     if events.is_none() {
                         events = Some(Arc::new(RedisEventStore::new(
@@ -269,6 +276,7 @@ impl ServerBuilder {
             phases,
             state: self.state,
             auth,
+            meters,
         });
         Server {
             app,
@@ -415,6 +423,7 @@ impl Server {
             router = c.layer(router);
         }
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
+        tokio::spawn(app.meters().clone().upkeep(app.shutdown().clone()));
         Ok(Running {
             app,
             router,
@@ -463,7 +472,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`).
+    /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`, and `/metrics`
+    /// unless `http.metrics` is off).
     pub fn router(&self) -> Router {
         self.router.clone()
     }

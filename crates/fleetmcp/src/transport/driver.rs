@@ -32,6 +32,7 @@ use crate::dispatch::{self, Reply};
 use crate::limits::{LimitKey, Refusal};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
+use crate::telemetry::{Limit, scope};
 
 /// One JSON-RPC request to run.
 pub(super) struct Call {
@@ -123,6 +124,19 @@ impl Refused {
     }
 }
 
+/// Counts a refusal in `fleetmcp_limit_rejections_total`, by the limit that refused.
+fn count_refusal(app: &App, refusal: &Refusal) {
+    let limit = match refusal {
+        Refusal::Over { which, .. } => match which {
+            crate::limits::Which::Rate(_) => Limit::Rate,
+            crate::limits::Which::Tool(..) => Limit::ToolRate,
+            crate::limits::Which::InflightPerKey(_) => Limit::InflightPerKey,
+        },
+        Refusal::StoreUnavailable => Limit::LimitStore,
+    };
+    app.meters().limit_rejected(limit);
+}
+
 /// Counts `initialize`, which opens a session rather than running in one, against `key`'s
 /// rate like any other request (and against nothing else: it holds no place in flight once
 /// answered).
@@ -131,6 +145,7 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
         Ok(_slot) => Ok(()),
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused an initialize over a limit");
+            count_refusal(app, &refusal);
             Err(Refused::from_limits(refusal))
         }
     }
@@ -156,6 +171,7 @@ pub(super) struct Gone;
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
 pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) -> Started {
+    scope::note_method(scope::Method::of(&call.method));
     if let Err(scope) = permitted(app, &call) {
         return Started::Forbidden(scope);
     }
@@ -179,6 +195,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                         max,
                         "refused a request: its session already runs the most requests allowed"
                     );
+                    app.meters().limit_rejected(Limit::InflightPerSession);
                     return Started::Refused(Refused::over(
                         BUSY_RETRY_AFTER_S,
                         json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
@@ -196,6 +213,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         Ok(slot) => slot,
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");
+            count_refusal(app, &refusal);
             return Started::Refused(Refused::from_limits(refusal));
         }
     };

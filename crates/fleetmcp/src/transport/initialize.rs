@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::dispatch;
 use crate::protocol::{ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
+use crate::telemetry::Limit;
 
 /// Kept raw at first so that their size is checked before anything is built from them.
 #[derive(Deserialize)]
@@ -78,7 +79,12 @@ pub(super) async fn open(
         .sessions()
         .open(sid, version, client_info, capabilities, owner)
         .await
-        .map_err(|e| open_error(e, Some(rid)))?;
+        .map_err(|e| {
+            if matches!(e, OpenError::Full) {
+                app.meters().limit_rejected(Limit::Sessions);
+            }
+            open_error(e, Some(rid))
+        })?;
     Ok((session, result(app, version)))
 }
 

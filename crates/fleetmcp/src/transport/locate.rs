@@ -15,6 +15,7 @@
 //! Whether the session exists is decided by `session::Sessions`; this file only maps its
 //! answer to HTTP.
 
+use crate::telemetry::{RelayOutcome, scope};
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -95,9 +96,18 @@ pub(super) async fn relay_or_take_over(
     req: RelayRequest,
     owner: Option<&str>,
 ) -> Result<(Place, RelayRequest), Response> {
+    let meters = ep.app.meters();
+    let began = std::time::Instant::now();
     let req = match relay::forward(ep.relay(), holder, req).await {
-        Relayed::Answered(res) => return Err(res),
-        Relayed::HolderGone(req) => req,
+        Relayed::Answered(res) => {
+            meters.relayed(RelayOutcome::Answered, began.elapsed());
+            scope::note_method(scope::Method::RELAYED);
+            return Err(res);
+        }
+        Relayed::HolderGone(req) => {
+            meters.relayed(RelayOutcome::HolderGone, began.elapsed());
+            req
+        }
     };
     let Some(id) = req
         .headers
@@ -106,9 +116,17 @@ pub(super) async fn relay_or_take_over(
     else {
         return Ok((Place::Refused(Refusal::NoSession), req));
     };
-    match place(ep.app.sessions().take_over(id, holder).await, owner) {
+    let began = std::time::Instant::now();
+    let lookup = ep.app.sessions().take_over(id, holder).await;
+    if matches!(lookup, Lookup::Held(_)) {
+        meters.took_over(began.elapsed());
+    }
+    match place(lookup, owner) {
         Place::Holder(next) => match relay::forward(ep.relay(), &next, req).await {
-            Relayed::Answered(res) => Err(res),
+            Relayed::Answered(res) => {
+                scope::note_method(scope::Method::RELAYED);
+                Err(res)
+            }
             Relayed::HolderGone(_) => Err(unavailable(
                 None,
                 "The instances holding this session stopped; retry shortly",

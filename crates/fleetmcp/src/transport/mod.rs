@@ -30,9 +30,11 @@ mod legacy_sse;
 mod listen;
 mod locate;
 mod mirrored;
+mod observe;
 mod post;
 mod relay;
 mod reply;
+mod scrape;
 mod sse;
 mod stateless;
 
@@ -98,7 +100,19 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
         .route(MESSAGE_PATH, axum::routing::post(legacy_sse::post))
         // Inside the Host/Origin guard: a foreign origin is refused before a token is read.
         .layer(middleware::from_fn_with_state(ep.clone(), authorize::check))
-        .layer(middleware::from_fn_with_state(ep.clone(), guard::check));
+        .layer(middleware::from_fn_with_state(ep.clone(), guard::check))
+        // Outside the guard: a refused Host or Origin is counted too.
+        .layer(middleware::from_fn_with_state(ep.clone(), observe::request));
+    // Off the MCP path (not counted, no span), behind the same checks.
+    let mcp = if ep.app.meters().enabled() {
+        mcp.merge(
+            Router::new()
+                .route("/metrics", get_route(scrape::metrics))
+                .layer(middleware::from_fn_with_state(ep.clone(), guard::check)),
+        )
+    } else {
+        mcp
+    };
     let health = Router::new()
         .route("/healthz", get_route(health::healthz))
         .route("/health", get_route(health::healthz))
@@ -114,7 +128,8 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
     mcp.merge(health).with_state(ep)
 }
 
-/// The request as the relay seam takes it.
+/// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
+/// or the one started here), so the holder logs under the same trace id.
 fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayRequest {
     let mut headers = parts.headers;
     // The holder counts the request's limits against the client, not against this instance:
@@ -128,6 +143,11 @@ fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayReques
         None => {
             headers.remove(RELAYED_PEER_HEADER);
         }
+    }
+    if let Some(trace) = crate::telemetry::scope::trace()
+        && let Ok(v) = HeaderValue::from_str(&trace.header_value())
+    {
+        headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
     }
     RelayRequest {
         method: parts.method,

@@ -29,6 +29,7 @@ use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
 use crate::limits::LimitKey;
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
+use crate::telemetry::scope::{self, Era, Method};
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -49,6 +50,7 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let key = client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
+        scope::note_era(Era::Session);
         locate::locate(&ep.app, &parts.headers, authorize::owner(&principal)).await
     } else {
         Place::Refused(Refusal::NoSession)
@@ -75,6 +77,8 @@ async fn serve(
 ) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
+        scope::note_method(Method::BATCH);
+        scope::note_era(Era::Session);
         return batch::serve(app, headers, &body, place, principal, key).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
@@ -87,10 +91,17 @@ async fn serve(
         Ok(m) => m,
         Err((id, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e),
     };
+    scope::note_method(match &message {
+        Message::Request { method, .. } => Method::of(method),
+        Message::Notification { .. } => Method::NOTIFICATION,
+        Message::Response { .. } => Method::RESPONSE,
+    });
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
+        scope::note_era(Era::Stateless);
         return super::stateless::serve(app, headers, message, sse_ok, principal, key).await;
     }
+    scope::note_era(Era::Session);
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
