@@ -380,6 +380,9 @@ impl RequestContext {
         params: Value,
     ) -> Result<Value, ClientRequestError> {
         let (id, rx) = session.expect_client_reply();
+        // The client answers whichever instance holds the session: once it moved, the answer
+        // cannot come here.
+        let leaving = session.leaving();
         self.send(encode_request(&id, &method, &params));
         let outcome = tokio::select! {
             reply = rx => match reply {
@@ -388,7 +391,7 @@ impl RequestContext {
                 Err(_) => Err(ClientRequestError::SessionClosed),
             },
             _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
-            _ = session.closed.cancelled() => Err(ClientRequestError::SessionClosed),
+            _ = leaving.cancelled() => Err(ClientRequestError::SessionClosed),
             _ = tokio::time::sleep(CLIENT_REPLY_TIMEOUT) => Err(ClientRequestError::Timeout(CLIENT_REPLY_TIMEOUT)),
         };
         if outcome.is_err() {

@@ -7,7 +7,7 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -137,6 +137,211 @@ async fn a_stream_cut_on_a_is_resumed_on_b_with_every_event_once() {
         "{}",
         b.log()
     );
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+/// A call streaming its answer on A while A drains: B takes the session over (A withdrew its
+/// heartbeat), then a request for the session reaches A, which finds it lost and drops it. The
+/// call A was running when the session moved still ends on A's connection with its answer, and
+/// the answer is in the shared store for a client that resumes on B: a session moving never
+/// cancels work the old holder admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_running_on_a_holder_that_loses_its_session_still_answers() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = |machine: &'static str| {
+        vec![
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", machine),
+            ("REDIS_URL", url.as_str()),
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1200"),
+            ("FLEETMCP_DRAIN_MS", "4000"),
+        ]
+    };
+    let mut a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
+    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
+    let http = reqwest::Client::new();
+    let post = |to: &str, sid: Option<&str>, body: Value| {
+        let mut r = http
+            .post(to)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .body(body.to_string());
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s);
+        }
+        r.send()
+    };
+    let res = post(
+        &a.mcp_url(),
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Held and confirmed on A.
+    assert_eq!(
+        post(&a.mcp_url(), Some(&sid), list.clone())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    // Two seconds of work with progress, on A.
+    let res = post(
+        &a.mcp_url(),
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+               "params": {"name": "test_cancellable", "arguments": {"work_ms": 2000}, "_meta": {"progressToken": "t"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let running = tokio::spawn(events(res, 1000));
+
+    // A starts draining: it withdraws from the fleet but still serves what reaches it.
+    a.signal("TERM");
+    let withdrawn = Instant::now();
+    while !a.log().contains("[HA] Services stopped for node node-a") {
+        assert!(
+            withdrawn.elapsed() < Duration::from_secs(3),
+            "A never withdrew: {}",
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The next request through B takes the session over; the one after, through A, finds it
+    // lost on A and is relayed to B.
+    let on_b = post(&b.mcp_url(), Some(&sid), list.clone()).await.unwrap();
+    assert_eq!(on_b.status(), 200, "B took the session over");
+    let on_a = post(&a.mcp_url(), Some(&sid), list.clone()).await.unwrap();
+    assert_eq!(on_a.status(), 200, "A relays to the new holder");
+    assert_eq!(on_a.headers()["x-frontmcp-machine-id"], "node-b");
+    assert!(
+        a.log().contains("Another node took this session over"),
+        "A found the session lost: {}",
+        a.log()
+    );
+
+    let got = running.await.unwrap();
+    let answers: Vec<&String> = got
+        .iter()
+        .map(|(_, d)| d)
+        .filter(|d| d.contains("\"id\":7"))
+        .collect();
+    assert_eq!(
+        answers.len(),
+        1,
+        "the call A admitted answers on A's connection: {got:?}"
+    );
+    assert!(answers[0].contains("finished"), "{}", answers[0]);
+    let progress = got
+        .iter()
+        .filter(|(_, d)| d.contains("notifications/progress"))
+        .count();
+    assert_eq!(progress, 40, "every progress event once: {got:?}");
+
+    // And a client that lost A's connection finds the answer in the shared store, through B.
+    let first_id = &got[0].0;
+    let res = http
+        .get(b.mcp_url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", VERSION)
+        .header("last-event-id", first_id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "B resumes A's stream");
+    let rest = events(res, 1000).await;
+    assert!(
+        rest.iter()
+            .any(|(_, d)| d.contains("\"id\":7") && d.contains("finished")),
+        "resumed on B: {rest:?}"
+    );
+    assert!(a.wait_exit(Duration::from_secs(15)).is_some(), "A exits");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+/// Two instances serving one session at once (Redis without distributed mode, round robin):
+/// each answers its own streamed call, never the other's. Stream ids are counted per instance,
+/// so each incarnation of a session counts from its own random base; counted from 1, B's first
+/// answer would read A's first answer from the shared store and end there, without its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_serving_one_session_never_answer_on_each_others_streams() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = |machine: &'static str| vec![("MACHINE_ID", machine), ("REDIS_URL", url.as_str())];
+    let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
+    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
+    let http = reqwest::Client::new();
+    let post = |to: &str, sid: Option<&str>, body: Value| {
+        let mut r = http
+            .post(to)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .body(body.to_string());
+        if let Some(s) = sid {
+            r = r.header("mcp-session-id", s);
+        }
+        r.send()
+    };
+    let res = post(
+        &a.mcp_url(),
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    let sid = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    for (n, to) in [(11, &a), (12, &b), (13, &a), (14, &b)] {
+        let res = post(
+            &to.mcp_url(),
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                   "params": {"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": n}}}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(res.headers()["content-type"], "text/event-stream");
+        let got = events(res, 1000).await;
+        let answers: Vec<Value> = got
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(_, d)| serde_json::from_str::<Value>(d).unwrap())
+            .filter(|v| v.get("id").is_some())
+            .collect();
+        assert_eq!(answers.len(), 1, "call {n}: one answer, its own: {got:?}");
+        assert_eq!(answers[0]["id"], n, "call {n}: {got:?}");
+        let tokens: Vec<Value> = got
+            .iter()
+            .filter(|(_, d)| d.contains("notifications/progress"))
+            .map(|(_, d)| serde_json::from_str::<Value>(d).unwrap())
+            .map(|v| v["params"]["progressToken"].clone())
+            .collect();
+        assert_eq!(
+            tokens,
+            vec![json!(n); 3],
+            "call {n}: its own three progress events: {got:?}"
+        );
+    }
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }

@@ -1,7 +1,9 @@
 //! The chaos soak, short version (issue 10 item 5): three distributed `help-desk` instances on
 //! one real `redis-server`, behind a real nginx running `deploy/nginx/fleetmcp.conf`, while
-//! session-era clients call a tool in a loop and hold their GET stream (resumed with
-//! `Last-Event-ID` whenever it ends), a pager pages every client's session (each page numbered,
+//! session-era clients call a tool in a loop (every other call asking for progress, so that its
+//! answer is an SSE stream, which must carry the result, resumed with `Last-Event-ID` as a client
+//! does when it ends without one) and hold their GET stream (resumed with `Last-Event-ID`
+//! whenever it ends), a pager pages every client's session (each page numbered,
 //! so the streams show any event lost or repeated), and 2026-07-28 clients call without a
 //! session. Meanwhile: a SIGTERM of one instance (started again), a SIGKILL of another (started
 //! again), Redis paused 5 s, a SIGTERM of the third and of the second (so every instance is
@@ -109,6 +111,9 @@ struct Soak {
     /// With when they happened.
     stream_failures: Mutex<Vec<(Duration, String)>>,
     streams_resumed: Mutex<u64>,
+    /// Tool calls answered as an SSE stream, and those whose stream ended before the answer
+    /// and was resumed for it.
+    sse_answers: Mutex<(u64, u64)>,
     /// Fault events, for the picture and the report.
     events: Mutex<Vec<(Duration, String)>>,
 }
@@ -193,14 +198,84 @@ fn follow_retry_after(resp: &RawResponse) {
 }
 
 fn call_loop(soak: &Soak, front: u16, client: usize, sid: &str) {
+    let mut n: u64 = 0;
     while !soak.stop.load(Ordering::Relaxed) {
-        let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
-            "params": {"name": "find_tickets", "arguments": {}}});
+        n += 1;
+        // Every other call asks for progress: its answer is an SSE stream (progress, result).
+        let mut params = json!({"name": "find_tickets", "arguments": {}});
+        if n.is_multiple_of(2) {
+            params["_meta"] = json!({"progressToken": n});
+        }
+        let call =
+            json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call", "params": params});
         let start = soak.now();
-        let resp = post(front, Some(sid), &[], &call);
+        let mut resp = post(front, Some(sid), &[], &call);
+        let sse = resp
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if sse {
+            let mut counts = soak.sse_answers.lock().unwrap_or_else(|e| e.into_inner());
+            counts.0 += 1;
+            drop(counts);
+            if resp.status == 200 && !resp.body.contains("\"result\"") {
+                // The stream ended before the answer: resume it, as a client does.
+                resp = resume_answer(front, sid, &resp);
+                if resp.status == 200 {
+                    soak.sse_answers.lock().unwrap_or_else(|e| e.into_inner()).1 += 1;
+                }
+            }
+        }
         soak.record(client, start, &resp);
         follow_retry_after(&resp);
     }
+}
+
+/// Resumes an SSE answer that ended without its result, from its last event id, through the
+/// front; the resumed answer (status 599 when it still carries no result: a lost answer).
+fn resume_answer(front: u16, sid: &str, cut: &RawResponse) -> RawResponse {
+    let Some(last) = cut
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(str::trim)
+        .next_back()
+    else {
+        return RawResponse {
+            status: 599,
+            headers: Vec::new(),
+            body: format!(
+                "an SSE answer with no event id to resume from:\n{}",
+                cut.body
+            ),
+            elapsed: cut.elapsed,
+        };
+    };
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, front));
+    let host = format!("127.0.0.1:{front}");
+    let headers = [
+        ("Host", host.as_str()),
+        ("Accept", "text/event-stream"),
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", PROTOCOL_VERSION),
+        ("Last-Event-ID", last),
+    ];
+    let began = Instant::now();
+    let mut resumed =
+        raw_http::try_send(addr, "GET", "/mcp", &headers, None, Duration::from_secs(4))
+            .unwrap_or_else(|e| RawResponse {
+                status: 0,
+                headers: Vec::new(),
+                body: format!("no answer: {e}"),
+                elapsed: began.elapsed(),
+            });
+    if resumed.status == 200 && !resumed.body.contains("\"result\"") {
+        resumed.body = format!(
+            "an SSE answer lost: cut after\n{}\nresumed as\n{}",
+            cut.body, resumed.body
+        );
+        resumed.status = 599;
+    }
+    resumed
 }
 
 /// A 2026-07-28 client: no session, metadata on every request.
@@ -513,6 +588,7 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
         received: Mutex::new(HashMap::new()),
         stream_failures: Mutex::new(Vec::new()),
         streams_resumed: Mutex::new(0),
+        sse_answers: Mutex::new((0, 0)),
         events: Mutex::new(Vec::new()),
     });
     let mut redis = RedisServer::start();
@@ -605,9 +681,10 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
     let documented = early.iter().filter(|s| s.documented).count();
     // Requests in flight on the killed instance when it died (nginx answers those 502).
     // (nginx does not replay a POST that reached an instance.)
-    // A transport failure (status 0: an answer cut off) counts the same way.
+    // A transport failure (status 0: an answer cut off) counts the same way, and so does an SSE
+    // answer whose handler died with the instance (599: resumed, it has no result).
     let at_kill =
-        |s: &Seen| s.start <= died_at && s.end >= killed_at && (s.status == 502 || s.status == 0);
+        |s: &Seen| s.start <= died_at && s.end >= killed_at && matches!(s.status, 0 | 502 | 599);
     let killed_in_flight = early.iter().filter(|s| at_kill(s)).count();
     let unexpected: Vec<&&Seen> = early
         .iter()
@@ -620,6 +697,7 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
         .collect();
     let mut longest_gap = Duration::ZERO;
     let mut gap_client = 0;
+    let mut gap_from = Duration::ZERO;
     for client in 0..CLIENTS + MODERN_CLIENTS + 1 {
         let mut last_ok = Duration::ZERO;
         for s in early.iter().filter(|s| s.client == client) {
@@ -627,6 +705,7 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
                 if s.end - last_ok > longest_gap && last_ok > Duration::ZERO {
                     longest_gap = s.end - last_ok;
                     gap_client = client;
+                    gap_from = last_ok;
                 }
                 last_ok = s.end;
             }
@@ -672,10 +751,12 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
         .lock()
         .unwrap_or_else(|e| e.into_inner());
 
+    let (sse_answers, sse_resumed) = *soak.sse_answers.lock().unwrap_or_else(|e| e.into_inner());
+
     let dir = repo_root().join("target/chaos");
     let _ = std::fs::create_dir_all(&dir);
     let counts = format!(
-        "| requests | 2xx | documented 503 | in flight on the killed instance | other statuses | sessions lost | unanswered after 10 s | longest no-2xx window | pages delivered | pages lost | pages repeated | streams resumed | after the empty Redis: requests, 404s |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--|\n| {} | {ok} | {documented} | {killed_in_flight} | {} | {lost_sessions} | {} | {:.2} s (client {gap_client}) | {} | {lost_pages} | {repeated_pages} | {resumed} | {}, {late_lost} |\n",
+        "| requests | 2xx | documented 503 | in flight on the killed instance | other statuses | sessions lost | unanswered after 10 s | longest no-2xx window | pages delivered | pages lost | pages repeated | streams resumed | calls answered as SSE (resumed for their answer) | after the empty Redis: requests, 404s |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--|\n| {} | {ok} | {documented} | {killed_in_flight} | {} | {lost_sessions} | {} | {:.2} s (client {gap_client}) | {} | {lost_pages} | {repeated_pages} | {resumed} | {sse_answers} ({sse_resumed}) | {}, {late_lost} |\n",
         early.len(),
         unexpected.len(),
         slow.len(),
@@ -723,9 +804,15 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
         lost.join("\n---\n")
     );
     assert!(slow.is_empty(), "requests unanswered after 10 s: {slow:?}");
+    let in_gap: Vec<&&Seen> = early
+        .iter()
+        .filter(|s| {
+            s.client == gap_client && s.end >= gap_from && s.start <= gap_from + longest_gap
+        })
+        .collect();
     assert!(
         longest_gap < GAP_LIMIT,
-        "client {gap_client} went {longest_gap:?} without a 2xx"
+        "client {gap_client} went {longest_gap:?} without a 2xx, from {gap_from:?}: {in_gap:#?}"
     );
     let stream_failures: Vec<&(Duration, String)> = stream_failures
         .iter()
@@ -739,6 +826,10 @@ fn a_fleet_rides_out_restarts_a_crash_and_a_paused_redis() {
     assert_eq!(repeated_pages, 0, "pages repeated: {received:?}");
     assert!(ok > 1000, "the clients were served: {ok}");
     assert!(resumed >= CLIENTS as u64, "streams resumed: {resumed}");
+    assert!(
+        sse_answers > 100,
+        "tool calls answered as SSE: {sse_answers}"
+    );
     for i in &mut fleet {
         i.assert_alive();
         i.assert_no_panic_logged();

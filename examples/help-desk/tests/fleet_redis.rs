@@ -1269,3 +1269,116 @@ fn a_relaying_instance_keeps_relaying_while_redis_is_paused() {
     redis.resume();
     assert_read_ok(&read_sla(b.port(), &sid), "relayed after the pause");
 }
+
+/// Pages sent to a holder's channel while it withdraws from the fleet (SIGTERM): each page its
+/// sender was told reached a live holder is in the session's stream. The holder leaves its
+/// channel by unsubscribing and handling what Redis sent before confirming it, rather than by
+/// dropping the connection with those messages unread.
+#[test]
+fn pages_sent_to_a_holder_as_it_withdraws_all_reach_the_session() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut a = distributed_desk("desk-a", &url, &[("FLEETMCP_DRAIN_MS", "1500")]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sa = open_session(a.port());
+    // The stream's priming event: everything after it is read back at the end.
+    let mut stream = open_get_stream(a.port(), &sa);
+    let primed = read_stream_until(&mut stream, &["id: "]);
+    let first_id = primed
+        .lines()
+        .find_map(|l| l.strip_prefix("id: "))
+        .expect("a priming event id")
+        .trim()
+        .to_string();
+    drop(stream);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pagers: Vec<_> = (0..3)
+        .map(|p| {
+            let stop = stop.clone();
+            let sa = sa.clone();
+            let port = b.port();
+            thread::spawn(move || {
+                let own = open_session(port);
+                let mut delivered = Vec::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let text = format!("page {p}-{n}.");
+                    let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+                        "params": {"name": "page_session", "arguments": {"session_id": sa, "message": text}}});
+                    let resp = post(port, Some(&own), &call, HTTP_LIMIT);
+                    assert_tool_ok(&resp, "page A's session from B");
+                    if resp.json()["result"]["structuredContent"]["delivered"] == true {
+                        delivered.push(text);
+                    }
+                }
+                delivered
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    a.signal("TERM");
+    assert_log_has(&a, "desk-a", "[HA] Services stopped for node desk-a");
+    // Pages sent after the withdrawal find nobody on A's channel (not delivered).
+    thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let delivered: Vec<String> = pagers
+        .into_iter()
+        .flat_map(|p| p.join().expect("pager"))
+        .collect();
+    assert!(delivered.len() > 20, "pages delivered: {}", delivered.len());
+
+    // The whole stream, resumed on B (which takes the session over).
+    let mut resumed = {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
+        let host = format!("127.0.0.1:{}", b.port());
+        raw_http::open(
+            addr,
+            "GET",
+            "/mcp",
+            &[
+                ("Host", &host),
+                ("Accept", "text/event-stream"),
+                ("mcp-session-id", &sa),
+                ("mcp-protocol-version", PROTOCOL_VERSION),
+                ("Last-Event-ID", &first_id),
+            ],
+            None,
+            Duration::from_millis(300),
+        )
+        .expect("resume the stream on B")
+    };
+    let last = delivered.last().map(String::as_str).unwrap_or_default();
+    let needles: Vec<&str> = vec![last];
+    let seen = read_stream_until(&mut resumed, &needles);
+    // Everything stored is read by now: the stream is read until a quiet 300 ms.
+    let seen = {
+        use std::io::Read;
+        let mut seen = seen;
+        let mut buf = [0u8; 4096];
+        let mut quiet_since = Instant::now();
+        while quiet_since.elapsed() < Duration::from_millis(300) {
+            match resumed.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    quiet_since = Instant::now();
+                }
+                Err(_) => {}
+            }
+        }
+        seen
+    };
+    let missing: Vec<&String> = delivered
+        .iter()
+        .filter(|t| !seen.contains(t.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} delivered pages missing from the stream: {missing:?}",
+        missing.len(),
+        delivered.len()
+    );
+    assert!(a.wait_exit(Duration::from_secs(10)).is_some(), "A exits");
+}

@@ -1,20 +1,22 @@
 //! A channel subscription kept for an instance's whole life: when its connection drops (Redis
 //! restarted) or could not be made, it subscribes again, 100 ms doubling to 5 s between
-//! attempts, until the instance stops.
+//! attempts, until the instance stops. At the stop it unsubscribes and handles what arrived
+//! before Redis confirmed it, so nothing published while this instance still counted as a
+//! receiver is lost.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::redis_conn::RedisConn;
+use crate::redis_conn::{RedisConn, Subscription};
 
 /// Keeps `channel` subscribed until `stop`, handing each message's payload to `on_message`.
 /// `messages`: a subscription already made, if any.
 pub(super) async fn keep(
     redis: RedisConn,
     channel: String,
-    mut messages: Option<redis::aio::PubSubStream>,
+    mut messages: Option<Subscription>,
     stop: CancellationToken,
     on_message: impl Fn(&[u8]),
 ) {
@@ -26,7 +28,14 @@ pub(super) async fn keep(
                         Some(m) => on_message(m.get_payload_bytes()),
                         None => break,
                     },
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => {
+                        if let Some(stream) = messages.take() {
+                            for m in stream.leave().await {
+                                on_message(m.get_payload_bytes());
+                            }
+                        }
+                        return;
+                    }
                 }
             }
             tracing::warn!(%channel, "[HA] lost a channel subscription; subscribing again");

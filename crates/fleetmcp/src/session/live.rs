@@ -51,6 +51,18 @@ impl LazyJson {
     }
 }
 
+/// The first id of the streams a session's POST answers get on this instance: a random 32-bit
+/// base, then one more per stream. Stream ids must never repeat within a session while their
+/// events live: a new answer's reader, starting at the stream's first event, would read an older
+/// answer's events and end at its end marker. A counter alone restarts with every incarnation of
+/// the session (when it moves to another instance and back, or while several instances serve it
+/// at once, as Redis without distributed mode allows), so each incarnation counts from its own
+/// random base: two of them share a stream id with a chance of about one in four billion per
+/// thousand answers.
+fn first_stream_id() -> u64 {
+    (u64::from(rand::random::<u32>()) << 32) | 1
+}
+
 const UNCONFIRMED: u8 = 0;
 const CHECKING: u8 = 1;
 const CONFIRMED: u8 = 2;
@@ -83,8 +95,13 @@ pub struct Session {
     /// Requests to the client awaiting an answer, by the id we gave them.
     pending: Mutex<HashMap<String, oneshot::Sender<ClientReply>>>,
     subscriptions: Mutex<HashSet<String>>,
-    /// Fires when the session ends, so its streams and waiting requests stop.
+    /// Fires when the session ends (deleted, expired, the server stopped): its running
+    /// requests and the answers they stream stop.
     pub closed: CancellationToken,
+    /// A child of `closed` that also fires when this instance stops holding the session
+    /// (another took it over): see [`Session::leaving`]. Made on first use, so an idle session
+    /// pays a pointer for it, not a token.
+    leaving: std::sync::OnceLock<CancellationToken>,
 }
 
 impl Session {
@@ -109,12 +126,13 @@ impl Session {
             epoch: AtomicU64::new(0),
             confirm: AtomicU8::new(UNCONFIRMED),
             created: Instant::now(),
-            next_stream: AtomicU64::new(1),
+            next_stream: AtomicU64::new(first_stream_id()),
             next_client_request: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashSet::new()),
             closed,
+            leaving: std::sync::OnceLock::new(),
         }
     }
 
@@ -171,6 +189,17 @@ impl Session {
                 .last_touch
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
+    }
+
+    /// Fires when this instance stops serving the session: it ended, or it moved to another
+    /// holder. What only the holder can do stops then (the standalone stream, requests waiting
+    /// on the client, whose answers now reach the new holder); requests already running do not:
+    /// they were admitted here, and they finish, their answers going to the shared event store
+    /// where the client finds them whichever instance it resumes on.
+    pub fn leaving(&self) -> CancellationToken {
+        self.leaving
+            .get_or_init(|| self.closed.child_token())
+            .clone()
     }
 
     /// A fresh stream id for a POST answered as SSE.
@@ -351,13 +380,14 @@ impl LiveSessions {
         removed
     }
 
-    /// Stops holding a session here without ending it: its streams and waiting requests stop,
-    /// but nothing remembers it as ended, so its next request looks for it in the store (it
-    /// lives on with another holder).
+    /// Stops holding a session here without ending it: its standalone stream and the requests
+    /// waiting on the client stop ([`Session::leaving`]), the requests running finish, and
+    /// nothing remembers it as ended, so its next request looks for it in the store (it lives
+    /// on with another holder).
     pub fn release(&self, id: &str) -> Option<Arc<Session>> {
         let removed = self.sessions.write().remove(id);
         if let Some(s) = &removed {
-            s.closed.cancel();
+            s.leaving().cancel();
         }
         removed
     }

@@ -37,10 +37,11 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let events = app.events();
     let keepalive = sse::keepalive_every(&app.config().http);
     let retry = app.config().http.sse_retry_ms;
-    // Ends when the session does, and when a graceful stop stops accepting connections (the
-    // drain delay is over): the client then resumes with `Last-Event-ID` on another instance,
-    // from the shared event store, and the stop does not wait on open streams.
-    let stop = session.closed.child_token();
+    // Ends when this instance stops serving the session (it ended, or moved to another
+    // holder), and when a graceful stop stops accepting connections (the drain delay is over):
+    // the client then resumes with `Last-Event-ID` on another instance, from the shared event
+    // store, and the stop does not wait on open streams.
+    let stop = session.leaving().child_token();
     let closing = app.closing().clone();
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match events.resolve(&session.id, last).await {
