@@ -15,13 +15,14 @@ mod support_redis;
 
 mod fleet_client;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use fleet_client::*;
 use serde_json::{Value, json};
-use support::raw_http::RawResponse;
+use support::raw_http::{self, RawResponse};
 use support::{Instance, TempDir};
 use support_redis::{CuttableProxy, Monitor, RedisServer};
 
