@@ -713,6 +713,18 @@ const ENV_KEYS: &[&str] = &[
     "JWT_SECRET",
 ];
 
+/// Every environment variable a fleetmcp server reads: the configuration's (see
+/// [`Config::from_sources`]), `FLEETMCP_CONFIG` (the TOML file, read by [`Config::load`]) and
+/// `RUST_LOG` (read by [`crate::init_tracing`]). Deployment files are checked against it
+/// (`tests/deploy_k8s.rs`).
+pub fn environment_variables() -> impl Iterator<Item = &'static str> {
+    ENV_KEYS
+        .iter()
+        .chain(OTHER_ENV)
+        .chain(&["FLEETMCP_CONFIG", "RUST_LOG"])
+        .copied()
+}
+
 impl Config {
     /// `[auth]`, checked only when enabled: the URLs parse, the algorithms are allowed.
     fn validate_auth(&self) -> Result<(), ConfigError> {

@@ -48,6 +48,7 @@ mod transport;
 // 6. other instances
 mod cluster;
 // 7. wiring
+pub mod ops;
 mod server;
 
 pub use app::{ServerHandle, ServerInfo};

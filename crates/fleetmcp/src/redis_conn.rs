@@ -229,11 +229,9 @@ impl RedisConn {
         }
     }
 
-    /// Runs one command, bounded by the command timeout.
-    pub(crate) async fn run<T: redis::FromRedisValue>(
-        &self,
-        cmd: redis::Cmd,
-    ) -> Result<T, CommandError> {
+    /// Runs one command, bounded by the command timeout (also for an application's own keys,
+    /// as `examples/help-desk` keeps its tickets).
+    pub async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, CommandError> {
         self.inner
             .bounded(|mut conn| async move { cmd.query_async::<T>(&mut conn).await })
             .await
@@ -241,7 +239,7 @@ impl RedisConn {
 
     /// Runs a Lua script (`EVALSHA`, loading it once when Redis does not know it), bounded by
     /// the command timeout.
-    pub(crate) async fn eval<T: redis::FromRedisValue>(
+    pub async fn eval<T: redis::FromRedisValue>(
         &self,
         script: redis::ScriptInvocation<'_>,
     ) -> Result<T, CommandError> {
@@ -251,7 +249,7 @@ impl RedisConn {
     }
 
     /// Sends a pipeline in one round trip, bounded by the command timeout.
-    pub(crate) async fn pipe<T: redis::FromRedisValue>(
+    pub async fn pipe<T: redis::FromRedisValue>(
         &self,
         pipe: redis::Pipeline,
     ) -> Result<T, CommandError> {

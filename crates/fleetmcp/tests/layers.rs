@@ -39,6 +39,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 6. other instances
     ("cluster", 6),
     // 7. wiring
+    ("ops", 7),
     ("server", 7),
 ];
 

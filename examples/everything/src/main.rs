@@ -746,6 +746,11 @@ async fn build(config: Config) -> Server {
 
 #[tokio::main]
 async fn main() {
+    // `everything fleet status|drain <machine-id>`: the operator's command (`fleetmcp::ops`).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "fleet") {
+        std::process::exit(fleetmcp::ops::main(&args[1..]).await);
+    }
     fleetmcp::init_tracing();
     let config = match Config::load() {
         Ok(c) => c,

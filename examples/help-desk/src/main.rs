@@ -1,57 +1,26 @@
-//! help-desk: a small ticketing app on fleetmcp. Tickets live in this process's memory.
+//! help-desk: a small ticketing app on fleetmcp. Tickets live in Redis when the configuration
+//! names one (every instance of a fleet shows the same desk), else in this process's memory.
 //!
 //! `cargo run -p help-desk` serves it on http://127.0.0.1:3000/mcp (sessions in memory, no
 //! Redis). Settings come from the environment (`PORT`, `MCP_SESSION_SECRET`, ...) and from the
 //! TOML file named by `FLEETMCP_CONFIG`.
 
-use std::collections::BTreeMap;
+mod store;
+mod ticket;
+
 use std::sync::Arc;
 
 use fleetmcp::protocol::model::{PromptMessage, ResourceContents, Role, ToolAnnotations};
+use fleetmcp::redis_conn::RedisConn;
 use fleetmcp::{
     Config, PromptError, ResourceError, Server, Structured, ToolError, prompt, resource, template,
     tool,
 };
-use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-enum Priority {
-    Low,
-    #[default]
-    Normal,
-    High,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum Status {
-    Open,
-    Closed,
-}
-
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-struct Ticket {
-    id: u64,
-    title: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<String>,
-    priority: Priority,
-    status: Status,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resolution: Option<String>,
-    /// Who opened it (the subject of their access token), when authorization is on.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    opened_by: Option<String>,
-}
-
-#[derive(Default)]
-struct Desk {
-    next_id: u64,
-    tickets: BTreeMap<u64, Ticket>,
-}
+use store::{Desk, memory::MemoryStore, redis::RedisStore};
+use ticket::{NewTicket, Priority, Status, Ticket};
 
 /// Arguments of `open_ticket`.
 #[derive(Deserialize, JsonSchema)]
@@ -107,9 +76,23 @@ const READ: &str = "tickets:read";
 /// The scope that opens, closes and pages.
 const WRITE: &str = "tickets:write";
 
-async fn build(config: Config) -> Server {
-    let desk: Arc<Mutex<Desk>> = Arc::default();
+/// The desk's store: in Redis when the configuration names one (every instance of a fleet
+/// then shows the same desk), else in this process's memory.
+async fn desk_for(config: &Config) -> Result<Desk, String> {
+    let Some(cfg) = config.redis.clone() else {
+        return Ok(Arc::new(MemoryStore::default()));
+    };
+    let prefix = cfg.key_prefix.clone();
+    // A connection of its own; like the server's, it starts even if Redis is down (the desk
+    // answers "unavailable" until Redis does) and retries in the background.
+    let redis = RedisConn::connect_in_background(cfg)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(key_prefix = %prefix, "help-desk: tickets in Redis");
+    Ok(Arc::new(RedisStore::new(redis, &prefix)))
+}
 
+fn build(config: Config, desk: Desk) -> Server {
     // With authorization on (`[auth]`), reading the desk needs `tickets:read` and changing it
     // `tickets:write`; without it the scopes are ignored.
     let open = tool("open_ticket")
@@ -118,23 +101,17 @@ async fn build(config: Config) -> Server {
         .description("Opens a help-desk ticket and returns it with its id.")
         .output_schema::<Ticket>()
         .handler(|a: OpenTicket, ctx| async move {
-            let d = ctx.state::<Mutex<Desk>>()?;
+            let desk = ctx.state::<Desk>()?;
             if a.title.trim().is_empty() {
                 return Err(ToolError::failed("a ticket needs a title"));
             }
-            let mut desk = d.lock();
-            desk.next_id += 1;
-            let t = Ticket {
-                id: desk.next_id,
+            let new = NewTicket {
                 title: a.title,
                 description: a.description,
                 priority: a.priority,
-                status: Status::Open,
-                resolution: None,
                 opened_by: ctx.principal().and_then(|p| p.subject()).map(String::from),
             };
-            desk.tickets.insert(t.id, t.clone());
-            Ok(Structured(t))
+            Ok(Structured(desk.open(new).await?))
         });
 
     let find = tool("find_tickets")
@@ -144,23 +121,9 @@ async fn build(config: Config) -> Server {
         .annotations(ToolAnnotations::new().read_only(true))
         .output_schema::<TicketList>()
         .handler(|a: FindTickets, ctx| async move {
-            let d = ctx.state::<Mutex<Desk>>()?;
+            let desk = ctx.state::<Desk>()?;
             let q = a.query.map(|q| q.to_lowercase());
-            let tickets = d
-                .lock()
-                .tickets
-                .values()
-                .filter(|t| a.status.is_none_or(|s| s == t.status))
-                .filter(|t| {
-                    q.as_ref().is_none_or(|q| {
-                        t.title.to_lowercase().contains(q)
-                            || t.description
-                                .as_ref()
-                                .is_some_and(|d| d.to_lowercase().contains(q))
-                    })
-                })
-                .cloned()
-                .collect();
+            let tickets = desk.find(q.as_deref(), a.status).await?;
             // A client that asked for progress (a `progressToken`) gets one step: its answer
             // then comes as an SSE stream.
             ctx.progress(1.0, Some(1.0), Some("searched the desk"));
@@ -174,17 +137,13 @@ async fn build(config: Config) -> Server {
         .annotations(ToolAnnotations::new().idempotent(true))
         .output_schema::<Ticket>()
         .handler(|a: CloseTicket, ctx| async move {
-            let d = ctx.state::<Mutex<Desk>>()?;
-            let t = {
-                let mut desk = d.lock();
-                let t = desk
-                    .tickets
-                    .get_mut(&a.id)
-                    .ok_or_else(|| ToolError::failed(format!("no ticket {}", a.id)))?;
-                t.status = Status::Closed;
-                t.resolution = Some(a.resolution);
-                t.clone()
-            };
+            let desk = ctx.state::<Desk>()?;
+            let t = desk
+                .close(a.id, a.resolution)
+                .await?
+                .ok_or_else(|| ToolError::failed(format!("no ticket {}", a.id)))?;
+            // To the ticket's subscribers on every instance of the fleet (fleetmcp fans it
+            // out through Redis in distributed mode).
             ctx.server()
                 .notify_resource_updated(&format!("helpdesk://tickets/{}", t.id))
                 .await;
@@ -232,24 +191,21 @@ async fn build(config: Config) -> Server {
         .mime_type("application/json")
         .complete("id", move |partial, _| {
             d_complete
-                .lock()
-                .tickets
-                .keys()
+                .known_ids()
+                .iter()
                 .map(|k| k.to_string())
                 .filter(|k| k.starts_with(partial))
                 .collect()
         })
         .read(|uri, vars, ctx| async move {
-            let d = ctx.state::<Mutex<Desk>>()?;
+            let desk = ctx.state::<Desk>()?;
             let id: u64 = vars
                 .get("id")
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
-            let t = d
-                .lock()
-                .tickets
-                .get(&id)
-                .cloned()
+            let t = desk
+                .get(id)
+                .await?
                 .ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
             let json = serde_json::to_string(&t)?;
             Ok(vec![
@@ -264,16 +220,14 @@ async fn build(config: Config) -> Server {
         .argument("ticket_id", "The id of the ticket to triage", true)
         .get(|args, ctx| {
             async move {
-                let d = ctx.state::<Mutex<Desk>>()?;
+                let desk = ctx.state::<Desk>()?;
                 let raw = args.get("ticket_id").cloned().unwrap_or_default();
                 let id: u64 = raw
                     .parse()
                     .map_err(|_| PromptError::InvalidArguments(format!("ticket_id must be a number, got {raw:?}")))?;
-                let t = d
-                    .lock()
-                    .tickets
-                    .get(&id)
-                    .cloned()
+                let t = desk
+                    .get(id)
+                    .await?
                     .ok_or_else(|| PromptError::InvalidArguments(format!("no ticket {id}")))?;
                 Ok(vec![PromptMessage::new_text(
                     Role::User,
@@ -296,13 +250,18 @@ async fn build(config: Config) -> Server {
         .resource(sla)
         .template(ticket)
         .prompt(triage)
-        .shared_state(desk)
+        .state(desk)
         .config(config)
         .build()
 }
 
 #[tokio::main]
 async fn main() {
+    // `help-desk fleet status|drain <machine-id>`: the operator's command (`fleetmcp::ops`).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "fleet") {
+        std::process::exit(fleetmcp::ops::main(&args[1..]).await);
+    }
     fleetmcp::init_tracing();
     let config = match Config::load() {
         Ok(c) => c,
@@ -311,7 +270,14 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = build(config).await.serve().await {
+    let desk = match desk_for(&config).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("help-desk: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = build(config, desk).serve().await {
         eprintln!("help-desk: {e}");
         std::process::exit(1);
     }

@@ -86,6 +86,36 @@ fn find_tickets_within(port: u16, sid: &str, limit: Duration) -> RawResponse {
     post(port, Some(sid), &call, limit)
 }
 
+/// `resources/read helpdesk://policies/sla` on `port` in session `sid`: a request whose handler
+/// touches no Redis (help-desk's tickets are in Redis when it has one), for the tests of what
+/// the session layer does while Redis is paused or down.
+fn read_sla(port: u16, sid: &str) -> RawResponse {
+    read_sla_within(port, sid, HTTP_LIMIT)
+}
+
+fn read_sla_within(port: u16, sid: &str, limit: Duration) -> RawResponse {
+    let read = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "resources/read",
+        "params": {"uri": "helpdesk://policies/sla"},
+    });
+    post(port, Some(sid), &read, limit)
+}
+
+/// A 200 with the service levels.
+fn assert_read_ok(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    let text = resp.json()["result"]["contents"][0]["text"]
+        .as_str()
+        .map(String::from);
+    assert!(
+        text.is_some_and(|t| t.contains("Service levels")),
+        "{what}: not the service levels:\n{}",
+        resp.describe()
+    );
+}
+
 fn delete_session(port: u16, sid: &str) -> RawResponse {
     http(
         port,
@@ -259,16 +289,16 @@ fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), l
     let sid = open_session(a.port());
     let tracked = open_session(a.port());
     assert!(key_exists(&redis, &sid), "session not stored");
-    assert_tool_ok(&find_tickets(a.port(), &sid), "call before the pause");
-    assert_tool_ok(&find_tickets(a.port(), &tracked), "call before the pause");
+    assert_read_ok(&read_sla(a.port(), &sid), "call before the pause");
+    assert_read_ok(&read_sla(a.port(), &tracked), "call before the pause");
     let pttl = redis.cli(&["PTTL", &session_key(&sid)]);
     redis.cli(&["PEXPIRE", &session_key(&sid), &pttl]);
     // Let the invalidation reach A.
     thread::sleep(Duration::from_millis(100));
 
     redis.pause();
-    let resp = find_tickets(a.port(), &tracked);
-    assert_tool_ok(&resp, "a tracked session with Redis paused");
+    let resp = read_sla(a.port(), &tracked);
+    assert_read_ok(&resp, "a tracked session with Redis paused");
     assert!(
         resp.elapsed < Duration::from_millis(250),
         "a tracked session waited {:?} for a paused Redis",
@@ -278,8 +308,8 @@ fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), l
     let mut took = Vec::new();
     // Three calls, about five seconds of pause with the default bound.
     for n in 1..=3 {
-        let resp = find_tickets(a.port(), &sid);
-        assert_tool_ok(&resp, &format!("call {n} on A with Redis paused"));
+        let resp = read_sla(a.port(), &sid);
+        assert_read_ok(&resp, &format!("call {n} on A with Redis paused"));
         let secs = resp.elapsed.as_secs_f64();
         took.push(secs);
         assert!(
@@ -304,8 +334,8 @@ fn held_session_survives_pause(check_timeout: Option<u64>, bounds: (f64, f64), l
     let resumed_at = Instant::now();
     let mut slow = Vec::new();
     loop {
-        let resp = find_tickets(a.port(), &sid);
-        assert_tool_ok(&resp, "call after SIGCONT");
+        let resp = read_sla(a.port(), &sid);
+        assert_read_ok(&resp, "call after SIGCONT");
         if resp.elapsed < Duration::from_millis(250) {
             break;
         }
@@ -454,7 +484,7 @@ fn redis_down_at_start_then_started_is_used_without_a_restart() {
 
     // Sessions work in memory meanwhile.
     let early = open_session(a.port());
-    assert_tool_ok(&find_tickets(a.port(), &early), "call with Redis down");
+    assert_read_ok(&read_sla(a.port(), &early), "call with Redis down");
 
     let redis = RedisServer::start_on(port);
     let started = Instant::now();
@@ -486,9 +516,9 @@ fn redis_down_at_start_then_started_is_used_without_a_restart() {
         "a session opened after Redis came up is not in Redis"
     );
     assert_eq!(stored_node_ids(&redis, &fresh), ["desk-a"]);
-    assert_tool_ok(&find_tickets(a.port(), &fresh), "call on the new session");
-    assert_tool_ok(
-        &find_tickets(a.port(), &early),
+    assert_read_ok(&read_sla(a.port(), &fresh), "call on the new session");
+    assert_read_ok(
+        &read_sla(a.port(), &early),
         "call on the session opened while Redis was down",
     );
     a.assert_no_panic_logged();
@@ -860,52 +890,6 @@ fn a_resource_update_raised_on_one_instance_reaches_subscribers_on_another() {
     read_stream_until(&mut stream, &["notifications/resources/updated", uri]);
 }
 
-/// Opens the standalone (`GET`) stream of session `sid` on `port`, reading with a short
-/// timeout, and lets it start.
-fn open_get_stream(port: u16, sid: &str) -> std::net::TcpStream {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let host = format!("127.0.0.1:{port}");
-    let stream = raw_http::open(
-        addr,
-        "GET",
-        "/mcp",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("mcp-session-id", sid),
-            ("mcp-protocol-version", PROTOCOL_VERSION),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("open the GET stream");
-    // Let the stream start before anything is sent to it.
-    thread::sleep(Duration::from_millis(200));
-    stream
-}
-
-/// Reads `stream` until everything it carried contains every one of `needles`, for at most
-/// 5 s; returns what it carried.
-fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> String {
-    use std::io::Read;
-    let mut seen = String::new();
-    let began = Instant::now();
-    let mut buf = [0u8; 4096];
-    while !needles.iter().all(|n| seen.contains(n)) {
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "the stream did not carry {needles:?} within 5 s; it carried:\n{seen}"
-        );
-        match stream.read(&mut buf) {
-            Ok(0) => panic!("the stream ended; it carried:\n{seen}"),
-            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
-            // The read timeout: nothing yet.
-            Err(_) => {}
-        }
-    }
-    seen
-}
-
 /// A holder that stops beating while its process lives (SIGSTOP past its heartbeat lifetime)
 /// keeps its sessions for `FRONTMCP_HA_TAKEOVER_GRACE_MS` (503 with `Retry-After` meanwhile,
 /// answered at once), and only then is taken over; a holder known gone is not made to wait
@@ -1263,8 +1247,8 @@ fn a_relaying_instance_keeps_relaying_while_redis_is_paused() {
     let a = distributed_desk("desk-a", &url, &[]);
     let b = distributed_desk("desk-b", &url, &[]);
     let sid = open_session(a.port());
-    let resp = find_tickets(b.port(), &sid);
-    assert_tool_ok(&resp, "relayed before the pause");
+    let resp = read_sla(b.port(), &sid);
+    assert_read_ok(&resp, "relayed before the pause");
     assert_eq!(machine_of(&resp), Some("desk-a"));
 
     redis.pause();
@@ -1272,8 +1256,8 @@ fn a_relaying_instance_keeps_relaying_while_redis_is_paused() {
     // Past the second for which B trusts what it read without asking Redis again.
     thread::sleep(Duration::from_millis(1200));
     for n in 1..=3 {
-        let resp = find_tickets_within(b.port(), &sid, Duration::from_secs(10));
-        assert_tool_ok(&resp, &format!("relayed call {n} with Redis paused"));
+        let resp = read_sla_within(b.port(), &sid, Duration::from_secs(10));
+        assert_read_ok(&resp, &format!("relayed call {n} with Redis paused"));
         assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
         assert!(
             resp.elapsed < Duration::from_secs(3),
@@ -1284,7 +1268,7 @@ fn a_relaying_instance_keeps_relaying_while_redis_is_paused() {
     assert!(paused.elapsed() < Duration::from_secs(10));
     assert_log_has(&b, "desk-b", "relaying to the holder last seen");
     redis.resume();
-    assert_tool_ok(&find_tickets(b.port(), &sid), "relayed after the pause");
+    assert_read_ok(&read_sla(b.port(), &sid), "relayed after the pause");
 }
 
 /// Pages sent to a holder's channel while it withdraws from the fleet (SIGTERM): each page its

@@ -36,7 +36,7 @@ pub(super) struct Beat {
     node_id: String,
     /// When the beating process started (Unix ms): a newer one under the same id has a later one.
     pub(super) started_at: u64,
-    last_beat: u64,
+    pub(super) last_beat: u64,
     session_count: usize,
     /// `host:port` where other instances relay this one's sessions' requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]

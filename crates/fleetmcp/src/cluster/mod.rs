@@ -13,6 +13,9 @@
 //!   it verifies and is not a replay (else `403`, logged), with its credentials unsealed;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
 //! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
+//! - [`channel_auth`]: the HMAC of messages on an instance's channel (as a relayed request's);
+//! - [`drain_request`]: the operator's request that an instance drain, on its channel;
+//! - [`census`]: the operator's view of the fleet (instances, sessions, tasks) from the indexes;
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
 //!   tasks) in the background from per-instance indexes (never `KEYS`);
 //! - [`subscription`]: channel subscriptions kept for the instance's life;
@@ -22,7 +25,10 @@
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
 
+pub(crate) mod census;
+mod channel_auth;
 mod directory;
+mod drain_request;
 mod fanout;
 mod heartbeat;
 mod identity;
@@ -105,6 +111,20 @@ pub(crate) struct Cluster {
     /// Set once the instance stopped advertising itself (the contract's HA shutdown, logged
     /// once).
     withdrawn: tokio::sync::OnceCell<()>,
+    /// Cancelled by an authentic drain request from the operator (`drain_request.rs`).
+    drain_requested: tokio_util::sync::CancellationToken,
+}
+
+/// Asks instance `target` of the fleet on `redis` to drain (stop gracefully, as on SIGTERM),
+/// signed with `config`'s session secret, as `source`; how many received it (0: no live
+/// instance has that machine id).
+pub(crate) async fn request_drain(
+    redis: &RedisConn,
+    config: &Config,
+    source: &str,
+    target: &str,
+) -> Result<i64, String> {
+    drain_request::request(redis, config, source, target).await
 }
 
 impl Cluster {
@@ -131,6 +151,7 @@ impl Cluster {
             ),
             max_body: app.config().http.max_body_bytes,
         });
+        let drain_requested = tokio_util::sync::CancellationToken::new();
         let Some(redis) = redis else {
             tracing::warn!(
                 "distributed mode without Redis: sessions stay on the instance that created them"
@@ -140,6 +161,7 @@ impl Cluster {
                 heartbeat: None,
                 guard,
                 withdrawn: tokio::sync::OnceCell::new(),
+                drain_requested,
             });
         };
         let hb = Heartbeat::start(
@@ -150,7 +172,12 @@ impl Cluster {
             app.sessions().lease().clone(),
             {
                 let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
-                move |payload: &[u8]| notify::on_message(&handle, &me, &guard.verifier, payload)
+                let drain = drain_requested.clone();
+                move |payload: &[u8]| {
+                    if !drain_request::on_message(&guard.verifier, &me, payload, &drain) {
+                        notify::on_message(&handle, &me, &guard.verifier, payload)
+                    }
+                }
             },
             withdraw.clone(),
         )
@@ -198,7 +225,14 @@ impl Cluster {
             heartbeat: Some(hb),
             guard,
             withdrawn: tokio::sync::OnceCell::new(),
+            drain_requested,
         })
+    }
+
+    /// Cancelled when the operator asked this instance to drain: the server then stops
+    /// gracefully, as on SIGTERM.
+    pub fn drain_requested(&self) -> tokio_util::sync::CancellationToken {
+        self.drain_requested.clone()
     }
 
     /// Wraps the routes so that relayed requests are verified before anything else runs, and

@@ -7,7 +7,7 @@
 //! (the holder is gone) means the message is dropped and counted; it is never broadcast, and a
 //! holder that no longer holds the session drops it too (never routed twice).
 //!
-//! Every message is authenticated like a relayed request (`relay_auth.rs`): its `auth` field
+//! Every message is authenticated like a relayed request (`channel_auth.rs`): its `auth` field
 //! carries an HMAC, under a key derived from the fleet's secret, over its source, its target,
 //! a timestamp, a nonce, the session and the notification. The holder drops, with a warning, a
 //! message that does not verify for it, is outside the replay window, or repeats a nonce: anyone
@@ -15,12 +15,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use http::{HeaderMap, HeaderValue, Method, header};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::channel_auth;
 use super::heartbeat::channel_of;
-use super::relay_auth::{RELAY_AUTH, RELAYED_BY, RelayKeys, Subject, Verifier};
+use super::relay_auth::{RelayKeys, Verifier};
 use crate::app::ServerHandle;
 use crate::clock::unix_ms;
 use crate::redis_conn::RedisConn;
@@ -99,21 +99,11 @@ impl Router {
         let Some(body) = signed_body(session_id, &notification) else {
             return false;
         };
-        let mut headers = HeaderMap::new();
-        let subject = Subject {
-            source: self.me.as_bytes(),
-            target: holder.as_bytes(),
-            method: &Method::POST,
-            path: NOTIFY_PATH,
-            body: &body,
+        let auth = match channel_auth::sign(&self.keys, &self.me, &holder, NOTIFY_PATH, &body, now)
+        {
+            Ok(auth) => Some(auth),
+            Err(why) => return self.drop_one(session_id, why),
         };
-        if let Err(why) = self.keys.sign(&subject, &mut headers, now) {
-            return self.drop_one(session_id, why);
-        }
-        let auth = headers
-            .get(RELAY_AUTH)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
         let message = Routed {
             kind: Some("notification".into()),
             session_id: session_id.to_string(),
@@ -183,20 +173,13 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, p
 /// Whether `routed` was signed for this instance by a holder of the fleet's secret, recently,
 /// and not seen before.
 fn verify(verifier: &Verifier, routed: &Routed) -> Result<(), &'static str> {
-    let auth = routed.auth.as_deref().ok_or("it is not authenticated")?;
     let body = signed_body(&routed.session_id, &routed.notification).ok_or("it does not encode")?;
-    let mut headers = HeaderMap::new();
-    // What the signing side's headers were: `sign` adds `Accept: */*` when there is none.
-    headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-    headers.insert(
-        RELAYED_BY,
-        HeaderValue::from_str(&routed.source_node_id).map_err(|_| "its source is not valid")?,
-    );
-    headers.insert(
-        RELAY_AUTH,
-        HeaderValue::from_str(auth).map_err(|_| "its authentication is not valid")?,
-    );
-    verifier
-        .check(&Method::POST, NOTIFY_PATH, &mut headers, &body, unix_ms())
-        .map_err(|r| r.why())
+    channel_auth::verify(
+        verifier,
+        &routed.source_node_id,
+        NOTIFY_PATH,
+        &body,
+        routed.auth.as_deref(),
+        unix_ms(),
+    )
 }

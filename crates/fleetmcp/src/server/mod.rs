@@ -529,6 +529,17 @@ impl Running {
             shutdown: app.shutdown().clone(),
         };
         let began = Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
+        // The operator's drain request (distributed mode) stops the server as `stop` does.
+        let requested = self.cluster.as_ref().map(|c| c.drain_requested());
+        let stop = async move {
+            match requested {
+                Some(requested) => tokio::select! {
+                    _ = stop => {}
+                    _ = requested.cancelled() => {}
+                },
+                None => stop.await,
+            }
+        };
         let stopping = {
             let (app, cluster, began) = (app.clone(), self.cluster.clone(), began.clone());
             tokio::spawn(async move {

@@ -16,8 +16,8 @@
 
 mod redis;
 
-pub(crate) use redis::CancelSignal;
 pub use redis::RedisTaskStore;
+pub(crate) use redis::{CancelSignal, executor_index_key};
 
 use std::collections::{BTreeMap, HashMap};
 

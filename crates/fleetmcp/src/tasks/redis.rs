@@ -136,6 +136,18 @@ pub struct RedisTaskStore {
     max_tasks_per_owner: usize,
 }
 
+/// `<prefix>executor:<nodeId>` (`prefix` is `<key_prefix>task:`): the record keys of the
+/// unfinished tasks `node` runs (also read by the operator's `status`).
+fn executor_key(prefix: &str, node: &str) -> String {
+    format!("{prefix}executor:{node}")
+}
+
+/// The set of the unfinished tasks instance `node` runs, under the Redis configuration's
+/// `key_prefix`: `<key_prefix>task:executor:<nodeId>`.
+pub(crate) fn executor_index_key(key_prefix: &str, node: &str) -> String {
+    executor_key(&format!("{key_prefix}task:"), node)
+}
+
 impl RedisTaskStore {
     /// A store on `redis`, under `<key_prefix>task:` (`key_prefix` is the Redis configuration's,
     /// `mcp:` by default), bounding each session's records at `limits.max_tasks_per_owner`.
@@ -158,7 +170,7 @@ impl RedisTaskStore {
     }
 
     fn executor_index(&self, node: &str) -> String {
-        format!("{}executor:{node}", self.prefix)
+        executor_key(&self.prefix, node)
     }
 
     fn executor_index_of(&self, record: &TaskRecord) -> String {

@@ -160,3 +160,49 @@ pub fn assert_tool_ok(resp: &RawResponse, what: &str) {
 pub fn machine_of(resp: &RawResponse) -> Option<&str> {
     resp.header("x-frontmcp-machine-id")
 }
+
+/// Opens the standalone (`GET`) stream of session `sid` on `port`, reading with a short
+/// timeout, and lets it start.
+pub fn open_get_stream(port: u16, sid: &str) -> std::net::TcpStream {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let host = format!("127.0.0.1:{port}");
+    let stream = raw_http::open(
+        addr,
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("open the GET stream");
+    // Let the stream start before anything is sent to it.
+    thread::sleep(Duration::from_millis(200));
+    stream
+}
+
+/// Reads `stream` until everything it carried contains every one of `needles`, for at most
+/// 5 s; returns what it carried.
+pub fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> String {
+    use std::io::Read;
+    let mut seen = String::new();
+    let began = Instant::now();
+    let mut buf = [0u8; 4096];
+    while !needles.iter().all(|n| seen.contains(n)) {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the stream did not carry {needles:?} within 5 s; it carried:\n{seen}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("the stream ended; it carried:\n{seen}"),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            // The read timeout: nothing yet.
+            Err(_) => {}
+        }
+    }
+    seen
+}

@@ -1,0 +1,12 @@
+//! `fleetmcp-ctl`: the operator's command for a fleetmcp fleet (see `fleetmcp::ops`).
+//!
+//! ```text
+//! fleetmcp-ctl status                 # instances, sessions, orphans, tasks
+//! fleetmcp-ctl drain <machine-id>     # that instance stops gracefully, as on SIGTERM
+//! ```
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    std::process::exit(fleetmcp::ops::main(&args).await);
+}

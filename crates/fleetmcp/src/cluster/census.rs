@@ -1,0 +1,115 @@
+//! The operator's view of the fleet, read from Redis: every instance that beat, whether it is
+//! alive, when it started, how old its last beat is, where it is reached, the sessions its
+//! index holds (orphaned when it is gone) and the unfinished background tasks it runs.
+//!
+//! Read-only, and from the indexes only (never `KEYS`, no `SCAN` of the keyspace): one
+//! `ZREVRANGE` of `<haPrefix>nodes` (the [`MAX_NODES`] most recent), then one pipeline with, per
+//! instance, a `GET` of its heartbeat, a `ZCARD` of its session index and an `SCARD` of its
+//! task index. Each call is bounded by the connection's command timeout.
+
+use super::heartbeat::{Beat, nodes_key};
+use crate::clock::unix_ms;
+use crate::config::Config;
+use crate::redis_conn::{CommandError, RedisConn};
+
+/// Most instances read (the most recently beating first).
+pub const MAX_NODES: usize = 1000;
+
+/// One instance of the fleet, as Redis knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub machine_id: String,
+    /// Its heartbeat is there: it is running (a stopped or crashed one's heartbeat is gone).
+    pub alive: bool,
+    /// When its process started (Unix ms), from its heartbeat; `None` once it is gone.
+    pub started_at: Option<u64>,
+    /// Its last beat (Unix ms): from its heartbeat, else its score in `<haPrefix>nodes`.
+    pub last_beat: u64,
+    /// `host:port` where the others relay to it, from its heartbeat.
+    pub address: Option<String>,
+    /// Sessions in its index (`<prefix>node:<nodeId>:sessions`): held if it is alive, orphaned
+    /// (waiting for the orphan scanner, or a takeover) if it is gone.
+    pub sessions: u64,
+    /// Unfinished background tasks it runs (`<prefix>task:executor:<nodeId>`).
+    pub tasks: u64,
+}
+
+/// The fleet at one moment.
+#[derive(Debug, Clone)]
+pub struct Census {
+    /// When it was read (Unix ms).
+    pub at: u64,
+    /// Alive first, then by machine id.
+    pub instances: Vec<Instance>,
+}
+
+impl Census {
+    /// Sessions whose holder is gone.
+    pub fn orphaned_sessions(&self) -> u64 {
+        self.instances
+            .iter()
+            .filter(|i| !i.alive)
+            .map(|i| i.sessions)
+            .sum()
+    }
+}
+
+/// Reads the fleet that shares `redis` under `config`'s key prefixes.
+pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, CommandError> {
+    let ha_prefix = &config.ha.key_prefix;
+    let key_prefix = &redis.config().key_prefix;
+    let nodes: Vec<(String, f64)> = redis
+        .run(
+            redis::cmd("ZREVRANGE")
+                .arg(nodes_key(ha_prefix))
+                .arg(0)
+                .arg(MAX_NODES - 1)
+                .arg("WITHSCORES")
+                .clone(),
+        )
+        .await?;
+    let mut instances = Vec::with_capacity(nodes.len());
+    if !nodes.is_empty() {
+        let mut pipe = redis::pipe();
+        for (node, _) in &nodes {
+            pipe.cmd("GET")
+                .arg(format!("{ha_prefix}heartbeat:{node}"))
+                .cmd("ZCARD")
+                .arg(redis.config().node_index_key(node))
+                .cmd("SCARD")
+                .arg(crate::tasks::executor_index_key(key_prefix, node));
+        }
+        let answers: Vec<redis::Value> = redis.pipe(pipe).await?;
+        for ((machine_id, score), answer) in nodes.into_iter().zip(answers.chunks(3)) {
+            let [beat, sessions, tasks] = answer else {
+                return Err(CommandError::Unavailable(
+                    "a short answer to the census pipeline".into(),
+                ));
+            };
+            let beat: Option<Beat> = redis::from_redis_value_ref::<Option<String>>(beat)
+                .ok()
+                .flatten()
+                .and_then(|b| serde_json::from_str(&b).ok());
+            let sessions = redis::from_redis_value_ref::<u64>(sessions).unwrap_or(0);
+            let tasks = redis::from_redis_value_ref::<u64>(tasks).unwrap_or(0);
+            instances.push(Instance {
+                alive: beat.is_some(),
+                started_at: beat.as_ref().map(|b| b.started_at),
+                last_beat: beat.as_ref().map_or(score as u64, |b| b.last_beat),
+                address: beat.and_then(|b| b.address),
+                machine_id,
+                sessions,
+                tasks,
+            });
+        }
+    }
+    instances.sort_by(|a, b| {
+        b.alive
+            .cmp(&a.alive)
+            .then_with(|| a.machine_id.cmp(&b.machine_id))
+    });
+    Ok(Census {
+        at: unix_ms(),
+        instances,
+    })
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# A fleet on this machine, on loopback, with the files in deploy/: redis-server, three help-desk
+# instances in distributed mode and nginx (deploy/nginx/fleetmcp.conf) or, with --haproxy,
+# HAProxy (deploy/haproxy/fleetmcp.cfg) in front. Ctrl-C stops everything (the instances
+# gracefully). Needs redis-server and nginx or haproxy on PATH (see the README).
+#
+#   deploy/local-fleet.sh             # MCP on http://127.0.0.1:8080/mcp
+#   deploy/local-fleet.sh --haproxy
+#   LB_PORT=9080 FIRST_PORT=5001 FLEET_REDIS_PORT=6391 deploy/local-fleet.sh
+#
+# Then, in another shell: target/debug/fleetmcp-ctl status (with the REDIS_URL it prints).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BALANCER=nginx
+[ "${1:-}" = "--haproxy" ] && BALANCER=haproxy
+LB_PORT=${LB_PORT:-8080}
+FIRST_PORT=${FIRST_PORT:-4001}
+# Not REDIS_PORT: fleetmcp reads that one (with REDIS_URL it is refused as ambiguous).
+FLEET_REDIS_PORT=${FLEET_REDIS_PORT:-6390}
+unset REDIS_HOST REDIS_PORT
+SECRET=${MCP_SESSION_SECRET:-local-fleet-secret-$(date +%s)-$RANDOM}
+RUN=$(mktemp -d -t fleetmcp-local.XXXXXX)
+PIDS=()
+
+cleanup() {
+  trap - INT TERM EXIT
+  echo "stopping (instances drain first)..."
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  echo "logs were in $RUN"
+}
+trap cleanup INT TERM EXIT
+
+cargo build -q -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
+
+redis-server --port "$FLEET_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+  >"$RUN/redis.log" 2>&1 &
+PIDS+=($!)
+export REDIS_URL="redis://127.0.0.1:$FLEET_REDIS_PORT/0" MCP_SESSION_SECRET="$SECRET"
+
+PORTS=()
+for i in 1 2 3; do
+  port=$((FIRST_PORT + i - 1))
+  PORTS+=("$port")
+  FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback MACHINE_ID="desk-$i" \
+    PORT="$port" FLEETMCP_DRAIN_MS=3000 target/debug/help-desk >"$RUN/desk-$i.log" 2>&1 &
+  PIDS+=($!)
+done
+
+if [ "$BALANCER" = nginx ]; then
+  # The repository's http-context file, its ports replaced, in a minimal main configuration.
+  awk -v lb="$LB_PORT" -v ports="${PORTS[*]}" '
+    /^[[:space:]]*server 127\.0\.0\.1:/ {
+      if (!done) { n = split(ports, p, " "); for (i = 1; i <= n; i++)
+        printf "    server 127.0.0.1:%s max_fails=1 fail_timeout=2s;\n", p[i]; done = 1 }
+      next }
+    /^[[:space:]]*listen / { printf "    listen 127.0.0.1:%s;\n", lb; next }
+    { print }' deploy/nginx/fleetmcp.conf >"$RUN/fleet.conf"
+  cat >"$RUN/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $RUN/nginx.pid;
+error_log $RUN/nginx-error.log info;
+events { worker_connections 1024; }
+http {
+  access_log $RUN/nginx-access.log;
+  client_body_temp_path $RUN/body;
+  proxy_temp_path $RUN/proxy;
+  fastcgi_temp_path $RUN/fastcgi;
+  uwsgi_temp_path $RUN/uwsgi;
+  scgi_temp_path $RUN/scgi;
+  include $RUN/fleet.conf;
+}
+CONF
+  NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+  "$NGINX" -c "$RUN/nginx.conf" -p "$RUN" &
+  PIDS+=($!)
+else
+  awk -v lb="$LB_PORT" -v ports="${PORTS[*]}" '
+    /^[[:space:]]*server / {
+      if (!done) { n = split(ports, p, " "); for (i = 1; i <= n; i++)
+        printf "    server desk-%d 127.0.0.1:%s cookie desk-%d\n", i, p[i], i; done = 1 }
+      next }
+    /^[[:space:]]*bind / { printf "    bind 127.0.0.1:%s\n", lb; next }
+    { print }' deploy/haproxy/fleetmcp.cfg >"$RUN/haproxy.cfg"
+  HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+  "$HAPROXY" -db -f "$RUN/haproxy.cfg" >"$RUN/haproxy.log" 2>&1 &
+  PIDS+=($!)
+fi
+
+ready=no
+for _ in $(seq 1 100); do
+  if curl -fs "http://127.0.0.1:$LB_PORT/readyz" >/dev/null 2>&1; then ready=yes; break; fi
+  sleep 0.1
+done
+if [ "$ready" != yes ]; then
+  echo "the fleet did not answer /readyz through $BALANCER within 10 s; logs in $RUN" >&2
+  exit 1
+fi
+cat <<MSG
+fleet up ($BALANCER on 127.0.0.1:$LB_PORT, help-desk desk-1..3 on ${PORTS[*]}, redis on $FLEET_REDIS_PORT)
+  MCP endpoint:   http://127.0.0.1:$LB_PORT/mcp
+  operator view:  REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl status
+  drain one:      REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl drain desk-2
+  logs:           $RUN
+Ctrl-C stops the fleet.
+MSG
+wait

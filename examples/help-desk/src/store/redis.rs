@@ -1,0 +1,133 @@
+//! Tickets in Redis, shared by every instance that uses the same Redis and key prefix: a ticket
+//! opened through one instance is found through any other.
+//!
+//! Layout, under the configured `redis.key_prefix` (`mcp:` by default):
+//!
+//! | Key | Type | What |
+//! |---|---|---|
+//! | `helpdesk:last_id` | string | the last id given (`INCR`: ids are never reused) |
+//! | `helpdesk:tickets` | hash | ticket id → the ticket as JSON |
+//!
+//! Listing reads the one hash (`HVALS`): no `KEYS`, no scan of the keyspace; the desk is a
+//! demo, so one hash holds it all. Closing is one script (read, change, write in one step), so
+//! two instances closing the same ticket at once leave one whole record, the last one's. Every
+//! command goes through fleetmcp's [`RedisConn`], so each is bounded by `redis.command_timeout_ms`.
+
+use async_trait::async_trait;
+use fleetmcp::redis_conn::{CommandError, RedisConn};
+
+use super::{SeenIds, StoreError, TicketStore};
+use crate::ticket::{NewTicket, Status, Ticket};
+
+/// Closes ticket `ARGV[1]` of hash `KEYS[1]` with resolution `ARGV[2]`; returns the new record,
+/// or nil when there is no such ticket.
+const CLOSE: &str = r#"
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return false end
+local t = cjson.decode(raw)
+t.status = 'closed'
+t.resolution = ARGV[2]
+local out = cjson.encode(t)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return out
+"#;
+
+/// The desk in Redis.
+pub struct RedisStore {
+    redis: RedisConn,
+    last_id_key: String,
+    tickets_key: String,
+    close: redis::Script,
+    seen: SeenIds,
+}
+
+impl RedisStore {
+    /// A store on `redis`, its keys under `key_prefix`.
+    pub fn new(redis: RedisConn, key_prefix: &str) -> Self {
+        Self {
+            redis,
+            last_id_key: format!("{key_prefix}helpdesk:last_id"),
+            tickets_key: format!("{key_prefix}helpdesk:tickets"),
+            close: redis::Script::new(CLOSE),
+            seen: SeenIds::default(),
+        }
+    }
+}
+
+fn unavailable(e: CommandError) -> StoreError {
+    StoreError(e.to_string())
+}
+
+fn decode(raw: &str) -> Result<Ticket, StoreError> {
+    serde_json::from_str(raw).map_err(|e| StoreError(format!("a stored ticket is not valid: {e}")))
+}
+
+#[async_trait]
+impl TicketStore for RedisStore {
+    async fn open(&self, new: NewTicket) -> Result<Ticket, StoreError> {
+        let id: u64 = self
+            .redis
+            .run(redis::cmd("INCR").arg(&self.last_id_key).clone())
+            .await
+            .map_err(unavailable)?;
+        let t = new.with_id(id);
+        let json = serde_json::to_string(&t).map_err(|e| StoreError(e.to_string()))?;
+        let _: i64 = self
+            .redis
+            .run(
+                redis::cmd("HSET")
+                    .arg(&self.tickets_key)
+                    .arg(id)
+                    .arg(json)
+                    .clone(),
+            )
+            .await
+            .map_err(unavailable)?;
+        self.seen.saw([&t]);
+        Ok(t)
+    }
+
+    async fn find(
+        &self,
+        query: Option<&str>,
+        status: Option<Status>,
+    ) -> Result<Vec<Ticket>, StoreError> {
+        let raw: Vec<String> = self
+            .redis
+            .run(redis::cmd("HVALS").arg(&self.tickets_key).clone())
+            .await
+            .map_err(unavailable)?;
+        let mut all = raw
+            .iter()
+            .map(|r| decode(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.seen.saw(&all);
+        all.retain(|t| t.matches(query, status));
+        all.sort_by_key(|t| t.id);
+        Ok(all)
+    }
+
+    async fn get(&self, id: u64) -> Result<Option<Ticket>, StoreError> {
+        let raw: Option<String> = self
+            .redis
+            .run(redis::cmd("HGET").arg(&self.tickets_key).arg(id).clone())
+            .await
+            .map_err(unavailable)?;
+        let t = raw.as_deref().map(decode).transpose()?;
+        self.seen.saw(&t);
+        Ok(t)
+    }
+
+    async fn close(&self, id: u64, resolution: String) -> Result<Option<Ticket>, StoreError> {
+        let mut invocation = self.close.prepare_invoke();
+        invocation.key(&self.tickets_key).arg(id).arg(resolution);
+        let raw: Option<String> = self.redis.eval(invocation).await.map_err(unavailable)?;
+        let t = raw.as_deref().map(decode).transpose()?;
+        self.seen.saw(&t);
+        Ok(t)
+    }
+
+    fn known_ids(&self) -> Vec<u64> {
+        self.seen.all()
+    }
+}
