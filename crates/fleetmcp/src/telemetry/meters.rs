@@ -51,7 +51,7 @@ pub enum Limit {
     /// `limits.max_inflight_per_key` (`429`).
     InflightPerKey,
     /// The shared counters did not answer and `limits.on_store_error` is `closed` (`503`).
-    LimitStore,
+    CountersUnavailable,
 }
 
 impl Limit {
@@ -61,7 +61,7 @@ impl Limit {
         Limit::Rate,
         Limit::ToolRate,
         Limit::InflightPerKey,
-        Limit::LimitStore,
+        Limit::CountersUnavailable,
     ];
 
     fn as_str(self) -> &'static str {
@@ -71,7 +71,7 @@ impl Limit {
             Limit::Rate => "rate",
             Limit::ToolRate => "tool_rate",
             Limit::InflightPerKey => "inflight_per_key",
-            Limit::LimitStore => "limit_store_unavailable",
+            Limit::CountersUnavailable => "limit_store_unavailable",
         }
     }
 }

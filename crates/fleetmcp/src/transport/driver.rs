@@ -132,7 +132,7 @@ fn count_refusal(app: &App, refusal: &Refusal) {
             crate::limits::Which::Tool(..) => Limit::ToolRate,
             crate::limits::Which::InflightPerKey(_) => Limit::InflightPerKey,
         },
-        Refusal::StoreUnavailable => Limit::LimitStore,
+        Refusal::StoreUnavailable => Limit::CountersUnavailable,
     };
     app.meters().limit_rejected(limit);
 }

@@ -111,7 +111,11 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     let app = &ep.app;
     let (parts, body) = req.into_parts();
     let principal = authorize::principal(&parts.extensions);
-    let key = super::client_key::of(app, &parts, principal.as_deref().map(crate::auth::Principal::key));
+    let key = super::client_key::of(
+        app,
+        &parts,
+        principal.as_deref().map(crate::auth::Principal::key),
+    );
     let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
     {
         Ok(b) => b,

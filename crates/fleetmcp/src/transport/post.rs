@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::{Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, reply, sse};
+use super::{
+    Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, reply, sse,
+};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
