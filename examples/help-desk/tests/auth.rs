@@ -615,3 +615,103 @@ fn opaque_tokens_are_introspected_and_the_answer_kept() {
         "the client secret is in the log"
     );
 }
+
+/// The 2024-11-05 transport under the same rules: `GET /sse` and `POST /message` need a token,
+/// a tool needs its scope (the POST itself answers `403`, nothing reaches the stream), and the
+/// session serves only the principal that opened it.
+#[test]
+fn the_2024_11_05_transport_follows_the_same_rules() {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let auth = AuthServer::start();
+    let dir = TempDir::new("auth-legacy");
+    let desk = desk_with_auth(&auth, &dir, None, &[]);
+    let port = desk.port();
+    let resource = resource_for(port);
+    let reader = auth.token(
+        json!({"sub": "carol", "aud": resource, "scope": "tickets:read"}),
+        3600,
+    );
+    let stranger = auth.token(
+        json!({"sub": "mallory", "aud": resource, "scope": BOTH}),
+        3600,
+    );
+    let host = format!("127.0.0.1:{port}");
+    let carol = bearer(&reader);
+    let mut stream = support::raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "GET",
+        "/sse",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("Authorization", &carol),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("GET /sse with a token");
+    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
+    let endpoint = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("the endpoint event")
+        .trim()
+        .to_string();
+    assert!(endpoint.starts_with("/message?sessionId="), "{endpoint}");
+    let message = |token: Option<&str>, body: &Value| {
+        let auth = token.map(bearer);
+        let mut headers = vec![("Content-Type", "application/json")];
+        if let Some(a) = &auth {
+            headers.push(("Authorization", a.as_str()));
+        }
+        http(
+            port,
+            "POST",
+            &endpoint,
+            &headers,
+            Some(&body.to_string()),
+            HTTP_LIMIT,
+        )
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(message(Some(&reader), &init).status, 202);
+    read_stream_until(&mut stream, &["\"protocolVersion\":\"2024-11-05\""]);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(message(Some(&reader), &initialized).status, 202);
+
+    // Her scope lets her read: the answer comes on the stream.
+    let find = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}}});
+    assert_eq!(message(Some(&reader), &find).status, 202);
+    read_stream_until(&mut stream, &["\"id\":2", "\"tickets\""]);
+
+    // Not write: the POST answers 403 naming the scope.
+    let open = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "open_ticket", "arguments": {"title": "printer on fire"}}});
+    let resp = message(Some(&reader), &open);
+    assert_eq!(resp.status, 403, "{}", resp.describe());
+    let challenge = resp.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains("insufficient_scope") && challenge.contains("tickets:write"),
+        "{challenge}"
+    );
+
+    // No token: 401. Another principal's token: the session is not theirs.
+    assert_unauthorized(
+        &message(None, &find),
+        port,
+        None,
+        false,
+        "POST /message without a token",
+    );
+    let resp = message(Some(&stranger), &find);
+    assert_eq!(resp.status, 404, "{}", resp.describe());
+    // Nothing of those reached the stream; carol's next call still does.
+    let again = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}}});
+    assert_eq!(message(Some(&reader), &again).status, 202);
+    let seen = read_stream_until(&mut stream, &["\"id\":4"]);
+    assert!(!seen.contains("\"id\":3"), "{seen}");
+    assert!(!desk.log().contains(&reader), "a token was logged");
+}

@@ -949,7 +949,15 @@ fn a_silent_holder_is_taken_over_only_after_the_grace_period() {
         taken >= Duration::from_millis(2900),
         "taken over {taken:?} after B first saw A silent, before the 3 s grace period"
     );
-    assert_log_has(&b, "desk-b", "the grace period passed");
+    // Taken over by the request past the grace period, or by B's orphan scanner, whose own
+    // grace (the heartbeat lifetime plus the grace period, from A's last beat) runs out at
+    // about the same moment: either way, not before.
+    assert!(
+        log_has(&b, "the grace period passed", LOG_LIMIT)
+            || log_has(&b, "[HA] Adopted an orphaned session", LOG_LIMIT),
+        "B took the session over: {}",
+        b.log()
+    );
     assert!(
         a.signal_and_wait("CONT", Duration::from_millis(100))
             .is_none()
