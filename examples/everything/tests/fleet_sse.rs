@@ -46,16 +46,18 @@ async fn events(res: reqwest::Response, n: usize) -> Vec<(String, String)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_cut_on_a_is_resumed_on_b_with_every_event_once() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let env = |machine: &'static str| vec![("MACHINE_ID", machine), ("REDIS_URL", url.as_str())];
-    let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
-    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
-    let http = reqwest::Client::new();
-    let post = |to: &str, sid: Option<&str>, body: Value| {
-        let mut r = http
+/// Session-era POSTs to `everything` instances, as one client.
+struct Client(reqwest::Client);
+
+impl Client {
+    fn new() -> Self {
+        Self(reqwest::Client::new())
+    }
+
+    /// POSTs `body` to `to` in session `sid` (if any).
+    async fn post(&self, to: &str, sid: Option<&str>, body: Value) -> reqwest::Response {
+        let mut r = self
+            .0
             .post(to)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
@@ -64,30 +66,44 @@ async fn a_stream_cut_on_a_is_resumed_on_b_with_every_event_once() {
         if let Some(s) = sid {
             r = r.header("mcp-session-id", s);
         }
-        r.send()
-    };
-    let res = post(
-        &a.mcp_url(),
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
-    )
-    .await
-    .unwrap();
-    let sid = res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+        r.send().await.unwrap()
+    }
+
+    /// A new session on `to`: its id.
+    async fn open(&self, to: &str) -> String {
+        let res = self
+            .post(
+                to,
+                None,
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
+            )
+            .await;
+        res.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_on_a_is_resumed_on_b_with_every_event_once() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = |machine: &'static str| vec![("MACHINE_ID", machine), ("REDIS_URL", url.as_str())];
+    let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
+    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
+    let client = Client::new();
+    let http = &client.0;
+    let sid = client.open(&a.mcp_url()).await;
 
     // A call that reports progress 20 times over a second, on A.
-    let res = post(
+    let res = client.post(
         &a.mcp_url(),
         Some(&sid),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                "params": {"name": "test_cancellable", "arguments": {"work_ms": 1000}, "_meta": {"progressToken": "t"}}}),
-    )
-    .await
-    .unwrap();
+    ).await;
     assert_eq!(res.headers()["content-type"], "text/event-stream");
     let first = events(res, 6).await;
     assert_eq!(
@@ -163,50 +179,26 @@ async fn a_call_running_on_a_holder_that_loses_its_session_still_answers() {
     };
     let mut a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
     let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
-    let http = reqwest::Client::new();
-    let post = |to: &str, sid: Option<&str>, body: Value| {
-        let mut r = http
-            .post(to)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", VERSION)
-            .body(body.to_string());
-        if let Some(s) = sid {
-            r = r.header("mcp-session-id", s);
-        }
-        r.send()
-    };
-    let res = post(
-        &a.mcp_url(),
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
-    )
-    .await
-    .unwrap();
-    let sid = res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let client = Client::new();
+    let http = &client.0;
+    let sid = client.open(&a.mcp_url()).await;
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
     // Held and confirmed on A.
     assert_eq!(
-        post(&a.mcp_url(), Some(&sid), list.clone())
+        client
+            .post(&a.mcp_url(), Some(&sid), list.clone())
             .await
-            .unwrap()
             .status(),
         200
     );
 
     // Two seconds of work with progress, on A.
-    let res = post(
+    let res = client.post(
         &a.mcp_url(),
         Some(&sid),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                "params": {"name": "test_cancellable", "arguments": {"work_ms": 2000}, "_meta": {"progressToken": "t"}}}),
-    )
-    .await
-    .unwrap();
+    ).await;
     assert_eq!(res.headers()["content-type"], "text/event-stream");
     let running = tokio::spawn(events(res, 1000));
 
@@ -223,9 +215,9 @@ async fn a_call_running_on_a_holder_that_loses_its_session_still_answers() {
     }
     // The next request through B takes the session over; the one after, through A, finds it
     // lost on A and is relayed to B.
-    let on_b = post(&b.mcp_url(), Some(&sid), list.clone()).await.unwrap();
+    let on_b = client.post(&b.mcp_url(), Some(&sid), list.clone()).await;
     assert_eq!(on_b.status(), 200, "B took the session over");
-    let on_a = post(&a.mcp_url(), Some(&sid), list.clone()).await.unwrap();
+    let on_a = client.post(&a.mcp_url(), Some(&sid), list.clone()).await;
     assert_eq!(on_a.status(), 200, "A relays to the new holder");
     assert_eq!(on_a.headers()["x-frontmcp-machine-id"], "node-b");
     assert!(
@@ -286,40 +278,15 @@ async fn two_instances_serving_one_session_never_answer_on_each_others_streams()
     let env = |machine: &'static str| vec![("MACHINE_ID", machine), ("REDIS_URL", url.as_str())];
     let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
     let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
-    let http = reqwest::Client::new();
-    let post = |to: &str, sid: Option<&str>, body: Value| {
-        let mut r = http
-            .post(to)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", VERSION)
-            .body(body.to_string());
-        if let Some(s) = sid {
-            r = r.header("mcp-session-id", s);
-        }
-        r.send()
-    };
-    let res = post(
-        &a.mcp_url(),
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}}),
-    )
-    .await
-    .unwrap();
-    let sid = res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let client = Client::new();
+    let sid = client.open(&a.mcp_url()).await;
     for (n, to) in [(11, &a), (12, &b), (13, &a), (14, &b)] {
-        let res = post(
+        let res = client.post(
             &to.mcp_url(),
             Some(&sid),
             json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
                    "params": {"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": n}}}),
-        )
-        .await
-        .unwrap();
+        ).await;
         assert_eq!(res.headers()["content-type"], "text/event-stream");
         let got = events(res, 1000).await;
         let answers: Vec<Value> = got

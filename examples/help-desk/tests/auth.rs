@@ -701,7 +701,7 @@ fn the_2024_11_05_transport_follows_the_same_rules() {
     assert_unauthorized(
         &message(None, &find),
         port,
-        None,
+        Some(2),
         false,
         "POST /message without a token",
     );
