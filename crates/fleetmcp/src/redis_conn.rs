@@ -59,9 +59,9 @@ struct Inner {
     rebuilds: AtomicU32,
     /// The last command or ping got an answer.
     healthy: AtomicBool,
-    /// Counts the connections that replaced another: the dedicated connections (pub/sub,
-    /// client-side caching) reconnect when it moves, so that after a failover nothing stays
-    /// on the old master.
+    /// Counts the moves of the connection to another server (with Sentinel, a new master): the
+    /// dedicated connections (pub/sub, client-side caching) reconnect then, so that after a
+    /// failover nothing stays on the old master.
     replaced: tokio::sync::watch::Sender<u64>,
     /// With Sentinel: the address of the master in use.
     master: parking_lot::Mutex<Option<String>>,
@@ -172,8 +172,8 @@ impl RedisConn {
         self.inner.rebuilds.load(Ordering::Acquire)
     }
 
-    /// Changes whenever a new connection replaces the one in use (a rebuild, a failover):
-    /// dedicated connections made from this one's server reconnect then.
+    /// Changes whenever the connection moves to another server (a Sentinel failover): dedicated
+    /// connections made from this one's server reconnect then.
     pub(crate) fn replaced(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.replaced.subscribe()
     }
@@ -299,9 +299,7 @@ impl Inner {
     }
 
     fn install(&self, manager: ConnectionManager) {
-        if self.conn.swap(Some(Arc::new(manager))).is_some() {
-            self.replaced.send_modify(|n| *n += 1);
-        }
+        self.conn.store(Some(Arc::new(manager)));
         self.timeouts_in_a_row.store(0, Ordering::Release);
         self.healthy.store(true, Ordering::Release);
     }
@@ -347,7 +345,12 @@ impl Inner {
         if opened.is_ok() {
             self.client.store(Some(client));
             if address.is_some() {
-                *self.master.lock() = address;
+                let previous = std::mem::replace(&mut *self.master.lock(), address.clone());
+                // Only a move to another server concerns the dedicated connections: a rebuild
+                // on the same server (after timeouts) leaves their own connections as they are.
+                if previous.is_some() && previous != address {
+                    self.replaced.send_modify(|n| *n += 1);
+                }
             }
         }
         opened

@@ -28,6 +28,11 @@ pub(super) async fn keep(
                     // The shared connection moved to another server (a failover): so does this one.
                     Ok(()) = replaced.changed() => {
                         tracing::info!(%channel, "[HA] the Redis connection moved; subscribing again");
+                        if let Some(stream) = messages.take() {
+                            for m in stream.leave().await {
+                                on_message(m.get_payload_bytes());
+                            }
+                        }
                         break;
                     }
                     m = stream.next() => match m {
