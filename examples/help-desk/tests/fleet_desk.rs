@@ -29,28 +29,8 @@ fn call(name: &str, arguments: Value) -> Value {
 
 /// `initialize` through `port`; the session id and the machine that created (holds) it.
 fn initialize(port: u16) -> (String, String) {
-    let init = json!({
-        "jsonrpc": "2.0", "id": next_id(), "method": "initialize",
-        "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                   "clientInfo": {"name": "fleet-desk-test", "version": "1.0.0"}},
-    });
-    let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
-    assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
-    let sid = resp.header("mcp-session-id").map(String::from);
-    let machine = machine_of(&resp).map(String::from);
-    let (Some(sid), Some(machine)) = (sid, machine) else {
-        panic!(
-            "initialize without session id or machine id:\n{}",
-            resp.describe()
-        );
-    };
-    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = post_with(port, Some(&sid), &[], &note, HTTP_LIMIT);
-    assert!(
-        resp.status == 202 || resp.status == 200,
-        "notifications/initialized:\n{}",
-        resp.describe()
-    );
+    let (sid, machine) = open_session_held(port);
+    let machine = machine.unwrap_or_else(|| panic!("initialize named no machine (session {sid})"));
     (sid, machine)
 }
 

@@ -110,6 +110,12 @@ pub fn post_with(
 
 /// `initialize` and `notifications/initialized` on `port`; returns the session id.
 pub fn open_session(port: u16) -> String {
+    open_session_held(port).0
+}
+
+/// Like [`open_session`]; also the instance that made (holds) the session, as its answer to
+/// `initialize` names it (`X-FrontMCP-Machine-Id`), if it does.
+pub fn open_session_held(port: u16) -> (String, Option<String>) {
     let init = json!({
         "jsonrpc": "2.0",
         "id": next_id(),
@@ -131,6 +137,7 @@ pub fn open_session(port: u16) -> String {
         "initialize:\n{}",
         resp.describe()
     );
+    let machine = machine_of(&resp).map(String::from);
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let resp = post_with(port, Some(&sid), &[], &note, HTTP_LIMIT);
     assert!(
@@ -138,7 +145,7 @@ pub fn open_session(port: u16) -> String {
         "notifications/initialized:\n{}",
         resp.describe()
     );
-    sid
+    (sid, machine)
 }
 
 /// A 200 with a successful tool result.
