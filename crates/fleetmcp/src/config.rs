@@ -674,6 +674,7 @@ const OTHER_ENV: &[&str] = &[
     "REDIS_SENTINELS",
     "REDIS_SENTINEL_MASTER",
     "REDIS_SENTINEL_PASSWORD",
+    "REDIS_CLUSTER_NODES",
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
     "FRONTMCP_HA_KEY_PREFIX",
@@ -697,6 +698,17 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_TRUSTED_PROXIES",
     "FLEETMCP_METRICS",
 ];
+
+/// A comma-separated list of `host:port` addresses (`REDIS_SENTINELS`, `REDIS_CLUSTER_NODES`),
+/// blanks dropped; each is checked by [`RedisConfig::validate`](crate::redis_config::RedisConfig::validate).
+fn split_addresses(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect()
+}
 
 fn positive(value: &str) -> Option<u64> {
     value.trim().parse::<u64>().ok().filter(|v| *v > 0)
@@ -987,12 +999,12 @@ impl Config {
                 self.redis.get_or_insert_with(Default::default).port = Some(port);
             }
             "REDIS_SENTINELS" if !value.trim().is_empty() => {
-                self.redis.get_or_insert_with(Default::default).sentinels = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|a| !a.is_empty())
-                    .map(String::from)
-                    .collect();
+                self.redis.get_or_insert_with(Default::default).sentinels = split_addresses(value);
+            }
+            "REDIS_CLUSTER_NODES" if !value.trim().is_empty() => {
+                self.redis
+                    .get_or_insert_with(Default::default)
+                    .cluster_nodes = split_addresses(value);
             }
             "REDIS_SENTINEL_MASTER" if !value.trim().is_empty() => {
                 self.redis
@@ -1301,6 +1313,27 @@ mod tests {
         assert_eq!(cfg.page_size, 2);
         assert_eq!(cfg.http.max_body_bytes, 2048);
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn redis_cluster_nodes_come_from_the_environment() {
+        let cfg = Config::from_sources(
+            None,
+            [("REDIS_CLUSTER_NODES", " 10.0.0.1:7000, ,10.0.0.2:7001 ")],
+        )
+        .unwrap();
+        let redis = cfg.redis.expect("Redis configured");
+        assert_eq!(redis.cluster_nodes, ["10.0.0.1:7000", "10.0.0.2:7001"]);
+        assert!(redis.is_cluster());
+        // With a fixed server too, the configuration is refused at start.
+        let both = Config::from_sources(
+            None,
+            [
+                ("REDIS_CLUSTER_NODES", "10.0.0.1:7000"),
+                ("REDIS_URL", "redis://10.0.0.9:6379"),
+            ],
+        );
+        assert!(both.is_err(), "{both:?}");
     }
 
     #[test]

@@ -83,6 +83,12 @@ pub struct RedisConfig {
     /// (the master's is `password`).
     #[serde(alias = "sentinelPassword")]
     pub sentinel_password: Option<String>,
+    /// Redis Cluster (`REDIS_CLUSTER_NODES`, comma-separated): `host:port` of some of the
+    /// cluster's nodes, from which the rest of the cluster is discovered. When set, `url`,
+    /// `host`, `port` and `sentinels` must be unset and `db` 0 or unset; the host form's
+    /// credentials and TLS apply to every node.
+    #[serde(alias = "clusterNodes")]
+    pub cluster_nodes: Vec<String>,
 }
 
 impl Default for RedisConfig {
@@ -105,6 +111,7 @@ impl Default for RedisConfig {
             sentinel_master: None,
             sentinel_username: None,
             sentinel_password: None,
+            cluster_nodes: Vec::new(),
         }
     }
 }
@@ -146,6 +153,26 @@ pub enum RedisConfigError {
     Sentinel(&'static str),
     #[error("redis: sentinel address `{0}` is not host:port")]
     SentinelAddress(String),
+    #[error("redis: {0}")]
+    Cluster(&'static str),
+    #[error("redis: cluster node address `{0}` is not host:port")]
+    ClusterAddress(String),
+}
+
+/// `host:port` addresses (`[v6]:port` too), each refused with `bad` when it does not parse.
+fn parse_addresses(
+    list: &[String],
+    bad: fn(String) -> RedisConfigError,
+) -> Result<Vec<(String, u16)>, RedisConfigError> {
+    list.iter()
+        .map(|a| {
+            let a = a.trim();
+            a.rsplit_once(':')
+                .and_then(|(h, p)| Some((h.trim_matches(['[', ']']).to_string(), p.parse().ok()?)))
+                .filter(|(h, p): &(String, u16)| !h.is_empty() && *p != 0)
+                .ok_or_else(|| bad(a.to_string()))
+        })
+        .collect()
 }
 
 /// rustls needs one process-wide crypto provider; ring is the one built in.
@@ -183,6 +210,24 @@ impl RedisConfig {
         {
             return Err(RedisConfigError::CaFile(format!("{path}: {e}")));
         }
+        if self.is_cluster() {
+            self.cluster_addresses()?;
+            if self.url.is_some() || self.host.is_some() || self.port.is_some() {
+                return Err(RedisConfigError::Cluster(
+                    "with `cluster_nodes`, leave `url`, `host` and `port` unset: the cluster names its nodes",
+                ));
+            }
+            if self.is_sentinel() || self.sentinel_master.is_some() {
+                return Err(RedisConfigError::Cluster(
+                    "set either `cluster_nodes` (REDIS_CLUSTER_NODES) or `sentinels`, not both",
+                ));
+            }
+            if self.db.is_some_and(|db| db != 0) {
+                return Err(RedisConfigError::Cluster(
+                    "a Redis Cluster has only database 0: leave `db` unset",
+                ));
+            }
+        }
         if self.is_sentinel() || self.sentinel_master.is_some() {
             self.sentinel_addresses()?;
             if self
@@ -214,10 +259,70 @@ impl RedisConfig {
                 return Err(RedisConfigError::Zero(name));
             }
         }
-        if self.is_sentinel() {
+        if self.is_sentinel() || self.is_cluster() {
             return self.host_settings().map(|_| ());
         }
         self.connection_info().map(|_| ())
+    }
+
+    /// Whether Redis is a Redis Cluster (`cluster_nodes`).
+    pub fn is_cluster(&self) -> bool {
+        !self.cluster_nodes.is_empty()
+    }
+
+    /// The configured cluster nodes' addresses, parsed.
+    pub fn cluster_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
+        parse_addresses(&self.cluster_nodes, RedisConfigError::ClusterAddress)
+    }
+
+    /// The connection settings of one cluster node: the host form's credentials and TLS.
+    pub fn cluster_node_info(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<ConnectionInfo, RedisConfigError> {
+        self.with_address(host.to_string(), port, self.host_settings()?)
+    }
+
+    /// A `redis` cluster client for `cluster_nodes`: every node with the host form's
+    /// credentials and TLS (trusting `ca_file` when set), `TCP_NODELAY` as configured, each
+    /// command bounded by the command timeout.
+    pub fn cluster_client(&self) -> Result<redis::cluster::ClusterClient, RedisConfigError> {
+        install_crypto_provider();
+        let nodes = self
+            .cluster_addresses()?
+            .into_iter()
+            .map(|(h, p)| self.cluster_node_info(&h, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout())
+            .response_timeout(self.command_timeout())
+            .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(self.tcp_nodelay))
+            // A command that meets a moved slot or a failed node is retried briefly; the
+            // caller's own bound (the command timeout) still holds.
+            .retries(2)
+            .min_retry_wait(10)
+            .max_retry_wait(100);
+        if let Some(u) = &self.username {
+            builder = builder.username(u);
+        }
+        if let Some(p) = &self.password {
+            builder = builder.password(p);
+        }
+        if self.is_tls() {
+            builder = builder.tls(redis::TlsMode::Secure);
+            if let Some(path) = &self.ca_file {
+                let pem = std::fs::read(path)
+                    .map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
+                builder = builder.certs(redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                });
+            }
+        }
+        builder
+            .build()
+            .map_err(|e| RedisConfigError::Url(e.to_string()))
     }
 
     /// Whether the master is found through Redis Sentinel.
@@ -227,18 +332,7 @@ impl RedisConfig {
 
     /// The sentinels' addresses, parsed.
     pub fn sentinel_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
-        self.sentinels
-            .iter()
-            .map(|a| {
-                let a = a.trim();
-                a.rsplit_once(':')
-                    .and_then(|(h, p)| {
-                        Some((h.trim_matches(['[', ']']).to_string(), p.parse().ok()?))
-                    })
-                    .filter(|(h, p): &(String, u16)| !h.is_empty() && *p != 0)
-                    .ok_or_else(|| RedisConfigError::SentinelAddress(a.to_string()))
-            })
-            .collect()
+        parse_addresses(&self.sentinels, RedisConfigError::SentinelAddress)
     }
 
     /// The connection settings for one sentinel: its own credentials, the master's TLS.
@@ -377,6 +471,11 @@ impl RedisConfig {
     /// Sentinel there is no fixed server: the master's settings come from
     /// [`RedisConfig::master_connection_info`] once the sentinels have named it.
     pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
+        if self.is_cluster() {
+            return Err(RedisConfigError::Cluster(
+                "with `cluster_nodes`, commands go to the node that holds each key's slot",
+            ));
+        }
         if self.is_sentinel() {
             return Err(RedisConfigError::Sentinel(
                 "with `sentinels`, the master is named by the sentinels at connection time",
@@ -408,6 +507,10 @@ impl RedisConfig {
     /// Where this configuration points, for logs: scheme, host, port and database, never the
     /// user name or password.
     pub fn display_target(&self) -> String {
+        if self.is_cluster() {
+            let scheme = if self.is_tls() { "rediss" } else { "redis" };
+            return format!("{scheme}-cluster://{}", self.cluster_nodes.join(","));
+        }
         if self.is_sentinel() {
             return format!(
                 "redis-sentinel://{}/{}/{}",
@@ -460,6 +563,57 @@ impl RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_form_is_checked_and_names_no_fixed_server() {
+        let cfg = RedisConfig {
+            cluster_nodes: vec!["10.0.0.1:7000".into(), "10.0.0.2:7001".into()],
+            password: Some("s3cret".into()),
+            ..RedisConfig::default()
+        };
+        cfg.validate().unwrap();
+        assert!(cfg.is_cluster());
+        assert_eq!(
+            cfg.cluster_addresses().unwrap(),
+            vec![("10.0.0.1".into(), 7000), ("10.0.0.2".into(), 7001)]
+        );
+        assert!(cfg.connection_info().is_err(), "no fixed server");
+        assert!(cfg.cluster_client().is_ok());
+        assert_eq!(
+            cfg.display_target(),
+            "redis-cluster://10.0.0.1:7000,10.0.0.2:7001"
+        );
+        assert!(!format!("{cfg:?}").contains("s3cret"));
+        for bad in [
+            RedisConfig {
+                url: Some("redis://127.0.0.1:6379".into()),
+                ..cfg.clone()
+            },
+            RedisConfig {
+                sentinels: vec!["10.0.0.3:26379".into()],
+                sentinel_master: Some("m".into()),
+                ..cfg.clone()
+            },
+            RedisConfig {
+                db: Some(2),
+                ..cfg.clone()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(RedisConfigError::Cluster(_))),
+                "{:?}",
+                bad.validate()
+            );
+        }
+        let unparsable = RedisConfig {
+            cluster_nodes: vec!["nowhere".into()],
+            ..RedisConfig::default()
+        };
+        assert_eq!(
+            unparsable.validate(),
+            Err(RedisConfigError::ClusterAddress("nowhere".into()))
+        );
+    }
 
     #[test]
     fn sentinel_form_is_checked_and_names_no_fixed_server() {

@@ -14,6 +14,12 @@
 //! the sentinels which server is master, and checks with `ROLE` that it is. After a failover
 //! the old master refuses writes (`READONLY`) or connections: either starts a rebuild at once,
 //! which asks the sentinels again, so the instance follows the failover without a restart.
+//!
+//! With Redis Cluster, the connection is the `redis` crate's cluster connection: it discovers
+//! the nodes, sends each command to the node that holds its key's slot, and follows `MOVED`
+//! and failovers. Every script and pipeline of fleetmcp touches one slot (see
+//! `docs/ARCHITECTURE.md`, "Redis Cluster"); pub/sub uses the classic channels, which a
+//! cluster delivers on every node, on a dedicated connection to one of the configured nodes.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
@@ -21,6 +27,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 
 use crate::redis_config::RedisConfig;
 use crate::telemetry::Meters;
@@ -52,7 +59,7 @@ struct Inner {
     /// The client for the server in use: fixed, or with Sentinel the last master found.
     client: ArcSwapOption<redis::Client>,
     /// `None` until the first connection succeeds.
-    conn: ArcSwapOption<ConnectionManager>,
+    conn: ArcSwapOption<Link>,
     timeouts_in_a_row: AtomicU32,
     rebuilding: AtomicBool,
     /// Connection rebuilds started after timeouts (for tests and metrics).
@@ -79,7 +86,7 @@ impl RedisConn {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
         cfg.validate()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let client = if cfg.is_sentinel() {
+        let client = if cfg.is_sentinel() || cfg.is_cluster() {
             None
         } else {
             Some(Arc::new(
@@ -203,12 +210,16 @@ impl RedisConn {
     async fn subscribed(&self, target: &str, pattern: bool) -> Result<Subscription, CommandError> {
         let bound = self.inner.cfg.connect_timeout() + self.inner.cfg.command_timeout();
         let attempt = async {
-            let client = self.inner.client.load_full().ok_or_else(|| {
-                CommandError::Unavailable(
-                    "not connected to Redis yet (retrying in the background)".into(),
-                )
-            })?;
-            let mut pubsub = client.get_async_pubsub().await.map_err(unavailable)?;
+            let mut pubsub = if self.inner.cfg.is_cluster() {
+                cluster_pubsub(&self.inner.cfg).await?
+            } else {
+                let client = self.inner.client.load_full().ok_or_else(|| {
+                    CommandError::Unavailable(
+                        "not connected to Redis yet (retrying in the background)".into(),
+                    )
+                })?;
+                client.get_async_pubsub().await.map_err(unavailable)?
+            };
             if pattern {
                 pubsub.psubscribe(target).await.map_err(unavailable)?;
             } else {
@@ -298,8 +309,8 @@ impl Inner {
             .set_number_of_retries(3)
     }
 
-    fn install(&self, manager: ConnectionManager) {
-        self.conn.store(Some(Arc::new(manager)));
+    fn install(&self, link: Link) {
+        self.conn.store(Some(Arc::new(link)));
         self.timeouts_in_a_row.store(0, Ordering::Release);
         self.healthy.store(true, Ordering::Release);
     }
@@ -307,7 +318,10 @@ impl Inner {
     /// A new connection, checked with `PING`, within the connect timeout (plus one command
     /// timeout for the `PING`); with Sentinel, to the master the sentinels name now, checked
     /// with `ROLE` (each sentinel asked is bounded the same way).
-    async fn open(&self) -> Result<ConnectionManager, CommandError> {
+    async fn open(&self) -> Result<Link, CommandError> {
+        if self.cfg.is_cluster() {
+            return self.open_cluster().await;
+        }
         let mut address = None;
         let client = if self.cfg.is_sentinel() {
             let info = server_info(&self.cfg).await?;
@@ -336,7 +350,7 @@ impl Inner {
             if sentinel {
                 check_master(&mut manager).await?;
             }
-            Ok::<_, CommandError>(manager)
+            Ok::<_, CommandError>(Link::Single(manager))
         };
         let opened = match tokio::time::timeout(bound, attempt).await {
             Ok(r) => r,
@@ -356,14 +370,37 @@ impl Inner {
         opened
     }
 
+    /// A cluster connection: the nodes are discovered from the configured ones, and the
+    /// connection is checked with `PING` (to a random node) within the same bound as
+    /// [`Inner::open`].
+    async fn open_cluster(&self) -> Result<Link, CommandError> {
+        let client = self
+            .cfg
+            .cluster_client()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let bound = self.cfg.connect_timeout() + self.cfg.command_timeout() * 2;
+        let attempt = async {
+            let mut conn = client.get_async_connection().await.map_err(unavailable)?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            Ok::<_, CommandError>(Link::Cluster(conn))
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        }
+    }
+
     /// Runs `work` on a clone of the connection, bounded by the command timeout, counting
     /// timeouts towards a rebuild.
     async fn bounded<T, F, Fut>(self: &Arc<Self>, work: F) -> Result<T, CommandError>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
-        let Some(manager) = self.conn.load_full() else {
+        let Some(link) = self.conn.load_full() else {
             if let Some(m) = self.meters.get() {
                 m.redis_command(RedisOutcome::Failed, Duration::ZERO);
             }
@@ -371,7 +408,7 @@ impl Inner {
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
         };
-        let conn = (*manager).clone();
+        let conn = (*link).clone();
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
         let began = std::time::Instant::now();
@@ -456,6 +493,65 @@ impl Inner {
             inner.rebuilding.store(false, Ordering::Release);
         });
     }
+}
+
+/// The connection commands go through: one server's (alone or found through Sentinel), or a
+/// cluster's. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Link {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Single(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// A pub/sub connection for a cluster: to the first configured node that answers. A cluster
+/// delivers classic `PUBLISH` messages on every node, so any one will do; when it fails, the
+/// subscriber's retry comes here again and finds another.
+async fn cluster_pubsub(cfg: &RedisConfig) -> Result<redis::aio::PubSub, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let mut last = CommandError::Unavailable("no cluster node configured".into());
+    for (host, port) in cfg.cluster_addresses().map_err(config)? {
+        let client = cfg
+            .client_for(cfg.cluster_node_info(&host, port).map_err(config)?)
+            .map_err(config)?;
+        match tokio::time::timeout(cfg.connect_timeout(), client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => return Ok(pubsub),
+            Ok(Err(e)) => last = CommandError::Unavailable(format!("{host}:{port}: {e}")),
+            Err(_) => last = CommandError::Timeout(cfg.connect_timeout_ms),
+        }
+    }
+    Err(last)
 }
 
 fn unavailable(e: redis::RedisError) -> CommandError {

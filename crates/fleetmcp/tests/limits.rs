@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use support::{
     Client, LATEST, SECRET, TestServer, config_from, eventually, expect_rpc_error, serve,
 };
-use support_redis::RedisServer;
+use support_redis::{RedisServer, SharedRedis};
 use tokio::sync::Semaphore;
 
 /// The rate-limit code: in the range MCP 2026-07-28 leaves to implementations.
@@ -47,10 +47,18 @@ async fn start(
     holds: Holds,
     edit: impl FnOnce(&mut Config),
 ) -> TestServer {
-    let url = redis.map(|r| r.url());
+    start_with(redis.map(|r| ("REDIS_URL", r.url())), holds, edit).await
+}
+
+/// [`start`] on the Redis the variable `redis` names (`REDIS_URL`, `REDIS_CLUSTER_NODES`).
+async fn start_with(
+    redis: Option<(&'static str, String)>,
+    holds: Holds,
+    edit: impl FnOnce(&mut Config),
+) -> TestServer {
     let mut env = vec![("MCP_SESSION_SECRET", SECRET)];
-    if let Some(u) = &url {
-        env.push(("REDIS_URL", u.as_str()));
+    if let Some((var, value)) = &redis {
+        env.push((var, value.as_str()));
     }
     let builder = Server::builder("limits-test", "1.0.0")
         .tool(
@@ -133,10 +141,18 @@ async fn expect_over(
 /// counter is one key with an expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_is_shared_by_two_instances() {
-    let redis = RedisServer::start();
+    rate_shared_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_rate_limit_is_shared_by_two_instances() {
+    rate_shared_on(SharedRedis::cluster()).await;
+}
+
+async fn rate_shared_on(redis: SharedRedis) {
     let limit = |c: &mut Config| c.limits.rate = rate(5, 60_000);
-    let a = start(Some(&redis), Holds::new(), limit).await;
-    let b = start(Some(&redis), Holds::new(), limit).await;
+    let a = start_with(Some(redis.env()), Holds::new(), limit).await;
+    let b = start_with(Some(redis.env()), Holds::new(), limit).await;
     let ca = Client::connect(&a).await;
     let cb = Client::connect(&b).await;
     for i in 0..3 {
@@ -199,11 +215,19 @@ async fn a_rate_limit_is_shared_by_two_instances() {
 /// across two instances sharing Redis; once they finish, the key is served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_in_flight_past_the_key_limit_is_refused_and_the_others_finish() {
-    let redis = RedisServer::start();
+    inflight_shared_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_request_in_flight_past_the_key_limit_is_refused_and_the_others_finish() {
+    inflight_shared_on(SharedRedis::cluster()).await;
+}
+
+async fn inflight_shared_on(redis: SharedRedis) {
     let holds = Holds::new();
     let limit = |c: &mut Config| c.limits.max_inflight_per_key = Some(2);
-    let a = start(Some(&redis), holds.clone(), limit).await;
-    let b = start(Some(&redis), holds.clone(), limit).await;
+    let a = start_with(Some(redis.env()), holds.clone(), limit).await;
+    let b = start_with(Some(redis.env()), holds.clone(), limit).await;
     inflight_limit_holds(&[&a, &b], &holds).await;
     let set = "mcp:limits:{addr:127.0.0.1}:inflight";
     let left = || redis.cli(&["ZCARD", set]);

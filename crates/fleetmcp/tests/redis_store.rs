@@ -15,7 +15,7 @@ use fleetmcp::session::{
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
 use support::{SECRET, TestServer, config_from, config_with, http, serve};
-use support_redis::{RedisServer, free_port};
+use support_redis::{RedisServer, SharedRedis, free_port};
 
 const LATEST: &str = "2025-11-25";
 
@@ -113,7 +113,7 @@ fn fence(node: &str, epoch: u64) -> Fence {
 }
 
 /// Index members of `node`'s held sessions, as Redis has them.
-fn index(redis: &RedisServer, node: &str) -> Vec<String> {
+fn index(redis: &SharedRedis, node: &str) -> Vec<String> {
     let key = format!("mcp:node:{node}:sessions");
     let out = redis.cli(&["ZRANGE", &key, "0", "-1"]);
     out.lines()
@@ -124,8 +124,18 @@ fn index(redis: &RedisServer, node: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_writes_compare_holder_and_epoch() {
-    let redis = RedisServer::start();
-    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    fenced_writes_on(SharedRedis::single()).await;
+}
+
+/// The same on a three-master Redis Cluster, where a record and the indexes live in different
+/// slots (and, for some of these sessions, on different masters).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_compare_holder_and_epoch_on_a_cluster() {
+    fenced_writes_on(SharedRedis::cluster()).await;
+}
+
+async fn fenced_writes_on(redis: SharedRedis) {
+    let store = RedisSessionStore::connect(redis.config()).await.unwrap();
     let r = record("sid-f", "desk-a");
     store.create(&r).await.unwrap();
     assert_eq!(index(&redis, "desk-a"), ["sid-f"]);
@@ -233,6 +243,17 @@ async fn fenced_writes_compare_holder_and_epoch() {
             .unwrap(),
         Claim::Gone
     );
+    // A holder claiming what it already holds (its scanner adopted it, then a request claimed
+    // it again) keeps it in its index.
+    let mut adopted = record("sid-0", "desk-z");
+    adopted.epoch = 2;
+    assert_eq!(
+        store.claim(&adopted, "desk-z").await.unwrap(),
+        Claim::Won(3)
+    );
+    let mut held = index(&redis, "desk-z");
+    held.sort();
+    assert_eq!(held, ["sid-0", "sid-1", "sid-2"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,8 +452,8 @@ async fn initialize(c: &reqwest::Client, url: &str, capabilities: Value) -> Stri
 }
 
 /// Instances `desk-a` and `desk-b`, each with its own connection to `redis`.
-async fn two_instances(redis: &RedisServer) -> (TestServer, TestServer) {
-    let store = || async { RedisSessionStore::connect(cfg_for(redis)).await.unwrap() };
+async fn two_instances(redis: &SharedRedis) -> (TestServer, TestServer) {
+    let store = || async { RedisSessionStore::connect(redis.config()).await.unwrap() };
     (
         instance("desk-a", store().await).await,
         instance("desk-b", store().await).await,
@@ -441,7 +462,15 @@ async fn two_instances(redis: &RedisServer) -> (TestServer, TestServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_opened_on_one_instance_is_served_by_another() {
-    let redis = RedisServer::start();
+    served_by_another_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_session_opened_on_one_instance_is_served_by_another() {
+    served_by_another_on(SharedRedis::cluster()).await;
+}
+
+async fn served_by_another_on(redis: SharedRedis) {
     let (a, b) = two_instances(&redis).await;
     let c = http();
 
@@ -485,7 +514,7 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
     );
     assert_eq!(stored["clientCapabilities"], json!({"elicitation": {}}));
     // Outside distributed mode nothing indexes sessions by holder (nothing would prune it).
-    assert_eq!(redis.cli(&["KEYS", "mcp:node:*"]), "");
+    assert_eq!(redis.keys("mcp:node:*"), "");
 
     // DELETE on A ends it in Redis; B then answers `session expired`.
     let res = c
@@ -514,17 +543,17 @@ async fn a_session_opened_on_one_instance_is_served_by_another() {
 
 /// An instance whose stores come from its configuration (`redis.url`): sessions and SSE
 /// events in Redis, as a binary sets them up.
-async fn configured_instance(machine: &str, redis: &RedisServer) -> TestServer {
+async fn configured_instance(machine: &str, redis: &SharedRedis) -> TestServer {
     configured_instance_with(machine, redis, |_| {}).await
 }
 
 async fn configured_instance_with(
     machine: &str,
-    redis: &RedisServer,
+    redis: &SharedRedis,
     tweak: impl FnOnce(&mut Config),
 ) -> TestServer {
-    let url = redis.url();
-    let env = [("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())];
+    let (var, value) = redis.env();
+    let env = [("MCP_SESSION_SECRET", SECRET), (var, value.as_str())];
     let cfg = config_from(&env, |c| {
         c.machine_id = Some(machine.into());
         tweak(c);
@@ -606,7 +635,15 @@ async fn read_events(res: reqwest::Response, n: usize) -> Vec<(String, String)> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
-    let redis = RedisServer::start();
+    resumed_on_another_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
+    resumed_on_another_on(SharedRedis::cluster()).await;
+}
+
+async fn resumed_on_another_on(redis: SharedRedis) {
     let a = configured_instance("desk-a", &redis).await;
     let b = configured_instance("desk-b", &redis).await;
     let c = http();
@@ -655,7 +692,7 @@ async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
     );
     assert_eq!(results, 1, "one answer");
     // The events live in a Redis stream scoped to the session.
-    let keys = redis.cli(&["KEYS", &format!("mcp:events:{{{sid}}}*")]);
+    let keys = redis.keys(&format!("mcp:events:{{{sid}}}*"));
     assert!(keys.contains(&format!("mcp:events:{{{sid}}}:")), "{keys}");
 }
 
@@ -827,7 +864,7 @@ async fn rediss_urls_connect_over_tls_and_verify_the_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
-    let redis = RedisServer::start();
+    let redis = SharedRedis::single();
     let a = configured_instance("desk-a", &redis).await;
     // B forgets sessions it has not used for a second.
     let b = configured_instance_with("desk-b", &redis, |c| c.sessions.idle_ttl_ms = 1000).await;
@@ -883,8 +920,11 @@ fn commands_run(redis: &RedisServer) -> u64 {
 /// connection deleted behind everyone's back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
-    let redis = RedisServer::start();
-    let (a, b) = two_instances(&redis).await;
+    let shared = SharedRedis::single();
+    let (a, b) = two_instances(&shared).await;
+    let SharedRedis::Single(redis) = &shared else {
+        unreachable!("one server")
+    };
     let c = http();
     let open = |url: String| {
         let c = c.clone();
@@ -915,7 +955,7 @@ async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere
     }
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert_eq!(
-        commands_run(&redis),
+        commands_run(redis),
         0,
         "50 calls on a held, tracked session ran Redis commands:\n{stats}"
     );

@@ -19,7 +19,7 @@ use fleetmcp::{
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use support::{Client, SECRET, TestServer, config_from, serve, within};
-use support_redis::RedisServer;
+use support_redis::{RedisServer, SharedRedis};
 
 fn limits(per_owner: usize) -> TaskLimits {
     TaskLimits {
@@ -33,6 +33,21 @@ async fn store_on(redis: &RedisServer, per_owner: usize) -> RedisTaskStore {
         .await
         .expect("connects");
     RedisTaskStore::new(conn, "mcp:", limits(per_owner))
+}
+
+async fn store_on_shared(redis: &SharedRedis, per_owner: usize) -> RedisTaskStore {
+    let conn = RedisConn::connect(redis.config()).await.expect("connects");
+    RedisTaskStore::new(conn, "mcp:", limits(per_owner))
+}
+
+/// The key of session `s`'s task `id`: the contract's, with the session as a hash tag on a
+/// cluster.
+fn session_task_key(redis: &SharedRedis, s: &str, id: &str) -> String {
+    if redis.is_cluster() {
+        format!("mcp:task:records:{{{s}}}:{id}")
+    } else {
+        format!("mcp:task:records:{s}:{id}")
+    }
 }
 
 fn rec(id: &str, owner: Option<&str>, node: Option<(&str, u64)>) -> TaskRecord {
@@ -206,8 +221,16 @@ async fn replace_if_unchanged_is_a_compare_and_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_session_drops_its_oldest_ended_task_and_never_a_working_one() {
-    let redis = RedisServer::start();
-    let store = store_on(&redis, 2).await;
+    full_session_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_full_session_drops_its_oldest_ended_task_and_never_a_working_one() {
+    full_session_on(SharedRedis::cluster()).await;
+}
+
+async fn full_session_on(redis: SharedRedis) {
+    let store = store_on_shared(&redis, 2).await;
     store.create(&rec("a", Some("s"), None)).await.unwrap();
     store.create(&rec("b", Some("s"), None)).await.unwrap();
     let refused = store.create(&rec("c", Some("s"), None)).await;
@@ -215,7 +238,14 @@ async fn a_full_session_drops_its_oldest_ended_task_and_never_a_working_one() {
         matches!(&refused, Err(TaskStoreError::Full(f)) if f.limit == "tasks.max_tasks_per_owner" && f.max == 2),
         "{refused:?}"
     );
-    assert_eq!(redis.cli(&["EXISTS", "mcp:task:records:s:c"]), "0");
+    assert_eq!(
+        redis.cli(&["EXISTS", &session_task_key(&redis, "s", "c")]),
+        "0"
+    );
+    assert_eq!(
+        redis.cli(&["EXISTS", &session_task_key(&redis, "s", "a")]),
+        "1"
+    );
     // Another session is not affected; a task of no session has no such bound.
     store.create(&rec("x", Some("t"), None)).await.unwrap();
     for i in 0..3 {
@@ -236,8 +266,16 @@ async fn a_full_session_drops_its_oldest_ended_task_and_never_a_working_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fail_tasks_of_ends_a_dead_executors_tasks_and_nothing_else() {
-    let redis = RedisServer::start();
-    let store = store_on(&redis, 100).await;
+    fail_tasks_of_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_fail_tasks_of_ends_a_dead_executors_tasks_and_nothing_else() {
+    fail_tasks_of_on(SharedRedis::cluster()).await;
+}
+
+async fn fail_tasks_of_on(redis: SharedRedis) {
+    let store = store_on_shared(&redis, 100).await;
     let old = rec("old", None, Some(("node-x", 100)));
     let parked = {
         let mut r = rec("parked", Some("s"), Some(("node-x", 150)));
@@ -336,9 +374,9 @@ impl Drop for CountDrop {
 /// An instance whose stores come from its configuration (`REDIS_URL`, default mode: sessions
 /// move between instances by recreation), with a slow task tool and one that runs until
 /// cancelled.
-async fn instance(machine: &str, redis: &RedisServer, stopped: Arc<Stopped>) -> TestServer {
-    let url = redis.url();
-    let env = [("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", url.as_str())];
+async fn instance(machine: &str, redis: &SharedRedis, stopped: Arc<Stopped>) -> TestServer {
+    let (var, value) = redis.env();
+    let env = [("MCP_SESSION_SECRET", SECRET), (var, value.as_str())];
     let cfg = config_from(&env, |c| c.machine_id = Some(machine.into()));
     let builder = Server::builder("redis-tasks", "1.0.0")
         .tool(
@@ -373,7 +411,15 @@ async fn call(c: &Client, method: &str, params: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_tasks_started_on_a_are_read_and_cancelled_through_b() {
-    let redis = RedisServer::start();
+    through_b_on(SharedRedis::single()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_session_tasks_started_on_a_are_read_and_cancelled_through_b() {
+    through_b_on(SharedRedis::cluster()).await;
+}
+
+async fn through_b_on(redis: SharedRedis) {
     let (stopped_a, stopped_b) = (Arc::new(Stopped::default()), Arc::new(Stopped::default()));
     let a = instance("node-a", &redis, stopped_a.clone()).await;
     let b = instance("node-b", &redis, stopped_b.clone()).await;
@@ -389,7 +435,7 @@ async fn session_tasks_started_on_a_are_read_and_cancelled_through_b() {
     let sid = on_a.session_id().to_string();
     assert!(
         redis
-            .cli(&["EXISTS", &format!("mcp:task:records:{sid}:{id}")])
+            .cli(&["EXISTS", &session_task_key(&redis, &sid, &id)])
             .ends_with('1'),
         "filed under its session"
     );

@@ -70,22 +70,23 @@ pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, C
         .await?;
     let mut instances = Vec::with_capacity(nodes.len());
     if !nodes.is_empty() {
-        let mut pipe = redis::pipe();
-        for (node, _) in &nodes {
-            pipe.cmd("GET")
-                .arg(format!("{ha_prefix}heartbeat:{node}"))
-                .cmd("ZCARD")
-                .arg(redis.config().node_index_key(node))
-                .cmd("SCARD")
-                .arg(crate::tasks::executor_index_key(key_prefix, node));
-        }
-        let answers: Vec<redis::Value> = redis.pipe(pipe).await?;
-        for ((machine_id, score), answer) in nodes.into_iter().zip(answers.chunks(3)) {
-            let [beat, sessions, tasks] = answer else {
-                return Err(CommandError::Unavailable(
-                    "a short answer to the census pipeline".into(),
-                ));
-            };
+        // One command per key (each in its own slot of a cluster), all sent together.
+        let reads = nodes.iter().map(|(node, _)| async move {
+            let mut beat = redis::cmd("GET");
+            beat.arg(format!("{ha_prefix}heartbeat:{node}"));
+            let mut sessions = redis::cmd("ZCARD");
+            sessions.arg(redis.config().node_index_key(node));
+            let mut tasks = redis::cmd("SCARD");
+            tasks.arg(crate::tasks::executor_index_key(key_prefix, node));
+            futures_util::try_join!(
+                redis.run::<redis::Value>(beat),
+                redis.run::<redis::Value>(sessions),
+                redis.run::<redis::Value>(tasks)
+            )
+        });
+        let answers = futures_util::future::try_join_all(reads).await?;
+        for ((machine_id, score), (beat, sessions, tasks)) in nodes.into_iter().zip(answers) {
+            let (beat, sessions, tasks) = (&beat, &sessions, &tasks);
             let beat: Option<Beat> = redis::from_redis_value_ref::<Option<String>>(beat)
                 .ok()
                 .flatten()

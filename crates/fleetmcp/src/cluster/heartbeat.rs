@@ -173,24 +173,26 @@ impl Heartbeat {
         // later, so the lease always runs out before the key does.
         let sent_at = std::time::Instant::now();
         let session_ttl = self.redis.config().default_ttl_ms;
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(&self.key)
-            .arg(value)
-            .arg("PX")
-            .arg(self.ttl_ms)
-            .ignore()
-            .cmd("ZADD")
+        // Three keys in three slots of a cluster: three commands, sent together (one round
+        // trip on one server). The beat counts only when all three were written.
+        let mut set = redis::cmd("SET");
+        set.arg(&self.key).arg(value).arg("PX").arg(self.ttl_ms);
+        let mut listed = redis::cmd("ZADD");
+        listed
             .arg(&self.nodes_key)
             .arg(hb.last_beat)
-            .arg(&self.node_id)
-            .ignore()
-            .cmd("ZREMRANGEBYSCORE")
+            .arg(&self.node_id);
+        let mut pruned = redis::cmd("ZREMRANGEBYSCORE");
+        pruned
             .arg(&self.index_key)
             .arg("-inf")
-            .arg(format!("({}", hb.last_beat.saturating_sub(session_ttl)))
-            .ignore();
-        let written: Result<(), _> = self.redis.pipe(pipe).await;
+            .arg(format!("({}", hb.last_beat.saturating_sub(session_ttl)));
+        let (set, listed, pruned) = futures_util::join!(
+            self.redis.run::<()>(set),
+            self.redis.run::<i64>(listed),
+            self.redis.run::<i64>(pruned)
+        );
+        let written = set.and(listed).and(pruned);
         let ok = written.is_ok();
         if ok {
             self.lease

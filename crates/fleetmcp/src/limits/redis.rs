@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -61,17 +62,21 @@ end
 return {0, 0, 0}
 ";
 
-/// Extends this instance's leases: `KEYS[i]` an in-flight set, `ARGV[1]` the lease (ms),
-/// `ARGV[i + 1]` this instance's member in `KEYS[i]`. A member already gone stays gone (`XX`).
+/// Extends this instance's leases in one in-flight set: `KEYS[1]` the set, `ARGV[1]` the lease
+/// (ms), `ARGV[2..]` this instance's members in it. A member already gone stays gone (`XX`).
+/// One set a call: each key's set is in its own Cluster slot.
 const RENEW: &str = r"
 local t = redis.call('TIME')
-local until_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
-for i, k in ipairs(KEYS) do
-  redis.call('ZADD', k, 'XX', string.format('%d', until_ms), ARGV[i + 1])
-  redis.call('PEXPIRE', k, ARGV[1])
+local until_ms = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1]))
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[i])
 end
-return #KEYS
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return #ARGV - 1
 ";
+
+/// In-flight sets renewed at once (each one script call).
+const RENEW_CONCURRENCY: usize = 64;
 
 /// This instance's places in flight: in-flight set → members.
 type HeldMap = Arc<Mutex<HashMap<String, HashSet<String>>>>;
@@ -221,21 +226,28 @@ async fn renew_leases(conn: RedisConn, held: HeldMap, lease_ms: u64, stop: Cance
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let pairs: Vec<(String, String)> = held
+        let sets: Vec<(String, Vec<String>)> = held
             .lock()
             .iter()
-            .flat_map(|(set, members)| members.iter().map(move |m| (set.clone(), m.clone())))
+            .map(|(set, members)| (set.clone(), members.iter().cloned().collect()))
             .collect();
-        if pairs.is_empty() {
+        if sets.is_empty() {
             continue;
         }
-        let mut inv = script.prepare_invoke();
-        inv.arg(lease_ms);
-        for (set, member) in &pairs {
-            inv.key(set).arg(member);
-        }
-        if let Err(e) = conn.eval::<i64>(inv).await {
-            tracing::warn!(error = %e, held = pairs.len(), "could not renew this instance's places in flight in Redis; they lapse if it goes on");
+        let count = sets.len();
+        let failed = futures_util::stream::iter(sets)
+            .map(|(set, members)| {
+                let mut inv = script.prepare_invoke();
+                inv.key(set).arg(lease_ms).arg(members);
+                let conn = conn.clone();
+                async move { conn.eval::<i64>(inv).await.err() }
+            })
+            .buffer_unordered(RENEW_CONCURRENCY)
+            .filter_map(std::future::ready)
+            .collect::<Vec<_>>()
+            .await;
+        if let Some(e) = failed.first() {
+            tracing::warn!(error = %e, failed = failed.len(), held = count, "could not renew this instance's places in flight in Redis; they lapse if it goes on");
         }
     }
 }

@@ -17,6 +17,15 @@
 //! scored by the time of the holder's last refresh), so the orphan scanner reads a dead
 //! instance's sessions without scanning the keyspace. Creation, claims and refreshes keep it;
 //! entries of deleted or expired sessions are pruned by score.
+//!
+//! Redis Cluster: a record and an index live in different slots (the contract's key names
+//! leave no room for a shared hash tag), so no script touches both. The record is the truth:
+//! the fenced scripts compare and write the record alone, and the index is written by its own
+//! command once the record says so (after a creation, a refresh, a won claim). The index is a
+//! hint for the orphan scanner, which claims through the fenced script; a crash between the
+//! two writes leaves at worst a session missing from an index until its holder's next refresh
+//! (a request for it still finds its record and takes it over), or an entry naming a session
+//! the node no longer holds (its claim then loses, harmlessly, and the score prunes it).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -121,16 +130,15 @@ local epoch = tonumber(r.epoch) or 0
 
 /// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
 /// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
-/// expiry is pushed out by `ARGV[4]` ms and the holder's index `KEYS[2]` gets member `ARGV[6]`
-/// scored `ARGV[5]`; the key is read again after that write, so that on a tracking connection
-/// the key stays tracked (a connection's own write ends its tracking of the key).
+/// expiry is pushed out by `ARGV[4]` ms (the caller then refreshes the holder's index); the key
+/// is read again after that write, so that on a tracking connection the key stays tracked (a
+/// connection's own write ends its tracking of the key).
 const CHECK: &str = concat!(
     holder_of_record!(),
     r#"
 if node == ARGV[1] and epoch == tonumber(ARGV[2]) then
   if ARGV[3] == '1' then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
     redis.call('EXISTS', KEYS[1])
   end
   return {1, node, epoch}
@@ -147,16 +155,13 @@ return redis.call('EXISTS', KEYS[1])
 "#;
 
 /// Claims the record at `KEYS[1]` if it names holder `ARGV[1]` under epoch `ARGV[2]`: writes
-/// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms, and moves member
-/// `ARGV[6]` from index `KEYS[2]` to index `KEYS[3]` (scored `ARGV[5]`). Answers like
-/// [`CHECK`].
+/// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms (the caller then moves
+/// the session between the holders' indexes). Answers like [`CHECK`].
 const CLAIM: &str = concat!(
     holder_of_record!(),
     r#"
 if node ~= ARGV[1] or epoch ~= tonumber(ARGV[2]) then return {2, tostring(node), epoch} end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-redis.call('ZREM', KEYS[2], ARGV[6])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[6])
 return {1, node, epoch}
 "#
 );
@@ -262,9 +267,10 @@ impl RedisSessionStore {
             .collect())
     }
 
-    /// Claims every record of `records` for `to` (see [`SessionStore::claim`]) in one round
-    /// trip; the answers come in the same order. For the orphan scanner, which claims a dead
-    /// instance's sessions in batches.
+    /// Claims every record of `records` for `to` (see [`SessionStore::claim`]), all sent at
+    /// once; the answers come in the same order. For the orphan scanner, which claims a dead
+    /// instance's sessions in batches. The won sessions then move between the indexes in one
+    /// command per index.
     pub async fn claim_many(
         &self,
         records: &[SessionRecord],
@@ -273,37 +279,36 @@ impl RedisSessionStore {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        // A pipeline cannot load a script on demand: load it first (a no-op when Redis knows
-        // it), then send every claim by its hash.
-        let sha: String = self
-            .run(redis::cmd("SCRIPT").arg("LOAD").arg(CLAIM).clone())
-            .await?;
         let now = unix_ms();
-        let mut pipe = redis::pipe();
+        let mut claims = Vec::with_capacity(records.len());
         for record in records {
-            let (keys, args) = self.claim_args(record, to, now)?;
-            pipe.cmd("EVALSHA")
-                .arg(&sha)
-                .arg(keys.len())
-                .arg(&keys)
-                .arg(&args);
+            claims.push(self.claim_record(record, to, now)?);
         }
-        let answers: Vec<(i64, String, u64)> = self.conn.pipe(pipe).await?;
-        Ok(records
-            .iter()
-            .zip(answers)
-            .map(|(r, a)| Self::claim_answer(r, a))
-            .collect())
+        // Each record is in its own slot: one script each, sent together (the connection
+        // pipelines them; a cluster sends each to its node).
+        let answers =
+            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await;
+        let mut out = Vec::with_capacity(records.len());
+        let mut won = Vec::new();
+        for (record, answer) in records.iter().zip(answers) {
+            let claim = Self::claim_answer(record, answer?);
+            if matches!(claim, Claim::Won(_)) {
+                won.push(record);
+            }
+            out.push(claim);
+        }
+        self.index_moved(&won, to, now).await;
+        Ok(out)
     }
 
-    /// The keys and arguments of [`CLAIM`] when `to` claims `record` at `now`: the record it
-    /// becomes is encoded here.
-    fn claim_args(
+    /// The fenced script that makes `to` the holder of `record` at `now` (the record it becomes
+    /// is encoded here).
+    fn claim_record(
         &self,
         record: &SessionRecord,
         to: &str,
         now: u64,
-    ) -> Result<([String; 3], [String; 6]), StoreError> {
+    ) -> Result<redis::ScriptInvocation<'_>, StoreError> {
         let mut wire = Wire::from_record(&SessionRecord {
             node_id: to.to_string(),
             epoch: record.epoch + 1,
@@ -311,21 +316,49 @@ impl RedisSessionStore {
         });
         wire.reassigned_at = Some(now);
         wire.reassigned_from = Some(record.node_id.clone());
-        Ok((
-            [
-                self.key(&record.id),
-                self.index_key(&record.node_id),
-                self.index_key(to),
-            ],
-            [
-                record.node_id.clone(),
-                record.epoch.to_string(),
-                Self::encode(&wire)?,
-                self.ttl_ms.to_string(),
-                now.to_string(),
-                record.id.clone(),
-            ],
-        ))
+        let mut inv = self.claim.prepare_invoke();
+        inv.key(self.key(&record.id))
+            .arg(&record.node_id)
+            .arg(record.epoch)
+            .arg(Self::encode(&wire)?)
+            .arg(self.ttl_ms);
+        Ok(inv)
+    }
+
+    /// After claims won: the sessions of `won` leave their former holders' indexes and join
+    /// `to`'s, scored `now`. Best effort (the record is the truth, see the module
+    /// documentation): a failure is logged, and `to`'s next refresh of each writes it again.
+    async fn index_moved(&self, won: &[&SessionRecord], to: &str, now: u64) {
+        if won.is_empty() {
+            return;
+        }
+        let mut add = redis::cmd("ZADD");
+        add.arg(self.index_key(to));
+        for r in won {
+            add.arg(now).arg(&r.id);
+        }
+        let mut from: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
+        for r in won.iter().filter(|r| r.node_id != to) {
+            from.entry(r.node_id.as_str())
+                .or_default()
+                .push(r.id.as_str());
+        }
+        let removes = from.into_iter().map(|(node, ids)| {
+            let mut rem = redis::cmd("ZREM");
+            rem.arg(self.index_key(node)).arg(ids);
+            self.conn.run::<i64>(rem)
+        });
+        let (added, removed) = futures_util::join!(
+            self.conn.run::<i64>(add),
+            futures_util::future::join_all(removes)
+        );
+        if let Some(e) = added
+            .err()
+            .or_else(|| removed.into_iter().find_map(Result::err))
+        {
+            tracing::debug!(error = %e, "claimed sessions: an index was not updated (the next refresh writes it)");
+        }
     }
 
     fn claim_answer(record: &SessionRecord, (code, node_id, epoch): (i64, String, u64)) -> Claim {
@@ -400,19 +433,20 @@ impl SessionStore for RedisSessionStore {
 
     async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
         let json = Self::encode(&Wire::from_record(record))?;
-        let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(self.key(&record.id))
+        // Two slots (see the module documentation), sent together: one round trip.
+        let mut set = redis::cmd("SET");
+        set.arg(self.key(&record.id))
             .arg(json)
             .arg("PX")
-            .arg(self.ttl_ms)
-            .ignore()
-            .cmd("ZADD")
+            .arg(self.ttl_ms);
+        let mut index = redis::cmd("ZADD");
+        index
             .arg(self.index_key(&record.node_id))
             .arg(unix_ms())
-            .arg(&record.id)
-            .ignore();
-        Ok(self.conn.pipe::<()>(pipe).await?)
+            .arg(&record.id);
+        let (set, index) = futures_util::join!(self.run::<()>(set), self.run::<i64>(index));
+        set?;
+        index.map(|_| ())
     }
 
     /// On the tracking connection while it is up (the answer is then `tracked`), else on the
@@ -429,13 +463,10 @@ impl SessionStore for RedisSessionStore {
             Some(f) => {
                 inv = self.check.prepare_invoke();
                 inv.key(self.key(id))
-                    .key(self.index_key(&f.node_id))
                     .arg(&f.node_id)
                     .arg(f.epoch)
                     .arg(refresh)
-                    .arg(self.ttl_ms)
-                    .arg(unix_ms())
-                    .arg(id);
+                    .arg(self.ttl_ms);
             }
             None => {
                 inv = self.touch_exists.prepare_invoke();
@@ -468,6 +499,13 @@ impl SessionStore for RedisSessionStore {
             (None, Some(_)) => self.conn.eval(inv).await?,
             (None, None) => (self.conn.eval::<i64>(inv).await?, String::new(), 0),
         };
+        if let (Some(f), (1, ..), "1") = (fence, &answer, refresh) {
+            // The record was refreshed: so is its entry in the holder's index (its score keeps
+            // the heartbeat from pruning it).
+            let mut index = redis::cmd("ZADD");
+            index.arg(self.index_key(&f.node_id)).arg(unix_ms()).arg(id);
+            self.run::<i64>(index).await?;
+        }
         let held = match answer {
             (1, ..) => Held::Mine,
             (2, node_id, epoch) => Held::Lost { node_id, epoch },
@@ -477,22 +515,24 @@ impl SessionStore for RedisSessionStore {
     }
 
     fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+        if self.conn.config().is_cluster() {
+            // Tracking is per node in a cluster and the tracker keeps one connection: held
+            // sessions are checked on every request there (one round trip each).
+            return None;
+        }
         let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
         self.tracker.set(tracker).ok()?;
         Some(rx)
     }
 
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
-        let (keys, args) = self.claim_args(record, to, unix_ms())?;
-        let mut inv = self.claim.prepare_invoke();
-        for k in keys {
-            inv.key(k);
+        let now = unix_ms();
+        let inv = self.claim_record(record, to, now)?;
+        let claim = Self::claim_answer(record, self.conn.eval(inv).await?);
+        if matches!(claim, Claim::Won(_)) {
+            self.index_moved(&[record], to, now).await;
         }
-        for a in args {
-            inv.arg(a);
-        }
-        let answer = self.conn.eval(inv).await?;
-        Ok(Self::claim_answer(record, answer))
+        Ok(claim)
     }
 }
 

@@ -66,42 +66,40 @@ local function ended(s)
 end
 "#;
 
-/// Creates a record. KEYS: record, executor index ('' none), session index ('' none).
-/// ARGV: record JSON, ttl ms, max per session, task id, the session's record-key prefix.
-/// Returns 1, or 0 when the session is full of records not ended.
+/// Creates a record. KEYS: record, then the session index (a task of a session). ARGV: record
+/// JSON, ttl ms, max per session, task id, the session's record-key prefix. Returns 1, or 0
+/// when the session is full of records not ended. The session's records and index share a
+/// Cluster slot (see [`RedisTaskStore::record_key`]); the executor index, in another, is
+/// written by the caller.
 const CREATE: &str = r#"
 local ttl = tonumber(ARGV[2])
-if KEYS[3] ~= '' then
+if #KEYS > 1 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
     local freed = false
-    for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
       local key = ARGV[5] .. id
       local v = redis.call('GET', key)
       if (not v) or ended(status_of(v)) then
         redis.call('DEL', key)
-        redis.call('ZREM', KEYS[3], id)
+        redis.call('ZREM', KEYS[2], id)
         freed = true
         break
       end
     end
     if not freed then return 0 end
   end
-  redis.call('ZADD', KEYS[3], now + ttl, ARGV[4])
-  if redis.call('PTTL', KEYS[3]) < ttl then redis.call('PEXPIRE', KEYS[3], ttl) end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-if KEYS[2] ~= '' then
-  redis.call('SADD', KEYS[2], KEYS[1])
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[4])
   if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 return 1
 "#;
 
-/// Rewrites a record. KEYS: record, executor index ('' none). ARGV: record JSON, '1' when it
-/// has ended; then optionally the expected status, `lastUpdatedAt` and executor node ('' none)
+/// Rewrites a record. KEYS: record. ARGV: record JSON, '1' when it has ended (the caller then
+/// takes it out of its executor's index); then optionally the expected status, `lastUpdatedAt` and executor node ('' none)
 /// of the stored record (the compare-and-set). Returns 1 written, 0 no such record, -1 the
 /// stored record has ended, -2 it changed.
 const WRITE: &str = r#"
@@ -120,7 +118,6 @@ if ARGV[3] then
   if node ~= ARGV[5] then return -2 end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
-if ARGV[2] == '1' and KEYS[2] ~= '' then redis.call('SREM', KEYS[2], KEYS[1]) end
 return 1
 "#;
 
@@ -134,6 +131,8 @@ pub struct RedisTaskStore {
     /// `<redis.key_prefix>task:`.
     prefix: String,
     max_tasks_per_owner: usize,
+    /// Redis is a cluster: a session's task keys carry a hash tag.
+    cluster: bool,
 }
 
 /// `<prefix>executor:<nodeId>` (`prefix` is `<key_prefix>task:`): the record keys of the
@@ -153,20 +152,63 @@ impl RedisTaskStore {
     /// `mcp:` by default), bounding each session's records at `limits.max_tasks_per_owner`.
     pub fn new(redis: RedisConn, key_prefix: &str, limits: TaskLimits) -> Self {
         Self {
+            cluster: redis.config().is_cluster(),
             redis,
             prefix: format!("{key_prefix}task:"),
             max_tasks_per_owner: limits.max_tasks_per_owner.max(1),
         }
     }
 
-    /// The key of a task's record: `records:{sessionId}:{taskId}`, or `records::{taskId}` for
-    /// a task of no session.
+    /// The key of a task's record: `records:<sessionId>:<taskId>` (the contract's key), or
+    /// `records::<taskId>` for a task of no session. On a Redis Cluster the session segment is
+    /// a hash tag, `records:{<sessionId>}:<taskId>`, so that a session's records and its index
+    /// share the slot [`CREATE`] needs.
     pub fn record_key(&self, owner: Option<&str>, task_id: &str) -> String {
-        format!("{}records:{}:{task_id}", self.prefix, owner.unwrap_or(""))
+        format!(
+            "{}records:{}:{task_id}",
+            self.prefix,
+            self.tagged(owner.unwrap_or(""))
+        )
     }
 
     fn owner_index(&self, owner: &str) -> String {
-        format!("{}session:{owner}", self.prefix)
+        format!("{}session:{}", self.prefix, self.tagged(owner))
+    }
+
+    /// A session id as it appears in keys: in braces on a Redis Cluster (a hash tag).
+    fn tagged<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.cluster && !owner.is_empty() {
+            format!("{{{owner}}}").into()
+        } else {
+            owner.into()
+        }
+    }
+
+    /// Lists a new record in its executor's index, which lives as long as its newest record
+    /// (`PEXPIRE ... NX` gives a new index its lifetime, `GT` only ever extends it). One key:
+    /// one slot, one round trip.
+    async fn add_to_executor(
+        &self,
+        index: &str,
+        record_key: &str,
+        ttl_ms: u64,
+    ) -> Result<(), CommandError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SADD")
+            .arg(index)
+            .arg(record_key)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(index)
+            .arg(ttl_ms)
+            .arg("NX")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(index)
+            .arg(ttl_ms)
+            .arg("GT")
+            .ignore();
+        self.redis.pipe(pipe).await
     }
 
     fn executor_index(&self, node: &str) -> String {
@@ -199,11 +241,11 @@ impl RedisTaskStore {
     ) -> Result<i64, CommandError> {
         let json = serde_json::to_string(record)
             .map_err(|e| CommandError::Unavailable(format!("unserialisable record: {e}")))?;
+        let key = self.record_key(record.owner.as_deref(), &record.task_id);
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(format!("{HELPERS}{WRITE}"))
-            .arg(2)
-            .arg(self.record_key(record.owner.as_deref(), &record.task_id))
-            .arg(self.executor_index_of(record))
+            .arg(1)
+            .arg(&key)
             .arg(json)
             .arg(if record.status.is_terminal() {
                 "1"
@@ -222,7 +264,18 @@ impl RedisTaskStore {
                     .unwrap_or(""),
             );
         }
-        self.redis.run(cmd).await
+        let written: i64 = self.redis.run(cmd).await?;
+        let index = self.executor_index_of(record);
+        if written == 1 && record.status.is_terminal() && !index.is_empty() {
+            // Ended: no longer its executor's to fail if the executor dies. Best effort: an
+            // entry left behind names an ended record, which the orphan scanner leaves alone.
+            let mut rem = redis::cmd("SREM");
+            rem.arg(index).arg(&key);
+            if let Err(e) = self.redis.run::<i64>(rem).await {
+                tracing::debug!(error = %e, task = %record.task_id, "an ended task stays in its executor's index");
+            }
+        }
+        Ok(written)
     }
 
     /// Reads records by key, `BATCH` per round trip; a missing or unreadable one is `None`.
@@ -353,24 +406,43 @@ impl TaskStore for RedisTaskStore {
         let json = serde_json::to_string(record)
             .map_err(|e| TaskStoreError::Unavailable(format!("unserialisable record: {e}")))?;
         let owner = record.owner.as_deref();
-        let cmd = redis::cmd("EVAL")
-            .arg(format!("{HELPERS}{CREATE}"))
-            .arg(3)
-            .arg(self.record_key(owner, &record.task_id))
-            .arg(self.executor_index_of(record))
-            .arg(owner.map(|o| self.owner_index(o)).unwrap_or_default())
+        let key = self.record_key(owner, &record.task_id);
+        let index = self.executor_index_of(record);
+        let ttl_ms = record.ttl_ms.max(1);
+        if !index.is_empty() {
+            // Listed first: should this instance die between the two writes, the orphan
+            // scanner finds an entry with no record (skipped), never a record it cannot find.
+            if let Err(e) = self.add_to_executor(&index, &key, ttl_ms).await {
+                warn_failed("creating a record", &record.task_id, &e);
+                return Err(TaskStoreError::Unavailable(e.to_string()));
+            }
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(format!("{HELPERS}{CREATE}"));
+        match owner {
+            Some(o) => cmd.arg(2).arg(&key).arg(self.owner_index(o)),
+            None => cmd.arg(1).arg(&key),
+        };
+        let cmd = cmd
             .arg(json)
-            .arg(record.ttl_ms.max(1))
+            .arg(ttl_ms)
             .arg(self.max_tasks_per_owner)
             .arg(&record.task_id)
             .arg(self.record_key(owner, ""))
             .clone();
         match self.redis.run::<i64>(cmd).await {
             Ok(1) => Ok(()),
-            Ok(_) => Err(TaskStoreError::Full(TaskStoreFull {
-                limit: "tasks.max_tasks_per_owner",
-                max: self.max_tasks_per_owner,
-            })),
+            Ok(_) => {
+                if !index.is_empty() {
+                    let mut rem = redis::cmd("SREM");
+                    rem.arg(&index).arg(&key);
+                    let _ = self.redis.run::<i64>(rem).await;
+                }
+                Err(TaskStoreError::Full(TaskStoreFull {
+                    limit: "tasks.max_tasks_per_owner",
+                    max: self.max_tasks_per_owner,
+                }))
+            }
             Err(e) => {
                 warn_failed("creating a record", &record.task_id, &e);
                 Err(TaskStoreError::Unavailable(e.to_string()))

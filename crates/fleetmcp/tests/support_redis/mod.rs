@@ -225,6 +225,214 @@ impl Drop for RedisServer {
     }
 }
 
+/// A loopback port free for a cluster node: it and its cluster bus port (`port + 10000`) are
+/// both unused.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A Redis Cluster on loopback: `masters` `redis-server --cluster-enabled yes` processes, each
+/// with `replicas_each` replicas, joined by `redis-cli --cluster create`, ready once every
+/// node reports `cluster_state:ok`. A node is presumed failed after 1 s of silence.
+pub struct RedisCluster {
+    /// Every node, masters first (in slot order), then the replicas.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas_each: usize) -> Self {
+        let total = masters * (1 + replicas_each);
+        let nodes: Vec<RedisServer> = (0..total)
+            .map(|_| {
+                let port = free_cluster_port();
+                let mut s = RedisServer {
+                    port,
+                    child: None,
+                    dir: tempfile::tempdir().expect("temp dir"),
+                    paused: false,
+                    persistent: false,
+                    extra: vec![
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-node-timeout".into(),
+                        "1000".into(),
+                        "--cluster-config-file".into(),
+                        format!("nodes-{port}.conf"),
+                    ],
+                };
+                s.spawn();
+                s
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(cli_bin())
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args([
+                "--cluster-replicas",
+                &replicas_each.to_string(),
+                "--cluster-yes",
+            ])
+            .output()
+            .expect("redis-cli --cluster create runs");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never reached cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// `REDIS_CLUSTER_NODES`: every node's `host:port`, comma-separated.
+    pub fn nodes_env(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs `redis-cli -c` (following the cluster's redirections) through the first node that
+    /// is running; its trimmed output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some() && !n.paused)
+            .expect("a running node");
+        let out = Command::new(cli_bin())
+            .args(["-c", "-p", &node.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "redis-cli -c {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The master that serves `key`'s slot now (`CLUSTER KEYSLOT`, then `CLUSTER SLOTS`).
+    pub fn master_of(&self, key: &str) -> &RedisServer {
+        let slot: u16 = self
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("a slot number");
+        // redis-cli prints `CLUSTER SLOTS` one value a line: start, end, then the master's ip,
+        // port and id, then each replica's.
+        let out = self.cli(&["CLUSTER", "SLOTS"]);
+        let lines: Vec<&str> = out.lines().map(str::trim).collect();
+        let port = lines
+            .windows(4)
+            .find_map(|w| {
+                let (start, end) = (w[0].parse::<u16>().ok()?, w[1].parse::<u16>().ok()?);
+                (start <= slot && slot <= end && w[2] == "127.0.0.1")
+                    .then(|| w[3].parse::<u16>().ok())
+                    .flatten()
+            })
+            .expect("a master serves the slot");
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("the master is one of ours")
+    }
+}
+
+/// The Redis a fleet test runs on: one server, or a three-master cluster. Tests written
+/// against it run unchanged on both (`env` for the processes, `cli` to look inside).
+pub enum SharedRedis {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl SharedRedis {
+    /// One `redis-server`.
+    pub fn single() -> Self {
+        Self::Single(RedisServer::start())
+    }
+
+    /// A Redis Cluster of three masters, no replicas.
+    pub fn cluster() -> Self {
+        Self::Cluster(RedisCluster::start(3, 0))
+    }
+
+    /// What points an instance at it: `REDIS_URL`, or `REDIS_CLUSTER_NODES`.
+    pub fn env(&self) -> (&'static str, String) {
+        match self {
+            Self::Single(r) => ("REDIS_URL", r.url()),
+            Self::Cluster(c) => ("REDIS_CLUSTER_NODES", c.nodes_env()),
+        }
+    }
+
+    /// `redis-cli` (`-c` on a cluster, following redirections); its trimmed output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        match self {
+            Self::Single(r) => r.cli(args),
+            Self::Cluster(c) => c.cli(args),
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// The keys matching `pattern` on every node, sorted, one a line (`KEYS`: tests only; the
+    /// product never lists the keyspace).
+    pub fn keys(&self, pattern: &str) -> String {
+        let nodes: Vec<&RedisServer> = match self {
+            Self::Single(r) => vec![r],
+            Self::Cluster(c) => c.nodes.iter().filter(|n| n.child.is_some()).collect(),
+        };
+        let mut keys: Vec<String> = nodes
+            .iter()
+            .flat_map(|n| {
+                n.cli(&["KEYS", pattern])
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        keys.sort();
+        keys.join("\n")
+    }
+
+    /// The configuration the library takes for it.
+    pub fn config(&self) -> fleetmcp::redis_config::RedisConfig {
+        match self {
+            Self::Single(r) => fleetmcp::redis_config::RedisConfig::from_url(r.url()),
+            Self::Cluster(c) => fleetmcp::redis_config::RedisConfig {
+                cluster_nodes: c
+                    .nodes
+                    .iter()
+                    .map(|n| format!("127.0.0.1:{}", n.port))
+                    .collect(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// One Redis Sentinel (`redis-server <conf> --sentinel`) watching the master on `master_port`
 /// under `name`, with a quorum of `quorum`; a master is presumed down after 1 s of silence.
 pub struct Sentinel {
