@@ -899,32 +899,24 @@ async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
     assert!(read_events(res, 100).await.len() >= 10);
 }
 
-/// Commands Redis has run since its statistics were last reset (`INFO commandstats`), besides
-/// the test's own `CONFIG` and `INFO`.
-fn commands_run(redis: &RedisServer) -> u64 {
-    redis
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .filter_map(|l| l.strip_prefix("cmdstat_"))
-        .filter(|l| !l.starts_with("config|") && !l.starts_with("info:"))
-        .filter_map(|l| {
-            let calls = l.split("calls=").nth(1)?;
-            calls.split(',').next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 /// Client-side caching: once Redis confirmed a held session's record and tracks it, calls on the
 /// session run no Redis command at all; a DELETE on another instance is still seen by the
 /// holder's very next request (Redis pushes the invalidation), and so is a record that another
 /// connection deleted behind everyone's back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
-    let shared = SharedRedis::single();
-    let (a, b) = two_instances(&shared).await;
-    let SharedRedis::Single(redis) = &shared else {
-        unreachable!("one server")
-    };
+    held_costs_nothing_on(SharedRedis::single()).await;
+}
+
+/// The same on a three-master cluster, where the holder tracks each record on the connection
+/// to the master that serves its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
+    held_costs_nothing_on(SharedRedis::cluster()).await;
+}
+
+async fn held_costs_nothing_on(redis: SharedRedis) {
+    let (a, b) = two_instances(&redis).await;
     let c = http();
     let open = |url: String| {
         let c = c.clone();
@@ -948,14 +940,14 @@ async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere
     let sid = open(a.mcp.clone()).await;
     // The first call checks the record (and Redis starts tracking it for A).
     assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
-    redis.cli(&["CONFIG", "RESETSTAT"]);
+    redis.reset_stats();
     for i in 0..50 {
         let res = call(a.mcp.clone(), sid.clone(), 10 + i).await;
         assert_eq!(res.status(), 200);
     }
     let stats = redis.cli(&["INFO", "commandstats"]);
     assert_eq!(
-        commands_run(redis),
+        redis.commands_run(),
         0,
         "50 calls on a held, tracked session ran Redis commands:\n{stats}"
     );

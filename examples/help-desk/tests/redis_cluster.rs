@@ -177,3 +177,111 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
     }
     b.assert_no_panic_logged();
 }
+
+/// A master of a cluster with replicas is killed (SIGKILL) under a light load: the cluster
+/// promotes its replica, both instances follow the new slot map without a restart, no session
+/// is lost, and every answer meanwhile is a success or the documented `503` with
+/// `Retry-After`.
+#[test]
+fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no_session() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let mut cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.nodes_env();
+    let env = [
+        ("REDIS_CLUSTER_NODES", nodes.as_str()),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+    ];
+    let a = distributed_desk("desk-a", "", &env);
+    let b = distributed_desk("desk-b", "", &env);
+    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
+        assert_log_has(i, who, VALIDATED);
+    }
+    let ports = [a.port(), b.port()];
+    let sessions: Vec<String> = (0..6).map(|c| open_session(ports[c % 2])).collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // (status, documented 503, when)
+    let seen = Arc::new(Mutex::new(Vec::<(u16, bool, Instant)>::new()));
+    let clients: Vec<_> = sessions
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(c, sid)| {
+            let (stop, seen) = (stop.clone(), seen.clone());
+            std::thread::spawn(move || {
+                let mut n = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let resp = call(ports[(c + n) % 2], &sid, "find_tickets", json!({}));
+                    let documented = resp.status == 503 && resp.header("retry-after").is_some();
+                    seen.lock().unwrap_or_else(|e| e.into_inner()).push((
+                        resp.status,
+                        documented,
+                        Instant::now(),
+                    ));
+                    assert_ne!(resp.status, 404, "session lost: {}", resp.describe());
+                    let pause = if resp.status == 503 { 300 } else { 20 };
+                    std::thread::sleep(Duration::from_millis(pause));
+                }
+            })
+        })
+        .collect();
+
+    std::thread::sleep(Duration::from_secs(1));
+    // The master of the first session's record.
+    let killed_at = Instant::now();
+    let killed = cluster.kill_master_of(&format!("mcp:session:{}", sessions[0]));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = cluster.cli(&["CLUSTER", "INFO"]);
+        let slots = cluster.cli(&["CLUSTER", "SLOTS"]);
+        if info.contains("cluster_state:ok") && !slots.contains(&killed.to_string()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster never failed over");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let switched = killed_at.elapsed();
+    // Light load on the new topology for a while.
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().expect("a client saw a session lost");
+    }
+
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let ok = seen.iter().filter(|(s, _, _)| *s == 200).count();
+    let documented = seen.iter().filter(|(_, d, _)| *d).count();
+    let other: Vec<&(u16, bool, Instant)> =
+        seen.iter().filter(|(s, d, _)| *s != 200 && !d).collect();
+    let ok_after = seen
+        .iter()
+        .filter(|(s, _, at)| *s == 200 && *at > killed_at + switched + Duration::from_secs(1))
+        .count();
+    eprintln!(
+        "cluster failover: {} requests, {ok} ok, {documented} documented 503, {} other; the cluster failed over in {:.2} s",
+        seen.len(),
+        other.len(),
+        switched.as_secs_f64()
+    );
+    assert!(other.is_empty(), "undocumented answers: {other:?}");
+    assert!(ok_after > 20, "served on the new topology: {ok_after}");
+    for sid in &sessions {
+        assert_eq!(
+            cluster.cli(&["EXISTS", &format!("mcp:session:{sid}")]),
+            "1",
+            "no session lost in the failover"
+        );
+    }
+    // A session opened now lands on the new topology.
+    let fresh = open_session(a.port());
+    assert_tool_ok(
+        &call(b.port(), &fresh, "find_tickets", json!({})),
+        "a session opened after the failover",
+    );
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}

@@ -458,11 +458,12 @@ impl SessionStore for RedisSessionStore {
         refresh: bool,
     ) -> Result<Checked, StoreError> {
         let refresh = if refresh { "1" } else { "0" };
+        let key = self.key(id);
         let mut inv;
         match fence {
             Some(f) => {
                 inv = self.check.prepare_invoke();
-                inv.key(self.key(id))
+                inv.key(&key)
                     .arg(&f.node_id)
                     .arg(f.epoch)
                     .arg(refresh)
@@ -470,32 +471,39 @@ impl SessionStore for RedisSessionStore {
             }
             None => {
                 inv = self.touch_exists.prepare_invoke();
-                inv.key(self.key(id)).arg(refresh).arg(self.ttl_ms);
+                inv.key(&key).arg(refresh).arg(self.ttl_ms);
             }
         }
-        let tracking = self.tracker.get().and_then(|t| t.conn());
-        let tracked = tracking.is_some();
-        let answer: (i64, String, u64) = match (tracking, fence) {
-            (Some(mut conn), _) => {
-                let limit = self.conn.config().command_timeout();
-                let ran = async {
-                    if fence.is_some() {
-                        inv.invoke_async(&mut conn).await
-                    } else {
-                        inv.invoke_async::<i64>(&mut conn)
-                            .await
-                            .map(|n| (n, String::new(), 0))
-                    }
-                };
-                match tokio::time::timeout(limit, ran).await {
-                    Ok(Ok(a)) => a,
-                    Ok(Err(e)) if e.is_timeout() => {
-                        return Err(StoreError::Timeout(limit.as_millis() as u64));
-                    }
-                    Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
-                    Err(_) => return Err(StoreError::Timeout(limit.as_millis() as u64)),
+        let mut tracked = None;
+        if let Some(mut conn) = self.tracker.get().and_then(|t| t.conn_for(&key)) {
+            let limit = self.conn.config().command_timeout();
+            let ran = async {
+                if fence.is_some() {
+                    inv.invoke_async(&mut conn).await
+                } else {
+                    inv.invoke_async::<i64>(&mut conn)
+                        .await
+                        .map(|n| (n, String::new(), 0))
                 }
+            };
+            match tokio::time::timeout(limit, ran).await {
+                Ok(Ok(a)) => tracked = Some(a),
+                Ok(Err(e)) if e.is_timeout() => {
+                    return Err(StoreError::Timeout(limit.as_millis() as u64));
+                }
+                // On a cluster, the master read may have handed the slot over (`MOVED`) before
+                // the tracker follows the new map: the shared connection knows where the key
+                // is now, and the answer confirms nothing.
+                Ok(Err(e)) if self.conn.config().is_cluster() => {
+                    tracing::debug!(error = %e, "a tracked check failed; checking on the shared connection");
+                }
+                Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
+                Err(_) => return Err(StoreError::Timeout(limit.as_millis() as u64)),
             }
+        }
+        let is_tracked = tracked.is_some();
+        let answer: (i64, String, u64) = match (tracked, fence) {
+            (Some(a), _) => a,
             (None, Some(_)) => self.conn.eval(inv).await?,
             (None, None) => (self.conn.eval::<i64>(inv).await?, String::new(), 0),
         };
@@ -511,15 +519,13 @@ impl SessionStore for RedisSessionStore {
             (2, node_id, epoch) => Held::Lost { node_id, epoch },
             _ => Held::Gone,
         };
-        Ok(Checked { held, tracked })
+        Ok(Checked {
+            held,
+            tracked: is_tracked,
+        })
     }
 
     fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
-        if self.conn.config().is_cluster() {
-            // Tracking is per node in a cluster and the tracker keeps one connection: held
-            // sessions are checked on every request there (one round trip each).
-            return None;
-        }
         let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
         self.tracker.set(tracker).ok()?;
         Some(rx)

@@ -14,6 +14,12 @@
 //! lost or replaced, and when Redis flushes its tracking table, the tracker sends
 //! [`Invalidation::All`]; until it is connected again checks run on the shared connection and
 //! confirm nothing.
+//!
+//! On a Redis Cluster a server tracks only the keys read on it: the tracker keeps one such
+//! connection per master, and a record is checked on the connection of the master that serves
+//! its slot (the slot map read with `CLUSTER SLOTS`). The map is read again every
+//! [`TOPOLOGY_WATCH`]; when it changed (a failover, a slot moved), every connection is rebuilt
+//! and every confirmation voided, as after a lost connection.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -26,10 +32,10 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
 
-/// The tracking connection of one instance.
+/// The tracking connection of one instance (one per master on a cluster).
 pub(super) struct Tracker {
     cfg: RedisConfig,
-    conn: ArcSwapOption<MultiplexedConnection>,
+    conn: ArcSwapOption<Route>,
     /// Where invalidations go (the sessions layer); when its receiver is gone, the tracker stops.
     out: UnboundedSender<Invalidation>,
     /// `<prefix>session:`: what an invalidated key starts with.
@@ -42,6 +48,51 @@ pub(super) struct Tracker {
 /// Pause before connecting again: 100 ms doubling to 5 s.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// On a cluster, how often the slot map is read again.
+const TOPOLOGY_WATCH: Duration = Duration::from_secs(1);
+/// Slots of a Redis Cluster.
+const SLOTS: u16 = 16384;
+
+/// Where a key is read with tracking on.
+enum Route {
+    /// One server.
+    One(MultiplexedConnection),
+    /// A cluster: each master's slot ranges (the map as read) and its connection.
+    Slots {
+        map: Vec<(u16, u16, String)>,
+        conns: Vec<(u16, u16, MultiplexedConnection)>,
+    },
+}
+
+impl Route {
+    fn for_key(&self, key: &str) -> Option<&MultiplexedConnection> {
+        match self {
+            Route::One(c) => Some(c),
+            Route::Slots { conns, .. } => {
+                let slot = slot_of(key.as_bytes());
+                conns
+                    .iter()
+                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                    .map(|(_, _, c)| c)
+            }
+        }
+    }
+}
+
+/// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the whole key when it has
+/// none, modulo 16384.
+fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % SLOTS
+}
 
 impl Tracker {
     /// Starts connecting in the background; returns the tracker and the invalidations it will
@@ -62,22 +113,57 @@ impl Tracker {
         (tracker, rx)
     }
 
-    /// The tracking connection, while it is up.
-    pub fn conn(&self) -> Option<MultiplexedConnection> {
-        self.conn.load_full().map(|c| (*c).clone())
+    /// The tracking connection that reads `key` (on a cluster, its master's), while it is up.
+    pub fn conn_for(&self, key: &str) -> Option<MultiplexedConnection> {
+        self.conn.load().as_ref()?.for_key(key).cloned()
     }
 
-    /// A connection with tracking on, and the receiver of its push messages.
-    async fn open(&self) -> Result<(MultiplexedConnection, UnboundedReceiver<PushInfo>), String> {
-        let info = crate::redis_conn::server_info(&self.cfg)
-            .await
-            .map_err(|e| e.to_string())?;
-        let client = self.cfg.resp3_client_for(info).map_err(|e| e.to_string())?;
+    /// The tracking connection(s), and the receiver of their push messages.
+    async fn open(&self) -> Result<(Route, UnboundedReceiver<PushInfo>), String> {
         let (tx, rx) = unbounded_channel();
+        if !self.cfg.is_cluster() {
+            let info = crate::redis_conn::server_info(&self.cfg)
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok((Route::One(self.tracking_conn(info, tx).await?), rx));
+        }
+        let map = self.slot_map().await?;
+        let mut conns = Vec::with_capacity(map.len());
+        let mut by_master: Vec<(String, MultiplexedConnection)> = Vec::new();
+        for (start, end, master) in &map {
+            let conn = match by_master.iter().find(|(m, _)| m == master) {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let (host, port) = master
+                        .rsplit_once(':')
+                        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+                        .ok_or_else(|| format!("a master address that does not parse: {master}"))?;
+                    let info = self
+                        .cfg
+                        .cluster_node_info(host, port)
+                        .map_err(|e| e.to_string())?;
+                    let c = self.tracking_conn(info, tx.clone()).await?;
+                    by_master.push((master.clone(), c.clone()));
+                    c
+                }
+            };
+            conns.push((*start, *end, conn));
+        }
+        Ok((Route::Slots { map, conns }, rx))
+    }
+
+    /// A RESP3 connection to the server `info` names, with tracking on (`NOLOOP`), its pushes
+    /// sent to `pushes`.
+    async fn tracking_conn(
+        &self,
+        info: redis::ConnectionInfo,
+        pushes: UnboundedSender<PushInfo>,
+    ) -> Result<MultiplexedConnection, String> {
+        let client = self.cfg.resp3_client_for(info).map_err(|e| e.to_string())?;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.cfg.connect_timeout()))
             .set_response_timeout(Some(self.cfg.command_timeout()))
-            .set_push_sender(tx);
+            .set_push_sender(pushes);
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -89,13 +175,46 @@ impl Tracker {
             .query_async::<()>(&mut conn)
             .await
             .map_err(|e| e.to_string())?;
-        Ok((conn, rx))
+        Ok(conn)
     }
 
-    /// Reports the invalidations of one connection until it is lost.
+    /// The cluster's slot map, `(first slot, last slot, master host:port)` sorted by slot, as
+    /// the first configured node that answers `CLUSTER SLOTS` reports it.
+    async fn slot_map(&self) -> Result<Vec<(u16, u16, String)>, String> {
+        let mut last = String::from("no cluster node configured");
+        for (host, port) in self.cfg.cluster_addresses().map_err(|e| e.to_string())? {
+            let info = self
+                .cfg
+                .cluster_node_info(&host, port)
+                .map_err(|e| e.to_string())?;
+            let client = self.cfg.client_for(info).map_err(|e| e.to_string())?;
+            let ask = async {
+                let mut conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                read_slot_map(&mut conn).await
+            };
+            let bound = self.cfg.connect_timeout() + self.cfg.command_timeout();
+            match tokio::time::timeout(bound, ask).await {
+                Ok(Ok(map)) => return Ok(map),
+                Ok(Err(e)) => last = format!("{host}:{port}: {e}"),
+                Err(_) => {
+                    last = format!("{host}:{port}: no answer within {} ms", bound.as_millis())
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// Reports the invalidations of the connection(s) until one is lost (or, on a cluster, the
+    /// slot map changes).
     async fn pump(&self, mut pushes: UnboundedReceiver<PushInfo>) {
         let mut replaced = self.replaced.clone();
         replaced.mark_unchanged();
+        let mut topology = tokio::time::interval(TOPOLOGY_WATCH);
+        topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        topology.tick().await;
         loop {
             let push = tokio::select! {
                 p = pushes.recv() => p,
@@ -103,6 +222,13 @@ impl Tracker {
                 Ok(()) = replaced.changed() => return,
                 // Nobody listens any more (the server stopped): let the connection go.
                 _ = self.out.closed() => return,
+                _ = topology.tick(), if self.cfg.is_cluster() => {
+                    if self.topology_changed().await {
+                        tracing::info!("the cluster's slot map changed; tracking connections follow it");
+                        return;
+                    }
+                    continue;
+                }
             };
             let Some(push) = push else { return };
             match push.kind {
@@ -129,6 +255,58 @@ impl Tracker {
             }
         }
     }
+}
+
+impl Tracker {
+    /// Whether the cluster's slot map is no longer the one the connections were made for (or
+    /// cannot be read on them: a master gone).
+    async fn topology_changed(&self) -> bool {
+        let Some(route) = self.conn.load_full() else {
+            return false;
+        };
+        let Route::Slots { map, conns } = &*route else {
+            return false;
+        };
+        let Some((_, _, conn)) = conns.first() else {
+            return true;
+        };
+        let mut conn = conn.clone();
+        match tokio::time::timeout(self.cfg.command_timeout(), read_slot_map(&mut conn)).await {
+            Ok(Ok(now)) => &now != map,
+            _ => true,
+        }
+    }
+}
+
+/// `CLUSTER SLOTS` on `conn`: `(first slot, last slot, master host:port)`, sorted by slot.
+async fn read_slot_map(
+    conn: &mut MultiplexedConnection,
+) -> Result<Vec<(u16, u16, String)>, String> {
+    let ranges: Vec<Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut map = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(items) = range else {
+            return Err("a CLUSTER SLOTS entry that is not an array".into());
+        };
+        let start: u16 = redis::from_redis_value_ref(items.first().unwrap_or(&Value::Nil))
+            .map_err(|e| e.to_string())?;
+        let end: u16 = redis::from_redis_value_ref(items.get(1).unwrap_or(&Value::Nil))
+            .map_err(|e| e.to_string())?;
+        let Some(Value::Array(master)) = items.get(2) else {
+            return Err("a CLUSTER SLOTS entry without its master".into());
+        };
+        let host: String = redis::from_redis_value_ref(master.first().unwrap_or(&Value::Nil))
+            .map_err(|e| e.to_string())?;
+        let port: u16 = redis::from_redis_value_ref(master.get(1).unwrap_or(&Value::Nil))
+            .map_err(|e| e.to_string())?;
+        map.push((start, end, format!("{host}:{port}")));
+    }
+    map.sort();
+    Ok(map)
 }
 
 /// Connects, reports, and connects again when the connection is lost, until the tracker is
@@ -161,5 +339,23 @@ async fn run(tracker: Weak<Tracker>) {
         drop(t);
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_of;
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // Values from `CLUSTER KEYSLOT` and the specification's CRC16 check value.
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"123456789"), 0x31c3);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        assert_eq!(slot_of(b"mcp:events:{abc}:7"), slot_of(b"abc"));
+        // An empty tag hashes the whole key.
+        assert_eq!(slot_of(b"foo{}{bar}"), {
+            crc16::State::<crc16::XMODEM>::calculate(b"foo{}{bar}") % 16384
+        });
     }
 }

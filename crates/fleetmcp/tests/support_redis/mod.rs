@@ -303,7 +303,24 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Every replica has synced with its master (a failover needs one that has).
+        while !cluster.nodes.iter().all(|n| {
+            let info = n.cli(&["INFO", "replication"]);
+            info.contains("role:master") || info.contains("master_link_status:up")
+        }) {
+            assert!(Instant::now() < deadline, "the replicas never synced");
+            std::thread::sleep(Duration::from_millis(100));
+        }
         cluster
+    }
+
+    /// Kills (SIGKILL) the master that serves `key`'s slot; its port.
+    pub fn kill_master_of(&mut self, key: &str) -> u16 {
+        let port = self.master_of(key).port;
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.port == port) {
+            n.kill();
+        }
+        port
     }
 
     /// `REDIS_CLUSTER_NODES`: every node's `host:port`, comma-separated.
@@ -399,11 +416,8 @@ impl SharedRedis {
     /// The keys matching `pattern` on every node, sorted, one a line (`KEYS`: tests only; the
     /// product never lists the keyspace).
     pub fn keys(&self, pattern: &str) -> String {
-        let nodes: Vec<&RedisServer> = match self {
-            Self::Single(r) => vec![r],
-            Self::Cluster(c) => c.nodes.iter().filter(|n| n.child.is_some()).collect(),
-        };
-        let mut keys: Vec<String> = nodes
+        let mut keys: Vec<String> = self
+            .running()
             .iter()
             .flat_map(|n| {
                 n.cli(&["KEYS", pattern])
@@ -415,6 +429,42 @@ impl SharedRedis {
             .collect();
         keys.sort();
         keys.join("\n")
+    }
+
+    /// Resets every node's command statistics (`CONFIG RESETSTAT`).
+    pub fn reset_stats(&self) {
+        for n in self.running() {
+            n.cli(&["CONFIG", "RESETSTAT"]);
+        }
+    }
+
+    /// Commands on keys every node has run since [`reset_stats`](Self::reset_stats)
+    /// (`INFO commandstats`), leaving out the test's own `CONFIG` and `INFO` and the `CLUSTER`
+    /// commands with which clients follow the slot map.
+    pub fn commands_run(&self) -> u64 {
+        self.running()
+            .iter()
+            .flat_map(|n| {
+                n.cli(&["INFO", "commandstats"])
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("cmdstat_").map(String::from))
+                    .collect::<Vec<_>>()
+            })
+            .filter(|l| {
+                !l.starts_with("config|") && !l.starts_with("info:") && !l.starts_with("cluster|")
+            })
+            .filter_map(|l| {
+                let calls = l.split("calls=").nth(1)?;
+                calls.split(',').next()?.parse::<u64>().ok()
+            })
+            .sum()
+    }
+
+    fn running(&self) -> Vec<&RedisServer> {
+        match self {
+            Self::Single(r) => vec![r],
+            Self::Cluster(c) => c.nodes.iter().filter(|n| n.child.is_some()).collect(),
+        }
     }
 
     /// The configuration the library takes for it.
