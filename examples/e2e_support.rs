@@ -41,6 +41,11 @@ const SERVER_ENV_CLEARED: &[&str] = &[
     "MACHINE_ID",
     "FRONTMCP_BIND_ADDRESS",
     "FRONTMCP_DEPLOYMENT_MODE",
+    // A developer's collector does not get the tests' spans; tests/otlp.rs sets its own.
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
 ];
 
 /// The workspace root (both example packages sit two levels below it).

@@ -727,15 +727,27 @@ const ENV_KEYS: &[&str] = &[
 
 /// Every environment variable a fleetmcp server reads: the configuration's (see
 /// [`Config::from_sources`]), `FLEETMCP_CONFIG` (the TOML file, read by [`Config::load`]) and
-/// `RUST_LOG` (read by [`crate::init_tracing`]). Deployment files are checked against it
-/// (`tests/deploy_k8s.rs`).
+/// those read by [`crate::init_tracing`] ([`TRACING_ENV`]). Deployment files are checked
+/// against it (`tests/deploy_k8s.rs`).
 pub fn environment_variables() -> impl Iterator<Item = &'static str> {
     ENV_KEYS
         .iter()
         .chain(OTHER_ENV)
-        .chain(&["FLEETMCP_CONFIG", "RUST_LOG"])
+        .chain(&["FLEETMCP_CONFIG"])
+        .chain(TRACING_ENV)
         .copied()
 }
+
+/// The variables [`crate::init_tracing`] reads, not the configuration: the log filter and
+/// format, and (with the cargo feature `otlp`) where spans are exported and under which
+/// service name. The OTLP exporter also reads the other standard `OTEL_*` variables.
+pub const TRACING_ENV: &[&str] = &[
+    "RUST_LOG",
+    "LOG_FORMAT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+];
 
 impl Config {
     /// `[auth]`, checked only when enabled: the URLs parse, the algorithms are allowed.

@@ -67,4 +67,4 @@ pub use tasks::{
 };
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
-pub use telemetry::logs::init_tracing;
+pub use telemetry::logs::{flush_traces, init_tracing};

@@ -759,7 +759,11 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = build(config).await.serve().await {
+    let served = build(config).await.serve().await;
+    // Spans still batched for the OTLP collector (feature `otlp`) go out before the process
+    // ends; a no-op otherwise.
+    fleetmcp::flush_traces();
+    if let Err(e) = served {
         eprintln!("everything: {e}");
         std::process::exit(1);
     }

@@ -280,7 +280,11 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = build(config, desk).serve().await {
+    let served = build(config, desk).serve().await;
+    // Spans still batched for the OTLP collector (feature `otlp`) go out before the process
+    // ends; a no-op otherwise.
+    fleetmcp::flush_traces();
+    if let Err(e) = served {
         eprintln!("help-desk: {e}");
         std::process::exit(1);
     }

@@ -1,7 +1,8 @@
 //! How a binary's logs are written: `RUST_LOG` filters (default `info`); `LOG_FORMAT=json`
 //! writes one JSON object per line (the message unchanged in `message`, the event's fields
 //! beside it, the request's span with its `trace_id` in `span`), anything else the
-//! human-readable text.
+//! human-readable text. With the cargo feature `otlp`, spans are also exported when an OTLP
+//! endpoint is set ([`super::otlp`]).
 //!
 //! No log line carries a header, a secret of the configuration or a relay credential (those
 //! travel sealed, `cluster/relay_auth.rs`). Session ids are logged where the contract's lines
@@ -27,28 +28,58 @@ impl LogFormat {
 }
 
 /// Sets up `tracing` for a binary (see the module documentation). A second call does nothing.
+///
+/// With the cargo feature `otlp` and `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, spans are also exported over OTLP/HTTP, named by
+/// `OTEL_SERVICE_NAME` (default: the binary's name); call [`flush_traces`] once the server has
+/// stopped.
 pub fn init_tracing() {
+    use tracing_subscriber::layer::{Layer, SubscriberExt};
+    use tracing_subscriber::util::SubscriberInitExt;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let format = LogFormat::from_env_value(std::env::var("LOG_FORMAT").ok().as_deref());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
-    let _ = match format {
-        LogFormat::Json => builder
+    let fmt = tracing_subscriber::fmt::layer().with_target(false);
+    let fmt = match format {
+        LogFormat::Json => fmt
             .json()
             // `message` and the event's fields at the top level, as log pipelines expect;
             // the request span (its `trace_id`) under `span`.
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
+            .boxed(),
         LogFormat::Text => {
             // Colour only on a terminal, so log files and test captures stay greppable.
             let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-            builder.with_ansi(ansi).try_init()
+            fmt.with_ansi(ansi).boxed()
         }
     };
+    // The filter is global: a span RUST_LOG disables is neither logged nor exported.
+    let logs = tracing_subscriber::registry().with(filter).with(fmt);
+    #[cfg(feature = "otlp")]
+    {
+        let (otlp, failed) = match super::otlp::layer() {
+            Ok(layer) => (layer, None),
+            Err(e) => (None, Some(e)),
+        };
+        if logs.with(otlp).try_init().is_ok()
+            && let Some(e) = failed
+        {
+            // Logging works without the exporter: say why spans are not exported, and go on.
+            tracing::warn!(error = %e, "OTLP: spans are not exported");
+        }
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _ = logs.try_init();
+}
+
+/// Exports the spans not yet sent and stops the exporter (waiting for the collector, bounded by
+/// the exporter's timeout): call it once the server has stopped. Does nothing without the
+/// feature `otlp` or when no endpoint was set.
+pub fn flush_traces() {
+    super::otlp::flush();
 }
 
 #[cfg(test)]

@@ -14,6 +14,10 @@ pub struct TraceContext {
     pub trace_id: u128,
     /// This hop's span id (8 bytes, never zero): the parent id of the next hop.
     pub span_id: u64,
+    /// The span id of the caller's hop (the client's, or the relaying instance's) from a valid
+    /// `traceparent`; `None` when the trace starts here. An exported span names it as its
+    /// parent, so the hops show as one tree.
+    pub parent_id: Option<u64>,
     /// `01`: sampled.
     pub flags: u8,
 }
@@ -24,6 +28,7 @@ impl TraceContext {
         Self {
             trace_id: nonzero(rand::random::<u128>),
             span_id: new_span_id(),
+            parent_id: None,
             flags: 1,
         }
     }
@@ -33,9 +38,10 @@ impl TraceContext {
     /// rule), so it costs the client nothing.
     pub fn from_header(header: Option<&[u8]>) -> Self {
         match header.and_then(parse) {
-            Some((trace_id, flags)) => Self {
+            Some((trace_id, parent, flags)) => Self {
                 trace_id,
                 span_id: new_span_id(),
+                parent_id: Some(parent),
                 flags,
             },
             None => Self::new_trace(),
@@ -84,7 +90,8 @@ fn nonzero<T: PartialEq + Default>(mut draw: impl FnMut() -> T) -> T {
 /// `version-traceid-parentid-flags`: `00` exactly 55 characters; a later version at least
 /// that, its next character a `-` (forward compatibility); `ff` never. Lower-case hex only;
 /// an all-zero trace or parent id is invalid.
-fn parse(h: &[u8]) -> Option<(u128, u8)> {
+/// Returns the trace id, the parent (caller's span) id and the flags.
+fn parse(h: &[u8]) -> Option<(u128, u64, u8)> {
     if h.len() < 55 || h[2] != b'-' || h[35] != b'-' || h[52] != b'-' {
         return None;
     }
@@ -96,9 +103,9 @@ fn parse(h: &[u8]) -> Option<(u128, u8)> {
         _ => {}
     }
     let trace_id = hex(&h[3..35])?;
-    let parent = hex(&h[36..52])?;
+    let parent = hex(&h[36..52])? as u64;
     let flags = hex(&h[53..55])? as u8;
-    (trace_id != 0 && parent != 0).then_some((trace_id, flags))
+    (trace_id != 0 && parent != 0).then_some((trace_id, parent, flags))
 }
 
 /// Lower-case hex digits (at most 32) as a number.
@@ -124,6 +131,7 @@ mod tests {
         let t = TraceContext::from_header(Some(VALID.as_bytes()));
         assert_eq!(t.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.flags, 1);
+        assert_eq!(t.parent_id, Some(0x00f0_67aa_0ba9_02b7));
         assert_ne!(t.span_id, 0x00f0_67aa_0ba9_02b7);
         let next = t.header_value();
         assert!(
@@ -156,10 +164,12 @@ mod tests {
                 "{b:?}"
             );
             assert_ne!(t.trace_id, 0);
+            assert_eq!(t.parent_id, None, "{b:?}");
         }
         let a = TraceContext::from_header(None);
         let b = TraceContext::from_header(None);
         assert_ne!(a.trace_id, b.trace_id);
+        assert_eq!(a.parent_id, None);
     }
 
     #[test]
@@ -168,5 +178,6 @@ mod tests {
         let t = TraceContext::from_header(Some(later.as_bytes()));
         assert_eq!(t.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(t.flags, 0);
+        assert_eq!(t.parent_id, Some(0x00f0_67aa_0ba9_02b7));
     }
 }

@@ -4,7 +4,8 @@
 //! method and era ([`crate::telemetry::scope`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
-//! ([`super::relay_request`]), so both instances' log lines share the trace id.
+//! ([`super::relay_request`]), so both instances' log lines share the trace id, and with the
+//! feature `otlp` their exported spans form one tree ([`crate::telemetry::otlp`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,14 +23,19 @@ use tracing::Instrument;
 use super::Endpoint;
 use crate::telemetry::TraceContext;
 use crate::telemetry::meters::SseOpen;
+use crate::telemetry::otlp;
 use crate::telemetry::scope::{Era, Labels, Method, Scope};
 use crate::telemetry::trace_context::TRACEPARENT;
 
 pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
     let began = Instant::now();
-    let trace = TraceContext::from_header(req.headers().get(TRACEPARENT).map(|v| v.as_bytes()));
+    let mut trace = TraceContext::from_header(req.headers().get(TRACEPARENT).map(|v| v.as_bytes()));
     let start = first_labels(req.method(), req.uri().path());
-    let span = tracing::info_span!("request", trace_id = %trace.trace_id());
+    // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
+    // which may have given it the exporter's ids.
+    let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
+    otlp::join(&span, &mut trace);
+    span.record("trace_id", tracing::field::display(trace.trace_id()));
     let serve = async {
         let (res, labels) = Scope::run(start, trace, next.run(req)).await;
         tracing::debug!(

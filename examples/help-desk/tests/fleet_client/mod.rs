@@ -116,6 +116,11 @@ pub fn open_session(port: u16) -> String {
 /// Like [`open_session`]; also the instance that made (holds) the session, as its answer to
 /// `initialize` names it (`X-FrontMCP-Machine-Id`), if it does.
 pub fn open_session_held(port: u16) -> (String, Option<String>) {
+    open_session_held_with(port, &[])
+}
+
+/// Like [`open_session_held`], with `extra` headers on both requests (a `traceparent`).
+pub fn open_session_held_with(port: u16, extra: &[(&str, &str)]) -> (String, Option<String>) {
     let init = json!({
         "jsonrpc": "2.0",
         "id": next_id(),
@@ -126,7 +131,7 @@ pub fn open_session_held(port: u16) -> (String, Option<String>) {
             "clientInfo": {"name": "fleet-test", "version": "1.0.0"},
         },
     });
-    let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
+    let resp = post_with(port, None, extra, &init, HTTP_LIMIT);
     assert_eq!(resp.status, 200, "initialize:\n{}", resp.describe());
     let sid = resp
         .header("mcp-session-id")
@@ -139,7 +144,7 @@ pub fn open_session_held(port: u16) -> (String, Option<String>) {
     );
     let machine = machine_of(&resp).map(String::from);
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = post_with(port, Some(&sid), &[], &note, HTTP_LIMIT);
+    let resp = post_with(port, Some(&sid), extra, &note, HTTP_LIMIT);
     assert!(
         resp.status == 202 || resp.status == 200,
         "notifications/initialized:\n{}",
