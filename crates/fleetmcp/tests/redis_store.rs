@@ -938,8 +938,23 @@ async fn held_costs_nothing_on(redis: SharedRedis) {
         }
     };
     let sid = open(a.mcp.clone()).await;
-    // The first call checks the record (and Redis starts tracking it for A).
-    assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
+    // A call checks the record, and once A's tracking connection is up (it connects in the
+    // background as A starts), Redis tracks it for A: from then on a call runs no command.
+    let began = Instant::now();
+    loop {
+        redis.reset_stats();
+        assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
+        assert_eq!(call(a.mcp.clone(), sid.clone(), 2).await.status(), 200);
+        if redis.commands_run() == 0 {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "calls on a held session still run Redis commands after 5 s:\n{}",
+            redis.cli(&["INFO", "commandstats"])
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     redis.reset_stats();
     for i in 0..50 {
         let res = call(a.mcp.clone(), sid.clone(), 10 + i).await;

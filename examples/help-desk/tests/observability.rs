@@ -58,15 +58,6 @@ fn value(scrape: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn call(tool: &str, args: Value) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": next_id(),
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": args},
-    })
-}
-
 /// Every line of the instance's log, each parsed as one JSON object.
 fn json_lines(instance: &Instance, who: &str) -> Vec<Value> {
     instance
@@ -103,7 +94,7 @@ fn a_scrape_after_a_mixed_run_passes_promtool_check_metrics() {
         port,
         Some(&sid),
         &[],
-        &call("open_ticket", json!({"title": "metrics"})),
+        &tool_call("open_ticket", json!({"title": "metrics"})),
         HTTP_LIMIT,
     );
     assert_tool_ok(&ok, "open_ticket");
@@ -233,24 +224,23 @@ fn a_relayed_call_shows_in_both_instances_metrics_and_json_logs_under_one_trace_
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
     let token = "Bearer observability-secret-token";
-    let resp = post_with(
+    let resp = call_tool(
         b.port(),
-        Some(&sid),
+        &sid,
         &[("traceparent", &traceparent), ("authorization", token)],
-        &call("open_ticket", json!({"title": "traced"})),
-        HTTP_LIMIT,
+        "open_ticket",
+        json!({"title": "traced"}),
     );
-    assert_tool_ok(&resp, "the relayed call");
-    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+    assert_served_by(&resp, "desk-a", "the relayed call");
     // Without one: B starts the trace, and A logs under it.
-    let resp = post_with(
+    let resp = call_tool(
         b.port(),
-        Some(&sid),
+        &sid,
         &[],
-        &call("find_tickets", json!({"query": "traced"})),
-        HTTP_LIMIT,
+        "find_tickets",
+        json!({"query": "traced"}),
     );
-    assert_tool_ok(&resp, "the second relayed call");
+    assert_served_by(&resp, "desk-a", "the second relayed call");
 
     let (on_a, on_b) = (scrape(a.port()), scrape(b.port()));
     assert_eq!(

@@ -229,15 +229,6 @@ fn requests<'a>(spans: &'a [Received], service: &str, trace: &str) -> Vec<&'a Re
         .collect()
 }
 
-fn call(tool: &str, args: Value) -> Value {
-    json!({
-        "jsonrpc": "2.0",
-        "id": next_id(),
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": args},
-    })
-}
-
 /// SIGTERM, and the exit (0) within a bound: the flush happens on the way out.
 fn stop(instance: &mut Instance, who: &str) {
     let status = instance
@@ -274,7 +265,7 @@ fn a_request_span_is_exported_under_the_clients_trace_and_flushed_at_shutdown() 
         port,
         Some(&sid),
         &headers,
-        &call("open_ticket", json!({"title": "exported"})),
+        &tool_call("open_ticket", json!({"title": "exported"})),
         HTTP_LIMIT,
     );
     assert_tool_ok(&resp, "open_ticket");
@@ -331,25 +322,23 @@ fn a_relayed_call_is_one_trace_across_both_instances() {
 
     // With the client's traceparent, relayed by B to A.
     let tp = traceparent();
-    let resp = post_with(
+    let resp = call_tool(
         b.port(),
-        Some(&sid),
+        &sid,
         &[("traceparent", &tp)],
-        &call("open_ticket", json!({"title": "traced"})),
-        HTTP_LIMIT,
+        "open_ticket",
+        json!({"title": "traced"}),
     );
-    assert_tool_ok(&resp, "the relayed call");
-    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+    assert_served_by(&resp, "desk-a", "the relayed call");
     // Without one: the trace starts on B.
-    let resp = post_with(
+    let resp = call_tool(
         b.port(),
-        Some(&sid),
+        &sid,
         &[],
-        &call("find_tickets", json!({"query": "traced"})),
-        HTTP_LIMIT,
+        "find_tickets",
+        json!({"query": "traced"}),
     );
-    assert_tool_ok(&resp, "the second relayed call");
-    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+    assert_served_by(&resp, "desk-a", "the second relayed call");
 
     stop(&mut b, "desk-b");
     stop(&mut a, "desk-a");

@@ -25,12 +25,6 @@ use support_redis::RedisCluster;
 
 const VALIDATED: &str = "[TransportService] Session store connection validated successfully";
 
-fn call(port: u16, sid: &str, tool: &str, arguments: Value) -> support::raw_http::RawResponse {
-    let msg = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments}});
-    post_with(port, Some(sid), &[], &msg, HTTP_LIMIT)
-}
-
 /// The text of a tool result's first content block.
 fn text_of(resp: &support::raw_http::RawResponse) -> String {
     resp.json()["result"]["content"][0]["text"]
@@ -70,9 +64,8 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
             "initialize answered by its maker"
         );
         for other in [a.port(), b.port()] {
-            let resp = call(other, &sid, "find_tickets", json!({}));
-            assert_tool_ok(&resp, "a call through either instance");
-            assert_eq!(machine_of(&resp), Some(maker), "served by the holder");
+            let resp = call_tool(other, &sid, &[], "find_tickets", json!({}));
+            assert_served_by(&resp, maker, "a call through either instance");
         }
         assert_eq!(
             cluster.cli(&["EXISTS", &format!("mcp:session:{sid}")]),
@@ -92,19 +85,21 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
         );
     }
 
-    // One desk: a ticket opened through A is found through B, and closed through B.
+    // One desk: a ticket opened through A is found through B.
     let sid = open_session(a.port());
     let sid_b = open_session(b.port());
-    let opened = call(
+    let opened = call_tool(
         a.port(),
         &sid,
+        &[],
         "open_ticket",
         json!({"title": "cluster printer"}),
     );
     assert_tool_ok(&opened, "open a ticket");
-    let found = call(
+    let found = call_tool(
         b.port(),
         &sid_b,
+        &[],
         "find_tickets",
         json!({"query": "cluster printer"}),
     );
@@ -152,14 +147,13 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
     for sid in &held_by_a {
         let deadline = Instant::now() + Duration::from_secs(5);
         let resp = loop {
-            let resp = call(b.port(), sid, "find_tickets", json!({}));
+            let resp = call_tool(b.port(), sid, &[], "find_tickets", json!({}));
             if resp.status != 503 || Instant::now() > deadline {
                 break resp;
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        assert_tool_ok(&resp, "a killed holder's session, on B");
-        assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+        assert_served_by(&resp, "desk-b", "a killed holder's session, on B");
     }
     let served_after = began.elapsed();
     eprintln!(
@@ -184,9 +178,6 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
 /// `Retry-After`.
 #[test]
 fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no_session() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
     let mut cluster = RedisCluster::start(3, 1);
     let nodes = cluster.nodes_env();
     let env = [
@@ -202,33 +193,7 @@ fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no
     let ports = [a.port(), b.port()];
     let sessions: Vec<String> = (0..6).map(|c| open_session(ports[c % 2])).collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    // (status, documented 503, when)
-    let seen = Arc::new(Mutex::new(Vec::<(u16, bool, Instant)>::new()));
-    let clients: Vec<_> = sessions
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(c, sid)| {
-            let (stop, seen) = (stop.clone(), seen.clone());
-            std::thread::spawn(move || {
-                let mut n = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let resp = call(ports[(c + n) % 2], &sid, "find_tickets", json!({}));
-                    let documented = resp.status == 503 && resp.header("retry-after").is_some();
-                    seen.lock().unwrap_or_else(|e| e.into_inner()).push((
-                        resp.status,
-                        documented,
-                        Instant::now(),
-                    ));
-                    assert_ne!(resp.status, 404, "session lost: {}", resp.describe());
-                    let pause = if resp.status == 503 { 300 } else { 20 };
-                    std::thread::sleep(Duration::from_millis(pause));
-                }
-            })
-        })
-        .collect();
+    let load = LightLoad::start(&ports, &sessions);
 
     std::thread::sleep(Duration::from_secs(1));
     // The master of the first session's record.
@@ -247,28 +212,8 @@ fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no
     let switched = killed_at.elapsed();
     // Light load on the new topology for a while.
     std::thread::sleep(Duration::from_secs(3));
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client saw a session lost");
-    }
-
-    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let ok = seen.iter().filter(|(s, _, _)| *s == 200).count();
-    let documented = seen.iter().filter(|(_, d, _)| *d).count();
-    let other: Vec<&(u16, bool, Instant)> =
-        seen.iter().filter(|(s, d, _)| *s != 200 && !d).collect();
-    let ok_after = seen
-        .iter()
-        .filter(|(s, _, at)| *s == 200 && *at > killed_at + switched + Duration::from_secs(1))
-        .count();
-    eprintln!(
-        "cluster failover: {} requests, {ok} ok, {documented} documented 503, {} other; the cluster failed over in {:.2} s",
-        seen.len(),
-        other.len(),
-        switched.as_secs_f64()
-    );
-    assert!(other.is_empty(), "undocumented answers: {other:?}");
-    assert!(ok_after > 20, "served on the new topology: {ok_after}");
+    let seen = load.stop();
+    assert_only_documented_errors("cluster failover", &seen, killed_at, switched);
     for sid in &sessions {
         assert_eq!(
             cluster.cli(&["EXISTS", &format!("mcp:session:{sid}")]),
@@ -279,7 +224,7 @@ fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no
     // A session opened now lands on the new topology.
     let fresh = open_session(a.port());
     assert_tool_ok(
-        &call(b.port(), &fresh, "find_tickets", json!({})),
+        &call_tool(b.port(), &fresh, &[], "find_tickets", json!({})),
         "a session opened after the failover",
     );
     a.assert_no_panic_logged();

@@ -12,13 +12,10 @@ mod support_redis;
 
 mod fleet_client;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use fleet_client::*;
-use serde_json::json;
 use support_redis::{RedisServer, Sentinel};
 
 const MASTER: &str = "desk-master";
@@ -81,38 +78,7 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
         );
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    // (status, documented 503, when)
-    let seen = Arc::new(Mutex::new(Vec::<(u16, bool, Instant)>::new()));
-    let clients: Vec<_> = sessions
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(c, sid)| {
-            let (stop, seen) = (stop.clone(), seen.clone());
-            thread::spawn(move || {
-                let mut n = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
-                        "params": {"name": "find_tickets", "arguments": {}}});
-                    let resp = post_with(ports[(c + n) % 2], Some(&sid), &[], &call, HTTP_LIMIT);
-                    let documented = resp.status == 503 && resp.header("retry-after").is_some();
-                    seen.lock().unwrap_or_else(|e| e.into_inner()).push((
-                        resp.status,
-                        documented,
-                        Instant::now(),
-                    ));
-                    assert_ne!(resp.status, 404, "session lost: {}", resp.describe());
-                    if resp.status == 503 {
-                        thread::sleep(Duration::from_millis(300));
-                    } else {
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                }
-            })
-        })
-        .collect();
+    let load = LightLoad::start(&ports, &sessions);
 
     thread::sleep(Duration::from_secs(1));
     let switched_at = Instant::now();
@@ -128,28 +94,8 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
     let switched = switched_at.elapsed();
     // Light load on the new master for a while.
     thread::sleep(Duration::from_secs(3));
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client saw a session lost");
-    }
-
-    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let ok = seen.iter().filter(|(s, _, _)| *s == 200).count();
-    let documented = seen.iter().filter(|(_, d, _)| *d).count();
-    let other: Vec<&(u16, bool, Instant)> =
-        seen.iter().filter(|(s, d, _)| *s != 200 && !d).collect();
-    let ok_after = seen
-        .iter()
-        .filter(|(s, _, at)| *s == 200 && *at > switched_at + switched + Duration::from_secs(1))
-        .count();
-    eprintln!(
-        "sentinel failover: {} requests, {ok} ok, {documented} documented 503, {} other; the sentinels switched in {:.2} s",
-        seen.len(),
-        other.len(),
-        switched.as_secs_f64()
-    );
-    assert!(other.is_empty(), "undocumented answers: {other:?}");
-    assert!(ok_after > 20, "served on the new master: {ok_after}");
+    let seen = load.stop();
+    assert_only_documented_errors("sentinel failover", &seen, switched_at, switched);
 
     // What is written now lands on the new master.
     let fresh = open_session(a.port());

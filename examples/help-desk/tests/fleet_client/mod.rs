@@ -218,3 +218,135 @@ pub fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> 
     }
     seen
 }
+
+/// A `tools/call` message of `tool` with `arguments`, under an id of its own.
+pub fn tool_call(tool: &str, arguments: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    })
+}
+
+/// [`tool_call`] sent in session `sid` on `port`, with `extra` headers.
+pub fn call_tool(
+    port: u16,
+    sid: &str,
+    extra: &[(&str, &str)],
+    tool: &str,
+    arguments: Value,
+) -> RawResponse {
+    post_with(
+        port,
+        Some(sid),
+        extra,
+        &tool_call(tool, arguments),
+        HTTP_LIMIT,
+    )
+}
+
+/// A successful tool result, answered by instance `holder`.
+pub fn assert_served_by(resp: &RawResponse, holder: &str, what: &str) {
+    assert_tool_ok(resp, what);
+    assert_eq!(
+        machine_of(resp),
+        Some(holder),
+        "{what}: answered by another instance:\n{}",
+        resp.describe()
+    );
+}
+
+/// One answer seen under a [`LightLoad`].
+#[derive(Clone, Copy, Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// A `503` with `Retry-After`: the documented answer while Redis switches.
+    pub documented: bool,
+    pub at: Instant,
+}
+
+/// One client a session calling `find_tickets` through the given instances in turn, every
+/// 20 ms (300 ms after a `503`), until [`LightLoad::stop`]. A `404` (a session lost) fails the
+/// client, and so the test.
+pub struct LightLoad {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Answer>>>,
+    clients: Vec<thread::JoinHandle<()>>,
+}
+
+impl LightLoad {
+    pub fn start(ports: &[u16], sessions: &[String]) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let clients = sessions
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(c, sid)| {
+                let (stop, seen, ports) = (stop.clone(), seen.clone(), ports.to_vec());
+                thread::spawn(move || {
+                    let mut n = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let port = ports[(c + n) % ports.len()];
+                        let resp = call_tool(port, &sid, &[], "find_tickets", json!({}));
+                        let answer = Answer {
+                            status: resp.status,
+                            documented: resp.status == 503 && resp.header("retry-after").is_some(),
+                            at: Instant::now(),
+                        };
+                        seen.lock().unwrap_or_else(|e| e.into_inner()).push(answer);
+                        assert_ne!(resp.status, 404, "session lost: {}", resp.describe());
+                        let pause = if resp.status == 503 { 300 } else { 20 };
+                        thread::sleep(Duration::from_millis(pause));
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            seen,
+            clients,
+        }
+    }
+
+    /// Stops the clients; every answer they saw. Fails if one of them saw a session lost.
+    pub fn stop(self) -> Vec<Answer> {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.join().expect("a client saw a session lost");
+        }
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        seen
+    }
+}
+
+/// Checks the answers of a [`LightLoad`] through a switch of Redis that began at `began` and
+/// took `switch`: every answer a success or the documented `503`, and more than 20 successes
+/// from a second after the switch on. Prints the counts under `what`.
+pub fn assert_only_documented_errors(
+    what: &str,
+    seen: &[Answer],
+    began: Instant,
+    switch: Duration,
+) {
+    let ok = seen.iter().filter(|a| a.status == 200).count();
+    let documented = seen.iter().filter(|a| a.documented).count();
+    let other: Vec<&Answer> = seen
+        .iter()
+        .filter(|a| a.status != 200 && !a.documented)
+        .collect();
+    let ok_after = seen
+        .iter()
+        .filter(|a| a.status == 200 && a.at > began + switch + Duration::from_secs(1))
+        .count();
+    eprintln!(
+        "{what}: {} requests, {ok} ok, {documented} documented 503, {} other; the switch took {:.2} s",
+        seen.len(),
+        other.len(),
+        switch.as_secs_f64()
+    );
+    assert!(other.is_empty(), "{what}: undocumented answers: {other:?}");
+    assert!(ok_after > 20, "{what}: served after the switch: {ok_after}");
+}
