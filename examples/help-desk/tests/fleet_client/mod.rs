@@ -317,8 +317,7 @@ impl LightLoad {
         for c in self.clients {
             c.join().expect("a client saw a session lost");
         }
-        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        seen
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
