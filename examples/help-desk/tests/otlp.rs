@@ -31,7 +31,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::Instance;
 use support_redis::RedisServer;
 
