@@ -17,7 +17,8 @@
 #                     fleetmcp, to compare two builds in one run)
 #                    (fleetmcp_relayed: two help-desks in distributed mode sharing a Redis,
 #                     sessions opened on the first, every call sent to the second, which relays
-#                     it to the holder)
+#                     it to the holder; fleetmcp_relayed_cluster: the same on a three-master
+#                     Redis Cluster)
 #   BEFORE_BIN=      a help-desk binary built from another commit (for fleetmcp_before)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
@@ -47,6 +48,7 @@ LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
 LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
+LABEL_fleetmcp_relayed_cluster="fleetmcp x2 distributed on a 3-master Redis Cluster, every call relayed"
 LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)"
 LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
@@ -83,6 +85,7 @@ RESULTS="$WORK/results.jsonl"
 SERVER_PID=""
 
 FLEET_PIDS=()
+REDIS_PORTS=()
 stop_server() {
   for p in "${FLEET_PIDS[@]:-}"; do
     [[ -n "$p" ]] && kill -TERM "$p" 2>/dev/null || true
@@ -97,10 +100,12 @@ stop_server() {
     wait "$SECOND_PID" 2>/dev/null || true
     SECOND_PID=""
   fi
-  if [[ -f "$WORK/redis.pid" ]]; then
-    kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
-    rm -f "$WORK/redis.pid"
-  fi
+  for f in "$WORK"/redis*.pid; do
+    [[ -f "$f" ]] || continue
+    kill "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+  done
+  REDIS_PORTS=()
   [[ -n "$SERVER_PID" ]] || return 0
   kill -TERM "$SERVER_PID" 2>/dev/null || true
   for _ in $(seq 50); do
@@ -121,25 +126,57 @@ if [[ "$PIN" == 1 ]]; then
   loadgen_pin=(taskset -c 0)
 fi
 
+# start_redis_cluster: three redis-server masters in cluster mode on free loopback ports (each
+# with its cluster bus port, +10000, free too), joined by `redis-cli --cluster create`; sets
+# REDIS_PORTS.
+start_redis_cluster() {
+  REDIS_PORTS=()
+  while [[ ${#REDIS_PORTS[@]} -lt 3 ]]; do
+    local p; p="$("$LOADGEN" free-port)"
+    (( p + 10000 < 65536 )) || continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null && continue
+    redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
+      --cluster-enabled yes --cluster-config-file "nodes-$p.conf" --cluster-node-timeout 1000 \
+      --daemonize yes --pidfile "$WORK/redis-$p.pid" >/dev/null
+    for _ in $(seq 50); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    REDIS_PORTS+=("$p")
+  done
+  redis-cli --cluster create $(printf '127.0.0.1:%s ' "${REDIS_PORTS[@]}") --cluster-yes >/dev/null
+  for _ in $(seq 100); do
+    redis-cli -p "${REDIS_PORTS[0]}" cluster info | grep -q cluster_state:ok && return 0
+    sleep 0.1
+  done
+  log "the Redis Cluster did not come up"; return 1
+}
+
 # start_server NAME PORT: starts the server in the background, sets SERVER_PID.
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
-    fleetmcp_pair|fleetmcp_relayed)
-      # Two instances sharing one Redis; the second listens on PORT2.
-      local mode=standalone
-      [[ $name == fleetmcp_relayed ]] && mode=distributed
-      REDIS_PORT_B="$("$LOADGEN" free-port)"
-      redis-server --port "$REDIS_PORT_B" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$WORK" --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-      for _ in $(seq 50); do redis-cli -p "$REDIS_PORT_B" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    fleetmcp_pair|fleetmcp_relayed|fleetmcp_relayed_cluster)
+      # Two instances sharing one Redis (or a three-master cluster); the second listens on
+      # PORT2.
+      local mode=standalone redis_env
+      [[ $name == fleetmcp_relayed* ]] && mode=distributed
+      if [[ $name == fleetmcp_relayed_cluster ]]; then
+        start_redis_cluster
+        redis_env="REDIS_CLUSTER_NODES=$(printf '127.0.0.1:%s,' "${REDIS_PORTS[@]}")"
+        redis_env="${redis_env%,}"
+      else
+        REDIS_PORT_B="$("$LOADGEN" free-port)"
+        REDIS_PORTS=("$REDIS_PORT_B")
+        redis-server --port "$REDIS_PORT_B" --bind 127.0.0.1 --save "" --appendonly no \
+          --dir "$WORK" --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
+        for _ in $(seq 50); do redis-cli -p "$REDIS_PORT_B" ping >/dev/null 2>&1 && break; sleep 0.1; done
+        redis_env="REDIS_URL=redis://127.0.0.1:$REDIS_PORT_B"
+      fi
       PORT2="$("$LOADGEN" free-port)"
-      PORT="$PORT2" MACHINE_ID=bench-b REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+      env "$redis_env" PORT="$PORT2" MACHINE_ID=bench-b \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
       SECOND_PID=$!
-      PORT="$port" MACHINE_ID=bench-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT_B" \
+      env "$redis_env" PORT="$port" MACHINE_ID=bench-a \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
         "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
@@ -251,12 +288,15 @@ for round in $(seq "$ROUNDS"); do
     # outer timeout is a last resort.
     limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
     extra=()
-    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed ]]; then
+    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed* ]]; then
       extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
-      [[ $name == fleetmcp_relayed ]] && extra+=(--only-url2 1)
+      [[ $name == fleetmcp_relayed* ]] && extra+=(--only-url2 1)
     fi
     [[ $name == fleet3_sticky ]] && extra+=(--affinity 1)
-    [[ -n "${REDIS_PORT_B:-}" ]] && redis-cli -p "$REDIS_PORT_B" config resetstat >/dev/null
+    [[ -n "${REDIS_PORT_B:-}" && ${#REDIS_PORTS[@]} -eq 0 ]] && REDIS_PORTS=("$REDIS_PORT_B")
+    for rp in "${REDIS_PORTS[@]:-}"; do
+      [[ -n "$rp" ]] && redis-cli -p "$rp" config resetstat >/dev/null
+    done
     if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
         --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
         --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
@@ -264,11 +304,13 @@ for round in $(seq "$ROUNDS"); do
       log "load generator failed against $label (server log: $WORK/$name.log)"
       tail -n 20 "$WORK/$name.log" >&2 || true
     fi
-    if [[ -n "${REDIS_PORT_B:-}" ]]; then
-      # Redis commands per tools/call on the hot path (setup included, so an upper bound).
+    if [[ -n "${REDIS_PORTS[*]:-}" ]]; then
+      # Redis commands per tools/call on the hot path (setup included, so an upper bound),
+      # summed over the cluster's nodes; CLUSTER and CONFIG commands left out.
       calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
-      cmds=$(redis-cli -p "$REDIS_PORT_B" info commandstats | sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' | tr '\n' ' ')
-      total=$(redis-cli -p "$REDIS_PORT_B" info commandstats | awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}')
+      stats=$(for rp in "${REDIS_PORTS[@]}"; do redis-cli -p "$rp" info commandstats; done | grep -v -e '^cmdstat_cluster' -e '^cmdstat_config')
+      cmds=$(sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' <<<"$stats" | tr '\n' ' ')
+      total=$(awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}' <<<"$stats")
       log "Redis commands during the run: $cmds(total $total for ${calls:-?} measured calls)"
       if [[ -n "$calls" && "$calls" -gt 0 ]]; then
         log "Redis commands per tools/call: $(awk -v t="$total" -v c="$calls" 'BEGIN {printf "%.2f", t / c}')"

@@ -557,6 +557,15 @@ http {{
 
 impl Drop for Nginx {
     fn drop(&mut self) {
+        // SIGTERM, nginx's fast shutdown, stops its worker too; SIGKILL would leave the worker
+        // orphaned, still listening on the test's port. SIGKILL only if it is not gone in 3 s.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if thread::panicking() {

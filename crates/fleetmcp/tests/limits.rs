@@ -47,17 +47,17 @@ async fn start(
     holds: Holds,
     edit: impl FnOnce(&mut Config),
 ) -> TestServer {
-    start_with(redis.map(|r| ("REDIS_URL", r.url())), holds, edit).await
+    start_with(redis.map(|r| vec![("REDIS_URL", r.url())]), holds, edit).await
 }
 
-/// [`start`] on the Redis the variable `redis` names (`REDIS_URL`, `REDIS_CLUSTER_NODES`).
+/// [`start`] on the Redis the variables `redis` name (`REDIS_URL`, `REDIS_CLUSTER_NODES`, ...).
 async fn start_with(
-    redis: Option<(&'static str, String)>,
+    redis: Option<Vec<(&'static str, String)>>,
     holds: Holds,
     edit: impl FnOnce(&mut Config),
 ) -> TestServer {
     let mut env = vec![("MCP_SESSION_SECRET", SECRET)];
-    if let Some((var, value)) = &redis {
+    for (var, value) in redis.iter().flatten() {
         env.push((var, value.as_str()));
     }
     let builder = Server::builder("limits-test", "1.0.0")

@@ -470,6 +470,11 @@ async fn on_a_cluster_a_session_opened_on_one_instance_is_served_by_another() {
     served_by_another_on(SharedRedis::cluster()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_a_session_opened_on_one_instance_is_served_by_another() {
+    served_by_another_on(SharedRedis::sentinel()).await;
+}
+
 async fn served_by_another_on(redis: SharedRedis) {
     let (a, b) = two_instances(&redis).await;
     let c = http();
@@ -552,8 +557,9 @@ async fn configured_instance_with(
     redis: &SharedRedis,
     tweak: impl FnOnce(&mut Config),
 ) -> TestServer {
-    let (var, value) = redis.env();
-    let env = [("MCP_SESSION_SECRET", SECRET), (var, value.as_str())];
+    let redis_env = redis.env();
+    let mut env = vec![("MCP_SESSION_SECRET", SECRET)];
+    env.extend(redis_env.iter().map(|(var, value)| (*var, value.as_str())));
     let cfg = config_from(&env, |c| {
         c.machine_id = Some(machine.into());
         tweak(c);
@@ -641,6 +647,11 @@ async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
     resumed_on_another_on(SharedRedis::cluster()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
+    resumed_on_another_on(SharedRedis::sentinel()).await;
 }
 
 async fn resumed_on_another_on(redis: SharedRedis) {

@@ -375,8 +375,9 @@ impl Drop for CountDrop {
 /// move between instances by recreation), with a slow task tool and one that runs until
 /// cancelled.
 async fn instance(machine: &str, redis: &SharedRedis, stopped: Arc<Stopped>) -> TestServer {
-    let (var, value) = redis.env();
-    let env = [("MCP_SESSION_SECRET", SECRET), (var, value.as_str())];
+    let redis_env = redis.env();
+    let mut env = vec![("MCP_SESSION_SECRET", SECRET)];
+    env.extend(redis_env.iter().map(|(var, value)| (*var, value.as_str())));
     let cfg = config_from(&env, |c| c.machine_id = Some(machine.into()));
     let builder = Server::builder("redis-tasks", "1.0.0")
         .tool(

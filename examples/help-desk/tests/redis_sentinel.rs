@@ -16,42 +16,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use fleet_client::*;
-use support_redis::{RedisServer, Sentinel};
+use support_redis::SentinelSet;
 
 const MASTER: &str = "desk-master";
 
 #[test]
 fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_replica_of(master.port);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !replica
-        .cli(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
-        assert!(Instant::now() < deadline, "the replica never synced");
-        thread::sleep(Duration::from_millis(50));
-    }
-    let sentinels: Vec<Sentinel> = (0..3)
-        .map(|_| Sentinel::start(MASTER, master.port, 2))
-        .collect();
-    // Every sentinel knows the replica (a failover needs one to promote).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !sentinels.iter().all(|s| {
-        s.cli(&["SENTINEL", "replicas", MASTER])
-            .contains(&replica.port.to_string())
-    }) {
-        assert!(
-            Instant::now() < deadline,
-            "the sentinels never found the replica"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
-    let addresses = sentinels
-        .iter()
-        .map(Sentinel::address)
-        .collect::<Vec<_>>()
-        .join(",");
+    let set = SentinelSet::start(MASTER);
+    let (master, replica, sentinels) = (&set.master, &set.replica, &set.sentinels);
+    let addresses = set.addresses();
     let env = [
         ("REDIS_SENTINELS", addresses.as_str()),
         ("REDIS_SENTINEL_MASTER", MASTER),

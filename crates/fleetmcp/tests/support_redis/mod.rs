@@ -380,6 +380,7 @@ impl RedisCluster {
 pub enum SharedRedis {
     Single(RedisServer),
     Cluster(RedisCluster),
+    Sentinel(SentinelSet),
 }
 
 impl SharedRedis {
@@ -393,19 +394,30 @@ impl SharedRedis {
         Self::Cluster(RedisCluster::start(3, 0))
     }
 
-    /// What points an instance at it: `REDIS_URL`, or `REDIS_CLUSTER_NODES`.
-    pub fn env(&self) -> (&'static str, String) {
+    /// A master and its replica watched by three sentinels.
+    pub fn sentinel() -> Self {
+        Self::Sentinel(SentinelSet::start("shared-master"))
+    }
+
+    /// What points an instance at it: `REDIS_URL`, `REDIS_CLUSTER_NODES`, or the sentinels.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
         match self {
-            Self::Single(r) => ("REDIS_URL", r.url()),
-            Self::Cluster(c) => ("REDIS_CLUSTER_NODES", c.nodes_env()),
+            Self::Single(r) => vec![("REDIS_URL", r.url())],
+            Self::Cluster(c) => vec![("REDIS_CLUSTER_NODES", c.nodes_env())],
+            Self::Sentinel(s) => vec![
+                ("REDIS_SENTINELS", s.addresses()),
+                ("REDIS_SENTINEL_MASTER", s.name.clone()),
+            ],
         }
     }
 
-    /// `redis-cli` (`-c` on a cluster, following redirections); its trimmed output.
+    /// `redis-cli` (`-c` on a cluster, following redirections; on the master with Sentinel);
+    /// its trimmed output.
     pub fn cli(&self, args: &[&str]) -> String {
         match self {
             Self::Single(r) => r.cli(args),
             Self::Cluster(c) => c.cli(args),
+            Self::Sentinel(s) => s.master.cli(args),
         }
     }
 
@@ -464,6 +476,7 @@ impl SharedRedis {
         match self {
             Self::Single(r) => vec![r],
             Self::Cluster(c) => c.nodes.iter().filter(|n| n.child.is_some()).collect(),
+            Self::Sentinel(s) => vec![&s.master],
         }
     }
 
@@ -479,7 +492,66 @@ impl SharedRedis {
                     .collect(),
                 ..Default::default()
             },
+            Self::Sentinel(s) => fleetmcp::redis_config::RedisConfig {
+                sentinels: s.sentinels.iter().map(Sentinel::address).collect(),
+                sentinel_master: Some(s.name.clone()),
+                ..Default::default()
+            },
         }
+    }
+}
+
+/// A master and its replica (synced) watched by three sentinels with a quorum of two, each
+/// knowing the replica: ready for `SENTINEL FAILOVER`.
+pub struct SentinelSet {
+    pub name: String,
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<Sentinel>,
+}
+
+impl SentinelSet {
+    pub fn start(name: &str) -> Self {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(master.port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(Instant::now() < deadline, "the replica never synced");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(name, master.port, 2))
+            .collect();
+        // Every sentinel knows the replica (a failover needs one to promote).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !sentinels.iter().all(|s| {
+            s.cli(&["SENTINEL", "replicas", name])
+                .contains(&replica.port.to_string())
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels never found the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            name: name.to_string(),
+            master,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// `REDIS_SENTINELS`: the sentinels' `host:port`, comma-separated.
+    pub fn addresses(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(Sentinel::address)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
