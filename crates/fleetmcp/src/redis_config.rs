@@ -275,15 +275,6 @@ impl RedisConfig {
         parse_addresses(&self.cluster_nodes, RedisConfigError::ClusterAddress)
     }
 
-    /// The connection settings of one cluster node: the host form's credentials and TLS.
-    pub fn cluster_node_info(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<ConnectionInfo, RedisConfigError> {
-        self.with_address(host.to_string(), port, self.host_settings()?)
-    }
-
     /// A `redis` cluster client for `cluster_nodes`: every node with the host form's
     /// credentials and TLS (trusting `ca_file` when set), `TCP_NODELAY` as configured, each
     /// command bounded by the command timeout.
@@ -292,7 +283,7 @@ impl RedisConfig {
         let nodes = self
             .cluster_addresses()?
             .into_iter()
-            .map(|(h, p)| self.cluster_node_info(&h, p))
+            .map(|(h, p)| self.server_connection_info(&h, p))
             .collect::<Result<Vec<_>, _>>()?;
         let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(self.connect_timeout())
@@ -311,13 +302,8 @@ impl RedisConfig {
         }
         if self.is_tls() {
             builder = builder.tls(redis::TlsMode::Secure);
-            if let Some(path) = &self.ca_file {
-                let pem = std::fs::read(path)
-                    .map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
-                builder = builder.certs(redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                });
+            if let Some(certs) = self.trusted_cas()? {
+                builder = builder.certs(certs);
             }
         }
         builder
@@ -351,9 +337,10 @@ impl RedisConfig {
         self.with_address(host.to_string(), port, redis)
     }
 
-    /// The connection settings for the master at `host:port` (found through the sentinels),
-    /// with the host form's credentials, database and TLS.
-    pub fn master_connection_info(
+    /// The connection settings for the server at `host:port` that is not named by the
+    /// configuration itself (the master the sentinels name, a node of a cluster), with the host
+    /// form's credentials, database and TLS.
+    pub fn server_connection_info(
         &self,
         host: &str,
         port: u16,
@@ -424,7 +411,7 @@ impl RedisConfig {
 
     /// A `redis` client for this configuration: with TLS, it verifies the server against
     /// `ca_file` when set, else the system's trust store. (With Sentinel, see
-    /// [`RedisConfig::client_for`] with the master's [`RedisConfig::master_connection_info`].)
+    /// [`RedisConfig::client_for`] with the master's [`RedisConfig::server_connection_info`].)
     pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
         self.client_for(self.connection_info()?)
     }
@@ -450,26 +437,32 @@ impl RedisConfig {
     /// A `redis` client for the server `info` names, with this configuration's TLS trust.
     pub fn client_for(&self, info: ConnectionInfo) -> Result<redis::Client, RedisConfigError> {
         install_crypto_provider();
-        match (&self.ca_file, self.is_tls()) {
-            (Some(path), true) => {
-                let pem = std::fs::read(path)
-                    .map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
-                redis::Client::build_with_tls(
-                    info,
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-                .map_err(|e| RedisConfigError::Url(e.to_string()))
-            }
-            _ => redis::Client::open(info).map_err(|e| RedisConfigError::Url(e.to_string())),
-        }
+        let client = if self.is_tls()
+            && let Some(certs) = self.trusted_cas()?
+        {
+            redis::Client::build_with_tls(info, certs)
+        } else {
+            redis::Client::open(info)
+        };
+        client.map_err(|e| RedisConfigError::Url(e.to_string()))
+    }
+
+    /// `ca_file`'s certificate authorities, read now (`None`: the system's trust store).
+    fn trusted_cas(&self) -> Result<Option<redis::TlsCertificates>, RedisConfigError> {
+        let Some(path) = &self.ca_file else {
+            return Ok(None);
+        };
+        let pem =
+            std::fs::read(path).map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
+        Ok(Some(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        }))
     }
 
     /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured. With
     /// Sentinel there is no fixed server: the master's settings come from
-    /// [`RedisConfig::master_connection_info`] once the sentinels have named it.
+    /// [`RedisConfig::server_connection_info`] once the sentinels have named it.
     pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
         if self.is_cluster() {
             return Err(RedisConfigError::Cluster(
@@ -630,7 +623,7 @@ mod tests {
             vec![("10.0.0.1".into(), 26379), ("::1".into(), 26380)]
         );
         assert!(cfg.connection_info().is_err(), "no fixed server");
-        let master = cfg.master_connection_info("10.0.0.9", 6380).unwrap();
+        let master = cfg.server_connection_info("10.0.0.9", 6380).unwrap();
         assert_eq!(master.addr().to_string(), "10.0.0.9:6380");
         assert_eq!(master.redis_settings().db(), 2);
         assert_eq!(

@@ -538,17 +538,34 @@ impl redis::aio::ConnectionLike for Link {
 /// delivers classic `PUBLISH` messages on every node, so any one will do; when it fails, the
 /// subscriber's retry comes here again and finds another.
 async fn cluster_pubsub(cfg: &RedisConfig) -> Result<redis::aio::PubSub, CommandError> {
+    on_first_cluster_node(cfg, |client| async move {
+        client.get_async_pubsub().await.map_err(unavailable)
+    })
+    .await
+}
+
+/// `attempt` on a client for each configured cluster node in turn, each bounded by the connect
+/// timeout plus one command timeout, until one succeeds; else the last failure.
+pub(crate) async fn on_first_cluster_node<T, F, Fut>(
+    cfg: &RedisConfig,
+    attempt: F,
+) -> Result<T, CommandError>
+where
+    F: Fn(redis::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, CommandError>>,
+{
     let config =
         |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let bound = cfg.connect_timeout() + cfg.command_timeout();
     let mut last = CommandError::Unavailable("no cluster node configured".into());
     for (host, port) in cfg.cluster_addresses().map_err(config)? {
         let client = cfg
-            .client_for(cfg.cluster_node_info(&host, port).map_err(config)?)
+            .client_for(cfg.server_connection_info(&host, port).map_err(config)?)
             .map_err(config)?;
-        match tokio::time::timeout(cfg.connect_timeout(), client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => return Ok(pubsub),
+        match tokio::time::timeout(bound, attempt(client)).await {
+            Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => last = CommandError::Unavailable(format!("{host}:{port}: {e}")),
-            Err(_) => last = CommandError::Timeout(cfg.connect_timeout_ms),
+            Err(_) => last = CommandError::Timeout(bound.as_millis() as u64),
         }
     }
     Err(last)
@@ -587,7 +604,7 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
                 .map_err(unavailable)
         };
         match tokio::time::timeout(bound, ask).await {
-            Ok(Ok(Some((h, p)))) => return cfg.master_connection_info(&h, p).map_err(config),
+            Ok(Ok(Some((h, p)))) => return cfg.server_connection_info(&h, p).map_err(config),
             Ok(Ok(None)) => {
                 last = format!("sentinel {host}:{port} knows no master named {master:?}")
             }

@@ -85,8 +85,7 @@ pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, C
             )
         });
         let answers = futures_util::future::try_join_all(reads).await?;
-        for ((machine_id, score), (beat, sessions, tasks)) in nodes.into_iter().zip(answers) {
-            let (beat, sessions, tasks) = (&beat, &sessions, &tasks);
+        for ((machine_id, score), (beat, sessions, tasks)) in nodes.into_iter().zip(&answers) {
             let beat: Option<Beat> = redis::from_redis_value_ref::<Option<String>>(beat)
                 .ok()
                 .flatten()

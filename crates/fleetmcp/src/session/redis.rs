@@ -288,17 +288,20 @@ impl RedisSessionStore {
         // pipelines them; a cluster sends each to its node).
         let answers =
             futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await;
-        let mut out = Vec::with_capacity(records.len());
-        let mut won = Vec::new();
-        for (record, answer) in records.iter().zip(answers) {
-            let claim = Self::claim_answer(record, answer?);
-            if matches!(claim, Claim::Won(_)) {
-                won.push(record);
-            }
-            out.push(claim);
-        }
+        let claims: Vec<Result<Claim, CommandError>> = records
+            .iter()
+            .zip(answers)
+            .map(|(record, answer)| answer.map(|a| Self::claim_answer(record, a)))
+            .collect();
+        // The claims that won move between the indexes even if another failed.
+        let won: Vec<&SessionRecord> = records
+            .iter()
+            .zip(&claims)
+            .filter(|(_, c)| matches!(c, Ok(Claim::Won(_))))
+            .map(|(r, _)| r)
+            .collect();
         self.index_moved(&won, to, now).await;
-        Ok(out)
+        Ok(claims.into_iter().collect::<Result<_, _>>()?)
     }
 
     /// The fenced script that makes `to` the holder of `record` at `now` (the record it becomes
@@ -510,9 +513,12 @@ impl SessionStore for RedisSessionStore {
         if let (Some(f), (1, ..), "1") = (fence, &answer, refresh) {
             // The record was refreshed: so is its entry in the holder's index (its score keeps
             // the heartbeat from pruning it).
+            // Best effort, like every index write (the record is the truth).
             let mut index = redis::cmd("ZADD");
             index.arg(self.index_key(&f.node_id)).arg(unix_ms()).arg(id);
-            self.run::<i64>(index).await?;
+            if let Err(e) = self.run::<i64>(index).await {
+                tracing::debug!(error = %e, "a refreshed session's index entry was not written");
+            }
         }
         let held = match answer {
             (1, ..) => Held::Mine,

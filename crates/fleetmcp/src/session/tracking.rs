@@ -31,6 +31,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
+use crate::redis_conn::CommandError;
 
 /// The tracking connection of one instance (one per master on a cluster).
 pub(super) struct Tracker {
@@ -57,23 +58,29 @@ const SLOTS: u16 = 16384;
 enum Route {
     /// One server.
     One(MultiplexedConnection),
-    /// A cluster: each master's slot ranges (the map as read) and its connection.
-    Slots {
-        map: Vec<(u16, u16, String)>,
-        conns: Vec<(u16, u16, MultiplexedConnection)>,
-    },
+    /// A cluster: each slot range with the connection to its master.
+    Slots(Vec<(Shard, MultiplexedConnection)>),
+}
+
+/// One slot range of a cluster and the master that serves it, as `CLUSTER SLOTS` says.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Shard {
+    first: u16,
+    last: u16,
+    host: String,
+    port: u16,
 }
 
 impl Route {
     fn for_key(&self, key: &str) -> Option<&MultiplexedConnection> {
         match self {
             Route::One(c) => Some(c),
-            Route::Slots { conns, .. } => {
+            Route::Slots(shards) => {
                 let slot = slot_of(key.as_bytes());
-                conns
+                shards
                     .iter()
-                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
-                    .map(|(_, _, c)| c)
+                    .find(|(s, _)| (s.first..=s.last).contains(&slot))
+                    .map(|(_, c)| c)
             }
         }
     }
@@ -128,28 +135,26 @@ impl Tracker {
             return Ok((Route::One(self.tracking_conn(info, tx).await?), rx));
         }
         let map = self.slot_map().await?;
-        let mut conns = Vec::with_capacity(map.len());
-        let mut by_master: Vec<(String, MultiplexedConnection)> = Vec::new();
-        for (start, end, master) in &map {
-            let conn = match by_master.iter().find(|(m, _)| m == master) {
-                Some((_, c)) => c.clone(),
+        let mut shards: Vec<(Shard, MultiplexedConnection)> = Vec::with_capacity(map.len());
+        for shard in map {
+            // One connection per master, however many ranges it serves.
+            let known = shards
+                .iter()
+                .find(|(s, _)| (&s.host, s.port) == (&shard.host, shard.port))
+                .map(|(_, c)| c.clone());
+            let conn = match known {
+                Some(c) => c,
                 None => {
-                    let (host, port) = master
-                        .rsplit_once(':')
-                        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-                        .ok_or_else(|| format!("a master address that does not parse: {master}"))?;
                     let info = self
                         .cfg
-                        .cluster_node_info(host, port)
+                        .server_connection_info(&shard.host, shard.port)
                         .map_err(|e| e.to_string())?;
-                    let c = self.tracking_conn(info, tx.clone()).await?;
-                    by_master.push((master.clone(), c.clone()));
-                    c
+                    self.tracking_conn(info, tx.clone()).await?
                 }
             };
-            conns.push((*start, *end, conn));
+            shards.push((shard, conn));
         }
-        Ok((Route::Slots { map, conns }, rx))
+        Ok((Route::Slots(shards), rx))
     }
 
     /// A RESP3 connection to the server `info` names, with tracking on (`NOLOOP`), its pushes
@@ -178,33 +183,39 @@ impl Tracker {
         Ok(conn)
     }
 
-    /// The cluster's slot map, `(first slot, last slot, master host:port)` sorted by slot, as
-    /// the first configured node that answers `CLUSTER SLOTS` reports it.
-    async fn slot_map(&self) -> Result<Vec<(u16, u16, String)>, String> {
-        let mut last = String::from("no cluster node configured");
-        for (host, port) in self.cfg.cluster_addresses().map_err(|e| e.to_string())? {
-            let info = self
-                .cfg
-                .cluster_node_info(&host, port)
-                .map_err(|e| e.to_string())?;
-            let client = self.cfg.client_for(info).map_err(|e| e.to_string())?;
-            let ask = async {
-                let mut conn = client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                read_slot_map(&mut conn).await
-            };
-            let bound = self.cfg.connect_timeout() + self.cfg.command_timeout();
-            match tokio::time::timeout(bound, ask).await {
-                Ok(Ok(map)) => return Ok(map),
-                Ok(Err(e)) => last = format!("{host}:{port}: {e}"),
-                Err(_) => {
-                    last = format!("{host}:{port}: no answer within {} ms", bound.as_millis())
-                }
-            }
+    /// The cluster's slot map, as the first configured node that answers `CLUSTER SLOTS`
+    /// reports it.
+    async fn slot_map(&self) -> Result<Vec<Shard>, String> {
+        crate::redis_conn::on_first_cluster_node(&self.cfg, |client| async move {
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+            read_slot_map(&mut conn)
+                .await
+                .map_err(CommandError::Unavailable)
+        })
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// Whether the cluster's slot map is no longer the one the connections were made for (or
+    /// cannot be read on them: a master gone).
+    async fn topology_changed(&self) -> bool {
+        let Some(route) = self.conn.load_full() else {
+            return false;
+        };
+        let Route::Slots(shards) = &*route else {
+            return false;
+        };
+        let Some((_, conn)) = shards.first() else {
+            return true;
+        };
+        let mut conn = conn.clone();
+        match tokio::time::timeout(self.cfg.command_timeout(), read_slot_map(&mut conn)).await {
+            Ok(Ok(now)) => !now.iter().eq(shards.iter().map(|(s, _)| s)),
+            _ => true,
         }
-        Err(last)
     }
 
     /// Reports the invalidations of the connection(s) until one is lost (or, on a cluster, the
@@ -257,53 +268,36 @@ impl Tracker {
     }
 }
 
-impl Tracker {
-    /// Whether the cluster's slot map is no longer the one the connections were made for (or
-    /// cannot be read on them: a master gone).
-    async fn topology_changed(&self) -> bool {
-        let Some(route) = self.conn.load_full() else {
-            return false;
-        };
-        let Route::Slots { map, conns } = &*route else {
-            return false;
-        };
-        let Some((_, _, conn)) = conns.first() else {
-            return true;
-        };
-        let mut conn = conn.clone();
-        match tokio::time::timeout(self.cfg.command_timeout(), read_slot_map(&mut conn)).await {
-            Ok(Ok(now)) => &now != map,
-            _ => true,
-        }
-    }
-}
-
-/// `CLUSTER SLOTS` on `conn`: `(first slot, last slot, master host:port)`, sorted by slot.
-async fn read_slot_map(
-    conn: &mut MultiplexedConnection,
-) -> Result<Vec<(u16, u16, String)>, String> {
+/// `CLUSTER SLOTS` on `conn`, sorted by slot.
+async fn read_slot_map(conn: &mut MultiplexedConnection) -> Result<Vec<Shard>, String> {
     let ranges: Vec<Value> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(conn)
         .await
         .map_err(|e| e.to_string())?;
+    let field = |v: Option<&Value>| v.cloned().unwrap_or(Value::Nil);
     let mut map = Vec::with_capacity(ranges.len());
     for range in ranges {
         let Value::Array(items) = range else {
             return Err("a CLUSTER SLOTS entry that is not an array".into());
         };
-        let start: u16 = redis::from_redis_value_ref(items.first().unwrap_or(&Value::Nil))
-            .map_err(|e| e.to_string())?;
-        let end: u16 = redis::from_redis_value_ref(items.get(1).unwrap_or(&Value::Nil))
-            .map_err(|e| e.to_string())?;
         let Some(Value::Array(master)) = items.get(2) else {
             return Err("a CLUSTER SLOTS entry without its master".into());
         };
-        let host: String = redis::from_redis_value_ref(master.first().unwrap_or(&Value::Nil))
+        let (first, last, host, port) =
+            redis::from_redis_value::<(u16, u16, String, u16)>(Value::Array(vec![
+                field(items.first()),
+                field(items.get(1)),
+                field(master.first()),
+                field(master.get(1)),
+            ]))
             .map_err(|e| e.to_string())?;
-        let port: u16 = redis::from_redis_value_ref(master.get(1).unwrap_or(&Value::Nil))
-            .map_err(|e| e.to_string())?;
-        map.push((start, end, format!("{host}:{port}")));
+        map.push(Shard {
+            first,
+            last,
+            host,
+            port,
+        });
     }
     map.sort();
     Ok(map)
