@@ -10,6 +10,16 @@
 //! background and swapped in; callers never wait for that. When Redis cannot be reached at
 //! start, a background task retries (1 s doubling to 30 s) while commands fail at once.
 //!
+//! No command fails with an error left over from an outage once Redis answers again. The
+//! connection manager keeps a failed reconnect attempt and hands it to the next command, however
+//! late, and a connection that Redis closed while nobody used it is only found dead by the next
+//! command sent on it (without RESP3 nothing tells the manager earlier). So a connection that
+//! has not answered for [`VALIDATE_AFTER_IDLE`], or whose last command failed, is first checked
+//! with `PING` (sent twice when the first finds it dropped: `PING` has no effect to double),
+//! and a command refused a connection is sent once more: a refused connection proves the command
+//! never left. A busy connection pays nothing; an idle one pays one `PING` before its first
+//! command (a pool's check on borrow).
+//!
 //! With Redis Sentinel, every connection (this one, pub/sub, client-side caching's) first asks
 //! the sentinels which server is master, and checks with `ROLE` that it is. After a failover
 //! the old master refuses writes (`READONLY`) or connections: either starts a rebuild at once,
@@ -21,7 +31,7 @@
 //! `docs/ARCHITECTURE.md`, "Redis Cluster"); pub/sub uses the classic channels, which a
 //! cluster delivers on every node, on a dedicated connection to one of the configured nodes.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -38,6 +48,10 @@ pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
 /// First delay of the background connection retry; it doubles up to [`RETRY_MAX`].
 pub const RETRY_MIN: Duration = Duration::from_secs(1);
 pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// A single-server connection that has not answered for this long is checked with `PING`
+/// before its next command (see the module's comment). Short enough that Redis restarting
+/// behind an idle connection is noticed, long enough that a busy connection never pays it.
+pub const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 /// Why a Redis command failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -66,6 +80,9 @@ struct Inner {
     rebuilds: AtomicU32,
     /// The last command or ping got an answer.
     healthy: AtomicBool,
+    /// When a command last got an answer, in milliseconds since `born`.
+    answered_at_ms: AtomicU64,
+    born: std::time::Instant,
     /// Counts the moves of the connection to another server (with Sentinel, a new master): the
     /// dedicated connections (pub/sub, client-side caching) reconnect then, so that after a
     /// failover nothing stays on the old master.
@@ -102,6 +119,8 @@ impl RedisConn {
             rebuilding: AtomicBool::new(false),
             rebuilds: AtomicU32::new(0),
             healthy: AtomicBool::new(false),
+            answered_at_ms: AtomicU64::new(0),
+            born: std::time::Instant::now(),
             replaced: tokio::sync::watch::Sender::new(0),
             master: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
@@ -243,6 +262,7 @@ impl RedisConn {
     /// Runs one command, bounded by the command timeout (also for an application's own keys,
     /// as `examples/help-desk` keeps its tickets).
     pub async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, CommandError> {
+        let cmd = &cmd;
         self.inner
             .bounded(|mut conn| async move { cmd.query_async::<T>(&mut conn).await })
             .await
@@ -254,6 +274,7 @@ impl RedisConn {
         &self,
         script: redis::ScriptInvocation<'_>,
     ) -> Result<T, CommandError> {
+        let script = &script;
         self.inner
             .bounded(|mut conn| async move { script.invoke_async::<T>(&mut conn).await })
             .await
@@ -264,6 +285,7 @@ impl RedisConn {
         &self,
         pipe: redis::Pipeline,
     ) -> Result<T, CommandError> {
+        let pipe = &pipe;
         self.inner
             .bounded(|mut conn| async move { pipe.query_async::<T>(&mut conn).await })
             .await
@@ -312,7 +334,44 @@ impl Inner {
     fn install(&self, link: Link) {
         self.conn.store(Some(Arc::new(link)));
         self.timeouts_in_a_row.store(0, Ordering::Release);
+        self.answered();
+    }
+
+    /// Notes that Redis answered on the connection just now.
+    fn answered(&self) {
         self.healthy.store(true, Ordering::Release);
+        self.answered_at_ms
+            .store(self.born.elapsed().as_millis() as u64, Ordering::Release);
+    }
+
+    /// Whether `link` must be checked before a command is sent on it: a single server's
+    /// connection that has been idle for [`VALIDATE_AFTER_IDLE`] or whose last command failed.
+    /// (A cluster connection checks its nodes and retries on its own.)
+    fn needs_check(&self, link: &Link) -> bool {
+        if !matches!(link, Link::Single(_)) {
+            return false;
+        }
+        let idle_ms = (self.born.elapsed().as_millis() as u64)
+            .saturating_sub(self.answered_at_ms.load(Ordering::Acquire));
+        !self.healthy.load(Ordering::Acquire) || idle_ms >= VALIDATE_AFTER_IDLE.as_millis() as u64
+    }
+
+    /// `PING` on `link`, once more when the first finds the connection dropped or refused: the
+    /// manager opens a new connection on that failure, and the second `PING` waits for it. An
+    /// error here is current, not one left from an outage.
+    async fn check(&self, link: &Link) -> redis::RedisResult<()> {
+        let ping = redis::cmd("PING");
+        let first = ping.query_async::<()>(&mut link.clone()).await;
+        let result = match first {
+            Err(e) if e.is_connection_dropped() || e.is_connection_refusal() => {
+                ping.query_async::<()>(&mut link.clone()).await
+            }
+            other => other,
+        };
+        if result.is_ok() {
+            self.answered();
+        }
+        result
     }
 
     /// A new connection, checked with `PING`, within the connect timeout (plus one command
@@ -394,10 +453,12 @@ impl Inner {
     }
 
     /// Runs `work` on a clone of the connection, bounded by the command timeout, counting
-    /// timeouts towards a rebuild.
+    /// timeouts towards a rebuild. A connection that may be stale is checked first, and `work`
+    /// runs once more when its connection was refused (see the module's comment): nothing else
+    /// is retried, since a command that may have reached Redis could take effect twice.
     async fn bounded<T, F, Fut>(self: &Arc<Self>, work: F) -> Result<T, CommandError>
     where
-        F: FnOnce(Link) -> Fut,
+        F: Fn(Link) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let Some(link) = self.conn.load_full() else {
@@ -408,14 +469,22 @@ impl Inner {
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
         };
-        let conn = (*link).clone();
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
         let began = std::time::Instant::now();
-        let (result, outcome) = match tokio::time::timeout(limit, work(conn)).await {
+        let attempt = async {
+            if self.needs_check(&link) {
+                self.check(&link).await?;
+            }
+            match work((*link).clone()).await {
+                Err(e) if e.is_connection_refusal() => work((*link).clone()).await,
+                done => done,
+            }
+        };
+        let (result, outcome) = match tokio::time::timeout(limit, attempt).await {
             Ok(Ok(v)) => {
                 self.timeouts_in_a_row.store(0, Ordering::Release);
-                self.healthy.store(true, Ordering::Release);
+                self.answered();
                 (Ok(v), RedisOutcome::Answered)
             }
             Ok(Err(e)) if e.is_timeout() => {
@@ -423,7 +492,13 @@ impl Inner {
                 (Err(CommandError::Timeout(ms)), RedisOutcome::Timeout)
             }
             Ok(Err(e)) => {
-                self.healthy.store(false, Ordering::Release);
+                if e.is_io_error() || e.is_unrecoverable_error() {
+                    self.healthy.store(false, Ordering::Release);
+                } else {
+                    // Redis answered, with an error (a script's refusal, a wrong type): the
+                    // connection is fine.
+                    self.answered();
+                }
                 // With Sentinel, a server that refuses writes or connections is no longer the
                 // master (a failover): ask the sentinels again now, not after three timeouts.
                 if self.cfg.is_sentinel()

@@ -1,0 +1,127 @@
+//! The shared Redis connection across outages, against a real `redis-server` killed (its port
+//! then refuses connections) and started again on the same port: once Redis answers again, no
+//! command fails with an error left over from the outage, and no command takes effect twice.
+
+mod support_redis;
+
+use std::time::Duration;
+
+use fleetmcp::redis_config::RedisConfig;
+use fleetmcp::redis_conn::RedisConn;
+use support_redis::RedisServer;
+
+async fn connect(redis: &RedisServer) -> RedisConn {
+    RedisConn::connect(RedisConfig::from_url(redis.url()))
+        .await
+        .expect("connects")
+}
+
+/// Every kind of call an application makes: a command with an effect, a pipeline, a script.
+/// Each must succeed on its first try, and `INCR` must count exactly one.
+async fn every_kind_succeeds_first_time(conn: &RedisConn, when: &str) {
+    let n: i64 = conn
+        .run(redis::cmd("INCR").arg("counter").clone())
+        .await
+        .unwrap_or_else(|e| panic!("INCR {when}: {e}"));
+    assert_eq!(n, 1, "INCR counted once on the new, empty server ({when})");
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg("k")
+        .arg("v")
+        .ignore()
+        .cmd("GET")
+        .arg("k");
+    let (v,): (String,) = conn
+        .pipe(pipe)
+        .await
+        .unwrap_or_else(|e| panic!("pipeline {when}: {e}"));
+    assert_eq!(v, "v");
+    let script = redis::Script::new("return redis.call('INCRBY', KEYS[1], ARGV[1])");
+    let mut invocation = script.prepare_invoke();
+    invocation.key("counter").arg(10);
+    let n: i64 = conn
+        .eval(invocation)
+        .await
+        .unwrap_or_else(|e| panic!("script {when}: {e}"));
+    assert_eq!(n, 11, "the script ran once ({when})");
+}
+
+/// Redis is killed, and a command during the outage fails (the connection manager's reconnect
+/// attempts fail too, and it keeps that failure). Redis comes back on the same port; seconds
+/// later, with nothing sent meanwhile, the first command must succeed: before the fix it got
+/// the kept `Connection refused`, and only the command after it worked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_command_after_an_outage_gets_no_error_left_from_it() {
+    let mut redis = RedisServer::start();
+    let conn = connect(&redis).await;
+    let _: () = conn
+        .run(redis::cmd("SET").arg("before").arg("1").clone())
+        .await
+        .expect("a command before the outage");
+
+    redis.kill();
+    let during = conn
+        .run::<()>(redis::cmd("SET").arg("during").arg("1").clone())
+        .await;
+    assert!(during.is_err(), "a command while Redis is down fails");
+    // The manager's reconnect attempts (a few, within about a second) run out while Redis is
+    // still down.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    redis.start_again();
+    assert!(redis.raw_ping(), "Redis answers again");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    every_kind_succeeds_first_time(&conn, "after the outage").await;
+    assert!(conn.is_connected());
+}
+
+/// Redis restarts behind a connection nobody is using: the connection is dead, and nothing
+/// notices until a command is sent on it. The first command must still succeed (before the fix
+/// it failed with `broken pipe`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_command_on_an_idle_connection_redis_restarted_behind_succeeds() {
+    let mut redis = RedisServer::start();
+    let conn = connect(&redis).await;
+    let _: () = conn
+        .run(redis::cmd("SET").arg("before").arg("1").clone())
+        .await
+        .expect("a command before the restart");
+
+    redis.restart();
+    assert!(redis.raw_ping(), "Redis answers again");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    every_kind_succeeds_first_time(&conn, "after a restart behind an idle connection").await;
+}
+
+/// A server that answers with an error (here a script's own) leaves the connection as good as
+/// it was: the next command is not held up by a check, and while Redis is down, a command still
+/// fails at once rather than waiting out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_answer_is_not_an_outage_and_an_outage_still_fails_fast() {
+    let mut redis = RedisServer::start();
+    let conn = connect(&redis).await;
+    let failing = redis::Script::new("return redis.error_reply('REFUSED by the script')");
+    let e = conn
+        .eval::<()>(failing.prepare_invoke())
+        .await
+        .expect_err("the script's error comes back");
+    assert!(e.to_string().contains("by the script"), "{e}");
+    assert!(conn.is_connected(), "an error answer is an answer");
+
+    redis.kill();
+    let began = std::time::Instant::now();
+    let e = conn
+        .run::<()>(redis::cmd("SET").arg("k").arg("v").clone())
+        .await
+        .expect_err("Redis is down");
+    let took = began.elapsed();
+    assert!(
+        matches!(e, fleetmcp::redis_conn::CommandError::Unavailable(_)),
+        "refused, not timed out: {e}"
+    );
+    assert!(
+        took < conn.config().command_timeout(),
+        "a refused connection fails before the command timeout ({took:?})"
+    );
+}
