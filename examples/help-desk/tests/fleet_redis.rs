@@ -1391,3 +1391,98 @@ fn pages_sent_to_a_holder_as_it_withdraws_all_reach_the_session() {
     );
     assert!(a.wait_exit(Duration::from_secs(10)).is_some(), "A exits");
 }
+
+/// The JSON-RPC ids of the answers a 2024-11-05 stream carried so far (its `data:` lines), in
+/// the order they came.
+fn answer_ids(seen: &str) -> Vec<Value> {
+    seen.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|m| m.get("result").is_some() || m.get("error").is_some())
+        .map(|m| m["id"].clone())
+        .collect()
+}
+
+/// A 2024-11-05 client behind a balancer without affinity: `GET /sse` lands on A, and every
+/// POST, the first (`initialize`) included, may land on either instance. Before the fix the
+/// `initialize` that reached B was refused (`404`; its stream was not open there, and no store
+/// named A until `initialize`), so the session never started and every later POST failed.
+/// Now B hands it to A, the instance that minted the id: all twelve POSTs are accepted, and
+/// each answer comes once, on A's stream.
+#[test]
+fn a_2024_11_05_session_whose_first_post_lands_on_the_other_instance() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let host = format!("127.0.0.1:{}", a.port());
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
+        "GET",
+        "/sse",
+        &[("Host", &host), ("Accept", "text/event-stream")],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("GET /sse on A");
+    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
+    let endpoint = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("the endpoint event")
+        .trim()
+        .to_string();
+    let message = |port: u16, body: &Value| {
+        http(
+            port,
+            "POST",
+            &endpoint,
+            &[("Content-Type", "application/json")],
+            Some(&body.to_string()),
+            HTTP_LIMIT,
+        )
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    let resp = message(b.port(), &init);
+    assert_eq!(resp.status, 202, "initialize on B:\n{}", resp.describe());
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = message(a.port(), &initialized);
+    assert_eq!(resp.status, 202, "initialized on A:\n{}", resp.describe());
+    let mut expected = vec![json!(1)];
+    for i in 0..10u64 {
+        let id = 2 + i;
+        let port = if i % 2 == 0 { b.port() } else { a.port() };
+        let find = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "find_tickets", "arguments": {}}});
+        let resp = message(port, &find);
+        assert_eq!(resp.status, 202, "call {id}:\n{}", resp.describe());
+        expected.push(json!(id));
+    }
+    let seen = read_stream_until(&mut stream, &["\"id\":11,"]);
+    // The stream may still be writing the last frames: read until all eleven are in.
+    let mut seen = seen;
+    let began = Instant::now();
+    while answer_ids(&seen).len() < expected.len() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the stream carried {:?}, not every answer of {expected:?}",
+            answer_ids(&seen)
+        );
+        seen.push_str(&read_stream_until(&mut stream, &["data: "]));
+    }
+    let mut ids = answer_ids(&seen);
+    assert_eq!(ids[0], json!(1), "the initialize answer comes first");
+    ids.sort_by_key(|v| v.as_u64());
+    assert_eq!(ids, expected, "each answer once:\n{seen}");
+    assert!(
+        seen.contains("\"protocolVersion\":\"2024-11-05\""),
+        "{seen}"
+    );
+    assert_eq!(
+        count(&b, "its /sse stream is not open on this instance"),
+        0,
+        "{}",
+        b.log()
+    );
+}

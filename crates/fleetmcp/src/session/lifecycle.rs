@@ -420,7 +420,8 @@ impl Sessions {
 
     /// Like [`Sessions::find`], for a session that cannot move between instances (the
     /// 2024-11-05 transport's, tied to its stream): held here (and still stored), held by a
-    /// live peer, or missing. Without an [`Ownership`] a session not held here is never read
+    /// live peer, not initialized yet on the peer that minted it (its stream is there), or
+    /// missing. Without an [`Ownership`] a session not held here is never read
     /// from the store: it cannot be served here.
     pub async fn find_pinned(&self, id: &str) -> Lookup {
         // Held here is not enough: another instance may have ended it (its stored record is
@@ -440,9 +441,22 @@ impl Sessions {
                 // Its stream was on the stopped holder: nothing to take over.
                 Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
-            Ok(None) => Lookup::Missing(Missing::Unknown),
+            // Not initialized yet: its stream is open on the instance that minted the id (a
+            // `GET /sse` names no holder in the store until `initialize`), so a POST that
+            // lands elsewhere goes there. That instance answers for the id itself; one that
+            // no longer runs is no holder (the relay says so).
+            Ok(None) => match self.minted_elsewhere(id) {
+                Some(node) => Lookup::Elsewhere(node),
+                None => Lookup::Missing(Missing::Unknown),
+            },
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),
         }
+    }
+
+    /// The instance that minted `id`, when it is another one than this.
+    fn minted_elsewhere(&self, id: &str) -> Option<String> {
+        let minted_by = self.sealer.as_ref()?.open(id)?.node_id;
+        (minted_by != self.machine_id).then_some(minted_by)
     }
 
     /// Ends a session everywhere: here at once, then its events and its stored record.

@@ -5,6 +5,9 @@
 //!
 //! The session lives as long as its stream: it cannot move to another instance (the stream
 //! is tied to this connection), so a POST for it that lands elsewhere goes to the relay seam.
+//! That holds for the first POST too, the `initialize`, before any store names a holder: the
+//! sealed id names the instance that minted it, the one with the stream
+//! (`Sessions::find_pinned`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
