@@ -675,6 +675,7 @@ const OTHER_ENV: &[&str] = &[
     "REDIS_SENTINEL_MASTER",
     "REDIS_SENTINEL_PASSWORD",
     "REDIS_CLUSTER_NODES",
+    "FLEETMCP_REDIS_WAIT_REPLICAS",
     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
     "FRONTMCP_HA_HEARTBEAT_TTL_MS",
     "FRONTMCP_HA_KEY_PREFIX",
@@ -1012,6 +1013,11 @@ impl Config {
             }
             "REDIS_SENTINELS" if !value.trim().is_empty() => {
                 self.redis.get_or_insert_with(Default::default).sentinels = split_addresses(value);
+            }
+            "FLEETMCP_REDIS_WAIT_REPLICAS" if !value.trim().is_empty() => {
+                self.redis
+                    .get_or_insert_with(Default::default)
+                    .wait_replicas = value.trim().to_string();
             }
             "REDIS_CLUSTER_NODES" if !value.trim().is_empty() => {
                 self.redis

@@ -89,6 +89,15 @@ pub struct RedisConfig {
     /// credentials and TLS apply to every node.
     #[serde(alias = "clusterNodes")]
     pub cluster_nodes: Vec<String>,
+    /// How many replicas must confirm a new session's record before `initialize` is answered
+    /// (`FLEETMCP_REDIS_WAIT_REPLICAS`): `off`, `auto` (the default: one with Sentinel, none
+    /// otherwise), or a count. Replication is asynchronous: a record written to a master in the
+    /// second before a failover demotes it is lost with it, and a session acknowledged then
+    /// lost is worse than one refused (`503` with `Retry-After`, the client retries). `WAIT`
+    /// costs `initialize` one round trip to the replicas; nothing else waits for it. Not done
+    /// on a Redis Cluster (its record and index sit on two masters).
+    #[serde(alias = "waitReplicas")]
+    pub wait_replicas: String,
 }
 
 impl Default for RedisConfig {
@@ -112,8 +121,23 @@ impl Default for RedisConfig {
             sentinel_username: None,
             sentinel_password: None,
             cluster_nodes: Vec::new(),
+            wait_replicas: "auto".into(),
         }
     }
+}
+
+/// How many replicas must confirm a new session's record before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReplicas {
+    /// None (a single Redis, a cluster, or `off`).
+    Off,
+    /// With Sentinel: one, when the master has one. A master the sentinels still name that has
+    /// no replica left (its replica died, or was promoted and the old master is gone) has no
+    /// failover that could lose the record, so nothing is waited for; a master the sentinels
+    /// no longer name (the second after a failover) is refused.
+    Auto,
+    /// Exactly this many, always.
+    Count(u32),
 }
 
 /// The password never appears in logs.
@@ -151,6 +175,8 @@ pub enum RedisConfigError {
     CaFile(String),
     #[error("redis: {0}")]
     Sentinel(&'static str),
+    #[error("redis: `wait_replicas` must be off, auto or a number of replicas (got `{0}`)")]
+    WaitReplicas(String),
     #[error("redis: sentinel address `{0}` is not host:port")]
     SentinelAddress(String),
     #[error("redis: {0}")]
@@ -205,6 +231,7 @@ impl RedisConfig {
 
     /// Checks everything that can be checked without connecting.
     pub fn validate(&self) -> Result<(), RedisConfigError> {
+        self.replicas_to_wait()?;
         if let Some(path) = &self.ca_file
             && let Err(e) = std::fs::metadata(path)
         {
@@ -314,6 +341,19 @@ impl RedisConfig {
     /// Whether the master is found through Redis Sentinel.
     pub fn is_sentinel(&self) -> bool {
         !self.sentinels.is_empty()
+    }
+
+    /// How many replicas must confirm a new session's record (see `wait_replicas`).
+    pub fn replicas_to_wait(&self) -> Result<WaitReplicas, RedisConfigError> {
+        match self.wait_replicas.trim() {
+            "off" | "0" => Ok(WaitReplicas::Off),
+            "auto" | "" if self.is_sentinel() => Ok(WaitReplicas::Auto),
+            "auto" | "" => Ok(WaitReplicas::Off),
+            n => n
+                .parse()
+                .map(WaitReplicas::Count)
+                .map_err(|_| RedisConfigError::WaitReplicas(n.to_string())),
+        }
     }
 
     /// The sentinels' addresses, parsed.

@@ -39,7 +39,7 @@ use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 
-use crate::redis_config::RedisConfig;
+use crate::redis_config::{RedisConfig, WaitReplicas};
 use crate::telemetry::Meters;
 use crate::telemetry::meters::RedisOutcome;
 
@@ -60,6 +60,9 @@ pub enum CommandError {
     Timeout(u64),
     #[error("Redis is unavailable: {0}")]
     Unavailable(String),
+    /// The write was taken but may not survive a failover (see [`RedisConn::pipe_durably`]).
+    #[error("Redis did not confirm the write durably: {0}")]
+    NotDurable(String),
 }
 
 /// A shared Redis connection. Cheap to clone; clones share one connection.
@@ -280,6 +283,156 @@ impl RedisConn {
             .await
     }
 
+    /// Sends `pipe` like [`RedisConn::pipe`], then waits until the replicas `wait_replicas`
+    /// asks for have confirmed it, on the same connection (a write and its `WAIT` must share
+    /// one: `WAIT` counts the writes of its own connection, and the connection may move to a
+    /// new master in between). Fails with [`CommandError::NotDurable`] when they do not, or
+    /// when the server written to is no longer the master: the write may then be lost.
+    ///
+    /// One `ROLE` (is the server still a master, and with how many replicas), then `WAIT` for
+    /// at most half the command timeout. With [`WaitReplicas::Auto`] a master without replicas
+    /// is asked of the sentinels instead: in the second after a failover the old master has
+    /// lost its replica (promoted) but still takes writes, which it will throw away.
+    ///
+    /// `WAIT` holds the commands sent after it on this connection until it returns: about a
+    /// millisecond while replication is healthy, half the command timeout when it is not, which
+    /// is when a write would otherwise be acknowledged and then lost.
+    pub async fn pipe_durably<T: redis::FromRedisValue>(
+        &self,
+        pipe: redis::Pipeline,
+    ) -> Result<T, CommandError> {
+        if !self.writes_durably() {
+            return self.pipe(pipe).await;
+        }
+        let Some(link) = self.inner.conn.load_full() else {
+            return Err(CommandError::NotDurable(
+                "not connected to Redis yet (retrying in the background)".into(),
+            ));
+        };
+        let pipe = &pipe;
+        let confirmed = async {
+            let written = self
+                .inner
+                .bounded_on(link.clone(), |mut conn| async move {
+                    pipe.query_async::<T>(&mut conn).await
+                })
+                .await?;
+            self.confirm_on(link).await?;
+            Ok(written)
+        };
+        // Whatever failed, the write is not known to be durable.
+        confirmed.await.map_err(|e| match e {
+            CommandError::NotDurable(why) => CommandError::NotDurable(why),
+            other => CommandError::NotDurable(other.to_string()),
+        })
+    }
+
+    /// Whether [`RedisConn::pipe_durably`] waits for replicas (`wait_replicas` asks for some,
+    /// and this is not a cluster).
+    pub fn writes_durably(&self) -> bool {
+        !self.inner.cfg.is_cluster()
+            && !matches!(
+                self.inner.cfg.replicas_to_wait(),
+                Ok(WaitReplicas::Off) | Err(_)
+            )
+    }
+
+    /// The replicas' confirmation of what `link` wrote (see [`RedisConn::pipe_durably`]).
+    async fn confirm_on(&self, link: Arc<Link>) -> Result<(), CommandError> {
+        let policy = self
+            .inner
+            .cfg
+            .replicas_to_wait()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let want = match policy {
+            WaitReplicas::Off => return Ok(()),
+            _ if self.inner.cfg.is_cluster() => return Ok(()),
+            WaitReplicas::Auto => 1,
+            WaitReplicas::Count(n) => n,
+        };
+        let role: redis::Value = self
+            .inner
+            .bounded_on(link.clone(), |mut conn| async move {
+                redis::cmd("ROLE").query_async(&mut conn).await
+            })
+            .await?;
+        let Some(replicas) = replicas_of_master(&role) else {
+            return Err(CommandError::NotDurable(
+                "the server written to is no longer a master".into(),
+            ));
+        };
+        if policy == WaitReplicas::Auto && replicas == 0 {
+            return self.no_failover_under_way(&link).await;
+        }
+        let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
+        let confirmed: u32 = self
+            .inner
+            .bounded_on(link, |mut conn| async move {
+                redis::cmd("WAIT")
+                    .arg(want)
+                    .arg(wait_ms)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        if confirmed >= want {
+            Ok(())
+        } else {
+            Err(CommandError::NotDurable(format!(
+                "{confirmed} of the {want} replica(s) asked for (wait_replicas) confirmed the write within {wait_ms} ms"
+            )))
+        }
+    }
+
+    /// With Sentinel, for a master without replicas: whether a majority of the sentinels
+    /// name the server `link` writes to, and none is failing it over. The sentinels keep
+    /// naming the old master until they see the promoted replica answer as master (up to a
+    /// second), but the one leading the failover flags it from its start: until it ends, a
+    /// master that has lost its replica may be the one about to be demoted. Asked of every
+    /// sentinel at once, within the command timeout.
+    async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
+        let Link::Single(_, Some(server)) = link else {
+            return Ok(());
+        };
+        let cfg = &self.inner.cfg;
+        let sentinels = cfg
+            .sentinel_addresses()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let asks = sentinels
+            .iter()
+            .map(|(host, port)| sentinel_view(cfg, host, *port));
+        let views =
+            match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
+                .await
+            {
+                Ok(views) => views,
+                Err(_) => return Err(CommandError::Timeout(cfg.command_timeout_ms)),
+            };
+        let mut agreeing = 0;
+        for view in views.into_iter().flatten() {
+            if view.failing_over {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel is failing over the master written to ({server})"
+                )));
+            }
+            if view.master != **server {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel names another master ({}) than the one written to ({server})",
+                    view.master
+                )));
+            }
+            agreeing += 1;
+        }
+        if agreeing * 2 > sentinels.len() {
+            Ok(())
+        } else {
+            Err(CommandError::NotDurable(format!(
+                "{agreeing} of {} sentinels answered: not a majority",
+                sentinels.len()
+            )))
+        }
+    }
+
     /// Sends a pipeline in one round trip, bounded by the command timeout.
     pub async fn pipe<T: redis::FromRedisValue>(
         &self,
@@ -348,7 +501,7 @@ impl Inner {
     /// connection that has been idle for [`VALIDATE_AFTER_IDLE`] or whose last command failed.
     /// (A cluster connection checks its nodes and retries on its own.)
     fn needs_check(&self, link: &Link) -> bool {
-        if !matches!(link, Link::Single(_)) {
+        if !matches!(link, Link::Single(..)) {
             return false;
         }
         let idle_ms = (self.born.elapsed().as_millis() as u64)
@@ -409,7 +562,7 @@ impl Inner {
             if sentinel {
                 check_master(&mut manager).await?;
             }
-            Ok::<_, CommandError>(Link::Single(manager))
+            Ok::<_, CommandError>(Link::Single(manager, address.as_deref().map(Arc::from)))
         };
         let opened = match tokio::time::timeout(bound, attempt).await {
             Ok(r) => r,
@@ -469,6 +622,19 @@ impl Inner {
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
         };
+        self.bounded_on(link, work).await
+    }
+
+    /// [`Inner::bounded`] on a given connection (one that may since have been replaced).
+    async fn bounded_on<T, F, Fut>(
+        self: &Arc<Self>,
+        link: Arc<Link>,
+        work: F,
+    ) -> Result<T, CommandError>
+    where
+        F: Fn(Link) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
         let limit = self.cfg.command_timeout();
         let ms = self.cfg.command_timeout_ms;
         let began = std::time::Instant::now();
@@ -574,7 +740,8 @@ impl Inner {
 /// cluster's. Cheap to clone: clones share the connection.
 #[derive(Clone)]
 enum Link {
-    Single(ConnectionManager),
+    /// With Sentinel, the address of the master the connection was opened to.
+    Single(ConnectionManager, Option<Arc<str>>),
     Cluster(ClusterConnection),
 }
 
@@ -584,7 +751,7 @@ impl redis::aio::ConnectionLike for Link {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Link::Single(c) => c.req_packed_command(cmd),
+            Link::Single(c, _) => c.req_packed_command(cmd),
             Link::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -596,14 +763,14 @@ impl redis::aio::ConnectionLike for Link {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Link::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Single(c, _) => c.req_packed_commands(pipeline, offset, count),
             Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
-            Link::Single(c) => c.get_db(),
+            Link::Single(c, _) => c.get_db(),
             Link::Cluster(c) => c.get_db(),
         }
     }
@@ -695,6 +862,42 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
     Err(CommandError::Unavailable(last))
 }
 
+/// What one sentinel says of the master it watches.
+struct SentinelView {
+    /// `host:port`.
+    master: String,
+    /// A failover of it is under way.
+    failing_over: bool,
+}
+
+/// `SENTINEL MASTER <name>` on the sentinel at `host:port`.
+async fn sentinel_view(
+    cfg: &RedisConfig,
+    host: &str,
+    port: u16,
+) -> Result<SentinelView, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let client = cfg
+        .client_for(cfg.sentinel_connection_info(host, port).map_err(config)?)
+        .map_err(config)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(unavailable)?;
+    let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
+        .arg("master")
+        .arg(cfg.sentinel_master.as_deref().unwrap_or_default())
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    Ok(SentinelView {
+        master: format!("{}:{}", field("ip"), field("port")),
+        failing_over: field("flags").contains("failover_in_progress"),
+    })
+}
+
 /// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
 /// moves the connection when it is another than the one in use. Ends with the connection.
 async fn watch_master(inner: Weak<Inner>) {
@@ -712,6 +915,24 @@ async fn watch_master(inner: Weak<Inner>) {
     }
 }
 
+/// From a `ROLE` answer: how many replicas a master has connected, or `None` when the server
+/// is not a master.
+fn replicas_of_master(role: &redis::Value) -> Option<usize> {
+    let redis::Value::Array(items) = role else {
+        return None;
+    };
+    let is_master = match items.first() {
+        Some(redis::Value::BulkString(b)) => b == b"master",
+        Some(redis::Value::SimpleString(s)) => s == "master",
+        _ => false,
+    };
+    match (is_master, items.get(2)) {
+        (true, Some(redis::Value::Array(replicas))) => Some(replicas.len()),
+        (true, _) => Some(0),
+        (false, _) => None,
+    }
+}
+
 /// Fails unless the server `conn` talks to says it is a master (`ROLE`): right after a
 /// failover, a sentinel may still name the old one.
 async fn check_master(conn: &mut ConnectionManager) -> Result<(), CommandError> {
@@ -719,15 +940,7 @@ async fn check_master(conn: &mut ConnectionManager) -> Result<(), CommandError> 
         .query_async(conn)
         .await
         .map_err(unavailable)?;
-    let is_master = match &role {
-        redis::Value::Array(items) => {
-            matches!(
-                items.first(),
-                Some(redis::Value::BulkString(b)) if b == b"master"
-            ) || matches!(items.first(), Some(redis::Value::SimpleString(s)) if s == "master")
-        }
-        _ => false,
-    };
+    let is_master = replicas_of_master(&role).is_some();
     if is_master {
         Ok(())
     } else {

@@ -137,7 +137,7 @@ async fn fenced_writes_compare_holder_and_epoch_on_a_cluster() {
 async fn fenced_writes_on(redis: SharedRedis) {
     let store = RedisSessionStore::connect(redis.config()).await.unwrap();
     let r = record("sid-f", "desk-a");
-    store.create(&r).await.unwrap();
+    store.create(&r, true).await.unwrap();
     assert_eq!(index(&redis, "desk-a"), ["sid-f"]);
     assert_eq!(
         store
@@ -214,7 +214,7 @@ async fn fenced_writes_on(redis: SharedRedis) {
     let mut batch = Vec::new();
     for i in 0..5 {
         let r = record(&format!("sid-{i}"), "desk-x");
-        store.create(&r).await.unwrap();
+        store.create(&r, true).await.unwrap();
         batch.push(r);
     }
     store.delete("sid-3").await.unwrap();

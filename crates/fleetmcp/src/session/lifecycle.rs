@@ -69,6 +69,9 @@ pub enum OpenError {
     SealFailed,
     /// This instance holds its maximum of sessions.
     Full,
+    /// The store took the record but its replicas did not confirm it: acknowledged, the
+    /// session could be lost in a failover.
+    NotDurable,
 }
 
 /// The timings a session's life follows, from the configuration.
@@ -323,6 +326,15 @@ impl Sessions {
         }
         match self.create(&self.record_of(&session)).await {
             Ok(()) => session.mark_persisted(),
+            Err(StoreError::NotDurable(why)) => {
+                // The record reached a server that may be about to lose it (a master the
+                // sentinels just replaced): refused, not acknowledged and lost. The client
+                // retries, by then on the new master.
+                tracing::warn!(error = %why, "initialize refused: the new session's record was not confirmed by the replicas");
+                self.live.remove(id, Ended::Deleted);
+                let _ = self.store.delete(id).await;
+                return Err(OpenError::NotDurable);
+            }
             Err(why) => {
                 tracing::warn!(error = %why, "[TransportService] Failed to persist session to Redis")
             }
@@ -740,18 +752,19 @@ impl Sessions {
         }
     }
 
-    /// Writes a new session's record, bounded by `sessions.check_timeout_ms`. In distributed
-    /// mode the store also indexes it under its holder (for the orphan scanner, which only runs
-    /// there; the heartbeat prunes the index, so it is not kept elsewhere).
-    async fn create(&self, record: &SessionRecord) -> Result<(), String> {
-        if !self.fenced() {
-            return self.write(record).await;
-        }
-        let bound = self.timing.check_timeout;
-        match tokio::time::timeout(bound, self.store.create(record)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
+    /// Writes a new session's record, bounded by `sessions.check_timeout_ms` (doubled when the
+    /// store waits for replicas). In distributed mode the store also indexes it under its
+    /// holder (for the orphan scanner, which only runs there; the heartbeat prunes the index,
+    /// so it is not kept elsewhere).
+    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let bound = self.timing.check_timeout * 2;
+        match tokio::time::timeout(bound, self.store.create(record, self.fenced())).await {
+            Ok(done) => done,
+            Err(_) if self.store.durable_creates() => Err(StoreError::NotDurable(format!(
+                "not confirmed within {} ms",
+                bound.as_millis()
+            ))),
+            Err(_) => Err(StoreError::Timeout(bound.as_millis() as u64)),
         }
     }
 

@@ -183,6 +183,7 @@ impl From<CommandError> for StoreError {
         match e {
             CommandError::Timeout(ms) => StoreError::Timeout(ms),
             CommandError::Unavailable(why) => StoreError::Unavailable(why),
+            CommandError::NotDurable(why) => StoreError::NotDurable(why),
         }
     }
 }
@@ -434,9 +435,12 @@ impl SessionStore for RedisSessionStore {
         "redis"
     }
 
-    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
+    fn durable_creates(&self) -> bool {
+        self.conn.writes_durably()
+    }
+
+    async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
         let json = Self::encode(&Wire::from_record(record))?;
-        // Two slots (see the module documentation), sent together: one round trip.
         let mut set = redis::cmd("SET");
         set.arg(self.key(&record.id))
             .arg(json)
@@ -447,9 +451,23 @@ impl SessionStore for RedisSessionStore {
             .arg(self.index_key(&record.node_id))
             .arg(unix_ms())
             .arg(&record.id);
-        let (set, index) = futures_util::join!(self.run::<()>(set), self.run::<i64>(index));
-        set?;
-        index.map(|_| ())
+        if self.conn.config().is_cluster() {
+            // Two slots (see the module documentation), sent together: one round trip.
+            if !indexed {
+                return self.run::<()>(set).await;
+            }
+            let (set, index) = futures_util::join!(self.run::<()>(set), self.run::<i64>(index));
+            set?;
+            return index.map(|_| ());
+        }
+        // One server: record and index entry in one pipeline, confirmed by the replicas
+        // `wait_replicas` asks for before the session is acknowledged.
+        let mut pipe = redis::pipe();
+        pipe.add_command(set).ignore();
+        if indexed {
+            pipe.add_command(index).ignore();
+        }
+        Ok(self.conn.pipe_durably::<()>(pipe).await?)
     }
 
     /// On the tracking connection while it is up (the answer is then `tracked`), else on the

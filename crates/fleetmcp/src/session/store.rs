@@ -93,6 +93,10 @@ pub enum StoreError {
     Timeout(u64),
     #[error("the session store is unavailable: {0}")]
     Unavailable(String),
+    /// A new record was taken but not confirmed by the replicas the store was asked to wait
+    /// for: it may be lost in a failover.
+    #[error("the session store did not confirm the record durably: {0}")]
+    NotDurable(String),
 }
 
 /// Where session records live.
@@ -111,10 +115,20 @@ pub trait SessionStore: Send + Sync + 'static {
     /// A short name for logs and `/readyz`.
     fn kind(&self) -> &'static str;
 
-    /// Writes the record of a new session, naming its holder under epoch 1 (and, for stores
-    /// that keep one, adds it to the holder's index of sessions).
-    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
+    /// Writes the record of a new session, naming its holder under epoch 1, and when
+    /// `indexed` (distributed mode) adds it to the holder's index of sessions, for stores that
+    /// keep one. A store with replicas answers only once they have it, or fails with
+    /// [`StoreError::NotDurable`]: a new session is acknowledged only if it survives a
+    /// failover.
+    async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
+        let _ = indexed;
         self.put(record).await
+    }
+
+    /// Whether [`SessionStore::create`] waits for replicas: then a new session whose record
+    /// cannot be confirmed in time is refused rather than served from memory.
+    fn durable_creates(&self) -> bool {
+        false
     }
 
     /// Whether session `id` is still stored and, with a `fence` (distributed mode), still held
@@ -362,7 +376,7 @@ mod tests {
     #[tokio::test]
     async fn claims_compare_holder_and_epoch() {
         let store = MemorySessionStore::new(Duration::from_secs(60));
-        store.create(&record("a")).await.unwrap();
+        store.create(&record("a"), true).await.unwrap();
         let held = Fence {
             node_id: "n".into(),
             epoch: 1,

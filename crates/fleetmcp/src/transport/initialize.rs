@@ -112,6 +112,11 @@ fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
             "This instance holds its maximum number of sessions; retry shortly",
             5,
         ),
+        OpenError::NotDurable => locate::unavailable(
+            rid,
+            "The session could not be stored durably; retry shortly",
+            1,
+        ),
     }
 }
 
