@@ -1,6 +1,8 @@
 //! The `io.modelcontextprotocol/tasks` extension of 2026-07-28: a tool call answered at once
 //! with a task the client polls (`tasks/get`), answers (`tasks/update`) and may cancel
 //! (`tasks/cancel`); and a call that runs as a plain request until its handler escalates.
+//! With authorization on, a task is its starter's: every task request checks the caller's
+//! principal against the record, and another principal's task is answered as an unknown one.
 
 use std::sync::Arc;
 
