@@ -102,7 +102,9 @@ pub(crate) async fn run_escalating(
         Ok(()) = escalated => {
             let work = AbortOnDrop(work);
             let task_tool = name.clone();
-            let record = launch(app, &name, None, ctx.principal(), app.shutdown().child_token(), move |_, _| {
+            // The task is the caller's, as the request was.
+            let who = ctx.principal();
+            let record = launch(app, &name, None, who, app.shutdown().child_token(), move |_, _| {
                 async move {
                     let mut work = work;
                     (&mut work.0)
