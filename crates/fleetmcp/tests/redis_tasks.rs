@@ -66,6 +66,7 @@ fn rec(id: &str, owner: Option<&str>, node: Option<(&str, u64)>) -> TaskRecord {
             node_id: n.into(),
             spawned_at: at,
         }),
+        principal: None,
     }
 }
 

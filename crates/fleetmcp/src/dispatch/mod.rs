@@ -121,6 +121,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             exp: now + app.config().stateless.request_state_ttl_ms,
             a: round.answers_to_seal(),
             q: asked.iter().map(|(k, _)| k.clone()).collect(),
+            o: round.owner.clone(),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;
     let requests: Map<String, Value> = asked.into_iter().collect();

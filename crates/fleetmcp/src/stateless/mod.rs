@@ -89,6 +89,9 @@ pub(crate) struct Round {
     /// The request's method and digest, which the next `requestState` is bound to.
     pub method: String,
     pub digest: String,
+    /// The fingerprint of the caller's principal (authorization on), which the next
+    /// `requestState` is bound to as well; `None`: anonymous.
+    pub owner: Option<String>,
     answers: Map<String, Value>,
     asked: Mutex<Vec<(String, Value)>>,
     /// Keys whose answers the handler used this round: only those are sealed into the next
@@ -101,12 +104,14 @@ impl Round {
         meta: RequestMeta,
         method: String,
         digest: String,
+        owner: Option<String>,
         answers: Map<String, Value>,
     ) -> Self {
         Self {
             meta,
             method,
             digest,
+            owner,
             answers,
             asked: Mutex::new(Vec::new()),
             used: Mutex::new(Vec::new()),

@@ -3,8 +3,10 @@
 //! The client echoes it verbatim, so it is attacker-controlled. It is sealed with
 //! XChaCha20-Poly1305 (integrity and confidentiality: it carries the client's earlier answers)
 //! under a key derived from `VAULT_SECRET`, else `JWT_SECRET`, else a per-process random key,
-//! and it is bound to the request it belongs to (method and a digest of its parameters) and to
-//! an expiry. Any instance with the same secret can continue the exchange.
+//! and it is bound to the request it belongs to (method and a digest of its parameters), to an
+//! expiry, and, with authorization on, to the principal it was sealed for (the specification's
+//! multi-round guidance): replayed by another principal it is refused exactly as a tampered
+//! one is. Any instance with the same secret can continue the exchange.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -35,6 +37,10 @@ pub struct StatePayload {
     /// their questions are then asked again.)
     #[serde(default)]
     pub q: Vec<String>,
+    /// The fingerprint of the principal it was sealed for (authorization on); absent for an
+    /// anonymous request. Only that principal's next round opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub o: Option<String>,
 }
 
 /// Why a `requestState` was refused.
@@ -90,12 +96,16 @@ impl RequestStateSealer {
         Some(URL_SAFE_NO_PAD.encode(raw))
     }
 
-    /// Opens and checks a state for the request (`method`, `digest`) at time `now_ms`.
+    /// Opens and checks a state for the request (`method`, `digest`) of `caller` (a principal's
+    /// fingerprint; `None`: anonymous) at time `now_ms`. A state sealed for anyone else is
+    /// [`StateError::Invalid`], checked before expiry and request, so the answer tells another
+    /// principal nothing about it.
     pub fn open(
         &self,
         state: &str,
         method: &str,
         digest: &str,
+        caller: Option<&str>,
         now_ms: u64,
     ) -> Result<StatePayload, StateError> {
         if state.len() > MAX_STATE_LEN {
@@ -114,6 +124,9 @@ impl RequestStateSealer {
             .decrypt(&XNonce::from(nonce), sealed)
             .map_err(|_| StateError::Invalid)?;
         let p: StatePayload = serde_json::from_slice(&plain).map_err(|_| StateError::Invalid)?;
+        if p.o.as_deref() != caller {
+            return Err(StateError::Invalid);
+        }
         if p.exp < now_ms {
             return Err(StateError::Expired);
         }
@@ -154,6 +167,7 @@ mod tests {
                 .cloned()
                 .unwrap(),
             q: vec!["step2".into()],
+            o: None,
         }
     }
 
@@ -163,24 +177,72 @@ mod tests {
         assert_eq!(s.source, KeySource::VaultSecret);
         let state = s.seal(&payload(2_000)).unwrap();
         assert_eq!(
-            s.open(&state, "tools/call", "digest", 1_000).unwrap(),
+            s.open(&state, "tools/call", "digest", None, 1_000).unwrap(),
             payload(2_000)
         );
         assert_eq!(
-            s.open(&state, "tools/call", "digest", 3_000),
+            s.open(&state, "tools/call", "digest", None, 3_000),
             Err(StateError::Expired)
         );
         assert_eq!(
-            s.open(&state, "prompts/get", "digest", 1_000),
+            s.open(&state, "prompts/get", "digest", None, 1_000),
             Err(StateError::OtherRequest)
         );
         assert_eq!(
-            s.open(&format!("{state}-TAMPERED"), "tools/call", "digest", 1_000),
+            s.open(
+                &format!("{state}-TAMPERED"),
+                "tools/call",
+                "digest",
+                None,
+                1_000
+            ),
             Err(StateError::Invalid)
         );
         let other = RequestStateSealer::new(None, Some("jwt"));
         assert_eq!(
-            other.open(&state, "tools/call", "digest", 1_000),
+            other.open(&state, "tools/call", "digest", None, 1_000),
+            Err(StateError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_state_sealed_for_a_principal_opens_only_for_it() {
+        let s = RequestStateSealer::new(Some("vault"), None);
+        let mine = StatePayload {
+            o: Some("fingerprint-of-p".into()),
+            ..payload(2_000)
+        };
+        let state = s.seal(&mine).unwrap();
+        assert_eq!(
+            s.open(
+                &state,
+                "tools/call",
+                "digest",
+                Some("fingerprint-of-p"),
+                1_000
+            ),
+            Ok(mine)
+        );
+        for stranger in [Some("fingerprint-of-q"), None] {
+            // The tampered state's answer, even once expired or for another request.
+            for (method, now) in [("tools/call", 1_000), ("prompts/get", 3_000)] {
+                assert_eq!(
+                    s.open(&state, method, "digest", stranger, now),
+                    Err(StateError::Invalid),
+                    "{stranger:?} {method} {now}"
+                );
+            }
+        }
+        // An anonymous state does not open for a principal.
+        let anonymous = s.seal(&payload(2_000)).unwrap();
+        assert_eq!(
+            s.open(
+                &anonymous,
+                "tools/call",
+                "digest",
+                Some("fingerprint-of-p"),
+                1_000
+            ),
             Err(StateError::Invalid)
         );
     }
@@ -235,13 +297,15 @@ mod props {
             any::<u64>(),
             prop::collection::btree_map(".{0,8}", answer(), 0..4),
             prop::collection::vec(".{0,8}", 0..3),
+            prop::option::of("[A-Za-z0-9_-]{22}"),
         )
-            .prop_map(|(m, d, exp, a, q)| StatePayload {
+            .prop_map(|(m, d, exp, a, q, o)| StatePayload {
                 m,
                 d,
                 exp,
                 a: a.into_iter().collect(),
                 q,
+                o,
             })
     }
 
@@ -255,16 +319,21 @@ mod props {
             let s = sealer();
             let state = s.seal(&p).expect("sealing plain data succeeds");
             let now = before.min(p.exp);
-            prop_assert_eq!(s.open(&state, &p.m, &p.d, now), Ok(p.clone()));
+            prop_assert_eq!(s.open(&state, &p.m, &p.d, p.o.as_deref(), now), Ok(p.clone()));
             if p.exp < u64::MAX {
-                prop_assert_eq!(s.open(&state, &p.m, &p.d, p.exp + 1), Err(StateError::Expired));
+                prop_assert_eq!(s.open(&state, &p.m, &p.d, p.o.as_deref(), p.exp + 1), Err(StateError::Expired));
             }
             if other != p.m {
-                prop_assert_eq!(s.open(&state, &other, &p.d, now), Err(StateError::OtherRequest));
+                prop_assert_eq!(s.open(&state, &other, &p.d, p.o.as_deref(), now), Err(StateError::OtherRequest));
             }
             if other != p.d {
-                prop_assert_eq!(s.open(&state, &p.m, &other, now), Err(StateError::OtherRequest));
+                prop_assert_eq!(s.open(&state, &p.m, &other, p.o.as_deref(), now), Err(StateError::OtherRequest));
             }
+            // Any other caller (anonymous included, for a state sealed for a principal), at any
+            // time, for any request: Invalid, as if it had been tampered with.
+            let stranger = if p.o.is_some() { None } else { Some("another principal") };
+            prop_assert_eq!(s.open(&state, &p.m, &p.d, stranger, now), Err(StateError::Invalid));
+            prop_assert_eq!(s.open(&state, &other, &p.d, stranger, u64::MAX), Err(StateError::Invalid));
         }
 
         /// Any change to a sealed state is `Invalid`, never a payload.
@@ -281,11 +350,11 @@ mod props {
             prop_assume!(changed[i] != with);
             changed[i] = with;
             let changed = String::from_utf8(changed).expect("ASCII");
-            prop_assert_eq!(s.open(&changed, &p.m, &p.d, 0), Err(StateError::Invalid));
-            prop_assert_eq!(s.open(&state[..i], &p.m, &p.d, 0), Err(StateError::Invalid));
+            prop_assert_eq!(s.open(&changed, &p.m, &p.d, p.o.as_deref(), 0), Err(StateError::Invalid));
+            prop_assert_eq!(s.open(&state[..i], &p.m, &p.d, p.o.as_deref(), 0), Err(StateError::Invalid));
             // Another deployment's key does not open it either.
             let other = RequestStateSealer::new(None, Some("another deployment"));
-            prop_assert_eq!(other.open(&state, &p.m, &p.d, 0), Err(StateError::Invalid));
+            prop_assert_eq!(other.open(&state, &p.m, &p.d, p.o.as_deref(), 0), Err(StateError::Invalid));
         }
 
         /// Arbitrary text is `Invalid`, and never panics.
@@ -295,7 +364,7 @@ mod props {
             method in ".{0,8}",
             now in any::<u64>(),
         ) {
-            prop_assert_eq!(sealer().open(&state, &method, "", now), Err(StateError::Invalid));
+            prop_assert_eq!(sealer().open(&state, &method, "", None, now), Err(StateError::Invalid));
         }
     }
 
@@ -313,13 +382,17 @@ mod props {
                 .cloned()
                 .unwrap(),
             q: vec![],
+            o: None,
         };
         // About 3/4 of the limit in plain text is just under it once sealed and encoded.
         let small = s.seal(&with_answer(MAX_STATE_LEN * 3 / 4 - 200)).unwrap();
         assert!(small.len() <= MAX_STATE_LEN);
-        assert!(s.open(&small, "tools/call", "d", 0).is_ok());
+        assert!(s.open(&small, "tools/call", "d", None, 0).is_ok());
         let big = s.seal(&with_answer(MAX_STATE_LEN * 3 / 4)).unwrap();
         assert!(big.len() > MAX_STATE_LEN);
-        assert_eq!(s.open(&big, "tools/call", "d", 0), Err(StateError::Invalid));
+        assert_eq!(
+            s.open(&big, "tools/call", "d", None, 0),
+            Err(StateError::Invalid)
+        );
     }
 }

@@ -13,6 +13,10 @@
 //! ([`TaskStore::signal_cancel`]); a task whose executor died is ended as `failed` by whichever
 //! instance reads it and finds the executor gone ([`ExecutorLiveness`], implemented by the
 //! cluster), or by the orphan scanner ([`Tasks::fail_tasks_of`]).
+//!
+//! With authorization on, a record names the principal that started it (its fingerprint, never
+//! its token), and [`Tasks::get_as`] gives it to that principal only: to anyone else it is a
+//! task that does not exist. Without authorization every task is anonymous, as before.
 
 mod redis;
 
@@ -96,6 +100,19 @@ pub struct TaskRecord {
     /// The instance running it, in a shared store (absent in memory: there is only one).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub executor: Option<Executor>,
+    /// The fingerprint of the principal that started it ([`crate::auth::Principal::fingerprint`],
+    /// never the token), with authorization on: only that principal may read, answer or cancel
+    /// it. Absent (anonymous) without authorization, and in records written before it existed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub principal: Option<String>,
+}
+
+impl TaskRecord {
+    /// Whether `caller` (a principal's fingerprint; `None`: anonymous) may see this task: only
+    /// the principal that started it, and an anonymous task only anonymously.
+    pub fn is_visible_to(&self, caller: Option<&str>) -> bool {
+        self.principal.as_deref() == caller
+    }
 }
 
 /// The instance that runs a task, as its record names it (the contract's `executor`).
@@ -573,12 +590,14 @@ impl Tasks {
         self
     }
 
-    /// Creates a working task (bound to `owner`, a session, when given), stores its record
-    /// before anyone can ask for it, and registers it as running here until [`Tasks::end`].
-    /// A store with no room for it refuses it: the caller answers the error and nothing runs.
+    /// Creates a working task (bound to `owner`, a session, when given, and to `principal`, the
+    /// fingerprint of its caller, with authorization on), stores its record before anyone can
+    /// ask for it, and registers it as running here until [`Tasks::end`]. A store with no room
+    /// for it refuses it: the caller answers the error and nothing runs.
     pub async fn begin(
         &self,
         owner: Option<String>,
+        principal: Option<String>,
         cancel: CancellationToken,
     ) -> Result<(TaskRecord, Arc<Running>), ErrorData> {
         let now = crate::clock::iso_now();
@@ -597,6 +616,7 @@ impl Tasks {
                 node_id: f.node.clone(),
                 spawned_at: crate::clock::unix_ms(),
             }),
+            principal,
         };
         // Registered before the record is visible, so a cancel signal from another instance
         // that follows the record at once finds the task here.
@@ -706,6 +726,25 @@ impl Tasks {
     /// found gone is ended as `failed` first.
     pub async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
         let record = self.store.get(owner, task_id).await?;
+        let mut gone = HashMap::new();
+        Some(self.settle_orphan(record, &mut gone).await)
+    }
+
+    /// [`Tasks::get`] on behalf of `caller` (a principal's fingerprint; `None`: anonymous):
+    /// `None` for a task another principal started, exactly as for one that does not exist,
+    /// and checked before anything else, so another principal's read changes nothing (not
+    /// even the end of an orphaned task).
+    pub async fn get_as(
+        &self,
+        owner: Option<&str>,
+        caller: Option<&str>,
+        task_id: &str,
+    ) -> Option<TaskRecord> {
+        let record = self.store.get(owner, task_id).await?;
+        if !record.is_visible_to(caller) {
+            tracing::warn!(task = %task_id, "a task was asked for by a principal other than the one that started it; answered as unknown");
+            return None;
+        }
         let mut gone = HashMap::new();
         Some(self.settle_orphan(record, &mut gone).await)
     }
@@ -955,6 +994,7 @@ mod tests {
             input_requests: Map::new(),
             owner: owner.map(Into::into),
             executor: None,
+            principal: None,
         }
     }
 
@@ -1092,6 +1132,7 @@ mod tests {
             input_requests: Map::new(),
             owner: Some("s".into()),
             executor: None,
+            principal: None,
         };
         store.put(&rec).await;
         assert_eq!(store.list("s").await.len(), 1);
@@ -1189,7 +1230,10 @@ mod tests {
             tasks.get(None, "old").await.unwrap().status,
             TaskStatus::Failed
         );
-        let (mine, _) = tasks.begin(None, CancellationToken::new()).await.unwrap();
+        let (mine, _) = tasks
+            .begin(None, None, CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(mine.executor.as_ref().unwrap().node_id, "me");
         assert_eq!(
             tasks.get(None, &mine.task_id).await.unwrap().status,
@@ -1215,7 +1259,7 @@ mod tests {
         let store = Arc::new(Spy::default());
         let tasks = fleet(store.clone(), Arc::new(Gone(false.into(), 0.into())));
         let token = CancellationToken::new();
-        let (here, _) = tasks.begin(None, token.clone()).await.unwrap();
+        let (here, _) = tasks.begin(None, None, token.clone()).await.unwrap();
         let r = tasks.cancel(here.clone()).await;
         assert_eq!(r.status, TaskStatus::Cancelled);
         assert!(token.is_cancelled(), "stopped here");
@@ -1230,8 +1274,8 @@ mod tests {
         let store = Arc::new(Spy::default());
         let tasks = Arc::new(fleet(store.clone(), Arc::new(Gone(false.into(), 0.into()))));
         let (a_token, b_token) = (CancellationToken::new(), CancellationToken::new());
-        let (a, _) = tasks.begin(None, a_token.clone()).await.unwrap();
-        let (b, _) = tasks.begin(None, b_token.clone()).await.unwrap();
+        let (a, _) = tasks.begin(None, None, a_token.clone()).await.unwrap();
+        let (b, _) = tasks.begin(None, None, b_token.clone()).await.unwrap();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         let follower = tokio::spawn({
             let tasks = tasks.clone();
@@ -1258,9 +1302,69 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_task_is_seen_only_by_the_principal_that_started_it() {
+        let store = Arc::new(Spy::default());
+        let tasks = fleet(store.clone(), Arc::new(Gone(false.into(), 0.into())));
+        let (mine, _) = tasks
+            .begin(None, Some("fp-p".into()), CancellationToken::new())
+            .await
+            .unwrap();
+        let (anon, _) = tasks
+            .begin(None, None, CancellationToken::new())
+            .await
+            .unwrap();
+        let id = mine.task_id.as_str();
+        assert_eq!(
+            tasks.get_as(None, Some("fp-p"), id).await,
+            Some(mine.clone())
+        );
+        assert_eq!(tasks.get_as(None, Some("fp-q"), id).await, None);
+        assert_eq!(tasks.get_as(None, None, id).await, None, "not to anonymous");
+        assert_eq!(
+            tasks.get_as(None, None, &anon.task_id).await,
+            Some(anon.clone())
+        );
+        assert_eq!(tasks.get_as(None, Some("fp-p"), &anon.task_id).await, None);
+        // Another principal's read does not settle an orphan either: nothing is written.
+        store
+            .put(&{
+                let mut r = foreign("far", None, "other", 1);
+                r.principal = Some("fp-p".into());
+                r
+            })
+            .await;
+        let gone = Arc::new(Gone(true.into(), 0.into()));
+        let tasks = fleet(store.clone(), gone.clone());
+        assert_eq!(tasks.get_as(None, Some("fp-q"), "far").await, None);
+        assert_eq!(gone.1.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(
+            store.get(None, "far").await.unwrap().status,
+            TaskStatus::Working
+        );
+    }
+
+    #[test]
+    fn a_record_without_a_principal_is_anonymous_and_stays_as_small_as_before() {
+        // A record as written before principals were recorded (and as every anonymous one is).
+        let old = r#"{"taskId":"t","status":"working","createdAt":"a","lastUpdatedAt":"a","ttlMs":1,"pollIntervalMs":1}"#;
+        let r: TaskRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(r.principal, None);
+        assert!(r.is_visible_to(None) && !r.is_visible_to(Some("fp")));
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
+        let mut owned = r;
+        owned.principal = Some("fp".into());
+        let json = serde_json::to_string(&owned).unwrap();
+        assert!(json.ends_with(r#","principal":"fp"}"#), "{json}");
+        assert!(owned.is_visible_to(Some("fp")) && !owned.is_visible_to(None));
+    }
+
+    #[tokio::test]
     async fn fail_tasks_of_is_a_no_op_in_memory() {
         let tasks = Tasks::new(Arc::new(MemoryTaskStore::default()), &TaskConfig::default());
-        let (r, _) = tasks.begin(None, CancellationToken::new()).await.unwrap();
+        let (r, _) = tasks
+            .begin(None, None, CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(r.executor, None, "a single instance names no executor");
         assert_eq!(tasks.fail_tasks_of("me", u64::MAX).await, 0);
         assert_eq!(

@@ -11,6 +11,10 @@
 //! | `executor:{nodeId}` | set | record keys of the tasks not ended yet that `nodeId` runs: what the orphan scanner reads |
 //! | `cancel:{taskId}` | channel | `1` asks the executor to stop the task |
 //!
+//! A record is the JSON of [`TaskRecord`]; with authorization on it carries `principal`, the
+//! starter's 22-character fingerprint (absent otherwise, so anonymous records, and those written
+//! before it existed, are unchanged and read as anonymous).
+//!
 //! A record is written with `PX ttlMs` when the task starts and with `KEEPTTL` after, so it
 //! lives until its `expiresAt` (creation + `ttlMs`), as the contract says; the indexes expire
 //! with the newest record they hold. Every write goes through a script that refuses to rewrite

@@ -118,7 +118,8 @@ pub(super) async fn serve(
     if method == "subscriptions/listen" {
         return listen::serve(app, &id, &map);
     }
-    let round = match round_for(app, meta, &method, &map) {
+    let owner = super::authorize::owner(&principal).map(String::from);
+    let round = match round_for(app, meta, &method, &map, owner) {
         Ok(r) => Arc::new(r),
         Err(e) => return error(&id, &e),
     };
@@ -154,12 +155,15 @@ fn shutting_down() -> ErrorData {
 /// `inputResponses` to the questions the previous round asked (the keys sealed with it). Any
 /// other key is ignored, as the specification advises for unknown keys, and a sealed answer is
 /// never replaced: so a client cannot rewrite an answer the handler already acted on, nor make
-/// the server seal (and carry to the next round) anything it did not ask for.
+/// the server seal (and carry to the next round) anything it did not ask for. `owner` is the
+/// caller's principal's fingerprint (authorization on): a state sealed for another principal
+/// is refused as an invalid one, and the next state is sealed for this one.
 fn round_for(
     app: &App,
     meta: RequestMeta,
     method: &str,
     map: &Map<String, Value>,
+    owner: Option<String>,
 ) -> Result<Round, ErrorData> {
     let digest = request_digest(method, map);
     let mut answers = Map::new();
@@ -172,7 +176,13 @@ fn round_for(
                 .ok_or_else(|| errors::invalid_params("Invalid requestState: not a string"))?;
             let payload = app
                 .request_state()
-                .open(state, method, &digest, crate::clock::unix_ms())
+                .open(
+                    state,
+                    method,
+                    &digest,
+                    owner.as_deref(),
+                    crate::clock::unix_ms(),
+                )
                 .map_err(|e| {
                     let why = match e {
                         StateError::Invalid => "it failed verification",
@@ -210,7 +220,7 @@ fn round_for(
             }
         }
     }
-    Ok(Round::new(meta, method.to_string(), digest, answers))
+    Ok(Round::new(meta, method.to_string(), digest, owner, answers))
 }
 
 /// An SSE answer written straight to the connection. When the client closes it, the request

@@ -1,6 +1,8 @@
 //! The `io.modelcontextprotocol/tasks` extension of 2026-07-28: a tool call answered at once
 //! with a task the client polls (`tasks/get`), answers (`tasks/update`) and may cancel
 //! (`tasks/cancel`); and a call that runs as a plain request until its handler escalates.
+//! With authorization on, a task is its starter's: every task request checks the caller's
+//! principal against the record, and another principal's task is answered as an unknown one.
 
 use std::sync::Arc;
 
@@ -56,15 +58,22 @@ pub(crate) async fn create(
     let task_cancel = cancel.clone();
     let name = tool.name().to_string();
     let principal = ctx.principal_arc();
-    let record = launch(app, &name, None, cancel, move |task_id, running| {
-        let caller = Caller::Task(Arc::new(TaskCall {
-            task_id: task_id.to_string(),
-            meta,
-            running,
-        }));
-        let ctx = RequestContext::new(task_app, caller, None, None, task_cancel, principal);
-        async move { tool.call(args, ctx).await }.boxed()
-    })
+    let record = launch(
+        app,
+        &name,
+        None,
+        ctx.principal(),
+        cancel,
+        move |task_id, running| {
+            let caller = Caller::Task(Arc::new(TaskCall {
+                task_id: task_id.to_string(),
+                meta,
+                running,
+            }));
+            let ctx = RequestContext::new(task_app, caller, None, None, task_cancel, principal);
+            async move { tool.call(args, ctx).await }.boxed()
+        },
+    )
     .await?;
     created(app, ctx, &record)
 }
@@ -93,7 +102,9 @@ pub(crate) async fn run_escalating(
         Ok(()) = escalated => {
             let work = AbortOnDrop(work);
             let task_tool = name.clone();
-            let record = launch(app, &name, None, app.shutdown().child_token(), move |_, _| {
+            // The task is the caller's, as the request was.
+            let who = ctx.principal();
+            let record = launch(app, &name, None, who, app.shutdown().child_token(), move |_, _| {
                 async move {
                     let mut work = work;
                     (&mut work.0)
@@ -139,10 +150,14 @@ fn gate(ctx: &RequestContext) -> Result<(), ErrorData> {
     }
 }
 
-async fn record(app: &App, task_id: &str) -> Result<TaskRecord, ErrorData> {
-    // A task of no session: filed under no owner.
+/// The task `task_id`, if the caller may see it: a task of no session (filed under no owner)
+/// that the caller's principal started (authorization on), or an anonymous one (off). Another
+/// principal's task is answered as unknown, so `tasks/get`, `tasks/update` and `tasks/cancel`
+/// cannot read, answer or stop it.
+async fn record(app: &App, ctx: &RequestContext, task_id: &str) -> Result<TaskRecord, ErrorData> {
+    let caller = ctx.principal().map(|p| p.fingerprint());
     app.tasks()
-        .get(None, task_id)
+        .get_as(None, caller, task_id)
         .await
         .ok_or_else(|| unknown(task_id))
 }
@@ -150,7 +165,7 @@ async fn record(app: &App, task_id: &str) -> Result<TaskRecord, ErrorData> {
 pub(crate) async fn get(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     gate(ctx)?;
     let TaskParams { task_id, .. } = params(p)?;
-    let r = record(app, &task_id).await?;
+    let r = record(app, ctx, &task_id).await?;
     let mut m = task_envelope(&r);
     match r.status {
         TaskStatus::Completed => {
@@ -177,7 +192,7 @@ pub(crate) async fn update(app: &App, ctx: &RequestContext, p: Option<&RawValue>
         task_id,
         input_responses,
     } = params(p)?;
-    let r = record(app, &task_id).await?;
+    let r = record(app, ctx, &task_id).await?;
     app.tasks()
         .answer(r, input_responses.unwrap_or_default())
         .await;
@@ -187,7 +202,7 @@ pub(crate) async fn update(app: &App, ctx: &RequestContext, p: Option<&RawValue>
 pub(crate) async fn cancel(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     gate(ctx)?;
     let TaskParams { task_id, .. } = params(p)?;
-    let r = record(app, &task_id).await?;
+    let r = record(app, ctx, &task_id).await?;
     // Cancelling a finished task is a no-op with the same answer.
     if !r.status.is_terminal() {
         app.tasks().cancel(r).await;

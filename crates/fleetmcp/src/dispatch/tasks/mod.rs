@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::tools::{Outcome, outcome};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::catalog::ToolError;
 use crate::protocol::ErrorData;
 use crate::protocol::errors;
@@ -30,15 +31,24 @@ use crate::tasks::{Running, TaskRecord, TaskStatus};
 /// fires, recording the outcome. Every kind of task starts here. A task the store has no room
 /// for is refused with the error the caller answers, and its work never starts. `tool` names the
 /// tool, for the log of a task whose handler panicked: it fails like a tool that returned
-/// `-32603`, so its record still ends and its running entry is still removed.
+/// `-32603`, so its record still ends and its running entry is still removed. `principal` is
+/// the caller's, if authorization named one: the task is that principal's alone.
 pub(super) async fn launch(
     app: &App,
     tool: &str,
     owner: Option<String>,
+    principal: Option<&Principal>,
     cancel: CancellationToken,
     start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
-    let (record, running) = app.tasks().begin(owner.clone(), cancel.clone()).await?;
+    let (record, running) = app
+        .tasks()
+        .begin(
+            owner.clone(),
+            principal.map(|p| p.fingerprint().to_string()),
+            cancel.clone(),
+        )
+        .await?;
     // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
     let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
@@ -112,6 +122,8 @@ fn task_envelope(r: &TaskRecord) -> Map<String, Value> {
     m
 }
 
+/// The answer for a task that does not exist, or that the caller may not see (another
+/// principal's: the same answer, so a task id is never confirmed to anyone but its owner).
 fn unknown(task_id: &str) -> ErrorData {
     errors::invalid_params_with(
         format!("Unknown task: {task_id}"),

@@ -1,5 +1,8 @@
 //! The experimental core tasks of 2025-11-25 (session era): `tools/call` with a `task` param,
 //! then `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`, bound to the session.
+//! With authorization on, the session is bound to its principal (`transport/locate.rs` answers
+//! anyone else as for an unknown session), so its tasks are that principal's too; the record
+//! also names the principal, as every task's does.
 
 use std::sync::Arc;
 
@@ -48,13 +51,14 @@ pub(crate) async fn create(
         None,
         None,
         cancel.clone(),
-        principal,
+        principal.clone(),
     );
     let name = tool.name().to_string();
     let record = launch(
         app,
         &name,
         Some(session.id.to_string()),
+        principal.as_deref(),
         cancel,
         move |_, _| async move { tool.call(args, ctx).await }.boxed(),
     )
