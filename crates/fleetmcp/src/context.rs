@@ -81,6 +81,14 @@ pub enum ClientRequestError {
     InvalidInput(ErrorData),
 }
 
+/// The `_meta` key under which a client may send its own key for a call (a string of at most
+/// [`MAX_IDEMPOTENCY_KEY`] bytes), the same on each retry of it: see
+/// [`RequestContext::call_key`].
+pub const IDEMPOTENCY_KEY_META: &str = "io.fleetmcp/idempotency-key";
+/// The longest key a client may send under [`IDEMPOTENCY_KEY_META`]; with a longer one the
+/// call has no key.
+pub const MAX_IDEMPOTENCY_KEY: usize = 256;
+
 /// Handed to every tool, resource and prompt handler. Cheap to clone.
 #[derive(Clone)]
 pub struct RequestContext {
@@ -100,6 +108,8 @@ struct Inner {
     asked: AtomicUsize,
     /// Set while a tool that escalates runs as a plain request: `escalate` fires it.
     escalation: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// See [`RequestContext::call_key`].
+    call_key: Option<Arc<str>>,
 }
 
 /// How long a handler waits for the client to answer a request.
@@ -124,8 +134,41 @@ impl RequestContext {
                 principal,
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
+                call_key: None,
             }),
         }
+    }
+
+    /// The same context with the call's stable key (set before the handler sees it).
+    pub(crate) fn with_call_key(mut self, key: Option<Arc<str>>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.call_key = key;
+        }
+        self
+    }
+
+    /// A key naming this call, the same every time the call reaches a handler again, so a tool
+    /// can make its effect happen once (remember the key with the effect; on a key seen
+    /// before, answer what was done).
+    ///
+    /// An error answer does not prove that a call had no effect: a server may stop, or lose
+    /// its link, after the effect and before the answer. A client that retries a call with
+    /// effects should send the same key each time, under `_meta`
+    /// [`IDEMPOTENCY_KEY_META`]; the key is then scoped to its principal (with authorization
+    /// on), its session, or shared by anonymous stateless clients (so pick a random one, a
+    /// UUID). Without one, a session-era call's key is its session (as a digest) and request
+    /// id, the same on every instance a request is relayed through; a 2026-07-28 call without
+    /// a key has none.
+    ///
+    /// ```no_run
+    /// # use fleetmcp::{tool, NoArgs, ToolError};
+    /// let t = tool("charge").handler(|_: NoArgs, ctx| async move {
+    ///     let key = ctx.call_key().unwrap_or("no key: at most once is not promised");
+    ///     Ok::<_, ToolError>(format!("charged once for {key}"))
+    /// });
+    /// ```
+    pub fn call_key(&self) -> Option<&str> {
+        self.inner.call_key.as_deref()
     }
 
     /// Who made the request: the subject, client id, scopes and claims of its verified access

@@ -58,7 +58,7 @@ pub use catalog::{
     resource, template, tool,
 };
 pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
-pub use context::{ClientRequestError, RequestContext};
+pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
 pub use tasks::{

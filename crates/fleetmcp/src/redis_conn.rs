@@ -13,11 +13,12 @@
 //! No command fails with an error left over from an outage once Redis answers again. The
 //! connection manager keeps a failed reconnect attempt and hands it to the next command, however
 //! late, and a connection that Redis closed while nobody used it is only found dead by the next
-//! command sent on it (without RESP3 nothing tells the manager earlier). So a connection that
-//! has not answered for [`VALIDATE_AFTER_IDLE`], or whose last command failed, is first checked
-//! with `PING` (sent twice when the first finds it dropped: `PING` has no effect to double),
-//! and a command refused a connection is sent once more: a refused connection proves the command
-//! never left. A busy connection pays nothing; an idle one pays one `PING` before its first
+//! command sent on it (without RESP3 nothing tells the manager earlier). So a connection on
+//! which nothing was sent for [`VALIDATE_AFTER_IDLE`], or whose last command found it dropped or
+//! refused, is first checked with `PING` (sent twice when the first finds it dropped: `PING` has
+//! no effect to double), and a command refused a connection is sent once more: a refused
+//! connection proves the command never left. A busy connection pays nothing, nor does a slow one
+//! (a paused Redis: its commands queue as before); an idle one pays one `PING` before its first
 //! command (a pool's check on borrow).
 //!
 //! With Redis Sentinel, every connection (this one, pub/sub, client-side caching's) first asks
@@ -83,8 +84,11 @@ struct Inner {
     rebuilds: AtomicU32,
     /// The last command or ping got an answer.
     healthy: AtomicBool,
-    /// When a command last got an answer, in milliseconds since `born`.
-    answered_at_ms: AtomicU64,
+    /// When a command was last sent, in milliseconds since `born`.
+    used_at_ms: AtomicU64,
+    /// The last command failed on the connection itself (dropped, refused), not by a timeout
+    /// or an error answer: the next one checks the connection first.
+    dropped: AtomicBool,
     born: std::time::Instant,
     /// Counts the moves of the connection to another server (with Sentinel, a new master): the
     /// dedicated connections (pub/sub, client-side caching) reconnect then, so that after a
@@ -122,7 +126,8 @@ impl RedisConn {
             rebuilding: AtomicBool::new(false),
             rebuilds: AtomicU32::new(0),
             healthy: AtomicBool::new(false),
-            answered_at_ms: AtomicU64::new(0),
+            used_at_ms: AtomicU64::new(0),
+            dropped: AtomicBool::new(false),
             born: std::time::Instant::now(),
             replaced: tokio::sync::watch::Sender::new(0),
             master: parking_lot::Mutex::new(None),
@@ -493,20 +498,21 @@ impl Inner {
     /// Notes that Redis answered on the connection just now.
     fn answered(&self) {
         self.healthy.store(true, Ordering::Release);
-        self.answered_at_ms
-            .store(self.born.elapsed().as_millis() as u64, Ordering::Release);
+        self.dropped.store(false, Ordering::Release);
     }
 
-    /// Whether `link` must be checked before a command is sent on it: a single server's
-    /// connection that has been idle for [`VALIDATE_AFTER_IDLE`] or whose last command failed.
-    /// (A cluster connection checks its nodes and retries on its own.)
+    /// Whether `link` must be checked before the command about to be sent on it: a single
+    /// server's connection on which nothing was sent for [`VALIDATE_AFTER_IDLE`], or whose last
+    /// command found it dropped. Notes the send. (A cluster connection checks its nodes and
+    /// retries on its own.) A connection that is only slow (a paused Redis: commands time out)
+    /// is not checked: its commands are queued as before, and a `PING` in front of each would
+    /// only hold them back.
     fn needs_check(&self, link: &Link) -> bool {
-        if !matches!(link, Link::Single(..)) {
-            return false;
-        }
-        let idle_ms = (self.born.elapsed().as_millis() as u64)
-            .saturating_sub(self.answered_at_ms.load(Ordering::Acquire));
-        !self.healthy.load(Ordering::Acquire) || idle_ms >= VALIDATE_AFTER_IDLE.as_millis() as u64
+        let now = self.born.elapsed().as_millis() as u64;
+        let used = self.used_at_ms.swap(now, Ordering::AcqRel);
+        matches!(link, Link::Single(..))
+            && (self.dropped.load(Ordering::Acquire)
+                || now.saturating_sub(used) >= VALIDATE_AFTER_IDLE.as_millis() as u64)
     }
 
     /// `PING` on `link`, once more when the first finds the connection dropped or refused: the
@@ -660,6 +666,7 @@ impl Inner {
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_unrecoverable_error() {
                     self.healthy.store(false, Ordering::Release);
+                    self.dropped.store(true, Ordering::Release);
                 } else {
                     // Redis answered, with an error (a script's refusal, a wrong type): the
                     // connection is fine.

@@ -114,7 +114,8 @@ fn build(config: Config, desk: Desk) -> Server {
                 priority: a.priority,
                 opened_by: ctx.principal().and_then(|p| p.subject()).map(String::from),
             };
-            Ok(Structured(desk.open(new).await?))
+            // The call's key makes a retried call open one ticket, not two.
+            Ok(Structured(desk.open(new, ctx.call_key()).await?))
         });
 
     let find = tool("find_tickets")

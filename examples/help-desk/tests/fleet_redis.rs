@@ -1486,3 +1486,85 @@ fn a_2024_11_05_session_whose_first_post_lands_on_the_other_instance() {
         b.log()
     );
 }
+
+/// A client that retries `open_ticket` after an error (which may have come after the ticket
+/// was stored) opens one ticket: the call's key (`RequestContext::call_key`) is the session and
+/// request id, the same whether the request reached the holder straight or through the relay,
+/// or the client's own key under `_meta` `io.fleetmcp/idempotency-key`, the same under a new
+/// request id. A different call opens a different ticket.
+#[test]
+fn a_retried_open_ticket_opens_one_ticket_wherever_it_lands() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+    let title = format!("printer jam {}", next_id());
+    let open = |id: u64, meta: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "open_ticket", "arguments": {"title": title}, "_meta": meta}})
+    };
+    let ticket_of = |resp: &RawResponse, what: &str| {
+        assert_tool_ok(resp, what);
+        resp.json()["result"]["structuredContent"]["id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no ticket id\n{}", resp.describe()))
+    };
+    let rid = next_id();
+    let relayed = post(b.port(), Some(&sid), &open(rid, json!({})), HTTP_LIMIT);
+    assert_eq!(
+        machine_of(&relayed),
+        Some("desk-a"),
+        "relayed to the holder"
+    );
+    let first = ticket_of(&relayed, "the call, through B");
+    let again = ticket_of(
+        &post(a.port(), Some(&sid), &open(rid, json!({})), HTTP_LIMIT),
+        "the same call again, on A",
+    );
+    assert_eq!(again, first, "a retried call opens no second ticket");
+    let other = ticket_of(
+        &post(
+            a.port(),
+            Some(&sid),
+            &open(next_id(), json!({})),
+            HTTP_LIMIT,
+        ),
+        "another call",
+    );
+    assert_ne!(other, first);
+
+    let mine = json!({"io.fleetmcp/idempotency-key": "retry-me-1"});
+    let keyed = ticket_of(
+        &post(
+            a.port(),
+            Some(&sid),
+            &open(next_id(), mine.clone()),
+            HTTP_LIMIT,
+        ),
+        "a call with the client's key",
+    );
+    let keyed_again = ticket_of(
+        &post(b.port(), Some(&sid), &open(next_id(), mine), HTTP_LIMIT),
+        "its retry under a new request id, through B",
+    );
+    assert_eq!(keyed_again, keyed);
+    assert!(![first, other].contains(&keyed));
+
+    let found = post(
+        a.port(),
+        Some(&sid),
+        &tool_call("find_tickets", json!({"query": title})),
+        HTTP_LIMIT,
+    );
+    assert_tool_ok(&found, "find_tickets");
+    let tickets = found.json()["result"]["structuredContent"]["tickets"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(
+        tickets,
+        3,
+        "three calls, three tickets:\n{}",
+        found.describe()
+    );
+}

@@ -218,14 +218,22 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         }
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let meta = meta_of(params.as_deref());
+    let key = call_key(
+        &caller,
+        principal.as_deref(),
+        id.get(),
+        meta.idempotency_key,
+    );
     let ctx = RequestContext::new(
         app.clone(),
         caller,
         streams.then_some(tx),
-        progress_token(params.as_deref()),
+        meta.progress_token,
         cancel.clone(),
         principal,
-    );
+    )
+    .with_call_key(key);
     let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
@@ -347,18 +355,61 @@ fn tool_name(params: Option<&RawValue>) -> Option<String> {
         .map(|p| p.name)
 }
 
-/// `params._meta.progressToken`, read without parsing the rest of the params.
-fn progress_token(params: Option<&RawValue>) -> Option<Value> {
+/// What a handler's context takes from `params._meta`, read without parsing the rest of the
+/// params: the progress token, and the client's key for the call
+/// ([`crate::context::IDEMPOTENCY_KEY_META`]).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta {
+    progress_token: Option<Value>,
+    #[serde(rename = "io.fleetmcp/idempotency-key")]
+    idempotency_key: Option<String>,
+}
+
+fn meta_of(params: Option<&RawValue>) -> Meta {
     #[derive(Deserialize)]
     struct P {
         #[serde(rename = "_meta")]
-        meta: Option<M>,
+        meta: Option<Meta>,
     }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct M {
-        progress_token: Option<Value>,
-    }
-    let p: P = serde_json::from_str(params?.get()).ok()?;
-    p.meta?.progress_token
+    params
+        .and_then(|p| serde_json::from_str::<P>(p.get()).ok())
+        .and_then(|p| p.meta)
+        .unwrap_or_default()
+}
+
+/// The stable key of a call (see [`RequestContext::call_key`]): the client's own key, scoped to
+/// its principal (or, without authorization, to its session), or else, in a session, the
+/// session and the request id, as received on every hop. A session id is a credential: only a
+/// digest of it goes into the key.
+fn call_key(
+    caller: &Caller,
+    principal: Option<&crate::auth::Principal>,
+    raw_id: &str,
+    client_key: Option<String>,
+) -> Option<Arc<str>> {
+    use sha2::Digest;
+    let session = match caller {
+        Caller::Session(s) => {
+            let digest = sha2::Sha256::digest(s.id.as_bytes());
+            Some(
+                digest[..8]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>(),
+            )
+        }
+        _ => None,
+    };
+    let key = match (client_key, principal, &session) {
+        (Some(k), _, _) if k.is_empty() || k.len() > crate::context::MAX_IDEMPOTENCY_KEY => {
+            return None;
+        }
+        (Some(k), Some(p), _) => format!("k/p:{}/{k}", p.fingerprint()),
+        (Some(k), None, Some(s)) => format!("k/s:{s}/{k}"),
+        (Some(k), None, None) => format!("k/anonymous/{k}"),
+        (None, _, Some(s)) => format!("s/{s}/{raw_id}"),
+        (None, _, None) => return None,
+    };
+    Some(key.into())
 }

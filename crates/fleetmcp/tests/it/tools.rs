@@ -274,3 +274,83 @@ async fn a_client_accepting_only_json_gets_json_even_when_the_tool_sends_progres
     assert_eq!(v["id"], 8);
     assert_eq!(result_text(&v["result"]), "done 2");
 }
+
+/// A server whose `call_key` tool answers the key its context names (null for none).
+async fn serving_call_keys() -> TestServer {
+    let builder = fixture_builder(Default::default()).tool(fleetmcp::tool("call_key").handler(
+        |_: fleetmcp::NoArgs, ctx| async move {
+            Ok::<_, fleetmcp::ToolError>(ctx.call_key().map_or("null".to_string(), str::to_string))
+        },
+    ));
+    serve(builder, config_with(SECRET, |_| {})).await
+}
+
+/// The key `call_key` answers for a call with request id `id` and `_meta` `meta`.
+async fn key_of(c: &Client, id: Value, meta: Value) -> String {
+    let res = c
+        .request_with_id(
+            id.clone(),
+            "tools/call",
+            json!({"name": "call_key", "arguments": {}, "_meta": meta}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let v: Value = res.json().await.expect("json");
+    assert_eq!(v["id"], id, "{v}");
+    result_text(&v["result"])
+}
+
+/// A handler gets a stable key for its call (issue 18: a tool can make its effect idempotent):
+/// without a client key, the session (as a digest, never the id itself, a credential) and the
+/// request id, so a call sent again under the same id has the same key, another call another
+/// key, and another session's call with the same id another key; with the client's key under
+/// `_meta` `io.fleetmcp/idempotency-key`, that key, scoped to the session, whatever the
+/// request id. A key longer than 256 bytes is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_gets_a_stable_key_for_its_call() {
+    let srv = serving_call_keys().await;
+    let a = Client::connect(&srv).await;
+    let b = Client::connect(&srv).await;
+    let first = key_of(&a, json!(7), json!({})).await;
+    assert!(first.starts_with("s/") && first.ends_with("/7"), "{first}");
+    assert!(
+        !first.contains(a.session_id()),
+        "the session id is a credential: {first}"
+    );
+    assert_eq!(
+        key_of(&a, json!(7), json!({})).await,
+        first,
+        "the same call again"
+    );
+    assert_ne!(key_of(&a, json!(8), json!({})).await, first, "another call");
+    assert_ne!(
+        key_of(&b, json!(7), json!({})).await,
+        first,
+        "another session"
+    );
+    assert_eq!(
+        key_of(&a, json!("7"), json!({})).await,
+        first.replace("/7", "/\"7\""),
+        "a string id is another id than the number"
+    );
+
+    let mine = json!({fleetmcp::IDEMPOTENCY_KEY_META: "order-42"});
+    let k1 = key_of(&a, json!(20), mine.clone()).await;
+    assert!(k1.starts_with("k/s:") && k1.ends_with("/order-42"), "{k1}");
+    assert_eq!(
+        key_of(&a, json!(21), mine.clone()).await,
+        k1,
+        "a retry under a new id"
+    );
+    assert_ne!(
+        key_of(&b, json!(20), mine).await,
+        k1,
+        "scoped to the session"
+    );
+    let long = "x".repeat(fleetmcp::MAX_IDEMPOTENCY_KEY + 1);
+    assert_eq!(
+        key_of(&a, json!(22), json!({fleetmcp::IDEMPOTENCY_KEY_META: long})).await,
+        "null",
+        "an over-long key is ignored"
+    );
+}

@@ -1,7 +1,7 @@
 //! Tickets in this process's memory: the default, when no Redis is configured (`cargo run -p
 //! help-desk`). Every instance has its own desk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -19,15 +19,36 @@ pub struct MemoryStore {
 struct Inner {
     last_id: u64,
     tickets: BTreeMap<u64, Ticket>,
+    /// Call key → the ticket that call opened, for the last [`CALLS_KEPT`] calls with a key.
+    by_call: HashMap<String, u64>,
+    calls: VecDeque<String>,
 }
+
+/// How many calls' keys are remembered: a retry comes within seconds.
+const CALLS_KEPT: usize = 10_000;
 
 #[async_trait]
 impl TicketStore for MemoryStore {
-    async fn open(&self, new: NewTicket) -> Result<Ticket, StoreError> {
+    async fn open(&self, new: NewTicket, key: Option<&str>) -> Result<Ticket, StoreError> {
         let mut inner = self.inner.lock();
+        if let Some(t) = key
+            .and_then(|k| inner.by_call.get(k))
+            .and_then(|id| inner.tickets.get(id))
+        {
+            return Ok(t.clone());
+        }
         inner.last_id += 1;
         let t = new.with_id(inner.last_id);
         inner.tickets.insert(t.id, t.clone());
+        if let Some(k) = key {
+            inner.by_call.insert(k.to_string(), t.id);
+            inner.calls.push_back(k.to_string());
+            if inner.calls.len() > CALLS_KEPT
+                && let Some(old) = inner.calls.pop_front()
+            {
+                inner.by_call.remove(&old);
+            }
+        }
         Ok(t)
     }
 
@@ -59,5 +80,47 @@ impl TicketStore for MemoryStore {
 
     fn known_ids(&self) -> Vec<u64> {
         self.inner.lock().tickets.keys().copied().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ticket::Priority;
+
+    fn new(title: &str) -> NewTicket {
+        NewTicket {
+            title: title.into(),
+            description: None,
+            priority: Priority::default(),
+            opened_by: None,
+        }
+    }
+
+    /// A call seen before gets its ticket back; calls without a key, or with another, each
+    /// open one; the oldest keys are forgotten past the bound.
+    #[tokio::test]
+    async fn a_call_key_opens_one_ticket() {
+        let store = MemoryStore::default();
+        let a = store.open(new("a"), Some("k1")).await.unwrap();
+        assert_eq!(
+            store.open(new("a again"), Some("k1")).await.unwrap().id,
+            a.id
+        );
+        let b = store.open(new("b"), Some("k2")).await.unwrap();
+        let c = store.open(new("c"), None).await.unwrap();
+        let d = store.open(new("c"), None).await.unwrap();
+        assert_eq!((a.id, b.id, c.id, d.id), (1, 2, 3, 4));
+        for i in 0..CALLS_KEPT {
+            store
+                .open(new("filler"), Some(&format!("f{i}")))
+                .await
+                .unwrap();
+        }
+        let forgotten = store.open(new("a once more"), Some("k1")).await.unwrap();
+        assert_ne!(
+            forgotten.id, a.id,
+            "k1 was forgotten after {CALLS_KEPT} newer keys"
+        );
     }
 }

@@ -24,8 +24,11 @@ pub type Desk = Arc<dyn TicketStore>;
 /// The desk's tickets, wherever they are kept.
 #[async_trait]
 pub trait TicketStore: Send + Sync {
-    /// Stores a new open ticket under the next id and returns it.
-    async fn open(&self, new: NewTicket) -> Result<Ticket, StoreError>;
+    /// Stores a new open ticket under the next id and returns it. With the call's `key`
+    /// (`RequestContext::call_key`), a call seen before gets the ticket it opened then: a
+    /// client retrying after an error (which may have come after the ticket was stored) opens
+    /// one ticket, not two.
+    async fn open(&self, new: NewTicket, key: Option<&str>) -> Result<Ticket, StoreError>;
     /// Tickets with `status` (any if `None`) containing `query` (lowercase; any if `None`), by id.
     async fn find(
         &self,

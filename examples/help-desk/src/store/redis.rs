@@ -6,11 +6,15 @@
 //! | Key | Type | What |
 //! |---|---|---|
 //! | `helpdesk:last_id` | string | the last id given (`INCR`: ids are never reused) |
-//! | `helpdesk:tickets` | hash | ticket id → the ticket as JSON |
+//! | `helpdesk:tickets` | hash | ticket id → the ticket as JSON; `call:<key>` → the id of the ticket the call with that key opened |
 //!
-//! Listing reads the one hash (`HVALS`): no `KEYS`, no scan of the keyspace; the desk is a
-//! demo, so one hash holds it all. Closing is one script (read, change, write in one step), so
-//! two instances closing the same ticket at once leave one whole record, the last one's. Every
+//! Listing reads the one hash (`HGETALL`, leaving out the `call:` fields): no `KEYS`, no scan
+//! of the keyspace; the desk is a demo, so one hash holds it all (the call fields are never
+//! trimmed). Opening takes an id (`INCR`), then one script stores the ticket unless the call's
+//! key already names one, which it returns instead: a retried call opens one ticket (a retry
+//! spends an id, and ids are never reused). Closing is one script (read, change, write in one
+//! step), so two instances closing the same ticket at once leave one whole record, the last
+//! one's. Each script touches the one hash, so the desk also runs on a Redis Cluster. Every
 //! command goes through fleetmcp's [`RedisConn`], so each is bounded by `redis.command_timeout_ms`.
 
 use async_trait::async_trait;
@@ -32,12 +36,31 @@ redis.call('HSET', KEYS[1], ARGV[1], out)
 return out
 "#;
 
+/// Stores ticket `ARGV[2]` (JSON) under id `ARGV[1]` in hash `KEYS[1]`, unless field `ARGV[3]`
+/// (the call's key, or empty for none) already names a ticket: then returns that one.
+const OPEN: &str = r#"
+if ARGV[3] ~= '' then
+  local prior = redis.call('HGET', KEYS[1], ARGV[3])
+  if prior then
+    local t = redis.call('HGET', KEYS[1], prior)
+    if t then return t end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[1]) end
+return ARGV[2]
+"#;
+
+/// Fields of the tickets hash that map a call's key to its ticket.
+const CALL_FIELD: &str = "call:";
+
 /// The desk in Redis.
 pub struct RedisStore {
     redis: RedisConn,
     last_id_key: String,
     tickets_key: String,
     close: redis::Script,
+    open: redis::Script,
     seen: SeenIds,
 }
 
@@ -49,6 +72,7 @@ impl RedisStore {
             last_id_key: format!("{key_prefix}helpdesk:last_id"),
             tickets_key: format!("{key_prefix}helpdesk:tickets"),
             close: redis::Script::new(CLOSE),
+            open: redis::Script::new(OPEN),
             seen: SeenIds::default(),
         }
     }
@@ -64,7 +88,7 @@ fn decode(raw: &str) -> Result<Ticket, StoreError> {
 
 #[async_trait]
 impl TicketStore for RedisStore {
-    async fn open(&self, new: NewTicket) -> Result<Ticket, StoreError> {
+    async fn open(&self, new: NewTicket, key: Option<&str>) -> Result<Ticket, StoreError> {
         let id: u64 = self
             .redis
             .run(redis::cmd("INCR").arg(&self.last_id_key).clone())
@@ -72,17 +96,15 @@ impl TicketStore for RedisStore {
             .map_err(unavailable)?;
         let t = new.with_id(id);
         let json = serde_json::to_string(&t).map_err(|e| StoreError(e.to_string()))?;
-        let _: i64 = self
-            .redis
-            .run(
-                redis::cmd("HSET")
-                    .arg(&self.tickets_key)
-                    .arg(id)
-                    .arg(json)
-                    .clone(),
-            )
-            .await
-            .map_err(unavailable)?;
+        let field = key.map_or(String::new(), |k| format!("{CALL_FIELD}{k}"));
+        let mut invocation = self.open.prepare_invoke();
+        invocation
+            .key(&self.tickets_key)
+            .arg(id)
+            .arg(json)
+            .arg(field);
+        let raw: String = self.redis.eval(invocation).await.map_err(unavailable)?;
+        let t = decode(&raw)?;
         self.seen.saw([&t]);
         Ok(t)
     }
@@ -92,14 +114,15 @@ impl TicketStore for RedisStore {
         query: Option<&str>,
         status: Option<Status>,
     ) -> Result<Vec<Ticket>, StoreError> {
-        let raw: Vec<String> = self
+        let raw: Vec<(String, String)> = self
             .redis
-            .run(redis::cmd("HVALS").arg(&self.tickets_key).clone())
+            .run(redis::cmd("HGETALL").arg(&self.tickets_key).clone())
             .await
             .map_err(unavailable)?;
         let mut all = raw
             .iter()
-            .map(|r| decode(r))
+            .filter(|(field, _)| !field.starts_with(CALL_FIELD))
+            .map(|(_, r)| decode(r))
             .collect::<Result<Vec<_>, _>>()?;
         self.seen.saw(&all);
         all.retain(|t| t.matches(query, status));
