@@ -152,12 +152,18 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// A `413` that also closes the connection: the rest of the body was not read, so the
+/// connection cannot carry another request, and a client told so does not send one on it
+/// (reusing it, a client's next request could meet the close and fail).
 fn too_large(limit: usize) -> Response {
-    reply::rpc_error(
+    let mut res = reply::rpc_error(
         StatusCode::PAYLOAD_TOO_LARGE,
         None,
         &errors::invalid_request(format!("Request body exceeds the limit of {limit} bytes")),
-    )
+    );
+    res.headers_mut()
+        .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+    res
 }
 
 /// Property tests of `Content-Type`, `Accept` and the body limit: values built from known
