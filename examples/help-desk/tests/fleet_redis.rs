@@ -1568,3 +1568,66 @@ fn a_retried_open_ticket_opens_one_ticket_wherever_it_lands() {
         found.describe()
     );
 }
+
+/// Never two holders, across two outages (the fault harness's finding F3): A, holding a
+/// session, is cut off from Redis past its lease, and B takes the session over. A's link comes
+/// back and its lease is granted again, but no request for the session reaches A, so A still
+/// has it in memory. Then Redis pauses: a request for the session sent to A cannot be checked,
+/// and A's lease is valid again. Before the fix A served it from memory, at the epoch B had
+/// replaced. Now a lease granted again after it ran out starts a new term, and a session the
+/// store has not confirmed in this term is not served from memory: `503` with `Retry-After`.
+#[test]
+fn a_session_taken_over_in_an_earlier_outage_is_not_served_from_memory_in_the_next() {
+    let mut redis = RedisServer::start();
+    let proxy = CuttableProxy::start(redis.port);
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "3000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+    ];
+    let a = distributed_desk("desk-a", &proxy.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let sid = open_session(a.port());
+    assert_eq!(machine_of(&find_tickets(a.port(), &sid)), Some("desk-a"));
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    while redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim() == "1" {
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(8),
+            "A's heartbeat expires"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let resp = find_tickets(b.port(), &sid);
+    assert_tool_ok(&resp, "taken over by B");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+    let taken = stored(&redis, &sid);
+    assert!(taken["epoch"].as_u64() >= Some(2), "{taken}");
+
+    proxy.restore();
+    let back = Instant::now();
+    while redis.cli(&["EXISTS", "mcp:ha:heartbeat:desk-a"]).trim() != "1" {
+        assert!(back.elapsed() < Duration::from_secs(10), "A beats again");
+        thread::sleep(Duration::from_millis(50));
+    }
+    // A few beats: A's lease holds again, for seconds.
+    thread::sleep(Duration::from_millis(700));
+
+    redis.pause();
+    let resp = find_tickets_within(a.port(), &sid, Duration::from_secs(10));
+    redis.resume();
+    assert_eq!(
+        resp.status,
+        503,
+        "A must not serve a session B took over, from memory:\n{}",
+        resp.describe()
+    );
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+
+    // Once Redis answers, A finds the session is B's and relays to it.
+    let resp = find_tickets(a.port(), &sid);
+    assert_tool_ok(&resp, "sent to A after the pause");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+    assert_eq!(stored(&redis, &sid)["epoch"], taken["epoch"]);
+}

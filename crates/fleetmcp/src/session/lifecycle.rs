@@ -317,6 +317,7 @@ impl Sessions {
             owner,
         ));
         session.set_epoch(1);
+        let term = self.lease.term();
         if !self.live.insert(session.clone()) {
             tracing::warn!(
                 limit = self.live.capacity(),
@@ -324,6 +325,8 @@ impl Sessions {
             );
             return Err(OpenError::Full);
         }
+        // Its own from the start: stored or not, no other instance can have claimed it.
+        session.confirmed_in(term);
         match self.create(&self.record_of(&session)).await {
             Ok(()) => session.mark_persisted(),
             Err(StoreError::NotDurable(why)) => {
@@ -563,6 +566,7 @@ impl Sessions {
             epoch: session.epoch(),
         });
         session.begin_confirm();
+        let term = self.lease.term();
         let refresh = session.due_for_touch(every);
         let checked = tokio::time::timeout(
             limit,
@@ -574,6 +578,7 @@ impl Sessions {
                 held: Held::Mine,
                 tracked,
             })) => {
+                session.confirmed_in(term);
                 if tracked {
                     session.finish_confirm();
                 }
@@ -626,7 +631,9 @@ impl Sessions {
             tracing::warn!(error = %why, "[TransportService] Could not confirm the session is still stored — serving it here");
             return Lookup::Held(session);
         }
-        if self.lease.valid() {
+        // A lease that ran out since the store last confirmed the session (a new term) may
+        // have let another instance take it over: only the store can say it did not.
+        if self.lease.valid() && session.was_confirmed_in(self.lease.term()) {
             tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session — serving it here");
             return Lookup::Held(session);
         }
@@ -640,6 +647,7 @@ impl Sessions {
     /// session is held here: nothing is served under a claim that was lost.
     async fn claim(&self, record: SessionRecord, previous: Option<String>) -> Lookup {
         let limit = self.timing.check_timeout;
+        let term = self.lease.term();
         let claimed =
             tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
         let epoch = match claimed {
@@ -668,6 +676,7 @@ impl Sessions {
         };
         let session = self.session_of(&record);
         session.set_epoch(epoch);
+        session.confirmed_in(term);
         let Some((session, created)) = self.live.insert_if_absent(session) else {
             return Lookup::Missing(Missing::Full);
         };

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -83,6 +83,9 @@ pub struct Session {
     last_touch: AtomicU64,
     /// The epoch this instance holds the session under (see `SessionRecord::epoch`).
     epoch: AtomicU64,
+    /// The lease term (`Lease::term`) in which the store last confirmed this instance holds
+    /// the session; `u32::MAX` until it has.
+    confirmed_term: AtomicU32,
     /// Whether the store confirmed the record and will report a change to it
     /// ([`CONFIRMED`]), a check is running whose answer may confirm it ([`CHECKING`]), or
     /// neither: the next request checks.
@@ -128,6 +131,7 @@ impl Session {
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            confirmed_term: AtomicU32::new(u32::MAX),
             confirm: AtomicU8::new(UNCONFIRMED),
             created: Instant::now(),
             next_stream: AtomicU64::new(first_stream_id()),
@@ -194,6 +198,14 @@ impl Session {
     }
     pub(crate) fn set_epoch(&self, epoch: u64) {
         self.epoch.store(epoch, Ordering::Relaxed);
+    }
+    /// Notes that the store confirmed this instance holds the session, in lease term `term`.
+    pub(crate) fn confirmed_in(&self, term: u32) {
+        self.confirmed_term.store(term, Ordering::Release);
+    }
+    /// Whether the store last confirmed the session in lease term `term`.
+    pub(crate) fn was_confirmed_in(&self, term: u32) -> bool {
+        self.confirmed_term.load(Ordering::Acquire) == term
     }
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.

@@ -9,7 +9,7 @@
 //! The seam is consulted only when the session is not held here: a held session's request pays
 //! nothing for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -48,6 +48,8 @@ pub struct Lease {
     base: Instant,
     /// Milliseconds after `base` until which the lease holds (0: never granted).
     until_ms: AtomicU64,
+    /// How many times the lease was granted again after it had run out: see [`Lease::term`].
+    term: AtomicU32,
 }
 
 impl Default for Lease {
@@ -55,6 +57,7 @@ impl Default for Lease {
         Self {
             base: Instant::now(),
             until_ms: AtomicU64::new(0),
+            term: AtomicU32::new(0),
         }
     }
 }
@@ -63,12 +66,52 @@ impl Lease {
     /// Renews the lease after a heartbeat sent at `sent_at`, written with lifetime `ttl`.
     pub fn renew(&self, sent_at: Instant, ttl: Duration) {
         let until = sent_at.saturating_duration_since(self.base) + ttl - ttl / 10;
-        self.until_ms
+        let now = self.base.elapsed().as_millis() as u64;
+        let before = self
+            .until_ms
             .fetch_max(until.as_millis() as u64, Ordering::AcqRel);
+        if before != 0 && before <= now && (until.as_millis() as u64) > now {
+            self.term.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The lease's term: it changes each time the lease is granted again after it ran out.
+    /// While it had run out, another instance may have taken any session of this one over; a
+    /// session confirmed in the store in an earlier term is not this instance's to serve from
+    /// memory until the store confirms it again, however valid the lease is now.
+    pub fn term(&self) -> u32 {
+        self.term.load(Ordering::Acquire)
     }
 
     /// Whether the lease still holds.
     pub fn valid(&self) -> bool {
         (self.base.elapsed().as_millis() as u64) < self.until_ms.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renewals while the lease holds keep its term; a renewal after it ran out starts a new
+    /// one (what was confirmed before may have been taken over meanwhile).
+    #[test]
+    fn a_lease_granted_again_after_it_ran_out_starts_a_new_term() {
+        let lease = Lease::default();
+        assert!(!lease.valid());
+        let ttl = Duration::from_millis(100);
+        lease.renew(Instant::now(), ttl);
+        assert!(lease.valid());
+        assert_eq!(lease.term(), 0, "the first grant is the first term");
+        lease.renew(Instant::now(), ttl);
+        assert_eq!(lease.term(), 0, "renewed while it holds");
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(!lease.valid());
+        lease.renew(Instant::now(), ttl);
+        assert!(lease.valid());
+        assert_eq!(lease.term(), 1, "granted again after it ran out");
+        // A late renewal for a beat sent long ago grants nothing and starts no term.
+        lease.renew(lease.base, ttl);
+        assert_eq!(lease.term(), 1);
     }
 }
