@@ -1415,33 +1415,8 @@ fn a_2024_11_05_session_whose_first_post_lands_on_the_other_instance() {
     let url = redis.url();
     let a = distributed_desk("desk-a", &url, &[]);
     let b = distributed_desk("desk-b", &url, &[]);
-    let host = format!("127.0.0.1:{}", a.port());
-    let mut stream = raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
-        "GET",
-        "/sse",
-        &[("Host", &host), ("Accept", "text/event-stream")],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("GET /sse on A");
-    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
-    let endpoint = seen
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .expect("the endpoint event")
-        .trim()
-        .to_string();
-    let message = |port: u16, body: &Value| {
-        http(
-            port,
-            "POST",
-            &endpoint,
-            &[("Content-Type", "application/json")],
-            Some(&body.to_string()),
-            HTTP_LIMIT,
-        )
-    };
+    let (mut stream, endpoint) = open_legacy_stream(a.port());
+    let message = |port: u16, body: &Value| legacy_post(port, &endpoint, body);
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
     let resp = message(b.port(), &init);
@@ -1630,4 +1605,134 @@ fn a_session_taken_over_in_an_earlier_outage_is_not_served_from_memory_in_the_ne
     assert_tool_ok(&resp, "sent to A after the pause");
     assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
     assert_eq!(stored(&redis, &sid)["epoch"], taken["epoch"]);
+}
+
+/// `GET /sse` on `port`: the open stream, and the endpoint its first event names.
+fn open_legacy_stream(port: u16) -> (std::net::TcpStream, String) {
+    let host = format!("127.0.0.1:{port}");
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "GET",
+        "/sse",
+        &[("Host", &host), ("Accept", "text/event-stream")],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("GET /sse");
+    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
+    let endpoint = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("the endpoint event")
+        .trim()
+        .to_string();
+    (stream, endpoint)
+}
+
+/// `POST <endpoint>` (`/message?sessionId=…`) on `port` with `body`.
+fn legacy_post(port: u16, endpoint: &str, body: &Value) -> RawResponse {
+    http(
+        port,
+        "POST",
+        endpoint,
+        &[("Content-Type", "application/json")],
+        Some(&body.to_string()),
+        HTTP_LIMIT,
+    )
+}
+
+/// A 2024-11-05 session opened on `port`: its stream and endpoint, initialized.
+fn open_legacy_session(port: u16) -> (std::net::TcpStream, String) {
+    let (mut stream, endpoint) = open_legacy_stream(port);
+    let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(legacy_post(port, &endpoint, &init).status, 202);
+    read_stream_until(&mut stream, &["\"protocolVersion\":\"2024-11-05\""]);
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(legacy_post(port, &endpoint, &note).status, 202);
+    (stream, endpoint)
+}
+
+/// A `find_tickets` call under its own id, and that id.
+fn legacy_find() -> (Value, u64) {
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}}});
+    (call, id)
+}
+
+/// A 2024-11-05 session's holder that cannot confirm it (Redis paused past its lease) answers
+/// its POSTs `503` with `Retry-After`, as the session era does, not `404`: the session is not
+/// gone, its stream is open (the fault harness's finding F1). Once Redis answers, the next
+/// POST is served and its answer comes on the stream.
+#[test]
+fn a_2024_11_05_post_the_holder_cannot_confirm_is_503_not_404() {
+    let mut redis = RedisServer::start();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+    ];
+    let a = distributed_desk("desk-a", &redis.url(), &timings);
+    let (mut stream, endpoint) = open_legacy_session(a.port());
+    redis.pause();
+    // Past A's lease (a tenth short of the heartbeat's lifetime).
+    thread::sleep(Duration::from_millis(1200));
+    let (call, _) = legacy_find();
+    let resp = legacy_post(a.port(), &endpoint, &call);
+    redis.resume();
+    assert_eq!(resp.status, 503, "{}", resp.describe());
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+    assert_log_has(&a, "desk-a", "its heartbeat lease ran out — not serving it");
+
+    let (call, id) = legacy_find();
+    let began = Instant::now();
+    let resp = loop {
+        let resp = legacy_post(a.port(), &endpoint, &call);
+        if resp.status != 503 || began.elapsed() > Duration::from_secs(5) {
+            break resp;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(resp.status, 202, "{}", resp.describe());
+    read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
+}
+
+/// A 2024-11-05 session lives in its stream: while its holder is paused past its heartbeat,
+/// the orphan scanner of another instance leaves it alone (claimed, it could be served nowhere:
+/// the fault harness's finding F2), and once the holder is back its POSTs are served there and
+/// answered on its stream. A session-era session of the same holder is claimed as before.
+#[test]
+fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
+    let redis = RedisServer::start();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+    ];
+    let mut a = distributed_desk("desk-a", &redis.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let (mut stream, endpoint) = open_legacy_session(a.port());
+    let sid = endpoint
+        .split_once("sessionId=")
+        .map(|(_, s)| s.to_string())
+        .expect("the session id in the endpoint");
+    let modern = open_session(a.port());
+    a.signal("STOP");
+    let stopped = Instant::now();
+    while stored(&redis, &modern)["session"]["nodeId"] != "desk-b" {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "B's scanner claims the session-era session:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    // A scan or two more: the 2024-11-05 session stays A's.
+    thread::sleep(Duration::from_millis(700));
+    a.signal("CONT");
+    assert_eq!(stored(&redis, &sid)["session"]["nodeId"], "desk-a");
+    let (call, id) = legacy_find();
+    let resp = legacy_post(a.port(), &endpoint, &call);
+    assert_eq!(resp.status, 202, "{}", resp.describe());
+    read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
 }

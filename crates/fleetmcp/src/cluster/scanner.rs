@@ -213,7 +213,13 @@ impl Scanner {
             let mut mine = Vec::new();
             for (id, record) in ids.iter().zip(records) {
                 match record {
-                    Some(r) if r.node_id == dead => mine.push(r),
+                    // A 2024-11-05 session lives in its stream, on the instance that has it:
+                    // claimed, it could be served nowhere, and an instance that was only paused
+                    // would lose it when it comes back. Left to its holder (its record expires
+                    // if the holder is gone); out of the index, which the holder rewrites.
+                    Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
+                        mine.push(r)
+                    }
                     _ => stale.push(id.clone()),
                 }
             }

@@ -60,6 +60,10 @@ pub enum Missing {
     Full,
 }
 
+/// The transport name minted into a 2024-11-05 session's id (`GET /sse`): see
+/// [`Sessions::is_pinned`].
+pub const PINNED_PROTOCOL: &str = "legacy-sse";
+
 /// Why a session could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenError {
@@ -466,6 +470,15 @@ impl Sessions {
             },
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),
         }
+    }
+
+    /// Whether `id` is a 2024-11-05 session's (`GET /sse`): it lives in its stream, on the
+    /// instance that has it, and can never be served anywhere else.
+    pub fn is_pinned(&self, id: &str) -> bool {
+        self.sealer
+            .as_ref()
+            .and_then(|s| s.open(id))
+            .is_some_and(|p| p.protocol == PINNED_PROTOCOL)
     }
 
     /// The instance that minted `id`, when it is another one than this.

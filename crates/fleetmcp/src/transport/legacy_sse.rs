@@ -51,7 +51,7 @@ impl Drop for StreamGuard {
 /// `GET /sse`: a new session's stream.
 pub(super) async fn open(State(ep): Ep) -> Response {
     let app = &ep.app;
-    let id: Arc<str> = match initialize::mint(app, "legacy-sse", None) {
+    let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL, None) {
         Ok(id) => id.into(),
         Err(res) => return res,
     };
@@ -152,9 +152,23 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         let owner = authorize::owner(&principal);
         return initialize(app, &sid, &place, rid, params.as_deref(), owner).await;
     }
-    let Place::Here(session) = place else {
+    let session = match place {
+        Place::Here(session) => session,
+        // Held here, but the store cannot say so right now (or this instance is full): the
+        // session is not gone, so the answer is the session era's `503`, not a `404` that
+        // would make the client drop a stream that is still open.
+        Place::Refused(
+            why
+            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
+        ) => {
+            let rid = match &message {
+                Message::Request { id, .. } => Some(&**id),
+                _ => None,
+            };
+            return locate::refuse(why, locate::Asker::Post, rid);
+        }
         // Not held here: this transport's sessions never move between instances.
-        return reply::text(StatusCode::NOT_FOUND, "Session not found");
+        _ => return reply::text(StatusCode::NOT_FOUND, "Session not found"),
     };
     match message {
         Message::Notification { method, params } => {
