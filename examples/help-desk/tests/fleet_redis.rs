@@ -1709,7 +1709,7 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
         ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
         ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
     ];
-    let mut a = distributed_desk("desk-a", &redis.url(), &timings);
+    let a = distributed_desk("desk-a", &redis.url(), &timings);
     let b = distributed_desk("desk-b", &redis.url(), &timings);
     let (mut stream, endpoint) = open_legacy_session(a.port());
     let sid = endpoint
