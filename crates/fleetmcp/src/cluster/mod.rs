@@ -67,6 +67,11 @@ pub(crate) fn seams(
         &cfg.key_prefix,
         cfg.heartbeat_ttl_ms,
         closing,
+        relay::Silence {
+            limit: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
+            keepalive: crate::transport::sse_keepalive(&config.http),
+            recheck: std::time::Duration::from_millis(cfg.heartbeat_interval_ms.max(100)),
+        },
     )?;
     let directory = directory::Directory::new(
         redis.clone(),
@@ -148,7 +153,10 @@ impl Cluster {
                 relay_auth::RelayKeys::from_config(app.config()),
                 &machine_id,
                 cfg.relay_window_ms,
-            ),
+            )
+            // A hop recorded before this process started is refused: the nonces it remembers
+            // start empty, and a replay after a restart would otherwise run again.
+            .started_at(crate::clock::unix_ms()),
             max_body: app.config().http.max_body_bytes,
         });
         let drain_requested = tokio_util::sync::CancellationToken::new();
