@@ -384,7 +384,7 @@ impl Sessions {
                 match self.recreate(record).await {
                     Some(s) => {
                         if let Some(previous_node_id) = previous {
-                            tracing::info!(session_id = %s.id, %previous_node_id, "[HA] Took over session from a stopped node");
+                            tracing::info!(session_id = %super::LogId(&s.id), %previous_node_id, "[HA] Took over session from a stopped node");
                         }
                         Lookup::Held(s)
                     }
@@ -419,7 +419,7 @@ impl Sessions {
             }
             Ok(Some(record)) if record.node_id == previous => match self.recreate(record).await {
                 Some(s) => {
-                    tracing::info!(session_id = %s.id, previous_node_id = %previous, "[HA] Took over session from a stopped node");
+                    tracing::info!(session_id = %super::LogId(&s.id), previous_node_id = %previous, "[HA] Took over session from a stopped node");
                     Lookup::Held(s)
                 }
                 None => Lookup::Missing(Missing::Full),
@@ -496,7 +496,7 @@ impl Sessions {
     pub async fn expire_idle(&self, idle: Duration) {
         for id in self.live.expire_idle(idle) {
             self.events.release(&id).await;
-            tracing::debug!(session = %id, "session expired after being idle");
+            tracing::debug!(session = %super::LogId(&id), "session expired after being idle");
         }
     }
 
@@ -603,7 +603,7 @@ impl Sessions {
                 held: Held::Lost { node_id, epoch },
                 ..
             })) => {
-                tracing::warn!(session_id = %session.id, owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
+                tracing::warn!(session_id = %super::LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
                 self.live.release(&session.id);
                 self.events.release(&session.id).await;
                 if node_id == self.machine_id {
@@ -649,7 +649,7 @@ impl Sessions {
                 return self.claimed_here(&record.id).await;
             }
             Ok(Ok(Claim::Lost { node_id, epoch })) => {
-                tracing::info!(session_id = %record.id, winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
+                tracing::info!(session_id = %super::LogId(&record.id), winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
                 self.remember_elsewhere(&record.id, &node_id);
                 return Lookup::Elsewhere(node_id);
             }
@@ -677,7 +677,7 @@ impl Sessions {
                 "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
             );
             if let Some(previous_node_id) = previous {
-                tracing::info!(session_id = %session.id, %previous_node_id, "[HA] Took over session from a stopped node");
+                tracing::info!(session_id = %super::LogId(&session.id), %previous_node_id, "[HA] Took over session from a stopped node");
             }
         }
         Lookup::Held(session)
