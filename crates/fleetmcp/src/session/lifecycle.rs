@@ -30,6 +30,10 @@ use crate::protocol::ProtocolVersion;
 /// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
 pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 
+/// A 2024-11-05 stream open here: its direct line, and the fingerprint of the principal that
+/// opened it (none without authorization).
+type LegacyStream = (LegacyLine, Option<Arc<str>>);
+
 /// Where a session's request is served.
 pub enum Lookup {
     /// Here: this instance holds the session.
@@ -110,8 +114,10 @@ pub struct Sessions {
     /// only be initialized while its stream is open here: its answers have nowhere else to go,
     /// and an id whose stream closed, or that another instance minted, must never open.
     /// The 2024-11-05 streams open here, each with its direct line: what cannot be stored for
-    /// the stream (the event store failing) is handed to it this way instead of being lost.
-    legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyLine>>,
+    /// the stream (the event store failing) is handed to it this way instead of being lost;
+    /// and the fingerprint of the principal that opened it (with authorization on), the only
+    /// one that may initialize its session (its answers go to that principal's stream).
+    legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyStream>>,
 }
 
 /// Voids the confirmations of held sessions whose records changed, as the store reports them,
@@ -212,14 +218,26 @@ impl Sessions {
     }
 
     /// Records that the 2024-11-05 stream of session `id` is open on this instance, with the
-    /// direct line to it.
-    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine) {
-        self.legacy_streams.lock().insert(id, direct);
+    /// direct line to it, opened by the principal whose fingerprint is `owner` (none without
+    /// authorization).
+    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine, owner: Option<&str>) {
+        self.legacy_streams
+            .lock()
+            .insert(id, (direct, owner.map(Arc::from)));
     }
 
     /// The direct line to `id`'s 2024-11-05 stream, when it is open here.
     pub fn legacy_line(&self, id: &str) -> Option<LegacyLine> {
-        self.legacy_streams.lock().get(id).cloned()
+        self.legacy_streams.lock().get(id).map(|(l, _)| l.clone())
+    }
+
+    /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal `owner` (or,
+    /// like it, by no principal): only that caller may initialize its session.
+    pub fn legacy_stream_owned_by(&self, id: &str, owner: Option<&str>) -> bool {
+        self.legacy_streams
+            .lock()
+            .get(id)
+            .is_some_and(|(_, o)| o.as_deref() == owner)
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
