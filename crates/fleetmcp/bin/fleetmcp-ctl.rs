@@ -3,6 +3,7 @@
 //! ```text
 //! fleetmcp-ctl status                 # instances, sessions, orphans, tasks
 //! fleetmcp-ctl drain <machine-id>     # that instance stops gracefully, as on SIGTERM
+//!                                     # (exit 1 if it refused the request or did not answer)
 //! ```
 
 #[tokio::main(flavor = "current_thread")]

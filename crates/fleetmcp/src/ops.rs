@@ -6,7 +6,8 @@
 //!   and its unfinished background tasks (see `cluster/census.rs`: indexes only, never `KEYS`);
 //! - `drain <machine-id>`: a drain request on that instance's channel, signed with the fleet's
 //!   `MCP_SESSION_SECRET` (see `cluster/drain_request.rs`); the instance then stops gracefully
-//!   as on SIGTERM and exits 0.
+//!   as on SIGTERM and exits 0. The instance answers whether it accepted the request: a
+//!   refusal (another secret) or no answer within 3 s is reported, with exit status 1.
 //!
 //! It takes the fleet's own configuration (`REDIS_URL` or `REDIS_HOST`/`REDIS_PORT`,
 //! `MCP_SESSION_SECRET`, `FRONTMCP_HA_KEY_PREFIX`, or `FLEETMCP_CONFIG`): run it with the
@@ -39,8 +40,10 @@ pub async fn main(args: &[String]) -> i32 {
     };
     let outcome = match args.as_slice() {
         ["status"] => status(&config).await.map(|c| render(&c)),
-        ["drain", machine_id] => drain(&config, machine_id).await.map(|n| {
-            format!("{machine_id}: drain requested ({n} subscriber(s) got it); it stops gracefully as on SIGTERM\n")
+        ["drain", machine_id] => drain(&config, machine_id).await.map(|_| {
+            format!(
+                "{machine_id}: drain requested and accepted; it stops gracefully as on SIGTERM\n"
+            )
         }),
         _ => {
             eprintln!("{USAGE}");
@@ -78,19 +81,28 @@ pub async fn status(config: &Config) -> Result<Census, String> {
         .map_err(|e| format!("reading the fleet: {e}"))
 }
 
-/// Asks instance `machine_id` to drain; how many received the request. An error when no live
-/// instance listens under that id, or without `MCP_SESSION_SECRET`.
+/// Asks instance `machine_id` to drain, and waits for its answer; `Ok(1)` once it accepted the
+/// request. An error when no live instance listens under that id, without
+/// `MCP_SESSION_SECRET`, when the instance refused the request (a secret not the fleet's), or
+/// when it did not answer.
 pub async fn drain(config: &Config, machine_id: &str) -> Result<i64, String> {
     let redis = connect(config).await?;
     let host = hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
     let source = format!("operator@{host}");
+    use crate::cluster::Drained;
     match crate::cluster::request_drain(&redis, config, &source, machine_id).await {
-        Ok(0) => Err(format!(
+        Ok(Drained::NoInstance) => Err(format!(
             "no running instance listens as {machine_id} (see `status`)"
         )),
-        Ok(n) => Ok(n),
+        Ok(Drained::Accepted) => Ok(1),
+        Ok(Drained::Refused(why)) => Err(format!(
+            "{machine_id} refused the drain request: {why} (is MCP_SESSION_SECRET the fleet's?)"
+        )),
+        Ok(Drained::Unanswered) => Err(format!(
+            "{machine_id} did not answer the drain request within 3 s; see `status` and its log"
+        )),
         Err(e) => Err(format!("cannot ask {machine_id} to drain: {e}")),
     }
 }

@@ -312,3 +312,89 @@ async fn two_instances_serving_one_session_never_answer_on_each_others_streams()
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }
+
+/// Reads `body` until it ends; how long that took, or `None` if it was still open at `limit`.
+async fn ends_within(res: reqwest::Response, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut body = res.bytes_stream();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_) => return None,
+            Ok(None | Some(Err(_))) => return Some(start.elapsed()),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+/// A holder paused for real (SIGSTOP) in the middle of two relayed streams, a POST answer (a
+/// long call) and the session's GET stream: B ends both within the heartbeat lifetime (plus
+/// one heartbeat interval) of the pause, instead of leaving them open without a byte, so the
+/// client resumes with `Last-Event-ID`. The session's id never shows in full in B's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_streams_of_a_paused_holder_end_within_the_heartbeat_lifetime() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = |machine: &'static str| {
+        vec![
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", machine),
+            ("REDIS_URL", url.as_str()),
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "500"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "2000"),
+            ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ]
+    };
+    let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-a"));
+    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &env("node-b"));
+    let client = Client::new();
+    let http = &client.0;
+    let sid = client.open(&a.mcp_url()).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    assert_eq!(
+        client.post(&a.mcp_url(), Some(&sid), list).await.status(),
+        200
+    );
+
+    // A minute of work on A, asked through B; and the session's stream, through B.
+    let call = client.post(
+        &b.mcp_url(),
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+               "params": {"name": "test_cancellable", "arguments": {"work_ms": 60000}, "_meta": {"progressToken": "t"}}}),
+    ).await;
+    assert_eq!(call.status(), 200);
+    assert_eq!(call.headers()["x-frontmcp-machine-id"], "node-a");
+    assert_eq!(call.headers()["content-type"], "text/event-stream");
+    let stream = http
+        .get(b.mcp_url())
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", VERSION)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["x-frontmcp-machine-id"], "node-a");
+
+    a.signal("STOP");
+    // The heartbeat lifetime, one heartbeat interval, and a second of slack for a busy machine.
+    let limit = Duration::from_millis(2000 + 500 + 1000);
+    let (post_end, get_end) = tokio::join!(ends_within(call, limit), ends_within(stream, limit));
+    a.signal("CONT");
+    eprintln!(
+        "after SIGSTOP of the holder: POST stream ended after {post_end:?}, GET stream after {get_end:?}"
+    );
+    assert!(
+        post_end.is_some() && get_end.is_some(),
+        "relayed streams still open {limit:?} after the holder was paused: POST {post_end:?}, GET {get_end:?}\n--- B log ---\n{}",
+        b.log()
+    );
+    assert!(
+        !b.log().contains(&sid),
+        "the session id in full in B's log:\n{}",
+        b.log()
+    );
+    b.assert_no_panic_logged();
+}

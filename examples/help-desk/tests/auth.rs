@@ -707,6 +707,18 @@ fn the_2024_11_05_transport_follows_the_same_rules() {
     );
     let resp = message(Some(&stranger), &find);
     assert_eq!(resp.status, 404, "{}", resp.describe());
+    // The refusal is logged, with a digest of the session id: the id itself is a credential.
+    let sid = endpoint.trim_start_matches("/message?sessionId=");
+    assert!(
+        log_has(&desk, "Session token mismatch during lookup", LOG_LIMIT),
+        "{}",
+        desk.log()
+    );
+    assert!(
+        !desk.log().contains(sid),
+        "the session id in full in the log:\n{}",
+        desk.log()
+    );
     // Nothing of those reached the stream; carol's next call still does.
     let again = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
         "params": {"name": "find_tickets", "arguments": {}}});
@@ -714,4 +726,127 @@ fn the_2024_11_05_transport_follows_the_same_rules() {
     let seen = read_stream_until(&mut stream, &["\"id\":4"]);
     assert!(!seen.contains("\"id\":3"), "{seen}");
     assert!(!desk.log().contains(&reader), "a token was logged");
+}
+
+/// Scopes are separated by the space character only (RFC 6749 3.3): a token whose `scope` joins
+/// `tickets:read` and `tickets:write` with a no-break space, a tab or a newline has one odd
+/// scope, neither of the two, so it can neither read nor write; with a plain space it does both.
+#[test]
+fn scopes_are_separated_by_the_space_character_only() {
+    let auth = AuthServer::start();
+    let dir = TempDir::new("auth-scope-split");
+    let desk = desk_with_auth(&auth, &dir, None, &[]);
+    let port = desk.port();
+    let resource = resource_for(port);
+    for sep in ["\u{a0}", "\t", "\n"] {
+        let token = auth.token(
+            json!({"sub": "eve", "aud": resource, "scope": format!("tickets:read{sep}tickets:write")}),
+            3600,
+        );
+        let sid = open_with(port, &token);
+        let resp = call(
+            port,
+            &sid,
+            Some(&token),
+            next_id(),
+            "open_ticket",
+            json!({"title": "split on the wrong separator"}),
+        );
+        assert_eq!(
+            resp.status,
+            403,
+            "scope joined with {sep:?} granted tickets:write:\n{}",
+            resp.describe()
+        );
+    }
+    let token = auth.token(json!({"sub": "eve", "aud": resource, "scope": BOTH}), 3600);
+    let sid = open_with(port, &token);
+    let resp = call(
+        port,
+        &sid,
+        Some(&token),
+        next_id(),
+        "open_ticket",
+        json!({"title": "a plain space"}),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.describe());
+}
+
+/// A 2024-11-05 stream belongs to the principal that opened it: another principal who learns
+/// its session id cannot `initialize` it through `/message` (404, nothing on the owner's
+/// stream), and the owner then initializes and uses it as usual.
+#[test]
+fn a_2024_11_05_stream_is_bound_to_the_principal_that_opened_it() {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let auth = AuthServer::start();
+    let dir = TempDir::new("auth-legacy-bound");
+    let desk = desk_with_auth(&auth, &dir, None, &[]);
+    let port = desk.port();
+    let resource = resource_for(port);
+    let carol = auth.token(
+        json!({"sub": "carol", "aud": resource, "scope": BOTH}),
+        3600,
+    );
+    let mallory = auth.token(
+        json!({"sub": "mallory", "aud": resource, "scope": BOTH}),
+        3600,
+    );
+    let host = format!("127.0.0.1:{port}");
+    let carol_auth = bearer(&carol);
+    let mut stream = support::raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "GET",
+        "/sse",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("Authorization", &carol_auth),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("GET /sse with a token");
+    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
+    let endpoint = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("the endpoint event")
+        .trim()
+        .to_string();
+    let message = |token: &str, body: &Value| {
+        let auth = bearer(token);
+        http(
+            port,
+            "POST",
+            &endpoint,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            Some(&body.to_string()),
+            HTTP_LIMIT,
+        )
+    };
+    let init = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}})
+    };
+    let resp = message(&mallory, &init(7101));
+    assert_eq!(
+        resp.status,
+        404,
+        "another principal initialized carol's stream:\n{}",
+        resp.describe()
+    );
+    let resp = message(&carol, &init(7102));
+    assert_eq!(resp.status, 202, "{}", resp.describe());
+    let seen = read_stream_until(&mut stream, &["\"id\":7102"]);
+    assert!(!seen.contains("\"id\":7101"), "{seen}");
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(message(&carol, &note).status, 202);
+    let find = json!({"jsonrpc": "2.0", "id": 7103, "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}}});
+    assert_eq!(message(&carol, &find).status, 202);
+    read_stream_until(&mut stream, &["\"id\":7103"]);
+    assert_eq!(message(&mallory, &find).status, 404);
 }

@@ -91,9 +91,27 @@ fn status_lists_the_fleet_and_drain_stops_the_named_instance_gracefully() {
         assert_eq!(cells[cells.len() - 2..], [sessions, "0"], "{table}");
     }
 
-    // Signed with another secret: B drops it and serves on.
+    // Signed with another secret: B drops it and serves on, and the command says B refused it
+    // (exit 1), not that the request went out.
     let forged = ctl(&url, "not-the-fleet-secret-at-all", &["drain", "ctl-b"]);
-    assert!(forged.success(), "{}", forged.describe());
+    assert_eq!(
+        forged.status.and_then(|s| s.code()),
+        Some(1),
+        "{}",
+        forged.describe()
+    );
+    assert!(
+        forged
+            .stderr
+            .contains("ctl-b refused the drain request: its MAC does not verify"),
+        "{}",
+        forged.describe()
+    );
+    assert!(
+        !forged.stdout.contains("drain requested"),
+        "{}",
+        forged.describe()
+    );
     assert_log_has(
         &b,
         "B",

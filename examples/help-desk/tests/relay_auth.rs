@@ -533,3 +533,303 @@ fn a_relayed_get_stream_and_legacy_message_post_verify() {
         a.log()
     );
 }
+
+/// The `fleetmcp.toml` of `deploy/k8s/configmap.yaml` (its `[http] allowed_hosts`), written to
+/// `dir`: the Host settings the Kubernetes manifests ship.
+fn k8s_toml(dir: &support::TempDir) -> std::path::PathBuf {
+    let manifest = support::repo_root().join("deploy/k8s/configmap.yaml");
+    let text = std::fs::read_to_string(&manifest).expect("read deploy/k8s/configmap.yaml");
+    let (_, block) = text
+        .split_once("fleetmcp.toml: |\n")
+        .expect("configmap.yaml has fleetmcp.toml");
+    let toml: String = block
+        .lines()
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    assert!(toml.contains("allowed_hosts"), "{toml}");
+    let path = dir.path().join("fleetmcp.toml");
+    std::fs::write(&path, toml).expect("write fleetmcp.toml");
+    path
+}
+
+/// The shipped Kubernetes settings (`deploy/k8s`): bound to every interface, `allowed_hosts`
+/// from the ConfigMap, each instance advertising an address no allow-list names (the pod's
+/// `…fleetmcp-peers:3000`; here `127.0.0.2:<port>`, also loopback but not a loopback *name*).
+/// A session held by A, a call sent to B with a `Host` the list allows: relayed and answered by
+/// A (the hop's own `Host` is A's advertised address; the holder checks the client's). A `Host`
+/// the list does not name is still refused, on B, before any relay.
+#[test]
+fn the_kubernetes_host_settings_relay_a_call_with_an_allowed_host() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let dir = support::TempDir::new("k8s-hosts");
+    let toml = k8s_toml(&dir);
+    let toml = toml.to_string_lossy().into_owned();
+    let desk = |machine: &str| {
+        let port = support::free_port();
+        let advertised = format!("127.0.0.2:{port}");
+        let env: Vec<(&str, &str)> = vec![
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "all"),
+            ("FLEETMCP_CONFIG", &toml),
+            ("FLEETMCP_ADVERTISE_ADDRESS", &advertised),
+            ("MACHINE_ID", machine),
+            ("REDIS_URL", &url),
+            ("REDIS_HOST", ""),
+            ("REDIS_PORT", ""),
+        ];
+        support::Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), port, &env)
+    };
+    let a = desk("fleetmcp-0");
+    let b = desk("fleetmcp-1");
+    let send = |port: u16, host: &str, sid: Option<&str>, msg: &Value| {
+        let body = msg.to_string();
+        let mut headers = vec![
+            ("Host", host),
+            ("Content-Type", "application/json"),
+            ("Accept", ACCEPT),
+        ];
+        if let Some(sid) = sid {
+            headers.push(("mcp-session-id", sid));
+            headers.push(("mcp-protocol-version", PROTOCOL_VERSION));
+        }
+        raw_http::send(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            "POST",
+            "/mcp",
+            &headers,
+            Some(&body),
+            HTTP_LIMIT,
+        )
+    };
+    let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "k8s", "version": "0"}}});
+    let opened = send(a.port(), "fleetmcp", None, &init);
+    assert_eq!(
+        opened.status,
+        200,
+        "initialize on A:\n{}",
+        opened.describe()
+    );
+    let sid = opened
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_string();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(send(a.port(), "fleetmcp", Some(&sid), &note).status, 202);
+
+    for host in ["fleetmcp", "mcp.example.com", "fleetmcp.default.svc:3000"] {
+        let title = unique_title("k8s-host");
+        let resp = send(b.port(), host, Some(&sid), &open_ticket_call(&title));
+        assert_tool_ok(
+            &resp,
+            &format!("a call for A's session sent to B as Host {host}"),
+        );
+        assert_eq!(
+            resp.header("x-frontmcp-machine-id"),
+            Some("fleetmcp-0"),
+            "relayed to and served by A:\n{}",
+            resp.describe()
+        );
+    }
+    let foreign = send(b.port(), "evil.example", Some(&sid), &open_ticket_call("x"));
+    assert_eq!(foreign.status, 403, "{}", foreign.describe());
+    assert_eq!(foreign.header("x-frontmcp-machine-id"), Some("fleetmcp-1"));
+    assert!(
+        !a.log().contains("is not allowed") && !a.log().contains("foreign Host"),
+        "A refused a relayed Host:\n{}",
+        a.log()
+    );
+}
+
+/// A hop recorded on the wire, replayed after the holder restarted (SIGTERM, the same machine
+/// id and address, within the replay window): the restarted holder remembers no nonce, and
+/// refuses the hop anyway because it was signed before it started. The tool does not run again.
+#[test]
+fn a_recorded_hop_replayed_after_the_holder_restarts_is_refused() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let proxy = Recorder::start();
+    let advertised = format!("127.0.0.1:{}", proxy.port);
+    let a_env = [("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str())];
+    let mut a = distributed_desk("desk-a", &url, &a_env);
+    let a_port = a.port();
+    proxy.target.store(a_port, Ordering::SeqCst);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a_port);
+    let title = unique_title("restart-replay");
+    let resp = post(b.port(), Some(&sid), &[], &open_ticket_call(&title));
+    assert_tool_ok(&resp, "a call for A's session, sent to B");
+    let captured = proxy.captured();
+    let hop = requests_in(&captured)
+        .into_iter()
+        .find(|r| r.body.contains(&title))
+        .expect("the hop went through the proxy");
+
+    // A restarts: SIGTERM, then the same machine id on the same port.
+    assert!(
+        a.signal_and_wait("TERM", Duration::from_secs(15)).is_some(),
+        "A did not exit on SIGTERM"
+    );
+    let mut env: Vec<(&str, &str)> = vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", "desk-a"),
+        ("REDIS_URL", &url),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    env.extend_from_slice(&a_env);
+    let a2 = support::Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), a_port, &env);
+
+    let headers: Vec<(&str, &str)> = hop
+        .headers
+        .iter()
+        .filter(|(k, _)| k != "host" && k != "content-length")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let body = (!hop.body.is_empty()).then_some(hop.body.as_str());
+    let replayed = http(
+        a2.port(),
+        &hop.method,
+        &hop.path,
+        &headers,
+        body,
+        HTTP_LIMIT,
+    );
+    assert_refused(
+        &replayed,
+        "signed before this instance started",
+        "the recorded hop, replayed on the restarted holder",
+    );
+    assert_log_has(
+        &a2,
+        "A (restarted)",
+        "[HA] Refused a relayed request from desk-b: it was signed before this instance started",
+    );
+    let reader = open_session(a2.port());
+    assert_eq!(
+        tickets_titled(a2.port(), &reader, &title),
+        1,
+        "the tool ran for the genuine hop only"
+    );
+}
+
+/// The relay follows no redirect: a holder address that answers `307` to somewhere else gets
+/// its `307` passed back to the client, and the signed request is not sent on (the tool does
+/// not run).
+#[test]
+fn the_relay_follows_no_redirect() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // At A's advertised address: a server that redirects every request to A's own port.
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let redirector = listener.local_addr().expect("address").port();
+    let target = Arc::new(AtomicU16::new(0));
+    let t = target.clone();
+    thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 64 * 1024];
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = conn.read(&mut buf);
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{}/mcp\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                t.load(Ordering::SeqCst)
+            );
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    let advertised = format!("127.0.0.1:{redirector}");
+    let a = distributed_desk(
+        "desk-a",
+        &url,
+        &[("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str())],
+    );
+    target.store(a.port(), Ordering::SeqCst);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sid = open_session(a.port());
+    let title = unique_title("redirected");
+    let resp = post(b.port(), Some(&sid), &[], &open_ticket_call(&title));
+    assert_eq!(
+        resp.status,
+        307,
+        "the relay followed the redirect:\n{}",
+        resp.describe()
+    );
+    assert_eq!(
+        tickets_titled(a.port(), &sid, &title),
+        0,
+        "the redirected hop ran the tool"
+    );
+}
+
+/// Messages on the fleet's changes channel (`mcp:ha:changes`) are signed like the other
+/// channels': one published by anyone who can reach Redis, in the unsigned form or with a
+/// made-up MAC, pushes no `resources/updated` into subscribed sessions (and is logged as
+/// dropped); a genuine change from another instance still arrives.
+#[test]
+fn a_forged_message_on_the_changes_channel_reaches_no_session() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let forged_uri = "helpdesk://tickets/77";
+    let real_uri = "helpdesk://tickets/1";
+    let sa = open_session(a.port());
+    for uri in [forged_uri, real_uri] {
+        let subscribe = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe", "params": {"uri": uri}});
+        let resp = post(a.port(), Some(&sa), &[], &subscribe);
+        assert_eq!(resp.status, 200, "subscribe:\n{}", resp.describe());
+    }
+    let mut stream = open_get_stream(a.port(), &sa);
+
+    let unsigned = json!({"from": "desk-z", "change": "resourceUpdated", "uri": forged_uri});
+    let made_up = json!({
+        "from": "desk-z",
+        "change": json!({"change": "resourceUpdated", "uri": forged_uri}).to_string(),
+        "auth": format!("v1;{};AAAAAAAAAAAAAAAAAAAAAA;accept,x-fleetmcp-relayed-by;{}",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis(),
+            "A".repeat(43)),
+    });
+    for forged in [unsigned, made_up] {
+        let receivers = redis.cli(&["PUBLISH", "mcp:ha:changes", &forged.to_string()]);
+        assert_ne!(receivers, "0", "nobody listens on mcp:ha:changes");
+    }
+
+    // The genuine change, published by B after the forged ones.
+    let sb = open_session(b.port());
+    let call = |name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+    };
+    assert_tool_ok(
+        &post(
+            b.port(),
+            Some(&sb),
+            &[],
+            &call("open_ticket", json!({"title": "printer"})),
+        ),
+        "open ticket 1 on B",
+    );
+    assert_tool_ok(
+        &post(
+            b.port(),
+            Some(&sb),
+            &[],
+            &call("close_ticket", json!({"id": 1, "resolution": "toner"})),
+        ),
+        "close ticket 1 on B",
+    );
+    let seen = read_stream_until(&mut stream, &["notifications/resources/updated", real_uri]);
+    assert!(
+        !seen.contains(forged_uri),
+        "a forged change reached the session:\n{seen}"
+    );
+    assert_log_has(
+        &a,
+        "A",
+        "[HA] Dropped a message on the changes channel from desk-z",
+    );
+}

@@ -176,7 +176,7 @@ impl ServerHandle {
             .append(&s.id, STANDALONE_STREAM, msg)
             .await
         {
-            tracing::warn!(session = %s.id, error = %e, "could not queue a notification");
+            tracing::warn!(session = %crate::session::LogId(&s.id), error = %e, "could not queue a notification");
         }
     }
 }

@@ -274,7 +274,7 @@ impl App {
         let id = session.id.clone();
         tokio::spawn(async move {
             if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
-                tracing::warn!(session = %id, error = %e, "could not queue a message for the session's stream");
+                tracing::warn!(session = %crate::session::LogId(&id), error = %e, "could not queue a message for the session's stream");
             }
         });
     }

@@ -28,7 +28,14 @@ impl Principal {
         let subject = text("sub").filter(|s| !s.is_empty());
         let client_id = text("client_id").or_else(|| text("azp"));
         let scopes = match claims.get("scope").or_else(|| claims.get("scp")) {
-            Some(Value::String(s)) => s.split_whitespace().map(String::from).collect(),
+            // RFC 6749 3.3: scopes are separated by the space character (0x20) only; a tab, a
+            // newline or a no-break space is part of a scope, never a separator (else
+            // `read\u{a0}write` would grant `write`).
+            Some(Value::String(s)) => s
+                .split(' ')
+                .filter(|scope| !scope.is_empty())
+                .map(String::from)
+                .collect(),
             Some(Value::Array(a)) => a
                 .iter()
                 .filter_map(Value::as_str)

@@ -46,7 +46,7 @@ impl Directory {
         match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
             Some(0) => {
                 self.silent_since.lock().remove(node);
-                tracing::info!(session_id = %record.id, previous_node_id = %node, "[HA] Session owner is gone — the session will be taken over");
+                tracing::info!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, "[HA] Session owner is gone — the session will be taken over");
                 Owner::TakeOver(node.clone())
             }
             _ => {
@@ -58,7 +58,7 @@ impl Directory {
                 if since.elapsed() < self.grace {
                     return Owner::Peer(node.clone());
                 }
-                tracing::warn!(session_id = %record.id, previous_node_id = %node, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
+                tracing::warn!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
                 Owner::TakeOver(node.clone())
             }
         }

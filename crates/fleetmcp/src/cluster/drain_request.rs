@@ -7,7 +7,16 @@
 //! holder of the fleet's `MCP_SESSION_SECRET` can stop an instance: a message that does not
 //! verify for the receiving instance is dropped with a warning. The receiver acts once (the
 //! token it cancels stays cancelled).
+//!
+//! The request names a reply channel (`<prefix>drain-reply:<random>`, which the operator's
+//! command subscribes to before publishing): the instance answers there whether it accepted
+//! the request or refused it, and why, so a request signed with the wrong secret is reported
+//! as refused, not as sent. The answer only informs the operator (it is not signed: one who
+//! could forge it could already publish on Redis); an instance replies on no other channel.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +42,39 @@ struct DrainRequest {
     timestamp: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     auth: Option<String>,
+    /// Where the instance answers (an older command sends none, and gets no answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
+}
+
+/// The instance's answer on the reply channel.
+#[derive(Debug, Serialize, Deserialize)]
+struct DrainReply {
+    accepted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    why: Option<String>,
+}
+
+/// How long the operator's command waits for the instance's answer.
+const REPLY_WAIT: Duration = Duration::from_secs(3);
+
+/// What became of a drain request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Drained {
+    /// No live instance listens under the target's machine id.
+    NoInstance,
+    /// The instance verified it and stops gracefully.
+    Accepted,
+    /// The instance dropped it, for this reason (a wrong secret, ...).
+    Refused(String),
+    /// Published, and no answer came within the wait (an older instance acts without
+    /// answering).
+    Unanswered,
+}
+
+/// The reply channels' prefix: an instance answers on no other channel.
+fn reply_prefix(key_prefix: &str) -> String {
+    format!("{key_prefix}drain-reply:")
 }
 
 /// What is signed besides source, target, time and nonce: the kind and the target.
@@ -40,39 +82,91 @@ fn signed_body(target: &str) -> Vec<u8> {
     format!("{KIND}\n{target}").into_bytes()
 }
 
-/// Asks instance `target` to drain, signed with `config`'s `MCP_SESSION_SECRET`, as `source`.
-/// `Ok(n)`: `n` subscribers received it (0: no live instance has that machine id).
+/// Asks instance `target` to drain, signed with `config`'s `MCP_SESSION_SECRET`, as `source`,
+/// and waits (at most [`REPLY_WAIT`]) for its answer.
 pub(crate) async fn request(
     redis: &RedisConn,
     config: &Config,
     source: &str,
     target: &str,
-) -> Result<i64, String> {
+) -> Result<Drained, String> {
     let now = unix_ms();
     let keys = RelayKeys::from_config(config);
     let auth = channel_auth::sign(&keys, source, target, DRAIN_PATH, &signed_body(target), now)?;
+    let reply_to = format!(
+        "{}{:032x}",
+        reply_prefix(&config.ha.key_prefix),
+        rand::random::<u128>()
+    );
+    // Subscribed before the request goes, so the answer cannot come first.
+    let mut replies = redis
+        .subscribe(&reply_to)
+        .await
+        .map_err(|e| e.to_string())?;
     let message = DrainRequest {
         kind: KIND.into(),
         source_node_id: source.into(),
         target_node_id: target.into(),
         timestamp: now,
         auth: Some(auth),
+        reply_to: Some(reply_to),
     };
     let payload = serde_json::to_string(&message).map_err(|e| e.to_string())?;
     let channel = channel_of(&config.ha.key_prefix, target);
-    redis
+    let received = redis
         .run::<i64>(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    if received == 0 {
+        return Ok(Drained::NoInstance);
+    }
+    let answer = tokio::time::timeout(REPLY_WAIT, async {
+        while let Some(m) = replies.next().await {
+            if let Ok(reply) = serde_json::from_slice::<DrainReply>(m.get_payload_bytes()) {
+                return Some(reply);
+            }
+        }
+        None
+    })
+    .await;
+    Ok(match answer {
+        Ok(Some(DrainReply { accepted: true, .. })) => Drained::Accepted,
+        Ok(Some(DrainReply { why, .. })) => {
+            Drained::Refused(why.unwrap_or_else(|| "no reason given".into()))
+        }
+        _ => Drained::Unanswered,
+    })
+}
+
+/// Answers the operator's command on `reply_to`, if it is a reply channel of this fleet.
+fn answer(redis: &RedisConn, key_prefix: &str, reply_to: Option<&str>, reply: DrainReply) {
+    let Some(reply_to) = reply_to.filter(|r| r.starts_with(&reply_prefix(key_prefix))) else {
+        return;
+    };
+    let Ok(payload) = serde_json::to_string(&reply) else {
+        return;
+    };
+    let (redis, channel) = (redis.clone(), reply_to.to_string());
+    tokio::spawn(async move {
+        let sent: Result<i64, _> = redis
+            .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "[HA] the answer to a drain request could not be sent");
+        }
+    });
 }
 
 /// Handles `payload` if it is a drain request: when it is authentic and for this instance,
-/// cancels `drain`. Returns whether it was a drain request (handled or dropped).
+/// cancels `drain`; either way answers on its reply channel (through `redis`). Returns whether
+/// it was a drain request (handled or dropped).
 pub(super) fn on_message(
     verifier: &Verifier,
     me: &str,
     payload: &[u8],
     drain: &CancellationToken,
+    redis: &RedisConn,
+    key_prefix: &str,
 ) -> bool {
     let Ok(req) = serde_json::from_slice::<DrainRequest>(payload) else {
         return false;
@@ -99,11 +193,23 @@ pub(super) fn on_message(
                 "[HA] Drain requested by the operator: stopping gracefully, as on SIGTERM"
             );
             drain.cancel();
+            let reply = DrainReply {
+                accepted: true,
+                why: None,
+            };
+            answer(redis, key_prefix, req.reply_to.as_deref(), reply);
         }
-        Err(why) => tracing::warn!(
-            source_node_id = %req.source_node_id,
-            "[HA] Dropped a drain request on this instance's channel: {why}"
-        ),
+        Err(why) => {
+            tracing::warn!(
+                source_node_id = %req.source_node_id,
+                "[HA] Dropped a drain request on this instance's channel: {why}"
+            );
+            let reply = DrainReply {
+                accepted: false,
+                why: Some(why.to_string()),
+            };
+            answer(redis, key_prefix, req.reply_to.as_deref(), reply);
+        }
     }
     true
 }

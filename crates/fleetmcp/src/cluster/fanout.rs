@@ -2,6 +2,10 @@
 //! `subscriptions/listen` streams and the subscribed sessions of every other, through one
 //! channel every instance listens on, `<prefix>changes`.
 //!
+//! Every message is signed like a message on an instance's channel ([`super::channel_auth`]),
+//! for the whole fleet (target [`FLEET`]): a `PUBLISH` by anyone who can reach Redis is dropped,
+//! not turned into `resources/updated` or list changes in sessions.
+//!
 //! Best effort, like the notifications themselves: a change published while Redis does not
 //! answer is lost (and logged); a listen stream that missed changes is told to refetch only by
 //! its own instance's lag detection.
@@ -12,12 +16,20 @@ use tokio_util::sync::CancellationToken;
 use crate::app::{App, Change, Fanout};
 use crate::redis_conn::RedisConn;
 
+/// The message's path in its MAC: what kind of message it is.
+const PATH: &str = "/changes";
+/// The target a change is signed for: every instance (an instance's own machine id never is
+/// this, so a change cannot pass for a message on an instance's channel, nor the reverse).
+const FLEET: &str = "*fleet*";
+
 #[derive(Serialize, Deserialize)]
 struct Envelope {
     /// The instance that made the change (it has applied it already).
     from: String,
-    #[serde(flatten)]
-    change: Change,
+    /// The change, as JSON: the bytes the MAC covers.
+    change: String,
+    /// `v1;<unix ms>;<nonce>;<names>;<mac>` ([`super::channel_auth::sign`]).
+    auth: String,
 }
 
 /// Publishes this instance's changes on the fleet's channel, and routes notifications for
@@ -27,6 +39,8 @@ pub(super) struct RedisFanout {
     channel: String,
     me: String,
     router: super::notify::Router,
+    /// Signs every change.
+    keys: super::relay_auth::RelayKeys,
 }
 
 impl RedisFanout {
@@ -37,10 +51,11 @@ impl RedisFanout {
         keys: super::relay_auth::RelayKeys,
     ) -> Self {
         Self {
-            router: super::notify::Router::new(redis.clone(), key_prefix, me, keys),
+            router: super::notify::Router::new(redis.clone(), key_prefix, me, keys.clone()),
             redis,
             channel: channel(key_prefix),
             me: me.to_string(),
+            keys,
         }
     }
 }
@@ -56,9 +71,27 @@ impl Fanout for RedisFanout {
     }
 
     fn publish(&self, change: &Change) {
+        let Ok(body) = serde_json::to_string(change) else {
+            return;
+        };
+        let auth = match super::channel_auth::sign(
+            &self.keys,
+            &self.me,
+            FLEET,
+            PATH,
+            body.as_bytes(),
+            crate::clock::unix_ms(),
+        ) {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::warn!("[HA] a change could not be signed: {why}");
+                return;
+            }
+        };
         let envelope = Envelope {
             from: self.me.clone(),
-            change: change.clone(),
+            change: body,
+            auth,
         };
         let Ok(payload) = serde_json::to_string(&envelope) else {
             return;
@@ -85,6 +118,12 @@ pub(super) async fn listen(
 ) {
     let me = app.sessions().machine_id().to_string();
     let handle = app.handle();
+    let verifier = super::relay_auth::Verifier::new(
+        super::relay_auth::RelayKeys::from_config(app.config()),
+        FLEET,
+        app.config().ha.relay_window_ms,
+    )
+    .started_at(crate::clock::unix_ms());
     super::subscription::keep(redis, channel(&key_prefix), None, stop, move |payload| {
         let Ok(envelope) = serde_json::from_slice::<Envelope>(payload) else {
             tracing::debug!("[HA] ignored a malformed message on the changes channel");
@@ -93,8 +132,27 @@ pub(super) async fn listen(
         if envelope.from == me {
             return;
         }
+        if let Err(why) = super::channel_auth::verify(
+            &verifier,
+            &envelope.from,
+            PATH,
+            envelope.change.as_bytes(),
+            Some(&envelope.auth),
+            crate::clock::unix_ms(),
+        ) {
+            tracing::warn!(
+                source = %envelope.from,
+                "[HA] Dropped a message on the changes channel from {}: {why}",
+                envelope.from
+            );
+            return;
+        }
+        let Ok(change) = serde_json::from_str::<Change>(&envelope.change) else {
+            tracing::debug!("[HA] ignored a malformed change on the changes channel");
+            return;
+        };
         let handle = handle.clone();
-        tokio::spawn(async move { handle.apply_remote(envelope.change).await });
+        tokio::spawn(async move { handle.apply_remote(change).await });
     })
     .await;
 }

@@ -11,10 +11,11 @@
 //!   credentials sealed with an AEAD;
 //! - [`relay_guard`]: one layer around every route that lets a relayed request through only if
 //!   it verifies and is not a replay (else `403`, logged), with its credentials unsealed;
-//! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`);
+//! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`), signed;
 //! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
 //! - [`channel_auth`]: the HMAC of messages on an instance's channel (as a relayed request's);
-//! - [`drain_request`]: the operator's request that an instance drain, on its channel;
+//! - [`drain_request`]: the operator's request that an instance drain, on its channel, and the
+//!   instance's answer (accepted or refused) on the request's reply channel;
 //! - [`census`]: the operator's view of the fleet (instances, sessions, tasks) from the indexes;
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
 //!   tasks) in the background from per-instance indexes (never `KEYS`);
@@ -67,6 +68,11 @@ pub(crate) fn seams(
         &cfg.key_prefix,
         cfg.heartbeat_ttl_ms,
         closing,
+        relay::Silence {
+            limit: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
+            keepalive: crate::transport::sse_keepalive(&config.http),
+            recheck: std::time::Duration::from_millis(cfg.heartbeat_interval_ms.max(100)),
+        },
     )?;
     let directory = directory::Directory::new(
         redis.clone(),
@@ -115,15 +121,16 @@ pub(crate) struct Cluster {
     drain_requested: tokio_util::sync::CancellationToken,
 }
 
+pub(crate) use drain_request::Drained;
+
 /// Asks instance `target` of the fleet on `redis` to drain (stop gracefully, as on SIGTERM),
-/// signed with `config`'s session secret, as `source`; how many received it (0: no live
-/// instance has that machine id).
+/// signed with `config`'s session secret, as `source`; whether it accepted the request.
 pub(crate) async fn request_drain(
     redis: &RedisConn,
     config: &Config,
     source: &str,
     target: &str,
-) -> Result<i64, String> {
+) -> Result<Drained, String> {
     drain_request::request(redis, config, source, target).await
 }
 
@@ -148,7 +155,10 @@ impl Cluster {
                 relay_auth::RelayKeys::from_config(app.config()),
                 &machine_id,
                 cfg.relay_window_ms,
-            ),
+            )
+            // A hop recorded before this process started is refused: the nonces it remembers
+            // start empty, and a replay after a restart would otherwise run again.
+            .started_at(crate::clock::unix_ms()),
             max_body: app.config().http.max_body_bytes,
         });
         let drain_requested = tokio_util::sync::CancellationToken::new();
@@ -173,8 +183,16 @@ impl Cluster {
             {
                 let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
                 let drain = drain_requested.clone();
+                let (replies, prefix) = (redis.clone(), cfg.key_prefix.clone());
                 move |payload: &[u8]| {
-                    if !drain_request::on_message(&guard.verifier, &me, payload, &drain) {
+                    if !drain_request::on_message(
+                        &guard.verifier,
+                        &me,
+                        payload,
+                        &drain,
+                        &replies,
+                        &prefix,
+                    ) {
                         notify::on_message(&handle, &me, &guard.verifier, payload)
                     }
                 }

@@ -151,7 +151,7 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, p
         return;
     }
     if let Err(why) = verify(verifier, &routed) {
-        tracing::warn!(source_node_id = %routed.source_node_id, session_id = %routed.session_id, "[HA] Dropped a notification on this instance's channel: {why}");
+        tracing::warn!(source_node_id = %routed.source_node_id, session_id = %crate::session::LogId(&routed.session_id), "[HA] Dropped a notification on this instance's channel: {why}");
         return;
     }
     let handle = handle.clone();
@@ -165,7 +165,7 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, p
             .deliver_routed(&session_id, &notification.method, &notification.params)
             .await
         {
-            tracing::debug!(%session_id, "[HA] a notification routed here for a session not held here was dropped");
+            tracing::debug!(session_id = %crate::session::LogId(&session_id), "[HA] a notification routed here for a session not held here was dropped");
         }
     });
 }

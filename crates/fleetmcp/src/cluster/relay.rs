@@ -12,7 +12,14 @@
 //! channel) is taken over at once, long before its heartbeat expires; one that does not answer
 //! otherwise (paused, partitioned, wedged) gets the contract's `503` with `Retry-After` set to
 //! the heartbeat lifetime, never a 500 and never a hang. A client that goes away drops the hop,
-//! which ends the request on the holder.
+//! which ends the request on the holder. A holder that stops sending in the middle of an answer
+//! (paused, partitioned) has the relayed stream ended within the heartbeat lifetime: every stream
+//! the holder serves carries a keep-alive, so silence longer than that lifetime means it no
+//! longer sends (or, when the keep-alive is the longer, its heartbeat is read), and the client
+//! resumes with `Last-Event-ID` on an instance that takes the session over.
+//!
+//! The hop carries the client's `Host`, signed (the connection's own `Host` is the holder's
+//! advertised address, which an `allowed_hosts` list does not name); it follows no redirect.
 
 use std::time::Duration;
 
@@ -25,7 +32,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::read_beat;
-use super::relay_auth::{RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
+use super::relay_auth::{RELAY_HOST_NAME, RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
 use crate::redis_conn::RedisConn;
 use crate::transport::{Relay, RelayRequest, Relayed};
 
@@ -50,6 +57,19 @@ pub(super) struct HttpRelay {
     addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
     /// The server's `closing` phase: relayed streams end with it.
     closing: CancellationToken,
+    /// How a relayed answer's silence is judged (see [`Silence`]).
+    silence: Silence,
+}
+
+/// When a relayed answer that stopped sending is ended: after `limit` (the heartbeat lifetime)
+/// without a byte, at once if the holder's keep-alive (sent every `keepalive` on every stream) is
+/// shorter, since it missed one; otherwise when its heartbeat is gone, read then and every
+/// `recheck` (the heartbeat interval) after.
+#[derive(Clone, Copy)]
+pub(super) struct Silence {
+    pub limit: Duration,
+    pub keepalive: Duration,
+    pub recheck: Duration,
 }
 
 /// Marks a holder's refusal of a request relayed to it for a session it no longer holds: the
@@ -81,11 +101,15 @@ impl HttpRelay {
         key_prefix: &str,
         heartbeat_ttl_ms: u64,
         closing: CancellationToken,
+        silence: Silence,
     ) -> Option<Self> {
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .no_proxy()
+            // A hop goes to the address a heartbeat advertises and nowhere else: a redirect (from
+            // whatever answers there) would send the client's request, signed, elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .inspect_err(
                 |e| tracing::error!(error = %e, "[HA] the relay's HTTP client could not be built"),
@@ -101,7 +125,42 @@ impl HttpRelay {
             client,
             addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
             closing,
+            silence,
         })
+    }
+
+    /// The answer's body, ended when the holder stops sending (see [`Silence`]) and, for a GET,
+    /// when this instance closes.
+    fn watched(&self, holder: &str, answer: reqwest::Response, get: bool) -> Body {
+        let watch = Watch {
+            redis: self.redis.clone(),
+            key: format!("{}{holder}", self.heartbeat_prefix),
+            holder: holder.to_string(),
+            silence: self.silence,
+        };
+        let stream = futures_util::stream::unfold(
+            (answer.bytes_stream().boxed(), watch),
+            |(mut upstream, watch)| async move {
+                let mut wait = watch.silence.limit;
+                loop {
+                    match tokio::time::timeout(wait, upstream.next()).await {
+                        Ok(Some(chunk)) => return Some((chunk, (upstream, watch))),
+                        Ok(None) => return None,
+                        Err(_) if watch.holder_stalled().await => return None,
+                        Err(_) => wait = watch.silence.recheck,
+                    }
+                }
+            },
+        );
+        // A relayed GET is a session's stream, open as long as its client wants: like the
+        // streams this instance serves itself, it ends when a graceful stop closes this
+        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
+        // answer is a request in flight, which the stop lets finish.
+        if get {
+            Body::from_stream(stream.take_until(self.closing.clone().cancelled_owned()))
+        } else {
+            Body::from_stream(stream)
+        }
     }
 
     /// Whether `holder` is certainly gone: its address refused the connection (no process
@@ -225,11 +284,18 @@ impl Relay for HttpRelay {
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_string(),
         };
-        let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 1);
+        let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 2);
         for (name, value) in &req.headers {
             if !hop_by_hop(name) {
                 headers.append(name.clone(), value.clone());
             }
+        }
+        // The client's `Host` (checked here already) goes signed, for the holder's own check:
+        // the connection's `Host` names the holder's advertised address. A value the client
+        // sent under that name is not its `Host`.
+        headers.remove(&RELAY_HOST_NAME);
+        for host in req.headers.get_all(header::HOST) {
+            headers.append(RELAY_HOST_NAME.clone(), host.clone());
         }
         let subject = Subject {
             source: self.me.as_bytes(),
@@ -278,22 +344,40 @@ impl Relay for HttpRelay {
                 headers.append(name.clone(), value.clone());
             }
         }
-        // A relayed GET is a session's stream, open as long as its client wants: like the
-        // streams this instance serves itself, it ends when a graceful stop closes this
-        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
-        // answer is a request in flight, which the stop lets finish.
-        let body = if req.method == http::Method::GET {
-            Body::from_stream(
-                answer
-                    .bytes_stream()
-                    .take_until(self.closing.clone().cancelled_owned()),
-            )
-        } else {
-            Body::from_stream(answer.bytes_stream())
-        };
+        let body = self.watched(holder, answer, req.method == http::Method::GET);
         let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         Relayed::Answered(res)
+    }
+}
+
+/// What a relayed answer's body needs to judge its holder's silence.
+struct Watch {
+    redis: RedisConn,
+    /// The holder's heartbeat key.
+    key: String,
+    holder: String,
+    silence: Silence,
+}
+
+impl Watch {
+    /// Whether the holder, silent for the limit (or a recheck since), no longer sends: it missed
+    /// a keep-alive, or its heartbeat is gone. A heartbeat that cannot be read (Redis does not
+    /// answer) proves nothing, and the stream goes on.
+    async fn holder_stalled(&self) -> bool {
+        let stalled = if self.silence.keepalive < self.silence.limit {
+            true
+        } else {
+            matches!(read_beat(&self.redis, &self.key).await, Ok(None))
+        };
+        if stalled {
+            tracing::warn!(
+                owner_node_id = %self.holder,
+                "[HA] Relay to session owner failed: it sent nothing for {} ms; the relayed stream ends, and the client resumes it",
+                self.silence.limit.as_millis()
+            );
+        }
+        stalled
     }
 }

@@ -12,7 +12,9 @@
 //!   MAC, names lower case, sorted, comma-separated);
 //! - [`RELAY_SEALED`], when the client sent any: `Authorization`, `Proxy-Authorization` and
 //!   `Cookie`, removed from the clear headers and sealed (base64url of nonce ‖ ciphertext, the
-//!   request's nonce as associated data).
+//!   request's nonce as associated data);
+//! - [`RELAY_HOST`], a signed header like any forwarded one: the client's `Host` (the hop's own
+//!   names the holder's advertised address).
 //!
 //! The MAC covers, each field length-prefixed: source and target machine ids, timestamp, nonce,
 //! method, path and query, every signed header with all its values in order, the sealed blob
@@ -20,9 +22,12 @@
 //! signed for another instance does not verify there.
 //!
 //! The holder ([`Verifier::check`]) refuses a request whose MAC does not verify under any key,
-//! whose timestamp is more than the replay window away from its clock, or whose nonce it has
-//! seen within that window; it then drops every header that was not signed (a header injected
-//! on the way is not trusted) and restores the sealed ones.
+//! whose timestamp is more than the replay window away from its clock or before its process
+//! started (its nonce memory starts empty: a hop recorded before a restart is not replayed after
+//! it), or whose nonce it has seen within that window; it then drops every header that was not
+//! signed (a header injected on the way is not trusted), restores the sealed ones, and puts the
+//! client's `Host` back (none if the client sent none), so the holder's Host check judges what
+//! the client sent, as the relaying instance did.
 
 use std::collections::HashSet;
 
@@ -41,12 +46,15 @@ pub(super) const RELAYED_BY: &str = "x-fleetmcp-relayed-by";
 pub(super) const RELAY_AUTH: &str = "x-fleetmcp-relay-auth";
 /// The client's credentials, sealed.
 pub(super) const RELAY_SEALED: &str = "x-fleetmcp-relay-sealed";
+/// The client's `Host`, signed with the other headers and restored as `Host` on the holder.
+pub(super) const RELAY_HOST: &str = "x-fleetmcp-relay-host";
 
 // The same names parsed once: looking a header up by `&str` parses the name each time, and
 // `is_relayed` runs on every request.
 pub(super) static RELAYED_BY_NAME: HeaderName = HeaderName::from_static(RELAYED_BY);
 static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
 static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
+pub(super) static RELAY_HOST_NAME: HeaderName = HeaderName::from_static(RELAY_HOST);
 
 /// Headers that never cross the hop in clear.
 const SENSITIVE: [HeaderName; 3] = [
@@ -96,6 +104,7 @@ pub(super) fn is_relayed(headers: &HeaderMap) -> bool {
 }
 
 /// The keys made from one secret.
+#[derive(Clone)]
 struct KeyPair {
     /// Keyed once; cloned per request (cheaper than keying again).
     mac: Hmac<Sha256>,
@@ -115,6 +124,7 @@ fn derive(secret: &[u8]) -> Option<KeyPair> {
 }
 
 /// The relay keys of one instance: the current secret's first, then the previous secrets'.
+#[derive(Clone)]
 pub(super) struct RelayKeys {
     pairs: Vec<KeyPair>,
 }
@@ -303,6 +313,8 @@ pub(super) enum Refusal {
     Overloaded,
     /// The sealed credentials do not open (only a signer with the key could make this).
     BadSeal,
+    /// Stamped before this process started: a hop recorded before a restart, replayed.
+    BeforeStart,
 }
 
 impl Refusal {
@@ -316,6 +328,7 @@ impl Refusal {
             Self::Replayed => "its nonce was already used (a replay)",
             Self::Overloaded => "too many relayed requests to remember their nonces",
             Self::BadSeal => "its sealed credentials do not open",
+            Self::BeforeStart => "it was signed before this instance started (a replay)",
         }
     }
 }
@@ -467,6 +480,8 @@ pub(super) struct Verifier {
     /// This instance's machine id: the target every request must have been signed for.
     me: Vec<u8>,
     window_ms: u64,
+    /// When this process started (Unix ms): no hop stamped earlier is accepted.
+    started_ms: u64,
     seen: parking_lot::Mutex<SeenNonces>,
 }
 
@@ -477,8 +492,18 @@ impl Verifier {
             keys,
             me: me.as_bytes().to_vec(),
             window_ms,
+            started_ms: 0,
             seen: parking_lot::Mutex::new(SeenNonces::default()),
         }
+    }
+
+    /// Refuses requests stamped before `started_ms` (this process's start, Unix ms). The nonces
+    /// seen are remembered in this process only, so without it a hop recorded before a restart
+    /// (same machine id) could be replayed after it, within the window. A relaying instance
+    /// whose clock is behind this one's has its hops refused for that lag right after the start.
+    pub fn started_at(mut self, started_ms: u64) -> Self {
+        self.started_ms = started_ms;
+        self
     }
 
     /// Verifies a relayed request (one [`is_relayed`]) and, when it is genuine, leaves in
@@ -530,6 +555,9 @@ impl Verifier {
         if now_ms.abs_diff(auth.ts) > self.window_ms {
             return Err(Refusal::Stale);
         }
+        if auth.ts < self.started_ms {
+            return Err(Refusal::BeforeStart);
+        }
         let [a, b, c, d, e, f, g, h, ..] = auth.nonce;
         self.seen.lock().remember(
             u64::from_be_bytes([a, b, c, d, e, f, g, h]),
@@ -554,6 +582,13 @@ impl Verifier {
         }
         for (name, value) in credentials {
             headers.append(name, value);
+        }
+        // The client's `Host` replaces the hop's (signed, so believed); none when it sent none.
+        let host: Vec<HeaderValue> = headers.get_all(&RELAY_HOST_NAME).iter().cloned().collect();
+        headers.remove(&RELAY_HOST_NAME);
+        headers.remove(header::HOST);
+        for value in host {
+            headers.append(header::HOST, value);
         }
         Ok(())
     }
@@ -925,6 +960,43 @@ mod tests {
         // Once those timestamps are out of the window, there is room again.
         seen.remember(u64::MAX, 2_500, 2_500, w).unwrap();
         assert_eq!(seen.total, 1);
+    }
+
+    #[test]
+    fn the_clients_host_replaces_the_hops_and_an_unsigned_one_is_dropped() {
+        let v = verifier(SECRET, &[]);
+        let keys = RelayKeys::new(SECRET, &[]);
+        let mut h = client_headers();
+        h.insert(RELAY_HOST, HeaderValue::from_static("mcp.example.com"));
+        keys.sign(&subject("desk-b", "desk-a", "/mcp?x=1", BODY), &mut h, NOW)
+            .unwrap();
+        // The connection's own Host: the holder's advertised address.
+        h.insert(header::HOST, HeaderValue::from_static("desk-a.peers:3000"));
+        check(&v, &mut h).unwrap();
+        let hosts: Vec<_> = h.get_all(header::HOST).iter().collect();
+        assert_eq!(hosts, ["mcp.example.com"]);
+        assert!(!h.contains_key(RELAY_HOST));
+
+        // The client sent none: the holder sees none, not the hop's.
+        let mut h = signed();
+        h.insert(header::HOST, HeaderValue::from_static("desk-a.peers:3000"));
+        check(&v, &mut h).unwrap();
+        assert!(!h.contains_key(header::HOST), "{h:?}");
+
+        // One added on the way is not signed: dropped like any other.
+        let mut h = signed();
+        h.insert(RELAY_HOST, HeaderValue::from_static("evil.example"));
+        check(&v, &mut h).unwrap();
+        assert!(!h.contains_key(header::HOST) && !h.contains_key(RELAY_HOST));
+    }
+
+    #[test]
+    fn a_hop_stamped_before_the_process_started_is_refused() {
+        let v = verifier(SECRET, &[]).started_at(NOW - 1000);
+        let keys = RelayKeys::new(SECRET, &[]);
+        let mut before = signed_with(&keys, NOW - 1001);
+        assert_eq!(check(&v, &mut before), Err(Refusal::BeforeStart));
+        check(&v, &mut signed_with(&keys, NOW - 1000)).unwrap();
     }
 
     #[test]

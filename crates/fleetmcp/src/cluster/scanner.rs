@@ -234,7 +234,7 @@ impl Scanner {
                         claimed += 1;
                         let short: String = record.id.chars().take(20).collect();
                         tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
-                        tracing::info!(session_id = %record.id, "[HA] Adopted an orphaned session — this node now serves it");
+                        tracing::info!(session_id = %crate::session::LogId(&record.id), "[HA] Adopted an orphaned session — this node now serves it");
                     }
                     // Claimed by someone else, or gone: the script left the entry.
                     Claim::Lost { .. } | Claim::Gone => stale.push(record.id.clone()),

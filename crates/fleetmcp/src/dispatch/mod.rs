@@ -308,7 +308,7 @@ pub(crate) fn notification(session: &Session, method: &str, p: Option<&RawValue>
             }
             if let Ok(c) = params::<Cancelled>(p) {
                 let found = session.cancel_request(c.request_id.get());
-                tracing::debug!(session = %session.id, request = c.request_id.get(), reason = ?c.reason, found, "client cancelled a request");
+                tracing::debug!(session = %crate::session::LogId(&session.id), request = c.request_id.get(), reason = ?c.reason, found, "client cancelled a request");
             }
         }
         _ => tracing::trace!(method, "notification ignored"),
@@ -336,6 +336,6 @@ pub(crate) fn client_response(
             .unwrap_or_else(|_| errors::internal("the client sent a malformed error"))),
     };
     if !session.deliver_client_reply(&id, reply) {
-        tracing::debug!(session = %session.id, id, "answer to a request nobody waits for");
+        tracing::debug!(session = %crate::session::LogId(&session.id), id, "answer to a request nobody waits for");
     }
 }

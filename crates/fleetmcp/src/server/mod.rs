@@ -401,6 +401,15 @@ impl Server {
             let follower = app.clone();
             tokio::spawn(async move { follower.tasks().follow(signals).await });
         }
+        let limits = &app.config().limits;
+        if limits.client_address_header.is_some() && limits.trusted_proxies.is_empty() {
+            // Documented, but it fails open: anyone who reaches the port picks the address
+            // their requests count against, so the operator hears it at every start.
+            tracing::warn!(
+                header = limits.client_address_header.as_deref().unwrap_or_default(),
+                "FLEETMCP_CLIENT_ADDRESS_HEADER is set without FLEETMCP_TRUSTED_PROXIES: the header is believed from any peer, so a client can choose the address its limits count against; list the load balancers in FLEETMCP_TRUSTED_PROXIES"
+            );
+        }
         let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
             let address =
                 crate::cluster::advertised_address(app.config(), app.sessions().machine_id());

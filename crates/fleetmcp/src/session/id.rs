@@ -11,6 +11,8 @@
 //! instead of about 290 with a JSON payload. An id is written twice per stored session (key and
 //! record), indexed and tracked in Redis, and sent with every request. Ids with a JSON payload
 //! (earlier versions, or a payload the packing cannot carry) still open.
+//!
+//! An id is a bearer credential: logs name a session by [`LogId`], a short digest, never the id.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -217,6 +219,23 @@ fn unpack(uuid: &[u8; UUID_LEN], b: &[u8]) -> Option<SessionIdPayload> {
         auth_sig,
         is_public: flags & PUBLIC != 0,
     })
+}
+
+/// How a session id appears in the log: a session id is a bearer credential (whoever has it
+/// speaks in the session), so a log line carries the first 6 bytes of its SHA-256 in hex
+/// instead: enough to follow one session through the log, nothing to present. Formatted only
+/// when the line is written.
+pub(crate) struct LogId<'a>(pub &'a str);
+
+impl std::fmt::Display for LogId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use sha2::Digest;
+        let hash = Sha256::digest(self.0.as_bytes());
+        for b in &hash[..6] {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

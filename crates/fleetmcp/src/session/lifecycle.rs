@@ -30,6 +30,10 @@ use crate::protocol::ProtocolVersion;
 /// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
 pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 
+/// A 2024-11-05 stream open here: its direct line, and the fingerprint of the principal that
+/// opened it (none without authorization).
+type LegacyStream = (LegacyLine, Option<Arc<str>>);
+
 /// Where a session's request is served.
 pub enum Lookup {
     /// Here: this instance holds the session.
@@ -114,8 +118,10 @@ pub struct Sessions {
     /// only be initialized while its stream is open here: its answers have nowhere else to go,
     /// and an id whose stream closed, or that another instance minted, must never open.
     /// The 2024-11-05 streams open here, each with its direct line: what cannot be stored for
-    /// the stream (the event store failing) is handed to it this way instead of being lost.
-    legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyLine>>,
+    /// the stream (the event store failing) is handed to it this way instead of being lost;
+    /// and the fingerprint of the principal that opened it (with authorization on), the only
+    /// one that may initialize its session (its answers go to that principal's stream).
+    legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyStream>>,
 }
 
 /// Voids the confirmations of held sessions whose records changed, as the store reports them,
@@ -216,14 +222,26 @@ impl Sessions {
     }
 
     /// Records that the 2024-11-05 stream of session `id` is open on this instance, with the
-    /// direct line to it.
-    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine) {
-        self.legacy_streams.lock().insert(id, direct);
+    /// direct line to it, opened by the principal whose fingerprint is `owner` (none without
+    /// authorization).
+    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine, owner: Option<&str>) {
+        self.legacy_streams
+            .lock()
+            .insert(id, (direct, owner.map(Arc::from)));
     }
 
     /// The direct line to `id`'s 2024-11-05 stream, when it is open here.
     pub fn legacy_line(&self, id: &str) -> Option<LegacyLine> {
-        self.legacy_streams.lock().get(id).cloned()
+        self.legacy_streams.lock().get(id).map(|(l, _)| l.clone())
+    }
+
+    /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal `owner` (or,
+    /// like it, by no principal): only that caller may initialize its session.
+    pub fn legacy_stream_owned_by(&self, id: &str, owner: Option<&str>) -> bool {
+        self.legacy_streams
+            .lock()
+            .get(id)
+            .is_some_and(|(_, o)| o.as_deref() == owner)
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
@@ -391,7 +409,7 @@ impl Sessions {
                 match self.recreate(record).await {
                     Some(s) => {
                         if let Some(previous_node_id) = previous {
-                            tracing::info!(session_id = %s.id, %previous_node_id, "[HA] Took over session from a stopped node");
+                            tracing::info!(session_id = %super::LogId(&s.id), %previous_node_id, "[HA] Took over session from a stopped node");
                         }
                         Lookup::Held(s)
                     }
@@ -426,7 +444,7 @@ impl Sessions {
             }
             Ok(Some(record)) if record.node_id == previous => match self.recreate(record).await {
                 Some(s) => {
-                    tracing::info!(session_id = %s.id, previous_node_id = %previous, "[HA] Took over session from a stopped node");
+                    tracing::info!(session_id = %super::LogId(&s.id), previous_node_id = %previous, "[HA] Took over session from a stopped node");
                     Lookup::Held(s)
                 }
                 None => Lookup::Missing(Missing::Full),
@@ -512,7 +530,7 @@ impl Sessions {
     pub async fn expire_idle(&self, idle: Duration) {
         for id in self.live.expire_idle(idle) {
             self.events.release(&id).await;
-            tracing::debug!(session = %id, "session expired after being idle");
+            tracing::debug!(session = %super::LogId(&id), "session expired after being idle");
         }
     }
 
@@ -621,7 +639,7 @@ impl Sessions {
                 held: Held::Lost { node_id, epoch },
                 ..
             })) => {
-                tracing::warn!(session_id = %session.id, owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
+                tracing::warn!(session_id = %super::LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
                 self.live.release(&session.id);
                 self.events.release(&session.id).await;
                 if node_id == self.machine_id {
@@ -670,7 +688,7 @@ impl Sessions {
                 return self.claimed_here(&record.id).await;
             }
             Ok(Ok(Claim::Lost { node_id, epoch })) => {
-                tracing::info!(session_id = %record.id, winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
+                tracing::info!(session_id = %super::LogId(&record.id), winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
                 self.remember_elsewhere(&record.id, &node_id);
                 return Lookup::Elsewhere(node_id);
             }
@@ -699,7 +717,7 @@ impl Sessions {
                 "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
             );
             if let Some(previous_node_id) = previous {
-                tracing::info!(session_id = %session.id, %previous_node_id, "[HA] Took over session from a stopped node");
+                tracing::info!(session_id = %super::LogId(&session.id), %previous_node_id, "[HA] Took over session from a stopped node");
             }
         }
         Lookup::Held(session)

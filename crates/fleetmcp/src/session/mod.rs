@@ -20,7 +20,7 @@ mod store;
 mod tracking;
 
 pub use self::redis::RedisSessionStore;
-pub(crate) use id::SessionSealer;
+pub(crate) use id::{LogId, SessionSealer};
 pub(crate) use lifecycle::{Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing};
 pub use live::{ClientReply, Session};
 pub use ownership::{Lease, Owner, Ownership};

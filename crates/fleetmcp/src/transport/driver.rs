@@ -190,7 +190,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                 Some(token) => (token, Some(Tracked(s.clone(), raw_id))),
                 None => {
                     tracing::warn!(
-                        session = %s.id,
+                        session = %crate::session::LogId(&s.id),
                         method,
                         max,
                         "refused a request: its session already runs the most requests allowed"

@@ -46,7 +46,7 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match events.resolve(&session.id, last).await {
             Some((stream, cursor)) => {
-                tracing::debug!(session = %session.id, stream, "resuming an SSE stream");
+                tracing::debug!(session = %crate::session::LogId(&session.id), stream, "resuming an SSE stream");
                 sse::response(
                     events
                         .tail(&session.id, stream, cursor, stop)

@@ -3,7 +3,9 @@
 //! A browser page on `evil.example` whose name now resolves to 127.0.0.1 sends its own host
 //! name in both headers; a loopback-bound server answers such requests `403`. A server bound
 //! to every interface sits behind load balancers that send any `Host`, so there only `Origin`
-//! is checked unless `http.allowed_hosts` lists names.
+//! is checked unless `http.allowed_hosts` lists names. A `Host` is a name and an optional port,
+//! nothing else: `[::1]evil.example` names no loopback host. A relayed request carries its
+//! client's `Host` (restored by the relay guard), so the holder judges what the client sent.
 
 use std::sync::Arc;
 
@@ -74,14 +76,20 @@ fn single_value(headers: &HeaderMap, name: http::HeaderName) -> Option<Option<St
     )
 }
 
-/// The host name without its port (`[::1]:3000` → `[::1]`).
-fn host_name(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host
-            .split_once(']')
-            .map_or(host, |(h, _)| &host[..h.len() + 1]);
-    }
-    host.split(':').next().unwrap_or(host)
+/// The host name without its port (`[::1]:3000` → `[::1]`); `None` when what follows the name
+/// is not a port (`[::1]evil.example`, `localhost:3000:x`, an unclosed `[`): such a value names
+/// no host, and comparing only its start would let a foreign one pass as loopback.
+fn host_name(host: &str) -> Option<&str> {
+    let (name, rest) = if host.starts_with('[') {
+        host.split_at(host.find(']')? + 1)
+    } else {
+        host.split_at(host.find(':').unwrap_or(host.len()))
+    };
+    let port_ok = rest.is_empty()
+        || rest
+            .strip_prefix(':')
+            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()));
+    port_ok.then_some(name)
 }
 
 fn is_loopback_name(name: &str) -> bool {
@@ -89,7 +97,9 @@ fn is_loopback_name(name: &str) -> bool {
 }
 
 fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    let name = host_name(host);
+    let Some(name) = host_name(host) else {
+        return false;
+    };
     is_loopback_name(name)
         || allowed
             .iter()
@@ -103,7 +113,7 @@ fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     let rest = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
-    rest.is_some_and(|hostport| is_loopback_name(host_name(hostport)))
+    rest.and_then(host_name).is_some_and(is_loopback_name)
 }
 
 #[cfg(test)]
@@ -117,6 +127,23 @@ mod tests {
         assert!(host_allowed("[::1]:8080", &[]));
         assert!(!host_allowed("evil.example.com", &[]));
         assert!(!host_allowed("localhost.evil.com:3000", &[]));
+        // What follows the name must be a port: `[::1]` is not the start of any name.
+        for foreign in [
+            "[::1]evil.example",
+            "[::1]evil.example:3000",
+            "[::1].evil.example",
+            "[::1",
+            "localhost:3000:evil.example",
+            "localhost:evil.example",
+            "127.0.0.1:80@evil.example",
+        ] {
+            assert!(!host_allowed(foreign, &[]), "{foreign}");
+            assert!(
+                !origin_allowed(&format!("http://{foreign}"), &[]),
+                "{foreign}"
+            );
+        }
+        assert!(!host_allowed("[::1]evil.example", &["[::1]".into()]));
         assert!(host_allowed("mcp.internal:80", &["mcp.internal".into()]));
         assert!(origin_allowed("http://localhost:5173", &[]));
         assert!(!origin_allowed("http://evil.example.com", &[]));
@@ -238,8 +265,9 @@ mod props {
         /// Arbitrary text never panics (the name split works on any bytes).
         #[test]
         fn arbitrary_text_never_panics(text in any::<String>(), list in prop::collection::vec(".{0,8}", 0..2)) {
-            let name = host_name(&text);
-            prop_assert!(text.starts_with(name));
+            if let Some(name) = host_name(&text) {
+                prop_assert!(text.starts_with(name));
+            }
             let _ = host_allowed(&text, &list);
             let _ = origin_allowed(&text, &list);
         }

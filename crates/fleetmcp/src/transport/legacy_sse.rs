@@ -8,6 +8,10 @@
 //! That holds for the first POST too, the `initialize`, before any store names a holder: the
 //! sealed id names the instance that minted it, the one with the stream
 //! (`Sessions::find_pinned`).
+//!
+//! With authorization on, the stream belongs to the principal that opened it: only that
+//! principal may `initialize` its session (the answers go to its stream), and the session is
+//! then bound to it like any other, so another caller who learns the id gets `404`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,9 +52,10 @@ impl Drop for StreamGuard {
     }
 }
 
-/// `GET /sse`: a new session's stream.
-pub(super) async fn open(State(ep): Ep) -> Response {
+/// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
+pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     let app = &ep.app;
+    let principal = authorize::principal(req.extensions());
     let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL, None) {
         Ok(id) => id.into(),
         Err(res) => return res,
@@ -68,7 +73,8 @@ pub(super) async fn open(State(ep): Ep) -> Response {
     // What the event store cannot take reaches the stream this way (not resumable, like
     // everything on this transport), and ends with it.
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
-    app.sessions().legacy_stream_opened(id.clone(), line);
+    app.sessions()
+        .legacy_stream_opened(id.clone(), line, authorize::owner(&principal));
     let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
         .take_until(stop.cancelled_owned())
         .map(|data| sse::message_frame(&data));
@@ -276,6 +282,15 @@ async fn initialize(
     if !app.sessions().has_legacy_stream(sid) {
         tracing::warn!(
             "a 2024-11-05 initialize was refused: its /sse stream is not open on this instance"
+        );
+        return reply::text(StatusCode::NOT_FOUND, "Session not found");
+    }
+    // Another principal who learned the id must not open it: its answers would go to the
+    // stream's owner, and the session would be bound to the intruder. The same answer as an
+    // unknown id, so it does not learn more.
+    if !app.sessions().legacy_stream_owned_by(sid, owner) {
+        tracing::warn!(
+            "a 2024-11-05 initialize was refused: its /sse stream was opened by another principal"
         );
         return reply::text(StatusCode::NOT_FOUND, "Session not found");
     }

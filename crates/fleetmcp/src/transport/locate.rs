@@ -158,7 +158,7 @@ pub(super) async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> P
 fn place(lookup: Lookup, owner: Option<&str>) -> Place {
     match lookup {
         Lookup::Held(s) if !s.is_owned_by(owner) => {
-            tracing::warn!(session_id = %s.id, "[TransportService] Session token mismatch during lookup");
+            tracing::warn!(session_id = %crate::session::LogId(&s.id), "[TransportService] Session token mismatch during lookup");
             Place::Refused(Refusal::Missing(Missing::Unknown))
         }
         Lookup::Held(s) => Place::Here(s),

@@ -50,6 +50,7 @@ use axum::routing::get as get_route;
 pub use client_key::{PeerAddr, RELAYED_PEER_HEADER};
 pub use health::{Probe, ProbeReport};
 pub use relay::{Relay, RelayRequest, Relayed};
+pub(crate) use sse::keepalive_every as sse_keepalive;
 
 use crate::app::App;
 

@@ -351,7 +351,7 @@ impl StoredStream {
             {
                 Ok(_) => return,
                 Err(e) => {
-                    tracing::warn!(session = %self.session, error = %e, "an SSE event could not be stored; the answer continues on its connection, without resumption");
+                    tracing::warn!(session = %crate::session::LogId(&self.session), error = %e, "an SSE event could not be stored; the answer continues on its connection, without resumption");
                     self.degraded.cancel();
                 }
             }
