@@ -59,6 +59,7 @@ pub use catalog::{
 };
 pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
+pub use limits::HoldingsSnapshot;
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
 pub use tasks::{

@@ -8,11 +8,18 @@
 //! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
 //! flight when dropped) or says which limit refused it and for how long.
 //!
+//! `holdings.rs` counts what callers hold open in this process (listen streams, sessions) per
+//! key and in total, and the bytes of client data the instance keeps ([`Budget`]); each place
+//! is given back when its guard drops.
+//!
 //! Architecture invariant: knows nothing of HTTP, sessions or JSON-RPC; one check costs at
 //! most one Redis round trip (one script), bounded by the Redis command timeout.
 
+mod holdings;
 mod memory;
 mod redis;
+
+pub use holdings::{Budget, Charge, HoldRefusal, Holdings, HoldingsSnapshot};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
