@@ -159,3 +159,269 @@ async fn listen_streams_are_bounded_per_instance_and_leave_nothing_when_closed()
     )
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Background tasks
+// ---------------------------------------------------------------------------------------------
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct HoldArgs {
+    /// Padding the handler holds while it works.
+    #[serde(default)]
+    pad: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct LabelArgs {
+    /// Echoed back as the result.
+    label: String,
+}
+
+/// A server with a task that works until cancelled (`hold`) and one that ends at once
+/// (`label`), believing `X-Forwarded-For`, with `edit` applied to its configuration.
+async fn task_server(env: &[(&str, &str)], edit: impl FnOnce(&mut fleetmcp::Config)) -> TestServer {
+    let builder = fleetmcp::Server::builder("bounds-tasks", "1.0.0")
+        .tool(
+            fleetmcp::tool("hold")
+                .description("Works until cancelled, as a task")
+                .task_support(fleetmcp::TaskSupport::Required)
+                .handler(|a: HoldArgs, _| async move {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(a.pad.len().to_string())
+                }),
+        )
+        .tool(
+            fleetmcp::tool("label")
+                .description("Answers its label at once, as a task")
+                .task_support(fleetmcp::TaskSupport::Required)
+                .handler(|a: LabelArgs, _| async move { Ok(a.label) }),
+        );
+    let mut vars = vec![("MCP_SESSION_SECRET", support::SECRET)];
+    vars.extend_from_slice(env);
+    let cfg = support::config_from(&vars, |c| {
+        c.limits.client_address_header = Some("x-forwarded-for".into());
+        edit(c);
+    });
+    support::serve(builder, cfg).await
+}
+
+/// A 2026-07-28 `tools/call` of `name` as a task, from client address `from`: the status and
+/// the JSON-RPC answer.
+async fn call_task(url: &str, id: i64, from: &str, name: &str, args: Value) -> (u16, Value) {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {
+            "name": name, "arguments": args,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+            }
+        }
+    });
+    let res = within(
+        "tools/call",
+        mcp_post(url)
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .header("x-forwarded-for", from)
+            .body(body.to_string())
+            .send(),
+    )
+    .await
+    .expect("POST");
+    let status = res.status().as_u16();
+    let v: Value = within("answer", res.json()).await.expect("json");
+    (status, v)
+}
+
+/// Starts a task; its id.
+async fn started(url: &str, id: i64, from: &str, name: &str, args: Value) -> String {
+    let (status, v) = call_task(url, id, from, name, args).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["resultType"], "task", "{v}");
+    v["result"]["taskId"].as_str().expect("taskId").to_string()
+}
+
+/// A task refused by the bound `limit`.
+async fn refused_by(url: &str, id: i64, from: &str, name: &str, args: Value, limit: &str) {
+    let (_, v) = call_task(url, id, from, name, args).await;
+    assert_eq!(v["error"]["code"], -32000, "{v}");
+    assert_eq!(v["error"]["data"]["limit"], limit, "{v}");
+}
+
+/// Without Redis: one caller fills only its own share of the task table (count and bytes,
+/// its handlers' arguments included); every other caller still gets tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_fill_the_task_table_for_everyone() {
+    let s = task_server(&[], |c| {
+        c.tasks.max_tasks = 10;
+        c.tasks.max_tasks_per_caller = 3;
+        c.tasks.max_bytes_per_caller = 64 * 1024;
+    })
+    .await;
+    let url = &s.mcp;
+    for i in 0..3 {
+        started(url, i, "192.0.2.1", "hold", json!({})).await;
+    }
+    refused_by(
+        url,
+        9,
+        "192.0.2.1",
+        "hold",
+        json!({}),
+        "tasks.max_tasks_per_caller",
+    )
+    .await;
+    started(url, 10, "192.0.2.2", "hold", json!({})).await;
+    // What a working handler holds counts: two of 40 KB pass 64 KB.
+    let pad = json!({"pad": "p".repeat(40_000)});
+    started(url, 11, "192.0.2.3", "hold", pad.clone()).await;
+    refused_by(
+        url,
+        12,
+        "192.0.2.3",
+        "hold",
+        pad,
+        "tasks.max_bytes_per_caller",
+    )
+    .await;
+    // Finished tasks make room for their caller: quick ones never run out.
+    for i in 0..6 {
+        started(url, 20 + i, "192.0.2.4", "label", json!({"label": "x"})).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+}
+
+/// A working task holds its caller's place in flight (`limits.max_inflight_per_key`) until it
+/// ends, as the request that started it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn working_tasks_count_against_max_inflight_per_key() {
+    let s = task_server(&[("FLEETMCP_MAX_INFLIGHT_PER_KEY", "3")], |_| {}).await;
+    let url = &s.mcp;
+    for i in 0..3 {
+        started(url, i, "192.0.2.1", "hold", json!({})).await;
+    }
+    let (status, v) = call_task(url, 9, "192.0.2.1", "hold", json!({})).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], -32010, "{v}");
+    assert_eq!(v["error"]["data"]["limit"], "inflightPerKey", "{v}");
+    // Quick tasks give their place back when they end.
+    started(url, 10, "192.0.2.2", "label", json!({"label": "a"})).await;
+    started(url, 11, "192.0.2.2", "label", json!({"label": "b"})).await;
+    started(url, 12, "192.0.2.2", "label", json!({"label": "c"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    started(url, 13, "192.0.2.2", "label", json!({"label": "d"})).await;
+}
+
+/// With Redis the bounds hold across the fleet: tasks started on two instances sharing a Redis
+/// count together, overall, per caller, and in bytes (working handlers' arguments included);
+/// finished records are dropped to make room, so quick tasks keep Redis bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_bounds_hold_across_a_fleet_in_redis() {
+    let redis = support_redis::RedisServer::start();
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let bounds = |c: &mut fleetmcp::Config| {
+        c.tasks.max_tasks = 6;
+        c.tasks.max_tasks_per_caller = 2;
+        c.tasks.max_result_bytes = 4096;
+        c.tasks.max_bytes_per_owner = 64 * 1024;
+        c.tasks.max_bytes_per_caller = 64 * 1024;
+        c.tasks.max_bytes = 256 * 1024;
+    };
+    let a = task_server(&env, |c| {
+        bounds(c);
+        c.machine_id = Some("bounds-a".into());
+    })
+    .await;
+    let b = task_server(&env, |c| {
+        bounds(c);
+        c.machine_id = Some("bounds-b".into());
+    })
+    .await;
+    started(&a.mcp, 1, "192.0.2.1", "hold", json!({})).await;
+    started(&b.mcp, 2, "192.0.2.1", "hold", json!({})).await;
+    refused_by(
+        &a.mcp,
+        3,
+        "192.0.2.1",
+        "hold",
+        json!({}),
+        "tasks.max_tasks_per_caller",
+    )
+    .await;
+    refused_by(
+        &b.mcp,
+        4,
+        "192.0.2.1",
+        "hold",
+        json!({}),
+        "tasks.max_tasks_per_caller",
+    )
+    .await;
+    // Bytes: a handler holding 40 KB of arguments, twice, passes the caller's 64 KB.
+    let pad = json!({"pad": "p".repeat(40_000)});
+    started(&a.mcp, 5, "192.0.2.2", "hold", pad.clone()).await;
+    refused_by(
+        &b.mcp,
+        6,
+        "192.0.2.2",
+        "hold",
+        pad,
+        "tasks.max_bytes_per_caller",
+    )
+    .await;
+    // The fleet's total: 6 working tasks, whoever started them.
+    started(&b.mcp, 7, "192.0.2.3", "hold", json!({})).await;
+    started(&a.mcp, 8, "192.0.2.3", "hold", json!({})).await;
+    started(&b.mcp, 9, "192.0.2.4", "hold", json!({})).await;
+    refused_by(
+        &a.mcp,
+        10,
+        "192.0.2.5",
+        "hold",
+        json!({}),
+        "tasks.max_tasks",
+    )
+    .await;
+    let records = redis.cli(&[
+        "EVAL",
+        "return #redis.call('KEYS', 'mcp:task:records:*')",
+        "0",
+    ]);
+    assert_eq!(records.trim(), "6", "records in Redis");
+}
+
+/// With Redis, finished records make room (oldest first) instead of piling up for their
+/// lifetime: a caller running quick tasks keeps at most its share of records in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_task_records_do_not_pile_up_in_redis() {
+    let redis = support_redis::RedisServer::start();
+    let url = redis.url();
+    let s = task_server(&[("REDIS_URL", url.as_str())], |c| {
+        c.tasks.max_tasks = 10;
+        c.tasks.max_tasks_per_caller = 3;
+    })
+    .await;
+    for i in 0..12 {
+        started(
+            &s.mcp,
+            i,
+            "192.0.2.1",
+            "label",
+            json!({"label": "l".repeat(1000)}),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    eventually("the last task ends", Duration::from_secs(5), || {
+        let n = redis.cli(&[
+            "EVAL",
+            "return #redis.call('KEYS', 'mcp:task:records:*')",
+            "0",
+        ]);
+        n.trim().parse::<usize>().unwrap_or(99) <= 3
+    })
+    .await;
+}

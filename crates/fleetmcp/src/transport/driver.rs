@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::{authorize, reply};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::context::{Caller, Outbound, RequestContext};
+use crate::context::{Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
 use crate::limits::{LimitKey, Refusal};
 use crate::protocol::{ErrorData, errors};
@@ -219,6 +219,10 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let meta = meta_of(params.as_deref());
+    // Shared with the context, so a background task the request starts can take the place
+    // over; the driver frees it when the request ends, if nothing took it.
+    let slot = SlotCell::new(parking_lot::Mutex::new(Some(slot)));
+    let limit_key = key;
     let key = call_key(
         &caller,
         principal.as_deref(),
@@ -233,14 +237,15 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         cancel.clone(),
         principal,
     )
-    .with_call_key(key);
+    .with_call_key(key)
+    .with_limits(limit_key, slot.clone());
     let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
     // cancelled, or dropped with its connection.
     let mut running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
-        let _slot = slot;
+        let _slot = FreeSlot(slot);
         tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -332,6 +337,16 @@ where
         Started::Refused(r) => Some(Err(r.error)),
         // The stream outlives any connection, so only the end of the request ends it.
         Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
+    }
+}
+
+/// Frees a request's place in flight when the request ends (unless a task took it over).
+struct FreeSlot(SlotCell);
+
+impl Drop for FreeSlot {
+    fn drop(&mut self) {
+        let slot = self.0.lock().take();
+        drop(slot);
     }
 }
 
