@@ -425,3 +425,129 @@ async fn finished_task_records_do_not_pile_up_in_redis() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Sessions per caller
+// ---------------------------------------------------------------------------------------------
+
+/// `initialize` from client address `from`: the response.
+async fn initialize_from(url: &str, from: &str) -> reqwest::Response {
+    within(
+        "initialize",
+        mcp_post(url)
+            .header("x-forwarded-for", from)
+            .body(support::initialize_body(support::LATEST, json!({})).to_string())
+            .send(),
+    )
+    .await
+    .expect("POST")
+}
+
+fn session_id(res: &reqwest::Response) -> String {
+    res.headers()["mcp-session-id"]
+        .to_str()
+        .expect("session id")
+        .to_string()
+}
+
+async fn delete_session(url: &str, from: &str, sid: &str) {
+    let res = within(
+        "DELETE",
+        support::http()
+            .delete(url)
+            .header("mcp-session-id", sid)
+            .header("mcp-protocol-version", support::LATEST)
+            .header("x-forwarded-for", from)
+            .send(),
+    )
+    .await
+    .expect("DELETE");
+    assert_eq!(res.status(), 204);
+}
+
+/// The refusal of an `initialize` over `limits.max_sessions_per_key`.
+async fn assert_sessions_per_key_refusal(res: reqwest::Response, max: u64) {
+    let (status, retry, v) = refusal(res).await;
+    assert_eq!(status, 429, "{v}");
+    assert!(retry.is_some(), "Retry-After");
+    assert_eq!(v["error"]["code"], -32010, "{v}");
+    assert_eq!(v["error"]["data"]["limit"], "sessionsPerKey", "{v}");
+    assert_eq!(v["error"]["data"]["maxSessionsPerKey"], max, "{v}");
+}
+
+/// Without Redis: one caller opens at most `limits.max_sessions_per_key` sessions; the others
+/// still open theirs, and an ended session gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_caller_cannot_take_every_session() {
+    let s = start_with(support::SECRET, |c| {
+        c.limits.client_address_header = Some("x-forwarded-for".into());
+        c.limits.max_sessions_per_key = 3;
+    })
+    .await;
+    let url = &s.mcp;
+    let mut sids = Vec::new();
+    for _ in 0..3 {
+        let res = initialize_from(url, "192.0.2.1").await;
+        assert_eq!(res.status(), 200);
+        sids.push(session_id(&res));
+    }
+    assert_sessions_per_key_refusal(initialize_from(url, "192.0.2.1").await, 3).await;
+    assert_eq!(
+        s.handle.session_count(),
+        3,
+        "a refused initialize holds nothing"
+    );
+    let other = initialize_from(url, "192.0.2.2").await;
+    assert_eq!(other.status(), 200, "another caller is not affected");
+    delete_session(url, "192.0.2.1", &sids[0]).await;
+    assert_eq!(initialize_from(url, "192.0.2.1").await.status(), 200);
+}
+
+/// With Redis the bound is the fleet's: sessions opened on two instances sharing a Redis count
+/// together, and a `DELETE` (on either) gives the place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_per_key_are_counted_across_the_fleet_in_redis() {
+    let redis = support_redis::RedisServer::start();
+    let redis_url = redis.url();
+    let instance = |machine: &'static str| {
+        let redis_url = redis_url.clone();
+        async move {
+            let cfg = support::config_from(
+                &[
+                    ("MCP_SESSION_SECRET", support::SECRET),
+                    ("REDIS_URL", redis_url.as_str()),
+                    ("FLEETMCP_MAX_SESSIONS_PER_KEY", "3"),
+                ],
+                |c| {
+                    c.limits.client_address_header = Some("x-forwarded-for".into());
+                    c.machine_id = Some(machine.into());
+                },
+            );
+            support::serve(support::fixture_builder(Default::default()), cfg).await
+        }
+    };
+    let a = instance("sessions-a").await;
+    let b = instance("sessions-b").await;
+    let mut sids = Vec::new();
+    for url in [&a.mcp, &b.mcp, &a.mcp] {
+        let res = initialize_from(url, "192.0.2.1").await;
+        assert_eq!(res.status(), 200);
+        sids.push(session_id(&res));
+    }
+    assert_sessions_per_key_refusal(initialize_from(&b.mcp, "192.0.2.1").await, 3).await;
+    assert_eq!(initialize_from(&b.mcp, "192.0.2.2").await.status(), 200);
+    // Ended through the other instance: the place comes back fleet-wide.
+    delete_session(&b.mcp, "192.0.2.1", &sids[0]).await;
+    assert_eq!(initialize_from(&a.mcp, "192.0.2.1").await.status(), 200);
+    assert_sessions_per_key_refusal(initialize_from(&a.mcp, "192.0.2.1").await, 3).await;
+    // One sorted set per key, holding digests (no session id), with an expiry.
+    let set = "mcp:limits:{addr:192.0.2.1}:sessions";
+    assert_eq!(redis.cli(&["ZCARD", set]).trim(), "3");
+    let ttl: i64 = redis.cli(&["PTTL", set]).trim().parse().expect("pttl");
+    assert!(ttl > 0, "the set expires: {ttl}");
+    let members = redis.cli(&["ZRANGE", set, "0", "-1"]);
+    assert!(
+        sids.iter().all(|s| !members.contains(s.as_str())),
+        "{members}"
+    );
+}

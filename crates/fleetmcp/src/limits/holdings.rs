@@ -181,6 +181,11 @@ impl Charge {
         Ok(())
     }
 
+    /// Takes `other` over (its bytes stay charged, now under this charge).
+    pub fn absorb(&mut self, mut other: Charge) {
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
     /// Gives back `bytes` (at most what it holds).
     pub fn shrink(&mut self, bytes: usize) {
         let bytes = bytes.min(self.bytes);

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::limits::{Budget, Charge};
+use crate::limits::{Budget, Charge, SessionPlace};
 use crate::protocol::{LogLevel, ProtocolVersion};
 
 /// The client's answer to a request the server sent it.
@@ -106,6 +106,9 @@ pub struct Session {
     /// Who made it, when authorization is on: the principal's fingerprint (see
     /// `Principal::fingerprint`); a request by anyone else finds no session.
     owner: Option<Box<str>>,
+    /// Its place under `limits.max_sessions_per_key`, given back when the session is dropped
+    /// (set by `initialize`; a session recreated from the store has none here).
+    place: std::sync::OnceLock<SessionPlace>,
 }
 
 impl Session {
@@ -139,6 +142,22 @@ impl Session {
             closed,
             leaving: std::sync::OnceLock::new(),
             owner: owner.map(Into::into),
+            place: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Keeps the session's place under `limits.max_sessions_per_key` for its life.
+    pub(crate) fn keep_place(&self, place: SessionPlace) {
+        let _ = self.place.set(place);
+    }
+
+    /// Charges what the session keeps of the client (`clientInfo`, capabilities) to the
+    /// instance's client-data budget, for the session's life (with its subscriptions).
+    pub(crate) fn keep_charge(&self, charge: Charge) {
+        let mut subs = self.subscriptions.lock();
+        match subs.charge.as_mut() {
+            Some(c) => c.absorb(charge),
+            None => subs.charge = Some(charge),
         }
     }
 

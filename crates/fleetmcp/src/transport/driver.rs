@@ -131,6 +131,7 @@ fn count_refusal(app: &App, refusal: &Refusal) {
             crate::limits::Which::Rate(_) => Limit::Rate,
             crate::limits::Which::Tool(..) => Limit::ToolRate,
             crate::limits::Which::InflightPerKey(_) => Limit::InflightPerKey,
+            crate::limits::Which::SessionsPerKey(_) => Limit::SessionsPerKey,
         },
         Refusal::StoreUnavailable => Limit::CountersUnavailable,
     };
@@ -149,6 +150,14 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
             Err(Refused::from_limits(refusal))
         }
     }
+}
+
+/// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,
+/// or `503` when the shared counters could not be read and `limits.on_store_error` is
+/// `closed`), counted.
+pub(super) fn refuse_initialize(app: &App, refusal: Refusal, id: &RawValue) -> Response {
+    count_refusal(app, &refusal);
+    Refused::from_limits(refusal).response(id)
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
