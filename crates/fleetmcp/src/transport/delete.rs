@@ -1,4 +1,5 @@
-//! `DELETE /mcp`: the client ends its session.
+//! `DELETE /mcp`: the client ends its session (and gives back its place under
+//! `limits.max_sessions_per_key`).
 
 use axum::extract::{Request, State};
 use axum::response::Response;
