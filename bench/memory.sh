@@ -15,7 +15,7 @@ bench_start memory
 SESSIONS="${SESSIONS:-2000}"
 
 PORT="$("$LOADGEN" free-port)"
-PORT="$PORT" MACHINE_ID=desk-a REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
+PORT="$PORT" MACHINE_ID=desk-a FLEETMCP_MAX_SESSIONS_PER_KEY=0 REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
   FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
   MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
   "$BIN" >"$WORK/desk.log" 2>&1 &

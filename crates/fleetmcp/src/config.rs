@@ -170,6 +170,11 @@ pub struct SessionConfig {
     pub max_subscriptions: usize,
     /// Longest URI `resources/subscribe` accepts, in bytes.
     pub max_subscription_uri_bytes: usize,
+    /// Most bytes of client data this instance keeps at once for its sessions and listen
+    /// streams (subscribed URIs, the URIs a `subscriptions/listen` filters on): a subscription
+    /// or a listen request that would pass it is refused (`503` for a listen, `-32603` for a
+    /// subscription), so a crowd of callers cannot exhaust memory within their own bounds.
+    pub max_client_data_bytes: usize,
 }
 
 impl Default for SessionConfig {
@@ -186,6 +191,7 @@ impl Default for SessionConfig {
             max_client_info_bytes: 16 * 1024,
             max_subscriptions: 1000,
             max_subscription_uri_bytes: 4096,
+            max_client_data_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -210,6 +216,13 @@ pub struct TaskConfig {
     /// Largest record one task may leave; a larger result fails the task with an error that
     /// names this limit instead of being stored.
     pub max_result_bytes: usize,
+    /// Most task records one caller (its limit key: the principal with authorization on,
+    /// else the client's address) keeps, so that one client cannot fill the table for
+    /// everyone else.
+    pub max_tasks_per_caller: usize,
+    /// Most bytes of task records (plus the arguments its running handlers hold) one caller
+    /// keeps.
+    pub max_bytes_per_caller: usize,
 }
 
 impl Default for TaskConfig {
@@ -221,6 +234,8 @@ impl Default for TaskConfig {
             max_tasks_per_owner: 100,
             max_bytes_per_owner: 32 * 1024 * 1024,
             max_result_bytes: 8 * 1024 * 1024,
+            max_tasks_per_caller: 100,
+            max_bytes_per_caller: 32 * 1024 * 1024,
         }
     }
 }
@@ -285,6 +300,9 @@ pub struct StatelessConfig {
     pub list_ttl_ms: u64,
     /// How long a `requestState` handed to a client stays valid.
     pub request_state_ttl_ms: u64,
+    /// Most `subscriptions/listen` streams this instance keeps open at once (beyond: `503`
+    /// with `Retry-After`).
+    pub max_listen_streams: usize,
 }
 
 impl Default for StatelessConfig {
@@ -293,6 +311,7 @@ impl Default for StatelessConfig {
             default_era: DefaultEra::Session,
             list_ttl_ms: 0,
             request_state_ttl_ms: 600_000,
+            max_listen_streams: 10_000,
         }
     }
 }
@@ -461,8 +480,14 @@ pub struct LimitsConfig {
     /// session's holder (only it serves the session).
     pub max_inflight_per_session: usize,
     /// `FLEETMCP_MAX_INFLIGHT_PER_KEY`: requests one key may have running at once across the
-    /// fleet. Unset or 0: no limit.
+    /// fleet (background tasks included, while they work). Unset or 0: no limit.
     pub max_inflight_per_key: Option<usize>,
+    /// `FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY`: `subscriptions/listen` streams one key may keep
+    /// open on an instance (one more: `429` with `Retry-After`).
+    pub max_listen_streams_per_key: usize,
+    /// `FLEETMCP_MAX_SESSIONS_PER_KEY`: sessions one key may hold, across the fleet when the
+    /// server has Redis (one more `initialize`: `429` with `Retry-After`). 0: no limit.
+    pub max_sessions_per_key: usize,
     /// `FLEETMCP_LIMITS_ON_STORE_ERROR`: `open` or `closed`.
     pub on_store_error: OnStoreError,
     /// `FLEETMCP_CLIENT_ADDRESS_HEADER`: the header the load balancer reports the client's
@@ -487,6 +512,8 @@ impl Default for LimitsConfig {
             tools: Default::default(),
             max_inflight_per_session: 100,
             max_inflight_per_key: None,
+            max_listen_streams_per_key: 16,
+            max_sessions_per_key: 1000,
             on_store_error: OnStoreError::Open,
             client_address_header: None,
             trusted_proxies: Vec::new(),
@@ -522,6 +549,13 @@ impl LimitsConfig {
         if self.max_inflight_per_session == 0 {
             return invalid_value(
                 "limits.max_inflight_per_session",
+                "0".into(),
+                "must be at least 1",
+            );
+        }
+        if self.max_listen_streams_per_key == 0 {
+            return invalid_value(
+                "limits.max_listen_streams_per_key",
                 "0".into(),
                 "must be at least 1",
             );
@@ -694,6 +728,8 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_RATE_LIMIT",
     "FLEETMCP_MAX_INFLIGHT_PER_SESSION",
     "FLEETMCP_MAX_INFLIGHT_PER_KEY",
+    "FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY",
+    "FLEETMCP_MAX_SESSIONS_PER_KEY",
     "FLEETMCP_LIMITS_ON_STORE_ERROR",
     "FLEETMCP_CLIENT_ADDRESS_HEADER",
     "FLEETMCP_TRUSTED_PROXIES",
@@ -962,6 +998,22 @@ impl Config {
                 };
                 self.limits.max_inflight_per_key = (n > 0).then_some(n);
             }
+            "FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY" if !value.trim().is_empty() => {
+                self.limits.max_listen_streams_per_key = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY",
+                        "expected a number of streams (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_SESSIONS_PER_KEY" if !value.trim().is_empty() => {
+                self.limits.max_sessions_per_key = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_SESSIONS_PER_KEY",
+                        "expected a number of sessions (0 for no limit)",
+                    )
+                })?
+            }
             "FLEETMCP_LIMITS_ON_STORE_ERROR" => {
                 self.limits.on_store_error = match value.trim().to_ascii_lowercase().as_str() {
                     "" | "open" => OnStoreError::Open,
@@ -1163,6 +1215,25 @@ impl Config {
                 "must be at least 256 (and sessions.max_subscription_uri_bytes at least 64)",
             );
         }
+        if self.stateless.max_listen_streams == 0 {
+            return invalid(
+                "stateless.max_listen_streams",
+                "0".into(),
+                "must be at least 1",
+            );
+        }
+        // A session must be able to hold its subscriptions, and a listen its URIs.
+        let one_filter = self
+            .sessions
+            .max_subscriptions
+            .saturating_mul(self.sessions.max_subscription_uri_bytes);
+        if self.sessions.max_client_data_bytes < one_filter.min(1024 * 1024) {
+            return invalid(
+                "sessions.max_client_data_bytes",
+                self.sessions.max_client_data_bytes.to_string(),
+                "must be at least 1 MiB (or one full set of subscriptions, if smaller)",
+            );
+        }
         let t = &self.tasks;
         if t.ttl_ms < 1000 {
             return invalid(
@@ -1178,15 +1249,24 @@ impl Config {
                 "must be at least 1 and at most tasks.max_tasks",
             );
         }
+        if t.max_tasks_per_caller == 0 || t.max_tasks_per_caller > t.max_tasks {
+            return invalid(
+                "tasks.max_tasks_per_caller",
+                t.max_tasks_per_caller.to_string(),
+                "must be at least 1 and at most tasks.max_tasks",
+            );
+        }
         // A record must fit wherever it is kept, or a finished task could never be stored.
         if t.max_result_bytes < 1024
             || t.max_result_bytes > t.max_bytes_per_owner
             || t.max_bytes_per_owner > t.max_bytes
+            || t.max_result_bytes > t.max_bytes_per_caller
+            || t.max_bytes_per_caller > t.max_bytes
         {
             return invalid(
                 "tasks.max_result_bytes",
                 t.max_result_bytes.to_string(),
-                "must be at least 1024, and max_result_bytes <= max_bytes_per_owner <= max_bytes",
+                "must be at least 1024, and max_result_bytes <= max_bytes_per_owner (and max_bytes_per_caller) <= max_bytes",
             );
         }
         self.limits.check()?;

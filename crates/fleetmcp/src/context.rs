@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::{App, ServerHandle};
 use crate::auth::Principal;
+use crate::limits::{LimitKey, Slot};
 // rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
 // use them, and the session era has no replacement.
 #[allow(deprecated)]
@@ -110,7 +111,17 @@ struct Inner {
     escalation: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// See [`RequestContext::call_key`].
     call_key: Option<Arc<str>>,
+    /// Who the request counts against for the limits (see `transport/client_key.rs`).
+    limit_key: Option<LimitKey>,
+    /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
+    /// request starts takes it over ([`RequestContext::take_slot`]), so a working task keeps
+    /// counting against its caller after the request is answered. Freed by the driver when
+    /// the request ends, if no task took it.
+    slot: SlotCell,
 }
+
+/// A request's place in flight, shared by its driver and its context.
+pub(crate) type SlotCell = Arc<parking_lot::Mutex<Option<Slot>>>;
 
 /// How long a handler waits for the client to answer a request.
 const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -135,6 +146,8 @@ impl RequestContext {
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
                 call_key: None,
+                limit_key: None,
+                slot: SlotCell::default(),
             }),
         }
     }
@@ -145,6 +158,26 @@ impl RequestContext {
             inner.call_key = key;
         }
         self
+    }
+
+    /// The request counts against `key` and holds the place in flight in `slot`.
+    pub(crate) fn with_limits(mut self, key: LimitKey, slot: SlotCell) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.limit_key = Some(key);
+            inner.slot = slot;
+        }
+        self
+    }
+
+    /// Who the request counts against (`None` for a context no request made).
+    pub(crate) fn limit_key(&self) -> Option<&LimitKey> {
+        self.inner.limit_key.as_ref()
+    }
+
+    /// Takes the request's place in flight over (a background task it starts holds it until
+    /// the task ends).
+    pub(crate) fn take_slot(&self) -> Option<Slot> {
+        self.inner.slot.lock().take()
     }
 
     /// A key naming this call, the same every time the call reaches a handler again, so a tool

@@ -59,11 +59,12 @@ pub use catalog::{
 };
 pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
+pub use limits::HoldingsSnapshot;
 pub use protocol::LogLevel;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
 pub use tasks::{
-    EXECUTOR_GONE_MESSAGE, Executor, MemoryTaskStore, RedisTaskStore, TaskLimits, TaskRecord,
-    TaskStatus, TaskStore, TaskStoreError, TaskStoreFull, TaskSupport,
+    EXECUTOR_GONE_MESSAGE, Executor, MemoryTaskStore, RedisTaskStore, TaskLimits, TaskQuota,
+    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreFull, TaskSupport,
 };
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 

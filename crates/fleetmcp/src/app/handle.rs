@@ -158,6 +158,18 @@ impl ServerHandle {
         self.app.sessions().held()
     }
 
+    /// The `subscriptions/listen` streams open on this instance: callers with one open, streams,
+    /// and the bytes of the URIs they filter on. All zero once every stream has closed.
+    pub fn listen_streams(&self) -> crate::limits::HoldingsSnapshot {
+        self.app.listens().snapshot()
+    }
+
+    /// Bytes of client data (subscriptions, listen filters) this instance keeps now, counted
+    /// against `sessions.max_client_data_bytes`.
+    pub fn client_data_bytes(&self) -> usize {
+        self.app.client_data().used()
+    }
+
     /// A list change: to 2026-07-28 listeners, and as `method` to every session's standalone
     /// stream.
     async fn list_changed(&self, change: Change, method: &str) {

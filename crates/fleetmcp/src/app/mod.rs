@@ -23,7 +23,7 @@ pub use handle::ServerHandle;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::events::{EventStore, STANDALONE_STREAM};
-use crate::limits::Limits;
+use crate::limits::{Budget, Holdings, Limits};
 use crate::session::{Session, Sessions};
 use crate::stateless::request_state::RequestStateSealer;
 use crate::tasks::Tasks;
@@ -79,6 +79,10 @@ struct Inner {
     request_state: RequestStateSealer,
     /// Rate and concurrency limits per key.
     limits: Limits,
+    /// Bytes of client data kept for sessions and listen streams (`sessions.max_client_data_bytes`).
+    client_data: Arc<Budget>,
+    /// Open `subscriptions/listen` streams, per key and in all.
+    listens: Holdings,
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     changes: broadcast::Sender<Change>,
     shutdown: CancellationToken,
@@ -139,6 +143,12 @@ impl Phases {
 impl App {
     pub fn new(p: Parts) -> Self {
         let (changes, _) = broadcast::channel(256);
+        let client_data = Budget::new(p.config.sessions.max_client_data_bytes);
+        let listens = Holdings::new(
+            p.config.limits.max_listen_streams_per_key,
+            p.config.stateless.max_listen_streams,
+            client_data.clone(),
+        );
         let Phases {
             shutdown,
             closing,
@@ -154,6 +164,8 @@ impl App {
                 tasks: p.tasks,
                 request_state: p.request_state,
                 limits: p.limits,
+                client_data,
+                listens,
                 changes,
                 closing,
                 draining,
@@ -205,6 +217,16 @@ impl App {
     }
     /// Fires when the server stops: sessions end and running handlers are cancelled.
     /// The limits every request is checked against (rate, in flight per key).
+    /// The instance's budget of client data bytes.
+    pub fn client_data(&self) -> &Arc<Budget> {
+        &self.inner.client_data
+    }
+
+    /// The open `subscriptions/listen` streams.
+    pub fn listens(&self) -> &Holdings {
+        &self.inner.listens
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }

@@ -10,7 +10,7 @@ use crate::catalog::ResourceError;
 use crate::context::{Caller, RequestContext};
 use crate::protocol::model::{ReadResourceResult, Resource, ResourceTemplate};
 use crate::protocol::{ErrorCode, ErrorData, errors};
-use crate::session::Session;
+use crate::session::{Session, SubscribeRefusal};
 
 pub(super) fn list(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     #[derive(Serialize)]
@@ -122,14 +122,31 @@ pub(super) fn subscribe(app: &App, session: &Session, p: Option<&RawValue>, on: 
                 json!({"limit": "sessions.max_subscription_uri_bytes", "max": max}),
             ));
         }
-        if !session.subscribe(&uri, cfg.max_subscriptions) {
-            let max = cfg.max_subscriptions;
-            return Err(errors::invalid_params_with(
-                format!(
-                    "This session already holds sessions.max_subscriptions ({max}) subscriptions; unsubscribe first"
-                ),
-                json!({"limit": "sessions.max_subscriptions", "max": max}),
-            ));
+        match session.subscribe(&uri, cfg.max_subscriptions, app.client_data()) {
+            Ok(()) => {}
+            Err(SubscribeRefusal::Count) => {
+                let max = cfg.max_subscriptions;
+                return Err(errors::invalid_params_with(
+                    format!(
+                        "This session already holds sessions.max_subscriptions ({max}) subscriptions; unsubscribe first"
+                    ),
+                    json!({"limit": "sessions.max_subscriptions", "max": max}),
+                ));
+            }
+            // The instance, not this session, is out of room: a server-side error the client
+            // may retry later, naming the bound.
+            Err(SubscribeRefusal::Budget) => {
+                app.meters()
+                    .limit_rejected(crate::telemetry::Limit::ClientData);
+                let max = cfg.max_client_data_bytes;
+                return Err(ErrorData::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!(
+                        "This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry later"
+                    ),
+                    Some(json!({"limit": "sessions.max_client_data_bytes", "max": max})),
+                ));
+            }
         }
     } else {
         session.unsubscribe(&uri);

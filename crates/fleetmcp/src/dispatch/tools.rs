@@ -84,14 +84,7 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
                 )));
             }
             (_, true) => {
-                return super::tasks::session::create(
-                    app,
-                    session,
-                    tool,
-                    args,
-                    ctx.principal_arc(),
-                )
-                .await;
+                return super::tasks::session::create(app, session, tool, args, &ctx).await;
             }
             _ => {}
         }

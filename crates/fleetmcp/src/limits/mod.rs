@@ -8,11 +8,18 @@
 //! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
 //! flight when dropped) or says which limit refused it and for how long.
 //!
+//! `holdings.rs` counts what callers hold open in this process (listen streams, sessions) per
+//! key and in total, and the bytes of client data the instance keeps ([`Budget`]); each place
+//! is given back when its guard drops.
+//!
 //! Architecture invariant: knows nothing of HTTP, sessions or JSON-RPC; one check costs at
 //! most one Redis round trip (one script), bounded by the Redis command timeout.
 
+mod holdings;
 mod memory;
 mod redis;
+
+pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings, HoldingsSnapshot};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +60,8 @@ pub enum Which {
     Tool(String, RateLimit),
     /// `limits.max_inflight_per_key`.
     InflightPerKey(usize),
+    /// `limits.max_sessions_per_key`.
+    SessionsPerKey(usize),
 }
 
 /// Why a request was not admitted.
@@ -73,6 +82,9 @@ impl Which {
             Self::Tool(name, r) => json!({"limit": "toolRate", "tool": name, "rate": rate(r)}),
             Self::InflightPerKey(max) => {
                 json!({"limit": "inflightPerKey", "maxInflightPerKey": max})
+            }
+            Self::SessionsPerKey(max) => {
+                json!({"limit": "sessionsPerKey", "maxSessionsPerKey": max})
             }
         }
     }
@@ -96,6 +108,24 @@ impl Slot {
         }
     }
 }
+
+/// A session's place under `limits.max_sessions_per_key`: in memory, given back when dropped
+/// (the session keeps it for its life); in Redis, an entry that expires with the session's
+/// record, so it needs nothing held here.
+#[must_use = "the session's place is given back when it is dropped"]
+pub struct SessionPlace {
+    _held: Option<Hold>,
+}
+
+impl SessionPlace {
+    fn none() -> Self {
+        Self { _held: None }
+    }
+}
+
+/// How long a caller refused a session should wait: sessions end by `DELETE` or idle expiry,
+/// not within seconds.
+const SESSION_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// One rule a check applies: its name for refusals, and its rate.
 #[derive(Clone)]
@@ -123,6 +153,8 @@ enum Store {
 pub struct Limits {
     cfg: LimitsConfig,
     store: Store,
+    /// Sessions per key held by this process (without Redis).
+    sessions: Holdings,
     /// Unix ms of the last warning that the shared counters failed (one a second at most).
     last_warned_ms: AtomicU64,
 }
@@ -151,7 +183,62 @@ impl Limits {
         Self {
             cfg: cfg.clone(),
             store,
+            sessions: Holdings::new(
+                cfg.max_sessions_per_key.max(1),
+                usize::MAX,
+                Budget::new(usize::MAX),
+            ),
             last_warned_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a place for a new session `session_id` of `key` under
+    /// `limits.max_sessions_per_key`: in this process without Redis, across the fleet with it
+    /// (one script: a per-key sorted set of session digests scored by expiry, `ttl_ms` from
+    /// now, trimmed on every check). The place is kept by the session (memory) or expires with
+    /// its record (Redis); [`Limits::end_session`] gives it back early. When Redis does not
+    /// answer, `limits.on_store_error` decides, as for every limit.
+    pub async fn admit_session(
+        &self,
+        key: &LimitKey,
+        session_id: &str,
+        ttl_ms: u64,
+    ) -> Result<SessionPlace, Refusal> {
+        let max = self.cfg.max_sessions_per_key;
+        if max == 0 {
+            return Ok(SessionPlace::none());
+        }
+        let over = || Refusal::Over {
+            which: Which::SessionsPerKey(max),
+            retry_after: SESSION_RETRY_AFTER,
+        };
+        match &self.store {
+            Store::Memory(_) => match self.sessions.try_hold(key, 0) {
+                Ok(hold) => Ok(SessionPlace { _held: Some(hold) }),
+                Err(_) => Err(over()),
+            },
+            Store::Redis(r) => match r.admit_session(key, session_id, max, ttl_ms).await {
+                Ok(true) => Ok(SessionPlace::none()),
+                Ok(false) => Err(over()),
+                Err(e) => match self.cfg.on_store_error {
+                    OnStoreError::Open => {
+                        self.warn_open(&e);
+                        Ok(SessionPlace::none())
+                    }
+                    OnStoreError::Closed => Err(Refusal::StoreUnavailable),
+                },
+            },
+        }
+    }
+
+    /// Gives back session `session_id`'s place under `key` (it ended). Best effort in Redis:
+    /// an entry left behind expires with the session's record.
+    pub async fn end_session(&self, key: &LimitKey, session_id: &str) {
+        if self.cfg.max_sessions_per_key == 0 {
+            return;
+        }
+        if let Store::Redis(r) = &self.store {
+            r.end_session(key, session_id).await;
         }
     }
 

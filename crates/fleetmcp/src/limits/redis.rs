@@ -7,7 +7,9 @@
 //! when it stops mattering; `<prefix>{<key>}:inflight` is a sorted set of the key's requests
 //! in flight, `<instance>:<n>` scored by when its lease ends. A live instance renews its
 //! leases every third of `limits.inflight_lease_ms`; a crashed one's lapse, and the next check
-//! drops them. Never `KEYS` or `SCAN`.
+//! drops them. `<prefix>{<key>}:sessions` is a sorted set of the key's sessions (digests of
+//! their ids) scored by when their records expire, for `limits.max_sessions_per_key`
+//! ([`ADMIT_SESSION`]). Never `KEYS` or `SCAN`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -75,6 +77,24 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return #ARGV - 1
 ";
 
+/// Takes a place for a session under `limits.max_sessions_per_key`, fleet-wide. `KEYS[1]`:
+/// `<prefix>{<key>}:sessions`, a sorted set of session digests scored by when they expire
+/// (Unix ms). `ARGV`: the digest, the most sessions, the lifetime (ms). Entries past their
+/// score are dropped first, so a session that ended without a `DELETE` (idle, its instance
+/// crashed) stops counting when its record would have expired: the count cannot leak. The
+/// key itself expires with its newest entry. Returns 1 (admitted) or 0 (full).
+const ADMIT_SESSION: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[3])), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
 /// In-flight sets renewed at once (each one script call).
 const RENEW_CONCURRENCY: usize = 64;
 
@@ -111,6 +131,49 @@ impl RedisLimits {
             held: Arc::default(),
             renewer: std::sync::Once::new(),
             stop,
+        }
+    }
+
+    /// `<prefix>{<key>}:sessions` and the member of `session_id` in it: a digest, so the set
+    /// holds no session id (a credential).
+    fn session_entry(&self, key: &LimitKey, session_id: &str) -> (String, String) {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(session_id.as_bytes());
+        let member: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        (
+            format!("{}{{{}}}:sessions", self.prefix, key.as_str()),
+            member,
+        )
+    }
+
+    /// See [`ADMIT_SESSION`]: whether the session was admitted.
+    pub async fn admit_session(
+        &self,
+        key: &LimitKey,
+        session_id: &str,
+        max: usize,
+        ttl_ms: u64,
+    ) -> Result<bool, CommandError> {
+        let (set, member) = self.session_entry(key, session_id);
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(ADMIT_SESSION)
+            .arg(1)
+            .arg(set)
+            .arg(member)
+            .arg(max)
+            .arg(ttl_ms.max(1));
+        Ok(self.conn.run::<i64>(cmd).await? == 1)
+    }
+
+    /// Takes an ended session out of its key's set (one `ZREM`).
+    pub async fn end_session(&self, key: &LimitKey, session_id: &str) {
+        let (set, member) = self.session_entry(key, session_id);
+        let removed: Result<i64, _> = self
+            .conn
+            .run(redis::cmd("ZREM").arg(set).arg(member).clone())
+            .await;
+        if let Err(e) = removed {
+            tracing::debug!(error = %e, "an ended session's place stays counted until it expires");
         }
     }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::{Budget, Charge, SessionPlace};
 use crate::protocol::{LogLevel, ProtocolVersion};
 
 /// The client's answer to a request the server sent it.
@@ -97,7 +98,7 @@ pub struct Session {
     inflight: Mutex<HashMap<String, CancellationToken>>,
     /// Requests to the client awaiting an answer, by the id we gave them.
     pending: Mutex<HashMap<String, oneshot::Sender<ClientReply>>>,
-    subscriptions: Mutex<HashSet<String>>,
+    subscriptions: Mutex<Subscriptions>,
     /// Fires when the session ends (deleted, expired, the server stopped): its running
     /// requests and the answers they stream stop.
     pub closed: CancellationToken,
@@ -108,6 +109,9 @@ pub struct Session {
     /// Who made it, when authorization is on: the principal's fingerprint (see
     /// `Principal::fingerprint`); a request by anyone else finds no session.
     owner: Option<Box<str>>,
+    /// Its place under `limits.max_sessions_per_key`, given back when the session is dropped
+    /// (set by `initialize`; a session recreated from the store has none here).
+    place: std::sync::OnceLock<SessionPlace>,
 }
 
 impl Session {
@@ -138,10 +142,26 @@ impl Session {
             next_client_request: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
-            subscriptions: Mutex::new(HashSet::new()),
+            subscriptions: Mutex::new(Subscriptions::default()),
             closed,
             leaving: std::sync::OnceLock::new(),
             owner: owner.map(Into::into),
+            place: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Keeps the session's place under `limits.max_sessions_per_key` for its life.
+    pub(crate) fn keep_place(&self, place: SessionPlace) {
+        let _ = self.place.set(place);
+    }
+
+    /// Charges what the session keeps of the client (`clientInfo`, capabilities) to the
+    /// instance's client-data budget, for the session's life (with its subscriptions).
+    pub(crate) fn keep_charge(&self, charge: Charge) {
+        let mut subs = self.subscriptions.lock();
+        match subs.charge.as_mut() {
+            Some(c) => c.absorb(charge),
+            None => subs.charge = Some(charge),
         }
     }
 
@@ -309,24 +329,60 @@ impl Session {
     }
 
     /// Subscribes to `uri` unless the session already holds `max` subscriptions (one it
-    /// already has is accepted again). False: refused, nothing stored.
-    pub(crate) fn subscribe(&self, uri: &str, max: usize) -> bool {
+    /// already has is accepted again), charging its bytes to the instance's `budget` of client
+    /// data (given back on unsubscribe, or when the session is dropped). Refused: nothing
+    /// stored.
+    pub(crate) fn subscribe(
+        &self,
+        uri: &str,
+        max: usize,
+        budget: &Arc<Budget>,
+    ) -> Result<(), SubscribeRefusal> {
         let mut subs = self.subscriptions.lock();
-        if subs.contains(uri) {
-            return true;
+        if subs.set.contains(uri) {
+            return Ok(());
         }
-        if subs.len() >= max {
-            return false;
+        if subs.set.len() >= max {
+            return Err(SubscribeRefusal::Count);
         }
-        subs.insert(uri.to_string());
-        true
+        subs.charge
+            .get_or_insert_with(|| Charge::empty(budget))
+            .grow(uri.len() + SUBSCRIPTION_OVERHEAD)
+            .map_err(|_| SubscribeRefusal::Budget)?;
+        subs.set.insert(uri.to_string());
+        Ok(())
     }
     pub(crate) fn unsubscribe(&self, uri: &str) {
-        self.subscriptions.lock().remove(uri);
+        let mut subs = self.subscriptions.lock();
+        if subs.set.remove(uri)
+            && let Some(c) = subs.charge.as_mut()
+        {
+            c.shrink(uri.len() + SUBSCRIPTION_OVERHEAD);
+        }
     }
     pub fn is_subscribed(&self, uri: &str) -> bool {
-        self.subscriptions.lock().contains(uri)
+        self.subscriptions.lock().set.contains(uri)
     }
+}
+
+/// Bytes a subscription costs besides its URI (the `String` and its place in the set).
+const SUBSCRIPTION_OVERHEAD: usize = 48;
+
+/// A session's subscriptions and the bytes they are charged against the instance's budget
+/// (no charge until the first one: an idle session pays nothing for it).
+#[derive(Default)]
+struct Subscriptions {
+    set: HashSet<String>,
+    charge: Option<Charge>,
+}
+
+/// Why `resources/subscribe` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubscribeRefusal {
+    /// The session holds `sessions.max_subscriptions`.
+    Count,
+    /// The instance keeps `sessions.max_client_data_bytes` of client data.
+    Budget,
 }
 
 /// Why a session this instance knew is gone; it decides which `404` the client gets.

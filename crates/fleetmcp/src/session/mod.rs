@@ -22,6 +22,7 @@ mod tracking;
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::{LogId, SessionSealer};
 pub(crate) use lifecycle::{Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing};
+pub(crate) use live::SubscribeRefusal;
 pub use live::{ClientReply, Session};
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{

@@ -17,6 +17,10 @@
 //! With authorization on, a record names the principal that started it (its fingerprint, never
 //! its token), and [`Tasks::get_as`] gives it to that principal only: to anyone else it is a
 //! task that does not exist. Without authorization every task is anonymous, as before.
+//!
+//! Both stores bound the records overall, per session and per caller (a [`TaskQuota`]: the
+//! caller's limit key, so one client cannot fill the table for everyone), in count and bytes,
+//! charging a working task what its handler holds besides its record (its arguments).
 
 mod redis;
 
@@ -153,6 +157,17 @@ pub trait TaskStore: Send + Sync + 'static {
         self.put(record).await;
         Ok(())
     }
+    /// [`TaskStore::create`], counting the new task against its caller's bounds too, and
+    /// charging, while it works, the bytes its running handler holds (`quota.held_bytes`).
+    /// The default ignores the quota.
+    async fn create_for(
+        &self,
+        record: &TaskRecord,
+        quota: &TaskQuota,
+    ) -> Result<(), TaskStoreError> {
+        let _ = quota;
+        self.create(record).await
+    }
     /// Writes `next` only if the stored record is still the one `seen` was (same status, same
     /// `lastUpdatedAt`, same executor) and has not ended: the compare-and-set that ends an
     /// orphaned task without undoing a write that came first. Whether it was written.
@@ -181,6 +196,19 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn fail_tasks_of(&self, _node: &str, _spawned_before: u64, _error: &Value) -> usize {
         0
     }
+}
+
+/// What a new task is counted as besides its record: whose it is, and what its running
+/// handler holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskQuota {
+    /// The caller's limit key (the principal with authorization on, else the client's
+    /// address): the per-caller bounds (`tasks.max_tasks_per_caller`,
+    /// `tasks.max_bytes_per_caller`) count under it. `None`: no per-caller bound.
+    pub caller: Option<String>,
+    /// Bytes the running handler holds (its arguments), counted with the record until the
+    /// task ends: what a crowd of working tasks costs the instance is more than their records.
+    pub held_bytes: usize,
 }
 
 /// Why a new task was refused.
@@ -216,6 +244,10 @@ pub struct TaskLimits {
     pub max_tasks_per_owner: usize,
     /// Bytes of records one owner keeps.
     pub max_bytes_per_owner: usize,
+    /// Records one caller (limit key) keeps.
+    pub max_tasks_per_caller: usize,
+    /// Bytes of records (and of what their running handlers hold) one caller keeps.
+    pub max_bytes_per_caller: usize,
 }
 
 impl TaskLimits {
@@ -226,6 +258,8 @@ impl TaskLimits {
             max_bytes: cfg.max_bytes,
             max_tasks_per_owner: cfg.max_tasks_per_owner,
             max_bytes_per_owner: cfg.max_bytes_per_owner,
+            max_tasks_per_caller: cfg.max_tasks_per_caller,
+            max_bytes_per_caller: cfg.max_bytes_per_caller,
         }
     }
 }
@@ -250,8 +284,12 @@ pub struct MemoryTaskStore {
 
 struct Entry {
     record: TaskRecord,
-    /// Serialised size, what the byte bounds count.
+    /// Serialised size, plus what its running handler holds while it works: what the byte
+    /// bounds count.
     bytes: usize,
+    /// The caller it counts against, and what its handler holds (both from its creation).
+    caller: Option<String>,
+    held: usize,
     expires: Instant,
     /// Creation order: "oldest" in every index.
     seq: u64,
@@ -276,6 +314,45 @@ struct Inner {
     /// Finished records of every owner, by creation order.
     finished: BTreeMap<u64, String>,
     owners: HashMap<String, OwnerUse>,
+    /// The same per caller (limit key).
+    callers: HashMap<String, OwnerUse>,
+}
+
+/// Whose records a bound counts.
+#[derive(Clone, Copy)]
+enum Group<'a> {
+    All,
+    Owner(&'a str),
+    Caller(&'a str),
+}
+
+/// Takes a record out of a group's use.
+fn leave_group(map: &mut HashMap<String, OwnerUse>, name: &str, seq: u64, bytes: usize) {
+    if let Some(u) = map.get_mut(name) {
+        u.bytes -= bytes;
+        u.all.remove(&seq);
+        u.finished.remove(&seq);
+        if u.all.is_empty() {
+            map.remove(name);
+        }
+    }
+}
+
+/// Puts a record into a group's use.
+fn join_group(
+    map: &mut HashMap<String, OwnerUse>,
+    name: &str,
+    seq: u64,
+    id: &str,
+    bytes: usize,
+    finished: bool,
+) {
+    let u = map.entry(name.to_string()).or_default();
+    u.bytes += bytes;
+    u.all.insert(seq, id.to_string());
+    if finished {
+        u.finished.insert(seq, id.to_string());
+    }
 }
 
 impl Inner {
@@ -295,56 +372,66 @@ impl Inner {
         self.bytes -= e.bytes;
         self.expiry.remove(&(e.expires, e.seq));
         self.finished.remove(&e.seq);
-        if let Some(owner) = &e.record.owner
-            && let Some(u) = self.owners.get_mut(owner)
-        {
-            u.bytes -= e.bytes;
-            u.all.remove(&e.seq);
-            u.finished.remove(&e.seq);
-            if u.all.is_empty() {
-                self.owners.remove(owner);
-            }
+        if let Some(owner) = &e.record.owner {
+            leave_group(&mut self.owners, owner, e.seq, e.bytes);
+        }
+        if let Some(caller) = &e.caller {
+            leave_group(&mut self.callers, caller, e.seq, e.bytes);
         }
         Some(e)
     }
 
     /// Stores `record`, keeping the expiry and place of a record already stored under its id
     /// (an update), or giving it fresh ones; its sequence number.
-    fn replace(&mut self, record: &TaskRecord, now: Instant) -> u64 {
-        let (expires, seq) = match self.remove(&record.task_id) {
-            Some(old) => (old.expires, old.seq),
+    fn replace(&mut self, record: &TaskRecord, now: Instant, quota: Option<&TaskQuota>) -> u64 {
+        let (expires, seq, caller, held) = match self.remove(&record.task_id) {
+            Some(old) => (old.expires, old.seq, old.caller, old.held),
             None => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                (now + Duration::from_millis(record.ttl_ms), seq)
+                let q = quota.cloned().unwrap_or_default();
+                (
+                    now + Duration::from_millis(record.ttl_ms),
+                    seq,
+                    q.caller,
+                    q.held_bytes,
+                )
             }
         };
-        self.insert(record.clone(), expires, seq);
+        self.insert(record.clone(), expires, seq, caller, held);
         seq
     }
 
-    fn insert(&mut self, record: TaskRecord, expires: Instant, seq: u64) {
-        let bytes = serialized_len(&record);
-        let id = record.task_id.clone();
+    fn insert(
+        &mut self,
+        record: TaskRecord,
+        expires: Instant,
+        seq: u64,
+        caller: Option<String>,
+        held: usize,
+    ) {
         let finished = record.status.is_terminal();
+        // A working task's handler still holds its arguments; an ended one holds nothing.
+        let bytes = serialized_len(&record) + if finished { 0 } else { held };
+        let id = record.task_id.clone();
         self.bytes += bytes;
         self.expiry.insert((expires, seq), id.clone());
         if finished {
             self.finished.insert(seq, id.clone());
         }
         if let Some(owner) = &record.owner {
-            let u = self.owners.entry(owner.clone()).or_default();
-            u.bytes += bytes;
-            u.all.insert(seq, id.clone());
-            if finished {
-                u.finished.insert(seq, id.clone());
-            }
+            join_group(&mut self.owners, owner, seq, &id, bytes, finished);
+        }
+        if let Some(c) = &caller {
+            join_group(&mut self.callers, c, seq, &id, bytes, finished);
         }
         self.records.insert(
             id,
             Entry {
                 record,
                 bytes,
+                caller,
+                held,
                 expires,
                 seq,
             },
@@ -355,14 +442,15 @@ impl Inner {
     /// `fits` holds; `keep` is never dropped. Whether it holds in the end.
     fn make_room(
         &mut self,
-        owner: Option<&str>,
+        group: Group<'_>,
         keep: Option<u64>,
         fits: impl Fn(&Self) -> bool,
     ) -> bool {
         while !fits(self) {
-            let candidates = match owner {
-                Some(o) => self.owners.get(o).map(|u| &u.finished),
-                None => Some(&self.finished),
+            let candidates = match group {
+                Group::Owner(o) => self.owners.get(o).map(|u| &u.finished),
+                Group::Caller(c) => self.callers.get(c).map(|u| &u.finished),
+                Group::All => Some(&self.finished),
             };
             let victim = candidates.and_then(|c| {
                 c.iter()
@@ -385,10 +473,22 @@ impl Inner {
             .get(owner)
             .map_or((0, 0), |u| (u.all.len(), u.bytes))
     }
+
+    fn caller_use(&self, caller: &str) -> (usize, usize) {
+        self.callers
+            .get(caller)
+            .map_or((0, 0), |u| (u.all.len(), u.bytes))
+    }
+}
+
+/// The size of a value as JSON, counted without building the JSON (what a task's arguments
+/// cost its handler, roughly).
+pub(crate) fn json_len(value: &impl Serialize) -> usize {
+    serialized_len(value)
 }
 
 /// The size of a record as JSON, counted without building the JSON.
-fn serialized_len(record: &TaskRecord) -> usize {
+fn serialized_len(record: &impl Serialize) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -430,18 +530,30 @@ impl MemoryTaskStore {
         self.inner.lock().bytes
     }
 
-    /// Brings the store back within its bounds after `seq` (owned by `owner`) grew, dropping
+    /// Brings the store back within its bounds (overall, its owner's, its caller's) after
+    /// `record` (stored as `seq`) grew, dropping
     /// other finished records; a working record is kept even over the bounds (it is counted,
     /// and new tasks are refused until there is room).
-    fn settle(&self, inner: &mut Inner, owner: Option<&str>, seq: u64) {
+    fn settle(&self, inner: &mut Inner, record: &TaskRecord, seq: u64) {
+        let owner = record.owner.as_deref();
         let l = self.limits;
         if let Some(o) = owner {
-            inner.make_room(Some(o), Some(seq), |i| {
+            inner.make_room(Group::Owner(o), Some(seq), |i| {
                 let (n, b) = i.owner_use(o);
                 n <= l.max_tasks_per_owner && b <= l.max_bytes_per_owner
             });
         }
-        inner.make_room(None, Some(seq), |i| {
+        let caller = inner
+            .records
+            .get(&record.task_id)
+            .and_then(|e| e.caller.clone());
+        if let Some(c) = caller.as_deref() {
+            inner.make_room(Group::Caller(c), Some(seq), |i| {
+                let (n, b) = i.caller_use(c);
+                n <= l.max_tasks_per_caller && b <= l.max_bytes_per_caller
+            });
+        }
+        inner.make_room(Group::All, Some(seq), |i| {
             i.records.len() <= l.max_tasks && i.bytes <= l.max_bytes
         });
     }
@@ -453,22 +565,50 @@ impl TaskStore for MemoryTaskStore {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         inner.expire(now);
-        let seq = inner.replace(record, now);
-        self.settle(&mut inner, record.owner.as_deref(), seq);
+        let seq = inner.replace(record, now, None);
+        self.settle(&mut inner, record, seq);
     }
 
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
+        self.create_for(record, &TaskQuota::default()).await
+    }
+
+    async fn create_for(
+        &self,
+        record: &TaskRecord,
+        quota: &TaskQuota,
+    ) -> Result<(), TaskStoreError> {
         let l = self.limits;
         let now = Instant::now();
-        let bytes = serialized_len(record);
+        let bytes = serialized_len(record) + quota.held_bytes;
         let mut inner = self.inner.lock();
         inner.expire(now);
+        if let Some(c) = quota.caller.as_deref() {
+            let fits = |i: &Inner| {
+                let (n, b) = i.caller_use(c);
+                n < l.max_tasks_per_caller && b + bytes <= l.max_bytes_per_caller
+            };
+            if !inner.make_room(Group::Caller(c), None, fits) {
+                let (n, _) = inner.caller_use(c);
+                return Err(TaskStoreError::Full(if n >= l.max_tasks_per_caller {
+                    TaskStoreFull {
+                        limit: "tasks.max_tasks_per_caller",
+                        max: l.max_tasks_per_caller,
+                    }
+                } else {
+                    TaskStoreFull {
+                        limit: "tasks.max_bytes_per_caller",
+                        max: l.max_bytes_per_caller,
+                    }
+                }));
+            }
+        }
         if let Some(o) = record.owner.as_deref() {
             let fits = |i: &Inner| {
                 let (n, b) = i.owner_use(o);
                 n < l.max_tasks_per_owner && b + bytes <= l.max_bytes_per_owner
             };
-            if !inner.make_room(Some(o), None, fits) {
+            if !inner.make_room(Group::Owner(o), None, fits) {
                 let (n, _) = inner.owner_use(o);
                 return Err(TaskStoreError::Full(if n >= l.max_tasks_per_owner {
                     TaskStoreFull {
@@ -484,7 +624,7 @@ impl TaskStore for MemoryTaskStore {
             }
         }
         let fits = |i: &Inner| i.records.len() < l.max_tasks && i.bytes + bytes <= l.max_bytes;
-        if !inner.make_room(None, None, fits) {
+        if !inner.make_room(Group::All, None, fits) {
             return Err(TaskStoreError::Full(
                 if inner.records.len() >= l.max_tasks {
                     TaskStoreFull {
@@ -501,7 +641,7 @@ impl TaskStore for MemoryTaskStore {
         }
         // A record already stored under this id (ids are fresh UUIDs, so only a replay) is
         // replaced, keeping its place.
-        inner.replace(record, now);
+        inner.replace(record, now, Some(quota));
         Ok(())
     }
 
@@ -594,10 +734,24 @@ impl Tasks {
     /// fingerprint of its caller, with authorization on), stores its record before anyone can
     /// ask for it, and registers it as running here until [`Tasks::end`]. A store with no room
     /// for it refuses it: the caller answers the error and nothing runs.
+    #[cfg(test)]
     pub async fn begin(
         &self,
         owner: Option<String>,
         principal: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<(TaskRecord, Arc<Running>), ErrorData> {
+        self.begin_for(owner, principal, TaskQuota::default(), cancel)
+            .await
+    }
+
+    /// [`Tasks::begin`], counting the task against its caller's bounds and charging what its
+    /// handler holds ([`TaskQuota`]).
+    pub async fn begin_for(
+        &self,
+        owner: Option<String>,
+        principal: Option<String>,
+        quota: TaskQuota,
         cancel: CancellationToken,
     ) -> Result<(TaskRecord, Arc<Running>), ErrorData> {
         let now = crate::clock::iso_now();
@@ -628,7 +782,7 @@ impl Tasks {
         self.running
             .lock()
             .insert(record.task_id.clone(), running.clone());
-        if let Err(e) = self.store.create(&record).await {
+        if let Err(e) = self.store.create_for(&record, &quota).await {
             self.running.lock().remove(&record.task_id);
             return Err(match e {
                 TaskStoreError::Full(full) => {
@@ -1004,6 +1158,8 @@ mod tests {
             max_bytes,
             max_tasks_per_owner: per_owner,
             max_bytes_per_owner: max_bytes,
+            max_tasks_per_caller: max_tasks,
+            max_bytes_per_caller: max_bytes,
         }
     }
 
@@ -1054,6 +1210,8 @@ mod tests {
             max_bytes: 10_000,
             max_tasks_per_owner: 2,
             max_bytes_per_owner: 10_000,
+            max_tasks_per_caller: 100,
+            max_bytes_per_caller: 10_000,
         });
         store
             .create(&rec("s1", Some("s"), TaskStatus::Working, 0))

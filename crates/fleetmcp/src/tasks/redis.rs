@@ -10,6 +10,7 @@
 //! | `session:{sessionId}` | sorted set | the session's task ids, scored by expiry (Unix ms): what `tasks/list` reads, and its bound |
 //! | `executor:{nodeId}` | set | record keys of the tasks not ended yet that `nodeId` runs: what the orphan scanner reads |
 //! | `cancel:{taskId}` | channel | `1` asks the executor to stop the task |
+//! | `quota:{quota}:all`, `:meta`, `:totals`, `:done:<group>` | sorted set, hashes, sorted sets | the fleet-wide bounds: every task's charge by group (see below) |
 //!
 //! A record is the JSON of [`TaskRecord`]; with authorization on it carries `principal`, the
 //! starter's 22-character fingerprint (absent otherwise, so anonymous records, and those written
@@ -27,10 +28,20 @@
 //! subscription (and connection) per running task; cancels are rare, so every instance reading
 //! every cancel costs less than a connection per task.
 //!
-//! Bounds: a session keeps at most `tasks.max_tasks_per_owner` live records (when full, its
-//! oldest ended record is dropped; with none ended, the new task is refused, as in memory).
-//! Tasks of no session are bounded by their lifetime only; `tasks.max_result_bytes` bounds each
-//! record. Every command is bounded by the shared connection's timeout.
+//! Bounds, fleet-wide, as in memory: `tasks.max_tasks` and `tasks.max_bytes` over every task,
+//! the `_per_owner` pair per session, the `_per_caller` pair per caller (its limit key, kept as a
+//! digest). A task is charged its record's bytes plus, while it works, what its handler holds
+//! (its arguments): so the bound also caps what a crowd of working tasks costs the instances
+//! running them. One script ([`QUOTA_RESERVE`]) checks and charges every group at once before
+//! the record is written, dropping the oldest finished records of a full group to make room
+//! (the script returns their keys, deleted next); with only working tasks left, the new task is
+//! refused naming the bound. A task's end re-charges its final size ([`QUOTA_END`]). The quota
+//! keys share one Cluster slot (hash tag `{quota}`); entries are scored by their record's
+//! expiry and trimmed on every call, and the keys expire twice a task's lifetime after their
+//! last write, so a count cannot outlive what it counts (no `KEYS`, every call bounded). A
+//! session still keeps at most `tasks.max_tasks_per_owner` ids in its index (as before);
+//! `tasks.max_result_bytes` bounds each record. Every command is bounded by the shared
+//! connection's timeout.
 
 use std::time::Duration;
 
@@ -40,7 +51,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{TaskLimits, TaskRecord, TaskStore, TaskStoreError, TaskStoreFull};
+use super::{TaskLimits, TaskQuota, TaskRecord, TaskStore, TaskStoreError, TaskStoreFull};
 use crate::redis_conn::{CommandError, RedisConn};
 
 /// What a shared store tells the instance about its tasks from elsewhere.
@@ -125,6 +136,143 @@ redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 return 1
 "#;
 
+/// The fleet-wide bounds of task records (`tasks.max_tasks`, `tasks.max_bytes`, the same per
+/// session and per caller), kept beside the records in keys of one Cluster slot (the hash tag
+/// `{quota}`), so one script checks and charges every bound at once. KEYS: `all` (sorted set:
+/// task id scored by its record's expiry, Unix ms), `meta` (hash: task id to
+/// `<bytes>\n<record key>\n<group>...`), `totals` (hash: `n:<group>` records, `b:<group>`
+/// bytes); ARGV[1] is the prefix of each group's `done` sorted set (the finished records,
+/// oldest first: the eviction candidates). A group is `all`, `s:<session>` or `c:<digest of the
+/// caller's key>`. Expired entries are trimmed on every call (at most 100 at a time, more
+/// than a call adds), so the counts cannot leak: an entry leaves with its record's expiry
+/// at the latest, and every key expires twice a task's lifetime after its last write.
+const QUOTA_HELPERS: &str = r#"
+local DONE = ARGV[1]
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function parse(m)
+  local parts = {}
+  for p in string.gmatch(m, '[^\n]+') do parts[#parts + 1] = p end
+  local groups = {}
+  for i = 3, #parts do groups[#groups + 1] = parts[i] end
+  return tonumber(parts[1]) or 0, parts[2], groups
+end
+local function drop(id, victims)
+  redis.call('ZREM', KEYS[1], id)
+  local m = redis.call('HGET', KEYS[2], id)
+  if not m then return end
+  redis.call('HDEL', KEYS[2], id)
+  local b, rkey, groups = parse(m)
+  for _, g in ipairs(groups) do
+    local n = redis.call('HINCRBY', KEYS[3], 'n:' .. g, -1)
+    redis.call('HINCRBY', KEYS[3], 'b:' .. g, -b)
+    if n <= 0 then redis.call('HDEL', KEYS[3], 'n:' .. g, 'b:' .. g) end
+    redis.call('ZREM', DONE .. g, id)
+  end
+  if victims then victims[#victims + 1] = rkey end
+end
+local function trim(now)
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 100)) do
+    drop(id, nil)
+  end
+end
+local function use(g)
+  local v = redis.call('HMGET', KEYS[3], 'n:' .. g, 'b:' .. g)
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0
+end
+-- Drops the oldest finished records of group g (never `keep`) until `fits(n, b)`; false when
+-- none is left to drop.
+local function make_room(g, keep, fits, victims)
+  while true do
+    local n, b = use(g)
+    if fits(n, b) then return true end
+    local cands = redis.call('ZRANGE', DONE .. g, 0, 1)
+    local victim = nil
+    for _, id in ipairs(cands) do
+      if id ~= keep then victim = id break end
+    end
+    if not victim then return false end
+    drop(victim, victims)
+  end
+end
+local function expire_all(ttl)
+  for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], ttl) end
+end
+"#;
+
+/// Charges a new task to its groups, first dropping finished records to make room. ARGV: done
+/// prefix, task id, bytes, record ttl ms, record key, key ttl ms, then (group, max records, max
+/// bytes) for each group. Returns `{'1'}` plus the keys of the records dropped (to delete), or
+/// `{'0', group, 'n' or 'b'}` plus those keys when a group is full of working tasks.
+const QUOTA_RESERVE: &str = r#"
+local now = now_ms()
+trim(now)
+local id, bytes = ARGV[2], tonumber(ARGV[3])
+local victims = {}
+local groups = {}
+for i = 7, #ARGV, 3 do
+  local g, maxn, maxb = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  groups[#groups + 1] = g
+  local fits = function(n, b) return n + 1 <= maxn and b + bytes <= maxb end
+  if not make_room(g, id, fits, victims) then
+    local n = use(g)
+    local which = 'b'
+    if n + 1 > maxn then which = 'n' end
+    local out = {'0', g, which}
+    for _, v in ipairs(victims) do out[#out + 1] = v end
+    return out
+  end
+end
+drop(id, nil)
+redis.call('HSET', KEYS[2], id, bytes .. '\n' .. ARGV[5] .. '\n' .. table.concat(groups, '\n'))
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
+for _, g in ipairs(groups) do
+  redis.call('HINCRBY', KEYS[3], 'n:' .. g, 1)
+  redis.call('HINCRBY', KEYS[3], 'b:' .. g, bytes)
+end
+expire_all(ARGV[6])
+local out = {'1'}
+for _, v in ipairs(victims) do out[#out + 1] = v end
+return out
+"#;
+
+/// A task ended: its charge becomes its final record's size (its handler no longer holds
+/// anything), it becomes an eviction candidate in its groups, and each group that grew past
+/// its bounds drops its oldest other finished records. ARGV: done prefix, task id, bytes, key
+/// ttl ms, then max records and max bytes of `all`, of a session (`s:`), of a caller (`c:`).
+/// Returns the keys of the records dropped.
+const QUOTA_END: &str = r#"
+local id, bytes = ARGV[2], tonumber(ARGV[3])
+local m = redis.call('HGET', KEYS[2], id)
+if not m then return {} end
+local old, rkey, groups = parse(m)
+local score = redis.call('ZSCORE', KEYS[1], id) or now_ms()
+redis.call('HSET', KEYS[2], id, bytes .. '\n' .. rkey .. '\n' .. table.concat(groups, '\n'))
+for _, g in ipairs(groups) do
+  redis.call('HINCRBY', KEYS[3], 'b:' .. g, bytes - old)
+  redis.call('ZADD', DONE .. g, score, id)
+  redis.call('PEXPIRE', DONE .. g, ARGV[4])
+end
+expire_all(ARGV[4])
+local victims = {}
+for _, g in ipairs(groups) do
+  local at = 5
+  if string.sub(g, 1, 2) == 's:' then at = 7 elseif string.sub(g, 1, 2) == 'c:' then at = 9 end
+  local maxn, maxb = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+  make_room(g, id, function(n, b) return n <= maxn and b <= maxb end, victims)
+end
+return victims
+"#;
+
+/// Takes a task's charge back (its record could not be written after all). ARGV: done
+/// prefix, task id.
+const QUOTA_RELEASE: &str = r#"
+drop(ARGV[2], nil)
+return 1
+"#;
+
 /// Records read per `MGET` when listing or scanning.
 const BATCH: usize = 100;
 
@@ -135,6 +283,8 @@ pub struct RedisTaskStore {
     /// `<redis.key_prefix>task:`.
     prefix: String,
     max_tasks_per_owner: usize,
+    /// Every bound, applied fleet-wide by the quota scripts.
+    limits: TaskLimits,
     /// Redis is a cluster: a session's task keys carry a hash tag.
     cluster: bool,
 }
@@ -160,6 +310,168 @@ impl RedisTaskStore {
             redis,
             prefix: format!("{key_prefix}task:"),
             max_tasks_per_owner: limits.max_tasks_per_owner.max(1),
+            limits,
+        }
+    }
+
+    /// The quota's keys (`all`, `meta`, `totals`) and the prefix of its groups' `done` sets,
+    /// in one Cluster slot.
+    fn quota_keys(&self) -> ([String; 3], String) {
+        let base = format!("{}quota:{{quota}}:", self.prefix);
+        (
+            [
+                format!("{base}all"),
+                format!("{base}meta"),
+                format!("{base}totals"),
+            ],
+            format!("{base}done:"),
+        )
+    }
+
+    /// The groups a task counts in, with their bounds: every task, its session's, its caller's
+    /// (under a digest of the caller's key: no address or principal is written in the clear).
+    fn quota_groups(
+        &self,
+        owner: Option<&str>,
+        caller: Option<&str>,
+    ) -> Vec<(String, usize, usize)> {
+        let l = &self.limits;
+        let mut groups = vec![("all".to_string(), l.max_tasks, l.max_bytes)];
+        if let Some(o) = owner {
+            groups.push((
+                format!("s:{o}"),
+                l.max_tasks_per_owner,
+                l.max_bytes_per_owner,
+            ));
+        }
+        if let Some(c) = caller {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(c.as_bytes());
+            let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+            groups.push((
+                format!("c:{hex}"),
+                l.max_tasks_per_caller,
+                l.max_bytes_per_caller,
+            ));
+        }
+        groups
+    }
+
+    /// The quota script `body` with its keys and `args` (after the done prefix).
+    fn quota_cmd(&self, body: &str, args: &[String]) -> redis::Cmd {
+        let (keys, done) = self.quota_keys();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(format!("{QUOTA_HELPERS}{body}"))
+            .arg(3)
+            .arg(&keys[..])
+            .arg(done)
+            .arg(args);
+        cmd
+    }
+
+    /// Deletes the records the quota dropped to make room (each on its own slot); an error
+    /// leaves the record to its expiry, already uncounted.
+    async fn delete_victims(&self, keys: &[String]) {
+        for key in keys {
+            if let Err(e) = self
+                .redis
+                .run::<i64>(redis::cmd("DEL").arg(key).clone())
+                .await
+            {
+                tracing::debug!(error = %e, key, "a task record dropped to make room stays until it expires");
+            }
+        }
+    }
+
+    /// Charges a new task to its groups (see [`QUOTA_RESERVE`]).
+    async fn reserve(
+        &self,
+        record: &TaskRecord,
+        key: &str,
+        bytes: usize,
+        caller: Option<&str>,
+    ) -> Result<(), TaskStoreError> {
+        let ttl = record.ttl_ms.max(1);
+        let mut args = vec![
+            record.task_id.clone(),
+            bytes.to_string(),
+            ttl.to_string(),
+            key.to_string(),
+            (ttl.saturating_mul(2)).to_string(),
+        ];
+        let groups = self.quota_groups(record.owner.as_deref(), caller);
+        for (g, n, b) in &groups {
+            args.extend([g.clone(), n.to_string(), b.to_string()]);
+        }
+        let out: Vec<String> = self
+            .redis
+            .run(self.quota_cmd(QUOTA_RESERVE, &args))
+            .await
+            .map_err(|e| {
+                warn_failed("bounding a new task", &record.task_id, &e);
+                TaskStoreError::Unavailable(e.to_string())
+            })?;
+        match out.first().map(String::as_str) {
+            Some("1") => {
+                self.delete_victims(&out[1..]).await;
+                Ok(())
+            }
+            Some("0") if out.len() >= 3 => {
+                self.delete_victims(&out[3..]).await;
+                let l = &self.limits;
+                let count = out[2] == "n";
+                let (limit, max) = match (out[1].split(':').next(), count) {
+                    (Some("s"), true) => ("tasks.max_tasks_per_owner", l.max_tasks_per_owner),
+                    (Some("s"), false) => ("tasks.max_bytes_per_owner", l.max_bytes_per_owner),
+                    (Some("c"), true) => ("tasks.max_tasks_per_caller", l.max_tasks_per_caller),
+                    (Some("c"), false) => ("tasks.max_bytes_per_caller", l.max_bytes_per_caller),
+                    (_, true) => ("tasks.max_tasks", l.max_tasks),
+                    (_, false) => ("tasks.max_bytes", l.max_bytes),
+                };
+                Err(TaskStoreError::Full(TaskStoreFull { limit, max }))
+            }
+            _ => Err(TaskStoreError::Unavailable(format!(
+                "unexpected answer of the task quota: {out:?}"
+            ))),
+        }
+    }
+
+    /// Takes back the charge of a task whose record was not written.
+    async fn release(&self, task_id: &str) {
+        let cmd = self.quota_cmd(QUOTA_RELEASE, &[task_id.to_string()]);
+        if let Err(e) = self.redis.run::<i64>(cmd).await {
+            // Counted until its expiry: a bound slightly tighter for a while, never looser.
+            warn_failed("releasing a task's charge", task_id, &e);
+        }
+    }
+
+    /// A task ended: its charge becomes its final record (see [`QUOTA_END`]).
+    async fn charge_end(&self, record: &TaskRecord, bytes: usize) {
+        let mut args = vec![
+            record.task_id.clone(),
+            bytes.to_string(),
+            (record.ttl_ms.max(1).saturating_mul(2)).to_string(),
+        ];
+        // The task's groups are read from its own entry; the bounds by kind of group.
+        let l = &self.limits;
+        args.extend(
+            [
+                l.max_tasks,
+                l.max_bytes,
+                l.max_tasks_per_owner,
+                l.max_bytes_per_owner,
+                l.max_tasks_per_caller,
+                l.max_bytes_per_caller,
+            ]
+            .map(|n| n.to_string()),
+        );
+        match self
+            .redis
+            .run::<Vec<String>>(self.quota_cmd(QUOTA_END, &args))
+            .await
+        {
+            Ok(victims) => self.delete_victims(&victims).await,
+            Err(e) => warn_failed("recounting an ended task", &record.task_id, &e),
         }
     }
 
@@ -245,6 +557,7 @@ impl RedisTaskStore {
     ) -> Result<i64, CommandError> {
         let json = serde_json::to_string(record)
             .map_err(|e| CommandError::Unavailable(format!("unserialisable record: {e}")))?;
+        let json_len = json.len();
         let key = self.record_key(record.owner.as_deref(), &record.task_id);
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(format!("{HELPERS}{WRITE}"))
@@ -269,6 +582,9 @@ impl RedisTaskStore {
             );
         }
         let written: i64 = self.redis.run(cmd).await?;
+        if written == 1 && record.status.is_terminal() {
+            self.charge_end(record, json_len).await;
+        }
         let index = self.executor_index_of(record);
         if written == 1 && record.status.is_terminal() && !index.is_empty() {
             // Ended: no longer its executor's to fail if the executor dies. Best effort: an
@@ -280,6 +596,58 @@ impl RedisTaskStore {
             }
         }
         Ok(written)
+    }
+
+    /// Writes a new record and its indexes (its charge is already taken).
+    async fn create_record(
+        &self,
+        record: &TaskRecord,
+        json: String,
+        key: &str,
+    ) -> Result<(), TaskStoreError> {
+        let owner = record.owner.as_deref();
+        let key = key.to_string();
+        let index = self.executor_index_of(record);
+        let ttl_ms = record.ttl_ms.max(1);
+        if !index.is_empty() {
+            // Listed first: should this instance die between the two writes, the orphan
+            // scanner finds an entry with no record (skipped), never a record it cannot find.
+            if let Err(e) = self.add_to_executor(&index, &key, ttl_ms).await {
+                warn_failed("creating a record", &record.task_id, &e);
+                return Err(TaskStoreError::Unavailable(e.to_string()));
+            }
+        }
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(format!("{HELPERS}{CREATE}"));
+        match owner {
+            Some(o) => cmd.arg(2).arg(&key).arg(self.owner_index(o)),
+            None => cmd.arg(1).arg(&key),
+        };
+        let cmd = cmd
+            .arg(json)
+            .arg(ttl_ms)
+            .arg(self.max_tasks_per_owner)
+            .arg(&record.task_id)
+            .arg(self.record_key(owner, ""))
+            .clone();
+        match self.redis.run::<i64>(cmd).await {
+            Ok(1) => Ok(()),
+            Ok(_) => {
+                if !index.is_empty() {
+                    let mut rem = redis::cmd("SREM");
+                    rem.arg(&index).arg(&key);
+                    let _ = self.redis.run::<i64>(rem).await;
+                }
+                Err(TaskStoreError::Full(TaskStoreFull {
+                    limit: "tasks.max_tasks_per_owner",
+                    max: self.max_tasks_per_owner,
+                }))
+            }
+            Err(e) => {
+                warn_failed("creating a record", &record.task_id, &e);
+                Err(TaskStoreError::Unavailable(e.to_string()))
+            }
+        }
     }
 
     /// Reads records by key, `BATCH` per round trip; a missing or unreadable one is `None`.
@@ -407,53 +775,32 @@ impl TaskStore for RedisTaskStore {
     }
 
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
+        self.create_for(record, &TaskQuota::default()).await
+    }
+
+    async fn create_for(
+        &self,
+        record: &TaskRecord,
+        quota: &TaskQuota,
+    ) -> Result<(), TaskStoreError> {
         let json = serde_json::to_string(record)
             .map_err(|e| TaskStoreError::Unavailable(format!("unserialisable record: {e}")))?;
         let owner = record.owner.as_deref();
         let key = self.record_key(owner, &record.task_id);
-        let index = self.executor_index_of(record);
-        let ttl_ms = record.ttl_ms.max(1);
-        if !index.is_empty() {
-            // Listed first: should this instance die between the two writes, the orphan
-            // scanner finds an entry with no record (skipped), never a record it cannot find.
-            if let Err(e) = self.add_to_executor(&index, &key, ttl_ms).await {
-                warn_failed("creating a record", &record.task_id, &e);
-                return Err(TaskStoreError::Unavailable(e.to_string()));
-            }
+        // Counted first, fleet-wide: a task the bounds refuse writes nothing.
+        self.reserve(
+            record,
+            &key,
+            json.len() + quota.held_bytes,
+            quota.caller.as_deref(),
+        )
+        .await?;
+        let created = self.create_record(record, json, &key).await;
+        if created.is_err() {
+            self.release(&record.task_id).await;
         }
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(format!("{HELPERS}{CREATE}"));
-        match owner {
-            Some(o) => cmd.arg(2).arg(&key).arg(self.owner_index(o)),
-            None => cmd.arg(1).arg(&key),
-        };
-        let cmd = cmd
-            .arg(json)
-            .arg(ttl_ms)
-            .arg(self.max_tasks_per_owner)
-            .arg(&record.task_id)
-            .arg(self.record_key(owner, ""))
-            .clone();
-        match self.redis.run::<i64>(cmd).await {
-            Ok(1) => Ok(()),
-            Ok(_) => {
-                if !index.is_empty() {
-                    let mut rem = redis::cmd("SREM");
-                    rem.arg(&index).arg(&key);
-                    let _ = self.redis.run::<i64>(rem).await;
-                }
-                Err(TaskStoreError::Full(TaskStoreFull {
-                    limit: "tasks.max_tasks_per_owner",
-                    max: self.max_tasks_per_owner,
-                }))
-            }
-            Err(e) => {
-                warn_failed("creating a record", &record.task_id, &e);
-                Err(TaskStoreError::Unavailable(e.to_string()))
-            }
-        }
+        created
     }
-
     async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
         let raw: Option<String> = match self
             .redis

@@ -52,16 +52,31 @@ pub enum Limit {
     InflightPerKey,
     /// The shared counters did not answer and `limits.on_store_error` is `closed` (`503`).
     CountersUnavailable,
+    /// `limits.max_sessions_per_key` (`429` on `initialize`).
+    SessionsPerKey,
+    /// `limits.max_listen_streams_per_key` (`429`).
+    ListenStreamsPerKey,
+    /// `stateless.max_listen_streams` (`503`).
+    ListenStreams,
+    /// `sessions.max_client_data_bytes` (`503` or `-32603`).
+    ClientData,
+    /// A `tasks.*` bound (`-32000` naming it).
+    Tasks,
 }
 
 impl Limit {
-    const ALL: [Limit; 6] = [
+    const ALL: [Limit; 11] = [
         Limit::InflightPerSession,
         Limit::Sessions,
         Limit::Rate,
         Limit::ToolRate,
         Limit::InflightPerKey,
         Limit::CountersUnavailable,
+        Limit::SessionsPerKey,
+        Limit::ListenStreamsPerKey,
+        Limit::ListenStreams,
+        Limit::ClientData,
+        Limit::Tasks,
     ];
 
     fn as_str(self) -> &'static str {
@@ -72,6 +87,11 @@ impl Limit {
             Limit::ToolRate => "tool_rate",
             Limit::InflightPerKey => "inflight_per_key",
             Limit::CountersUnavailable => "limit_store_unavailable",
+            Limit::SessionsPerKey => "sessions_per_key",
+            Limit::ListenStreamsPerKey => "listen_streams_per_key",
+            Limit::ListenStreams => "listen_streams",
+            Limit::ClientData => "client_data_bytes",
+            Limit::Tasks => "tasks",
         }
     }
 }

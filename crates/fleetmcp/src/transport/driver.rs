@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::{authorize, reply};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::context::{Caller, Outbound, RequestContext};
+use crate::context::{Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
 use crate::limits::{LimitKey, Refusal};
 use crate::protocol::{ErrorData, errors};
@@ -131,6 +131,7 @@ fn count_refusal(app: &App, refusal: &Refusal) {
             crate::limits::Which::Rate(_) => Limit::Rate,
             crate::limits::Which::Tool(..) => Limit::ToolRate,
             crate::limits::Which::InflightPerKey(_) => Limit::InflightPerKey,
+            crate::limits::Which::SessionsPerKey(_) => Limit::SessionsPerKey,
         },
         Refusal::StoreUnavailable => Limit::CountersUnavailable,
     };
@@ -149,6 +150,14 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
             Err(Refused::from_limits(refusal))
         }
     }
+}
+
+/// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,
+/// or `503` when the shared counters could not be read and `limits.on_store_error` is
+/// `closed`), counted.
+pub(super) fn refuse_initialize(app: &App, refusal: Refusal, id: &RawValue) -> Response {
+    count_refusal(app, &refusal);
+    Refused::from_limits(refusal).response(id)
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
@@ -219,6 +228,10 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let meta = meta_of(params.as_deref());
+    // Shared with the context, so a background task the request starts can take the place
+    // over; the driver frees it when the request ends, if nothing took it.
+    let slot = SlotCell::new(parking_lot::Mutex::new(Some(slot)));
+    let limit_key = key;
     let key = call_key(
         &caller,
         principal.as_deref(),
@@ -233,14 +246,15 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         cancel.clone(),
         principal,
     )
-    .with_call_key(key);
+    .with_call_key(key)
+    .with_limits(limit_key, slot.clone());
     let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
     // cancelled, or dropped with its connection.
     let mut running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
-        let _slot = slot;
+        let _slot = FreeSlot(slot);
         tokio::select! {
             biased;
             _ = stop.cancelled() => None,
@@ -332,6 +346,16 @@ where
         Started::Refused(r) => Some(Err(r.error)),
         // The stream outlives any connection, so only the end of the request ends it.
         Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
+    }
+}
+
+/// Frees a request's place in flight when the request ends (unless a task took it over).
+struct FreeSlot(SlotCell);
+
+impl Drop for FreeSlot {
+    fn drop(&mut self) {
+        let slot = self.0.lock().take();
+        drop(slot);
     }
 }
 

@@ -12,7 +12,8 @@ use serde_json::value::RawValue;
 use super::{locate, reply};
 use crate::app::App;
 use crate::dispatch;
-use crate::protocol::{ErrorData, ProtocolVersion, errors};
+use crate::limits::LimitKey;
+use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
 use crate::telemetry::Limit;
 
@@ -53,13 +54,16 @@ fn client_data(app: &App, p: &InitializeParams) -> Result<(Value, Value), ErrorD
 }
 
 /// Opens session `sid` (minted with [`mint`] when `None`) for the `initialize` request `rid`;
-/// the session and its result, or the error answer.
+/// the session and its result, or the error answer. The session counts against `key`
+/// (`limits.max_sessions_per_key`: `429` with `Retry-After` beyond it) and what it keeps of the
+/// client against the instance's `sessions.max_client_data_bytes` (`503` beyond it).
 pub(super) async fn open(
     app: &App,
     sid: Option<&str>,
     rid: &RawValue,
     params: Option<&RawValue>,
     owner: Option<&str>,
+    key: &LimitKey,
 ) -> Result<(Arc<Session>, Value), Response> {
     let p: InitializeParams = dispatch::params(params)
         .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
@@ -75,16 +79,57 @@ pub(super) async fn open(
             &minted
         }
     };
-    let session = app
+    // Both before the session exists, so a refusal leaves nothing behind.
+    let raw_len = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |r| r.get().len());
+    let kept = raw_len(&p.client_info) + raw_len(&p.capabilities);
+    let charge = app.client_data().charge(kept).map_err(|_| {
+        app.meters().limit_rejected(Limit::ClientData);
+        let max = app.config().sessions.max_client_data_bytes;
+        reply::with_retry_after(
+            reply::rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(rid),
+                &ErrorData::new(
+                    ErrorCode(-32000),
+                    format!("This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"),
+                    Some(serde_json::json!({"limit": "sessions.max_client_data_bytes", "max": max})),
+                ),
+            ),
+            5,
+        )
+    })?;
+    let ttl_ms = app
+        .config()
+        .redis
+        .as_ref()
+        .map_or(app.config().sessions.idle_ttl_ms, |r| r.default_ttl_ms);
+    let place = match app.limits().admit_session(key, sid, ttl_ms).await {
+        Ok(place) => place,
+        Err(refusal) => {
+            tracing::debug!(
+                key = key.as_str(),
+                ?refusal,
+                "refused an initialize: the key holds its most sessions"
+            );
+            return Err(super::driver::refuse_initialize(app, refusal, rid));
+        }
+    };
+    let session = match app
         .sessions()
         .open(sid, version, client_info, capabilities, owner)
         .await
-        .map_err(|e| {
+    {
+        Ok(s) => s,
+        Err(e) => {
             if matches!(e, OpenError::Full) {
                 app.meters().limit_rejected(Limit::Sessions);
             }
-            open_error(e, Some(rid))
-        })?;
+            app.limits().end_session(key, sid).await;
+            return Err(open_error(e, Some(rid)));
+        }
+    };
+    session.keep_place(place);
+    session.keep_charge(charge);
     Ok((session, result(app, version)))
 }
 

@@ -156,7 +156,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         && method == "initialize"
     {
         let owner = authorize::owner(&principal);
-        return initialize(app, &sid, &place, rid, params.as_deref(), owner).await;
+        return initialize(app, &sid, &place, rid, params.as_deref(), owner, &key).await;
     }
     let session = match place {
         Place::Here(session) => session,
@@ -258,6 +258,7 @@ async fn initialize(
     rid: &RawValue,
     params: Option<&RawValue>,
     owner: Option<&str>,
+    key: &crate::limits::LimitKey,
 ) -> Response {
     match place {
         Place::Here(_) => {
@@ -294,7 +295,7 @@ async fn initialize(
         );
         return reply::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), rid, params, owner).await {
+    match initialize::open(app, Some(sid), rid, params, owner, key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {

@@ -1,5 +1,13 @@
 //! `subscriptions/listen` (2026-07-28): a long-lived SSE stream of the list and resource
 //! changes a client asked for, each tagged with the subscription id (the listen request's id).
+//!
+//! A stream is bounded like a session's subscriptions (`sessions.max_subscriptions` URIs of at
+//! most `sessions.max_subscription_uri_bytes`: beyond, `400` `-32602`, nothing kept), and
+//! streams are bounded per caller key (`limits.max_listen_streams_per_key`: `429` with
+//! `Retry-After`) and per instance (`stateless.max_listen_streams`, and the URIs' bytes under
+//! `sessions.max_client_data_bytes`: `503` with `Retry-After`). A stream's place and bytes are
+//! given back when its task ends (the client went away, or the server stops), so nothing it
+//! held outlives it.
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -10,8 +18,10 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::{reply, sse};
 use crate::app::{App, Change};
-use crate::protocol::{ErrorCode, ErrorData, encode_notification};
+use crate::limits::{HoldRefusal, LimitKey};
+use crate::protocol::{ErrorCode, ErrorData, encode_notification, errors};
 use crate::stateless::{META_SERVER_INFO, META_SUBSCRIPTION_ID};
+use crate::telemetry::Limit;
 
 /// What a listen request asked for.
 #[derive(Default)]
@@ -20,6 +30,94 @@ struct Filter {
     prompts: bool,
     resources: bool,
     uris: Vec<String>,
+}
+
+/// Bytes a kept URI costs besides its text (the `String` it lives in).
+const URI_OVERHEAD: usize = 24;
+
+/// How long a caller refused a stream should wait: streams end when their clients leave,
+/// which is not soon.
+const LISTEN_RETRY_AFTER_S: u64 = 5;
+
+/// The session limits on what one listen filters on: the number of URIs and each one's length,
+/// checked before anything is copied. The `-32602` naming the limit otherwise.
+fn check_uris(app: &App, map: &Map<String, Value>) -> Result<(), ErrorData> {
+    let Some(Value::Array(uris)) = map
+        .get("notifications")
+        .and_then(|n| n.get("resourceSubscriptions"))
+    else {
+        return Ok(());
+    };
+    let cfg = &app.config().sessions;
+    if uris.len() > cfg.max_subscriptions {
+        return Err(errors::invalid_params_with(
+            format!(
+                "subscriptions/listen names {} resources, more than sessions.max_subscriptions ({})",
+                uris.len(),
+                cfg.max_subscriptions
+            ),
+            json!({"limit": "sessions.max_subscriptions", "max": cfg.max_subscriptions}),
+        ));
+    }
+    let longest = uris
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    if longest > cfg.max_subscription_uri_bytes {
+        return Err(errors::invalid_params_with(
+            format!(
+                "A resource URI of {longest} bytes is longer than sessions.max_subscription_uri_bytes ({})",
+                cfg.max_subscription_uri_bytes
+            ),
+            json!({"limit": "sessions.max_subscription_uri_bytes", "max": cfg.max_subscription_uri_bytes}),
+        ));
+    }
+    Ok(())
+}
+
+/// The answer to a listen no place was left for: `429` when the caller holds its most
+/// streams, `503` when the instance does (its streams or its client-data bytes).
+fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
+    let (status, limit, error) = match why {
+        HoldRefusal::PerKey(max) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            Limit::ListenStreamsPerKey,
+            errors::rate_limited(
+                LISTEN_RETRY_AFTER_S,
+                json!({"limit": "listenStreamsPerKey", "maxListenStreamsPerKey": max}),
+            ),
+        ),
+        HoldRefusal::Total(max) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Limit::ListenStreams,
+            ErrorData::new(
+                ErrorCode(-32000),
+                format!(
+                    "This instance holds its maximum number of listen streams (stateless.max_listen_streams, {max}); retry shortly"
+                ),
+                Some(json!({"limit": "stateless.max_listen_streams", "max": max})),
+            ),
+        ),
+        HoldRefusal::Bytes(max) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Limit::ClientData,
+            ErrorData::new(
+                ErrorCode(-32000),
+                format!(
+                    "This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"
+                ),
+                Some(json!({"limit": "sessions.max_client_data_bytes", "max": max})),
+            ),
+        ),
+    };
+    app.meters().limit_rejected(limit);
+    tracing::debug!(?why, "refused a subscriptions/listen stream over a limit");
+    reply::with_retry_after(
+        reply::rpc_error(status, Some(id), &error),
+        LISTEN_RETRY_AFTER_S,
+    )
 }
 
 fn parse(map: &Map<String, Value>) -> Option<Filter> {
@@ -49,7 +147,15 @@ fn parse(map: &Map<String, Value>) -> Option<Filter> {
     })
 }
 
-pub(super) fn serve(app: &App, id: &RawValue, map: &Map<String, Value>) -> Response {
+pub(super) fn serve(
+    app: &App,
+    id: &RawValue,
+    map: &Map<String, Value>,
+    key: &LimitKey,
+) -> Response {
+    if let Err(e) = check_uris(app, map) {
+        return reply::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e);
+    }
     let Some(filter) = parse(map) else {
         return reply::rpc_error(
             StatusCode::BAD_REQUEST,
@@ -60,6 +166,16 @@ pub(super) fn serve(app: &App, id: &RawValue, map: &Map<String, Value>) -> Respo
                 None,
             ),
         );
+    };
+    let bytes = filter
+        .uris
+        .iter()
+        .map(|u| u.len() + URI_OVERHEAD)
+        .sum::<usize>();
+    // Held by the stream's task: dropped with it, whichever way it ends.
+    let hold = match app.listens().try_hold(key, bytes) {
+        Ok(h) => h,
+        Err(why) => return refused(app, id, why),
     };
     let sub_id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
     let mut honoured = Map::new();
@@ -88,6 +204,7 @@ pub(super) fn serve(app: &App, id: &RawValue, map: &Map<String, Value>) -> Respo
     let server_info = json!({"name": info.name, "version": info.version});
     let id_text = id.get().to_string();
     tokio::spawn(async move {
+        let _hold = hold;
         if tx.send(sse::message_frame(&ack)).await.is_err() {
             return;
         }

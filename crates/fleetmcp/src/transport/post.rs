@@ -114,7 +114,7 @@ async fn serve(
             return refused.response(id);
         }
         let owner = authorize::owner(&principal);
-        return match initialize::open(app, None, id, params.as_deref(), owner).await {
+        return match initialize::open(app, None, id, params.as_deref(), owner, &key).await {
             Ok((session, result)) => {
                 let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
                 if let Ok(v) = HeaderValue::from_str(&session.id) {

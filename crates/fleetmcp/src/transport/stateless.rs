@@ -116,7 +116,7 @@ pub(super) async fn serve(
         }
     }
     if method == "subscriptions/listen" {
-        return listen::serve(app, &id, &map);
+        return listen::serve(app, &id, &map, &key);
     }
     let owner = super::authorize::owner(&principal).map(String::from);
     let round = match round_for(app, meta, &method, &map, owner) {

@@ -58,11 +58,14 @@ pub(crate) async fn create(
     let task_cancel = cancel.clone();
     let name = tool.name().to_string();
     let principal = ctx.principal_arc();
+    let held = crate::tasks::json_len(&args);
     let record = launch(
         app,
+        ctx,
         &name,
         None,
         ctx.principal(),
+        held,
         cancel,
         move |task_id, running| {
             let caller = Caller::Task(Arc::new(TaskCall {
@@ -90,6 +93,7 @@ pub(crate) async fn run_escalating(
     let (tx, escalated) = oneshot::channel();
     ctx.arm_escalation(tx);
     let name = tool.name().to_string();
+    let held = crate::tasks::json_len(&args);
     let mut work = tokio::spawn({
         let ctx = ctx.clone();
         async move { tool.call(args, ctx).await }
@@ -104,7 +108,7 @@ pub(crate) async fn run_escalating(
             let task_tool = name.clone();
             // The task is the caller's, as the request was.
             let who = ctx.principal();
-            let record = launch(app, &name, None, who, app.shutdown().child_token(), move |_, _| {
+            let record = launch(app, ctx, &name, None, who, held, app.shutdown().child_token(), move |_, _| {
                 async move {
                     let mut work = work;
                     (&mut work.0)

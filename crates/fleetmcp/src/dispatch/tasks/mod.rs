@@ -21,10 +21,12 @@ use super::tools::{Outcome, outcome};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::catalog::ToolError;
+use crate::context::RequestContext;
 use crate::protocol::ErrorData;
 use crate::protocol::errors;
 use crate::protocol::model::CallToolResult;
-use crate::tasks::{Running, TaskRecord, TaskStatus};
+use crate::tasks::{Running, TaskQuota, TaskRecord, TaskStatus};
+use crate::telemetry::Limit;
 
 /// Starts a task: stores its record (before the client can ask for it), registers it as
 /// running here, and runs the work `start` returns in the background until it ends or `cancel`
@@ -33,28 +35,53 @@ use crate::tasks::{Running, TaskRecord, TaskStatus};
 /// tool, for the log of a task whose handler panicked: it fails like a tool that returned
 /// `-32603`, so its record still ends and its running entry is still removed. `principal` is
 /// the caller's, if authorization named one: the task is that principal's alone.
+///
+/// `req` is the context of the request that starts the task: the task counts against its
+/// caller's key (`tasks.max_*_per_caller`), with `held_bytes` (what its handler holds: the
+/// arguments) charged until it ends, and takes over the request's place in flight
+/// (`limits.max_inflight_per_key`), holding it while it works.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn launch(
     app: &App,
+    req: &RequestContext,
     tool: &str,
     owner: Option<String>,
     principal: Option<&Principal>,
+    held_bytes: usize,
     cancel: CancellationToken,
     start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
-    let (record, running) = app
+    let quota = TaskQuota {
+        caller: req.limit_key().map(|k| k.as_str().to_string()),
+        held_bytes,
+    };
+    let (record, running) = match app
         .tasks()
-        .begin(
+        .begin_for(
             owner.clone(),
             principal.map(|p| p.fingerprint().to_string()),
+            quota,
             cancel.clone(),
         )
-        .await?;
+        .await
+    {
+        Ok(started) => started,
+        Err(e) => {
+            if e.data.as_ref().is_some_and(|d| d.get("limit").is_some()) {
+                app.meters().limit_rejected(Limit::Tasks);
+            }
+            return Err(e);
+        }
+    };
+    // Held by the task's own future: freed when it ends, whichever way.
+    let slot = req.take_slot();
     // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
     let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
     let id = record.task_id.clone();
     let tool = tool.to_string();
     tokio::spawn(async move {
+        let _slot = slot;
         let ended = tokio::select! {
             r = work => Some(match r {
                 Ok(r) => outcome(r),

@@ -42,8 +42,9 @@ pub(crate) async fn create(
     session: &Arc<Session>,
     tool: Arc<ToolDef>,
     args: Value,
-    principal: Option<Arc<crate::auth::Principal>>,
+    req: &RequestContext,
 ) -> Reply {
+    let principal = req.principal_arc();
     let cancel = session.closed.child_token();
     let ctx = RequestContext::new(
         app.clone(),
@@ -54,11 +55,14 @@ pub(crate) async fn create(
         principal.clone(),
     );
     let name = tool.name().to_string();
+    let held = crate::tasks::json_len(&args);
     let record = launch(
         app,
+        req,
         &name,
         Some(session.id.to_string()),
         principal.as_deref(),
+        held,
         cancel,
         move |_, _| async move { tool.call(args, ctx).await }.boxed(),
     )
