@@ -456,6 +456,57 @@ fn streams(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     }
 }
 
+/// Violations the harness found, reported, and not fixed yet (see `docs/RELIABILITY.md`): the
+/// report marks them, and the CI seeds do not fail on them unless `FAULTS_STRICT=1`. Each is
+/// matched narrowly (promise, request kind, the fault around it), so anything else still fails.
+pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
+    let op = &h.ops[x.op?];
+    // F1: a 2024-11-05 `POST /message`, straight to the instance holding its `/sse` stream,
+    // answered `404 Session not found` when that instance could not confirm the session in
+    // Redis within its lease ("[HA] Could not confirm this node still owns the session, and
+    // its heartbeat lease ran out — not serving it"): Redis paused, or its link cut. A
+    // session-era request gets the documented 503 there.
+    if x.promise == Promise::SessionKept && op.kind == Kind::LegacyPost {
+        let Route::Direct(machine) = &op.route else {
+            return None;
+        };
+        let own_link = format!("{machine}->redis");
+        let redis_trouble = h.faults.iter().any(|f| {
+            f.at <= op.end
+                && f.at + Duration::from_secs(8) >= op.start
+                && match &f.kind {
+                    FaultKind::RedisStop => true,
+                    FaultKind::Link { link, mode } => *link == own_link && mode != "pass",
+                    _ => false,
+                }
+        });
+        if redis_trouble {
+            return Some("F1: 2024-11-05 POST /message gets 404 when its holder's lease ran out");
+        }
+    }
+    // F2: a 2024-11-05 `POST /message` sent straight to the instance holding its `/sse`
+    // stream, relayed to another instance that took the session over while the holder was
+    // paused or cut off past its heartbeat, which answers 404: such a session cannot move, and
+    // its stream is still open on the first instance.
+    if x.promise == Promise::SessionKept
+        && op.kind == Kind::LegacyPost
+        && let Route::Direct(machine) = &op.route
+        && op.machine.as_ref().is_some_and(|m| m != machine)
+    {
+        return Some("F2: a 2024-11-05 session taken over by another instance (404 there)");
+    }
+    None
+}
+
+/// The violations not explained by a known finding.
+pub fn unknown<'a>(h: &History, verdict: &'a Verdict) -> Vec<&'a Violation> {
+    verdict
+        .violations
+        .iter()
+        .filter(|x| known_finding(h, x).is_none())
+        .collect()
+}
+
 /// The report: each broken promise, its first violations, and a short timeline of the faults
 /// and the requests around the first one.
 pub fn report(h: &History, verdict: &Verdict, seed: u64) -> String {
@@ -479,9 +530,12 @@ pub fn report(h: &History, verdict: &Verdict, seed: u64) -> String {
         for x in vs.iter().take(5) {
             let _ = writeln!(
                 out,
-                "  [{:>7.2} s] {}{}",
+                "  [{:>7.2} s] {}{}{}",
                 x.at.as_secs_f64(),
                 x.detail,
+                known_finding(h, x)
+                    .map(|k| format!(" [known {k}]"))
+                    .unwrap_or_default(),
                 x.op.map(|i| format!("\n      {}", h.ops[i].describe()))
                     .unwrap_or_default()
             );
@@ -519,9 +573,17 @@ fn timeline(h: &History, x: &Violation) -> String {
             None => o.outcome != Outcome::Ok,
         })
         .collect();
-    related.sort_by_key(|o| o.start);
-    let skip = related.len().saturating_sub(12);
-    for o in related.into_iter().skip(skip) {
+    // The dozen closest to the violation.
+    let centre = x.op.map_or(x.at, |i| h.ops[i].start);
+    related.sort_by_key(|o| {
+        if o.start > centre {
+            o.start - centre
+        } else {
+            centre - o.start
+        }
+    });
+    related.truncate(12);
+    for o in related {
         lines.push((o.start, format!("op   {}", o.describe())));
     }
     lines.sort_by_key(|(t, _)| *t);
@@ -801,6 +863,37 @@ mod tests {
         h.ops[0].results = 0;
         h.ops[1].results = 0;
         assert_eq!(broken(&h), [Promise::StreamOnce].into());
+    }
+
+    #[test]
+    fn a_known_finding_is_matched_narrowly() {
+        let mut post = op(0, Kind::LegacyPost, 5.0, 5.5, Outcome::SessionGone);
+        post.route = Route::Direct("desk-1".into());
+        let mut h = hist(vec![post]);
+        h.faults = vec![Fault {
+            at: s(3.0),
+            kind: FaultKind::RedisStop,
+        }];
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::SessionKept].into());
+        assert!(unknown(&h, &verdict).is_empty());
+        assert!(report(&h, &verdict, 1).contains("[known F1"));
+        // Without Redis trouble around it, or for a session-era request: not known.
+        h.faults.clear();
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        h.faults = vec![Fault {
+            at: s(3.0),
+            kind: FaultKind::RedisStop,
+        }];
+        h.ops[0].kind = Kind::Stamp { sse: false };
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        // F2: answered by another instance than the one it was sent to.
+        h.faults.clear();
+        h.ops[0].kind = Kind::LegacyPost;
+        h.ops[0].machine = Some("desk-3".into());
+        let verdict = check(&h, Bounds::default());
+        assert!(unknown(&h, &verdict).is_empty());
+        assert!(report(&h, &verdict, 1).contains("[known F2"));
     }
 
     #[test]
