@@ -575,13 +575,7 @@ fn timeline(h: &History, x: &Violation) -> String {
         .collect();
     // The dozen closest to the violation.
     let centre = x.op.map_or(x.at, |i| h.ops[i].start);
-    related.sort_by_key(|o| {
-        if o.start > centre {
-            o.start - centre
-        } else {
-            centre - o.start
-        }
-    });
+    related.sort_by_key(|o| o.start.abs_diff(centre));
     related.truncate(12);
     for o in related {
         lines.push((o.start, format!("op   {}", o.describe())));

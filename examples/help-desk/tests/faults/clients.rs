@@ -322,7 +322,7 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
             continue;
         };
         n += 1;
-        let sse = n % 2 == 0;
+        let sse = n.is_multiple_of(2);
         let key = format!("{name}-{n}");
         let rpc = next_id();
         let mut params = json!({"name": "stamp", "arguments": {"key": key}});
