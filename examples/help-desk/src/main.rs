@@ -76,6 +76,10 @@ struct CloseTicket {
 struct Stamp {
     /// What to append to the effects file (one line).
     key: String,
+    /// How long to wait after the effect (and the progress step) before answering, at most
+    /// 5000: a window in which a fault can break the answer's stream.
+    #[serde(default)]
+    delay_ms: u64,
 }
 
 /// What `stamp` did.
@@ -298,6 +302,10 @@ fn build(config: Config, desk: Desk) -> Server {
                     // A caller that asked for progress gets one step: its answer then comes
                     // as an SSE stream (resumable with `Last-Event-ID`).
                     ctx.progress(1.0, Some(1.0), Some("stamped"));
+                    if a.delay_ms > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(a.delay_ms.min(5000)))
+                            .await;
+                    }
                     Ok(Structured(Stamped { key: a.key }))
                 }
             });

@@ -298,6 +298,9 @@ fn paused_for(op: &Op, stops: &[(String, Duration, Duration)]) -> Duration {
         .sum()
 }
 
+/// How long before a request's start a kill may be recorded and still have hit it in flight.
+const KILL_SLACK: Duration = Duration::from_millis(300);
+
 fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked) {
     let stops = stops(h);
     let deaths = deaths(h);
@@ -316,9 +319,11 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
         }
         bump(c, Promise::Answered, 1);
         // In flight on an instance that was SIGKILLed: a kill of the instance it went to (any,
-        // through the balancer or a relay) between its start and end.
+        // through the balancer or a relay) between its start and end. The kill is recorded
+        // just before the signal is sent, and the process dies a few milliseconds later: a
+        // request that started in between was in flight too.
         let killed_under = kills.iter().any(|(m, at)| {
-            *at >= op.start
+            *at + KILL_SLACK >= op.start
                 && *at <= op.end + Duration::from_millis(50)
                 && match &op.route {
                     Route::Direct(d) => d == m || op.machine.as_deref() == Some(m),
@@ -494,6 +499,25 @@ pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
         && op.machine.as_ref().is_some_and(|m| m != machine)
     {
         return Some("F2: a 2024-11-05 session taken over by another instance (404 there)");
+    }
+    // F4: resuming (`GET` + `Last-Event-ID`) the answer stream of a call whose instance was
+    // SIGKILLed while its handler ran: the answer can never come, and the resumed stream
+    // neither delivers an error nor ends; it hangs.
+    if x.promise == Promise::Answered
+        && op.outcome == Outcome::Hung
+        && let Kind::Resume { of } = op.kind
+    {
+        let call = &h.ops[of];
+        let killed = h.faults.iter().any(|f| {
+            matches!(f.kind, FaultKind::Kill(_))
+                && f.at + KILL_SLACK >= call.start
+                && f.at <= call.end + Duration::from_millis(50)
+        });
+        if killed {
+            return Some(
+                "F4: a resumed answer stream of a call killed with its instance hangs (no answer, no end)",
+            );
+        }
     }
     None
 }
@@ -799,7 +823,10 @@ mod tests {
         let verdict = check(&h, Bounds::default());
         assert!(verdict.violations.is_empty());
         assert_eq!(verdict.checked.excused, 1);
-        // Not in flight when the kill came: not excused.
+        // Recorded just before it started: in flight (the process dies after the record).
+        h.faults[0].at = s(0.9);
+        assert!(broken(&h).is_empty());
+        // Long before: not in flight, not excused.
         h.faults[0].at = s(0.5);
         assert_eq!(broken(&h), [Promise::Answered].into());
         // 18 s, of which 4 s on a paused instance: within 15 + 4.
@@ -888,6 +915,27 @@ mod tests {
         let verdict = check(&h, Bounds::default());
         assert!(unknown(&h, &verdict).is_empty());
         assert!(report(&h, &verdict, 1).contains("[known F2"));
+        // F4: a resume that hangs, of a call in flight when its instance was killed.
+        let mut call = op(
+            0,
+            Kind::Stamp { sse: true },
+            1.0,
+            1.3,
+            Outcome::Transport("eof".into()),
+        );
+        call.events = vec!["1-1".into()];
+        let resume = op(1, Kind::Resume { of: 0 }, 2.0, 27.0, Outcome::Hung);
+        let mut h = hist(vec![call, resume]);
+        h.faults = vec![Fault {
+            at: s(1.2),
+            kind: FaultKind::Kill("desk-2".into()),
+        }];
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::Answered].into());
+        assert!(unknown(&h, &verdict).is_empty(), "{:?}", verdict.violations);
+        // The same hang without a kill under the call: not known.
+        h.faults.clear();
+        assert!(!unknown(&h, &check(&h, Bounds::default())).is_empty());
     }
 
     #[test]

@@ -23,6 +23,8 @@ use crate::history::{Kind, Op, Outcome, Recorder, Route, session_hash, truncate}
 
 /// Past it, a request is a hang (above the checker's bound, so a slow answer shows as slow).
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(25);
+/// How long a streamed `stamp` waits between its progress event and its answer.
+const STREAM_DELAY_MS: u64 = 400;
 /// Resumes of one answer stream.
 pub const RESUMES: usize = 5;
 const SESSION_VERSION: &str = "2025-11-25";
@@ -327,7 +329,10 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         let rpc = next_id();
         let mut params = json!({"name": "stamp", "arguments": {"key": key}});
         if sse {
+            // Streamed, and slow after its first event: a fault can break the stream between
+            // the progress event and the answer, and the client resumes it.
             params["_meta"] = json!({"progressToken": rpc});
+            params["arguments"]["delay_ms"] = json!(STREAM_DELAY_MS);
         }
         let call = json!({"jsonrpc": "2.0", "id": rpc, "method": "tools/call", "params": params});
         let mut op = Op::new(&name, Kind::Stamp { sse }, route.clone(), sh.rec.now());
@@ -336,7 +341,7 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         op.stamp = Some(key.clone());
         let got = exchange(session_post(&sh, &base, Some(&sid), &call), Some(rpc)).await;
         finish(&mut op, &got, sh.rec.now());
-        let mut answer = got.as_ref().ok().and_then(|g| g.answer.clone());
+        let mut answer = answer_to(&got, rpc);
         op.results = usize::from(answer.is_some());
         let cut = got
             .as_ref()
@@ -363,12 +368,13 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
                     .header("last-event-id", &last);
                 let got = exchange(req, Some(rpc)).await;
                 finish(&mut r, &got, sh.rec.now());
-                let found = got.as_ref().ok().and_then(|g| g.answer.clone());
+                let found = answer_to(&got, rpc);
                 r.results = usize::from(found.is_some());
                 if let Some(l) = got.as_ref().ok().and_then(|g| g.last_event.clone()) {
                     last = l;
                 }
-                let gone = r.outcome == Outcome::SessionGone;
+                // A hang is not tried again (a client would give up too).
+                let gone = matches!(r.outcome, Outcome::SessionGone | Outcome::Hung);
                 let done = found.is_some();
                 sh.rec.op(r);
                 if found.is_some() {
@@ -377,7 +383,8 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
                 if done || gone {
                     break;
                 }
-                backoff(&got).await;
+                // Long enough, over the resumes, for a killed instance to be started again.
+                tokio::time::sleep(Duration::from_millis(1200)).await;
             }
         }
         let acked = answer
@@ -409,6 +416,18 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         }
         backoff(&got).await;
     }
+}
+
+/// The JSON-RPC answer to `rpc` a 200 carried (JSON body or SSE), if any: not the body of a
+/// refusal.
+fn answer_to(got: &Result<Got, Outcome>, rpc: u64) -> Option<Value> {
+    got.as_ref()
+        .ok()
+        .filter(|g| g.status == 200)
+        .and_then(|g| g.answer.clone())
+        .filter(|a| {
+            a["id"] == json!(rpc) && (a.get("result").is_some() || a.get("error").is_some())
+        })
 }
 
 fn classify_answer(a: Option<&Value>) -> Outcome {
