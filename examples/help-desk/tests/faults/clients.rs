@@ -390,8 +390,11 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         let acked = answer
             .as_ref()
             .is_some_and(|a| a.get("result").is_some() && a["result"]["isError"] != json!(true));
+        // The call's outcome is where it ended: its answer, even when it came on a resumed
+        // stream after the first one broke (documented: resume with `Last-Event-ID`); the
+        // broken stream's error otherwise.
         let final_outcome = match &answer {
-            Some(_) => None,
+            Some(a) => Some(classify_answer(Some(a))),
             None if op.outcome == Outcome::Ok => Some(Outcome::Transport(format!(
                 "the answer never came (stream ended, {RESUMES} resumes at most)"
             ))),
@@ -401,8 +404,6 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
             o.acked = acked;
             if let Some(f) = final_outcome {
                 o.outcome = f;
-            } else if answer.is_some() && o.outcome == Outcome::Ok {
-                o.outcome = classify_answer(answer.as_ref());
             }
         });
         if acked && sh.double_stamp {

@@ -141,7 +141,6 @@ impl Member {
 
 pub struct Fleet {
     pub redis: RedisServer,
-    redis_paused: bool,
     pub members: Vec<Member>,
     pub nginx: Nginx,
     pub effects: PathBuf,
@@ -230,7 +229,6 @@ impl Fleet {
         let nginx = Nginx::start(&Nginx::fleet_conf(&ports, lb), lb);
         Self {
             redis,
-            redis_paused: false,
             members,
             nginx,
             effects,
@@ -403,7 +401,6 @@ fn inject(
         "redis-stop" => {
             rec.fault(FaultKind::RedisStop);
             fleet.redis.pause();
-            fleet.redis_paused = true;
             Some(Active::RedisStopped)
         }
         "redis-restart" => {
@@ -473,7 +470,6 @@ fn heal(fleet: &mut Fleet, rec: &Recorder, a: Active) {
         }
         Active::RedisStopped => {
             fleet.redis.resume();
-            fleet.redis_paused = false;
             rec.fault(FaultKind::RedisCont);
         }
         Active::RedisDown => {

@@ -282,6 +282,7 @@ fn broken_redis_without_persistence_is_caught() {
         double_stamp: false,
     });
     eprintln!("{}\n{}", r.table, r.report);
+    assert!(r.harness.is_empty(), "{:?}", r.harness);
     assert!(
         r.history
             .faults
