@@ -500,6 +500,30 @@ pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
     {
         return Some("F2: a 2024-11-05 session taken over by another instance (404 there)");
     }
+    // F3: a stale holder (its sessions taken over while its lease had run out) serving one
+    // of them from memory at its old epoch during a later Redis outage ("Could not confirm
+    // this node still owns the session — serving it here"). Only the stale-answer form, and
+    // only while Redis is paused or that instance's Redis link is faulty: two instances
+    // serving one epoch is never excused.
+    if x.promise == Promise::OneHolder
+        && let Some(stale) = op.machine.as_deref()
+    {
+        let own_link = format!("{stale}->redis");
+        let redis_out = h.faults.iter().any(|f| {
+            f.at <= op.end
+                && f.at + Duration::from_secs(5) >= op.start
+                && match &f.kind {
+                    FaultKind::RedisStop => true,
+                    FaultKind::Link { link, mode } => *link == own_link && mode != "pass",
+                    _ => false,
+                }
+        });
+        if redis_out {
+            return Some(
+                "F3: a stale holder serves a taken-over session from memory during a Redis outage",
+            );
+        }
+    }
     // F4: resuming (`GET` + `Last-Event-ID`) the answer stream of a call whose instance was
     // SIGKILLed while its handler ran: the answer can never come, and the resumed stream
     // neither delivers an error nor ends; it hangs.
@@ -936,6 +960,32 @@ mod tests {
         // The same hang without a kill under the call: not known.
         h.faults.clear();
         assert!(!unknown(&h, &check(&h, Bounds::default())).is_empty());
+    }
+
+    #[test]
+    fn a_stale_holder_is_known_only_in_its_narrow_form() {
+        let mut a = stamp(0, "k0", true);
+        a.machine = Some("desk-2".into());
+        let mut b = stamp(1, "k1", true);
+        b.machine = Some("desk-1".into());
+        b.start = s(2.0);
+        b.end = s(2.1);
+        let mut h = hist(vec![a, b]);
+        h.served = vec![served("desk-2", 5, 0), served("desk-1", 4, 1)];
+        h.effects = [("k0".to_string(), 1), ("k1".to_string(), 1)].into();
+        // No Redis outage around it: not known.
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        h.faults = vec![Fault {
+            at: s(1.5),
+            kind: FaultKind::RedisStop,
+        }];
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::OneHolder].into());
+        assert!(unknown(&h, &verdict).is_empty());
+        assert!(report(&h, &verdict, 3).contains("[known F3"));
+        // Two instances serving one epoch: never known.
+        h.served = vec![served("desk-2", 5, 0), served("desk-1", 5, 1)];
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
     }
 
     #[test]
