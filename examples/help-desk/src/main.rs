@@ -71,6 +71,43 @@ struct CloseTicket {
     resolution: String,
 }
 
+/// Arguments of `stamp`.
+#[derive(Deserialize, JsonSchema)]
+struct Stamp {
+    /// What to append to the effects file (one line).
+    key: String,
+    /// How long to wait after the effect (and the progress step) before answering, at most
+    /// 5000: a window in which a fault can break the answer's stream.
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+/// What `stamp` did.
+#[derive(Serialize, JsonSchema)]
+struct Stamped {
+    key: String,
+}
+
+/// The file `stamp` appends to, when `HELP_DESK_EFFECTS_FILE` names one: a side effect recorded
+/// outside the fleet, so the fault-injection tests (`tests/faults`) can count each call's
+/// effects. Without it there is no `stamp` tool.
+fn effects_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("HELP_DESK_EFFECTS_FILE")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+}
+
+/// Appends `key\n` to `path` in one `write` with `O_APPEND`, so lines of concurrent calls (of
+/// every instance) never interleave.
+fn append_effect(path: &std::path::Path, key: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    f.write_all(format!("{key}\n").as_bytes())
+}
+
 /// The scope that reads tickets, the service levels and the triage prompt.
 const READ: &str = "tickets:read";
 /// The scope that opens, closes and pages.
@@ -245,7 +282,37 @@ fn build(config: Config, desk: Desk) -> Server {
             }
         });
 
-    Server::builder("help-desk", env!("CARGO_PKG_VERSION"))
+    let mut builder = Server::builder("help-desk", env!("CARGO_PKG_VERSION"));
+    if let Some(path) = effects_file() {
+        let stamp = tool("stamp")
+            .scope(WRITE)
+            .title("Stamp")
+            .description("Appends a key to the effects file (HELP_DESK_EFFECTS_FILE); for tests.")
+            .output_schema::<Stamped>()
+            .handler(move |a: Stamp, ctx| {
+                let path = path.clone();
+                async move {
+                    if a.key.is_empty() || a.key.contains('\n') {
+                        return Err(ToolError::failed("a key is one non-empty line"));
+                    }
+                    let key = a.key.clone();
+                    tokio::task::spawn_blocking(move || append_effect(&path, &key))
+                        .await
+                        .map_err(|e| ToolError::failed(e.to_string()))?
+                        .map_err(|e| ToolError::failed(format!("effects file: {e}")))?;
+                    // A caller that asked for progress gets one step: its answer then comes
+                    // as an SSE stream (resumable with `Last-Event-ID`).
+                    ctx.progress(1.0, Some(1.0), Some("stamped"));
+                    if a.delay_ms > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(a.delay_ms.min(5000)))
+                            .await;
+                    }
+                    Ok(Structured(Stamped { key: a.key }))
+                }
+            });
+        builder = builder.tool(stamp);
+    }
+    builder
         .instructions("A help desk: open, find and close tickets; read the service levels.")
         .tool(open)
         .tool(find)

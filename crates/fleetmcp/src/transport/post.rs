@@ -172,6 +172,16 @@ pub(super) fn unreachable_holder() -> Response {
 /// Runs a session's request: a JSON answer, or an SSE stream through the event store.
 async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> Response {
     let id = call.id.clone();
+    // For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
+    // session a request is served at. The id is a credential: only a short hash of it
+    // (SipHash with zero keys, `DefaultHasher::new()`), computed only when the target is on.
+    tracing::debug!(
+        target: "fleetmcp::served",
+        session = %short_hash(&session.id),
+        epoch = session.epoch(),
+        request_id = %id.get(),
+        "served"
+    );
     match driver::start(app, Caller::Session(session.clone()), call, sse_ok).await {
         Started::Plain(Some(reply)) => json_answer(&id, reply),
         // Cancelled before it sent anything: an empty stream, as for a cancelled stream.
@@ -184,6 +194,14 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
         Started::Refused(r) => r.response(&id),
         Started::Forbidden(scope) => authorize::insufficient_scope(app, Some(&id), &scope),
     }
+}
+
+/// A short, stable hash of a session id for logs (16 hex digits).
+fn short_hash(id: &str) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    id.hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
