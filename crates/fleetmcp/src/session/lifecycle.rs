@@ -475,7 +475,11 @@ impl Sessions {
         match self.read(id).await {
             Ok(Some(record)) => match owner.owner(&record).await {
                 Owner::Peer(node) => Lookup::Elsewhere(node),
-                // Its stream was on the stopped holder: nothing to take over.
+                // Its heartbeat is gone, but that may only mean the holder lost Redis while its
+                // stream is still open: the relay finds out (a holder that is really gone
+                // answers nothing, and the session with it). Never taken over: it could be
+                // served nowhere else.
+                Owner::TakeOver(node) if node != self.machine_id => Lookup::Elsewhere(node),
                 Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
             // Not initialized yet: its stream is open on the instance that minted the id (a

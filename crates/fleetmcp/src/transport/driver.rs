@@ -412,17 +412,8 @@ fn call_key(
     raw_id: &str,
     client_key: Option<String>,
 ) -> Option<Arc<str>> {
-    use sha2::Digest;
     let session = match caller {
-        Caller::Session(s) => {
-            let digest = sha2::Sha256::digest(s.id.as_bytes());
-            Some(
-                digest[..8]
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<String>(),
-            )
-        }
+        Caller::Session(s) => Some(crate::session::LogId(&s.id).to_string()),
         _ => None,
     };
     let key = match (client_key, principal, &session) {

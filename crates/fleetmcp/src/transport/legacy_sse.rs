@@ -135,10 +135,16 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     if let Place::Holder(node) = place {
         return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
             super::relay::Relayed::Answered(res) => res,
-            // Its stream was on the instance that is gone: nothing can take it over.
-            super::relay::Relayed::HolderGone(_) => {
-                reply::text(StatusCode::NOT_FOUND, "Session not found")
-            }
+            // The instance with its stream did not answer, or cannot be found (its heartbeat is
+            // gone): it may have stopped, taking the stream and the session with it (its client
+            // sees the stream end), or only have lost Redis with the stream still open. Nothing
+            // can take the session over, and a `404` would make the client drop a stream that
+            // may be alive: the documented `503`, and the client retries.
+            super::relay::Relayed::HolderGone(_) => locate::unavailable(
+                None,
+                "The instance holding this session's stream cannot be reached; retry shortly",
+                1,
+            ),
         };
     }
     let message = match serde_json::from_slice::<Incoming>(&body) {

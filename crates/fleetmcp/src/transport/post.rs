@@ -173,11 +173,11 @@ pub(super) fn unreachable_holder() -> Response {
 async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> Response {
     let id = call.id.clone();
     // For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
-    // session a request is served at. The id is a credential: only a short hash of it
-    // (SipHash with zero keys, `DefaultHasher::new()`), computed only when the target is on.
+    // session a request is served at. The id is a credential: only its log id (a digest),
+    // computed only when the target is on.
     tracing::debug!(
         target: "fleetmcp::served",
-        session = %short_hash(&session.id),
+        session = %crate::session::LogId(&session.id),
         epoch = session.epoch(),
         request_id = %id.get(),
         "served"
@@ -197,13 +197,6 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
 }
 
 /// A short, stable hash of a session id for logs (16 hex digits).
-fn short_hash(id: &str) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    id.hash(&mut h);
-    format!("{:016x}", h.finish())
-}
-
 fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
     reply::json(StatusCode::OK, dispatch::encode_reply(id, reply))
 }

@@ -383,10 +383,22 @@ fn sessions_kept(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
             continue;
         }
         if op.kind == Kind::LegacyPost {
-            // A 2024-11-05 session lives in its stream: gone with its instance.
+            // A 2024-11-05 session lives in its stream: gone with the instance that had it
+            // (the one that answered the client's latest `GET /sse`), wherever the POST went.
+            let stream = h
+                .ops
+                .iter()
+                .filter(|s| {
+                    s.kind == Kind::LegacyStream && s.client == op.client && s.start <= op.start
+                })
+                .max_by_key(|s| s.start);
+            let holder = stream.and_then(|s| s.machine.as_ref());
+            let since = stream.map_or(Duration::ZERO, |s| s.start);
             let died = h.faults.iter().any(|f| {
                 f.at <= op.end
-                    && matches!(&f.kind, FaultKind::Kill(m) if op.route == Route::Direct(m.clone()))
+                    && matches!(&f.kind, FaultKind::Kill(m)
+                        if (f.at >= since && holder == Some(m))
+                            || op.route == Route::Direct(m.clone()))
             });
             if died {
                 continue;
@@ -466,64 +478,9 @@ fn streams(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
 /// matched narrowly (promise, request kind, the fault around it), so anything else still fails.
 pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
     let op = &h.ops[x.op?];
-    // F1: a 2024-11-05 `POST /message`, straight to the instance holding its `/sse` stream,
-    // answered `404 Session not found` when that instance could not confirm the session in
-    // Redis within its lease ("[HA] Could not confirm this node still owns the session, and
-    // its heartbeat lease ran out — not serving it"): Redis paused, or its link cut. A
-    // session-era request gets the documented 503 there.
-    if x.promise == Promise::SessionKept && op.kind == Kind::LegacyPost {
-        let Route::Direct(machine) = &op.route else {
-            return None;
-        };
-        let own_link = format!("{machine}->redis");
-        let redis_trouble = h.faults.iter().any(|f| {
-            f.at <= op.end
-                && f.at + Duration::from_secs(8) >= op.start
-                && match &f.kind {
-                    FaultKind::RedisStop => true,
-                    FaultKind::Link { link, mode } => *link == own_link && mode != "pass",
-                    _ => false,
-                }
-        });
-        if redis_trouble {
-            return Some("F1: 2024-11-05 POST /message gets 404 when its holder's lease ran out");
-        }
-    }
-    // F2: a 2024-11-05 `POST /message` sent straight to the instance holding its `/sse`
-    // stream, relayed to another instance that took the session over while the holder was
-    // paused or cut off past its heartbeat, which answers 404: such a session cannot move, and
-    // its stream is still open on the first instance.
-    if x.promise == Promise::SessionKept
-        && op.kind == Kind::LegacyPost
-        && let Route::Direct(machine) = &op.route
-        && op.machine.as_ref().is_some_and(|m| m != machine)
-    {
-        return Some("F2: a 2024-11-05 session taken over by another instance (404 there)");
-    }
-    // F3: a stale holder (its sessions taken over while its lease had run out) serving one
-    // of them from memory at its old epoch during a later Redis outage ("Could not confirm
-    // this node still owns the session — serving it here"). Only the stale-answer form, and
-    // only while Redis is paused or that instance's Redis link is faulty: two instances
-    // serving one epoch is never excused.
-    if x.promise == Promise::OneHolder
-        && let Some(stale) = op.machine.as_deref()
-    {
-        let own_link = format!("{stale}->redis");
-        let redis_out = h.faults.iter().any(|f| {
-            f.at <= op.end
-                && f.at + Duration::from_secs(5) >= op.start
-                && match &f.kind {
-                    FaultKind::RedisStop => true,
-                    FaultKind::Link { link, mode } => *link == own_link && mode != "pass",
-                    _ => false,
-                }
-        });
-        if redis_out {
-            return Some(
-                "F3: a stale holder serves a taken-over session from memory during a Redis outage",
-            );
-        }
-    }
+    // F1, F2 and F3 were fixed (a 2024-11-05 POST its holder cannot confirm is 503, the
+    // scanner leaves 2024-11-05 sessions alone, a session confirmed in an earlier lease term is
+    // not served from memory): they are no longer excused.
     // F4: resuming (`GET` + `Last-Event-ID`) the answer stream of a call whose instance was
     // SIGKILLed while its handler ran: the answer can never come, and the resumed stream
     // neither delivers an error nor ends; it hangs.
@@ -910,8 +867,11 @@ mod tests {
         assert_eq!(broken(&h), [Promise::StreamOnce].into());
     }
 
+    /// Findings that were fixed are violations again: a 2024-11-05 POST answered 404 by the
+    /// instance with its stream (F1), or by another one (F2), and a stale holder serving an
+    /// older epoch during a Redis outage (F3), are reported whatever the faults around them.
     #[test]
-    fn a_known_finding_is_matched_narrowly() {
+    fn fixed_findings_are_no_longer_excused() {
         let mut post = op(0, Kind::LegacyPost, 5.0, 5.5, Outcome::SessionGone);
         post.route = Route::Direct("desk-1".into());
         let mut h = hist(vec![post]);
@@ -919,27 +879,57 @@ mod tests {
             at: s(3.0),
             kind: FaultKind::RedisStop,
         }];
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F1");
+        h.ops[0].machine = Some("desk-3".into());
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F2");
+
+        let mut a = stamp(0, "k0", true);
+        a.machine = Some("desk-2".into());
+        let mut b = stamp(1, "k1", true);
+        b.machine = Some("desk-1".into());
+        b.start = s(2.0);
+        b.end = s(2.1);
+        let mut h = hist(vec![a, b]);
+        h.served = vec![served("desk-2", 5, 0), served("desk-1", 4, 1)];
+        h.effects = [("k0".to_string(), 1), ("k1".to_string(), 1)].into();
+        h.faults = vec![Fault {
+            at: s(1.5),
+            kind: FaultKind::RedisStop,
+        }];
         let verdict = check(&h, Bounds::default());
-        assert_eq!(verdict.broken(), [Promise::SessionKept].into());
-        assert!(unknown(&h, &verdict).is_empty());
-        assert!(report(&h, &verdict, 1).contains("[known F1"));
-        // Without Redis trouble around it, or for a session-era request: not known.
-        h.faults.clear();
+        assert_eq!(verdict.broken(), [Promise::OneHolder].into());
+        assert_eq!(unknown(&h, &verdict).len(), 1, "F3");
+    }
+
+    /// A 2024-11-05 session is gone with the instance that had its stream, wherever the POST
+    /// that finds it gone lands: excused after a kill of that instance, not otherwise.
+    #[test]
+    fn a_2024_11_05_session_gone_with_its_streams_instance_is_excused() {
+        let mut stream = op(0, Kind::LegacyStream, 1.0, 4.0, Outcome::Ok);
+        stream.machine = Some("desk-1".into());
+        let post = op(1, Kind::LegacyPost, 5.0, 5.1, Outcome::SessionGone);
+        let mut h = hist(vec![stream, post]);
         assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
         h.faults = vec![Fault {
             at: s(3.0),
-            kind: FaultKind::RedisStop,
+            kind: FaultKind::Kill("desk-2".into()),
         }];
-        h.ops[0].kind = Kind::Stamp { sse: false };
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
-        // F2: answered by another instance than the one it was sent to.
-        h.faults.clear();
-        h.ops[0].kind = Kind::LegacyPost;
-        h.ops[0].machine = Some("desk-3".into());
-        let verdict = check(&h, Bounds::default());
-        assert!(unknown(&h, &verdict).is_empty());
-        assert!(report(&h, &verdict, 1).contains("[known F2"));
-        // F4: a resume that hangs, of a call in flight when its instance was killed.
+        assert_eq!(
+            unknown(&h, &check(&h, Bounds::default())).len(),
+            1,
+            "another instance"
+        );
+        h.faults = vec![Fault {
+            at: s(3.0),
+            kind: FaultKind::Kill("desk-1".into()),
+        }];
+        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
+    }
+
+    /// F4, still open: a resume that hangs, of a call in flight when its instance was killed,
+    /// is known; the same hang without a kill under the call is not.
+    #[test]
+    fn a_known_finding_is_matched_narrowly() {
         let mut call = op(
             0,
             Kind::Stamp { sse: true },
@@ -957,35 +947,9 @@ mod tests {
         let verdict = check(&h, Bounds::default());
         assert_eq!(verdict.broken(), [Promise::Answered].into());
         assert!(unknown(&h, &verdict).is_empty(), "{:?}", verdict.violations);
-        // The same hang without a kill under the call: not known.
+        assert!(report(&h, &verdict, 1).contains("[known F4"));
         h.faults.clear();
         assert!(!unknown(&h, &check(&h, Bounds::default())).is_empty());
-    }
-
-    #[test]
-    fn a_stale_holder_is_known_only_in_its_narrow_form() {
-        let mut a = stamp(0, "k0", true);
-        a.machine = Some("desk-2".into());
-        let mut b = stamp(1, "k1", true);
-        b.machine = Some("desk-1".into());
-        b.start = s(2.0);
-        b.end = s(2.1);
-        let mut h = hist(vec![a, b]);
-        h.served = vec![served("desk-2", 5, 0), served("desk-1", 4, 1)];
-        h.effects = [("k0".to_string(), 1), ("k1".to_string(), 1)].into();
-        // No Redis outage around it: not known.
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
-        h.faults = vec![Fault {
-            at: s(1.5),
-            kind: FaultKind::RedisStop,
-        }];
-        let verdict = check(&h, Bounds::default());
-        assert_eq!(verdict.broken(), [Promise::OneHolder].into());
-        assert!(unknown(&h, &verdict).is_empty());
-        assert!(report(&h, &verdict, 3).contains("[known F3"));
-        // Two instances serving one epoch: never known.
-        h.served = vec![served("desk-2", 5, 0), served("desk-1", 5, 1)];
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
     }
 
     #[test]

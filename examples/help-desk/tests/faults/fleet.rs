@@ -47,11 +47,10 @@ pub struct Switches {
     pub redis_stop: bool,
     pub redis_link: bool,
     pub relay_link: bool,
-    /// Redis SIGKILLed and started again (`FAULTS_REDIS_RESTART=1`). Off for the CI seeds: a
-    /// Redis outage is where the known stale-reconnect bug shows.
+    /// Redis SIGKILLed and started again (`FAULTS_REDIS_RESTART`, on): its sessions are lost
+    /// with it (no persistence), which the checker excuses only for sessions opened before.
     pub redis_restart: bool,
-    /// 2024-11-05 clients through nginx round robin (`FAULTS_LEGACY_LB=1`). Off: the known bug
-    /// of an `initialize` landing on the instance without the `/sse` stream (404).
+    /// 2024-11-05 clients through nginx round robin (`FAULTS_LEGACY_LB`, on).
     pub legacy_through_balancer: bool,
 }
 
@@ -71,8 +70,8 @@ impl Switches {
             redis_stop: flag("FAULTS_REDIS_STOP", true),
             redis_link: flag("FAULTS_REDIS_LINK", true),
             relay_link: flag("FAULTS_RELAY_LINK", true),
-            redis_restart: flag("FAULTS_REDIS_RESTART", false),
-            legacy_through_balancer: flag("FAULTS_LEGACY_LB", false),
+            redis_restart: flag("FAULTS_REDIS_RESTART", true),
+            legacy_through_balancer: flag("FAULTS_LEGACY_LB", true),
         }
     }
 }

@@ -288,13 +288,14 @@ pub fn parse_served(machine: &str, log: &str) -> Vec<Served> {
         .collect()
 }
 
-/// The short hash of a session id the instances log (`fleetmcp::served`): SipHash with zero
-/// keys, as `std::hash::DefaultHasher::new()` (same toolchain as the binary).
+/// How the instances name a session in their logs (`fleetmcp::served`, like every log line):
+/// the first 6 bytes of the SHA-256 of its id, in hex.
 pub fn session_hash(id: &str) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    id.hash(&mut h);
-    format!("{:016x}", h.finish())
+    use sha2::Digest;
+    sha2::Sha256::digest(id.as_bytes())[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
