@@ -125,3 +125,42 @@ async fn an_error_answer_is_not_an_outage_and_an_outage_still_fails_fast() {
         "a refused connection fails before the command timeout ({took:?})"
     );
 }
+
+/// A stream resumed while Redis does not answer is not refused as unknown (that would make the
+/// client give its answer up, where the fault harness saw `400 Last-Event-ID does not name an
+/// event of this session` during a Redis pause): the reader starts, and its events come once
+/// Redis answers again. An id of another session, or a stream Redis says does not exist, is
+/// still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
+    use fleetmcp::events::{EventStore, RedisEventStore};
+    use futures_util::StreamExt;
+    let mut redis = RedisServer::start();
+    let conn = connect(&redis).await;
+    let store = RedisEventStore::new(conn, 100, 60_000, Duration::from_secs(10));
+    let first = store
+        .append("s1", 7, bytes::Bytes::from_static(b"one"))
+        .await
+        .expect("append");
+    assert!(store.resolve("s2", &first).await.is_none(), "another session");
+    let (tag_stream, _) = first.rsplit_once('-').expect("an event id");
+    let (tag, _) = tag_stream.rsplit_once('-').expect("an event id");
+    let unknown = format!("{tag}-8-1");
+    assert!(store.resolve("s1", &unknown).await.is_none(), "no such stream");
+
+    redis.pause();
+    let resumed = store.resolve("s1", &first).await;
+    redis.resume();
+    let (stream, cursor) = resumed.expect("resumed, not refused, while Redis was paused");
+    assert_eq!(stream, 7);
+    store
+        .append("s1", 7, bytes::Bytes::from_static(b"two"))
+        .await
+        .expect("append once Redis answers");
+    let mut events = store.tail("s1", stream, cursor, Default::default());
+    let next = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("the next event arrives")
+        .expect("an event");
+    assert_eq!(&next.data[..], b"two");
+}

@@ -621,7 +621,6 @@ fn opaque_tokens_are_introspected_and_the_answer_kept() {
 /// session serves only the principal that opened it.
 #[test]
 fn the_2024_11_05_transport_follows_the_same_rules() {
-    use std::net::{Ipv4Addr, SocketAddr};
     let auth = AuthServer::start();
     let dir = TempDir::new("auth-legacy");
     let desk = desk_with_auth(&auth, &dir, None, &[]);
@@ -635,28 +634,8 @@ fn the_2024_11_05_transport_follows_the_same_rules() {
         json!({"sub": "mallory", "aud": resource, "scope": BOTH}),
         3600,
     );
-    let host = format!("127.0.0.1:{port}");
     let carol = bearer(&reader);
-    let mut stream = support::raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "GET",
-        "/sse",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("Authorization", &carol),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("GET /sse with a token");
-    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
-    let endpoint = seen
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .expect("the endpoint event")
-        .trim()
-        .to_string();
+    let (mut stream, endpoint) = open_legacy_stream(port, &[("Authorization", &carol)]);
     assert!(endpoint.starts_with("/message?sessionId="), "{endpoint}");
     let message = |token: Option<&str>, body: &Value| {
         let auth = token.map(bearer);
@@ -777,7 +756,6 @@ fn scopes_are_separated_by_the_space_character_only() {
 /// stream), and the owner then initializes and uses it as usual.
 #[test]
 fn a_2024_11_05_stream_is_bound_to_the_principal_that_opened_it() {
-    use std::net::{Ipv4Addr, SocketAddr};
     let auth = AuthServer::start();
     let dir = TempDir::new("auth-legacy-bound");
     let desk = desk_with_auth(&auth, &dir, None, &[]);
@@ -791,28 +769,8 @@ fn a_2024_11_05_stream_is_bound_to_the_principal_that_opened_it() {
         json!({"sub": "mallory", "aud": resource, "scope": BOTH}),
         3600,
     );
-    let host = format!("127.0.0.1:{port}");
     let carol_auth = bearer(&carol);
-    let mut stream = support::raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "GET",
-        "/sse",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("Authorization", &carol_auth),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("GET /sse with a token");
-    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
-    let endpoint = seen
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .expect("the endpoint event")
-        .trim()
-        .to_string();
+    let (mut stream, endpoint) = open_legacy_stream(port, &[("Authorization", &carol_auth)]);
     let message = |token: &str, body: &Value| {
         let auth = bearer(token);
         http(

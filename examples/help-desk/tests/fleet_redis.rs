@@ -1415,7 +1415,7 @@ fn a_2024_11_05_session_whose_first_post_lands_on_the_other_instance() {
     let url = redis.url();
     let a = distributed_desk("desk-a", &url, &[]);
     let b = distributed_desk("desk-b", &url, &[]);
-    let (mut stream, endpoint) = open_legacy_stream(a.port());
+    let (mut stream, endpoint) = open_legacy_stream(a.port(), &[]);
     let message = |port: u16, body: &Value| legacy_post(port, &endpoint, body);
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
@@ -1607,28 +1607,6 @@ fn a_session_taken_over_in_an_earlier_outage_is_not_served_from_memory_in_the_ne
     assert_eq!(stored(&redis, &sid)["epoch"], taken["epoch"]);
 }
 
-/// `GET /sse` on `port`: the open stream, and the endpoint its first event names.
-fn open_legacy_stream(port: u16) -> (std::net::TcpStream, String) {
-    let host = format!("127.0.0.1:{port}");
-    let mut stream = raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "GET",
-        "/sse",
-        &[("Host", &host), ("Accept", "text/event-stream")],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("GET /sse");
-    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
-    let endpoint = seen
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .expect("the endpoint event")
-        .trim()
-        .to_string();
-    (stream, endpoint)
-}
-
 /// `POST <endpoint>` (`/message?sessionId=…`) on `port` with `body`.
 fn legacy_post(port: u16, endpoint: &str, body: &Value) -> RawResponse {
     http(
@@ -1643,7 +1621,7 @@ fn legacy_post(port: u16, endpoint: &str, body: &Value) -> RawResponse {
 
 /// A 2024-11-05 session opened on `port`: its stream and endpoint, initialized.
 fn open_legacy_session(port: u16) -> (std::net::TcpStream, String) {
-    let (mut stream, endpoint) = open_legacy_stream(port);
+    let (mut stream, endpoint) = open_legacy_stream(port, &[]);
     let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
     assert_eq!(legacy_post(port, &endpoint, &init).status, 202);

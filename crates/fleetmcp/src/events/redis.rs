@@ -372,16 +372,24 @@ impl EventStore for RedisEventStore {
         if tag != session_tag(session) {
             return None;
         }
-        let exists: i64 = self
+        let exists = self
             .redis
-            .run(
+            .run::<i64>(
                 redis::cmd("EXISTS")
                     .arg(self.stream_key(session, stream))
                     .clone(),
             )
-            .await
-            .ok()?;
-        (exists == 1).then_some((stream, Cursor::After(seq)))
+            .await;
+        match exists {
+            Ok(n) => (n == 1).then_some((stream, Cursor::After(seq))),
+            // Redis cannot say now: the id names this session, so the reader starts, and if
+            // Redis stays out of reach it ends after `read_outage` and the client resumes
+            // again. Answering "no such event" would make the client give the answer up.
+            Err(e) => {
+                tracing::debug!(error = %e, "resuming a stream Redis could not confirm");
+                Some((stream, Cursor::After(seq)))
+            }
+        }
     }
 
     async fn release(&self, session: &str) {

@@ -456,10 +456,11 @@ impl Sessions {
     }
 
     /// Like [`Sessions::find`], for a session that cannot move between instances (the
-    /// 2024-11-05 transport's, tied to its stream): held here (and still stored), held by a
-    /// live peer, not initialized yet on the peer that minted it (its stream is there), or
-    /// missing. Without an [`Ownership`] a session not held here is never read
-    /// from the store: it cannot be served here.
+    /// 2024-11-05 transport's, tied to its stream): held here (and still stored), on the peer
+    /// that minted its id (its stream is there, initialized or not, whether or not the store
+    /// answers and whether or not that peer's heartbeat is current: the relay finds out), or
+    /// missing. Without an [`Ownership`] a session not held here is never read from the store:
+    /// it cannot be served here.
     pub async fn find_pinned(&self, id: &str) -> Lookup {
         // Held here is not enough: another instance may have ended it (its stored record is
         // gone), and an ended session stays ended on every path.
@@ -472,14 +473,18 @@ impl Sessions {
         let Some(owner) = &self.ownership else {
             return Lookup::Missing(Missing::Unknown);
         };
+        // Such a session never moves: its stream is on the instance that minted its id, for
+        // its whole life. A request for one minted elsewhere goes there without reading the
+        // store (which may not answer: the relay does not need it).
+        if self.is_pinned(id)
+            && let Some(node) = self.minted_elsewhere(id)
+        {
+            return Lookup::Elsewhere(node);
+        }
         match self.read(id).await {
             Ok(Some(record)) => match owner.owner(&record).await {
                 Owner::Peer(node) => Lookup::Elsewhere(node),
-                // Its heartbeat is gone, but that may only mean the holder lost Redis while its
-                // stream is still open: the relay finds out (a holder that is really gone
-                // answers nothing, and the session with it). Never taken over: it could be
-                // served nowhere else.
-                Owner::TakeOver(node) if node != self.machine_id => Lookup::Elsewhere(node),
+                // Its stream was on the stopped holder: nothing to take over.
                 Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
             // Not initialized yet: its stream is open on the instance that minted the id (a

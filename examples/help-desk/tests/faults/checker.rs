@@ -298,6 +298,32 @@ fn paused_for(op: &Op, stops: &[(String, Duration, Duration)]) -> Duration {
         .sum()
 }
 
+/// nginx's passive health check in `deploy/nginx/fleetmcp.conf` (`max_fails=1
+/// fail_timeout=2s`): an instance that failed a request is not tried for this long, plus a
+/// margin for the time a restart takes to be recorded.
+const BALANCER_FAIL_TIMEOUT: Duration = Duration::from_millis(2500);
+
+/// A `502` from the balancer when it had no instance left to try: every instance was down at
+/// some moment of the `fail_timeout` before the request, so nginx had marked each one failed
+/// ("no live upstreams"), even if one was already back. The fleet cannot answer through a
+/// balancer that does not send it the request.
+fn no_live_upstream(
+    op: &Op,
+    deaths: &[(String, Duration, Duration)],
+    machines: &std::collections::BTreeSet<&str>,
+) -> bool {
+    let from_balancer = matches!(op.outcome, Outcome::Error { status: 502, .. });
+    if op.route != Route::Balancer || !from_balancer || machines.is_empty() {
+        return false;
+    }
+    let since = op.start.saturating_sub(BALANCER_FAIL_TIMEOUT);
+    machines.iter().all(|m| {
+        deaths
+            .iter()
+            .any(|(d, a, b)| d == m && *a <= op.start && *b >= since)
+    })
+}
+
 /// How long before a request's start a kill may be recorded and still have hit it in flight.
 const KILL_SLACK: Duration = Duration::from_millis(300);
 
@@ -311,6 +337,11 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             FaultKind::Kill(m) => Some((m.clone(), f.at)),
             _ => None,
         })
+        .collect();
+    let machines: std::collections::BTreeSet<&str> = deaths
+        .iter()
+        .map(|(m, _, _)| m.as_str())
+        .chain(h.ops.iter().filter_map(|o| o.machine.as_deref()))
         .collect();
     for op in &h.ops {
         // A 2024-11-05 stream lasts until it breaks: only how it opened is checked (its
@@ -340,7 +371,7 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             op.outcome,
             Outcome::Transport(_) | Outcome::Error { status: 502, .. }
         );
-        if infra && (killed_under || sent_to_dead) {
+        if infra && (killed_under || sent_to_dead || no_live_upstream(op, &deaths, &machines)) {
             c.excused += 1;
             continue;
         }
@@ -923,6 +954,51 @@ mod tests {
             at: s(3.0),
             kind: FaultKind::Kill("desk-1".into()),
         }];
+        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
+    }
+
+    /// A `502` from the balancer while each instance had been down within nginx's
+    /// `fail_timeout` is excused (it marked them all failed); with one instance never down, it
+    /// is not.
+    #[test]
+    fn a_502_with_no_live_upstream_is_excused() {
+        let err = Outcome::Error {
+            status: 502,
+            detail: "no live upstreams".into(),
+        };
+        let mut h = hist(vec![op(0, Kind::StatelessStamp, 14.2, 14.2, err)]);
+        let down = |m: &str, from: f64, to: f64| {
+            [
+                Fault {
+                    at: s(from),
+                    kind: FaultKind::Kill(m.into()),
+                },
+                Fault {
+                    at: s(to),
+                    kind: FaultKind::Restart(m.into()),
+                },
+            ]
+        };
+        h.faults = [down("desk-3", 11.2, 13.3), down("desk-1", 13.4, 15.1)].concat();
+        h.faults.sort_by_key(|f| f.at);
+        h.ops[0].machine = None;
+        let mut with_two = h.clone();
+        with_two
+            .ops
+            .push(op(1, Kind::StatelessStamp, 1.0, 1.1, Outcome::Ok));
+        with_two.ops[1].machine = Some("desk-2".into());
+        assert_eq!(
+            unknown(&with_two, &check(&with_two, Bounds::default())).len(),
+            1,
+            "desk-2 was never down"
+        );
+        h.faults = [
+            down("desk-3", 11.2, 13.3),
+            down("desk-1", 13.4, 15.1),
+            down("desk-2", 14.0, 15.2),
+        ]
+        .concat();
+        h.faults.sort_by_key(|f| f.at);
         assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
     }
 

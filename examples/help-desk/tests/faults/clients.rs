@@ -683,7 +683,15 @@ pub async fn legacy_client(sh: Arc<Shared>, name: String, route: Route, base: St
             sh.rec.op(op);
             match outcome {
                 Outcome::Ok => {}
-                Outcome::Refused { .. } => backoff(&got).await,
+                Outcome::Refused { .. } => {
+                    backoff(&got).await;
+                    // A refused `initialize` or `initialized` is sent again, as a client
+                    // would: without it the session never starts. A refused `stamp` is not
+                    // (its key may have taken effect: the next call gets a key of its own).
+                    if step <= 2 {
+                        step -= 1;
+                    }
+                }
                 _ => alive = false,
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -197,6 +197,31 @@ pub fn open_get_stream(port: u16, sid: &str) -> std::net::TcpStream {
     stream
 }
 
+/// `GET /sse` on `port` with `extra` headers (a token): the open stream, and the endpoint
+/// (`/message?sessionId=…`) its first event names.
+pub fn open_legacy_stream(port: u16, extra: &[(&str, &str)]) -> (std::net::TcpStream, String) {
+    let host = format!("127.0.0.1:{port}");
+    let mut headers = vec![("Host", host.as_str()), ("Accept", "text/event-stream")];
+    headers.extend_from_slice(extra);
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "GET",
+        "/sse",
+        &headers,
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("GET /sse");
+    let seen = read_stream_until(&mut stream, &["event: endpoint", "sessionId="]);
+    let endpoint = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .expect("the endpoint event")
+        .trim()
+        .to_string();
+    (stream, endpoint)
+}
+
 /// Reads `stream` until everything it carried contains every one of `needles`, for at most
 /// 5 s; returns what it carried.
 pub fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> String {
