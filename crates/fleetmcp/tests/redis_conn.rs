@@ -142,11 +142,17 @@ async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
         .append("s1", 7, bytes::Bytes::from_static(b"one"))
         .await
         .expect("append");
-    assert!(store.resolve("s2", &first).await.is_none(), "another session");
+    assert!(
+        store.resolve("s2", &first).await.is_none(),
+        "another session"
+    );
     let (tag_stream, _) = first.rsplit_once('-').expect("an event id");
     let (tag, _) = tag_stream.rsplit_once('-').expect("an event id");
     let unknown = format!("{tag}-8-1");
-    assert!(store.resolve("s1", &unknown).await.is_none(), "no such stream");
+    assert!(
+        store.resolve("s1", &unknown).await.is_none(),
+        "no such stream"
+    );
 
     redis.pause();
     let resumed = store.resolve("s1", &first).await;

@@ -1714,3 +1714,56 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
     assert_eq!(resp.status, 202, "{}", resp.describe());
     read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
 }
+
+/// Never two holders when a live holder looks dead (the 30-minute soak's finding): another
+/// instance takes a session over at once when the holder's address refuses the relay and
+/// nothing holds the holder's channel, which is also what a live holder looks like behind a
+/// link that refuses, once its Redis connections were closed. Here A advertises an address
+/// nothing listens on, and its link to Redis is cut (its subscription closes): B takes A's
+/// session over at once. A's lease, by its clock, still holds for seconds; before the fix A
+/// served the session from memory meanwhile, at the epoch B had replaced. Now A's lease holds
+/// only while its subscription is up: `503` with `Retry-After`.
+#[test]
+fn a_holder_whose_subscription_is_gone_does_not_serve_from_memory() {
+    let redis = RedisServer::start();
+    let proxy = CuttableProxy::start(redis.port);
+    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "6000"),
+    ];
+    let mut a_env = timings.to_vec();
+    a_env.push(("FLEETMCP_ADVERTISE_ADDRESS", nowhere.as_str()));
+    let a = distributed_desk("desk-a", &proxy.url(), &a_env);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let sid = open_session(a.port());
+    assert_eq!(machine_of(&find_tickets(a.port(), &sid)), Some("desk-a"));
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    loop {
+        let resp = find_tickets(b.port(), &sid);
+        if resp.status == 200 {
+            assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+            break;
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(5),
+            "B takes the session over once A's subscription is gone:\n{}",
+            resp.describe()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        cut_at.elapsed() < Duration::from_secs(5),
+        "taken over before A's lease would have run out by its clock"
+    );
+    let resp = find_tickets_within(a.port(), &sid, Duration::from_secs(10));
+    assert_eq!(
+        resp.status,
+        503,
+        "A must not serve from memory a session B took over:\n{}",
+        resp.describe()
+    );
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+}

@@ -124,35 +124,42 @@ pub(super) async fn listen(
         app.config().ha.relay_window_ms,
     )
     .started_at(crate::clock::unix_ms());
-    super::subscription::keep(redis, channel(&key_prefix), None, stop, move |payload| {
-        let Ok(envelope) = serde_json::from_slice::<Envelope>(payload) else {
-            tracing::debug!("[HA] ignored a malformed message on the changes channel");
-            return;
-        };
-        if envelope.from == me {
-            return;
-        }
-        if let Err(why) = super::channel_auth::verify(
-            &verifier,
-            &envelope.from,
-            PATH,
-            envelope.change.as_bytes(),
-            Some(&envelope.auth),
-            crate::clock::unix_ms(),
-        ) {
-            tracing::warn!(
-                source = %envelope.from,
-                "[HA] Dropped a message on the changes channel from {}: {why}",
-                envelope.from
-            );
-            return;
-        }
-        let Ok(change) = serde_json::from_str::<Change>(&envelope.change) else {
-            tracing::debug!("[HA] ignored a malformed change on the changes channel");
-            return;
-        };
-        let handle = handle.clone();
-        tokio::spawn(async move { handle.apply_remote(change).await });
-    })
+    super::subscription::keep(
+        redis,
+        channel(&key_prefix),
+        None,
+        stop,
+        move |payload| {
+            let Ok(envelope) = serde_json::from_slice::<Envelope>(payload) else {
+                tracing::debug!("[HA] ignored a malformed message on the changes channel");
+                return;
+            };
+            if envelope.from == me {
+                return;
+            }
+            if let Err(why) = super::channel_auth::verify(
+                &verifier,
+                &envelope.from,
+                PATH,
+                envelope.change.as_bytes(),
+                Some(&envelope.auth),
+                crate::clock::unix_ms(),
+            ) {
+                tracing::warn!(
+                    source = %envelope.from,
+                    "[HA] Dropped a message on the changes channel from {}: {why}",
+                    envelope.from
+                );
+                return;
+            }
+            let Ok(change) = serde_json::from_str::<Change>(&envelope.change) else {
+                tracing::debug!("[HA] ignored a malformed change on the changes channel");
+                return;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.apply_remote(change).await });
+        },
+        |_| {},
+    )
     .await;
 }

@@ -132,12 +132,16 @@ impl Heartbeat {
         };
         // Its subscription tells others this instance is alive (presence); its messages are
         // notifications routed to sessions held here.
+        // Others judge this instance gone by its missing subscription (with a refused
+        // address): the lease holds only while it is there (`Lease::set_present`).
+        let lease = ha.lease.clone();
         tokio::spawn(super::subscription::keep(
             ha.redis.clone(),
             ha.channel.clone(),
             messages,
             stop,
             on_message,
+            move |present| lease.set_present(present),
         ));
         ha.beat(0).await;
         tracing::info!("[HA] Heartbeat started for node {node_id}");

@@ -138,25 +138,12 @@ impl HttpRelay {
             holder: holder.to_string(),
             silence: self.silence,
         };
-        // An SSE answer whose link to the holder breaks ends cleanly here, as the holder's own
-        // streams end: the client resumes it with `Last-Event-ID`. Cut off in the middle (a
-        // body error), it would look like a broken connection to this instance instead. A JSON
-        // answer cut short stays an error: a clean end would hand the client half a message.
-        let sse = answer
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
         let stream = futures_util::stream::unfold(
             (answer.bytes_stream().boxed(), watch),
-            move |(mut upstream, watch)| async move {
+            |(mut upstream, watch)| async move {
                 let mut wait = watch.silence.limit;
                 loop {
                     match tokio::time::timeout(wait, upstream.next()).await {
-                        Ok(Some(Err(e))) if sse => {
-                            tracing::debug!(error = %e, "a relayed SSE answer broke; it ends here, and the client resumes it");
-                            return None;
-                        }
                         Ok(Some(chunk)) => return Some((chunk, (upstream, watch))),
                         Ok(None) => return None,
                         Err(_) if watch.holder_stalled().await => return None,

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::redis_conn::{RedisConn, Subscription};
 
-/// Keeps `channel` subscribed until `stop`, handing each message's payload to `on_message`.
+/// Keeps `channel` subscribed until `stop`, handing each message's payload to `on_message`,
+/// and telling `on_presence` whether the subscription is up (it is lost and made again).
 /// `messages`: a subscription already made, if any.
 pub(super) async fn keep(
     redis: RedisConn,
@@ -19,9 +20,13 @@ pub(super) async fn keep(
     mut messages: Option<Subscription>,
     stop: CancellationToken,
     on_message: impl Fn(&[u8]),
+    on_presence: impl Fn(bool),
 ) {
     let mut replaced = redis.replaced();
     loop {
+        if messages.is_some() {
+            on_presence(true);
+        }
         if let Some(stream) = messages.as_mut() {
             loop {
                 tokio::select! {
@@ -51,6 +56,7 @@ pub(super) async fn keep(
             }
             tracing::warn!(%channel, "[HA] lost a channel subscription; subscribing again");
         }
+        on_presence(false);
         let mut delay = Duration::from_millis(100);
         messages = loop {
             tokio::select! {

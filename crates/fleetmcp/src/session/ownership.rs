@@ -9,7 +9,7 @@
 //! The seam is consulted only when the session is not held here: a held session's request pays
 //! nothing for it.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -50,6 +50,8 @@ pub struct Lease {
     until_ms: AtomicU64,
     /// How many times the lease was granted again after it had run out: see [`Lease::term`].
     term: AtomicU32,
+    /// Whether this instance's channel subscription is up: see [`Lease::set_present`].
+    present: AtomicBool,
 }
 
 impl Default for Lease {
@@ -58,6 +60,7 @@ impl Default for Lease {
             base: Instant::now(),
             until_ms: AtomicU64::new(0),
             term: AtomicU32::new(0),
+            present: AtomicBool::new(true),
         }
     }
 }
@@ -85,7 +88,22 @@ impl Lease {
 
     /// Whether the lease still holds.
     pub fn valid(&self) -> bool {
-        (self.base.elapsed().as_millis() as u64) < self.until_ms.load(Ordering::Acquire)
+        self.present.load(Ordering::Acquire)
+            && (self.base.elapsed().as_millis() as u64) < self.until_ms.load(Ordering::Acquire)
+    }
+
+    /// Notes whether this instance's channel subscription is up. Another instance takes a
+    /// session over at once, heartbeat or not, when the holder's address refuses the relay
+    /// and nothing holds the holder's channel (a crashed process's connections are closed by
+    /// its kernel). A holder alive behind a link that refuses, whose Redis connections were
+    /// closed too, looks exactly so: from the moment its subscription is gone it must not
+    /// serve from memory, and what it confirmed before may have been taken (a new term).
+    pub fn set_present(&self, present: bool) {
+        let was = self.present.swap(present, Ordering::AcqRel);
+        if was && !present {
+            self.term.fetch_add(1, Ordering::AcqRel);
+            self.until_ms.store(1, Ordering::Release);
+        }
     }
 }
 
