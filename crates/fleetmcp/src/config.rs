@@ -218,10 +218,10 @@ pub struct TaskConfig {
     pub max_result_bytes: usize,
     /// Most task records one caller (its limit key: the principal with authorization on,
     /// else the client's address) keeps, so that one client cannot fill the table for
-    /// everyone else.
+    /// everyone else (at most `max_tasks`, whatever is set).
     pub max_tasks_per_caller: usize,
     /// Most bytes of task records (plus the arguments its running handlers hold) one caller
-    /// keeps.
+    /// keeps (at most `max_bytes`).
     pub max_bytes_per_caller: usize,
 }
 
@@ -1249,11 +1249,13 @@ impl Config {
                 "must be at least 1 and at most tasks.max_tasks",
             );
         }
-        if t.max_tasks_per_caller == 0 || t.max_tasks_per_caller > t.max_tasks {
+        // A per-caller bound above the total is the total (`TaskLimits::from_config`): a server
+        // that lowers `max_tasks` or `max_bytes` need not lower the per-caller defaults too.
+        if t.max_tasks_per_caller == 0 {
             return invalid(
                 "tasks.max_tasks_per_caller",
                 t.max_tasks_per_caller.to_string(),
-                "must be at least 1 and at most tasks.max_tasks",
+                "must be at least 1",
             );
         }
         // A record must fit wherever it is kept, or a finished task could never be stored.
@@ -1261,7 +1263,6 @@ impl Config {
             || t.max_result_bytes > t.max_bytes_per_owner
             || t.max_bytes_per_owner > t.max_bytes
             || t.max_result_bytes > t.max_bytes_per_caller
-            || t.max_bytes_per_caller > t.max_bytes
         {
             return invalid(
                 "tasks.max_result_bytes",

@@ -71,7 +71,12 @@ fn tickets_titled(port: u16, sid: &str, title: &str) -> usize {
 
 /// The refusal of a relayed request: `403`, a JSON-RPC error with `id: null`.
 fn assert_refused(resp: &RawResponse, why: &str, what: &str) {
-    assert_eq!(resp.status, 403, "{what}:\n{}", resp.describe());
+    assert_refused_with(resp, 403, why, what);
+}
+
+/// [`assert_refused`] with another status (a hop signed before its holder started: `503`).
+fn assert_refused_with(resp: &RawResponse, status: u16, why: &str, what: &str) {
+    assert_eq!(resp.status, status, "{what}:\n{}", resp.describe());
     let msg = resp.json();
     assert_eq!(msg["id"], Value::Null, "{what}:\n{}", resp.describe());
     assert_eq!(msg["error"]["code"], -32000, "{what}:\n{}", resp.describe());
@@ -699,11 +704,15 @@ fn a_recorded_hop_replayed_after_the_holder_restarts_is_refused() {
         body,
         HTTP_LIMIT,
     );
-    assert_refused(
+    // Refused without running; a 503 with Retry-After, as for a genuine request that crossed
+    // the restart (its client retries it, signed anew).
+    assert_refused_with(
         &replayed,
+        503,
         "signed before this instance started",
         "the recorded hop, replayed on the restarted holder",
     );
+    assert_eq!(replayed.header("retry-after"), Some("1"));
     assert_log_has(
         &a2,
         "A (restarted)",

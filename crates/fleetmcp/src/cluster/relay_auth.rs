@@ -328,7 +328,9 @@ impl Refusal {
             Self::Replayed => "its nonce was already used (a replay)",
             Self::Overloaded => "too many relayed requests to remember their nonces",
             Self::BadSeal => "its sealed credentials do not open",
-            Self::BeforeStart => "it was signed before this instance started (a replay)",
+            Self::BeforeStart => {
+                "it was signed before this instance started (a replay, or a request that crossed a restart: retry)"
+            }
         }
     }
 }

@@ -86,7 +86,11 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
                 path = %parts.uri.path(),
                 "[HA] Refused a relayed request from {source}: {why}"
             );
-            let status = if refusal == Refusal::Overloaded {
+            // A hop signed before this process started is a replay, or, far more often, a
+            // request that was on its way while this instance restarted (the fault soak saw
+            // it): either way it does not run, and a client whose request it was retries
+            // (signed anew), so it gets the documented 503, not a 403.
+            let status = if matches!(refusal, Refusal::Overloaded | Refusal::BeforeStart) {
                 StatusCode::SERVICE_UNAVAILABLE
             } else {
                 StatusCode::FORBIDDEN
