@@ -218,10 +218,10 @@ pub struct TaskConfig {
     pub max_result_bytes: usize,
     /// Most task records one caller (its limit key: the principal with authorization on,
     /// else the client's address) keeps, so that one client cannot fill the table for
-    /// everyone else (at most `max_tasks`, whatever is set).
+    /// everyone else (above `max_tasks` it never binds).
     pub max_tasks_per_caller: usize,
     /// Most bytes of task records (plus the arguments its running handlers hold) one caller
-    /// keeps (at most `max_bytes`).
+    /// keeps (above `max_bytes` it never binds).
     pub max_bytes_per_caller: usize,
 }
 
@@ -1249,7 +1249,7 @@ impl Config {
                 "must be at least 1 and at most tasks.max_tasks",
             );
         }
-        // A per-caller bound above the total is the total (`TaskLimits::from_config`): a server
+        // A per-caller bound above the total never binds (the total does, and is named): a server
         // that lowers `max_tasks` or `max_bytes` need not lower the per-caller defaults too.
         if t.max_tasks_per_caller == 0 {
             return invalid(

@@ -258,9 +258,9 @@ impl TaskLimits {
             max_bytes: cfg.max_bytes,
             max_tasks_per_owner: cfg.max_tasks_per_owner,
             max_bytes_per_owner: cfg.max_bytes_per_owner,
-            // A caller can never hold more than everyone together.
-            max_tasks_per_caller: cfg.max_tasks_per_caller.min(cfg.max_tasks),
-            max_bytes_per_caller: cfg.max_bytes_per_caller.min(cfg.max_bytes),
+            // Above the totals they never bind first: the totals do, and are named.
+            max_tasks_per_caller: cfg.max_tasks_per_caller,
+            max_bytes_per_caller: cfg.max_bytes_per_caller,
         }
     }
 }
