@@ -838,13 +838,7 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
     let mut last = String::from("no sentinel configured");
     for (host, port) in cfg.sentinel_addresses().map_err(config)? {
         let ask = async {
-            let client = cfg
-                .client_for(cfg.sentinel_connection_info(&host, port).map_err(config)?)
-                .map_err(config)?;
-            let mut conn = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(unavailable)?;
+            let mut conn = sentinel_connection(cfg, &host, port).await?;
             redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(master)
@@ -869,6 +863,24 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
     Err(CommandError::Unavailable(last))
 }
 
+/// A connection to the sentinel at `host:port` (its own credentials and TLS), unbounded: the
+/// callers bound what they ask.
+async fn sentinel_connection(
+    cfg: &RedisConfig,
+    host: &str,
+    port: u16,
+) -> Result<redis::aio::MultiplexedConnection, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let client = cfg
+        .client_for(cfg.sentinel_connection_info(host, port).map_err(config)?)
+        .map_err(config)?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(unavailable)
+}
+
 /// What one sentinel says of the master it watches.
 struct SentinelView {
     /// `host:port`.
@@ -883,15 +895,7 @@ async fn sentinel_view(
     host: &str,
     port: u16,
 ) -> Result<SentinelView, CommandError> {
-    let config =
-        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
-    let client = cfg
-        .client_for(cfg.sentinel_connection_info(host, port).map_err(config)?)
-        .map_err(config)?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(unavailable)?;
+    let mut conn = sentinel_connection(cfg, host, port).await?;
     let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
         .arg("master")
         .arg(cfg.sentinel_master.as_deref().unwrap_or_default())
