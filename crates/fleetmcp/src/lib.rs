@@ -22,6 +22,7 @@
 // 0. foundation
 mod clock;
 pub mod config;
+mod liveness;
 mod machine_id;
 pub mod protocol;
 pub mod redis_config;

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 0. foundation: the wire format, configuration, clocks, the Redis connection
     ("clock", 0),
     ("config", 0),
+    ("liveness", 0),
     ("machine_id", 0),
     ("protocol", 0),
     ("redis_config", 0),

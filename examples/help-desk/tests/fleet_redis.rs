@@ -1767,3 +1767,193 @@ fn a_holder_whose_subscription_is_gone_does_not_serve_from_memory() {
     );
     assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
 }
+
+/// The error a reader writes for a call whose instance died before it answered
+/// (`fleetmcp::events::WRITER_GONE_MESSAGE`).
+const WRITER_GONE: &str = "The instance running this request stopped before it answered; whether it took effect is unknown";
+
+/// Starts a `stamp` call on `port` in session `sid` that answers after 5 s, reads its stream up
+/// to the progress event, and returns the call's id and the last event id the client saw.
+fn start_slow_streamed_call(port: u16, sid: &str) -> (u64, String) {
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 5000},
+        "_meta": {"progressToken": id}}});
+    let body = call.to_string();
+    let host = format!("127.0.0.1:{port}");
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", ACCEPT),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        Some(&body),
+        Duration::from_millis(300),
+    )
+    .expect("start the call");
+    let seen = read_stream_until(&mut stream, &["notifications/progress"]);
+    let last = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .expect("the progress event has an id")
+        .trim()
+        .to_string();
+    (id, last)
+}
+
+/// Resumes the stream `last` names on `port` and reads it to its end (its last chunk); fails
+/// the test if it has not ended within `limit`. Returns what it carried and how long it took.
+fn resume_to_the_end(port: u16, sid: &str, last: &str, limit: Duration) -> (String, Duration) {
+    use std::io::Read;
+    let host = format!("127.0.0.1:{port}");
+    let began = Instant::now();
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+            ("Last-Event-ID", last),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("resume the stream");
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(
+            began.elapsed() < limit,
+            "the resumed stream did not end within {limit:?}; it carried:\n{seen}"
+        );
+        match stream.read(&mut buf) {
+            Ok(0) => return (seen, began.elapsed()),
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(_) => {}
+        }
+        // The chunked body's last chunk: the response is complete (the connection may stay).
+        if seen.ends_with("\r\n0\r\n\r\n") {
+            return (seen, began.elapsed());
+        }
+    }
+}
+
+/// The JSON-RPC messages of an SSE stream's `data:` lines.
+fn stream_messages(seen: &str) -> Vec<Value> {
+    seen.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
+
+/// The resumed stream carries exactly one answer for `id`: the writer-gone error.
+fn assert_ended_for_the_gone_writer(seen: &str, id: u64) {
+    let answers: Vec<Value> = stream_messages(seen)
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .collect();
+    assert_eq!(answers.len(), 1, "one answer for call {id}:\n{seen}");
+    assert_eq!(answers[0]["error"]["code"], -32603, "{seen}");
+    assert_eq!(answers[0]["error"]["message"], WRITER_GONE, "{seen}");
+}
+
+/// A streamed call whose holder is SIGKILLed while its handler runs: the client resumes the
+/// stream on another instance, which takes the session over. The answer can never come, so
+/// the stream is ended with an error for the call (its outcome unknown) within seconds of the
+/// resume, instead of keep-alives forever (harness finding F4).
+#[test]
+fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_the_next_holder() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let effects = TempDir::new("effects");
+    let file = effects.path().join("effects");
+    let file = file.to_string_lossy().into_owned();
+    let env = [("HELP_DESK_EFFECTS_FILE", file.as_str())];
+    let mut a = distributed_desk("desk-a", &url, &env);
+    let b = distributed_desk("desk-b", &url, &env);
+    let sid = open_session(a.port());
+    let (id, last) = start_slow_streamed_call(a.port(), &sid);
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+
+    let (seen, took) = resume_to_the_end(b.port(), &sid, &last, Duration::from_secs(10));
+    assert_ended_for_the_gone_writer(&seen, id);
+    assert!(
+        took < Duration::from_secs(5),
+        "ended {took:?} after the resume"
+    );
+    eprintln!("the answer of a killed holder's call ended with an error {took:?} after the resume");
+    // Ended for good: a second resume reads the same error and the end at once.
+    let (again, took) = resume_to_the_end(b.port(), &sid, &last, Duration::from_secs(5));
+    assert_ended_for_the_gone_writer(&again, id);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}
+
+/// The same when the killed holder is started again under its machine id and the resume lands
+/// on it: the stream was written by its previous process.
+#[test]
+fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_its_restarted_instance() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let effects = TempDir::new("effects");
+    let file = effects.path().join("effects");
+    let file = file.to_string_lossy().into_owned();
+    let env = [
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("MACHINE_ID", "desk-a"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+        ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+    ];
+    let mut a = Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env);
+    let port = a.port();
+    let sid = open_session(port);
+    let (id, last) = start_slow_streamed_call(port, &sid);
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let again = Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), port, &env);
+
+    let (seen, took) = resume_to_the_end(again.port(), &sid, &last, Duration::from_secs(10));
+    assert_ended_for_the_gone_writer(&seen, id);
+    assert!(
+        took < Duration::from_secs(5),
+        "ended {took:?} after the resume"
+    );
+}
+
+/// A streamed call whose writer lives is not ended for it: resumed on another instance while
+/// its holder still runs it (the resume is relayed to the holder), the stream carries the
+/// real answer.
+#[test]
+fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let effects = TempDir::new("effects");
+    let file = effects.path().join("effects");
+    let file = file.to_string_lossy().into_owned();
+    let env = [("HELP_DESK_EFFECTS_FILE", file.as_str())];
+    let a = distributed_desk("desk-a", &url, &env);
+    let b = distributed_desk("desk-b", &url, &env);
+    let sid = open_session(a.port());
+    let (id, last) = start_slow_streamed_call(a.port(), &sid);
+    let (seen, _) = resume_to_the_end(b.port(), &sid, &last, Duration::from_secs(10));
+    let answers: Vec<Value> = stream_messages(&seen)
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen}");
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{seen}"
+    );
+}

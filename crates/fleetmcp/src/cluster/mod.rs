@@ -20,8 +20,8 @@
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
 //!   tasks) in the background from per-instance indexes (never `KEYS`);
 //! - [`subscription`]: channel subscriptions kept for the instance's life;
-//! - [`tasks`]: whether the instance running a background task is gone
-//!   (`tasks::ExecutorLiveness`).
+//! - [`liveness`]: whether another instance's process is gone, for background tasks and for
+//!   SSE answers kept for resumption (`liveness::ProcessLiveness`).
 //!
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
@@ -33,13 +33,13 @@ mod drain_request;
 mod fanout;
 mod heartbeat;
 mod identity;
+mod liveness;
 mod notify;
 mod relay;
 mod relay_auth;
 mod relay_guard;
 mod scanner;
 mod subscription;
-mod tasks;
 
 use std::sync::Arc;
 
@@ -83,12 +83,13 @@ pub(crate) fn seams(
     Some((Arc::new(directory), Arc::new(relay)))
 }
 
-/// The liveness seam of background tasks in distributed mode: whether a task's executor is gone.
-pub(crate) fn task_liveness(
+/// The liveness seam in distributed mode: whether another instance's process is gone (a task's
+/// executor, an SSE answer's writer).
+pub(crate) fn process_liveness(
     redis: &RedisConn,
     cfg: &HaConfig,
-) -> Arc<dyn crate::tasks::ExecutorLiveness> {
-    Arc::new(tasks::TaskLiveness::new(
+) -> Arc<dyn crate::liveness::ProcessLiveness> {
+    Arc::new(liveness::Liveness::new(
         redis.clone(),
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),

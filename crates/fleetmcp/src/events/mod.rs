@@ -21,6 +21,11 @@ use futures_util::stream::BoxStream;
 pub use self::redis::RedisEventStore;
 pub use memory::MemoryEventStore;
 
+/// The error message of a request whose answer stream was ended by a reader because the
+/// process writing it is gone: whether the request took effect is unknown (a client retries
+/// it with the same idempotency key, see `RequestContext::call_key`).
+pub const WRITER_GONE_MESSAGE: &str = "The instance running this request stopped before it answered; whether it took effect is unknown";
+
 /// A stream within one session. Stream 0 is the session's standalone (GET) stream.
 pub type StreamId = u64;
 /// The standalone stream a `GET` opens, for messages unrelated to any request.
@@ -58,6 +63,22 @@ pub trait EventStore: Send + Sync + 'static {
         stream: StreamId,
         data: Bytes,
     ) -> Result<String, EventStoreError>;
+
+    /// Appends the first event of the stream that answers request `request_id` (its raw JSON
+    /// id), noting which request it answers and which process writes it, so that a reader on
+    /// another instance can end the stream with an error answer for that request if the
+    /// writer's process is gone ([`WRITER_GONE_MESSAGE`]). A store that only this process
+    /// reads never outlives its writer: the default just appends.
+    async fn append_first(
+        &self,
+        session: &str,
+        stream: StreamId,
+        request_id: &str,
+        data: Bytes,
+    ) -> Result<String, EventStoreError> {
+        let _ = request_id;
+        self.append(session, stream, data).await
+    }
 
     /// Marks a stream complete: readers end once they have read everything. An error when the
     /// mark could not be written (the writer may try again: a reader that resumes the stream

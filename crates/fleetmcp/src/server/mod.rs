@@ -155,12 +155,21 @@ impl ServerBuilder {
                     conn.instrument(meters.clone());
                     store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
                     if events.is_none() {
-                        events = Some(Arc::new(RedisEventStore::new(
+                        let mut redis_events = RedisEventStore::new(
                             conn.clone(),
                             config.sessions.max_events_per_stream,
                             config.sessions.event_ttl_ms,
                             Duration::from_millis(config.sessions.stream_read_outage_ms),
-                        )));
+                        );
+                        // Only in distributed mode can a reader tell that a stream's writer
+                        // is gone (and end the stream for it).
+                        if config.deployment_mode == DeploymentMode::Distributed {
+                            redis_events = redis_events.with_writers(
+                                &machine_id,
+                                crate::cluster::process_liveness(&conn, &config.ha),
+                            );
+                        }
+                        events = Some(Arc::new(redis_events));
                         tracing::info!("EventStore initialized for SSE resumability");
                     }
                     redis = Some(conn);
@@ -218,7 +227,7 @@ impl ServerBuilder {
                 if redis_tasks.is_some()
                     && config.deployment_mode == DeploymentMode::Distributed =>
             {
-                Some(crate::cluster::task_liveness(conn, &config.ha))
+                Some(crate::cluster::process_liveness(conn, &config.ha))
             }
             _ => None,
         };

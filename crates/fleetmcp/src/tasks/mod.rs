@@ -11,7 +11,7 @@
 //! In a shared store each record names its executor (machine id and start time). A
 //! `tasks/cancel` received elsewhere reaches the executor through the store
 //! ([`TaskStore::signal_cancel`]); a task whose executor died is ended as `failed` by whichever
-//! instance reads it and finds the executor gone ([`ExecutorLiveness`], implemented by the
+//! instance reads it and finds the executor gone ([`ProcessLiveness`], implemented by the
 //! cluster), or by the orphan scanner ([`Tasks::fail_tasks_of`]).
 //!
 //! With authorization on, a record names the principal that started it (its fingerprint, never
@@ -40,6 +40,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::TaskConfig;
+pub(crate) use crate::liveness::ProcessLiveness;
 use crate::protocol::{ErrorCode, ErrorData};
 
 /// The message of a task that ended because the instance running it stopped.
@@ -128,16 +129,6 @@ pub struct Executor {
     /// When the task started there (Unix ms). A heartbeat under the same machine id that
     /// started later belongs to a newer process, so this task's executor is gone.
     pub spawned_at: u64,
-}
-
-/// Whether the instance that runs a task is gone: the seam the cluster fills (heartbeat plus
-/// subscriber count, bounded by the takeover grace). Without it (one instance, or Redis without
-/// distributed mode) no task is ever presumed orphaned.
-#[async_trait]
-pub trait ExecutorLiveness: Send + Sync + 'static {
-    /// True only when `node`'s process that started a task at `spawned_at` is known to be gone;
-    /// false when it lives or when that cannot be told (Redis not answering).
-    async fn is_gone(&self, node: &str, spawned_at: u64) -> bool;
 }
 
 /// Where task records live.
@@ -693,7 +684,7 @@ const POLL_INTERVAL_MS: u64 = 500;
 /// whether another task's executor is gone.
 struct Fleet {
     node: String,
-    liveness: Option<Arc<dyn ExecutorLiveness>>,
+    liveness: Option<Arc<dyn ProcessLiveness>>,
 }
 
 /// The tasks of this server: their records (shared through the store) and those running on
@@ -723,7 +714,7 @@ impl Tasks {
     /// The store is shared with other instances: tasks started here name `node` as their
     /// executor, and `liveness` (when the cluster provides it) tells when another task's
     /// executor is gone.
-    pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ExecutorLiveness>>) -> Self {
+    pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ProcessLiveness>>) -> Self {
         self.fleet = Some(Fleet {
             node: node.to_string(),
             liveness,
@@ -1331,7 +1322,7 @@ mod tests {
     );
 
     #[async_trait]
-    impl ExecutorLiveness for Gone {
+    impl ProcessLiveness for Gone {
         async fn is_gone(&self, _node: &str, _spawned_at: u64) -> bool {
             self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             self.0.load(std::sync::atomic::Ordering::SeqCst)

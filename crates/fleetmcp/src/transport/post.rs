@@ -223,6 +223,7 @@ async fn stream_answer(
         degraded: CancellationToken::new(),
         direct: Mutex::new(Some(direct_tx)),
         last: Arc::new(Mutex::new(None)),
+        first: Mutex::new(Some(id.get().into())),
     });
     // The reader claims the stream before anything is written to it, so a polling end sent
     // as the very first message ends this connection and not a reader that does not exist yet.
@@ -350,16 +351,28 @@ struct StoredStream {
     direct: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     /// The final answer, once known: the response ends after delivering it.
     last: Arc<Mutex<Option<Bytes>>>,
+    /// The request's raw JSON id, given with the first event (then `None`), so that a reader
+    /// elsewhere can answer the request if this process dies before it does.
+    first: Mutex<Option<Box<str>>>,
 }
 
 impl StoredStream {
     async fn append(&self, data: Bytes) {
         if !self.degraded.is_cancelled() {
-            match self
-                .events
-                .append(&self.session, self.stream, data.clone())
-                .await
-            {
+            let first = self.first.lock().take();
+            let stored = match first {
+                Some(request_id) => {
+                    self.events
+                        .append_first(&self.session, self.stream, &request_id, data.clone())
+                        .await
+                }
+                None => {
+                    self.events
+                        .append(&self.session, self.stream, data.clone())
+                        .await
+                }
+            };
+            match stored {
                 Ok(_) => return,
                 Err(e) => {
                     tracing::warn!(session = %crate::session::LogId(&self.session), error = %e, "an SSE event could not be stored; the answer continues on its connection, without resumption");

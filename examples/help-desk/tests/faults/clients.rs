@@ -216,6 +216,7 @@ fn classify(got: &Got) -> Outcome {
                 Outcome::Ok
             }
         }
+        Some(a) if is_abandoned(a) => Outcome::Abandoned,
         Some(a) => Outcome::Error {
             status: 200,
             detail: truncate(&a.to_string(), 300),
@@ -440,12 +441,18 @@ fn classify_answer(a: Option<&Value>) -> Outcome {
                 Outcome::Ok
             }
         }
+        Some(a) if is_abandoned(a) => Outcome::Abandoned,
         Some(a) => Outcome::Error {
             status: 200,
             detail: truncate(&a.to_string(), 300),
         },
         None => Outcome::Ok,
     }
+}
+
+/// The error a resumed answer stream carries when the instance running the call died.
+fn is_abandoned(answer: &Value) -> bool {
+    answer["error"]["message"] == json!(fleetmcp::events::WRITER_GONE_MESSAGE)
 }
 
 fn modern_meta(name: &str) -> Value {

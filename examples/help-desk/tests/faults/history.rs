@@ -18,6 +18,10 @@ pub enum Outcome {
     Refused { status: u16 },
     /// The session is unknown (404, or the JSON-RPC "Session not found" error).
     SessionGone,
+    /// The documented answer of a call whose instance died while running it: a JSON-RPC
+    /// error saying it stopped before it answered, the call's effect unknown
+    /// (`fleetmcp::events::WRITER_GONE_MESSAGE`).
+    Abandoned,
     /// Any other HTTP status or JSON-RPC error.
     Error { status: u16, detail: String },
     /// No HTTP answer: connection refused, reset, closed early.
@@ -33,6 +37,7 @@ impl Outcome {
             Outcome::ToolError(d) => format!("tool error ({d})"),
             Outcome::Refused { status } => format!("refused {status}"),
             Outcome::SessionGone => "session gone".into(),
+            Outcome::Abandoned => "abandoned (its instance died)".into(),
             Outcome::Error { status, detail } => {
                 format!("error {status}: {}", truncate(detail, 160))
             }
