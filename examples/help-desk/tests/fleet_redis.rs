@@ -1957,3 +1957,106 @@ fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
         "{seen}"
     );
 }
+
+/// A relayed streamed answer whose link to the holder breaks (the holder lives) ends cleanly on
+/// the relaying instance, its last chunk sent, so the client resumes it; then, resumed on the
+/// holder, it carries the real answer. Before, the relaying instance cut the response off in the
+/// middle, which a client takes for a failed request, not one to resume.
+#[test]
+fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let effects = TempDir::new("effects");
+    let file = effects.path().join("effects");
+    let file = file.to_string_lossy().into_owned();
+    let a_port = support::free_port();
+    let link = CuttableProxy::start(a_port);
+    let advertised = format!("127.0.0.1:{}", link.port);
+    let a = Instance::start_on(
+        env!("CARGO_BIN_EXE_help-desk"),
+        a_port,
+        &[
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", "desk-a"),
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_HOST", ""),
+            ("REDIS_PORT", ""),
+            ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+            ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
+        ],
+    );
+    let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sid = open_session(a.port());
+    // The call goes to B, which relays it to A through the link.
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 3000},
+        "_meta": {"progressToken": id}}});
+    let body = call.to_string();
+    let host = format!("127.0.0.1:{}", b.port());
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, b.port())),
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", ACCEPT),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        Some(&body),
+        Duration::from_millis(300),
+    )
+    .expect("start the relayed call");
+    let mut seen = read_stream_until(&mut stream, &["notifications/progress"]);
+    assert!(seen.contains("x-frontmcp-machine-id: desk-a"), "{seen}");
+    let last = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .expect("the progress event has an id")
+        .trim()
+        .to_string();
+
+    link.cut();
+    let cut_at = Instant::now();
+    {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        loop {
+            assert!(
+                cut_at.elapsed() < Duration::from_secs(5),
+                "the relayed stream neither ended nor broke within 5 s:\n{seen}"
+            );
+            match stream.read(&mut buf) {
+                Ok(0) => panic!("the relayed stream was cut off, not ended:\n{seen}"),
+                Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    panic!("the relayed stream was reset, not ended:\n{seen}")
+                }
+                Err(_) => {}
+            }
+            if seen.ends_with("\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    }
+    assert!(
+        !seen.contains(&format!("\"id\":{id},\"jsonrpc\"")) && !seen.contains("structuredContent"),
+        "the answer cannot have come through a cut link:\n{seen}"
+    );
+    // Resumed on the holder, the stream carries the real answer.
+    let (resumed, _) = resume_to_the_end(a.port(), &sid, &last, Duration::from_secs(10));
+    let answers: Vec<Value> = stream_messages(&resumed)
+        .into_iter()
+        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{resumed}");
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{resumed}"
+    );
+}

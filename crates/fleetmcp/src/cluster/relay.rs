@@ -131,7 +131,19 @@ impl HttpRelay {
 
     /// The answer's body, ended when the holder stops sending (see [`Silence`]) and, for a GET,
     /// when this instance closes.
+    ///
+    /// An SSE answer whose link to the holder breaks ends cleanly, as one that went silent
+    /// does: its events are in the shared event store, and the client resumes it with
+    /// `Last-Event-ID` (an event cut in half is not dispatched: SSE drops an unfinished event
+    /// at the end of the stream). Cut off instead, the client sees a broken response, which
+    /// it need not resume. Any other answer's broken body stays broken: it cannot be resumed,
+    /// and ending it cleanly would pass a truncated JSON body off as whole.
     fn watched(&self, holder: &str, answer: reqwest::Response, get: bool) -> Body {
+        let sse = answer
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
         let watch = Watch {
             redis: self.redis.clone(),
             key: format!("{}{holder}", self.heartbeat_prefix),
@@ -140,10 +152,18 @@ impl HttpRelay {
         };
         let stream = futures_util::stream::unfold(
             (answer.bytes_stream().boxed(), watch),
-            |(mut upstream, watch)| async move {
+            move |(mut upstream, watch)| async move {
                 let mut wait = watch.silence.limit;
                 loop {
                     match tokio::time::timeout(wait, upstream.next()).await {
+                        Ok(Some(Err(e))) if sse => {
+                            tracing::warn!(
+                                owner_node_id = %watch.holder,
+                                error = %e,
+                                "[HA] Relay to session owner failed: the link broke under a relayed stream; it ends, and the client resumes it"
+                            );
+                            return None;
+                        }
                         Ok(Some(chunk)) => return Some((chunk, (upstream, watch))),
                         Ok(None) => return None,
                         Err(_) if watch.holder_stalled().await => return None,
