@@ -549,3 +549,73 @@ async fn a_crashed_instances_places_lapse_and_a_live_ones_are_renewed() {
     holds.release.add_permits(1);
     assert_eq!(running.await.expect("task"), 200);
 }
+
+/// `GET /sse` on `s`: the response (a stream, or a refusal).
+async fn open_sse(s: &TestServer) -> reqwest::Response {
+    support::http()
+        .get(format!("{}/sse", s.base))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .expect("GET /sse")
+}
+
+/// Checks a stream refused over a limit: 429, `Retry-After`, the rate-limit code, no id, and
+/// the limit `data` names.
+async fn expect_stream_over(res: reqwest::Response, limit: &str) {
+    assert_eq!(res.status(), 429);
+    assert!(retry_after(&res) >= 1);
+    let v: Value = res.json().await.expect("a JSON-RPC error");
+    assert_eq!(v["error"]["code"], RATE_LIMITED, "{v}");
+    assert_eq!(v["id"], Value::Null, "{v}");
+    assert_eq!(v["error"]["data"]["limit"], limit, "{v}");
+}
+
+/// `GET /sse` (the 2024-11-05 stream) holds a place in flight for as long as it is open: with
+/// three places, the fourth stream is refused (429, `Retry-After`, the rate-limit code, no
+/// id); once one closes, a new one opens. Before, one client held a thousand streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2024_11_05_stream_holds_a_place_in_flight_while_open() {
+    let s = start(None, Holds::new(), |c| {
+        c.limits.max_inflight_per_key = Some(3);
+        // The server sees a closed stream at its next write: a keep-alive each second.
+        c.http.sse_keepalive_secs = 1;
+    })
+    .await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let res = open_sse(&s).await;
+        assert_eq!(res.status(), 200);
+        streams.push(res);
+    }
+    expect_stream_over(open_sse(&s).await, "inflightPerKey").await;
+    drop(streams.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let res = open_sse(&s).await;
+        if res.status() == 200 {
+            streams.push(res);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a closed stream's place is never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    expect_stream_over(open_sse(&s).await, "inflightPerKey").await;
+}
+
+/// `GET /sse` counts against the key's rate like any request: two a minute, the third is
+/// refused. Before, one client opened a thousand under a rate of ten a minute.
+#[tokio::test]
+async fn a_2024_11_05_stream_counts_against_the_rate() {
+    let s = start(None, Holds::new(), |c| c.limits.rate = rate(2, 60_000)).await;
+    let first = open_sse(&s).await;
+    let second = open_sse(&s).await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    expect_stream_over(open_sse(&s).await, "rate").await;
+}

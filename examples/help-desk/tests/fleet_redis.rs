@@ -2060,3 +2060,117 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
         "{resumed}"
     );
 }
+
+/// Calls of the stream-reading commands (`XRANGE`, `XREVRANGE`) Redis has served so far.
+fn stream_reads(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_xrange:") || l.starts_with("cmdstat_xrevrange:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Idle SSE streams cost no Redis command when this instance writes them: in distributed
+/// mode, 20 open standalone streams and the resumed answer of a call still running here read
+/// nothing from Redis while nothing happens (each reader is woken by the local append), and
+/// an event still reaches them at once. Before, every reader read Redis every 50 ms (about 800
+/// reads in these two seconds).
+#[test]
+fn idle_streams_written_here_cost_no_redis_command() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let effects = TempDir::new("effects");
+    let file = effects.path().join("effects");
+    let file = file.to_string_lossy().into_owned();
+    let a = distributed_desk("desk-a", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sessions: Vec<String> = (0..20).map(|_| open_session(a.port())).collect();
+    let mut streams: Vec<_> = sessions
+        .iter()
+        .map(|sid| open_get_stream(a.port(), sid))
+        .collect();
+    let (_, last) = start_slow_streamed_call(a.port(), &sessions[0]);
+    let host = format!("127.0.0.1:{}", a.port());
+    let _resumed = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, a.port())),
+        "GET",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", &sessions[0]),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+            ("Last-Event-ID", &last),
+        ],
+        None,
+        Duration::from_millis(300),
+    )
+    .expect("resume the call's stream");
+    thread::sleep(Duration::from_millis(500));
+
+    let before = stream_reads(&redis);
+    thread::sleep(Duration::from_secs(2));
+    let idle = stream_reads(&redis) - before;
+    eprintln!("21 idle streams written here: {idle} stream reads in 2 s");
+    assert!(
+        idle <= 2,
+        "{idle} reads of Redis streams while nothing happened"
+    );
+
+    // Still live: a page to one session reaches its stream at once.
+    let pager = open_session(a.port());
+    let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+        "params": {"name": "page_session", "arguments": {"session_id": sessions[7], "message": "wake up"}}});
+    assert_tool_ok(&post(a.port(), Some(&pager), &call, HTTP_LIMIT), "page");
+    read_stream_until(&mut streams[7], &["wake up"]);
+}
+
+/// Without distributed mode any instance may write a session's standalone stream, so its
+/// reader looks in Redis, but less often while nothing comes (up to every 500 ms): 20 idle
+/// streams read Redis about 80 times in two seconds, not 800; a page written on another
+/// instance still reaches the stream.
+#[test]
+fn idle_streams_another_instance_may_write_are_read_less_often() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = desk("desk-a", Some(&url), None);
+    let b = desk("desk-b", Some(&url), None);
+    let sessions: Vec<String> = (0..20).map(|_| open_session(a.port())).collect();
+    let mut streams: Vec<_> = sessions
+        .iter()
+        .map(|sid| open_get_stream(a.port(), sid))
+        .collect();
+    thread::sleep(Duration::from_secs(2));
+    let before = stream_reads(&redis);
+    thread::sleep(Duration::from_secs(2));
+    let idle = stream_reads(&redis) - before;
+    eprintln!("20 idle streams another instance may write: {idle} stream reads in 2 s");
+    assert!(
+        idle <= 120,
+        "{idle} reads of Redis streams while nothing happened"
+    );
+
+    // B serves the session too (it recreates it from the store), so it writes its stream.
+    assert_tool_ok(&find_tickets(b.port(), &sessions[3]), "the session on B");
+    let pager = open_session(b.port());
+    let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+        "params": {"name": "page_session", "arguments": {"session_id": sessions[3], "message": "from b"}}});
+    let began = Instant::now();
+    assert_tool_ok(
+        &post(b.port(), Some(&pager), &call, HTTP_LIMIT),
+        "page from B",
+    );
+    read_stream_until(&mut streams[3], &["from b"]);
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+}

@@ -163,12 +163,9 @@ impl ServerBuilder {
                         );
                         // Only in distributed mode can a reader tell that a stream's writer
                         // is gone (and end the stream for it).
-                        if config.deployment_mode == DeploymentMode::Distributed {
-                            redis_events = redis_events.with_writers(
-                                &machine_id,
-                                crate::cluster::process_liveness(&conn, &config.ha),
-                            );
-                        }
+                        let liveness = (config.deployment_mode == DeploymentMode::Distributed)
+                            .then(|| crate::cluster::process_liveness(&conn, &config.ha));
+                        redis_events = redis_events.with_writers(&machine_id, liveness);
                         events = Some(Arc::new(redis_events));
                         tracing::info!("EventStore initialized for SSE resumability");
                     }

@@ -29,7 +29,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::context::{Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
-use crate::limits::{LimitKey, Refusal};
+use crate::limits::{LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, scope};
@@ -117,8 +117,13 @@ impl Refused {
     /// fine, this one caller asks for too much, and a load balancer must not take a `503` as a
     /// sign that the instance is unhealthy.
     pub fn response(&self, id: &RawValue) -> Response {
+        self.response_to(Some(id))
+    }
+
+    /// The answer, to a request with `id`, or to none (a stream that is not a request).
+    pub fn response_to(&self, id: Option<&RawValue>) -> Response {
         reply::with_retry_after(
-            reply::rpc_error(self.status, Some(id), &self.error),
+            reply::rpc_error(self.status, id, &self.error),
             self.retry_after_s,
         )
     }
@@ -150,6 +155,17 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
             Err(Refused::from_limits(refusal))
         }
     }
+}
+
+/// Counts a stream that is no request of a session (`GET /sse`) against `key`'s rate and
+/// in-flight limits like any request: the slot it returns is held for the stream's life, so
+/// one client cannot keep more streams open than `limits.max_inflight_per_key`.
+pub(super) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Response> {
+    app.limits().admit(key, None).await.map_err(|refusal| {
+        tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused a stream over a limit");
+        count_refusal(app, &refusal);
+        Refused::from_limits(refusal).response_to(None)
+    })
 }
 
 /// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,

@@ -34,10 +34,12 @@ use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::{Missing, Session};
 
-/// Ends the session when its stream's connection goes away.
+/// Ends the session when its stream's connection goes away, and frees the stream's place in
+/// flight.
 struct StreamGuard {
     app: App,
     id: Arc<str>,
+    _slot: crate::limits::Slot,
 }
 
 impl Drop for StreamGuard {
@@ -56,6 +58,16 @@ impl Drop for StreamGuard {
 pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     let app = &ep.app;
     let principal = authorize::principal(req.extensions());
+    let (parts, _) = req.into_parts();
+    let key = super::client_key::of(
+        app,
+        &parts,
+        principal.as_deref().map(crate::auth::Principal::key),
+    );
+    let slot = match driver::admit_stream(app, &key).await {
+        Ok(slot) => slot,
+        Err(refused) => return refused,
+    };
     let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL, None) {
         Ok(id) => id.into(),
         Err(res) => return res,
@@ -81,6 +93,7 @@ pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     let guard = StreamGuard {
         app: app.clone(),
         id,
+        _slot: slot,
     };
     let frames = stream::once(async move { endpoint })
         .chain(stream::select(messages(events, guard), direct.boxed()));

@@ -6,17 +6,11 @@
 //! the session's activity; the set `<prefix>events:{<session>}` lists them so that ending the
 //! session deletes them all. A completed stream ends with an entry that carries no data.
 //!
-//! Readers poll: a reader on the instance that writes the stream is woken at once by the
-//! append; a reader on another instance reads what has arrived every [`POLL`]. Redis entry ids
-//! (`<ms>-<n>`) become the sequence part of our event ids as `ms << 20 | n`.
+//! Redis entry ids (`<ms>-<n>`) become the sequence part of our event ids as `ms << 20 | n`.
 //!
-//! In distributed mode the first entry of a request's answer stream also names its writer
-//! (machine id, when it started, the request's id). A reader that has read everything of an
-//! unfinished stream written by another process asks, every [`WRITER_CHECK`], whether that
-//! process is gone (`liveness::ProcessLiveness`); gone twice in a row, the reader ends the
-//! stream for it: an error answer for the request ([`super::WRITER_GONE_MESSAGE`]) and the end
-//! marker, written only if nothing was appended since (one script). Without it a client that
-//! resumes the answer of a call whose instance was killed would wait forever.
+//! A reader is woken by the appends of this process. It reads Redis when woken, and, when its
+//! stream may be written by another process, also from time to time ([`writer`]): an idle
+//! stream that only this process writes costs no Redis command.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,52 +25,18 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId,
-    WRITER_GONE_MESSAGE, event_id, parse_event_id, session_tag,
+    Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId, event_id,
+    parse_event_id, session_tag,
 };
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::{CommandError, RedisConn};
 
-/// How often a reader looks for events written by another instance.
-const POLL: Duration = Duration::from_millis(50);
+mod writer;
+
+use writer::{POLL, Verdict, WriterView, Writers};
+
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
-/// How often a reader that has read everything of another process's unfinished stream asks
-/// whether that process is gone.
-const WRITER_CHECK: Duration = Duration::from_secs(1);
-
-/// Ends a stream whose writer is gone: appends the error answer (when given) and the end
-/// marker, only if the newest entry is still the one the reader saw (the writer, or another
-/// reader, appended nothing since).
-const END_FOR_WRITER: &str = r#"
-local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if #newest == 0 or newest[1][1] ~= ARGV[1] then return 0 end
-if ARGV[3] ~= '' then
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[3])
-end
-redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'end', '')
-return 1
-"#;
-
-/// Who writes here, and how to tell when another writer's process is gone (distributed mode).
-struct Writers {
-    /// This instance's machine id.
-    node: String,
-    /// When this process's store was made (Unix ms): a stream stamped by this machine id
-    /// before it was written by an earlier process under the same id.
-    since: u64,
-    liveness: Arc<dyn ProcessLiveness>,
-    end_for_writer: redis::Script,
-}
-
-/// The writer a stream's first entry names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Origin {
-    node: String,
-    since: u64,
-    request_id: String,
-}
-
 /// An [`EventStore`] on Redis Streams, sharing the instance's Redis connection.
 pub struct RedisEventStore {
     redis: RedisConn,
@@ -88,7 +48,8 @@ pub struct RedisEventStore {
     read_outage: Duration,
     /// Wakes readers in this process when this process appends, and ends superseded readers.
     local: Mutex<HashMap<String, Arc<LocalStream>>>,
-    /// Set in distributed mode: streams name their writer, readers end a gone writer's stream.
+    /// Who writes here: streams name their writer, so that readers know when to look in
+    /// Redis, and (in distributed mode) end a gone writer's stream.
     writers: Option<Arc<Writers>>,
 }
 
@@ -130,15 +91,12 @@ impl RedisEventStore {
         }
     }
 
-    /// Distributed mode: every request's answer stream names its writer (this instance,
-    /// `node`), and a reader ends a stream whose writer `liveness` says is gone.
-    pub fn with_writers(mut self, node: &str, liveness: Arc<dyn ProcessLiveness>) -> Self {
-        self.writers = Some(Arc::new(Writers {
-            node: node.to_string(),
-            since: crate::clock::unix_ms(),
-            liveness,
-            end_for_writer: redis::Script::new(END_FOR_WRITER),
-        }));
+    /// Names this instance (machine id `node`) as the writer of the answer streams it starts,
+    /// so that their readers here wait for its announcements instead of reading Redis. In
+    /// distributed mode, `liveness` also lets a reader end a stream whose writer is gone, and
+    /// says that only a session's holder writes its standalone stream.
+    pub fn with_writers(mut self, node: &str, liveness: Option<Arc<dyn ProcessLiveness>>) -> Self {
+        self.writers = Some(Arc::new(Writers::new(node, liveness)));
         self
     }
 
@@ -271,175 +229,16 @@ fn field<'a>(fields: &'a [(Vec<u8>, Vec<u8>)], name: &[u8]) -> Option<&'a [u8]> 
 }
 
 fn parse_entries(v: RedisValue) -> Vec<Entry> {
-    parse_raw_entries(v)
-        .into_iter()
-        .map(|(id, mut fields)| {
-            let data = fields
-                .iter()
-                .position(|(n, _)| n == b"d")
-                .map(|i| Bytes::from(fields.swap_remove(i).1));
-            (id, data)
-        })
-        .collect()
+    parse_raw_entries(v).into_iter().map(data_of).collect()
 }
 
-/// The writer a stream's first entry names, if it names one.
-fn origin_of(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<Origin> {
-    let text = |name: &[u8]| std::str::from_utf8(field(fields, name)?).ok();
-    Some(Origin {
-        node: text(b"w")?.to_string(),
-        since: text(b"t")?.parse().ok()?,
-        request_id: text(b"r")?.to_string(),
-    })
-}
-
-/// Whether an event is a JSON-RPC response (the request's answer), not a notification or a
-/// request to the client.
-fn is_response(data: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(data).is_ok_and(|v| {
-        v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some())
-    })
-}
-
-/// The error answer for request `request_id` (raw JSON) whose writer is gone.
-fn writer_gone_answer(request_id: &str) -> String {
-    let id =
-        serde_json::from_str::<serde_json::Value>(request_id).unwrap_or(serde_json::Value::Null);
-    serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": -32603, "message": WRITER_GONE_MESSAGE},
-    })
-    .to_string()
-}
-
-/// What a reader's check of a stream's writer decided.
-enum Verdict {
-    /// The writer lives (or cannot be told gone): keep reading, check again later.
-    Keep,
-    /// Nothing to watch: this process writes the stream, or its writer is not named.
-    Stop,
-    /// The stream changed or was ended for its gone writer: read it again now.
-    ReadAgain,
-}
-
-/// A reader's watch over an unfinished stream it has read to the end.
-struct WriterWatch {
-    writers: Arc<Writers>,
-    /// The stream's origin, once read (`Some(None)`: it names none).
-    origin: Option<Option<Origin>>,
-    next_check: tokio::time::Instant,
-    /// Checks in a row that found the writer gone.
-    gone: u8,
-}
-
-impl WriterWatch {
-    fn new(writers: Arc<Writers>) -> Self {
-        Self {
-            writers,
-            origin: None,
-            // The first check as soon as the reader has read everything there is.
-            next_check: tokio::time::Instant::now(),
-            gone: 0,
-        }
-    }
-
-    fn due(&self) -> bool {
-        tokio::time::Instant::now() >= self.next_check
-    }
-
-    async fn check(&mut self, redis: &RedisConn, key: &str, max_len: usize) -> Verdict {
-        self.next_check = tokio::time::Instant::now() + WRITER_CHECK;
-        let origin = match &self.origin {
-            Some(origin) => origin.clone(),
-            None => {
-                let first: Result<RedisValue, _> = redis
-                    .run(
-                        redis::cmd("XRANGE")
-                            .arg(key)
-                            .arg("-")
-                            .arg("+")
-                            .arg("COUNT")
-                            .arg(1)
-                            .clone(),
-                    )
-                    .await;
-                let Ok(first) = first else {
-                    return Verdict::Keep;
-                };
-                let origin = parse_raw_entries(first)
-                    .first()
-                    .and_then(|(_, fields)| origin_of(fields));
-                self.origin = Some(origin.clone());
-                origin
-            }
-        };
-        let Some(origin) = origin else {
-            return Verdict::Stop;
-        };
-        if origin.node == self.writers.node && origin.since >= self.writers.since {
-            // This process writes it, and always ends what it writes.
-            return Verdict::Stop;
-        }
-        if !self
-            .writers
-            .liveness
-            .is_gone(&origin.node, origin.since)
-            .await
-        {
-            self.gone = 0;
-            return Verdict::Keep;
-        }
-        // Twice in a row, a check apart: a subscription that is only reconnecting is not taken
-        // for a dead process.
-        self.gone += 1;
-        if self.gone < 2 {
-            return Verdict::Keep;
-        }
-        let newest: Result<RedisValue, _> = redis
-            .run(
-                redis::cmd("XREVRANGE")
-                    .arg(key)
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(1)
-                    .clone(),
-            )
-            .await;
-        let Some((newest_id, fields)) = newest.ok().and_then(|v| parse_raw_entries(v).pop()) else {
-            return Verdict::Keep;
-        };
-        let Some(data) = field(&fields, b"d") else {
-            // Already ended.
-            return Verdict::ReadAgain;
-        };
-        // The answer is there but not the end marker (killed between the two): only the end.
-        let answer = if is_response(data) {
-            String::new()
-        } else {
-            writer_gone_answer(&origin.request_id)
-        };
-        let mut invocation = self.writers.end_for_writer.prepare_invoke();
-        invocation
-            .key(key)
-            .arg(&newest_id)
-            .arg(max_len)
-            .arg(&answer);
-        match redis.eval::<i64>(invocation).await {
-            Ok(1) => tracing::warn!(
-                writer = %origin.node,
-                answered = answer.is_empty(),
-                "[HA] an SSE answer's writer is gone before it finished; the stream was ended for it"
-            ),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "could not end a gone writer's stream; trying again");
-                return Verdict::Keep;
-            }
-        }
-        Verdict::ReadAgain
-    }
+/// An entry's id and its data (`None` for the end marker).
+fn data_of((id, mut fields): RawEntry) -> Entry {
+    let data = fields
+        .iter()
+        .position(|(n, _)| n == b"d")
+        .map(|i| Bytes::from(fields.swap_remove(i).1));
+    (id, data)
 }
 
 #[async_trait]
@@ -533,8 +332,8 @@ impl EventStore for RedisEventStore {
             failing_since: Option<tokio::time::Instant>,
             read_outage: Duration,
             max_len: usize,
-            /// Set for a request's stream in distributed mode: see [`WriterWatch`].
-            watch: Option<WriterWatch>,
+            /// Who writes the stream, so when to look in Redis.
+            writer: WriterView,
         }
         let after = match from {
             Cursor::Start => Some(0),
@@ -554,10 +353,7 @@ impl EventStore for RedisEventStore {
             failing_since: None,
             read_outage: self.read_outage,
             max_len: self.max_len,
-            watch: match &self.writers {
-                Some(w) if stream != STANDALONE_STREAM => Some(WriterWatch::new(w.clone())),
-                _ => None,
-            },
+            writer: WriterView::new(self.writers.clone(), stream == STANDALONE_STREAM),
             stop,
         };
         stream::unfold(state, |mut st| async move {
@@ -605,9 +401,17 @@ impl EventStore for RedisEventStore {
                 if read.is_ok() {
                     st.failing_since = None;
                 }
-                match read {
+                // How long to wait for an announcement before reading again (`None`: no
+                // reading until announced).
+                let wait = match read {
                     Ok(v) => {
-                        for (id, data) in parse_entries(v) {
+                        let entries = parse_raw_entries(v);
+                        if start == "-"
+                            && let Some(first) = entries.first()
+                        {
+                            st.writer.first_entry(first);
+                        }
+                        for (id, data) in entries.into_iter().map(data_of) {
                             let Some(seq) = seq_of(&id) else { continue };
                             match data {
                                 Some(d) => st.buffered.push_back((seq, d)),
@@ -618,16 +422,17 @@ impl EventStore for RedisEventStore {
                             }
                         }
                         if !st.buffered.is_empty() || st.ended {
+                            st.writer.found();
                             continue;
                         }
-                        // Read to the end of an unfinished stream: is its writer still there?
-                        if let Some(watch) = st.watch.as_mut().filter(|w| w.due()) {
-                            match watch.check(&st.redis, &st.key, st.max_len).await {
-                                Verdict::Keep => {}
-                                Verdict::Stop => st.watch = None,
-                                Verdict::ReadAgain => continue,
-                            }
+                        // Read to the end of an unfinished stream: who writes it, and is
+                        // that writer still there?
+                        if let Verdict::ReadAgain = st.writer.caught_up(&st.redis, &st.key, st.max_len).await {
+                            continue;
                         }
+                        let wait = st.writer.wait();
+                        st.writer.found_nothing();
+                        wait
                     }
                     Err(e) => {
                         let since = *st.failing_since.get_or_insert_with(tokio::time::Instant::now);
@@ -636,11 +441,18 @@ impl EventStore for RedisEventStore {
                             return None;
                         }
                         tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying");
+                        Some(POLL)
                     }
-                }
+                };
+                let looked_for = async {
+                    match wait {
+                        Some(w) => tokio::time::sleep(w).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = notified => {}
-                    _ = tokio::time::sleep(POLL) => {}
+                    _ = looked_for => {}
                     _ = st.stop.cancelled() => return None,
                 }
             }
@@ -675,8 +487,13 @@ impl EventStore for RedisEventStore {
 
     async fn release(&self, session: &str) {
         // Only this process's wake-up state; the streams stay for whoever holds the session.
+        // A stream a reader still tails keeps its state: a request still running here (it
+        // finishes after the session moved) announces its events to that reader through it,
+        // and the reader may wait for nothing else.
         let marker = format!("{{{session}}}");
-        self.local.lock().retain(|key, _| !key.contains(&marker));
+        self.local
+            .lock()
+            .retain(|key, l| !key.contains(&marker) || Arc::strong_count(l) > 1);
     }
 
     async fn forget(&self, session: &str) {
