@@ -1847,6 +1847,19 @@ fn resume_to_the_end(port: u16, sid: &str, last: &str, limit: Duration) -> (Stri
     }
 }
 
+/// A file for `stamp`'s effects (`HELP_DESK_EFFECTS_FILE`), in a directory kept as long as
+/// the first value lives.
+fn effects_file() -> (TempDir, String) {
+    let dir = TempDir::new("effects");
+    let file = dir.path().join("effects").to_string_lossy().into_owned();
+    (dir, file)
+}
+
+/// Whether `m` answers request `id` (not a notification or a request of its own).
+fn is_answer_to(m: &Value, id: u64) -> bool {
+    m.get("method").is_none() && m["id"] == json!(id)
+}
+
 /// The JSON-RPC messages of an SSE stream's `data:` lines.
 fn stream_messages(seen: &str) -> Vec<Value> {
     seen.lines()
@@ -1859,7 +1872,7 @@ fn stream_messages(seen: &str) -> Vec<Value> {
 fn assert_ended_for_the_gone_writer(seen: &str, id: u64) {
     let answers: Vec<Value> = stream_messages(seen)
         .into_iter()
-        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .filter(|m| is_answer_to(m, id))
         .collect();
     assert_eq!(answers.len(), 1, "one answer for call {id}:\n{seen}");
     assert_eq!(answers[0]["error"]["code"], -32603, "{seen}");
@@ -1874,9 +1887,7 @@ fn assert_ended_for_the_gone_writer(seen: &str, id: u64) {
 fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_the_next_holder() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let effects = TempDir::new("effects");
-    let file = effects.path().join("effects");
-    let file = file.to_string_lossy().into_owned();
+    let (_effects, file) = effects_file();
     let env = [("HELP_DESK_EFFECTS_FILE", file.as_str())];
     let mut a = distributed_desk("desk-a", &url, &env);
     let b = distributed_desk("desk-b", &url, &env);
@@ -1903,9 +1914,7 @@ fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_the_next_holde
 fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_its_restarted_instance() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let effects = TempDir::new("effects");
-    let file = effects.path().join("effects");
-    let file = file.to_string_lossy().into_owned();
+    let (_effects, file) = effects_file();
     let env = [
         ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
         ("FRONTMCP_BIND_ADDRESS", "loopback"),
@@ -1937,9 +1946,7 @@ fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_its_restarted_
 fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let effects = TempDir::new("effects");
-    let file = effects.path().join("effects");
-    let file = file.to_string_lossy().into_owned();
+    let (_effects, file) = effects_file();
     let env = [("HELP_DESK_EFFECTS_FILE", file.as_str())];
     let a = distributed_desk("desk-a", &url, &env);
     let b = distributed_desk("desk-b", &url, &env);
@@ -1948,7 +1955,7 @@ fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
     let (seen, _) = resume_to_the_end(b.port(), &sid, &last, Duration::from_secs(10));
     let answers: Vec<Value> = stream_messages(&seen)
         .into_iter()
-        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .filter(|m| is_answer_to(m, id))
         .collect();
     assert_eq!(answers.len(), 1, "{seen}");
     assert_eq!(
@@ -1966,9 +1973,7 @@ fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
 fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let effects = TempDir::new("effects");
-    let file = effects.path().join("effects");
-    let file = file.to_string_lossy().into_owned();
+    let (_effects, file) = effects_file();
     let a_port = support::free_port();
     let link = CuttableProxy::start(a_port);
     let advertised = format!("127.0.0.1:{}", link.port);
@@ -2051,7 +2056,7 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     let (resumed, _) = resume_to_the_end(a.port(), &sid, &last, Duration::from_secs(10));
     let answers: Vec<Value> = stream_messages(&resumed)
         .into_iter()
-        .filter(|m| m.get("method").is_none() && m["id"] == json!(id))
+        .filter(|m| is_answer_to(m, id))
         .collect();
     assert_eq!(answers.len(), 1, "{resumed}");
     assert_eq!(
@@ -2087,9 +2092,7 @@ fn stream_reads(redis: &RedisServer) -> u64 {
 fn idle_streams_written_here_cost_no_redis_command() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let effects = TempDir::new("effects");
-    let file = effects.path().join("effects");
-    let file = file.to_string_lossy().into_owned();
+    let (_effects, file) = effects_file();
     let a = distributed_desk("desk-a", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
     let sessions: Vec<String> = (0..20).map(|_| open_session(a.port())).collect();
     let mut streams: Vec<_> = sessions

@@ -221,15 +221,27 @@ fn parse_raw_entries(v: RedisValue) -> Vec<RawEntry> {
         .collect()
 }
 
+/// The newest entry of the stream at `key`, if it has one (the error if Redis did not answer).
+async fn newest_entry(redis: &RedisConn, key: &str) -> Result<Option<RawEntry>, CommandError> {
+    let newest: RedisValue = redis
+        .run(
+            redis::cmd("XREVRANGE")
+                .arg(key)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(1)
+                .clone(),
+        )
+        .await?;
+    Ok(parse_raw_entries(newest).pop())
+}
+
 fn field<'a>(fields: &'a [(Vec<u8>, Vec<u8>)], name: &[u8]) -> Option<&'a [u8]> {
     fields
         .iter()
         .find(|(n, _)| n == name)
         .map(|(_, v)| v.as_slice())
-}
-
-fn parse_entries(v: RedisValue) -> Vec<Entry> {
-    parse_raw_entries(v).into_iter().map(data_of).collect()
 }
 
 /// An entry's id and its data (`None` for the end marker).
@@ -276,22 +288,10 @@ impl EventStore for RedisEventStore {
         let key = self.stream_key(session, stream);
         let local = self.local(&key);
         // The cut is the newest entry now: everything written before it is still delivered.
-        let newest: Result<RedisValue, _> = self
-            .redis
-            .run(
-                redis::cmd("XREVRANGE")
-                    .arg(&key)
-                    .arg("+")
-                    .arg("-")
-                    .arg("COUNT")
-                    .arg(1)
-                    .clone(),
-            )
-            .await;
-        let last = newest
+        let last = newest_entry(&self.redis, &key)
+            .await
             .ok()
-            .map(parse_entries)
-            .and_then(|mut e| e.pop())
+            .flatten()
             .and_then(|(id, _)| seq_of(&id))
             .unwrap_or(0);
         let generation = *local.generation.lock();
@@ -385,11 +385,7 @@ impl EventStore for RedisEventStore {
                     Some(seq) => format!("({}", entry_of(seq)),
                     None => {
                         // "From now": the newest entry is the starting point.
-                        let newest: Result<RedisValue, _> = st
-                            .redis
-                            .run(redis::cmd("XREVRANGE").arg(&st.key).arg("+").arg("-").arg("COUNT").arg(1).clone())
-                            .await;
-                        let last = newest.ok().map(parse_entries).and_then(|mut e| e.pop());
+                        let last = newest_entry(&st.redis, &st.key).await.ok().flatten();
                         st.after = Some(last.and_then(|(id, _)| seq_of(&id)).unwrap_or(0));
                         continue;
                     }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use redis::Value as RedisValue;
 
-use super::{RawEntry, field, parse_raw_entries};
+use super::{RawEntry, field, newest_entry, parse_raw_entries};
 use crate::events::WRITER_GONE_MESSAGE;
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
@@ -224,18 +224,7 @@ async fn end_for_writer(
     max_len: usize,
     origin: &Origin,
 ) -> Verdict {
-    let newest: Result<RedisValue, _> = redis
-        .run(
-            redis::cmd("XREVRANGE")
-                .arg(key)
-                .arg("+")
-                .arg("-")
-                .arg("COUNT")
-                .arg(1)
-                .clone(),
-        )
-        .await;
-    let Some((newest_id, fields)) = newest.ok().and_then(|v| parse_raw_entries(v).pop()) else {
+    let Ok(Some((newest_id, fields))) = newest_entry(redis, key).await else {
         return Verdict::Keep;
     };
     let Some(data) = field(&fields, b"d") else {
