@@ -1775,9 +1775,14 @@ const WRITER_GONE: &str = "The instance running this request stopped before it a
 /// Starts a `stamp` call on `port` in session `sid` that answers after 5 s, reads its stream up
 /// to the progress event, and returns the call's id and the last event id the client saw.
 fn start_slow_streamed_call(port: u16, sid: &str) -> (u64, String) {
+    start_streamed_call(port, sid, 5000)
+}
+
+/// [`start_slow_streamed_call`], answering `delay_ms` after the progress event.
+fn start_streamed_call(port: u16, sid: &str, delay_ms: u64) -> (u64, String) {
     let id = next_id();
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 5000},
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": delay_ms},
         "_meta": {"progressToken": id}}});
     let body = call.to_string();
     let host = format!("127.0.0.1:{port}");
@@ -2176,4 +2181,44 @@ fn idle_streams_another_instance_may_write_are_read_less_often() {
         "{:?}",
         began.elapsed()
     );
+}
+
+/// A streamed answer the store failed under (Redis paused as the answer was written) whose
+/// client connection had broken: the answer is kept for the client all the same, stored once
+/// Redis is back, and a resume gets it, once. Before, it went only to the broken connection,
+/// and the resumed stream ended without it (found by fault seed 6).
+#[test]
+fn an_answer_the_store_failed_under_reaches_the_client_that_resumes() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let (_effects, file) = effects_file();
+    let a = distributed_desk("desk-a", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sid = open_session(a.port());
+    // The answer comes 1.5 s after the progress event; the client's connection is gone by then.
+    let (id, last) = start_streamed_call(a.port(), &sid, 1500);
+    thread::sleep(Duration::from_millis(800));
+    redis.pause();
+    assert!(
+        log_has(
+            &a,
+            "an SSE event could not be stored",
+            Duration::from_secs(5)
+        ),
+        "the answer's append fails while Redis is paused:\n{}",
+        a.log()
+    );
+    thread::sleep(Duration::from_millis(500));
+    redis.resume();
+    let (seen, took) = resume_to_the_end(a.port(), &sid, &last, Duration::from_secs(15));
+    let answers: Vec<Value> = stream_messages(&seen)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen}");
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{seen}"
+    );
+    eprintln!("the answer the store failed under came {took:?} after the resume");
 }

@@ -85,6 +85,20 @@ pub trait EventStore: Send + Sync + 'static {
     /// later waits for it).
     async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError>;
 
+    /// Stores `answer`, a request's final answer, unless the stream carries it already, then
+    /// marks the stream complete, as one step: for a writer whose store failed under it (an
+    /// append timed out, and may still land), so that a client that resumes the stream later
+    /// gets the answer, once. The default appends and closes (a store that cannot fail).
+    async fn finish(
+        &self,
+        session: &str,
+        stream: StreamId,
+        answer: Bytes,
+    ) -> Result<(), EventStoreError> {
+        self.append(session, stream, answer).await?;
+        self.close(session, stream).await
+    }
+
     /// Ends the connection currently reading a stream, without completing the stream
     /// (SSE polling: the client reconnects with `Last-Event-ID`).
     async fn end_reader(&self, session: &str, stream: StreamId);

@@ -257,20 +257,33 @@ async fn stream_answer(
                 std::future::pending(),
             )
             .await;
+        let mut unstored = None;
         if let Ok(Some(reply)) = reply {
             let answer = dispatch::encode_reply(&id, reply);
             // Known to the response before it can be read back, so the response ends on it.
             *writer.last.lock() = Some(answer.clone());
-            writer.append(answer).await;
+            writer.append(answer.clone()).await;
+            // The store failed under this answer: the connection got it directly, if it is
+            // still there; a client whose connection broke resumes from the store, so the
+            // answer goes there too, with the end marker.
+            if writer.degraded.is_cancelled() {
+                unstored = Some(answer);
+            }
         }
         // No more direct messages: a response that switched to them ends here.
         writer.direct.lock().take();
-        // The end marker, for readers that resume the stream later: a store that failed is
-        // tried again (1 s doubling to 10 s) while the stream's events live, so a reader that
-        // resumes once Redis is back is not left waiting for an end that never comes.
+        // The end marker (after the answer, if the store did not take it), for readers that
+        // resume the stream later: a store that failed is tried again (1 s doubling to 10 s)
+        // while the stream's events live, so a reader that resumes once Redis is back is not
+        // left waiting for an answer or an end that never comes.
         let mut delay = Duration::from_secs(1);
         let give_up = tokio::time::Instant::now() + event_ttl;
-        while let Err(e) = writer.events.close(&writer.session, writer.stream).await {
+        let events = &writer.events;
+        let (session, stream) = (&writer.session, writer.stream);
+        while let Err(e) = match &unstored {
+            Some(answer) => events.finish(session, stream, answer.clone()).await,
+            None => events.close(session, stream).await,
+        } {
             if tokio::time::Instant::now() + delay > give_up {
                 tracing::warn!(error = %e, "an SSE stream could not be marked complete");
                 break;

@@ -2,7 +2,8 @@
 //!
 //! - Session era (2025-11-25): `initialize`, `notifications/initialized`, then `stamp` calls,
 //!   every other one with a `progressToken` so that its answer is an SSE stream; a stream that
-//!   ends before the answer is resumed with `GET` + `Last-Event-ID` (at most [`RESUMES`] times).
+//!   ends before the answer is resumed with `GET` + `Last-Event-ID` ([`RESUMES`] times at most,
+//!   not counting resumes refused with 503, within [`RESUME_WINDOW`]).
 //!   A 404 opens a new session.
 //! - 2026-07-28: `server/discover`, then `stamp` calls with `_meta`, no session.
 //! - 2024-11-05: `GET /sse`, then `POST /message?sessionId=` (`initialize`, `stamp`), the
@@ -25,8 +26,11 @@ use crate::history::{Kind, Op, Outcome, Recorder, Route, session_hash, truncate}
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(25);
 /// How long a streamed `stamp` waits between its progress event and its answer.
 const STREAM_DELAY_MS: u64 = 400;
-/// Resumes of one answer stream.
+/// Resumes of one answer stream that were not refused (a resume refused with 503 and
+/// `Retry-After` is tried again, as the refusal asks, within [`RESUME_WINDOW`]).
 pub const RESUMES: usize = 5;
+/// How long after its first resume a client goes on resuming an answer stream.
+const RESUME_WINDOW: Duration = Duration::from_secs(30);
 const SESSION_VERSION: &str = "2025-11-25";
 const ACCEPT: &str = "application/json, text/event-stream";
 
@@ -352,7 +356,8 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         let index = sh.rec.op(op.clone());
         if let Some(mut last) = cut {
             // Resume the answer stream where it broke.
-            for _ in 0..RESUMES {
+            let (mut tries, until) = (0, sh.rec.now() + RESUME_WINDOW);
+            while tries < RESUMES && sh.rec.now() < until {
                 let mut r = Op::new(
                     &name,
                     Kind::Resume { of: index },
@@ -377,6 +382,9 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
                 // A hang is not tried again (a client would give up too).
                 let gone = matches!(r.outcome, Outcome::SessionGone | Outcome::Hung);
                 let done = found.is_some();
+                if !matches!(r.outcome, Outcome::Refused { .. }) {
+                    tries += 1;
+                }
                 sh.rec.op(r);
                 if found.is_some() {
                     answer = found;

@@ -37,6 +37,29 @@ use writer::{POLL, Verdict, WriterView, Writers};
 
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
+/// Stores a request's final answer (ARGV[1]) unless one of the stream's newest entries
+/// carries it, then the end marker; nothing if the stream has ended. The stream is indexed and
+/// given its expiry as on a first append (its earlier appends may all have failed).
+const FINISH: &str = r#"
+local recent = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 16)
+local present = false
+for _, e in ipairs(recent) do
+  local f = e[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'end' then return 0 end
+    if f[i] == 'd' and f[i + 1] == ARGV[1] then present = true end
+  end
+end
+if not present then
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[1])
+end
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'end', '')
+redis.call('SADD', KEYS[2], KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"#;
+
 /// An [`EventStore`] on Redis Streams, sharing the instance's Redis connection.
 pub struct RedisEventStore {
     redis: RedisConn,
@@ -48,6 +71,7 @@ pub struct RedisEventStore {
     read_outage: Duration,
     /// Wakes readers in this process when this process appends, and ends superseded readers.
     local: Mutex<HashMap<String, Arc<LocalStream>>>,
+    finish: redis::Script,
     /// Who writes here: streams name their writer, so that readers know when to look in
     /// Redis, and (in distributed mode) end a gone writer's stream.
     writers: Option<Arc<Writers>>,
@@ -87,6 +111,7 @@ impl RedisEventStore {
             ttl_ms,
             read_outage,
             local: Mutex::new(HashMap::new()),
+            finish: redis::Script::new(FINISH),
             writers: None,
         }
     }
@@ -282,6 +307,28 @@ impl EventStore for RedisEventStore {
         self.append_raw(session, stream, "end", b"", None)
             .await
             .map(|_| ())
+    }
+
+    async fn finish(
+        &self,
+        session: &str,
+        stream: StreamId,
+        answer: Bytes,
+    ) -> Result<(), EventStoreError> {
+        let key = self.stream_key(session, stream);
+        let mut invocation = self.finish.prepare_invoke();
+        invocation
+            .key(&key)
+            .key(self.index_key(session))
+            .arg(answer.as_ref())
+            .arg(self.max_len)
+            .arg(self.ttl_ms);
+        self.redis
+            .eval::<i64>(invocation)
+            .await
+            .map_err(|e| EventStoreError(e.to_string()))?;
+        self.local(&key).notify.notify_waiters();
+        Ok(())
     }
 
     async fn end_reader(&self, session: &str, stream: StreamId) {
