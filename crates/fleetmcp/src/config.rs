@@ -170,8 +170,8 @@ pub struct SessionConfig {
     pub max_subscriptions: usize,
     /// Longest URI `resources/subscribe` accepts, in bytes.
     pub max_subscription_uri_bytes: usize,
-    /// Most bytes of client data this instance keeps at once for its sessions and listen
-    /// streams (subscribed URIs, the URIs a `subscriptions/listen` filters on): a subscription
+    /// `FLEETMCP_MAX_CLIENT_DATA_BYTES`: most bytes of client data this instance keeps at once
+    /// for its sessions and listen streams (subscribed URIs, the URIs a `subscriptions/listen` filters on): a subscription
     /// or a listen request that would pass it is refused (`503` for a listen, `-32603` for a
     /// subscription), so a crowd of callers cannot exhaust memory within their own bounds.
     pub max_client_data_bytes: usize,
@@ -216,12 +216,12 @@ pub struct TaskConfig {
     /// Largest record one task may leave; a larger result fails the task with an error that
     /// names this limit instead of being stored.
     pub max_result_bytes: usize,
-    /// Most task records one caller (its limit key: the principal with authorization on,
-    /// else the client's address) keeps, so that one client cannot fill the table for
+    /// `FLEETMCP_MAX_TASKS_PER_CALLER`: most task records one caller (its limit key: the
+    /// principal with authorization on, else the client's address) keeps, so that one client cannot fill the table for
     /// everyone else (above `max_tasks` it never binds).
     pub max_tasks_per_caller: usize,
-    /// Most bytes of task records (plus the arguments its running handlers hold) one caller
-    /// keeps (above `max_bytes` it never binds).
+    /// `FLEETMCP_MAX_TASK_BYTES_PER_CALLER`: most bytes of task records (plus the arguments its
+    /// running handlers hold) one caller keeps (above `max_bytes` it never binds).
     pub max_bytes_per_caller: usize,
 }
 
@@ -300,8 +300,8 @@ pub struct StatelessConfig {
     pub list_ttl_ms: u64,
     /// How long a `requestState` handed to a client stays valid.
     pub request_state_ttl_ms: u64,
-    /// Most `subscriptions/listen` streams this instance keeps open at once (beyond: `503`
-    /// with `Retry-After`).
+    /// `FLEETMCP_MAX_LISTEN_STREAMS`: most `subscriptions/listen` streams this instance keeps
+    /// open at once (beyond: `503` with `Retry-After`).
     pub max_listen_streams: usize,
 }
 
@@ -730,6 +730,10 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_MAX_INFLIGHT_PER_KEY",
     "FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY",
     "FLEETMCP_MAX_SESSIONS_PER_KEY",
+    "FLEETMCP_MAX_TASKS_PER_CALLER",
+    "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+    "FLEETMCP_MAX_LISTEN_STREAMS",
+    "FLEETMCP_MAX_CLIENT_DATA_BYTES",
     "FLEETMCP_LIMITS_ON_STORE_ERROR",
     "FLEETMCP_CLIENT_ADDRESS_HEADER",
     "FLEETMCP_TRUSTED_PROXIES",
@@ -1011,6 +1015,38 @@ impl Config {
                     invalid(
                         "FLEETMCP_MAX_SESSIONS_PER_KEY",
                         "expected a number of sessions (0 for no limit)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_TASKS_PER_CALLER" if !value.trim().is_empty() => {
+                self.tasks.max_tasks_per_caller = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_TASKS_PER_CALLER",
+                        "expected a number of task records (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_TASK_BYTES_PER_CALLER" if !value.trim().is_empty() => {
+                self.tasks.max_bytes_per_caller = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                        "expected a number of bytes (at least tasks.max_result_bytes)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_LISTEN_STREAMS" if !value.trim().is_empty() => {
+                self.stateless.max_listen_streams = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_LISTEN_STREAMS",
+                        "expected a number of streams (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_CLIENT_DATA_BYTES" if !value.trim().is_empty() => {
+                self.sessions.max_client_data_bytes = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                        "expected a number of bytes (at least 1 MiB)",
                     )
                 })?
             }
@@ -1670,6 +1706,101 @@ mod tests {
                 e.contains(name) || e.contains("limits."),
                 "{name}={bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn per_caller_and_per_instance_bounds_come_from_the_environment() {
+        let cfg = Config::default();
+        assert_eq!(
+            (
+                cfg.tasks.max_tasks_per_caller,
+                cfg.tasks.max_bytes_per_caller
+            ),
+            (100, 32 * 1024 * 1024)
+        );
+        assert_eq!(cfg.stateless.max_listen_streams, 10_000);
+        assert_eq!(cfg.sessions.max_client_data_bytes, 256 * 1024 * 1024);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bounds.toml");
+        std::fs::write(
+            &path,
+            "[tasks]\nmax_tasks_per_caller = 7\n[stateless]\nmax_listen_streams = 9\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        assert_eq!(cfg.tasks.max_tasks_per_caller, 7);
+        assert_eq!(cfg.stateless.max_listen_streams, 9);
+        // The environment wins over the file; blank sets nothing.
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_MAX_TASKS_PER_CALLER", " 20 "),
+                ("FLEETMCP_MAX_TASK_BYTES_PER_CALLER", "16777216"),
+                ("FLEETMCP_MAX_LISTEN_STREAMS", "500"),
+                ("FLEETMCP_MAX_CLIENT_DATA_BYTES", "67108864"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                cfg.tasks.max_tasks_per_caller,
+                cfg.tasks.max_bytes_per_caller
+            ),
+            (20, 16 * 1024 * 1024)
+        );
+        assert_eq!(cfg.stateless.max_listen_streams, 500);
+        assert_eq!(cfg.sessions.max_client_data_bytes, 64 * 1024 * 1024);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_MAX_LISTEN_STREAMS", " ")]).unwrap();
+        assert_eq!(cfg.stateless.max_listen_streams, 9);
+        // Not a number: refused naming the variable; out of bounds: refused naming the key.
+        for (name, bad, names) in [
+            (
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+                "many",
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+            ),
+            (
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+                "0",
+                "tasks.max_tasks_per_caller",
+            ),
+            (
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                "32MiB",
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+            ),
+            (
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                "1000",
+                "tasks.max_result_bytes",
+            ),
+            (
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+                "-1",
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+            ),
+            (
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+                "0",
+                "stateless.max_listen_streams",
+            ),
+            (
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                "lots",
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+            ),
+            (
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                "1024",
+                "sessions.max_client_data_bytes",
+            ),
+        ] {
+            let e = Config::from_sources(None, [(name, bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(names), "{name}={bad}: {e}");
         }
     }
 
