@@ -263,6 +263,16 @@ pub struct HaConfig {
     /// holder's clock (either way) before it is refused as stale; the holder remembers nonces
     /// for twice this long to refuse replays. Bounds the clock skew the fleet tolerates.
     pub relay_window_ms: u64,
+    /// `FLEETMCP_RELAY_MAX_CONNECTIONS`: most requests this instance relays to other instances
+    /// at once (a relayed stream counts until it ends). One more waits up to a second for a
+    /// place, then is answered `503` with `Retry-After: 1`. Besides, every socket the relay
+    /// opens takes a place of `http.max_connections`, like a client's connection. Unset: a
+    /// quarter of `http.max_connections` (as fitted to the open-files limit), so relayed
+    /// requests, which hold two sockets each here, hold at most half the connections.
+    pub relay_max_connections: Option<usize>,
+    /// Most idle connections the relay keeps open to each other instance, for the next relayed
+    /// request (an idle one is closed after 30 s). Each is counted in `http.max_connections`.
+    pub relay_max_idle_per_holder: usize,
 }
 
 impl Default for HaConfig {
@@ -274,7 +284,18 @@ impl Default for HaConfig {
             takeover_grace_ms: 5_000,
             advertise_address: None,
             relay_window_ms: 30_000,
+            relay_max_connections: None,
+            relay_max_idle_per_holder: 32,
         }
+    }
+}
+
+impl HaConfig {
+    /// The relayed requests allowed in flight at once, given the connection budget
+    /// (`http.max_connections` as fitted to the open-files limit): `relay_max_connections`, or a
+    /// quarter of the budget.
+    pub fn relay_cap(&self, connections: usize) -> usize {
+        self.relay_max_connections.unwrap_or(connections / 4).max(1)
     }
 }
 
@@ -716,6 +737,7 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FLEETMCP_ADVERTISE_ADDRESS",
     "FLEETMCP_RELAY_WINDOW_MS",
+    "FLEETMCP_RELAY_MAX_CONNECTIONS",
     "FLEETMCP_DRAIN_MS",
     "FLEETMCP_SHUTDOWN_GRACE_MS",
     "FLEETMCP_AUTH_ENABLED",
@@ -958,6 +980,17 @@ impl Config {
             "FLEETMCP_RELAY_WINDOW_MS" => {
                 if let Some(v) = positive(value) {
                     self.ha.relay_window_ms = v;
+                }
+            }
+            "FLEETMCP_RELAY_MAX_CONNECTIONS" => {
+                self.ha.relay_max_connections = match value.trim() {
+                    "" => None,
+                    v => Some(v.parse().map_err(|_| {
+                        invalid(
+                            "FLEETMCP_RELAY_MAX_CONNECTIONS",
+                            "expected a number of relayed requests (1 or more), or nothing for a quarter of http.max_connections",
+                        )
+                    })?),
                 }
             }
             "FLEETMCP_DRAIN_MS" if !value.trim().is_empty() => {
@@ -1326,6 +1359,13 @@ impl Config {
                 "must be 1000 to 600000: shorter, ordinary clock skew between instances refuses genuine relays; longer, a captured request stays replayable (and its nonce remembered) that long",
             );
         }
+        if self.ha.relay_max_connections == Some(0) {
+            return invalid(
+                "ha.relay_max_connections (FLEETMCP_RELAY_MAX_CONNECTIONS)",
+                "0".into(),
+                "must be at least 1 (unset: a quarter of http.max_connections)",
+            );
+        }
         if let Some(secret) = &self.session_secret
             && secret.len() < 16
         {
@@ -1626,6 +1666,47 @@ mod tests {
             let err = Config::from_sources(None, [("FLEETMCP_RELAY_WINDOW_MS", bad)]).unwrap_err();
             assert!(
                 err.to_string().contains("FLEETMCP_RELAY_WINDOW_MS"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn relays_are_capped_by_default_at_a_quarter_of_the_connections() {
+        let cfg = Config::default();
+        assert_eq!(cfg.ha.relay_max_connections, None);
+        assert_eq!(cfg.ha.relay_max_idle_per_holder, 32);
+        assert_eq!(cfg.ha.relay_cap(cfg.http.max_connections), 2500);
+        assert_eq!(cfg.ha.relay_cap(432), 108, "as fitted to 512 open files");
+        assert_eq!(cfg.ha.relay_cap(2), 1, "never none");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.toml");
+        std::fs::write(
+            &path,
+            "[ha]\nrelay_max_connections = 64\nrelay_max_idle_per_holder = 4\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        assert_eq!(
+            (
+                cfg.ha.relay_max_connections,
+                cfg.ha.relay_max_idle_per_holder
+            ),
+            (Some(64), 4)
+        );
+        assert_eq!(cfg.ha.relay_cap(10_000), 64);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_RELAY_MAX_CONNECTIONS", " 8 ")]).unwrap();
+        assert_eq!(cfg.ha.relay_cap(10_000), 8);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_RELAY_MAX_CONNECTIONS", "")]).unwrap();
+        assert_eq!(cfg.ha.relay_max_connections, None, "blank: the default");
+        for bad in ["0", "many", "-3"] {
+            let err = Config::from_sources(None, [("FLEETMCP_RELAY_MAX_CONNECTIONS", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("FLEETMCP_RELAY_MAX_CONNECTIONS"),
                 "{bad}: {err}"
             );
         }
