@@ -143,6 +143,8 @@ struct Held {
     fds: usize,
     accepted: usize,
     to_holder: usize,
+    /// Resident memory, in KiB (`VmRSS`).
+    rss_kib: u64,
 }
 
 fn held(pid: u32, own_port: u16, holder_port: u16) -> Held {
@@ -153,8 +155,16 @@ fn held(pid: u32, own_port: u16, holder_port: u16) -> Held {
             .nth(1)
             .and_then(|p| u16::from_str_radix(p, 16).ok())
     };
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut out = Held {
         fds,
+        rss_kib,
         ..Held::default()
     };
     // The table is not read atomically: while sockets come and go, a row can be read twice.
@@ -196,6 +206,7 @@ impl Sampler {
                 most.fds = most.fds.max(now.fds);
                 most.accepted = most.accepted.max(now.accepted);
                 most.to_holder = most.to_holder.max(now.to_holder);
+                most.rss_kib = most.rss_kib.max(now.rss_kib);
                 thread::sleep(Duration::from_millis(5));
             }
             most
