@@ -170,8 +170,8 @@ pub struct SessionConfig {
     pub max_subscriptions: usize,
     /// Longest URI `resources/subscribe` accepts, in bytes.
     pub max_subscription_uri_bytes: usize,
-    /// Most bytes of client data this instance keeps at once for its sessions and listen
-    /// streams (subscribed URIs, the URIs a `subscriptions/listen` filters on): a subscription
+    /// `FLEETMCP_MAX_CLIENT_DATA_BYTES`: most bytes of client data this instance keeps at once
+    /// for its sessions and listen streams (subscribed URIs, the URIs a `subscriptions/listen` filters on): a subscription
     /// or a listen request that would pass it is refused (`503` for a listen, `-32603` for a
     /// subscription), so a crowd of callers cannot exhaust memory within their own bounds.
     pub max_client_data_bytes: usize,
@@ -216,12 +216,12 @@ pub struct TaskConfig {
     /// Largest record one task may leave; a larger result fails the task with an error that
     /// names this limit instead of being stored.
     pub max_result_bytes: usize,
-    /// Most task records one caller (its limit key: the principal with authorization on,
-    /// else the client's address) keeps, so that one client cannot fill the table for
+    /// `FLEETMCP_MAX_TASKS_PER_CALLER`: most task records one caller (its limit key: the
+    /// principal with authorization on, else the client's address) keeps, so that one client cannot fill the table for
     /// everyone else (above `max_tasks` it never binds).
     pub max_tasks_per_caller: usize,
-    /// Most bytes of task records (plus the arguments its running handlers hold) one caller
-    /// keeps (above `max_bytes` it never binds).
+    /// `FLEETMCP_MAX_TASK_BYTES_PER_CALLER`: most bytes of task records (plus the arguments its
+    /// running handlers hold) one caller keeps (above `max_bytes` it never binds).
     pub max_bytes_per_caller: usize,
 }
 
@@ -263,6 +263,16 @@ pub struct HaConfig {
     /// holder's clock (either way) before it is refused as stale; the holder remembers nonces
     /// for twice this long to refuse replays. Bounds the clock skew the fleet tolerates.
     pub relay_window_ms: u64,
+    /// `FLEETMCP_RELAY_MAX_CONNECTIONS`: most requests this instance relays to other instances
+    /// at once (a relayed stream counts until it ends). One more waits up to a second for a
+    /// place, then is answered `503` with `Retry-After: 1`. Besides, every socket the relay
+    /// opens takes a place of `http.max_connections`, like a client's connection. Unset: a
+    /// quarter of `http.max_connections` (as fitted to the open-files limit), so relayed
+    /// requests, which hold two sockets each here, hold at most half the connections.
+    pub relay_max_connections: Option<usize>,
+    /// Most idle connections the relay keeps open to each other instance, for the next relayed
+    /// request (an idle one is closed after 30 s). Each is counted in `http.max_connections`.
+    pub relay_max_idle_per_holder: usize,
 }
 
 impl Default for HaConfig {
@@ -274,7 +284,18 @@ impl Default for HaConfig {
             takeover_grace_ms: 5_000,
             advertise_address: None,
             relay_window_ms: 30_000,
+            relay_max_connections: None,
+            relay_max_idle_per_holder: 32,
         }
+    }
+}
+
+impl HaConfig {
+    /// The relayed requests allowed in flight at once, given the connection budget
+    /// (`http.max_connections` as fitted to the open-files limit): `relay_max_connections`, or a
+    /// quarter of the budget.
+    pub fn relay_cap(&self, connections: usize) -> usize {
+        self.relay_max_connections.unwrap_or(connections / 4).max(1)
     }
 }
 
@@ -300,8 +321,8 @@ pub struct StatelessConfig {
     pub list_ttl_ms: u64,
     /// How long a `requestState` handed to a client stays valid.
     pub request_state_ttl_ms: u64,
-    /// Most `subscriptions/listen` streams this instance keeps open at once (beyond: `503`
-    /// with `Retry-After`).
+    /// `FLEETMCP_MAX_LISTEN_STREAMS`: most `subscriptions/listen` streams this instance keeps
+    /// open at once (beyond: `503` with `Retry-After`).
     pub max_listen_streams: usize,
 }
 
@@ -716,6 +737,7 @@ const OTHER_ENV: &[&str] = &[
     "FRONTMCP_HA_TAKEOVER_GRACE_MS",
     "FLEETMCP_ADVERTISE_ADDRESS",
     "FLEETMCP_RELAY_WINDOW_MS",
+    "FLEETMCP_RELAY_MAX_CONNECTIONS",
     "FLEETMCP_DRAIN_MS",
     "FLEETMCP_SHUTDOWN_GRACE_MS",
     "FLEETMCP_AUTH_ENABLED",
@@ -730,6 +752,10 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_MAX_INFLIGHT_PER_KEY",
     "FLEETMCP_MAX_LISTEN_STREAMS_PER_KEY",
     "FLEETMCP_MAX_SESSIONS_PER_KEY",
+    "FLEETMCP_MAX_TASKS_PER_CALLER",
+    "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+    "FLEETMCP_MAX_LISTEN_STREAMS",
+    "FLEETMCP_MAX_CLIENT_DATA_BYTES",
     "FLEETMCP_LIMITS_ON_STORE_ERROR",
     "FLEETMCP_CLIENT_ADDRESS_HEADER",
     "FLEETMCP_TRUSTED_PROXIES",
@@ -956,6 +982,17 @@ impl Config {
                     self.ha.relay_window_ms = v;
                 }
             }
+            "FLEETMCP_RELAY_MAX_CONNECTIONS" => {
+                self.ha.relay_max_connections = match value.trim() {
+                    "" => None,
+                    v => Some(v.parse().map_err(|_| {
+                        invalid(
+                            "FLEETMCP_RELAY_MAX_CONNECTIONS",
+                            "expected a number of relayed requests (1 or more), or nothing for a quarter of http.max_connections",
+                        )
+                    })?),
+                }
+            }
             "FLEETMCP_DRAIN_MS" if !value.trim().is_empty() => {
                 self.http.drain_ms = Some(value.trim().parse().map_err(|_| {
                     invalid("FLEETMCP_DRAIN_MS", "expected milliseconds (0 or more)")
@@ -1011,6 +1048,38 @@ impl Config {
                     invalid(
                         "FLEETMCP_MAX_SESSIONS_PER_KEY",
                         "expected a number of sessions (0 for no limit)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_TASKS_PER_CALLER" if !value.trim().is_empty() => {
+                self.tasks.max_tasks_per_caller = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_TASKS_PER_CALLER",
+                        "expected a number of task records (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_TASK_BYTES_PER_CALLER" if !value.trim().is_empty() => {
+                self.tasks.max_bytes_per_caller = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                        "expected a number of bytes (at least tasks.max_result_bytes)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_LISTEN_STREAMS" if !value.trim().is_empty() => {
+                self.stateless.max_listen_streams = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_LISTEN_STREAMS",
+                        "expected a number of streams (1 or more)",
+                    )
+                })?
+            }
+            "FLEETMCP_MAX_CLIENT_DATA_BYTES" if !value.trim().is_empty() => {
+                self.sessions.max_client_data_bytes = value.trim().parse().map_err(|_| {
+                    invalid(
+                        "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                        "expected a number of bytes (at least 1 MiB)",
                     )
                 })?
             }
@@ -1288,6 +1357,13 @@ impl Config {
                 "FLEETMCP_RELAY_WINDOW_MS",
                 self.ha.relay_window_ms.to_string(),
                 "must be 1000 to 600000: shorter, ordinary clock skew between instances refuses genuine relays; longer, a captured request stays replayable (and its nonce remembered) that long",
+            );
+        }
+        if self.ha.relay_max_connections == Some(0) {
+            return invalid(
+                "ha.relay_max_connections (FLEETMCP_RELAY_MAX_CONNECTIONS)",
+                "0".into(),
+                "must be at least 1 (unset: a quarter of http.max_connections)",
             );
         }
         if let Some(secret) = &self.session_secret
@@ -1596,6 +1672,47 @@ mod tests {
     }
 
     #[test]
+    fn relays_are_capped_by_default_at_a_quarter_of_the_connections() {
+        let cfg = Config::default();
+        assert_eq!(cfg.ha.relay_max_connections, None);
+        assert_eq!(cfg.ha.relay_max_idle_per_holder, 32);
+        assert_eq!(cfg.ha.relay_cap(cfg.http.max_connections), 2500);
+        assert_eq!(cfg.ha.relay_cap(432), 108, "as fitted to 512 open files");
+        assert_eq!(cfg.ha.relay_cap(2), 1, "never none");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.toml");
+        std::fs::write(
+            &path,
+            "[ha]\nrelay_max_connections = 64\nrelay_max_idle_per_holder = 4\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        assert_eq!(
+            (
+                cfg.ha.relay_max_connections,
+                cfg.ha.relay_max_idle_per_holder
+            ),
+            (Some(64), 4)
+        );
+        assert_eq!(cfg.ha.relay_cap(10_000), 64);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_RELAY_MAX_CONNECTIONS", " 8 ")]).unwrap();
+        assert_eq!(cfg.ha.relay_cap(10_000), 8);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_RELAY_MAX_CONNECTIONS", "")]).unwrap();
+        assert_eq!(cfg.ha.relay_max_connections, None, "blank: the default");
+        for bad in ["0", "many", "-3"] {
+            let err = Config::from_sources(None, [("FLEETMCP_RELAY_MAX_CONNECTIONS", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("FLEETMCP_RELAY_MAX_CONNECTIONS"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn the_takeover_grace_period_follows_the_contract() {
         assert_eq!(Config::default().ha.takeover_grace_ms, 5_000);
         let cfg = Config::from_sources(None, [("FRONTMCP_HA_TAKEOVER_GRACE_MS", "750")]).unwrap();
@@ -1670,6 +1787,101 @@ mod tests {
                 e.contains(name) || e.contains("limits."),
                 "{name}={bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn per_caller_and_per_instance_bounds_come_from_the_environment() {
+        let cfg = Config::default();
+        assert_eq!(
+            (
+                cfg.tasks.max_tasks_per_caller,
+                cfg.tasks.max_bytes_per_caller
+            ),
+            (100, 32 * 1024 * 1024)
+        );
+        assert_eq!(cfg.stateless.max_listen_streams, 10_000);
+        assert_eq!(cfg.sessions.max_client_data_bytes, 256 * 1024 * 1024);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bounds.toml");
+        std::fs::write(
+            &path,
+            "[tasks]\nmax_tasks_per_caller = 7\n[stateless]\nmax_listen_streams = 9\n",
+        )
+        .unwrap();
+        let cfg = Config::from_sources(Some(&path), Vec::<(String, String)>::new()).unwrap();
+        assert_eq!(cfg.tasks.max_tasks_per_caller, 7);
+        assert_eq!(cfg.stateless.max_listen_streams, 9);
+        // The environment wins over the file; blank sets nothing.
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_MAX_TASKS_PER_CALLER", " 20 "),
+                ("FLEETMCP_MAX_TASK_BYTES_PER_CALLER", "16777216"),
+                ("FLEETMCP_MAX_LISTEN_STREAMS", "500"),
+                ("FLEETMCP_MAX_CLIENT_DATA_BYTES", "67108864"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                cfg.tasks.max_tasks_per_caller,
+                cfg.tasks.max_bytes_per_caller
+            ),
+            (20, 16 * 1024 * 1024)
+        );
+        assert_eq!(cfg.stateless.max_listen_streams, 500);
+        assert_eq!(cfg.sessions.max_client_data_bytes, 64 * 1024 * 1024);
+        let cfg =
+            Config::from_sources(Some(&path), [("FLEETMCP_MAX_LISTEN_STREAMS", " ")]).unwrap();
+        assert_eq!(cfg.stateless.max_listen_streams, 9);
+        // Not a number: refused naming the variable; out of bounds: refused naming the key.
+        for (name, bad, names) in [
+            (
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+                "many",
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+            ),
+            (
+                "FLEETMCP_MAX_TASKS_PER_CALLER",
+                "0",
+                "tasks.max_tasks_per_caller",
+            ),
+            (
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                "32MiB",
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+            ),
+            (
+                "FLEETMCP_MAX_TASK_BYTES_PER_CALLER",
+                "1000",
+                "tasks.max_result_bytes",
+            ),
+            (
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+                "-1",
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+            ),
+            (
+                "FLEETMCP_MAX_LISTEN_STREAMS",
+                "0",
+                "stateless.max_listen_streams",
+            ),
+            (
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                "lots",
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+            ),
+            (
+                "FLEETMCP_MAX_CLIENT_DATA_BYTES",
+                "1024",
+                "sessions.max_client_data_bytes",
+            ),
+        ] {
+            let e = Config::from_sources(None, [(name, bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(names), "{name}={bad}: {e}");
         }
     }
 

@@ -54,11 +54,16 @@ use heartbeat::Heartbeat;
 
 /// The seams distributed mode fills, with Redis: who serves a stored session, and how a request
 /// reaches its holder.
+///
+/// The relay's sockets take their places from `connections`, the budget the listener's
+/// connections take theirs from, and its refusals are counted in `meters`.
 pub(crate) fn seams(
     redis: &RedisConn,
     machine_id: &str,
     config: &Config,
     closing: tokio_util::sync::CancellationToken,
+    connections: &crate::limits::Connections,
+    meters: &crate::telemetry::Meters,
 ) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
     let cfg = &config.ha;
     let relay = relay::HttpRelay::new(
@@ -73,7 +78,13 @@ pub(crate) fn seams(
             keepalive: crate::transport::sse_keepalive(&config.http),
             recheck: std::time::Duration::from_millis(cfg.heartbeat_interval_ms.max(100)),
         },
-    )?;
+        relay::Bounds {
+            in_flight: cfg.relay_cap(connections.max()),
+            idle_per_holder: cfg.relay_max_idle_per_holder,
+            connections: connections.clone(),
+            meters: meters.clone(),
+        },
+    );
     let directory = directory::Directory::new(
         redis.clone(),
         machine_id,

@@ -20,20 +20,43 @@
 //!
 //! The hop carries the client's `Host`, signed (the connection's own `Host` is the holder's
 //! advertised address, which an `allowed_hosts` list does not name); it follows no redirect.
+//!
+//! Relaying is bounded: at most `ha.relay_max_connections` relayed requests are in flight at
+//! once (a relayed stream until it ends), and every socket the relay opens to a holder, in use
+//! or idle in the pool (at most `ha.relay_max_idle_per_holder` per holder, each closed after
+//! [`IDLE_TIMEOUT`]), takes a place of the connection budget the listener's client connections
+//! take theirs from (`http.max_connections`, fitted to the open-files limit), since a relayed
+//! request holds two descriptors here. A request that gets no place within [`PLACE_WAIT`] (for
+//! each of the two) is answered `503` with `Retry-After: 1`, naming the bound, and counted as a
+//! limit rejection (`relay_connections`); so a flood of relayed streams never runs the process
+//! out of descriptors, and the health reserve stays reachable.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
+use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderValue, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde_json::json;
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::read_beat;
 use super::relay_auth::{RELAY_HOST_NAME, RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
+use crate::limits::Connections;
 use crate::redis_conn::RedisConn;
+use crate::telemetry::{Limit, Meters};
 use crate::transport::{Relay, RelayRequest, Relayed};
 
 /// How long connecting to the holder may take before it counts as not answering.
@@ -42,6 +65,30 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// not answering: a paused or wedged holder gives a `503`, not a hang (the contract's ack
 /// timeout). The answer's body, an SSE stream of any length, has no bound here.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a relayed request waits for a place under `ha.relay_max_connections`, and then, when
+/// it needs a new socket, for a place under `http.max_connections`, before it is refused.
+const PLACE_WAIT: Duration = Duration::from_secs(1);
+/// How long a connection to a holder is kept idle for the next relayed request: well below the
+/// holder's own idle bound (`http.idle_timeout_ms`, 65 s by default), so the relay seldom sends
+/// on a connection the holder is closing.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Refusals for want of a place are logged at most this often (a flood would flood the log).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What bounds the relay (see the module's documentation).
+pub(super) struct Bounds {
+    /// Relayed requests in flight at once (`ha.relay_max_connections`, or its default).
+    pub in_flight: usize,
+    /// Idle connections kept per holder (`ha.relay_max_idle_per_holder`).
+    pub idle_per_holder: usize,
+    /// The connection budget (`http.max_connections`) every socket takes a place of.
+    pub connections: Connections,
+    /// Where refusals are counted.
+    pub meters: Meters,
+}
+
+/// The hop's HTTP/1.1 client: pooled keep-alive, no proxy, no redirect, no TLS.
+type HopClient = Client<CountedConnector, Full<Bytes>>;
 
 pub(super) struct HttpRelay {
     redis: RedisConn,
@@ -51,7 +98,15 @@ pub(super) struct HttpRelay {
     heartbeat_prefix: String,
     key_prefix: String,
     ttl_s: u64,
-    client: reqwest::Client,
+    client: HopClient,
+    /// Places for relayed requests in flight (`ha.relay_max_connections`).
+    in_flight: Connections,
+    /// The connection budget the client's sockets take their places from.
+    connections: Connections,
+    meters: Meters,
+    /// When a refusal for want of a place was last logged, and how many were not since.
+    refusals_logged: parking_lot::Mutex<Option<std::time::Instant>>,
+    refusals_unlogged: AtomicU64,
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
     /// request (an instance keeps its address for its whole life).
     addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
@@ -80,8 +135,8 @@ static MOVED: http::HeaderName = http::HeaderName::from_static("x-fleetmcp-relay
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
 
 /// Whether the connection was refused (somewhere in the error's chain).
-fn refused(error: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::ConnectionRefused
@@ -93,7 +148,134 @@ fn refused(error: &reqwest::Error) -> bool {
     false
 }
 
+/// Whether the connector found no place under `http.max_connections` for a new socket
+/// (somewhere in the error's chain).
+fn no_place(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if e.is::<NoPlace>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// An error and its causes, for the log (the client's own message names only its kind).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// No place left under `http.max_connections` for a new socket to a holder.
+#[derive(Debug)]
+struct NoPlace;
+
+impl std::fmt::Display for NoPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no connection left under http.max_connections")
+    }
+}
+
+impl std::error::Error for NoPlace {}
+
+/// Opens the hop's sockets (resolving the holder's advertised name, bounded by
+/// [`CONNECT_TIMEOUT`], `TCP_NODELAY`), each holding a place of the connection budget for as
+/// long as it is open, waiting at most [`PLACE_WAIT`] for one.
+#[derive(Clone)]
+struct CountedConnector {
+    http: HttpConnector,
+    connections: Connections,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Uri> for CountedConnector {
+    type Response = Counted;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Counted, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Ready whenever asked: the wait for a place is part of each connection.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let connections = self.connections.clone();
+        Box::pin(async move {
+            let place = connections.take_within(PLACE_WAIT).await.ok_or(NoPlace)?;
+            let io = tower::ServiceExt::ready(&mut http).await?.call(dst).await?;
+            Ok(Counted { io, _place: place })
+        })
+    }
+}
+
+/// A socket to a holder and its place in the connection budget, given back when it closes.
+struct Counted {
+    io: TokioIo<TcpStream>,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Connection for Counted {
+    fn connected(&self) -> Connected {
+        self.io.connected()
+    }
+}
+
+impl hyper::rt::Read for Counted {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Counted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Which bound refused a relayed request.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// `ha.relay_max_connections`.
+    InFlight,
+    /// `http.max_connections`.
+    Connections,
+}
+
 impl HttpRelay {
+    #[allow(clippy::too_many_arguments)] // one call site, every argument distinct
     pub fn new(
         redis: RedisConn,
         me: &str,
@@ -102,20 +284,23 @@ impl HttpRelay {
         heartbeat_ttl_ms: u64,
         closing: CancellationToken,
         silence: Silence,
-    ) -> Option<Self> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .no_proxy()
-            // A hop goes to the address a heartbeat advertises and nowhere else: a redirect (from
-            // whatever answers there) would send the client's request, signed, elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .inspect_err(
-                |e| tracing::error!(error = %e, "[HA] the relay's HTTP client could not be built"),
-            )
-            .ok()?;
-        Some(Self {
+        bounds: Bounds,
+    ) -> Self {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        // hyper's client follows no redirect and knows no proxy: a hop goes to the address a
+        // heartbeat advertises and nowhere else (a redirect, from whatever answers there, would
+        // send the client's request, signed, elsewhere).
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(bounds.idle_per_holder)
+            .pool_idle_timeout(IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .build(CountedConnector {
+                http,
+                connections: bounds.connections.clone(),
+            });
+        Self {
             redis,
             me: me.to_string(),
             keys,
@@ -123,35 +308,83 @@ impl HttpRelay {
             key_prefix: key_prefix.to_string(),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
+            in_flight: Connections::new(bounds.in_flight),
+            connections: bounds.connections,
+            meters: bounds.meters,
+            refusals_logged: parking_lot::Mutex::new(None),
+            refusals_unlogged: AtomicU64::new(0),
             addresses: parking_lot::Mutex::new(std::collections::HashMap::new()),
             closing,
             silence,
-        })
+        }
+    }
+
+    /// The answer to a relayed request refused for want of a place under `bound`: `503` with
+    /// `Retry-After: 1` (this instance is busy; the holder was not asked), counted as a limit
+    /// rejection, logged at most every [`LOG_EVERY`].
+    fn busy(&self, holder: &str, bound: Bound) -> Response {
+        self.meters.limit_rejected(Limit::RelayConnections);
+        let message = match bound {
+            Bound::InFlight => format!(
+                "This instance is relaying as many requests as it may at once (ha.relay_max_connections = {}); retry after 1s.",
+                self.in_flight.max()
+            ),
+            Bound::Connections => format!(
+                "This instance has no connection left to relay the request to the instance serving its session (http.max_connections = {}, client connections and relayed requests' sockets together); retry after 1s.",
+                self.connections.max()
+            ),
+        };
+        let now = std::time::Instant::now();
+        let due = {
+            let mut last = self.refusals_logged.lock();
+            let due = last.is_none_or(|at| now.duration_since(at) >= LOG_EVERY);
+            if due {
+                *last = Some(now);
+            }
+            due
+        };
+        if due {
+            tracing::warn!(
+                owner_node_id = holder,
+                relay_max_connections = self.in_flight.max(),
+                max_connections = self.connections.max(),
+                connections_in_use = self.connections.in_use(),
+                since_last_log = self.refusals_unlogged.swap(0, Ordering::Relaxed),
+                "[HA] Relay refused: {message}"
+            );
+        } else {
+            self.refusals_unlogged.fetch_add(1, Ordering::Relaxed);
+        }
+        answer_503(message, 1)
     }
 
     /// The answer's body, ended when the holder stops sending (see [`Silence`]) and, for a GET,
-    /// when this instance closes.
+    /// when this instance closes. It keeps the request's `place` in flight until it ends or is
+    /// dropped (the client went away).
     ///
-    /// An SSE answer whose link to the holder breaks ends cleanly, as one that went silent
-    /// does: its events are in the shared event store, and the client resumes it with
+    /// An SSE answer (`sse`) whose link to the holder breaks ends cleanly, as one that went
+    /// silent does: its events are in the shared event store, and the client resumes it with
     /// `Last-Event-ID` (an event cut in half is not dispatched: SSE drops an unfinished event
     /// at the end of the stream). Cut off instead, the client sees a broken response, which
     /// it need not resume. Any other answer's broken body stays broken: it cannot be resumed,
     /// and ending it cleanly would pass a truncated JSON body off as whole.
-    fn watched(&self, holder: &str, answer: reqwest::Response, get: bool) -> Body {
-        let sse = answer
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+    fn watched(
+        &self,
+        holder: &str,
+        answer: hyper::body::Incoming,
+        sse: bool,
+        get: bool,
+        place: OwnedSemaphorePermit,
+    ) -> Body {
         let watch = Watch {
             redis: self.redis.clone(),
             key: format!("{}{holder}", self.heartbeat_prefix),
             holder: holder.to_string(),
             silence: self.silence,
+            _place: place,
         };
         let stream = futures_util::stream::unfold(
-            (answer.bytes_stream().boxed(), watch),
+            (answer.into_data_stream().boxed(), watch),
             move |(mut upstream, watch)| async move {
                 let mut wait = watch.silence.limit;
                 loop {
@@ -186,8 +419,8 @@ impl HttpRelay {
     /// Whether `holder` is certainly gone: its address refused the connection (no process
     /// listens there: a paused or partitioned one would accept or time out) and it holds no
     /// subscription on its channel (the kernel closed a dead process's connections).
-    async fn gone(&self, holder: &str, error: &reqwest::Error) -> bool {
-        if !refused(error) {
+    async fn gone(&self, holder: &str, refused: bool) -> bool {
+        if !refused {
             return false;
         }
         super::heartbeat::subscribers(
@@ -212,20 +445,22 @@ impl HttpRelay {
             "This MCP session is served by another instance of the server, which did not answer the relayed request. Retry after {}s; if that instance has stopped, the session is taken over by another instance once its heartbeat expires.",
             self.ttl_s
         );
-        let body =
-            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
-        let mut res = Response::new(Body::from(body.to_string()));
-        *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        let h = res.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Ok(v) = HeaderValue::from_str(&self.ttl_s.to_string()) {
-            h.insert(header::RETRY_AFTER, v);
-        }
-        res
+        answer_503(message, self.ttl_s)
     }
+}
+
+/// The relay's `503`: a JSON-RPC error (`-32000`, `id: null`) with `Retry-After: retry_s`.
+fn answer_503(message: String, retry_s: u64) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
+    let mut res = Response::new(Body::from(body.to_string()));
+    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::RETRY_AFTER, HeaderValue::from(retry_s));
+    res
 }
 
 #[async_trait]
@@ -246,6 +481,10 @@ impl Relay for HttpRelay {
                 .insert(MOVED.clone(), HeaderValue::from_static("1"));
             return Relayed::Answered(res);
         }
+        // Held until the answer ends (or, refused or handed back, until this returns).
+        let Some(place) = self.in_flight.take_within(PLACE_WAIT).await else {
+            return Relayed::Answered(self.busy(holder, Bound::InFlight));
+        };
         let known = self
             .addresses
             .lock()
@@ -298,6 +537,10 @@ impl Relay for HttpRelay {
             Ok(u) => u,
             Err(e) => return fail(&format!("its address {address:?} makes no URL: {e}")),
         };
+        let uri = match http::Uri::try_from(url.as_str()) {
+            Ok(u) => u,
+            Err(e) => return fail(&format!("its address {address:?} makes no URI: {e}")),
+        };
         // Signed as it goes on the wire: parsing the URL may normalise the path (percent-
         // encoding, dot segments), and the holder checks the path it receives.
         let sent_path = match url.query() {
@@ -330,15 +573,17 @@ impl Relay for HttpRelay {
         {
             return fail(why);
         }
-        let sent = self
-            .client
-            .request(req.method.clone(), url)
-            .headers(headers)
-            .body(req.body.clone())
-            .send();
+        let mut hop = http::Request::new(Full::new(req.body.clone()));
+        *hop.method_mut() = req.method.clone();
+        *hop.uri_mut() = uri;
+        *hop.headers_mut() = headers;
+        let sent = self.client.request(hop);
         let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
             Ok(Ok(a)) => a,
-            Ok(Err(e)) if self.gone(holder, &e).await => {
+            Ok(Err(e)) if no_place(&e) => {
+                return Relayed::Answered(self.busy(holder, Bound::Connections));
+            }
+            Ok(Err(e)) if self.gone(holder, refused(&e)).await => {
                 self.addresses.lock().remove(holder);
                 tracing::info!(
                     previous_node_id = holder,
@@ -346,7 +591,7 @@ impl Relay for HttpRelay {
                 );
                 return Relayed::HolderGone(req);
             }
-            Ok(Err(e)) => return fail(&e.to_string()),
+            Ok(Err(e)) => return fail(&describe(&e)),
             Err(_) => {
                 return fail(&format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()));
             }
@@ -358,13 +603,20 @@ impl Relay for HttpRelay {
             self.addresses.lock().remove(holder);
             return Relayed::HolderGone(req);
         }
-        let mut headers = http::HeaderMap::with_capacity(answer.headers().len());
-        for (name, value) in answer.headers() {
+        let (answer, body) = answer.into_parts();
+        let mut headers = http::HeaderMap::with_capacity(answer.headers.len());
+        for (name, value) in &answer.headers {
             if !hop_by_hop(name) {
                 headers.append(name.clone(), value.clone());
             }
         }
-        let body = self.watched(holder, answer, req.method == http::Method::GET);
+        let sse = answer
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let get = req.method == http::Method::GET;
+        let body = self.watched(holder, body, sse, get, place);
         let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
@@ -379,6 +631,8 @@ struct Watch {
     key: String,
     holder: String,
     silence: Silence,
+    /// The relayed request's place in flight (`ha.relay_max_connections`).
+    _place: OwnedSemaphorePermit,
 }
 
 impl Watch {

@@ -10,15 +10,19 @@
 //!
 //! `holdings.rs` counts what callers hold open in this process (listen streams, sessions) per
 //! key and in total, and the bytes of client data the instance keeps ([`Budget`]); each place
-//! is given back when its guard drops.
+//! is given back when its guard drops. `connections.rs` is the instance's budget of connections
+//! ([`Connections`], `http.max_connections`): the listener's client connections and the relay's
+//! sockets to other instances take their places from it.
 //!
 //! Architecture invariant: knows nothing of HTTP, sessions or JSON-RPC; one check costs at
 //! most one Redis round trip (one script), bounded by the Redis command timeout.
 
+mod connections;
 mod holdings;
 mod memory;
 mod redis;
 
+pub use connections::Connections;
 pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings, HoldingsSnapshot};
 
 use std::sync::Arc;

@@ -23,7 +23,9 @@
 //!   connection when one write stays blocked for `write_timeout_ms`. The kernel's socket buffers
 //!   absorb a stalled reader's first megabytes, so a stream that sends only keep-alive comments
 //!   is caught only once they fill; what it costs until then is one socket and one task;
-//! - **the number of connections** (`max_connections`, a semaphore as in mini-redis). Past it,
+//! - **the number of connections** (`max_connections`, a semaphore as in mini-redis: the
+//!   instance's [`Connections`] budget, which the relay's sockets to other instances take
+//!   places from too, so relayed requests count twice, as the descriptors they hold). Past it,
 //!   a small reserve ([`HEALTH_RESERVE`]) of connections answers `/healthz` and
 //!   `/readyz` as usual and anything else `503`, one request each with a short head wait, so a
 //!   load balancer still sees the instance alive while its MCP side is saturated; past the
@@ -63,6 +65,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::config::HttpConfig;
+use crate::limits::Connections;
 
 /// Connections past `max_connections` that may still ask `/healthz` and `/readyz`: enough for
 /// a few load balancers probing at once, small enough to cost nothing.
@@ -76,25 +79,31 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Descriptors left for what is not a connection (Redis, the listener, files, the reserve).
 const FD_HEADROOM: usize = 64;
 
-/// The bounds on each connection, from `[http]`.
+/// The bounds on each connection, from `[http]`, and the connection budget.
 pub(super) struct Limits {
     header: Duration,
     body: Duration,
     idle: Duration,
     write: Duration,
-    max_connections: usize,
+    connections: Connections,
 }
 
 impl Limits {
-    pub(super) fn from_config(h: &HttpConfig) -> Self {
+    pub(super) fn from_config(h: &HttpConfig, connections: Connections) -> Self {
         Self {
             header: Duration::from_millis(h.header_read_timeout_ms),
             body: Duration::from_millis(h.body_read_timeout_ms),
             idle: Duration::from_millis(h.idle_timeout_ms),
             write: Duration::from_millis(h.write_timeout_ms),
-            max_connections: fit_open_files(h.max_connections),
+            connections,
         }
     }
+}
+
+/// The instance's connection budget: `http.max_connections`, fitted to the open-files limit.
+/// Made once per server, before the relay (which takes places from it) and the listener.
+pub(super) fn connection_budget(h: &HttpConfig) -> Connections {
+    Connections::new(fit_open_files(h.max_connections))
 }
 
 /// `max_connections`, lowered to fit the process's open-files limit: past that limit accept
@@ -162,11 +171,10 @@ pub(super) async fn serve(
     let phases = Arc::new(phases);
     let full = Arc::new(builder(&limits));
     let overflow = Arc::new(overflow_builder(&limits));
-    let main = Arc::new(Semaphore::new(limits.max_connections));
+    let main = limits.connections.clone();
     let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
     let tracker = TaskTracker::new();
     let mut admit = Admission {
-        limits: limits.clone(),
         full,
         overflow,
         main,
@@ -269,10 +277,9 @@ fn take_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
 /// Who gets a connection: everything under the cap, the health routes in the reserve past it,
 /// nothing beyond (logged at most every [`LOG_EVERY`]).
 struct Admission {
-    limits: Arc<Limits>,
     full: Arc<http1::Builder>,
     overflow: Arc<http1::Builder>,
-    main: Arc<Semaphore>,
+    main: Connections,
     reserve: Arc<Semaphore>,
     refused: Throttle,
     health_only: Throttle,
@@ -288,22 +295,22 @@ impl Admission {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(%peer, error = %e, "could not set TCP_NODELAY");
         }
-        if let Ok(p) = self.main.clone().try_acquire_owned() {
+        if let Some(p) = self.main.try_take() {
             return Some((Mode::Full, p, self.full.clone()));
         }
         if let Ok(p) = self.reserve.clone().try_acquire_owned() {
             if let Some(skipped) = self.health_only.allow() {
                 tracing::warn!(
-                    max_connections = self.limits.max_connections,
+                    max_connections = self.main.max(),
                     since_last_log = skipped,
-                    "connection limit reached (http.max_connections): new connections answer only /healthz and /readyz, anything else 503"
+                    "connection limit reached (http.max_connections, client connections and relayed requests' sockets together): new connections answer only /healthz and /readyz, anything else 503"
                 );
             }
             return Some((Mode::HealthOnly, p, self.overflow.clone()));
         }
         if let Some(skipped) = self.refused.allow() {
             tracing::warn!(
-                max_connections = self.limits.max_connections,
+                max_connections = self.main.max(),
                 health_reserve = HEALTH_RESERVE,
                 since_last_log = skipped,
                 "connection limit reached (http.max_connections and the health reserve): closing new connections at once"

@@ -141,6 +141,8 @@ impl ServerBuilder {
         };
         let (machine_id, source) = machine_id::resolve(&config);
         let sealer = sealer_for(&config, &machine_id, source);
+        // One budget for the listener's connections and the relay's sockets.
+        let connections = listener::connection_budget(&config.http);
         let mut store = self.store;
         let mut events = self.events;
         let mut redis = None;
@@ -240,8 +242,14 @@ impl ServerBuilder {
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
-            && let Some((o, r)) =
-                crate::cluster::seams(conn, &machine_id, &config, phases.closing.clone())
+            && let Some((o, r)) = crate::cluster::seams(
+                conn,
+                &machine_id,
+                &config,
+                phases.closing.clone(),
+                &connections,
+                &meters,
+            )
         {
             ownership = ownership.or(Some(o));
             relay = relay.or(Some(r));
@@ -290,6 +298,7 @@ impl ServerBuilder {
             redis,
             relay,
             redis_tasks,
+            connections,
         }
     }
 }
@@ -333,6 +342,8 @@ pub struct Server {
     redis_tasks: Option<RedisTaskStore>,
     /// Why `[auth]` could not be set up: the server refuses to start rather than run open.
     auth_error: Option<String>,
+    /// The connection budget the listener and the relay share.
+    connections: crate::limits::Connections,
 }
 
 impl Server {
@@ -444,6 +455,7 @@ impl Server {
             router,
             cluster,
             sweeper,
+            connections: self.connections,
         })
     }
 
@@ -484,6 +496,8 @@ pub struct Running {
     /// Shared with the task that runs a graceful stop's first phase.
     cluster: Option<Arc<Cluster>>,
     sweeper: JoinHandle<()>,
+    /// The connection budget the listener and the relay share.
+    connections: crate::limits::Connections,
 }
 
 impl Running {
@@ -537,7 +551,7 @@ impl Running {
         let http = &app.config().http;
         let grace = Duration::from_millis(http.shutdown_grace_ms);
         let drain = app.config().drain_delay();
-        let limits = listener::Limits::from_config(http);
+        let limits = listener::Limits::from_config(http, self.connections.clone());
         let phases = listener::Phases {
             draining: app.draining().clone(),
             closing: app.closing().clone(),

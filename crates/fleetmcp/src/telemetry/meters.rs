@@ -62,10 +62,13 @@ pub enum Limit {
     ClientData,
     /// A `tasks.*` bound (`-32000` naming it).
     Tasks,
+    /// `ha.relay_max_connections`, or no place left under `http.max_connections` for the
+    /// relay's socket (`503`).
+    RelayConnections,
 }
 
 impl Limit {
-    const ALL: [Limit; 11] = [
+    const ALL: [Limit; 12] = [
         Limit::InflightPerSession,
         Limit::Sessions,
         Limit::Rate,
@@ -77,6 +80,7 @@ impl Limit {
         Limit::ListenStreams,
         Limit::ClientData,
         Limit::Tasks,
+        Limit::RelayConnections,
     ];
 
     fn as_str(self) -> &'static str {
@@ -92,6 +96,7 @@ impl Limit {
             Limit::ListenStreams => "listen_streams",
             Limit::ClientData => "client_data_bytes",
             Limit::Tasks => "tasks",
+            Limit::RelayConnections => "relay_connections",
         }
     }
 }
