@@ -146,3 +146,21 @@ async fn the_rounds_of_one_request_land_on_different_instances_with_only_the_ses
         instance.assert_no_panic_logged();
     }
 }
+
+/// With no shared secret at all (no `MCP_SESSION_SECRET`, `VAULT_SECRET` or `JWT_SECRET`) an
+/// instance that shares Redis still warns at start: its states open nowhere else.
+#[test]
+fn an_instance_sharing_redis_with_no_secret_at_all_warns() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let lone = Instance::start(
+        env!("CARGO_BIN_EXE_everything"),
+        &[("MCP_SESSION_SECRET", ""), ("REDIS_URL", url.as_str())],
+    );
+    let log = lone.log();
+    assert!(
+        log.contains("requestState is signed with a per-process key"),
+        "no warning without any shared secret:\n{log}"
+    );
+    lone.assert_no_panic_logged();
+}
