@@ -41,6 +41,11 @@ const SERVER_ENV_CLEARED: &[&str] = &[
     "MACHINE_ID",
     "FRONTMCP_BIND_ADDRESS",
     "FRONTMCP_DEPLOYMENT_MODE",
+    // The requestState secrets: a test that wants one sets it (fleet_mrtr.rs relies on there
+    // being none, so that the key comes from MCP_SESSION_SECRET).
+    "VAULT_SECRET",
+    "JWT_SECRET",
+    "MCP_SESSION_SECRET_PREVIOUS",
     // A developer's collector does not get the tests' spans; tests/otlp.rs sets its own.
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

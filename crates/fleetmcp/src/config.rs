@@ -636,7 +636,8 @@ pub struct Config {
     /// `FRONTMCP_BIND_ADDRESS`: `loopback` or `all`. Unset: loopback, or all in distributed mode.
     pub bind_address: Option<BindAddress>,
     /// `MCP_SESSION_SECRET`: key material for session ids, shared by every instance. Required in
-    /// distributed mode.
+    /// distributed mode. Also the key material of 2026 `requestState` when neither
+    /// `VAULT_SECRET` nor `JWT_SECRET` is set (a key of its own, under another label).
     pub session_secret: Option<String>,
     /// `MCP_SESSION_SECRET_PREVIOUS` (comma-separated): secrets rotated out. Ids sealed under them
     /// still open; new ids are sealed under `session_secret` only, so a rolling change of the
@@ -651,7 +652,8 @@ pub struct Config {
     pub node_env: Option<String>,
     /// `VAULT_SECRET`: first choice for the key of 2026 `requestState`.
     pub vault_secret: Option<String>,
-    /// `JWT_SECRET`: second choice for the key of 2026 `requestState`.
+    /// `JWT_SECRET`: second choice for the key of 2026 `requestState` (the third is
+    /// `MCP_SESSION_SECRET`).
     pub jwt_secret: Option<String>,
     /// `FRONTMCP_DEPLOYMENT_MODE`.
     pub deployment_mode: DeploymentMode,

@@ -98,6 +98,12 @@ async fn a_listen_is_bounded_like_a_session_and_per_caller() {
     assert_eq!(v["id"], 30, "{v}");
     assert_eq!(v["error"]["code"], -32010, "{v}");
     assert_eq!(v["error"]["data"]["limit"], "listenStreamsPerKey", "{v}");
+    let secs = retry.as_deref().and_then(|r| r.parse::<u64>().ok());
+    assert_eq!(
+        v["error"]["data"]["retryAfterMs"].as_u64(),
+        secs.map(|s| s * 1000),
+        "{v}"
+    );
     // Another caller is not affected by this one's bound.
     let other = listen(url, 31, "192.0.2.2", &uris(10, 64)).await;
     assert_eq!(other.status(), 200);
@@ -473,6 +479,12 @@ async fn assert_sessions_per_key_refusal(res: reqwest::Response, max: u64) {
     assert_eq!(v["error"]["code"], -32010, "{v}");
     assert_eq!(v["error"]["data"]["limit"], "sessionsPerKey", "{v}");
     assert_eq!(v["error"]["data"]["maxSessionsPerKey"], max, "{v}");
+    let ms = v["error"]["data"]["retryAfterMs"].as_u64().unwrap_or(0);
+    assert_eq!(
+        Some(ms.div_ceil(1000).to_string()),
+        retry,
+        "retryAfterMs: {v}"
+    );
 }
 
 /// Without Redis: one caller opens at most `limits.max_sessions_per_key` sessions; the others

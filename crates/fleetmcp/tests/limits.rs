@@ -113,7 +113,19 @@ fn retry_after(res: &reqwest::Response) -> u64 {
         .expect("a refusal carries Retry-After in whole seconds")
 }
 
-/// Checks a refusal over a limit: 429, `Retry-After` within `retry`, code, id, and `data`.
+/// A header of `res` as text.
+fn header(res: &reqwest::Response, name: &str) -> Option<String> {
+    res.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from)
+}
+
+/// Checks a refusal over a limit: 429, `Retry-After` within `retry`, code, id, and `data`,
+/// whose `retryAfterMs` is the wait `Retry-After` rounds up. A rate's refusal (`data.limit`
+/// `rate` or `toolRate`) also names its quota policy in the structured fields of
+/// draft-ietf-httpapi-ratelimit-headers, `RateLimit-Policy: "<limit>";q=<requests>;w=<window
+/// s>` and `RateLimit: "<limit>";r=0;t=<Retry-After>`; any other limit sends neither.
 async fn expect_over(
     res: reqwest::Response,
     id: &str,
@@ -124,6 +136,7 @@ async fn expect_over(
         retry.contains(&after),
         "Retry-After {after}, expected {retry:?}"
     );
+    let (policy, left) = (header(&res, "ratelimit-policy"), header(&res, "ratelimit"));
     let v = expect_rpc_error(res, 429, RATE_LIMITED, json!(id)).await;
     let msg = v["error"]["message"].as_str().unwrap_or_default();
     assert_eq!(
@@ -131,6 +144,42 @@ async fn expect_over(
         format!("Rate limit exceeded. Retry after {after} seconds"),
         "{v}"
     );
+    let data = &v["error"]["data"];
+    let ms = data["retryAfterMs"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no retryAfterMs in the error's data: {v}"));
+    assert!(ms >= 1, "{v}");
+    assert_eq!(
+        ms.div_ceil(1000),
+        after,
+        "retryAfterMs against Retry-After: {v}"
+    );
+    match data["limit"].as_str() {
+        Some(limit @ ("rate" | "toolRate")) => {
+            let q = data["rate"]["requests"]
+                .as_u64()
+                .expect("the rate's requests");
+            let w = data["rate"]["windowMs"]
+                .as_u64()
+                .expect("the rate's window")
+                .div_ceil(1000);
+            assert_eq!(
+                policy.as_deref(),
+                Some(format!("\"{limit}\";q={q};w={w}").as_str()),
+                "RateLimit-Policy of {v}"
+            );
+            assert_eq!(
+                left.as_deref(),
+                Some(format!("\"{limit}\";r=0;t={after}").as_str()),
+                "RateLimit of {v}"
+            );
+        }
+        _ => assert_eq!(
+            (policy, left),
+            (None, None),
+            "no quota policy for a limit on what is held at once: {v}"
+        ),
+    }
     v
 }
 
@@ -170,7 +219,12 @@ async fn rate_shared_on(redis: SharedRedis) {
         );
     }
     // One request per 12 s: the next is due in 12 s.
-    let v = expect_over(echo(&cb, "sixth").await, "sixth", 11..=12).await;
+    let res = echo(&cb, "sixth").await;
+    assert_eq!(
+        header(&res, "ratelimit-policy").as_deref(),
+        Some(r#""rate";q=5;w=60"#)
+    );
+    let v = expect_over(res, "sixth", 11..=12).await;
     assert_eq!(v["error"]["data"]["limit"], "rate", "{v}");
     assert_eq!(
         v["error"]["data"]["rate"],
@@ -201,7 +255,12 @@ async fn rate_shared_on(redis: SharedRedis) {
         .expect("POST");
     let after = retry_after(&init);
     assert!((11..=12).contains(&after), "Retry-After {after}");
-    expect_rpc_error(init, 429, RATE_LIMITED, json!(0)).await;
+    assert_eq!(
+        header(&init, "ratelimit").as_deref(),
+        Some(format!(r#""rate";r=0;t={after}"#).as_str())
+    );
+    let v = expect_rpc_error(init, 429, RATE_LIMITED, json!(0)).await;
+    assert!(v["error"]["data"]["retryAfterMs"].as_u64().is_some(), "{v}");
 
     let key = "mcp:limits:{addr:127.0.0.1}:rate";
     let pttl: i64 = redis.cli(&["PTTL", key]).parse().expect("PTTL");
@@ -283,7 +342,7 @@ async fn inflight_limit_holds(servers: &[&TestServer; 2], holds: &Holds) {
     let v = expect_over(echo(&clients[0], "third").await, "third", 1..=1).await;
     assert_eq!(
         v["error"]["data"],
-        json!({"limit": "inflightPerKey", "maxInflightPerKey": 2}),
+        json!({"limit": "inflightPerKey", "maxInflightPerKey": 2, "retryAfterMs": 1000}),
         "{v}"
     );
     holds.release.add_permits(2);
@@ -328,7 +387,12 @@ async fn a_tool_has_its_own_rate() {
     for id in ["1", "2"] {
         assert_eq!(echo(&c, id).await.status(), 200);
     }
-    let v = expect_over(echo(&c, "3").await, "3", 29..=30).await;
+    let res = echo(&c, "3").await;
+    assert_eq!(
+        header(&res, "ratelimit-policy").as_deref(),
+        Some(r#""toolRate";q=2;w=60"#)
+    );
+    let v = expect_over(res, "3", 29..=30).await;
     assert_eq!(v["error"]["data"]["limit"], "toolRate", "{v}");
     assert_eq!(v["error"]["data"]["tool"], "echo", "{v}");
     for _ in 0..5 {

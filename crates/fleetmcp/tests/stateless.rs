@@ -455,6 +455,84 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     );
 }
 
+/// One `two_questions` round: the request with `extra` params (`inputResponses`,
+/// `requestState`).
+fn two_questions_round(extra: Value) -> (Vec<(String, String)>, Value) {
+    let mut p = json!({"name": "two_questions", "arguments": {}, "_meta": elicit_meta()});
+    if let Value::Object(e) = extra {
+        for (k, v) in e {
+            p[k] = v;
+        }
+    }
+    modern("tools/call", p)
+}
+
+/// The `requestState` of an `InputRequiredResult` asking `key`.
+fn state_asking(body: &str, key: &str) -> String {
+    let r = result(body);
+    assert_eq!(r["resultType"], "input_required", "{r}");
+    assert!(r["inputRequests"].get(key).is_some(), "asks {key}: {r}");
+    r["requestState"].as_str().unwrap().to_string()
+}
+
+/// With `MCP_SESSION_SECRET` and neither `VAULT_SECRET` nor `JWT_SECRET` (the fixture's
+/// configuration: no variable is read from the process), two servers seal `requestState` with
+/// the same key, so each round of one request may land on either. A rotation of the session
+/// secret keeps the states sealed under the previous one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rounds_of_a_request_move_between_servers_sharing_the_session_secret() {
+    let a = start(|_| {}).await;
+    let b = start(|_| {}).await;
+    let answer = |f: &str, v: &str| json!({"action": "accept", "content": {f: v}});
+
+    let (h, r1) = two_questions_round(json!({}));
+    let (_, _, body) = post(&a.mcp, &h, &r1).await;
+    let state1 = state_asking(&body, "name");
+    let (h, r2) = two_questions_round(
+        json!({"inputResponses": {"name": answer("name", "Ada")}, "requestState": state1.clone()}),
+    );
+    let (st, _, body) = post(&b.mcp, &h, &r2).await;
+    assert_eq!(st, StatusCode::OK, "B opens A's state: {body}");
+    let state2 = state_asking(&body, "color");
+    let (h, r3) = two_questions_round(
+        json!({"inputResponses": {"color": answer("color", "green")}, "requestState": state2}),
+    );
+    let (st, _, body) = post(&a.mcp, &h, &r3).await;
+    assert_eq!(st, StatusCode::OK, "A opens B's state: {body}");
+    assert_eq!(result(&body)["content"][0]["text"], "Ada likes green");
+
+    // Another deployment's secret does not open it.
+    let other = start(|c| c.session_secret = Some(support::OTHER_SECRET.into())).await;
+    let (st, _, body) = post(&other.mcp, &h, &r2).await;
+    assert_eq!(
+        (st, error_code(&body)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{body}"
+    );
+    // Rotated to that secret with the old one previous: the old state still opens, and the
+    // next state is sealed under the new secret, which alone opens it.
+    let rotated = start(|c| {
+        c.session_secret = Some(support::OTHER_SECRET.into());
+        c.previous_session_secrets = vec![SECRET.into()];
+    })
+    .await;
+    let (st, _, body) = post(&rotated.mcp, &h, &r2).await;
+    assert_eq!(st, StatusCode::OK, "the previous secret opens: {body}");
+    let sealed_new = state_asking(&body, "color");
+    let (h, r3) = two_questions_round(
+        json!({"inputResponses": {"color": answer("color", "red")}, "requestState": sealed_new}),
+    );
+    let (st, _, body) = post(&other.mcp, &h, &r3).await;
+    assert_eq!(st, StatusCode::OK, "sealed under the new secret: {body}");
+    assert_eq!(result(&body)["content"][0]["text"], "Ada likes red");
+    let (st, _, body) = post(&a.mcp, &h, &r3).await;
+    assert_eq!(
+        (st, error_code(&body)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "the old secret alone does not open the new state: {body}"
+    );
+}
+
 /// 2026-07-28 has no resumption: a client that closes an SSE answer cancels the request, even
 /// while the handler sends nothing.
 #[tokio::test]

@@ -19,6 +19,7 @@ mod support_redis;
 mod fleet_client;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use fleet_client::*;
@@ -339,5 +340,577 @@ fn a_relayed_call_shows_in_both_instances_metrics_and_json_logs_under_one_trace_
             !log.contains(support::SESSION_SECRET),
             "{who} logged the secret"
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// deploy/grafana/fleetmcp.json and deploy/prometheus/alerts.yml
+// ---------------------------------------------------------------------------------------------
+
+/// Runs promtool with `args` in `dir`; whether it succeeded, and what it printed. Fails the test
+/// when promtool cannot be run, like the `check metrics` test above.
+fn run_promtool(args: &[&str], dir: &Path) -> (bool, String) {
+    let out = Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run promtool ({e}): install Debian's `prometheus` package or set PROMTOOL"
+            )
+        });
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// What a scrape serves: each sample's name and labels.
+struct Served(Vec<(String, Vec<(String, String)>)>);
+
+impl Served {
+    fn of(scrapes: &[&str]) -> Self {
+        let mut samples = Vec::new();
+        for line in scrapes.iter().flat_map(|s| s.lines()) {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+            let name = line[..name_end].to_string();
+            let mut labels = Vec::new();
+            if line[name_end..].starts_with('{') {
+                let end = line.rfind('}').unwrap_or(line.len());
+                labels = matchers(&line[name_end + 1..end])
+                    .into_iter()
+                    .map(|(k, _, v)| (k, v))
+                    .collect();
+            }
+            samples.push((name, labels));
+        }
+        Self(samples)
+    }
+
+    fn has_name(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| n == name)
+    }
+
+    fn has(&self, name: &str, label: &str, value: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(n, l)| n == name && l.iter().any(|(k, v)| k == label && v == value))
+    }
+
+    fn has_label(&self, label: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(_, l)| l.iter().any(|(k, _)| k == label))
+    }
+}
+
+/// What a PromQL expression names: the metrics it selects (each with its exact `=` label
+/// matchers) and the labels it groups or matches on (`by`, `without`, `on`, `ignoring`,
+/// `group_left`, `group_right`). A small lexer, enough for the expressions of deploy/: strings,
+/// ranges (`[5m]`, `[$__rate_interval]`), numbers and durations are skipped; a word followed by
+/// `(` is a function; PromQL's keywords and aggregation operators are not metrics.
+#[derive(Default, Debug)]
+struct Refs {
+    selectors: Vec<(String, Vec<(String, String)>)>,
+    grouping: Vec<String>,
+}
+
+fn promql_refs(expr: &str, refs: &mut Refs) {
+    const GROUPING: &[&str] = &[
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    // Keywords, and the aggregations (which may be followed by `by (...)` before their `(`).
+    const KEYWORDS: &[&str] = &[
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "inf",
+        "nan",
+        "atan2",
+        "start",
+        "end",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+    ];
+    let b = expr.as_bytes();
+    let next_non_space = |from: usize| (from..b.len()).find(|&j| !b[j].is_ascii_whitespace());
+    let mut i = 0;
+    // The selector an identifier just read started (its matchers may follow).
+    let mut open: Option<usize> = None;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' || c == b'\'' || c == b'`' {
+            i = string_end(b, i);
+            open = None;
+        } else if c == b'[' {
+            i += b[i..]
+                .iter()
+                .position(|&x| x == b']')
+                .map_or(b.len() - i, |p| p + 1);
+        } else if c == b'{' {
+            let end = i + string_aware_find(&b[i..], b'}')
+                .unwrap_or_else(|| panic!("unclosed {{ in {expr}"));
+            let Some(at) = open.take() else {
+                panic!("a selector without a metric name in {expr}");
+            };
+            for (k, op, v) in matchers(&expr[i + 1..end]) {
+                if op == "=" {
+                    refs.selectors[at].1.push((k, v));
+                }
+            }
+            i = end + 1;
+        } else if c.is_ascii_alphabetic() || c == b'_' || c == b':' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+                i += 1;
+            }
+            let word = &expr[start..i];
+            let next = next_non_space(i);
+            open = None;
+            if GROUPING.contains(&word) {
+                if let Some(j) = next.filter(|&j| b[j] == b'(') {
+                    let end = j + b[j..]
+                        .iter()
+                        .position(|&x| x == b')')
+                        .unwrap_or(b.len() - j);
+                    refs.grouping.extend(
+                        expr[j + 1..end]
+                            .split(',')
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty())
+                            .map(String::from),
+                    );
+                    i = end + 1;
+                }
+            } else if next.is_some_and(|j| b[j] == b'(')
+                || KEYWORDS.contains(&word.to_ascii_lowercase().as_str())
+            {
+                // A function, an aggregation or a keyword.
+            } else {
+                refs.selectors.push((word.to_string(), Vec::new()));
+                open = Some(refs.selectors.len() - 1);
+            }
+        } else if c.is_ascii_digit() || c == b'.' || c == b'$' {
+            // A number, a duration, a template variable outside a string.
+            while i < b.len()
+                && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'_' || b[i] == b'$')
+            {
+                i += 1;
+            }
+            open = None;
+        } else {
+            if !c.is_ascii_whitespace() {
+                open = None;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// The index just past the string literal starting at `start` (backslash escapes in `"` and
+/// `'` strings).
+fn string_end(b: &[u8], start: usize) -> usize {
+    let quote = b[start];
+    let mut i = start + 1;
+    while i < b.len() {
+        if b[i] == b'\\' && quote != b'`' {
+            i += 2;
+            continue;
+        }
+        if b[i] == quote {
+            return i + 1;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+/// The first `target` outside a string literal.
+fn string_aware_find(b: &[u8], target: u8) -> Option<usize> {
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'"' || b[i] == b'\'' || b[i] == b'`' {
+            i = string_end(b, i);
+            continue;
+        }
+        if b[i] == target {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// `name op "value"` matchers (or a sample's `name="value"` labels), comma-separated.
+fn matchers(text: &str) -> Vec<(String, String, String)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b',') {
+            i += 1;
+        }
+        if i >= b.len() {
+            return out;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        let name = text[start..i].to_string();
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let op_start = i;
+        while i < b.len() && matches!(b[i], b'=' | b'!' | b'~') {
+            i += 1;
+        }
+        let op = text[op_start..i].to_string();
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        assert!(
+            i < b.len() && matches!(b[i], b'"' | b'\'' | b'`'),
+            "a matcher without a quoted value in {{{text}}}"
+        );
+        let end = string_end(b, i);
+        let value = text[i + 1..end - 1].replace("\\\"", "\"");
+        out.push((name, op, value));
+        i = end;
+    }
+}
+
+#[test]
+fn the_lexer_finds_metrics_matchers_and_grouping() {
+    let mut r = Refs::default();
+    promql_refs(
+        r#"histogram_quantile(0.99, sum by (le, method) (rate(a_bucket{x="1", y=~"$v", z!="2"}[$__rate_interval])))
+           / ignoring(z) b_total offset 5m or vector(0) > bool 1 unless c {q="r"}"#,
+        &mut r,
+    );
+    let names: Vec<&str> = r.selectors.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a_bucket", "b_total", "c"], "{r:?}");
+    assert_eq!(r.selectors[0].1, [("x".to_string(), "1".to_string())]);
+    assert_eq!(r.selectors[2].1, [("q".to_string(), "r".to_string())]);
+    assert_eq!(r.grouping, ["le", "method", "z"]);
+}
+
+/// Every metric a served-metrics check may see, with one takeover and a failed relay among them:
+/// two help-desks in distributed mode on one Redis (A advertising an address nothing listens
+/// on, so B's relay to A fails while A is alive), and one whose Redis is unreachable (unready).
+struct Fleet {
+    _redis: RedisServer,
+    a: Instance,
+    b: Instance,
+    unready: Instance,
+}
+
+fn fleet_with_traffic() -> Fleet {
+    let redis = RedisServer::start();
+    let nowhere = format!("127.0.0.1:{}", support::free_port());
+    let a = distributed_desk(
+        "desk-a",
+        &redis.url(),
+        &[("FLEETMCP_ADVERTISE_ADDRESS", nowhere.as_str())],
+    );
+    let b = distributed_desk("desk-b", &redis.url(), &[]);
+    let sid = open_session(a.port());
+    assert_tool_ok(
+        &call_tool(a.port(), &sid, &[], "open_ticket", json!({"title": "dash"})),
+        "open_ticket",
+    );
+    // B cannot reach A, which is alive: the relay fails and the client gets 503.
+    let failed = call_tool(
+        b.port(),
+        &sid,
+        &[],
+        "find_tickets",
+        json!({"query": "dash"}),
+    );
+    assert_eq!(failed.status, 503, "{}", failed.describe());
+    // A 2026-07-28 request on B, served there.
+    let discover = json!({"jsonrpc": "2.0", "id": next_id(), "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }}});
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let resp = post_with(b.port(), None, &modern, &discover, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "{}", resp.describe());
+    let dead = format!("redis://127.0.0.1:{}", support::free_port());
+    let unready = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[("REDIS_URL", dead.as_str())],
+    );
+    Fleet {
+        _redis: redis,
+        a,
+        b,
+        unready,
+    }
+}
+
+/// The scrape serves `fleetmcp_ready` (what /readyz answers) and counts a relay that failed
+/// apart from those answered; alerts.yml passes `promtool check rules` and its unit tests
+/// (alerts_test.yml) pass `promtool test rules`; the dashboard is well formed, each of its
+/// queries parses (`promtool check rules` on a rule file made of them), and it charts every
+/// metric the server serves; the dashboard, the rules and the rules' tests name only metrics
+/// (and exact label values) the server serves.
+#[test]
+fn the_dashboard_and_the_alerts_check_out_and_name_only_served_metrics() {
+    let fleet = fleet_with_traffic();
+    let (on_a, on_b, on_unready) = (
+        scrape(fleet.a.port()),
+        scrape(fleet.b.port()),
+        scrape(fleet.unready.port()),
+    );
+    assert_eq!(value(&on_a, "fleetmcp_ready"), 1.0, "A:\n{on_a}");
+    assert_eq!(value(&on_b, "fleetmcp_ready"), 1.0, "B:\n{on_b}");
+    assert!(
+        on_unready.contains("\nfleetmcp_ready 0"),
+        "an instance whose Redis is unreachable:\n{on_unready}"
+    );
+    let readyz = http(
+        fleet.unready.port(),
+        "GET",
+        "/readyz",
+        &[],
+        None,
+        HTTP_LIMIT,
+    );
+    assert_eq!(readyz.status, 503, "{}", readyz.describe());
+    assert_eq!(
+        value(&on_b, r#"fleetmcp_relays_total{outcome="failed"}"#),
+        1.0,
+        "B:\n{on_b}"
+    );
+    assert_eq!(
+        value(&on_b, r#"fleetmcp_relays_total{outcome="answered"}"#),
+        0.0,
+        "B:\n{on_b}"
+    );
+    assert_eq!(
+        value(
+            &on_b,
+            r#"fleetmcp_requests_total{method="relayed",era="session",status="503"}"#
+        ),
+        1.0,
+        "B:\n{on_b}"
+    );
+    let served = Served::of(&[&on_a, &on_b, &on_unready]);
+
+    // The rules, and their unit tests.
+    let deploy = support::repo_root().join("deploy");
+    let rules_dir = deploy.join("prometheus");
+    let (ok, out) = run_promtool(&["check", "rules", "alerts.yml"], &rules_dir);
+    assert!(ok, "promtool check rules alerts.yml:\n{out}");
+    let (ok, out) = run_promtool(&["test", "rules", "alerts_test.yml"], &rules_dir);
+    assert!(ok, "promtool test rules alerts_test.yml:\n{out}");
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(rules_dir.join("alerts.yml")).expect("read alerts.yml"),
+    )
+    .expect("alerts.yml is YAML");
+    let mut alert_refs = Refs::default();
+    let mut alerts = Vec::new();
+    for rule in rules["groups"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_sequence().into_iter().flatten())
+    {
+        alerts.push(rule["alert"].as_str().unwrap_or_default().to_string());
+        promql_refs(
+            rule["expr"].as_str().expect("every rule has an expr"),
+            &mut alert_refs,
+        );
+    }
+    for wanted in [
+        "FleetmcpInstanceUnready",
+        "FleetmcpTakeoverSpike",
+        "FleetmcpRedisTimeouts",
+        "FleetmcpRelayFailures",
+        "FleetmcpHigh5xxRatio",
+    ] {
+        assert!(
+            alerts.iter().any(|a| a == wanted),
+            "no {wanted} in {alerts:?}"
+        );
+    }
+    // The unit tests' synthetic series are series the server serves (names and label names).
+    let tests: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(rules_dir.join("alerts_test.yml")).expect("read alerts_test.yml"),
+    )
+    .expect("alerts_test.yml is YAML");
+    let mut test_refs = Refs::default();
+    for series in tests["tests"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| t["input_series"].as_sequence().into_iter().flatten())
+    {
+        let text = series["series"].as_str().expect("a series");
+        promql_refs(text, &mut test_refs);
+        let open = text.find('{').unwrap_or(text.len());
+        let close = text.rfind('}').unwrap_or(text.len());
+        if open < close {
+            test_refs.grouping.extend(
+                matchers(&text[open + 1..close])
+                    .into_iter()
+                    .map(|(k, _, _)| k),
+            );
+        }
+    }
+
+    // Their label values are made up (statuses, instances): only the names count here.
+    for (_, exact) in &mut test_refs.selectors {
+        exact.clear();
+    }
+
+    // The dashboard.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy.join("grafana/fleetmcp.json")).expect("read the dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "fleetmcp", "a stable uid for links");
+    let vars = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating");
+    let var = |name: &str| {
+        vars.iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no ${name} variable"))
+    };
+    assert_eq!(var("datasource")["type"], "datasource");
+    assert_eq!(var("datasource")["query"], "prometheus");
+    let mut exprs: Vec<(String, String)> = Vec::new();
+    for name in ["job", "instance"] {
+        let q = var(name)["definition"].as_str().expect("a query variable");
+        let inner = q
+            .strip_prefix("label_values(")
+            .and_then(|r| r.rsplit_once(','))
+            .map(|(sel, label)| (sel.trim(), label.trim_end_matches(')').trim()))
+            .unwrap_or_else(|| panic!("${name}: not label_values(selector, label): {q}"));
+        assert_eq!(inner.1, name, "{q}");
+        exprs.push((format!("variable {name}"), inner.0.to_string()));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let id = panel["id"].as_u64().expect("a panel id");
+        assert!(ids.insert(id), "panel id {id} twice");
+        let grid = &panel["gridPos"];
+        let (x, w) = (
+            grid["x"].as_u64().unwrap_or(99),
+            grid["w"].as_u64().unwrap_or(99),
+        );
+        assert!(
+            x + w <= 24 && grid["h"].as_u64().unwrap_or(0) > 0,
+            "panel {id}: {grid}"
+        );
+        if panel["type"] == "row" {
+            continue;
+        }
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "panel {id}");
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "panel {id} has no query");
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap_or_default();
+            assert!(!expr.trim().is_empty(), "panel {id}: an empty query");
+            exprs.push((format!("panel {id} {}", t["refId"]), expr.to_string()));
+        }
+    }
+    // Each query parses: as a recording rule, with Grafana's variables given values.
+    let recorded: Vec<Value> = exprs
+        .iter()
+        .enumerate()
+        .map(|(n, (_, e))| {
+            let e = e
+                .replace("$__rate_interval", "5m")
+                .replace("$job", ".*")
+                .replace("$instance", ".*");
+            json!({"record": format!("dashboard:query_{n}"), "expr": e})
+        })
+        .collect();
+    let scratch = support::TempDir::new("dashboard-rules");
+    let file = scratch.path().join("dashboard_queries.yml");
+    let doc = json!({"groups": [{"name": "dashboard", "rules": recorded}]});
+    std::fs::write(&file, serde_yaml::to_string(&doc).expect("YAML")).expect("write rules");
+    let (ok, out) = run_promtool(&["check", "rules", "dashboard_queries.yml"], scratch.path());
+    assert!(ok, "a dashboard query does not parse:\n{out}\n{exprs:#?}");
+    let mut dash_refs = Refs::default();
+    for (_, e) in &exprs {
+        promql_refs(e, &mut dash_refs);
+    }
+
+    // Only what the server serves.
+    for (what, refs) in [
+        ("the dashboard", &dash_refs),
+        ("alerts.yml", &alert_refs),
+        ("alerts_test.yml", &test_refs),
+    ] {
+        assert!(!refs.selectors.is_empty(), "{what} names no metric");
+        for (name, exact) in &refs.selectors {
+            assert!(
+                served.has_name(name),
+                "{what} names {name}, which the server does not serve"
+            );
+            for (label, v) in exact {
+                assert!(
+                    served.has(name, label, v),
+                    "{what} selects {name}{{{label}=\"{v}\"}}, which the server does not serve"
+                );
+            }
+        }
+        for label in &refs.grouping {
+            assert!(
+                ["job", "instance"].contains(&label.as_str()) || served.has_label(label),
+                "{what} uses the label {label}, which no served series has"
+            );
+        }
+    }
+    // And the dashboard charts every metric the server serves.
+    let families: Vec<&str> = on_a
+        .lines()
+        .chain(on_b.lines())
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(families.len() >= 12, "{families:?}");
+    for family in families {
+        assert!(
+            dash_refs.selectors.iter().any(|(n, _)| n == family
+                || n.strip_prefix(family)
+                    .is_some_and(|s| ["_bucket", "_count", "_sum"].contains(&s))),
+            "the dashboard does not chart {family}"
+        );
+    }
+    for instance in [&fleet.a, &fleet.b, &fleet.unready] {
+        instance.assert_no_panic_logged();
     }
 }

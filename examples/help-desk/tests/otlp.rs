@@ -5,6 +5,8 @@
 //! * a client's `traceparent` gives the exported `request` spans its trace id and their parent,
 //!   the service is named after the binary, and the spans still batched when SIGTERM arrives are
 //!   flushed before the process exits (the batch delay is set far beyond the test);
+//! * a trace context in a request's `_meta` (SEP-414) does the same when no header names one,
+//!   in both eras; with both, the header wins;
 //! * a call relayed from B to the session's holder A shows as one trace: B's span (child of the
 //!   client's) is the parent of A's; a call without `traceparent` starts its trace on B, and A's
 //!   span is still B's child.
@@ -296,6 +298,132 @@ fn a_request_span_is_exported_under_the_clients_trace_and_flushed_at_shutdown() 
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 3, "one span per request:\n{}", describe(&spans));
+    desk.assert_no_panic_logged();
+}
+
+/// SEP-414: a request's trace context in `params._meta` (`traceparent`) gives its span the
+/// client's trace and parent when the request has no valid `traceparent` header, in both eras;
+/// with both, the header's (the caller's own hop) wins; an invalid `_meta` value starts a new
+/// trace.
+#[test]
+fn a_trace_context_in_meta_is_the_request_spans_parent() {
+    // Three traces of the client's: in `_meta` alone (session era, then 2026-07-28), in the
+    // header beside another one in `_meta`.
+    const META_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const META_SPAN: &str = "b7ad6b7169203331";
+    const MODERN_TRACE: &str = "5b8aa5a2d2c872e8321cf37308d69df2";
+    const MODERN_SPAN: &str = "051581bf3cb55c13";
+    const LOSING_TRACE: &str = "9e107d9d372bb6826bd81d3542a419d6";
+    let tp = |trace: &str, span: &str| format!("00-{trace}-{span}-01");
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let mut desk = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", BATCH_DELAY_MS),
+        ],
+    );
+    let port = desk.port();
+    let (sid, _) = open_session_held_with(port, &[]);
+
+    // Session era: `_meta` only.
+    let mut call = tool_call("open_ticket", json!({"title": "traced in _meta"}));
+    call["params"]["_meta"] = json!({"traceparent": tp(META_TRACE, META_SPAN)});
+    assert_tool_ok(
+        &post_with(port, Some(&sid), &[], &call, HTTP_LIMIT),
+        "open_ticket",
+    );
+    // 2026-07-28: `_meta` carries the trace beside the era's own keys.
+    let discover = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "server/discover",
+        "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "traceparent": tp(MODERN_TRACE, MODERN_SPAN),
+            "tracestate": "vendor=opaque",
+        }},
+    });
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "server/discover"),
+    ];
+    let resp = post_with(port, None, &modern, &discover, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "{}", resp.describe());
+    // Both: the header wins.
+    let header = traceparent();
+    let mut call = tool_call("find_tickets", json!({"query": "traced"}));
+    call["params"]["_meta"] = json!({"traceparent": tp(LOSING_TRACE, META_SPAN)});
+    let resp = post_with(
+        port,
+        Some(&sid),
+        &[("traceparent", &header)],
+        &call,
+        HTTP_LIMIT,
+    );
+    assert_tool_ok(&resp, "find_tickets");
+    // An invalid value (upper-case hex) is no context: a new trace.
+    let mut call = tool_call("find_tickets", json!({"query": "untraced"}));
+    call["params"]["_meta"] = json!({"traceparent": tp(&LOSING_TRACE.to_uppercase(), META_SPAN)});
+    assert_tool_ok(
+        &post_with(port, Some(&sid), &[], &call, HTTP_LIMIT),
+        "find_tickets",
+    );
+
+    stop(&mut desk, "help-desk");
+    let spans = receiver.wait_for("the spans of the three client traces", ARRIVAL_LIMIT, |s| {
+        !requests(s, "help-desk", META_TRACE).is_empty()
+            && !requests(s, "help-desk", MODERN_TRACE).is_empty()
+            && !requests(s, "help-desk", TRACE).is_empty()
+    });
+    let all = describe(&spans);
+    for (trace, parent, what) in [
+        (META_TRACE, META_SPAN, "the session-era call with _meta"),
+        (
+            MODERN_TRACE,
+            MODERN_SPAN,
+            "the 2026-07-28 request with _meta",
+        ),
+        (TRACE, CLIENT_SPAN, "the call with the header and _meta"),
+    ] {
+        let traced = requests(&spans, "help-desk", trace);
+        assert_eq!(
+            traced.len(),
+            1,
+            "{what}: spans of {trace}:
+{all}"
+        );
+        assert_eq!(
+            traced[0].parent, parent,
+            "{what}: its parent:
+{all}"
+        );
+        assert_ne!(
+            traced[0].span_id, parent,
+            "{what}:
+{all}"
+        );
+    }
+    let lost = spans
+        .iter()
+        .filter(|s| s.trace_id.eq_ignore_ascii_case(LOSING_TRACE))
+        .count();
+    assert_eq!(
+        lost, 0,
+        "a span joined the _meta trace the header overrode, or an invalid one:
+{all}"
+    );
+    // initialize, notifications/initialized and the invalid one: traces of their own, roots.
+    let roots: Vec<&Received> = spans
+        .iter()
+        .filter(|s| {
+            s.name == "request" && ![META_TRACE, MODERN_TRACE, TRACE].contains(&s.trace_id.as_str())
+        })
+        .collect();
+    assert_eq!(roots.len(), 3, "{all}");
+    assert!(roots.iter().all(|s| s.parent.is_empty()), "{all}");
     desk.assert_no_panic_logged();
 }
 

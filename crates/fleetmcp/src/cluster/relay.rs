@@ -466,7 +466,7 @@ fn answer_503(message: String, retry_s: u64) -> Response {
 #[async_trait]
 impl Relay for HttpRelay {
     async fn forward(&self, holder: &str, req: RelayRequest) -> Relayed {
-        let fail = |why: &str| Relayed::Answered(self.unavailable(holder, why));
+        let fail = |why: &str| Relayed::Failed(self.unavailable(holder, why));
         if req.headers.contains_key(&RELAYED_BY_NAME) {
             // This instance was the holder when the relaying one looked, and is no longer (it
             // found the session taken over: during a rolling restart, often by the relaying

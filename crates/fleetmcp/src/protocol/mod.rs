@@ -61,13 +61,28 @@ pub mod errors {
     pub const RATE_LIMITED: ErrorCode = ErrorCode(-32010);
 
     /// "Rate limit exceeded" (answered with `429`): the caller sent more than a limit allows
-    /// and may retry after `retry_after_s` seconds; `data` says which limit.
-    pub fn rate_limited(retry_after_s: u64, data: Value) -> ErrorData {
+    /// and may retry after `retry_after`; `data` says which limit. It also carries `retryAfterMs`, the wait in milliseconds (the message and
+    /// `Retry-After` round it up to whole seconds).
+    pub fn rate_limited(retry_after: std::time::Duration, mut data: Value) -> ErrorData {
+        let ms = u64::try_from(retry_after.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        if let Value::Object(map) = &mut data {
+            map.insert("retryAfterMs".into(), Value::from(ms));
+        }
         ErrorData::new(
             RATE_LIMITED,
-            format!("Rate limit exceeded. Retry after {retry_after_s} seconds"),
+            format!(
+                "Rate limit exceeded. Retry after {} seconds",
+                retry_after_secs(retry_after)
+            ),
             Some(data),
         )
+    }
+    /// A wait as `Retry-After` says it: whole seconds, rounded up, at least 1.
+    pub fn retry_after_secs(wait: std::time::Duration) -> u64 {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        ms.div_ceil(1000).max(1)
     }
     /// `-32603` (answered with `503`) when the shared rate-limit counters do not answer and
     /// the server is configured to refuse rather than serve uncounted: the contract's message.

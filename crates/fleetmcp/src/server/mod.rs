@@ -21,7 +21,7 @@ use crate::redis_conn::RedisConn;
 use crate::session::{
     MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions, Timing,
 };
-use crate::stateless::request_state::{KeySource, RequestStateSealer};
+use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::telemetry::Meters;
 use crate::transport::{self, Relay, Seams};
@@ -187,14 +187,25 @@ impl ServerBuilder {
                 config.sessions.max_streams_per_session,
             ))
         });
-        let request_state =
-            RequestStateSealer::new(config.vault_secret.as_deref(), config.jwt_secret.as_deref());
-        if request_state.source == KeySource::PerProcess
-            && config.deployment_mode == DeploymentMode::Distributed
+        let previous_session: Vec<&str> = config
+            .previous_session_secrets
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let request_state = RequestStateSealer::from_secrets(StateSecrets {
+            vault: config.vault_secret.as_deref(),
+            jwt: config.jwt_secret.as_deref(),
+            session: config.session_secret.as_deref(),
+            previous_session: &previous_session,
+        });
+        if !request_state.source.is_shared()
+            && (config.deployment_mode == DeploymentMode::Distributed || config.redis.is_some())
         {
-            // Another instance cannot open a state this one sealed; a fleet needs a shared secret.
+            // No shared secret at all (distributed mode requires one, so this is a fleet
+            // sharing Redis in standalone mode): another instance cannot open a state this one
+            // sealed, and a multi-round request that changes instance starts over.
             tracing::warn!(
-                "requestState is signed with a per-process key: set VAULT_SECRET or JWT_SECRET on every instance"
+                "requestState is signed with a per-process key: set MCP_SESSION_SECRET (or VAULT_SECRET or JWT_SECRET) to the same value on every instance"
             );
         }
         let phases = crate::app::Phases::new();

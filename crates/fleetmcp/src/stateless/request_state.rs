@@ -2,11 +2,17 @@
 //!
 //! The client echoes it verbatim, so it is attacker-controlled. It is sealed with
 //! XChaCha20-Poly1305 (integrity and confidentiality: it carries the client's earlier answers)
-//! under a key derived from `VAULT_SECRET`, else `JWT_SECRET`, else a per-process random key,
-//! and it is bound to the request it belongs to (method and a digest of its parameters), to an
-//! expiry, and, with authorization on, to the principal it was sealed for (the specification's
-//! multi-round guidance): replayed by another principal it is refused exactly as a tampered
-//! one is. Any instance with the same secret can continue the exchange.
+//! under a key derived from `VAULT_SECRET`, else `JWT_SECRET`, else `MCP_SESSION_SECRET`, else a
+//! per-process random key, and it is bound to the request it belongs to (method and a digest of
+//! its parameters), to an expiry, and, with authorization on, to the principal it was sealed for
+//! (the specification's multi-round guidance): replayed by another principal it is refused
+//! exactly as a tampered one is. Any instance with the same secret can continue the exchange.
+//!
+//! From `MCP_SESSION_SECRET` the key has its own HKDF label ([`SESSION_SECRET_INFO`]), so it is
+//! never the key session ids are sealed with, nor the key `VAULT_SECRET` would give for the same
+//! text; the secrets in `MCP_SESSION_SECRET_PREVIOUS` still open the states they sealed (new
+//! states are sealed under the current secret only), so a rotation drops no exchange, as it
+//! drops no session.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -59,35 +65,99 @@ pub enum StateError {
 pub enum KeySource {
     VaultSecret,
     JwtSecret,
+    /// `MCP_SESSION_SECRET` (with `MCP_SESSION_SECRET_PREVIOUS` for opening).
+    SessionSecret,
     PerProcess,
 }
 
+impl KeySource {
+    /// Whether every instance given the same configuration gets the same key.
+    pub fn is_shared(self) -> bool {
+        self != KeySource::PerProcess
+    }
+}
+
+/// The HKDF salt of every `requestState` key.
+const SALT: &[u8] = b"fleetmcp/request-state/v1";
+/// The HKDF info of a key from `VAULT_SECRET` or `JWT_SECRET`.
+const SECRET_INFO: &[u8] = b"mcp-request-state";
+/// The HKDF info of a key from `MCP_SESSION_SECRET`: its own label, so the requestState key
+/// differs from the session-id key of the same secret (another salt and info) and from the key
+/// `VAULT_SECRET` would give for the same text.
+pub const SESSION_SECRET_INFO: &[u8] = b"fleetmcp requestState v1 from MCP_SESSION_SECRET";
+
+fn cipher(ikm: &[u8], info: &[u8]) -> XChaCha20Poly1305 {
+    let hk = Hkdf::<Sha256>::new(Some(SALT), ikm);
+    let mut okm = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA256's output limit, so expand cannot fail.
+    let _ = hk.expand(info, &mut okm);
+    XChaCha20Poly1305::new(&Key::from(okm))
+}
+
+/// The secrets a `requestState` key may come from, in the order they are chosen.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StateSecrets<'a> {
+    /// `VAULT_SECRET`.
+    pub vault: Option<&'a str>,
+    /// `JWT_SECRET`.
+    pub jwt: Option<&'a str>,
+    /// `MCP_SESSION_SECRET`.
+    pub session: Option<&'a str>,
+    /// `MCP_SESSION_SECRET_PREVIOUS`: open only, with `session`.
+    pub previous_session: &'a [&'a str],
+}
+
 pub struct RequestStateSealer {
-    cipher: XChaCha20Poly1305,
+    /// The key states are sealed with first, then the keys that still open states (rotated-out
+    /// session secrets).
+    ciphers: Vec<XChaCha20Poly1305>,
     pub source: KeySource,
 }
 
 impl RequestStateSealer {
+    /// From `VAULT_SECRET`, else `JWT_SECRET`, else a per-process key.
+    #[cfg(test)]
     pub fn new(vault: Option<&str>, jwt: Option<&str>) -> Self {
-        let (ikm, source): (Vec<u8>, KeySource) = match (vault, jwt) {
-            (Some(v), _) => (v.as_bytes().to_vec(), KeySource::VaultSecret),
-            (None, Some(j)) => (j.as_bytes().to_vec(), KeySource::JwtSecret),
-            (None, None) => (rand::random::<[u8; 32]>().to_vec(), KeySource::PerProcess),
+        Self::from_secrets(StateSecrets {
+            vault,
+            jwt,
+            ..StateSecrets::default()
+        })
+    }
+
+    /// From `VAULT_SECRET`, else `JWT_SECRET`, else `MCP_SESSION_SECRET` (its own label; the
+    /// previous session secrets open what they sealed), else a per-process key.
+    pub fn from_secrets(s: StateSecrets<'_>) -> Self {
+        let (ciphers, source) = match (s.vault, s.jwt, s.session) {
+            (Some(v), _, _) => (
+                vec![cipher(v.as_bytes(), SECRET_INFO)],
+                KeySource::VaultSecret,
+            ),
+            (None, Some(j), _) => (
+                vec![cipher(j.as_bytes(), SECRET_INFO)],
+                KeySource::JwtSecret,
+            ),
+            (None, None, Some(current)) => (
+                std::iter::once(current)
+                    .chain(s.previous_session.iter().copied())
+                    .map(|secret| cipher(secret.as_bytes(), SESSION_SECRET_INFO))
+                    .collect(),
+                KeySource::SessionSecret,
+            ),
+            (None, None, None) => (
+                vec![cipher(&rand::random::<[u8; 32]>(), SECRET_INFO)],
+                KeySource::PerProcess,
+            ),
         };
-        let hk = Hkdf::<Sha256>::new(Some(b"fleetmcp/request-state/v1"), &ikm);
-        let mut okm = [0u8; 32];
-        let _ = hk.expand(b"mcp-request-state", &mut okm);
-        Self {
-            cipher: XChaCha20Poly1305::new(&Key::from(okm)),
-            source,
-        }
+        Self { ciphers, source }
     }
 
     pub fn seal(&self, payload: &StatePayload) -> Option<String> {
         let plain = serde_json::to_vec(payload).ok()?;
         let nonce: [u8; NONCE_LEN] = rand::random();
         let sealed = self
-            .cipher
+            .ciphers
+            .first()?
             .encrypt(&XNonce::from(nonce), plain.as_slice())
             .ok()?;
         let mut raw = Vec::with_capacity(NONCE_LEN + sealed.len());
@@ -119,10 +189,13 @@ impl RequestStateSealer {
         }
         let (nonce, sealed) = raw.split_at(NONCE_LEN);
         let nonce: [u8; NONCE_LEN] = nonce.try_into().map_err(|_| StateError::Invalid)?;
+        // One attempt per key: the current one, then the rotated-out ones (a short list).
+        let nonce = XNonce::from(nonce);
         let plain = self
-            .cipher
-            .decrypt(&XNonce::from(nonce), sealed)
-            .map_err(|_| StateError::Invalid)?;
+            .ciphers
+            .iter()
+            .find_map(|c| c.decrypt(&nonce, sealed).ok())
+            .ok_or(StateError::Invalid)?;
         let p: StatePayload = serde_json::from_slice(&plain).map_err(|_| StateError::Invalid)?;
         if p.o.as_deref() != caller {
             return Err(StateError::Invalid);
@@ -241,6 +314,122 @@ mod tests {
                 "tools/call",
                 "digest",
                 Some("fingerprint-of-p"),
+                1_000
+            ),
+            Err(StateError::Invalid)
+        );
+    }
+
+    /// Without `VAULT_SECRET` and `JWT_SECRET`, `MCP_SESSION_SECRET` gives every instance the
+    /// same key, under its own label; the previous secrets still open what they sealed.
+    #[test]
+    fn the_session_secret_gives_a_shared_key_of_its_own_that_rotates() {
+        const OLD: &str = "the-old-session-secret-0123456789";
+        const NEW: &str = "the-new-session-secret-9876543210";
+        let session = |current, previous: &'static [&'static str]| {
+            RequestStateSealer::from_secrets(StateSecrets {
+                session: Some(current),
+                previous_session: previous,
+                ..StateSecrets::default()
+            })
+        };
+        let (a, b) = (session(OLD, &[]), session(OLD, &[]));
+        assert_eq!(a.source, KeySource::SessionSecret);
+        assert!(a.source.is_shared());
+        let state = a.seal(&payload(2_000)).unwrap();
+        // Another instance with the same secret opens it.
+        assert_eq!(
+            b.open(&state, "tools/call", "digest", None, 1_000),
+            Ok(payload(2_000))
+        );
+        // Its own label: not the key VAULT_SECRET (or JWT_SECRET) of the same text gives...
+        for other in [
+            RequestStateSealer::new(Some(OLD), None),
+            RequestStateSealer::new(None, Some(OLD)),
+        ] {
+            assert_eq!(
+                other.open(&state, "tools/call", "digest", None, 1_000),
+                Err(StateError::Invalid)
+            );
+        }
+        // ...nor the session-id key of the same secret (session/id.rs's derivation).
+        let hk = Hkdf::<Sha256>::new(Some(b"fleetmcp/session-id/v1"), OLD.as_bytes());
+        let mut okm = [0u8; 32];
+        hk.expand(b"mcp-session-id", &mut okm).unwrap();
+        let id_key = XChaCha20Poly1305::new(&Key::from(okm));
+        let raw = URL_SAFE_NO_PAD.decode(&state).unwrap();
+        let (nonce, sealed) = raw.split_at(NONCE_LEN);
+        assert!(
+            id_key
+                .decrypt(
+                    &XNonce::from(<[u8; NONCE_LEN]>::try_from(nonce).unwrap()),
+                    sealed
+                )
+                .is_err()
+        );
+
+        // A rotation: the new secret, the old one previous. Old states still open; new ones
+        // are sealed under the new secret, which alone opens them once the old one is dropped.
+        let rotating = session(NEW, &[OLD]);
+        assert_eq!(
+            rotating.open(&state, "tools/call", "digest", None, 1_000),
+            Ok(payload(2_000))
+        );
+        assert_eq!(
+            session(NEW, &[]).open(&state, "tools/call", "digest", None, 1_000),
+            Err(StateError::Invalid),
+            "the old secret dropped, its states no longer open"
+        );
+        let fresh = rotating.seal(&payload(2_000)).unwrap();
+        assert_eq!(
+            session(NEW, &[]).open(&fresh, "tools/call", "digest", None, 1_000),
+            Ok(payload(2_000))
+        );
+        assert_eq!(
+            a.open(&fresh, "tools/call", "digest", None, 1_000),
+            Err(StateError::Invalid)
+        );
+    }
+
+    /// `VAULT_SECRET`, then `JWT_SECRET`, come before the session secret; without any secret
+    /// the key is the process's own.
+    #[test]
+    fn the_explicit_secrets_come_first() {
+        const SESSION: &str = "the-session-secret-0123456789";
+        let sealer = |vault, jwt| {
+            RequestStateSealer::from_secrets(StateSecrets {
+                vault,
+                jwt,
+                session: Some(SESSION),
+                previous_session: &[],
+            })
+        };
+        let by_vault = sealer(Some("vault"), Some("jwt"));
+        assert_eq!(by_vault.source, KeySource::VaultSecret);
+        let state = by_vault.seal(&payload(2_000)).unwrap();
+        assert!(
+            RequestStateSealer::new(Some("vault"), None)
+                .open(&state, "tools/call", "digest", None, 1_000)
+                .is_ok()
+        );
+        let by_jwt = sealer(None, Some("jwt"));
+        assert_eq!(by_jwt.source, KeySource::JwtSecret);
+        let state = by_jwt.seal(&payload(2_000)).unwrap();
+        assert!(
+            RequestStateSealer::new(None, Some("jwt"))
+                .open(&state, "tools/call", "digest", None, 1_000)
+                .is_ok()
+        );
+        let alone = RequestStateSealer::from_secrets(StateSecrets::default());
+        assert_eq!(alone.source, KeySource::PerProcess);
+        assert!(!alone.source.is_shared());
+        let state = alone.seal(&payload(2_000)).unwrap();
+        assert_eq!(
+            RequestStateSealer::from_secrets(StateSecrets::default()).open(
+                &state,
+                "tools/call",
+                "digest",
+                None,
                 1_000
             ),
             Err(StateError::Invalid)

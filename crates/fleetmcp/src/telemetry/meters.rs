@@ -27,13 +27,32 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// How a request handed to the relay seam ended.
+/// How a request handed to the relay seam ended: `fleetmcp_relays_total{outcome=...}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RelayOutcome {
     /// The holder's answer (any status) came back.
     Answered,
     /// The holder was gone: the session is taken over instead.
     HolderGone,
+    /// The holder could not be reached or did not answer: the client got the `503` that says
+    /// so.
+    Failed,
+}
+
+impl RelayOutcome {
+    const ALL: [RelayOutcome; 3] = [
+        RelayOutcome::Answered,
+        RelayOutcome::HolderGone,
+        RelayOutcome::Failed,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            RelayOutcome::Answered => "answered",
+            RelayOutcome::HolderGone => "holder_gone",
+            RelayOutcome::Failed => "failed",
+        }
+    }
 }
 
 /// A limit that refused a request: `fleetmcp_limit_rejections_total{limit=...}`. Work that
@@ -112,8 +131,9 @@ struct Inner {
     /// Per (method, era, status): the request counter and its latency histogram.
     requests: RwLock<HashMap<RequestLabels, (Counter, Histogram)>>,
     sessions_held: Gauge,
+    ready: Gauge,
     sse_open: Gauge,
-    relays: [Counter; 2],
+    relays: [Counter; RelayOutcome::ALL.len()],
     relay_seconds: Histogram,
     takeovers: Counter,
     takeover_seconds: Histogram,
@@ -160,6 +180,12 @@ impl Meters {
         );
         describe(
             r,
+            "fleetmcp_ready",
+            Unit::Count,
+            "1 when this instance is ready (what /readyz answers at the scrape), else 0",
+        );
+        describe(
+            r,
             "fleetmcp_sse_streams_open",
             Unit::Count,
             "SSE responses open on this instance (relayed ones included)",
@@ -168,7 +194,7 @@ impl Meters {
             r,
             "fleetmcp_relays_total",
             Unit::Count,
-            "Requests handed to the instance holding their session, by outcome",
+            "Requests handed to the instance holding their session, by outcome (answered, holder_gone, failed)",
         );
         describe(
             r,
@@ -228,8 +254,9 @@ impl Meters {
             requests: RwLock::new(HashMap::new()),
             sessions_held: r
                 .register_gauge(&Key::from_static_name("fleetmcp_sessions_held"), &META),
+            ready: r.register_gauge(&Key::from_static_name("fleetmcp_ready"), &META),
             sse_open: r.register_gauge(&Key::from_static_name("fleetmcp_sse_streams_open"), &META),
-            relays: [relay("answered"), relay("holder_gone")],
+            relays: RelayOutcome::ALL.map(|o| relay(o.as_str())),
             relay_seconds: histogram("fleetmcp_relay_duration_seconds"),
             takeovers: counter("fleetmcp_takeovers_total"),
             takeover_seconds: histogram("fleetmcp_takeover_duration_seconds"),
@@ -304,7 +331,9 @@ impl Meters {
     /// A request handed to the relay seam, and how long until the holder's answer head.
     pub fn relayed(&self, outcome: RelayOutcome, took: Duration) {
         let Some(m) = &self.0 else { return };
-        m.relays[outcome as usize].increment(1);
+        if let Some(i) = RelayOutcome::ALL.iter().position(|o| *o == outcome) {
+            m.relays[i].increment(1);
+        }
         m.relay_seconds.record(took.as_secs_f64());
     }
 
@@ -334,11 +363,12 @@ impl Meters {
         }
     }
 
-    /// The scrape: gauges read at this moment (`sessions_held`), histograms drained, every
-    /// series rendered. `None` when disabled.
-    pub fn render(&self, sessions_held: usize) -> Option<String> {
+    /// The scrape: gauges read at this moment (`sessions_held`, `ready`), histograms drained,
+    /// every series rendered. `None` when disabled.
+    pub fn render(&self, sessions_held: usize, ready: bool) -> Option<String> {
         let m = self.0.as_ref()?;
         m.sessions_held.set(sessions_held as f64);
+        m.ready.set(if ready { 1.0 } else { 0.0 });
         m.handle.run_upkeep();
         Some(m.handle.render())
     }
@@ -403,7 +433,8 @@ mod tests {
             Duration::from_millis(4),
         );
         a.limit_rejected(Limit::InflightPerSession);
-        let text = a.render(7).unwrap_or_default();
+        a.relayed(RelayOutcome::Failed, Duration::from_millis(5));
+        let text = a.render(7, true).unwrap_or_default();
         assert!(
             text.contains(
                 r#"fleetmcp_requests_total{method="tools/call",era="session",status="200"} 2"#
@@ -411,6 +442,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("fleetmcp_sessions_held 7"), "{text}");
+        assert!(text.contains("fleetmcp_ready 1"), "{text}");
+        assert!(
+            text.contains(r#"fleetmcp_relays_total{outcome="failed"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"fleetmcp_relays_total{outcome="answered"} 0"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"fleetmcp_limit_rejections_total{limit="inflight_per_session"} 1"#),
             "{text}"
@@ -419,21 +459,22 @@ mod tests {
             text.contains("fleetmcp_request_duration_seconds_bucket{"),
             "{text}"
         );
-        let other = b.render(0).unwrap_or_default();
+        let other = b.render(0, false).unwrap_or_default();
+        assert!(other.contains("fleetmcp_ready 0"), "{other}");
         assert!(!other.contains(r#"method="tools/call""#), "{other}");
         {
             let _open = b.sse_opened();
             assert!(
-                b.render(0)
+                b.render(0, true)
                     .unwrap_or_default()
                     .contains("fleetmcp_sse_streams_open 1")
             );
         }
         assert!(
-            b.render(0)
+            b.render(0, true)
                 .unwrap_or_default()
                 .contains("fleetmcp_sse_streams_open 0")
         );
-        assert_eq!(Meters::disabled().render(1), None);
+        assert_eq!(Meters::disabled().render(1, true), None);
     }
 }

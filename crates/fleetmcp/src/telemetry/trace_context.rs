@@ -1,5 +1,6 @@
 //! W3C Trace Context (`traceparent`, <https://www.w3.org/TR/trace-context/>): a client's
-//! header is kept when valid, else a new trace starts here. Each hop (this instance, then the
+//! header (or, without a valid one, the `traceparent` of its request's `_meta`, SEP-414) is
+//! kept when valid, else a new trace starts here. Each hop (this instance, then the
 //! relay to a session's holder) is a new span of the same trace.
 
 use std::fmt;
@@ -36,16 +37,23 @@ impl TraceContext {
     /// The context of this hop: the client's trace when `header` is a valid `traceparent`,
     /// else a new one. Never fails: a bad header only starts a new trace (the specification's
     /// rule), so it costs the client nothing.
+    #[cfg(test)]
     pub fn from_header(header: Option<&[u8]>) -> Self {
-        match header.and_then(parse) {
-            Some((trace_id, parent, flags)) => Self {
-                trace_id,
-                span_id: new_span_id(),
-                parent_id: Some(parent),
-                flags,
-            },
-            None => Self::new_trace(),
-        }
+        header
+            .and_then(Self::from_traceparent)
+            .unwrap_or_else(Self::new_trace)
+    }
+
+    /// The context of this hop in the caller's trace, if `value` is a valid `traceparent`
+    /// (the header's, or the `traceparent` key of a request's `_meta`: SEP-414).
+    pub fn from_traceparent(value: &[u8]) -> Option<Self> {
+        let (trace_id, parent, flags) = parse(value)?;
+        Some(Self {
+            trace_id,
+            span_id: new_span_id(),
+            parent_id: Some(parent),
+            flags,
+        })
     }
 
     /// The `traceparent` to send to the next hop (this hop as its parent).

@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::response::Response;
 use futures_util::FutureExt;
@@ -27,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 use super::{authorize, reply};
 use crate::app::App;
 use crate::auth::Principal;
+use crate::config::RateLimit;
 use crate::context::{Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
-use crate::limits::{LimitKey, Refusal, Slot};
+use crate::limits::{LimitKey, Refusal, Slot, Which};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, scope};
@@ -78,7 +80,7 @@ pub(super) fn permitted(app: &App, call: &Call) -> Result<(), String> {
 }
 
 /// How long a client refused by an in-flight limit should wait before it retries.
-const BUSY_RETRY_AFTER_S: u64 = 1;
+const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A request a limit refused: its JSON-RPC error, and how long to wait.
 pub(super) struct Refused {
@@ -87,27 +89,40 @@ pub(super) struct Refused {
     retry_after_s: u64,
     /// `429` over a limit; `503` when the counters could not be read.
     status: StatusCode,
+    /// The rate that refused it, as a quota policy (`RateLimit-Policy` and `RateLimit`); none
+    /// for a limit on what a caller holds at once (in flight, sessions), which is no quota over
+    /// a window.
+    policy: Option<(&'static str, RateLimit)>,
 }
 
 impl Refused {
-    fn over(retry_after_s: u64, data: Value) -> Self {
+    fn over(retry_after: Duration, data: Value) -> Self {
         Self {
-            error: errors::rate_limited(retry_after_s, data),
-            retry_after_s,
+            error: errors::rate_limited(retry_after, data),
+            retry_after_s: errors::retry_after_secs(retry_after),
             status: StatusCode::TOO_MANY_REQUESTS,
+            policy: None,
         }
     }
 
     fn from_limits(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Over { which, retry_after } => {
-                let ms = retry_after.as_millis() as u64;
-                Self::over(ms.div_ceil(1000).max(1), which.describe())
+                let policy = match &which {
+                    Which::Rate(r) => Some(("rate", *r)),
+                    Which::Tool(_, r) => Some(("toolRate", *r)),
+                    Which::InflightPerKey(_) | Which::SessionsPerKey(_) => None,
+                };
+                Self {
+                    policy,
+                    ..Self::over(retry_after, which.describe())
+                }
             }
             Refusal::StoreUnavailable => Self {
                 error: errors::rate_limit_store_unavailable(),
                 retry_after_s: 1,
                 status: StatusCode::SERVICE_UNAVAILABLE,
+                policy: None,
             },
         }
     }
@@ -115,17 +130,22 @@ impl Refused {
     /// The HTTP answer, in either era: `429` (the deployment contract's rate-limit answer) with
     /// `Retry-After` and the request's id. `429` rather than `503` over a limit: the server is
     /// fine, this one caller asks for too much, and a load balancer must not take a `503` as a
-    /// sign that the instance is unhealthy.
+    /// sign that the instance is unhealthy. A rate's refusal also names its quota policy and
+    /// what is left of it (`RateLimit-Policy`, `RateLimit`: draft-ietf-httpapi-ratelimit-headers).
     pub fn response(&self, id: &RawValue) -> Response {
         self.response_to(Some(id))
     }
 
     /// The answer, to a request with `id`, or to none (a stream that is not a request).
     pub fn response_to(&self, id: Option<&RawValue>) -> Response {
-        reply::with_retry_after(
+        let res = reply::with_retry_after(
             reply::rpc_error(self.status, id, &self.error),
             self.retry_after_s,
-        )
+        );
+        match &self.policy {
+            Some((name, rate)) => reply::with_rate_limit(res, name, rate, self.retry_after_s),
+            None => res,
+        }
     }
 }
 
@@ -133,10 +153,10 @@ impl Refused {
 fn count_refusal(app: &App, refusal: &Refusal) {
     let limit = match refusal {
         Refusal::Over { which, .. } => match which {
-            crate::limits::Which::Rate(_) => Limit::Rate,
-            crate::limits::Which::Tool(..) => Limit::ToolRate,
-            crate::limits::Which::InflightPerKey(_) => Limit::InflightPerKey,
-            crate::limits::Which::SessionsPerKey(_) => Limit::SessionsPerKey,
+            Which::Rate(_) => Limit::Rate,
+            Which::Tool(..) => Limit::ToolRate,
+            Which::InflightPerKey(_) => Limit::InflightPerKey,
+            Which::SessionsPerKey(_) => Limit::SessionsPerKey,
         },
         Refusal::StoreUnavailable => Limit::CountersUnavailable,
     };
@@ -222,7 +242,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                     );
                     app.meters().limit_rejected(Limit::InflightPerSession);
                     return Started::Refused(Refused::over(
-                        BUSY_RETRY_AFTER_S,
+                        BUSY_RETRY_AFTER,
                         json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
                     ));
                 }

@@ -52,6 +52,14 @@ pub(super) async fn healthz(State(ep): Ep) -> Response {
 }
 
 pub(super) async fn readyz(State(ep): Ep) -> Response {
+    let started = Instant::now();
+    let (ready, probes) = evaluate(&ep).await;
+    readiness(&ep.app, ready, started, probes)
+}
+
+/// Whether the instance is ready, and what each probe found: what `/readyz` answers, and
+/// what a scrape reports as `fleetmcp_ready`.
+pub(super) async fn evaluate(ep: &super::Endpoint) -> (bool, Value) {
     let app = &ep.app;
     let started = Instant::now();
     if app.draining().is_cancelled() {
@@ -61,7 +69,7 @@ pub(super) async fn readyz(State(ep): Ep) -> Response {
             "status": "unhealthy",
             "error": "The server is shutting down",
         }});
-        return readiness(app, false, started, probes);
+        return (false, probes);
     }
     let probe = tokio::time::timeout(PROBE_TIMEOUT, app.sessions().ping_store()).await;
     let latency = started.elapsed().as_millis() as u64;
@@ -84,7 +92,7 @@ pub(super) async fn readyz(State(ep): Ep) -> Response {
         ready &= report.healthy;
         probes[p.name()] = report.detail;
     }
-    readiness(app, ready, started, probes)
+    (ready, probes)
 }
 
 /// `/readyz`'s answer: `200` `ready` or `503` `not_ready`, with the catalog hashes, and the

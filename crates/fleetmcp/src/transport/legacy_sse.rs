@@ -147,7 +147,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
     if let Place::Holder(node) = place {
         return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
-            super::relay::Relayed::Answered(res) => res,
+            super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
             // The instance with its stream did not answer, or cannot be found (its heartbeat is
             // gone): it may have stopped, taking the stream and the session with it (its client
             // sees the stream end), or only have lost Redis with the stream still open. Nothing

@@ -85,7 +85,7 @@ fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
             StatusCode::TOO_MANY_REQUESTS,
             Limit::ListenStreamsPerKey,
             errors::rate_limited(
-                LISTEN_RETRY_AFTER_S,
+                std::time::Duration::from_secs(LISTEN_RETRY_AFTER_S),
                 json!({"limit": "listenStreamsPerKey", "maxListenStreamsPerKey": max}),
             ),
         ),

@@ -104,6 +104,11 @@ pub(super) async fn relay_or_take_over(
             scope::note_method(scope::Method::RELAYED);
             return Err(res);
         }
+        Relayed::Failed(res) => {
+            meters.relayed(RelayOutcome::Failed, began.elapsed());
+            scope::note_method(scope::Method::RELAYED);
+            return Err(res);
+        }
         Relayed::HolderGone(req) => {
             meters.relayed(RelayOutcome::HolderGone, began.elapsed());
             req
@@ -122,17 +127,29 @@ pub(super) async fn relay_or_take_over(
         meters.took_over(began.elapsed());
     }
     match place(lookup, owner) {
-        Place::Holder(next) => match relay::forward(ep.relay(), &next, req).await {
-            Relayed::Answered(res) => {
-                scope::note_method(scope::Method::RELAYED);
-                Err(res)
+        Place::Holder(next) => {
+            let began = std::time::Instant::now();
+            match relay::forward(ep.relay(), &next, req).await {
+                Relayed::Answered(res) => {
+                    meters.relayed(RelayOutcome::Answered, began.elapsed());
+                    scope::note_method(scope::Method::RELAYED);
+                    Err(res)
+                }
+                Relayed::Failed(res) => {
+                    meters.relayed(RelayOutcome::Failed, began.elapsed());
+                    scope::note_method(scope::Method::RELAYED);
+                    Err(res)
+                }
+                Relayed::HolderGone(_) => {
+                    meters.relayed(RelayOutcome::HolderGone, began.elapsed());
+                    Err(unavailable(
+                        None,
+                        "The instances holding this session stopped; retry shortly",
+                        1,
+                    ))
+                }
             }
-            Relayed::HolderGone(_) => Err(unavailable(
-                None,
-                "The instances holding this session stopped; retry shortly",
-                1,
-            )),
-        },
+        }
         place => Ok((place, req)),
     }
 }

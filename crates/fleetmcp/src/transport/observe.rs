@@ -1,12 +1,14 @@
 //! One layer around the MCP routes (`/mcp`, `/sse`, `/message`): each request runs in a
-//! `request` span carrying its W3C trace id (the client's `traceparent` when valid, else a new
-//! trace; [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
+//! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
+//! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
+//! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
 //! method and era ([`crate::telemetry::scope`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
 //! ([`super::relay_request`]), so both instances' log lines share the trace id, and with the
 //! feature `otlp` their exported spans form one tree ([`crate::telemetry::otlp`]).
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,7 +19,10 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::{StreamExt, stream};
 use http::{Method as HttpMethod, header};
+use http_body_util::BodyExt;
+use serde::Deserialize;
 use tracing::Instrument;
 
 use super::Endpoint;
@@ -29,7 +34,18 @@ use crate::telemetry::trace_context::TRACEPARENT;
 
 pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
     let began = Instant::now();
-    let mut trace = TraceContext::from_header(req.headers().get(TRACEPARENT).map(|v| v.as_bytes()));
+    let header = req
+        .headers()
+        .get(TRACEPARENT)
+        .and_then(|v| TraceContext::from_traceparent(v.as_bytes()));
+    let (mut trace, req) = match header {
+        Some(t) => (t, req),
+        None => {
+            let limit = ep.app.config().http.max_body_bytes;
+            let (req, meta) = meta_trace(req, limit).await;
+            (meta.unwrap_or_else(TraceContext::new_trace), req)
+        }
+    };
     let start = first_labels(req.method(), req.uri().path());
     // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
     // which may have given it the exporter's ids.
@@ -60,6 +76,98 @@ pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next:
         return res.map(|body| Body::new(Counted { body, _open: open }));
     }
     res
+}
+
+/// The trace context of a POST's JSON-RPC request in its `_meta` (`params._meta.traceparent`,
+/// SEP-414), for a request without a valid `traceparent` header: the span must have its parent
+/// before it is entered, so the body is read here, once, and handed on as it came. A body
+/// declared or found longer than `limit` is handed on unparsed (the handler answers `413`), as
+/// is one that failed to arrive (its error is handed on too: `408`, `400`).
+///
+/// The header wins when both are valid: it names the caller's own hop (its HTTP client's
+/// span, or the instance that relayed the request, whose span is the holder's parent), a child
+/// in the same trace of the context the MCP client put in `_meta`.
+async fn meta_trace(req: Request, limit: usize) -> (Request, Option<TraceContext>) {
+    if req.method() != HttpMethod::POST {
+        return (req, None);
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return (req, None);
+    }
+    let (parts, body) = req.into_parts();
+    let (body, whole) = read_up_to(body, limit).await;
+    let trace = whole.as_deref().and_then(traceparent_in_meta);
+    (Request::from_parts(parts, body), trace)
+}
+
+/// Reads `body` whole if it is at most `limit` bytes: a body that gives the same bytes, and
+/// the bytes. Past `limit`, or on an error, a body that gives what was read, then the rest or
+/// the error, and no bytes.
+async fn read_up_to(mut body: Body, limit: usize) -> (Body, Option<Bytes>) {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Ok(frame)) => {
+                // Trailers carry nothing a JSON-RPC request uses.
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                len = len.saturating_add(data.len());
+                chunks.push(data);
+                if len > limit {
+                    let read = stream::iter(chunks.into_iter().map(Ok::<_, axum::Error>));
+                    return (Body::from_stream(read.chain(body.into_data_stream())), None);
+                }
+            }
+            Some(Err(e)) => {
+                let read = stream::iter(chunks.into_iter().map(Ok));
+                return (
+                    Body::from_stream(read.chain(stream::once(async { Err(e) }))),
+                    None,
+                );
+            }
+        }
+    }
+    let whole = match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => Bytes::from(chunks.concat()),
+    };
+    (Body::from(whole.clone()), Some(whole))
+}
+
+/// `params._meta.traceparent` of one JSON-RPC message, when it is a valid `traceparent`. Only
+/// a body that names the key is parsed (a batch has no single `_meta`, and is not).
+fn traceparent_in_meta(body: &[u8]) -> Option<TraceContext> {
+    const KEY: &[u8] = b"\"traceparent\"";
+    if !body.windows(KEY.len()).any(|w| w == KEY) {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct Envelope<'a> {
+        #[serde(borrow)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, rename = "_meta")]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        traceparent: Option<Cow<'a, str>>,
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(body).ok()?;
+    let value = envelope.params?.meta?.traceparent?;
+    TraceContext::from_traceparent(value.as_bytes())
 }
 
 /// What is known of a request from its route alone; the layers below refine it.
@@ -111,5 +219,113 @@ impl http_body::Body for Counted {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    fn chunked(parts: &[&'static str]) -> Body {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = parts
+            .iter()
+            .map(|p| Ok(Bytes::from_static(p.as_bytes())))
+            .collect();
+        Body::from_stream(stream::iter(chunks))
+    }
+
+    async fn all(body: Body) -> Result<Bytes, axum::Error> {
+        Ok(body.collect().await?.to_bytes())
+    }
+
+    #[tokio::test]
+    async fn a_body_within_the_limit_is_read_once_and_handed_on_unchanged() {
+        let (body, whole) = read_up_to(chunked(&["{\"a\":", "1}"]), 16).await;
+        assert_eq!(whole.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(all(body).await.unwrap(), Bytes::from_static(b"{\"a\":1}"));
+        let (body, whole) = read_up_to(Body::empty(), 16).await;
+        assert_eq!(whole.as_deref(), Some(&b""[..]));
+        assert!(all(body).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_limit_is_handed_on_whole_and_unparsed() {
+        let (body, whole) = read_up_to(chunked(&["0123", "4567", "89"]), 5).await;
+        assert_eq!(whole, None);
+        assert_eq!(all(body).await.unwrap(), Bytes::from_static(b"0123456789"));
+    }
+
+    #[tokio::test]
+    async fn an_error_is_handed_on_after_what_was_read() {
+        let failing = Body::from_stream(stream::iter(vec![
+            Ok(Bytes::from_static(b"{\"par")),
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "too slow",
+            )),
+        ]));
+        let (body, whole) = read_up_to(failing, 1024).await;
+        assert_eq!(whole, None);
+        let mut body = body;
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, Bytes::from_static(b"{\"par"));
+        let err = body.frame().await.unwrap().unwrap_err();
+        // The cause is still there for the handler's 408 (it walks the sources).
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+        let mut timed_out = false;
+        while let Some(c) = cause {
+            timed_out |= c
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut);
+            cause = c.source();
+        }
+        assert!(timed_out, "{err}");
+    }
+
+    #[test]
+    fn the_trace_context_is_read_from_params_meta_only() {
+        let call = |meta: serde_json::Value| {
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "t", "_meta": meta}})
+            .to_string()
+        };
+        let t = traceparent_in_meta(call(serde_json::json!({"traceparent": VALID})).as_bytes())
+            .expect("a valid traceparent in _meta");
+        assert_eq!(t.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.parent_id, Some(0x00f0_67aa_0ba9_02b7));
+        // Escaped JSON text is read as its value.
+        let escaped = call(serde_json::json!({})).replace(
+            "\"_meta\":{}",
+            &format!(
+                "\"_meta\":{{\"traceparent\":\"{}\"}}",
+                VALID.replace('-', "\\u002d")
+            ),
+        );
+        assert!(
+            traceparent_in_meta(escaped.as_bytes()).is_some(),
+            "{escaped}"
+        );
+        for (what, body) in [
+            (
+                "invalid",
+                call(serde_json::json!({"traceparent": VALID.to_uppercase()})),
+            ),
+            ("not a string", call(serde_json::json!({"traceparent": 7}))),
+            (
+                "outside _meta",
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "m",
+                    "params": {"traceparent": VALID}})
+                .to_string(),
+            ),
+            (
+                "a batch",
+                format!("[{}]", call(serde_json::json!({"traceparent": VALID}))),
+            ),
+            ("not JSON", format!("\"traceparent\": \"{VALID}\"")),
+        ] {
+            assert_eq!(traceparent_in_meta(body.as_bytes()), None, "{what}: {body}");
+        }
     }
 }

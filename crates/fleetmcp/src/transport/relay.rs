@@ -25,8 +25,11 @@ pub struct RelayRequest {
 
 /// What became of a relayed request.
 pub enum Relayed {
-    /// The holder's answer, or the `503` that says it did not answer.
+    /// The holder's answer (any status).
     Answered(Response),
+    /// The holder could not be reached or did not answer: the `503` (with `Retry-After`) that
+    /// says so, for the client. Counted apart (`fleetmcp_relays_total{outcome="failed"}`).
+    Failed(Response),
     /// The holder is certainly gone (a crash): the request comes back, to be served here by
     /// taking the session over.
     HolderGone(RelayRequest),
@@ -50,7 +53,7 @@ pub(super) async fn forward(relay: Option<&dyn Relay>, holder: &str, req: RelayR
                 holder,
                 "a session held by another instance, and no relay to reach it"
             );
-            Relayed::Answered(locate::unavailable(
+            Relayed::Failed(locate::unavailable(
                 None,
                 "The instance holding this session cannot be reached; retry shortly",
                 1,

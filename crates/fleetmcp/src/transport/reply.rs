@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::value::RawValue;
 
+use crate::config::RateLimit;
 use crate::protocol::{ErrorData, encode_error};
 
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response {
@@ -46,3 +47,29 @@ pub(crate) fn with_retry_after(mut res: Response, seconds: u64) -> Response {
     }
     res
 }
+
+/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers), structured-field
+/// lists of one item each, for a request the quota policy `name` (`rate`) refused:
+/// `RateLimit-Policy: "rate";q=<requests>;w=<window in seconds, rounded up>` and
+/// `RateLimit: "rate";r=0;t=<seconds until one more request is allowed>` (`Retry-After`).
+pub(crate) fn with_rate_limit(
+    mut res: Response,
+    name: &'static str,
+    rate: &RateLimit,
+    reset_s: u64,
+) -> Response {
+    let window_s = rate.window_ms.div_ceil(1000).max(1);
+    let policy = format!("\"{name}\";q={};w={window_s}", rate.requests);
+    let left = format!("\"{name}\";r=0;t={reset_s}");
+    for (header, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, left)] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            res.headers_mut()
+                .insert(http::HeaderName::from_static(header), v);
+        }
+    }
+    res
+}
+
+/// The draft's header names (lower case, as `HeaderName::from_static` wants them).
+const RATELIMIT_POLICY: &str = "ratelimit-policy";
+const RATELIMIT: &str = "ratelimit";

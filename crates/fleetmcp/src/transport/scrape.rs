@@ -1,6 +1,7 @@
 //! `GET /metrics`: this server's metrics in the Prometheus text format (see
 //! [`crate::telemetry::meters`]), behind the same `Host` and `Origin` checks as `/mcp`, and
-//! only when `http.metrics` is on (else the route does not exist: `404`).
+//! only when `http.metrics` is on (else the route does not exist: `404`). A scrape runs the
+//! readiness probes (`fleetmcp_ready`), so an alert sees an instance that is up but unready.
 
 use std::sync::Arc;
 
@@ -14,8 +15,14 @@ use super::Endpoint;
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub(super) async fn metrics(State(ep): State<Arc<Endpoint>>) -> Response {
+    if !ep.app.meters().enabled() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    // `fleetmcp_ready` is what `/readyz` would answer now: the same probes (a Redis `PING`,
+    // in distributed mode the heartbeat's `GET`), each bounded, once per scrape.
+    let (ready, _) = super::health::evaluate(&ep).await;
     let held = ep.app.sessions().held();
-    match ep.app.meters().render(held) {
+    match ep.app.meters().render(held, ready) {
         Some(text) => {
             let mut res = text.into_response();
             res.headers_mut()

@@ -330,7 +330,8 @@ async fn a_handler_gets_a_stable_key_for_its_call() {
     );
     assert_eq!(
         key_of(&a, json!("7"), json!({})).await,
-        first.replace("/7", "/\"7\""),
+        // Only the id at the end: the session's digest before it may contain "/7" too.
+        format!("{}\"7\"", &first[..first.len() - 1]),
         "a string id is another id than the number"
     );
 
