@@ -82,7 +82,8 @@ pub fn ensure_tooling() {
 }
 
 /// A scratch directory under Cargo's per-target temp dir; removed on drop unless the thread is
-/// panicking, in which case it is kept for inspection and its path printed.
+/// panicking, in which case it is kept for inspection and its path printed (with `E2E_KEEP=1`,
+/// every one is kept: the logs of instances a test restarted, too).
 pub struct TempDir {
     path: PathBuf,
 }
@@ -106,7 +107,7 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        if thread::panicking() {
+        if thread::panicking() || std::env::var_os("E2E_KEEP").is_some_and(|v| v == "1") {
             eprintln!("kept for inspection: {}", self.path.display());
         } else {
             let _ = fs::remove_dir_all(&self.path);

@@ -2222,3 +2222,34 @@ fn an_answer_the_store_failed_under_reaches_the_client_that_resumes() {
     );
     eprintln!("the answer the store failed under came {took:?} after the resume");
 }
+
+/// A page its holder could not store (Redis paused) is not reported delivered: `page_session`
+/// says `delivered: false`, so a caller never counts a message that may be lost as taken.
+/// Before, the holder said `true` whatever its event store answered (the chaos soak then
+/// counted such a page as lost).
+#[test]
+fn a_page_the_store_did_not_take_is_not_reported_delivered() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let target = open_session(a.port());
+    let pager = open_session(a.port());
+    let page = |text: &str| {
+        let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+            "params": {"name": "page_session", "arguments": {"session_id": target, "message": text}}});
+        let resp = post(a.port(), Some(&pager), &call, HTTP_LIMIT);
+        assert_tool_ok(&resp, "page");
+        resp.json()["result"]["structuredContent"]["delivered"].clone()
+    };
+    assert_eq!(page("before"), json!(true));
+    redis.pause();
+    let during = page("during");
+    redis.resume();
+    assert_eq!(
+        during,
+        json!(false),
+        "a page whose append timed out is not delivered:\n{}",
+        a.log()
+    );
+    assert_log_has(&a, "desk-a", "could not queue a notification");
+}

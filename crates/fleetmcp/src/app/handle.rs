@@ -80,8 +80,10 @@ impl ServerHandle {
 
     /// Sends a notification to one session's standalone (`GET`) stream, wherever the session is
     /// held: here, or, in distributed mode, on the instance that holds it (through that
-    /// instance's channel; never broadcast). Returns whether a holder took it; a message for a
-    /// session no live instance holds is dropped (and counted in the log).
+    /// instance's channel; never broadcast). Returns whether a holder took it: held here, that
+    /// its event store stored it (a store that did not answer may still store it later, so
+    /// `false` does not promise the message is lost); a message for a session no live instance
+    /// holds is dropped (and counted in the log).
     ///
     /// ```no_run
     /// # async fn page(handle: fleetmcp::ServerHandle, sid: &str) {
@@ -96,8 +98,7 @@ impl ServerHandle {
         params: &serde_json::Value,
     ) -> bool {
         if let Some(s) = self.app.sessions().held_session(session_id) {
-            self.append(&s, encode_notification(method, params)).await;
-            return true;
+            return self.append(&s, encode_notification(method, params)).await;
         }
         self.app.to_holder(session_id, method, params).await
     }
@@ -112,10 +113,7 @@ impl ServerHandle {
         params: &serde_json::Value,
     ) -> bool {
         match self.app.sessions().held_session(session_id) {
-            Some(s) => {
-                self.append(&s, encode_notification(method, params)).await;
-                true
-            }
+            Some(s) => self.append(&s, encode_notification(method, params)).await,
             None => false,
         }
     }
@@ -181,14 +179,19 @@ impl ServerHandle {
         }
     }
 
-    async fn append(&self, s: &Session, msg: Bytes) {
-        if let Err(e) = self
+    /// Appends `msg` to the session's standalone stream; whether the store took it.
+    async fn append(&self, s: &Session, msg: Bytes) -> bool {
+        match self
             .app
             .events()
             .append(&s.id, STANDALONE_STREAM, msg)
             .await
         {
-            tracing::warn!(session = %crate::session::LogId(&s.id), error = %e, "could not queue a notification");
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(session = %crate::session::LogId(&s.id), error = %e, "could not queue a notification");
+                false
+            }
         }
     }
 }
