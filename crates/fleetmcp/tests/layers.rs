@@ -19,7 +19,9 @@
 //!   (`pub use server::Server` makes `crate::Server` a path into `server`).
 //!
 //! Comments, doc links and strings are not paths, so they never count. A path through a name a
-//! module imported (`use crate::server; server::f()`) is caught at its `use`.
+//! module imported (`use crate::server; server::f()`) is caught at its `use`. Not followed, as
+//! the crate uses none of them: `#[path]`, `extern crate x as y`, a glob of the crate root itself
+//! (`use crate::*`), and a name lib.rs brings in by a glob.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
