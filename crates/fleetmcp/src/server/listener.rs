@@ -36,7 +36,8 @@
 //! draining, answers carry `Connection: close` and idle connections are left for the client to
 //! close; when closing, the accept queue is served before the listener closes, and a
 //! connection is closed only once its request (or its first one, if it has not sent it yet) is
-//! answered.
+//! answered and it has then stayed idle for a moment (a stream the stop ends went out without
+//! `Connection: close`, and the balancer may send its next request on that connection at once).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -372,6 +373,7 @@ async fn connection(
 ) {
     let (active, idle_rx) = watch::channel(0usize);
     let mut first_rx = active.subscribe();
+    let linger_rx = active.subscribe();
     let active = Arc::new(active);
     let begun = Arc::new(AtomicBool::new(false));
     let body_limit = limits.body;
@@ -421,6 +423,9 @@ async fn connection(
     });
     let first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
     let mut first_deadline = first_deadline;
+    // Closing, on a connection that has served: see below.
+    let mut lingering = false;
+    let mut linger = pin!(idle_for(linger_rx, FIRST_REQUEST_WAIT));
     loop {
         tokio::select! {
             ended = conn.as_mut() => {
@@ -432,7 +437,13 @@ async fn connection(
             _ = phases.closing.cancelled(), if !closing => {
                 closing = true;
                 if begun.load(Ordering::Relaxed) {
-                    conn.as_mut().graceful_shutdown();
+                    // Not closed at once: a response still streaming (a GET stream the stop
+                    // ends now) went out without `Connection: close`, so the load balancer may
+                    // put the connection back in its pool and send the next request on it the
+                    // moment the stream ends; closed under it, that request (a POST is not
+                    // retried) fails. The connection answers what comes (with `Connection:
+                    // close`, hyper then closes it) and closes once idle for a moment.
+                    lingering = true;
                 } else {
                     // Hyper closes a connection it has read nothing from at once: a request
                     // already sent on it (by a load balancer that connected a moment before
@@ -443,6 +454,10 @@ async fn connection(
                         .as_mut()
                         .reset(Instant::now() + FIRST_REQUEST_WAIT);
                 }
+            }
+            _ = &mut linger, if lingering => {
+                lingering = false;
+                conn.as_mut().graceful_shutdown();
             }
             _ = &mut first, if awaiting_first => {
                 awaiting_first = false;

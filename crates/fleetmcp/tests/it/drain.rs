@@ -247,3 +247,55 @@ async fn a_request_running_past_the_grace_period_is_cancelled_and_the_stop_is_bo
     assert_eq!(srv.counters.completed(), 0);
     drop(call);
 }
+
+/// A GET stream the stop ends went out without `Connection: close` (its head was sent before
+/// the drain), so a load balancer may put its connection back in its pool and send the next
+/// request on it the moment the stream ends. That request is answered (with `Connection:
+/// close`), not cut off by the closing server: a POST sent so would not be retried (nginx
+/// answered the client 502 in the chaos soak). Before, the connection closed right after the
+/// stream's last chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_stream_the_stop_ended_answers_its_next_request() {
+    let mut srv = start_with(SECRET, |c| {
+        c.http.drain_ms = Some(300);
+        c.http.shutdown_grace_ms = 3000;
+    })
+    .await;
+    let c = Client::connect(&srv).await;
+    let sid = c.session.clone().expect("a session");
+    let mut conn = within("connect", TcpStream::connect(srv.addr))
+        .await
+        .unwrap();
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nmcp-session-id: {sid}\r\nmcp-protocol-version: {LATEST}\r\n\r\n"
+    );
+    within("write", conn.write_all(get.as_bytes()))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut stopping = false;
+    // The stream's head and priming event, then, once the stop is under way, its last chunk.
+    while !String::from_utf8_lossy(&seen).ends_with("\r\n0\r\n\r\n") {
+        let n = within("read the stream", conn.read(&mut buf)).await.unwrap();
+        assert!(n > 0, "closed before the stream ended: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+        if !stopping && String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+            stopping = true;
+            srv.begin_stop();
+        }
+    }
+    assert!(
+        !String::from_utf8_lossy(&seen)
+            .to_ascii_lowercase()
+            .contains("connection: close"),
+        "the stream's head was sent before the stop"
+    );
+    let head = get_on(&mut conn, "/healthz").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(
+        closed_within(&mut conn, Duration::from_secs(2)).await,
+        "closed after that answer"
+    );
+}
