@@ -82,6 +82,29 @@ fn instances_with_no_address_set_relay_to_each_other() {
     let url = redis.url();
     let a = desk_on_all_interfaces("desk-a", &url, &[]);
     let b = desk_on_all_interfaces("desk-b", &url, &[]);
+    // A's session, asked on B: relayed to A.
+    let sid = open_session(a.port());
+    let resp = call_tool(
+        a.port(),
+        &sid,
+        &[],
+        "open_ticket",
+        json!({"title": "relayed"}),
+    );
+    assert_served_by(&resp, "desk-a", "open_ticket on the holder");
+    let resp = call_tool(
+        b.port(),
+        &sid,
+        &[],
+        "find_tickets",
+        json!({"query": "relayed"}),
+    );
+    assert_served_by(&resp, "desk-a", "find_tickets sent to B, relayed to A");
+    // And the other way round.
+    let sid = open_session(b.port());
+    let resp = call_tool(a.port(), &sid, &[], "find_tickets", json!({}));
+    assert_served_by(&resp, "desk-b", "find_tickets sent to A, relayed to B");
+    // Each advertises the address it reaches Redis from, and is ready.
     for (who, instance) in [("desk-a", &a), ("desk-b", &b)] {
         let ready = readyz_becomes(instance, 200, Duration::from_secs(10));
         let probe = &ready.json()["probes"]["advertised-address"];
@@ -113,28 +136,6 @@ fn instances_with_no_address_set_relay_to_each_other() {
         );
     }
 
-    // A's session, asked on B: relayed to A.
-    let sid = open_session(a.port());
-    let resp = call_tool(
-        a.port(),
-        &sid,
-        &[],
-        "open_ticket",
-        json!({"title": "relayed"}),
-    );
-    assert_served_by(&resp, "desk-a", "open_ticket on the holder");
-    let resp = call_tool(
-        b.port(),
-        &sid,
-        &[],
-        "find_tickets",
-        json!({"query": "relayed"}),
-    );
-    assert_served_by(&resp, "desk-a", "find_tickets sent to B, relayed to A");
-    // And the other way round.
-    let sid = open_session(b.port());
-    let resp = call_tool(a.port(), &sid, &[], "find_tickets", json!({}));
-    assert_served_by(&resp, "desk-b", "find_tickets sent to A, relayed to B");
     for (who, instance) in [("desk-a", &a), ("desk-b", &b)] {
         let log = instance.log();
         assert!(
