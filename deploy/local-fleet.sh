@@ -29,7 +29,9 @@ INSTANCES=()
 SERVICES=()
 
 cleanup() {
-  trap - INT TERM EXIT
+  trap - INT TERM HUP EXIT
+  # Whatever fails here (a closed terminal), everything is still stopped.
+  set +e
   if [ ${#INSTANCES[@]} -gt 0 ]; then
     echo "stopping: the instances drain (3 s), then the balancer and Redis stop..."
     for pid in "${INSTANCES[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -39,7 +41,9 @@ cleanup() {
   wait 2>/dev/null || true
   echo "stopped; logs were in $RUN"
 }
-trap cleanup INT TERM EXIT
+# HUP too: the processes are not in the terminal's session, so closing it stops them only
+# through this script.
+trap cleanup INT TERM HUP EXIT
 
 echo "building help-desk and fleetmcp-ctl (debug; the first build on a fresh clone takes a few minutes)..."
 cargo build -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
