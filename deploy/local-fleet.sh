@@ -8,6 +8,7 @@
 #   deploy/local-fleet.sh             # MCP on http://127.0.0.1:8080/mcp
 #   deploy/local-fleet.sh --haproxy
 #   LB_PORT=9080 FIRST_PORT=5001 FLEET_REDIS_PORT=6391 deploy/local-fleet.sh
+#   FLEET_BIN_DIR=target/release deploy/local-fleet.sh   # binaries already built there: no build
 #
 # Then, in another shell: target/debug/fleetmcp-ctl status (with the REDIS_URL it prints).
 set -euo pipefail
@@ -45,8 +46,12 @@ cleanup() {
 # through this script.
 trap cleanup INT TERM HUP EXIT
 
-echo "building help-desk and fleetmcp-ctl (debug; the first build on a fresh clone takes a few minutes)..."
-cargo build -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
+BIN_DIR=${FLEET_BIN_DIR:-}
+if [ -z "$BIN_DIR" ]; then
+  echo "building help-desk and fleetmcp-ctl (debug; the first build on a fresh clone takes a few minutes)..."
+  cargo build -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
+  BIN_DIR=target/debug
+fi
 
 setsid redis-server --port "$FLEET_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
   >"$RUN/redis.log" 2>&1 &
@@ -58,7 +63,7 @@ for i in 1 2 3; do
   port=$((FIRST_PORT + i - 1))
   PORTS+=("$port")
   FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback MACHINE_ID="desk-$i" \
-    PORT="$port" FLEETMCP_DRAIN_MS=3000 setsid target/debug/help-desk >"$RUN/desk-$i.log" 2>&1 &
+    PORT="$port" FLEETMCP_DRAIN_MS=3000 setsid "$BIN_DIR/help-desk" >"$RUN/desk-$i.log" 2>&1 &
   INSTANCES+=($!)
 done
 
@@ -115,8 +120,8 @@ fi
 cat <<MSG
 fleet up ($BALANCER on 127.0.0.1:$LB_PORT, help-desk desk-1..3 on ${PORTS[*]}, redis on $FLEET_REDIS_PORT)
   MCP endpoint:   http://127.0.0.1:$LB_PORT/mcp
-  operator view:  REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl status
-  drain one:      REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl drain desk-2
+  operator view:  REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET $BIN_DIR/fleetmcp-ctl status
+  drain one:      REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET $BIN_DIR/fleetmcp-ctl drain desk-2
   logs:           $RUN
 Ctrl-C stops the fleet.
 MSG
