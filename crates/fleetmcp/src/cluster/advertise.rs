@@ -159,7 +159,13 @@ impl Advertiser {
         let me = me.to_string();
         let first = match &configured {
             Some(a) => (a.clone(), Source::Configured),
-            None => compute(&me, listen, &redis).await,
+            None => {
+                let (address, source, unresolved) = compute(&me, listen, &redis).await;
+                if let Some(e) = unresolved {
+                    warn_unresolved(&address, &e);
+                }
+                (address, source)
+            }
         };
         tracing::info!(
             address = %first.0,
@@ -201,10 +207,20 @@ impl Advertiser {
             return false;
         }
         let listen = *self.listen.lock();
-        let next = compute(&self.me, listen, &self.redis).await;
+        let (address, source, unresolved) = compute(&self.me, listen, &self.redis).await;
+        let next = (address, source);
         let mut current = self.current.lock();
         if current.0 == next.0 {
             return false;
+        }
+        if let Some(e) = unresolved {
+            if current.1 != Source::MachineId && listen.port() == port_of(&current.0) {
+                // A name that resolved before and does not now (DNS failing for a moment): the
+                // address found then still holds, and a worse one is not advertised.
+                tracing::debug!(error = %e, "[HA] Redis's name did not resolve; keeping the advertised address");
+                return false;
+            }
+            warn_unresolved(&next.0, &e);
         }
         tracing::info!(
             previous = %current.0,
@@ -348,29 +364,46 @@ fn failure(address: &str, source: Source, why: &str) -> String {
     )
 }
 
-/// The default address for an instance listening on `listen` (see the module's documentation).
-async fn compute(me: &str, listen: SocketAddr, redis: &RedisConn) -> (String, Source) {
+/// The default address for an instance listening on `listen` (see the module's documentation),
+/// where it came from, and why the route to Redis was not found when it was not.
+async fn compute(
+    me: &str,
+    listen: SocketAddr,
+    redis: &RedisConn,
+) -> (String, Source, Option<String>) {
     let port = listen.port();
     if !listen.ip().is_unspecified() {
-        return (
-            SocketAddr::new(listen.ip(), port).to_string(),
-            Source::Listener,
-        );
+        let address = SocketAddr::new(listen.ip(), port).to_string();
+        return (address, Source::Listener, None);
     }
     match redis.local_address().await {
-        Ok(Some(ip)) => (SocketAddr::new(ip, port).to_string(), Source::RedisRoute),
+        Ok(Some(ip)) => (
+            SocketAddr::new(ip, port).to_string(),
+            Source::RedisRoute,
+            None,
+        ),
         Ok(None) => (
             SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port).to_string(),
             Source::UnixSocket,
+            None,
         ),
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "[HA] The address this instance reaches Redis from could not be found ({e}); advertising {me}:{port}, which works only where {me} resolves to this instance: set FLEETMCP_ADVERTISE_ADDRESS"
-            );
-            (format!("{me}:{port}"), Source::MachineId)
-        }
+        Err(e) => (format!("{me}:{port}"), Source::MachineId, Some(e)),
     }
+}
+
+/// The port of a `host:port` address (0 if it has none).
+fn port_of(address: &str) -> u16 {
+    address
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(0)
+}
+
+fn warn_unresolved(address: &str, error: &str) {
+    tracing::warn!(
+        error = %error,
+        "[HA] The address this instance reaches Redis from could not be found ({error}); advertising {address}, which works only where the machine id resolves to this instance: set FLEETMCP_ADVERTISE_ADDRESS"
+    );
 }
 
 /// Recomputes and checks the address every [`period`] (at once when the listener comes up),
@@ -438,20 +471,25 @@ mod tests {
         let listen: SocketAddr = "127.0.0.1:4100".parse().unwrap();
         assert_eq!(
             compute("desk-a", listen, &on).await,
-            ("127.0.0.1:4100".into(), Source::Listener)
+            ("127.0.0.1:4100".into(), Source::Listener, None)
         );
         // Bound to every interface: the address the route to Redis leaves from (Redis need not
         // answer: nothing is sent).
         let all: SocketAddr = "0.0.0.0:4100".parse().unwrap();
         assert_eq!(
             compute("desk-a", all, &on).await,
-            ("127.0.0.1:4100".into(), Source::RedisRoute)
+            ("127.0.0.1:4100".into(), Source::RedisRoute, None)
         );
         // A Redis whose name does not resolve: the machine id, as before.
         let nowhere = redis("redis://fleetmcp-no-such-host.invalid:6379");
+        let (address, source, why) = compute("desk-a", all, &nowhere).await;
         assert_eq!(
-            compute("desk-a", all, &nowhere).await,
-            ("desk-a:4100".into(), Source::MachineId)
+            (address.as_str(), source),
+            ("desk-a:4100", Source::MachineId)
+        );
+        assert!(
+            why.is_some_and(|w| w.contains("fleetmcp-no-such-host.invalid")),
+            "the error names the host"
         );
     }
 
