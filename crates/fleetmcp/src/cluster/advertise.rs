@@ -493,6 +493,34 @@ mod tests {
         );
     }
 
+    /// With Sentinel the route goes toward the sentinels (until a master is in use), with a
+    /// cluster toward its first node that resolves: the instance binds every interface, and
+    /// finds the address it reaches them from without any of them answering.
+    #[tokio::test]
+    async fn sentinel_and_cluster_configurations_route_toward_their_nodes() {
+        let all: SocketAddr = "0.0.0.0:4100".parse().unwrap();
+        let sentinel = RedisConfig {
+            sentinels: vec!["127.0.0.1:1".into()],
+            sentinel_master: Some("mymaster".into()),
+            ..RedisConfig::default()
+        };
+        let cluster = RedisConfig {
+            cluster_nodes: vec![
+                "fleetmcp-no-such-host.invalid:7000".into(),
+                "127.0.0.1:7001".into(),
+            ],
+            ..RedisConfig::default()
+        };
+        for cfg in [sentinel, cluster] {
+            let conn = RedisConn::new(cfg).expect("a valid configuration");
+            let (address, source, why) = compute("desk-a", all, &conn).await;
+            assert_eq!(
+                (address.as_str(), source, why),
+                ("127.0.0.1:4100", Source::RedisRoute, None)
+            );
+        }
+    }
+
     #[test]
     fn the_check_runs_every_heartbeat_interval_within_bounds() {
         assert_eq!(period(300), Duration::from_secs(1));
