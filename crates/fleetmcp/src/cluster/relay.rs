@@ -162,7 +162,7 @@ fn no_place(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// An error and its causes, for the log (the client's own message names only its kind).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {

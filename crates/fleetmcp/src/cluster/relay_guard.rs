@@ -5,6 +5,10 @@
 //! runs: `403` (`503` when too many nonces are remembered to take more) with a JSON-RPC error,
 //! `id: null`, and a warning naming the claimed source and why.
 //!
+//! A verified request for `/.fleetmcp/self-check` is this instance checking that it reaches
+//! itself at the address it advertises (`advertise.rs`): the layer answers it with this
+//! process's token, and nothing behind it runs.
+//!
 //! A request without relay headers is a client's, and passes untouched.
 
 use std::sync::Arc;
@@ -26,6 +30,10 @@ pub(super) struct Guard {
     pub verifier: Verifier,
     /// `http.max_body_bytes`: the relaying instance read the body under the same limit.
     pub max_body: usize,
+    /// This process's token, the answer to a verified self-check (`advertise.rs`).
+    pub process: String,
+    /// This instance's machine id, in that answer.
+    pub machine_id: String,
 }
 
 /// Wraps `router` so that relayed requests are verified before anything else runs.
@@ -66,6 +74,17 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
         crate::clock::unix_ms(),
     );
     match checked {
+        Ok(()) if parts.uri.path() == super::advertise::SELF_CHECK_PATH => {
+            // This instance checking that it reaches itself at its advertised address: only a
+            // request signed for this instance gets here, and only this process knows the token.
+            let body = super::advertise::answer(&guard.machine_id, &guard.process);
+            let mut res = Response::new(Body::from(body.to_string()));
+            res.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            res
+        }
         Ok(()) => {
             // The client's peer as the relaying instance saw it (signed, so believed): the
             // limits count the request against the client, not against that instance.

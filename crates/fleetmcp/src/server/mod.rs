@@ -439,9 +439,7 @@ impl Server {
             );
         }
         let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
-            let address =
-                crate::cluster::advertised_address(app.config(), app.sessions().machine_id());
-            let cluster = Cluster::start(&app, address, self.redis.clone())
+            let cluster = Cluster::start(&app, self.redis.clone())
                 .await
                 .map_err(|why| {
                     tracing::error!("{why}");
@@ -557,7 +555,11 @@ impl Running {
     where
         F: std::future::Future<Output = ()> + Send,
     {
-        log_startup(&self.app, listener.local_addr()?);
+        let local = listener.local_addr()?;
+        log_startup(&self.app, local);
+        if let Some(c) = &self.cluster {
+            c.listening_on(local);
+        }
         let app = self.app.clone();
         let http = &app.config().http;
         let grace = Duration::from_millis(http.shutdown_grace_ms);

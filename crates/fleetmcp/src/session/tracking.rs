@@ -321,6 +321,10 @@ async fn run(tracker: Weak<Tracker>) {
                 tracing::debug!("session records are tracked (client-side caching on)");
                 t.pump(pushes).await;
                 t.conn.store(None);
+                if t.out.is_closed() {
+                    // The server stopped: nothing was lost, and nothing is to be said.
+                    return;
+                }
                 let _ = t.out.send(Invalidation::All);
                 tracing::warn!(
                     "the tracking connection to Redis was lost; every held session is checked again until it is back"
