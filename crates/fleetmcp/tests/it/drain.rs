@@ -277,8 +277,14 @@ async fn a_connection_whose_stream_the_stop_ended_answers_its_next_request() {
     let mut stopping = false;
     // The stream's head and priming event, then, once the stop is under way, its last chunk.
     while !String::from_utf8_lossy(&seen).ends_with("\r\n0\r\n\r\n") {
-        let n = within("read the stream", conn.read(&mut buf)).await.unwrap();
-        assert!(n > 0, "closed before the stream ended: {:?}", String::from_utf8_lossy(&seen));
+        let n = within("read the stream", conn.read(&mut buf))
+            .await
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the stream ended: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
         if !stopping && String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
             stopping = true;
