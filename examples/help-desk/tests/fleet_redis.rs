@@ -2253,3 +2253,38 @@ fn a_page_the_store_did_not_take_is_not_reported_delivered() {
     );
     assert_log_has(&a, "desk-a", "could not queue a notification");
 }
+
+/// An answer whose store failed before it stored anything (Redis paused from the start): its
+/// messages come straight over the connection, each with the id of the stream's start, so a
+/// client whose connection then breaks resumes from there and gets the final answer, stored
+/// once Redis is back. Before, those messages carried no id, and the client had nothing to
+/// resume from (the 30-minute soak, seed 2026, at 856 s: Redis restarted as the call began).
+#[test]
+fn an_answer_whose_store_failed_from_the_start_can_be_resumed() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let (_effects, file) = effects_file();
+    let a = distributed_desk("desk-a", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sid = open_session(a.port());
+    // Recently confirmed, the session is served from memory while Redis is paused.
+    assert_tool_ok(&find_tickets(a.port(), &sid), "the session, held");
+    redis.pause();
+    let (id, last) = start_streamed_call(a.port(), &sid, 1500);
+    assert!(
+        last.ends_with("-0"),
+        "a direct message names the stream's start: {last}"
+    );
+    redis.resume();
+    let (seen, took) = resume_to_the_end(a.port(), &sid, &last, Duration::from_secs(15));
+    let answers: Vec<Value> = stream_messages(&seen)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen}");
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{seen}"
+    );
+    eprintln!("resumed from the stream's start, the answer came {took:?} after the resume");
+}

@@ -140,6 +140,13 @@ pub(crate) fn event_id(tag: &str, stream: StreamId, seq: u64) -> String {
     format!("{tag}-{stream}-{seq}")
 }
 
+/// The id that names the start of a stream, before its first event: resuming after it reads
+/// the stream from the beginning (a direct message of an answer whose store failed before it
+/// stored anything carries it).
+pub(crate) fn stream_start_id(session: &str, stream: StreamId) -> String {
+    event_id(&session_tag(session), stream, 0)
+}
+
 /// The tag of a session's event ids: 12 hex digits of SHA-256 of the session id.
 /// Hex, so that the id stays splittable on `-`.
 pub(crate) fn session_tag(session: &str) -> String {

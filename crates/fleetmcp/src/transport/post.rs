@@ -196,7 +196,7 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
     }
 }
 
-/// A short, stable hash of a session id for logs (16 hex digits).
+/// A plain JSON answer.
 fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
     reply::json(StatusCode::OK, dispatch::encode_reply(id, reply))
 }
@@ -206,8 +206,10 @@ fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
 ///
 /// When the event store fails under it (Redis down), the answer does not wait for events
 /// that cannot be stored: from the first failed append on, the writer sends every message,
-/// and the final answer, straight to this connection, without event ids (they cannot be
-/// resumed), and the response ends when the writer does. The response also ends as soon as
+/// and the final answer, straight to this connection, and the response ends when the writer
+/// does. Those messages carry the id of the last event stored (or of the stream's start), so
+/// a client whose connection breaks resumes from there: the final answer is stored once the
+/// store answers again (see the writer's end), and the resume gets it. The response also ends as soon as
 /// it has delivered the final answer, so it never waits for an end marker that may be lost.
 async fn stream_answer(
     app: &App,
@@ -216,12 +218,14 @@ async fn stream_answer(
     mut streaming: Streaming,
 ) -> Response {
     let (direct_tx, direct_rx) = mpsc::unbounded_channel();
+    let stream = session.next_stream_id();
     let sink = Arc::new(StoredStream {
         events: app.events().clone(),
         session: session.id.clone(),
-        stream: session.next_stream_id(),
+        stream,
         degraded: CancellationToken::new(),
         direct: Mutex::new(Some(direct_tx)),
+        resume_from: Mutex::new(crate::events::stream_start_id(&session.id, stream)),
         last: Arc::new(Mutex::new(None)),
         first: Mutex::new(Some(id.get().into())),
     });
@@ -316,7 +320,7 @@ enum Phase {
 /// The response side of a streamed answer.
 struct Answer {
     tail: BoxStream<'static, StoredEvent>,
-    direct: mpsc::UnboundedReceiver<Bytes>,
+    direct: mpsc::UnboundedReceiver<StoredEvent>,
     degraded: CancellationToken,
     last: Arc<Mutex<Option<Bytes>>>,
     phase: Phase,
@@ -342,8 +346,8 @@ impl Answer {
                         _ = st.degraded.cancelled() => st.phase = Phase::Direct,
                     },
                     Phase::Direct => {
-                        let data = st.direct.recv().await?;
-                        return Some((sse::message_frame(&data), st));
+                        let ev = st.direct.recv().await?;
+                        return Some((sse::frame(&ev, st.retry_ms), st));
                     }
                     Phase::Done => return None,
                 }
@@ -361,7 +365,10 @@ struct StoredStream {
     /// Fires at the first append that fails: from then on messages go to `direct`.
     degraded: CancellationToken,
     /// The connection, for messages the store could not take (`None` once the writer ended).
-    direct: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    direct: Mutex<Option<mpsc::UnboundedSender<StoredEvent>>>,
+    /// The id of the last event stored (the stream's start before any): what a direct
+    /// message carries, so that a client that loses it resumes after what was stored.
+    resume_from: Mutex<String>,
     /// The final answer, once known: the response ends after delivering it.
     last: Arc<Mutex<Option<Bytes>>>,
     /// The request's raw JSON id, given with the first event (then `None`), so that a reader
@@ -386,7 +393,10 @@ impl StoredStream {
                 }
             };
             match stored {
-                Ok(_) => return,
+                Ok(id) => {
+                    *self.resume_from.lock() = id;
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(session = %crate::session::LogId(&self.session), error = %e, "an SSE event could not be stored; the answer continues on its connection, without resumption");
                     self.degraded.cancel();
@@ -397,9 +407,10 @@ impl StoredStream {
         if !data.is_empty()
             && let Some(tx) = self.direct.lock().as_ref()
         {
-            // The connection may be gone already: then the message is lost, as any message
-            // of a broken, unresumable stream is.
-            let _ = tx.send(data);
+            // The connection may be gone already: then the message is lost (a resume gets
+            // the final answer, stored once the store answers again, not the others).
+            let id = self.resume_from.lock().clone();
+            let _ = tx.send(StoredEvent { id, data });
         }
     }
 

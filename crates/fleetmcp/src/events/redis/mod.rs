@@ -517,7 +517,9 @@ impl EventStore for RedisEventStore {
             )
             .await;
         match exists {
-            Ok(n) => (n == 1).then_some((stream, Cursor::After(seq))),
+            // The start of a stream not stored yet: an answer whose store failed before its
+            // first event sent it; its final answer is stored once Redis takes writes again.
+            Ok(n) => (n == 1 || seq == 0).then_some((stream, Cursor::After(seq))),
             // Redis cannot say now: the id names this session, so the reader starts, and if
             // Redis stays out of reach it ends after `read_outage` and the client resumes
             // again. Answering "no such event" would make the client give the answer up.
