@@ -13,12 +13,19 @@
 //!   stream).
 //! - [`Promise::StreamOnce`]: the SSE events of an answer (across resumes) arrive once each, in
 //!   order, and the answer itself exactly once.
+//! - [`Promise::TaskEnds`]: a task the client was given (2026-07-28 tasks extension) is never
+//!   answered as unknown unless Redis lost its data, and ends, as its polls see it, `completed`,
+//!   or `failed` with the executor-gone message when its executor was SIGKILLed while it ran
+//!   (the documented outcome, like [`Outcome::Abandoned`] for a stream); never `failed` so
+//!   otherwise, never `cancelled`, never still running after the client's window. Its effect
+//!   is checked with the others: a task completed with a result is an acknowledged call, one
+//!   that failed or was not seen to end an unacknowledged one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::history::{FaultKind, History, Kind, Op, Outcome, Route};
+use crate::history::{FaultKind, History, Kind, Op, Outcome, Route, TaskView};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Promise {
@@ -27,15 +34,17 @@ pub enum Promise {
     Answered,
     SessionKept,
     StreamOnce,
+    TaskEnds,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 5] = [
+    pub const ALL: [Promise; 6] = [
         Promise::OneHolder,
         Promise::Effects,
         Promise::Answered,
         Promise::SessionKept,
         Promise::StreamOnce,
+        Promise::TaskEnds,
     ];
 
     pub fn title(self) -> &'static str {
@@ -45,6 +54,7 @@ impl Promise {
             Promise::Answered => "every request answered in bound, success or documented refusal",
             Promise::SessionKept => "no session lost unless Redis lost it",
             Promise::StreamOnce => "every SSE event once, in order, after resumes",
+            Promise::TaskEnds => "every task ends (failed only if killed), never lost",
         }
     }
 }
@@ -100,6 +110,7 @@ pub fn check(h: &History, bounds: Bounds) -> Verdict {
     answered(h, bounds, &mut v, &mut checked);
     sessions_kept(h, &mut v, &mut checked);
     streams(h, &mut v, &mut checked);
+    tasks_end(h, &mut v, &mut checked);
     v.sort_by_key(|x| (x.promise, x.at));
     Verdict {
         violations: v,
@@ -382,7 +393,10 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
         let limit = bounds.answer + paused_for(op, &stops);
         let took = op.end.saturating_sub(op.start);
         let bad = match &op.outcome {
-            Outcome::Ok | Outcome::Refused { .. } | Outcome::SessionGone => None,
+            // An unknown task is judged by `tasks_end` (it knows whether Redis lost it).
+            Outcome::Ok | Outcome::Refused { .. } | Outcome::SessionGone | Outcome::TaskUnknown => {
+                None
+            }
             // Documented for a call whose instance was killed while it ran (the outcome of a
             // resume is its call's), and for nothing else.
             Outcome::Abandoned => {
@@ -518,6 +532,86 @@ fn streams(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     }
 }
 
+fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
+    let first_loss = h
+        .faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::RedisDataLoss)
+        .map(|f| f.at)
+        .min();
+    let kills: Vec<(&str, Duration)> = h
+        .faults
+        .iter()
+        .filter_map(|f| match &f.kind {
+            FaultKind::Kill(m) => Some((m.as_str(), f.at)),
+            _ => None,
+        })
+        .collect();
+    let mut polls: BTreeMap<usize, Vec<&Op>> = BTreeMap::new();
+    for op in &h.ops {
+        if let Kind::TaskPoll { of } = op.kind {
+            polls.entry(of).or_default().push(op);
+        }
+    }
+    for op in h
+        .ops
+        .iter()
+        .filter(|o| o.kind == Kind::TaskStart && o.task.is_some())
+    {
+        bump(c, Promise::TaskEnds, 1);
+        let ps = polls.get(&op.index).map(Vec::as_slice).unwrap_or_default();
+        let mut problems = Vec::new();
+        if let Some(p) = ps
+            .iter()
+            .find(|p| p.outcome == Outcome::TaskUnknown && first_loss.is_none_or(|at| at > p.end))
+        {
+            problems.push(format!(
+                "#{} answered \"unknown task\" at {:.2} s while Redis kept its data",
+                p.index,
+                p.end.as_secs_f64()
+            ));
+        }
+        let ended = ps
+            .iter()
+            .find_map(|p| p.task.as_ref().filter(|t| t.is_terminal()).map(|t| (*p, t)));
+        let at = ended.map_or(op.end, |(p, _)| p.end);
+        match ended {
+            None => problems.push("not seen to end within the client's window".into()),
+            Some((_, TaskView::Completed)) => {}
+            Some((
+                p,
+                TaskView::Failed {
+                    gone: true,
+                    executor,
+                },
+            )) => {
+                // Documented when its executor (any instance, if the error does not name it)
+                // was SIGKILLed between the call and the poll that saw it failed.
+                let killed = kills.iter().any(|(m, k)| {
+                    *k + KILL_SLACK >= op.start
+                        && *k <= p.end
+                        && executor.as_deref().is_none_or(|e| e == *m)
+                });
+                if !killed {
+                    problems.push(format!(
+                        "failed as its instance stopped, but {} was not killed while it ran",
+                        executor.as_deref().unwrap_or("no instance")
+                    ));
+                }
+            }
+            Some((_, other)) => problems.push(format!("ended {other:?}")),
+        }
+        if !problems.is_empty() {
+            v.push(Violation {
+                promise: Promise::TaskEnds,
+                at,
+                op: Some(op.index),
+                detail: problems.join("; "),
+            });
+        }
+    }
+}
+
 /// Violations the harness found, reported, and not fixed yet (see `docs/RELIABILITY.md`): the
 /// report marks them, and the CI seeds do not fail on them unless `FAULTS_STRICT=1`. Each is
 /// matched narrowly (promise, request kind, the fault around it), so anything else still fails.
@@ -646,6 +740,8 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
                 let m = mode.split_whitespace().next().unwrap_or(mode);
                 format!("link {side} {m}")
             }
+            FaultKind::SentinelFailover => "sentinel failover (SENTINEL FAILOVER)".to_string(),
+            FaultKind::SentinelSwitched(_) => continue,
             FaultKind::HarnessProblem(_) => "harness problem".to_string(),
         };
         *kinds.entry(k).or_insert(0) += 1;
@@ -666,6 +762,10 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
             Kind::StatelessStamp => "2026 stamp",
             Kind::LegacyStream => "2024-11-05 GET /sse",
             Kind::LegacyPost => "2024-11-05 POST /message",
+            Kind::TaskStart => "2026 stamp as a task (tools/call)",
+            Kind::TaskPoll { .. } => "2026 tasks/get",
+            Kind::Confirm => "2026 stamp_confirmed round 1 (input)",
+            Kind::ConfirmAnswer { .. } => "2026 stamp_confirmed answering round",
         };
         let e = per_kind.entry(k.to_string()).or_insert((0, 0));
         e.0 += 1;
@@ -688,6 +788,27 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
         "requests excused (in flight on a SIGKILLed instance, or sent to a dead one): {}",
         verdict.checked.excused
     );
+    // How the tasks ended, as their last poll saw them.
+    let mut ends: BTreeMap<String, usize> = BTreeMap::new();
+    for op in h.ops.iter().filter(|o| o.kind == Kind::TaskStart) {
+        let last = h
+            .ops
+            .iter()
+            .filter(|p| p.kind == Kind::TaskPoll { of: op.index } && p.task.is_some())
+            .filter_map(|p| p.task.as_ref())
+            .next_back()
+            .or(op.task.as_ref());
+        let k = match last {
+            None => "not started (no task in the answer)".to_string(),
+            Some(TaskView::Failed { gone: true, .. }) => "failed: its instance stopped".into(),
+            Some(t) => format!("{t:?}").to_lowercase(),
+        };
+        *ends.entry(k).or_insert(0) += 1;
+    }
+    if !ends.is_empty() {
+        let list: Vec<String> = ends.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let _ = writeln!(out, "tasks, as last seen: {}", list.join(", "));
+    }
     out
 }
 
@@ -1022,6 +1143,154 @@ mod tests {
         h.ops[1].outcome = Outcome::Hung;
         h.ops[1].end = s(27.0);
         assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+    }
+
+    /// A 2026-07-28 task `stamp` (key `k`) started at 1 s, and its polls: one per view, 0.3 s
+    /// apart from 1.5 s.
+    fn task(key: &str, views: &[Option<TaskView>]) -> Vec<Op> {
+        let mut start = op(0, Kind::TaskStart, 1.0, 1.1, Outcome::Ok);
+        start.session = None;
+        start.stamp = Some(key.into());
+        start.task = Some(TaskView::Working);
+        let mut ops = vec![start];
+        for (i, view) in views.iter().enumerate() {
+            let at = 1.5 + 0.3 * i as f64;
+            let mut p = op(i + 1, Kind::TaskPoll { of: 0 }, at, at + 0.05, Outcome::Ok);
+            p.session = None;
+            p.task = view.clone();
+            if view.is_none() {
+                p.outcome = Outcome::TaskUnknown;
+            }
+            ops.push(p);
+        }
+        ops[0].acked = views
+            .last()
+            .is_some_and(|v| *v == Some(TaskView::Completed));
+        ops
+    }
+
+    fn kill(m: &str, at: f64) -> Fault {
+        Fault {
+            at: s(at),
+            kind: FaultKind::Kill(m.into()),
+        }
+    }
+
+    /// A task completed with a result is an acknowledged call: exactly one effect. A doubled
+    /// (or lost) effect is caught.
+    #[test]
+    fn a_completed_task_has_one_effect_and_a_doubled_one_is_caught() {
+        let mut h = hist(task(
+            "t0-1",
+            &[Some(TaskView::Working), Some(TaskView::Completed)],
+        ));
+        h.effects = [("t0-1".to_string(), 1)].into();
+        let verdict = check(&h, Bounds::default());
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.checked.per_promise[&Promise::TaskEnds], 1);
+        h.effects = [("t0-1".to_string(), 2)].into();
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::Effects].into());
+        let r = report(&h, &verdict, 3);
+        assert!(r.contains("key t0-1") && r.contains("(doubled)"), "{r}");
+        h.effects.clear();
+        assert_eq!(broken(&h), [Promise::Effects].into(), "lost");
+    }
+
+    /// `failed` with the executor-gone message is documented for a task whose executor was
+    /// SIGKILLed while it ran (its effect: at most once), and a violation otherwise: no kill,
+    /// or a kill of another instance.
+    #[test]
+    fn a_task_failed_as_its_instance_stopped_is_documented_only_after_a_kill() {
+        let failed = TaskView::Failed {
+            gone: true,
+            executor: Some("desk-2".into()),
+        };
+        let mut h = hist(task(
+            "t0-1",
+            &[Some(TaskView::Working), Some(failed.clone())],
+        ));
+        h.effects = [("t0-1".to_string(), 1)].into();
+        h.faults = vec![kill("desk-2", 1.3)];
+        let verdict = check(&h, Bounds::default());
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        // Twice is too many even so.
+        h.effects = [("t0-1".to_string(), 2)].into();
+        assert_eq!(broken(&h), [Promise::Effects].into());
+        h.effects = [("t0-1".to_string(), 1)].into();
+        h.faults = vec![kill("desk-1", 1.3)];
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::TaskEnds].into());
+        assert!(
+            verdict.violations[0]
+                .detail
+                .contains("desk-2 was not killed"),
+            "{:?}",
+            verdict.violations
+        );
+        h.faults.clear();
+        assert_eq!(broken(&h), [Promise::TaskEnds].into());
+        // A kill long before the task started is not one under it.
+        h.faults = vec![kill("desk-2", 0.2)];
+        assert_eq!(broken(&h), [Promise::TaskEnds].into());
+        // Failed for another reason, or cancelled: a violation whatever the kills.
+        let other = TaskView::Failed {
+            gone: false,
+            executor: None,
+        };
+        for end in [other, TaskView::Cancelled] {
+            let mut h = hist(task("t0-1", &[Some(end)]));
+            h.faults = vec![kill("desk-2", 1.3)];
+            assert_eq!(broken(&h), [Promise::TaskEnds].into());
+        }
+    }
+
+    /// A task answered "unknown" while Redis kept its data, or never seen to end, is caught; an
+    /// unknown one after Redis lost its data is not.
+    #[test]
+    fn a_task_lost_or_never_ended_is_caught() {
+        let mut h = hist(task(
+            "t0-1",
+            &[Some(TaskView::Working), None, Some(TaskView::Completed)],
+        ));
+        h.effects = [("t0-1".to_string(), 1)].into();
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::TaskEnds].into(), "unknown");
+        assert!(verdict.violations[0].detail.contains("unknown task"));
+        h.faults = vec![Fault {
+            at: s(1.0),
+            kind: FaultKind::RedisDataLoss,
+        }];
+        assert!(broken(&h).is_empty(), "Redis lost it");
+        let h = hist(task(
+            "t0-1",
+            &[Some(TaskView::Working), Some(TaskView::Working)],
+        ));
+        let verdict = check(&h, Bounds::default());
+        assert_eq!(verdict.broken(), [Promise::TaskEnds].into());
+        assert!(verdict.violations[0].detail.contains("not seen to end"));
+    }
+
+    /// A multi-round call answered with a result has exactly one effect; one whose answering
+    /// round was refused or cut off, at most one.
+    #[test]
+    fn a_multi_round_call_has_its_effect_once() {
+        let mut first = op(0, Kind::Confirm, 1.0, 1.1, Outcome::Ok);
+        first.session = None;
+        first.stamp = Some("r0-1".into());
+        first.acked = true;
+        let mut answer = op(1, Kind::ConfirmAnswer { of: 0 }, 1.2, 1.3, Outcome::Ok);
+        answer.session = None;
+        let mut h = hist(vec![first, answer]);
+        h.effects = [("r0-1".to_string(), 1)].into();
+        assert!(broken(&h).is_empty());
+        h.effects.clear();
+        assert_eq!(broken(&h), [Promise::Effects].into(), "lost");
+        h.ops[0].acked = false;
+        h.ops[1].outcome = Outcome::Refused { status: 503 };
+        assert!(broken(&h).is_empty());
+        h.effects = [("r0-1".to_string(), 2)].into();
+        assert_eq!(broken(&h), [Promise::Effects].into(), "doubled");
     }
 
     #[test]
