@@ -572,7 +572,14 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
             .await;
             finish(&mut p, &got, sh.rec.now());
             let answer = answer_to(&got, prpc);
-            if answer.as_ref().is_some_and(|a| {
+            // The JSON-RPC error, whatever the HTTP status it came with (a 2026-07-28
+            // `-32602` may come with 400).
+            let error = got
+                .as_ref()
+                .ok()
+                .and_then(|g| g.answer.as_ref())
+                .filter(|a| a["id"] == json!(prpc));
+            if error.is_some_and(|a| {
                 a["error"]["message"]
                     .as_str()
                     .is_some_and(|m| m.starts_with("Unknown task"))
