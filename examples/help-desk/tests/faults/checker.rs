@@ -565,11 +565,16 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
             .iter()
             .find(|p| p.outcome == Outcome::TaskUnknown && first_loss.is_none_or(|at| at > p.end))
         {
-            problems.push(format!(
-                "#{} answered \"unknown task\" at {:.2} s while Redis kept its data",
-                p.index,
-                p.end.as_secs_f64()
-            ));
+            // Of its own (its op is the poll): a known finding is matched on each part.
+            v.push(Violation {
+                promise: Promise::TaskEnds,
+                at: p.end,
+                op: Some(p.index),
+                detail: format!(
+                    "task of #{} answered \"unknown task\" while Redis kept its data",
+                    op.index
+                ),
+            });
         }
         let ended = ps
             .iter()
@@ -621,8 +626,79 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
 /// is not served from memory), and F4 too (the resumed answer of a call killed with its
 /// instance ends with [`Outcome::Abandoned`], checked in [`answered`]). A new finding is added
 /// here, with its test, while its fix is under way.
-pub fn known_finding(_h: &History, _x: &Violation) -> Option<&'static str> {
-    None
+///
+/// Open, found by the 2026-07-28 task client (see `docs/RELIABILITY.md`), each while Redis was
+/// in trouble around it (a pause, a restart, a failover, or a cut or slow link of the instance
+/// concerned):
+/// - **F5**: `tasks/get` answered `-32602 Unknown task` for a task Redis kept, by an instance
+///   whose read of the task store failed (`RedisTaskStore::get` takes a failed read for a
+///   missing record) where the documented answer is a refusal (503 with `Retry-After`).
+/// - **F6**: a task failed with the executor-gone message while its executor was never killed:
+///   its end could not be stored while Redis failed (the executor later takes the task it no
+///   longer runs for one a previous process left), or another instance judged the live executor
+///   gone while its presence in Redis was down.
+/// - **F7**: a task refused at creation while the task store was unavailable is answered
+///   JSON-RPC `-32603` "The task store is unavailable; retry later" (HTTP 200), not the
+///   documented refusal.
+pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
+    let op = &h.ops[x.op?];
+    let margin = Duration::from_secs(2);
+    match x.promise {
+        Promise::TaskEnds
+            if x.detail.contains("unknown task")
+                && redis_trouble(h, op.machine.as_deref(), op.start, op.end + margin) =>
+        {
+            Some("F5")
+        }
+        Promise::TaskEnds
+            if x.detail.starts_with("failed as its instance stopped")
+                && redis_trouble(h, None, op.start, x.at + margin) =>
+        {
+            Some("F6")
+        }
+        Promise::Answered
+            if op.kind == Kind::TaskStart
+                && x.detail.contains("The task store is unavailable")
+                && redis_trouble(h, op.machine.as_deref(), op.start, op.end + margin) =>
+        {
+            Some("F7")
+        }
+        _ => None,
+    }
+}
+
+/// Whether Redis was in trouble for `machine` (any instance when `None`) at some moment of
+/// `[from - 2 s, to]`: paused, restarting, failing over (Sentinel), or its link to Redis not
+/// passing (any instance's, when `machine` is `None`). The 2 s cover a reconnection.
+fn redis_trouble(h: &History, machine: Option<&str>, from: Duration, to: Duration) -> bool {
+    let from = from.saturating_sub(Duration::from_secs(2));
+    windows(
+        h,
+        |k| match k {
+            FaultKind::RedisStop | FaultKind::RedisRestart => Some("redis".to_string()),
+            FaultKind::SentinelFailover => Some("failover".to_string()),
+            FaultKind::Link { link, mode } if link.ends_with("->redis") && mode != "pass" => {
+                Some(link.clone())
+            }
+            _ => None,
+        },
+        |k| match k {
+            FaultKind::RedisCont => Some("redis".to_string()),
+            FaultKind::SentinelSwitched(_) => Some("failover".to_string()),
+            FaultKind::Link { link, mode } if link.ends_with("->redis") && mode == "pass" => {
+                Some(link.clone())
+            }
+            _ => None,
+        },
+    )
+    .iter()
+    .any(|(what, a, b)| {
+        let whose = match what.strip_suffix("->redis") {
+            Some(m) => machine.is_none_or(|x| x == m),
+            None => true,
+        };
+        whose && *a <= to && *b >= from
+    })
 }
 
 /// The violations not explained by a known finding.
@@ -1291,6 +1367,83 @@ mod tests {
         assert!(broken(&h).is_empty());
         h.effects = [("r0-1".to_string(), 2)].into();
         assert_eq!(broken(&h), [Promise::Effects].into(), "doubled");
+    }
+
+    /// F5, F6 and F7 are excused only with Redis in trouble around them: for F5 and F7 on the
+    /// instance that answered.
+    #[test]
+    fn open_task_findings_are_matched_narrowly() {
+        let link = |m: &str, mode: &str, at: f64| Fault {
+            at: s(at),
+            kind: FaultKind::Link {
+                link: format!("{m}->redis"),
+                mode: mode.into(),
+            },
+        };
+        // F5: an unknown task answered by desk-3.
+        let mut h = hist(task(
+            "t0-1",
+            &[Some(TaskView::Working), None, Some(TaskView::Completed)],
+        ));
+        h.ops[2].machine = Some("desk-3".into());
+        h.effects = [("t0-1".to_string(), 1)].into();
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        h.faults = vec![
+            link("desk-1", "blackhole", 1.0),
+            link("desk-1", "pass", 3.0),
+        ];
+        assert_eq!(
+            unknown(&h, &check(&h, Bounds::default())).len(),
+            1,
+            "another instance's link"
+        );
+        h.faults = vec![
+            link("desk-3", "blackhole", 1.0),
+            link("desk-3", "pass", 3.0),
+        ];
+        let verdict = check(&h, Bounds::default());
+        assert!(unknown(&h, &verdict).is_empty());
+        assert!(report(&h, &verdict, 1).contains("[known F5]"));
+        // F6: failed as gone with no kill, during a Redis pause; not without one.
+        let failed = TaskView::Failed {
+            gone: true,
+            executor: Some("desk-2".into()),
+        };
+        let mut h = hist(task("t0-1", &[Some(TaskView::Working), Some(failed)]));
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        h.faults = vec![
+            Fault {
+                at: s(1.2),
+                kind: FaultKind::RedisStop,
+            },
+            Fault {
+                at: s(1.4),
+                kind: FaultKind::RedisCont,
+            },
+        ];
+        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
+        // F7: a creation refused with -32603 by desk-1, around a cut of desk-1's link only.
+        let mut start = op(
+            0,
+            Kind::TaskStart,
+            5.0,
+            5.5,
+            Outcome::Error {
+                status: 200,
+                detail: "The task store is unavailable; retry later".into(),
+            },
+        );
+        start.machine = Some("desk-1".into());
+        let mut h = hist(vec![start]);
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
+        h.faults = vec![link("desk-1", "refuse", 4.0)];
+        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
+        h.ops[0].kind = Kind::StatelessStamp;
+        assert_eq!(
+            unknown(&h, &check(&h, Bounds::default())).len(),
+            1,
+            "only a task's creation"
+        );
     }
 
     #[test]
