@@ -88,9 +88,19 @@ struct Stamped {
     key: String,
 }
 
-/// The file `stamp` appends to, when `HELP_DESK_EFFECTS_FILE` names one: a side effect recorded
-/// outside the fleet, so the fault-injection tests (`tests/faults`) can count each call's
-/// effects. Without it there is no `stamp` tool.
+/// Arguments of `stamp_confirmed`.
+#[derive(Deserialize, JsonSchema)]
+struct StampConfirmed {
+    /// What to append to the effects file (one line), once the client confirms.
+    key: String,
+}
+
+/// The file `stamp` and `stamp_confirmed` append to, when `HELP_DESK_EFFECTS_FILE` names one: a
+/// side effect recorded outside the fleet, so the fault-injection tests (`tests/faults`) can
+/// count each call's effects. Without it there is neither tool. `stamp` may run as a 2026-07-28
+/// background task (tasks extension); `stamp_confirmed` asks the client first (one
+/// elicitation: a multi-round request in 2026-07-28) and takes its effect only after the
+/// answer.
 fn effects_file() -> Option<std::path::PathBuf> {
     std::env::var_os("HELP_DESK_EFFECTS_FILE")
         .filter(|v| !v.is_empty())
@@ -284,11 +294,16 @@ fn build(config: Config, desk: Desk) -> Server {
 
     let mut builder = Server::builder("help-desk", env!("CARGO_PKG_VERSION"));
     if let Some(path) = effects_file() {
+        let confirm_path = path.clone();
         let stamp = tool("stamp")
             .scope(WRITE)
             .title("Stamp")
             .description("Appends a key to the effects file (HELP_DESK_EFFECTS_FILE); for tests.")
             .output_schema::<Stamped>()
+            // A 2026-07-28 client of the tasks extension (`extensions` naming
+            // `io.modelcontextprotocol/tasks` in its capabilities) gets `stamp` as a background
+            // task it polls with `tasks/get`; every other caller, as before, gets the answer.
+            .task_support(fleetmcp::TaskSupport::Optional)
             .handler(move |a: Stamp, ctx| {
                 let path = path.clone();
                 async move {
@@ -310,7 +325,41 @@ fn build(config: Config, desk: Desk) -> Server {
                     Ok(Structured(Stamped { key: a.key }))
                 }
             });
-        builder = builder.tool(stamp);
+        // A multi-round call: the effect is taken only once the client has answered the
+        // question (an elicitation: in 2026-07-28 an `InputRequiredResult` round whose answer
+        // comes back with its `requestState`, on any instance).
+        let confirmed = tool("stamp_confirmed")
+            .scope(WRITE)
+            .title("Stamp, once confirmed")
+            .description(
+                "Asks the client to confirm, then appends a key to the effects file \
+                 (HELP_DESK_EFFECTS_FILE); for tests.",
+            )
+            .output_schema::<Stamped>()
+            .handler(move |a: StampConfirmed, ctx| {
+                let path = confirm_path.clone();
+                async move {
+                    if a.key.is_empty() || a.key.contains('\n') {
+                        return Err(ToolError::failed("a key is one non-empty line"));
+                    }
+                    let question = serde_json::json!({
+                        "message": format!("Stamp {}?", a.key),
+                        "requestedSchema": {"type": "object",
+                            "properties": {"confirm": {"type": "boolean"}},
+                            "required": ["confirm"]}});
+                    let answer = ctx.ask("confirm", "elicitation/create", question).await?;
+                    if answer["action"] != "accept" || answer["content"]["confirm"] != true {
+                        return Err(ToolError::failed("not confirmed: nothing stamped"));
+                    }
+                    let key = a.key.clone();
+                    tokio::task::spawn_blocking(move || append_effect(&path, &key))
+                        .await
+                        .map_err(|e| ToolError::failed(e.to_string()))?
+                        .map_err(|e| ToolError::failed(format!("effects file: {e}")))?;
+                    Ok(Structured(Stamped { key: a.key }))
+                }
+            });
+        builder = builder.tool(stamp).tool(confirmed);
     }
     builder
         .instructions("A help desk: open, find and close tickets; read the service levels.")

@@ -2,6 +2,13 @@
 //! `redis-server`, each reaching Redis through its own [`FaultProxy`] and reached by the others
 //! (relays: `FLEETMCP_ADVERTISE_ADDRESS`) through another, behind a real nginx (round robin,
 //! `deploy/nginx/fleetmcp.conf`; nginx itself is never faulted). Faults are drawn from a seed.
+//!
+//! With `FAULTS_SENTINEL=1` Redis is a master, one replica and three sentinels instead
+//! (`support_redis::SentinelSet`), the instances find the master through the sentinels
+//! (`REDIS_SENTINELS`, `REDIS_SENTINEL_MASTER`; `FLEETMCP_REDIS_WAIT_REPLICAS=auto`: a new
+//! session is confirmed by the replica), and the fault `SENTINEL FAILOVER` is drawn too. The
+//! instances then reach Redis straight, not through their proxies: Redis link faults and Redis
+//! restarts are off in that topology; a Redis pause stops the current master.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -11,7 +18,7 @@ use tokio::runtime::Runtime;
 use crate::history::{FaultKind, Recorder};
 use crate::proxy::{FaultProxy, Mode};
 use crate::support::{Instance, Nginx, TempDir, free_port};
-use crate::support_redis::RedisServer;
+use crate::support_redis::{RedisServer, SentinelSet};
 
 /// A small xorshift64* generator: the whole run follows from its seed.
 #[derive(Clone)]
@@ -52,6 +59,9 @@ pub struct Switches {
     pub redis_restart: bool,
     /// 2024-11-05 clients through nginx round robin (`FAULTS_LEGACY_LB`, on).
     pub legacy_through_balancer: bool,
+    /// The Sentinel topology and its failover fault (`FAULTS_SENTINEL`, off); turns
+    /// `redis_link` and `redis_restart` off.
+    pub sentinel: bool,
 }
 
 fn flag(name: &str, default: bool) -> bool {
@@ -64,14 +74,32 @@ fn flag(name: &str, default: bool) -> bool {
 impl Switches {
     /// The CI set, each switch overridable by its environment variable (`FAULTS_KILL=0` ...).
     pub fn from_env() -> Self {
+        let sentinel = flag("FAULTS_SENTINEL", false);
         Self {
             instance_kill: flag("FAULTS_KILL", true),
             instance_stop: flag("FAULTS_STOP", true),
             redis_stop: flag("FAULTS_REDIS_STOP", true),
-            redis_link: flag("FAULTS_REDIS_LINK", true),
+            // The instances reach the sentinels' master straight, not through their proxies,
+            // and a master killed and started again would come back as a second master.
+            redis_link: !sentinel && flag("FAULTS_REDIS_LINK", true),
             relay_link: flag("FAULTS_RELAY_LINK", true),
-            redis_restart: flag("FAULTS_REDIS_RESTART", true),
+            redis_restart: !sentinel && flag("FAULTS_REDIS_RESTART", true),
             legacy_through_balancer: flag("FAULTS_LEGACY_LB", true),
+            sentinel,
+        }
+    }
+
+    /// Every fault off, the single Redis (the broken runs start from here).
+    pub fn none() -> Self {
+        Self {
+            instance_kill: false,
+            instance_stop: false,
+            redis_stop: false,
+            redis_link: false,
+            relay_link: false,
+            redis_restart: false,
+            legacy_through_balancer: false,
+            sentinel: false,
         }
     }
 }
@@ -139,7 +167,10 @@ impl Member {
 }
 
 pub struct Fleet {
-    pub redis: RedisServer,
+    /// The one Redis (unless Sentinel).
+    pub redis: Option<RedisServer>,
+    /// The Sentinel topology: master, replica, three sentinels.
+    pub sentinel: Option<SentinelSet>,
     pub members: Vec<Member>,
     pub nginx: Nginx,
     pub effects: PathBuf,
@@ -148,15 +179,24 @@ pub struct Fleet {
 
 pub const HEARTBEAT_INTERVAL_MS: u64 = 1000;
 pub const HEARTBEAT_TTL_MS: u64 = 3000;
+/// The master's name in the Sentinel topology.
+pub const SENTINEL_MASTER: &str = "faults-master";
 
 impl Fleet {
     /// `n` instances (3 fits nginx's configuration file), Redis persistent (AOF, fsync
     /// always) unless `persistent` is false.
-    pub fn start(rt: &Runtime, n: usize, persistent: bool) -> Self {
-        let redis = if persistent {
-            RedisServer::start_persistent()
+    pub fn start(rt: &Runtime, n: usize, persistent: bool, sentinel: bool) -> Self {
+        let (redis, sentinel) = if sentinel {
+            (None, Some(SentinelSet::start(SENTINEL_MASTER)))
+        } else if persistent {
+            (Some(RedisServer::start_persistent()), None)
         } else {
-            RedisServer::start()
+            (Some(RedisServer::start()), None)
+        };
+        let redis_port = match (&redis, &sentinel) {
+            (Some(r), _) => r.port,
+            (None, Some(set)) => set.master.port,
+            (None, None) => unreachable!("one topology or the other"),
         };
         let dir = TempDir::new("faults");
         let effects = dir.path().join("effects");
@@ -166,16 +206,30 @@ impl Fleet {
             let machine = format!("desk-{i}");
             let port = free_port();
             let redis_link =
-                rt.block_on(FaultProxy::start(&format!("{machine}->redis"), redis.port));
+                rt.block_on(FaultProxy::start(&format!("{machine}->redis"), redis_port));
             let relay_link = rt.block_on(FaultProxy::start(&format!("->{machine}"), port));
+            let (redis_url, sentinels) = match &sentinel {
+                None => (
+                    format!("redis://127.0.0.1:{}", redis_link.port),
+                    String::new(),
+                ),
+                Some(set) => (String::new(), set.addresses()),
+            };
             let env: Vec<(String, String)> = [
                 ("FRONTMCP_DEPLOYMENT_MODE", "distributed".to_string()),
                 ("FRONTMCP_BIND_ADDRESS", "loopback".to_string()),
                 ("MACHINE_ID", machine.clone()),
+                ("REDIS_URL", redis_url),
+                ("REDIS_SENTINELS", sentinels.clone()),
                 (
-                    "REDIS_URL",
-                    format!("redis://127.0.0.1:{}", redis_link.port),
+                    "REDIS_SENTINEL_MASTER",
+                    if sentinels.is_empty() {
+                        String::new()
+                    } else {
+                        SENTINEL_MASTER.to_string()
+                    },
                 ),
+                ("FLEETMCP_REDIS_WAIT_REPLICAS", "auto".to_string()),
                 ("REDIS_HOST", String::new()),
                 ("REDIS_PORT", String::new()),
                 (
@@ -228,10 +282,40 @@ impl Fleet {
         let nginx = Nginx::start(&Nginx::fleet_conf(&ports, lb), lb);
         Self {
             redis,
+            sentinel,
             members,
             nginx,
             effects,
             _dir: dir,
+        }
+    }
+
+    /// The master now: the one Redis, or the server the sentinels name.
+    fn master(&mut self) -> Option<&mut RedisServer> {
+        if let Some(r) = self.redis.as_mut() {
+            return Some(r);
+        }
+        let set = self.sentinel.as_mut()?;
+        let port = set.sentinels[0].master_port(SENTINEL_MASTER)?;
+        Self::by_port(set, port)
+    }
+
+    fn by_port(set: &mut SentinelSet, port: u16) -> Option<&mut RedisServer> {
+        if set.master.port == port {
+            Some(&mut set.master)
+        } else if set.replica.port == port {
+            Some(&mut set.replica)
+        } else {
+            None
+        }
+    }
+
+    /// The Redis server on `port` (either topology).
+    fn redis_on(&mut self, port: u16) -> Option<&mut RedisServer> {
+        match (&mut self.redis, &mut self.sentinel) {
+            (Some(r), _) if r.port == port => Some(r),
+            (_, Some(set)) => Self::by_port(set, port),
+            _ => None,
         }
     }
 
@@ -267,7 +351,10 @@ impl Fleet {
 enum Active {
     Dead(usize),
     Stopped(usize),
-    RedisStopped,
+    /// The Redis server on this port is paused.
+    RedisStopped(u16),
+    /// A `SENTINEL FAILOVER` asked, to the replica on this port.
+    Failover(u16),
     RedisDown,
     RedisLink(usize),
     RelayLink(usize),
@@ -310,7 +397,7 @@ pub fn run_faults(
             forced = None;
             if !active
                 .iter()
-                .any(|(_, a)| matches!(a, Active::RedisStopped | Active::RedisDown))
+                .any(|(_, a)| matches!(a, Active::RedisStopped(_) | Active::RedisDown))
             {
                 redis_down(fleet, rec, plan);
                 active.push((Instant::now() + rng.ms(300, 1000), Active::RedisDown));
@@ -336,9 +423,12 @@ fn busy(active: &[(Instant, Active)], i: usize) -> bool {
 }
 
 fn redis_busy(active: &[(Instant, Active)]) -> bool {
-    active
-        .iter()
-        .any(|(_, a)| matches!(a, Active::RedisStopped | Active::RedisDown))
+    active.iter().any(|(_, a)| {
+        matches!(
+            a,
+            Active::RedisStopped(_) | Active::RedisDown | Active::Failover(_)
+        )
+    })
 }
 
 fn inject(
@@ -369,6 +459,9 @@ fn inject(
     if s.relay_link {
         kinds.extend(["relay-link", "relay-link"]);
     }
+    if s.sentinel {
+        kinds.push("sentinel-failover");
+    }
     if kinds.is_empty() {
         return None;
     }
@@ -396,11 +489,33 @@ fn inject(
             m.stopped = true;
             Some(Active::Stopped(i))
         }
-        "redis-stop" | "redis-restart" if redis_busy(active) => None,
+        "redis-stop" | "redis-restart" | "sentinel-failover" if redis_busy(active) => None,
         "redis-stop" => {
+            let master = fleet.master()?;
+            let port = master.port;
             rec.fault(FaultKind::RedisStop);
-            fleet.redis.pause();
-            Some(Active::RedisStopped)
+            master.pause();
+            Some(Active::RedisStopped(port))
+        }
+        "sentinel-failover" => {
+            let set = fleet.sentinel.as_ref()?;
+            let from = set.sentinels[0].master_port(SENTINEL_MASTER)?;
+            let to = if from == set.master.port {
+                set.replica.port
+            } else {
+                set.master.port
+            };
+            // Refused while the last one settles (`INPROG`, or `NOGOODSLAVE` until the old
+            // master follows the new one): then it is not a fault of this run.
+            let said = set.sentinels[0].cli(&["SENTINEL", "FAILOVER", SENTINEL_MASTER]);
+            if said != "OK" {
+                if std::env::var_os("FAULTS_VERBOSE").is_some() {
+                    eprintln!("SENTINEL FAILOVER not taken: {said}");
+                }
+                return None;
+            }
+            rec.fault(FaultKind::SentinelFailover);
+            Some(Active::Failover(to))
         }
         "redis-restart" => {
             redis_down(fleet, rec, plan);
@@ -441,8 +556,11 @@ fn inject(
 }
 
 fn redis_down(fleet: &mut Fleet, rec: &Recorder, plan: &FaultPlan) {
+    let Some(redis) = fleet.redis.as_mut() else {
+        return;
+    };
     rec.fault(FaultKind::RedisRestart);
-    fleet.redis.kill();
+    redis.kill();
     if plan.redis_restart_loses_data {
         rec.fault(FaultKind::RedisDataLoss);
     }
@@ -467,13 +585,41 @@ fn heal(fleet: &mut Fleet, rec: &Recorder, a: Active) {
             m.stopped = false;
             rec.fault(FaultKind::Cont(m.machine.clone()));
         }
-        Active::RedisStopped => {
-            fleet.redis.resume();
+        Active::RedisStopped(port) => {
+            if let Some(r) = fleet.redis_on(port) {
+                r.resume();
+            }
             rec.fault(FaultKind::RedisCont);
         }
         Active::RedisDown => {
-            fleet.redis.start_again();
+            if let Some(r) = fleet.redis.as_mut() {
+                r.start_again();
+            }
             rec.fault(FaultKind::RedisCont);
+        }
+        Active::Failover(to) => {
+            // Done when every sentinel names the new master (a few seconds at most).
+            let Some(set) = fleet.sentinel.as_ref() else {
+                return;
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if set
+                    .sentinels
+                    .iter()
+                    .all(|s| s.master_port(SENTINEL_MASTER) == Some(to))
+                {
+                    rec.fault(FaultKind::SentinelSwitched(to));
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    rec.fault(FaultKind::HarnessProblem(format!(
+                        "a SENTINEL FAILOVER to {to} did not complete within 5 s of its heal time"
+                    )));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         Active::RedisLink(i) => {
             let m = &fleet.members[i];

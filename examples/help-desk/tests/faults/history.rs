@@ -22,6 +22,8 @@ pub enum Outcome {
     /// error saying it stopped before it answered, the call's effect unknown
     /// (`fleetmcp::events::WRITER_GONE_MESSAGE`).
     Abandoned,
+    /// `tasks/get` answered "Unknown task" (`-32602`) for a task the client was given.
+    TaskUnknown,
     /// Any other HTTP status or JSON-RPC error.
     Error { status: u16, detail: String },
     /// No HTTP answer: connection refused, reset, closed early.
@@ -38,6 +40,7 @@ impl Outcome {
             Outcome::Refused { status } => format!("refused {status}"),
             Outcome::SessionGone => "session gone".into(),
             Outcome::Abandoned => "abandoned (its instance died)".into(),
+            Outcome::TaskUnknown => "unknown task".into(),
             Outcome::Error { status, detail } => {
                 format!("error {status}: {}", truncate(detail, 160))
             }
@@ -87,6 +90,44 @@ pub enum Kind {
     LegacyStream,
     /// 2024-11-05: `POST /message` (the answer comes on the stream).
     LegacyPost,
+    /// 2026-07-28, tasks extension: `tools/call` of `stamp` answered with a task (its `stamp`
+    /// key; `acked` once the task completed with a result).
+    TaskStart,
+    /// `tasks/get` of the task op `of` started (through nginx: any instance).
+    TaskPoll {
+        of: usize,
+    },
+    /// 2026-07-28 multi-round: the first round of `stamp_confirmed` (its `stamp` key; `acked`
+    /// once the answering round got a result), answered with an `InputRequiredResult`.
+    Confirm,
+    /// The round answering op `of`'s question, with its `requestState`.
+    ConfirmAnswer {
+        of: usize,
+    },
+}
+
+/// A task as a `tools/call` or `tasks/get` showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskView {
+    Working,
+    InputRequired,
+    Completed,
+    /// Failed: `gone` when with `fleetmcp::EXECUTOR_GONE_MESSAGE` (its instance stopped), and
+    /// the executor the error names.
+    Failed {
+        gone: bool,
+        executor: Option<String>,
+    },
+    Cancelled,
+}
+
+impl TaskView {
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            TaskView::Completed | TaskView::Failed { .. } | TaskView::Cancelled
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -113,6 +154,8 @@ pub struct Op {
     pub events: Vec<String>,
     /// Results received on that stream (must end at exactly one).
     pub results: usize,
+    /// The task this request started or read, as it showed it.
+    pub task: Option<TaskView>,
 }
 
 impl Op {
@@ -132,6 +175,7 @@ impl Op {
             acked: false,
             events: Vec::new(),
             results: 0,
+            task: None,
         }
     }
 
@@ -141,7 +185,7 @@ impl Op {
             Route::Direct(m) => format!("->{m}"),
         };
         format!(
-            "#{} {} {:?} {} [{:.2}-{:.2} s] {}{}{}{}",
+            "#{} {} {:?} {} [{:.2}-{:.2} s] {}{}{}{}{}",
             self.index,
             self.client,
             self.kind,
@@ -160,6 +204,10 @@ impl Op {
             self.session
                 .as_ref()
                 .map(|s| format!(" session {}", &s[..8.min(s.len())]))
+                .unwrap_or_default(),
+            self.task
+                .as_ref()
+                .map(|t| format!(" task {t:?}"))
                 .unwrap_or_default(),
         )
     }
@@ -183,6 +231,10 @@ pub enum FaultKind {
         link: String,
         mode: String,
     },
+    /// `SENTINEL FAILOVER <master>` asked of a sentinel (Sentinel topology).
+    SentinelFailover,
+    /// Every sentinel names the new master (`port`): the failover is done.
+    SentinelSwitched(u16),
     /// The harness could not do what it meant to (an instance that did not restart).
     HarnessProblem(String),
 }

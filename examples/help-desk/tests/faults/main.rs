@@ -1,6 +1,7 @@
 //! The fleet's promises under faults (issue 18): randomized faults over real processes (three
-//! distributed `help-desk` instances, `redis-server`, nginx round robin), clients of every era
-//! recording a history, and a checker that says which promise broke, with the seed and a short
+//! distributed `help-desk` instances, `redis-server` or, with `FAULTS_SENTINEL=1`, a master, a
+//! replica and three sentinels, nginx round robin), clients of every era (2026-07-28 tasks and
+//! multi-round calls too) recording a history, and a checker that says which promise broke, with the seed and a short
 //! timeline. See `docs/RELIABILITY.md`.
 //!
 //! ```text
@@ -62,7 +63,7 @@ fn run(cfg: &RunConfig) -> RunResult {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let mut fleet = Fleet::start(&rt, 3, cfg.redis_persistent);
+    let mut fleet = Fleet::start(&rt, 3, cfg.redis_persistent, cfg.plan.switches.sentinel);
     let rec = Recorder::new();
     let sh = Shared::new(rec.clone(), cfg.double_stamp);
     let lb = format!("http://127.0.0.1:{}", fleet.nginx.port());
@@ -98,6 +99,20 @@ fn run(cfg: &RunConfig) -> RunResult {
             base,
         )));
     }
+    // 2026-07-28 background tasks and multi-round calls, through nginx: each poll and each
+    // round may land on any instance.
+    tasks.push(rt.spawn(clients::task_client(
+        sh.clone(),
+        "t0".into(),
+        Route::Balancer,
+        lb.clone(),
+    )));
+    tasks.push(rt.spawn(clients::confirm_client(
+        sh.clone(),
+        "r0".into(),
+        Route::Balancer,
+        lb.clone(),
+    )));
     let (route, base) = if cfg.plan.switches.legacy_through_balancer {
         (Route::Balancer, lb.clone())
     } else {
@@ -264,15 +279,7 @@ fn short_seeds() {
 fn broken_redis_without_persistence_is_caught() {
     let mut plan = ci_plan();
     // Only the Redis restart: the point is the lost sessions.
-    plan.switches = Switches {
-        instance_kill: false,
-        instance_stop: false,
-        redis_stop: false,
-        redis_link: false,
-        relay_link: false,
-        redis_restart: false,
-        legacy_through_balancer: false,
-    };
+    plan.switches = Switches::none();
     plan.force_redis_restart_at = Some(Duration::from_secs(4));
     let r = run(&RunConfig {
         seed: env_u64("FAULTS_SEED").unwrap_or(11),
@@ -307,15 +314,7 @@ fn broken_redis_without_persistence_is_caught() {
 #[test]
 fn broken_client_doubling_calls_is_caught() {
     let mut plan = ci_plan();
-    plan.switches = Switches {
-        instance_kill: false,
-        instance_stop: false,
-        redis_stop: false,
-        redis_link: false,
-        relay_link: false,
-        redis_restart: false,
-        legacy_through_balancer: false,
-    };
+    plan.switches = Switches::none();
     let r = run(&RunConfig {
         seed: 5,
         secs: 3,
