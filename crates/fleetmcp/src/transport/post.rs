@@ -303,6 +303,7 @@ async fn stream_answer(
         last: sink.last.clone(),
         phase: Phase::Tail,
         retry_ms: app.config().http.sse_retry_ms,
+        sent_id: None,
     };
     sse::streaming(body.frames(), sse::keepalive_every(&app.config().http))
 }
@@ -325,6 +326,9 @@ struct Answer {
     last: Arc<Mutex<Option<Bytes>>>,
     phase: Phase,
     retry_ms: u64,
+    /// The last event id this response sent: a direct message repeats no id (an id names one
+    /// event), so it carries one only when it differs.
+    sent_id: Option<String>,
 }
 
 impl Answer {
@@ -341,13 +345,19 @@ impl Answer {
                                 st.phase = Phase::Done;
                             }
                             let frame = sse::frame(&ev, st.retry_ms);
+                            st.sent_id = Some(ev.id);
                             return Some((frame, st));
                         }
                         _ = st.degraded.cancelled() => st.phase = Phase::Direct,
                     },
                     Phase::Direct => {
                         let ev = st.direct.recv().await?;
-                        return Some((sse::frame(&ev, st.retry_ms), st));
+                        if st.sent_id.as_deref() == Some(ev.id.as_str()) {
+                            return Some((sse::message_frame(&ev.data), st));
+                        }
+                        let frame = sse::frame(&ev, st.retry_ms);
+                        st.sent_id = Some(ev.id);
+                        return Some((frame, st));
                     }
                     Phase::Done => return None,
                 }
