@@ -146,8 +146,9 @@ async fn read_up_to(mut body: Body, limit: usize) -> (Body, Option<Bytes>) {
 /// `params._meta.traceparent` of one JSON-RPC message, when it is a valid `traceparent`. Only
 /// a body that names the key is parsed (a batch has no single `_meta`, and is not).
 fn traceparent_in_meta(body: &[u8]) -> Option<TraceContext> {
-    const KEY: &[u8] = b"\"traceparent\"";
-    if !body.windows(KEY.len()).any(|w| w == KEY) {
+    // Every POST without the header passes here: a vectorised search, not a byte-by-byte
+    // window comparison (a 4 MiB body cost tens of milliseconds that way).
+    if memchr::memmem::find(body, b"\"traceparent\"").is_none() {
         return None;
     }
     #[derive(Deserialize)]
