@@ -103,13 +103,20 @@ async fn records_use_the_contract_layout_and_live_their_ttl() {
     assert_eq!(redis.cli(&["SCARD", "mcp:task:executor:node-a"]), "2");
 
     // Found by id alone (no session) and under its session.
-    assert_eq!(store.get(None, "t2").await, Some(free_task.clone()));
     assert_eq!(
-        store.get(Some("sess"), "t1").await,
+        store.get(None, "t2").await.unwrap(),
+        Some(free_task.clone())
+    );
+    assert_eq!(
+        store.get(Some("sess"), "t1").await.unwrap(),
         Some(session_task.clone())
     );
-    assert_eq!(store.get(None, "t1").await, None, "filed under its session");
-    assert_eq!(store.get(None, "nope").await, None);
+    assert_eq!(
+        store.get(None, "t1").await.unwrap(),
+        None,
+        "filed under its session"
+    );
+    assert_eq!(store.get(None, "nope").await.unwrap(), None);
 
     // An update keeps the record's expiry (KEEPTTL), it does not extend it.
     redis.cli(&["PEXPIRE", "mcp:task:records:sess:t1", "5000"]);
@@ -118,8 +125,8 @@ async fn records_use_the_contract_layout_and_live_their_ttl() {
     parked
         .input_requests
         .insert("q".into(), json!({"method": "elicitation/create"}));
-    store.put(&parked).await;
-    assert_eq!(store.get(Some("sess"), "t1").await, Some(parked));
+    store.put(&parked).await.unwrap();
+    assert_eq!(store.get(Some("sess"), "t1").await.unwrap(), Some(parked));
     let ttl = pttl(&redis, "mcp:task:records:sess:t1");
     assert!(ttl > 0 && ttl <= 5000, "kept: {ttl}");
 
@@ -127,12 +134,12 @@ async fn records_use_the_contract_layout_and_live_their_ttl() {
     let mut done = free_task.clone();
     done.status = TaskStatus::Completed;
     done.result = Some(json!({"content": []}));
-    store.put(&done).await;
+    store.put(&done).await.unwrap();
     assert_eq!(redis.cli(&["SCARD", "mcp:task:executor:node-a"]), "1");
 
     // A write to a record that expired does not bring it back (with no TTL).
     redis.cli(&["DEL", "mcp:task:records::t2"]);
-    store.put(&done).await;
+    store.put(&done).await.unwrap();
     assert_eq!(redis.cli(&["EXISTS", "mcp:task:records::t2"]), "0");
 }
 
@@ -148,14 +155,15 @@ async fn list_reads_a_sessions_live_tasks_oldest_first() {
     let ids: Vec<String> = store
         .list("s")
         .await
+        .unwrap()
         .into_iter()
         .map(|r| r.task_id)
         .collect();
     assert_eq!(ids, ["a", "bb", "ccc"]);
     // An expired record drops out of the list.
     redis.cli(&["DEL", "mcp:task:records:s:bb"]);
-    assert_eq!(store.list("s").await.len(), 2);
-    assert!(store.list("nobody").await.is_empty());
+    assert_eq!(store.list("s").await.unwrap().len(), 2);
+    assert!(store.list("nobody").await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,16 +174,16 @@ async fn an_ended_task_is_never_rewritten() {
     store.create(&working).await.unwrap();
     let mut cancelled = working.clone();
     cancelled.status = TaskStatus::Cancelled;
-    store.put(&cancelled).await;
+    store.put(&cancelled).await.unwrap();
     // The executor's late writes: its result, or a question.
     let mut completed = working.clone();
     completed.status = TaskStatus::Completed;
     completed.result = Some(json!({"content": [{"type": "text", "text": "late"}]}));
-    store.put(&completed).await;
+    store.put(&completed).await.unwrap();
     let mut parked = working.clone();
     parked.status = TaskStatus::InputRequired;
-    store.put(&parked).await;
-    assert_eq!(store.get(None, "t").await, Some(cancelled));
+    store.put(&parked).await.unwrap();
+    assert_eq!(store.get(None, "t").await.unwrap(), Some(cancelled));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,19 +201,19 @@ async fn replace_if_unchanged_is_a_compare_and_set() {
     let mut moved = seen.clone();
     moved.status = TaskStatus::InputRequired;
     moved.last_updated_at = "2026-01-01T00:00:05.000Z".into();
-    store.put(&moved).await;
-    assert!(!store.replace_if_unchanged(&seen, &failed).await);
-    assert_eq!(store.get(None, "t").await, Some(moved.clone()));
+    store.put(&moved).await.unwrap();
+    assert!(!store.replace_if_unchanged(&seen, &failed).await.unwrap());
+    assert_eq!(store.get(None, "t").await.unwrap(), Some(moved.clone()));
 
     // Unchanged since read: written.
-    assert!(store.replace_if_unchanged(&moved, &failed).await);
-    assert_eq!(store.get(None, "t").await, Some(failed.clone()));
+    assert!(store.replace_if_unchanged(&moved, &failed).await.unwrap());
+    assert_eq!(store.get(None, "t").await.unwrap(), Some(failed.clone()));
 
     // Ended: never replaced, even by a reader that saw the same record.
     let mut again = failed.clone();
     again.error = Some(json!({"code": -32603, "message": "other"}));
-    assert!(!store.replace_if_unchanged(&failed, &again).await);
-    assert_eq!(store.get(None, "t").await, Some(failed));
+    assert!(!store.replace_if_unchanged(&failed, &again).await.unwrap());
+    assert_eq!(store.get(None, "t").await.unwrap(), Some(failed));
 
     // A different executor than the one seen: refused.
     let other = rec("u", None, Some(("node-b", 1)));
@@ -217,7 +225,7 @@ async fn replace_if_unchanged_is_a_compare_and_set() {
     });
     let mut next = claimed.clone();
     next.status = TaskStatus::Failed;
-    assert!(!store.replace_if_unchanged(&claimed, &next).await);
+    assert!(!store.replace_if_unchanged(&claimed, &next).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,11 +266,11 @@ async fn full_session_on(redis: SharedRedis) {
     // b ends: room is made by dropping it (the oldest ended), a stays.
     let mut b = rec("b", Some("s"), None);
     b.status = TaskStatus::Completed;
-    store.put(&b).await;
+    store.put(&b).await.unwrap();
     store.create(&rec("c", Some("s"), None)).await.unwrap();
-    assert_eq!(store.get(Some("s"), "b").await, None);
-    assert!(store.get(Some("s"), "a").await.is_some());
-    assert_eq!(store.list("s").await.len(), 2);
+    assert_eq!(store.get(Some("s"), "b").await.unwrap(), None);
+    assert!(store.get(Some("s"), "a").await.unwrap().is_some());
+    assert_eq!(store.list("s").await.unwrap().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,26 +300,26 @@ async fn fail_tasks_of_on(redis: SharedRedis) {
     let mut completed = ended.clone();
     completed.status = TaskStatus::Completed;
     completed.result = Some(json!({"content": []}));
-    store.put(&completed).await;
+    store.put(&completed).await.unwrap();
 
     let error = json!({"code": -32603, "message": fleetmcp::EXECUTOR_GONE_MESSAGE});
     // node-x was found gone at 400: tasks a newer process under that id started since stay.
     assert_eq!(store.fail_tasks_of("node-x", 400, &error).await, 2);
     for (owner, id) in [(None, "old"), (Some("s"), "parked")] {
-        let r = store.get(owner, id).await.unwrap();
+        let r = store.get(owner, id).await.unwrap().unwrap();
         assert_eq!(r.status, TaskStatus::Failed, "{id}");
         assert_eq!(r.error.as_ref(), Some(&error), "{id}");
         assert!(r.input_requests.is_empty());
     }
     assert_eq!(
-        store.get(None, "newer").await.unwrap().status,
+        store.get(None, "newer").await.unwrap().unwrap().status,
         TaskStatus::Working
     );
     assert_eq!(
-        store.get(None, "elsewhere").await.unwrap().status,
+        store.get(None, "elsewhere").await.unwrap().unwrap().status,
         TaskStatus::Working
     );
-    assert_eq!(store.get(None, "ended").await, Some(completed));
+    assert_eq!(store.get(None, "ended").await.unwrap(), Some(completed));
     // Only the newer task is left to scan; a second call ends nothing.
     assert_eq!(
         redis.cli(&["SMEMBERS", "mcp:task:executor:node-x"]),
@@ -352,9 +360,22 @@ async fn a_paused_redis_bounds_every_call() {
         matches!(created, Err(TaskStoreError::Unavailable(_))),
         "{created:?}"
     );
-    assert_eq!(store.get(None, "t").await, None, "unreadable: not found");
-    store.put(&rec("t", None, None)).await;
-    assert!(store.list("s").await.is_empty());
+    // Every call says the store did not answer, never "no such task" or "written".
+    let read = store.get(None, "t").await;
+    assert!(
+        matches!(read, Err(TaskStoreError::Unavailable(_))),
+        "{read:?}"
+    );
+    let written = store.put(&rec("t", None, None)).await;
+    assert!(
+        matches!(written, Err(TaskStoreError::Unavailable(_))),
+        "{written:?}"
+    );
+    let listed = store.list("s").await;
+    assert!(
+        matches!(listed, Err(TaskStoreError::Unavailable(_))),
+        "{listed:?}"
+    );
     let took = began.elapsed();
     assert!(took < Duration::from_secs(3), "four calls took {took:?}");
     redis.resume();

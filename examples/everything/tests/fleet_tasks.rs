@@ -38,7 +38,17 @@ fn start(machine: &str, redis: &RedisServer) -> Instance {
 }
 
 /// One 2026-07-28 request declaring the tasks extension; the JSON-RPC answer.
-async fn modern(http: &reqwest::Client, url: &str, method: &str, mut params: Value) -> Value {
+async fn modern(http: &reqwest::Client, url: &str, method: &str, params: Value) -> Value {
+    modern_http(http, url, method, params).await.2
+}
+
+/// [`modern`], with the HTTP status and `Retry-After` of the answer.
+async fn modern_http(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    mut params: Value,
+) -> (u16, Option<String>, Value) {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -64,9 +74,17 @@ async fn modern(http: &reqwest::Client, url: &str, method: &str, mut params: Val
         .send()
         .await
         .unwrap_or_else(|e| panic!("{method} to {url}: {e}"));
-    res.json()
+    let status = res.status().as_u16();
+    let retry = res
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = res
+        .json()
         .await
-        .unwrap_or_else(|e| panic!("{method} answer: {e}"))
+        .unwrap_or_else(|e| panic!("{method} answer ({status}): {e}"));
+    (status, retry, body)
 }
 
 /// Starts `tool` as a task through `url`; its id.
@@ -344,6 +362,157 @@ async fn tasks_update_through_b_answers_the_question_of_a_task_running_on_a() {
     )
     .await;
     assert!(r.to_string().contains("delete: accept"), "{r}");
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+/// The refusal every request that needs a store that does not answer gets: `503` with
+/// `Retry-After: 1`, JSON-RPC `-32000` with `retryAfterMs`.
+fn assert_refused_for_the_store(what: &str, (status, retry, v): &(u16, Option<String>, Value)) {
+    assert_eq!(*status, 503, "{what}: {v}");
+    assert_eq!(retry.as_deref(), Some("1"), "{what}: {v}");
+    assert_eq!(v["error"]["code"], -32000, "{what}: {v}");
+    assert_eq!(v["error"]["data"]["retryAfterMs"], 1000, "{what}: {v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("task store is unavailable")),
+        "{what}: {v}"
+    );
+}
+
+/// While Redis does not answer (SIGSTOP), a task is neither "unknown" nor silently lost: every
+/// task request (`tasks/get`, `tasks/update`, `tasks/cancel` of a task running on another
+/// instance) and a new task are refused with `503` and `Retry-After` (RELIABILITY F5, F7;
+/// before, `tasks/get` answered `-32602 Unknown task` and a new task `-32603` with `200`).
+/// Once Redis answers again the task is there, still working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_task_store_is_paused_task_requests_are_refused_with_retry_after() {
+    let mut redis = RedisServer::start();
+    let http = reqwest::Client::new();
+    let (a, b, id) = long_task_on_a(&redis, &http).await;
+    redis.pause();
+    for url in [a.mcp_url(), b.mcp_url()] {
+        let got = modern_http(&http, &url, "tasks/get", json!({"taskId": id})).await;
+        assert_refused_for_the_store("tasks/get", &got);
+    }
+    let cancel = modern_http(&http, &b.mcp_url(), "tasks/cancel", json!({"taskId": id})).await;
+    assert_refused_for_the_store("tasks/cancel through B", &cancel);
+    let update = modern_http(
+        &http,
+        &b.mcp_url(),
+        "tasks/update",
+        json!({"taskId": id, "inputResponses": {}}),
+    )
+    .await;
+    assert_refused_for_the_store("tasks/update through B", &update);
+    let create = modern_http(
+        &http,
+        &a.mcp_url(),
+        "tools/call",
+        json!({"name": "test_cancellable_task", "arguments": {"work_ms": 100}}),
+    )
+    .await;
+    assert_refused_for_the_store("a new task", &create);
+    redis.resume();
+    let r = get(&http, &b.mcp_url(), &id).await;
+    assert_eq!(r["status"], "working", "{r}");
+    // The refused cancel changed nothing: the handler still runs on A.
+    assert_eq!(stats(&http, &a.mcp_url()).await["cancelled"], 0);
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}
+
+/// Polls `tasks/get` through `url` until the task has ended; fails if it ever reads `failed`.
+async fn wait_completed(http: &reqwest::Client, url: &str, task: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (status, _, v) = modern_http(http, url, "tasks/get", json!({"taskId": task})).await;
+        if status == 200 {
+            let r = &v["result"];
+            assert_ne!(r["status"], "failed", "the task failed: {r}");
+            if r["status"] == "completed" {
+                return r.clone();
+            }
+        } else {
+            assert_eq!(status, 503, "{v}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "task {task} not completed within {limit:?}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A task whose handler finishes while Redis does not answer ends `completed` once Redis is
+/// back, with its result (RELIABILITY F6a: the end was dropped, the record stayed `working`,
+/// and the instance then failed its own live task as one a previous process left behind).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_finishes_while_redis_is_paused_ends_completed() {
+    let mut redis = RedisServer::start();
+    let a = start("node-a", &redis);
+    let http = reqwest::Client::new();
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 1000}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.pause();
+    // The handler ends at about 1 s, its end cannot be stored until the store answers.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(stats(&http, &a.mcp_url()).await["completed"], 1);
+    redis.resume();
+    wait_completed(&http, &a.mcp_url(), &id, Duration::from_secs(8)).await;
+    let raw = redis.cli(&["GET", &format!("mcp:task:records::{id}")]);
+    assert!(raw.contains("\"status\":\"completed\""), "{raw}");
+    a.assert_no_panic_logged();
+}
+
+/// A's link to Redis is cut for 1.5 s (connections refused: its channel subscription drops,
+/// its heartbeat key stays) while its task runs; B, polling the task all along, never fails it
+/// as orphaned, and it ends `completed` (RELIABILITY F6b: "no subscriber" alone was taken as
+/// proof that A was dead, at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_executor_is_cut_off_from_redis_for_a_moment_is_not_failed() {
+    let redis = RedisServer::start();
+    let proxy = support_redis::CuttableProxy::start(redis.port);
+    let slow_beat = [
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "5000"),
+    ];
+    let via_proxy = proxy.url();
+    let direct = redis.url();
+    let mut a_env = slow_beat.to_vec();
+    a_env.extend([("MACHINE_ID", "node-a"), ("REDIS_URL", via_proxy.as_str())]);
+    let mut b_env = slow_beat.to_vec();
+    b_env.extend([("MACHINE_ID", "node-b"), ("REDIS_URL", direct.as_str())]);
+    let a = Instance::start(env!("CARGO_BIN_EXE_everything"), &a_env);
+    let b = Instance::start(env!("CARGO_BIN_EXE_everything"), &b_env);
+    let http = reqwest::Client::new();
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 3000}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut();
+    let cut_at = Instant::now();
+    while cut_at.elapsed() < Duration::from_millis(1500) {
+        let r = get(&http, &b.mcp_url(), &id).await;
+        assert_eq!(r["status"], "working", "read on B during the cut: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.restore();
+    let r = wait_completed(&http, &b.mcp_url(), &id, Duration::from_secs(10)).await;
+    assert!(r["result"].is_object(), "{r}");
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }

@@ -5,14 +5,19 @@
 //!
 //! - A heartbeat under the machine id that started after the work did belongs to a newer
 //!   process (restarted under the same id): the work's process is gone.
-//! - No subscriber on the instance's channel: its process is gone (the kernel closed its
-//!   connections), at once, whether or not its heartbeat key has expired yet (a SIGKILLed
-//!   process's key outlives it by up to the heartbeat lifetime). A live instance whose
-//!   subscription is down is not serving either: its lease holds only while it is up
-//!   (`Lease::set_present`), and the relay takes its sessions over on the same evidence.
+//! - Neither a heartbeat nor a subscriber on its channel: gone, at once (it stopped, or its
+//!   key expired and the kernel closed its connections).
+//! - A heartbeat but no subscriber: gone only once `FRONTMCP_HA_TAKEOVER_GRACE_MS` has passed
+//!   since this instance first saw it so. A SIGKILLed process's key outlives it by up to the
+//!   heartbeat lifetime, but so does a live instance's whose subscription dropped with a Redis
+//!   restart or a broken link, and which subscribes again within a second of Redis answering
+//!   (`subscription.rs`). Sessions need not wait (their holder's lease holds only while its
+//!   subscription is up, `Lease::set_present`, so the relay takes them over at once); work
+//!   that runs on regardless of the subscription does: a task's handler, an SSE answer's
+//!   writer. Judged gone at once, such work was failed while it ran and then finished (F6 in
+//!   docs/RELIABILITY.md).
 //! - No heartbeat while its process still holds the channel (paused, or its Redis writes
-//!   failing): gone only once `FRONTMCP_HA_TAKEOVER_GRACE_MS` has passed since this instance
-//!   first saw it so.
+//!   failing): gone, likewise, once the grace has passed.
 //! - A heartbeat and a subscriber: alive.
 //! - Redis not answering: not gone (nothing is decided on a guess).
 
@@ -34,7 +39,7 @@ pub(super) struct Liveness {
     redis: RedisConn,
     key_prefix: String,
     grace: Duration,
-    /// Instances seen without a heartbeat but still subscribed, and since when.
+    /// Instances seen without a heartbeat or without a subscriber (not both), and since when.
     silent_since: Mutex<HashMap<String, Instant>>,
 }
 
@@ -65,14 +70,15 @@ impl ProcessLiveness for Liveness {
             return true;
         }
         match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
-            Some(0) => {
+            Some(0) if beat.is_none() => {
                 self.silent_since.lock().remove(node);
                 true
             }
-            Some(_) if beat.is_some() => {
+            Some(n) if n > 0 && beat.is_some() => {
                 self.silent_since.lock().remove(node);
                 false
             }
+            // One of the two is missing: gone once it has been so for the grace.
             Some(_) => {
                 let mut silent = self.silent_since.lock();
                 if silent.len() >= MAX_SILENT && !silent.contains_key(node) {

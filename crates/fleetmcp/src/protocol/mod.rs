@@ -98,4 +98,26 @@ pub mod errors {
     pub fn server(message: impl Into<String>) -> ErrorData {
         ErrorData::new(ErrorCode(-32000), message.into(), None)
     }
+    /// `-32000` for a request refused because a store it needs did not answer (Redis down,
+    /// paused, cut off): nothing was done, and the same request may be sent again after
+    /// `retry_after`, which `data.retryAfterMs` carries. A plain HTTP answer with it is `503`
+    /// with `Retry-After` ([`unavailable_retry_after`]), the refusal every store outage gets.
+    pub fn unavailable(message: impl Into<String>, retry_after: std::time::Duration) -> ErrorData {
+        let ms = u64::try_from(retry_after.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        ErrorData::new(
+            ErrorCode(-32000),
+            message.into(),
+            Some(serde_json::json!({ "retryAfterMs": ms })),
+        )
+    }
+    /// The wait, in whole seconds, of an [`unavailable`] error; `None` for any other error.
+    pub fn unavailable_retry_after(e: &ErrorData) -> Option<u64> {
+        if e.code != ErrorCode(-32000) {
+            return None;
+        }
+        let ms = e.data.as_ref()?.get("retryAfterMs")?.as_u64()?;
+        Some(retry_after_secs(std::time::Duration::from_millis(ms)))
+    }
 }

@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::TaskConfig;
 pub(crate) use crate::liveness::ProcessLiveness;
-use crate::protocol::{ErrorCode, ErrorData};
+use crate::protocol::{ErrorCode, ErrorData, errors};
 
 /// The message of a task that ended because the instance running it stopped.
 pub const EXECUTOR_GONE_MESSAGE: &str = "The instance running this task stopped before it finished";
@@ -135,18 +135,24 @@ pub struct Executor {
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Writes a record (a new one, or a change to one already stored). A shared store never
-    /// rewrites a record that has ended (a task's end is final, whoever wrote it first).
-    async fn put(&self, record: &TaskRecord);
+    /// rewrites a record that has ended (a task's end is final, whoever wrote it first): such a
+    /// write, like one to a record that has expired, is dropped, and is no error.
+    /// `Err(Unavailable)`: the store did not answer, so the write may not have happened.
+    async fn put(&self, record: &TaskRecord) -> Result<(), TaskStoreError>;
     /// The record of `task_id`, filed under `owner` (its session; `None` for a task of no
     /// session). A store may find it without the owner (memory does); callers check ownership.
-    async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord>;
+    /// `Ok(None)`: there is no such record; `Err(Unavailable)`: the store could not tell.
+    async fn get(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+    ) -> Result<Option<TaskRecord>, TaskStoreError>;
     /// The live tasks of an owner (a session), oldest first.
-    async fn list(&self, owner: &str) -> Vec<TaskRecord>;
+    async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError>;
     /// Stores the record of a task about to start, or refuses it when the store is full of
     /// records it may not drop (or cannot be reached). The default stores it unconditionally.
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
-        self.put(record).await;
-        Ok(())
+        self.put(record).await
     }
     /// [`TaskStore::create`], counting the new task against its caller's bounds too, and
     /// charging, while it works, the bytes its running handler holds (`quota.held_bytes`).
@@ -162,18 +168,22 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Writes `next` only if the stored record is still the one `seen` was (same status, same
     /// `lastUpdatedAt`, same executor) and has not ended: the compare-and-set that ends an
     /// orphaned task without undoing a write that came first. Whether it was written.
-    async fn replace_if_unchanged(&self, seen: &TaskRecord, next: &TaskRecord) -> bool {
-        match self.get(seen.owner.as_deref(), &seen.task_id).await {
+    async fn replace_if_unchanged(
+        &self,
+        seen: &TaskRecord,
+        next: &TaskRecord,
+    ) -> Result<bool, TaskStoreError> {
+        match self.get(seen.owner.as_deref(), &seen.task_id).await? {
             Some(cur)
                 if !cur.status.is_terminal()
                     && cur.status == seen.status
                     && cur.last_updated_at == seen.last_updated_at
                     && cur.executor == seen.executor =>
             {
-                self.put(next).await;
-                true
+                self.put(next).await?;
+                Ok(true)
             }
-            _ => false,
+            _ => Ok(false),
         }
     }
     /// Asks the instance running `task_id` (if another) to stop it. Memory: nothing to do,
@@ -181,7 +191,13 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn signal_cancel(&self, _task_id: &str) {}
     /// Hands the client's answers to a task's questions to the instance running it (if
     /// another). Memory: nothing to do, every task runs here.
-    async fn signal_answers(&self, _task_id: &str, _answers: &Map<String, Value>) {}
+    async fn signal_answers(
+        &self,
+        _task_id: &str,
+        _answers: &Map<String, Value>,
+    ) -> Result<(), TaskStoreError> {
+        Ok(())
+    }
     /// Ends as `failed` (with `error`) every task not ended yet that `node` started before
     /// `spawned_before` (Unix ms); how many. Memory: none, every task runs here.
     async fn fail_tasks_of(&self, _node: &str, _spawned_before: u64, _error: &Value) -> usize {
@@ -553,12 +569,13 @@ impl MemoryTaskStore {
 
 #[async_trait]
 impl TaskStore for MemoryTaskStore {
-    async fn put(&self, record: &TaskRecord) {
+    async fn put(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         inner.expire(now);
         let seq = inner.replace(record, now, None);
         self.settle(&mut inner, record, seq);
+        Ok(())
     }
 
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
@@ -637,20 +654,24 @@ impl TaskStore for MemoryTaskStore {
         Ok(())
     }
 
-    async fn get(&self, _owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+    async fn get(
+        &self,
+        _owner: Option<&str>,
+        task_id: &str,
+    ) -> Result<Option<TaskRecord>, TaskStoreError> {
         let inner = self.inner.lock();
-        inner
+        Ok(inner
             .records
             .get(task_id)
             .filter(|e| e.expires > Instant::now())
-            .map(|e| e.record.clone())
+            .map(|e| e.record.clone()))
     }
 
-    async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+    async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError> {
         let now = Instant::now();
         let inner = self.inner.lock();
         let Some(u) = inner.owners.get(owner) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let mut out: Vec<TaskRecord> = u
             .all
@@ -664,7 +685,7 @@ impl TaskStore for MemoryTaskStore {
                 .cmp(&b.created_at)
                 .then(a.task_id.cmp(&b.task_id))
         });
-        out
+        Ok(out)
     }
 }
 
@@ -787,11 +808,7 @@ impl Tasks {
                 }
                 TaskStoreError::Unavailable(why) => {
                     tracing::warn!(error = %why, "a new task was refused: the task store is unavailable");
-                    ErrorData::new(
-                        ErrorCode::INTERNAL_ERROR,
-                        "The task store is unavailable; retry later",
-                        None,
-                    )
+                    unavailable()
                 }
             });
         }
@@ -799,21 +816,72 @@ impl Tasks {
     }
 
     /// Records how a task ended (unless it already had, e.g. cancelled) and forgets it here.
+    ///
+    /// A store that does not answer is asked again (100 ms doubling to 2 s) until it does, for
+    /// as long as the record may live: the end is the one write of a task that must not be
+    /// lost. Until it is stored the task stays registered as running here, so that no reader
+    /// takes its record for one a previous process left under this machine id and fails it.
     pub async fn end(
         &self,
         owner: Option<&str>,
         task_id: &str,
         outcome: impl FnOnce(&mut TaskRecord),
     ) {
-        if let Some(mut record) = self.store.get(owner, task_id).await
+        let read = self
+            .until_stored(task_id, "end", None, || self.store.get(owner, task_id))
+            .await
+            .flatten();
+        if let Some(mut record) = read
             && !record.status.is_terminal()
         {
             record.input_requests.clear();
             outcome(&mut record);
             self.cap_result(&mut record);
-            self.update(record).await;
+            record.last_updated_at = crate::clock::iso_now();
+            self.until_stored(task_id, "end", None, || self.store.put(&record))
+                .await;
         }
         self.running.lock().remove(task_id);
+    }
+
+    /// Runs `op` until the store answers it: on `Unavailable`, again after 100 ms doubling to
+    /// 2 s, until the task's record would have expired or `stop` fires. `None`: given up.
+    async fn until_stored<T, F, Fut>(
+        &self,
+        task_id: &str,
+        what: &str,
+        stop: Option<&CancellationToken>,
+        mut op: F,
+    ) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, TaskStoreError>>,
+    {
+        let deadline = Instant::now() + Duration::from_millis(self.ttl_ms);
+        let mut wait = Duration::from_millis(100);
+        let mut warned = false;
+        loop {
+            let e = match op().await {
+                Ok(v) => return Some(v),
+                Err(e) => e,
+            };
+            if !warned {
+                tracing::warn!(task = %task_id, error = %e, "a task's {what} could not be stored; retrying until the task store answers");
+                warned = true;
+            }
+            if Instant::now() + wait >= deadline {
+                tracing::error!(task = %task_id, "a task's {what} could not be stored before its record expired; given up");
+                return None;
+            }
+            match stop {
+                Some(stop) => tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.cancelled() => return None,
+                },
+                None => tokio::time::sleep(wait).await,
+            }
+            wait = (wait * 2).min(Duration::from_secs(2));
+        }
     }
 
     /// A result too large to keep becomes the task's failure, naming the bound, so that one
@@ -858,22 +926,40 @@ impl Tasks {
                 receivers.push(rx);
             }
         }
-        if let Some(mut record) = self.store.get(running.owner.as_deref(), task_id).await
+        // Retried like the end: a lost write would leave the client never asked.
+        let owner = running.owner.as_deref();
+        let stop = Some(&running.cancel);
+        let read = self
+            .until_stored(task_id, "questions", stop, || {
+                self.store.get(owner, task_id)
+            })
+            .await
+            .flatten();
+        if let Some(mut record) = read
             && !record.status.is_terminal()
         {
             record.status = TaskStatus::InputRequired;
             record.input_requests.extend(shown);
-            self.update(record).await;
+            record.last_updated_at = crate::clock::iso_now();
+            self.until_stored(task_id, "questions", stop, || self.store.put(&record))
+                .await;
         }
         receivers
     }
 
     /// A task's record (filed under `owner`, its session, if any). A task whose executor is
-    /// found gone is ended as `failed` first.
-    pub async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
-        let record = self.store.get(owner, task_id).await?;
+    /// found gone is ended as `failed` first. A store that does not answer is the refusal a
+    /// client retries ([`errors::unavailable`]), never "unknown task": the task may well exist.
+    pub async fn get(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+    ) -> Result<Option<TaskRecord>, ErrorData> {
+        let Some(record) = self.store.get(owner, task_id).await.map_err(refused)? else {
+            return Ok(None);
+        };
         let mut gone = HashMap::new();
-        Some(self.settle_orphan(record, &mut gone).await)
+        Ok(Some(self.settle_orphan(record, &mut gone).await))
     }
 
     /// [`Tasks::get`] on behalf of `caller` (a principal's fingerprint; `None`: anonymous):
@@ -885,25 +971,27 @@ impl Tasks {
         owner: Option<&str>,
         caller: Option<&str>,
         task_id: &str,
-    ) -> Option<TaskRecord> {
-        let record = self.store.get(owner, task_id).await?;
+    ) -> Result<Option<TaskRecord>, ErrorData> {
+        let Some(record) = self.store.get(owner, task_id).await.map_err(refused)? else {
+            return Ok(None);
+        };
         if !record.is_visible_to(caller) {
             tracing::warn!(task = %task_id, "a task was asked for by a principal other than the one that started it; answered as unknown");
-            return None;
+            return Ok(None);
         }
         let mut gone = HashMap::new();
-        Some(self.settle_orphan(record, &mut gone).await)
+        Ok(Some(self.settle_orphan(record, &mut gone).await))
     }
 
     /// The live tasks of a session, oldest first (orphaned ones ended as in [`Tasks::get`]).
-    pub async fn list(&self, owner: &str) -> Vec<TaskRecord> {
-        let records = self.store.list(owner).await;
+    pub async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, ErrorData> {
+        let records = self.store.list(owner).await.map_err(refused)?;
         let mut gone = HashMap::new();
         let mut out = Vec::with_capacity(records.len());
         for r in records {
             out.push(self.settle_orphan(r, &mut gone).await);
         }
-        out
+        Ok(out)
     }
 
     /// Whether the executor of a task not ended is gone. `known`: answers already obtained
@@ -948,7 +1036,8 @@ impl Tasks {
             return record;
         }
         let failed = orphan_failed(&record);
-        if self.store.replace_if_unchanged(&record, &failed).await {
+        // A store that does not answer decides nothing: the record is shown as read.
+        if let Ok(true) = self.store.replace_if_unchanged(&record, &failed).await {
             tracing::warn!(
                 task = %record.task_id,
                 executor = record.executor.as_ref().map(|e| e.node_id.as_str()).unwrap_or(""),
@@ -956,11 +1045,15 @@ impl Tasks {
             );
             return failed;
         }
-        // Something was written first: show that.
-        self.store
+        // Something was written first (or the store did not answer): show what is stored.
+        match self
+            .store
             .get(record.owner.as_deref(), &record.task_id)
             .await
-            .unwrap_or(record)
+        {
+            Ok(Some(stored)) => stored,
+            _ => record,
+        }
     }
 
     /// Ends as `failed` every task not ended yet that instance `node` started before
@@ -986,55 +1079,76 @@ impl Tasks {
     }
 
     /// Writes a changed record, stamping `lastUpdatedAt`.
-    pub async fn update(&self, mut record: TaskRecord) {
+    async fn update(&self, mut record: TaskRecord) -> Result<(), ErrorData> {
         record.last_updated_at = crate::clock::iso_now();
-        self.store.put(&record).await;
+        self.store.put(&record).await.map_err(refused)
     }
 
     /// Cancels a task that has not ended: stops it if it runs here, records it cancelled, and
     /// otherwise asks its executor (through the store) to stop it. The record as stored after.
-    pub async fn cancel(&self, mut r: TaskRecord) -> TaskRecord {
+    /// A store that does not answer refuses the cancel of a task running elsewhere (the client
+    /// asks again); one running here is stopped all the same, and its end records it.
+    pub async fn cancel(&self, mut r: TaskRecord) -> Result<TaskRecord, ErrorData> {
         let here = self.running(&r.task_id);
         if let Some(running) = &here {
             running.cancel.cancel();
         }
         r.status = TaskStatus::Cancelled;
         r.input_requests.clear();
-        self.update(r.clone()).await;
+        match self.update(r.clone()).await {
+            Ok(()) => {}
+            Err(_) if here.is_some() => return Ok(r),
+            Err(e) => return Err(e),
+        }
         if self.fleet.is_none() {
-            return r;
+            return Ok(r);
         }
         if here.is_none() {
             // Written first, so the executor, once stopped, finds the task ended already.
             self.store.signal_cancel(&r.task_id).await;
         }
         // A shared record may have ended another way first (that end is kept).
-        self.store
-            .get(r.owner.as_deref(), &r.task_id)
-            .await
-            .unwrap_or(r)
+        match self.store.get(r.owner.as_deref(), &r.task_id).await {
+            Ok(Some(stored)) => Ok(stored),
+            _ => Ok(r),
+        }
     }
 
     /// Takes the client's answers to a task's questions (`tasks/update`): hands them to the
     /// questions waiting here and records the task working again once none is left; for a task
-    /// running on another instance, sends them to it (its executor does the same there).
-    pub async fn answer(&self, mut r: TaskRecord, answers: Map<String, Value>) {
+    /// running on another instance, sends them to it (its executor does the same there). A
+    /// store that does not answer refuses them, and the client sends them again: a question
+    /// answered already is no longer waiting, so an answer is never taken twice, and the record
+    /// then drops it.
+    pub async fn answer(
+        &self,
+        mut r: TaskRecord,
+        answers: Map<String, Value>,
+    ) -> Result<(), ErrorData> {
         let Some(running) = self.running(&r.task_id) else {
             if self.fleet.is_some() && !r.status.is_terminal() {
-                self.store.signal_answers(&r.task_id, &answers).await;
+                return self
+                    .store
+                    .signal_answers(&r.task_id, &answers)
+                    .await
+                    .map_err(refused);
             }
-            return;
+            return Ok(());
         };
-        for (key, answer) in answers {
-            if let Some(tx) = running.waiting.lock().remove(&key) {
-                let _ = tx.send(answer);
-                r.input_requests.remove(&key);
+        {
+            let mut waiting = running.waiting.lock();
+            for (key, answer) in answers {
+                if let Some(tx) = waiting.remove(&key) {
+                    let _ = tx.send(answer);
+                }
             }
+            // The record shows exactly the questions still waiting.
+            r.input_requests.retain(|key, _| waiting.contains_key(key));
         }
         if r.status == TaskStatus::InputRequired && r.input_requests.is_empty() {
             r.status = TaskStatus::Working;
         }
-        self.update(r).await;
+        self.update(r).await
     }
 
     /// What this instance holds for a task running here.
@@ -1059,9 +1173,11 @@ impl Tasks {
                         continue;
                     }
                     let owner = self.running(&task_id).and_then(|r| r.owner.clone());
-                    if let Some(r) = self.store.get(owner.as_deref(), &task_id).await {
+                    if let Ok(Some(r)) = self.store.get(owner.as_deref(), &task_id).await {
                         tracing::debug!(task = %task_id, "a task's answers arrived through another instance");
-                        self.answer(r, answers).await;
+                        // The answers reached their questions even if the record's change
+                        // could not be stored; the task's next write shows it.
+                        let _ = self.answer(r, answers).await;
                     }
                 }
                 CancelSignal::Resync => {
@@ -1072,7 +1188,7 @@ impl Tasks {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
                     for (id, running) in here {
-                        if let Some(r) = self.store.get(running.owner.as_deref(), &id).await
+                        if let Ok(Some(r)) = self.store.get(running.owner.as_deref(), &id).await
                             && r.status.is_terminal()
                         {
                             tracing::info!(task = %id, "a task ended elsewhere while cancel signals were not received; stopping it");
@@ -1083,6 +1199,25 @@ impl Tasks {
             }
         }
     }
+}
+
+/// How long a client refused because the task store did not answer waits before it asks again.
+const UNAVAILABLE_RETRY: Duration = Duration::from_secs(1);
+
+/// The refusal of a task request the store could not serve (`503` with `Retry-After` over
+/// HTTP): nothing changed, and the client asks again.
+fn unavailable() -> ErrorData {
+    errors::unavailable(
+        "The task store is unavailable; retry shortly",
+        UNAVAILABLE_RETRY,
+    )
+}
+
+/// [`unavailable`], for a store error of a request that creates nothing (a full store only
+/// refuses new tasks, so it cannot come here).
+fn refused(e: TaskStoreError) -> ErrorData {
+    tracing::debug!(error = %e, "a task request was refused: the task store did not answer");
+    unavailable()
 }
 
 /// The error of a task whose executor is gone.
@@ -1173,25 +1308,34 @@ mod tests {
             }))
         );
         assert_eq!(
-            store.get(None, "d").await,
+            store.get(None, "d").await.unwrap(),
             None,
             "a refused task is not stored"
         );
         // b and then a finish: the oldest finished (a, created first) goes first.
-        store.put(&rec("b", None, TaskStatus::Completed, 10)).await;
-        store.put(&rec("a", None, TaskStatus::Completed, 10)).await;
+        store
+            .put(&rec("b", None, TaskStatus::Completed, 10))
+            .await
+            .unwrap();
+        store
+            .put(&rec("a", None, TaskStatus::Completed, 10))
+            .await
+            .unwrap();
         store
             .create(&rec("d", None, TaskStatus::Working, 0))
             .await
             .unwrap();
-        assert_eq!(store.get(None, "a").await, None);
-        assert!(store.get(None, "b").await.is_some());
-        assert!(store.get(None, "c").await.is_some(), "working tasks stay");
+        assert_eq!(store.get(None, "a").await.unwrap(), None);
+        assert!(store.get(None, "b").await.unwrap().is_some());
+        assert!(
+            store.get(None, "c").await.unwrap().is_some(),
+            "working tasks stay"
+        );
         store
             .create(&rec("e", None, TaskStatus::Working, 0))
             .await
             .unwrap();
-        assert_eq!(store.get(None, "b").await, None);
+        assert_eq!(store.get(None, "b").await.unwrap(), None);
         assert_eq!(store.len(), 3);
     }
 
@@ -1228,22 +1372,25 @@ mod tests {
         // Finished records that outgrow the byte bound push the oldest finished out.
         store
             .put(&rec("s1", Some("s"), TaskStatus::Completed, 4000))
-            .await;
+            .await
+            .unwrap();
         store
             .put(&rec("s2", Some("s"), TaskStatus::Completed, 4000))
-            .await;
+            .await
+            .unwrap();
         store
             .put(&rec("t1", Some("t"), TaskStatus::Completed, 4000))
-            .await;
+            .await
+            .unwrap();
         assert!(store.bytes() <= 10_000, "{} bytes", store.bytes());
         assert_eq!(
-            store.get(None, "s1").await,
+            store.get(None, "s1").await.unwrap(),
             None,
             "the oldest finished went first"
         );
-        assert_eq!(store.list("s").await.len(), 1);
+        assert_eq!(store.list("s").await.unwrap().len(), 1);
         assert!(
-            store.get(None, "t1").await.is_some(),
+            store.get(None, "t1").await.unwrap().is_some(),
             "the record just written stays"
         );
     }
@@ -1264,7 +1411,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.len(), 2);
-        assert_eq!(store.list("s").await.len(), 2);
+        assert_eq!(store.list("s").await.unwrap().len(), 2);
     }
 
     #[tokio::test]
@@ -1284,12 +1431,12 @@ mod tests {
             executor: None,
             principal: None,
         };
-        store.put(&rec).await;
-        assert_eq!(store.list("s").await.len(), 1);
-        assert!(store.list("other").await.is_empty());
-        assert_eq!(store.get(None, "t").await, Some(rec));
+        store.put(&rec).await.unwrap();
+        assert_eq!(store.list("s").await.unwrap().len(), 1);
+        assert!(store.list("other").await.unwrap().is_empty());
+        assert_eq!(store.get(None, "t").await.unwrap(), Some(rec));
         tokio::time::sleep(Duration::from_millis(80)).await;
-        assert_eq!(store.get(None, "t").await, None);
+        assert_eq!(store.get(None, "t").await.unwrap(), None);
     }
 
     /// A fleet's view in miniature: a memory store that records cancel signals, and a
@@ -1302,13 +1449,17 @@ mod tests {
 
     #[async_trait]
     impl TaskStore for Spy {
-        async fn put(&self, record: &TaskRecord) {
+        async fn put(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
             self.inner.put(record).await
         }
-        async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+        async fn get(
+            &self,
+            owner: Option<&str>,
+            task_id: &str,
+        ) -> Result<Option<TaskRecord>, TaskStoreError> {
             self.inner.get(owner, task_id).await
         }
-        async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+        async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError> {
             self.inner.list(owner).await
         }
         async fn signal_cancel(&self, task_id: &str) {
@@ -1347,22 +1498,28 @@ mod tests {
         let store = Arc::new(Spy::default());
         let gone = Arc::new(Gone(false.into(), 0.into()));
         let tasks = fleet(store.clone(), gone.clone());
-        store.put(&foreign("t", Some("s"), "other", 1)).await;
-        store.put(&foreign("u", Some("s"), "other", 1)).await;
+        store
+            .put(&foreign("t", Some("s"), "other", 1))
+            .await
+            .unwrap();
+        store
+            .put(&foreign("u", Some("s"), "other", 1))
+            .await
+            .unwrap();
 
-        let r = tasks.get(Some("s"), "t").await.unwrap();
+        let r = tasks.get(Some("s"), "t").await.unwrap().unwrap();
         assert_eq!(r.status, TaskStatus::Working, "alive executor");
 
         gone.0.store(true, std::sync::atomic::Ordering::SeqCst);
         let before = gone.1.load(std::sync::atomic::Ordering::SeqCst);
-        let listed = tasks.list("s").await;
+        let listed = tasks.list("s").await.unwrap();
         assert!(listed.iter().all(|r| r.status == TaskStatus::Failed));
         assert_eq!(
             gone.1.load(std::sync::atomic::Ordering::SeqCst) - before,
             1,
             "a list asks once per executor"
         );
-        let stored = store.get(Some("s"), "t").await.unwrap();
+        let stored = store.get(Some("s"), "t").await.unwrap().unwrap();
         assert_eq!(stored.status, TaskStatus::Failed, "written to the store");
         let e = stored.error.unwrap();
         assert_eq!(e["message"], EXECUTOR_GONE_MESSAGE);
@@ -1375,9 +1532,9 @@ mod tests {
         // Liveness is never asked about our own id: it would say gone.
         let gone = Arc::new(Gone(true.into(), 0.into()));
         let tasks = fleet(store.clone(), gone.clone());
-        store.put(&foreign("old", None, "me", 1)).await;
+        store.put(&foreign("old", None, "me", 1)).await.unwrap();
         assert_eq!(
-            tasks.get(None, "old").await.unwrap().status,
+            tasks.get(None, "old").await.unwrap().unwrap().status,
             TaskStatus::Failed
         );
         let (mine, _) = tasks
@@ -1386,7 +1543,12 @@ mod tests {
             .unwrap();
         assert_eq!(mine.executor.as_ref().unwrap().node_id, "me");
         assert_eq!(
-            tasks.get(None, &mine.task_id).await.unwrap().status,
+            tasks
+                .get(None, &mine.task_id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
             TaskStatus::Working
         );
         assert_eq!(gone.1.load(std::sync::atomic::Ordering::SeqCst), 0);
@@ -1400,8 +1562,8 @@ mod tests {
         let mut done = foreign("t", None, "other", 1);
         done.status = TaskStatus::Completed;
         done.result = Some(serde_json::json!({"content": []}));
-        store.put(&done).await;
-        assert_eq!(tasks.get(None, "t").await, Some(done));
+        store.put(&done).await.unwrap();
+        assert_eq!(tasks.get(None, "t").await.unwrap(), Some(done));
     }
 
     #[tokio::test]
@@ -1410,12 +1572,15 @@ mod tests {
         let tasks = fleet(store.clone(), Arc::new(Gone(false.into(), 0.into())));
         let token = CancellationToken::new();
         let (here, _) = tasks.begin(None, None, token.clone()).await.unwrap();
-        let r = tasks.cancel(here.clone()).await;
+        let r = tasks.cancel(here.clone()).await.unwrap();
         assert_eq!(r.status, TaskStatus::Cancelled);
         assert!(token.is_cancelled(), "stopped here");
-        store.put(&foreign("far", None, "other", 1)).await;
-        let far = tasks.get(None, "far").await.unwrap();
-        assert_eq!(tasks.cancel(far).await.status, TaskStatus::Cancelled);
+        store.put(&foreign("far", None, "other", 1)).await.unwrap();
+        let far = tasks.get(None, "far").await.unwrap().unwrap();
+        assert_eq!(
+            tasks.cancel(far).await.unwrap().status,
+            TaskStatus::Cancelled
+        );
         assert_eq!(*store.signals.lock(), vec!["far".to_string()]);
     }
 
@@ -1440,7 +1605,7 @@ mod tests {
         // b was cancelled elsewhere while no signal could arrive: the resync finds its record.
         let mut cancelled = b.clone();
         cancelled.status = TaskStatus::Cancelled;
-        store.put(&cancelled).await;
+        store.put(&cancelled).await.unwrap();
         tx.send(CancelSignal::Resync).await.unwrap();
         drop(tx);
         tokio::time::timeout(Duration::from_secs(5), follower)
@@ -1465,16 +1630,26 @@ mod tests {
             .unwrap();
         let id = mine.task_id.as_str();
         assert_eq!(
-            tasks.get_as(None, Some("fp-p"), id).await,
+            tasks.get_as(None, Some("fp-p"), id).await.unwrap(),
             Some(mine.clone())
         );
-        assert_eq!(tasks.get_as(None, Some("fp-q"), id).await, None);
-        assert_eq!(tasks.get_as(None, None, id).await, None, "not to anonymous");
+        assert_eq!(tasks.get_as(None, Some("fp-q"), id).await.unwrap(), None);
         assert_eq!(
-            tasks.get_as(None, None, &anon.task_id).await,
+            tasks.get_as(None, None, id).await.unwrap(),
+            None,
+            "not to anonymous"
+        );
+        assert_eq!(
+            tasks.get_as(None, None, &anon.task_id).await.unwrap(),
             Some(anon.clone())
         );
-        assert_eq!(tasks.get_as(None, Some("fp-p"), &anon.task_id).await, None);
+        assert_eq!(
+            tasks
+                .get_as(None, Some("fp-p"), &anon.task_id)
+                .await
+                .unwrap(),
+            None
+        );
         // Another principal's read does not settle an orphan either: nothing is written.
         store
             .put(&{
@@ -1482,13 +1657,14 @@ mod tests {
                 r.principal = Some("fp-p".into());
                 r
             })
-            .await;
+            .await
+            .unwrap();
         let gone = Arc::new(Gone(true.into(), 0.into()));
         let tasks = fleet(store.clone(), gone.clone());
-        assert_eq!(tasks.get_as(None, Some("fp-q"), "far").await, None);
+        assert_eq!(tasks.get_as(None, Some("fp-q"), "far").await.unwrap(), None);
         assert_eq!(gone.1.load(std::sync::atomic::Ordering::SeqCst), 0);
         assert_eq!(
-            store.get(None, "far").await.unwrap().status,
+            store.get(None, "far").await.unwrap().unwrap().status,
             TaskStatus::Working
         );
     }
@@ -1518,7 +1694,7 @@ mod tests {
         assert_eq!(r.executor, None, "a single instance names no executor");
         assert_eq!(tasks.fail_tasks_of("me", u64::MAX).await, 0);
         assert_eq!(
-            tasks.get(None, &r.task_id).await.unwrap().status,
+            tasks.get(None, &r.task_id).await.unwrap().unwrap().status,
             TaskStatus::Working
         );
     }

@@ -761,7 +761,7 @@ fn warn_failed(what: &str, task: &str, e: &CommandError) {
 
 #[async_trait]
 impl TaskStore for RedisTaskStore {
-    async fn put(&self, record: &TaskRecord) {
+    async fn put(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
         match self.write(record, None).await {
             Ok(1) => {}
             Ok(-1) => {
@@ -770,8 +770,12 @@ impl TaskStore for RedisTaskStore {
             Ok(_) => {
                 tracing::debug!(task = %record.task_id, "a write to an expired task was dropped")
             }
-            Err(e) => warn_failed("a write", &record.task_id, &e),
+            Err(e) => {
+                warn_failed("a write", &record.task_id, &e);
+                return Err(TaskStoreError::Unavailable(e.to_string()));
+            }
         }
+        Ok(())
     }
 
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
@@ -801,7 +805,11 @@ impl TaskStore for RedisTaskStore {
         }
         created
     }
-    async fn get(&self, owner: Option<&str>, task_id: &str) -> Option<TaskRecord> {
+    async fn get(
+        &self,
+        owner: Option<&str>,
+        task_id: &str,
+    ) -> Result<Option<TaskRecord>, TaskStoreError> {
         let raw: Option<String> = match self
             .redis
             .run(
@@ -814,20 +822,22 @@ impl TaskStore for RedisTaskStore {
             Ok(r) => r,
             Err(e) => {
                 warn_failed("a read", task_id, &e);
-                return None;
+                return Err(TaskStoreError::Unavailable(e.to_string()));
             }
         };
-        let raw = raw?;
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
         match serde_json::from_str(&raw) {
-            Ok(r) => Some(r),
+            Ok(r) => Ok(Some(r)),
             Err(e) => {
                 tracing::warn!(error = %e, task = task_id, "Redis task store: an unreadable record was ignored");
-                None
+                Ok(None)
             }
         }
     }
 
-    async fn list(&self, owner: &str) -> Vec<TaskRecord> {
+    async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError> {
         let ids: Vec<String> = match self
             .redis
             .run(
@@ -842,7 +852,7 @@ impl TaskStore for RedisTaskStore {
             Ok(ids) => ids,
             Err(e) => {
                 warn_failed("listing a session's tasks", "", &e);
-                return Vec::new();
+                return Err(TaskStoreError::Unavailable(e.to_string()));
             }
         };
         let keys: Vec<String> = ids
@@ -853,7 +863,7 @@ impl TaskStore for RedisTaskStore {
             Ok(records) => records.into_iter().flatten().collect(),
             Err(e) => {
                 warn_failed("listing a session's tasks", "", &e);
-                return Vec::new();
+                return Err(TaskStoreError::Unavailable(e.to_string()));
             }
         };
         out.sort_by(|a, b| {
@@ -861,16 +871,20 @@ impl TaskStore for RedisTaskStore {
                 .cmp(&b.created_at)
                 .then(a.task_id.cmp(&b.task_id))
         });
-        out
+        Ok(out)
     }
 
-    async fn replace_if_unchanged(&self, seen: &TaskRecord, next: &TaskRecord) -> bool {
+    async fn replace_if_unchanged(
+        &self,
+        seen: &TaskRecord,
+        next: &TaskRecord,
+    ) -> Result<bool, TaskStoreError> {
         match self.write(next, Some(seen)).await {
-            Ok(1) => true,
-            Ok(_) => false,
+            Ok(1) => Ok(true),
+            Ok(_) => Ok(false),
             Err(e) => {
                 warn_failed("a compare-and-set", &seen.task_id, &e);
-                false
+                Err(TaskStoreError::Unavailable(e.to_string()))
             }
         }
     }
@@ -892,10 +906,13 @@ impl TaskStore for RedisTaskStore {
         }
     }
 
-    async fn signal_answers(&self, task_id: &str, answers: &serde_json::Map<String, Value>) {
-        let Ok(payload) = serde_json::to_string(answers) else {
-            return;
-        };
+    async fn signal_answers(
+        &self,
+        task_id: &str,
+        answers: &serde_json::Map<String, Value>,
+    ) -> Result<(), TaskStoreError> {
+        let payload = serde_json::to_string(answers)
+            .map_err(|e| TaskStoreError::Unavailable(format!("unserialisable answers: {e}")))?;
         let sent: Result<i64, _> = self
             .redis
             .run(
@@ -911,8 +928,12 @@ impl TaskStore for RedisTaskStore {
                 "a task's answers reached no instance: its executor is gone"
             ),
             Ok(_) => {}
-            Err(e) => warn_failed("sending a task's answers", task_id, &e),
+            Err(e) => {
+                warn_failed("sending a task's answers", task_id, &e);
+                return Err(TaskStoreError::Unavailable(e.to_string()));
+            }
         }
+        Ok(())
     }
 
     async fn fail_tasks_of(&self, node: &str, spawned_before: u64, error: &Value) -> usize {
@@ -961,7 +982,7 @@ impl TaskStore for RedisTaskStore {
             next.error = Some(error.clone());
             next.last_updated_at = crate::clock::iso_now();
             // Not written: it changed since it was read; the next scan looks again.
-            if self.replace_if_unchanged(&record, &next).await {
+            if let Ok(true) = self.replace_if_unchanged(&record, &next).await {
                 failed += 1;
                 done.push(key.clone());
             }

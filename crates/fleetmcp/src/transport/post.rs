@@ -198,7 +198,10 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
 
 /// A plain JSON answer.
 fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
-    reply::json(StatusCode::OK, dispatch::encode_reply(id, reply))
+    match reply {
+        Err(e) => reply::error_reply(StatusCode::OK, Some(id), &e),
+        ok => reply::json(StatusCode::OK, dispatch::encode_reply(id, ok)),
+    }
 }
 
 /// The answer as an SSE stream: a writer task moves the handler's messages and its final

@@ -8,7 +8,7 @@ use http::{HeaderValue, StatusCode, header};
 use serde_json::value::RawValue;
 
 use crate::config::RateLimit;
-use crate::protocol::{ErrorData, encode_error};
+use crate::protocol::{ErrorData, encode_error, errors};
 
 pub(crate) fn json(status: StatusCode, body: Bytes) -> Response {
     let mut res = Response::new(Body::from(body));
@@ -23,6 +23,20 @@ pub(crate) fn json(status: StatusCode, body: Bytes) -> Response {
 /// A JSON-RPC error answer (`id: null` when the request had none or it could not be read).
 pub(crate) fn rpc_error(status: StatusCode, id: Option<&RawValue>, error: &ErrorData) -> Response {
     json(status, encode_error(id, error))
+}
+
+/// The answer to a request whose reply is the JSON-RPC error `error`: with `status`, unless the
+/// error is a store's refusal ([`errors::unavailable`]): that one is `503` with `Retry-After`
+/// in either era, so a client or a load balancer retries it as it would any other refusal.
+pub(crate) fn error_reply(
+    status: StatusCode,
+    id: Option<&RawValue>,
+    error: &ErrorData,
+) -> Response {
+    match errors::unavailable_retry_after(error) {
+        Some(secs) => with_retry_after(rpc_error(StatusCode::SERVICE_UNAVAILABLE, id, error), secs),
+        None => rpc_error(status, id, error),
+    }
 }
 
 pub(crate) fn text(status: StatusCode, body: &'static str) -> Response {

@@ -41,7 +41,7 @@ fn status_of(e: &ErrorData) -> StatusCode {
 }
 
 fn error(id: &RawValue, e: &ErrorData) -> Response {
-    reply::rpc_error(status_of(e), Some(id), e)
+    reply::error_reply(status_of(e), Some(id), e)
 }
 
 pub(super) async fn serve(

@@ -601,9 +601,14 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
                         && *k <= p.end
                         && executor.as_deref().is_none_or(|e| e == *m)
                 });
-                if !killed {
+                // Documented too when its executor was without Redis for a heartbeat's
+                // lifetime while it ran: the fleet then takes it for dead, as it must.
+                let presumed_dead = executor
+                    .as_deref()
+                    .is_some_and(|e| silent_for_a_lifetime(h, e, op.start, p.end));
+                if !killed && !presumed_dead {
                     problems.push(format!(
-                        "failed as its instance stopped, but {} was not killed while it ran",
+                        "failed as its instance stopped, but {} was neither killed nor cut off from Redis for a heartbeat's lifetime while it ran",
                         executor.as_deref().unwrap_or("no instance")
                     ));
                 }
@@ -621,6 +626,54 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     }
 }
 
+/// Whether `machine` was without Redis (Redis stopped or restarting, its link to Redis
+/// blackholed or refused, or itself paused) for at least the heartbeat lifetime at a stretch
+/// within `[from, to]`: its heartbeat then expires and the fleet presumes it dead (the orphan
+/// scanner and task readers fail its tasks), which is the documented rule for a silent
+/// instance, and indistinguishable from a crash.
+fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duration) -> bool {
+    let own_link = format!("{machine}->redis");
+    let mut spans: Vec<(Duration, Duration)> = windows(
+        h,
+        |k| match k {
+            FaultKind::RedisStop | FaultKind::RedisRestart => Some("redis".to_string()),
+            FaultKind::Stop(m) if m == machine => Some("stop".to_string()),
+            FaultKind::Link { link, mode }
+                if *link == own_link && (mode == "blackhole" || mode == "refuse") =>
+            {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+        |k| match k {
+            FaultKind::RedisCont => Some("redis".to_string()),
+            FaultKind::Cont(m) | FaultKind::Kill(m) if m == machine => Some("stop".to_string()),
+            // Any other mode ends the cut (a delay still passes).
+            FaultKind::Link { link, mode }
+                if *link == own_link && mode != "blackhole" && mode != "refuse" =>
+            {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+    )
+    .into_iter()
+    .map(|(_, a, b)| (a.max(from), b.min(to)))
+    .filter(|(a, b)| a < b)
+    .collect();
+    spans.sort();
+    let lifetime = Duration::from_millis(crate::fleet::HEARTBEAT_TTL_MS);
+    let mut merged: Option<(Duration, Duration)> = None;
+    for (a, b) in spans {
+        merged = match merged {
+            Some((x, y)) if a <= y => Some((x, y.max(b))),
+            Some((x, y)) if y - x >= lifetime => return true,
+            _ => Some((a, b)),
+        };
+    }
+    merged.is_some_and(|(x, y)| y - x >= lifetime)
+}
+
 /// Violations the harness found, reported, and not fixed yet (see `docs/RELIABILITY.md`): the
 /// report marks them, and the CI seeds do not fail on them unless `FAULTS_STRICT=1`. Each is
 /// matched narrowly (promise, request kind, the fault around it), so anything else still fails.
@@ -629,81 +682,12 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
 /// leaves 2024-11-05 sessions alone, a session confirmed in an earlier lease term is not served
 /// from memory), and F4 too (the resumed answer of a call killed with its instance ends with
 /// [`Outcome::Abandoned`], checked in [`answered`]). A new finding is added here, with its
-/// test, while its fix is under way. F8 (Sentinel: writes of a failover's window lost) is not
-/// excused: its topology is off in the CI seeds.
+/// test, while its fix is under way.
 ///
-/// Open, found by the 2026-07-28 task client (see `docs/RELIABILITY.md`), each while Redis was
-/// in trouble around it (a pause, a restart, a failover, or a cut or slow link of the instance
-/// concerned):
-/// - **F5**: `tasks/get` answered `-32602 Unknown task` for a task Redis kept, by an instance
-///   whose read of the task store failed (`RedisTaskStore::get` takes a failed read for a
-///   missing record) where the documented answer is a refusal (503 with `Retry-After`).
-/// - **F6**: a task failed with the executor-gone message while its executor was never killed:
-///   its end could not be stored while Redis failed (the executor later takes the task it no
-///   longer runs for one a previous process left), or another instance judged the live executor
-///   gone while its presence in Redis was down.
-/// - **F7**: a task refused at creation while the task store was unavailable is answered
-///   JSON-RPC `-32603` "The task store is unavailable; retry later" (HTTP 200), not the
-///   documented refusal.
-pub fn known_finding(h: &History, x: &Violation) -> Option<&'static str> {
-    let op = &h.ops[x.op?];
-    let margin = Duration::from_secs(2);
-    match x.promise {
-        Promise::TaskEnds
-            if x.detail.contains("unknown task")
-                && redis_trouble(h, op.machine.as_deref(), op.start, op.end + margin) =>
-        {
-            Some("F5")
-        }
-        Promise::TaskEnds
-            if x.detail.starts_with("failed as its instance stopped")
-                && redis_trouble(h, None, op.start, x.at + margin) =>
-        {
-            Some("F6")
-        }
-        Promise::Answered
-            if op.kind == Kind::TaskStart
-                && x.detail.contains("The task store is unavailable")
-                && redis_trouble(h, op.machine.as_deref(), op.start, op.end + margin) =>
-        {
-            Some("F7")
-        }
-        _ => None,
-    }
-}
-
-/// Whether Redis was in trouble for `machine` (any instance when `None`) at some moment of
-/// `[from - 2 s, to]`: paused, restarting, failing over (Sentinel), or its link to Redis not
-/// passing (any instance's, when `machine` is `None`). The 2 s cover a reconnection.
-fn redis_trouble(h: &History, machine: Option<&str>, from: Duration, to: Duration) -> bool {
-    let from = from.saturating_sub(Duration::from_secs(2));
-    windows(
-        h,
-        |k| match k {
-            FaultKind::RedisStop | FaultKind::RedisRestart => Some("redis".to_string()),
-            FaultKind::SentinelFailover => Some("failover".to_string()),
-            FaultKind::Link { link, mode } if link.ends_with("->redis") && mode != "pass" => {
-                Some(link.clone())
-            }
-            _ => None,
-        },
-        |k| match k {
-            FaultKind::RedisCont => Some("redis".to_string()),
-            FaultKind::SentinelSwitched(_) => Some("failover".to_string()),
-            FaultKind::Link { link, mode } if link.ends_with("->redis") && mode == "pass" => {
-                Some(link.clone())
-            }
-            _ => None,
-        },
-    )
-    .iter()
-    .any(|(what, a, b)| {
-        let whose = match what.strip_suffix("->redis") {
-            Some(m) => machine.is_none_or(|x| x == m),
-            None => true,
-        };
-        whose && *a <= to && *b >= from
-    })
+/// None is open now: F5, F6 and F7 (task requests while the task store did not answer) were
+/// fixed too (see `docs/RELIABILITY.md`).
+pub fn known_finding(_h: &History, _x: &Violation) -> Option<&'static str> {
+    None
 }
 
 /// The violations not explained by a known finding.
@@ -1305,7 +1289,7 @@ mod tests {
         assert!(
             verdict.violations[0]
                 .detail
-                .contains("desk-2 was not killed"),
+                .contains("desk-2 was neither killed"),
             "{:?}",
             verdict.violations
         );
@@ -1374,10 +1358,11 @@ mod tests {
         assert_eq!(broken(&h), [Promise::Effects].into(), "doubled");
     }
 
-    /// F5, F6 and F7 are excused only with Redis in trouble around them: for F5 and F7 on the
-    /// instance that answered.
+    /// The task findings F5 to F7 are fixed, so their shapes are violations again, whatever
+    /// Redis did around them; a task failed as gone is documented only when its executor was
+    /// killed, or without Redis for a heartbeat's lifetime at a stretch while it ran.
     #[test]
-    fn open_task_findings_are_matched_narrowly() {
+    fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() {
         let link = |m: &str, mode: &str, at: f64| Fault {
             at: s(at),
             kind: FaultKind::Link {
@@ -1385,49 +1370,19 @@ mod tests {
                 mode: mode.into(),
             },
         };
-        // F5: an unknown task answered by desk-3.
+        // F5: an unknown task answered by desk-3 while its own link was cut.
         let mut h = hist(task(
             "t0-1",
             &[Some(TaskView::Working), None, Some(TaskView::Completed)],
         ));
         h.ops[2].machine = Some("desk-3".into());
         h.effects = [("t0-1".to_string(), 1)].into();
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
-        h.faults = vec![
-            link("desk-1", "blackhole", 1.0),
-            link("desk-1", "pass", 3.0),
-        ];
-        assert_eq!(
-            unknown(&h, &check(&h, Bounds::default())).len(),
-            1,
-            "another instance's link"
-        );
         h.faults = vec![
             link("desk-3", "blackhole", 1.0),
             link("desk-3", "pass", 3.0),
         ];
-        let verdict = check(&h, Bounds::default());
-        assert!(unknown(&h, &verdict).is_empty());
-        assert!(report(&h, &verdict, 1).contains("[known F5]"));
-        // F6: failed as gone with no kill, during a Redis pause; not without one.
-        let failed = TaskView::Failed {
-            gone: true,
-            executor: Some("desk-2".into()),
-        };
-        let mut h = hist(task("t0-1", &[Some(TaskView::Working), Some(failed)]));
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
-        h.faults = vec![
-            Fault {
-                at: s(1.2),
-                kind: FaultKind::RedisStop,
-            },
-            Fault {
-                at: s(1.4),
-                kind: FaultKind::RedisCont,
-            },
-        ];
-        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
-        // F7: a creation refused with -32603 by desk-1, around a cut of desk-1's link only.
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F5");
+        // F7: a creation refused with -32603 on 200 by desk-1 while its link was refused.
         let mut start = op(
             0,
             Kind::TaskStart,
@@ -1440,15 +1395,53 @@ mod tests {
         );
         start.machine = Some("desk-1".into());
         let mut h = hist(vec![start]);
-        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1);
         h.faults = vec![link("desk-1", "refuse", 4.0)];
-        assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
-        h.ops[0].kind = Kind::StatelessStamp;
-        assert_eq!(
-            unknown(&h, &check(&h, Bounds::default())).len(),
-            1,
-            "only a task's creation"
+        assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F7");
+        // F6: failed as gone (executor desk-2, the task from 1.0 s to the poll at 2.0 s).
+        let failed = TaskView::Failed {
+            gone: true,
+            executor: Some("desk-2".into()),
+        };
+        let mut h = hist(task("t0-1", &[Some(TaskView::Working), Some(failed)]));
+        let pause = |from: f64, to: f64| {
+            vec![
+                Fault {
+                    at: s(from),
+                    kind: FaultKind::RedisStop,
+                },
+                Fault {
+                    at: s(to),
+                    kind: FaultKind::RedisCont,
+                },
+            ]
+        };
+        h.faults = pause(1.2, 1.4);
+        assert_eq!(broken(&h), [Promise::TaskEnds].into(), "a short pause");
+        // Its own link cut, then Redis stopped, back to back, for the lifetime (3 s) in all.
+        let mut views = vec![Some(TaskView::Working); 11];
+        views.push(Some(TaskView::Failed {
+            gone: true,
+            executor: Some("desk-2".into()),
+        }));
+        let mut h_long = hist(task("t0-1", &views));
+        let poll_end = h_long.ops.iter().map(|o| o.end).max().unwrap_or_default();
+        assert!(
+            poll_end >= s(4.5),
+            "the task lives long enough: {poll_end:?}"
         );
+        h_long.faults = vec![link("desk-2", "refuse", 1.0), link("desk-2", "pass", 2.5)];
+        h_long.faults.extend(pause(2.4, 4.1));
+        assert!(broken(&h_long).is_empty(), "presumed dead");
+        // The same cut of another instance's link, or a slow link, excuses nothing.
+        h_long.faults = vec![link("desk-1", "refuse", 1.0), link("desk-1", "pass", 2.5)];
+        h_long.faults.extend(pause(2.4, 4.1));
+        assert_eq!(
+            broken(&h_long),
+            [Promise::TaskEnds].into(),
+            "another's link"
+        );
+        h_long.faults = vec![link("desk-2", "delay", 1.0), link("desk-2", "pass", 4.5)];
+        assert_eq!(broken(&h_long), [Promise::TaskEnds].into(), "a slow link");
     }
 
     #[test]

@@ -162,7 +162,7 @@ async fn record(app: &App, ctx: &RequestContext, task_id: &str) -> Result<TaskRe
     let caller = ctx.principal().map(|p| p.fingerprint());
     app.tasks()
         .get_as(None, caller, task_id)
-        .await
+        .await?
         .ok_or_else(|| unknown(task_id))
 }
 
@@ -199,7 +199,7 @@ pub(crate) async fn update(app: &App, ctx: &RequestContext, p: Option<&RawValue>
     let r = record(app, ctx, &task_id).await?;
     app.tasks()
         .answer(r, input_responses.unwrap_or_default())
-        .await;
+        .await?;
     respond(app, ctx, &json!({}), None)
 }
 
@@ -209,7 +209,7 @@ pub(crate) async fn cancel(app: &App, ctx: &RequestContext, p: Option<&RawValue>
     let r = record(app, ctx, &task_id).await?;
     // Cancelling a finished task is a no-op with the same answer.
     if !r.status.is_terminal() {
-        app.tasks().cancel(r).await;
+        app.tasks().cancel(r).await?;
     }
     respond(app, ctx, &json!({}), None)
 }

@@ -83,7 +83,7 @@ async fn owned(
     p: Option<&RawValue>,
 ) -> Result<TaskRecord, ErrorData> {
     let SessionTaskParams { task_id } = params(p)?;
-    match app.tasks().get(Some(&*session.id), &task_id).await {
+    match app.tasks().get(Some(&*session.id), &task_id).await? {
         Some(r) if r.owner.as_deref() == Some(&*session.id) => Ok(r),
         _ => Err(unknown(&task_id)),
     }
@@ -107,11 +107,12 @@ pub(crate) async fn result(
             _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
             _ = ctx.cancellation().cancelled() => return Err(errors::internal("cancelled")),
         }
-        r = app
-            .tasks()
-            .get(r.owner.as_deref(), &r.task_id)
-            .await
-            .ok_or_else(|| unknown(&r.task_id))?;
+        // A store that does not answer is waited out like a task still working.
+        r = match app.tasks().get(r.owner.as_deref(), &r.task_id).await {
+            Ok(Some(next)) => next,
+            Ok(None) => return Err(unknown(&r.task_id)),
+            Err(_) => r,
+        };
     }
     let related = json!({RELATED_TASK: {"taskId": r.task_id}});
     match (r.status, r.result, r.error) {
@@ -132,7 +133,7 @@ pub(crate) async fn result(
 }
 
 pub(crate) async fn list(app: &App, session: &Session, p: Option<&RawValue>) -> Reply {
-    let all = app.tasks().list(&session.id).await;
+    let all = app.tasks().list(&session.id).await?;
     let (page, next) = paging::page(&all, p, app.config().page_size)?;
     let tasks: Vec<Value> = page.iter().map(session_task).collect();
     let mut result = json!({"tasks": tasks});
@@ -154,6 +155,6 @@ pub(crate) async fn cancel(app: &App, session: &Session, p: Option<&RawValue>) -
                 .unwrap_or_default()
         )));
     }
-    let r = app.tasks().cancel(r).await;
+    let r = app.tasks().cancel(r).await?;
     raw(&session_task(&r))
 }
