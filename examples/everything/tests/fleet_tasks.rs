@@ -516,3 +516,56 @@ async fn a_task_whose_executor_is_cut_off_from_redis_for_a_moment_is_not_failed(
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }
+
+/// A is back from an outage that expired its heartbeat and dropped its subscription, and
+/// has not beaten or subscribed again yet (here: its key deleted, its subscription killed and
+/// refused by an ACL for the moment), when it starts a task; B reads the task at once. B must
+/// not take the fresh task for one a dead instance left (the fault harness found one failed
+/// 0.3 s after its live executor created it), and the task ends `completed` once A is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_just_after_its_executor_is_back_from_an_outage_is_not_failed() {
+    let redis = RedisServer::start();
+    let user = |rules: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", "desk-a"];
+        args.extend_from_slice(rules);
+        assert_eq!(redis.cli(&args), "OK");
+    };
+    user(&["on", ">pw", "~*", "&*", "+@all"]);
+    let url = format!("redis://desk-a:pw@127.0.0.1:{}", redis.port);
+    // A beats every 1.5 s: without its key, it stays so until its next beat.
+    let a = Instance::start(
+        env!("CARGO_BIN_EXE_everything"),
+        &[
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", "node-a"),
+            ("REDIS_URL", url.as_str()),
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "1500"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "3000"),
+        ],
+    );
+    let b = start("node-b", &redis);
+    let http = reqwest::Client::new();
+    let channel = "mcp:ha:notify:node-a";
+    user(&["-subscribe", "-psubscribe", "-ssubscribe"]);
+    redis.cli(&["CLIENT", "KILL", "USER", "desk-a", "TYPE", "pubsub"]);
+    assert_eq!(
+        redis.cli(&["PUBSUB", "NUMSUB", channel]),
+        format!("{channel}\n0")
+    );
+    redis.cli(&["DEL", "mcp:ha:heartbeat:node-a"]);
+    let id = start_task(
+        &http,
+        &a.mcp_url(),
+        "test_cancellable_task",
+        json!({"work_ms": 1500}),
+    )
+    .await;
+    let r = get(&http, &b.mcp_url(), &id).await;
+    assert_eq!(r["status"], "working", "read on B at once: {r}");
+    // A subscribes again (within a second) and beats; the task lives on and ends.
+    user(&["+@all"]);
+    wait_completed(&http, &b.mcp_url(), &id, Duration::from_secs(10)).await;
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+}

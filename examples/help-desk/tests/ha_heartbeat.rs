@@ -279,3 +279,39 @@ fn the_port_opens_only_when_the_instance_is_ready() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// An instance back from a Redis outage that expired its heartbeat key is seen alive again at
+/// once, not up to an interval later (others presume an instance without a heartbeat and a
+/// subscriber gone): a beat that could not be written is tried again within half a second.
+/// Here the interval is 4 s; after a cut of the instance's link past the 8 s lifetime, its key
+/// is back within 1.5 s of the link's return.
+#[test]
+fn a_failed_beat_is_tried_again_within_half_a_second() {
+    let redis = RedisServer::start();
+    let proxy = support_redis::CuttableProxy::start(redis.port);
+    let url = proxy.url();
+    let mut env = distributed("node-a", &url);
+    env.retain(|(k, _)| !k.starts_with("FRONTMCP_HA_HEARTBEAT"));
+    env.extend([
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "4000"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "8000"),
+    ]);
+    // Its address set, so that nothing but the beat loop writes the key (a found address
+    // that changes is advertised at once, with a beat of its own).
+    let port = support::free_port();
+    let address = format!("127.0.0.1:{port}");
+    env.push(("FLEETMCP_ADVERTISE_ADDRESS", &address));
+    let a = Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), port, &env);
+    assert!(heartbeat(&redis, "node-a").is_some(), "node-a beats");
+    proxy.cut();
+    wait_until("the key expires", Duration::from_secs(10), || {
+        heartbeat(&redis, "node-a").is_none()
+    });
+    proxy.restore();
+    let back = Instant::now();
+    wait_until("the key is back", Duration::from_millis(1500), || {
+        heartbeat(&redis, "node-a").is_some()
+    });
+    eprintln!("the heartbeat was back {:?} after the link", back.elapsed());
+    a.assert_no_panic_logged();
+}

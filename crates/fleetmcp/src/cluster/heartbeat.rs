@@ -157,11 +157,11 @@ impl Heartbeat {
         read_beat(&self.redis, &self.key).await.ok().flatten()
     }
 
-    /// Rewrites the heartbeat (never once it was stopped).
-    pub async fn beat(&self, session_count: usize) {
+    /// Rewrites the heartbeat (never once it was stopped); whether it was written.
+    pub async fn beat(&self, session_count: usize) -> bool {
         let stopped = self.stopped.lock().await;
         if *stopped {
-            return;
+            return false;
         }
         let hb = Beat {
             node_id: self.node_id.clone(),
@@ -171,7 +171,7 @@ impl Heartbeat {
             address: Some(self.address.current()),
         };
         let Ok(value) = serde_json::to_string(&hb) else {
-            return;
+            return false;
         };
         // The lease counts from before the write is sent: Redis starts the key's lifetime
         // later, so the lease always runs out before the key does.
@@ -206,6 +206,7 @@ impl Heartbeat {
             tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
         }
         self.active.store(ok, Ordering::Relaxed);
+        ok
     }
 
     pub fn interval(&self) -> Duration {

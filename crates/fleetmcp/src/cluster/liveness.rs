@@ -19,6 +19,10 @@
 //! - No heartbeat while its process still holds the channel (paused, or its Redis writes
 //!   failing): gone, likewise, once the grace has passed.
 //! - A heartbeat and a subscriber: alive.
+//! - Work started less than two seconds ago (or the grace, if shorter): not gone on absence
+//!   alone. Its process reached Redis when it stored the work, and may be back from an outage
+//!   that expired its heartbeat and dropped its subscription, not beating or subscribed again
+//!   yet (the fault harness found a task failed 0.3 s after its live executor created it so).
 //! - Redis not answering: not gone (nothing is decided on a guess).
 
 use std::collections::HashMap;
@@ -30,6 +34,11 @@ use parking_lot::Mutex;
 use super::heartbeat::{channel_of, read_beat, subscribers};
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
+
+/// How long work that was just stored is not judged by a missing heartbeat or subscription:
+/// an instance back from an outage beats again within half a second of Redis answering
+/// (`mod.rs`) and subscribes again within a second (`subscription.rs`).
+const FRESH_WORK: Duration = Duration::from_secs(2);
 
 /// Most instances remembered as silent at once; beyond it the memory starts over (a silent
 /// instance is then given its grace again, which only delays the verdict).
@@ -68,6 +77,13 @@ impl ProcessLiveness for Liveness {
         if beat.as_ref().is_some_and(|b| b.started_at > since) {
             self.silent_since.lock().remove(node);
             return true;
+        }
+        let fresh = FRESH_WORK.min(self.grace).as_millis() as u64;
+        if crate::clock::unix_ms().saturating_sub(since) < fresh {
+            // Its process reached Redis to store this work a moment ago: a missing heartbeat
+            // or subscription may date from an outage it has just come back from (its
+            // heartbeat expired, it has not beaten or subscribed again yet).
+            return false;
         }
         match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
             Some(0) if beat.is_none() => {

@@ -246,7 +246,9 @@ impl Cluster {
             let (beats, held) = (hb.clone(), app.clone());
             move || -> futures_util::future::BoxFuture<'static, ()> {
                 let (beats, held) = (beats.clone(), held.clone());
-                Box::pin(async move { beats.beat(held.sessions().held()).await })
+                Box::pin(async move {
+                    beats.beat(held.sessions().held()).await;
+                })
             }
         };
         tokio::spawn(advertise::watch(
@@ -258,11 +260,18 @@ impl Cluster {
         let beats = hb.clone();
         let held = app.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(beats.interval());
-            tick.tick().await;
+            // A beat that failed is tried again within half a second, not an interval later:
+            // after an outage that expired the key, the others must see this instance alive
+            // again well before the takeover grace, after which they presume it gone
+            // (`liveness.rs`).
+            let retry = beats.interval().min(std::time::Duration::from_millis(500));
+            let mut wait = beats.interval();
             loop {
                 tokio::select! {
-                    _ = tick.tick() => beats.beat(held.sessions().held()).await,
+                    _ = tokio::time::sleep(wait) => {
+                        let ok = beats.beat(held.sessions().held()).await;
+                        wait = if ok { beats.interval() } else { retry };
+                    }
                     _ = withdraw.cancelled() => return,
                 }
             }
