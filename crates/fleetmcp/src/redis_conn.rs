@@ -1,5 +1,6 @@
-//! The one Redis connection an instance shares between its stores (sessions, events) and
-//! distributed mode, with every command bounded.
+//! The one Redis connection an instance shares between its stores (sessions, events, tasks),
+//! its limits and distributed mode, with every command bounded. (Pub/sub subscriptions and
+//! client-side caching keep dedicated connections, built from the same configuration.)
 //!
 //! Every command is bounded by `command_timeout_ms` (the connection's response timeout, and a
 //! Tokio timeout around it) and fails with [`CommandError::Timeout`]; any other failure is

@@ -1,9 +1,20 @@
-//! The layer rule of docs/ARCHITECTURE.md, checked against the code: a top-level module of
-//! `crates/fleetmcp/src` imports only from its own layer or the layers below, the modules of a
-//! layer the document keeps apart do not import each other, and nothing below transport names
-//! HTTP (`axum`, `http`, `hyper` and their body/util crates).
+//! The architecture invariants of docs/ARCHITECTURE.md that imports can show, checked against
+//! the code. For a top-level module of `crates/fleetmcp/src`:
 //!
-//! Why a parser: the rule is about what a path *reaches*, and only the Rust grammar says that.
+//! * [`Rule::Up`]: it imports only from its own layer or the layers below;
+//! * [`Rule::Http`]: below transport, it names no HTTP crate (`axum`, `http`, `hyper` and their
+//!   body/util crates);
+//! * [`Rule::SameLayer`]: in a layer whose modules the document keeps apart (layer 1), it
+//!   imports none of the others;
+//! * [`Rule::Apart`]: it names nothing of what the document says it knows nothing of (Redis for
+//!   `protocol`, `telemetry` and `dispatch`; JSON-RPC for `limits`);
+//! * [`Rule::Private`]: it names no item the document reserves to another module
+//!   (`session`'s `LiveSessions`);
+//!
+//! and every top-level module has a layer, here and in the document's code map (its
+//! `### Layer N:` headings).
+//!
+//! Why a parser: the rules are about what a path *reaches*, and only the Rust grammar says that.
 //! Text matching missed `use crate::{` groups spread over lines, `super::super::` paths,
 //! `pub(crate) use` groups and names the crate root re-exports (`crate::Server` is
 //! `server::Server`). So every file is parsed with `syn`, and every path that can leave its
@@ -19,9 +30,11 @@
 //!   (`pub use server::Server` makes `crate::Server` a path into `server`).
 //!
 //! Comments, doc links and strings are not paths, so they never count. A path through a name a
-//! module imported (`use crate::server; server::f()`) is caught at its `use`. Not followed, as
-//! the crate uses none of them: `#[path]`, `extern crate x as y`, a glob of the crate root itself
-//! (`use crate::*`), and a name lib.rs brings in by a glob.
+//! module binds (a child `mod`, or a name it imported: `use crate::server; server::f()`) is
+//! that name, not another crate, and an import is caught at its `use`. Not followed, as the
+//! crate uses none of them: `#[path]`, `extern crate x as y`, a glob of the crate root itself
+//! (`use crate::*`), a name lib.rs brings in by a glob, and names bound in a function's body
+//! (a local `use` or `mod` there is checked, but does not hide a crate's name).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -80,18 +93,43 @@ const HTTP_CRATES: &[&str] = &[
     "http_body_util",
 ];
 
-/// The same-layer rules docs/ARCHITECTURE.md states. Its "Layers" section states none beyond
-/// "its own layer or the layers below"; the invariants of the code map add these:
-///
-/// * layer 1: "none of them knows sessions' lifecycle, HTTP, or each other", so `auth`,
-///   `events`, `stateless`, `tasks` and `limits` never import one another;
-/// * layer 0: "protocol knows nothing of HTTP, sessions or Redis", so `protocol` never imports
-///   `redis_config` or `redis_conn`.
-///
-/// Layer 3 says the opposite ("the three modules form one layer and may use each other"), and
-/// the other layers say nothing, so within them any import is allowed.
+/// The layers whose modules docs/ARCHITECTURE.md keeps apart. Layer 1's invariant: "none of
+/// the five (`auth`, `events`, `stateless`, `tasks`, `limits`) imports another". Layer 3 says
+/// the opposite ("the three modules ... may use each other"), and the other layers say nothing,
+/// so within them any import is allowed.
 const APART_LAYERS: &[u8] = &[1];
-const APART_PAIRS: &[(&str, &str)] = &[("protocol", "redis_config"), ("protocol", "redis_conn")];
+
+/// Redis, as a module may name it: the crate's configuration and connection, and the crate.
+const REDIS: &[&str] = &["redis_config", "redis_conn", "redis"];
+
+/// What a module knows nothing of, by the invariants of docs/ARCHITECTURE.md, beyond its layer:
+/// (module, the top-level modules of this crate and the other crates it never names, what they
+/// are). A name here that is not a module of this crate is another crate's.
+///
+/// * layer 0: "`protocol` and `telemetry` import nothing of Redis";
+/// * layer 1: "`limits` imports nothing of JSON-RPC (`protocol`)";
+/// * layer 4: dispatch "imports nothing of Redis".
+const KNOWS_NOTHING_OF: &[(&str, &[&str], &str)] = &[
+    ("protocol", REDIS, "Redis"),
+    ("telemetry", REDIS, "Redis"),
+    ("limits", &["protocol"], "JSON-RPC"),
+    ("dispatch", REDIS, "Redis"),
+];
+
+/// Items only their own top-level module names, by docs/ARCHITECTURE.md (layer 2: "nothing
+/// outside `session` names `LiveSessions` (`session::live`)"): paths from the crate root, a path
+/// under one counting as it. A name the crate root re-exports is followed to what it names
+/// (`crate::Registry` to `session::live::LiveSessions`); a name another module re-exports is
+/// not, so such a re-export is listed here too.
+const PRIVATE: &[&[&str]] = &[&["session", "live"], &["session", "LiveSessions"]];
+
+/// What `module` knows nothing of, by [`KNOWS_NOTHING_OF`], if `name` is one of those things.
+fn knows_nothing_of(module: &str, name: &str) -> Option<&'static str> {
+    KNOWS_NOTHING_OF
+        .iter()
+        .find(|(m, names, _)| *m == module && names.contains(&name))
+        .map(|(_, _, what)| *what)
+}
 
 /// Which rule a path breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +138,10 @@ enum Rule {
     Up,
     /// Into a module of the same layer that the document keeps apart.
     SameLayer,
+    /// Into something the module knows nothing of ([`KNOWS_NOTHING_OF`]).
+    Apart(&'static str),
+    /// Into an item another module keeps to itself ([`PRIVATE`]).
+    Private,
     /// An HTTP crate below [`HTTP_FROM`].
     Http,
 }
@@ -114,23 +156,30 @@ struct Violation {
     path: String,
     rule: Rule,
     from: (String, u8),
-    /// The module reached and its layer; for [`Rule::Http`], the crate and [`HTTP_FROM`].
-    to: (String, u8),
+    /// The module reached and its layer; for [`Rule::Http`], the crate and [`HTTP_FROM`]; for
+    /// another crate [`Rule::Apart`] names, the crate and no layer.
+    to: (String, Option<u8>),
 }
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (from, fl) = &self.from;
-        let (to, tl) = &self.to;
+        let to = match &self.to {
+            (to, Some(tl)) => format!("{to} (layer {tl})"),
+            (to, None) => format!("the crate `{to}`"),
+        };
         let what = match self.rule {
-            Rule::Up => {
-                format!("{from} (layer {fl}) imports from {to} (layer {tl}), a layer above")
+            Rule::Up => format!("{from} (layer {fl}) imports from {to}, a layer above"),
+            Rule::SameLayer => {
+                format!("{from} (layer {fl}) imports from {to}, which the same layer keeps apart")
             }
-            Rule::SameLayer => format!(
-                "{from} (layer {fl}) imports from {to} (layer {tl}), which the same layer keeps apart"
-            ),
+            Rule::Apart(what) => {
+                format!("{from} (layer {fl}) imports from {to}, but knows nothing of {what}")
+            }
+            Rule::Private => format!("{from} (layer {fl}) names an item {to} keeps to itself"),
             Rule::Http => format!(
-                "{from} (layer {fl}) names the HTTP crate `{to}`, known only from layer {tl} (transport) up"
+                "{from} (layer {fl}) names the HTTP crate `{}`, known only from layer {HTTP_FROM} (transport) up",
+                self.to.0
             ),
         };
         write!(f, "{}:{}: `{}`: {what}", self.file, self.line, self.path)
@@ -138,11 +187,11 @@ impl std::fmt::Display for Violation {
 }
 
 /// What a checked crate is made of: its layers, the modules lib.rs declares, and the other
-/// names lib.rs brings into the crate root with the top-level module each comes from.
+/// names lib.rs brings into the crate root with the path each stands for (from the root).
 struct Crate {
     layers: BTreeMap<String, u8>,
     modules: BTreeSet<String>,
-    root_names: BTreeMap<String, String>,
+    root_names: BTreeMap<String, Vec<String>>,
 }
 
 /// The module a file under `src/` is: `a/b.rs` and `a/b/mod.rs` are `crate::a::b`, `lib.rs`
@@ -252,10 +301,17 @@ enum Target {
     Local,
 }
 
-/// Resolves `segments`, written in module `here`. Rust 2018 paths: `crate::`, `self::`,
-/// `super::` (repeated), `::name` (another crate); at the crate root a bare first segment may
-/// be one of its modules; anything else is a name in scope or another crate's name.
-fn resolve(segments: &[String], here: &[String], krate: &Crate) -> Target {
+/// Resolves `segments`, written in module `here`, where the module binds the names `bound`
+/// (its child modules and its imports). Rust 2018 paths: `crate::`, `self::`, `super::`
+/// (repeated), `::name` (another crate); at the crate root a bare first segment may be one of
+/// its modules; elsewhere a bare first segment the module binds is that name, and any other is
+/// another crate's name.
+fn resolve(
+    segments: &[String],
+    here: &[String],
+    bound: &BTreeSet<String>,
+    krate: &Crate,
+) -> Target {
     let Some(first) = segments.first() else {
         return Target::Local;
     };
@@ -277,18 +333,29 @@ fn resolve(segments: &[String], here: &[String], krate: &Crate) -> Target {
         {
             Target::Crate(segments.to_vec())
         }
+        name if bound.contains(name) => Target::Local,
         name => Target::Extern(name.to_string()),
     }
 }
 
-/// The top-level module a crate path reaches: its first segment, or the module a root import
-/// brought that name from. None for the root itself or a name lib.rs does not know.
-fn top_module<'k>(path: &[String], krate: &'k Crate) -> Option<&'k str> {
+/// A crate path from the root with a name lib.rs imports replaced by the path it stands for
+/// (`Server::builder` is `server::Server::builder`), so that its first segment is the top-level
+/// module it reaches. None for the root itself or a name lib.rs does not know.
+fn expand(path: &[String], krate: &Crate) -> Option<Vec<String>> {
     let first = path.first()?;
-    if let Some(m) = krate.modules.get(first) {
-        return Some(m);
+    if krate.modules.contains(first) {
+        return Some(path.to_vec());
     }
-    krate.root_names.get(first).map(String::as_str)
+    let named = krate.root_names.get(first)?;
+    Some([named, &path[1..]].concat())
+}
+
+/// Whether another crate named `name` is one some rule is about.
+fn watched_crate(name: &str) -> bool {
+    HTTP_CRATES.contains(&name)
+        || KNOWS_NOTHING_OF
+            .iter()
+            .any(|(_, names, _)| names.contains(&name))
 }
 
 /// Whether a path outside a `use` can leave its module. `self` alone is a receiver and a bare
@@ -298,9 +365,76 @@ fn may_leave(segments: &[String], here: &[String]) -> bool {
         Some("" | "crate" | "super") => true,
         Some(_) if segments.len() < 2 => false,
         Some("self") => true,
-        Some(first) => HTTP_CRATES.contains(&first) || here.is_empty(),
+        Some(first) => watched_crate(first) || here.is_empty(),
         None => false,
     }
+}
+
+/// A module's own names: its child modules and what its `use` items bind (a glob binds nothing
+/// known), for [`resolve`].
+fn bound_names(items: &[syn::Item]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for item in items {
+        match item {
+            syn::Item::Mod(m) => {
+                names.insert(m.ident.to_string());
+            }
+            syn::Item::Use(u) => names.extend(use_leaves(u).into_iter().filter_map(|l| l.binds)),
+            _ => {}
+        }
+    }
+    names
+}
+
+/// The rule a path into another crate, `name`, breaks when module `from` of layer `own` names
+/// it.
+fn extern_rule(
+    from: &str,
+    own: u8,
+    name: &str,
+    krate: &Crate,
+) -> Option<(Rule, (String, Option<u8>))> {
+    // A bare name of one of our modules outside the root is no crate (the compiler rejects it).
+    if krate.modules.contains(name) {
+        return None;
+    }
+    if own < HTTP_FROM && HTTP_CRATES.contains(&name) {
+        return Some((Rule::Http, (name.to_string(), Some(HTTP_FROM))));
+    }
+    let what = knows_nothing_of(from, name)?;
+    Some((Rule::Apart(what), (name.to_string(), None)))
+}
+
+/// The rule a path into this crate, `path` from the root, breaks when module `from` of layer
+/// `own` names it. The first rule broken is the one reported, in the order of [`Rule`].
+fn crate_rule(
+    from: &str,
+    own: u8,
+    path: &[String],
+    krate: &Crate,
+) -> Option<(Rule, (String, Option<u8>))> {
+    let path = expand(path, krate)?;
+    let to = path[0].as_str();
+    // A module not in LAYERS is reported once, as unplaced, by the caller.
+    let &layer = krate.layers.get(to)?;
+    let reached = (to.to_string(), Some(layer));
+    if to == from {
+        return None;
+    }
+    if layer > own {
+        return Some((Rule::Up, reached));
+    }
+    if layer == own && APART_LAYERS.contains(&own) {
+        return Some((Rule::SameLayer, reached));
+    }
+    if let Some(what) = knows_nothing_of(from, to) {
+        return Some((Rule::Apart(what), reached));
+    }
+    let private = |p: &&[&str]| p.len() <= path.len() && p.iter().zip(&path).all(|(a, b)| a == b);
+    if PRIVATE.iter().any(private) {
+        return Some((Rule::Private, reached));
+    }
+    None
 }
 
 /// The `a::b::c` runs in a macro's tokens (which `syn` does not parse), with the span of their
@@ -343,17 +477,21 @@ fn macro_paths(tokens: TokenStream, out: &mut Vec<(Vec<String>, Span)>) {
     }
 }
 
-/// Walks one file, knowing the module it is in at each point.
+/// Walks one file, knowing the module it is in at each point and the names that module binds.
 struct Walker<'k> {
     krate: &'k Crate,
     file: &'k str,
     here: Vec<String>,
+    /// The names each module of `here` binds from the file's top (innermost last).
+    bound: Vec<BTreeSet<String>>,
     found: Vec<Violation>,
 }
 
 impl Walker<'_> {
-    /// Checks one path written in the current module against the three rules.
-    fn check(&mut self, segments: &[String], glob: bool, span: Span) {
+    /// Checks one path written in the current module against every rule. `own_binding` is the
+    /// name a `use` leaf binds itself, which does not hide a crate of that name from the leaf
+    /// (`use redis;`).
+    fn check(&mut self, segments: &[String], glob: bool, span: Span, own_binding: Option<&str>) {
         // The root (lib.rs) belongs to no layer: it declares and re-exports every one.
         let Some(from) = self.here.first() else {
             return;
@@ -361,38 +499,22 @@ impl Walker<'_> {
         let Some(&own) = self.krate.layers.get(from) else {
             return;
         };
+        let mut bound = self.bound.last().cloned().unwrap_or_default();
+        if let Some(name) = own_binding {
+            bound.remove(name);
+        }
+        let found = match resolve(segments, &self.here, &bound, self.krate) {
+            Target::Extern(name) => extern_rule(from, own, &name, self.krate),
+            Target::Crate(path) => crate_rule(from, own, &path, self.krate),
+            Target::Local => None,
+        };
+        let Some((rule, to)) = found else {
+            return;
+        };
         let mut written = segments.join("::");
         if glob {
             written.push_str("::*");
         }
-        let (rule, to) = match resolve(segments, &self.here, self.krate) {
-            Target::Extern(name) if own < HTTP_FROM && HTTP_CRATES.contains(&name.as_str()) => {
-                (Rule::Http, (name, HTTP_FROM))
-            }
-            Target::Crate(path) => {
-                let Some(to) = top_module(&path, self.krate) else {
-                    return;
-                };
-                // A module not in LAYERS is reported once, as unplaced, by the caller.
-                let Some(&layer) = self.krate.layers.get(to) else {
-                    return;
-                };
-                let apart = layer == own
-                    && to != from
-                    && (APART_LAYERS.contains(&own)
-                        || APART_PAIRS
-                            .iter()
-                            .any(|&(a, b)| (a, b) == (from.as_str(), to)));
-                if layer > own {
-                    (Rule::Up, (to.to_string(), layer))
-                } else if apart {
-                    (Rule::SameLayer, (to.to_string(), layer))
-                } else {
-                    return;
-                }
-            }
-            _ => return,
-        };
         self.found.push(Violation {
             file: self.file.to_string(),
             line: span.start().line,
@@ -416,9 +538,11 @@ impl<'ast> Visit<'ast> for Walker<'_> {
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
         if let Some((_, items)) = &item.content {
             self.here.push(item.ident.to_string());
+            self.bound.push(bound_names(items));
             for item in items {
                 self.visit_item(item);
             }
+            self.bound.pop();
             self.here.pop();
         }
     }
@@ -426,7 +550,11 @@ impl<'ast> Visit<'ast> for Walker<'_> {
     // Every leaf of the tree, whatever its visibility (`pub`, `pub(crate)`, private).
     fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
         for leaf in use_leaves(item) {
-            self.check(&leaf.segments, leaf.glob, leaf.span);
+            let own_binding = leaf
+                .binds
+                .as_deref()
+                .filter(|b| leaf.segments.first().is_some_and(|f| f == b));
+            self.check(&leaf.segments, leaf.glob, leaf.span, own_binding);
         }
     }
 
@@ -437,7 +565,7 @@ impl<'ast> Visit<'ast> for Walker<'_> {
                 .segments
                 .first()
                 .map_or_else(Span::call_site, |s| s.ident.span());
-            self.check(&segments, false, span);
+            self.check(&segments, false, span, None);
         }
         // Generic arguments hold paths of their own.
         visit::visit_path(self, path);
@@ -452,7 +580,7 @@ impl<'ast> Visit<'ast> for Walker<'_> {
         macro_paths(mac.tokens.clone(), &mut paths);
         for (segments, span) in paths {
             if may_leave(&segments, &self.here) {
-                self.check(&segments, false, span);
+                self.check(&segments, false, span, None);
             }
         }
     }
@@ -501,13 +629,14 @@ fn check_crate(files: &[(String, String)]) -> Report {
             for leaf in use_leaves(u) {
                 // A glob at the root would make every name ambiguous; this crate has none, and
                 // a name it brought would just go unresolved (not reported) here.
-                let (Some(name), Target::Crate(path)) =
-                    (leaf.binds, resolve(&leaf.segments, &[], &krate))
-                else {
+                let (Some(name), Target::Crate(path)) = (
+                    leaf.binds,
+                    resolve(&leaf.segments, &[], &BTreeSet::new(), &krate),
+                ) else {
                     continue;
                 };
-                if let Some(m) = path.first().filter(|m| krate.modules.contains(*m)) {
-                    root_names.insert(name, m.clone());
+                if path.first().is_some_and(|m| krate.modules.contains(m)) {
+                    root_names.insert(name, path);
                 }
             }
         }
@@ -531,6 +660,7 @@ fn check_crate(files: &[(String, String)]) -> Report {
             krate: &krate,
             file: name,
             here,
+            bound: vec![bound_names(&file.items)],
             found: Vec::new(),
         };
         walker.visit_file(file);
@@ -576,7 +706,7 @@ fn modules_import_only_from_their_layer_or_below() {
     );
     assert!(
         report.violations.is_empty(),
-        "paths that break the layer rule of docs/ARCHITECTURE.md:\n{}",
+        "paths that break an invariant of docs/ARCHITECTURE.md:\n{}",
         report
             .violations
             .iter()
@@ -585,29 +715,132 @@ fn modules_import_only_from_their_layer_or_below() {
     );
 }
 
-/// The real tree is read as the fixtures are: a violation added to one of its files (at the
-/// end, so the line is known) is found, and nothing else is.
+/// The layers docs/ARCHITECTURE.md gives the top-level modules: its code map's `### Layer N:`
+/// headings, each naming its modules in backticks.
+fn layers_in_doc(doc: &str) -> BTreeMap<String, u8> {
+    let mut layers = BTreeMap::new();
+    for line in doc.lines() {
+        let Some((n, names)) = line
+            .strip_prefix("### Layer ")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            continue;
+        };
+        let Ok(n) = n.trim().parse::<u8>() else {
+            continue;
+        };
+        for name in names.split('`').skip(1).step_by(2) {
+            layers.insert(name.to_string(), n);
+        }
+    }
+    layers
+}
+
+/// Where the document's layers and [`LAYERS`] disagree. `testing` (helpers compiled for the
+/// unit tests only) needs no heading.
+fn doc_disagreements(doc: &BTreeMap<String, u8>) -> Vec<String> {
+    let here: BTreeMap<String, u8> = LAYERS
+        .iter()
+        .filter(|(m, _)| *m != "testing")
+        .map(|&(m, l)| (m.to_string(), l))
+        .collect();
+    let names: BTreeSet<&String> = here.keys().chain(doc.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|m| match (here.get(m), doc.get(m)) {
+            (Some(a), Some(b)) if a == b => None,
+            (a, b) => Some(format!("{m}: layer {a:?} here, {b:?} in the document")),
+        })
+        .collect()
+}
+
+#[test]
+fn the_document_gives_every_module_the_layer_checked_here() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/ARCHITECTURE.md");
+    let disagree = doc_disagreements(&layers_in_doc(&doc));
+    assert!(
+        disagree.is_empty(),
+        "docs/ARCHITECTURE.md's `### Layer N:` headings and LAYERS disagree:\n{}",
+        disagree.join("\n")
+    );
+}
+
+/// A module missing from the document, one in another layer there, and one it has that the
+/// crate has not, are each reported.
+#[test]
+fn a_document_that_disagrees_with_the_layers_is_reported() {
+    let doc = "\
+### Layer 0: `protocol`, `config`, `redis_config`, `redis_conn`, `clock`, `liveness`, `machine_id`, `telemetry`
+### Layer 1: `auth`, `events`, `stateless`, `tasks`
+### Layer 2: `session`, `limits`
+### Layer 3: `app`, `catalog`, `context`
+### Layer 4: `dispatch`
+### Layer 5: `transport`, `gateway`
+### Layer 6: `cluster`
+### Layer 7: `server`
+";
+    assert_eq!(
+        doc_disagreements(&layers_in_doc(doc)),
+        [
+            "gateway: layer None here, Some(5) in the document",
+            "limits: layer Some(1) here, Some(2) in the document",
+            "ops: layer Some(7) here, None in the document",
+        ]
+    );
+}
+
+/// The real tree is read as the fixtures are: a violation of each rule added to one of its
+/// files (at the end, so the line is known) is found, and nothing else is.
 #[test]
 fn a_violation_injected_into_the_real_tree_is_found() {
+    let injected = [
+        (
+            "dispatch/tasks/session.rs",
+            "fn _injected() -> super::super::super::Server { todo!() }",
+            "`super::super::super::Server`: dispatch (layer 4) imports from server (layer 7), a layer above",
+        ),
+        (
+            "tasks/redis.rs",
+            "fn _injected(_: &crate::events::StoredEvent) {}",
+            "`crate::events::StoredEvent`: tasks (layer 1) imports from events (layer 1), which the same layer keeps apart",
+        ),
+        (
+            "dispatch/tools.rs",
+            "fn _injected() { let _ = redis::cmd(\"GET\"); }",
+            "`redis::cmd`: dispatch (layer 4) imports from the crate `redis`, but knows nothing of Redis",
+        ),
+        (
+            "transport/locate.rs",
+            "use crate::session::live::LiveSessions;",
+            "`crate::session::live::LiveSessions`: transport (layer 5) names an item session (layer 2) keeps to itself",
+        ),
+        (
+            "session/id.rs",
+            "fn _injected(_: axum::body::Body) {}",
+            "`axum::body::Body`: session (layer 2) names the HTTP crate `axum`, known only from layer 5 (transport) up",
+        ),
+    ];
     let mut files = real_files();
-    let (name, source) = files
-        .iter_mut()
-        .find(|(name, _)| name == "dispatch/tasks/session.rs")
-        .expect("dispatch/tasks/session.rs");
-    source.push_str("\nfn _injected() -> super::super::super::Server { todo!() }\n");
-    let line = source.lines().count();
-    let name = name.clone();
-    let found: Vec<String> = check_crate(&files)
+    let mut expected = Vec::new();
+    for (file, code, what) in injected {
+        let (_, source) = files
+            .iter_mut()
+            .find(|(name, _)| name == file)
+            .unwrap_or_else(|| panic!("{file}"));
+        source.push('\n');
+        source.push_str(code);
+        source.push('\n');
+        expected.push(format!("{file}:{}: {what}", source.lines().count()));
+    }
+    let mut found: Vec<String> = check_crate(&files)
         .violations
         .iter()
         .map(ToString::to_string)
         .collect();
-    assert_eq!(
-        found,
-        [format!(
-            "{name}:{line}: `super::super::super::Server`: dispatch (layer 4) imports from server (layer 7), a layer above"
-        )]
-    );
+    found.sort();
+    expected.sort();
+    assert_eq!(found, expected);
 }
 
 /// The checker run on small crates written here, each breaking one rule in one way.
@@ -617,8 +850,11 @@ mod fixtures {
     /// A crate root for the fixtures: real module names, so they sit in the real layers.
     const LIB: &str = "\
 mod protocol;
+mod redis_config;
 mod redis_conn;
+mod telemetry;
 mod auth;
+mod limits;
 mod tasks;
 mod session;
 mod app;
@@ -641,10 +877,14 @@ pub use catalog::{tool as make_tool, Catalog};
             .violations
             .iter()
             .map(|v| {
-                // Every message names the file and line, the path and both layers.
+                // Every message names the file and line, the path and both layers (or the other
+                // crate).
                 let text = v.to_string();
                 assert!(text.contains(&format!("(layer {})", v.from.1)), "{text}");
-                assert!(text.contains(&format!("layer {}", v.to.1)), "{text}");
+                match v.to {
+                    (_, Some(layer)) => assert!(text.contains(&format!("layer {layer}")), "{text}"),
+                    (ref name, None) => assert!(text.contains(&format!("`{name}`")), "{text}"),
+                }
                 format!("{}:{} {} {:?}", v.file, v.line, v.path, v.rule)
             })
             .collect()
@@ -757,6 +997,59 @@ pub use catalog::{tool as make_tool, Catalog};
         );
     }
 
+    /// One crate that uses every kind of path the rules allow: down a layer, within a layer that
+    /// does not keep its modules apart, HTTP from transport, Redis where nothing forbids it,
+    /// `session`'s own items from inside it, names the root re-exports from above their module.
+    #[test]
+    fn a_crate_that_keeps_every_rule_passes() {
+        let got = check(&[
+            ("protocol/mod.rs", "pub struct Id;\n"),
+            ("telemetry/mod.rs", "use crate::protocol::Id;\n"),
+            (
+                "redis_conn.rs",
+                "use redis::Cmd;\nuse crate::telemetry::Meters;\n",
+            ),
+            (
+                "auth/mod.rs",
+                "use crate::protocol::Id;\nfn f() { reqwest::get(); }\n",
+            ),
+            (
+                "limits/mod.rs",
+                "mod redis;\nuse crate::redis_conn::RedisConn;\nuse redis::RedisLimits;\n",
+            ),
+            (
+                "tasks/mod.rs",
+                "use crate::protocol::Id;\nuse crate::redis_conn::RedisConn;\n",
+            ),
+            (
+                "session/mod.rs",
+                "mod live;\nuse live::LiveSessions;\nuse crate::session::live::Session;\nuse crate::tasks::TaskRecord;\n",
+            ),
+            (
+                "app/mod.rs",
+                "use crate::catalog::Catalog;\nuse crate::context::Ctx;\nuse crate::session::Sessions;\n",
+            ),
+            ("catalog/mod.rs", "use crate::app::App;\n"),
+            (
+                "dispatch/mod.rs",
+                "use crate::app::App;\nuse crate::Catalog;\nuse crate::limits::Limits;\n",
+            ),
+            (
+                "transport/mod.rs",
+                "use axum::Router;\nuse crate::dispatch;\nfn f() -> http::StatusCode { http::StatusCode::OK }\n",
+            ),
+            (
+                "cluster/mod.rs",
+                "use crate::transport::Relay;\nuse crate::redis_conn::RedisConn;\n",
+            ),
+            (
+                "server/mod.rs",
+                "use crate::cluster::Cluster;\nuse crate::Server;\n",
+            ),
+        ]);
+        assert_eq!(got, Vec::<String>::new());
+    }
+
     #[test]
     fn modules_a_layer_keeps_apart_are_reported_and_others_are_not() {
         let got = check(&[
@@ -764,7 +1057,7 @@ pub use catalog::{tool as make_tool, Catalog};
                 "auth/mod.rs",
                 "use crate::tasks::TaskRecord;\nuse crate::protocol::Id;\n",
             ),
-            ("protocol/mod.rs", "use crate::redis_conn::RedisConn;\n"),
+            ("limits/mod.rs", "fn f(_: crate::auth::Principal) {}\n"),
             (
                 "app/mod.rs",
                 "use crate::catalog::Catalog;\nuse crate::Catalog as C;\n",
@@ -774,7 +1067,78 @@ pub use catalog::{tool as make_tool, Catalog};
             got,
             [
                 "auth/mod.rs:1 crate::tasks::TaskRecord SameLayer",
-                "protocol/mod.rs:1 crate::redis_conn::RedisConn SameLayer"
+                "limits/mod.rs:1 crate::auth::Principal SameLayer",
+            ]
+        );
+    }
+
+    /// Redis below the layers that may know it, and JSON-RPC in `limits`: each way of naming
+    /// it, in a `use` and in code; a child module named like a crate is that module.
+    #[test]
+    fn what_a_module_knows_nothing_of_is_reported() {
+        let got = check(&[
+            (
+                "protocol/mod.rs",
+                "use crate::redis_conn::RedisConn;\nuse redis;\n",
+            ),
+            (
+                "telemetry/meters.rs",
+                "use super::super::redis_config::RedisConfig;\n",
+            ),
+            (
+                "dispatch/tools.rs",
+                "fn f() { let _ = ::redis::cmd(\"GET\"); }\nfn g() { tracing::info!(x = ?redis::Value::Nil); }\n",
+            ),
+            (
+                "limits/mod.rs",
+                "use crate::protocol::ErrorData;\nmod redis;\nuse redis::RedisLimits;\n",
+            ),
+            (
+                "dispatch/mod.rs",
+                "mod redis;\nfn f() -> redis::Local { todo!() }\n",
+            ),
+        ]);
+        assert_eq!(
+            got,
+            [
+                "protocol/mod.rs:1 crate::redis_conn::RedisConn Apart(\"Redis\")",
+                "protocol/mod.rs:2 redis Apart(\"Redis\")",
+                "telemetry/meters.rs:1 super::super::redis_config::RedisConfig Apart(\"Redis\")",
+                "dispatch/tools.rs:1 ::redis::cmd Apart(\"Redis\")",
+                "dispatch/tools.rs:2 redis::Value::Nil Apart(\"Redis\")",
+                "limits/mod.rs:1 crate::protocol::ErrorData Apart(\"JSON-RPC\")",
+            ]
+        );
+    }
+
+    /// `session`'s live registry, named from outside however it is reached; from inside, not.
+    #[test]
+    fn an_item_a_module_keeps_to_itself_is_reported_outside_it() {
+        let lib = format!("{LIB}pub(crate) use session::live::LiveSessions as Registry;\n");
+        let all: Vec<(String, String)> = [
+            ("lib.rs", lib.as_str()),
+            (
+                "transport/locate.rs",
+                "use crate::session::live::LiveSessions;\nuse crate::session::{LiveSessions as L, Session};\nfn f(_: &crate::Registry) {}\n",
+            ),
+            ("app/mod.rs", "use crate::session::live;\n"),
+            ("session/lifecycle.rs", "use super::live::LiveSessions;\nuse crate::Registry;\n"),
+        ]
+        .iter()
+        .map(|(n, s)| (n.to_string(), s.to_string()))
+        .collect();
+        let got: Vec<String> = check_crate(&all)
+            .violations
+            .iter()
+            .map(|v| format!("{}:{} {} {:?}", v.file, v.line, v.path, v.rule))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "transport/locate.rs:1 crate::session::live::LiveSessions Private",
+                "transport/locate.rs:2 crate::session::LiveSessions Private",
+                "transport/locate.rs:3 crate::Registry Private",
+                "app/mod.rs:1 crate::session::live Private",
             ]
         );
     }

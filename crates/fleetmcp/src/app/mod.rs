@@ -3,7 +3,9 @@
 //! The fields are private; callers get the catalog snapshot, the configuration, the sessions,
 //! the event and task stores, the list-change channel and the user's state through methods, so
 //! how each is held can change without touching them (mini-redis keeps its `Db` the same way).
-//! `App` knows nothing of HTTP or of other instances: transport and cluster sit above it.
+//! `App` knows nothing of HTTP. Of other instances it knows only the [`Fanout`] distributed mode
+//! installs: changes published to the fleet, and notifications handed to the instance that holds
+//! a session ([`App::to_holder`]); without one, both stay on this instance.
 
 mod handle;
 

@@ -1,8 +1,9 @@
 //! The heartbeat: each instance keeps `<prefix>heartbeat:<nodeId>` alive in Redis
-//! (`{nodeId, startedAt, lastBeat, sessionCount}`, rewritten every interval, expiring after the
-//! TTL) and deletes it when it stops gracefully, so that others can tell a stopped instance from
-//! a running one at once. It also refuses to start under a machine id a running instance uses,
-//! and reports to `/readyz` whether its key is there.
+//! (`{nodeId, startedAt, lastBeat, sessionCount, address}`, rewritten every interval, expiring
+//! after the TTL) and deletes it when it stops gracefully, so that others can tell a stopped
+//! instance from a running one at once. It also refuses to start under a machine id a running
+//! instance uses, reports to `/readyz` whether its key is there, and renews the instance's
+//! `session::Lease` after each write that succeeded.
 //!
 //! Presence: a running instance stays subscribed to its own channel, `<prefix>notify:<nodeId>`
 //! (the contract's relay channel). The kernel closes a dead process's connections, so a crashed

@@ -1,4 +1,4 @@
-//! Distributed mode: everything that knows other instances exist.
+//! Distributed mode: everything that finds other instances, reaches them or judges them gone.
 //!
 //! - [`identity`]: the machine-id header and affinity cookie, one layer around every route;
 //! - [`heartbeat`]: the heartbeat in Redis (with the address other instances relay to), the
@@ -25,8 +25,13 @@
 //! - [`liveness`]: whether another instance's process is gone, for background tasks and for
 //!   SSE answers kept for resumption (`liveness::ProcessLiveness`).
 //!
-//! Architecture invariant: nothing outside this module knows that other instances exist; a
-//! single instance (standalone mode) starts none of it.
+//! The layers below know another instance only as a machine id (a session's holder, a task's
+//! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
+//! and `session::Lease`, `transport::Relay` and `transport::Probe`, `app::Fanout`,
+//! `liveness::ProcessLiveness`.
+//!
+//! Architecture invariant: only layer 7 imports this module (`server` starts it, `ops` reads the
+//! census and sends drain requests); a single instance (standalone mode) starts none of it.
 
 mod advertise;
 pub(crate) mod census;
@@ -55,8 +60,8 @@ use crate::session::Ownership;
 use crate::transport::{Probe, Relay};
 use heartbeat::Heartbeat;
 
-/// The seams distributed mode fills, with Redis: who serves a stored session, and how a request
-/// reaches its holder.
+/// The two seams a request for a session not held here meets, as distributed mode fills them
+/// with Redis: who serves a stored session, and how a request reaches its holder.
 ///
 /// The relay's sockets take their places from `connections`, the budget the listener's
 /// connections take theirs from, and its refusals are counted in `meters`.

@@ -1,4 +1,4 @@
-//! Cursor pagination app by every list method. Cursors are opaque to clients: base64url of
+//! Cursor pagination shared by every list method. Cursors are opaque to clients: base64url of
 //! the offset, so a bad one is recognisable and answered `-32602`.
 
 use base64::Engine;

@@ -1,7 +1,7 @@
 //! The limits counted in Redis, shared by every instance using it: one script per check
 //! ([`ADMIT`]), so a check is one round trip, bounded by the Redis command timeout.
 //!
-//! Keys, all under one hash tag per limited key (one slot, should Cluster come):
+//! Keys, all under one hash tag per limited key (one slot on a Redis Cluster):
 //! `<prefix>{<key>}:rate` and `<prefix>{<key>}:tool:<name>` hold a GCRA theoretical arrival
 //! time (microseconds, Redis's clock, so instances' clocks do not matter), with `PX` set to
 //! when it stops mattering; `<prefix>{<key>}:inflight` is a sorted set of the key's requests

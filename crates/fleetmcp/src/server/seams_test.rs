@@ -1,7 +1,7 @@
-//! The seams distributed mode plugs into, with stand-in implementations: a request for a
-//! session that the ownership seam says a live peer holds reaches the relay seam exactly as
-//! received (nothing parsed), for POST, GET, DELETE and the 2024-11-05 `/message` POST; a session
-//! held here never does.
+//! Two of the seams distributed mode plugs into, ownership and relay, with stand-in
+//! implementations: a request for a session that the ownership seam says a live peer holds
+//! reaches the relay seam exactly as received (nothing parsed), for POST, GET, DELETE and the
+//! 2024-11-05 `/message` POST; a session held here never does.
 
 use std::sync::Arc;
 

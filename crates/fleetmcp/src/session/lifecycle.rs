@@ -6,9 +6,16 @@
 //! answers, and hands a request whose session is held elsewhere to the relay seam.
 //!
 //! A held session is found with one hash-map read of the exact id; the seal is opened only
-//! when that misses. Each request of a held session also checks that its stored record still
-//! exists (another instance may have deleted it), bounded by `sessions.check_timeout_ms`: a
-//! store that does not answer in time never blocks a session this instance can serve.
+//! when that misses. Its stored record must still exist (another instance may have deleted or,
+//! in distributed mode, claimed it), so a request checks it, bounded by
+//! `sessions.check_timeout_ms` (a store that does not answer in time never blocks a session
+//! this instance can serve), unless the store confirmed it before and tracks it: then nothing
+//! is checked until the store reports a change, the record is due for its refresh, or, in
+//! distributed mode, the lease runs out.
+//!
+//! A session not held here is read from the store and recreated here, or, with an [`Ownership`]
+//! (distributed mode), claimed, taken over from a holder found gone, or found held by a peer,
+//! which is remembered for a moment so its next requests read nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,15 +1,17 @@
 //! Sessions of session-era clients (2024-11-05 to 2025-11-25).
 //!
 //! - [`lifecycle`]: [`Sessions`], the one place that decides whether a session exists: mint,
-//!   open, find (typed [`Lookup`]), recreate, refresh, end;
+//!   open, find (typed [`Lookup`]), recreate, refresh, take over, end;
 //! - [`ownership`]: the seam distributed mode plugs into (who serves a stored session this
-//!   instance does not hold);
+//!   instance does not hold), and the [`Lease`] its heartbeat renews;
 //! - [`id`]: sealed session ids;
 //! - [`store`]: the durable record behind a trait, in memory or in Redis ([`redis`]);
+//! - [`tracking`]: client-side caching of the Redis records of held sessions, so a held
+//!   session's request needs no round trip;
 //! - [`live`]: what the instance holding a session keeps in memory while it serves it.
 //!
 //! Architecture invariant: knows nothing of HTTP; nothing outside this module decides whether a
-//! session exists.
+//! session exists, or names `LiveSessions`.
 
 mod id;
 mod lifecycle;

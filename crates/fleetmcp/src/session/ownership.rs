@@ -8,6 +8,10 @@
 //!
 //! The seam is consulted only when the session is not held here: a held session's request pays
 //! nothing for it.
+//!
+//! [`Lease`] is how long this instance may serve its sessions unconfirmed; distributed mode's
+//! heartbeat renews it, and only a fenced [`Sessions`](super::Sessions) (one with an
+//! [`Ownership`]) consults it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -4,7 +4,9 @@
 //! the record as JSON in the contract's layout (the holder is `session.nodeId`, its term the
 //! top-level `epoch`), written with `SET ... PX <ttl>`. `exists` is `EXISTS`, `touch` is
 //! `PEXPIRE`, `get` is `GET`, `delete` is `DEL`, `ping` is `PING`: one command each, each
-//! bounded by the shared [`RedisConn`].
+//! bounded by the shared [`RedisConn`]. The per-request check of a held session is one script,
+//! `TOUCH_EXISTS` (the refresh when due, then `EXISTS`), run only when the record is not tracked
+//! or due for its refresh (`tracking.rs`).
 //!
 //! The fenced operations of distributed mode are one Lua script each, so that the comparison
 //! and the write cannot be separated by another instance's write: `check` (is the record still

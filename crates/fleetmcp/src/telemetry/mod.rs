@@ -3,9 +3,11 @@
 //! [`trace_context`]), how logs are written ([`logs`]) and, with the feature `otlp`, spans
 //! exported ([`otlp`]).
 //!
-//! Architecture invariant: layer 0; knows nothing of HTTP routes, sessions or Redis. The layers
-//! above record into a [`Meters`] they are handed; nothing here is process-global, so servers
-//! sharing a process (tests, an embedding app) each count their own.
+//! Architecture invariant: layer 0; imports nothing of HTTP, sessions or Redis. The layers
+//! above record into a [`Meters`] they are handed (the Redis connection its commands' outcomes,
+//! transport its requests'); no meter is process-global, so servers sharing a process (tests, an
+//! embedding app) each count their own. The only process-global things are the log subscriber
+//! [`logs::init_tracing`] installs and, with `otlp`, its span exporter.
 
 pub mod logs;
 pub mod meters;

@@ -1,6 +1,6 @@
-//! Who a request counts against for the limits: **the one place a principal will be passed
-//! in** once authorization identifies callers ([`of`]'s `principal`); until then, and for
-//! anonymous callers after, the client's address.
+//! Who a request counts against for the limits: **the one place a principal becomes a key**
+//! ([`of`]'s `principal`, when authorization identifies the caller); without one, the client's
+//! address.
 //!
 //! The address is the connection's peer ([`PeerAddr`], put on every request by the listener),
 //! unless `limits.client_address_header` names the header the load balancer reports it in:

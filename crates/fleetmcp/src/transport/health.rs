@@ -2,7 +2,8 @@
 //! JSON shapes of the deployment contract.
 //!
 //! `/readyz` always probes the session store; the layers above add their own [`Probe`]s
-//! (distributed mode's heartbeat) without this file knowing what they check.
+//! (distributed mode's heartbeat and advertised address) without this file knowing what they
+//! check.
 
 use std::time::{Duration, Instant};
 

@@ -1,15 +1,18 @@
-//! HTTP: Streamable HTTP on `/mcp`, the 2024-11-05 pair `/sse` + `/message`, `/healthz` and
-//! `/readyz`.
+//! HTTP: Streamable HTTP on `/mcp`, the 2024-11-05 pair `/sse` + `/message`, `/healthz`,
+//! `/readyz`, `/metrics` and the OAuth protected-resource metadata.
 //!
-//! A request flows: [`guard`] (Host and Origin, DNS rebinding) → the method's handler, which
-//! runs [`checks`] (headers, body under its limit) → [`locate`], which decides from the
-//! session header alone, before the body is parsed, whether the request is served here, handed
-//! to the [`relay`] seam for the instance that holds its session, or refused → for requests
-//! served here: parse, era ([`era`]), then [`driver`] runs the request through dispatch and the
-//! handler picks the answer's shape (JSON, or SSE framed by [`sse`]).
+//! A request flows: [`observe`] (its span, trace context and metrics) → [`guard`] (Host and
+//! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the method's
+//! handler, which runs [`checks`] (headers, body under its limit) → [`locate`], which decides
+//! from the session header alone, before the body is parsed, whether the request is served
+//! here, handed to the [`relay`] seam for the instance that holds its session, or refused → for
+//! requests served here: parse, era ([`era`]), then [`driver`] runs the request through dispatch
+//! and the handler picks the answer's shape (JSON, or SSE framed by [`sse`]). In distributed
+//! mode the cluster's own layers (relay guard, machine id) wrap all of it.
 //!
-//! Architecture invariant: transport knows HTTP and nothing of other instances beyond the
-//! relay seam; nothing below it knows HTTP.
+//! Architecture invariant: transport knows HTTP; of other instances it knows machine ids and
+//! the seams it defines ([`Relay`], [`Probe`]), never `cluster` itself; nothing below it knows
+//! HTTP.
 
 // An error answer here is the HTTP response itself, built once per request and returned up a
 // call or two; boxing it would only add an allocation.
@@ -68,7 +71,8 @@ pub const MESSAGE_PATH: &str = "/message";
 pub(crate) struct Seams {
     /// Serves requests whose session another instance holds (distributed mode).
     pub relay: Option<Arc<dyn Relay>>,
-    /// Extra readiness probes for `/readyz` (distributed mode's heartbeat).
+    /// Extra readiness probes for `/readyz` (distributed mode's heartbeat and advertised
+    /// address).
     pub probes: Vec<Arc<dyn Probe>>,
 }
 
