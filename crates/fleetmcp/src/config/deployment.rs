@@ -1,0 +1,257 @@
+//! How this instance is deployed and known: its deployment mode, where it binds, its id, its
+//! session secrets, and how long it drains when stopped. These are the contract's top-level
+//! variables rather than a TOML section, and they belong together because the mode changes
+//! the others' defaults and rules (distributed mode binds everywhere, needs a shared secret,
+//! and drains before it stops).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Config, ConfigError, invalid_value};
+
+/// Where the HTTP listener binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BindAddress {
+    /// 127.0.0.1 only (the default outside distributed mode).
+    #[default]
+    Loopback,
+    /// Every interface (0.0.0.0).
+    All,
+}
+
+impl BindAddress {
+    pub fn ip(self) -> IpAddr {
+        match self {
+            Self::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            Self::All => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+/// `FRONTMCP_DEPLOYMENT_MODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentMode {
+    /// One instance; sessions live in its memory unless Redis is configured.
+    #[default]
+    Standalone,
+    /// A fleet of instances behind a load balancer (binds every interface by default).
+    Distributed,
+}
+
+impl DeploymentMode {
+    /// The value as written in `FRONTMCP_DEPLOYMENT_MODE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Standalone => "standalone",
+            Self::Distributed => "distributed",
+        }
+    }
+}
+
+/// The drain delay of an instance likely behind a load balancer when `http.drain_ms` is unset:
+/// long enough for a balancer that probes `/readyz` every few seconds to see it fail, and for
+/// nginx to let its idle upstream connections go (keep its `keepalive_timeout` below this);
+/// short enough for a rolling restart and Kubernetes' default 30 s termination grace period.
+pub const DEFAULT_DRAIN_MS: u64 = 5000;
+
+impl Config {
+    /// `MACHINE_ID`, when set, fits where it is sent.
+    pub(super) fn check_machine_id(&self) -> Result<(), ConfigError> {
+        if let Some(id) = &self.machine_id
+            && (!id.bytes().all(|b| (0x21..=0x7e).contains(&b)) || id.len() > 128)
+        {
+            return invalid_value(
+                "MACHINE_ID",
+                id.clone(),
+                "must be 1-128 visible ASCII characters (it goes into headers and cookies)",
+            );
+        }
+        Ok(())
+    }
+
+    /// The session secrets are long enough, and set when instances must share them. A secret
+    /// is never echoed in the error.
+    pub(super) fn check_secrets(&self) -> Result<(), ConfigError> {
+        if let Some(secret) = &self.session_secret
+            && secret.len() < 16
+        {
+            return invalid_value(
+                "MCP_SESSION_SECRET",
+                "<redacted>".into(),
+                "must be at least 16 characters",
+            );
+        }
+        if self.previous_session_secrets.iter().any(|s| s.len() < 16) {
+            return invalid_value(
+                "MCP_SESSION_SECRET_PREVIOUS",
+                "<redacted>".into(),
+                "every previous secret must be at least 16 characters",
+            );
+        }
+        if self.deployment_mode == DeploymentMode::Distributed && self.session_secret.is_none() {
+            return invalid_value(
+                "MCP_SESSION_SECRET",
+                "<unset>".into(),
+                "is required in distributed mode: every instance must open the others' session ids, and a key made from the machine id would be public (every response names it)",
+            );
+        }
+        Ok(())
+    }
+
+    /// How long a graceful stop keeps serving before it stops accepting connections:
+    /// `http.drain_ms` when set; else [`DEFAULT_DRAIN_MS`] for an instance likely behind a load
+    /// balancer (sessions in Redis, distributed mode, or production), which must not drop the
+    /// requests the balancer still sends it, and 0 for a lone development server (sessions in
+    /// memory), which nothing else could take over and which Ctrl-C should stop at once.
+    pub fn drain_delay(&self) -> std::time::Duration {
+        let fleet = self.redis.is_some()
+            || self.deployment_mode == DeploymentMode::Distributed
+            || self.is_production();
+        let ms = self
+            .http
+            .drain_ms
+            .unwrap_or(if fleet { DEFAULT_DRAIN_MS } else { 0 });
+        std::time::Duration::from_millis(ms)
+    }
+
+    /// `NODE_ENV=production`.
+    pub fn is_production(&self) -> bool {
+        self.node_env.as_deref() == Some("production")
+    }
+
+    /// The effective bind address (distributed mode binds every interface unless told otherwise).
+    pub fn effective_bind(&self) -> BindAddress {
+        self.bind_address.unwrap_or(match self.deployment_mode {
+            DeploymentMode::Distributed => BindAddress::All,
+            _ => BindAddress::Loopback,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_deployment_modes_are_refused_by_name() {
+        for value in ["serverless", "Serverless", "lambda"] {
+            let err =
+                Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", value)]).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("FRONTMCP_DEPLOYMENT_MODE"), "{msg}");
+            assert!(msg.contains(value), "{msg}");
+            assert!(
+                msg.contains("`standalone`") && msg.contains("`distributed`"),
+                "{msg}"
+            );
+        }
+        let err =
+            Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "serverless")]).unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
+        for (value, mode) in [
+            ("", DeploymentMode::Standalone),
+            ("standalone", DeploymentMode::Standalone),
+            ("Distributed", DeploymentMode::Distributed),
+        ] {
+            let env = [
+                ("FRONTMCP_DEPLOYMENT_MODE", value),
+                ("MCP_SESSION_SECRET", "a fleet secret of some length"),
+            ];
+            let cfg = Config::from_sources(None, env).unwrap();
+            assert_eq!(cfg.deployment_mode, mode, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn distributed_mode_binds_everywhere_unless_told() {
+        const SECRET: (&str, &str) = ("MCP_SESSION_SECRET", "a fleet secret of some length");
+        let cfg = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed"), SECRET])
+            .unwrap();
+        assert_eq!(cfg.effective_bind(), BindAddress::All);
+        let cfg = Config::from_sources(
+            None,
+            [
+                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+                ("FRONTMCP_BIND_ADDRESS", "loopback"),
+                SECRET,
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    #[test]
+    fn distributed_mode_requires_the_session_secret() {
+        let e = Config::from_sources(None, [("FRONTMCP_DEPLOYMENT_MODE", "distributed")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("MCP_SESSION_SECRET") && e.contains("required in distributed mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn previous_secrets_are_a_comma_separated_list_of_long_enough_secrets() {
+        let cfg = Config::from_sources(
+            None,
+            [(
+                "MCP_SESSION_SECRET_PREVIOUS",
+                " the first old secret , ,the second old secret",
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.previous_session_secrets,
+            ["the first old secret", "the second old secret"].map(String::from)
+        );
+        let e = Config::from_sources(None, [("MCP_SESSION_SECRET_PREVIOUS", "short")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MCP_SESSION_SECRET_PREVIOUS"), "{e}");
+    }
+
+    #[test]
+    fn the_drain_delay_defaults_by_deployment_and_is_configurable() {
+        let ms = |cfg: &Config| cfg.drain_delay().as_millis() as u64;
+        let none = Vec::<(String, String)>::new();
+        // A lone development server stops at once; one likely behind a balancer drains.
+        assert_eq!(ms(&Config::from_sources(None, none.clone()).unwrap()), 0);
+        for env in [
+            ("REDIS_URL", "redis://127.0.0.1:6379"),
+            ("NODE_ENV", "production"),
+        ] {
+            let cfg = Config::from_sources(None, [env]).unwrap();
+            assert_eq!(ms(&cfg), DEFAULT_DRAIN_MS, "{env:?}");
+        }
+        let cfg = Config::from_sources(
+            None,
+            [
+                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+                ("MCP_SESSION_SECRET", "0123456789abcdef"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(ms(&cfg), DEFAULT_DRAIN_MS);
+        // Set explicitly, in TOML or the environment (which wins), 0 included.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drain.toml");
+        std::fs::write(&path, "[http]\ndrain_ms = 1500\nshutdown_grace_ms = 700\n").unwrap();
+        let cfg = Config::from_sources(Some(&path), [("NODE_ENV", "production")]).unwrap();
+        assert_eq!((ms(&cfg), cfg.http.shutdown_grace_ms), (1500, 700));
+        let cfg = Config::from_sources(
+            Some(&path),
+            [
+                ("FLEETMCP_DRAIN_MS", "0"),
+                ("FLEETMCP_SHUTDOWN_GRACE_MS", "250"),
+            ],
+        )
+        .unwrap();
+        assert_eq!((ms(&cfg), cfg.http.shutdown_grace_ms), (0, 250));
+        let err = Config::from_sources(None, [("FLEETMCP_DRAIN_MS", "5s")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_DRAIN_MS"), "{err}");
+    }
+}

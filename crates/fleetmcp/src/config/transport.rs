@@ -1,0 +1,129 @@
+//! `[http]`: how this instance serves HTTP, from body sizes to timeouts, connection counts and
+//! the stop sequence. These bounds are what keeps one slow or hostile client from holding the
+//! listener, so they sit together with the checks that refuse values too small to serve with.
+//!
+//! The TOML section and [`HttpConfig`] keep the name `http`; the file is not `http.rs` so that
+//! no path in this layer reads as the `http` crate, which nothing below transport may name.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, invalid_value};
+
+/// HTTP transport settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Largest accepted request body; larger bodies get `413`.
+    pub max_body_bytes: usize,
+    /// Extra `Origin` values accepted besides loopback ones (exact match, e.g. `https://app.example`).
+    pub allowed_origins: Vec<String>,
+    /// Extra `Host` names accepted besides loopback ones (without port). `*` accepts any host,
+    /// which is what a server behind a load balancer usually wants.
+    pub allowed_hosts: Vec<String>,
+    /// The SSE `retry:` hint, in milliseconds, sent with priming events.
+    pub sse_retry_ms: u64,
+    /// Interval of SSE keep-alive comments, in seconds.
+    pub sse_keepalive_secs: u64,
+    /// `FLEETMCP_SHUTDOWN_GRACE_MS`: how long a graceful stop waits for requests still running
+    /// once the drain delay is over and the listener closed; past it they are cancelled and
+    /// the process exits. A stop takes at most `drain_ms` plus this (plus a moment).
+    pub shutdown_grace_ms: u64,
+    /// `FLEETMCP_DRAIN_MS`: how long a stopping instance (SIGTERM, SIGINT) keeps serving, with
+    /// `/readyz` answering `503` and every response closing its connection, before it stops
+    /// accepting connections: the time a load balancer needs to notice and send it nothing
+    /// new. Unset: [`DEFAULT_DRAIN_MS`](super::DEFAULT_DRAIN_MS) when the instance is likely
+    /// behind one (sessions in Redis, distributed mode, or production), else 0 (a lone
+    /// development server stops at once). See [`Config::drain_delay`](super::Config::drain_delay).
+    pub drain_ms: Option<u64>,
+    /// Most messages in one JSON-RPC batch (2025-03-26); a longer batch is refused with `400`
+    /// `-32600` while it is parsed, before its items are read.
+    pub max_batch_len: usize,
+    /// How long a client may take to send a request's head (request line and headers). Past
+    /// it the connection is closed. On HTTP/1.1 hyper also runs this timer while a kept-alive
+    /// connection waits for its next request, so there an idle connection closes after the
+    /// smaller of this and `idle_timeout_ms`.
+    pub header_read_timeout_ms: u64,
+    /// How long a request's whole body may take to arrive, counted from its head; past it the
+    /// request is answered `408` and the connection closed.
+    pub body_read_timeout_ms: u64,
+    /// A connection with no request in flight for this long is closed (a kept-alive
+    /// connection waiting for its next request, or one that never sent a byte).
+    pub idle_timeout_ms: u64,
+    /// How long one write to a client may stay blocked (the client stopped reading: an SSE
+    /// stream nobody drains); past it the connection is closed.
+    pub write_timeout_ms: u64,
+    /// Most connections served at once. Past it a small reserve answers only `/healthz` and
+    /// `/readyz` (anything else `503`), and beyond that reserve a connection is closed as soon
+    /// as it is accepted. Lowered at start to fit the open-files limit.
+    pub max_connections: usize,
+    /// `FLEETMCP_METRICS`: serve `/metrics` (Prometheus text format) behind the same `Host` and
+    /// `Origin` checks as `/mcp`, and record what it shows. On by default: it shows only
+    /// counts under fixed labels (no id, no header), and a fleet is scraped without extra
+    /// configuration; off, nothing is recorded.
+    pub metrics: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            sse_retry_ms: 3000,
+            sse_keepalive_secs: 15,
+            shutdown_grace_ms: 5000,
+            drain_ms: None,
+            max_batch_len: 100,
+            // Above the 60 s idle timeout load balancers keep upstream connections for
+            // (nginx, ALB): hyper runs this timer between kept-alive requests too, and a server
+            // that closes first races the balancer's next request into a 502.
+            header_read_timeout_ms: 65_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 65_000,
+            write_timeout_ms: 30_000,
+            max_connections: 10_000,
+            metrics: true,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Refuses the bounds under which no request could be served.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        if self.max_body_bytes < 1024 {
+            return invalid_value(
+                "http.max_body_bytes",
+                self.max_body_bytes.to_string(),
+                "must be at least 1024",
+            );
+        }
+        for (name, ms) in [
+            ("http.header_read_timeout_ms", self.header_read_timeout_ms),
+            ("http.body_read_timeout_ms", self.body_read_timeout_ms),
+            ("http.idle_timeout_ms", self.idle_timeout_ms),
+            ("http.write_timeout_ms", self.write_timeout_ms),
+        ] {
+            if ms < 100 {
+                return invalid_value(name, ms.to_string(), "must be at least 100");
+            }
+        }
+        if self.max_connections == 0 {
+            return invalid_value("http.max_connections", "0".into(), "must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn metrics_are_on_unless_switched_off() {
+        assert!(Config::default().http.metrics);
+        let off = Config::from_sources(None, [("FLEETMCP_METRICS", "off")]).unwrap();
+        assert!(!off.http.metrics);
+        let err = Config::from_sources(None, [("FLEETMCP_METRICS", "maybe")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_METRICS"), "{err}");
+    }
+}
