@@ -105,23 +105,30 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
     b.assert_no_panic_logged();
 }
 
-/// A session acknowledged is never lost in a failover. Between the replica's promotion and the
-/// moment the old master is told to follow it (about a second), a write to the old master is
-/// taken and answered, then thrown away when it resyncs: before the fix, sessions opened in
-/// that window were answered `200` and gone a second later. Now `initialize` waits for a
-/// replica to confirm the record (`FLEETMCP_REDIS_WAIT_REPLICAS`, `auto`: one with Sentinel),
-/// and in that window, where the old master has no replica left, answers `503` with
-/// `Retry-After` instead. Sessions are opened every few milliseconds on both instances from
-/// before the failover until a second after it; every one answered `200` must be on the new
-/// master. (With `FLEETMCP_REDIS_WAIT_REPLICAS=off` this fails: 5 to 50 sessions lost.)
-#[test]
-fn no_session_acknowledged_in_a_failover_window_is_lost() {
+/// What one write asked of an instance came to: acknowledged (with the key it must be under on
+/// the new master), or refused with `503` and `Retry-After`.
+enum Asked {
+    Acknowledged(String),
+    Refused,
+}
+
+/// Asks `ask` of both instances every few milliseconds from before a `SENTINEL FAILOVER` until
+/// a second after it completes, and checks that every write acknowledged is on the new master
+/// (no write is lost with the old master: RELIABILITY F8); `what` names the writes, `extra`
+/// is the instances' own settings.
+fn nothing_acknowledged_in_a_failover_window_is_lost(
+    what: &str,
+    extra: &[(&str, &str)],
+    ask: fn(u16) -> Asked,
+) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     let set = SentinelSet::start(MASTER);
     let (new_master, sentinels) = (&set.replica, &set.sentinels);
     // Thousands of sessions from one address: the per-caller bound is not under test.
-    let (a, b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    let mut settings = vec![("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")];
+    settings.extend_from_slice(extra);
+    let (a, b) = two_desks(&set, &settings);
     let stop = Arc::new(AtomicBool::new(false));
     let began = Instant::now();
     let openers: Vec<_> = [a.port(), b.port()]
@@ -131,19 +138,9 @@ fn no_session_acknowledged_in_a_failover_window_is_lost() {
             thread::spawn(move || {
                 let (mut acknowledged, mut refused) = (Vec::new(), 0usize);
                 while !stop.load(Ordering::Acquire) {
-                    let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize",
-                        "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                                   "clientInfo": {"name": "failover", "version": "1"}}});
-                    let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
-                    match resp.status {
-                        200 => acknowledged.push((
-                            resp.header("mcp-session-id")
-                                .unwrap_or_else(|| panic!("no session id:\n{}", resp.describe()))
-                                .to_string(),
-                            began.elapsed(),
-                        )),
-                        503 if resp.header("retry-after").is_some() => refused += 1,
-                        _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+                    match ask(port) {
+                        Asked::Acknowledged(key) => acknowledged.push((key, began.elapsed())),
+                        Asked::Refused => refused += 1,
                     }
                     thread::sleep(Duration::from_millis(5));
                 }
@@ -173,26 +170,96 @@ fn no_session_acknowledged_in_a_failover_window_is_lost() {
     }
     assert!(
         acknowledged.len() >= 20,
-        "sessions were opened throughout ({} acknowledged)",
+        "{what} were acknowledged throughout ({})",
         acknowledged.len()
     );
     let lost: Vec<&(String, Duration)> = acknowledged
         .iter()
-        .filter(|(sid, _)| new_master.cli(&["EXISTS", &format!("mcp:session:{sid}")]) != "1")
+        .filter(|(key, _)| new_master.cli(&["EXISTS", key]) != "1")
         .collect();
-    for (sid, at) in lost.iter().take(5) {
-        eprintln!("lost {sid} acknowledged at {at:?} (failover asked at {failover_at:?})");
+    for (key, at) in lost.iter().take(5) {
+        eprintln!("lost {key} acknowledged at {at:?} (failover asked at {failover_at:?})");
     }
     eprintln!(
-        "{} sessions acknowledged, {refused} refused with 503 during the failover",
+        "{} {what} acknowledged, {refused} refused with 503 during the failover",
         acknowledged.len()
     );
     assert!(
         lost.is_empty(),
-        "{} of {} acknowledged sessions lost in the failover ({refused} refused)",
+        "{} of {} acknowledged {what} lost in the failover ({refused} refused)",
         lost.len(),
         acknowledged.len()
     );
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
+}
+
+/// A session acknowledged is never lost in a failover. Between the replica's promotion and the
+/// moment the old master is told to follow it (about a second), a write to the old master is
+/// taken and answered, then thrown away when it resyncs: before the fix, sessions opened in
+/// that window were answered `200` and gone a second later. Now `initialize` waits for a
+/// replica to confirm the record (`FLEETMCP_REDIS_WAIT_REPLICAS`, `auto`: one with Sentinel),
+/// and in that window, where the old master has no replica left, answers `503` with
+/// `Retry-After` instead. (With `FLEETMCP_REDIS_WAIT_REPLICAS=off` this fails: 5 to 50
+/// sessions lost.)
+#[test]
+fn no_session_acknowledged_in_a_failover_window_is_lost() {
+    nothing_acknowledged_in_a_failover_window_is_lost("sessions", &[], |port| {
+        let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize",
+            "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+                       "clientInfo": {"name": "failover", "version": "1"}}});
+        let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
+        match resp.status {
+            200 => Asked::Acknowledged(format!(
+                "mcp:session:{}",
+                resp.header("mcp-session-id")
+                    .unwrap_or_else(|| panic!("no session id:\n{}", resp.describe()))
+            )),
+            503 if resp.header("retry-after").is_some() => Asked::Refused,
+            _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+        }
+    });
+}
+
+/// A 2026-07-28 task acknowledged (its `CreateTaskResult` answered) is never lost in a
+/// failover either: its record is confirmed by a replica before the answer, and in the window
+/// where that cannot be, the task is refused with `503` and `Retry-After` and never runs
+/// (RELIABILITY F8: before, a task created then was read `working`, then "unknown" for good).
+#[test]
+fn no_task_acknowledged_in_a_failover_window_is_lost() {
+    // `stamp` appends to an effects file, which it needs to be offered.
+    let effects = support::TempDir::new("failover-tasks");
+    let file = effects.path().join("effects");
+    let file = file.display().to_string();
+    let extra = [
+        ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+        // Hundreds of tasks from one address: the per-caller bound is not under test.
+        ("FLEETMCP_MAX_TASKS_PER_CALLER", "100000"),
+    ];
+    nothing_acknowledged_in_a_failover_window_is_lost("tasks", &extra, |port| {
+        let call = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
+            "params": {"name": "stamp", "arguments": {"key": format!("f{}", next_id()), "delay_ms": 50},
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities":
+                        {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                    "io.modelcontextprotocol/clientInfo": {"name": "failover", "version": "1"}}}});
+        let headers = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "stamp"),
+        ];
+        let resp = post_with(port, None, &headers, &call, HTTP_LIMIT);
+        match resp.status {
+            200 => {
+                let v = resp.json();
+                assert_eq!(v["result"]["resultType"], "task", "{}", resp.describe());
+                let id = v["result"]["taskId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no task id:\n{}", resp.describe()));
+                Asked::Acknowledged(format!("mcp:task:records::{id}"))
+            }
+            503 if resp.header("retry-after").is_some() => Asked::Refused,
+            _ => panic!("an undocumented answer to a task:\n{}", resp.describe()),
+        }
+    });
 }

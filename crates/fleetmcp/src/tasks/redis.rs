@@ -581,7 +581,13 @@ impl RedisTaskStore {
                     .unwrap_or(""),
             );
         }
-        let written: i64 = self.redis.run(cmd).await?;
+        // A task's end is confirmed by the replicas `wait_replicas` asks for, like its
+        // creation: an end a failover throws away would leave the task `working` for good.
+        let written: i64 = if record.status.is_terminal() {
+            self.durably(cmd).await?
+        } else {
+            self.redis.run(cmd).await?
+        };
         if written == 1 && record.status.is_terminal() {
             self.charge_end(record, json_len).await;
         }
@@ -630,7 +636,9 @@ impl RedisTaskStore {
             .arg(&record.task_id)
             .arg(self.record_key(owner, ""))
             .clone();
-        match self.redis.run::<i64>(cmd).await {
+        // Confirmed by the replicas before the task is acknowledged: one written to a master
+        // in the second before a failover demotes it would be lost with it (RELIABILITY F8).
+        match self.durably(cmd).await {
             Ok(1) => Ok(()),
             Ok(_) => {
                 if !index.is_empty() {
@@ -648,6 +656,18 @@ impl RedisTaskStore {
                 Err(TaskStoreError::Unavailable(e.to_string()))
             }
         }
+    }
+
+    /// Runs `cmd` and waits for the replicas `wait_replicas` asks for to confirm it
+    /// ([`RedisConn::pipe_durably`]); plainly when it asks for none.
+    async fn durably(&self, cmd: redis::Cmd) -> Result<i64, CommandError> {
+        if !self.redis.writes_durably() {
+            return self.redis.run(cmd).await;
+        }
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        let (written,): (i64,) = self.redis.pipe_durably(pipe).await?;
+        Ok(written)
     }
 
     /// Reads records by key, `BATCH` per round trip; a missing or unreadable one is `None`.
