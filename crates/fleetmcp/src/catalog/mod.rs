@@ -13,10 +13,10 @@ macro_rules! from_any_error {
             E: std::error::Error + Send + Sync + 'static,
         {
             fn from(e: E) -> Self {
-                match super::tool::classify(e) {
-                    super::tool::Classified::InputRequired => Self::InputRequired,
-                    super::tool::Classified::Protocol(e) => Self::Protocol(e),
-                    super::tool::Classified::Failed(msg) => Self::Failed(msg),
+                match $crate::catalog::tool::classify(e) {
+                    $crate::catalog::tool::Classified::InputRequired => Self::InputRequired,
+                    $crate::catalog::tool::Classified::Protocol(e) => Self::Protocol(e),
+                    $crate::catalog::tool::Classified::Failed(msg) => Self::Failed(msg),
                 }
             }
         }

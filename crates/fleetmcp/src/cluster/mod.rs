@@ -152,25 +152,12 @@ impl Cluster {
     pub async fn start(app: &App, redis: Option<RedisConn>) -> Result<Self, String> {
         let machine_id = app.sessions().machine_id().to_string();
         let cfg = &app.config().ha;
-        let stop = app.shutdown().clone();
         // What advertises this instance to the others (its heartbeat, its channel subscription)
         // and what adopts their sessions (the scanner) stops as soon as a graceful stop begins:
         // from then on the others take its sessions over while it drains.
         let withdraw = app.draining().clone();
         let process = advertise::process_token();
-        let guard = Arc::new(relay_guard::Guard {
-            verifier: relay_auth::Verifier::new(
-                relay_auth::RelayKeys::from_config(app.config()),
-                &machine_id,
-                cfg.relay_window_ms,
-            )
-            // A hop recorded before this process started is refused: the nonces it remembers
-            // start empty, and a replay after a restart would otherwise run again.
-            .started_at(crate::clock::unix_ms()),
-            max_body: app.config().http.max_body_bytes,
-            process: process.clone(),
-            machine_id: machine_id.clone(),
-        });
+        let guard = guard_for(app, &machine_id, process.clone());
         let drain_requested = tokio_util::sync::CancellationToken::new();
         let Some(redis) = redis else {
             tracing::warn!(
@@ -200,23 +187,7 @@ impl Cluster {
             cfg,
             advertiser.clone(),
             app.sessions().lease().clone(),
-            {
-                let (handle, me, guard) = (app.handle(), machine_id.clone(), guard.clone());
-                let drain = drain_requested.clone();
-                let (replies, prefix) = (redis.clone(), cfg.key_prefix.clone());
-                move |payload: &[u8]| {
-                    if !drain_request::on_message(
-                        &guard.verifier,
-                        &me,
-                        payload,
-                        &drain,
-                        &replies,
-                        &prefix,
-                    ) {
-                        notify::on_message(&handle, &me, &guard.verifier, payload)
-                    }
-                }
-            },
+            on_channel_message(app, &machine_id, &guard, &drain_requested, &redis),
             withdraw.clone(),
         )
         .await?;
@@ -227,60 +198,7 @@ impl Cluster {
             &machine_id,
             relay_auth::RelayKeys::from_config(app.config()),
         )));
-        tokio::spawn(fanout::listen(
-            redis.clone(),
-            cfg.key_prefix.clone(),
-            app.clone(),
-            stop.clone(),
-        ));
-        tokio::spawn(
-            scanner::Scanner {
-                app: app.clone(),
-                redis: redis.clone(),
-                store: crate::session::RedisSessionStore::on(redis.clone()),
-                me: machine_id.clone(),
-                key_prefix: cfg.key_prefix.clone(),
-                interval: std::time::Duration::from_millis(cfg.heartbeat_interval_ms),
-                heartbeat_ttl: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
-                grace: std::time::Duration::from_millis(cfg.takeover_grace_ms),
-            }
-            .run(withdraw.clone()),
-        );
-        // A changed address is advertised at once, not at the next beat.
-        let changed = {
-            let (beats, held) = (hb.clone(), app.clone());
-            move || -> futures_util::future::BoxFuture<'static, ()> {
-                let (beats, held) = (beats.clone(), held.clone());
-                Box::pin(async move {
-                    beats.beat(held.sessions().held()).await;
-                })
-            }
-        };
-        tokio::spawn(advertise::watch(
-            advertiser.clone(),
-            advertise::period(cfg.heartbeat_interval_ms),
-            changed,
-            withdraw.clone(),
-        ));
-        let beats = hb.clone();
-        let held = app.clone();
-        tokio::spawn(async move {
-            // A beat that failed is tried again within half a second, not an interval later:
-            // after an outage that expired the key, the others must see this instance alive
-            // again well before the takeover grace, after which they presume it gone
-            // (`liveness.rs`).
-            let retry = beats.interval().min(std::time::Duration::from_millis(500));
-            let mut wait = beats.interval();
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {
-                        let ok = beats.beat(held.sessions().held()).await;
-                        wait = if ok { beats.interval() } else { retry };
-                    }
-                    _ = withdraw.cancelled() => return,
-                }
-            }
-        });
+        spawn_background(app, &redis, &machine_id, &hb, &advertiser, withdraw);
         Ok(Self {
             machine_id,
             heartbeat: Some(hb),
@@ -341,4 +259,108 @@ impl Cluster {
     pub async fn stop(&self) {
         self.withdraw().await;
     }
+}
+
+/// What verifies relayed requests on this instance (`process`: its answer to a verified
+/// self-check).
+fn guard_for(app: &App, machine_id: &str, process: String) -> Arc<relay_guard::Guard> {
+    Arc::new(relay_guard::Guard {
+        verifier: relay_auth::Verifier::new(
+            relay_auth::RelayKeys::from_config(app.config()),
+            machine_id,
+            app.config().ha.relay_window_ms,
+        )
+        // A hop recorded before this process started is refused: the nonces it remembers
+        // start empty, and a replay after a restart would otherwise run again.
+        .started_at(crate::clock::unix_ms()),
+        max_body: app.config().http.max_body_bytes,
+        process,
+        machine_id: machine_id.to_string(),
+    })
+}
+
+/// What a message on this instance's channel is: the operator's drain request (which cancels
+/// `drain`), else a notification for a session held here.
+fn on_channel_message(
+    app: &App,
+    machine_id: &str,
+    guard: &Arc<relay_guard::Guard>,
+    drain: &tokio_util::sync::CancellationToken,
+    redis: &RedisConn,
+) -> impl Fn(&[u8]) + Send + 'static {
+    let (handle, me, guard) = (app.handle(), machine_id.to_string(), guard.clone());
+    let drain = drain.clone();
+    let (replies, prefix) = (redis.clone(), app.config().ha.key_prefix.clone());
+    move |payload: &[u8]| {
+        if !drain_request::on_message(&guard.verifier, &me, payload, &drain, &replies, &prefix) {
+            notify::on_message(&handle, &me, &guard.verifier, payload)
+        }
+    }
+}
+
+/// What runs beside serving until `withdraw` (a graceful stop begins): the fleet's change
+/// channel (until the shutdown), the orphan scanner, the watch on the advertised address and
+/// the heartbeat's renewal.
+fn spawn_background(
+    app: &App,
+    redis: &RedisConn,
+    machine_id: &str,
+    hb: &Arc<Heartbeat>,
+    advertiser: &Arc<advertise::Advertiser>,
+    withdraw: tokio_util::sync::CancellationToken,
+) {
+    let cfg = &app.config().ha;
+    tokio::spawn(fanout::listen(
+        redis.clone(),
+        cfg.key_prefix.clone(),
+        app.clone(),
+        app.shutdown().clone(),
+    ));
+    tokio::spawn(
+        scanner::Scanner {
+            app: app.clone(),
+            redis: redis.clone(),
+            store: crate::session::RedisSessionStore::on(redis.clone()),
+            me: machine_id.to_string(),
+            key_prefix: cfg.key_prefix.clone(),
+            interval: std::time::Duration::from_millis(cfg.heartbeat_interval_ms),
+            heartbeat_ttl: std::time::Duration::from_millis(cfg.heartbeat_ttl_ms),
+            grace: std::time::Duration::from_millis(cfg.takeover_grace_ms),
+        }
+        .run(withdraw.clone()),
+    );
+    // A changed address is advertised at once, not at the next beat.
+    let changed = {
+        let (beats, held) = (hb.clone(), app.clone());
+        move || -> futures_util::future::BoxFuture<'static, ()> {
+            let (beats, held) = (beats.clone(), held.clone());
+            Box::pin(async move {
+                beats.beat(held.sessions().held()).await;
+            })
+        }
+    };
+    tokio::spawn(advertise::watch(
+        advertiser.clone(),
+        advertise::period(cfg.heartbeat_interval_ms),
+        changed,
+        withdraw.clone(),
+    ));
+    let beats = hb.clone();
+    let held = app.clone();
+    tokio::spawn(async move {
+        // A beat that failed is tried again within half a second, not an interval later: after
+        // an outage that expired the key, the others must see this instance alive again well
+        // before the takeover grace, after which they presume it gone (`liveness.rs`).
+        let retry = beats.interval().min(std::time::Duration::from_millis(500));
+        let mut wait = beats.interval();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {
+                    let ok = beats.beat(held.sessions().held()).await;
+                    wait = if ok { beats.interval() } else { retry };
+                }
+                _ = withdraw.cancelled() => return,
+            }
+        }
+    });
 }

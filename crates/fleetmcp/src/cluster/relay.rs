@@ -485,62 +485,127 @@ impl Relay for HttpRelay {
         let Some(place) = self.in_flight.take_within(PLACE_WAIT).await else {
             return Relayed::Answered(self.busy(holder, Bound::InFlight));
         };
+        let address = match self.address_of(holder).await {
+            Ok(address) => address,
+            Err(NoAddress::Gone) => return Relayed::HolderGone(req),
+            Err(NoAddress::Failed(why)) => return fail(&why),
+        };
+        let hop = match self.hop(holder, &address, &req) {
+            Ok(hop) => hop,
+            Err(why) => return fail(&why),
+        };
+        let sent = self.client.request(hop);
+        let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) if no_place(&e) => {
+                return Relayed::Answered(self.busy(holder, Bound::Connections));
+            }
+            Ok(Err(e)) if self.gone(holder, refused(&e)).await => {
+                self.addresses.lock().remove(holder);
+                tracing::info!(
+                    previous_node_id = holder,
+                    "[HA] Session owner is gone — the session will be taken over"
+                );
+                return Relayed::HolderGone(req);
+            }
+            Ok(Err(e)) => return fail(&describe(&e)),
+            Err(_) => {
+                return fail(&format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()));
+            }
+        };
+        if answer.status() == StatusCode::SERVICE_UNAVAILABLE
+            && answer.headers().contains_key(&MOVED)
+        {
+            // Not served there (see above): look again here; the caller takes the session
+            // over only while its record still names `holder`, else finds its new holder.
+            self.addresses.lock().remove(holder);
+            return Relayed::HolderGone(req);
+        }
+        let get = req.method == http::Method::GET;
+        Relayed::Answered(self.relayed_answer(holder, answer, get, place))
+    }
+}
+
+/// Why a holder's address is not known.
+enum NoAddress {
+    /// Its heartbeat went and it holds no subscription: gone, its session is taken over here.
+    Gone,
+    /// Anything else: the request is answered `503`, this said in the log.
+    Failed(String),
+}
+
+/// The steps of [`HttpRelay::forward`]: where the holder is, the hop's request, and the answer
+/// as the client gets it.
+impl HttpRelay {
+    /// The address `holder` advertises: read a moment ago, else from its heartbeat, else (Redis
+    /// does not answer) the one read last.
+    async fn address_of(&self, holder: &str) -> Result<String, NoAddress> {
         let known = self
             .addresses
             .lock()
             .get(holder)
             .filter(|(_, at)| at.elapsed() < ADDRESS_TTL)
             .map(|(a, _)| a.clone());
-        let address = match known {
-            Some(a) => a,
-            None => {
-                let key = format!("{}{holder}", self.heartbeat_prefix);
-                let address = match read_beat(&self.redis, &key).await {
-                    Ok(Some(beat)) => match beat.address {
-                        Some(a) => a,
-                        None => return fail("its heartbeat advertises no address"),
-                    },
-                    // Its heartbeat went between the directory's look and ours: gone if it holds
-                    // no subscription (take it over), else alive but silent (the directory's
-                    // grace period decides, on a later request).
-                    Ok(None) => {
-                        return match super::heartbeat::subscribers(
-                            &self.redis,
-                            &super::heartbeat::channel_of(&self.key_prefix, holder),
-                        )
-                        .await
-                        {
-                            Some(0) => Relayed::HolderGone(req),
-                            _ => fail("its heartbeat expired while it still runs"),
-                        };
-                    }
-                    // Redis does not answer: an instance keeps its address for its whole life, so
-                    // the one read before still holds (the holder checks the session itself).
-                    Err(e) => match self.addresses.lock().get(holder) {
-                        Some((stale, _)) => stale.clone(),
-                        None => return fail(&e.to_string()),
-                    },
-                };
-                let mut map = self.addresses.lock();
-                if map.len() > 4096 {
-                    map.clear();
+        if let Some(address) = known {
+            return Ok(address);
+        }
+        let key = format!("{}{holder}", self.heartbeat_prefix);
+        let address = match read_beat(&self.redis, &key).await {
+            Ok(Some(beat)) => match beat.address {
+                Some(a) => a,
+                None => {
+                    return Err(NoAddress::Failed(
+                        "its heartbeat advertises no address".to_string(),
+                    ));
                 }
-                map.insert(
-                    holder.to_string(),
-                    (address.clone(), std::time::Instant::now()),
-                );
-                address
+            },
+            // Its heartbeat went between the directory's look and ours: gone if it holds no
+            // subscription (take it over), else alive but silent (the directory's grace period
+            // decides, on a later request).
+            Ok(None) => {
+                return match super::heartbeat::subscribers(
+                    &self.redis,
+                    &super::heartbeat::channel_of(&self.key_prefix, holder),
+                )
+                .await
+                {
+                    Some(0) => Err(NoAddress::Gone),
+                    _ => Err(NoAddress::Failed(
+                        "its heartbeat expired while it still runs".to_string(),
+                    )),
+                };
             }
+            // Redis does not answer: an instance keeps its address for its whole life, so the
+            // one read before still holds (the holder checks the session itself).
+            Err(e) => match self.addresses.lock().get(holder) {
+                Some((stale, _)) => stale.clone(),
+                None => return Err(NoAddress::Failed(e.to_string())),
+            },
         };
+        let mut map = self.addresses.lock();
+        if map.len() > 4096 {
+            map.clear();
+        }
+        map.insert(
+            holder.to_string(),
+            (address.clone(), std::time::Instant::now()),
+        );
+        Ok(address)
+    }
+
+    /// The request as it goes to `holder` at `address`: the client's, less its hop-by-hop
+    /// headers, with the client's `Host` carried signed, signed for the holder.
+    fn hop(
+        &self,
+        holder: &str,
+        address: &str,
+        req: &RelayRequest,
+    ) -> Result<http::Request<Full<Bytes>>, String> {
         let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
-        let url = match reqwest::Url::parse(&format!("http://{address}{path}")) {
-            Ok(u) => u,
-            Err(e) => return fail(&format!("its address {address:?} makes no URL: {e}")),
-        };
-        let uri = match http::Uri::try_from(url.as_str()) {
-            Ok(u) => u,
-            Err(e) => return fail(&format!("its address {address:?} makes no URI: {e}")),
-        };
+        let url = reqwest::Url::parse(&format!("http://{address}{path}"))
+            .map_err(|e| format!("its address {address:?} makes no URL: {e}"))?;
+        let uri = http::Uri::try_from(url.as_str())
+            .map_err(|e| format!("its address {address:?} makes no URI: {e}"))?;
         // Signed as it goes on the wire: parsing the URL may normalise the path (percent-
         // encoding, dot segments), and the holder checks the path it receives.
         let sent_path = match url.query() {
@@ -567,42 +632,25 @@ impl Relay for HttpRelay {
             path: &sent_path,
             body: &req.body,
         };
-        if let Err(why) = self
-            .keys
-            .sign(&subject, &mut headers, crate::clock::unix_ms())
-        {
-            return fail(why);
-        }
+        self.keys
+            .sign(&subject, &mut headers, crate::clock::unix_ms())?;
         let mut hop = http::Request::new(Full::new(req.body.clone()));
         *hop.method_mut() = req.method.clone();
         *hop.uri_mut() = uri;
         *hop.headers_mut() = headers;
-        let sent = self.client.request(hop);
-        let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) if no_place(&e) => {
-                return Relayed::Answered(self.busy(holder, Bound::Connections));
-            }
-            Ok(Err(e)) if self.gone(holder, refused(&e)).await => {
-                self.addresses.lock().remove(holder);
-                tracing::info!(
-                    previous_node_id = holder,
-                    "[HA] Session owner is gone — the session will be taken over"
-                );
-                return Relayed::HolderGone(req);
-            }
-            Ok(Err(e)) => return fail(&describe(&e)),
-            Err(_) => {
-                return fail(&format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()));
-            }
-        };
+        Ok(hop)
+    }
+
+    /// The holder's answer as the client gets it: less its hop-by-hop headers, its body watched
+    /// (see [`HttpRelay::watched`]) and keeping the request's `place` in flight.
+    fn relayed_answer(
+        &self,
+        holder: &str,
+        answer: http::Response<hyper::body::Incoming>,
+        get: bool,
+        place: OwnedSemaphorePermit,
+    ) -> Response {
         let status = answer.status();
-        if status == StatusCode::SERVICE_UNAVAILABLE && answer.headers().contains_key(&MOVED) {
-            // Not served there (see above): look again here; the caller takes the session
-            // over only while its record still names `holder`, else finds its new holder.
-            self.addresses.lock().remove(holder);
-            return Relayed::HolderGone(req);
-        }
         let (answer, body) = answer.into_parts();
         let mut headers = http::HeaderMap::with_capacity(answer.headers.len());
         for (name, value) in &answer.headers {
@@ -615,12 +663,11 @@ impl Relay for HttpRelay {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let get = req.method == http::Method::GET;
         let body = self.watched(holder, body, sse, get, place);
         let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
-        Relayed::Answered(res)
+        res
     }
 }
 

@@ -374,43 +374,8 @@ async fn connection(
     let (active, idle_rx) = watch::channel(0usize);
     let mut first_rx = active.subscribe();
     let linger_rx = active.subscribe();
-    let active = Arc::new(active);
     let begun = Arc::new(AtomicBool::new(false));
-    let body_limit = limits.body;
-    let draining = phases.draining.clone();
-    let seen = begun.clone();
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        seen.store(true, Ordering::Relaxed);
-        // Whom the request's limits count against, absent a trusted header (transport).
-        req.extensions_mut()
-            .insert(crate::transport::PeerAddr(peer));
-        let guard = InFlight::begin(active.clone());
-        let deadline = Instant::now() + body_limit;
-        let router = router.clone();
-        let draining = draining.clone();
-        async move {
-            let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
-                over_capacity()
-            } else {
-                let req = req.map(|body| DeadlineBody::new(body, deadline));
-                match router.oneshot(req).await {
-                    Ok(res) => res,
-                    Err(never) => match never {},
-                }
-            };
-            if draining.is_cancelled() {
-                // Hyper closes the connection after this answer; the client (a load balancer)
-                // sends its next request on a new connection, which, once this instance stops
-                // accepting, is refused and retried elsewhere.
-                res.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            Ok::<_, Infallible>(res.map(|body| Tracked {
-                inner: body,
-                _guard: guard,
-            }))
-        }
-    });
+    let service = requests(peer, router, mode, &limits, &phases, active, begun.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(idle_rx, limits.idle));
@@ -421,8 +386,7 @@ async fn connection(
         // Bounded by the caller's select.
         let _ = first_rx.wait_for(|n| *n > 0).await;
     });
-    let first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
-    let mut first_deadline = first_deadline;
+    let mut first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
     // Closing, on a connection that has served: see below.
     let mut lingering = false;
     let mut linger = pin!(idle_for(linger_rx, FIRST_REQUEST_WAIT));
@@ -474,6 +438,61 @@ async fn connection(
             }
         }
     }
+}
+
+/// What answers a connection's requests: the router (over the cap, `mode`, only for the health
+/// routes), each request in flight counted in `active` until its answer's body ends, its body
+/// read under the deadline `limits.body` from its head, and answered with `Connection: close`
+/// once the stop began (`phases.draining`). The first request sets `begun`.
+fn requests(
+    peer: SocketAddr,
+    router: Router,
+    mode: Mode,
+    limits: &Limits,
+    phases: &Phases,
+    active: watch::Sender<usize>,
+    begun: Arc<AtomicBool>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Tracked<AxumBody>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Tracked<AxumBody>>, Infallible>> + Send,
+> + Send {
+    let active = Arc::new(active);
+    let body_limit = limits.body;
+    let draining = phases.draining.clone();
+    hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        begun.store(true, Ordering::Relaxed);
+        // Whom the request's limits count against, absent a trusted header (transport).
+        req.extensions_mut()
+            .insert(crate::transport::PeerAddr(peer));
+        let guard = InFlight::begin(active.clone());
+        let deadline = Instant::now() + body_limit;
+        let router = router.clone();
+        let draining = draining.clone();
+        async move {
+            let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
+                over_capacity()
+            } else {
+                let req = req.map(|body| DeadlineBody::new(body, deadline));
+                match router.oneshot(req).await {
+                    Ok(res) => res,
+                    Err(never) => match never {},
+                }
+            };
+            if draining.is_cancelled() {
+                // Hyper closes the connection after this answer; the client (a load balancer)
+                // sends its next request on a new connection, which, once this instance stops
+                // accepting, is refused and retried elsewhere.
+                res.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(res.map(|body| Tracked {
+                inner: body,
+                _guard: guard,
+            }))
+        }
+    })
 }
 
 /// The health routes, and distributed mode's self-check (a `/readyz` depends on it: an instance

@@ -143,113 +143,12 @@ impl ServerBuilder {
         let sealer = sealer_for(&config, &machine_id, source);
         // One budget for the listener's connections and the relay's sockets.
         let connections = listener::connection_budget(&config.http);
-        let mut store = self.store;
-        let mut events = self.events;
-        let mut redis = None;
-        if store.is_none()
-            && let Some(mut cfg) = config.redis.clone()
-        {
-            // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
-            // timeout would cut it short.
-            cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
-            match RedisConn::new(cfg) {
-                Ok(conn) => {
-                    conn.instrument(meters.clone());
-                    store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
-                    if events.is_none() {
-                        let mut redis_events = RedisEventStore::new(
-                            conn.clone(),
-                            config.sessions.max_events_per_stream,
-                            config.sessions.event_ttl_ms,
-                            Duration::from_millis(config.sessions.stream_read_outage_ms),
-                        );
-                        // Only in distributed mode can a reader tell that a stream's writer
-                        // is gone (and end the stream for it).
-                        let liveness = (config.deployment_mode == DeploymentMode::Distributed)
-                            .then(|| crate::cluster::process_liveness(&conn, &config.ha));
-                        redis_events = redis_events.with_writers(&machine_id, liveness);
-                        events = Some(Arc::new(redis_events));
-                        tracing::info!("EventStore initialized for SSE resumability");
-                    }
-                    redis = Some(conn);
-                }
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "[TransportService] Failed to create session store - session persistence disabled"
-                ),
-            }
-        }
-        let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
-        let store = store.unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
-        let events = events.unwrap_or_else(|| {
-            Arc::new(MemoryEventStore::new(
-                config.sessions.max_events_per_stream,
-                config.sessions.max_streams_per_session,
-            ))
-        });
-        let previous_session: Vec<&str> = config
-            .previous_session_secrets
-            .iter()
-            .map(String::as_str)
-            .collect();
-        let request_state = RequestStateSealer::from_secrets(StateSecrets {
-            vault: config.vault_secret.as_deref(),
-            jwt: config.jwt_secret.as_deref(),
-            session: config.session_secret.as_deref(),
-            previous_session: &previous_session,
-        });
-        if !request_state.source.is_shared()
-            && (config.deployment_mode == DeploymentMode::Distributed || config.redis.is_some())
-        {
-            // No shared secret at all (distributed mode requires one, so this is a fleet
-            // sharing Redis in standalone mode): another instance cannot open a state this one
-            // sealed, and a multi-round request that changes instance starts over.
-            tracing::warn!(
-                "requestState is signed with a per-process key: set MCP_SESSION_SECRET (or VAULT_SECRET or JWT_SECRET) to the same value on every instance"
-            );
-        }
+        let (store, events, redis) =
+            session_stores(&config, &meters, &machine_id, self.store, self.events);
+        let request_state = request_state_sealer(&config);
         let phases = crate::app::Phases::new();
         let shutdown = phases.shutdown.clone();
-        // A held session's record is refreshed at most once per quarter of its lifetime.
-        let ttl = match &config.redis {
-            Some(r) => r.default_ttl_ms.min(config.sessions.idle_ttl_ms),
-            None => config.sessions.idle_ttl_ms,
-        };
-        let timing = Timing {
-            check_timeout: Duration::from_millis(config.sessions.check_timeout_ms),
-            store_wait: Duration::from_millis(config.sessions.store_wait_ms),
-            refresh_every_ms: ttl / 4,
-        };
-        // Whenever the server has Redis, task records are shared there, so that any instance
-        // answers for any task; the executor's liveness is known only in distributed mode.
-        let tasks_cfg = config.tasks.clone();
-        let limits = TaskLimits::from_config(&tasks_cfg);
-        let redis_tasks = match (&self.tasks, &redis) {
-            (None, Some(conn)) => Some(RedisTaskStore::new(
-                conn.clone(),
-                &conn.config().key_prefix,
-                limits,
-            )),
-            _ => None,
-        };
-        let task_liveness = match &redis {
-            Some(conn)
-                if redis_tasks.is_some()
-                    && config.deployment_mode == DeploymentMode::Distributed =>
-            {
-                Some(crate::cluster::process_liveness(conn, &config.ha))
-            }
-            _ => None,
-        };
-        let task_store: Arc<dyn TaskStore> = match (&redis_tasks, self.tasks) {
-            (Some(r), _) => Arc::new(r.clone()),
-            (None, Some(t)) => t,
-            (None, None) => Arc::new(MemoryTaskStore::new(limits)),
-        };
-        let mut tasks = Tasks::new(task_store, &tasks_cfg);
-        if redis_tasks.is_some() {
-            tasks = tasks.shared(&machine_id, task_liveness);
-        }
+        let (tasks, redis_tasks) = tasks_for(&config, self.tasks, redis.as_ref(), &machine_id);
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
@@ -272,7 +171,7 @@ impl ServerBuilder {
             store,
             events.clone(),
             ownership,
-            timing,
+            session_timing(&config),
             shutdown.clone(),
         );
         let (auth, auth_error) = match Authorizer::new(&config.auth) {
@@ -285,7 +184,7 @@ impl ServerBuilder {
                 &config.limits,
                 conn.clone(),
                 sessions.machine_id(),
-                shutdown.clone(),
+                shutdown,
             ),
             None => crate::limits::Limits::in_memory(&config.limits),
         };
@@ -312,6 +211,147 @@ impl ServerBuilder {
             connections,
         }
     }
+}
+
+/// The stores of sessions and SSE events: the ones given, else in Redis when the configuration
+/// names it (with the connection the rest of the server then shares), else in memory. A store
+/// given for sessions means no Redis at all.
+fn session_stores(
+    config: &Config,
+    meters: &Meters,
+    machine_id: &str,
+    store: Option<Arc<dyn SessionStore>>,
+    events: Option<Arc<dyn EventStore>>,
+) -> (
+    Arc<dyn SessionStore>,
+    Arc<dyn EventStore>,
+    Option<RedisConn>,
+) {
+    let (mut store, mut events, mut redis) = (store, events, None);
+    if store.is_none()
+        && let Some(mut cfg) = config.redis.clone()
+    {
+        // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
+        // timeout would cut it short.
+        cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
+        match RedisConn::new(cfg) {
+            Ok(conn) => {
+                conn.instrument(meters.clone());
+                store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
+                if events.is_none() {
+                    events = Some(Arc::new(redis_event_store(&conn, config, machine_id)));
+                    tracing::info!("EventStore initialized for SSE resumability");
+                }
+                redis = Some(conn);
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "[TransportService] Failed to create session store - session persistence disabled"
+            ),
+        }
+    }
+    let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
+    let store = store.unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
+    let events = events.unwrap_or_else(|| {
+        Arc::new(MemoryEventStore::new(
+            config.sessions.max_events_per_stream,
+            config.sessions.max_streams_per_session,
+        ))
+    });
+    (store, events, redis)
+}
+
+fn redis_event_store(conn: &RedisConn, config: &Config, machine_id: &str) -> RedisEventStore {
+    let events = RedisEventStore::new(
+        conn.clone(),
+        config.sessions.max_events_per_stream,
+        config.sessions.event_ttl_ms,
+        Duration::from_millis(config.sessions.stream_read_outage_ms),
+    );
+    // Only in distributed mode can a reader tell that a stream's writer is gone (and end the
+    // stream for it).
+    let liveness = (config.deployment_mode == DeploymentMode::Distributed)
+        .then(|| crate::cluster::process_liveness(conn, &config.ha));
+    events.with_writers(machine_id, liveness)
+}
+
+/// The sealer of stateless requests' `requestState`, from the shared secrets; warns when there
+/// is none and the server looks like one of a fleet.
+fn request_state_sealer(config: &Config) -> RequestStateSealer {
+    let previous_session: Vec<&str> = config
+        .previous_session_secrets
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let request_state = RequestStateSealer::from_secrets(StateSecrets {
+        vault: config.vault_secret.as_deref(),
+        jwt: config.jwt_secret.as_deref(),
+        session: config.session_secret.as_deref(),
+        previous_session: &previous_session,
+    });
+    if !request_state.source.is_shared()
+        && (config.deployment_mode == DeploymentMode::Distributed || config.redis.is_some())
+    {
+        // No shared secret at all (distributed mode requires one, so this is a fleet
+        // sharing Redis in standalone mode): another instance cannot open a state this one
+        // sealed, and a multi-round request that changes instance starts over.
+        tracing::warn!(
+            "requestState is signed with a per-process key: set MCP_SESSION_SECRET (or VAULT_SECRET or JWT_SECRET) to the same value on every instance"
+        );
+    }
+    request_state
+}
+
+fn session_timing(config: &Config) -> Timing {
+    // A held session's record is refreshed at most once per quarter of its lifetime.
+    let ttl = match &config.redis {
+        Some(r) => r.default_ttl_ms.min(config.sessions.idle_ttl_ms),
+        None => config.sessions.idle_ttl_ms,
+    };
+    Timing {
+        check_timeout: Duration::from_millis(config.sessions.check_timeout_ms),
+        store_wait: Duration::from_millis(config.sessions.store_wait_ms),
+        refresh_every_ms: ttl / 4,
+    }
+}
+
+/// The tasks, in the store `given`, else shared in Redis whenever the server has Redis (so that
+/// any instance answers for any task; the executor's liveness is known only in distributed
+/// mode), else in memory. With the Redis store, when it is that one.
+fn tasks_for(
+    config: &Config,
+    given: Option<Arc<dyn TaskStore>>,
+    redis: Option<&RedisConn>,
+    machine_id: &str,
+) -> (Tasks, Option<RedisTaskStore>) {
+    let tasks_cfg = &config.tasks;
+    let limits = TaskLimits::from_config(tasks_cfg);
+    let redis_tasks = match (&given, redis) {
+        (None, Some(conn)) => Some(RedisTaskStore::new(
+            conn.clone(),
+            &conn.config().key_prefix,
+            limits,
+        )),
+        _ => None,
+    };
+    let task_liveness = match redis {
+        Some(conn)
+            if redis_tasks.is_some() && config.deployment_mode == DeploymentMode::Distributed =>
+        {
+            Some(crate::cluster::process_liveness(conn, &config.ha))
+        }
+        _ => None,
+    };
+    let task_store: Arc<dyn TaskStore> = match (&redis_tasks, given) {
+        (Some(r), _) => Arc::new(r.clone()),
+        (None, Some(t)) => t,
+        (None, None) => Arc::new(MemoryTaskStore::new(limits)),
+    };
+    let mut tasks = Tasks::new(task_store, tasks_cfg);
+    if redis_tasks.is_some() {
+        tasks = tasks.shared(machine_id, task_liveness);
+    }
+    (tasks, redis_tasks)
 }
 
 fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option<SessionSealer> {

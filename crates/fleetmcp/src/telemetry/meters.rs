@@ -143,6 +143,76 @@ struct Inner {
     limit_rejections: [Counter; Limit::ALL.len()],
 }
 
+/// Every metric: its name, unit and help text (a name ending `_total` is a counter, a unit of
+/// seconds a histogram, anything else a gauge; see [`describe`]).
+const METRICS: &[(&str, Unit, &str)] = &[
+    (
+        "fleetmcp_requests_total",
+        Unit::Count,
+        "HTTP requests to the MCP endpoints, by MCP method, protocol era and HTTP status",
+    ),
+    (
+        "fleetmcp_request_duration_seconds",
+        Unit::Seconds,
+        "Time to the answer's head (an SSE answer's stream runs on), by MCP method, era and status",
+    ),
+    (
+        "fleetmcp_sessions_held",
+        Unit::Count,
+        "Sessions this instance holds in memory",
+    ),
+    (
+        "fleetmcp_ready",
+        Unit::Count,
+        "1 when this instance is ready (what /readyz answers at the scrape), else 0",
+    ),
+    (
+        "fleetmcp_sse_streams_open",
+        Unit::Count,
+        "SSE responses open on this instance (relayed ones included)",
+    ),
+    (
+        "fleetmcp_relays_total",
+        Unit::Count,
+        "Requests handed to the instance holding their session, by outcome (answered, holder_gone, failed)",
+    ),
+    (
+        "fleetmcp_relay_duration_seconds",
+        Unit::Seconds,
+        "Time from handing a request to the relay to the holder's answer head",
+    ),
+    (
+        "fleetmcp_takeovers_total",
+        Unit::Count,
+        "Sessions taken over here from an instance found gone",
+    ),
+    (
+        "fleetmcp_takeover_duration_seconds",
+        Unit::Seconds,
+        "Time to take one session over",
+    ),
+    (
+        "fleetmcp_redis_command_duration_seconds",
+        Unit::Seconds,
+        "Redis commands, scripts and pipelines, until their answer or failure",
+    ),
+    (
+        "fleetmcp_redis_timeouts_total",
+        Unit::Count,
+        "Redis commands that got no answer within the command timeout",
+    ),
+    (
+        "fleetmcp_redis_errors_total",
+        Unit::Count,
+        "Redis commands that failed otherwise (connection lost, not connected, error reply)",
+    ),
+    (
+        "fleetmcp_limit_rejections_total",
+        Unit::Count,
+        "Requests refused by a configured limit, by limit",
+    ),
+];
+
 /// A request series' labels: MCP method, era, HTTP status.
 type RequestLabels = (Method, Era, u16);
 
@@ -160,84 +230,9 @@ impl Meters {
             .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
         let handle = recorder.handle();
         let r = &recorder;
-        describe(
-            r,
-            "fleetmcp_requests_total",
-            Unit::Count,
-            "HTTP requests to the MCP endpoints, by MCP method, protocol era and HTTP status",
-        );
-        describe(
-            r,
-            "fleetmcp_request_duration_seconds",
-            Unit::Seconds,
-            "Time to the answer's head (an SSE answer's stream runs on), by MCP method, era and status",
-        );
-        describe(
-            r,
-            "fleetmcp_sessions_held",
-            Unit::Count,
-            "Sessions this instance holds in memory",
-        );
-        describe(
-            r,
-            "fleetmcp_ready",
-            Unit::Count,
-            "1 when this instance is ready (what /readyz answers at the scrape), else 0",
-        );
-        describe(
-            r,
-            "fleetmcp_sse_streams_open",
-            Unit::Count,
-            "SSE responses open on this instance (relayed ones included)",
-        );
-        describe(
-            r,
-            "fleetmcp_relays_total",
-            Unit::Count,
-            "Requests handed to the instance holding their session, by outcome (answered, holder_gone, failed)",
-        );
-        describe(
-            r,
-            "fleetmcp_relay_duration_seconds",
-            Unit::Seconds,
-            "Time from handing a request to the relay to the holder's answer head",
-        );
-        describe(
-            r,
-            "fleetmcp_takeovers_total",
-            Unit::Count,
-            "Sessions taken over here from an instance found gone",
-        );
-        describe(
-            r,
-            "fleetmcp_takeover_duration_seconds",
-            Unit::Seconds,
-            "Time to take one session over",
-        );
-        describe(
-            r,
-            "fleetmcp_redis_command_duration_seconds",
-            Unit::Seconds,
-            "Redis commands, scripts and pipelines, until their answer or failure",
-        );
-        describe(
-            r,
-            "fleetmcp_redis_timeouts_total",
-            Unit::Count,
-            "Redis commands that got no answer within the command timeout",
-        );
-        describe(
-            r,
-            "fleetmcp_redis_errors_total",
-            Unit::Count,
-            "Redis commands that failed otherwise (connection lost, not connected, error reply)",
-        );
-        describe(
-            r,
-            "fleetmcp_limit_rejections_total",
-            Unit::Count,
-            "Requests refused by a configured limit, by limit",
-        );
+        for &(name, unit, help) in METRICS {
+            describe(r, name, unit, help);
+        }
         let counter = |name: &'static str| r.register_counter(&Key::from_static_name(name), &META);
         let histogram =
             |name: &'static str| r.register_histogram(&Key::from_static_name(name), &META);

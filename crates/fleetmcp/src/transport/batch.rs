@@ -84,41 +84,10 @@ pub(super) async fn serve(
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
     }
-    let max = app.config().http.max_batch_len;
-    let items = match parse(body, max) {
-        Ok(v) => v,
-        Err(Refused::TooLong) => {
-            return reply::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &ErrorData::new(
-                    ErrorCode::INVALID_REQUEST,
-                    format!("Invalid Request: a batch holds at most {max} messages"),
-                    Some(json!({"maxBatchLen": max})),
-                ),
-            );
-        }
-        Err(Refused::Parse(e)) => {
-            return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
-        }
+    let items = match items(body, app.config().http.max_batch_len) {
+        Ok(items) => items,
+        Err(refused) => return refused,
     };
-    if items.is_empty() {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: empty batch"),
-        );
-    }
-    if items
-        .iter()
-        .any(|m| m.method.as_deref() == Some("initialize"))
-    {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
-        );
-    }
     let session = match place {
         Place::Here(s) => s,
         Place::Refused(why) => return locate::refuse(why, Asker::Post, None),
@@ -143,35 +112,15 @@ pub(super) async fn serve(
                 dispatch::client_response(&session, &id, outcome)
             }
             Ok(Message::Request { id, method, params }) => {
-                let app = app.clone();
+                let call = Call {
+                    id,
+                    method,
+                    params,
+                    principal: principal.clone(),
+                    key: key.clone(),
+                };
                 let caller = Caller::Session(session.clone());
-                let principal = principal.clone();
-                let key = key.clone();
-                answers.push(
-                    async move {
-                        let answer_id = id.clone();
-                        let call = Call {
-                            id,
-                            method,
-                            params,
-                            principal,
-                            key,
-                        };
-                        match driver::start(&app, caller, call, false).await {
-                            Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
-                            // Over a limit: this item alone is refused.
-                            Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
-                            // Without the scope: this item alone is refused.
-                            Started::Forbidden(scope) => Some(encode_error(
-                                Some(&answer_id),
-                                &super::authorize::scope_error(&scope),
-                            )),
-                            // A cancelled request is not answered.
-                            Started::Plain(None) | Started::Streaming(_) => None,
-                        }
-                    }
-                    .boxed(),
-                );
+                answers.push(answer(app.clone(), caller, call).boxed());
             }
         }
     }
@@ -183,6 +132,73 @@ pub(super) async fn serve(
         .into_iter()
         .flatten()
         .collect();
+    reply::json(StatusCode::OK, json_array(&parts))
+}
+
+/// The batch's messages, or the `400` a batch gets that is not JSON, holds more than `max`
+/// messages, none, or an `initialize`.
+fn items(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
+    let items = match parse(body, max) {
+        Ok(v) => v,
+        Err(Refused::TooLong) => {
+            return Err(reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Invalid Request: a batch holds at most {max} messages"),
+                    Some(json!({"maxBatchLen": max})),
+                ),
+            ));
+        }
+        Err(Refused::Parse(e)) => {
+            return Err(reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &errors::parse_error(e),
+            ));
+        }
+    };
+    if items.is_empty() {
+        return Err(reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: empty batch"),
+        ));
+    }
+    if items
+        .iter()
+        .any(|m| m.method.as_deref() == Some("initialize"))
+    {
+        return Err(reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
+        ));
+    }
+    Ok(items)
+}
+
+/// The answer to one request of a batch, as an element of the answers' array; `None` when it
+/// has none there.
+async fn answer(app: App, caller: Caller, call: Call) -> Option<Bytes> {
+    let answer_id = call.id.clone();
+    match driver::start(&app, caller, call, false).await {
+        Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
+        // Over a limit: this item alone is refused.
+        Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
+        // Without the scope: this item alone is refused.
+        Started::Forbidden(scope) => Some(encode_error(
+            Some(&answer_id),
+            &super::authorize::scope_error(&scope),
+        )),
+        // A cancelled request is not answered.
+        Started::Plain(None) | Started::Streaming(_) => None,
+    }
+}
+
+/// `[part,part,...]`.
+fn json_array(parts: &[Bytes]) -> Bytes {
     let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
     body.push(b'[');
     for (i, p) in parts.iter().enumerate() {
@@ -192,7 +208,7 @@ pub(super) async fn serve(
         body.extend_from_slice(p);
     }
     body.push(b']');
-    reply::json(StatusCode::OK, Bytes::from(body))
+    Bytes::from(body)
 }
 
 /// Why a batch body was refused while it was parsed.

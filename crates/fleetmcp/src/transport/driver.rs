@@ -227,28 +227,9 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         principal,
         key,
     } = call;
-    let raw_id = id.get().to_string();
-    let (cancel, tracked) = match &caller {
-        Caller::Session(s) => {
-            let max = app.config().limits.max_inflight_per_session;
-            match s.track_request(&raw_id, max) {
-                Some(token) => (token, Some(Tracked(s.clone(), raw_id))),
-                None => {
-                    tracing::warn!(
-                        session = %crate::session::LogId(&s.id),
-                        method,
-                        max,
-                        "refused a request: its session already runs the most requests allowed"
-                    );
-                    app.meters().limit_rejected(Limit::InflightPerSession);
-                    return Started::Refused(Refused::over(
-                        BUSY_RETRY_AFTER,
-                        json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
-                    ));
-                }
-            }
-        }
-        _ => (app.shutdown().child_token(), None),
+    let (cancel, tracked) = match in_flight(app, &caller, id.get(), &method) {
+        Ok(tracking) => tracking,
+        Err(refused) => return Started::Refused(refused),
     };
     // After the session's own limit, so a request it refuses spends none of the key's rate.
     let tool = (method == "tools/call" && app.limits().limits_tools())
@@ -306,6 +287,37 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
             Err(_) => Started::Plain(reply),
         },
         Some(first) = rx.recv() => Started::Streaming(Streaming { first: Some(first), rest: rx, work: Work::Running(running), cancel }),
+    }
+}
+
+/// Enters a session's request in its in-flight table (refused past
+/// `limits.max_inflight_per_session`): the request's cancellation token, and what takes it out
+/// of the table when dropped. A request of no session is cancelled with the server only.
+fn in_flight(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    method: &str,
+) -> Result<(CancellationToken, Option<Tracked>), Refused> {
+    let Caller::Session(s) = caller else {
+        return Ok((app.shutdown().child_token(), None));
+    };
+    let max = app.config().limits.max_inflight_per_session;
+    match s.track_request(id, max) {
+        Some(token) => Ok((token, Some(Tracked(s.clone(), id.to_string())))),
+        None => {
+            tracing::warn!(
+                session = %crate::session::LogId(&s.id),
+                method,
+                max,
+                "refused a request: its session already runs the most requests allowed"
+            );
+            app.meters().limit_rejected(Limit::InflightPerSession);
+            Err(Refused::over(
+                BUSY_RETRY_AFTER,
+                json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
+            ))
+        }
     }
 }
 

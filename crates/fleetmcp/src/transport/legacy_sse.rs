@@ -146,19 +146,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     // The relay seam: decided from the query alone, before the body is parsed.
     let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
     if let Place::Holder(node) = place {
-        return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
-            super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
-            // The instance with its stream did not answer, or cannot be found (its heartbeat is
-            // gone): it may have stopped, taking the stream and the session with it (its client
-            // sees the stream end), or only have lost Redis with the stream still open. Nothing
-            // can take the session over, and a `404` would make the client drop a stream that
-            // may be alive: the documented `503`, and the client retries.
-            super::relay::Relayed::HolderGone(_) => locate::unavailable(
-                None,
-                "The instance holding this session's stream cannot be reached; retry shortly",
-                1,
-            ),
-        };
+        return relayed(&ep, &node, super::relay_request(parts, body)).await;
     }
     let message = match serde_json::from_slice::<Incoming>(&body) {
         Ok(m) => match m.classify() {
@@ -177,23 +165,9 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         let owner = authorize::owner(&principal);
         return initialize(app, &sid, &place, rid, params.as_deref(), owner, &key).await;
     }
-    let session = match place {
-        Place::Here(session) => session,
-        // Held here, but the store cannot say so right now (or this instance is full): the
-        // session is not gone, so the answer is the session era's `503`, not a `404` that
-        // would make the client drop a stream that is still open.
-        Place::Refused(
-            why
-            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
-        ) => {
-            let rid = match &message {
-                Message::Request { id, .. } => Some(&**id),
-                _ => None,
-            };
-            return locate::refuse(why, locate::Asker::Post, rid);
-        }
-        // Not held here: this transport's sessions never move between instances.
-        _ => return reply::text(StatusCode::NOT_FOUND, "Session not found"),
+    let session = match held(place, &message) {
+        Ok(session) => session,
+        Err(refused) => return refused,
     };
     match message {
         Message::Notification { method, params } => {
@@ -216,6 +190,46 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         }
     }
     reply::accepted()
+}
+
+/// A message for a session whose stream another instance holds, relayed to it.
+async fn relayed(ep: &super::Endpoint, holder: &str, req: super::RelayRequest) -> Response {
+    match relay::forward(ep.relay(), holder, req).await {
+        super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
+        // The instance with its stream did not answer, or cannot be found (its heartbeat is
+        // gone): it may have stopped, taking the stream and the session with it (its client
+        // sees the stream end), or only have lost Redis with the stream still open. Nothing
+        // can take the session over, and a `404` would make the client drop a stream that may
+        // be alive: the documented `503`, and the client retries.
+        super::relay::Relayed::HolderGone(_) => locate::unavailable(
+            None,
+            "The instance holding this session's stream cannot be reached; retry shortly",
+            1,
+        ),
+    }
+}
+
+/// The session a message (not an `initialize`) is for, when this instance holds it; else the
+/// answer.
+fn held(place: Place, message: &Message) -> Result<Arc<Session>, Response> {
+    match place {
+        Place::Here(session) => Ok(session),
+        // Held here, but the store cannot say so right now (or this instance is full): the
+        // session is not gone, so the answer is the session era's `503`, not a `404` that
+        // would make the client drop a stream that is still open.
+        Place::Refused(
+            why
+            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
+        ) => {
+            let rid = match message {
+                Message::Request { id, .. } => Some(&**id),
+                _ => None,
+            };
+            Err(locate::refuse(why, locate::Asker::Post, rid))
+        }
+        // Not held here: this transport's sessions never move between instances.
+        _ => Err(reply::text(StatusCode::NOT_FOUND, "Session not found")),
+    }
 }
 
 /// Runs a request; its messages and then its answer go to the session's stream, in order.

@@ -32,6 +32,62 @@ struct Filter {
     uris: Vec<String>,
 }
 
+impl Filter {
+    /// What the acknowledgement says the stream follows.
+    fn honoured(&self) -> Map<String, Value> {
+        let mut honoured = Map::new();
+        if self.tools {
+            honoured.insert("toolsListChanged".into(), json!(true));
+        }
+        if self.prompts {
+            honoured.insert("promptsListChanged".into(), json!(true));
+        }
+        if self.resources {
+            honoured.insert("resourcesListChanged".into(), json!(true));
+        }
+        if !self.uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(self.uris));
+        }
+        honoured
+    }
+
+    /// The notifications (method, params) a change is due as on a stream following this: none
+    /// for a change it does not follow; `None` once there are no more changes.
+    fn due(
+        &self,
+        change: Result<Change, broadcast::error::RecvError>,
+    ) -> Option<Vec<(&'static str, Value)>> {
+        let due = match change {
+            Ok(Change::ToolsListChanged) if self.tools => {
+                vec![("notifications/tools/list_changed", json!({}))]
+            }
+            Ok(Change::PromptsListChanged) if self.prompts => {
+                vec![("notifications/prompts/list_changed", json!({}))]
+            }
+            Ok(Change::ResourcesListChanged) if self.resources => {
+                vec![("notifications/resources/list_changed", json!({}))]
+            }
+            Ok(Change::ResourceUpdated(uri)) if self.uris.contains(&uri) => {
+                vec![("notifications/resources/updated", json!({"uri": uri}))]
+            }
+            Ok(_) => Vec::new(),
+            // This stream fell behind and missed changes: tell it every list it follows may
+            // have changed, so the client refetches rather than trusting stale data.
+            Err(broadcast::error::RecvError::Lagged(_)) => [
+                (self.tools, "notifications/tools/list_changed"),
+                (self.prompts, "notifications/prompts/list_changed"),
+                (self.resources, "notifications/resources/list_changed"),
+            ]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, m)| (m, json!({})))
+            .collect(),
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some(due)
+    }
+}
+
 /// Bytes a kept URI costs besides its text (the `String` it lives in).
 const URI_OVERHEAD: usize = 24;
 
@@ -178,24 +234,11 @@ pub(super) fn serve(
         Err(why) => return refused(app, id, why),
     };
     let sub_id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
-    let mut honoured = Map::new();
-    if filter.tools {
-        honoured.insert("toolsListChanged".into(), json!(true));
-    }
-    if filter.prompts {
-        honoured.insert("promptsListChanged".into(), json!(true));
-    }
-    if filter.resources {
-        honoured.insert("resourcesListChanged".into(), json!(true));
-    }
-    if !filter.uris.is_empty() {
-        honoured.insert("resourceSubscriptions".into(), json!(filter.uris));
-    }
     // Subscribe before acknowledging, so no change between the two is missed.
     let mut changes = app.changes();
     let ack = encode_notification(
         "notifications/subscriptions/acknowledged",
-        &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": honoured}),
+        &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": filter.honoured()}),
     );
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     // Ends with the graceful result when a stop stops accepting connections.
@@ -214,32 +257,8 @@ pub(super) fn serve(
                 _ = tx.closed() => return,
                 _ = stop.cancelled() => break,
             };
-            let due: Vec<(&str, Value)> = match change {
-                Ok(Change::ToolsListChanged) if filter.tools => {
-                    vec![("notifications/tools/list_changed", json!({}))]
-                }
-                Ok(Change::PromptsListChanged) if filter.prompts => {
-                    vec![("notifications/prompts/list_changed", json!({}))]
-                }
-                Ok(Change::ResourcesListChanged) if filter.resources => {
-                    vec![("notifications/resources/list_changed", json!({}))]
-                }
-                Ok(Change::ResourceUpdated(uri)) if filter.uris.contains(&uri) => {
-                    vec![("notifications/resources/updated", json!({"uri": uri}))]
-                }
-                Ok(_) => continue,
-                // This stream fell behind and missed changes: tell it every list it follows
-                // may have changed, so the client refetches rather than trusting stale data.
-                Err(broadcast::error::RecvError::Lagged(_)) => [
-                    (filter.tools, "notifications/tools/list_changed"),
-                    (filter.prompts, "notifications/prompts/list_changed"),
-                    (filter.resources, "notifications/resources/list_changed"),
-                ]
-                .into_iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, m)| (m, json!({})))
-                .collect(),
-                Err(broadcast::error::RecvError::Closed) => break,
+            let Some(due) = filter.due(change) else {
+                break;
             };
             for (method, mut params) in due {
                 params["_meta"] = json!({META_SUBSCRIPTION_ID: sub_id});

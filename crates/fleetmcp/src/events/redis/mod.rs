@@ -278,6 +278,145 @@ fn data_of((id, mut fields): RawEntry) -> Entry {
     (id, data)
 }
 
+/// One reader of a stream ([`EventStore::tail`]): delivers what its [`Source`] reads, until a
+/// newer reader of the stream supersedes it, `end_reader` cuts it, the stream ends or `stop`.
+struct Reader {
+    local: Arc<LocalStream>,
+    /// The stream's generation this reader belongs to.
+    generation: u64,
+    stop: CancellationToken,
+    tag: String,
+    stream: StreamId,
+    source: Source,
+}
+
+impl Reader {
+    /// Whether the reader is over before anything more: superseded, or past its cut.
+    fn cut_off(&self) -> bool {
+        if *self.local.generation.lock() != self.generation {
+            return true;
+        }
+        let cut = *self.local.cut.lock();
+        matches!(
+            (cut, self.source.after),
+            (Some((g, seq)), Some(after)) if g == self.generation && after >= seq
+        )
+    }
+}
+
+/// Where a reader reads: the stream in Redis, its place in it and what it read ahead.
+struct Source {
+    redis: RedisConn,
+    key: String,
+    /// Exclusive lower bound for the next XRANGE; `None`: from now on.
+    after: Option<u64>,
+    buffered: std::collections::VecDeque<(u64, Bytes)>,
+    ended: bool,
+    /// Since when every read failed (Redis down), if they do.
+    failing_since: Option<tokio::time::Instant>,
+    read_outage: Duration,
+    max_len: usize,
+    /// Who writes the stream, so when to look in Redis.
+    writer: WriterView,
+}
+
+/// What one read of a stream leads to.
+enum Read {
+    /// Something to deliver, or to look at again at once.
+    Again,
+    /// Nothing new: wait for an announcement, at most this long before reading again (`None`:
+    /// no reading until announced).
+    Wait(Option<Duration>),
+    /// Redis did not answer for the read outage: the reader ends.
+    GiveUp,
+}
+
+impl Source {
+    /// Reads the next batch after [`Source::after`] into the buffer.
+    async fn read(&mut self) -> Read {
+        let start = match self.after {
+            Some(0) => "-".to_string(),
+            Some(seq) => format!("({}", entry_of(seq)),
+            None => {
+                // "From now": the newest entry is the starting point.
+                let last = newest_entry(&self.redis, &self.key).await.ok().flatten();
+                self.after = Some(last.and_then(|(id, _)| seq_of(&id)).unwrap_or(0));
+                return Read::Again;
+            }
+        };
+        let read: Result<RedisValue, _> = self
+            .redis
+            .run(
+                redis::cmd("XRANGE")
+                    .arg(&self.key)
+                    .arg(&start)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(BATCH)
+                    .clone(),
+            )
+            .await;
+        match read {
+            Ok(v) => {
+                self.failing_since = None;
+                self.take(parse_raw_entries(v), start == "-").await
+            }
+            Err(e) => self.failed(&e),
+        }
+    }
+
+    /// Buffers the entries read (`from_start`: the stream's first ones); when there are none,
+    /// asks the writer whether and when to read again.
+    async fn take(&mut self, entries: Vec<RawEntry>, from_start: bool) -> Read {
+        if from_start && let Some(first) = entries.first() {
+            self.writer.first_entry(first);
+        }
+        for (id, data) in entries.into_iter().map(data_of) {
+            let Some(seq) = seq_of(&id) else { continue };
+            match data {
+                Some(d) => self.buffered.push_back((seq, d)),
+                None => {
+                    self.ended = true;
+                    break;
+                }
+            }
+        }
+        if !self.buffered.is_empty() || self.ended {
+            self.writer.found();
+            return Read::Again;
+        }
+        // Read to the end of an unfinished stream: who writes it, and is that writer still
+        // there?
+        if let Verdict::ReadAgain = self
+            .writer
+            .caught_up(&self.redis, &self.key, self.max_len)
+            .await
+        {
+            return Read::Again;
+        }
+        let wait = self.writer.wait();
+        self.writer.found_nothing();
+        Read::Wait(wait)
+    }
+
+    /// A read Redis did not answer: retried every [`POLL`], for the read outage at most.
+    fn failed(&mut self, e: &CommandError) -> Read {
+        let since = *self
+            .failing_since
+            .get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() >= self.read_outage {
+            tracing::warn!(
+                error = %e,
+                "an SSE stream could not be read from Redis for {} ms; ending this reader",
+                self.read_outage.as_millis()
+            );
+            return Read::GiveUp;
+        }
+        tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying");
+        Read::Wait(Some(POLL))
+    }
+}
+
 #[async_trait]
 impl EventStore for RedisEventStore {
     async fn append(
@@ -361,131 +500,50 @@ impl EventStore for RedisEventStore {
             *g
         };
         local.notify.notify_waiters();
-        let redis = self.redis.clone();
-        let tag = session_tag(session);
-        struct State {
-            redis: RedisConn,
-            key: String,
-            tag: String,
-            stream: StreamId,
-            local: Arc<LocalStream>,
-            generation: u64,
-            /// Exclusive lower bound for the next XRANGE; `None`: from now on.
-            after: Option<u64>,
-            buffered: std::collections::VecDeque<(u64, Bytes)>,
-            ended: bool,
-            stop: CancellationToken,
-            /// Since when every read failed (Redis down), if they do.
-            failing_since: Option<tokio::time::Instant>,
-            read_outage: Duration,
-            max_len: usize,
-            /// Who writes the stream, so when to look in Redis.
-            writer: WriterView,
-        }
         let after = match from {
             Cursor::Start => Some(0),
             Cursor::After(seq) => Some(seq),
             Cursor::Now => None,
         };
-        let state = State {
-            redis,
-            key,
-            tag,
-            stream,
+        let reader = Reader {
             local,
             generation,
-            after,
-            buffered: Default::default(),
-            ended: false,
-            failing_since: None,
-            read_outage: self.read_outage,
-            max_len: self.max_len,
-            writer: WriterView::new(self.writers.clone(), stream == STANDALONE_STREAM),
             stop,
+            tag: session_tag(session),
+            stream,
+            source: Source {
+                redis: self.redis.clone(),
+                key,
+                after,
+                buffered: Default::default(),
+                ended: false,
+                failing_since: None,
+                read_outage: self.read_outage,
+                max_len: self.max_len,
+                writer: WriterView::new(self.writers.clone(), stream == STANDALONE_STREAM),
+            },
         };
-        stream::unfold(state, |mut st| async move {
+        stream::unfold(reader, |mut r| async move {
             loop {
-                if *st.local.generation.lock() != st.generation {
+                if r.cut_off() {
                     return None;
                 }
-                let cut = *st.local.cut.lock();
-                if let (Some((g, seq)), Some(after)) = (cut, st.after)
-                    && g == st.generation
-                    && after >= seq
-                {
-                    return None;
-                }
-                if let Some((seq, data)) = st.buffered.pop_front() {
-                    st.after = Some(seq);
+                if let Some((seq, data)) = r.source.buffered.pop_front() {
+                    r.source.after = Some(seq);
                     let ev = StoredEvent {
-                        id: event_id(&st.tag, st.stream, seq),
+                        id: event_id(&r.tag, r.stream, seq),
                         data,
                     };
-                    return Some((ev, st));
+                    return Some((ev, r));
                 }
-                if st.ended {
+                if r.source.ended {
                     return None;
                 }
-                let notified = st.local.notify.notified();
-                let start = match st.after {
-                    Some(0) => "-".to_string(),
-                    Some(seq) => format!("({}", entry_of(seq)),
-                    None => {
-                        // "From now": the newest entry is the starting point.
-                        let last = newest_entry(&st.redis, &st.key).await.ok().flatten();
-                        st.after = Some(last.and_then(|(id, _)| seq_of(&id)).unwrap_or(0));
-                        continue;
-                    }
-                };
-                let read: Result<RedisValue, _> = st
-                    .redis
-                    .run(redis::cmd("XRANGE").arg(&st.key).arg(&start).arg("+").arg("COUNT").arg(BATCH).clone())
-                    .await;
-                if read.is_ok() {
-                    st.failing_since = None;
-                }
-                // How long to wait for an announcement before reading again (`None`: no
-                // reading until announced).
-                let wait = match read {
-                    Ok(v) => {
-                        let entries = parse_raw_entries(v);
-                        if start == "-"
-                            && let Some(first) = entries.first()
-                        {
-                            st.writer.first_entry(first);
-                        }
-                        for (id, data) in entries.into_iter().map(data_of) {
-                            let Some(seq) = seq_of(&id) else { continue };
-                            match data {
-                                Some(d) => st.buffered.push_back((seq, d)),
-                                None => {
-                                    st.ended = true;
-                                    break;
-                                }
-                            }
-                        }
-                        if !st.buffered.is_empty() || st.ended {
-                            st.writer.found();
-                            continue;
-                        }
-                        // Read to the end of an unfinished stream: who writes it, and is
-                        // that writer still there?
-                        if let Verdict::ReadAgain = st.writer.caught_up(&st.redis, &st.key, st.max_len).await {
-                            continue;
-                        }
-                        let wait = st.writer.wait();
-                        st.writer.found_nothing();
-                        wait
-                    }
-                    Err(e) => {
-                        let since = *st.failing_since.get_or_insert_with(tokio::time::Instant::now);
-                        if since.elapsed() >= st.read_outage {
-                            tracing::warn!(error = %e, "an SSE stream could not be read from Redis for {} ms; ending this reader", st.read_outage.as_millis());
-                            return None;
-                        }
-                        tracing::debug!(error = %e, "reading an SSE stream from Redis failed; retrying");
-                        Some(POLL)
-                    }
+                let notified = r.local.notify.notified();
+                let wait = match r.source.read().await {
+                    Read::Again => continue,
+                    Read::Wait(wait) => wait,
+                    Read::GiveUp => return None,
                 };
                 let looked_for = async {
                     match wait {
@@ -496,7 +554,7 @@ impl EventStore for RedisEventStore {
                 tokio::select! {
                     _ = notified => {}
                     _ = looked_for => {}
-                    _ = st.stop.cancelled() => return None,
+                    _ = r.stop.cancelled() => return None,
                 }
             }
         })

@@ -16,6 +16,11 @@
 //! A session not held here is read from the store and recreated here, or, with an [`Ownership`]
 //! (distributed mode), claimed, taken over from a holder found gone, or found held by a peer,
 //! which is remembered for a moment so its next requests read nothing.
+//!
+//! `stored.rs` is everything the store's copy of a session decides: reading it, confirming a
+//! held session against it, claiming or recreating a session from it, writing it back.
+
+mod stored;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,10 +32,8 @@ use tokio_util::sync::CancellationToken;
 use super::id::{SessionIdPayload, SessionSealer};
 use super::live::{Ended, LiveSessions, Session};
 use super::ownership::{Lease, Owner, Ownership};
-use super::store::{
-    Checked, Claim, Fence, Held, Invalidation, SessionRecord, SessionStore, StoreError,
-};
-use crate::clock::{unix_ms, unix_secs};
+use super::store::{Invalidation, SessionStore, StoreError};
+use crate::clock::unix_secs;
 use crate::events::EventStore;
 use crate::protocol::ProtocolVersion;
 
@@ -161,8 +164,6 @@ async fn forget_confirmations(
     }
 }
 
-/// Pause between attempts to read a session from a store that did not answer.
-const STORE_RETRY: Duration = Duration::from_millis(100);
 /// How long a session found held elsewhere is remembered.
 const ELSEWHERE_TTL: Duration = Duration::from_secs(1);
 /// How long a holder found then is still tried when the store does not answer.
@@ -560,277 +561,6 @@ impl Sessions {
             Some(Ended::Deleted) => Some(Missing::Deleted),
             Some(Ended::Expired) => Some(Missing::Expired),
             None => None,
-        }
-    }
-
-    /// Reads a record this instance does not hold. The store is its only copy, so this waits
-    /// for it (a paused or restarting Redis), retrying, until `sessions.store_wait_ms`.
-    async fn read(&self, id: &str) -> Result<Option<SessionRecord>, String> {
-        self.read_within(id, self.timing.store_wait).await
-    }
-
-    /// [`Sessions::read`], waiting at most `bound`.
-    async fn read_within(
-        &self,
-        id: &str,
-        bound: Duration,
-    ) -> Result<Option<SessionRecord>, String> {
-        let deadline = tokio::time::Instant::now() + bound;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match tokio::time::timeout(left, self.store.get(id)).await {
-                Ok(Ok(found)) => return Ok(found),
-                Ok(Err(e)) if tokio::time::Instant::now() + STORE_RETRY < deadline => {
-                    tracing::debug!(error = %e, "the session store did not answer; retrying");
-                    tokio::time::sleep(STORE_RETRY).await;
-                }
-                Ok(Err(e)) => return Err(e.to_string()),
-                Err(_) => return Err(format!("no answer within {} ms", bound.as_millis())),
-            }
-        }
-    }
-
-    /// A held session is served only while its stored record exists (and, in distributed mode,
-    /// still names this instance under the epoch it holds it by).
-    ///
-    /// No round trip when the store confirmed it before and tracks it (it reports any change:
-    /// see `tracking.rs`), unless the record is due for its refresh, or, in distributed mode,
-    /// the heartbeat lease ran out. Otherwise one check, bounded by `sessions.check_timeout_ms`,
-    /// which also refreshes the record when due. A session another instance claimed meanwhile
-    /// (this one was cut off from Redis long enough to be presumed gone) is dropped here and its
-    /// request goes to the new holder. When the store cannot answer in time the session is
-    /// served from memory, in distributed mode only while the lease holds.
-    async fn still_stored(&self, session: Arc<Session>) -> Lookup {
-        let every = self.timing.refresh_every_ms;
-        let fenced = self.fenced();
-        if session.is_confirmed() && !session.refresh_due(every) && (!fenced || self.lease.valid())
-        {
-            return Lookup::Held(session);
-        }
-        let limit = self.timing.check_timeout;
-        let fence = fenced.then(|| Fence {
-            node_id: self.machine_id.clone(),
-            epoch: session.epoch(),
-        });
-        session.begin_confirm();
-        let term = self.lease.term();
-        let refresh = session.due_for_touch(every);
-        let checked = tokio::time::timeout(
-            limit,
-            self.store.check(&session.id, fence.as_ref(), refresh),
-        )
-        .await;
-        let why = match checked {
-            Ok(Ok(Checked {
-                held: Held::Mine,
-                tracked,
-            })) => {
-                session.confirmed_in(term);
-                if tracked {
-                    session.finish_confirm();
-                }
-                return Lookup::Held(session);
-            }
-            Ok(Ok(Checked {
-                held: Held::Gone, ..
-            })) if !session.is_persisted() => {
-                // Created while the store was unreachable: it was never stored, so it is not
-                // gone. Store it now that the store answers.
-                if self.create(&self.record_of(&session)).await.is_ok() {
-                    session.mark_persisted();
-                }
-                return Lookup::Held(session);
-            }
-            Ok(Ok(Checked {
-                held: Held::Gone, ..
-            })) => {
-                tracing::info!(
-                    "[TransportService] The stored session is gone — dropping its transport here"
-                );
-                self.live.remove(&session.id, Ended::Expired);
-                self.events.forget(&session.id).await;
-                return Lookup::Missing(Missing::Expired);
-            }
-            Ok(Ok(Checked {
-                held: Held::Lost { node_id, epoch },
-                ..
-            })) => {
-                tracing::warn!(session_id = %super::LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
-                self.live.release(&session.id);
-                self.events.release(&session.id).await;
-                if node_id == self.machine_id {
-                    // Claimed again under this very id (a restart reusing it): read it anew.
-                    return Lookup::Missing(Missing::StoreUnavailable);
-                }
-                self.remember_elsewhere(&session.id, &node_id);
-                return Lookup::Elsewhere(node_id);
-            }
-            Ok(Err(e)) => e,
-            Err(_) => StoreError::Timeout(limit.as_millis() as u64),
-        };
-        if matches!(why, StoreError::Timeout(_)) {
-            tracing::warn!(
-                "The session store did not answer within {} ms",
-                limit.as_millis()
-            );
-        }
-        if !fenced {
-            tracing::warn!(error = %why, "[TransportService] Could not confirm the session is still stored — serving it here");
-            return Lookup::Held(session);
-        }
-        // A lease that ran out since the store last confirmed the session (a new term) may
-        // have let another instance take it over: only the store can say it did not.
-        if self.lease.valid() && session.was_confirmed_in(self.lease.term()) {
-            tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session — serving it here");
-            return Lookup::Held(session);
-        }
-        tracing::warn!(error = %why, "[HA] Could not confirm this node still owns the session, and its heartbeat lease ran out — not serving it");
-        Lookup::Missing(Missing::Unconfirmed)
-    }
-
-    /// Makes this instance the holder of a stored session (distributed mode): a compare-and-set
-    /// on the holder and epoch read, so that of two instances claiming one session at once
-    /// exactly one wins; the other serves it through the winner. The claim comes before the
-    /// session is held here: nothing is served under a claim that was lost.
-    async fn claim(&self, record: SessionRecord, previous: Option<String>) -> Lookup {
-        let limit = self.timing.check_timeout;
-        let term = self.lease.term();
-        let claimed =
-            tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
-        let epoch = match claimed {
-            Ok(Ok(Claim::Won(epoch))) => epoch,
-            Ok(Ok(Claim::Lost { node_id, .. })) if node_id == self.machine_id => {
-                // Another request for it on this instance claimed it a moment ago.
-                return self.claimed_here(&record.id).await;
-            }
-            Ok(Ok(Claim::Lost { node_id, epoch })) => {
-                tracing::info!(session_id = %super::LogId(&record.id), winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
-                self.remember_elsewhere(&record.id, &node_id);
-                return Lookup::Elsewhere(node_id);
-            }
-            Ok(Ok(Claim::Gone)) => return Lookup::Missing(Missing::Unknown),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the session could not be claimed");
-                return Lookup::Missing(Missing::StoreUnavailable);
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "the session could not be claimed: no answer within {} ms",
-                    limit.as_millis()
-                );
-                return Lookup::Missing(Missing::StoreUnavailable);
-            }
-        };
-        let session = self.session_of(&record);
-        session.set_epoch(epoch);
-        session.confirmed_in(term);
-        let Some((session, created)) = self.live.insert_if_absent(session) else {
-            return Lookup::Missing(Missing::Full);
-        };
-        if created {
-            tracing::info!(session_node = %record.node_id, epoch, "[TransportService] Recreating transport from stored session");
-            tracing::info!(
-                "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
-            );
-            if let Some(previous_node_id) = previous {
-                tracing::info!(session_id = %super::LogId(&session.id), %previous_node_id, "[HA] Took over session from a stopped node");
-            }
-        }
-        Lookup::Held(session)
-    }
-
-    /// The session another request on this instance just claimed, once it is held here.
-    async fn claimed_here(&self, id: &str) -> Lookup {
-        for _ in 0..50 {
-            if let Some(s) = self.live.get(id) {
-                return Lookup::Held(s);
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        Lookup::Missing(Missing::StoreUnavailable)
-    }
-
-    /// Serves a stored session this instance does not hold: it becomes the holder. `None`
-    /// when this instance is full.
-    async fn recreate(&self, record: SessionRecord) -> Option<Arc<Session>> {
-        let session = self.session_of(&record);
-        // Concurrent requests for the same session may all read the record; the first to
-        // register it recreates it, the others serve the session it registered.
-        let (session, created) = self.live.insert_if_absent(session)?;
-        if !created {
-            return Some(session);
-        }
-        tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
-        tracing::info!(
-            "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
-        );
-        // Written back before the request is served, not in the background: a write landing
-        // after a DELETE of the same session would bring it back to life.
-        let record = SessionRecord {
-            node_id: self.machine_id.clone(),
-            ..record
-        };
-        if let Err(why) = self.write(&record).await {
-            tracing::warn!(error = %why, "Failed to update session in Redis");
-        }
-        Some(session)
-    }
-
-    /// A session held here from its stored record.
-    fn session_of(&self, record: &SessionRecord) -> Arc<Session> {
-        let version =
-            ProtocolVersion::parse(&record.protocol_version).unwrap_or(ProtocolVersion::LATEST);
-        let session = Arc::new(Session::new(
-            record.id.as_str().into(),
-            version,
-            record.client_info.clone(),
-            record.client_capabilities.clone(),
-            self.shutdown.child_token(),
-            record.owner.as_deref(),
-        ));
-        session.set_epoch(record.epoch);
-        session.mark_persisted();
-        session
-    }
-
-    /// The record of a held session, naming this instance as its holder.
-    fn record_of(&self, session: &Session) -> SessionRecord {
-        let (client_info, client_capabilities) = session.client_values();
-        SessionRecord {
-            id: session.id.to_string(),
-            node_id: self.machine_id.clone(),
-            protocol_version: session.version.as_str().into(),
-            client_info,
-            client_capabilities,
-            created_at: unix_ms(),
-            epoch: session.epoch(),
-            owner: session.owner().map(String::from),
-        }
-    }
-
-    /// Writes a new session's record, bounded by `sessions.check_timeout_ms` (doubled when the
-    /// store waits for replicas). In distributed mode the store also indexes it under its
-    /// holder (for the orphan scanner, which only runs there; the heartbeat prunes the index,
-    /// so it is not kept elsewhere).
-    async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        let bound = self.timing.check_timeout * 2;
-        match tokio::time::timeout(bound, self.store.create(record, self.fenced())).await {
-            Ok(done) => done,
-            Err(_) if self.store.durable_creates() => Err(StoreError::NotDurable(format!(
-                "not confirmed within {} ms",
-                bound.as_millis()
-            ))),
-            Err(_) => Err(StoreError::Timeout(bound.as_millis() as u64)),
-        }
-    }
-
-    /// Writes a record, bounded by `sessions.check_timeout_ms`.
-    async fn write(&self, record: &SessionRecord) -> Result<(), String> {
-        let bound = self.timing.check_timeout;
-        match tokio::time::timeout(bound, self.store.put(record)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
         }
     }
 }

@@ -1,0 +1,241 @@
+//! Declaring a tool: [`tool`] starts a [`ToolBuilder`], whose handler methods finish it into a
+//! [`ToolDef`] with its schemas compiled and its handler typed.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::def::Handler;
+use super::schema::{NullForm, generate, schema_of};
+use super::{IntoToolResult, ToolDef, ToolError};
+use crate::context::RequestContext;
+
+/// Starts declaring a tool.
+pub fn tool(name: impl Into<String>) -> ToolBuilder {
+    ToolBuilder {
+        name: name.into(),
+        title: None,
+        description: None,
+        annotations: None,
+        input_schema: None,
+        output_schema: None,
+        meta: None,
+        required_capabilities: None,
+        task_support: crate::tasks::TaskSupport::Forbidden,
+        escalates: false,
+        scope: None,
+    }
+}
+
+/// Builder returned by [`tool`].
+pub struct ToolBuilder {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    annotations: Option<ToolAnnotations>,
+    input_schema: Option<JsonObject>,
+    output_schema: Option<JsonObject>,
+    meta: Option<rmcp::model::MetaObject>,
+    required_capabilities: Option<serde_json::Map<String, Value>>,
+    task_support: crate::tasks::TaskSupport,
+    escalates: bool,
+    scope: Option<String>,
+}
+
+impl ToolBuilder {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
+        self
+    }
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+    /// Declares the shape of `structuredContent` (see [`Structured`](super::Structured)). An `Option` field is
+    /// written `"anyOf": [{..}, {"type": "null"}]` rather than with a type array, since a
+    /// `None` is sent as `null`.
+    pub fn output_schema<T: JsonSchema>(mut self) -> Self {
+        self.output_schema = Some(generate::<T>(Some(NullForm::AnyOf)));
+        self
+    }
+    /// Uses this schema verbatim instead of one derived from the argument type.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        if let Value::Object(map) = schema {
+            self.input_schema = Some(map);
+        }
+        self
+    }
+    /// Declares a client capability every call needs (`"sampling"`, `"elicitation"`, ...). A
+    /// 2026-07-28 request that does not declare it is answered `-32021` before the handler runs.
+    pub fn requires_client_capability(mut self, capability: impl Into<String>) -> Self {
+        self.required_capabilities
+            .get_or_insert_with(serde_json::Map::new)
+            .insert(capability.into(), json!({}));
+        self
+    }
+
+    /// Lets the tool run as a background task for clients of the tasks extension: `tools/call`
+    /// answers at once with a task the client polls with `tasks/get`.
+    pub fn task_support(mut self, support: crate::tasks::TaskSupport) -> Self {
+        self.task_support = support;
+        self
+    }
+
+    /// Makes the tool a task only from the moment its handler calls
+    /// [`RequestContext::escalate`]: before that it is a plain request, so it can gather input
+    /// through `InputRequiredResult` rounds first (the MRTR-then-task composition).
+    pub fn escalates_to_task(mut self) -> Self {
+        self.escalates = true;
+        if self.task_support == crate::tasks::TaskSupport::Forbidden {
+            self.task_support = crate::tasks::TaskSupport::Optional;
+        }
+        self
+    }
+
+    /// `_meta` of the tool's descriptor.
+    pub fn meta(mut self, meta: rmcp::model::MetaObject) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// Finishes the tool with a handler taking typed arguments. The arguments are validated
+    /// against the schema before the handler runs; a client that omits `arguments` sends `{}`.
+    ///
+    /// `tools/list` shows the schema of `A` without type arrays: an `Option` field is an
+    /// optional property of its inner type (`"type": "string"`, not in `required`). An explicit
+    /// `null` for it is still accepted, as serde accepts it.
+    pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        // Validation uses the exact schema, which still allows `null` where serde does; the
+        // published one leaves it out. A schema given verbatim serves as both.
+        let (published, exact) = match self.input_schema.clone() {
+            Some(given) => (given.clone(), given),
+            None => (generate::<A>(Some(NullForm::Omit)), schema_of::<A>()),
+        };
+        let f = Arc::new(f);
+        self.finish(
+            published,
+            exact,
+            Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(async move {
+                    let args: A = serde_json::from_value(args).map_err(|e| {
+                        ToolError::Protocol(crate::protocol::errors::invalid_params(format!(
+                            "Invalid arguments: {e}"
+                        )))
+                    })?;
+                    f(args, ctx).await.map(IntoToolResult::into_tool_result)
+                })
+            }),
+        )
+    }
+
+    /// Finishes the tool with a handler taking the raw JSON arguments; the schema comes from
+    /// [`ToolBuilder::input_schema`] (an empty object schema if none was given).
+    pub fn raw_handler<F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        F: Fn(Value, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        let schema = self.input_schema.clone().unwrap_or_else(|| {
+            let mut m = JsonObject::new();
+            m.insert("type".into(), Value::String("object".into()));
+            m
+        });
+        let f = Arc::new(f);
+        self.finish(
+            schema.clone(),
+            schema,
+            Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(async move { f(args, ctx).await.map(IntoToolResult::into_tool_result) })
+            }),
+        )
+    }
+
+    /// `schema` is the input schema of `tools/list`; arguments are validated against
+    /// `validation`, which may accept more (an explicit `null` for an optional field).
+    fn finish(
+        self,
+        schema: JsonObject,
+        validation: JsonObject,
+        handler: Box<Handler>,
+    ) -> Arc<ToolDef> {
+        // Clients decide which arguments to mirror into headers from the published schema.
+        let header_params = header_params_of(&schema);
+        let validation = Value::Object(validation);
+        let validator = match jsonschema::validator_for(&validation) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(tool = %self.name, error = %e, "input schema does not compile; arguments will not be validated");
+                None
+            }
+        };
+        let mut descriptor = Tool::new_with_raw(
+            self.name,
+            self.description.map(Into::into),
+            Arc::new(schema),
+        );
+        if let Some(title) = self.title {
+            descriptor = descriptor.with_title(title);
+        }
+        if let Some(out) = self.output_schema {
+            descriptor = descriptor.with_raw_output_schema(Arc::new(out));
+        }
+        if let Some(a) = self.annotations {
+            descriptor = descriptor.with_annotations(a);
+        }
+        if let Some(m) = self.meta {
+            descriptor = descriptor.with_meta(m);
+        }
+        Arc::new(ToolDef {
+            descriptor,
+            validator,
+            handler,
+            header_params,
+            required_capabilities: self.required_capabilities,
+            task_support: self.task_support,
+            escalates: self.escalates,
+            scope: self.scope,
+        })
+    }
+}
+
+/// Top-level properties of primitive type annotated `"x-mcp-header": "Name"`.
+fn header_params_of(schema: &JsonObject) -> Vec<(String, String)> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(prop, def)| {
+            let header = def.get("x-mcp-header")?.as_str()?;
+            let primitive = matches!(
+                def.get("type").and_then(Value::as_str),
+                Some("string" | "integer" | "boolean")
+            );
+            primitive.then(|| (header.to_string(), prop.clone()))
+        })
+        .collect()
+}

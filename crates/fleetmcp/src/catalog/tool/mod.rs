@@ -1,0 +1,41 @@
+//! Tools: a name, a JSON Schema for the arguments, and an async handler.
+//!
+//! ```
+//! use fleetmcp::{tool, Structured};
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Add { a: i64, b: i64 }
+//! #[derive(Serialize, JsonSchema)]
+//! struct Sum { sum: i64 }
+//!
+//! let add = tool("add")
+//!     .description("Adds two integers")
+//!     .output_schema::<Sum>()
+//!     .handler(|args: Add, _ctx| async move { Ok(Structured(Sum { sum: args.a + args.b })) });
+//! assert_eq!(add.name(), "add");
+//! ```
+//!
+//! One idea a file: `builder.rs` declares a tool, `def.rs` is the declared tool the server
+//! holds and calls, `schema.rs` makes the schemas it publishes from Rust types, `result.rs`
+//! what a handler returns and `error.rs` what its failures mean to the client.
+
+mod builder;
+mod def;
+mod error;
+mod result;
+mod schema;
+
+pub use builder::{ToolBuilder, tool};
+pub use def::ToolDef;
+pub use error::ToolError;
+pub(in crate::catalog) use error::{Classified, classify};
+pub use result::{IntoToolResult, Structured};
+pub use schema::schema_of;
+
+use schemars::JsonSchema;
+
+/// Arguments of a tool that takes none.
+#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArgs {}

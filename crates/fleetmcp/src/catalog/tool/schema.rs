@@ -1,0 +1,307 @@
+//! Schemas from Rust types: the JSON Schema (2020-12) schemars derives, made fit to publish.
+//! Arguments are published without type arrays and without the `null` of an optional field,
+//! results with that `null` as `anyOf`, and neither with the `format`s of Rust number types.
+
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde_json::{Value, json};
+
+/// The JSON Schema (2020-12) of a Rust type, as an object: exactly what serde accepts, so an
+/// `Option` field allows `null` (`"type": ["string", "null"]`). Tools validate arguments
+/// against this form; `tools/list` shows the form without type arrays (see
+/// [`ToolBuilder::handler`](super::ToolBuilder::handler)).
+pub fn schema_of<T: JsonSchema>() -> JsonObject {
+    generate::<T>(None)
+}
+
+/// How the published schemas show the `null` that schemars adds for `Option<T>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NullForm {
+    /// Arguments: an optional property is simply left out of `required`, with the inner
+    /// schema alone. Clients never need to send `null`, and the single-type schema dialects of
+    /// several model providers reject `"type": [.., "null"]`.
+    Omit,
+    /// Results: serde writes `None` as `null`, so the schema must keep allowing it or clients
+    /// that check `structuredContent` reject the result; it is spelled `anyOf` instead of a
+    /// type array.
+    AnyOf,
+}
+
+/// The schema of `T`, with `null` rewritten as `form` says (`None`: as schemars writes it).
+pub(super) fn generate<T: JsonSchema>(form: Option<NullForm>) -> JsonObject {
+    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    if let Some(form) = form {
+        schemars::transform::Transform::transform(&mut NoTypeArrays(form), &mut schema);
+    }
+    match schema.to_value() {
+        Value::Object(mut map) => {
+            strip_rust_formats(&mut map);
+            map
+        }
+        // A schema that is `true`/`false` (a type accepting anything or nothing): publish it
+        // as an open object, which is what MCP requires of an input schema's root.
+        _ => {
+            let mut m = JsonObject::new();
+            m.insert("type".into(), Value::String("object".into()));
+            m
+        }
+    }
+}
+
+/// Removes `"type": [..]` arrays from a schema and its subschemas (`$defs` included), and
+/// with [`NullForm::Omit`] the `null` alternative schemars adds for `Option<T>`. A schema
+/// that allows nothing but `null` (the unit type) is left alone.
+#[derive(Debug, Clone)]
+struct NoTypeArrays(NullForm);
+
+impl schemars::transform::Transform for NoTypeArrays {
+    fn transform(&mut self, schema: &mut schemars::Schema) {
+        schemars::transform::transform_subschemas(self, schema);
+        let Some(obj) = schema.as_object_mut() else {
+            return;
+        };
+        if self.0 == NullForm::Omit {
+            drop_null_alternative(obj);
+        }
+        split_type_array(obj);
+    }
+}
+
+/// Whether `v` is the schema schemars writes for `null` (`{"type": "null"}`).
+fn is_null_schema(v: &Value) -> bool {
+    v.as_object()
+        .is_some_and(|o| o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("null"))
+}
+
+/// Keywords that only annotate a schema; when an `anyOf` of one schema is folded into its
+/// parent, the parent's (a field's doc comment, say) win over the inner schema's.
+const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+/// Takes `null` out of what `allow_null` in schemars produces: `"type": [T, "null"]` (with
+/// `null` in `enum`), or `"anyOf": [S, {"type": "null"}]` for a `$ref` or composite `S`.
+fn drop_null_alternative(obj: &mut JsonObject) {
+    if let Some(Value::Array(types)) = obj.get_mut("type")
+        && types.len() > 1
+        && types.iter().any(|t| t == "null")
+    {
+        types.retain(|t| t != "null");
+        if let Some(Value::Array(values)) = obj.get_mut("enum") {
+            values.retain(|v| !v.is_null());
+        }
+    }
+    let Some(Value::Array(alternatives)) = obj.get_mut("anyOf") else {
+        return;
+    };
+    if alternatives.len() < 2
+        || !alternatives.iter().any(is_null_schema)
+        || alternatives.iter().all(is_null_schema)
+    {
+        return;
+    }
+    alternatives.retain(|v| !is_null_schema(v));
+    if alternatives.len() != 1 {
+        return;
+    }
+    // One schema left: fold it into the parent, unless they disagree on a keyword that is
+    // more than an annotation (then `"anyOf": [S]` stays, which means the same).
+    let clash = match obj.get("anyOf").and_then(|a| a.get(0)) {
+        Some(Value::Object(inner)) => inner
+            .keys()
+            .any(|k| obj.contains_key(k) && !ANNOTATIONS.contains(&k.as_str())),
+        _ => true,
+    };
+    if clash {
+        return;
+    }
+    let Some(Value::Array(mut alternatives)) = obj.remove("anyOf") else {
+        return;
+    };
+    if let Some(Value::Object(inner)) = alternatives.pop() {
+        for (k, v) in inner {
+            obj.entry(k).or_insert(v);
+        }
+    }
+}
+
+/// `"type": [A]` becomes `"type": A`, and `"type": [A, B, ..]` an `anyOf` of one type each
+/// (the other keywords stay beside it: each applies only to instances of its own type).
+fn split_type_array(obj: &mut JsonObject) {
+    let Some(Value::Array(types)) = obj.get("type") else {
+        return;
+    };
+    if types.len() == 1 {
+        let only = types[0].clone();
+        obj.insert("type".into(), only);
+        return;
+    }
+    let Some(Value::Array(types)) = obj.remove("type") else {
+        return;
+    };
+    let one_each: Vec<Value> = types.into_iter().map(|t| json!({ "type": t })).collect();
+    if obj.contains_key("anyOf") {
+        // Already an `anyOf` here: both must hold, so the new one goes under `allOf`.
+        let all_of = obj
+            .entry("allOf")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(all_of) = all_of {
+            all_of.push(json!({ "anyOf": one_each }));
+        }
+    } else {
+        obj.insert("anyOf".into(), Value::Array(one_each));
+    }
+}
+
+/// Removes the `format` values schemars derives from Rust number types (`uint64`, `int32`,
+/// `double`, ...). They are not JSON Schema formats, so validators in clients warn about them
+/// on every call; `minimum` and `type: integer` already carry what matters.
+fn strip_rust_formats(map: &mut JsonObject) {
+    const RUST_FORMATS: &[&str] = &[
+        "uint", "uint8", "uint16", "uint32", "uint64", "uint128", "int", "int8", "int16", "int32",
+        "int64", "int128", "float", "double",
+    ];
+    if map
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|f| RUST_FORMATS.contains(&f))
+    {
+        map.remove("format");
+    }
+    for v in map.values_mut() {
+        match v {
+            Value::Object(m) => strip_rust_formats(m),
+            Value::Array(items) => {
+                for item in items {
+                    if let Value::Object(m) = item {
+                        strip_rust_formats(m);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schemars::JsonSchema;
+    use serde_json::{Value, json};
+
+    use crate::catalog::tool;
+
+    /// Field names are chosen to show each shape schemars gives an `Option`.
+    #[derive(serde::Deserialize, serde::Serialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Search {
+        /// What to look for.
+        query: String,
+        /// Only tickets with this label.
+        label: Option<String>,
+        limit: Option<u32>,
+        /// Only tickets in this state.
+        state: Option<State>,
+        tags: Option<Vec<String>>,
+    }
+
+    #[derive(serde::Deserialize, serde::Serialize, JsonSchema)]
+    #[allow(dead_code)]
+    #[serde(rename_all = "lowercase")]
+    enum State {
+        Open,
+        Closed,
+    }
+
+    /// Every `"type"` in `v` whose value is an array, by JSON pointer.
+    fn type_arrays(v: &Value, at: &str, found: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    if k == "type" && child.is_array() {
+                        found.push(at.to_string());
+                    }
+                    type_arrays(child, &format!("{at}/{k}"), found);
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    type_arrays(child, &format!("{at}/{i}"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn optional_fields_are_published_without_type_arrays() {
+        let t = tool("search")
+            .output_schema::<Search>()
+            .handler(|_: Search, _ctx| async { Ok("ok") });
+        let input = Value::Object((*t.descriptor().input_schema).clone());
+        let mut found = Vec::new();
+        type_arrays(&input, "", &mut found);
+        assert!(found.is_empty(), "type arrays at {found:?} in {input:#}");
+        assert_eq!(input["required"], json!(["query"]));
+        let props = &input["properties"];
+        assert_eq!(
+            props["label"],
+            json!({"type": "string", "description": "Only tickets with this label."})
+        );
+        assert_eq!(props["limit"], json!({"type": "integer", "minimum": 0}));
+        assert_eq!(
+            props["state"],
+            json!({"$ref": "#/$defs/State", "description": "Only tickets in this state."})
+        );
+        assert_eq!(
+            props["tags"],
+            json!({"type": "array", "items": {"type": "string"}})
+        );
+        assert!(!input.to_string().contains("null"), "{input:#}");
+
+        // The output schema keeps `null` (serde writes `None` as `null`), as `anyOf`.
+        let output = Value::Object((*t.descriptor().output_schema.clone().unwrap()).clone());
+        let mut found = Vec::new();
+        type_arrays(&output, "", &mut found);
+        assert!(found.is_empty(), "type arrays at {found:?} in {output:#}");
+        assert_eq!(
+            output["properties"]["limit"],
+            json!({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 0})
+        );
+        let sent = serde_json::to_value(Search {
+            query: "printer".into(),
+            label: None,
+            limit: None,
+            state: None,
+            tags: None,
+        })
+        .unwrap();
+        let validator = jsonschema::validator_for(&output).unwrap();
+        assert!(validator.is_valid(&sent), "{sent} against {output:#}");
+    }
+
+    #[test]
+    fn optional_fields_still_accept_null_and_required_ones_are_still_required() {
+        let t = tool("search").handler(|_: Search, _ctx| async { Ok("ok") });
+        assert!(t.validate(&json!({"query": "printer"})).is_ok());
+        let nulls =
+            json!({"query": "printer", "label": null, "limit": null, "state": null, "tags": null});
+        assert!(t.validate(&nulls).is_ok(), "{:?}", t.validate(&nulls));
+        assert!(serde_json::from_value::<Search>(nulls).is_ok());
+        let e = t.validate(&json!({"label": null})).unwrap_err();
+        assert_eq!(e.code.0, -32602);
+        assert!(e.message.contains("query"), "{}", e.message);
+        assert_eq!(e.data.unwrap()["errors"][0]["field"], "query");
+        let e = t
+            .validate(&json!({"query": "printer", "limit": "ten"}))
+            .unwrap_err();
+        assert!(e.message.contains("limit"), "{}", e.message);
+    }
+}

@@ -1,0 +1,162 @@
+//! Durable writes: a pipeline sent, then confirmed by the replicas `wait_replicas` asks for
+//! (`WAIT`, on the same connection), or refused as [`CommandError::NotDurable`] when they do
+//! not or the server written to is no longer the master.
+
+use std::sync::Arc;
+
+use super::link::Link;
+use super::sentinel::{replicas_of_master, sentinel_view};
+use super::{CommandError, RedisConn};
+use crate::redis_config::WaitReplicas;
+
+impl RedisConn {
+    /// Sends `pipe` like [`RedisConn::pipe`], then waits until the replicas `wait_replicas`
+    /// asks for have confirmed it, on the same connection (a write and its `WAIT` must share
+    /// one: `WAIT` counts the writes of its own connection, and the connection may move to a
+    /// new master in between). Fails with [`CommandError::NotDurable`] when they do not, or
+    /// when the server written to is no longer the master: the write may then be lost.
+    ///
+    /// One `ROLE` (is the server still a master, and with how many replicas), then `WAIT` for
+    /// at most half the command timeout. With [`WaitReplicas::Auto`] a master without replicas
+    /// is asked of the sentinels instead: in the second after a failover the old master has
+    /// lost its replica (promoted) but still takes writes, which it will throw away.
+    ///
+    /// `WAIT` holds the commands sent after it on this connection until it returns: about a
+    /// millisecond while replication is healthy, half the command timeout when it is not, which
+    /// is when a write would otherwise be acknowledged and then lost.
+    pub async fn pipe_durably<T: redis::FromRedisValue>(
+        &self,
+        pipe: redis::Pipeline,
+    ) -> Result<T, CommandError> {
+        if !self.writes_durably() {
+            return self.pipe(pipe).await;
+        }
+        let Some(link) = self.inner.conn.load_full() else {
+            return Err(CommandError::NotDurable(
+                "not connected to Redis yet (retrying in the background)".into(),
+            ));
+        };
+        let pipe = &pipe;
+        let confirmed = async {
+            let written = self
+                .inner
+                .bounded_on(link.clone(), |mut conn| async move {
+                    pipe.query_async::<T>(&mut conn).await
+                })
+                .await?;
+            self.confirm_on(link).await?;
+            Ok(written)
+        };
+        // Whatever failed, the write is not known to be durable.
+        confirmed.await.map_err(|e| match e {
+            CommandError::NotDurable(why) => CommandError::NotDurable(why),
+            other => CommandError::NotDurable(other.to_string()),
+        })
+    }
+
+    /// Whether [`RedisConn::pipe_durably`] waits for replicas (`wait_replicas` asks for some,
+    /// and this is not a cluster).
+    pub fn writes_durably(&self) -> bool {
+        !self.inner.cfg.is_cluster()
+            && !matches!(
+                self.inner.cfg.replicas_to_wait(),
+                Ok(WaitReplicas::Off) | Err(_)
+            )
+    }
+
+    /// The replicas' confirmation of what `link` wrote (see [`RedisConn::pipe_durably`]).
+    async fn confirm_on(&self, link: Arc<Link>) -> Result<(), CommandError> {
+        let policy = self
+            .inner
+            .cfg
+            .replicas_to_wait()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let want = match policy {
+            WaitReplicas::Off => return Ok(()),
+            _ if self.inner.cfg.is_cluster() => return Ok(()),
+            WaitReplicas::Auto => 1,
+            WaitReplicas::Count(n) => n,
+        };
+        let role: redis::Value = self
+            .inner
+            .bounded_on(link.clone(), |mut conn| async move {
+                redis::cmd("ROLE").query_async(&mut conn).await
+            })
+            .await?;
+        let Some(replicas) = replicas_of_master(&role) else {
+            return Err(CommandError::NotDurable(
+                "the server written to is no longer a master".into(),
+            ));
+        };
+        if policy == WaitReplicas::Auto && replicas == 0 {
+            return self.no_failover_under_way(&link).await;
+        }
+        let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
+        let confirmed: u32 = self
+            .inner
+            .bounded_on(link, |mut conn| async move {
+                redis::cmd("WAIT")
+                    .arg(want)
+                    .arg(wait_ms)
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        if confirmed >= want {
+            Ok(())
+        } else {
+            Err(CommandError::NotDurable(format!(
+                "{confirmed} of the {want} replica(s) asked for (wait_replicas) confirmed the write within {wait_ms} ms"
+            )))
+        }
+    }
+
+    /// With Sentinel, for a master without replicas: whether a majority of the sentinels
+    /// name the server `link` writes to, and none is failing it over. The sentinels keep
+    /// naming the old master until they see the promoted replica answer as master (up to a
+    /// second), but the one leading the failover flags it from its start: until it ends, a
+    /// master that has lost its replica may be the one about to be demoted. Asked of every
+    /// sentinel at once, within the command timeout.
+    async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
+        let Link::Single(_, Some(server)) = link else {
+            return Ok(());
+        };
+        let cfg = &self.inner.cfg;
+        let sentinels = cfg
+            .sentinel_addresses()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let asks = sentinels
+            .iter()
+            .map(|(host, port)| sentinel_view(cfg, host, *port));
+        let views =
+            match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
+                .await
+            {
+                Ok(views) => views,
+                Err(_) => return Err(CommandError::Timeout(cfg.command_timeout_ms)),
+            };
+        let mut agreeing = 0;
+        for view in views.into_iter().flatten() {
+            if view.failing_over {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel is failing over the master written to ({server})"
+                )));
+            }
+            if view.master != **server {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel names another master ({}) than the one written to ({server})",
+                    view.master
+                )));
+            }
+            agreeing += 1;
+        }
+        if agreeing * 2 > sentinels.len() {
+            Ok(())
+        } else {
+            Err(CommandError::NotDurable(format!(
+                "{agreeing} of {} sentinels answered: not a majority",
+                sentinels.len()
+            )))
+        }
+    }
+}

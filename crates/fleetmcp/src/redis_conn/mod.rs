@@ -1,0 +1,403 @@
+//! The one Redis connection an instance shares between its stores (sessions, events, tasks),
+//! its limits and distributed mode, with every command bounded. (Pub/sub subscriptions and
+//! client-side caching keep dedicated connections, built from the same configuration.)
+//!
+//! Every command is bounded by `command_timeout_ms` (the connection's response timeout, and a
+//! Tokio timeout around it) and fails with [`CommandError::Timeout`]; any other failure is
+//! [`CommandError::Unavailable`]. A lost connection is re-established by the `redis` crate's
+//! `ConnectionManager`. A server that stops answering without closing the connection (paused,
+//! or a black-holed network) only shows as timeouts, and the manager does not reconnect on
+//! those: after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row a new connection is built in the
+//! background and swapped in; callers never wait for that. When Redis cannot be reached at
+//! start, a background task retries (1 s doubling to 30 s) while commands fail at once.
+//!
+//! No command fails with an error left over from an outage once Redis answers again. The
+//! connection manager keeps a failed reconnect attempt and hands it to the next command, however
+//! late, and a connection that Redis closed while nobody used it is only found dead by the next
+//! command sent on it (without RESP3 nothing tells the manager earlier). So a connection on
+//! which nothing was sent for [`VALIDATE_AFTER_IDLE`], or whose last command found it dropped or
+//! refused, is first checked with `PING` (sent twice when the first finds it dropped: `PING` has
+//! no effect to double), and a command refused a connection is sent once more: a refused
+//! connection proves the command never left. A busy connection pays nothing, nor does a slow one
+//! (a paused Redis: its commands queue as before); an idle one pays one `PING` before its first
+//! command (a pool's check on borrow).
+//!
+//! With Redis Sentinel, every connection (this one, pub/sub, client-side caching's) first asks
+//! the sentinels which server is master, and checks with `ROLE` that it is. After a failover
+//! the old master refuses writes (`READONLY`) or connections: either starts a rebuild at once,
+//! which asks the sentinels again, so the instance follows the failover without a restart.
+//!
+//! With Redis Cluster, the connection is the `redis` crate's cluster connection: it discovers
+//! the nodes, sends each command to the node that holds its key's slot, and follows `MOVED`
+//! and failovers. Every script and pipeline of fleetmcp touches one slot (see
+//! `docs/ARCHITECTURE.md`, "Redis Cluster"); pub/sub uses the classic channels, which a
+//! cluster delivers on every node, on a dedicated connection to one of the configured nodes.
+//!
+//! This file is the connection as its users see it (connect, run, eval, pipe); `link.rs` is the
+//! connection underneath and its upkeep (opening, checking, bounding, rebuilding),
+//! `sentinel.rs` what the sentinels are asked, `durable.rs` writes confirmed by replicas, and
+//! `pubsub.rs` the dedicated subscriptions.
+
+mod durable;
+mod link;
+mod pubsub;
+mod sentinel;
+
+pub(crate) use pubsub::Subscription;
+pub(crate) use sentinel::server_info;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+
+use crate::redis_config::RedisConfig;
+use crate::telemetry::Meters;
+use link::Link;
+use sentinel::watch_master;
+
+/// Timeouts in a row after which the connection is rebuilt.
+pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
+/// First delay of the background connection retry; it doubles up to [`RETRY_MAX`].
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// A single-server connection that has not answered for this long is checked with `PING`
+/// before its next command (see the module's comment). Short enough that Redis restarting
+/// behind an idle connection is noticed, long enough that a busy connection never pays it.
+pub const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
+
+/// Why a Redis command failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CommandError {
+    #[error("Redis did not answer within {0} ms")]
+    Timeout(u64),
+    #[error("Redis is unavailable: {0}")]
+    Unavailable(String),
+    /// The write was taken but may not survive a failover (see [`RedisConn::pipe_durably`]).
+    #[error("Redis did not confirm the write durably: {0}")]
+    NotDurable(String),
+}
+
+/// A shared Redis connection. Cheap to clone; clones share one connection.
+#[derive(Clone)]
+pub struct RedisConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: RedisConfig,
+    /// The client for the server in use: fixed, or with Sentinel the last master found.
+    client: ArcSwapOption<redis::Client>,
+    /// `None` until the first connection succeeds.
+    conn: ArcSwapOption<Link>,
+    timeouts_in_a_row: AtomicU32,
+    rebuilding: AtomicBool,
+    /// Connection rebuilds started after timeouts (for tests and metrics).
+    rebuilds: AtomicU32,
+    /// The last command or ping got an answer.
+    healthy: AtomicBool,
+    /// When a command was last sent, in milliseconds since `born`.
+    used_at_ms: AtomicU64,
+    /// The last command failed on the connection itself (dropped, refused), not by a timeout
+    /// or an error answer: the next one checks the connection first.
+    dropped: AtomicBool,
+    born: std::time::Instant,
+    /// Counts the moves of the connection to another server (with Sentinel, a new master): the
+    /// dedicated connections (pub/sub, client-side caching) reconnect then, so that after a
+    /// failover nothing stays on the old master.
+    replaced: tokio::sync::watch::Sender<u64>,
+    /// With Sentinel: the address of the master in use.
+    master: parking_lot::Mutex<Option<String>>,
+    /// Where every command's latency and failures are counted (the server's, once given).
+    meters: std::sync::OnceLock<Meters>,
+}
+
+impl RedisConn {
+    fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
+        cfg.validate()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let client = if cfg.is_sentinel() || cfg.is_cluster() {
+            None
+        } else {
+            Some(Arc::new(
+                cfg.client()
+                    .map_err(|e| CommandError::Unavailable(e.to_string()))?,
+            ))
+        };
+        Ok(Arc::new(Inner {
+            cfg,
+            client: ArcSwapOption::new(client),
+            conn: ArcSwapOption::empty(),
+            timeouts_in_a_row: AtomicU32::new(0),
+            rebuilding: AtomicBool::new(false),
+            rebuilds: AtomicU32::new(0),
+            healthy: AtomicBool::new(false),
+            used_at_ms: AtomicU64::new(0),
+            dropped: AtomicBool::new(false),
+            born: std::time::Instant::now(),
+            replaced: tokio::sync::watch::Sender::new(0),
+            master: parking_lot::Mutex::new(None),
+            meters: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// Connects and checks the connection with `PING`; fails if Redis does not answer within
+    /// the connect timeout.
+    pub async fn connect(cfg: RedisConfig) -> Result<Self, CommandError> {
+        let inner = Self::new_inner(cfg)?;
+        let manager = inner.open().await?;
+        inner.install(manager);
+        if inner.cfg.is_sentinel() {
+            tokio::spawn(watch_master(Arc::downgrade(&inner)));
+        }
+        tracing::info!(
+            target_redis = %inner.cfg.display_target(),
+            "[TransportService] Session store connection validated successfully"
+        );
+        Ok(Self { inner })
+    }
+
+    /// Tries once (bounded by the connect timeout plus one command timeout), then returns
+    /// whether or not Redis is reachable (see [`RedisConn::first_connect`]). Configuration
+    /// errors are reported here, not retried.
+    pub async fn connect_in_background(cfg: RedisConfig) -> Result<Self, CommandError> {
+        let conn = Self::new(cfg)?;
+        conn.first_connect().await;
+        Ok(conn)
+    }
+
+    /// A connection that is not opened yet: no I/O, only the configuration is checked.
+    /// Commands fail with [`CommandError::Unavailable`] until [`RedisConn::first_connect`].
+    pub fn new(cfg: RedisConfig) -> Result<Self, CommandError> {
+        Ok(Self {
+            inner: Self::new_inner(cfg)?,
+        })
+    }
+
+    /// Opens the connection, trying once. When Redis cannot be reached, every command fails
+    /// with [`CommandError::Unavailable`] (callers serve sessions from memory) and a background
+    /// task retries, 1 s doubling to 30 s, until it answers.
+    pub async fn first_connect(&self) {
+        let inner = &self.inner;
+        if inner.cfg.is_sentinel() {
+            tokio::spawn(watch_master(Arc::downgrade(inner)));
+        }
+        match inner.open().await {
+            Ok(manager) => {
+                inner.install(manager);
+                tracing::info!(
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Session store connection validated successfully"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Failed to connect to Redis - session persistence disabled"
+                );
+                tokio::spawn(retry_until_connected(Arc::downgrade(inner)));
+            }
+        }
+    }
+
+    /// Whether there is a connection and the last command on it got an answer.
+    pub fn is_connected(&self) -> bool {
+        self.inner.conn.load().is_some() && self.inner.healthy.load(Ordering::Acquire)
+    }
+
+    /// How many times the connection was rebuilt (or a rebuild attempted) after
+    /// [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row.
+    pub fn rebuild_attempts(&self) -> u32 {
+        self.inner.rebuilds.load(Ordering::Acquire)
+    }
+
+    /// Changes whenever the connection moves to another server (a Sentinel failover): dedicated
+    /// connections made from this one's server reconnect then.
+    pub(crate) fn replaced(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.replaced.subscribe()
+    }
+
+    /// Counts every command from now on in `meters` (latency, timeouts, failures); the first
+    /// call wins.
+    pub(crate) fn instrument(&self, meters: Meters) {
+        let _ = self.inner.meters.set(meters);
+    }
+
+    /// The configuration this connection was built from.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.cfg
+    }
+
+    /// The address this instance reaches Redis from: the local address the kernel's routing
+    /// picks toward the server in use (with Sentinel the master in use, else each sentinel in
+    /// turn; with a cluster each configured node in turn), the first that resolves. Found with
+    /// a UDP socket's `connect`, which sends nothing: it answers while Redis is down and costs
+    /// no connection. An IPv4 address of the server is tried first (a server bound to every
+    /// interface listens on 0.0.0.0). `Ok(None)`: Redis is on a Unix socket, so on this host.
+    pub(crate) async fn local_address(&self) -> Result<Option<std::net::IpAddr>, String> {
+        let Some(targets) = self.route_targets()? else {
+            return Ok(None);
+        };
+        let bound = self.inner.cfg.connect_timeout();
+        let mut last = String::from("no Redis server configured");
+        for (host, port) in targets {
+            let host = host.trim_matches(['[', ']']).to_string();
+            let found = tokio::time::timeout(bound, tokio::net::lookup_host((host.as_str(), port)));
+            let mut addrs: Vec<std::net::SocketAddr> = match found.await {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(e)) => {
+                    last = format!("{host}:{port} does not resolve: {e}");
+                    continue;
+                }
+                Err(_) => {
+                    last = format!(
+                        "{host}:{port} did not resolve within {} ms",
+                        bound.as_millis()
+                    );
+                    continue;
+                }
+            };
+            addrs.sort_by_key(|a| !a.is_ipv4());
+            for addr in addrs {
+                let local: std::net::SocketAddr = if addr.is_ipv4() {
+                    (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+                } else {
+                    (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                };
+                let routed = async {
+                    let socket = tokio::net::UdpSocket::bind(local).await?;
+                    socket.connect(addr).await?;
+                    socket.local_addr()
+                };
+                match routed.await {
+                    Ok(a) => return Ok(Some(a.ip())),
+                    Err(e) => last = format!("no route to {addr}: {e}"),
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// The servers [`RedisConn::local_address`] routes toward, best first; `None` for a Unix
+    /// socket.
+    fn route_targets(&self) -> Result<Option<Vec<(String, u16)>>, String> {
+        let cfg = &self.inner.cfg;
+        let parse = |a: &str| {
+            a.rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        };
+        if cfg.is_cluster() {
+            return cfg.cluster_addresses().map(Some).map_err(|e| e.to_string());
+        }
+        if cfg.is_sentinel() {
+            let mut out: Vec<(String, u16)> = self
+                .inner
+                .master
+                .lock()
+                .as_deref()
+                .and_then(parse)
+                .into_iter()
+                .collect();
+            out.extend(cfg.sentinel_addresses().map_err(|e| e.to_string())?);
+            return Ok(Some(out));
+        }
+        let info = cfg.connection_info().map_err(|e| e.to_string())?;
+        Ok(match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Some(vec![(host.clone(), *port)]),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => Some(vec![(host.clone(), *port)]),
+            _ => None,
+        })
+    }
+
+    /// Runs one command, bounded by the command timeout (also for an application's own keys,
+    /// as `examples/help-desk` keeps its tickets).
+    pub async fn run<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, CommandError> {
+        let cmd = &cmd;
+        self.inner
+            .bounded(|mut conn| async move { cmd.query_async::<T>(&mut conn).await })
+            .await
+    }
+
+    /// Runs a Lua script (`EVALSHA`, loading it once when Redis does not know it), bounded by
+    /// the command timeout.
+    pub async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: redis::ScriptInvocation<'_>,
+    ) -> Result<T, CommandError> {
+        let script = &script;
+        self.inner
+            .bounded(|mut conn| async move { script.invoke_async::<T>(&mut conn).await })
+            .await
+    }
+
+    /// Sends a pipeline in one round trip, bounded by the command timeout.
+    pub async fn pipe<T: redis::FromRedisValue>(
+        &self,
+        pipe: redis::Pipeline,
+    ) -> Result<T, CommandError> {
+        let pipe = &pipe;
+        self.inner
+            .bounded(|mut conn| async move { pipe.query_async::<T>(&mut conn).await })
+            .await
+    }
+}
+
+/// Retries the first connection: 1 s, doubling, capped at 30 s. Stops when the connection
+/// is dropped.
+async fn retry_until_connected(inner: Weak<Inner>) {
+    let mut delay = RETRY_MIN;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        match inner.open().await {
+            Ok(manager) => {
+                inner.install(manager);
+                tracing::info!("[TransportService] Session store recovered after startup failure");
+                tracing::info!(
+                    target_redis = %inner.cfg.display_target(),
+                    "[TransportService] Session store connection validated successfully"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, retry_in_ms = delay.as_millis() as u64, "Redis still unreachable");
+            }
+        }
+        delay = (delay * 2).min(RETRY_MAX);
+    }
+}
+
+/// `attempt` on a client for each configured cluster node in turn, each bounded by the connect
+/// timeout plus one command timeout, until one succeeds; else the last failure.
+pub(crate) async fn on_first_cluster_node<T, F, Fut>(
+    cfg: &RedisConfig,
+    attempt: F,
+) -> Result<T, CommandError>
+where
+    F: Fn(redis::Client) -> Fut,
+    Fut: std::future::Future<Output = Result<T, CommandError>>,
+{
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let bound = cfg.connect_timeout() + cfg.command_timeout();
+    let mut last = CommandError::Unavailable("no cluster node configured".into());
+    for (host, port) in cfg.cluster_addresses().map_err(config)? {
+        let client = cfg
+            .client_for(cfg.server_connection_info(&host, port).map_err(config)?)
+            .map_err(config)?;
+        match tokio::time::timeout(bound, attempt(client)).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => last = CommandError::Unavailable(format!("{host}:{port}: {e}")),
+            Err(_) => last = CommandError::Timeout(bound.as_millis() as u64),
+        }
+    }
+    Err(last)
+}
+
+fn unavailable(e: redis::RedisError) -> CommandError {
+    CommandError::Unavailable(e.to_string())
+}

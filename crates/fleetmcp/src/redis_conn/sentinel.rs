@@ -1,0 +1,154 @@
+//! Redis Sentinel: which server is master, asked of the sentinels when a connection opens and
+//! every [`SENTINEL_WATCH`] after, and whether a server still is one (`ROLE`), so the
+//! connection follows a failover without a restart.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use super::{CommandError, Inner, unavailable};
+use crate::redis_config::RedisConfig;
+
+/// With Sentinel, how often the sentinels are asked whether the master changed. A manual or
+/// automatic failover promotes the replica at once, but the old master keeps accepting writes
+/// (lost when it is demoted, seconds later) until it is reconfigured: the connection must move
+/// as soon as the sentinels name the new one.
+const SENTINEL_WATCH: Duration = Duration::from_millis(250);
+
+/// The connection settings of the server to use now: the configured one, or with Sentinel the
+/// master the first sentinel that answers names (each asked within the connect timeout plus
+/// one command timeout).
+pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionInfo, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    if !cfg.is_sentinel() {
+        return cfg.connection_info().map_err(config);
+    }
+    let master = cfg.sentinel_master.as_deref().unwrap_or_default();
+    let bound = cfg.connect_timeout() + cfg.command_timeout();
+    let mut last = String::from("no sentinel configured");
+    for (host, port) in cfg.sentinel_addresses().map_err(config)? {
+        let ask = async {
+            let mut conn = sentinel_connection(cfg, &host, port).await?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(master)
+                .query_async::<Option<(String, u16)>>(&mut conn)
+                .await
+                .map_err(unavailable)
+        };
+        match tokio::time::timeout(bound, ask).await {
+            Ok(Ok(Some((h, p)))) => return cfg.server_connection_info(&h, p).map_err(config),
+            Ok(Ok(None)) => {
+                last = format!("sentinel {host}:{port} knows no master named {master:?}")
+            }
+            Ok(Err(e)) => last = format!("sentinel {host}:{port}: {e}"),
+            Err(_) => {
+                last = format!(
+                    "sentinel {host}:{port} did not answer within {} ms",
+                    bound.as_millis()
+                )
+            }
+        }
+    }
+    Err(CommandError::Unavailable(last))
+}
+
+/// A connection to the sentinel at `host:port` (its own credentials and TLS), unbounded: the
+/// callers bound what they ask.
+async fn sentinel_connection(
+    cfg: &RedisConfig,
+    host: &str,
+    port: u16,
+) -> Result<redis::aio::MultiplexedConnection, CommandError> {
+    let config =
+        |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+    let client = cfg
+        .client_for(cfg.sentinel_connection_info(host, port).map_err(config)?)
+        .map_err(config)?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(unavailable)
+}
+
+/// What one sentinel says of the master it watches.
+pub(super) struct SentinelView {
+    /// `host:port`.
+    pub master: String,
+    /// A failover of it is under way.
+    pub failing_over: bool,
+}
+
+/// `SENTINEL MASTER <name>` on the sentinel at `host:port`.
+pub(super) async fn sentinel_view(
+    cfg: &RedisConfig,
+    host: &str,
+    port: u16,
+) -> Result<SentinelView, CommandError> {
+    let mut conn = sentinel_connection(cfg, host, port).await?;
+    let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
+        .arg("master")
+        .arg(cfg.sentinel_master.as_deref().unwrap_or_default())
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    Ok(SentinelView {
+        master: format!("{}:{}", field("ip"), field("port")),
+        failing_over: field("flags").contains("failover_in_progress"),
+    })
+}
+
+/// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
+/// moves the connection when it is another than the one in use. Ends with the connection.
+pub(super) async fn watch_master(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(SENTINEL_WATCH).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Ok(info) = server_info(&inner.cfg).await else {
+            continue;
+        };
+        let now = info.addr().to_string();
+        let in_use = inner.master.lock().clone();
+        if in_use.is_some_and(|m| m != now) {
+            inner.rebuild(format!("the sentinels name a new master, {now}"));
+        }
+    }
+}
+
+/// From a `ROLE` answer: how many replicas a master has connected, or `None` when the server
+/// is not a master.
+pub(super) fn replicas_of_master(role: &redis::Value) -> Option<usize> {
+    let redis::Value::Array(items) = role else {
+        return None;
+    };
+    let is_master = match items.first() {
+        Some(redis::Value::BulkString(b)) => b == b"master",
+        Some(redis::Value::SimpleString(s)) => s == "master",
+        _ => false,
+    };
+    match (is_master, items.get(2)) {
+        (true, Some(redis::Value::Array(replicas))) => Some(replicas.len()),
+        (true, _) => Some(0),
+        (false, _) => None,
+    }
+}
+
+/// Fails unless the server `conn` talks to says it is a master (`ROLE`): right after a
+/// failover, a sentinel may still name the old one.
+pub(super) async fn check_master(conn: &mut ConnectionManager) -> Result<(), CommandError> {
+    let role: redis::Value = redis::cmd("ROLE")
+        .query_async(conn)
+        .await
+        .map_err(unavailable)?;
+    let is_master = replicas_of_master(&role).is_some();
+    if is_master {
+        Ok(())
+    } else {
+        Err(CommandError::Unavailable(
+            "the server the sentinels named is not a master (yet)".into(),
+        ))
+    }
+}
