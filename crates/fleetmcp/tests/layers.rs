@@ -801,7 +801,7 @@ fn a_violation_injected_into_the_real_tree_is_found() {
             "`super::super::super::Server`: dispatch (layer 4) imports from server (layer 7), a layer above",
         ),
         (
-            "tasks/redis.rs",
+            "tasks/redis/mod.rs",
             "fn _injected(_: &crate::events::StoredEvent) {}",
             "`crate::events::StoredEvent`: tasks (layer 1) imports from events (layer 1), which the same layer keeps apart",
         ),

@@ -1887,13 +1887,18 @@ fn assert_ended_for_the_gone_writer(seen: &str, id: u64) {
 /// A streamed call whose holder is SIGKILLed while its handler runs: the client resumes the
 /// stream on another instance, which takes the session over. The answer can never come, so
 /// the stream is ended with an error for the call (its outcome unknown) within seconds of the
-/// resume, instead of keep-alives forever (harness finding F4).
+/// resume, instead of keep-alives forever (harness finding F4). The killed holder's heartbeat
+/// outlives it, so its readers wait out the takeover grace (1.5 s here) before they judge it
+/// gone: as long, a live writer whose subscription dropped has to come back (F6b).
 #[test]
 fn a_resumed_answer_whose_writer_was_killed_ends_with_an_error_on_the_next_holder() {
     let redis = RedisServer::start();
     let url = redis.url();
     let (_effects, file) = effects_file();
-    let env = [("HELP_DESK_EFFECTS_FILE", file.as_str())];
+    let env = [
+        ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "1500"),
+    ];
     let mut a = distributed_desk("desk-a", &url, &env);
     let b = distributed_desk("desk-b", &url, &env);
     let sid = open_session(a.port());

@@ -315,6 +315,36 @@ impl RedisSessionStore {
         to: &str,
         now: u64,
     ) -> Result<redis::ScriptInvocation<'_>, StoreError> {
+        let mut inv = self.claim.prepare_invoke();
+        inv.key(self.key(&record.id))
+            .arg(&record.node_id)
+            .arg(record.epoch)
+            .arg(Self::encode(&self.claimed_wire(record, to, now))?)
+            .arg(self.ttl_ms);
+        Ok(inv)
+    }
+
+    /// [`RedisSessionStore::claim_record`] as a plain `EVAL`, which a pipeline can carry (with
+    /// the `WAIT` that confirms it on the same connection).
+    fn claim_command(
+        &self,
+        record: &SessionRecord,
+        to: &str,
+        now: u64,
+    ) -> Result<redis::Cmd, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(CLAIM)
+            .arg(1)
+            .arg(self.key(&record.id))
+            .arg(&record.node_id)
+            .arg(record.epoch)
+            .arg(Self::encode(&self.claimed_wire(record, to, now))?)
+            .arg(self.ttl_ms);
+        Ok(cmd)
+    }
+
+    /// The record `record` becomes when `to` claims it at `now`.
+    fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> Wire {
         let mut wire = Wire::from_record(&SessionRecord {
             node_id: to.to_string(),
             epoch: record.epoch + 1,
@@ -322,13 +352,7 @@ impl RedisSessionStore {
         });
         wire.reassigned_at = Some(now);
         wire.reassigned_from = Some(record.node_id.clone());
-        let mut inv = self.claim.prepare_invoke();
-        inv.key(self.key(&record.id))
-            .arg(&record.node_id)
-            .arg(record.epoch)
-            .arg(Self::encode(&wire)?)
-            .arg(self.ttl_ms);
-        Ok(inv)
+        wire
     }
 
     /// After claims won: the sessions of `won` leave their former holders' indexes and join
@@ -437,7 +461,7 @@ impl SessionStore for RedisSessionStore {
         "redis"
     }
 
-    fn durable_creates(&self) -> bool {
+    fn waits_for_replicas(&self) -> bool {
         self.conn.writes_durably()
     }
 
@@ -559,8 +583,18 @@ impl SessionStore for RedisSessionStore {
 
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
         let now = unix_ms();
-        let inv = self.claim_record(record, to, now)?;
-        let claim = Self::claim_answer(record, self.conn.eval(inv).await?);
+        let answer = if self.conn.writes_durably() {
+            // A takeover is served only once the replicas `wait_replicas` asks for have it: one
+            // written to a master in the second before a failover demotes it is thrown away,
+            // and the session's epoch goes back (two holders, RELIABILITY F8).
+            let mut pipe = redis::pipe();
+            pipe.add_command(self.claim_command(record, to, now)?);
+            let (answer,): ((i64, String, u64),) = self.conn.pipe_durably(pipe).await?;
+            answer
+        } else {
+            self.conn.eval(self.claim_record(record, to, now)?).await?
+        };
+        let claim = Self::claim_answer(record, answer);
         if matches!(claim, Claim::Won(_)) {
             self.index_moved(&[record], to, now).await;
         }

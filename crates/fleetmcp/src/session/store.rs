@@ -125,9 +125,10 @@ pub trait SessionStore: Send + Sync + 'static {
         self.put(record).await
     }
 
-    /// Whether [`SessionStore::create`] waits for replicas: then a new session whose record
-    /// cannot be confirmed in time is refused rather than served from memory.
-    fn durable_creates(&self) -> bool {
+    /// Whether [`SessionStore::create`] and [`SessionStore::claim`] wait for replicas: then a
+    /// new session whose record cannot be confirmed in time is refused rather than served from
+    /// memory, and a takeover that cannot be is not served.
+    fn waits_for_replicas(&self) -> bool {
         false
     }
 

@@ -156,7 +156,12 @@ impl Sessions {
     /// exactly one wins; the other serves it through the winner. The claim comes before the
     /// session is held here: nothing is served under a claim that was lost.
     pub(super) async fn claim(&self, record: SessionRecord, previous: Option<String>) -> Lookup {
-        let limit = self.timing.check_timeout;
+        // Doubled when the store waits for replicas, as for a new session's record.
+        let limit = if self.store.waits_for_replicas() {
+            self.timing.check_timeout * 2
+        } else {
+            self.timing.check_timeout
+        };
         let term = self.lease.term();
         let claimed =
             tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
@@ -279,7 +284,7 @@ impl Sessions {
         let bound = self.timing.check_timeout * 2;
         match tokio::time::timeout(bound, self.store.create(record, self.fenced())).await {
             Ok(done) => done,
-            Err(_) if self.store.durable_creates() => Err(StoreError::NotDurable(format!(
+            Err(_) if self.store.waits_for_replicas() => Err(StoreError::NotDurable(format!(
                 "not confirmed within {} ms",
                 bound.as_millis()
             ))),
