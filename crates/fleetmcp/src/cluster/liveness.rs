@@ -78,14 +78,7 @@ impl ProcessLiveness for Liveness {
             self.silent_since.lock().remove(node);
             return true;
         }
-        let fresh = FRESH_WORK.min(self.grace).as_millis() as u64;
-        if crate::clock::unix_ms().saturating_sub(since) < fresh {
-            // Its process reached Redis to store this work a moment ago: a missing heartbeat
-            // or subscription may date from an outage it has just come back from (its
-            // heartbeat expired, it has not beaten or subscribed again yet).
-            return false;
-        }
-        match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
+        let absent = match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
             Some(0) if beat.is_none() => {
                 self.silent_since.lock().remove(node);
                 true
@@ -94,7 +87,8 @@ impl ProcessLiveness for Liveness {
                 self.silent_since.lock().remove(node);
                 false
             }
-            // One of the two is missing: gone once it has been so for the grace.
+            // One of the two is missing: gone once it has been so for the grace (the clock
+            // starts at the first sight, fresh work or not).
             Some(_) => {
                 let mut silent = self.silent_since.lock();
                 if silent.len() >= MAX_SILENT && !silent.contains_key(node) {
@@ -105,6 +99,11 @@ impl ProcessLiveness for Liveness {
             }
             // Redis did not answer the count: nothing is decided.
             None => false,
-        }
+        };
+        // Its process reached Redis to store this work a moment ago: a missing heartbeat or
+        // subscription may date from an outage it has just come back from (its heartbeat
+        // expired, it has not beaten or subscribed again yet).
+        let fresh = FRESH_WORK.min(self.grace).as_millis() as u64;
+        absent && crate::clock::unix_ms().saturating_sub(since) >= fresh
     }
 }
