@@ -36,6 +36,9 @@
 //! (`use crate::*`), a name lib.rs brings in by a glob, and names bound in a function's body
 //! (a local `use` or `mod` there is checked, but does not hide a crate's name).
 
+#[path = "source_tree/mod.rs"]
+mod source_tree;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -670,35 +673,9 @@ fn check_crate(files: &[(String, String)]) -> Report {
     report
 }
 
-fn rust_files(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(src, &path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(src).expect("under src");
-            let name = rel
-                .components()
-                .map(|c| c.as_os_str().to_str().expect("utf-8 name"))
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push((name, std::fs::read_to_string(&path).expect("read source")));
-        }
-    }
-}
-
-/// Every source file of the crate, named from `src/` with `/`.
-fn real_files() -> Vec<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &src, &mut files);
-    files.sort();
-    files
-}
-
 #[test]
 fn modules_import_only_from_their_layer_or_below() {
-    let report = check_crate(&real_files());
+    let report = check_crate(&source_tree::real_files());
     assert!(
         report.unplaced.is_empty(),
         "top-level modules with no layer (add them to LAYERS here and to docs/ARCHITECTURE.md): {:?}",
@@ -821,7 +798,7 @@ fn a_violation_injected_into_the_real_tree_is_found() {
             "`axum::body::Body`: session (layer 2) names the HTTP crate `axum`, known only from layer 5 (transport) up",
         ),
     ];
-    let mut files = real_files();
+    let mut files = source_tree::real_files();
     let mut expected = Vec::new();
     for (file, code, what) in injected {
         let (_, source) = files

@@ -146,20 +146,21 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The live tasks of an owner (a session), oldest first.
     async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError>;
     /// Stores the record of a task about to start, or refuses it when the store is full of
-    /// records it may not drop (or cannot be reached). The default stores it unconditionally.
+    /// records it may not drop (or cannot be reached): [`TaskStore::create_for`] with no
+    /// caller and nothing held.
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
-        self.put(record).await
+        self.create_for(record, &TaskQuota::default()).await
     }
     /// [`TaskStore::create`], counting the new task against its caller's bounds too, and
     /// charging, while it works, the bytes its running handler holds (`quota.held_bytes`).
-    /// The default ignores the quota.
+    /// The default stores it unconditionally, ignoring the quota.
     async fn create_for(
         &self,
         record: &TaskRecord,
         quota: &TaskQuota,
     ) -> Result<(), TaskStoreError> {
         let _ = quota;
-        self.create(record).await
+        self.put(record).await
     }
     /// Writes `next` only if the stored record is still the one `seen` was (same status, same
     /// `lastUpdatedAt`, same executor) and has not ended: the compare-and-set that ends an

@@ -316,10 +316,6 @@ impl TaskStore for RedisTaskStore {
         Ok(())
     }
 
-    async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
-        self.create_for(record, &TaskQuota::default()).await
-    }
-
     async fn create_for(
         &self,
         record: &TaskRecord,
