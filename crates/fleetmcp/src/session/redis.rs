@@ -283,14 +283,25 @@ impl RedisSessionStore {
             return Ok(Vec::new());
         }
         let now = unix_ms();
-        let mut claims = Vec::with_capacity(records.len());
-        for record in records {
-            claims.push(self.claim_record(record, to, now)?);
-        }
-        // Each record is in its own slot: one script each, sent together (the connection
-        // pipelines them; a cluster sends each to its node).
-        let answers =
-            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await;
+        let answers = if self.conn.writes_durably() {
+            // One server: the claims in one pipeline, confirmed by the replicas before any
+            // counts (a claim a failover throws away would be served, then undone: F8).
+            let mut pipe = redis::pipe();
+            for record in records {
+                pipe.add_command(self.claim_command(record, to, now)?);
+            }
+            let answers: Vec<(i64, String, u64)> = self.conn.pipe_durably(pipe).await?;
+            answers.into_iter().map(Ok).collect()
+        } else {
+            let mut claims = Vec::with_capacity(records.len());
+            for record in records {
+                claims.push(self.claim_record(record, to, now)?);
+            }
+            // Each record is in its own slot: one script each, sent together (the connection
+            // pipelines them; a cluster sends each to its node).
+            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv)))
+                .await
+        };
         let claims: Vec<Result<Claim, CommandError>> = records
             .iter()
             .zip(answers)
