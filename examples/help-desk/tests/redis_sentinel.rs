@@ -263,3 +263,61 @@ fn no_task_acknowledged_in_a_failover_window_is_lost() {
         }
     });
 }
+
+/// A takeover is served only once a replica has it (F8). A's session is taken over by B while
+/// the replica is paused (it cannot confirm anything), then the master dies and the sentinels
+/// promote the replica. Had B served the session under a claim only the dead master had, the
+/// promoted replica would still name A, and the next claim would reuse B's epoch: two holders
+/// under one epoch. So B refuses (`503` with `Retry-After`) until it can claim on the new
+/// master, and every takeover it answered under is on the new master.
+#[test]
+fn a_takeover_no_replica_confirmed_is_not_served() {
+    let mut set = SentinelSet::start(MASTER);
+    let (mut a, b) = two_desks(&set, &[]);
+    let sid = open_session(a.port());
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    set.replica.pause();
+    let list = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/list"});
+    let during = post_with(b.port(), Some(&sid), &[], &list, HTTP_LIMIT);
+    assert!(
+        during.status == 503 && during.header("retry-after").is_some(),
+        "a takeover no replica confirmed was answered:\n{}",
+        during.describe()
+    );
+    // The master dies; the sentinels promote the replica.
+    set.master.kill();
+    set.replica.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while set
+        .sentinels
+        .iter()
+        .any(|s| s.master_port(MASTER) != Some(set.replica.port))
+    {
+        assert!(Instant::now() < deadline, "the failover did not complete");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let key = format!("mcp:session:{sid}");
+    assert!(
+        set.replica.cli(&["GET", &key]).contains("desk-a"),
+        "the refused claim did not survive: {}",
+        set.replica.cli(&["GET", &key])
+    );
+    // Service comes back on the new master, under a claim it holds.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let after = post_with(b.port(), Some(&sid), &[], &list, HTTP_LIMIT);
+        if after.status == 200 {
+            break;
+        }
+        assert!(
+            after.status == 503 && after.header("retry-after").is_some(),
+            "{}",
+            after.describe()
+        );
+        assert!(Instant::now() < deadline, "{}", after.describe());
+        thread::sleep(Duration::from_millis(200));
+    }
+    let record = set.replica.cli(&["GET", &key]);
+    assert!(record.contains("desk-b"), "{record}");
+    b.assert_no_panic_logged();
+}
