@@ -146,14 +146,14 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     // The relay seam: decided from the query alone, before the body is parsed.
     let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
     if let Place::Holder(node) = place {
-        return match relay::forward(ep.relay(), &node, super::relay_request(parts, body)).await {
+        return match relay::forward(ep.relay(), &node, relay::request(parts, body)).await {
             super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
             // The instance with its stream did not answer, or cannot be found (its heartbeat is
             // gone): it may have stopped, taking the stream and the session with it (its client
             // sees the stream end), or only have lost Redis with the stream still open. Nothing
             // can take the session over, and a `404` would make the client drop a stream that
             // may be alive: the documented `503`, and the client retries.
-            super::relay::Relayed::HolderGone(_) => locate::unavailable(
+            super::relay::Relayed::HolderGone(_) => reply::unavailable(
                 None,
                 "The instance holding this session's stream cannot be reached; retry shortly",
                 1,

@@ -70,8 +70,7 @@ pub(super) async fn here_or_answer(
     let (place, headers) = match locate(&ep.app, &parts.headers, owner).await {
         Place::Holder(node) => {
             let req =
-                relay_or_take_over(ep, &node, super::relay_request(parts, Bytes::new()), owner)
-                    .await?;
+                relay_or_take_over(ep, &node, relay::request(parts, Bytes::new()), owner).await?;
             (req.0, req.1.headers)
         }
         place => (place, parts.headers),
@@ -79,7 +78,7 @@ pub(super) async fn here_or_answer(
     match place {
         Place::Here(s) => Ok((s, headers)),
         Place::Refused(why) => Err(refuse(why, asker, None)),
-        Place::Holder(_) => Err(unavailable(
+        Place::Holder(_) => Err(reply::unavailable(
             None,
             "The session moved while the request was read; retry",
             1,
@@ -142,7 +141,7 @@ pub(super) async fn relay_or_take_over(
                 }
                 Relayed::HolderGone(_) => {
                     meters.relayed(RelayOutcome::HolderGone, began.elapsed());
-                    Err(unavailable(
+                    Err(reply::unavailable(
                         None,
                         "The instances holding this session stopped; retry shortly",
                         1,
@@ -227,14 +226,14 @@ pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Respo
             ),
         },
         Refusal::Missing(Missing::StoreUnavailable) => {
-            unavailable(id, "The session store is unavailable; retry shortly", 1)
+            reply::unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
-        Refusal::Missing(Missing::Unconfirmed) => unavailable(
+        Refusal::Missing(Missing::Unconfirmed) => reply::unavailable(
             id,
             "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
             1,
         ),
-        Refusal::Missing(Missing::Full) => unavailable(
+        Refusal::Missing(Missing::Full) => reply::unavailable(
             id,
             "This instance holds too many sessions; retry shortly",
             1,
@@ -247,16 +246,5 @@ pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
         StatusCode::NOT_FOUND,
         id,
         &errors::server("invalid session id"),
-    )
-}
-
-pub(super) fn unavailable(id: Option<&RawValue>, message: &'static str, retry_s: u64) -> Response {
-    reply::with_retry_after(
-        reply::rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            &errors::server(message),
-        ),
-        retry_s,
     )
 }

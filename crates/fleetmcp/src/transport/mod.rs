@@ -133,35 +133,6 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
     mcp.merge(health).with_state(ep)
 }
 
-/// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
-/// or the one started here), so the holder logs under the same trace id.
-fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayRequest {
-    let mut headers = parts.headers;
-    // The holder counts the request's limits against the client, not against this instance:
-    // it gets the client's peer, signed with the hop (a client's own value is replaced).
-    match parts.extensions.get::<PeerAddr>() {
-        Some(peer) => {
-            if let Ok(v) = http::HeaderValue::from_str(&peer.0.to_string()) {
-                headers.insert(RELAYED_PEER_HEADER, v);
-            }
-        }
-        None => {
-            headers.remove(RELAYED_PEER_HEADER);
-        }
-    }
-    if let Some(trace) = crate::telemetry::scope::trace()
-        && let Ok(v) = HeaderValue::from_str(&trace.header_value())
-    {
-        headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
-    }
-    RelayRequest {
-        method: parts.method,
-        uri: parts.uri,
-        headers,
-        body,
-    }
-}
-
 /// Splits a request whose body is not read (GET, DELETE).
 fn bodiless(req: Request) -> http::request::Parts {
     req.into_parts().0

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::driver::{self, Call, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
 use super::{
-    Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, reply, sse,
+    Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, relay, reply, sse,
 };
 use crate::app::App;
 use crate::auth::Principal;
@@ -61,7 +61,7 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         return serve(&ep.app, &parts.headers, body, place, principal, key).await;
     };
     let owner = authorize::owner(&principal);
-    match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body), owner).await {
+    match locate::relay_or_take_over(&ep, &node, relay::request(parts, body), owner).await {
         Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal, key).await,
         Err(answer) => answer,
     }
@@ -162,7 +162,7 @@ async fn serve(
 /// `handle` relays a held-elsewhere request before `serve` runs; reaching this is a bug, and
 /// still gets a valid answer rather than a panic.
 pub(super) fn unreachable_holder() -> Response {
-    locate::unavailable(
+    reply::unavailable(
         None,
         "The session moved while the request was read; retry",
         1,

@@ -13,7 +13,6 @@ use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::driver::{self, Call, Started, Streaming};
 use super::{listen, mirrored, reply, sse};
@@ -253,13 +252,5 @@ fn stream(app: &App, id: Box<RawValue>, streaming: Streaming) -> Response {
             .send(sse::message_frame(&dispatch::encode_reply(&id, last)))
             .await;
     });
-    frames(app, rx)
-}
-
-/// An SSE response of the frames `rx` carries, with keep-alive comments.
-pub(super) fn frames(app: &App, rx: mpsc::Receiver<Bytes>) -> Response {
-    sse::streaming(
-        ReceiverStream::new(rx),
-        sse::keepalive_every(&app.config().http),
-    )
+    sse::channel(rx, &app.config().http)
 }
