@@ -6,7 +6,6 @@
 //! `http.max_batch_len` while it is parsed, before the messages past the limit are read.
 
 use std::cell::Cell;
-use std::sync::Arc;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -16,14 +15,13 @@ use http::{HeaderMap, StatusCode};
 use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess, Visitor};
 use serde_json::json;
 
-use super::driver::{self, Call, Started};
+use super::client_key::Client;
+use super::driver::{self, Started};
 use super::locate::{self, Asker, Place};
 use super::{PROTOCOL_VERSION_HEADER, era, reply};
 use crate::app::App;
-use crate::auth::Principal;
 use crate::context::Caller;
 use crate::dispatch;
-use crate::limits::LimitKey;
 use crate::protocol::{
     ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
     errors,
@@ -78,8 +76,7 @@ pub(super) async fn serve(
     headers: &HeaderMap,
     body: &[u8],
     place: Place,
-    principal: Option<Arc<Principal>>,
-    key: LimitKey,
+    client: Client,
 ) -> Response {
     if let Err(bad) = era::check_session_version(headers) {
         return bad;
@@ -145,29 +142,17 @@ pub(super) async fn serve(
             Ok(Message::Request { id, method, params }) => {
                 let app = app.clone();
                 let caller = Caller::Session(session.clone());
-                let principal = principal.clone();
-                let key = key.clone();
+                let client = client.clone();
                 answers.push(
                     async move {
-                        let answer_id = id.clone();
-                        let call = Call {
-                            id,
-                            method,
-                            params,
-                            principal,
-                            key,
-                        };
-                        match driver::start(&app, caller, call, false).await {
-                            Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
-                            // Over a limit: this item alone is refused.
-                            Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
-                            // Without the scope: this item alone is refused.
-                            Started::Forbidden(scope) => Some(encode_error(
-                                Some(&answer_id),
-                                &super::authorize::scope_error(&scope),
-                            )),
+                        let started =
+                            driver::start(&app, caller, client, id.clone(), method, params, false);
+                        match started.await {
+                            Ok(Started::Plain(Some(r))) => Some(dispatch::encode_reply(&id, r)),
+                            // Over a limit, or without the scope: this item alone is refused.
+                            Err(not_run) => Some(encode_error(Some(&id), &not_run.into_error())),
                             // A cancelled request is not answered.
-                            Started::Plain(None) | Started::Streaming(_) => None,
+                            Ok(Started::Plain(None) | Started::Streaming(_)) => None,
                         }
                     }
                     .boxed(),

@@ -7,13 +7,11 @@ use http::StatusCode;
 
 use super::locate::{self, Asker};
 use super::{Ep, SESSION_HEADER, era};
-use crate::auth::Principal;
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let parts = super::bodiless(req);
     // Whom the session counted against (`limits.max_sessions_per_key`), to give its place back.
-    let principal = super::authorize::principal(&parts.extensions);
-    let key = super::client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
+    let client = super::client_key::Client::of(&ep.app, &parts);
     let h = &parts.headers;
     // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps the
     // contract's `400 No valid session ID provided`.
@@ -25,7 +23,7 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
         Err(answer) => return answer,
     };
     ep.app.sessions().end(&session.id).await;
-    ep.app.limits().end_session(&key, &session.id).await;
+    ep.app.limits().end_session(&client.key, &session.id).await;
     let mut res = Response::new(axum::body::Body::empty());
     *res.status_mut() = StatusCode::NO_CONTENT;
     res

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::client_key::Client;
 use super::{authorize, reply};
 use crate::app::App;
 use crate::auth::Principal;
@@ -36,44 +37,60 @@ use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, scope};
 
-/// One JSON-RPC request to run.
-pub(super) struct Call {
-    pub id: Box<RawValue>,
-    pub method: String,
-    pub params: Option<Box<RawValue>>,
-    /// Who sent it (authorization on), from the request's extensions.
-    pub principal: Option<Arc<Principal>>,
-    /// Who it counts against ([`super::client_key`]).
-    pub key: LimitKey,
-}
-
-/// How a request is answered. `None` as a reply: it was cancelled, so nothing answers it.
+/// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
+/// answers it.
 pub(super) enum Started {
     /// It finished without sending anything first: a plain answer.
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
     Streaming(Streaming),
-    /// It did not run: a limit refused it (its session's requests in flight, its key's rate,
-    /// its tool's rate, its key's requests in flight), or the shared counters did not answer.
-    /// [`Refused::response`] is its HTTP answer; nothing else is affected.
+}
+
+/// Why a request did not run; nothing else is affected. Every route answers it one of two ways:
+/// [`NotRun::response`] where the request is the HTTP request, [`NotRun::into_error`] where it
+/// is not (an item of a batch, a message on the 2024-11-05 stream).
+pub(super) enum NotRun {
+    /// A limit refused it (its session's requests in flight, its key's rate, its tool's rate,
+    /// its key's requests in flight), or the shared counters did not answer.
     Refused(Refused),
-    /// It did not run: authorization is on and the caller's token lacks this scope
-    /// ([`authorize::insufficient_scope`] for HTTP).
+    /// Authorization is on and the caller's token lacks this scope.
     Forbidden(String),
 }
 
-/// Whether `call`'s caller may run it: with authorization on, its token must grant the scope
-/// its tool, resource or prompt declares (the scope missing otherwise).
-pub(super) fn permitted(app: &App, call: &Call) -> Result<(), String> {
+impl NotRun {
+    /// The HTTP answer to request `id`, in either era: [`Refused::response`] (`429`, or `503`),
+    /// or [`authorize::insufficient_scope`] (`403`).
+    pub fn response(&self, app: &App, id: &RawValue) -> Response {
+        match self {
+            NotRun::Refused(r) => r.response(id),
+            NotRun::Forbidden(scope) => authorize::insufficient_scope(app, Some(id), scope),
+        }
+    }
+
+    /// The JSON-RPC error alone, where the HTTP status is not the request's own.
+    pub fn into_error(self) -> ErrorData {
+        match self {
+            NotRun::Refused(r) => r.error,
+            NotRun::Forbidden(scope) => authorize::scope_error(&scope),
+        }
+    }
+}
+
+/// Whether `principal` may call `method` with `params`: with authorization on, its token must
+/// grant the scope the tool, resource or prompt declares (the scope missing otherwise).
+pub(super) fn permitted(
+    app: &App,
+    method: &str,
+    params: Option<&RawValue>,
+    principal: Option<&Principal>,
+) -> Result<(), String> {
     if app.auth().is_none() {
         return Ok(());
     }
-    let Some(scope) =
-        dispatch::required_scope(&app.catalog(), &call.method, call.params.as_deref())
-    else {
+    let Some(scope) = dispatch::required_scope(&app.catalog(), method, params) else {
         return Ok(());
     };
-    match &call.principal {
+    match principal {
         Some(p) if p.has_scope(&scope) => Ok(()),
         _ => Err(scope),
     }
@@ -212,21 +229,23 @@ enum Work {
 /// The client went away while the answer streamed; the request was cancelled.
 pub(super) struct Gone;
 
-/// Starts `call` for `caller` and waits until it either finishes or sends its first message.
+/// Starts request `id` (`method` with `params`) that `client` sent, for `caller`, and waits
+/// until it either finishes or sends its first message: the one place where any route's
+/// request (a POST of either era, a batch's item, a 2024-11-05 message) becomes a running call.
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
-pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) -> Started {
-    scope::note_method(scope::Method::of(&call.method));
-    if let Err(scope) = permitted(app, &call) {
-        return Started::Forbidden(scope);
-    }
-    let Call {
-        id,
-        method,
-        params,
-        principal,
-        key,
-    } = call;
+pub(super) async fn start(
+    app: &App,
+    caller: Caller,
+    client: Client,
+    id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+    streams: bool,
+) -> Result<Started, NotRun> {
+    scope::note_method(scope::Method::of(&method));
+    let Client { principal, key } = client;
+    permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
     let raw_id = id.get().to_string();
     let (cancel, tracked) = match &caller {
         Caller::Session(s) => {
@@ -241,10 +260,10 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
                         "refused a request: its session already runs the most requests allowed"
                     );
                     app.meters().limit_rejected(Limit::InflightPerSession);
-                    return Started::Refused(Refused::over(
+                    return Err(NotRun::Refused(Refused::over(
                         BUSY_RETRY_AFTER,
                         json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
-                    ));
+                    )));
                 }
             }
         }
@@ -259,7 +278,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");
             count_refusal(app, &refusal);
-            return Started::Refused(Refused::from_limits(refusal));
+            return Err(NotRun::Refused(Refused::from_limits(refusal)));
         }
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -298,7 +317,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         }
     }
     .boxed();
-    tokio::select! {
+    Ok(tokio::select! {
         biased;
         reply = &mut running => match rx.try_recv() {
             // It finished but sent something first: the answer must be a stream.
@@ -306,7 +325,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
             Err(_) => Started::Plain(reply),
         },
         Some(first) = rx.recv() => Started::Streaming(Streaming { first: Some(first), rest: rx, work: Work::Running(running), cancel }),
-    }
+    })
 }
 
 impl Streaming {
@@ -367,21 +386,6 @@ impl Streaming {
             }
         }
         Ok(reply)
-    }
-}
-
-/// Runs `call` to its end, passing its messages to `emit`; the reply, `None` if cancelled.
-pub(super) async fn run<F, Fut>(app: &App, caller: Caller, call: Call, emit: F) -> Option<Reply>
-where
-    F: FnMut(Outbound) -> Fut,
-    Fut: Future<Output = bool>,
-{
-    match start(app, caller, call, true).await {
-        Started::Plain(reply) => reply,
-        Started::Forbidden(scope) => Some(Err(authorize::scope_error(&scope))),
-        Started::Refused(r) => Some(Err(r.error)),
-        // The stream outlives any connection, so only the end of the request ends it.
-        Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }
 }
 

@@ -24,7 +24,8 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::driver::{self, Call};
+use super::client_key::Client;
+use super::driver::{self, Started};
 use super::locate::{self, Place, Refusal};
 use super::{Ep, MESSAGE_PATH, authorize, checks, initialize, relay, reply, sse};
 use crate::app::App;
@@ -57,14 +58,9 @@ impl Drop for StreamGuard {
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
 pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     let app = &ep.app;
-    let principal = authorize::principal(req.extensions());
     let (parts, _) = req.into_parts();
-    let key = super::client_key::of(
-        app,
-        &parts,
-        principal.as_deref().map(crate::auth::Principal::key),
-    );
-    let slot = match driver::admit_stream(app, &key).await {
+    let client = Client::of(app, &parts);
+    let slot = match driver::admit_stream(app, &client.key).await {
         Ok(slot) => slot,
         Err(refused) => return refused,
     };
@@ -86,7 +82,7 @@ pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     // everything on this transport), and ends with it.
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
     app.sessions()
-        .legacy_stream_opened(id.clone(), line, authorize::owner(&principal));
+        .legacy_stream_opened(id.clone(), line, client.owner());
     let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
         .take_until(stop.cancelled_owned())
         .map(|data| sse::message_frame(&data));
@@ -132,19 +128,14 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     };
     let app = &ep.app;
     let (parts, body) = req.into_parts();
-    let principal = authorize::principal(&parts.extensions);
-    let key = super::client_key::of(
-        app,
-        &parts,
-        principal.as_deref().map(crate::auth::Principal::key),
-    );
+    let client = Client::of(app, &parts);
     let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
     {
         Ok(b) => b,
         Err(bad) => return bad,
     };
     // The relay seam: decided from the query alone, before the body is parsed.
-    let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
+    let place = locate::locate_pinned(app, &sid, client.owner()).await;
     if let Place::Holder(node) = place {
         return match relay::forward(ep.relay(), &node, relay::request(parts, body)).await {
             super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
@@ -174,8 +165,7 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     } = &message
         && method == "initialize"
     {
-        let owner = authorize::owner(&principal);
-        return initialize(app, &sid, &place, rid, params.as_deref(), owner, &key).await;
+        return initialize(app, &sid, &place, rid, params.as_deref(), &client).await;
     }
     let session = match place {
         Place::Here(session) => session,
@@ -201,26 +191,27 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         }
         Message::Response { id, outcome } => dispatch::client_response(&session, &id, outcome),
         Message::Request { id, method, params } => {
-            let call = Call {
-                id,
-                method,
-                params,
-                principal,
-                key,
-            };
             // Refused here, not on the stream, so the POST itself answers `403`.
-            if let Err(scope) = driver::permitted(app, &call) {
-                return authorize::insufficient_scope(app, Some(&call.id), &scope);
+            let principal = client.principal.as_deref();
+            if let Err(scope) = driver::permitted(app, &method, params.as_deref(), principal) {
+                return authorize::insufficient_scope(app, Some(&id), &scope);
             }
-            tokio::spawn(run(app.clone(), session, call));
+            tokio::spawn(run(app.clone(), session, client, id, method, params));
         }
     }
     reply::accepted()
 }
 
-/// Runs a request; its messages and then its answer go to the session's stream, in order.
-async fn run(app: App, session: Arc<Session>, call: Call) {
-    let id = call.id.clone();
+/// Runs request `id` (`method` with `params`); its messages and then its answer go to the
+/// session's stream, in order.
+async fn run(
+    app: App,
+    session: Arc<Session>,
+    client: Client,
+    id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+) {
     // Once the store fails, the rest of this answer goes straight to the stream, in order,
     // rather than waiting on a store that does not answer for every message.
     let degraded = Arc::new(AtomicBool::new(false));
@@ -239,7 +230,15 @@ async fn run(app: App, session: Arc<Session>, call: Call) {
             true
         }
     };
-    if let Some(reply) = driver::run(&app, Caller::Session(session.clone()), call, emit).await {
+    let caller = Caller::Session(session.clone());
+    let reply = match driver::start(&app, caller, client, id.clone(), method, params, true).await {
+        Ok(Started::Plain(reply)) => reply,
+        // Refused or forbidden: the error goes to the stream like any answer.
+        Err(not_run) => Some(Err(not_run.into_error())),
+        // The stream outlives any connection, so only the end of the request ends it.
+        Ok(Started::Streaming(s)) => s.pump(emit, std::future::pending()).await.ok().flatten(),
+    };
+    if let Some(reply) = reply {
         append(dispatch::encode_reply(&id, reply)).await;
     }
 }
@@ -276,9 +275,9 @@ async fn initialize(
     place: &Place,
     rid: &RawValue,
     params: Option<&RawValue>,
-    owner: Option<&str>,
-    key: &crate::limits::LimitKey,
+    client: &Client,
 ) -> Response {
+    let owner = client.owner();
     match place {
         Place::Here(_) => {
             return reply::rpc_error(
@@ -314,7 +313,7 @@ async fn initialize(
         );
         return reply::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), rid, params, owner, key).await {
+    match initialize::open(app, Some(sid), rid, params, owner, &client.key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {

@@ -15,27 +15,26 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use parking_lot::Mutex;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::driver::{self, Call, Started, Streaming};
+use super::client_key::Client;
+use super::driver::{self, NotRun, Started, Streaming};
 use super::locate::{self, Asker, Place, Refusal};
-use super::{
-    Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, relay, reply, sse,
-};
+use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, relay, reply, sse};
 use crate::app::App;
-use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
-use crate::limits::LimitKey;
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 use crate::telemetry::scope::{self, Era, Method};
 
 pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let principal = authorize::principal(&parts.extensions);
+    // Limits count against the principal when authorization is on, else the client address.
+    let client = Client::of(&ep.app, &parts);
     if let Err(bad) = checks::post_headers(&parts.headers) {
         return bad;
     }
@@ -48,40 +47,37 @@ pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
     if let Err(bad) = batch::check_header_version(&parts.headers, &body) {
         return bad;
     }
-    // Limits count against the principal when authorization is on, else the client address.
-    let key = client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
     // The relay seam: decided from the headers, before the body is parsed.
     let place = if era::is_session_request(&parts.headers) {
         scope::note_era(Era::Session);
-        locate::locate(&ep.app, &parts.headers, authorize::owner(&principal)).await
+        locate::locate(&ep.app, &parts.headers, client.owner()).await
     } else {
         Place::Refused(Refusal::NoSession)
     };
     let Place::Holder(node) = place else {
-        return serve(&ep.app, &parts.headers, body, place, principal, key).await;
+        return serve(&ep.app, &parts.headers, body, place, client).await;
     };
-    let owner = authorize::owner(&principal);
+    let owner = client.owner();
     match locate::relay_or_take_over(&ep, &node, relay::request(parts, body), owner).await {
-        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal, key).await,
+        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, client).await,
         Err(answer) => answer,
     }
 }
 
 /// Serves a request this instance answers; `place` is where its session header led,
-/// `principal` who sent it (authorization on), `key` whom its limits count against.
+/// `client` who sent it.
 async fn serve(
     app: &App,
     headers: &HeaderMap,
     body: Bytes,
     place: Place,
-    principal: Option<Arc<Principal>>,
-    key: LimitKey,
+    client: Client,
 ) -> Response {
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'[') {
         scope::note_method(Method::BATCH);
         scope::note_era(Era::Session);
-        return batch::serve(app, headers, &body, place, principal, key).await;
+        return batch::serve(app, headers, &body, place, client).await;
     }
     let incoming: Incoming = match serde_json::from_slice(&body) {
         Ok(m) => m,
@@ -101,7 +97,7 @@ async fn serve(
     let sse_ok = checks::takes_sse(headers);
     if era::is_stateless(app.config().stateless.default_era, headers, &message) {
         scope::note_era(Era::Stateless);
-        return super::stateless::serve(app, headers, message, sse_ok, principal, key).await;
+        return super::stateless::serve(app, headers, message, sse_ok, client).await;
     }
     scope::note_era(Era::Session);
     if let Err(bad) = era::check_session_version(headers) {
@@ -110,11 +106,11 @@ async fn serve(
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
-        if let Err(refused) = driver::admit_initialize(app, &key).await {
+        if let Err(refused) = driver::admit_initialize(app, &client.key).await {
             return refused.response(id);
         }
-        let owner = authorize::owner(&principal);
-        return match initialize::open(app, None, id, params.as_deref(), owner, &key).await {
+        let owner = client.owner();
+        return match initialize::open(app, None, id, params.as_deref(), owner, &client.key).await {
             Ok((session, result)) => {
                 let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
                 if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -139,14 +135,10 @@ async fn serve(
     };
     match message {
         Message::Request { id, method, params } => {
-            let call = Call {
-                id,
-                method,
-                params,
-                principal,
-                key,
-            };
-            answer(app, session, call, sse_ok).await
+            served(&session, &id);
+            let caller = Caller::Session(session.clone());
+            let started = driver::start(app, caller, client, id.clone(), method, params, sse_ok);
+            answer(app, session, id, started.await).await
         }
         Message::Notification { method, params } => {
             dispatch::notification(&session, &method, params.as_deref());
@@ -169,12 +161,10 @@ pub(super) fn unreachable_holder() -> Response {
     )
 }
 
-/// Runs a session's request: a JSON answer, or an SSE stream through the event store.
-async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> Response {
-    let id = call.id.clone();
-    // For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
-    // session a request is served at. The id is a credential: only its log id (a digest),
-    // computed only when the target is on.
+/// For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
+/// session a request is served at. The id is a credential: only its log id (a digest),
+/// computed only when the target is on.
+fn served(session: &Session, id: &RawValue) {
     tracing::debug!(
         target: "fleetmcp::served",
         session = %crate::session::LogId(&session.id),
@@ -182,17 +172,25 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
         request_id = %id.get(),
         "served"
     );
-    match driver::start(app, Caller::Session(session.clone()), call, sse_ok).await {
-        Started::Plain(Some(reply)) => json_answer(&id, reply),
+}
+
+/// The answer to a session's request: a JSON answer, or an SSE stream through the event store.
+async fn answer(
+    app: &App,
+    session: Arc<Session>,
+    id: Box<RawValue>,
+    started: Result<Started, NotRun>,
+) -> Response {
+    match started {
+        Ok(Started::Plain(Some(reply))) => json_answer(&id, reply),
         // Cancelled before it sent anything: an empty stream, as for a cancelled stream.
-        Started::Plain(None) => sse::response(
+        Ok(Started::Plain(None)) => sse::response(
             futures_util::stream::empty().boxed(),
             0,
             sse::keepalive_every(&app.config().http),
         ),
-        Started::Streaming(s) => stream_answer(app, session, id, s).await,
-        Started::Refused(r) => r.response(&id),
-        Started::Forbidden(scope) => authorize::insufficient_scope(app, Some(&id), &scope),
+        Ok(Started::Streaming(s)) => stream_answer(app, session, id, s).await,
+        Err(not_run) => not_run.response(app, &id),
     }
 }
 
