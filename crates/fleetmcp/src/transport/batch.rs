@@ -2,10 +2,12 @@
 //! one JSON array (messages a request sends on the way go to the session's standalone stream).
 //!
 //! A batch is refused early and cheaply: a version header without batches before its session
-//! is looked up, the session's own version before it runs, and a batch longer than
-//! `http.max_batch_len` while it is parsed, before the messages past the limit are read.
+//! is looked up (in front of the route, `edge.rs`), the session's own version before it runs,
+//! and a batch longer than `http.max_batch_len` while it is parsed, before the messages past
+//! the limit are read.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -17,8 +19,8 @@ use serde_json::json;
 
 use super::client_key::Client;
 use super::driver::{self, Started};
-use super::locate::{self, Asker, Place};
-use super::{PROTOCOL_VERSION_HEADER, era, reply};
+use super::locate::{self, Asker, Refusal};
+use super::{PROTOCOL_VERSION_HEADER, reply};
 use crate::app::App;
 use crate::context::Caller;
 use crate::dispatch;
@@ -26,11 +28,12 @@ use crate::protocol::{
     ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
     errors,
 };
+use crate::session::Session;
 
 /// The check a batch gets before its session is looked up: a version header that names a
 /// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
 /// `-32600`, or `-32700` for a body that is not JSON, as for any request). An unknown
-/// version is left to [`era::check_session_version`], which answers it like any request.
+/// version is left to [`super::era::decide`], which answers it like any request.
 pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
     let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
     let Some(v) = headers
@@ -70,17 +73,14 @@ fn not_allowed(version: &str) -> Response {
     )
 }
 
-/// Serves a batch whose version header [`check_header_version`] has passed.
+/// Serves a batch whose version header [`check_header_version`] and [`super::era::decide`] have
+/// passed; `session` serves it, or says why none does.
 pub(super) async fn serve(
     app: &App,
-    headers: &HeaderMap,
     body: &[u8],
-    place: Place,
+    session: Result<Arc<Session>, Refusal>,
     client: Client,
 ) -> Response {
-    if let Err(bad) = era::check_session_version(headers) {
-        return bad;
-    }
     let max = app.config().http.max_batch_len;
     let items = match parse(body, max) {
         Ok(v) => v,
@@ -116,10 +116,9 @@ pub(super) async fn serve(
             &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
         );
     }
-    let session = match place {
-        Place::Here(s) => s,
-        Place::Refused(why) => return locate::refuse(why, Asker::Post, None),
-        Place::Holder(_) => return super::post::unreachable_holder(),
+    let session = match session {
+        Ok(s) => s,
+        Err(why) => return locate::refuse(why, Asker::Post, None),
     };
     // The session's negotiated version decides: a 2025-11-25 session does not get batches by
     // sending an older version header (the header check above catches only newer ones).

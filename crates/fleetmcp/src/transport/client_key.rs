@@ -31,8 +31,8 @@ pub struct PeerAddr(pub SocketAddr);
 pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
 
 /// Who sent a request: its principal (authorization on, from the request's extensions, where
-/// [`authorize`] put it) and the key its limits count against, carried with each of its calls
-/// to the driver.
+/// [`authorize`] put it) and the key its limits count against. Taken once in front of a route
+/// (its extractor is in `edge.rs`), and carried with each of its calls to the driver.
 #[derive(Clone)]
 pub(super) struct Client {
     pub principal: Option<Arc<Principal>>,

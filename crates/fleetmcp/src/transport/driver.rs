@@ -8,7 +8,8 @@
 //! (`limits/`: rate, per tool, in flight per key), and drops the handler at its next `.await`
 //! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
 //!
-//! Every request any era runs passes here, and only on the instance that serves it: a relayed
+//! Every request any era runs passes here, through [`start`] (a POST of either era, an item of a
+//! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed
 //! request is counted by its session's holder, never by the instance that relayed it.
 
 use std::future::Future;

@@ -16,18 +16,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::extract::{Query, Request, State};
+use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use http::StatusCode;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::client_key::Client;
 use super::driver::{self, Started};
-use super::locate::{self, Place, Refusal};
-use super::{Ep, MESSAGE_PATH, authorize, checks, initialize, relay, reply, sse};
+use super::edge::Pinned;
+use super::locate::{self, Refusal};
+use super::{Ep, MESSAGE_PATH, authorize, initialize, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
@@ -56,10 +56,8 @@ impl Drop for StreamGuard {
 }
 
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
-pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
+pub(super) async fn open(State(ep): Ep, client: Client) -> Response {
     let app = &ep.app;
-    let (parts, _) = req.into_parts();
-    let client = Client::of(app, &parts);
     let slot = match driver::admit_stream(app, &client.key).await {
         Ok(slot) => slot,
         Err(refused) => return refused,
@@ -111,46 +109,12 @@ fn messages(
         .boxed()
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct MessageQuery {
-    session_id: Option<String>,
-}
-
-/// `POST /message?sessionId=<id>`: one JSON-RPC message; its answer goes to the stream.
-pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Request) -> Response {
-    let Some(sid) = q.session_id else {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::server("Bad Request: sessionId is required"),
-        );
-    };
+/// `POST /message?sessionId=<id>`: one JSON-RPC message; its answer goes to the stream. Its
+/// session was located in front of this handler (`edge.rs`), and one held elsewhere answered
+/// there.
+pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Response {
     let app = &ep.app;
-    let (parts, body) = req.into_parts();
-    let client = Client::of(app, &parts);
-    let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
-    {
-        Ok(b) => b,
-        Err(bad) => return bad,
-    };
-    // The relay seam: decided from the query alone, before the body is parsed.
-    let place = locate::locate_pinned(app, &sid, client.owner()).await;
-    if let Place::Holder(node) = place {
-        return match relay::forward(ep.relay(), &node, relay::request(parts, body)).await {
-            super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
-            // The instance with its stream did not answer, or cannot be found (its heartbeat is
-            // gone): it may have stopped, taking the stream and the session with it (its client
-            // sees the stream end), or only have lost Redis with the stream still open. Nothing
-            // can take the session over, and a `404` would make the client drop a stream that
-            // may be alive: the documented `503`, and the client retries.
-            super::relay::Relayed::HolderGone(_) => reply::unavailable(
-                None,
-                "The instance holding this session's stream cannot be reached; retry shortly",
-                1,
-            ),
-        };
-    }
+    let Pinned { sid, session, body } = pinned;
     let message = match serde_json::from_slice::<Incoming>(&body) {
         Ok(m) => match m.classify() {
             Ok(m) => m,
@@ -165,14 +129,14 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     } = &message
         && method == "initialize"
     {
-        return initialize(app, &sid, &place, rid, params.as_deref(), &client).await;
+        return initialize(app, &sid, &session, rid, params.as_deref(), &client).await;
     }
-    let session = match place {
-        Place::Here(session) => session,
+    let session = match session {
+        Ok(session) => session,
         // Held here, but the store cannot say so right now (or this instance is full): the
         // session is not gone, so the answer is the session era's `503`, not a `404` that
         // would make the client drop a stream that is still open.
-        Place::Refused(
+        Err(
             why
             @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
         ) => {
@@ -272,25 +236,25 @@ async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
 async fn initialize(
     app: &App,
     sid: &str,
-    place: &Place,
+    session: &Result<Arc<Session>, Refusal>,
     rid: &RawValue,
     params: Option<&RawValue>,
     client: &Client,
 ) -> Response {
     let owner = client.owner();
-    match place {
-        Place::Here(_) => {
+    match session {
+        Ok(_) => {
             return reply::rpc_error(
                 StatusCode::BAD_REQUEST,
                 Some(rid),
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
             );
         }
-        Place::Refused(Refusal::Missing(Missing::Invalid)) => {
+        Err(Refusal::Missing(Missing::Invalid)) => {
             return locate::invalid_session_id(Some(rid));
         }
         // An ended session is never opened again under its old id.
-        Place::Refused(Refusal::Missing(Missing::Deleted | Missing::Expired)) => {
+        Err(Refusal::Missing(Missing::Deleted | Missing::Expired)) => {
             return reply::text(StatusCode::NOT_FOUND, "Session not found");
         }
         _ => {}
