@@ -1,12 +1,14 @@
 //! Method dispatch: one parsed JSON-RPC request in, a result or an error out, for both eras.
 //!
-//! One file per method family. Handlers here see a [`Caller`] (a session, or a self-describing
+//! One file per method family, and [`outcome`], what a tool call's return value means (shared by
+//! `tools` and `tasks`). Handlers here see a [`Caller`] (a session, or a self-describing
 //! 2026-07-28 request) and a [`RequestContext`], never HTTP: the same dispatch serves a request
 //! received directly or relayed from another instance.
 //!
 //! Architecture invariant: dispatch knows nothing of HTTP, headers or Redis.
 
 mod completion;
+mod outcome;
 mod paging;
 mod prompts;
 mod resources;

@@ -2,8 +2,9 @@
 //! one JSON array (messages a request sends on the way go to the session's standalone stream).
 //!
 //! A batch is refused early and cheaply: a version header without batches before its session
-//! is looked up, the session's own version before it runs, and a batch longer than
-//! `http.max_batch_len` while it is parsed, before the messages past the limit are read.
+//! is looked up (in front of the route, `edge.rs`), the session's own version before it runs,
+//! and a batch longer than `http.max_batch_len` while it is parsed, before the messages past
+//! the limit are read.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -16,23 +17,23 @@ use http::{HeaderMap, StatusCode};
 use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess, Visitor};
 use serde_json::json;
 
-use super::driver::{self, Call, Started};
-use super::locate::{self, Asker, Place};
-use super::{PROTOCOL_VERSION_HEADER, era, reply};
+use super::client_key::Client;
+use super::driver::{self, Started};
+use super::locate::{self, Asker, Refusal};
+use super::{PROTOCOL_VERSION_HEADER, reply};
 use crate::app::App;
-use crate::auth::Principal;
 use crate::context::Caller;
 use crate::dispatch;
-use crate::limits::LimitKey;
 use crate::protocol::{
     ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
     errors,
 };
+use crate::session::Session;
 
 /// The check a batch gets before its session is looked up: a version header that names a
 /// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
 /// `-32600`, or `-32700` for a body that is not JSON, as for any request). An unknown
-/// version is left to [`era::check_session_version`], which answers it like any request.
+/// version is left to [`super::era::decide`], which answers it like any request.
 pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
     let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
     let Some(v) = headers
@@ -72,26 +73,52 @@ fn not_allowed(version: &str) -> Response {
     )
 }
 
-/// Serves a batch whose version header [`check_header_version`] has passed.
+/// Serves a batch whose version header [`check_header_version`] and [`super::era::decide`] have
+/// passed; `session` serves it, or says why none does.
 pub(super) async fn serve(
     app: &App,
-    headers: &HeaderMap,
     body: &[u8],
-    place: Place,
-    principal: Option<Arc<Principal>>,
-    key: LimitKey,
+    session: Result<Arc<Session>, Refusal>,
+    client: Client,
 ) -> Response {
-    if let Err(bad) = era::check_session_version(headers) {
-        return bad;
-    }
-    let items = match items(body, app.config().http.max_batch_len) {
-        Ok(items) => items,
-        Err(refused) => return refused,
+    let max = app.config().http.max_batch_len;
+    let items = match parse(body, max) {
+        Ok(v) => v,
+        Err(Refused::TooLong) => {
+            return reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Invalid Request: a batch holds at most {max} messages"),
+                    Some(json!({"maxBatchLen": max})),
+                ),
+            );
+        }
+        Err(Refused::Parse(e)) => {
+            return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
+        }
     };
-    let session = match place {
-        Place::Here(s) => s,
-        Place::Refused(why) => return locate::refuse(why, Asker::Post, None),
-        Place::Holder(_) => return super::post::unreachable_holder(),
+    if items.is_empty() {
+        return reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: empty batch"),
+        );
+    }
+    if items
+        .iter()
+        .any(|m| m.method.as_deref() == Some("initialize"))
+    {
+        return reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
+        );
+    }
+    let session = match session {
+        Ok(s) => s,
+        Err(why) => return locate::refuse(why, Asker::Post, None),
     };
     // The session's negotiated version decides: a 2025-11-25 session does not get batches by
     // sending an older version header (the header check above catches only newer ones).
@@ -112,15 +139,23 @@ pub(super) async fn serve(
                 dispatch::client_response(&session, &id, outcome)
             }
             Ok(Message::Request { id, method, params }) => {
-                let call = Call {
-                    id,
-                    method,
-                    params,
-                    principal: principal.clone(),
-                    key: key.clone(),
-                };
+                let app = app.clone();
                 let caller = Caller::Session(session.clone());
-                answers.push(answer(app.clone(), caller, call).boxed());
+                let client = client.clone();
+                answers.push(
+                    async move {
+                        let started =
+                            driver::start(&app, caller, client, id.clone(), method, params, false);
+                        match started.await {
+                            Ok(Started::Plain(Some(r))) => Some(dispatch::encode_reply(&id, r)),
+                            // Over a limit, or without the scope: this item alone is refused.
+                            Err(not_run) => Some(encode_error(Some(&id), &not_run.into_error())),
+                            // A cancelled request is not answered.
+                            Ok(Started::Plain(None) | Started::Streaming(_)) => None,
+                        }
+                    }
+                    .boxed(),
+                );
             }
         }
     }
@@ -132,73 +167,6 @@ pub(super) async fn serve(
         .into_iter()
         .flatten()
         .collect();
-    reply::json(StatusCode::OK, json_array(&parts))
-}
-
-/// The batch's messages, or the `400` a batch gets that is not JSON, holds more than `max`
-/// messages, none, or an `initialize`.
-fn items(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
-    let items = match parse(body, max) {
-        Ok(v) => v,
-        Err(Refused::TooLong) => {
-            return Err(reply::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &ErrorData::new(
-                    ErrorCode::INVALID_REQUEST,
-                    format!("Invalid Request: a batch holds at most {max} messages"),
-                    Some(json!({"maxBatchLen": max})),
-                ),
-            ));
-        }
-        Err(Refused::Parse(e)) => {
-            return Err(reply::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &errors::parse_error(e),
-            ));
-        }
-    };
-    if items.is_empty() {
-        return Err(reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: empty batch"),
-        ));
-    }
-    if items
-        .iter()
-        .any(|m| m.method.as_deref() == Some("initialize"))
-    {
-        return Err(reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
-        ));
-    }
-    Ok(items)
-}
-
-/// The answer to one request of a batch, as an element of the answers' array; `None` when it
-/// has none there.
-async fn answer(app: App, caller: Caller, call: Call) -> Option<Bytes> {
-    let answer_id = call.id.clone();
-    match driver::start(&app, caller, call, false).await {
-        Started::Plain(Some(r)) => Some(dispatch::encode_reply(&answer_id, r)),
-        // Over a limit: this item alone is refused.
-        Started::Refused(r) => Some(encode_error(Some(&answer_id), &r.error)),
-        // Without the scope: this item alone is refused.
-        Started::Forbidden(scope) => Some(encode_error(
-            Some(&answer_id),
-            &super::authorize::scope_error(&scope),
-        )),
-        // A cancelled request is not answered.
-        Started::Plain(None) | Started::Streaming(_) => None,
-    }
-}
-
-/// `[part,part,...]`.
-fn json_array(parts: &[Bytes]) -> Bytes {
     let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
     body.push(b'[');
     for (i, p) in parts.iter().enumerate() {
@@ -208,7 +176,7 @@ fn json_array(parts: &[Bytes]) -> Bytes {
         body.extend_from_slice(p);
     }
     body.push(b']');
-    Bytes::from(body)
+    reply::json(StatusCode::OK, Bytes::from(body))
 }
 
 /// Why a batch body was refused while it was parsed.

@@ -1,5 +1,7 @@
-//! What every `/mcp` handler checks before anything is parsed: `Content-Type` (415), `Accept`
-//! (406), and the body read under `http.max_body_bytes` (413) and in time (408).
+//! What a request on `/mcp` (and `/message`) is checked for before anything is parsed:
+//! `Content-Type` (415), `Accept` (406), and the body read under `http.max_body_bytes` (413)
+//! and in time (408). The checks run in front of the route handlers, as their extractors
+//! (`edge.rs`).
 
 use axum::body::Body;
 use axum::response::Response;

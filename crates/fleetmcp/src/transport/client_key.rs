@@ -12,12 +12,15 @@
 //! [`PeerAddr`], so both instances find the same key.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use http::HeaderMap;
 use http::request::Parts;
 use ipnet::IpNet;
 
+use super::authorize;
 use crate::app::App;
+use crate::auth::Principal;
 use crate::limits::LimitKey;
 
 /// The connection's peer address, as a request extension.
@@ -26,6 +29,29 @@ pub struct PeerAddr(pub SocketAddr);
 
 /// The header a relayed request carries its client's peer address in (signed with the hop).
 pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
+
+/// Who sent a request: its principal (authorization on, from the request's extensions, where
+/// [`authorize`] put it) and the key its limits count against. Taken once in front of a route
+/// (its extractor is in `edge.rs`), and carried with each of its calls to the driver.
+#[derive(Clone)]
+pub(super) struct Client {
+    pub principal: Option<Arc<Principal>>,
+    pub key: LimitKey,
+}
+
+impl Client {
+    /// The client of the request with head `parts`.
+    pub(super) fn of(app: &App, parts: &Parts) -> Self {
+        let principal = authorize::principal(&parts.extensions);
+        let key = of(app, parts, principal.as_deref().map(Principal::key));
+        Self { principal, key }
+    }
+
+    /// Its principal's fingerprint, what a session records of who made it.
+    pub(super) fn owner(&self) -> Option<&str> {
+        authorize::owner(&self.principal)
+    }
+}
 
 /// The key `parts` counts against: `principal` when authorization identified one, else the
 /// client's address.

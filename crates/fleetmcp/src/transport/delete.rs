@@ -1,31 +1,25 @@
 //! `DELETE /mcp`: the client ends its session (and gives back its place under
 //! `limits.max_sessions_per_key`).
 
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::response::Response;
 use http::StatusCode;
 
-use super::locate::{self, Asker};
-use super::{Ep, SESSION_HEADER, era};
-use crate::auth::Principal;
+use super::Ep;
+use super::client_key::Client;
+use super::edge::{Held, SessionEra};
 
-pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
-    let parts = super::bodiless(req);
-    // Whom the session counted against (`limits.max_sessions_per_key`), to give its place back.
-    let principal = super::authorize::principal(&parts.extensions);
-    let key = super::client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
-    let h = &parts.headers;
-    // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps the
-    // contract's `400 No valid session ID provided`.
-    if !h.contains_key(SESSION_HEADER) && era::names_stateless_version(h) {
-        return era::stateless_method_not_allowed("DELETE");
-    }
-    let (session, _) = match locate::here_or_answer(&ep, parts, Asker::Delete).await {
-        Ok(found) => found,
-        Err(answer) => return answer,
-    };
+/// Ends the session, held here, of a DELETE of the session era (checked in front of this
+/// handler, `edge.rs`). `client` is whom the session counted against
+/// (`limits.max_sessions_per_key`), to give its place back.
+pub(super) async fn handle(
+    State(ep): Ep,
+    client: Client,
+    _: SessionEra,
+    Held { session, .. }: Held,
+) -> Response {
     ep.app.sessions().end(&session.id).await;
-    ep.app.limits().end_session(&key, &session.id).await;
+    ep.app.limits().end_session(&client.key, &session.id).await;
     let mut res = Response::new(axum::body::Body::empty());
     *res.status_mut() = StatusCode::NO_CONTENT;
     res

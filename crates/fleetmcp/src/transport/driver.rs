@@ -8,7 +8,8 @@
 //! (`limits/`: rate, per tool, in flight per key), and drops the handler at its next `.await`
 //! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
 //!
-//! Every request any era runs passes here, and only on the instance that serves it: a relayed
+//! Every request any era runs passes here, through [`start`] (a POST of either era, an item of a
+//! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed
 //! request is counted by its session's holder, never by the instance that relayed it.
 
 use std::future::Future;
@@ -25,6 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::client_key::Client;
 use super::{authorize, reply};
 use crate::app::App;
 use crate::auth::Principal;
@@ -36,44 +38,60 @@ use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, scope};
 
-/// One JSON-RPC request to run.
-pub(super) struct Call {
-    pub id: Box<RawValue>,
-    pub method: String,
-    pub params: Option<Box<RawValue>>,
-    /// Who sent it (authorization on), from the request's extensions.
-    pub principal: Option<Arc<Principal>>,
-    /// Who it counts against ([`super::client_key`]).
-    pub key: LimitKey,
-}
-
-/// How a request is answered. `None` as a reply: it was cancelled, so nothing answers it.
+/// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
+/// answers it.
 pub(super) enum Started {
     /// It finished without sending anything first: a plain answer.
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
     Streaming(Streaming),
-    /// It did not run: a limit refused it (its session's requests in flight, its key's rate,
-    /// its tool's rate, its key's requests in flight), or the shared counters did not answer.
-    /// [`Refused::response`] is its HTTP answer; nothing else is affected.
+}
+
+/// Why a request did not run; nothing else is affected. Every route answers it one of two ways:
+/// [`NotRun::response`] where the request is the HTTP request, [`NotRun::into_error`] where it
+/// is not (an item of a batch, a message on the 2024-11-05 stream).
+pub(super) enum NotRun {
+    /// A limit refused it (its session's requests in flight, its key's rate, its tool's rate,
+    /// its key's requests in flight), or the shared counters did not answer.
     Refused(Refused),
-    /// It did not run: authorization is on and the caller's token lacks this scope
-    /// ([`authorize::insufficient_scope`] for HTTP).
+    /// Authorization is on and the caller's token lacks this scope.
     Forbidden(String),
 }
 
-/// Whether `call`'s caller may run it: with authorization on, its token must grant the scope
-/// its tool, resource or prompt declares (the scope missing otherwise).
-pub(super) fn permitted(app: &App, call: &Call) -> Result<(), String> {
+impl NotRun {
+    /// The HTTP answer to request `id`, in either era: [`Refused::response`] (`429`, or `503`),
+    /// or [`authorize::insufficient_scope`] (`403`).
+    pub fn response(&self, app: &App, id: &RawValue) -> Response {
+        match self {
+            NotRun::Refused(r) => r.response(id),
+            NotRun::Forbidden(scope) => authorize::insufficient_scope(app, Some(id), scope),
+        }
+    }
+
+    /// The JSON-RPC error alone, where the HTTP status is not the request's own.
+    pub fn into_error(self) -> ErrorData {
+        match self {
+            NotRun::Refused(r) => r.error,
+            NotRun::Forbidden(scope) => authorize::scope_error(&scope),
+        }
+    }
+}
+
+/// Whether `principal` may call `method` with `params`: with authorization on, its token must
+/// grant the scope the tool, resource or prompt declares (the scope missing otherwise).
+pub(super) fn permitted(
+    app: &App,
+    method: &str,
+    params: Option<&RawValue>,
+    principal: Option<&Principal>,
+) -> Result<(), String> {
     if app.auth().is_none() {
         return Ok(());
     }
-    let Some(scope) =
-        dispatch::required_scope(&app.catalog(), &call.method, call.params.as_deref())
-    else {
+    let Some(scope) = dispatch::required_scope(&app.catalog(), method, params) else {
         return Ok(());
     };
-    match &call.principal {
+    match principal {
         Some(p) if p.has_scope(&scope) => Ok(()),
         _ => Err(scope),
     }
@@ -212,25 +230,24 @@ enum Work {
 /// The client went away while the answer streamed; the request was cancelled.
 pub(super) struct Gone;
 
-/// Starts `call` for `caller` and waits until it either finishes or sends its first message.
+/// Starts request `id` (`method` with `params`) that `client` sent, for `caller`, and waits
+/// until it either finishes or sends its first message: the one place where any route's
+/// request (a POST of either era, a batch's item, a 2024-11-05 message) becomes a running call.
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
-pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) -> Started {
-    scope::note_method(scope::Method::of(&call.method));
-    if let Err(scope) = permitted(app, &call) {
-        return Started::Forbidden(scope);
-    }
-    let Call {
-        id,
-        method,
-        params,
-        principal,
-        key,
-    } = call;
-    let (cancel, tracked) = match in_flight(app, &caller, id.get(), &method) {
-        Ok(tracking) => tracking,
-        Err(refused) => return Started::Refused(refused),
-    };
+pub(super) async fn start(
+    app: &App,
+    caller: Caller,
+    client: Client,
+    id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+    streams: bool,
+) -> Result<Started, NotRun> {
+    scope::note_method(scope::Method::of(&method));
+    let Client { principal, key } = client;
+    permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
+    let (cancel, tracked) = in_flight(app, &caller, id.get(), &method).map_err(NotRun::Refused)?;
     // After the session's own limit, so a request it refuses spends none of the key's rate.
     let tool = (method == "tools/call" && app.limits().limits_tools())
         .then(|| tool_name(params.as_deref()))
@@ -240,7 +257,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");
             count_refusal(app, &refusal);
-            return Started::Refused(Refused::from_limits(refusal));
+            return Err(NotRun::Refused(Refused::from_limits(refusal)));
         }
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -279,7 +296,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
         }
     }
     .boxed();
-    tokio::select! {
+    Ok(tokio::select! {
         biased;
         reply = &mut running => match rx.try_recv() {
             // It finished but sent something first: the answer must be a stream.
@@ -287,7 +304,7 @@ pub(super) async fn start(app: &App, caller: Caller, call: Call, streams: bool) 
             Err(_) => Started::Plain(reply),
         },
         Some(first) = rx.recv() => Started::Streaming(Streaming { first: Some(first), rest: rx, work: Work::Running(running), cancel }),
-    }
+    })
 }
 
 /// Enters a session's request in its in-flight table (refused past
@@ -379,21 +396,6 @@ impl Streaming {
             }
         }
         Ok(reply)
-    }
-}
-
-/// Runs `call` to its end, passing its messages to `emit`; the reply, `None` if cancelled.
-pub(super) async fn run<F, Fut>(app: &App, caller: Caller, call: Call, emit: F) -> Option<Reply>
-where
-    F: FnMut(Outbound) -> Fut,
-    Fut: Future<Output = bool>,
-{
-    match start(app, caller, call, true).await {
-        Started::Plain(reply) => reply,
-        Started::Forbidden(scope) => Some(Err(authorize::scope_error(&scope))),
-        Started::Refused(r) => Some(Err(r.error)),
-        // The stream outlives any connection, so only the end of the request ends it.
-        Started::Streaming(s) => s.pump(emit, std::future::pending()).await.ok().flatten(),
     }
 }
 

@@ -1,8 +1,14 @@
 //! Which protocol era a request on `/mcp` belongs to (mcp-transports.md 8.14), from its headers
 //! and, only when they do not say, its `_meta`.
+//!
+//! Asked twice per POST, once before its body is parsed and once after: in front of the route,
+//! [`is_session_request`] says from the headers alone whether the session is looked up at all
+//! (`edge.rs`); once the body is parsed, [`decide`] settles the era (and checks a session-era
+//! version). A GET or DELETE is held to the session era in front of its route
+//! ([`session_only`]).
 
 use axum::response::Response;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -10,9 +16,10 @@ use serde_json::value::RawValue;
 use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply};
 use crate::config::DefaultEra;
 use crate::protocol::{Message, ProtocolVersion, STATELESS_VERSIONS, errors};
+use crate::telemetry::scope::{self, Era};
 
 /// Whether the version header names a version of the stateless era (or any non-session one).
-pub(super) fn names_stateless_version(h: &HeaderMap) -> bool {
+fn names_stateless_version(h: &HeaderMap) -> bool {
     h.get(PROTOCOL_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| ProtocolVersion::parse(v.trim()).is_none())
@@ -20,7 +27,7 @@ pub(super) fn names_stateless_version(h: &HeaderMap) -> bool {
 
 /// Whether the version header names a version of the stateless era (2026-07-28), as opposed
 /// to a session-era one or one of no era at all.
-pub(super) fn names_stateless_era(h: &HeaderMap) -> bool {
+fn names_stateless_era(h: &HeaderMap) -> bool {
     h.get(PROTOCOL_VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| STATELESS_VERSIONS.contains(&v.trim()))
@@ -32,8 +39,47 @@ pub(super) fn is_session_request(h: &HeaderMap) -> bool {
     h.contains_key(SESSION_HEADER) && !names_stateless_version(h)
 }
 
+/// The era of a POST whose body is `message` (`None`: a batch, which only the session era
+/// has), decided once and noted for the request's metrics: 2026-07-28 ([`is_stateless`]), or
+/// the session era, whose version header must then name a version we speak (`400` otherwise).
+pub(super) fn decide(
+    default: DefaultEra,
+    headers: &HeaderMap,
+    message: Option<&Message>,
+) -> Result<Era, Response> {
+    if message.is_some_and(|m| is_stateless(default, headers, m)) {
+        scope::note_era(Era::Stateless);
+        return Ok(Era::Stateless);
+    }
+    scope::note_era(Era::Session);
+    check_session_version(headers)?;
+    Ok(Era::Session)
+}
+
+/// GET and DELETE exist in the session era only: what each answers a request of another era,
+/// before anything else is checked. (HEAD is GET's: axum serves it with GET's handler.)
+pub(super) fn session_only(method: &Method, h: &HeaderMap) -> Result<(), Response> {
+    if *method == Method::DELETE {
+        // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps
+        // the contract's `400 No valid session ID provided`.
+        if !h.contains_key(SESSION_HEADER) && names_stateless_version(h) {
+            return Err(stateless_method_not_allowed("DELETE"));
+        }
+        return Ok(());
+    }
+    if !is_session_request(h) {
+        // A session with a version header of no era is a bad session-era request (400, as a
+        // POST answers it), not a 2026-07-28 one.
+        if h.contains_key(SESSION_HEADER) && !names_stateless_era(h) {
+            check_session_version(h)?;
+        }
+        return Err(stateless_method_not_allowed("GET"));
+    }
+    Ok(())
+}
+
 /// `405` for GET and DELETE in the stateless era, with `Allow: POST` as clients expect.
-pub(super) fn stateless_method_not_allowed(method: &'static str) -> Response {
+fn stateless_method_not_allowed(method: &'static str) -> Response {
     let body = match method {
         "GET" => "HTTP GET is not supported by MCP protocol 2026-07-28",
         _ => "HTTP DELETE is not supported by MCP protocol 2026-07-28",
@@ -47,7 +93,7 @@ pub(super) fn stateless_method_not_allowed(method: &'static str) -> Response {
 /// Whether a message belongs to 2026-07-28: it says so in `_meta`, in a non-session version
 /// header, or by a method only that era has; the session era for `initialize` and for requests
 /// that carry a session; otherwise the configured default.
-pub(super) fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &Message) -> bool {
+fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &Message) -> bool {
     let (method, params) = match message {
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
             (method, params)
@@ -102,7 +148,7 @@ fn meta_version(params: Option<&RawValue>) -> bool {
 }
 
 /// Session era: a version header, when present, must name a version we speak.
-pub(super) fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
+fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
     let Some(v) = h.get(PROTOCOL_VERSION_HEADER) else {
         return Ok(());
     };

@@ -1,38 +1,25 @@
 //! `GET /mcp`: the session's standalone stream for server-initiated messages, or, with
 //! `Last-Event-ID`, the resumption of a stream that broke.
 
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::StatusCode;
 
-use super::locate::{self, Asker};
-use super::{Ep, SESSION_HEADER, checks, era, reply, sse};
+use super::edge::{GetHeaders, Held, SessionEra};
+use super::{Ep, reply, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
 
-pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
-    let parts = super::bodiless(req);
-    if !era::is_session_request(&parts.headers) {
-        // A session with a version header of no era is a bad session-era request (400, as a
-        // POST answers it), not a 2026-07-28 one.
-        if parts.headers.contains_key(SESSION_HEADER)
-            && !era::names_stateless_era(&parts.headers)
-            && let Err(bad) = era::check_session_version(&parts.headers)
-        {
-            return bad;
-        }
-        return era::stateless_method_not_allowed("GET");
-    }
-    if let Err(bad) = checks::get_headers(&parts.headers) {
-        return bad;
-    }
-    let (session, headers) = match locate::here_or_answer(&ep, parts, Asker::Get).await {
-        Ok(found) => found,
-        Err(answer) => return answer,
-    };
-    let headers = &headers;
+/// Serves a GET of the session era that takes SSE, whose session is held here (all three
+/// checked in front of this handler, `edge.rs`).
+pub(super) async fn handle(
+    State(ep): Ep,
+    _: SessionEra,
+    _: GetHeaders,
+    Held { session, headers }: Held,
+) -> Response {
     let app = &ep.app;
     let events = app.events();
     let keepalive = sse::keepalive_every(&app.config().http);

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{locate, reply};
+use super::reply;
 use crate::app::App;
 use crate::dispatch;
 use crate::limits::LimitKey;
@@ -152,12 +152,12 @@ fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
             rid,
             &errors::internal("could not seal a session id"),
         ),
-        OpenError::Full => locate::unavailable(
+        OpenError::Full => reply::unavailable(
             rid,
             "This instance holds its maximum number of sessions; retry shortly",
             5,
         ),
-        OpenError::NotDurable => locate::unavailable(
+        OpenError::NotDurable => reply::unavailable(
             rid,
             "The session could not be stored durably; retry shortly",
             1,

@@ -16,17 +16,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::extract::{Query, Request, State};
+use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use http::StatusCode;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::driver::{self, Call};
-use super::locate::{self, Place, Refusal};
-use super::{Ep, MESSAGE_PATH, authorize, checks, initialize, relay, reply, sse};
+use super::client_key::Client;
+use super::driver::{self, Started};
+use super::edge::Pinned;
+use super::locate::{self, Refusal};
+use super::{Ep, MESSAGE_PATH, authorize, initialize, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
@@ -55,16 +56,9 @@ impl Drop for StreamGuard {
 }
 
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
-pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
+pub(super) async fn open(State(ep): Ep, client: Client) -> Response {
     let app = &ep.app;
-    let principal = authorize::principal(req.extensions());
-    let (parts, _) = req.into_parts();
-    let key = super::client_key::of(
-        app,
-        &parts,
-        principal.as_deref().map(crate::auth::Principal::key),
-    );
-    let slot = match driver::admit_stream(app, &key).await {
+    let slot = match driver::admit_stream(app, &client.key).await {
         Ok(slot) => slot,
         Err(refused) => return refused,
     };
@@ -86,7 +80,7 @@ pub(super) async fn open(State(ep): Ep, req: Request) -> Response {
     // everything on this transport), and ends with it.
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
     app.sessions()
-        .legacy_stream_opened(id.clone(), line, authorize::owner(&principal));
+        .legacy_stream_opened(id.clone(), line, client.owner());
     let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
         .take_until(stop.cancelled_owned())
         .map(|data| sse::message_frame(&data));
@@ -115,39 +109,12 @@ fn messages(
         .boxed()
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct MessageQuery {
-    session_id: Option<String>,
-}
-
-/// `POST /message?sessionId=<id>`: one JSON-RPC message; its answer goes to the stream.
-pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Request) -> Response {
-    let Some(sid) = q.session_id else {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::server("Bad Request: sessionId is required"),
-        );
-    };
+/// `POST /message?sessionId=<id>`: one JSON-RPC message; its answer goes to the stream. Its
+/// session was located in front of this handler (`edge.rs`), and one held elsewhere answered
+/// there.
+pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Response {
     let app = &ep.app;
-    let (parts, body) = req.into_parts();
-    let principal = authorize::principal(&parts.extensions);
-    let key = super::client_key::of(
-        app,
-        &parts,
-        principal.as_deref().map(crate::auth::Principal::key),
-    );
-    let body = match checks::read_body(&parts.headers, body, app.config().http.max_body_bytes).await
-    {
-        Ok(b) => b,
-        Err(bad) => return bad,
-    };
-    // The relay seam: decided from the query alone, before the body is parsed.
-    let place = locate::locate_pinned(app, &sid, authorize::owner(&principal)).await;
-    if let Place::Holder(node) = place {
-        return relayed(&ep, &node, super::relay_request(parts, body)).await;
-    }
+    let Pinned { sid, session, body } = pinned;
     let message = match serde_json::from_slice::<Incoming>(&body) {
         Ok(m) => match m.classify() {
             Ok(m) => m,
@@ -162,12 +129,25 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
     } = &message
         && method == "initialize"
     {
-        let owner = authorize::owner(&principal);
-        return initialize(app, &sid, &place, rid, params.as_deref(), owner, &key).await;
+        return initialize(app, &sid, &session, rid, params.as_deref(), &client).await;
     }
-    let session = match held(place, &message) {
+    let session = match session {
         Ok(session) => session,
-        Err(refused) => return refused,
+        // Held here, but the store cannot say so right now (or this instance is full): the
+        // session is not gone, so the answer is the session era's `503`, not a `404` that
+        // would make the client drop a stream that is still open.
+        Err(
+            why
+            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
+        ) => {
+            let rid = match &message {
+                Message::Request { id, .. } => Some(&**id),
+                _ => None,
+            };
+            return locate::refuse(why, locate::Asker::Post, rid);
+        }
+        // Not held here: this transport's sessions never move between instances.
+        _ => return reply::text(StatusCode::NOT_FOUND, "Session not found"),
     };
     match message {
         Message::Notification { method, params } => {
@@ -175,66 +155,27 @@ pub(super) async fn post(State(ep): Ep, Query(q): Query<MessageQuery>, req: Requ
         }
         Message::Response { id, outcome } => dispatch::client_response(&session, &id, outcome),
         Message::Request { id, method, params } => {
-            let call = Call {
-                id,
-                method,
-                params,
-                principal,
-                key,
-            };
             // Refused here, not on the stream, so the POST itself answers `403`.
-            if let Err(scope) = driver::permitted(app, &call) {
-                return authorize::insufficient_scope(app, Some(&call.id), &scope);
+            let principal = client.principal.as_deref();
+            if let Err(scope) = driver::permitted(app, &method, params.as_deref(), principal) {
+                return authorize::insufficient_scope(app, Some(&id), &scope);
             }
-            tokio::spawn(run(app.clone(), session, call));
+            tokio::spawn(run(app.clone(), session, client, id, method, params));
         }
     }
     reply::accepted()
 }
 
-/// A message for a session whose stream another instance holds, relayed to it.
-async fn relayed(ep: &super::Endpoint, holder: &str, req: super::RelayRequest) -> Response {
-    match relay::forward(ep.relay(), holder, req).await {
-        super::relay::Relayed::Answered(res) | super::relay::Relayed::Failed(res) => res,
-        // The instance with its stream did not answer, or cannot be found (its heartbeat is
-        // gone): it may have stopped, taking the stream and the session with it (its client
-        // sees the stream end), or only have lost Redis with the stream still open. Nothing
-        // can take the session over, and a `404` would make the client drop a stream that may
-        // be alive: the documented `503`, and the client retries.
-        super::relay::Relayed::HolderGone(_) => locate::unavailable(
-            None,
-            "The instance holding this session's stream cannot be reached; retry shortly",
-            1,
-        ),
-    }
-}
-
-/// The session a message (not an `initialize`) is for, when this instance holds it; else the
-/// answer.
-fn held(place: Place, message: &Message) -> Result<Arc<Session>, Response> {
-    match place {
-        Place::Here(session) => Ok(session),
-        // Held here, but the store cannot say so right now (or this instance is full): the
-        // session is not gone, so the answer is the session era's `503`, not a `404` that
-        // would make the client drop a stream that is still open.
-        Place::Refused(
-            why
-            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
-        ) => {
-            let rid = match message {
-                Message::Request { id, .. } => Some(&**id),
-                _ => None,
-            };
-            Err(locate::refuse(why, locate::Asker::Post, rid))
-        }
-        // Not held here: this transport's sessions never move between instances.
-        _ => Err(reply::text(StatusCode::NOT_FOUND, "Session not found")),
-    }
-}
-
-/// Runs a request; its messages and then its answer go to the session's stream, in order.
-async fn run(app: App, session: Arc<Session>, call: Call) {
-    let id = call.id.clone();
+/// Runs request `id` (`method` with `params`); its messages and then its answer go to the
+/// session's stream, in order.
+async fn run(
+    app: App,
+    session: Arc<Session>,
+    client: Client,
+    id: Box<RawValue>,
+    method: String,
+    params: Option<Box<RawValue>>,
+) {
     // Once the store fails, the rest of this answer goes straight to the stream, in order,
     // rather than waiting on a store that does not answer for every message.
     let degraded = Arc::new(AtomicBool::new(false));
@@ -253,7 +194,15 @@ async fn run(app: App, session: Arc<Session>, call: Call) {
             true
         }
     };
-    if let Some(reply) = driver::run(&app, Caller::Session(session.clone()), call, emit).await {
+    let caller = Caller::Session(session.clone());
+    let reply = match driver::start(&app, caller, client, id.clone(), method, params, true).await {
+        Ok(Started::Plain(reply)) => reply,
+        // Refused or forbidden: the error goes to the stream like any answer.
+        Err(not_run) => Some(Err(not_run.into_error())),
+        // The stream outlives any connection, so only the end of the request ends it.
+        Ok(Started::Streaming(s)) => s.pump(emit, std::future::pending()).await.ok().flatten(),
+    };
+    if let Some(reply) = reply {
         append(dispatch::encode_reply(&id, reply)).await;
     }
 }
@@ -287,25 +236,25 @@ async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
 async fn initialize(
     app: &App,
     sid: &str,
-    place: &Place,
+    session: &Result<Arc<Session>, Refusal>,
     rid: &RawValue,
     params: Option<&RawValue>,
-    owner: Option<&str>,
-    key: &crate::limits::LimitKey,
+    client: &Client,
 ) -> Response {
-    match place {
-        Place::Here(_) => {
+    let owner = client.owner();
+    match session {
+        Ok(_) => {
             return reply::rpc_error(
                 StatusCode::BAD_REQUEST,
                 Some(rid),
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
             );
         }
-        Place::Refused(Refusal::Missing(Missing::Invalid)) => {
+        Err(Refusal::Missing(Missing::Invalid)) => {
             return locate::invalid_session_id(Some(rid));
         }
         // An ended session is never opened again under its old id.
-        Place::Refused(Refusal::Missing(Missing::Deleted | Missing::Expired)) => {
+        Err(Refusal::Missing(Missing::Deleted | Missing::Expired)) => {
             return reply::text(StatusCode::NOT_FOUND, "Session not found");
         }
         _ => {}
@@ -328,7 +277,7 @@ async fn initialize(
         );
         return reply::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), rid, params, owner, key).await {
+    match initialize::open(app, Some(sid), rid, params, owner, &client.key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {

@@ -278,5 +278,5 @@ pub(super) fn serve(
         );
         let _ = tx.send(sse::message_frame(result.as_bytes())).await;
     });
-    super::stateless::frames(app, rx)
+    sse::channel(rx, &app.config().http)
 }

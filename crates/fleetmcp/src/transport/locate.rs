@@ -13,7 +13,9 @@
 //! | held for another principal (authorization on) | as for an id no instance knows |
 //!
 //! Whether the session exists is decided by `session::Sessions`; this file only maps its
-//! answer to HTTP.
+//! answer to HTTP. It runs in front of the route handlers (`edge.rs`): a handler gets where its
+//! request is served here ([`Located`]: by a held session, or refused for a reason), or never
+//! runs, when the request was relayed and its holder answered it.
 
 use crate::telemetry::{RelayOutcome, scope};
 use std::sync::Arc;
@@ -26,13 +28,13 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::relay::{RelayRequest, Relayed};
-use super::{Endpoint, SESSION_HEADER, authorize, relay, reply};
+use super::{Endpoint, SESSION_HEADER, relay, reply};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
 
-/// Where a request is served.
-pub(super) enum Place {
+/// Where the session store says a request is served.
+enum Place {
     /// Here, by the session this instance holds.
     Here(Arc<Session>),
     /// By another instance (its machine id): the request goes to the relay seam as received.
@@ -58,44 +60,50 @@ pub(super) enum Asker {
     Delete,
 }
 
-/// For a request without a body (GET, DELETE): the session that serves it here, with the
-/// request's headers; otherwise the answer, the holder's through the relay seam or the refusal.
-pub(super) async fn here_or_answer(
+/// A request once located, when this instance serves it: by the session it holds, or by no
+/// session, for a reason the route answers once the request's id is known. Its headers and
+/// body are as they now are (after a hop the relay seam handed back: as relayed).
+pub(super) struct Located {
+    pub session: Result<Arc<Session>, Refusal>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Where the request with head `parts` and `body`, from the caller whose principal has
+/// fingerprint `owner`, is served: here ([`Located`]), or, for a session another instance
+/// holds, by that instance through the relay seam (taken over here when it is gone), whose
+/// answer is the `Err`.
+pub(super) async fn resolve(
     ep: &Endpoint,
     parts: Parts,
-    asker: Asker,
-) -> Result<(Arc<Session>, HeaderMap), Response> {
-    let principal = authorize::principal(&parts.extensions);
-    let owner = authorize::owner(&principal);
-    let (place, headers) = match locate(&ep.app, &parts.headers, owner).await {
+    body: Bytes,
+    owner: Option<&str>,
+) -> Result<Located, Response> {
+    let (session, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
+        Place::Here(s) => (Ok(s), parts.headers, body),
+        Place::Refused(why) => (Err(why), parts.headers, body),
         Place::Holder(node) => {
-            let req =
-                relay_or_take_over(ep, &node, super::relay_request(parts, Bytes::new()), owner)
-                    .await?;
-            (req.0, req.1.headers)
+            let (session, req) =
+                relay_or_take_over(ep, &node, relay::request(parts, body), owner).await?;
+            (session, req.headers, req.body)
         }
-        place => (place, parts.headers),
     };
-    match place {
-        Place::Here(s) => Ok((s, headers)),
-        Place::Refused(why) => Err(refuse(why, asker, None)),
-        Place::Holder(_) => Err(unavailable(
-            None,
-            "The session moved while the request was read; retry",
-            1,
-        )),
-    }
+    Ok(Located {
+        session,
+        headers,
+        body,
+    })
 }
 
 /// Hands `req` to `holder` through the relay seam: its answer, or, when the holder is gone,
 /// where the request is served now that its session was taken over (here, or by the instance
 /// that took it over first, one hop more), with the request back.
-pub(super) async fn relay_or_take_over(
+async fn relay_or_take_over(
     ep: &Endpoint,
     holder: &str,
     req: RelayRequest,
     owner: Option<&str>,
-) -> Result<(Place, RelayRequest), Response> {
+) -> Result<(Result<Arc<Session>, Refusal>, RelayRequest), Response> {
     let meters = ep.app.meters();
     let began = std::time::Instant::now();
     let req = match relay::forward(ep.relay(), holder, req).await {
@@ -119,7 +127,7 @@ pub(super) async fn relay_or_take_over(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     else {
-        return Ok((Place::Refused(Refusal::NoSession), req));
+        return Ok((Err(Refusal::NoSession), req));
     };
     let began = std::time::Instant::now();
     let lookup = ep.app.sessions().take_over(id, holder).await;
@@ -142,7 +150,7 @@ pub(super) async fn relay_or_take_over(
                 }
                 Relayed::HolderGone(_) => {
                     meters.relayed(RelayOutcome::HolderGone, began.elapsed());
-                    Err(unavailable(
+                    Err(reply::unavailable(
                         None,
                         "The instances holding this session stopped; retry shortly",
                         1,
@@ -150,13 +158,46 @@ pub(super) async fn relay_or_take_over(
                 }
             }
         }
-        place => Ok((place, req)),
+        Place::Here(s) => Ok((Ok(s), req)),
+        Place::Refused(why) => Ok((Err(why), req)),
     }
+}
+
+/// Where a 2024-11-05 `POST /message` for session `sid` is served (such a session cannot move
+/// between instances, [`locate_pinned`]): here, nowhere, or, for a session another instance
+/// holds, by that instance, whose answer (or the `503` that it cannot be reached) is the `Err`.
+pub(super) async fn pinned(
+    ep: &Endpoint,
+    sid: &str,
+    parts: Parts,
+    body: &Bytes,
+    owner: Option<&str>,
+) -> Result<Result<Arc<Session>, Refusal>, Response> {
+    let node = match locate_pinned(&ep.app, sid, owner).await {
+        Place::Here(s) => return Ok(Ok(s)),
+        Place::Refused(why) => return Ok(Err(why)),
+        Place::Holder(node) => node,
+    };
+    Err(
+        match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
+            Relayed::Answered(res) | Relayed::Failed(res) => res,
+            // The instance with its stream did not answer, or cannot be found (its heartbeat is
+            // gone): it may have stopped, taking the stream and the session with it (its client
+            // sees the stream end), or only have lost Redis with the stream still open. Nothing
+            // can take the session over, and a `404` would make the client drop a stream that
+            // may be alive: the documented `503`, and the client retries.
+            Relayed::HolderGone(_) => reply::unavailable(
+                None,
+                "The instance holding this session's stream cannot be reached; retry shortly",
+                1,
+            ),
+        },
+    )
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
 /// principal has fingerprint `owner` (`None`: authorization is off).
-pub(super) async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Place {
+async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Place {
     let Some(raw) = headers.get(SESSION_HEADER) else {
         return Place::Refused(Refusal::NoSession);
     };
@@ -165,7 +206,7 @@ pub(super) async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) 
 }
 
 /// The same for a session that cannot move between instances (2024-11-05's `/message`).
-pub(super) async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Place {
+async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Place {
     place(app.sessions().find_pinned(id).await, owner)
 }
 
@@ -227,14 +268,14 @@ pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Respo
             ),
         },
         Refusal::Missing(Missing::StoreUnavailable) => {
-            unavailable(id, "The session store is unavailable; retry shortly", 1)
+            reply::unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
-        Refusal::Missing(Missing::Unconfirmed) => unavailable(
+        Refusal::Missing(Missing::Unconfirmed) => reply::unavailable(
             id,
             "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
             1,
         ),
-        Refusal::Missing(Missing::Full) => unavailable(
+        Refusal::Missing(Missing::Full) => reply::unavailable(
             id,
             "This instance holds too many sessions; retry shortly",
             1,
@@ -247,16 +288,5 @@ pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
         StatusCode::NOT_FOUND,
         id,
         &errors::server("invalid session id"),
-    )
-}
-
-pub(super) fn unavailable(id: Option<&RawValue>, message: &'static str, retry_s: u64) -> Response {
-    reply::with_retry_after(
-        reply::rpc_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            id,
-            &errors::server(message),
-        ),
-        retry_s,
     )
 }

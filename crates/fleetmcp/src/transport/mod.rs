@@ -2,13 +2,16 @@
 //! `/readyz`, `/metrics` and the OAuth protected-resource metadata.
 //!
 //! A request flows: [`observe`] (its span, trace context and metrics) → [`guard`] (Host and
-//! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the method's
-//! handler, which runs [`checks`] (headers, body under its limit) → [`locate`], which decides
-//! from the session header alone, before the body is parsed, whether the request is served
-//! here, handed to the [`relay`] seam for the instance that holds its session, or refused → for
-//! requests served here: parse, era ([`era`]), then [`driver`] runs the request through dispatch
-//! and the handler picks the answer's shape (JSON, or SSE framed by [`sse`]). In distributed
-//! mode the cluster's own layers (relay guard, machine id) wrap all of it.
+//! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
+//! extractors ([`edge`]), the edge work done once in front of each handler: [`checks`]
+//! (headers, body under its limit), whom it counts against ([`client_key`]), the era its
+//! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
+//! the body is parsed, whether the request is served here, handed to the [`relay`] seam for the
+//! instance that holds its session (whose answer is the request's), or refused → the method's
+//! handler, for requests served here: parse, the era settled ([`era`]), then [`driver`] runs
+//! the request through dispatch (its `start`, the one place any route's call starts) and the
+//! handler picks the answer's shape (JSON, or SSE framed by [`sse`]). In distributed mode the
+//! cluster's own layers (relay guard, machine id) wrap all of it.
 //!
 //! Architecture invariant: transport knows HTTP; of other instances it knows machine ids and
 //! the seams it defines ([`Relay`], [`Probe`]), never `cluster` itself; nothing below it knows
@@ -24,6 +27,7 @@ mod checks;
 mod client_key;
 mod delete;
 mod driver;
+mod edge;
 mod era;
 mod get;
 mod guard;
@@ -44,7 +48,6 @@ mod stateless;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::middleware;
 use axum::response::Response;
@@ -131,40 +134,6 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
             get_route(authorize::metadata),
         );
     mcp.merge(health).with_state(ep)
-}
-
-/// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
-/// or the one started here), so the holder logs under the same trace id.
-fn relay_request(parts: http::request::Parts, body: bytes::Bytes) -> RelayRequest {
-    let mut headers = parts.headers;
-    // The holder counts the request's limits against the client, not against this instance:
-    // it gets the client's peer, signed with the hop (a client's own value is replaced).
-    match parts.extensions.get::<PeerAddr>() {
-        Some(peer) => {
-            if let Ok(v) = http::HeaderValue::from_str(&peer.0.to_string()) {
-                headers.insert(RELAYED_PEER_HEADER, v);
-            }
-        }
-        None => {
-            headers.remove(RELAYED_PEER_HEADER);
-        }
-    }
-    if let Some(trace) = crate::telemetry::scope::trace()
-        && let Ok(v) = HeaderValue::from_str(&trace.header_value())
-    {
-        headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
-    }
-    RelayRequest {
-        method: parts.method,
-        uri: parts.uri,
-        headers,
-        body,
-    }
-}
-
-/// Splits a request whose body is not read (GET, DELETE).
-fn bodiless(req: Request) -> http::request::Parts {
-    req.into_parts().0
 }
 
 /// Any other method on `/mcp`: a JSON-RPC error, like every other error answer.

@@ -5,7 +5,7 @@
 //! method and era ([`crate::telemetry::scope`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
-//! ([`super::relay_request`]), so both instances' log lines share the trace id, and with the
+//! ([`super::relay::request`]), so both instances' log lines share the trace id, and with the
 //! feature `otlp` their exported spans form one tree ([`crate::telemetry::otlp`]).
 
 use std::borrow::Cow;

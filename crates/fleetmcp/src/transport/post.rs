@@ -1,5 +1,9 @@
 //! `POST /mcp`: one JSON-RPC message (or, in 2025-03-26, a [`batch`](super::batch)).
 //!
+//! The handler starts from a request checked and located in front of it (`edge.rs`): it parses
+//! the body, settles the era once (`era::decide`: 2026-07-28 goes to `stateless.rs`), opens a
+//! session for `initialize`, and runs anything else in the session that serves it.
+//!
 //! A request is answered as JSON when its handler finishes without sending anything first.
 //! The moment a handler sends a message (progress, a log line, a request to the client), the
 //! answer becomes an SSE stream: events go to the event store and the response tails it, so
@@ -8,113 +12,75 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode};
 use parking_lot::Mutex;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::driver::{self, Call, Started, Streaming};
-use super::locate::{self, Asker, Place, Refusal};
-use super::{
-    Ep, SESSION_HEADER, authorize, batch, checks, client_key, era, initialize, reply, sse,
-};
+use super::client_key::Client;
+use super::driver::{self, NotRun, Started, Streaming};
+use super::edge::PostHeaders;
+use super::locate::{self, Asker, Located};
+use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, reply, sse, stateless};
 use crate::app::App;
-use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
-use crate::limits::LimitKey;
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 use crate::telemetry::scope::{self, Era, Method};
 
-pub(super) async fn handle(State(ep): Ep, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let principal = authorize::principal(&parts.extensions);
-    if let Err(bad) = checks::post_headers(&parts.headers) {
-        return bad;
-    }
-    let limit = ep.app.config().http.max_body_bytes;
-    let body = match checks::read_body(&parts.headers, body, limit).await {
-        Ok(b) => b,
-        Err(bad) => return bad,
-    };
-    // A batch the version header forbids costs no session lookup.
-    if let Err(bad) = batch::check_header_version(&parts.headers, &body) {
-        return bad;
-    }
-    // Limits count against the principal when authorization is on, else the client address.
-    let key = client_key::of(&ep.app, &parts, principal.as_deref().map(Principal::key));
-    // The relay seam: decided from the headers, before the body is parsed.
-    let place = if era::is_session_request(&parts.headers) {
-        scope::note_era(Era::Session);
-        locate::locate(&ep.app, &parts.headers, authorize::owner(&principal)).await
-    } else {
-        Place::Refused(Refusal::NoSession)
-    };
-    let Place::Holder(node) = place else {
-        return serve(&ep.app, &parts.headers, body, place, principal, key).await;
-    };
-    let owner = authorize::owner(&principal);
-    match locate::relay_or_take_over(&ep, &node, super::relay_request(parts, body), owner).await {
-        Ok((place, req)) => serve(&ep.app, &req.headers, req.body, place, principal, key).await,
-        Err(answer) => answer,
-    }
-}
-
-/// Serves a request this instance answers; `place` is where its session header led,
-/// `principal` who sent it (authorization on), `key` whom its limits count against.
-async fn serve(
-    app: &App,
-    headers: &HeaderMap,
-    body: Bytes,
-    place: Place,
-    principal: Option<Arc<Principal>>,
-    key: LimitKey,
+/// Serves a POST that passed its checks and was located in front of this handler (`edge.rs`):
+/// `located` is its body, its headers, and the session that serves it here or why none does
+/// (answered once the request's id is known); `client` who sent it.
+pub(super) async fn handle(
+    State(ep): Ep,
+    _: PostHeaders,
+    client: Client,
+    located: Located,
 ) -> Response {
+    let app = &ep.app;
+    let Located {
+        session,
+        headers,
+        body,
+    } = located;
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
-    if first == Some(b'[') {
+    let message = if first == Some(b'[') {
         scope::note_method(Method::BATCH);
-        scope::note_era(Era::Session);
-        return batch::serve(app, headers, &body, place, principal, key).await;
-    }
-    let incoming: Incoming = match serde_json::from_slice(&body) {
-        Ok(m) => m,
-        Err(e) => {
-            return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
+        None
+    } else {
+        match one_message(&body) {
+            Ok(m) => Some(m),
+            Err(bad) => return bad,
         }
     };
-    let message = match incoming.classify() {
-        Ok(m) => m,
-        Err((id, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e),
+    let default = app.config().stateless.default_era;
+    let era = match era::decide(default, &headers, message.as_ref()) {
+        Ok(era) => era,
+        Err(bad) => return bad,
     };
-    scope::note_method(match &message {
-        Message::Request { method, .. } => Method::of(method),
-        Message::Notification { .. } => Method::NOTIFICATION,
-        Message::Response { .. } => Method::RESPONSE,
-    });
-    let sse_ok = checks::takes_sse(headers);
-    if era::is_stateless(app.config().stateless.default_era, headers, &message) {
-        scope::note_era(Era::Stateless);
-        return super::stateless::serve(app, headers, message, sse_ok, principal, key).await;
-    }
-    scope::note_era(Era::Session);
-    if let Err(bad) = era::check_session_version(headers) {
-        return bad;
+    let Some(message) = message else {
+        return batch::serve(app, &body, session, client).await;
+    };
+    let sse_ok = checks::takes_sse(&headers);
+    if era == Era::Stateless {
+        return stateless::serve(app, &headers, message, sse_ok, client).await;
     }
     if let Message::Request { method, id, params } = &message
         && method == "initialize"
     {
-        if let Err(refused) = driver::admit_initialize(app, &key).await {
+        if let Err(refused) = driver::admit_initialize(app, &client.key).await {
             return refused.response(id);
         }
-        let owner = authorize::owner(&principal);
-        return match initialize::open(app, None, id, params.as_deref(), owner, &key).await {
+        let owner = client.owner();
+        return match initialize::open(app, None, id, params.as_deref(), owner, &client.key).await {
             Ok((session, result)) => {
                 let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
                 if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -125,28 +91,22 @@ async fn serve(
             Err(res) => res,
         };
     }
-    let session = match place {
-        Place::Here(s) => s,
-        Place::Refused(why) => {
+    let session = match session {
+        Ok(s) => s,
+        Err(why) => {
             let rid = match &message {
                 Message::Request { id, .. } => Some(&**id),
                 _ => None,
             };
             return locate::refuse(why, Asker::Post, rid);
         }
-        // Relayed before the body was parsed.
-        Place::Holder(_) => return unreachable_holder(),
     };
     match message {
         Message::Request { id, method, params } => {
-            let call = Call {
-                id,
-                method,
-                params,
-                principal,
-                key,
-            };
-            answer(app, session, call, sse_ok).await
+            served(&session, &id);
+            let caller = Caller::Session(session.clone());
+            let started = driver::start(app, caller, client, id.clone(), method, params, sse_ok);
+            answer(app, session, id, started.await).await
         }
         Message::Notification { method, params } => {
             dispatch::notification(&session, &method, params.as_deref());
@@ -159,22 +119,26 @@ async fn serve(
     }
 }
 
-/// `handle` relays a held-elsewhere request before `serve` runs; reaching this is a bug, and
-/// still gets a valid answer rather than a panic.
-pub(super) fn unreachable_holder() -> Response {
-    locate::unavailable(
-        None,
-        "The session moved while the request was read; retry",
-        1,
-    )
+/// A body of one JSON-RPC message, parsed and classified (`400` otherwise), its method noted
+/// for the request's metrics.
+fn one_message(body: &[u8]) -> Result<Message, Response> {
+    let incoming: Incoming = serde_json::from_slice(body)
+        .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)))?;
+    let message = incoming
+        .classify()
+        .map_err(|(id, e)| reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e))?;
+    scope::note_method(match &message {
+        Message::Request { method, .. } => Method::of(method),
+        Message::Notification { .. } => Method::NOTIFICATION,
+        Message::Response { .. } => Method::RESPONSE,
+    });
+    Ok(message)
 }
 
-/// Runs a session's request: a JSON answer, or an SSE stream through the event store.
-async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> Response {
-    let id = call.id.clone();
-    // For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
-    // session a request is served at. The id is a credential: only its log id (a digest),
-    // computed only when the target is on.
+/// For fault-injection histories (`examples/help-desk/tests/faults`): which epoch of its
+/// session a request is served at. The id is a credential: only its log id (a digest),
+/// computed only when the target is on.
+fn served(session: &Session, id: &RawValue) {
     tracing::debug!(
         target: "fleetmcp::served",
         session = %crate::session::LogId(&session.id),
@@ -182,17 +146,25 @@ async fn answer(app: &App, session: Arc<Session>, call: Call, sse_ok: bool) -> R
         request_id = %id.get(),
         "served"
     );
-    match driver::start(app, Caller::Session(session.clone()), call, sse_ok).await {
-        Started::Plain(Some(reply)) => json_answer(&id, reply),
+}
+
+/// The answer to a session's request: a JSON answer, or an SSE stream through the event store.
+async fn answer(
+    app: &App,
+    session: Arc<Session>,
+    id: Box<RawValue>,
+    started: Result<Started, NotRun>,
+) -> Response {
+    match started {
+        Ok(Started::Plain(Some(reply))) => json_answer(&id, reply),
         // Cancelled before it sent anything: an empty stream, as for a cancelled stream.
-        Started::Plain(None) => sse::response(
+        Ok(Started::Plain(None)) => sse::response(
             futures_util::stream::empty().boxed(),
             0,
             sse::keepalive_every(&app.config().http),
         ),
-        Started::Streaming(s) => stream_answer(app, session, id, s).await,
-        Started::Refused(r) => r.response(&id),
-        Started::Forbidden(scope) => authorize::insufficient_scope(app, Some(&id), &scope),
+        Ok(Started::Streaming(s)) => stream_answer(app, session, id, s).await,
+        Err(not_run) => not_run.response(app, &id),
     }
 }
 

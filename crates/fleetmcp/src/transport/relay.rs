@@ -3,14 +3,16 @@
 //! answer is passed back as it comes, a JSON body or an SSE stream of any length.
 //!
 //! Distributed mode installs a [`Relay`]; a single instance has none, and never needs one:
-//! without an ownership seam no session is ever found "elsewhere".
+//! without an ownership seam no session is ever found "elsewhere". [`request`] builds the
+//! request the seam takes; `locate.rs` decides when to call it.
 
 use async_trait::async_trait;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, HeaderValue, Method, Uri};
 
-use super::locate;
+use super::client_key::{PeerAddr, RELAYED_PEER_HEADER};
+use super::reply;
 
 /// A request as received, ready to be served by another instance.
 #[derive(Debug, Clone)]
@@ -53,11 +55,40 @@ pub(super) async fn forward(relay: Option<&dyn Relay>, holder: &str, req: RelayR
                 holder,
                 "a session held by another instance, and no relay to reach it"
             );
-            Relayed::Failed(locate::unavailable(
+            Relayed::Failed(reply::unavailable(
                 None,
                 "The instance holding this session cannot be reached; retry shortly",
                 1,
             ))
         }
+    }
+}
+
+/// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
+/// or the one started here), so the holder logs under the same trace id.
+pub(super) fn request(parts: http::request::Parts, body: Bytes) -> RelayRequest {
+    let mut headers = parts.headers;
+    // The holder counts the request's limits against the client, not against this instance:
+    // it gets the client's peer, signed with the hop (a client's own value is replaced).
+    match parts.extensions.get::<PeerAddr>() {
+        Some(peer) => {
+            if let Ok(v) = HeaderValue::from_str(&peer.0.to_string()) {
+                headers.insert(RELAYED_PEER_HEADER, v);
+            }
+        }
+        None => {
+            headers.remove(RELAYED_PEER_HEADER);
+        }
+    }
+    if let Some(trace) = crate::telemetry::scope::trace()
+        && let Ok(v) = HeaderValue::from_str(&trace.header_value())
+    {
+        headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
+    }
+    RelayRequest {
+        method: parts.method,
+        uri: parts.uri,
+        headers,
+        body,
     }
 }

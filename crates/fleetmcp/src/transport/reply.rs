@@ -55,6 +55,19 @@ pub(crate) fn accepted() -> Response {
     res
 }
 
+/// `503` with `Retry-After` and the JSON-RPC error `-32000` `message`: a request that cannot be
+/// served right now (its session's store or holder does not answer, this instance is full).
+pub(crate) fn unavailable(id: Option<&RawValue>, message: &'static str, retry_s: u64) -> Response {
+    with_retry_after(
+        rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            &errors::server(message),
+        ),
+        retry_s,
+    )
+}
+
 pub(crate) fn with_retry_after(mut res: Response, seconds: u64) -> Response {
     if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
         res.headers_mut().insert(header::RETRY_AFTER, v);

@@ -65,6 +65,18 @@ pub(crate) fn streaming(
     sse_response(Body::from_stream(body))
 }
 
+/// A `200` SSE response of the frames `rx` carries (a stream written straight to its
+/// connection), with keep-alive comments as `http` asks.
+pub(crate) fn channel(
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    http: &crate::config::HttpConfig,
+) -> Response {
+    streaming(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+        keepalive_every(http),
+    )
+}
+
 /// The keep-alive interval the configuration asks for (at least a second).
 pub(crate) fn keepalive_every(http: &crate::config::HttpConfig) -> Duration {
     Duration::from_secs(http.sse_keepalive_secs.max(1))

@@ -13,15 +13,13 @@ use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
-use super::driver::{self, Call, Started, Streaming};
+use super::client_key::Client;
+use super::driver::{self, Started, Streaming};
 use super::{listen, mirrored, reply, sse};
 use crate::app::App;
-use crate::auth::Principal;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
-use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
 use crate::stateless::request_state::{StateError, request_digest};
 use crate::stateless::{RequestMeta, Round};
@@ -49,8 +47,7 @@ pub(super) async fn serve(
     headers: &HeaderMap,
     message: Message,
     sse_ok: bool,
-    principal: Option<Arc<Principal>>,
-    key: LimitKey,
+    client: Client,
 ) -> Response {
     let (id, method, params) = match message {
         // The core protocol defines no client notifications over HTTP in this era.
@@ -116,33 +113,23 @@ pub(super) async fn serve(
         }
     }
     if method == "subscriptions/listen" {
-        return listen::serve(app, &id, &map, &key);
+        return listen::serve(app, &id, &map, &client.key);
     }
-    let owner = super::authorize::owner(&principal).map(String::from);
+    let owner = client.owner().map(String::from);
     let round = match round_for(app, meta, &method, &map, owner) {
         Ok(r) => Arc::new(r),
         Err(e) => return error(&id, &e),
     };
-    let answer_id = id.clone();
-    let call = Call {
-        id,
-        method,
-        params,
-        principal,
-        key,
-    };
-    match driver::start(app, Caller::Stateless(round), call, sse_ok).await {
-        Started::Plain(Some(Ok(result))) => {
-            reply::json(StatusCode::OK, encode_result(&answer_id, &result))
+    let caller = Caller::Stateless(round);
+    match driver::start(app, caller, client, id.clone(), method, params, sse_ok).await {
+        Ok(Started::Plain(Some(Ok(result)))) => {
+            reply::json(StatusCode::OK, encode_result(&id, &result))
         }
-        Started::Plain(Some(Err(e))) => error(&answer_id, &e),
-        Started::Plain(None) => error(&answer_id, &shutting_down()),
-        Started::Streaming(s) => stream(app, answer_id, s),
-        // Over a limit: the same 429 as in the session era.
-        Started::Refused(r) => r.response(&answer_id),
-        Started::Forbidden(scope) => {
-            super::authorize::insufficient_scope(app, Some(&answer_id), &scope)
-        }
+        Ok(Started::Plain(Some(Err(e)))) => error(&id, &e),
+        Ok(Started::Plain(None)) => error(&id, &shutting_down()),
+        Ok(Started::Streaming(s)) => stream(app, id, s),
+        // Over a limit (the same 429 as in the session era), or without the scope (403).
+        Err(not_run) => not_run.response(app, &id),
     }
 }
 
@@ -253,13 +240,5 @@ fn stream(app: &App, id: Box<RawValue>, streaming: Streaming) -> Response {
             .send(sse::message_frame(&dispatch::encode_reply(&id, last)))
             .await;
     });
-    frames(app, rx)
-}
-
-/// An SSE response of the frames `rx` carries, with keep-alive comments.
-pub(super) fn frames(app: &App, rx: mpsc::Receiver<Bytes>) -> Response {
-    sse::streaming(
-        ReceiverStream::new(rx),
-        sse::keepalive_every(&app.config().http),
-    )
+    sse::channel(rx, &app.config().http)
 }

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
-use super::super::tools::answer;
+use super::super::outcome::answer;
 use super::super::{Reply, params, respond};
 use super::{AbortOnDrop, launch, task_envelope, unknown};
 use crate::app::App;

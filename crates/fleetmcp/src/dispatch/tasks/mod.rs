@@ -17,7 +17,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::tools::{Outcome, outcome};
+use super::outcome::{Outcome, outcome};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::catalog::ToolError;

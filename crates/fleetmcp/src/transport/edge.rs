@@ -1,0 +1,180 @@
+//! The edge work in front of the MCP routes' handlers, as axum extractors: a handler's
+//! signature lists what runs before it, in order (axum runs extractors left to right, the one
+//! that reads the body last), and a check that fails answers in the handler's place, so the
+//! handler starts from a request that passed them.
+//!
+//! | extractor | in front of | what runs |
+//! |---|---|---|
+//! | [`PostHeaders`] | `POST /mcp` | `Content-Type` (415), `Accept` (406): [`checks`] |
+//! | [`SessionEra`] | `GET`, `DELETE /mcp` | a request of another era: `405` (or `400`): [`era`] |
+//! | [`GetHeaders`] | `GET /mcp` | `Accept: text/event-stream` (406) |
+//! | [`Client`] | `POST`, `DELETE /mcp`, `/sse`, `/message` | who sent it: principal, limit key ([`super::client_key`]) |
+//! | [`Located`] | `POST /mcp` | the body under its limit (413, 408), a batch its version header forbids (400), then, for a session-era request by its headers ([`era`]), where its session is ([`locate`]): answered by its holder through the relay seam, or served here, or refused once the request's id is known |
+//! | [`Held`] | `GET`, `DELETE /mcp` | where its session is: relayed, served here, or refused at once |
+//! | [`Pinned`] | `POST /message` | `sessionId` (400), the body, where its pinned session is: relayed, here, or refused |
+//!
+//! The checks themselves live in the modules named; this file only puts them in front. What
+//! needs the parsed body (the era of a POST once its `_meta` may decide, the session-era
+//! version) runs in the handler.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Method, StatusCode};
+use serde::Deserialize;
+
+use super::client_key::Client;
+use super::locate::{self, Asker, Located, Refusal};
+use super::{Endpoint, authorize, batch, checks, era, reply};
+use crate::protocol::errors;
+use crate::session::Session;
+use crate::telemetry::scope::{self, Era};
+
+impl FromRequestParts<Arc<Endpoint>> for Client {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, ep: &Arc<Endpoint>) -> Result<Self, Infallible> {
+        Ok(Client::of(&ep.app, parts))
+    }
+}
+
+/// A POST whose `Content-Type` and `Accept` pass ([`checks::post_headers`]).
+pub(super) struct PostHeaders;
+
+impl FromRequestParts<Arc<Endpoint>> for PostHeaders {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
+        checks::post_headers(&parts.headers).map(|()| PostHeaders)
+    }
+}
+
+/// A GET that takes `text/event-stream` ([`checks::get_headers`]).
+pub(super) struct GetHeaders;
+
+impl FromRequestParts<Arc<Endpoint>> for GetHeaders {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
+        checks::get_headers(&parts.headers).map(|()| GetHeaders)
+    }
+}
+
+/// A GET or DELETE of the session era, the only one that has them ([`era::session_only`]).
+pub(super) struct SessionEra;
+
+impl FromRequestParts<Arc<Endpoint>> for SessionEra {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
+        era::session_only(&parts.method, &parts.headers).map(|()| SessionEra)
+    }
+}
+
+/// `POST /mcp`, located: the body read, and where the request is served decided from its
+/// headers, before the body is parsed.
+impl FromRequest<Arc<Endpoint>> for Located {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
+        let (parts, body) = received(req, ep).await?;
+        // A batch the version header forbids costs no session lookup.
+        batch::check_header_version(&parts.headers, &body)?;
+        // The relay seam considers session-era requests by their headers alone (the hot path).
+        if !era::is_session_request(&parts.headers) {
+            return Ok(Located {
+                session: Err(Refusal::NoSession),
+                headers: parts.headers,
+                body,
+            });
+        }
+        scope::note_era(Era::Session);
+        let principal = authorize::principal(&parts.extensions);
+        locate::resolve(ep, parts, body, authorize::owner(&principal)).await
+    }
+}
+
+/// The session a GET or DELETE is served by here, with the request's headers (after a hop the
+/// relay seam handed back: as relayed). A session another instance holds is answered there;
+/// one that cannot be served is refused at once, as the request's method is
+/// ([`locate::refuse`]).
+pub(super) struct Held {
+    pub session: Arc<Session>,
+    pub headers: HeaderMap,
+}
+
+impl FromRequest<Arc<Endpoint>> for Held {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
+        let (parts, _) = req.into_parts();
+        // GET's handler also serves HEAD (axum routes it there).
+        let asker = match parts.method {
+            Method::DELETE => Asker::Delete,
+            _ => Asker::Get,
+        };
+        let principal = authorize::principal(&parts.extensions);
+        let owner = authorize::owner(&principal);
+        let located = locate::resolve(ep, parts, Bytes::new(), owner).await?;
+        match located.session {
+            Ok(session) => Ok(Held {
+                session,
+                headers: located.headers,
+            }),
+            Err(why) => Err(locate::refuse(why, asker, None)),
+        }
+    }
+}
+
+/// A 2024-11-05 `POST /message`, located: its session id (`sessionId` in the query), its body,
+/// and the session that serves it here, or why none does (the route words the refusal: these
+/// sessions never move). A session another instance holds is answered there
+/// ([`locate::pinned`]).
+pub(super) struct Pinned {
+    pub sid: String,
+    pub session: Result<Arc<Session>, Refusal>,
+    pub body: Bytes,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageQuery {
+    session_id: Option<String>,
+}
+
+impl FromRequest<Arc<Endpoint>> for Pinned {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Query(query) = Query::<MessageQuery>::from_request_parts(&mut parts, ep)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Some(sid) = query.session_id else {
+            return Err(reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &errors::server("Bad Request: sessionId is required"),
+            ));
+        };
+        let (parts, body) = received(Request::from_parts(parts, body), ep).await?;
+        // The relay seam: decided from the query alone, before the body is parsed.
+        let principal = authorize::principal(&parts.extensions);
+        let owner = authorize::owner(&principal);
+        let session = locate::pinned(ep, &sid, parts, &body, owner).await?;
+        Ok(Pinned { sid, session, body })
+    }
+}
+
+/// The body, read under `http.max_body_bytes` (413) and in time (408) ([`checks::read_body`]),
+/// with the request's head.
+async fn received(req: Request, ep: &Endpoint) -> Result<(Parts, Bytes), Response> {
+    let (parts, body) = req.into_parts();
+    let limit = ep.app.config().http.max_body_bytes;
+    let body = checks::read_body(&parts.headers, body, limit).await?;
+    Ok((parts, body))
+}
