@@ -299,8 +299,7 @@ impl RedisSessionStore {
             }
             // Each record is in its own slot: one script each, sent together (the connection
             // pipelines them; a cluster sends each to its node).
-            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv)))
-                .await
+            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await
         };
         let claims: Vec<Result<Claim, CommandError>> = records
             .iter()

@@ -81,41 +81,10 @@ pub(super) async fn serve(
     session: Result<Arc<Session>, Refusal>,
     client: Client,
 ) -> Response {
-    let max = app.config().http.max_batch_len;
-    let items = match parse(body, max) {
-        Ok(v) => v,
-        Err(Refused::TooLong) => {
-            return reply::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &ErrorData::new(
-                    ErrorCode::INVALID_REQUEST,
-                    format!("Invalid Request: a batch holds at most {max} messages"),
-                    Some(json!({"maxBatchLen": max})),
-                ),
-            );
-        }
-        Err(Refused::Parse(e)) => {
-            return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
-        }
+    let items = match items_of(body, app.config().http.max_batch_len) {
+        Ok(items) => items,
+        Err(refused) => return refused,
     };
-    if items.is_empty() {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: empty batch"),
-        );
-    }
-    if items
-        .iter()
-        .any(|m| m.method.as_deref() == Some("initialize"))
-    {
-        return reply::rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
-        );
-    }
     let session = match session {
         Ok(s) => s,
         Err(why) => return locate::refuse(why, Asker::Post, None),
@@ -125,6 +94,70 @@ pub(super) async fn serve(
     if !session.version.allows_batches() {
         return not_allowed(session.version.as_str());
     }
+    let answers = start_all(app, &session, &client, items);
+    if answers.is_empty() {
+        return reply::accepted();
+    }
+    let parts: Vec<Bytes> = futures_util::future::join_all(answers)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    reply::json(StatusCode::OK, json_array(&parts))
+}
+
+/// The batch's messages, or the `400` that refuses it whole: too long, unreadable, empty, or
+/// holding an `initialize`.
+fn items_of(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
+    let items = match parse(body, max) {
+        Ok(v) => v,
+        Err(Refused::TooLong) => {
+            return Err(reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &ErrorData::new(
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Invalid Request: a batch holds at most {max} messages"),
+                    Some(json!({"maxBatchLen": max})),
+                ),
+            ));
+        }
+        Err(Refused::Parse(e)) => {
+            return Err(reply::rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                &errors::parse_error(e),
+            ));
+        }
+    };
+    if items.is_empty() {
+        return Err(reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: empty batch"),
+        ));
+    }
+    if items
+        .iter()
+        .any(|m| m.method.as_deref() == Some("initialize"))
+    {
+        return Err(reply::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),
+        ));
+    }
+    Ok(items)
+}
+
+/// Hands each notification and response of the batch to the session at once, and starts each
+/// request: the answers to come, in order (a cancelled request has none).
+fn start_all(
+    app: &App,
+    session: &Arc<Session>,
+    client: &Client,
+    items: Vec<Incoming>,
+) -> Vec<BoxFuture<'static, Option<Bytes>>> {
     let mut answers: Vec<BoxFuture<'static, Option<Bytes>>> = Vec::new();
     for item in items {
         match item.classify() {
@@ -133,10 +166,10 @@ pub(super) async fn serve(
                 answers.push(async move { Some(b) }.boxed());
             }
             Ok(Message::Notification { method, params }) => {
-                dispatch::notification(&session, &method, params.as_deref())
+                dispatch::notification(session, &method, params.as_deref())
             }
             Ok(Message::Response { id, outcome }) => {
-                dispatch::client_response(&session, &id, outcome)
+                dispatch::client_response(session, &id, outcome)
             }
             Ok(Message::Request { id, method, params }) => {
                 let app = app.clone();
@@ -159,14 +192,11 @@ pub(super) async fn serve(
             }
         }
     }
-    if answers.is_empty() {
-        return reply::accepted();
-    }
-    let parts: Vec<Bytes> = futures_util::future::join_all(answers)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    answers
+}
+
+/// `[a,b,...]` of JSON texts already encoded.
+fn json_array(parts: &[Bytes]) -> Bytes {
     let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
     body.push(b'[');
     for (i, p) in parts.iter().enumerate() {
@@ -176,7 +206,7 @@ pub(super) async fn serve(
         body.extend_from_slice(p);
     }
     body.push(b']');
-    reply::json(StatusCode::OK, Bytes::from(body))
+    Bytes::from(body)
 }
 
 /// Why a batch body was refused while it was parsed.
