@@ -47,7 +47,7 @@ mod dispatch;
 // 5. HTTP
 mod transport;
 // 6. other instances
-mod cluster;
+mod fleet;
 // 7. wiring
 pub mod ops;
 mod server;

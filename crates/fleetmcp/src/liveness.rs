@@ -2,8 +2,8 @@
 //! request (a background task, an SSE answer kept for resumption) learns that the process
 //! doing it will never finish it.
 //!
-//! The cluster fills it in distributed mode (heartbeat and channel subscription, bounded by the
-//! takeover grace: `cluster/liveness.rs`); without it (one instance, or Redis without
+//! The fleet (`fleet/`) fills it in distributed mode (heartbeat and channel subscription, bounded by the
+//! takeover grace: `fleet/liveness.rs`); without it (one instance, or Redis without
 //! distributed mode) nothing is ever presumed abandoned.
 
 use async_trait::async_trait;

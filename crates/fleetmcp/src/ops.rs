@@ -3,9 +3,9 @@
 //!
 //! - `status`: a table of every instance that beat (alive or gone), with its start time, the
 //!   age of its last beat, its address, the sessions its index holds (orphaned when it is gone)
-//!   and its unfinished background tasks (see `cluster/census.rs`: indexes only, never `KEYS`);
+//!   and its unfinished background tasks (see `fleet/census.rs`: indexes only, never `KEYS`);
 //! - `drain <machine-id>`: a drain request on that instance's channel, signed with the fleet's
-//!   `MCP_SESSION_SECRET` (see `cluster/drain_request.rs`); the instance then stops gracefully
+//!   `MCP_SESSION_SECRET` (see `fleet/drain_request.rs`); the instance then stops gracefully
 //!   as on SIGTERM and exits 0. The instance answers whether it accepted the request: a
 //!   refusal (another secret) or no answer within 3 s is reported, with exit status 1.
 //!
@@ -16,8 +16,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-pub use crate::cluster::census::{Census, Instance, MAX_NODES};
 use crate::config::Config;
+pub use crate::fleet::census::{Census, Instance, MAX_NODES};
 use crate::redis_conn::RedisConn;
 
 /// What the command accepts.
@@ -76,7 +76,7 @@ async fn connect(config: &Config) -> Result<RedisConn, String> {
 /// The fleet as its Redis knows it now.
 pub async fn status(config: &Config) -> Result<Census, String> {
     let redis = connect(config).await?;
-    crate::cluster::census::read(&redis, config)
+    crate::fleet::census::read(&redis, config)
         .await
         .map_err(|e| format!("reading the fleet: {e}"))
 }
@@ -91,8 +91,8 @@ pub async fn drain(config: &Config, machine_id: &str) -> Result<i64, String> {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into());
     let source = format!("operator@{host}");
-    use crate::cluster::Drained;
-    match crate::cluster::request_drain(&redis, config, &source, machine_id).await {
+    use crate::fleet::Drained;
+    match crate::fleet::request_drain(&redis, config, &source, machine_id).await {
         Ok(Drained::NoInstance) => Err(format!(
             "no running instance listens as {machine_id} (see `status`)"
         )),

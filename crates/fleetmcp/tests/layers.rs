@@ -74,7 +74,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 5. HTTP
     ("transport", 5),
     // 6. other instances
-    ("cluster", 6),
+    ("fleet", 6),
     // 7. wiring
     ("ops", 7),
     ("server", 7),
@@ -754,7 +754,7 @@ fn a_document_that_disagrees_with_the_layers_is_reported() {
 ### Layer 3: `app`, `catalog`, `context`
 ### Layer 4: `dispatch`
 ### Layer 5: `transport`, `gateway`
-### Layer 6: `cluster`
+### Layer 6: `fleet`
 ### Layer 7: `server`
 ";
     assert_eq!(
@@ -838,7 +838,7 @@ mod app;
 mod catalog;
 mod dispatch;
 mod transport;
-mod cluster;
+mod fleet;
 mod server;
 pub use server::Server;
 pub use catalog::{tool as make_tool, Catalog};
@@ -907,13 +907,13 @@ pub use catalog::{tool as make_tool, Catalog};
             "use super::super::transport::Relay;\n\
              use super::super::protocol::Id;\n\
              use super::lifecycle::Sessions;\n\
-             mod tests {\n    use super::super::super::cluster::Heartbeat;\n    use super::super::Store;\n}\n",
+             mod tests {\n    use super::super::super::fleet::Heartbeat;\n    use super::super::Store;\n}\n",
         )]);
         assert_eq!(
             got,
             [
                 "session/store/mod.rs:1 super::super::transport::Relay Up",
-                "session/store/mod.rs:5 super::super::super::cluster::Heartbeat Up",
+                "session/store/mod.rs:5 super::super::super::fleet::Heartbeat Up",
             ]
         );
     }
@@ -939,7 +939,7 @@ pub use catalog::{tool as make_tool, Catalog};
     fn a_path_in_code_reaching_up_is_reported() {
         let got = check(&[(
             "session/lifecycle.rs",
-            "fn f() {\n    let _ = crate::cluster::f();\n}\n\
+            "fn f() {\n    let _ = crate::fleet::f();\n}\n\
              impl crate::dispatch::Handler for S {}\n\
              fn g() -> Vec<crate::app::App> { tracing::info!(x = ?crate::server::name()); vec![] }\n\
              fn h() { use crate::transport::reply; }\n",
@@ -947,7 +947,7 @@ pub use catalog::{tool as make_tool, Catalog};
         assert_eq!(
             got,
             [
-                "session/lifecycle.rs:2 crate::cluster::f Up",
+                "session/lifecycle.rs:2 crate::fleet::f Up",
                 "session/lifecycle.rs:4 crate::dispatch::Handler Up",
                 "session/lifecycle.rs:5 crate::app::App Up",
                 "session/lifecycle.rs:5 crate::server::name Up",
@@ -1016,12 +1016,12 @@ pub use catalog::{tool as make_tool, Catalog};
                 "use axum::Router;\nuse crate::dispatch;\nfn f() -> http::StatusCode { http::StatusCode::OK }\n",
             ),
             (
-                "cluster/mod.rs",
+                "fleet/mod.rs",
                 "use crate::transport::Relay;\nuse crate::redis_conn::RedisConn;\n",
             ),
             (
                 "server/mod.rs",
-                "use crate::cluster::Cluster;\nuse crate::Server;\n",
+                "use crate::fleet::Fleet;\nuse crate::Server;\n",
             ),
         ]);
         assert_eq!(got, Vec::<String>::new());
@@ -1125,7 +1125,7 @@ pub use catalog::{tool as make_tool, Catalog};
         let got = check(&[(
             "session/mod.rs",
             "//! See [`crate::server::Server`].\n\
-             // crate::cluster for why\n\
+             // crate::fleet for why\n\
              /// Not [`http::StatusCode`] here.\n\
              fn f(http: u8, x: &X) -> &str {\n    mycrate::server::x();\n    let _ = self.http;\n    let _ = x.http;\n    \"crate::transport::reply http::StatusCode\"\n}\n\
              use crate::protocol::Id;\nuse super::protocol::Id as I;\n",

@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 
 use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
 use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
-use crate::cluster::Cluster;
 use crate::config::{Config, DeploymentMode};
 use crate::events::{EventStore, MemoryEventStore, RedisEventStore};
+use crate::fleet::Fleet;
 use crate::machine_id::{self, MachineIdSource};
 use crate::redis_conn::RedisConn;
 use crate::session::{
@@ -152,7 +152,7 @@ impl ServerBuilder {
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
-            && let Some((o, r)) = crate::cluster::seams(
+            && let Some((o, r)) = crate::fleet::seams(
                 conn,
                 &machine_id,
                 &config,
@@ -271,7 +271,7 @@ fn redis_event_store(conn: &RedisConn, config: &Config, machine_id: &str) -> Red
     // Only in distributed mode can a reader tell that a stream's writer is gone (and end the
     // stream for it).
     let liveness = (config.deployment_mode == DeploymentMode::Distributed)
-        .then(|| crate::cluster::process_liveness(conn, &config.ha));
+        .then(|| crate::fleet::process_liveness(conn, &config.ha));
     events.with_writers(machine_id, liveness)
 }
 
@@ -338,7 +338,7 @@ fn tasks_for(
         Some(conn)
             if redis_tasks.is_some() && config.deployment_mode == DeploymentMode::Distributed =>
         {
-            Some(crate::cluster::process_liveness(conn, &config.ha))
+            Some(crate::fleet::process_liveness(conn, &config.ha))
         }
         _ => None,
     };
@@ -478,23 +478,23 @@ impl Server {
                 "FLEETMCP_CLIENT_ADDRESS_HEADER is set without FLEETMCP_TRUSTED_PROXIES: the header is believed from any peer, so a client can choose the address its limits count against; list the load balancers in FLEETMCP_TRUSTED_PROXIES"
             );
         }
-        let cluster = if app.config().deployment_mode == DeploymentMode::Distributed {
-            let cluster = Cluster::start(&app, self.redis.clone())
+        let fleet = if app.config().deployment_mode == DeploymentMode::Distributed {
+            let fleet = Fleet::start(&app, self.redis.clone())
                 .await
                 .map_err(|why| {
                     tracing::error!("{why}");
                     std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
                 })?;
-            Some(Arc::new(cluster))
+            Some(Arc::new(fleet))
         } else {
             None
         };
         let seams = Seams {
             relay: self.relay,
-            probes: cluster.iter().flat_map(|c| c.probes()).collect(),
+            probes: fleet.iter().flat_map(|c| c.probes()).collect(),
         };
         let mut router = transport::router(app.clone(), seams);
-        if let Some(c) = &cluster {
+        if let Some(c) = &fleet {
             router = c.layer(router);
         }
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
@@ -502,7 +502,7 @@ impl Server {
         Ok(Running {
             app,
             router,
-            cluster,
+            fleet,
             sweeper,
             connections: self.connections,
         })
@@ -543,7 +543,7 @@ pub struct Running {
     app: App,
     router: Router,
     /// Shared with the task that runs a graceful stop's first phase.
-    cluster: Option<Arc<Cluster>>,
+    fleet: Option<Arc<Fleet>>,
     sweeper: JoinHandle<()>,
     /// The connection budget the listener and the relay share.
     connections: crate::limits::Connections,
@@ -597,7 +597,7 @@ impl Running {
     {
         let local = listener.local_addr()?;
         log_startup(&self.app, local);
-        if let Some(c) = &self.cluster {
+        if let Some(c) = &self.fleet {
             c.listening_on(local);
         }
         let app = self.app.clone();
@@ -612,7 +612,7 @@ impl Running {
         };
         let began = Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
         // The operator's drain request (distributed mode) stops the server as `stop` does.
-        let requested = self.cluster.as_ref().map(|c| c.drain_requested());
+        let requested = self.fleet.as_ref().map(|c| c.drain_requested());
         let stop = async move {
             match requested {
                 Some(requested) => tokio::select! {
@@ -623,7 +623,7 @@ impl Running {
             }
         };
         let stopping = {
-            let (app, cluster, began) = (app.clone(), self.cluster.clone(), began.clone());
+            let (app, fleet, began) = (app.clone(), self.fleet.clone(), began.clone());
             tokio::spawn(async move {
                 stop.await;
                 let t0 = tokio::time::Instant::now();
@@ -636,7 +636,7 @@ impl Running {
                     grace.as_millis()
                 );
                 app.draining().cancel();
-                if let Some(c) = &cluster {
+                if let Some(c) = &fleet {
                     c.withdraw().await;
                 }
                 let cut = cut_drain();
@@ -670,7 +670,7 @@ impl Running {
     pub async fn stop(self) {
         self.app.shutdown().cancel();
         self.sweeper.abort();
-        if let Some(c) = &self.cluster {
+        if let Some(c) = &self.fleet {
             c.stop().await;
         }
     }

@@ -65,7 +65,7 @@ impl Tasks {
     }
 
     /// The store is shared with other instances: tasks started here name `node` as their
-    /// executor, and `liveness` (when the cluster provides it) tells when another task's
+    /// executor, and `liveness` (when the fleet provides it) tells when another task's
     /// executor is gone.
     pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ProcessLiveness>>) -> Self {
         self.fleet = Some(Fleet {
@@ -391,7 +391,7 @@ impl Tasks {
     /// Ends as `failed` every task not ended yet that instance `node` started before
     /// `spawned_before` (Unix ms), with [`EXECUTOR_GONE_MESSAGE`]; how many were ended.
     ///
-    /// For the orphan scanner (in `cluster`): call it once `node` is known to be gone (no
+    /// For the orphan scanner (in `fleet`): call it once `node` is known to be gone (no
     /// heartbeat and no subscriber on its channel, or no heartbeat for the takeover grace),
     /// with `spawned_before` = the time it was found gone, so that tasks of a new process
     /// started under the same machine id since are left alone. Each record is ended with a

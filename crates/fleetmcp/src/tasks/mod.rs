@@ -12,7 +12,7 @@
 //! `tasks/cancel` received elsewhere reaches the executor through the store
 //! ([`TaskStore::signal_cancel`]); a task whose executor died is ended as `failed` by whichever
 //! instance reads it and finds the executor gone ([`ProcessLiveness`], implemented by the
-//! cluster), or by the orphan scanner ([`Tasks::fail_tasks_of`]).
+//! fleet), or by the orphan scanner ([`Tasks::fail_tasks_of`]).
 //!
 //! With authorization on, a record names the principal that started it (its fingerprint, never
 //! its token), and [`Tasks::get_as`] gives it to that principal only: to anyone else it is a

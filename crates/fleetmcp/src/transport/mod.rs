@@ -11,10 +11,10 @@
 //! handler, for requests served here: parse, the era settled ([`era`]), then [`driver`] runs
 //! the request through dispatch (its `start`, the one place any route's call starts) and the
 //! handler picks the answer's shape (JSON, or SSE framed by [`sse`]). In distributed mode the
-//! cluster's own layers (relay guard, machine id) wrap all of it.
+//! fleet's own layers (relay guard, machine id) wrap all of it.
 //!
 //! Architecture invariant: transport knows HTTP; of other instances it knows machine ids and
-//! the seams it defines ([`Relay`], [`Probe`]), never `cluster` itself; nothing below it knows
+//! the seams it defines ([`Relay`], [`Probe`]), never `fleet` itself; nothing below it knows
 //! HTTP.
 
 // An error answer here is the HTTP response itself, built once per request and returned up a

@@ -1,5 +1,5 @@
 //! Who serves a stored session this instance does not hold, in distributed mode: the
-//! `session::Ownership` the cluster installs.
+//! `session::Ownership` the fleet installs.
 //!
 //! The record names its holder (`session.nodeId`). A holder whose heartbeat is in Redis is alive:
 //! its requests are relayed to it. A holder whose heartbeat is gone and who holds no subscription

@@ -29,7 +29,7 @@ fn derive(secret: &[u8]) -> Option<KeyPair> {
 
 /// The relay keys of one instance: the current secret's first, then the previous secrets'.
 #[derive(Clone)]
-pub(in crate::cluster) struct RelayKeys {
+pub(in crate::fleet) struct RelayKeys {
     /// The current secret's pair signs; every pair verifies.
     pub(super) pairs: Vec<KeyPair>,
 }

@@ -116,7 +116,7 @@ pub(crate) fn process_liveness(
 }
 
 /// Distributed mode on one instance, from start to a graceful stop.
-pub(crate) struct Cluster {
+pub(crate) struct Fleet {
     machine_id: String,
     heartbeat: Option<Arc<Heartbeat>>,
     /// The advertised address and its self-check (with Redis).
@@ -145,7 +145,7 @@ pub(crate) async fn request_drain(
     drain_request::request(redis, config, source, target).await
 }
 
-impl Cluster {
+impl Fleet {
     /// Starts distributed mode for `app`: with Redis, the heartbeat (refusing a machine id in
     /// use) and the fleet's change channel; without it, the instance still names itself in
     /// headers and cookies, but nothing is shared.
@@ -254,7 +254,7 @@ impl Cluster {
             .await;
     }
 
-    /// A graceful stop: the heartbeat goes at once (if [`Cluster::withdraw`] has not already
+    /// A graceful stop: the heartbeat goes at once (if [`Fleet::withdraw`] has not already
     /// deleted it).
     pub async fn stop(&self) {
         self.withdraw().await;

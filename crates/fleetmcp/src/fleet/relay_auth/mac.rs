@@ -10,7 +10,7 @@ use super::keys::KeyPair;
 use super::{NONCE_LEN, VERSION};
 
 /// What a request is, for its MAC.
-pub(in crate::cluster) struct Subject<'a> {
+pub(in crate::fleet) struct Subject<'a> {
     pub source: &'a [u8],
     pub target: &'a [u8],
     pub method: &'a Method,

@@ -14,7 +14,7 @@ use super::{RELAY_AUTH_NAME, RELAY_HOST_NAME, RELAY_SEALED_NAME, RELAYED_BY_NAME
 
 /// Why a relayed request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::cluster) enum Refusal {
+pub(in crate::fleet) enum Refusal {
     /// Some relay headers but not all that are needed.
     Incomplete,
     /// The relay header does not parse.
@@ -52,7 +52,7 @@ impl Refusal {
 }
 
 /// Checks relayed requests on the instance they were relayed to.
-pub(in crate::cluster) struct Verifier {
+pub(in crate::fleet) struct Verifier {
     keys: RelayKeys,
     /// This instance's machine id: the target every request must have been signed for.
     me: Vec<u8>,

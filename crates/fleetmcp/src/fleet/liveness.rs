@@ -1,4 +1,4 @@
-//! Whether another instance's process is gone: the `liveness::ProcessLiveness` the cluster
+//! Whether another instance's process is gone: the `liveness::ProcessLiveness` the fleet
 //! installs, for background tasks (is a task's executor gone?) and for SSE answers kept for
 //! resumption (is the stream's writer gone?), with the same evidence as session takeover
 //! (`directory.rs`, `relay.rs`).
