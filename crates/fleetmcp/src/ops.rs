@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-pub use crate::cluster::census::{Census, Instance, MAX_NODES};
+use crate::cluster::census::Census;
 use crate::config::Config;
 use crate::redis_conn::RedisConn;
 
