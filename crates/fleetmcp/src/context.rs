@@ -91,6 +91,22 @@ pub const IDEMPOTENCY_KEY_META: &str = "io.fleetmcp/idempotency-key";
 pub const MAX_IDEMPOTENCY_KEY: usize = 256;
 
 /// Handed to every tool, resource and prompt handler. Cheap to clone.
+///
+/// ```
+/// use fleetmcp::{LogLevel, NoArgs, tool};
+///
+/// let slow = tool("slow").handler(|_: NoArgs, ctx| async move {
+///     ctx.log(LogLevel::Info, "starting");
+///     for step in 1..=3 {
+///         if ctx.is_cancelled() {
+///             break;
+///         }
+///         ctx.progress(f64::from(step), Some(3.0), None);
+///     }
+///     Ok("done")
+/// });
+/// # drop(slow);
+/// ```
 #[derive(Clone)]
 pub struct RequestContext {
     inner: Arc<Inner>,
@@ -249,10 +265,12 @@ impl RequestContext {
         })
     }
 
-    /// The session this request belongs to (session-era clients only).
-    pub fn session(&self) -> Option<&Arc<Session>> {
+    /// The id of the session this request belongs to (session-era clients only; `None` for a
+    /// 2026-07-28 client): what [`ServerHandle::notify_session`] takes to reach the session
+    /// later, from outside the handler.
+    pub fn session_id(&self) -> Option<&str> {
         match &self.inner.caller {
-            Caller::Session(s) => Some(s),
+            Caller::Session(s) => Some(&s.id),
             _ => None,
         }
     }
@@ -509,7 +527,7 @@ impl RequestContext {
     /// ```no_run
     /// # #![allow(deprecated)]
     /// # use fleetmcp::RequestContext;
-    /// use fleetmcp::protocol::model::{CreateMessageRequestParams, SamplingMessage};
+    /// use fleetmcp::model::{CreateMessageRequestParams, SamplingMessage};
     /// # async fn run(ctx: RequestContext) -> Result<(), fleetmcp::ToolError> {
     /// let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Hi")], 100);
     /// let answer = ctx.create_message(params).await?;

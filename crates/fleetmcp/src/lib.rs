@@ -15,29 +15,46 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The API, one path per name:
+//!
+//! - this page: [`tool`], [`resource`], [`template`] and [`prompt`] start a declaration;
+//!   [`Server`] and its [`ServerBuilder`] build a server, [`Running`] and [`ServerHandle`] run
+//!   and change it; a handler gets a [`RequestContext`] and fails with [`ToolError`],
+//!   [`ResourceError`] or [`PromptError`]; [`Config`] is the configuration; and the constants a
+//!   client sees;
+//! - [`catalog`]: the builders those functions return and the definitions they build;
+//! - [`config`]: the sections of [`Config`];
+//! - [`redis_conn`]: the bounded Redis connection, for an application's own keys;
+//! - [`model`]: the MCP message types (rmcp's).
+//!
 //! See `docs/ARCHITECTURE.md` for how the parts fit together.
 
 // The layers, lowest first. A module imports only from layers below it (and its own layer);
 // tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.
+//
+// What a user of the library can name is this file's `pub` items and the three public modules
+// (`catalog`, `config`, `redis_conn`), one path each: tests/public_api.rs lists it and fails when
+// it grows unlisted. What the crate's own tests and the examples' binaries need beyond that is
+// behind `internals`, hidden from the documentation and not API.
 // 0. foundation
 mod clock;
 pub mod config;
 mod liveness;
 mod machine_id;
-pub mod protocol;
-pub mod redis_config;
+mod protocol;
+mod redis_config;
 pub mod redis_conn;
 mod telemetry;
 #[cfg(test)]
 mod testing;
 // 1. state that is not a session's
-pub mod auth;
-pub mod events;
+mod auth;
+mod events;
 mod limits;
 mod stateless;
 mod tasks;
 // 2. sessions
-pub mod session;
+mod session;
 // 3. the application: shared state, what a server offers, what a handler sees
 mod app;
 pub mod catalog;
@@ -49,24 +66,24 @@ mod transport;
 // 6. other instances
 mod fleet;
 // 7. wiring
-pub mod ops;
+#[doc(hidden)]
+pub mod internals;
+mod ops;
 mod server;
 
-pub use app::{ServerHandle, ServerInfo};
-pub use auth::{AuthError, Principal};
-pub use catalog::{
-    Catalog, IntoToolResult, NoArgs, PromptError, ResourceError, Structured, ToolError, prompt,
-    resource, template, tool,
-};
-pub use config::{BindAddress, Config, ConfigError, DeploymentMode};
+pub use app::ServerHandle;
+pub use auth::Principal;
+pub use catalog::prompt::{PromptError, prompt};
+pub use catalog::resource::{ResourceError, resource, template};
+pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
+pub use config::load::{Config, ConfigError};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
-pub use limits::HoldingsSnapshot;
+pub use events::WRITER_GONE_MESSAGE;
 pub use protocol::LogLevel;
+/// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
+/// official SDK's `rmcp::model`, which handlers build their answers from.
+pub use rmcp::model;
 pub use server::{Running, Server, ServerBuilder, shutdown_signal};
-pub use tasks::{
-    EXECUTOR_GONE_MESSAGE, Executor, MemoryTaskStore, RedisTaskStore, TaskLimits, TaskQuota,
-    TaskRecord, TaskStatus, TaskStore, TaskStoreError, TaskStoreFull, TaskSupport,
-};
-pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
-
+pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
+pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};

@@ -8,10 +8,9 @@
 //! 1.x), a connect timeout, and a timeout on every command.
 //!
 //! ```
-//! use fleetmcp::redis_config::RedisConfig;
+//! use fleetmcp::config::RedisConfig;
 //!
 //! let cfg = RedisConfig::from_url("redis://:s3cret@10.0.0.5:6380/2");
-//! cfg.validate().unwrap();
 //! assert_eq!(cfg.session_key("abc"), "mcp:session:abc");
 //! assert_eq!(cfg.display_target(), "redis://10.0.0.5:6380/2");
 //!
@@ -20,7 +19,6 @@
 //!     "host": "10.0.0.5", "port": 6380, "password": "s3cret", "db": 2,
 //!     "key_prefix": "desk:", "default_ttl_ms": 600000
 //! })).unwrap();
-//! cfg.validate().unwrap();
 //! assert_eq!(cfg.session_key("abc"), "desk:session:abc");
 //! assert_eq!(cfg.command_timeout_ms, 500);
 //! ```
@@ -230,7 +228,7 @@ impl RedisConfig {
     }
 
     /// Checks everything that can be checked without connecting.
-    pub fn validate(&self) -> Result<(), RedisConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), RedisConfigError> {
         self.replicas_to_wait()?;
         if let Some(path) = &self.ca_file
             && let Err(e) = std::fs::metadata(path)
@@ -298,14 +296,14 @@ impl RedisConfig {
     }
 
     /// The configured cluster nodes' addresses, parsed.
-    pub fn cluster_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
+    pub(crate) fn cluster_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
         parse_addresses(&self.cluster_nodes, RedisConfigError::ClusterAddress)
     }
 
     /// A `redis` cluster client for `cluster_nodes`: every node with the host form's
     /// credentials and TLS (trusting `ca_file` when set), `TCP_NODELAY` as configured, each
     /// command bounded by the command timeout.
-    pub fn cluster_client(&self) -> Result<redis::cluster::ClusterClient, RedisConfigError> {
+    pub(crate) fn cluster_client(&self) -> Result<redis::cluster::ClusterClient, RedisConfigError> {
         install_crypto_provider();
         let nodes = self
             .cluster_addresses()?
@@ -344,7 +342,7 @@ impl RedisConfig {
     }
 
     /// How many replicas must confirm a new session's record (see `wait_replicas`).
-    pub fn replicas_to_wait(&self) -> Result<WaitReplicas, RedisConfigError> {
+    pub(crate) fn replicas_to_wait(&self) -> Result<WaitReplicas, RedisConfigError> {
         match self.wait_replicas.trim() {
             "off" | "0" => Ok(WaitReplicas::Off),
             "auto" | "" if self.is_sentinel() => Ok(WaitReplicas::Auto),
@@ -357,12 +355,12 @@ impl RedisConfig {
     }
 
     /// The sentinels' addresses, parsed.
-    pub fn sentinel_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
+    pub(crate) fn sentinel_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
         parse_addresses(&self.sentinels, RedisConfigError::SentinelAddress)
     }
 
     /// The connection settings for one sentinel: its own credentials, the master's TLS.
-    pub fn sentinel_connection_info(
+    pub(crate) fn sentinel_connection_info(
         &self,
         host: &str,
         port: u16,
@@ -380,7 +378,7 @@ impl RedisConfig {
     /// The connection settings for the server at `host:port` that is not named by the
     /// configuration itself (the master the sentinels name, a node of a cluster), with the host
     /// form's credentials, database and TLS.
-    pub fn server_connection_info(
+    pub(crate) fn server_connection_info(
         &self,
         host: &str,
         port: u16,
@@ -452,18 +450,13 @@ impl RedisConfig {
     /// A `redis` client for this configuration: with TLS, it verifies the server against
     /// `ca_file` when set, else the system's trust store. (With Sentinel, see
     /// [`RedisConfig::client_for`] with the master's [`RedisConfig::server_connection_info`].)
-    pub fn client(&self) -> Result<redis::Client, RedisConfigError> {
+    pub(crate) fn client(&self) -> Result<redis::Client, RedisConfigError> {
         self.client_for(self.connection_info()?)
     }
 
-    /// Like [`RedisConfig::client`], speaking RESP3, whose push messages carry client-side
-    /// caching's invalidations.
-    pub fn resp3_client(&self) -> Result<redis::Client, RedisConfigError> {
-        self.resp3_client_for(self.connection_info()?)
-    }
-
-    /// Like [`RedisConfig::resp3_client`], for the server `info` names.
-    pub fn resp3_client_for(
+    /// Like [`RedisConfig::client`] for the server `info` names, speaking RESP3, whose push
+    /// messages carry client-side caching's invalidations.
+    pub(crate) fn resp3_client_for(
         &self,
         info: ConnectionInfo,
     ) -> Result<redis::Client, RedisConfigError> {
@@ -475,7 +468,10 @@ impl RedisConfig {
     }
 
     /// A `redis` client for the server `info` names, with this configuration's TLS trust.
-    pub fn client_for(&self, info: ConnectionInfo) -> Result<redis::Client, RedisConfigError> {
+    pub(crate) fn client_for(
+        &self,
+        info: ConnectionInfo,
+    ) -> Result<redis::Client, RedisConfigError> {
         install_crypto_provider();
         let client = if self.is_tls()
             && let Some(certs) = self.trusted_cas()?
@@ -503,7 +499,7 @@ impl RedisConfig {
     /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured. With
     /// Sentinel there is no fixed server: the master's settings come from
     /// [`RedisConfig::server_connection_info`] once the sentinels have named it.
-    pub fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
+    pub(crate) fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
         if self.is_cluster() {
             return Err(RedisConfigError::Cluster(
                 "with `cluster_nodes`, commands go to the node that holds each key's slot",

@@ -1,6 +1,6 @@
 //! The Kubernetes manifests in `deploy/k8s/` (issue 12, item 4), parsed and checked against the
 //! configuration the binaries accept: every environment variable they set is one fleetmcp reads
-//! (`fleetmcp::config::environment_variables()`), the whole environment and TOML file load
+//! (`fleetmcp::internals::environment_variables()`), the whole environment and TOML file load
 //! through `Config::from_sources` (so every value parses), `MACHINE_ID` is the pod's name, the
 //! session secret comes from a Secret, the probes hit `/readyz` and `/healthz` on the port the
 //! server listens on, and the termination grace period covers preStop + drain + shutdown grace.
@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fleetmcp::config::{Config, DeploymentMode, environment_variables};
+use fleetmcp::Config;
+use fleetmcp::config::DeploymentMode;
+use fleetmcp::internals::environment_variables;
 use serde::Deserialize;
 use serde_json::Value;
 

@@ -6,7 +6,7 @@ mod support_redis;
 
 use std::time::Duration;
 
-use fleetmcp::redis_config::RedisConfig;
+use fleetmcp::config::RedisConfig;
 use fleetmcp::redis_conn::RedisConn;
 use support_redis::RedisServer;
 
@@ -133,7 +133,7 @@ async fn an_error_answer_is_not_an_outage_and_an_outage_still_fails_fast() {
 /// still refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
-    use fleetmcp::events::{EventStore, RedisEventStore};
+    use fleetmcp::internals::{EventStore, RedisEventStore};
     use futures_util::StreamExt;
     let mut redis = RedisServer::start();
     let conn = connect(&redis).await;

@@ -8,8 +8,8 @@ mod support_redis;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fleetmcp::redis_config::RedisConfig;
-use fleetmcp::session::{
+use fleetmcp::config::RedisConfig;
+use fleetmcp::internals::{
     Claim, Fence, Held, RedisSessionStore, SessionRecord, SessionStore, StoreError,
 };
 use fleetmcp::{Config, NoArgs, Server, tool};

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fleetmcp::redis_config::RedisConfig;
-use fleetmcp::redis_conn::RedisConn;
-use fleetmcp::{
-    Executor, NoArgs, RedisTaskStore, Server, TaskLimits, TaskRecord, TaskStatus, TaskStore,
-    TaskStoreError, TaskSupport, tool,
+use fleetmcp::config::RedisConfig;
+use fleetmcp::internals::{
+    Executor, RedisTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
 };
+use fleetmcp::redis_conn::RedisConn;
+use fleetmcp::{NoArgs, Server, TaskSupport, tool};
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use support::{Client, SECRET, TestServer, config_from, serve, within};

@@ -62,7 +62,7 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
             Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
         }))
-        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }));
+        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }));
     serve(builder, config_with(SECRET, tweak)).await
 }
 
@@ -634,7 +634,7 @@ async fn listen_streams_are_acknowledged_tagged_and_filtered() {
         .add_prompt(
             prompt("late")
                 .description("Added later")
-                .get(|_, _| async { Ok(Vec::<fleetmcp::protocol::model::PromptMessage>::new()) }),
+                .get(|_, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }),
         )
         .await;
     let msgs = reader.await.unwrap();

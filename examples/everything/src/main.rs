@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[allow(deprecated)] // sampling (SEP-2577): the conformance suite still exercises it
-use fleetmcp::protocol::model::{
-    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitResult, PromptMessage,
-    ResourceContents, Role, SamplingMessage,
+use fleetmcp::model::{
+    CallToolResult, ContentBlock, CreateMessageRequestParams, ElicitResult, ErrorData,
+    PromptMessage, ResourceContents, Role, SamplingMessage,
 };
 use fleetmcp::{
     Config, LogLevel, NoArgs, ResourceError, Server, TaskSupport, ToolError, prompt, resource,
@@ -432,7 +432,7 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
             .task_support(TaskSupport::Optional)
             .handler(|_: NoArgs, _| async move {
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                Err::<&str, _>(ToolError::Protocol(fleetmcp::protocol::errors::internal("the job crashed")))
+                Err::<&str, _>(ToolError::Protocol(ErrorData::internal_error("the job crashed", None)))
             }),
         tool("confirm_delete")
             .description("Asks for a confirmation, then deletes; runs as a task")
@@ -746,10 +746,11 @@ async fn build(config: Config) -> Server {
 
 #[tokio::main]
 async fn main() {
-    // `everything fleet status|drain <machine-id>`: the operator's command (`fleetmcp::ops`).
+    // `everything fleet status|drain <machine-id>`: the operator's command
+    // (fleetmcp's `src/ops.rs`; not yet API, hence `internals`).
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().is_some_and(|a| a == "fleet") {
-        std::process::exit(fleetmcp::ops::main(&args[1..]).await);
+        std::process::exit(fleetmcp::internals::operator_command(&args[1..]).await);
     }
     fleetmcp::init_tracing();
     let config = match Config::load() {

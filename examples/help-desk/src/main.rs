@@ -10,7 +10,7 @@ mod ticket;
 
 use std::sync::Arc;
 
-use fleetmcp::protocol::model::{PromptMessage, ResourceContents, Role, ToolAnnotations};
+use fleetmcp::model::{PromptMessage, ResourceContents, Role, ToolAnnotations};
 use fleetmcp::redis_conn::RedisConn;
 use fleetmcp::{
     Config, PromptError, ResourceError, Server, Structured, ToolError, prompt, resource, template,
@@ -377,10 +377,11 @@ fn build(config: Config, desk: Desk) -> Server {
 
 #[tokio::main]
 async fn main() {
-    // `help-desk fleet status|drain <machine-id>`: the operator's command (`fleetmcp::ops`).
+    // `help-desk fleet status|drain <machine-id>`: the operator's command
+    // (fleetmcp's `src/ops.rs`; not yet API, hence `internals`).
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().is_some_and(|a| a == "fleet") {
-        std::process::exit(fleetmcp::ops::main(&args[1..]).await);
+        std::process::exit(fleetmcp::internals::operator_command(&args[1..]).await);
     }
     fleetmcp::init_tracing();
     let config = match Config::load() {

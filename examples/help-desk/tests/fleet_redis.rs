@@ -1769,7 +1769,7 @@ fn a_holder_whose_subscription_is_gone_does_not_serve_from_memory() {
 }
 
 /// The error a reader writes for a call whose instance died before it answered
-/// (`fleetmcp::events::WRITER_GONE_MESSAGE`).
+/// (`fleetmcp::WRITER_GONE_MESSAGE`).
 const WRITER_GONE: &str = "The instance running this request stopped before it answered; whether it took effect is unknown";
 
 /// Starts a `stamp` call on `port` in session `sid` that answers after 5 s, reads its stream up

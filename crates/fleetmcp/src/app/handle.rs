@@ -121,7 +121,7 @@ impl ServerHandle {
     /// A change announced by another instance of the fleet: to this instance's listen streams,
     /// and a resource update to its subscribed sessions too (a list change is not applied to
     /// this instance's catalog, which is its own).
-    pub async fn apply_remote(&self, change: Change) {
+    pub(crate) async fn apply_remote(&self, change: Change) {
         match change {
             Change::ResourceUpdated(uri) => self.resource_updated_here(&uri).await,
             list => self.app.announce(list),
@@ -157,13 +157,16 @@ impl ServerHandle {
     }
 
     /// The `subscriptions/listen` streams open on this instance: callers with one open, streams,
-    /// and the bytes of the URIs they filter on. All zero once every stream has closed.
+    /// and the bytes of the URIs they filter on. All zero once every stream has closed. (For
+    /// tests: not API.)
+    #[doc(hidden)]
     pub fn listen_streams(&self) -> crate::limits::HoldingsSnapshot {
         self.app.listens().snapshot()
     }
 
     /// Bytes of client data (subscriptions, listen filters) this instance keeps now, counted
-    /// against `sessions.max_client_data_bytes`.
+    /// against `sessions.max_client_data_bytes`. (For tests: not API.)
+    #[doc(hidden)]
     pub fn client_data_bytes(&self) -> usize {
         self.app.client_data().used()
     }

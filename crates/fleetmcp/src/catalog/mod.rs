@@ -1,8 +1,27 @@
 //! What a server offers: tools, resources, resource templates and prompts, declared with the
-//! builders of [`tool`], [`resource`] and [`prompt`] and collected into a [`Catalog`].
+//! builders that [`tool`](crate::tool), [`resource`](crate::resource),
+//! [`template`](crate::template) and [`prompt`](crate::prompt) start, and collected into a
+//! `Catalog`.
+//!
+//! The public names here are the builders and the definitions they build (what
+//! [`ServerBuilder`](crate::ServerBuilder) and [`ServerHandle`](crate::ServerHandle) take), and
+//! the traits a handler's return value implements. The functions that start a declaration and
+//! the types a handler names (its arguments, its errors) are at the crate root.
 //!
 //! The catalog is immutable; a change at runtime builds a new one and swaps it in (see
 //! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use fleetmcp::catalog::ToolDef;
+//! use fleetmcp::{NoArgs, tool};
+//!
+//! fn tools() -> Vec<Arc<ToolDef>> {
+//!     let ping = tool("ping").description("Answers pong");
+//!     vec![ping.handler(|_: NoArgs, _ctx| async { Ok("pong") })]
+//! }
+//! # assert_eq!(tools().len(), 1);
+//! ```
 
 /// `From<E: Error>` for a handler's error type through the one [`tool::classify`], so `?` works
 /// on any error in a tool, resource or prompt handler and means the same in all three.
@@ -23,22 +42,28 @@ macro_rules! from_any_error {
     };
 }
 
-pub mod prompt;
-pub mod resource;
-pub mod tool;
+pub(crate) mod prompt;
+pub(crate) mod resource;
+pub(crate) mod tool;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-pub use prompt::{PromptDef, PromptError, prompt};
-pub use resource::{ResourceDef, ResourceError, TemplateDef, UriTemplate, resource, template};
-pub use tool::{IntoToolResult, NoArgs, Structured, ToolDef, ToolError, tool};
+pub use prompt::{IntoPromptResult, PromptBuilder, PromptDef};
+pub use resource::{ResourceBuilder, ResourceDef, TemplateBuilder, TemplateDef};
+pub use tool::{IntoToolResult, ToolBuilder, ToolDef};
+// The crate's own paths to what the root makes public.
+pub(crate) use prompt::PromptError;
+pub(crate) use resource::ResourceError;
+pub(crate) use tool::ToolError;
+#[cfg(test)]
+pub(crate) use tool::tool;
 
 /// A consistent snapshot of everything a server offers.
 #[derive(Clone, Default)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     pub(crate) tools: Vec<Arc<ToolDef>>,
     tool_index: HashMap<String, usize>,
     pub(crate) resources: Vec<Arc<ResourceDef>>,
@@ -230,6 +255,7 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NoArgs;
 
     #[test]
     fn tools_hash_matches_the_reference_definition() {

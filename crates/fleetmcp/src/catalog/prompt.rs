@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use fleetmcp::prompt;
-//! use fleetmcp::protocol::model::{PromptMessage, Role};
+//! use fleetmcp::model::{PromptMessage, Role};
 //!
 //! let triage = prompt("triage_ticket")
 //!     .description("Triage a ticket")
@@ -119,7 +119,22 @@ impl PromptDef {
     }
 }
 
-/// Starts declaring a prompt.
+/// Starts declaring a prompt: its arguments, then the handler that gets them by name and
+/// answers with the messages.
+///
+/// ```
+/// use fleetmcp::model::{PromptMessage, Role};
+/// use fleetmcp::{Server, prompt};
+///
+/// let triage = prompt("triage")
+///     .argument("ticket", "The ticket to triage", true)
+///     .get(|args, _ctx| async move {
+///         let ticket = args.get("ticket").cloned().unwrap_or_default();
+///         Ok(vec![PromptMessage::new_text(Role::User, format!("Triage ticket {ticket}"))])
+///     });
+/// let server = Server::builder("desk", "1.0.0").prompt(triage).build();
+/// # drop(server);
+/// ```
 pub fn prompt(name: impl Into<String>) -> PromptBuilder {
     PromptBuilder {
         name: name.into(),

@@ -102,10 +102,10 @@ impl Config {
     }
 
     /// How long a graceful stop keeps serving before it stops accepting connections:
-    /// `http.drain_ms` when set; else [`DEFAULT_DRAIN_MS`] for an instance likely behind a load
-    /// balancer (sessions in Redis, distributed mode, or production), which must not drop the
-    /// requests the balancer still sends it, and 0 for a lone development server (sessions in
-    /// memory), which nothing else could take over and which Ctrl-C should stop at once.
+    /// `http.drain_ms` when set; else `DEFAULT_DRAIN_MS` (5 s) for an instance likely behind a
+    /// load balancer (sessions in Redis, distributed mode, or production), which must not drop
+    /// the requests the balancer still sends it, and 0 for a lone development server (sessions
+    /// in memory), which nothing else could take over and which Ctrl-C should stop at once.
     pub fn drain_delay(&self) -> std::time::Duration {
         let fleet = self.redis.is_some()
             || self.deployment_mode == DeploymentMode::Distributed

@@ -71,7 +71,7 @@ const OTHER_ENV: &[&str] = &[
 
 /// Every environment variable a fleetmcp server reads: the configuration's (see
 /// [`Config::from_sources`]), `FLEETMCP_CONFIG` (the TOML file, read by [`Config::load`]) and
-/// those read by [`crate::init_tracing`] ([`TRACING_ENV`]). Deployment files are checked
+/// those read by [`crate::init_tracing`] (`TRACING_ENV`). Deployment files are checked
 /// against it (`tests/deploy_k8s.rs`).
 pub fn environment_variables() -> impl Iterator<Item = &'static str> {
     ENV_KEYS

@@ -31,9 +31,9 @@ pub struct HttpConfig {
     /// `FLEETMCP_DRAIN_MS`: how long a stopping instance (SIGTERM, SIGINT) keeps serving, with
     /// `/readyz` answering `503` and every response closing its connection, before it stops
     /// accepting connections: the time a load balancer needs to notice and send it nothing
-    /// new. Unset: [`DEFAULT_DRAIN_MS`](super::DEFAULT_DRAIN_MS) when the instance is likely
-    /// behind one (sessions in Redis, distributed mode, or production), else 0 (a lone
-    /// development server stops at once). See [`Config::drain_delay`](super::Config::drain_delay).
+    /// new. Unset: 5 s (`DEFAULT_DRAIN_MS`) when the instance is likely behind one (sessions in
+    /// Redis, distributed mode, or production), else 0 (a lone development server stops at
+    /// once). See [`Config::drain_delay`](super::Config::drain_delay).
     pub drain_ms: Option<u64>,
     /// Most messages in one JSON-RPC batch (2025-03-26); a longer batch is refused with `400`
     /// `-32600` while it is parsed, before its items are read.

@@ -104,7 +104,8 @@ impl MemoryEventStore {
         Some((shared, entry.tag.clone()))
     }
 
-    /// Number of sessions with events (for tests and metrics).
+    /// Number of sessions with events (for tests).
+    #[cfg(test)]
     pub fn session_count(&self) -> usize {
         self.sessions.lock().len()
     }

@@ -40,7 +40,7 @@ pub struct Holdings {
     budget: Arc<Budget>,
 }
 
-/// What [`Holdings::snapshot`] reports: keys with something held, things held, bytes charged.
+/// What `Holdings::snapshot` reports: keys with something held, things held, bytes charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HoldingsSnapshot {
     /// Keys holding at least one thing (the table's entries).

@@ -18,7 +18,7 @@ pub use jsonrpc::{
 pub use log_level::LogLevel;
 pub use rmcp::model;
 pub use rmcp::model::{ErrorCode, ErrorData};
-pub use version::{ProtocolVersion, STATELESS_VERSION, STATELESS_VERSIONS};
+pub use version::{ProtocolVersion, STATELESS_VERSIONS};
 
 /// JSON-RPC error helpers with the messages this server uses everywhere.
 pub mod errors {

@@ -17,7 +17,7 @@ impl RedisConn {
     /// when the server written to is no longer the master: the write may then be lost.
     ///
     /// One `ROLE` (is the server still a master, and with how many replicas), then `WAIT` for
-    /// at most half the command timeout. With [`WaitReplicas::Auto`] a master without replicas
+    /// at most half the command timeout. With `wait_replicas = "auto"` a master without replicas
     /// is asked of the sentinels instead: in the second after a failover the old master has
     /// lost its replica (promoted) but still takes writes, which it will throw away.
     ///

@@ -7,7 +7,7 @@
 //! [`CommandError::Unavailable`]. A lost connection is re-established by the `redis` crate's
 //! `ConnectionManager`. A server that stops answering without closing the connection (paused,
 //! or a black-holed network) only shows as timeouts, and the manager does not reconnect on
-//! those: after [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row a new connection is built in the
+//! those: after `REBUILD_AFTER_TIMEOUTS` (3) timeouts in a row a new connection is built in the
 //! background and swapped in; callers never wait for that. When Redis cannot be reached at
 //! start, a background task retries (1 s doubling to 30 s) while commands fail at once.
 //!
@@ -15,10 +15,10 @@
 //! connection manager keeps a failed reconnect attempt and hands it to the next command, however
 //! late, and a connection that Redis closed while nobody used it is only found dead by the next
 //! command sent on it (without RESP3 nothing tells the manager earlier). So a connection on
-//! which nothing was sent for [`VALIDATE_AFTER_IDLE`], or whose last command found it dropped or
-//! refused, is first checked with `PING` (sent twice when the first finds it dropped: `PING` has
-//! no effect to double), and a command refused a connection is sent once more: a refused
-//! connection proves the command never left. A busy connection pays nothing, nor does a slow one
+//! which nothing was sent for `VALIDATE_AFTER_IDLE` (500 ms), or whose last command found it
+//! dropped or refused, is first checked with `PING` (sent twice when the first finds it
+//! dropped: `PING` has no effect to double), and a command refused a connection is sent once
+//! more: a refused connection proves the command never left. A busy connection pays nothing, nor does a slow one
 //! (a paused Redis: its commands queue as before); an idle one pays one `PING` before its first
 //! command (a pool's check on borrow).
 //!
@@ -58,14 +58,14 @@ use link::Link;
 use sentinel::watch_master;
 
 /// Timeouts in a row after which the connection is rebuilt.
-pub const REBUILD_AFTER_TIMEOUTS: u32 = 3;
+pub(crate) const REBUILD_AFTER_TIMEOUTS: u32 = 3;
 /// First delay of the background connection retry; it doubles up to [`RETRY_MAX`].
-pub const RETRY_MIN: Duration = Duration::from_secs(1);
-pub const RETRY_MAX: Duration = Duration::from_secs(30);
+pub(crate) const RETRY_MIN: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_MAX: Duration = Duration::from_secs(30);
 /// A single-server connection that has not answered for this long is checked with `PING`
 /// before its next command (see the module's comment). Short enough that Redis restarting
 /// behind an idle connection is noticed, long enough that a busy connection never pays it.
-pub const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
+pub(crate) const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 /// Why a Redis command failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -208,7 +208,7 @@ impl RedisConn {
     }
 
     /// How many times the connection was rebuilt (or a rebuild attempted) after
-    /// [`REBUILD_AFTER_TIMEOUTS`] timeouts in a row.
+    /// `REBUILD_AFTER_TIMEOUTS` (3) timeouts in a row.
     pub fn rebuild_attempts(&self) -> u32 {
         self.inner.rebuilds.load(Ordering::Acquire)
     }

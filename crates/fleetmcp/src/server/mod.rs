@@ -107,17 +107,23 @@ impl ServerBuilder {
         self.state.insert(std::any::TypeId::of::<T>(), value);
         self
     }
-    /// Replaces the session store the configuration would choose.
+    /// Replaces the session store the configuration would choose. Not API: the store traits are
+    /// the runtime's own seams (see [`crate::internals`]), for its tests.
+    #[doc(hidden)]
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
         self
     }
-    /// Replaces the task store (in Redis when the server has Redis, else in memory).
+    /// Replaces the task store (in Redis when the server has Redis, else in memory). Not API,
+    /// as [`ServerBuilder::session_store`].
+    #[doc(hidden)]
     pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
         self.tasks = Some(tasks);
         self
     }
-    /// Replaces the event store the configuration would choose.
+    /// Replaces the event store the configuration would choose. Not API, as
+    /// [`ServerBuilder::session_store`].
+    #[doc(hidden)]
     pub fn event_store(mut self, events: Arc<dyn EventStore>) -> Self {
         self.events = Some(events);
         self
@@ -385,6 +391,19 @@ fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option
 
 /// A built server: start it and embed its routes ([`Server::start`]), or serve it
 /// ([`Server::serve`], [`Server::serve_on`]).
+///
+/// ```no_run
+/// use fleetmcp::{Config, NoArgs, Server, tool};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = Server::builder("hello", "1.0.0")
+///     .tool(tool("hello").handler(|_: NoArgs, _ctx| async { Ok("Hello!") }))
+///     .config(Config::load()?)
+///     .build();
+/// // Or `server.start().await?` for the routes, to merge into a larger axum app.
+/// server.serve().await?;
+/// # Ok(()) }
+/// ```
 pub struct Server {
     app: App,
     redis: Option<RedisConn>,

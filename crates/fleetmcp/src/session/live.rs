@@ -256,6 +256,7 @@ impl Session {
     }
 
     /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`, ...).
+    #[cfg(test)]
     pub fn client_supports(&self, capability: &str) -> bool {
         self.client_capabilities().get(capability).is_some()
     }

@@ -24,10 +24,7 @@ mod tracking;
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::{LogId, SessionSealer};
 pub(crate) use lifecycle::{Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing};
+pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
-pub use live::{ClientReply, Session};
 pub use ownership::{Lease, Owner, Ownership};
-pub use store::{
-    Checked, Claim, Fence, Held, Invalidation, MemorySessionStore, SessionRecord, SessionStore,
-    StoreError,
-};
+pub use store::{Claim, Fence, Held, MemorySessionStore, SessionRecord, SessionStore, StoreError};

@@ -257,16 +257,13 @@ impl MemoryTaskStore {
     }
 
     /// Records held now (including any whose time is up but that no write has dropped yet).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.inner.lock().records.len()
     }
 
-    /// Whether no record is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Bytes of the records held now.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.inner.lock().bytes
     }

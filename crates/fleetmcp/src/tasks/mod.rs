@@ -237,7 +237,7 @@ pub struct TaskStoreFull {
     pub max: usize,
 }
 
-/// The bounds a [`MemoryTaskStore`] keeps.
+/// The bounds a `MemoryTaskStore` keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskLimits {
     /// Records kept at once.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleetmcp::session::{MemorySessionStore, SessionStore};
+use fleetmcp::internals::{MemorySessionStore, SessionStore};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -112,7 +112,7 @@ async fn an_active_session_stays_stored_past_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_mode_names_the_instance_and_sets_the_affinity_cookie() {
     let srv = start_with(SECRET, |cfg| {
-        cfg.deployment_mode = fleetmcp::DeploymentMode::Distributed;
+        cfg.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
         cfg.machine_id = Some("desk-a".into());
     })
     .await;

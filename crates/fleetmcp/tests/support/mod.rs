@@ -342,7 +342,7 @@ pub async fn start() -> TestServer {
 
 /// The fixture server using `store` for session records (instances of one fleet).
 pub async fn start_sharing(
-    store: Arc<dyn fleetmcp::session::SessionStore>,
+    store: Arc<dyn fleetmcp::internals::SessionStore>,
     edit: impl FnOnce(&mut Config),
 ) -> TestServer {
     let counters = Arc::new(Counters::default());
@@ -879,7 +879,7 @@ pub async fn raw_status(addr: SocketAddr, method: &str, headers: &[(&str, &str)]
 /// Asks the client's model through the typed sampling API; the text of its answer.
 #[allow(deprecated)] // sampling (SEP-2577) is still part of every session-era revision
 async fn sample(ctx: &RequestContext, prompt: &str) -> Result<String, fleetmcp::ToolError> {
-    use fleetmcp::protocol::model::{CreateMessageRequestParams, SamplingMessage};
+    use fleetmcp::model::{CreateMessageRequestParams, SamplingMessage};
     let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 20);
     let r = ctx.create_message(params).await?;
     Ok(r.message

@@ -481,10 +481,10 @@ impl SharedRedis {
     }
 
     /// The configuration the library takes for it.
-    pub fn config(&self) -> fleetmcp::redis_config::RedisConfig {
+    pub fn config(&self) -> fleetmcp::config::RedisConfig {
         match self {
-            Self::Single(r) => fleetmcp::redis_config::RedisConfig::from_url(r.url()),
-            Self::Cluster(c) => fleetmcp::redis_config::RedisConfig {
+            Self::Single(r) => fleetmcp::config::RedisConfig::from_url(r.url()),
+            Self::Cluster(c) => fleetmcp::config::RedisConfig {
                 cluster_nodes: c
                     .nodes
                     .iter()
@@ -492,7 +492,7 @@ impl SharedRedis {
                     .collect(),
                 ..Default::default()
             },
-            Self::Sentinel(s) => fleetmcp::redis_config::RedisConfig {
+            Self::Sentinel(s) => fleetmcp::config::RedisConfig {
                 sentinels: s.sentinels.iter().map(Sentinel::address).collect(),
                 sentinel_master: Some(s.name.clone()),
                 ..Default::default()

@@ -477,7 +477,7 @@ fn classify_answer(a: Option<&Value>) -> Outcome {
 
 /// The error a resumed answer stream carries when the instance running the call died.
 fn is_abandoned(answer: &Value) -> bool {
-    answer["error"]["message"] == json!(fleetmcp::events::WRITER_GONE_MESSAGE)
+    answer["error"]["message"] == json!(fleetmcp::WRITER_GONE_MESSAGE)
 }
 
 fn modern_meta(name: &str) -> Value {

@@ -20,7 +20,7 @@ pub enum Outcome {
     SessionGone,
     /// The documented answer of a call whose instance died while running it: a JSON-RPC
     /// error saying it stopped before it answered, the call's effect unknown
-    /// (`fleetmcp::events::WRITER_GONE_MESSAGE`).
+    /// (`fleetmcp::WRITER_GONE_MESSAGE`).
     Abandoned,
     /// `tasks/get` answered "Unknown task" (`-32602`) for a task the client was given.
     TaskUnknown,

@@ -14,7 +14,25 @@ use super::schema::{NullForm, generate, schema_of};
 use super::{IntoToolResult, ToolDef, ToolError};
 use crate::context::RequestContext;
 
-/// Starts declaring a tool.
+/// Starts declaring a tool: name it, describe it, then give its handler, which gets the
+/// arguments (any `Deserialize + JsonSchema` type; [`NoArgs`](crate::NoArgs) for none) and the
+/// [`RequestContext`].
+///
+/// ```
+/// use fleetmcp::{Server, ToolError, tool};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add { a: i64, b: i64 }
+///
+/// let add = tool("add")
+///     .description("Adds two integers")
+///     .handler(|args: Add, _ctx| async move {
+///         let sum = args.a.checked_add(args.b).ok_or_else(|| ToolError::failed("overflow"))?;
+///         Ok(sum.to_string())
+///     });
+/// let server = Server::builder("calculator", "1.0.0").tool(add).build();
+/// # drop(server);
+/// ```
 pub fn tool(name: impl Into<String>) -> ToolBuilder {
     ToolBuilder {
         name: name.into(),

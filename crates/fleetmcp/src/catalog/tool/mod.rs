@@ -32,7 +32,6 @@ pub use def::ToolDef;
 pub use error::ToolError;
 pub(in crate::catalog) use error::{Classified, classify};
 pub use result::{IntoToolResult, Structured};
-pub use schema::schema_of;
 
 use schemars::JsonSchema;
 

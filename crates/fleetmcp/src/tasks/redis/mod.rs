@@ -84,7 +84,7 @@ impl RedisTaskStore {
     /// The key of a task's record: `records:<sessionId>:<taskId>` (the contract's key), or
     /// `records::<taskId>` for a task of no session. On a Redis Cluster the session segment is
     /// a hash tag, `records:{<sessionId>}:<taskId>`, so that a session's records and its index
-    /// share the slot [`CREATE`] needs.
+    /// share the slot the `CREATE` script needs.
     pub fn record_key(&self, owner: Option<&str>, task_id: &str) -> String {
         format!(
             "{}records:{}:{task_id}",
