@@ -16,8 +16,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::fleet::census::Census;
 use crate::config::Config;
+use crate::fleet::census::Census;
 use crate::redis_conn::RedisConn;
 
 /// What the command accepts.

@@ -10,7 +10,7 @@
 //! - A heartbeat but no subscriber: gone only once `FRONTMCP_HA_TAKEOVER_GRACE_MS` has passed
 //!   since this instance first saw it so. A SIGKILLed process's key outlives it by up to the
 //!   heartbeat lifetime, but so does a live instance's whose subscription dropped with a Redis
-//!   restart or a broken link, and which subscribes again within a second of Redis answering
+//!   restart or a broken link, and which subscribes again within a quarter second of Redis answering
 //!   (`subscription.rs`). Sessions need not wait (their holder's lease holds only while its
 //!   subscription is up, `Lease::set_present`, so the relay takes them over at once); work
 //!   that runs on regardless of the subscription does: a task's handler, an SSE answer's
@@ -37,7 +37,7 @@ use crate::redis_conn::RedisConn;
 
 /// How long work that was just stored is not judged by a missing heartbeat or subscription:
 /// an instance back from an outage beats again within half a second of Redis answering
-/// (`mod.rs`) and subscribes again within a second (`subscription.rs`).
+/// (`mod.rs`) and subscribes again within a quarter second (`subscription.rs`).
 const FRESH_WORK: Duration = Duration::from_secs(2);
 
 /// Most instances remembered as silent at once; beyond it the memory starts over (a silent

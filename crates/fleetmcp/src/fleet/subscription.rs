@@ -1,5 +1,5 @@
 //! A channel subscription kept for an instance's whole life: when its connection drops (Redis
-//! restarted) or could not be made, it subscribes again, 100 ms doubling to 1 s between
+//! restarted) or could not be made, it subscribes again, 100 ms doubling to 250 ms between
 //! attempts, until the instance stops. At the stop it unsubscribes and handles what arrived
 //! before Redis confirmed it, so nothing published while this instance still counted as a
 //! receiver is lost.
@@ -67,10 +67,10 @@ pub(super) async fn keep(
                 Ok(m) => break Some(m),
                 Err(e) => tracing::debug!(error = %e, %channel, "[HA] subscribing again failed"),
             }
-            // At most a second apart: a live instance whose subscription is down is judged gone
-            // by others after the takeover grace (`liveness.rs`), so it must be back well
-            // before that once Redis answers.
-            delay = (delay * 2).min(Duration::from_secs(1));
+            // At most a quarter second apart: a live instance whose subscription is down is
+            // judged gone by others after the takeover grace (`liveness.rs`, which may be as
+            // short as a second), so it must be back well before that once Redis answers.
+            delay = (delay * 2).min(Duration::from_millis(250));
         };
     }
 }

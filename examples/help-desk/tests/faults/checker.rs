@@ -602,10 +602,12 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
                         && executor.as_deref().is_none_or(|e| e == *m)
                 });
                 // Documented too when its executor was without Redis for a heartbeat's
-                // lifetime while it ran: the fleet then takes it for dead, as it must.
-                let presumed_dead = executor
-                    .as_deref()
-                    .is_some_and(|e| silent_for_a_lifetime(h, e, op.start, p.end));
+                // lifetime, or its link to Redis refused for the takeover grace, while it
+                // ran: the fleet then takes it for dead, as it must.
+                let presumed_dead = executor.as_deref().is_some_and(|e| {
+                    silent_for_a_lifetime(h, e, op.start, p.end)
+                        || refused_for_the_grace(h, e, op.start, p.end)
+                });
                 if !killed && !presumed_dead {
                     problems.push(format!(
                         "failed as its instance stopped, but {} was neither killed nor cut off from Redis for a heartbeat's lifetime while it ran",
@@ -625,6 +627,36 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         }
     }
 }
+
+/// Whether `machine`'s link to Redis was refused (its connections closed, so its channel
+/// subscription too) for the takeover grace at a stretch within `[from, to]`, and a
+/// resubscription's wait besides: others then see its heartbeat without a subscriber for the
+/// grace and presume it gone, the documented rule (nothing tells a refused link from a crash).
+fn refused_for_the_grace(h: &History, machine: &str, from: Duration, to: Duration) -> bool {
+    let own_link = format!("{machine}->redis");
+    let grace = Duration::from_millis(crate::fleet::TAKEOVER_GRACE_MS) + RECONNECT;
+    windows(
+        h,
+        |k| match k {
+            FaultKind::Link { link, mode } if *link == own_link && mode == "refuse" => {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+        |k| match k {
+            FaultKind::Link { link, mode } if *link == own_link && mode != "refuse" => {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+    )
+    .into_iter()
+    .any(|(_, a, b)| b.min(to).saturating_sub(a.max(from)) >= grace)
+}
+
+/// Less than this between two stretches without Redis is no time to reconnect in (a failed
+/// beat is tried again half a second later).
+const RECONNECT: Duration = Duration::from_millis(500);
 
 /// Whether `machine` was without Redis (Redis stopped or restarting, its link to Redis
 /// blackholed or refused, or itself paused) for at least the heartbeat lifetime at a stretch
@@ -666,7 +698,9 @@ fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duratio
     let mut merged: Option<(Duration, Duration)> = None;
     for (a, b) in spans {
         merged = match merged {
-            Some((x, y)) if a <= y => Some((x, y.max(b))),
+            // Back to back, or nearly: Redis started again and at once killed again is up for
+            // microseconds, too short for anyone to reconnect (the 30-minute soak's case).
+            Some((x, y)) if a <= y + RECONNECT => Some((x, y.max(b))),
             Some((x, y)) if y - x >= lifetime => return true,
             _ => Some((a, b)),
         };
@@ -1442,6 +1476,37 @@ mod tests {
         );
         h_long.faults = vec![link("desk-2", "delay", 1.0), link("desk-2", "pass", 4.5)];
         assert_eq!(broken(&h_long), [Promise::TaskEnds].into(), "a slow link");
+        // Redis restarted a microsecond after it came back from a restart: one stretch.
+        let at = |t: f64, kind: FaultKind| Fault { at: s(t), kind };
+        h_long.faults = vec![
+            at(1.2, FaultKind::RedisRestart),
+            at(2.9, FaultKind::RedisCont),
+            at(2.900_001, FaultKind::RedisRestart),
+            at(4.3, FaultKind::RedisCont),
+        ];
+        assert!(broken(&h_long).is_empty(), "back-to-back restarts");
+        h_long.faults[2].at = s(3.5);
+        assert_eq!(
+            broken(&h_long),
+            [Promise::TaskEnds].into(),
+            "Redis back between them"
+        );
+        // Its own link refused for the grace (1 s) and a reconnection's wait: presumed dead;
+        // for less, not.
+        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.6)];
+        assert!(broken(&h_long).is_empty(), "refused past the grace");
+        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.2)];
+        assert_eq!(
+            broken(&h_long),
+            [Promise::TaskEnds].into(),
+            "refused within it"
+        );
+        h_long.faults = vec![link("desk-1", "refuse", 2.0), link("desk-1", "pass", 3.6)];
+        assert_eq!(
+            broken(&h_long),
+            [Promise::TaskEnds].into(),
+            "another's link refused"
+        );
     }
 
     #[test]

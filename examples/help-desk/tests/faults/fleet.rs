@@ -179,6 +179,8 @@ pub struct Fleet {
 
 pub const HEARTBEAT_INTERVAL_MS: u64 = 1000;
 pub const HEARTBEAT_TTL_MS: u64 = 3000;
+/// `FRONTMCP_HA_TAKEOVER_GRACE_MS` of every instance.
+pub const TAKEOVER_GRACE_MS: u64 = 1000;
 /// The master's name in the Sentinel topology.
 pub const SENTINEL_MASTER: &str = "faults-master";
 
@@ -247,7 +249,10 @@ impl Fleet {
                     HEARTBEAT_INTERVAL_MS.to_string(),
                 ),
                 ("FRONTMCP_HA_HEARTBEAT_TTL_MS", HEARTBEAT_TTL_MS.to_string()),
-                ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "1000".to_string()),
+                (
+                    "FRONTMCP_HA_TAKEOVER_GRACE_MS",
+                    TAKEOVER_GRACE_MS.to_string(),
+                ),
                 (
                     "VAULT_SECRET",
                     "fleetmcp-faults-vault-secret-0123456789".to_string(),
