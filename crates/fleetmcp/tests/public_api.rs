@@ -14,9 +14,11 @@
 //! (`#[cfg(test)]`) is not counted. Modules are listed (with a trailing `::`) but not counted;
 //! methods, fields and variants come with their type.
 
+#[path = "source_tree/mod.rs"]
+mod source_tree;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::rc::Rc;
 
 /// The most items the documented surface may have (modules not counted).
@@ -471,31 +473,6 @@ fn problems(found: &BTreeMap<String, Target>, listed: &[&str], max: usize) -> Ve
     out
 }
 
-fn rust_files(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).expect("read src dir") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            rust_files(src, &path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(src).expect("under src");
-            let name = rel
-                .components()
-                .map(|c| c.as_os_str().to_str().expect("utf-8 name"))
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push((name, std::fs::read_to_string(&path).expect("read source")));
-        }
-    }
-}
-
-fn real_files() -> Vec<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &src, &mut files);
-    files.sort();
-    files
-}
-
 /// The surface as a table: each path and what it stands for.
 fn listing(found: &BTreeMap<String, Target>) -> String {
     found
@@ -506,7 +483,7 @@ fn listing(found: &BTreeMap<String, Target>) -> String {
 
 #[test]
 fn the_documented_surface_is_the_listed_one() {
-    let found = surface(&real_files());
+    let found = surface(&source_tree::real_files());
     let items = found.keys().filter(|p| !p.ends_with("::")).count();
     let problems = problems(&found, SURFACE, MAX_ITEMS);
     assert!(
@@ -525,7 +502,7 @@ fn the_documented_surface_is_the_listed_one() {
 #[test]
 fn an_item_injected_into_the_real_tree_is_reported() {
     let inject = |file: &str, text: &str| {
-        let mut files = real_files();
+        let mut files = source_tree::real_files();
         let (_, source) = files
             .iter_mut()
             .find(|(name, _)| name == file)

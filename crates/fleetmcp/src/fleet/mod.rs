@@ -364,3 +364,26 @@ fn spawn_background(
         }
     });
 }
+
+/// An answer the fleet gives in place of a request's (a relay that could not reach the holder,
+/// a relayed request refused): a JSON-RPC error `-32000` with `id: null`, since the request was
+/// not read as JSON-RPC here, with `status`, and `Retry-After` when given.
+fn refusal(
+    status: http::StatusCode,
+    message: &str,
+    retry_s: Option<u64>,
+) -> axum::response::Response {
+    use http::{HeaderValue, header};
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
+    let mut res = axum::response::Response::new(axum::body::Body::from(body.to_string()));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(s) = retry_s {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    res
+}

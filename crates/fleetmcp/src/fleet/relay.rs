@@ -47,7 +47,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -451,16 +450,7 @@ impl HttpRelay {
 
 /// The relay's `503`: a JSON-RPC error (`-32000`, `id: null`) with `Retry-After: retry_s`.
 fn answer_503(message: String, retry_s: u64) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
-    let mut res = Response::new(Body::from(body.to_string()));
-    *res.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(header::RETRY_AFTER, HeaderValue::from(retry_s));
-    res
+    super::refusal(StatusCode::SERVICE_UNAVAILABLE, &message, Some(retry_s))
 }
 
 #[async_trait]

@@ -20,7 +20,6 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use serde_json::json;
 
 use super::relay_auth::{RELAYED_BY_NAME, Refusal, Verifier, is_relayed};
 use crate::transport::{PeerAddr, RELAYED_PEER_HEADER};
@@ -119,19 +118,9 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
     }
 }
 
-/// The refusal: a JSON-RPC error with `id: null` (the request was not read as JSON-RPC).
+/// The refusal: a JSON-RPC error with `id: null` (the request was not read as JSON-RPC);
+/// `Retry-After: 1` with a `503`.
 fn refuse(status: StatusCode, why: &str) -> Response {
-    let message = format!("Relayed request refused: {why}");
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
-    let mut res = Response::new(Body::from(body.to_string()));
-    *res.status_mut() = status;
-    let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    res
+    let retry = (status == StatusCode::SERVICE_UNAVAILABLE).then_some(1);
+    super::refusal(status, &format!("Relayed request refused: {why}"), retry)
 }
