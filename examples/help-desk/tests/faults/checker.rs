@@ -659,10 +659,11 @@ fn refused_for_the_grace(h: &History, machine: &str, from: Duration, to: Duratio
 const RECONNECT: Duration = Duration::from_millis(500);
 
 /// Whether `machine` was without Redis (Redis stopped or restarting, its link to Redis
-/// blackholed or refused, or itself paused) for at least the heartbeat lifetime at a stretch
-/// within `[from, to]`: its heartbeat then expires and the fleet presumes it dead (the orphan
-/// scanner and task readers fail its tasks), which is the documented rule for a silent
-/// instance, and indistinguishable from a crash.
+/// blackholed or refused, or itself paused) at a stretch within `[from, to]` long enough for
+/// its heartbeat to expire (the lifetime less an interval, since its last beat may have come
+/// an interval before): the fleet then presumes it dead (the orphan scanner and task readers
+/// fail its tasks), which is the documented rule for a silent instance, and
+/// indistinguishable from a crash.
 fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duration) -> bool {
     let own_link = format!("{machine}->redis");
     let mut spans: Vec<(Duration, Duration)> = windows(
@@ -694,7 +695,10 @@ fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duratio
     .filter(|(a, b)| a < b)
     .collect();
     spans.sort();
-    let lifetime = Duration::from_millis(crate::fleet::HEARTBEAT_TTL_MS);
+    // Its last beat may be up to an interval before the stretch began (or before the task
+    // started): the key may expire an interval sooner than the stretch is a lifetime long.
+    let lifetime =
+        Duration::from_millis(crate::fleet::HEARTBEAT_TTL_MS - crate::fleet::HEARTBEAT_INTERVAL_MS);
     let mut merged: Option<(Duration, Duration)> = None;
     for (a, b) in spans {
         merged = match merged {
