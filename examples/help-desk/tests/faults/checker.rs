@@ -629,12 +629,14 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
 }
 
 /// Whether `machine`'s link to Redis was refused (its connections closed, so its channel
-/// subscription too) for the takeover grace at a stretch within `[from, to]`, and a
-/// resubscription's wait besides: others then see its heartbeat without a subscriber for the
-/// grace and presume it gone, the documented rule (nothing tells a refused link from a crash).
+/// subscription too) for the takeover grace at a stretch within `[from, to]`: others then see
+/// its heartbeat without a subscriber for the grace and presume it gone, the documented rule
+/// (nothing tells a refused link from a crash).
 fn refused_for_the_grace(h: &History, machine: &str, from: Duration, to: Duration) -> bool {
     let own_link = format!("{machine}->redis");
-    let grace = Duration::from_millis(crate::fleet::TAKEOVER_GRACE_MS) + RECONNECT;
+    // From the refusal on: the subscription drops with the connection, and a reader may see
+    // it gone at once and start the grace's clock.
+    let grace = Duration::from_millis(crate::fleet::TAKEOVER_GRACE_MS);
     windows(
         h,
         |k| match k {
@@ -1495,17 +1497,16 @@ mod tests {
             [Promise::TaskEnds].into(),
             "Redis back between them"
         );
-        // Its own link refused for the grace (1 s) and a reconnection's wait: presumed dead;
-        // for less, not.
-        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.6)];
+        // Its own link refused for the grace (1 s): presumed dead; for less, not.
+        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.1)];
         assert!(broken(&h_long).is_empty(), "refused past the grace");
-        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.2)];
+        h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 2.8)];
         assert_eq!(
             broken(&h_long),
             [Promise::TaskEnds].into(),
             "refused within it"
         );
-        h_long.faults = vec![link("desk-1", "refuse", 2.0), link("desk-1", "pass", 3.6)];
+        h_long.faults = vec![link("desk-1", "refuse", 2.0), link("desk-1", "pass", 3.1)];
         assert_eq!(
             broken(&h_long),
             [Promise::TaskEnds].into(),
