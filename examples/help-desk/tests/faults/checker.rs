@@ -656,9 +656,10 @@ fn refused_for_the_grace(h: &History, machine: &str, from: Duration, to: Duratio
     .any(|(_, a, b)| b.min(to).saturating_sub(a.max(from)) >= grace)
 }
 
-/// Less than this between two stretches without Redis is no time to reconnect in (a failed
-/// beat is tried again half a second later).
-const RECONNECT: Duration = Duration::from_millis(500);
+/// Less than this between two stretches without Redis may hold no beat (one comes every
+/// interval; a failed one is tried again half a second later, after its own timeout), so the
+/// two count as one stretch for the heartbeat.
+const RECONNECT: Duration = Duration::from_millis(crate::fleet::HEARTBEAT_INTERVAL_MS);
 
 /// Whether `machine` was without Redis (Redis stopped or restarting, its link to Redis
 /// blackholed or refused, or itself paused) at a stretch within `[from, to]` long enough for
@@ -704,8 +705,9 @@ fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duratio
     let mut merged: Option<(Duration, Duration)> = None;
     for (a, b) in spans {
         merged = match merged {
-            // Back to back, or nearly: Redis started again and at once killed again is up for
-            // microseconds, too short for anyone to reconnect (the 30-minute soak's case).
+            // Back to back, or nearly: Redis up again for less than a beat's interval may have
+            // seen no beat (the soaks' cases: a restart a microsecond after a restart, a
+            // pause then a restart 0.7 s apart).
             Some((x, y)) if a <= y + RECONNECT => Some((x, y.max(b))),
             Some((x, y)) if y - x >= lifetime => return true,
             _ => Some((a, b)),
@@ -1491,7 +1493,9 @@ mod tests {
             at(4.3, FaultKind::RedisCont),
         ];
         assert!(broken(&h_long).is_empty(), "back-to-back restarts");
-        h_long.faults[2].at = s(3.5);
+        // Up for more than a beat's interval between them: two stretches, each too short.
+        h_long.faults[2].at = s(4.0);
+        h_long.faults[3].at = s(4.6);
         assert_eq!(
             broken(&h_long),
             [Promise::TaskEnds].into(),
