@@ -588,3 +588,28 @@ fn nginx_binary() -> &'static Path {
     }
     Path::new("nginx")
 }
+
+/// A 2026-07-28 POST of JSON-RPC `body` (a request for `method`) to `url`, an instance's
+/// `/mcp`, with the headers the era asks for: its protocol version, `Mcp-Method`, and
+/// `Mcp-Name` when the request names a tool, resource or prompt; bounded by 10 s. The caller
+/// sends it and reads the answer as it needs.
+pub fn modern_post(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    body: &serde_json::Value,
+) -> reqwest::RequestBuilder {
+    let req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .timeout(Duration::from_secs(10))
+        .body(body.to_string());
+    match name {
+        Some(n) => req.header("mcp-name", n),
+        None => req,
+    }
+}

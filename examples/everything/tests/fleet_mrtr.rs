@@ -11,8 +11,6 @@ mod support;
 #[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 use support::Instance;
 use support_redis::RedisServer;
@@ -51,18 +49,8 @@ async fn round(http: &reqwest::Client, url: &str, id: u64, extra: Value) -> (u16
             params[k] = v;
         }
     }
-    let res = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", TOOL)
-        .timeout(Duration::from_secs(10))
-        .body(
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-                .to_string(),
-        )
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let res = support::modern_post(http, url, "tools/call", Some(TOOL), &body)
         .send()
         .await
         .unwrap_or_else(|e| panic!("round {id} to {url}: {e}"));

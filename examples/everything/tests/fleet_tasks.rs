@@ -59,18 +59,8 @@ async fn modern_http(
         .or_else(|| params.get("uri"))
         .and_then(Value::as_str)
         .map(String::from);
-    let mut req = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", method)
-        .timeout(Duration::from_secs(10));
-    if let Some(n) = name {
-        req = req.header("mcp-name", n);
-    }
-    let res = req
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string())
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let res = support::modern_post(http, url, method, name.as_deref(), &body)
         .send()
         .await
         .unwrap_or_else(|e| panic!("{method} to {url}: {e}"));

@@ -26,18 +26,8 @@ async fn modern(
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
-    let mut req = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", method)
-        .timeout(Duration::from_secs(10));
-    if let Some(n) = name {
-        req = req.header("mcp-name", n);
-    }
-    let res = req
-        .body(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string())
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let res = support::modern_post(http, url, method, name, &body)
         .send()
         .await
         .unwrap_or_else(|e| panic!("{method}: {e}"));

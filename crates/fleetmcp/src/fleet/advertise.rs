@@ -11,7 +11,7 @@
 //! [`period`]; a change is advertised at once.
 //!
 //! The check: a request to `http://<advertised>/.fleetmcp/self-check`, signed for this
-//! instance like a relayed request (`relay_auth.rs`), which the relay guard answers, once it
+//! instance like a relayed request (`relay_auth/`), which the relay guard answers, once it
 //! verified it, with this process's random token (`relay_guard.rs`). Only this process can
 //! answer with that token; another instance at that address refuses the signature (it was
 //! signed for another machine id). Run once the instance listens, whenever the address

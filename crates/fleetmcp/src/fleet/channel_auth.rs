@@ -1,5 +1,5 @@
 //! Messages on an instance's channel (`<prefix>notify:<nodeId>`) authenticated like a relayed
-//! request (`relay_auth.rs`): an HMAC, under a key derived from the fleet's secret, over the
+//! request (`relay_auth/`): an HMAC, under a key derived from the fleet's secret, over the
 //! message's source, its target, a timestamp, a nonce, a path naming its kind, and its body.
 //! Anyone who can publish on Redis cannot forge one; the receiver drops one that does not
 //! verify for it, is outside the replay window, or repeats a nonce.

@@ -5,7 +5,7 @@
 //! endpoint is set ([`super::otlp`]).
 //!
 //! No log line carries a header, a secret of the configuration or a relay credential (those
-//! travel sealed, `fleet/relay_auth.rs`). Session ids are logged where the contract's lines
+//! travel sealed, `fleet/relay_auth/`). Session ids are logged where the contract's lines
 //! name `sessionId` (takeover, recreation, relay failures).
 
 /// The log format `LOG_FORMAT` asks for.
