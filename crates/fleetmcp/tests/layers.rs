@@ -198,21 +198,6 @@ struct Crate {
     root_names: BTreeMap<String, Vec<String>>,
 }
 
-/// The module a file under `src/` is: `a/b.rs` and `a/b/mod.rs` are `crate::a::b`, `lib.rs`
-/// the root. (No `#[path]` attribute is used in this crate, so the file tree is the module
-/// tree.)
-fn module_of(file: &str) -> Vec<String> {
-    let mut parts: Vec<String> = file
-        .trim_end_matches(".rs")
-        .split('/')
-        .map(String::from)
-        .collect();
-    if (parts.len() == 1 && parts[0] == "lib") || parts.last().is_some_and(|p| p == "mod") {
-        parts.pop();
-    }
-    parts
-}
-
 /// One leaf of a `use` tree.
 struct UseLeaf {
     /// As written, prefix included; a glob stops at its prefix, `a::{self}` is `a`; a leading
@@ -655,7 +640,7 @@ fn check_crate(files: &[(String, String)]) -> Report {
         .cloned()
         .collect();
     for (name, file) in &parsed {
-        let here = module_of(name);
+        let here = source_tree::module_of(name);
         if let Some(top) = here.first().filter(|m| !krate.layers.contains_key(*m)) {
             unplaced.insert(top.clone());
             continue;

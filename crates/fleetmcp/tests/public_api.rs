@@ -129,19 +129,6 @@ fn is_hidden(attrs: &[syn::Attribute]) -> bool {
     has_attr(attrs, "doc", "hidden")
 }
 
-/// The module a file under `src/` is: `a/b.rs` and `a/b/mod.rs` are `a::b`, `lib.rs` the root.
-fn module_of(file: &str) -> Vec<String> {
-    let mut parts: Vec<String> = file
-        .trim_end_matches(".rs")
-        .split('/')
-        .map(String::from)
-        .collect();
-    if (parts.len() == 1 && parts[0] == "lib") || parts.last().is_some_and(|p| p == "mod") {
-        parts.pop();
-    }
-    parts
-}
-
 /// Every module of the crate with its items, inline `mod x { }` blocks included; test modules
 /// left out.
 fn modules(files: &[(String, String)]) -> Modules {
@@ -161,7 +148,7 @@ fn modules(files: &[(String, String)]) -> Modules {
     let mut out = Modules::new();
     for (name, text) in files {
         let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        add(module_of(name), file.items, &mut out);
+        add(source_tree::module_of(name), file.items, &mut out);
     }
     out
 }

@@ -1,5 +1,8 @@
-//! The crate's source files as the structure tests read them (`layers.rs`, `sizes.rs`): every
-//! `.rs` under `src/`, named from `src/` with `/`, with its text.
+//! The crate's source files as the structure tests read them (`layers.rs`, `sizes.rs`,
+//! `public_api.rs`): every `.rs` under `src/`, named from `src/` with `/`, with its text, and
+//! the module each file is.
+
+#![allow(dead_code)] // each structure test uses a different part of this file
 
 use std::path::Path;
 
@@ -27,4 +30,19 @@ pub fn real_files() -> Vec<(String, String)> {
     rust_files(&src, &src, &mut files);
     files.sort();
     files
+}
+
+/// The module a file under `src/` is: `a/b.rs` and `a/b/mod.rs` are `crate::a::b`, `lib.rs`
+/// the root. (No `#[path]` attribute is used in this crate, so the file tree is the module
+/// tree.)
+pub fn module_of(file: &str) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
+    if (parts.len() == 1 && parts[0] == "lib") || parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
 }
