@@ -371,7 +371,7 @@ fn assert_refused_for_the_store(what: &str, (status, retry, v): &(u16, Option<St
     );
 }
 
-/// While Redis does not answer (SIGSTOP), a task is neither "unknown" nor silently lost: every
+/// While Redis does not answer (SIGSTOP, then killed), a task is neither "unknown" nor silently lost: every
 /// task request (`tasks/get`, `tasks/update`, `tasks/cancel` of a task running on another
 /// instance) and a new task are refused with `503` and `Retry-After` (RELIABILITY F5, F7;
 /// before, `tasks/get` answered `-32602 Unknown task` and a new task `-32603` with `200`).
@@ -409,6 +409,10 @@ async fn while_the_task_store_is_paused_task_requests_are_refused_with_retry_aft
     assert_eq!(r["status"], "working", "{r}");
     // The refused cancel changed nothing: the handler still runs on A.
     assert_eq!(stats(&http, &a.mcp_url()).await["cancelled"], 0);
+    // The other kind of outage: Redis gone, its port refusing connections. Refused the same.
+    redis.kill();
+    let got = modern_http(&http, &b.mcp_url(), "tasks/get", json!({"taskId": id})).await;
+    assert_refused_for_the_store("tasks/get with Redis down", &got);
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }
