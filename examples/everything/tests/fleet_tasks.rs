@@ -371,11 +371,12 @@ fn assert_refused_for_the_store(what: &str, (status, retry, v): &(u16, Option<St
     );
 }
 
-/// While Redis does not answer (SIGSTOP, then killed), a task is neither "unknown" nor silently lost: every
+/// While Redis does not answer (SIGSTOP), a task is neither "unknown" nor silently lost: every
 /// task request (`tasks/get`, `tasks/update`, `tasks/cancel` of a task running on another
 /// instance) and a new task are refused with `503` and `Retry-After` (RELIABILITY F5, F7;
 /// before, `tasks/get` answered `-32602 Unknown task` and a new task `-32603` with `200`).
-/// Once Redis answers again the task is there, still working.
+/// Once Redis answers again the task is there, still working. Then Redis is killed (its port
+/// refusing connections, the other kind of outage): refused the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_task_store_is_paused_task_requests_are_refused_with_retry_after() {
     let mut redis = RedisServer::start();
