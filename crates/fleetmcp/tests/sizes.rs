@@ -42,12 +42,7 @@ const ALLOWED_FILES: &[(&str, usize)] = &[];
 
 /// Functions still over [`FN_MAX`]: file under `src/`, name as described at the top, size.
 /// Same rules as [`ALLOWED_FILES`].
-const ALLOWED_FNS: &[(&str, &str, usize)] = &[
-    // Left after the request's edge work moved in front of the routes (issue 21): the
-    // stateless route's own checks, and the SSE answer's writer with its direct path.
-    ("transport/stateless.rs", "serve", 90),
-    ("transport/post.rs", "stream_answer", 96),
-];
+const ALLOWED_FNS: &[(&str, &str, usize)] = &[];
 
 /// One function and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2293,3 +2293,66 @@ fn an_answer_whose_store_failed_from_the_start_can_be_resumed() {
     );
     eprintln!("resumed from the stream's start, the answer came {took:?} after the resume");
 }
+
+/// After an outage of Redis as a whole past the heartbeat's lifetime, every instance's
+/// heartbeat and subscription are gone at once. The first instance back must not take the
+/// others for dead before they could show themselves again (the fault harness, seed 8, found
+/// a scanner failing a live instance's task 0.3 s after Redis came back): A is back 1.2 s
+/// before B and claims none of B's sessions; C, killed during the outage, is still found
+/// dead, once A has been back a moment, and its session claimed.
+#[test]
+fn after_an_outage_the_first_instance_back_does_not_take_the_others_for_dead() {
+    let redis = RedisServer::start();
+    let links: Vec<CuttableProxy> = (0..3).map(|_| CuttableProxy::start(redis.port)).collect();
+    let timing = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "1000"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "3000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "1000"),
+    ];
+    let a = distributed_desk("desk-a", &links[0].url(), &timing);
+    let b = distributed_desk("desk-b", &links[1].url(), &timing);
+    let mut c = distributed_desk("desk-c", &links[2].url(), &timing);
+    let on_b = open_session(b.port());
+    let on_c = open_session(c.port());
+    // The scanners start an interval plus the grace after their instance.
+    thread::sleep(Duration::from_secs(3));
+    for link in &links {
+        link.cut();
+    }
+    assert!(c.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    // Past the lifetime: every heartbeat has expired.
+    wait_until_gone(&redis, "mcp:ha:heartbeat:desk-b", Duration::from_secs(6));
+    links[0].restore();
+    thread::sleep(Duration::from_millis(1200));
+    links[1].restore();
+    let claimed_c = "dead_node_id=desk-c";
+    assert!(
+        log_has(&a, claimed_c, Duration::from_secs(10)),
+        "A claims the sessions of C, killed in the outage:\n{}",
+        a.log()
+    );
+    assert_eq!(stored_node_ids(&redis, &on_c), ["desk-a"], "C's session");
+    // B was back well before A could judge: its session stays its own.
+    thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        count(&a, "dead_node_id=desk-b"),
+        0,
+        "A took live B for dead:\n{}",
+        a.log()
+    );
+    assert_eq!(stored_node_ids(&redis, &on_b), ["desk-b"], "B's session");
+    assert_served_by(
+        &find_tickets(b.port(), &on_b),
+        "desk-b",
+        "B's session, on B",
+    );
+}
+
+/// Waits until `key` no longer exists in `redis`; fails the test after `limit`.
+fn wait_until_gone(redis: &RedisServer, key: &str, limit: Duration) {
+    let start = Instant::now();
+    while redis.cli(&["EXISTS", key]).trim() == "1" {
+        assert!(start.elapsed() < limit, "{key} gone within {limit:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}

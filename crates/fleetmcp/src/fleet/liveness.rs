@@ -24,8 +24,15 @@
 //!   that expired its heartbeat and dropped its subscription, not beating or subscribed again
 //!   yet (the fault harness found a task failed 0.3 s after its live executor created it so).
 //! - Redis not answering: not gone (nothing is decided on a guess).
+//! - This instance back from an outage less than [`RECOVERY`] ago (its own lease has not held
+//!   that long): not gone on absence alone. An outage of Redis as a whole (a restart, or a
+//!   pause past the heartbeat's lifetime) takes every instance's heartbeat and subscription
+//!   at once, and the first instance back would otherwise judge the others before they are
+//!   back too (the fault harness found a scanner failing a live instance's task so). The
+//!   orphan scanner (`scanner.rs`) waits likewise.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -34,11 +41,20 @@ use parking_lot::Mutex;
 use super::heartbeat::{channel_of, read_beat, subscribers};
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
+use crate::session::Lease;
 
-/// How long work that was just stored is not judged by a missing heartbeat or subscription:
-/// an instance back from an outage beats again within half a second of Redis answering
-/// (`mod.rs`) and subscribes again within a quarter second (`subscription.rs`).
-const FRESH_WORK: Duration = Duration::from_secs(2);
+/// How long a live instance may take to show itself again once Redis answers it: it beats
+/// again within half a second (`mod.rs`) and subscribes again within a quarter second
+/// (`subscription.rs`), given a margin for its connections to be made again. Work stored
+/// less than this ago is not judged by a missing heartbeat or subscription, and an instance
+/// judges none by absence until its own lease has held this long.
+pub(super) const RECOVERY: Duration = Duration::from_secs(2);
+
+/// Whether this instance has been back long enough to take another's absence for its death:
+/// its lease (heartbeat written, subscription up) has held for [`RECOVERY`].
+pub(super) fn settled(lease: &Lease) -> bool {
+    lease.held_for().is_some_and(|held| held >= RECOVERY)
+}
 
 /// Most instances remembered as silent at once; beyond it the memory starts over (a silent
 /// instance is then given its grace again, which only delays the verdict).
@@ -48,16 +64,19 @@ pub(super) struct Liveness {
     redis: RedisConn,
     key_prefix: String,
     grace: Duration,
+    /// This instance's own lease: see [`settled`].
+    lease: Arc<Lease>,
     /// Instances seen without a heartbeat or without a subscriber (not both), and since when.
     silent_since: Mutex<HashMap<String, Instant>>,
 }
 
 impl Liveness {
-    pub fn new(redis: RedisConn, key_prefix: &str, grace: Duration) -> Self {
+    pub fn new(redis: RedisConn, key_prefix: &str, grace: Duration, lease: Arc<Lease>) -> Self {
         Self {
             redis,
             key_prefix: key_prefix.to_string(),
             grace,
+            lease,
             silent_since: Mutex::new(HashMap::new()),
         }
     }
@@ -103,7 +122,7 @@ impl ProcessLiveness for Liveness {
         // Its process reached Redis to store this work a moment ago: a missing heartbeat or
         // subscription may date from an outage it has just come back from (its heartbeat
         // expired, it has not beaten or subscribed again yet).
-        let fresh = FRESH_WORK.min(self.grace).as_millis() as u64;
-        absent && crate::clock::unix_ms().saturating_sub(since) >= fresh
+        let fresh = RECOVERY.min(self.grace).as_millis() as u64;
+        absent && crate::clock::unix_ms().saturating_sub(since) >= fresh && settled(&self.lease)
     }
 }

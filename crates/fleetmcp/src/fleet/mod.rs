@@ -56,7 +56,7 @@ use axum::Router;
 use crate::app::App;
 use crate::config::{Config, HaConfig};
 use crate::redis_conn::RedisConn;
-use crate::session::Ownership;
+use crate::session::{Lease, Ownership};
 use crate::transport::{Probe, Relay};
 use heartbeat::Heartbeat;
 
@@ -104,14 +104,18 @@ pub(crate) fn seams(
 
 /// The liveness seam in distributed mode: whether another instance's process is gone (a task's
 /// executor, an SSE answer's writer).
+/// `lease`: this instance's own (it judges others by their absence only once it has held a
+/// while).
 pub(crate) fn process_liveness(
     redis: &RedisConn,
     cfg: &HaConfig,
+    lease: &Arc<Lease>,
 ) -> Arc<dyn crate::liveness::ProcessLiveness> {
     Arc::new(liveness::Liveness::new(
         redis.clone(),
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
+        lease.clone(),
     ))
 }
 

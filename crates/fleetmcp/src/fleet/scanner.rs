@@ -12,7 +12,10 @@
 //! An instance is dead when its heartbeat is gone and either nothing holds its channel (the
 //! kernel closed a crashed process's connections; a stopped one unsubscribed) or its last beat
 //! is older than the heartbeat lifetime plus `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent
-//! for that long: the same rule as on-demand takeover). One scanner runs at a time in the
+//! for that long: the same rule as on-demand takeover), and only once this instance's own lease
+//! has held a moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every
+//! instance's heartbeat and subscription are gone at once, and the live ones show themselves
+//! again only a moment after Redis answers them. One scanner runs at a time in the
 //! fleet: a run first takes `<haPrefix>scanner:lock` (`SET NX PX`), released when it ends.
 //! Every claim is the store's compare-and-set on holder and epoch, so a scanner and an
 //! on-demand takeover racing for one session cannot both win. A dead instance's unfinished
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::{channel_of, nodes_key, subscribers};
+use super::liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -138,6 +142,12 @@ impl Scanner {
             return Ok(None);
         }
         let mut scan = Scan::default();
+        if !super::liveness::settled(self.app.sessions().lease()) {
+            tracing::debug!(
+                "[HA] Orphan scan: no verdicts yet, this instance is only just back in the fleet"
+            );
+            return Ok(Some(scan));
+        }
         for (node, last_beat) in nodes {
             if node == self.me || !self.is_dead(&node, last_beat).await? {
                 continue;
@@ -148,8 +158,11 @@ impl Scanner {
             let (scanned, claimed) = self.claim_all(&node).await?;
             scan.scanned += scanned;
             scan.claimed += claimed;
-            // Its unfinished tasks end as failed rather than stay `working` until they expire.
-            self.app.tasks().fail_tasks_of(&node, found_dead_at).await;
+            // Its unfinished tasks end as failed rather than stay `working` until they expire;
+            // those stored a moment ago are left to their readers' check (`liveness.rs`), as
+            // their executor reached Redis then.
+            let spawned_before = found_dead_at.saturating_sub(RECOVERY.as_millis() as u64);
+            self.app.tasks().fail_tasks_of(&node, spawned_before).await;
             tracing::info!(
                 dead_node_id = %node,
                 scanned,

@@ -19,7 +19,8 @@ use crate::fleet::Fleet;
 use crate::machine_id::{self, MachineIdSource};
 use crate::redis_conn::RedisConn;
 use crate::session::{
-    MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions, Timing,
+    Lease, MemorySessionStore, Ownership, RedisSessionStore, SessionSealer, SessionStore, Sessions,
+    Timing,
 };
 use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
@@ -149,12 +150,21 @@ impl ServerBuilder {
         let sealer = sealer_for(&config, &machine_id, source);
         // One budget for the listener's connections and the relay's sockets.
         let connections = listener::connection_budget(&config.http);
-        let (store, events, redis) =
-            session_stores(&config, &meters, &machine_id, self.store, self.events);
+        // Renewed by the heartbeat (distributed mode); read by the fleet's liveness checks.
+        let lease = Arc::new(Lease::default());
+        let (store, events, redis) = session_stores(
+            &config,
+            &meters,
+            &machine_id,
+            &lease,
+            self.store,
+            self.events,
+        );
         let request_state = request_state_sealer(&config);
         let phases = crate::app::Phases::new();
         let shutdown = phases.shutdown.clone();
-        let (tasks, redis_tasks) = tasks_for(&config, self.tasks, redis.as_ref(), &machine_id);
+        let (tasks, redis_tasks) =
+            tasks_for(&config, self.tasks, redis.as_ref(), &machine_id, &lease);
         let (mut ownership, mut relay) = (self.ownership, self.relay);
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &redis
@@ -179,21 +189,13 @@ impl ServerBuilder {
             ownership,
             session_timing(&config),
             shutdown.clone(),
-        );
+        )
+        .with_lease(lease);
         let (auth, auth_error) = match Authorizer::new(&config.auth) {
             Ok(a) => (a, None),
             Err(e) => (None, Some(e)),
         };
-        // Shared by the fleet whenever the server has Redis, as sessions are.
-        let limits = match &redis {
-            Some(conn) => crate::limits::Limits::in_redis(
-                &config.limits,
-                conn.clone(),
-                sessions.machine_id(),
-                shutdown,
-            ),
-            None => crate::limits::Limits::in_memory(&config.limits),
-        };
+        let limits = limits_for(&config, redis.as_ref(), sessions.machine_id(), shutdown);
         let app = App::new(Parts {
             info: self.info,
             catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
@@ -219,6 +221,22 @@ impl ServerBuilder {
     }
 }
 
+/// The limits, shared by the fleet whenever the server has Redis (as sessions are), else kept
+/// in this process.
+fn limits_for(
+    config: &Config,
+    redis: Option<&RedisConn>,
+    machine_id: &str,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> crate::limits::Limits {
+    match redis {
+        Some(conn) => {
+            crate::limits::Limits::in_redis(&config.limits, conn.clone(), machine_id, shutdown)
+        }
+        None => crate::limits::Limits::in_memory(&config.limits),
+    }
+}
+
 /// The stores of sessions and SSE events: the ones given, else in Redis when the configuration
 /// names it (with the connection the rest of the server then shares), else in memory. A store
 /// given for sessions means no Redis at all.
@@ -226,6 +244,7 @@ fn session_stores(
     config: &Config,
     meters: &Meters,
     machine_id: &str,
+    lease: &Arc<Lease>,
     store: Option<Arc<dyn SessionStore>>,
     events: Option<Arc<dyn EventStore>>,
 ) -> (
@@ -245,7 +264,9 @@ fn session_stores(
                 conn.instrument(meters.clone());
                 store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
                 if events.is_none() {
-                    events = Some(Arc::new(redis_event_store(&conn, config, machine_id)));
+                    events = Some(Arc::new(redis_event_store(
+                        &conn, config, machine_id, lease,
+                    )));
                     tracing::info!("EventStore initialized for SSE resumability");
                 }
                 redis = Some(conn);
@@ -267,7 +288,12 @@ fn session_stores(
     (store, events, redis)
 }
 
-fn redis_event_store(conn: &RedisConn, config: &Config, machine_id: &str) -> RedisEventStore {
+fn redis_event_store(
+    conn: &RedisConn,
+    config: &Config,
+    machine_id: &str,
+    lease: &Arc<Lease>,
+) -> RedisEventStore {
     let events = RedisEventStore::new(
         conn.clone(),
         config.sessions.max_events_per_stream,
@@ -277,7 +303,7 @@ fn redis_event_store(conn: &RedisConn, config: &Config, machine_id: &str) -> Red
     // Only in distributed mode can a reader tell that a stream's writer is gone (and end the
     // stream for it).
     let liveness = (config.deployment_mode == DeploymentMode::Distributed)
-        .then(|| crate::fleet::process_liveness(conn, &config.ha));
+        .then(|| crate::fleet::process_liveness(conn, &config.ha, lease));
     events.with_writers(machine_id, liveness)
 }
 
@@ -329,6 +355,7 @@ fn tasks_for(
     given: Option<Arc<dyn TaskStore>>,
     redis: Option<&RedisConn>,
     machine_id: &str,
+    lease: &Arc<Lease>,
 ) -> (Tasks, Option<RedisTaskStore>) {
     let tasks_cfg = &config.tasks;
     let limits = TaskLimits::from_config(tasks_cfg);
@@ -344,7 +371,7 @@ fn tasks_for(
         Some(conn)
             if redis_tasks.is_some() && config.deployment_mode == DeploymentMode::Distributed =>
         {
-            Some(crate::fleet::process_liveness(conn, &config.ha))
+            Some(crate::fleet::process_liveness(conn, &config.ha, lease))
         }
         _ => None,
     };

@@ -56,6 +56,8 @@ pub struct Lease {
     term: AtomicU32,
     /// Whether this instance's channel subscription is up: see [`Lease::set_present`].
     present: AtomicBool,
+    /// Milliseconds after `base` when the current term began: see [`Lease::held_for`].
+    term_began_ms: AtomicU64,
 }
 
 impl Default for Lease {
@@ -65,6 +67,7 @@ impl Default for Lease {
             until_ms: AtomicU64::new(0),
             term: AtomicU32::new(0),
             present: AtomicBool::new(true),
+            term_began_ms: AtomicU64::new(0),
         }
     }
 }
@@ -77,9 +80,28 @@ impl Lease {
         let before = self
             .until_ms
             .fetch_max(until.as_millis() as u64, Ordering::AcqRel);
-        if before != 0 && before <= now && (until.as_millis() as u64) > now {
-            self.term.fetch_add(1, Ordering::AcqRel);
+        if before <= now && (until.as_millis() as u64) > now {
+            if before != 0 {
+                self.term.fetch_add(1, Ordering::AcqRel);
+            }
+            self.term_began_ms.store(now, Ordering::Release);
         }
+    }
+
+    /// How long the lease has held without a break (`None`: it does not hold now).
+    ///
+    /// After an outage of Redis as a whole (longer than the heartbeat's lifetime, or a
+    /// restart that dropped every connection), every instance's heartbeat and subscription
+    /// are gone at once, and each shows itself again a moment after Redis answers it. An
+    /// instance that judges others by their absence must first have been back itself for
+    /// that moment, or it takes the live for the dead (`fleet/liveness.rs`).
+    pub fn held_for(&self) -> Option<Duration> {
+        if !self.valid() {
+            return None;
+        }
+        let now = self.base.elapsed().as_millis() as u64;
+        let began = self.term_began_ms.load(Ordering::Acquire);
+        Some(Duration::from_millis(now.saturating_sub(began)))
     }
 
     /// The lease's term: it changes each time the lease is granted again after it ran out.
@@ -108,6 +130,10 @@ impl Lease {
             self.term.fetch_add(1, Ordering::AcqRel);
             self.until_ms.store(1, Ordering::Release);
         }
+        if !was && present {
+            let now = self.base.elapsed().as_millis() as u64;
+            self.term_began_ms.store(now, Ordering::Release);
+        }
     }
 }
 
@@ -135,5 +161,33 @@ mod tests {
         // A late renewal for a beat sent long ago grants nothing and starts no term.
         lease.renew(lease.base, ttl);
         assert_eq!(lease.term(), 1);
+    }
+
+    /// `held_for` counts from the start of the current term: renewals while the lease holds
+    /// do not reset it; a lease that ran out, or a subscription that dropped, does.
+    #[test]
+    fn held_for_counts_from_the_start_of_the_term() {
+        let lease = Lease::default();
+        assert_eq!(lease.held_for(), None, "never granted");
+        let ttl = Duration::from_millis(200);
+        lease.renew(Instant::now(), ttl);
+        std::thread::sleep(Duration::from_millis(60));
+        lease.renew(Instant::now(), ttl);
+        let held = lease.held_for().unwrap_or_default();
+        assert!(
+            held >= Duration::from_millis(50),
+            "renewed, not reset: {held:?}"
+        );
+        lease.set_present(false);
+        assert_eq!(lease.held_for(), None, "no subscription, no lease");
+        lease.set_present(true);
+        lease.renew(Instant::now(), ttl);
+        let held = lease.held_for().unwrap_or_default();
+        assert!(held < Duration::from_millis(50), "a new term: {held:?}");
+        std::thread::sleep(Duration::from_millis(220));
+        assert_eq!(lease.held_for(), None, "ran out");
+        lease.renew(Instant::now(), ttl);
+        let held = lease.held_for().unwrap_or_default();
+        assert!(held < Duration::from_millis(50), "granted again: {held:?}");
     }
 }

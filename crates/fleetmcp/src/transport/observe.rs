@@ -87,6 +87,11 @@ pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next:
 /// The header wins when both are valid: it names the caller's own hop (its HTTP client's
 /// span, or the instance that relayed the request, whose span is the holder's parent), a child
 /// in the same trace of the context the MCP client put in `_meta`.
+///
+/// This runs before the guard and the token check, so a request they refuse has had its body
+/// read: deliberately, since their refusals are logged and counted in the request's trace, and
+/// the cost is what they pay anyway (the token check reads the body too, to give its `401`
+/// the request's id), bounded by `limit`; a body is parsed only if it names `traceparent`.
 async fn meta_trace(req: Request, limit: usize) -> (Request, Option<TraceContext>) {
     if req.method() != HttpMethod::POST {
         return (req, None);

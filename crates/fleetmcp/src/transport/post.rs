@@ -223,54 +223,7 @@ async fn stream_answer(
     // A broken connection does not end the request: its events wait in the store for the
     // client to resume.
     let event_ttl = Duration::from_millis(app.config().sessions.event_ttl_ms);
-    tokio::spawn(async move {
-        let reply = streaming
-            .pump(
-                |m| {
-                    let writer = writer.clone();
-                    async move {
-                        writer.forward(m).await;
-                        true
-                    }
-                },
-                std::future::pending(),
-            )
-            .await;
-        let mut unstored = None;
-        if let Ok(Some(reply)) = reply {
-            let answer = dispatch::encode_reply(&id, reply);
-            // Known to the response before it can be read back, so the response ends on it.
-            *writer.last.lock() = Some(answer.clone());
-            writer.append(answer.clone()).await;
-            // The store failed under this answer: the connection got it directly, if it is
-            // still there; a client whose connection broke resumes from the store, so the
-            // answer goes there too, with the end marker.
-            if writer.degraded.is_cancelled() {
-                unstored = Some(answer);
-            }
-        }
-        // No more direct messages: a response that switched to them ends here.
-        writer.direct.lock().take();
-        // The end marker (after the answer, if the store did not take it), for readers that
-        // resume the stream later: a store that failed is tried again (1 s doubling to 10 s)
-        // while the stream's events live, so a reader that resumes once Redis is back is not
-        // left waiting for an answer or an end that never comes.
-        let mut delay = Duration::from_secs(1);
-        let give_up = tokio::time::Instant::now() + event_ttl;
-        let events = &writer.events;
-        let (session, stream) = (&writer.session, writer.stream);
-        while let Err(e) = match &unstored {
-            Some(answer) => events.finish(session, stream, answer.clone()).await,
-            None => events.close(session, stream).await,
-        } {
-            if tokio::time::Instant::now() + delay > give_up {
-                tracing::warn!(error = %e, "an SSE stream could not be marked complete");
-                break;
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
-        }
-    });
+    tokio::spawn(write_answer(writer, streaming, id, event_ttl));
     let body = Answer {
         tail,
         direct: direct_rx,
@@ -281,6 +234,66 @@ async fn stream_answer(
         sent_id: None,
     };
     sse::streaming(body.frames(), sse::keepalive_every(&app.config().http))
+}
+
+/// The writer of a streamed answer: the request's messages, then its answer, into the store
+/// (or straight to the connection once the store failed), then the end marker.
+async fn write_answer(
+    writer: Arc<StoredStream>,
+    streaming: Streaming,
+    id: Box<serde_json::value::RawValue>,
+    event_ttl: Duration,
+) {
+    let reply = streaming
+        .pump(
+            |m| {
+                let writer = writer.clone();
+                async move {
+                    writer.forward(m).await;
+                    true
+                }
+            },
+            std::future::pending(),
+        )
+        .await;
+    let mut unstored = None;
+    if let Ok(Some(reply)) = reply {
+        let answer = dispatch::encode_reply(&id, reply);
+        // Known to the response before it can be read back, so the response ends on it.
+        *writer.last.lock() = Some(answer.clone());
+        writer.append(answer.clone()).await;
+        // The store failed under this answer: the connection got it directly, if it is
+        // still there; a client whose connection broke resumes from the store, so the
+        // answer goes there too, with the end marker.
+        if writer.degraded.is_cancelled() {
+            unstored = Some(answer);
+        }
+    }
+    // No more direct messages: a response that switched to them ends here.
+    writer.direct.lock().take();
+    mark_complete(&writer, unstored, event_ttl).await;
+}
+
+/// The end marker (after the answer, if the store did not take it), for readers that resume
+/// the stream later: a store that failed is tried again (1 s doubling to 10 s) while the
+/// stream's events live, so a reader that resumes once Redis is back is not left waiting for
+/// an answer or an end that never comes.
+async fn mark_complete(writer: &StoredStream, unstored: Option<Bytes>, event_ttl: Duration) {
+    let mut delay = Duration::from_secs(1);
+    let give_up = tokio::time::Instant::now() + event_ttl;
+    let events = &writer.events;
+    let (session, stream) = (&writer.session, writer.stream);
+    while let Err(e) = match &unstored {
+        Some(answer) => events.finish(session, stream, answer.clone()).await,
+        None => events.close(session, stream).await,
+    } {
+        if tokio::time::Instant::now() + delay > give_up {
+            tracing::warn!(error = %e, "an SSE stream could not be marked complete");
+            break;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
 }
 
 /// Where the response of a streamed answer reads from.

@@ -63,55 +63,10 @@ pub(super) async fn serve(
         }
         Message::Request { id, method, params } => (id, method, params),
     };
-    let map: Map<String, Value> = match params
-        .as_deref()
-        .map(|p| serde_json::from_str::<Value>(p.get()))
-    {
-        None => Map::new(),
-        Some(Ok(Value::Object(m))) => m,
-        Some(_) => {
-            return error(
-                &id,
-                &errors::invalid_params("Invalid params: params must be an object"),
-            );
-        }
-    };
-    let meta = match RequestMeta::from_params(&map) {
-        Ok(m) => m,
+    let (map, meta) = match checked(app, headers, &method, params.as_deref()) {
+        Ok(checked) => checked,
         Err(e) => return error(&id, &e),
     };
-    if let Err(msg) = mirrored::check_standard(headers, &meta.version, &method, &map) {
-        return error(&id, &ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
-    }
-    if !STATELESS_VERSIONS.contains(&meta.version.as_str()) {
-        return error(
-            &id,
-            &ErrorData::new(
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
-                format!("Unsupported protocol version: {}", meta.version),
-                Some(json!({"supported": STATELESS_VERSIONS, "requested": meta.version})),
-            ),
-        );
-    }
-    if !dispatch::is_stateless_method(&method) {
-        return error(&id, &errors::method_not_found(&method));
-    }
-    if method == "tools/call" {
-        let tool = map
-            .get("name")
-            .and_then(Value::as_str)
-            .and_then(|n| app.catalog().tool(n).cloned());
-        if let Some(tool) = tool {
-            let empty = Map::new();
-            let args = map
-                .get("arguments")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty);
-            if let Err(msg) = mirrored::check_params(headers, &tool, args) {
-                return error(&id, &ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
-            }
-        }
-    }
     if method == "subscriptions/listen" {
         return listen::serve(app, &id, &map, &client.key);
     }
@@ -131,6 +86,55 @@ pub(super) async fn serve(
         // Over a limit (the same 429 as in the session era), or without the scope (403).
         Err(not_run) => not_run.response(app, &id),
     }
+}
+
+/// A request's params as an object and its `_meta`, once they pass this era's checks: an
+/// object, a supported protocol version, a method this era has, and the `Mcp-*` headers that
+/// mirror the body (the tool's declared ones too, for `tools/call`) agreeing with it.
+fn checked(
+    app: &App,
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(Map<String, Value>, RequestMeta), ErrorData> {
+    let map = match params.map(|p| serde_json::from_str::<Value>(p.get())) {
+        None => Map::new(),
+        Some(Ok(Value::Object(m))) => m,
+        Some(_) => {
+            return Err(errors::invalid_params(
+                "Invalid params: params must be an object",
+            ));
+        }
+    };
+    let meta = RequestMeta::from_params(&map)?;
+    if let Err(msg) = mirrored::check_standard(headers, &meta.version, method, &map) {
+        return Err(ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
+    }
+    if !STATELESS_VERSIONS.contains(&meta.version.as_str()) {
+        return Err(ErrorData::new(
+            ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            format!("Unsupported protocol version: {}", meta.version),
+            Some(json!({"supported": STATELESS_VERSIONS, "requested": meta.version})),
+        ));
+    }
+    if !dispatch::is_stateless_method(method) {
+        return Err(errors::method_not_found(method));
+    }
+    let tool = (method == "tools/call")
+        .then(|| map.get("name").and_then(Value::as_str))
+        .flatten()
+        .and_then(|n| app.catalog().tool(n).cloned());
+    if let Some(tool) = tool {
+        let empty = Map::new();
+        let args = map
+            .get("arguments")
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        if let Err(msg) = mirrored::check_params(headers, &tool, args) {
+            return Err(ErrorData::new(ErrorCode::HEADER_MISMATCH, msg, None));
+        }
+    }
+    Ok((map, meta))
 }
 
 /// The answer to a request the server's shutdown cancelled.

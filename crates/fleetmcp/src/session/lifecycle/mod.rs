@@ -268,6 +268,13 @@ impl Sessions {
         &self.lease
     }
 
+    /// These sessions under `lease`, one the fleet's liveness checks share (they judge others
+    /// only once it has held a while: [`Lease::held_for`]).
+    pub fn with_lease(mut self, lease: Arc<Lease>) -> Self {
+        self.lease = lease;
+        self
+    }
+
     /// Whether owner-side writes are fenced (distributed mode: an ownership seam is installed).
     fn fenced(&self) -> bool {
         self.ownership.is_some()
