@@ -1607,18 +1607,6 @@ fn a_session_taken_over_in_an_earlier_outage_is_not_served_from_memory_in_the_ne
     assert_eq!(stored(&redis, &sid)["epoch"], taken["epoch"]);
 }
 
-/// `POST <endpoint>` (`/message?sessionId=…`) on `port` with `body`.
-fn legacy_post(port: u16, endpoint: &str, body: &Value) -> RawResponse {
-    http(
-        port,
-        "POST",
-        endpoint,
-        &[("Content-Type", "application/json")],
-        Some(&body.to_string()),
-        HTTP_LIMIT,
-    )
-}
-
 /// A 2024-11-05 session opened on `port`: its stream and endpoint, initialized.
 fn open_legacy_session(port: u16) -> (std::net::TcpStream, String) {
     let (mut stream, endpoint) = open_legacy_stream(port, &[]);

@@ -321,3 +321,34 @@ fn a_takeover_no_replica_confirmed_is_not_served() {
     assert!(record.contains("desk-b"), "{record}");
     b.assert_no_panic_logged();
 }
+
+/// A 2024-11-05 `initialize` refused because no replica confirmed the session's record (`503`
+/// with `Retry-After`) can be sent again on the same stream, and then succeeds. Its id is its
+/// stream's, so it cannot change: before the fix the refusal remembered the id as deleted and
+/// every later POST, the retried `initialize` too, was answered `404` (the fault harness's
+/// Sentinel runs: "session gone while Redis kept its data").
+#[test]
+fn a_2024_11_05_initialize_refused_for_want_of_a_replica_can_be_sent_again() {
+    let mut set = SentinelSet::start(MASTER);
+    let (a, _b) = two_desks(&set, &[]);
+    let (mut stream, endpoint) = open_legacy_stream(a.port(), &[]);
+    let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    set.replica.pause();
+    let refused = legacy_post(a.port(), &endpoint, &init);
+    set.replica.resume();
+    assert!(
+        refused.status == 503 && refused.header("retry-after").is_some(),
+        "an initialize no replica confirmed:\n{}",
+        refused.describe()
+    );
+    let again = legacy_post(a.port(), &endpoint, &init);
+    assert_eq!(again.status, 202, "sent again:\n{}", again.describe());
+    read_stream_until(&mut stream, &["\"protocolVersion\":\"2024-11-05\""]);
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(legacy_post(a.port(), &endpoint, &note).status, 202);
+    let call = tool_call("find_tickets", json!({}));
+    let resp = legacy_post(a.port(), &endpoint, &call);
+    assert_eq!(resp.status, 202, "a call after it:\n{}", resp.describe());
+    read_stream_until(&mut stream, &["\"structuredContent\""]);
+}

@@ -465,6 +465,15 @@ impl LiveSessions {
         removed
     }
 
+    /// Drops a session that was never acknowledged (its `initialize` refused): closed, but not
+    /// remembered as ended, since its id may be opened again (a 2024-11-05 session's id is its
+    /// stream's, and its client sends `initialize` again under it).
+    pub fn discard(&self, id: &str) {
+        if let Some(s) = self.sessions.write().remove(id) {
+            s.closed.cancel();
+        }
+    }
+
     /// Stops holding a session here without ending it: its standalone stream and the requests
     /// waiting on the client stop ([`Session::leaving`]), the requests running finish, and
     /// nothing remembers it as ended, so its next request looks for it in the store (it lives

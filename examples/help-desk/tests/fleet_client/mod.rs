@@ -222,6 +222,18 @@ pub fn open_legacy_stream(port: u16, extra: &[(&str, &str)]) -> (std::net::TcpSt
     (stream, endpoint)
 }
 
+/// `POST <endpoint>` (`/message?sessionId=…`) on `port` with `body`.
+pub fn legacy_post(port: u16, endpoint: &str, body: &Value) -> RawResponse {
+    http(
+        port,
+        "POST",
+        endpoint,
+        &[("Content-Type", "application/json")],
+        Some(&body.to_string()),
+        HTTP_LIMIT,
+    )
+}
+
 /// Reads `stream` until everything it carried contains every one of `needles`, for at most
 /// 5 s; returns what it carried.
 pub fn read_stream_until(stream: &mut std::net::TcpStream, needles: &[&str]) -> String {

@@ -369,9 +369,11 @@ impl Sessions {
             Err(StoreError::NotDurable(why)) => {
                 // The record reached a server that may be about to lose it (a master the
                 // sentinels just replaced): refused, not acknowledged and lost. The client
-                // retries, by then on the new master.
+                // retries, by then on the new master. The id is not remembered as ended: a
+                // 2024-11-05 client sends its `initialize` again under the same id (its
+                // stream's), and must not be told the session is gone.
                 tracing::warn!(error = %why, "initialize refused: the new session's record was not confirmed by the replicas");
-                self.live.remove(id, Ended::Deleted);
+                self.live.discard(id);
                 let _ = self.store.delete(id).await;
                 return Err(OpenError::NotDurable);
             }
