@@ -139,7 +139,7 @@ impl ServerBuilder {
     /// Builds the server. Nothing runs and nothing is connected yet: [`Server::start`] (or
     /// [`Server::serve`]) does that.
     pub fn build(self) -> Server {
-        let config = self.config.unwrap_or_default();
+        let config = as_served(self.config.unwrap_or_default());
         let meters = if config.http.metrics {
             Meters::new()
         } else {
@@ -217,6 +217,17 @@ impl ServerBuilder {
             connections,
         }
     }
+}
+
+/// The configuration as the server runs it. With stdio (see `Config::stdio`), log lines leave
+/// stdout before anything logs (it is the client's from now on), and Redis is left to the
+/// application: the one session lives in this process, so nothing of it is stored there.
+fn as_served(mut config: Config) -> Config {
+    if config.stdio {
+        crate::telemetry::logs::keep_stdout_for_messages();
+        config.redis = None;
+    }
+    config
 }
 
 /// The stores of sessions and SSE events: the ones given, else in Redis when the configuration
@@ -368,6 +379,10 @@ fn sealer_for(cfg: &Config, machine_id: &str, source: MachineIdSource) -> Option
             .map(|s| s.as_bytes())
             .collect();
         return Some(SessionSealer::rotating(secret.as_bytes(), &previous));
+    }
+    if cfg.stdio {
+        // A stdio session's id never leaves the process: no key is made, nor warned about.
+        return None;
     }
     if cfg.is_production() {
         tracing::error!(
@@ -532,7 +547,14 @@ impl Server {
     /// drain delay cuts it short. The port is bound only once the server is ready, so a load
     /// balancer never sees an open port that answers nothing (distributed mode's start talks to
     /// Redis first).
+    ///
+    /// With [`Config::stdio`] (`FLEETMCP_TRANSPORT=stdio`) it serves one session on stdin and
+    /// stdout instead, binding nothing, until stdin closes or a signal comes (see
+    /// `docs/ARCHITECTURE.md`, layer 5).
     pub async fn serve(self) -> std::io::Result<()> {
+        if self.app.config().stdio {
+            return self.serve_stdio().await;
+        }
         let cfg = self.app.config();
         let addr = SocketAddr::new(cfg.effective_bind().ip(), cfg.port);
         let running = self.start().await?;
@@ -766,3 +788,6 @@ pub async fn shutdown_signal() {
 mod listener;
 #[cfg(test)]
 mod seams_test;
+mod stdio;
+#[cfg(test)]
+mod stdio_test;
