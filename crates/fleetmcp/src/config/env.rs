@@ -30,6 +30,7 @@ const OTHER_ENV: &[&str] = &[
     "MCP_SESSION_SECRET_PREVIOUS",
     "FRONTMCP_BIND_ADDRESS",
     "FRONTMCP_DEPLOYMENT_MODE",
+    "FLEETMCP_TRANSPORT",
     "REDIS_URL",
     "REDIS_HOST",
     "REDIS_PORT",
@@ -130,6 +131,11 @@ fn apply_top_level(cfg: &mut Config, name: &str, value: &str) -> Result<(), Conf
         "JWT_SECRET" => cfg.jwt_secret = non_empty(value),
         "FRONTMCP_BIND_ADDRESS" => cfg.bind_address = bind_address(value)?,
         "FRONTMCP_DEPLOYMENT_MODE" => cfg.deployment_mode = deployment_mode(value)?,
+        // Blank leaves the TOML file's choice.
+        "FLEETMCP_TRANSPORT" if !value.trim().is_empty() => {
+            cfg.stdio = super::deployment::transport_is_stdio(value)
+                .ok_or_else(|| invalid("FLEETMCP_TRANSPORT", value, "expected `http` or `stdio`"))?
+        }
         _ => {}
     }
     Ok(())

@@ -50,6 +50,16 @@ pub struct Config {
     pub jwt_secret: Option<String>,
     /// `FRONTMCP_DEPLOYMENT_MODE`.
     pub deployment_mode: DeploymentMode,
+    /// `FLEETMCP_TRANSPORT` (`transport` in the TOML file): `stdio` makes
+    /// [`Server::serve`](crate::Server::serve) serve one session on stdin and stdout
+    /// (newline-delimited JSON-RPC, the MCP stdio transport; logs go to stderr) instead of
+    /// HTTP; `http`, the default, serves `/mcp`. Kept as a flag, as a `--stdio` option would
+    /// set it: those two are all there is. A stdio server keeps its sessions, events and tasks
+    /// in memory (Redis, if configured, is left to the application), cannot be part of a fleet
+    /// nor use `[auth]`, and makes no session-id key of the machine id (routes taken from
+    /// `Server::start` then need `MCP_SESSION_SECRET` to open sessions).
+    #[serde(rename = "transport", with = "super::deployment::transport_name")]
+    pub stdio: bool,
     /// Items per page of every list method.
     pub page_size: usize,
     pub http: HttpConfig,
@@ -79,6 +89,7 @@ impl Default for Config {
             hostname: None,
             node_env: None,
             deployment_mode: DeploymentMode::Standalone,
+            stdio: false,
             page_size: 100,
             http: HttpConfig::default(),
             sessions: SessionConfig::default(),
@@ -108,10 +119,18 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads `FLEETMCP_CONFIG` (a TOML file, optional) and the process environment.
+    /// Reads `FLEETMCP_CONFIG` (a TOML file, optional) and the process environment. When it
+    /// says `transport = "stdio"`, log lines go to stderr from here on (stdout is the
+    /// transport's).
     pub fn load() -> Result<Self, ConfigError> {
         let file = std::env::var("FLEETMCP_CONFIG").ok();
-        Self::from_sources(file.as_deref().map(Path::new), std::env::vars())
+        let cfg = Self::from_sources(file.as_deref().map(Path::new), std::env::vars())?;
+        if cfg.stdio {
+            // Here, not only when the server is built: this is the process's configuration,
+            // and what the program logs before building its server must not reach the client.
+            crate::telemetry::logs::keep_stdout_for_messages();
+        }
+        Ok(cfg)
     }
 
     /// Builds the configuration from a TOML file and a set of environment variables.
@@ -165,7 +184,9 @@ impl Config {
             return Err(ConfigError::Parse(format!("redis: {e}")));
         }
         self.ha.check()?;
-        self.check_secrets()
+        self.check_secrets()?;
+        // Last, so that adding it changed no other value's report.
+        self.check_transport()
     }
 }
 

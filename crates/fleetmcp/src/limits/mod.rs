@@ -34,7 +34,8 @@ use serde_json::{Value, json};
 use crate::config::{LimitsConfig, OnStoreError, RateLimit};
 use crate::redis_conn::RedisConn;
 
-/// Who a request counts against: `principal:<key>` or `addr:<ip>`.
+/// Who a request counts against: `principal:<key>`, `addr:<ip>`, or `stdio` (the one client of
+/// a stdio server).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitKey(Arc<str>);
 
@@ -48,6 +49,11 @@ impl LimitKey {
     /// The key of an anonymous caller: its address.
     pub fn address(ip: std::net::IpAddr) -> Self {
         Self(format!("addr:{ip}").into())
+    }
+
+    /// The key of a stdio server's client: the process that started it, the only one there is.
+    pub fn stdio() -> Self {
+        Self(Arc::from("stdio"))
     }
 
     pub fn as_str(&self) -> &str {

@@ -4,9 +4,71 @@
 //! human-readable text. With the cargo feature `otlp`, spans are also exported when an OTLP
 //! endpoint is set ([`super::otlp`]).
 //!
+//! Lines go to stdout, or to stderr once stdout carries the MCP messages of the stdio transport
+//! ([`keep_stdout_for_messages`]): a log line there would be read by the client as a message.
+//!
 //! No log line carries a header, a secret of the configuration or a relay credential (those
 //! travel sealed, `fleet/relay_auth/`). Session ids are logged where the contract's lines
 //! name `sessionId` (takeover, recreation, relay failures).
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether stdout is the stdio transport's: set once, never cleared. Process-global because
+/// stdout is (the log subscriber a binary installs is the one other global here).
+static STDOUT_CARRIES_MESSAGES: AtomicBool = AtomicBool::new(false);
+
+/// From now on every log line goes to stderr: stdout carries the stdio transport's messages.
+/// Called as soon as a server is configured for stdio (and by [`init_tracing`] when
+/// `FLEETMCP_TRANSPORT` says so, before anything is configured), so no line reaches stdout
+/// before the transport starts either.
+pub(crate) fn keep_stdout_for_messages() {
+    STDOUT_CARRIES_MESSAGES.store(true, Ordering::Relaxed);
+}
+
+/// Where the log subscriber writes, chosen per line (see [`keep_stdout_for_messages`]).
+struct LogOut;
+
+/// One line's destination.
+enum LogWriter {
+    Stdout(io::Stdout),
+    Stderr(io::Stderr),
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogOut {
+    type Writer = LogWriter;
+
+    fn make_writer(&'a self) -> LogWriter {
+        if STDOUT_CARRIES_MESSAGES.load(Ordering::Relaxed) {
+            LogWriter::Stderr(io::stderr())
+        } else {
+            LogWriter::Stdout(io::stdout())
+        }
+    }
+}
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Self::Stdout(o) => o.write(buf),
+            Self::Stderr(e) => e.write(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Self::Stdout(o) => o.write_all(buf),
+            Self::Stderr(e) => e.write_all(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Self::Stdout(o) => o.flush(),
+            Self::Stderr(e) => e.flush(),
+        }
+    }
+}
 
 /// The log format `LOG_FORMAT` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +90,7 @@ impl LogFormat {
 }
 
 /// Sets up `tracing` for a binary (see the module documentation). A second call does nothing.
+/// With `FLEETMCP_TRANSPORT=stdio` every line goes to stderr from the first one.
 ///
 /// With the cargo feature `otlp` and `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set, spans are also exported over OTLP/HTTP, named by
@@ -40,7 +103,16 @@ pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let format = LogFormat::from_env_value(std::env::var("LOG_FORMAT").ok().as_deref());
-    let fmt = tracing_subscriber::fmt::layer().with_target(false);
+    // Read here, not only by the configuration: lines written before it is loaded must not
+    // reach the client either.
+    let stdio =
+        std::env::var("FLEETMCP_TRANSPORT").is_ok_and(|v| v.trim().eq_ignore_ascii_case("stdio"));
+    if stdio {
+        keep_stdout_for_messages();
+    }
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .with_writer(LogOut);
     let fmt = match format {
         LogFormat::Json => fmt
             .json()
@@ -52,7 +124,11 @@ pub fn init_tracing() {
             .boxed(),
         LogFormat::Text => {
             // Colour only on a terminal, so log files and test captures stay greppable.
-            let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            let ansi = if stdio {
+                io::IsTerminal::is_terminal(&io::stderr())
+            } else {
+                io::IsTerminal::is_terminal(&io::stdout())
+            };
             fmt.with_ansi(ansi).boxed()
         }
     };

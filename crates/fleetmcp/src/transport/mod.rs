@@ -1,5 +1,6 @@
 //! HTTP: Streamable HTTP on `/mcp`, the 2024-11-05 pair `/sse` + `/message`, `/healthz`,
-//! `/readyz`, `/metrics` and the OAuth protected-resource metadata.
+//! `/readyz`, `/metrics` and the OAuth protected-resource metadata; and [`stdio`], one session
+//! over stdin and stdout, which reuses the driver and `initialize` without any of HTTP.
 //!
 //! A request flows: [`observe`] (its span, trace context and metrics) → [`guard`] (Host and
 //! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
@@ -44,6 +45,7 @@ mod reply;
 mod scrape;
 mod sse;
 mod stateless;
+mod stdio;
 
 use std::sync::Arc;
 
@@ -57,6 +59,7 @@ pub use client_key::{PeerAddr, RELAYED_PEER_HEADER};
 pub use health::{Probe, ProbeReport};
 pub use relay::{Relay, RelayRequest, Relayed};
 pub(crate) use sse::keepalive_every as sse_keepalive;
+pub(crate) use stdio::{process_stdin, serve as serve_stdio};
 
 use crate::app::App;
 

@@ -1,0 +1,153 @@
+//! The stdio transport: one session-era session over a pipe pair, as a local client (Claude
+//! Desktop, MCP Inspector, an SDK's stdio client) runs a server it starts as its child process.
+//! JSON-RPC messages arrive one per line on the input (stdin) and leave one per line on the
+//! output (stdout); logs go to stderr (`telemetry::logs`).
+//!
+//! It is the session era without HTTP: `initialize` opens a session like a POST's (with
+//! `initialize::open`), and every later request runs through the same [`driver`](super::driver)
+//! and dispatch, so everything a session offers (progress, logging, cancellation, requests to
+//! the client, subscriptions, list changes, tasks) is the same code. What HTTP adds is not
+//! there: no session id on the wire (the session is this connection), no event ids or
+//! resumption, no headers, no relay (the session is held here and nowhere else).
+//!
+//! Each request runs in a task of its own while the input is read on, so the client's answers
+//! to our requests (sampling, elicitation, roots) and its `notifications/cancelled` reach the
+//! requests waiting for them. Every message leaves through one writer ([`out`]), so lines never
+//! mix. The input ending (the client closed our stdin, or went away) or `stop` (a signal) ends
+//! the connection: requests waiting on the client fail at once (nobody can answer them), the
+//! others get `http.shutdown_grace_ms` to finish and send their answers (a client that wrote
+//! its last request and closed stdin still reads them), then what still runs is cancelled and
+//! the session ends.
+
+mod batch;
+mod lines;
+mod out;
+mod session;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+
+pub(crate) use lines::process_stdin;
+
+use crate::app::App;
+use crate::protocol::errors;
+use lines::Line;
+use session::Connection;
+
+/// Why the connection ended.
+enum End {
+    /// The input ended: the client closed our stdin.
+    Eof,
+    /// `stop` completed (a signal).
+    Stopped,
+    /// Nobody reads the output any more.
+    Gone,
+    /// The input could not be read.
+    Failed(std::io::Error),
+}
+
+/// Serves one stdio connection on `input` and `output` until the input ends, the output
+/// closes or `stop` completes, then ends it (see the module documentation); `cut`, polled only
+/// then, cuts the wait for running requests short (a second signal).
+pub(crate) async fn serve<R, W>(
+    app: App,
+    input: R,
+    output: W,
+    stop: impl Future<Output = ()>,
+    cut: impl Future<Output = ()>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, writer) = out::start(output);
+    let mut conn = Connection::new(app.clone(), out.clone());
+    let mut input = BufReader::new(input);
+    let max = app.config().http.max_body_bytes;
+    let mut stop = std::pin::pin!(stop);
+    let end = loop {
+        let line = tokio::select! {
+            line = lines::next_line(&mut input, max) => line,
+            _ = &mut stop => break End::Stopped,
+            _ = out.gone() => break End::Gone,
+        };
+        match line {
+            Ok(Line::Message(line)) => take(&mut conn, &out, line).await,
+            Ok(Line::TooLong) => {
+                let e = errors::invalid_request(format!(
+                    "Invalid Request: a message longer than http.max_body_bytes ({max} bytes)"
+                ));
+                conn.refuse(None, &e).await
+            }
+            Ok(Line::Eof) => break End::Eof,
+            Err(e) => break End::Failed(e),
+        }
+    };
+    match end {
+        End::Eof => tracing::info!("stdio: stdin closed; stopping"),
+        End::Stopped => tracing::info!("stdio: stop signal; stopping"),
+        End::Gone => tracing::info!("stdio: stdout closed; stopping"),
+        End::Failed(e) => tracing::warn!(error = %e, "stdio: stdin could not be read; stopping"),
+    }
+    let grace = Duration::from_millis(app.config().http.shutdown_grace_ms);
+    finish(conn, grace, cut).await;
+    drop(out);
+    // Everything queued is written and flushed before the server returns.
+    let _ = writer.await;
+}
+
+/// One line of input: blank lines are skipped, a batch runs in a task of its own, anything
+/// else is one message.
+async fn take(conn: &mut Connection, out: &out::Out, line: Vec<u8>) {
+    let Some(first) = line.iter().find(|b| !b.is_ascii_whitespace()) else {
+        return;
+    };
+    if *first != b'[' {
+        return conn.take(&line).await;
+    }
+    match conn.session() {
+        Some(session) => {
+            let (app, out, session) = (conn.app().clone(), out.clone(), session.clone());
+            conn.running().spawn(batch::serve(app, out, session, line));
+        }
+        // `initialize` must not be part of a batch, so none can come first.
+        None => {
+            let e = errors::invalid_request(
+                "Invalid Request: the session is not initialized; send initialize first, alone",
+            );
+            conn.refuse(None, &e).await
+        }
+    }
+}
+
+/// Ends the connection: see the module documentation.
+async fn finish(mut conn: Connection, grace: Duration, cut: impl Future<Output = ()>) {
+    if let Some(s) = conn.session() {
+        // No answer to a request to the client can come any more: those waiting fail now.
+        s.leaving().cancel();
+    }
+    conn.running().close();
+    let finished = tokio::select! {
+        _ = conn.running().wait() => true,
+        _ = tokio::time::sleep(grace) => false,
+        _ = cut => false,
+    };
+    if let Some(s) = conn.session().cloned() {
+        if !finished {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "stdio: requests still running are cancelled"
+            );
+        }
+        // Cancels what still runs; each ends at its next `.await`.
+        conn.app().sessions().end(&s.id).await;
+    }
+    if tokio::time::timeout(Duration::from_secs(1), conn.running().wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("stdio: a handler did not stop when cancelled; exiting without it");
+    }
+    conn.stop_standalone().await;
+}

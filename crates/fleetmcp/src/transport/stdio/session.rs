@@ -1,0 +1,227 @@
+//! What a stdio connection does with each message: `initialize` opens its one session (with
+//! `initialize::open`, as on HTTP), every later request runs through the driver in that
+//! session, notifications and the client's answers go to dispatch as a POST's do, and the
+//! session's standalone stream (list changes, resource updates, pages) is forwarded to the
+//! output.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::value::RawValue;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::out::Out;
+use crate::app::App;
+use crate::context::{Caller, Outbound};
+use crate::dispatch::{self, Reply};
+use crate::events::{Cursor, STANDALONE_STREAM};
+use crate::limits::LimitKey;
+use crate::protocol::{ErrorData, Incoming, Message, encode_error, encode_result, errors};
+use crate::session::Session;
+use crate::transport::client_key::Client;
+use crate::transport::driver::{self, Started};
+use crate::transport::initialize;
+
+/// One stdio connection: its session once initialized, and the requests running in it.
+pub(super) struct Connection {
+    app: App,
+    out: Out,
+    session: Option<Arc<Session>>,
+    /// Every request still running (each its own task, so the input is read on meanwhile: the
+    /// client's answers to our requests and its cancellations arrive while a tool runs).
+    running: TaskTracker,
+    /// The forwarder of the session's standalone stream, and what stops it.
+    standalone: Option<(JoinHandle<()>, CancellationToken)>,
+}
+
+impl Connection {
+    pub fn new(app: App, out: Out) -> Self {
+        Self {
+            app,
+            out,
+            session: None,
+            running: TaskTracker::new(),
+            standalone: None,
+        }
+    }
+
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    pub fn session(&self) -> Option<&Arc<Session>> {
+        self.session.as_ref()
+    }
+
+    pub fn running(&self) -> &TaskTracker {
+        &self.running
+    }
+
+    /// Answers an unreadable message: `id` when one could be read, else `null`.
+    pub async fn refuse(&self, id: Option<&RawValue>, error: &ErrorData) {
+        self.out.send(encode_error(id, error)).await;
+    }
+
+    /// Handles one message of one line.
+    pub async fn take(&mut self, line: &[u8]) {
+        let message = match serde_json::from_slice::<Incoming>(line) {
+            Ok(m) => match m.classify() {
+                Ok(m) => m,
+                Err((id, e)) => return self.refuse(id.as_deref(), &e).await,
+            },
+            Err(e) => return self.refuse(None, &errors::parse_error(e)).await,
+        };
+        let Some(session) = self.session.clone() else {
+            return self.before_initialize(message).await;
+        };
+        match message {
+            Message::Request { id, method, params } => {
+                let (app, out) = (self.app.clone(), self.out.clone());
+                self.running.spawn(async move {
+                    if let Some(answer) = run(&app, &out, session, &id, method, params).await {
+                        out.send(answer).await;
+                    }
+                });
+            }
+            Message::Notification { method, params } => {
+                dispatch::notification(&session, &method, params.as_deref())
+            }
+            Message::Response { id, outcome } => dispatch::client_response(&session, &id, outcome),
+        }
+    }
+
+    /// A message before the session exists: `initialize` opens it, `ping` is answered (the
+    /// one request a client may send before), any other request is refused, and notifications
+    /// and answers have nothing to go to.
+    async fn before_initialize(&mut self, message: Message) {
+        match message {
+            Message::Request { id, method, params } if method == "initialize" => {
+                self.initialize(&id, params.as_deref()).await
+            }
+            Message::Request { id, method, .. } if method == "ping" => {
+                self.out
+                    .send(encode_result(&id, &serde_json::json!({})))
+                    .await;
+            }
+            Message::Request { id, .. } => {
+                let e = errors::invalid_request(
+                    "Invalid Request: the session is not initialized; send initialize first",
+                );
+                self.refuse(Some(&id), &e).await
+            }
+            Message::Notification { method, .. } => {
+                tracing::debug!(
+                    method,
+                    "stdio: a notification before initialize was ignored"
+                )
+            }
+            Message::Response { .. } => {
+                tracing::debug!("stdio: an answer before initialize was ignored")
+            }
+        }
+    }
+
+    /// Opens the connection's session for `initialize` request `id`, as a POST would, under an
+    /// id that never leaves the process (nothing on the wire names a session), and starts
+    /// forwarding its standalone stream once the result is queued, so nothing reaches the
+    /// client before the result.
+    async fn initialize(&mut self, id: &RawValue, params: Option<&RawValue>) {
+        let key = LimitKey::stdio();
+        if let Err(refused) = driver::admit_initialize(&self.app, &key).await {
+            return self.refuse(Some(id), &refused.error).await;
+        }
+        let sid = format!("stdio-{}", uuid::Uuid::new_v4());
+        match initialize::open(&self.app, Some(&sid), id, params, None, &key).await {
+            Ok((session, result)) => {
+                self.out.send(encode_result(id, &result)).await;
+                tracing::info!(
+                    version = %session.version,
+                    client = %session.client_info().get("name").and_then(|n| n.as_str()).unwrap_or("?"),
+                    "stdio: session initialized"
+                );
+                self.standalone = Some(forward_standalone(&self.app, &session, &self.out));
+                self.session = Some(session);
+            }
+            // The HTTP answer `initialize` built; its body is the JSON-RPC error.
+            Err(refused) => {
+                match axum::body::to_bytes(refused.into_body(), 64 * 1024).await {
+                    Ok(body) => self.out.send(body).await,
+                    Err(_) => {
+                        let e = errors::internal("initialize failed");
+                        self.out.send(encode_error(Some(id), &e)).await
+                    }
+                };
+            }
+        }
+    }
+
+    /// Stops forwarding the standalone stream (what was appended before is sent first).
+    pub async fn stop_standalone(&mut self) {
+        if let Some((task, stop)) = self.standalone.take() {
+            stop.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Forwards what the session's standalone stream carries (a GET stream's messages on HTTP) to
+/// the output, until `stop` fires.
+fn forward_standalone(
+    app: &App,
+    session: &Session,
+    out: &Out,
+) -> (JoinHandle<()>, CancellationToken) {
+    let stop = CancellationToken::new();
+    // From the start: nothing was appended before the session existed, and nothing appended
+    // since is missed.
+    let mut events = app
+        .events()
+        .tail(&session.id, STANDALONE_STREAM, Cursor::Start, stop.clone());
+    let out = out.clone();
+    let task = tokio::spawn(async move {
+        while let Some(ev) = events.next().await {
+            if !ev.data.is_empty() && !out.send(ev.data).await {
+                return;
+            }
+        }
+    });
+    (task, stop)
+}
+
+/// Runs request `id` (`method` with `params`) in `session`: its messages go to `out` as they
+/// come, in order; the answer is returned (`None`: cancelled, which nothing answers).
+pub(super) async fn run(
+    app: &App,
+    out: &Out,
+    session: Arc<Session>,
+    id: &RawValue,
+    method: String,
+    params: Option<Box<RawValue>>,
+) -> Option<Bytes> {
+    let client = Client {
+        principal: None,
+        key: LimitKey::stdio(),
+    };
+    let caller = Caller::Session(session);
+    let started = driver::start(app, caller, client, id.to_owned(), method, params, true).await;
+    let reply: Option<Reply> = match started {
+        Ok(Started::Plain(reply)) => reply,
+        Ok(Started::Streaming(s)) => {
+            let emit = |m: Outbound| async move {
+                match m {
+                    Outbound::Message(b) => out.send(b).await,
+                    // Polling is an SSE affair: a pipe has no connection to end.
+                    Outbound::EndConnection => true,
+                }
+            };
+            // A client that stopped reading cancels what it can no longer hear.
+            let gone = out.gone_token().cancelled_owned();
+            s.pump(emit, gone).await.ok().flatten()
+        }
+        Err(not_run) => Some(Err(not_run.into_error())),
+    };
+    reply.map(|r| dispatch::encode_reply(id, r))
+}
