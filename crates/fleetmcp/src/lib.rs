@@ -75,6 +75,7 @@ pub use app::ServerHandle;
 pub use auth::Principal;
 pub use catalog::prompt::{PromptError, prompt};
 pub use catalog::resource::{ResourceError, resource, template};
+pub use catalog::state::BuildError;
 pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
 pub use config::load::{Config, ConfigError};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
@@ -83,7 +84,7 @@ pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.
 pub use rmcp::model;
-pub use server::{Running, Server, ServerBuilder, shutdown_signal};
+pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
