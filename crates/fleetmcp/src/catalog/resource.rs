@@ -97,7 +97,7 @@ impl ResourceDef {
     }
     /// The state its reader needs, named for the check when it enters a server.
     pub(crate) fn needs(&self) -> Option<(String, Needs)> {
-        Needs::of(|| format!("resource `{}`", self.uri()), self.needs)
+        Needs::named(|| format!("resource `{}`", self.uri()), self.needs)
     }
     pub(crate) fn read(
         &self,
@@ -127,7 +127,7 @@ impl TemplateDef {
     /// server.
     pub(crate) fn needs(&self) -> Option<(String, Needs)> {
         let what = || format!("resource template `{}`", self.pattern.as_str());
-        Needs::of(what, self.needs)
+        Needs::named(what, self.needs)
     }
     pub fn descriptor(&self) -> &ResourceTemplate {
         &self.descriptor

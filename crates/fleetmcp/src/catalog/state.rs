@@ -20,8 +20,8 @@ pub(crate) struct Needs {
 }
 
 impl Needs {
-    /// `(what, this)`, for a declaration that needs state; what names it in an error.
-    pub(crate) fn of(
+    /// `(what, needs)` for a declaration that needs state (`what` names it in an error).
+    pub(crate) fn named(
         what: impl FnOnce() -> String,
         needs: Option<Needs>,
     ) -> Option<(String, Needs)> {
@@ -35,7 +35,8 @@ impl Needs {
 pub(crate) trait StateArg: Send + Sync + Sized + 'static {
     /// The state type to check for when the server is built.
     fn needs() -> Option<Needs>;
-    /// The value, for one call. Fails only for a declaration that skipped the check.
+    /// The value, for one call. Cannot fail once the check passed (every way into a server
+    /// checks); an internal error, never a panic, if it ever does.
     fn fetch(ctx: &RequestContext) -> Result<Self, ErrorData>;
 }
 

@@ -112,7 +112,7 @@ impl PromptDef {
     /// The state its handler and completers need, named for the check when it enters a
     /// server.
     pub(crate) fn needs(&self) -> Option<(String, Needs)> {
-        Needs::of(|| format!("prompt `{}`", self.name()), self.needs)
+        Needs::named(|| format!("prompt `{}`", self.name()), self.needs)
     }
 
     /// Parses the arguments into the handler's type, then runs the handler.

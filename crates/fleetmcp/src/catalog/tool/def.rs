@@ -45,7 +45,7 @@ impl ToolDef {
 
     /// The state its handler needs, named for the check when it enters a server.
     pub(crate) fn needs(&self) -> Option<(String, Needs)> {
-        Needs::of(|| format!("tool `{}`", self.name()), self.needs)
+        Needs::named(|| format!("tool `{}`", self.name()), self.needs)
     }
 
     /// `(header name, argument)` pairs of the arguments annotated `x-mcp-header`.
