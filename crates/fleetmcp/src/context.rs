@@ -244,19 +244,10 @@ impl RequestContext {
     }
 
     /// The value of type `T` given to the server with
-    /// [`ServerBuilder::state`](crate::ServerBuilder::state): a database pool, a client, the
-    /// application's own state. An error (not a panic) when the server was built without one,
-    /// so `?` in a handler reports it.
-    ///
-    /// ```no_run
-    /// # use fleetmcp::{tool, NoArgs, ToolError};
-    /// struct Desk { name: String }
-    /// let t = tool("desk_name").handler(|_: NoArgs, ctx| async move {
-    ///     let desk = ctx.state::<Desk>()?;
-    ///     Ok::<_, ToolError>(desk.name.clone())
-    /// });
-    /// ```
-    pub fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
+    /// [`ServerBuilder::state`](crate::ServerBuilder::state). Handlers do not call this: a
+    /// declaration names its state (`tool("x").state::<T>()`) and its handler gets the value,
+    /// checked when the server is built; an error here means a declaration skipped that check.
+    pub(crate) fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
         self.inner.app.state::<T>().ok_or_else(|| {
             errors::internal(format!(
                 "the server was built without state of type {}",

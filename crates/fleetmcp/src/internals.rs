@@ -3,7 +3,8 @@
 //! directly, and plug one into [`ServerBuilder`](crate::ServerBuilder)'s hidden
 //! `session_store`, `event_store` and `task_store`), the task limits, the listen streams'
 //! snapshot, the list of environment variables the deployment files are checked against, and the
-//! operator's command that `fleetmcp-ctl` and the examples' `fleet` subcommand run.
+//! operator's command that `fleetmcp-ctl` runs (a server binary's `fleet` subcommand reaches it
+//! through `fleetmcp::run`).
 //!
 //! Hidden from the documentation and outside any compatibility promise: anything here may change
 //! or go in any release. The one door for such names, so the documented API stays what

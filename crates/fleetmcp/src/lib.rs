@@ -1,27 +1,39 @@
 //! fleetmcp: an MCP server runtime that runs as one process, or as a fleet of instances
 //! behind a load balancer sharing state through Redis.
 //!
-//! Declare tools, resources and prompts, build a [`Server`], serve it:
+//! Declare tools, resources and prompts, build a [`Server`], and [`run`] it from the
+//! environment (or [`Server::serve`] it yourself):
 //!
 //! ```no_run
-//! use fleetmcp::{Config, Server, tool, NoArgs};
+//! use fleetmcp::{NoArgs, Server, tool};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = Server::builder("hello", "1.0.0")
-//!     .tool(tool("hello").description("Says hello").handler(|_: NoArgs, _ctx| async { Ok("Hello!") }))
-//!     .config(Config::load()?)
-//!     .build();
-//! server.serve().await?;
-//! # Ok(()) }
+//! struct Greeting(String);
+//!
+//! #[tokio::main]
+//! async fn main() {
+//!     fleetmcp::run(|config| async move {
+//!         let hello = tool("hello")
+//!             .description("Says hello")
+//!             .state::<Greeting>()
+//!             .handler(|_: NoArgs, _ctx, greeting| async move { Ok(greeting.0.clone()) });
+//!         Ok(Server::builder("hello", "1.0.0")
+//!             .state(Greeting("Hello!".into()))
+//!             .tool(hello)
+//!             .config(config)
+//!             .try_build()?)
+//!     })
+//!     .await
+//! }
 //! ```
 //!
 //! The API, one path per name:
 //!
 //! - this page: [`tool`], [`resource`], [`template`] and [`prompt`] start a declaration;
-//!   [`Server`] and its [`ServerBuilder`] build a server, [`Running`] and [`ServerHandle`] run
-//!   and change it; a handler gets a [`RequestContext`] and fails with [`ToolError`],
-//!   [`ResourceError`] or [`PromptError`]; [`Config`] is the configuration; and the constants a
-//!   client sees;
+//!   [`Server`] and its [`ServerBuilder`] build a server (refused with a [`BuildError`] when a
+//!   handler needs state it was not given), [`run`] serves one as a binary's `main`,
+//!   [`Running`] and [`ServerHandle`] run and change it; a handler gets a [`RequestContext`]
+//!   and fails with [`ToolError`], [`ResourceError`] or [`PromptError`]; [`Config`] is the
+//!   configuration; and the constants a client sees;
 //! - [`catalog`]: the builders those functions return and the definitions they build;
 //! - [`config`]: the sections of [`Config`];
 //! - [`redis_conn`]: the bounded Redis connection, for an application's own keys;
@@ -75,6 +87,7 @@ pub use app::ServerHandle;
 pub use auth::Principal;
 pub use catalog::prompt::{PromptError, prompt};
 pub use catalog::resource::{ResourceError, resource, template};
+pub use catalog::state::BuildError;
 pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
 pub use config::load::{Config, ConfigError};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
@@ -83,7 +96,7 @@ pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.
 pub use rmcp::model;
-pub use server::{Running, Server, ServerBuilder, shutdown_signal};
+pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};

@@ -1,5 +1,5 @@
-//! The operator's command (`fleetmcp-ctl`, or `help-desk fleet ...`): reads the fleet from the
-//! Redis its instances share, and asks an instance to drain.
+//! The operator's command (`fleetmcp-ctl`, or `help-desk fleet ...` through `fleetmcp::run`):
+//! reads the fleet from the Redis its instances share, and asks an instance to drain.
 //!
 //! - `status`: a table of every instance that beat (alive or gone), with its start time, the
 //!   age of its last beat, its address, the sessions its index holds (orphaned when it is gone)

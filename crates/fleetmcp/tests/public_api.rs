@@ -48,6 +48,8 @@ const SURFACE: &[&str] = &[
     // Building, running and changing a server.
     "Server",
     "ServerBuilder",
+    "BuildError",
+    "run",
     "Running",
     "ServerHandle",
     "shutdown_signal",

@@ -62,7 +62,7 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
             Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
         }))
-        .prompt(prompt("p").description("A prompt").get(|_, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }));
+        .prompt(prompt("p").description("A prompt").get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }));
     serve(builder, config_with(SECRET, tweak)).await
 }
 
@@ -629,14 +629,16 @@ async fn listen_streams_are_acknowledged_tagged_and_filtered() {
                 .description("Added later")
                 .handler(|_: NoArgs, _| async { Ok("late") }),
         )
-        .await;
+        .await
+        .expect("no state needed");
     s.handle
         .add_prompt(
             prompt("late")
                 .description("Added later")
-                .get(|_, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }),
+                .get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }),
         )
-        .await;
+        .await
+        .expect("no state needed");
     let msgs = reader.await.unwrap();
     assert_eq!(
         msgs[0]["method"], "notifications/subscriptions/acknowledged",

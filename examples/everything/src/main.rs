@@ -3,7 +3,6 @@
 //!
 //! Test surface, not a product: see ../../shared/reference/conformance.md, section 8.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -14,8 +13,8 @@ use fleetmcp::model::{
     PromptMessage, ResourceContents, Role, SamplingMessage,
 };
 use fleetmcp::{
-    Config, LogLevel, NoArgs, ResourceError, Server, TaskSupport, ToolError, prompt, resource,
-    template, tool,
+    BuildError, Config, LogLevel, NoArgs, ResourceError, Server, TaskSupport, ToolError, prompt,
+    resource, template, tool,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -60,6 +59,24 @@ fn default_work_ms() -> u64 {
     10_000
 }
 
+/// Arguments of `test_prompt_with_arguments`.
+#[derive(Deserialize, JsonSchema)]
+struct TwoArgs {
+    /// First argument
+    arg1: String,
+    /// Second argument
+    arg2: String,
+}
+
+/// Arguments of `test_prompt_with_embedded_resource`.
+#[derive(Deserialize, JsonSchema)]
+struct EmbedArgs {
+    /// URI of the resource to embed
+    #[serde(rename = "resourceUri")]
+    resource_uri: String,
+}
+
+/// Counters of `test_cancellable` and `test_cancellable_task`, the server's state.
 #[derive(Default)]
 struct Stats {
     started: AtomicU64,
@@ -81,7 +98,7 @@ fn text(t: impl Into<String>) -> ContentBlock {
     ContentBlock::text(t)
 }
 
-fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
+fn tools() -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
     let mut v = vec![
         tool("test_simple_text")
             .description("Returns a simple text response")
@@ -262,7 +279,7 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                                 .description("Added at runtime")
                                 .handler(|_: NoArgs, _| async { Ok("dynamic") }),
                         )
-                        .await;
+                        .await?;
                     Ok("added test_dynamic_tool")
                 }
             }),
@@ -304,10 +321,10 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                     Ok("removed test_dynamic_prompt")
                 } else {
                     server
-                        .add_prompt(prompt("test_dynamic_prompt").description("Added at runtime").get(|_, _| async {
+                        .add_prompt(prompt("test_dynamic_prompt").description("Added at runtime").get(|_: NoArgs, _| async {
                             Ok(vec![PromptMessage::new_text(Role::User, "dynamic")])
                         }))
-                        .await;
+                        .await?;
                     Ok("added test_dynamic_prompt")
                 }
             }),
@@ -484,22 +501,22 @@ fn tools(stats: Arc<Stats>) -> Vec<Arc<fleetmcp::catalog::ToolDef>> {
                 Ok(CallToolResult::success(vec![text(serde_json::to_string(&r)?)]))
             }),
     ];
-    let s = stats.clone();
     v.push(
         tool("test_cancellable")
             .description("Works for `work_ms` with progress; counts how often it was cancelled")
-            .handler(move |a: CancellableArgs, ctx| cancellable(s.clone(), a, ctx)),
+            .state::<Stats>()
+            .handler(|a: CancellableArgs, ctx, s| cancellable(s, a, ctx)),
     );
     // The same work as a background task (the fleet tests cancel it through another instance
     // and read this instance's counters to see that its handler stopped).
-    let s = stats;
     v.push(
         tool("test_cancellable_task")
             .description(
                 "test_cancellable as a background task; counts in the same test://stats counters",
             )
             .task_support(TaskSupport::Optional)
-            .handler(move |a: CancellableArgs, ctx| cancellable(s.clone(), a, ctx)),
+            .state::<Stats>()
+            .handler(|a: CancellableArgs, ctx, s| cancellable(s, a, ctx)),
     );
     v
 }
@@ -576,13 +593,13 @@ fn server_has_dynamic(ctx: &fleetmcp::RequestContext) -> bool {
     ctx.server().has_tool("test_dynamic_tool")
 }
 
-async fn build(config: Config) -> Server {
-    let stats = Arc::new(Stats::default());
-    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION")).config(config);
-    for t in tools(stats.clone()) {
+fn build(config: Config) -> Result<Server, BuildError> {
+    let mut b = Server::builder("everything", env!("CARGO_PKG_VERSION"))
+        .config(config)
+        .state(Stats::default());
+    for t in tools() {
         b = b.tool(t);
     }
-    let st = stats.clone();
     b.resource(
         resource("test://static-text", "static-text")
             .description("A static text resource")
@@ -619,26 +636,23 @@ async fn build(config: Config) -> Server {
         resource("test://stats", "stats")
             .description("Counters of test_cancellable and test_cancellable_task: started, completed, cancelled")
             .mime_type("application/json")
-            .read(move |uri, _| {
-                let s = st.clone();
-                async move {
-                    let v = json!({
-                        "started": s.started.load(Ordering::SeqCst),
-                        "completed": s.completed.load(Ordering::SeqCst),
-                        "cancelled": s.cancelled.load(Ordering::SeqCst),
-                    });
-                    Ok(vec![
-                        ResourceContents::text(v.to_string(), uri)
-                            .with_mime_type("application/json"),
-                    ])
-                }
+            .state::<Stats>()
+            .read(|uri, _, s| async move {
+                let v = json!({
+                    "started": s.started.load(Ordering::SeqCst),
+                    "completed": s.completed.load(Ordering::SeqCst),
+                    "cancelled": s.cancelled.load(Ordering::SeqCst),
+                });
+                Ok(vec![
+                    ResourceContents::text(v.to_string(), uri).with_mime_type("application/json"),
+                ])
             }),
     )
     .template(
         template("test://template/{id}/data", "template")
             .description("A resource template")
             .mime_type("application/json")
-            .complete("id", |partial, _| {
+            .complete("id", |partial, _, _| {
                 ["123", "124", "200"]
                     .iter()
                     .filter(|v| v.starts_with(partial))
@@ -661,7 +675,7 @@ async fn build(config: Config) -> Server {
     .prompt(
         prompt("test_simple_prompt")
             .description("A simple prompt")
-            .get(|_, _| async {
+            .get(|_: NoArgs, _| async {
                 Ok(vec![PromptMessage::new_text(
                     Role::User,
                     "This is a simple prompt for testing.",
@@ -671,21 +685,19 @@ async fn build(config: Config) -> Server {
     .prompt(
         prompt("test_prompt_with_arguments")
             .description("A prompt with arguments")
-            .argument("arg1", "First argument", true)
-            .argument("arg2", "Second argument", true)
-            .complete("arg1", |partial, _| {
+            .complete("arg1", |partial, _, _| {
                 ["paris", "park", "party"]
                     .iter()
                     .filter(|v| v.starts_with(partial))
                     .map(|v| v.to_string())
                     .collect()
             })
-            .get(|args: HashMap<String, String>, _| async move {
+            .get(|args: TwoArgs, _| async move {
                 Ok(vec![PromptMessage::new_text(
                     Role::User,
                     format!(
                         "Prompt with arguments: arg1='{}', arg2='{}'",
-                        args["arg1"], args["arg2"]
+                        args.arg1, args.arg2
                     ),
                 )])
             }),
@@ -693,9 +705,8 @@ async fn build(config: Config) -> Server {
     .prompt(
         prompt("test_prompt_with_embedded_resource")
             .description("A prompt with an embedded resource")
-            .argument("resourceUri", "URI of the resource to embed", true)
-            .get(|args, _| async move {
-                let uri = args["resourceUri"].clone();
+            .get(|args: EmbedArgs, _| async move {
+                let uri = args.resource_uri;
                 Ok(vec![
                     PromptMessage::new(
                         Role::User,
@@ -714,7 +725,7 @@ async fn build(config: Config) -> Server {
     .prompt(
         prompt("test_input_required_result_prompt")
             .description("Asks the user for context before producing its messages (MRTR)")
-            .get(|_, ctx| async move {
+            .get(|_: NoArgs, ctx| async move {
                 let r = ctx
                     .ask(
                         "user_context",
@@ -734,38 +745,18 @@ async fn build(config: Config) -> Server {
     .prompt(
         prompt("test_prompt_with_image")
             .description("A prompt with an image")
-            .get(|_, _| async {
+            .get(|_: NoArgs, _| async {
                 Ok(vec![
                     PromptMessage::new(Role::User, ContentBlock::image(PNG, "image/png")),
                     PromptMessage::new_text(Role::User, "Please analyze the image above."),
                 ])
             }),
     )
-    .build()
+    .try_build()
 }
 
 #[tokio::main]
 async fn main() {
-    // `everything fleet status|drain <machine-id>`: the operator's command
-    // (fleetmcp's `src/ops.rs`; not yet API, hence `internals`).
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "fleet") {
-        std::process::exit(fleetmcp::internals::operator_command(&args[1..]).await);
-    }
-    fleetmcp::init_tracing();
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("everything: {e}");
-            std::process::exit(2);
-        }
-    };
-    let served = build(config).await.serve().await;
-    // Spans still batched for the OTLP collector (feature `otlp`) go out before the process
-    // ends; a no-op otherwise.
-    fleetmcp::flush_traces();
-    if let Err(e) = served {
-        eprintln!("everything: {e}");
-        std::process::exit(1);
-    }
+    // `everything fleet status|drain <machine-id>` is the operator's command.
+    fleetmcp::run(|config| async move { Ok(build(config)?) }).await
 }

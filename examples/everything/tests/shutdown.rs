@@ -1,5 +1,6 @@
 //! SIGTERM stops the server promptly and cleanly (exit 0), even with SSE streams open: the
-//! streams end, running requests get the grace period, nothing waits on a client.
+//! streams end, running requests get the grace period, nothing waits on a client. And the exit
+//! codes of a server that does not start (`fleetmcp::run`, the binary's whole `main`).
 
 #[path = "../../e2e_support.rs"]
 mod support;
@@ -8,8 +9,8 @@ use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::Instance;
 use support::raw_http::{self, RawResponse};
+use support::{Instance, TempDir};
 
 const JSON_HEADERS: [(&str, &str); 3] = [
     ("Host", "127.0.0.1"),
@@ -87,4 +88,41 @@ fn sigterm_with_open_streams_exits_zero_promptly() {
     // Streams end at once; only the running call may use the grace period (5 s by default).
     assert!(took < Duration::from_secs(7), "took {took:?}");
     assert!(server.log().contains("shutting down"), "{}", server.log());
+}
+
+/// `everything` with `env`, until it exits (10 s at most).
+fn exits(env: &[(&str, &str)]) -> support::Output {
+    let scratch = TempDir::new("everything-exit");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_everything"));
+    cmd.envs(env.iter().copied()).env_remove("FLEETMCP_CONFIG");
+    support::run(&mut cmd, Duration::from_secs(10), scratch.path())
+}
+
+#[test]
+fn a_bad_configuration_exits_2_and_a_taken_port_1_each_saying_why() {
+    let bad = exits(&[("PORT", "notaport")]);
+    assert_eq!(
+        bad.status.and_then(|s| s.code()),
+        Some(2),
+        "{}",
+        bad.describe()
+    );
+    assert!(
+        bad.stderr
+            .contains("everything: configuration: PORT = \"notaport\" is not valid"),
+        "{}",
+        bad.describe()
+    );
+
+    let taken = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let busy = exits(&[("PORT", port.as_str())]);
+    assert_eq!(
+        busy.status.and_then(|s| s.code()),
+        Some(1),
+        "{}",
+        busy.describe()
+    );
+    let why = format!("everything: cannot listen on 127.0.0.1:{port}");
+    assert!(busy.stderr.contains(&why), "{}", busy.describe());
 }

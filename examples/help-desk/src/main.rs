@@ -88,6 +88,13 @@ struct Stamped {
     key: String,
 }
 
+/// Arguments of `triage_ticket`.
+#[derive(Deserialize, JsonSchema)]
+struct TriageTicket {
+    /// The id of the ticket to triage
+    ticket_id: u64,
+}
+
 /// Arguments of `stamp_confirmed`.
 #[derive(Deserialize, JsonSchema)]
 struct StampConfirmed {
@@ -142,16 +149,15 @@ async fn desk_for(config: &Config) -> Result<Desk, String> {
     Ok(Arc::new(RedisStore::new(redis, &prefix)))
 }
 
-fn build(config: Config, desk: Desk) -> Server {
+fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
     // With authorization on (`[auth]`), reading the desk needs `tickets:read` and changing it
     // `tickets:write`; without it the scopes are ignored.
     let open = tool("open_ticket")
         .scope(WRITE)
         .title("Open a ticket")
         .description("Opens a help-desk ticket and returns it with its id.")
-        .output_schema::<Ticket>()
-        .handler(|a: OpenTicket, ctx| async move {
-            let desk = ctx.state::<Desk>()?;
+        .state::<Desk>()
+        .handler(|a: OpenTicket, ctx, desk| async move {
             if a.title.trim().is_empty() {
                 return Err(ToolError::failed("a ticket needs a title"));
             }
@@ -170,9 +176,8 @@ fn build(config: Config, desk: Desk) -> Server {
         .title("Find tickets")
         .description("Finds tickets by words in their title or description, and by status.")
         .annotations(ToolAnnotations::new().read_only(true))
-        .output_schema::<TicketList>()
-        .handler(|a: FindTickets, ctx| async move {
-            let desk = ctx.state::<Desk>()?;
+        .state::<Desk>()
+        .handler(|a: FindTickets, ctx, desk| async move {
             let q = a.query.map(|q| q.to_lowercase());
             let tickets = desk.find(q.as_deref(), a.status).await?;
             // A client that asked for progress (a `progressToken`) gets one step: its answer
@@ -186,9 +191,8 @@ fn build(config: Config, desk: Desk) -> Server {
         .title("Close a ticket")
         .description("Closes a ticket with a resolution.")
         .annotations(ToolAnnotations::new().idempotent(true))
-        .output_schema::<Ticket>()
-        .handler(|a: CloseTicket, ctx| async move {
-            let desk = ctx.state::<Desk>()?;
+        .state::<Desk>()
+        .handler(|a: CloseTicket, ctx, desk| async move {
             let t = desk
                 .close(a.id, a.resolution)
                 .await?
@@ -207,7 +211,6 @@ fn build(config: Config, desk: Desk) -> Server {
         .scope(WRITE)
         .title("Page a session")
         .description("Sends a message to another help-desk session's stream (as a log message).")
-        .output_schema::<Paged>()
         .handler(|a: PageSession, ctx| async move {
             let params =
                 serde_json::json!({"level": "notice", "logger": "page", "data": a.message});
@@ -233,23 +236,20 @@ fn build(config: Config, desk: Desk) -> Server {
             ])
         });
 
-    // Completions get no context: the completer keeps its own handle on the desk.
-    let d_complete = desk.clone();
     let ticket = template("helpdesk://tickets/{id}", "ticket")
         .scope(READ)
         .title("A ticket")
         .description("One ticket, as JSON.")
         .mime_type("application/json")
-        .complete("id", move |partial, _| {
-            d_complete
-                .known_ids()
+        .state::<Desk>()
+        .complete("id", |partial, _given, _ctx, desk| {
+            desk.known_ids()
                 .iter()
                 .map(|k| k.to_string())
                 .filter(|k| k.starts_with(partial))
                 .collect()
         })
-        .read(|uri, vars, ctx| async move {
-            let desk = ctx.state::<Desk>()?;
+        .read(|uri, vars, _ctx, desk| async move {
             let id: u64 = vars
                 .get("id")
                 .and_then(|v| v.parse().ok())
@@ -268,14 +268,10 @@ fn build(config: Config, desk: Desk) -> Server {
         .scope(READ)
         .title("Triage a ticket")
         .description("Asks the model to assess a ticket's priority and next step.")
-        .argument("ticket_id", "The id of the ticket to triage", true)
-        .get(|args, ctx| {
+        .state::<Desk>()
+        .get(|args: TriageTicket, _ctx, desk| {
             async move {
-                let desk = ctx.state::<Desk>()?;
-                let raw = args.get("ticket_id").cloned().unwrap_or_default();
-                let id: u64 = raw
-                    .parse()
-                    .map_err(|_| PromptError::InvalidArguments(format!("ticket_id must be a number, got {raw:?}")))?;
+                let id = args.ticket_id;
                 let t = desk
                     .get(id)
                     .await?
@@ -299,7 +295,6 @@ fn build(config: Config, desk: Desk) -> Server {
             .scope(WRITE)
             .title("Stamp")
             .description("Appends a key to the effects file (HELP_DESK_EFFECTS_FILE); for tests.")
-            .output_schema::<Stamped>()
             // A 2026-07-28 client of the tasks extension (`extensions` naming
             // `io.modelcontextprotocol/tasks` in its capabilities) gets `stamp` as a background
             // task it polls with `tasks/get`; every other caller, as before, gets the answer.
@@ -335,7 +330,6 @@ fn build(config: Config, desk: Desk) -> Server {
                 "Asks the client to confirm, then appends a key to the effects file \
                  (HELP_DESK_EFFECTS_FILE); for tests.",
             )
-            .output_schema::<Stamped>()
             .handler(move |a: StampConfirmed, ctx| {
                 let path = confirm_path.clone();
                 async move {
@@ -372,38 +366,16 @@ fn build(config: Config, desk: Desk) -> Server {
         .prompt(triage)
         .state(desk)
         .config(config)
-        .build()
+        .try_build()
 }
 
 #[tokio::main]
 async fn main() {
-    // `help-desk fleet status|drain <machine-id>`: the operator's command
-    // (fleetmcp's `src/ops.rs`; not yet API, hence `internals`).
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "fleet") {
-        std::process::exit(fleetmcp::internals::operator_command(&args[1..]).await);
-    }
-    fleetmcp::init_tracing();
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("help-desk: {e}");
-            std::process::exit(2);
-        }
-    };
-    let desk = match desk_for(&config).await {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("help-desk: {e}");
-            std::process::exit(2);
-        }
-    };
-    let served = build(config, desk).serve().await;
-    // Spans still batched for the OTLP collector (feature `otlp`) go out before the process
-    // ends; a no-op otherwise.
-    fleetmcp::flush_traces();
-    if let Err(e) = served {
-        eprintln!("help-desk: {e}");
-        std::process::exit(1);
-    }
+    // `help-desk fleet status|drain <machine-id>` is the operator's command; a configuration
+    // or a desk that cannot be made exits 2, a server that cannot serve 1.
+    fleetmcp::run(|config| async move {
+        let desk = desk_for(&config).await?;
+        Ok(build(config, desk)?)
+    })
+    .await
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{App, Change};
-use crate::catalog::{PromptDef, ResourceDef, ToolDef};
+use crate::catalog::state::Needs;
+use crate::catalog::{BuildError, PromptDef, ResourceDef, ToolDef};
 use crate::events::STANDALONE_STREAM;
 use crate::protocol::encode_notification;
 use crate::session::Session;
@@ -23,10 +24,14 @@ impl ServerHandle {
     }
 
     /// Adds (or replaces) a tool and tells every session `notifications/tools/list_changed`.
-    pub async fn add_tool(&self, def: Arc<ToolDef>) {
+    /// Refused, as [`ServerBuilder::try_build`](crate::ServerBuilder::try_build) refuses it,
+    /// when its handler needs state the server was not given.
+    pub async fn add_tool(&self, def: Arc<ToolDef>) -> Result<(), BuildError> {
+        self.check_state(def.needs())?;
         self.app.change_catalog(|c| c.with_tool(def.clone()));
         self.list_changed(Change::ToolsListChanged, "notifications/tools/list_changed")
             .await;
+        Ok(())
     }
     /// Removes a tool and tells every session.
     pub async fn remove_tool(&self, name: &str) {
@@ -34,14 +39,17 @@ impl ServerHandle {
         self.list_changed(Change::ToolsListChanged, "notifications/tools/list_changed")
             .await;
     }
-    /// Adds (or replaces) a prompt and tells every session.
-    pub async fn add_prompt(&self, def: Arc<PromptDef>) {
+    /// Adds (or replaces) a prompt and tells every session; refused as
+    /// [`ServerHandle::add_tool`] is.
+    pub async fn add_prompt(&self, def: Arc<PromptDef>) -> Result<(), BuildError> {
+        self.check_state(def.needs())?;
         self.app.change_catalog(|c| c.with_prompt(def.clone()));
         self.list_changed(
             Change::PromptsListChanged,
             "notifications/prompts/list_changed",
         )
         .await;
+        Ok(())
     }
     /// Removes a prompt and tells every session.
     pub async fn remove_prompt(&self, name: &str) {
@@ -52,14 +60,17 @@ impl ServerHandle {
         )
         .await;
     }
-    /// Adds (or replaces) a resource and tells every session.
-    pub async fn add_resource(&self, def: Arc<ResourceDef>) {
+    /// Adds (or replaces) a resource and tells every session; refused as
+    /// [`ServerHandle::add_tool`] is.
+    pub async fn add_resource(&self, def: Arc<ResourceDef>) -> Result<(), BuildError> {
+        self.check_state(def.needs())?;
         self.app.change_catalog(|c| c.with_resource(def.clone()));
         self.list_changed(
             Change::ResourcesListChanged,
             "notifications/resources/list_changed",
         )
         .await;
+        Ok(())
     }
     /// Removes a resource and tells every session.
     pub async fn remove_resource(&self, uri: &str) {
@@ -69,6 +80,11 @@ impl ServerHandle {
             "notifications/resources/list_changed",
         )
         .await;
+    }
+
+    /// The state check of a declaration added at runtime (see `catalog/state.rs`).
+    fn check_state(&self, needs: Option<(String, Needs)>) -> Result<(), BuildError> {
+        BuildError::check(needs, |id| self.app.has_state(id))
     }
 
     /// Sends `notifications/resources/updated` to every session subscribed to `uri`, on this

@@ -62,7 +62,7 @@ pub trait Fanout: Send + Sync + 'static {
     async fn to_holder(&self, session_id: &str, method: &str, params: &serde_json::Value) -> bool;
 }
 
-/// Values handlers read with [`crate::RequestContext::state`], one per type.
+/// The values handlers get as their state (`ServerBuilder::state`), one per type.
 pub(crate) type StateMap = HashMap<TypeId, Arc<dyn Any + Send + Sync>>;
 
 /// The state of one server, shared by every request. Cheap to clone.
@@ -248,6 +248,10 @@ impl App {
     /// When the server was built (uptime in `/healthz`).
     pub fn started(&self) -> Instant {
         self.inner.started
+    }
+    /// Whether the server was given a value of this type with `ServerBuilder::state`.
+    pub fn has_state(&self, id: TypeId) -> bool {
+        self.inner.state.contains_key(&id)
     }
     /// The value of type `T` the server was given with `ServerBuilder::state`.
     pub fn state<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {

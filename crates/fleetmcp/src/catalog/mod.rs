@@ -44,8 +44,10 @@ macro_rules! from_any_error {
 
 pub(crate) mod prompt;
 pub(crate) mod resource;
+pub(crate) mod state;
 pub(crate) mod tool;
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -57,6 +59,7 @@ pub use tool::{IntoToolResult, ToolBuilder, ToolDef};
 // The crate's own paths to what the root makes public.
 pub(crate) use prompt::PromptError;
 pub(crate) use resource::ResourceError;
+pub(crate) use state::BuildError;
 pub(crate) use tool::ToolError;
 #[cfg(test)]
 pub(crate) use tool::tool;
@@ -99,6 +102,15 @@ impl Catalog {
         self.prompt_index = index(self.prompts.iter().map(|p| p.name().to_string()));
         self.tools_hash = tools_hash(self.tools.iter().map(|t| t.name()));
         self.catalog_hash = self.compute_catalog_hash();
+    }
+
+    /// Checks that `has` every type of state the declarations need (see `state.rs`).
+    pub fn check_state(&self, has: impl Fn(TypeId) -> bool) -> Result<(), BuildError> {
+        let needs = (self.tools.iter().filter_map(|t| t.needs()))
+            .chain(self.resources.iter().filter_map(|r| r.needs()))
+            .chain(self.templates.iter().filter_map(|t| t.needs()))
+            .chain(self.prompts.iter().filter_map(|p| p.needs()));
+        BuildError::check(needs, has)
     }
 
     /// Every scope a tool, resource, template or prompt declares, sorted, once each.

@@ -1,5 +1,6 @@
 //! Resources: fixed URIs, and URI templates (`helpdesk://tickets/{id}`) whose variables are
-//! handed to the reader.
+//! handed to the reader. After `.state::<T>()` the reader (and a template's completers) also
+//! get the server's state of type `T`, as a tool's handler does.
 //!
 //! ```
 //! use fleetmcp::{resource, template};
@@ -18,11 +19,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 
+use super::state::{Completer, Needs, StateArg, completer};
 use crate::context::RequestContext;
 
 /// Why a read failed.
@@ -64,16 +67,13 @@ type Reader = dyn Fn(
     + Send
     + Sync;
 
-/// Completes one variable of a template or argument of a prompt: (partial value, other
-/// arguments already given) to candidate values.
-pub type Completer = Arc<dyn Fn(&str, &HashMap<String, String>) -> Vec<String> + Send + Sync>;
-
 /// A resource at a fixed URI.
 pub struct ResourceDef {
     descriptor: Resource,
     reader: Box<Reader>,
     cache: CacheHint,
     scope: Option<String>,
+    needs: Option<Needs>,
 }
 
 /// 2026-07-28 caching hint of a read: (`ttlMs`, `cacheScope`). The default, `(0, "private")`,
@@ -95,6 +95,10 @@ impl ResourceDef {
     pub fn scope(&self) -> Option<&str> {
         self.scope.as_deref()
     }
+    /// The state its reader needs, named for the check when it enters a server.
+    pub(crate) fn needs(&self) -> Option<(String, Needs)> {
+        Needs::named(|| format!("resource `{}`", self.uri()), self.needs)
+    }
     pub(crate) fn read(
         &self,
         ctx: RequestContext,
@@ -111,12 +115,19 @@ pub struct TemplateDef {
     completers: HashMap<String, Completer>,
     cache: CacheHint,
     scope: Option<String>,
+    needs: Option<Needs>,
 }
 
 impl TemplateDef {
     /// The scope a read needs (see [`TemplateBuilder::scope`]).
     pub fn scope(&self) -> Option<&str> {
         self.scope.as_deref()
+    }
+    /// The state its reader and completers need, named for the check when it enters a
+    /// server.
+    pub(crate) fn needs(&self) -> Option<(String, Needs)> {
+        let what = || format!("resource template `{}`", self.pattern.as_str());
+        Needs::named(what, self.needs)
     }
     pub fn descriptor(&self) -> &ResourceTemplate {
         &self.descriptor
@@ -158,17 +169,20 @@ pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuil
         descriptor: Resource::new(uri, name),
         cache: DEFAULT_CACHE,
         scope: None,
+        state: PhantomData,
     }
 }
 
-/// Builder returned by [`resource`].
-pub struct ResourceBuilder {
+/// Builder returned by [`resource`]. `S` is what the reader gets after its context: nothing,
+/// or the state named with [`ResourceBuilder::state`] (`Arc<T>`).
+pub struct ResourceBuilder<S = ()> {
     descriptor: Resource,
     cache: CacheHint,
     scope: Option<String>,
+    state: PhantomData<fn() -> S>,
 }
 
-impl ResourceBuilder {
+impl<S> ResourceBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
@@ -194,19 +208,74 @@ impl ResourceBuilder {
         self.cache = (ttl_ms, if public { "public" } else { "private" });
         self
     }
+}
+
+impl ResourceBuilder {
+    /// Gives the reader the server's value of type `T` as its third argument (see
+    /// [`ToolBuilder::state`](super::ToolBuilder::state)).
+    pub fn state<T: Send + Sync + 'static>(self) -> ResourceBuilder<Arc<T>> {
+        ResourceBuilder {
+            descriptor: self.descriptor,
+            cache: self.cache,
+            scope: self.scope,
+            state: PhantomData,
+        }
+    }
     /// Finishes with the reader; it gets the resource's URI.
     pub fn read<F, Fut>(self, f: F) -> Arc<ResourceDef>
     where
         F: Fn(String, RequestContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
+        self.finish(move |uri, ctx, ()| f(uri, ctx))
+    }
+}
+
+impl<T: Send + Sync + 'static> ResourceBuilder<Arc<T>> {
+    /// Finishes with the reader; it gets the resource's URI and the state.
+    pub fn read<F, Fut>(self, f: F) -> Arc<ResourceDef>
+    where
+        F: Fn(String, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        self.finish(f)
+    }
+}
+
+/// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
+/// crate-private).
+impl<S> ResourceBuilder<S> {
+    fn finish<F, Fut>(self, f: F) -> Arc<ResourceDef>
+    where
+        S: StateArg,
+        F: Fn(String, RequestContext, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
         Arc::new(ResourceDef {
             descriptor: self.descriptor,
-            reader: Box::new(move |uri, _vars, ctx| Box::pin(f(uri, ctx))),
+            reader: reader(move |uri, _vars, ctx, state| f(uri, ctx, state)),
             cache: self.cache,
             scope: self.scope,
+            needs: S::needs(),
         })
     }
+}
+
+/// A [`Reader`] from a function that also gets the declaration's state `S`, fetched first.
+fn reader<S, F, Fut>(f: F) -> Box<Reader>
+where
+    S: StateArg,
+    F: Fn(String, HashMap<String, String>, RequestContext, S) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+{
+    let f = Arc::new(f);
+    Box::new(move |uri, vars, ctx| {
+        let f = f.clone();
+        Box::pin(async move {
+            let state = S::fetch(&ctx).map_err(ResourceError::Protocol)?;
+            f(uri, vars, ctx, state).await
+        })
+    })
 }
 
 /// Starts declaring a URI template (RFC 6570 `{variable}`s): its reader gets the URI and the
@@ -217,7 +286,7 @@ impl ResourceBuilder {
 /// use fleetmcp::{ResourceError, Server, template};
 ///
 /// let ticket = template("helpdesk://tickets/{id}", "ticket")
-///     .complete("id", |partial, _| vec![format!("{partial}1")])
+///     .complete("id", |partial, _given, _ctx| vec![format!("{partial}1")])
 ///     .read(|uri, vars, _ctx| async move {
 ///         let id = vars.get("id").ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
 ///         Ok(vec![ResourceContents::text(format!("ticket {id}"), uri)])
@@ -233,19 +302,22 @@ pub fn template(uri_template: impl Into<String>, name: impl Into<String>) -> Tem
         completers: HashMap::new(),
         cache: DEFAULT_CACHE,
         scope: None,
+        state: PhantomData,
     }
 }
 
-/// Builder returned by [`template`].
-pub struct TemplateBuilder {
+/// Builder returned by [`template`]. `S` is what the reader and the completers get after the
+/// context: nothing, or the state named with [`TemplateBuilder::state`] (`Arc<T>`).
+pub struct TemplateBuilder<S = ()> {
     descriptor: ResourceTemplate,
     pattern: UriTemplate,
     completers: HashMap<String, Completer>,
     cache: CacheHint,
     scope: Option<String>,
+    state: PhantomData<fn() -> S>,
 }
 
-impl TemplateBuilder {
+impl<S> TemplateBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
@@ -270,12 +342,55 @@ impl TemplateBuilder {
         self.cache = (ttl_ms, if public { "public" } else { "private" });
         self
     }
-    /// Offers completions for one variable (`completion/complete` with `ref/resource`).
+}
+
+impl TemplateBuilder {
+    /// Gives the reader and the completers the server's value of type `T` as their last
+    /// argument (see [`ToolBuilder::state`](super::ToolBuilder::state)).
+    ///
+    /// ```
+    /// use fleetmcp::model::ResourceContents;
+    /// use fleetmcp::{Server, template};
+    ///
+    /// struct Desk { ids: Vec<u64> }
+    ///
+    /// let ticket = template("helpdesk://tickets/{id}", "ticket")
+    ///     .state::<Desk>()
+    ///     .complete("id", |partial, _given, _ctx, desk| {
+    ///         desk.ids.iter().map(u64::to_string).filter(|id| id.starts_with(partial)).collect()
+    ///     })
+    ///     .read(|uri, vars, _ctx, desk| async move {
+    ///         let known = vars["id"].parse().is_ok_and(|id| desk.ids.contains(&id));
+    ///         Ok(vec![ResourceContents::text(format!("known: {known}"), uri)])
+    ///     });
+    /// let server = Server::builder("desk", "1.0.0")
+    ///     .state(Desk { ids: vec![7, 12] })
+    ///     .template(ticket)
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn state<T: Send + Sync + 'static>(self) -> TemplateBuilder<Arc<T>> {
+        TemplateBuilder {
+            descriptor: self.descriptor,
+            pattern: self.pattern,
+            completers: self.completers,
+            cache: self.cache,
+            scope: self.scope,
+            state: PhantomData,
+        }
+    }
+    /// Offers completions for one variable (`completion/complete` with `ref/resource`): the
+    /// function gets the partial value, the other variables the client already gave
+    /// (`context.arguments`) and the request's context.
     pub fn complete<F>(mut self, variable: impl Into<String>, f: F) -> Self
     where
-        F: Fn(&str, &HashMap<String, String>) -> Vec<String> + Send + Sync + 'static,
+        F: Fn(&str, &HashMap<String, String>, &RequestContext) -> Vec<String>
+            + Send
+            + Sync
+            + 'static,
     {
-        self.completers.insert(variable.into(), Arc::new(f));
+        let f = completer(move |partial, given, ctx, _: &()| f(partial, given, ctx));
+        self.completers.insert(variable.into(), f);
         self
     }
     /// Finishes with the reader; it gets the URI and the values of the template's variables.
@@ -284,13 +399,54 @@ impl TemplateBuilder {
         F: Fn(String, HashMap<String, String>, RequestContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
+        self.finish(move |uri, vars, ctx, ()| f(uri, vars, ctx))
+    }
+}
+
+impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
+    /// [`TemplateBuilder::complete`], for a function that also gets the state.
+    pub fn complete<F>(mut self, variable: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, &HashMap<String, String>, &RequestContext, &T) -> Vec<String>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = completer(move |partial, given, ctx, state: &Arc<T>| f(partial, given, ctx, state));
+        self.completers.insert(variable.into(), f);
+        self
+    }
+    /// Finishes with the reader; it gets the URI, the values of the template's variables and
+    /// the state.
+    pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>
+    where
+        F: Fn(String, HashMap<String, String>, RequestContext, Arc<T>) -> Fut
+            + Send
+            + Sync
+            + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        self.finish(f)
+    }
+}
+
+/// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
+/// crate-private).
+impl<S> TemplateBuilder<S> {
+    fn finish<F, Fut>(self, f: F) -> Arc<TemplateDef>
+    where
+        S: StateArg,
+        F: Fn(String, HashMap<String, String>, RequestContext, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
         Arc::new(TemplateDef {
             descriptor: self.descriptor,
             pattern: self.pattern,
-            reader: Box::new(move |uri, vars, ctx| Box::pin(f(uri, vars, ctx))),
+            reader: reader(f),
             completers: self.completers,
             cache: self.cache,
             scope: self.scope,
+            needs: S::needs(),
         })
     }
 }

@@ -64,9 +64,10 @@ pub(super) fn complete(app: &App, ctx: &RequestContext, p: Option<&RawValue>) ->
             .completer(&argument.name)
             .cloned(),
     };
-    let mut values = completer
-        .map(|c| c(&argument.value, &others))
-        .unwrap_or_default();
+    let mut values = match completer {
+        Some(complete) => complete(&argument.value, &others, ctx)?,
+        None => Vec::new(),
+    };
     let total = values.len();
     values.truncate(MAX_VALUES);
     let result =

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
-use crate::catalog::{Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
+use crate::catalog::{BuildError, Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
 use crate::config::{Config, DeploymentMode};
 use crate::events::EventStore;
 use crate::fleet::Fleet;
@@ -77,11 +77,13 @@ impl ServerBuilder {
         self.config = Some(config);
         self
     }
-    /// A value handlers read with [`crate::RequestContext::state`], one per type: a database
-    /// pool, a client, the application's own state.
+    /// Gives the server a value of type `T` (one per type: a database pool, a client, the
+    /// application's own state) for the handlers that name it with `.state::<T>()` (see
+    /// [`ToolBuilder::state`](crate::catalog::ToolBuilder::state)); they get it as an `Arc<T>`.
+    /// [`ServerBuilder::try_build`] refuses a server whose handlers need a type it was not
+    /// given.
     ///
     /// ```
-    /// use std::sync::Arc;
     /// use fleetmcp::{NoArgs, Server, tool};
     /// use parking_lot::Mutex;
     ///
@@ -90,8 +92,7 @@ impl ServerBuilder {
     ///
     /// let server = Server::builder("counter", "1.0.0")
     ///     .state(Counter::default())
-    ///     .tool(tool("bump").handler(|_: NoArgs, ctx| async move {
-    ///         let counter = ctx.state::<Counter>()?;
+    ///     .tool(tool("bump").state::<Counter>().handler(|_: NoArgs, _ctx, counter| async move {
     ///         let mut n = counter.0.lock();
     ///         *n += 1;
     ///         Ok(n.to_string())
@@ -103,7 +104,7 @@ impl ServerBuilder {
         self.shared_state(Arc::new(value))
     }
     /// Like [`ServerBuilder::state`], for a value the program also keeps a handle on (code
-    /// outside handlers, such as a completion function or a background job, uses it too).
+    /// outside handlers, such as a background job, uses it too).
     pub fn shared_state<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
         self.state.insert(std::any::TypeId::of::<T>(), value);
         self
@@ -137,9 +138,28 @@ impl ServerBuilder {
         self
     }
 
-    /// Builds the server. Nothing runs and nothing is connected yet: [`Server::start`] (or
-    /// [`Server::serve`]) does that.
+    /// Builds the server, as [`ServerBuilder::try_build`], and panics where it returns an
+    /// error: for tests and programs whose declarations are fixed, where a missing state is a
+    /// bug to see at the first start.
+    ///
+    /// # Panics
+    ///
+    /// When a handler needs state the server was not given; the message names each one and
+    /// the type.
     pub fn build(self) -> Server {
+        match self.try_build() {
+            Ok(server) => server,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Builds the server. Nothing runs and nothing is connected yet: [`Server::start`] (or
+    /// [`Server::serve`]) does that. Fails when a tool, resource, template or prompt needs
+    /// state (`.state::<T>()`) the server was not given with [`ServerBuilder::state`]; the
+    /// error names each one and the type.
+    pub fn try_build(self) -> Result<Server, BuildError> {
+        let catalog = Catalog::new(self.tools, self.resources, self.templates, self.prompts);
+        catalog.check_state(|id| self.state.contains_key(&id))?;
         let config = as_served(self.config.unwrap_or_default());
         let meters = if config.http.metrics {
             Meters::new()
@@ -191,14 +211,12 @@ impl ServerBuilder {
             shutdown.clone(),
         )
         .with_lease(lease);
-        let (auth, auth_error) = match Authorizer::new(&config.auth) {
-            Ok(a) => (a, None),
-            Err(e) => (None, Some(e)),
-        };
+        let (auth, auth_error) =
+            Authorizer::new(&config.auth).map_or_else(|e| (None, Some(e)), |a| (a, None));
         let limits = limits_for(&config, redis.as_ref(), sessions.machine_id(), shutdown);
         let app = App::new(Parts {
             info: self.info,
-            catalog: Catalog::new(self.tools, self.resources, self.templates, self.prompts),
+            catalog,
             config,
             sessions,
             events,
@@ -210,14 +228,14 @@ impl ServerBuilder {
             auth,
             meters,
         });
-        Server {
+        Ok(Server {
             app,
             auth_error,
             redis,
             relay,
             redis_tasks,
             connections,
-        }
+        })
     }
 }
 
@@ -604,8 +622,11 @@ pub async fn shutdown_signal() {
 
 mod listener;
 mod parts;
+mod run;
 #[cfg(test)]
 mod seams_test;
 mod stdio;
 #[cfg(test)]
 mod stdio_test;
+
+pub use run::run;

@@ -50,7 +50,10 @@ fn server(slow_dropped: Arc<AtomicBool>) -> Server {
         }))
         .tool(tool("change").handler(|_: NoArgs, ctx| async move {
             let added = tool("added").handler(|_: NoArgs, _| async { Ok("hi") });
-            ctx.server().add_tool(added).await;
+            ctx.server()
+                .add_tool(added)
+                .await
+                .map_err(|e| crate::ToolError::failed(e.to_string()))?;
             Ok("changed")
         }))
         .tool(tool("wait").handler(|_: NoArgs, _| async {

@@ -77,7 +77,8 @@ async fn readyz_reports_the_reference_tools_hash() {
                 .description("d")
                 .handler(|_: fleetmcp::NoArgs, _ctx| async { Ok("x") }),
         )
-        .await;
+        .await
+        .expect("no state needed");
     let (_, v) = get_json(&format!("{}/readyz", srv.base)).await;
     let mut names = FIXTURE_TOOLS.to_vec();
     names.push("zzz");

@@ -269,7 +269,8 @@ async fn standalone_get_stream_starts_with_a_priming_event_and_can_be_resumed() 
                 .description("added late")
                 .handler(|_: fleetmcp::NoArgs, _ctx| async { Ok("late") }),
         )
-        .await;
+        .await
+        .expect("no state needed");
     let mut s = SseStream::new(c.resume(priming.id()).await);
     let ev = s.next().await.expect("the stored notification");
     assert_eq!(

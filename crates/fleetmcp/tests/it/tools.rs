@@ -186,7 +186,8 @@ async fn list_changed_reaches_the_get_stream() {
                 .description("added at runtime")
                 .handler(|_: fleetmcp::NoArgs, _ctx| async { Ok("late result") }),
         )
-        .await;
+        .await
+        .expect("no state needed");
     let ev = s.next().await.expect("a notification");
     let msg = ev.json().unwrap();
     assert_eq!(msg["method"], "notifications/tools/list_changed");

@@ -2,6 +2,7 @@
 //! [`ToolDef`] with its schemas compiled and its handler typed.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -12,11 +13,12 @@ use serde_json::{Value, json};
 use super::def::Handler;
 use super::schema::{NullForm, generate, schema_of};
 use super::{IntoToolResult, ToolDef, ToolError};
+use crate::catalog::state::StateArg;
 use crate::context::RequestContext;
 
 /// Starts declaring a tool: name it, describe it, then give its handler, which gets the
-/// arguments (any `Deserialize + JsonSchema` type; [`NoArgs`](crate::NoArgs) for none) and the
-/// [`RequestContext`].
+/// arguments (any `Deserialize + JsonSchema` type; [`NoArgs`](crate::NoArgs) for none), the
+/// [`RequestContext`] and, after [`ToolBuilder::state`], the server's state.
 ///
 /// ```
 /// use fleetmcp::{Server, ToolError, tool};
@@ -40,31 +42,32 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         description: None,
         annotations: None,
         input_schema: None,
-        output_schema: None,
         meta: None,
         required_capabilities: None,
         task_support: crate::tasks::TaskSupport::Forbidden,
         escalates: false,
         scope: None,
+        state: PhantomData,
     }
 }
 
-/// Builder returned by [`tool`].
-pub struct ToolBuilder {
+/// Builder returned by [`tool`]. `S` is what the handler gets after its context: nothing, or
+/// the state named with [`ToolBuilder::state`] (`Arc<T>`).
+pub struct ToolBuilder<S = ()> {
     name: String,
     title: Option<String>,
     description: Option<String>,
     annotations: Option<ToolAnnotations>,
     input_schema: Option<JsonObject>,
-    output_schema: Option<JsonObject>,
     meta: Option<rmcp::model::MetaObject>,
     required_capabilities: Option<serde_json::Map<String, Value>>,
     task_support: crate::tasks::TaskSupport,
     escalates: bool,
     scope: Option<String>,
+    state: PhantomData<fn() -> S>,
 }
 
-impl ToolBuilder {
+impl<S> ToolBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
@@ -82,13 +85,6 @@ impl ToolBuilder {
     }
     pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
         self.annotations = Some(annotations);
-        self
-    }
-    /// Declares the shape of `structuredContent` (see [`Structured`](super::Structured)). An `Option` field is
-    /// written `"anyOf": [{..}, {"type": "null"}]` rather than with a type array, since a
-    /// `None` is sent as `null`.
-    pub fn output_schema<T: JsonSchema>(mut self) -> Self {
-        self.output_schema = Some(generate::<T>(Some(NullForm::AnyOf)));
         self
     }
     /// Uses this schema verbatim instead of one derived from the argument type.
@@ -130,13 +126,51 @@ impl ToolBuilder {
         self.meta = Some(meta);
         self
     }
+}
+
+impl ToolBuilder {
+    /// Gives the handler the server's value of type `T` (see
+    /// [`ServerBuilder::state`](crate::ServerBuilder::state)) as its third argument, an
+    /// `Arc<T>`. The server refuses to be built without one, naming this tool and `T`. One
+    /// type per handler: state of several parts is one struct.
+    ///
+    /// ```
+    /// use fleetmcp::{NoArgs, Server, tool};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// #[derive(Default)]
+    /// struct Counter(AtomicU64);
+    ///
+    /// let bump = tool("bump").state::<Counter>().handler(|_: NoArgs, _ctx, counter| async move {
+    ///     Ok((counter.0.fetch_add(1, Ordering::Relaxed) + 1).to_string())
+    /// });
+    /// let server = Server::builder("counter", "1.0.0").state(Counter::default()).tool(bump).build();
+    /// # drop(server);
+    /// ```
+    pub fn state<T: Send + Sync + 'static>(self) -> ToolBuilder<Arc<T>> {
+        ToolBuilder {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            annotations: self.annotations,
+            input_schema: self.input_schema,
+            meta: self.meta,
+            required_capabilities: self.required_capabilities,
+            task_support: self.task_support,
+            escalates: self.escalates,
+            scope: self.scope,
+            state: PhantomData,
+        }
+    }
 
     /// Finishes the tool with a handler taking typed arguments. The arguments are validated
     /// against the schema before the handler runs; a client that omits `arguments` sends `{}`.
     ///
     /// `tools/list` shows the schema of `A` without type arrays: an `Option` field is an
     /// optional property of its inner type (`"type": "string"`, not in `required`). An explicit
-    /// `null` for it is still accepted, as serde accepts it.
+    /// `null` for it is still accepted, as serde accepts it. A handler returning
+    /// [`Structured<T>`](crate::Structured) publishes the schema of `T` as the tool's
+    /// `outputSchema`.
     pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -144,28 +178,7 @@ impl ToolBuilder {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        // Validation uses the exact schema, which still allows `null` where serde does; the
-        // published one leaves it out. A schema given verbatim serves as both.
-        let (published, exact) = match self.input_schema.clone() {
-            Some(given) => (given.clone(), given),
-            None => (generate::<A>(Some(NullForm::Omit)), schema_of::<A>()),
-        };
-        let f = Arc::new(f);
-        self.finish(
-            published,
-            exact,
-            Box::new(move |args, ctx| {
-                let f = f.clone();
-                Box::pin(async move {
-                    let args: A = serde_json::from_value(args).map_err(|e| {
-                        ToolError::Protocol(crate::protocol::errors::invalid_params(format!(
-                            "Invalid arguments: {e}"
-                        )))
-                    })?;
-                    f(args, ctx).await.map(IntoToolResult::into_tool_result)
-                })
-            }),
-        )
+        self.typed(move |args, ctx, ()| f(args, ctx))
     }
 
     /// Finishes the tool with a handler taking the raw JSON arguments; the schema comes from
@@ -176,30 +189,112 @@ impl ToolBuilder {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
+        self.raw(move |args, ctx, ()| f(args, ctx))
+    }
+}
+
+impl<T: Send + Sync + 'static> ToolBuilder<Arc<T>> {
+    /// [`ToolBuilder::handler`], for a handler that also gets the state named with
+    /// [`ToolBuilder::state`].
+    pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        self.typed(f)
+    }
+
+    /// [`ToolBuilder::raw_handler`], for a handler that also gets the state.
+    pub fn raw_handler<F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        F: Fn(Value, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        self.raw(f)
+    }
+}
+
+/// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
+/// crate-private).
+impl<S> ToolBuilder<S> {
+    fn typed<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        S: StateArg,
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
+        // Validation uses the exact schema, which still allows `null` where serde does; the
+        // published one leaves it out. A schema given verbatim serves as both.
+        let (published, exact) = match self.input_schema.clone() {
+            Some(given) => (given.clone(), given),
+            None => (generate::<A>(Some(NullForm::Omit)), schema_of::<A>()),
+        };
+        let f = Arc::new(f);
+        self.finish::<R>(
+            published,
+            exact,
+            Box::new(move |args, ctx| {
+                let f = f.clone();
+                Box::pin(async move {
+                    let args: A = serde_json::from_value(args).map_err(|e| {
+                        ToolError::Protocol(crate::protocol::errors::invalid_params(format!(
+                            "Invalid arguments: {e}"
+                        )))
+                    })?;
+                    let state = S::fetch(&ctx).map_err(ToolError::Protocol)?;
+                    f(args, ctx, state)
+                        .await
+                        .map(IntoToolResult::into_tool_result)
+                })
+            }),
+        )
+    }
+
+    fn raw<F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    where
+        S: StateArg,
+        F: Fn(Value, RequestContext, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
+        R: IntoToolResult + 'static,
+    {
         let schema = self.input_schema.clone().unwrap_or_else(|| {
             let mut m = JsonObject::new();
             m.insert("type".into(), Value::String("object".into()));
             m
         });
         let f = Arc::new(f);
-        self.finish(
+        self.finish::<R>(
             schema.clone(),
             schema,
             Box::new(move |args, ctx| {
                 let f = f.clone();
-                Box::pin(async move { f(args, ctx).await.map(IntoToolResult::into_tool_result) })
+                Box::pin(async move {
+                    let state = S::fetch(&ctx).map_err(ToolError::Protocol)?;
+                    f(args, ctx, state)
+                        .await
+                        .map(IntoToolResult::into_tool_result)
+                })
             }),
         )
     }
 
     /// `schema` is the input schema of `tools/list`; arguments are validated against
-    /// `validation`, which may accept more (an explicit `null` for an optional field).
-    fn finish(
+    /// `validation`, which may accept more (an explicit `null` for an optional field). The
+    /// output schema is the one the handler's result type `R` declares.
+    fn finish<R: IntoToolResult>(
         self,
         schema: JsonObject,
         validation: JsonObject,
         handler: Box<Handler>,
-    ) -> Arc<ToolDef> {
+    ) -> Arc<ToolDef>
+    where
+        S: StateArg,
+    {
         // Clients decide which arguments to mirror into headers from the published schema.
         let header_params = header_params_of(&schema);
         let validation = Value::Object(validation);
@@ -218,7 +313,7 @@ impl ToolBuilder {
         if let Some(title) = self.title {
             descriptor = descriptor.with_title(title);
         }
-        if let Some(out) = self.output_schema {
+        if let Some(out) = R::output_schema() {
             descriptor = descriptor.with_raw_output_schema(Arc::new(out));
         }
         if let Some(a) = self.annotations {
@@ -236,6 +331,7 @@ impl ToolBuilder {
             task_support: self.task_support,
             escalates: self.escalates,
             scope: self.scope,
+            needs: S::needs(),
         })
     }
 }

@@ -6,6 +6,7 @@ use rmcp::model::{CallToolResult, Tool};
 use serde_json::{Value, json};
 
 use super::ToolError;
+use crate::catalog::state::Needs;
 use crate::context::RequestContext;
 use crate::protocol::ErrorData;
 
@@ -25,6 +26,8 @@ pub struct ToolDef {
     pub(super) task_support: crate::tasks::TaskSupport,
     pub(super) escalates: bool,
     pub(super) scope: Option<String>,
+    /// The state its handler gets, checked when it enters a server.
+    pub(super) needs: Option<Needs>,
 }
 
 impl ToolDef {
@@ -38,6 +41,11 @@ impl ToolDef {
     /// The entry of `tools/list`.
     pub fn descriptor(&self) -> &Tool {
         &self.descriptor
+    }
+
+    /// The state its handler needs, named for the check when it enters a server.
+    pub(crate) fn needs(&self) -> Option<(String, Needs)> {
+        Needs::named(|| format!("tool `{}`", self.name()), self.needs)
     }
 
     /// `(header name, argument)` pairs of the arguments annotated `x-mcp-header`.

@@ -12,9 +12,9 @@
 //!
 //! let add = tool("add")
 //!     .description("Adds two integers")
-//!     .output_schema::<Sum>()
 //!     .handler(|args: Add, _ctx| async move { Ok(Structured(Sum { sum: args.a + args.b })) });
 //! assert_eq!(add.name(), "add");
+//! assert!(add.descriptor().output_schema.is_some(), "taken from `Sum`");
 //! ```
 //!
 //! One idea a file: `builder.rs` declares a tool, `def.rs` is the declared tool the server
@@ -32,6 +32,7 @@ pub use def::ToolDef;
 pub use error::ToolError;
 pub(in crate::catalog) use error::{Classified, classify};
 pub use result::{IntoToolResult, Structured};
+pub(in crate::catalog) use schema::{NullForm, generate};
 
 use schemars::JsonSchema;
 

@@ -16,7 +16,7 @@ pub fn schema_of<T: JsonSchema>() -> JsonObject {
 
 /// How the published schemas show the `null` that schemars adds for `Option<T>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum NullForm {
+pub(in crate::catalog) enum NullForm {
     /// Arguments: an optional property is simply left out of `required`, with the inner
     /// schema alone. Clients never need to send `null`, and the single-type schema dialects of
     /// several model providers reject `"type": [.., "null"]`.
@@ -28,7 +28,7 @@ pub(super) enum NullForm {
 }
 
 /// The schema of `T`, with `null` rewritten as `form` says (`None`: as schemars writes it).
-pub(super) fn generate<T: JsonSchema>(form: Option<NullForm>) -> JsonObject {
+pub(in crate::catalog) fn generate<T: JsonSchema>(form: Option<NullForm>) -> JsonObject {
     let mut schema = schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>();
@@ -242,9 +242,8 @@ mod tests {
 
     #[test]
     fn optional_fields_are_published_without_type_arrays() {
-        let t = tool("search")
-            .output_schema::<Search>()
-            .handler(|_: Search, _ctx| async { Ok("ok") });
+        // Returned as the result too: its output schema is the one of `Search`.
+        let t = tool("search").handler(|a: Search, _ctx| async { Ok(crate::Structured(a)) });
         let input = Value::Object((*t.descriptor().input_schema).clone());
         let mut found = Vec::new();
         type_arrays(&input, "", &mut found);

@@ -1,0 +1,327 @@
+//! Prompts: named message templates whose arguments are a Rust type (`args.rs` lists and
+//! parses them).
+//!
+//! ```
+//! use fleetmcp::prompt;
+//! use fleetmcp::model::{PromptMessage, Role};
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Triage {
+//!     /// The ticket to triage.
+//!     ticket_id: u64,
+//! }
+//!
+//! let triage = prompt("triage_ticket")
+//!     .description("Triage a ticket")
+//!     .get(|args: Triage, _ctx| async move {
+//!         Ok(vec![PromptMessage::new_text(Role::User, format!("Triage ticket {}", args.ticket_id))])
+//!     });
+//! assert_eq!(triage.name(), "triage_ticket");
+//! ```
+
+mod args;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{GetPromptResult, Prompt, PromptMessage};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+
+use super::state::{Completer, Needs, StateArg, completer};
+use crate::context::RequestContext;
+
+/// Why a prompt could not be produced.
+///
+/// `?` converts any error into it, as for [`crate::ToolError`]: a
+/// [`crate::context::ClientRequestError`] keeps its meaning, an [`crate::protocol::ErrorData`]
+/// becomes [`PromptError::Protocol`], any other error [`PromptError::Failed`]. For the same
+/// reason as `ToolError` it does not implement [`std::error::Error`].
+#[derive(Debug)]
+pub enum PromptError {
+    /// Bad or missing arguments (`-32602`).
+    InvalidArguments(String),
+    /// The handler failed (an internal error, `-32603`, with this message).
+    Failed(String),
+    /// A protocol error raised by the handler.
+    Protocol(crate::protocol::ErrorData),
+    /// Answers from the client are needed first (see [`crate::ToolError::InputRequired`]).
+    InputRequired,
+}
+
+impl std::fmt::Display for PromptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidArguments(msg) | Self::Failed(msg) => f.write_str(msg),
+            Self::Protocol(e) => f.write_str(&e.message),
+            Self::InputRequired => f.write_str("input required from the client"),
+        }
+    }
+}
+
+from_any_error!(PromptError);
+
+/// What a prompt handler may return.
+pub trait IntoPromptResult {
+    fn into_prompt_result(self) -> GetPromptResult;
+}
+impl IntoPromptResult for GetPromptResult {
+    fn into_prompt_result(self) -> GetPromptResult {
+        self
+    }
+}
+impl IntoPromptResult for Vec<PromptMessage> {
+    fn into_prompt_result(self) -> GetPromptResult {
+        GetPromptResult::new(self)
+    }
+}
+
+type Getter = dyn Fn(
+        HashMap<String, String>,
+        RequestContext,
+    ) -> BoxFuture<'static, Result<GetPromptResult, PromptError>>
+    + Send
+    + Sync;
+
+/// A declared prompt.
+pub struct PromptDef {
+    descriptor: Prompt,
+    getter: Box<Getter>,
+    completers: HashMap<String, Completer>,
+    scope: Option<String>,
+    needs: Option<Needs>,
+}
+
+impl PromptDef {
+    /// The scope a `prompts/get` needs (see [`PromptBuilder::scope`]).
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
+    pub fn name(&self) -> &str {
+        &self.descriptor.name
+    }
+    pub fn descriptor(&self) -> &Prompt {
+        &self.descriptor
+    }
+    pub(crate) fn completer(&self, argument: &str) -> Option<&Completer> {
+        self.completers.get(argument)
+    }
+    /// The state its handler and completers need, named for the check when it enters a
+    /// server.
+    pub(crate) fn needs(&self) -> Option<(String, Needs)> {
+        Needs::named(|| format!("prompt `{}`", self.name()), self.needs)
+    }
+
+    /// Parses the arguments into the handler's type, then runs the handler.
+    pub(crate) fn get(
+        &self,
+        args: HashMap<String, String>,
+        ctx: RequestContext,
+    ) -> BoxFuture<'static, Result<GetPromptResult, PromptError>> {
+        (self.getter)(args, ctx)
+    }
+}
+
+/// Starts declaring a prompt: its handler gets the arguments as a type of its own (any
+/// `Deserialize + JsonSchema` type; [`NoArgs`](crate::NoArgs) for none) and answers with the
+/// messages.
+///
+/// `prompts/list` lists the type's fields as the arguments, each with its doc comment as the
+/// description, required unless it is an `Option` or has a serde default. MCP sends arguments as
+/// strings: a field of a Rust integer, float or `bool` type is parsed from its string (`"42"`
+/// for a `u64`), so declare it with its real type. Arguments that are missing, do not parse or
+/// that serde refuses are answered as invalid params (`-32602`) naming the argument, before the
+/// handler runs. (A `HashMap<String, String>` takes any arguments and lists none.)
+///
+/// ```
+/// use fleetmcp::model::{PromptMessage, Role};
+/// use fleetmcp::{Server, prompt};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Triage {
+///     /// The ticket to triage.
+///     ticket: u64,
+///     /// Who is asking.
+///     asked_by: Option<String>,
+/// }
+///
+/// let triage = prompt("triage").get(|args: Triage, _ctx| async move {
+///     let by = args.asked_by.unwrap_or_else(|| "someone".into());
+///     Ok(vec![PromptMessage::new_text(Role::User, format!("{by} asks to triage {}", args.ticket))])
+/// });
+/// let listed = triage.descriptor().arguments.clone().unwrap_or_default();
+/// assert_eq!(listed[1].name, "ticket");
+/// assert_eq!(listed[1].description.as_deref(), Some("The ticket to triage."));
+/// assert_eq!(listed[1].required, Some(true));
+/// let server = Server::builder("desk", "1.0.0").prompt(triage).build();
+/// # drop(server);
+/// ```
+pub fn prompt(name: impl Into<String>) -> PromptBuilder {
+    PromptBuilder {
+        name: name.into(),
+        title: None,
+        description: None,
+        completers: HashMap::new(),
+        scope: None,
+        state: PhantomData,
+    }
+}
+
+/// Builder returned by [`prompt`]. `S` is what the handler and the completers get after the
+/// context: nothing, or the state named with [`PromptBuilder::state`] (`Arc<T>`).
+pub struct PromptBuilder<S = ()> {
+    name: String,
+    title: Option<String>,
+    description: Option<String>,
+    completers: HashMap<String, Completer>,
+    scope: Option<String>,
+    state: PhantomData<fn() -> S>,
+}
+
+impl<S> PromptBuilder<S> {
+    /// The OAuth scope a caller's token must grant to use this, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+    pub fn title(mut self, t: impl Into<String>) -> Self {
+        self.title = Some(t.into());
+        self
+    }
+    pub fn description(mut self, d: impl Into<String>) -> Self {
+        self.description = Some(d.into());
+        self
+    }
+}
+
+impl PromptBuilder {
+    /// Gives the handler and the completers the server's value of type `T` as their last
+    /// argument (see [`ToolBuilder::state`](super::ToolBuilder::state)).
+    pub fn state<T: Send + Sync + 'static>(self) -> PromptBuilder<Arc<T>> {
+        PromptBuilder {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            completers: self.completers,
+            scope: self.scope,
+            state: PhantomData,
+        }
+    }
+    /// Offers completions for one argument (`completion/complete` with `ref/prompt`): the
+    /// function gets the partial value, the other arguments the client already gave
+    /// (`context.arguments`) and the request's context.
+    pub fn complete<F>(mut self, argument: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, &HashMap<String, String>, &RequestContext) -> Vec<String>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = completer(move |partial, given, ctx, _: &()| f(partial, given, ctx));
+        self.completers.insert(argument.into(), f);
+        self
+    }
+    /// Finishes with the handler; it gets the arguments as an `A` (see [`prompt`]).
+    pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
+        R: IntoPromptResult + 'static,
+    {
+        self.finish(move |args, ctx, ()| f(args, ctx))
+    }
+}
+
+impl<T: Send + Sync + 'static> PromptBuilder<Arc<T>> {
+    /// [`PromptBuilder::complete`], for a function that also gets the state.
+    pub fn complete<F>(mut self, argument: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(&str, &HashMap<String, String>, &RequestContext, &T) -> Vec<String>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = completer(move |partial, given, ctx, state: &Arc<T>| f(partial, given, ctx, state));
+        self.completers.insert(argument.into(), f);
+        self
+    }
+    /// Finishes with the handler; it gets the arguments as an `A` and the state.
+    pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
+        R: IntoPromptResult + 'static,
+    {
+        self.finish(f)
+    }
+}
+
+/// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
+/// crate-private).
+impl<S> PromptBuilder<S> {
+    fn finish<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    where
+        S: StateArg,
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, RequestContext, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
+        R: IntoPromptResult + 'static,
+    {
+        let arguments = Arc::new(args::Arguments::of::<A>());
+        let listed = (!arguments.listed.is_empty()).then(|| arguments.listed.clone());
+        let mut descriptor = Prompt::new(self.name, self.description, listed);
+        if let Some(t) = self.title {
+            descriptor = descriptor.with_title(t);
+        }
+        let name: Arc<str> = descriptor.name.as_str().into();
+        let f = Arc::new(f);
+        Arc::new(PromptDef {
+            descriptor,
+            getter: Box::new(move |given, ctx| {
+                let (f, arguments, name) = (f.clone(), arguments.clone(), name.clone());
+                Box::pin(async move {
+                    let args: A = arguments.parse(&name, given)?;
+                    let state = S::fetch(&ctx).map_err(PromptError::Protocol)?;
+                    let messages = f(args, ctx, state).await?;
+                    Ok(messages.into_prompt_result())
+                })
+            }),
+            completers: self.completers,
+            scope: self.scope,
+            needs: S::needs(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::ClientRequestError;
+
+    fn raise<E: std::error::Error + Send + Sync + 'static>(e: E) -> Result<(), PromptError> {
+        Err::<(), E>(e)?;
+        Ok(())
+    }
+
+    #[test]
+    fn question_mark_keeps_the_meaning_of_client_request_errors() {
+        let io = std::io::Error::other("disk on fire");
+        assert!(matches!(raise(io), Err(PromptError::Failed(m)) if m == "disk on fire"));
+        assert!(matches!(
+            raise(ClientRequestError::InputRequired),
+            Err(PromptError::InputRequired)
+        ));
+        let bad = crate::protocol::errors::invalid_params("no such answer");
+        assert!(matches!(
+            raise(ClientRequestError::InvalidInput(bad)),
+            Err(PromptError::Protocol(e)) if e.code.0 == -32602
+        ));
+    }
+}
