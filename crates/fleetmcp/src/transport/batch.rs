@@ -196,7 +196,7 @@ fn start_all(
 }
 
 /// `[a,b,...]` of JSON texts already encoded.
-fn json_array(parts: &[Bytes]) -> Bytes {
+pub(super) fn json_array(parts: &[Bytes]) -> Bytes {
     let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
     body.push(b'[');
     for (i, p) in parts.iter().enumerate() {

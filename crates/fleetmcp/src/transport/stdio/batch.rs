@@ -73,14 +73,5 @@ pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, line: Vec<u
     if answers.is_empty() {
         return;
     }
-    let mut array = Vec::with_capacity(answers.iter().map(|a| a.len() + 1).sum::<usize>() + 1);
-    array.push(b'[');
-    for (i, a) in answers.iter().enumerate() {
-        if i > 0 {
-            array.push(b',');
-        }
-        array.extend_from_slice(a);
-    }
-    array.push(b']');
-    out.send(Bytes::from(array)).await;
+    out.send(super::super::batch::json_array(&answers)).await;
 }
