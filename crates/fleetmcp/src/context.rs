@@ -58,7 +58,7 @@ pub(crate) enum Caller {
 pub(crate) struct TaskCall {
     pub task_id: String,
     pub meta: crate::stateless::RequestMeta,
-    pub running: Arc<crate::tasks::Running>,
+    pub running: Arc<crate::tasks::RunningTask>,
 }
 
 /// Why a request to the client failed.

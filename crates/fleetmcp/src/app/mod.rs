@@ -119,11 +119,19 @@ pub(crate) struct Parts {
     pub meters: crate::telemetry::Meters,
 }
 
-/// The tokens of a server's stop, one per phase ([`App::draining`], [`App::closing`],
-/// [`App::shutdown`]).
+/// The tokens of a server's graceful stop, one per phase ([`App::draining`], [`App::closing`],
+/// [`App::shutdown`]), as the app, the accept loop and each connection see them.
+#[derive(Clone)]
 pub(crate) struct Phases {
+    /// The grace period is over: what still runs is cancelled.
     pub shutdown: CancellationToken,
+    /// The drain delay is over: stop accepting, and close every connection once its request
+    /// is answered.
     pub closing: CancellationToken,
+    /// The stop began: every response from now on carries `Connection: close`, so no
+    /// connection is used again (a load balancer's request written on a kept-alive connection
+    /// the server closes is lost, and a POST is not retried); the instance otherwise serves as
+    /// usual. Idle connections are left to their client to close.
     pub draining: CancellationToken,
 }
 

@@ -32,7 +32,7 @@
 //!   reserve a connection is closed as soon as it is accepted, which frees its descriptor at
 //!   once. Both are logged at most every [`LOG_EVERY`].
 //!
-//! A graceful stop ([`Phases`]) never drops a request a load balancer already sent: while
+//! A graceful stop ([`Phases`](crate::app::Phases)) never drops a request a load balancer already sent: while
 //! draining, answers carry `Connection: close` and idle connections are left for the client to
 //! close; when closing, the accept queue is served before the listener closes, and a
 //! connection is closed only once its request (or its first one, if it has not sent it yet) is
@@ -61,10 +61,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::app::Phases;
 use crate::config::HttpConfig;
 use crate::limits::Connections;
 
@@ -81,7 +81,7 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 const FD_HEADROOM: usize = 64;
 
 /// The bounds on each connection, from `[http]`, and the connection budget.
-pub(super) struct Limits {
+pub(super) struct ConnectionBounds {
     header: Duration,
     body: Duration,
     idle: Duration,
@@ -89,7 +89,7 @@ pub(super) struct Limits {
     connections: Connections,
 }
 
-impl Limits {
+impl ConnectionBounds {
     pub(super) fn from_config(h: &HttpConfig, connections: Connections) -> Self {
         Self {
             header: Duration::from_millis(h.header_read_timeout_ms),
@@ -135,21 +135,6 @@ enum Mode {
     HealthOnly,
 }
 
-/// The phases of a graceful stop, as the accept loop and each connection see them (the
-/// server's tokens, each a child of the next, see `App::draining`).
-pub(super) struct Phases {
-    /// The stop began: every response from now on carries `Connection: close`, so no
-    /// connection is used again (a load balancer's request written on a kept-alive connection
-    /// the server closes is lost, and a POST is not retried); the instance otherwise serves as
-    /// usual. Idle connections are left to their client to close.
-    pub draining: CancellationToken,
-    /// The drain delay is over: stop accepting, and close every connection once its request
-    /// is answered.
-    pub closing: CancellationToken,
-    /// The grace period is over: what still runs is cancelled.
-    pub shutdown: CancellationToken,
-}
-
 /// How long a connection accepted just before the listener closed may take to send its first
 /// request before it is closed unanswered (a load balancer sends it at once).
 const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
@@ -164,7 +149,7 @@ const CANCEL_WAIT: Duration = Duration::from_secs(1);
 pub(super) async fn serve(
     listener: TcpListener,
     router: Router,
-    limits: Limits,
+    limits: ConnectionBounds,
     phases: Phases,
     grace: Duration,
 ) -> bool {
@@ -323,7 +308,7 @@ impl Admission {
 }
 
 /// The builder of connections under the cap.
-fn builder(limits: &Limits) -> http1::Builder {
+fn builder(limits: &ConnectionBounds) -> http1::Builder {
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(limits.header);
@@ -332,7 +317,7 @@ fn builder(limits: &Limits) -> http1::Builder {
 
 /// The builder of connections over the cap: one HTTP/1.1 request each (health probes), its head
 /// waited for briefly.
-fn overflow_builder(limits: &Limits) -> http1::Builder {
+fn overflow_builder(limits: &ConnectionBounds) -> http1::Builder {
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(limits.header.min(OVERFLOW_HEAD_WAIT))
@@ -367,7 +352,7 @@ async fn connection(
     router: Router,
     builder: Arc<http1::Builder>,
     mode: Mode,
-    limits: Arc<Limits>,
+    limits: Arc<ConnectionBounds>,
     phases: Arc<Phases>,
     _permit: OwnedSemaphorePermit,
 ) {
@@ -448,7 +433,7 @@ fn requests(
     peer: SocketAddr,
     router: Router,
     mode: Mode,
-    limits: &Limits,
+    limits: &ConnectionBounds,
     phases: &Phases,
     active: watch::Sender<usize>,
     begun: Arc<AtomicBool>,

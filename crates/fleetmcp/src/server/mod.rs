@@ -480,8 +480,8 @@ impl Running {
         let http = &app.config().http;
         let grace = Duration::from_millis(http.shutdown_grace_ms);
         let drain = app.config().drain_delay();
-        let limits = listener::Limits::from_config(http, self.connections.clone());
-        let phases = listener::Phases {
+        let limits = listener::ConnectionBounds::from_config(http, self.connections.clone());
+        let phases = crate::app::Phases {
             draining: app.draining().clone(),
             closing: app.closing().clone(),
             shutdown: app.shutdown().clone(),

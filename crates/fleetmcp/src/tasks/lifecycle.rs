@@ -1,6 +1,6 @@
 //! [`Tasks`]: the tasks of this server, from the start of a task to its end. Their records go
 //! through a [`TaskStore`] (shared by a fleet); what only the instance running a task holds
-//! (its cancel token, the questions it waits on) stays here in [`Running`]. In a fleet it also
+//! (its cancel token, the questions it waits on) stays here in [`RunningTask`]. In a fleet it also
 //! ends as `failed` the tasks whose executor is gone ([`ProcessLiveness`]), and follows the
 //! cancels and answers other instances send to the tasks running here.
 
@@ -22,7 +22,7 @@ use crate::config::TaskConfig;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 
 /// What the instance running a task holds for it.
-pub(crate) struct Running {
+pub(crate) struct RunningTask {
     pub cancel: CancellationToken,
     /// Questions waiting for `tasks/update`, by key.
     pub waiting: Mutex<HashMap<String, oneshot::Sender<Value>>>,
@@ -44,7 +44,7 @@ struct Fleet {
 /// this instance.
 pub(crate) struct Tasks {
     store: Arc<dyn TaskStore>,
-    running: Mutex<HashMap<String, Arc<Running>>>,
+    running: Mutex<HashMap<String, Arc<RunningTask>>>,
     /// `ttlMs` of every task.
     ttl_ms: u64,
     /// Largest record a finished task may leave (`tasks.max_result_bytes`).
@@ -85,7 +85,7 @@ impl Tasks {
         owner: Option<String>,
         principal: Option<String>,
         cancel: CancellationToken,
-    ) -> Result<(TaskRecord, Arc<Running>), ErrorData> {
+    ) -> Result<(TaskRecord, Arc<RunningTask>), ErrorData> {
         self.begin_for(owner, principal, TaskQuota::default(), cancel)
             .await
     }
@@ -98,7 +98,7 @@ impl Tasks {
         principal: Option<String>,
         quota: TaskQuota,
         cancel: CancellationToken,
-    ) -> Result<(TaskRecord, Arc<Running>), ErrorData> {
+    ) -> Result<(TaskRecord, Arc<RunningTask>), ErrorData> {
         let now = crate::clock::iso_now();
         let record = TaskRecord {
             task_id: uuid::Uuid::new_v4().to_string(),
@@ -119,7 +119,7 @@ impl Tasks {
         };
         // Registered before the record is visible, so a cancel signal from another instance
         // that follows the record at once finds the task here.
-        let running = Arc::new(Running {
+        let running = Arc::new(RunningTask {
             cancel,
             waiting: Mutex::new(HashMap::new()),
             owner,
@@ -244,7 +244,7 @@ impl Tasks {
     pub async fn park(
         &self,
         task_id: &str,
-        running: &Running,
+        running: &RunningTask,
         questions: Vec<(String, String, Value)>,
     ) -> Vec<oneshot::Receiver<Value>> {
         let mut receivers = Vec::with_capacity(questions.len());
@@ -484,7 +484,7 @@ impl Tasks {
     }
 
     /// What this instance holds for a task running here.
-    pub fn running(&self, task_id: &str) -> Option<Arc<Running>> {
+    pub fn running(&self, task_id: &str) -> Option<Arc<RunningTask>> {
         self.running.lock().get(task_id).cloned()
     }
 
@@ -513,7 +513,7 @@ impl Tasks {
                     }
                 }
                 CancelSignal::Resync => {
-                    let here: Vec<(String, Arc<Running>)> = self
+                    let here: Vec<(String, Arc<RunningTask>)> = self
                         .running
                         .lock()
                         .iter()

@@ -6,7 +6,7 @@
 //! [`TaskStore`]: in memory ([`MemoryTaskStore`]) for one instance, in Redis
 //! ([`RedisTaskStore`], `redis.rs`) whenever the server has Redis, so that any instance answers
 //! `tasks/get`, `tasks/list` and `tasks/result`. What only the running instance can hold (the
-//! handler's cancel token, the channels its questions wait on) lives in [`Running`].
+//! handler's cancel token, the channels its questions wait on) lives in [`RunningTask`].
 //!
 //! In a shared store each record names its executor (machine id and start time). A
 //! `tasks/cancel` received elsewhere reaches the executor through the store
@@ -26,7 +26,7 @@ mod lifecycle;
 mod memory;
 mod redis;
 
-pub(crate) use lifecycle::{Running, Tasks};
+pub(crate) use lifecycle::{RunningTask, Tasks};
 pub use memory::MemoryTaskStore;
 pub(crate) use memory::json_len;
 pub use redis::RedisTaskStore;

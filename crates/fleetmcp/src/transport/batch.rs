@@ -19,7 +19,7 @@ use serde_json::json;
 
 use super::client_key::Client;
 use super::driver::{self, Started};
-use super::locate::{self, Asker, Refusal};
+use super::locate::{self, Asker, Unserved};
 use super::{PROTOCOL_VERSION_HEADER, reply};
 use crate::app::App;
 use crate::context::Caller;
@@ -78,7 +78,7 @@ fn not_allowed(version: &str) -> Response {
 pub(super) async fn serve(
     app: &App,
     body: &[u8],
-    session: Result<Arc<Session>, Refusal>,
+    session: Result<Arc<Session>, Unserved>,
     client: Client,
 ) -> Response {
     let items = match items_of(body, app.config().http.max_batch_len) {

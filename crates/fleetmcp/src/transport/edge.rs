@@ -28,7 +28,7 @@ use http::{HeaderMap, Method, StatusCode};
 use serde::Deserialize;
 
 use super::client_key::Client;
-use super::locate::{self, Asker, Located, Refusal};
+use super::locate::{self, Asker, Located, Unserved};
 use super::{Endpoint, authorize, batch, checks, era, reply};
 use crate::protocol::errors;
 use crate::session::Session;
@@ -87,7 +87,7 @@ impl FromRequest<Arc<Endpoint>> for Located {
         // The relay seam considers session-era requests by their headers alone (the hot path).
         if !era::is_session_request(&parts.headers) {
             return Ok(Located {
-                session: Err(Refusal::NoSession),
+                session: Err(Unserved::NoSession),
                 headers: parts.headers,
                 body,
             });
@@ -136,7 +136,7 @@ impl FromRequest<Arc<Endpoint>> for Held {
 /// ([`locate::pinned`]).
 pub(super) struct Pinned {
     pub sid: String,
-    pub session: Result<Arc<Session>, Refusal>,
+    pub session: Result<Arc<Session>, Unserved>,
     pub body: Bytes,
 }
 

@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 use super::client_key::Client;
 use super::driver::{self, Started};
 use super::edge::Pinned;
-use super::locate::{self, Refusal};
+use super::locate::{self, Unserved};
 use super::{Ep, MESSAGE_PATH, authorize, initialize, reply, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
@@ -137,8 +137,9 @@ pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Respo
         // session is not gone, so the answer is the session era's `503`, not a `404` that
         // would make the client drop a stream that is still open.
         Err(
-            why
-            @ Refusal::Missing(Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full),
+            why @ Unserved::Missing(
+                Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full,
+            ),
         ) => {
             let rid = match &message {
                 Message::Request { id, .. } => Some(&**id),
@@ -236,7 +237,7 @@ async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
 async fn initialize(
     app: &App,
     sid: &str,
-    session: &Result<Arc<Session>, Refusal>,
+    session: &Result<Arc<Session>, Unserved>,
     rid: &RawValue,
     params: Option<&RawValue>,
     client: &Client,
@@ -250,11 +251,11 @@ async fn initialize(
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
             );
         }
-        Err(Refusal::Missing(Missing::Invalid)) => {
+        Err(Unserved::Missing(Missing::Invalid)) => {
             return locate::invalid_session_id(Some(rid));
         }
         // An ended session is never opened again under its old id.
-        Err(Refusal::Missing(Missing::Deleted | Missing::Expired)) => {
+        Err(Unserved::Missing(Missing::Deleted | Missing::Expired)) => {
             return reply::text(StatusCode::NOT_FOUND, "Session not found");
         }
         _ => {}

@@ -40,12 +40,12 @@ enum Place {
     /// By another instance (its machine id): the request goes to the relay seam as received.
     Holder(String),
     /// Nowhere.
-    Refused(Refusal),
+    Refused(Unserved),
 }
 
 /// Why a request has no session to serve it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub(super) enum Unserved {
     /// It carries no session id.
     NoSession,
     /// It names one that cannot be served.
@@ -64,7 +64,7 @@ pub(super) enum Asker {
 /// session, for a reason the route answers once the request's id is known. Its headers and
 /// body are as they now are (after a hop the relay seam handed back: as relayed).
 pub(super) struct Located {
-    pub session: Result<Arc<Session>, Refusal>,
+    pub session: Result<Arc<Session>, Unserved>,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -103,7 +103,7 @@ async fn relay_or_take_over(
     holder: &str,
     req: RelayRequest,
     owner: Option<&str>,
-) -> Result<(Result<Arc<Session>, Refusal>, RelayRequest), Response> {
+) -> Result<(Result<Arc<Session>, Unserved>, RelayRequest), Response> {
     let meters = ep.app.meters();
     let began = std::time::Instant::now();
     let req = match relay::forward(ep.relay(), holder, req).await {
@@ -127,7 +127,7 @@ async fn relay_or_take_over(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     else {
-        return Ok((Err(Refusal::NoSession), req));
+        return Ok((Err(Unserved::NoSession), req));
     };
     let began = std::time::Instant::now();
     let lookup = ep.app.sessions().take_over(id, holder).await;
@@ -172,7 +172,7 @@ pub(super) async fn pinned(
     parts: Parts,
     body: &Bytes,
     owner: Option<&str>,
-) -> Result<Result<Arc<Session>, Refusal>, Response> {
+) -> Result<Result<Arc<Session>, Unserved>, Response> {
     let node = match locate_pinned(&ep.app, sid, owner).await {
         Place::Here(s) => return Ok(Ok(s)),
         Place::Refused(why) => return Ok(Err(why)),
@@ -199,7 +199,7 @@ pub(super) async fn pinned(
 /// principal has fingerprint `owner` (`None`: authorization is off).
 async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Place {
     let Some(raw) = headers.get(SESSION_HEADER) else {
-        return Place::Refused(Refusal::NoSession);
+        return Place::Refused(Unserved::NoSession);
     };
     let id = raw.to_str().unwrap_or("");
     place(app.sessions().find(id).await, owner)
@@ -217,19 +217,19 @@ fn place(lookup: Lookup, owner: Option<&str>) -> Place {
     match lookup {
         Lookup::Held(s) if !s.is_owned_by(owner) => {
             tracing::warn!(session_id = %crate::session::LogId(&s.id), "[TransportService] Session token mismatch during lookup");
-            Place::Refused(Refusal::Missing(Missing::Unknown))
+            Place::Refused(Unserved::Missing(Missing::Unknown))
         }
         Lookup::Held(s) => Place::Here(s),
         Lookup::Elsewhere(node) => Place::Holder(node),
-        Lookup::Missing(m) => Place::Refused(Refusal::Missing(m)),
+        Lookup::Missing(m) => Place::Refused(Unserved::Missing(m)),
     }
 }
 
 /// The answer to a request whose session cannot be served here or anywhere; `id` is the
 /// JSON-RPC id, echoed in error answers.
-pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Response {
+pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Response {
     match why {
-        Refusal::NoSession => match asker {
+        Unserved::NoSession => match asker {
             Asker::Post => reply::rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
@@ -250,16 +250,16 @@ pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Respo
                 &errors::server("No valid session ID provided"),
             ),
         },
-        Refusal::Missing(Missing::Invalid) => invalid_session_id(id),
-        Refusal::Missing(Missing::Deleted) => {
+        Unserved::Missing(Missing::Invalid) => invalid_session_id(id),
+        Unserved::Missing(Missing::Deleted) => {
             reply::text(StatusCode::NOT_FOUND, "Session not found")
         }
-        Refusal::Missing(Missing::Expired) => reply::rpc_error(
+        Unserved::Missing(Missing::Expired) => reply::rpc_error(
             StatusCode::NOT_FOUND,
             id,
             &ErrorData::new(ErrorCode(-32001), "session expired", None),
         ),
-        Refusal::Missing(Missing::Unknown) => match asker {
+        Unserved::Missing(Missing::Unknown) => match asker {
             Asker::Get => reply::text(StatusCode::NOT_FOUND, "Session not found"),
             _ => reply::rpc_error(
                 StatusCode::NOT_FOUND,
@@ -267,15 +267,15 @@ pub(super) fn refuse(why: Refusal, asker: Asker, id: Option<&RawValue>) -> Respo
                 &errors::server("session not initialized"),
             ),
         },
-        Refusal::Missing(Missing::StoreUnavailable) => {
+        Unserved::Missing(Missing::StoreUnavailable) => {
             reply::unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
-        Refusal::Missing(Missing::Unconfirmed) => reply::unavailable(
+        Unserved::Missing(Missing::Unconfirmed) => reply::unavailable(
             id,
             "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
             1,
         ),
-        Refusal::Missing(Missing::Full) => reply::unavailable(
+        Unserved::Missing(Missing::Full) => reply::unavailable(
             id,
             "This instance holds too many sessions; retry shortly",
             1,

@@ -25,7 +25,7 @@ use crate::context::RequestContext;
 use crate::protocol::ErrorData;
 use crate::protocol::errors;
 use crate::protocol::model::CallToolResult;
-use crate::tasks::{Running, TaskQuota, TaskRecord, TaskStatus};
+use crate::tasks::{RunningTask, TaskQuota, TaskRecord, TaskStatus};
 use crate::telemetry::Limit;
 
 /// Starts a task: stores its record (before the client can ask for it), registers it as
@@ -49,7 +49,7 @@ pub(super) async fn launch(
     principal: Option<&Principal>,
     held_bytes: usize,
     cancel: CancellationToken,
-    start: impl FnOnce(&str, Arc<Running>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
+    start: impl FnOnce(&str, Arc<RunningTask>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
     let quota = TaskQuota {
         caller: req.limit_key().map(|k| k.as_str().to_string()),
