@@ -33,12 +33,13 @@ use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
 
-/// Where the session store says a request is served.
+/// Where a request is served: the sessions' [`Lookup`] as transport sees it, where a request
+/// without a session id, or naming another principal's session, is refused too.
 enum Place {
     /// Here, by the session this instance holds.
-    Here(Arc<Session>),
+    Held(Arc<Session>),
     /// By another instance (its machine id): the request goes to the relay seam as received.
-    Holder(String),
+    Elsewhere(String),
     /// Nowhere.
     Refused(Unserved),
 }
@@ -80,9 +81,9 @@ pub(super) async fn resolve(
     owner: Option<&str>,
 ) -> Result<Located, Response> {
     let (session, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
-        Place::Here(s) => (Ok(s), parts.headers, body),
+        Place::Held(s) => (Ok(s), parts.headers, body),
         Place::Refused(why) => (Err(why), parts.headers, body),
-        Place::Holder(node) => {
+        Place::Elsewhere(node) => {
             let (session, req) =
                 relay_or_take_over(ep, &node, relay::request(parts, body), owner).await?;
             (session, req.headers, req.body)
@@ -135,7 +136,7 @@ async fn relay_or_take_over(
         meters.took_over(began.elapsed());
     }
     match place(lookup, owner) {
-        Place::Holder(next) => {
+        Place::Elsewhere(next) => {
             let began = std::time::Instant::now();
             match relay::forward(ep.relay(), &next, req).await {
                 Relayed::Answered(res) => {
@@ -158,7 +159,7 @@ async fn relay_or_take_over(
                 }
             }
         }
-        Place::Here(s) => Ok((Ok(s), req)),
+        Place::Held(s) => Ok((Ok(s), req)),
         Place::Refused(why) => Ok((Err(why), req)),
     }
 }
@@ -174,9 +175,9 @@ pub(super) async fn pinned(
     owner: Option<&str>,
 ) -> Result<Result<Arc<Session>, Unserved>, Response> {
     let node = match locate_pinned(&ep.app, sid, owner).await {
-        Place::Here(s) => return Ok(Ok(s)),
+        Place::Held(s) => return Ok(Ok(s)),
         Place::Refused(why) => return Ok(Err(why)),
-        Place::Holder(node) => node,
+        Place::Elsewhere(node) => node,
     };
     Err(
         match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
@@ -219,8 +220,8 @@ fn place(lookup: Lookup, owner: Option<&str>) -> Place {
             tracing::warn!(session_id = %crate::session::LogId(&s.id), "[TransportService] Session token mismatch during lookup");
             Place::Refused(Unserved::Missing(Missing::Unknown))
         }
-        Lookup::Held(s) => Place::Here(s),
-        Lookup::Elsewhere(node) => Place::Holder(node),
+        Lookup::Held(s) => Place::Held(s),
+        Lookup::Elsewhere(node) => Place::Elsewhere(node),
         Lookup::Missing(m) => Place::Refused(Unserved::Missing(m)),
     }
 }
