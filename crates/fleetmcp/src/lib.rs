@@ -47,7 +47,7 @@
 // What a user of the library can name is this file's `pub` items and the three public modules
 // (`catalog`, `config`, `redis_conn`), one path each: tests/public_api.rs lists it and fails when
 // it grows unlisted. What the crate's own tests and the examples' binaries need beyond that is
-// behind `internals`, hidden from the documentation and not API.
+// behind `internals` (feature `testkit`), hidden from the documentation and not API.
 // 0. foundation
 mod clock;
 pub mod config;
@@ -78,6 +78,7 @@ mod transport;
 // 6. other instances
 mod fleet;
 // 7. wiring
+#[cfg(feature = "testkit")]
 #[doc(hidden)]
 pub mod internals;
 mod ops;
@@ -92,6 +93,7 @@ pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
 pub use config::load::{Config, ConfigError};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
 pub use events::WRITER_GONE_MESSAGE;
+pub use ops::operator_command;
 pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.

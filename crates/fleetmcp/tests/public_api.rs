@@ -50,6 +50,7 @@ const SURFACE: &[&str] = &[
     "ServerBuilder",
     "BuildError",
     "run",
+    "operator_command",
     "Running",
     "ServerHandle",
     "shutdown_signal",

@@ -175,6 +175,7 @@ impl ServerHandle {
     /// The `subscriptions/listen` streams open on this instance: callers with one open, streams,
     /// and the bytes of the URIs they filter on. All zero once every stream has closed. (For
     /// tests: not API.)
+    #[cfg(feature = "testkit")]
     #[doc(hidden)]
     pub fn listen_streams(&self) -> crate::limits::HoldingsSnapshot {
         self.app.listens().snapshot()
@@ -182,6 +183,7 @@ impl ServerHandle {
 
     /// Bytes of client data (subscriptions, listen filters) this instance keeps now, counted
     /// against `sessions.max_client_data_bytes`. (For tests: not API.)
+    #[cfg(feature = "testkit")]
     #[doc(hidden)]
     pub fn client_data_bytes(&self) -> usize {
         self.app.client_data().used()

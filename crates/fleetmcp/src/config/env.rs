@@ -70,6 +70,7 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_METRICS",
 ];
 
+#[cfg(any(test, feature = "testkit"))]
 /// Every environment variable a fleetmcp server reads: the configuration's (see
 /// [`Config::from_sources`]), `FLEETMCP_CONFIG` (the TOML file, read by [`Config::load`]) and
 /// those read by [`crate::init_tracing`] (`TRACING_ENV`). Deployment files are checked
@@ -83,6 +84,7 @@ pub fn environment_variables() -> impl Iterator<Item = &'static str> {
         .copied()
 }
 
+#[cfg(any(test, feature = "testkit"))]
 /// The variables [`crate::init_tracing`] reads, not the configuration: the log filter and
 /// format, and (with the cargo feature `otlp`) where spans are exported and under which
 /// service name. The OTLP exporter also reads the other standard `OTEL_*` variables.

@@ -40,6 +40,7 @@ pub struct Holdings {
     budget: Arc<Budget>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 /// What `Holdings::snapshot` reports: keys with something held, things held, bytes charged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HoldingsSnapshot {
@@ -83,6 +84,7 @@ impl Holdings {
         })
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// What is held now (for tests and diagnostics).
     pub fn snapshot(&self) -> HoldingsSnapshot {
         let t = self.table.lock();
@@ -136,6 +138,7 @@ impl Budget {
         })
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// Bytes charged now.
     pub fn used(&self) -> usize {
         *self.used.lock()

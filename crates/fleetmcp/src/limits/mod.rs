@@ -23,7 +23,9 @@ mod memory;
 mod redis;
 
 pub use connections::Connections;
-pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings, HoldingsSnapshot};
+#[cfg(any(test, feature = "testkit"))]
+pub use holdings::HoldingsSnapshot;
+pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

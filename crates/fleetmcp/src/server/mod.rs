@@ -111,6 +111,7 @@ impl ServerBuilder {
     }
     /// Replaces the session store the configuration would choose. Not API: the store traits are
     /// the runtime's own seams (see [`crate::internals`]), for its tests.
+    #[cfg(feature = "testkit")]
     #[doc(hidden)]
     pub fn session_store(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.store = Some(store);
@@ -118,6 +119,7 @@ impl ServerBuilder {
     }
     /// Replaces the task store (in Redis when the server has Redis, else in memory). Not API,
     /// as [`ServerBuilder::session_store`].
+    #[cfg(feature = "testkit")]
     #[doc(hidden)]
     pub fn task_store(mut self, tasks: Arc<dyn TaskStore>) -> Self {
         self.tasks = Some(tasks);
@@ -125,6 +127,7 @@ impl ServerBuilder {
     }
     /// Replaces the event store the configuration would choose. Not API, as
     /// [`ServerBuilder::session_store`].
+    #[cfg(feature = "testkit")]
     #[doc(hidden)]
     pub fn event_store(mut self, events: Arc<dyn EventStore>) -> Self {
         self.events = Some(events);

@@ -27,4 +27,6 @@ pub(crate) use lifecycle::{Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
 pub use ownership::{Lease, Owner, Ownership};
-pub use store::{Claim, Fence, Held, MemorySessionStore, SessionRecord, SessionStore, StoreError};
+pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
+#[cfg(any(test, feature = "testkit"))]
+pub use store::{Fence, Held};

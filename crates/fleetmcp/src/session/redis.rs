@@ -38,6 +38,7 @@ use super::store::{
 };
 use super::tracking::Tracker;
 use crate::clock::unix_ms;
+#[cfg(any(test, feature = "testkit"))]
 use crate::redis_config::RedisConfig;
 use crate::redis_conn::{CommandError, RedisConn};
 
@@ -204,26 +205,31 @@ impl RedisSessionStore {
         }
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// Connects (see [`RedisConn::connect`]).
     pub async fn connect(cfg: RedisConfig) -> Result<Self, StoreError> {
         Ok(Self::on(RedisConn::connect(cfg).await?))
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// Connects, or keeps retrying in the background (see [`RedisConn::connect_in_background`]).
     pub async fn connect_in_background(cfg: RedisConfig) -> Result<Self, StoreError> {
         Ok(Self::on(RedisConn::connect_in_background(cfg).await?))
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// Whether the connection is up and answered its last command.
     pub fn is_connected(&self) -> bool {
         self.conn.is_connected()
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// Connection rebuilds after repeated timeouts (see [`RedisConn::rebuild_attempts`]).
     pub fn rebuild_attempts(&self) -> u32 {
         self.conn.rebuild_attempts()
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     /// The connection this store uses, to share with other stores.
     pub fn conn(&self) -> &RedisConn {
         &self.conn
@@ -445,6 +451,7 @@ impl SessionStore for RedisSessionStore {
         }
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     async fn exists(&self, id: &str) -> Result<bool, StoreError> {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(self.key(id));

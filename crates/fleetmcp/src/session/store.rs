@@ -105,6 +105,7 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Writes a record (create, or write back after recreation).
     async fn put(&self, record: &SessionRecord) -> Result<(), StoreError>;
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    #[cfg(any(test, feature = "testkit"))]
     /// Whether the record still exists (cheaper than `get`).
     async fn exists(&self, id: &str) -> Result<bool, StoreError>;
     /// Pushes the record's expiry out by the store's TTL.
@@ -231,10 +232,12 @@ impl MemorySessionStore {
         before - map.len()
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     pub fn len(&self) -> usize {
         self.records.lock().len()
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -267,6 +270,7 @@ impl SessionStore for MemorySessionStore {
             .map(|(r, _)| r.clone()))
     }
 
+    #[cfg(any(test, feature = "testkit"))]
     async fn exists(&self, id: &str) -> Result<bool, StoreError> {
         let now = Instant::now();
         Ok(self

@@ -145,6 +145,7 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> Result<Option<TaskRecord>, TaskStoreError>;
     /// The live tasks of an owner (a session), oldest first.
     async fn list(&self, owner: &str) -> Result<Vec<TaskRecord>, TaskStoreError>;
+    #[cfg(any(test, feature = "testkit"))]
     /// Stores the record of a task about to start, or refuses it when the store is full of
     /// records it may not drop (or cannot be reached): [`TaskStore::create_for`] with no
     /// caller and nothing held.
