@@ -394,6 +394,10 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             c.excused += 1;
             continue;
         }
+        if infra && events_lost(h, op) {
+            c.excused += 1;
+            continue;
+        }
         let limit = bounds.answer + paused_for(op, &stops);
         let took = op.end.saturating_sub(op.start);
         let bad = match &op.outcome {
@@ -425,6 +429,24 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             });
         }
     }
+}
+
+/// Whether `op` is a streamed answer that never came whose stored events Redis lost (its data
+/// lost between the call and its last resume): gone with Redis's data, as a session can be.
+fn events_lost(h: &History, op: &Op) -> bool {
+    if !matches!(op.kind, Kind::Stamp { sse: true }) {
+        return false;
+    }
+    let last = h
+        .ops
+        .iter()
+        .filter(|r| r.kind == (Kind::Resume { of: op.index }))
+        .map(|r| r.end)
+        .max()
+        .unwrap_or(op.end);
+    h.faults
+        .iter()
+        .any(|f| f.kind == FaultKind::RedisDataLoss && op.start <= f.at && f.at <= last)
 }
 
 fn sessions_kept(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
@@ -584,7 +606,13 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
             .iter()
             .find_map(|p| p.task.as_ref().filter(|t| t.is_terminal()).map(|t| (*p, t)));
         let at = ended.map_or(op.end, |(p, _)| p.end);
+        // Redis lost its data after the task was created: its record may be gone with it.
+        let record_lost = h
+            .faults
+            .iter()
+            .any(|f| f.kind == FaultKind::RedisDataLoss && f.at >= op.start);
         match ended {
+            None if record_lost => {}
             None => problems.push("not seen to end within the client's window".into()),
             Some((_, TaskView::Completed)) => {}
             Some((
@@ -1101,6 +1129,36 @@ mod tests {
         assert!(broken(&h).is_empty());
     }
 
+    /// A streamed answer that never came is caught, unless Redis lost its data between the
+    /// call and its last resume (the soak's case: a restart lost the stored events).
+    #[test]
+    fn a_streamed_answer_that_never_came_is_caught_unless_redis_lost_its_events() {
+        let never = Outcome::Transport("the answer never came".into());
+        let call = op(0, Kind::Stamp { sse: true }, 1.0, 1.3, never);
+        let resume = op(1, Kind::Resume { of: 0 }, 2.0, 2.5, Outcome::Ok);
+        let mut h = hist(vec![call, resume]);
+        assert_eq!(broken(&h), [Promise::Answered].into());
+        h.faults = vec![Fault {
+            at: s(2.2),
+            kind: FaultKind::RedisDataLoss,
+        }];
+        assert!(broken(&h).is_empty(), "lost during the resume");
+        h.faults[0].at = s(0.5);
+        assert_eq!(
+            broken(&h),
+            [Promise::Answered].into(),
+            "a loss before the call does not excuse it"
+        );
+        h.faults[0].at = s(1.1);
+        h.ops[0].kind = Kind::Stamp { sse: false };
+        h.ops.truncate(1);
+        assert_eq!(
+            broken(&h),
+            [Promise::Answered].into(),
+            "nor a plain answer's transport error"
+        );
+    }
+
     #[test]
     fn sse_events_twice_out_of_order_or_an_answer_twice_are_caught() {
         let mut call = op(0, Kind::Stamp { sse: true }, 1.0, 1.5, Outcome::Ok);
@@ -1376,6 +1434,20 @@ mod tests {
         let verdict = check(&h, Bounds::default());
         assert_eq!(verdict.broken(), [Promise::TaskEnds].into());
         assert!(verdict.violations[0].detail.contains("not seen to end"));
+        // Never seen to end, but Redis lost its data after the task was created (the soak's
+        // case: its polls were refused while Redis restarted again and again): documented.
+        let mut h = h;
+        h.faults = vec![Fault {
+            at: s(1.05),
+            kind: FaultKind::RedisDataLoss,
+        }];
+        assert!(broken(&h).is_empty(), "Redis lost it after the start");
+        h.faults[0].at = s(0.5);
+        assert_eq!(
+            broken(&h),
+            [Promise::TaskEnds].into(),
+            "a loss before the task does not excuse it"
+        );
     }
 
     /// A multi-round call answered with a result has exactly one effect; one whose answering
