@@ -173,6 +173,41 @@ pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuil
     }
 }
 
+/// The setters a resource's and a template's builders share (both keep a `descriptor` with
+/// rmcp's `with_*` methods, a `scope` and a `cache` hint), written once.
+macro_rules! descriptor_setters {
+    () => {
+        /// The OAuth scope a caller's token must grant to use this, when authorization is on
+        /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+        /// authorization is off.
+        pub fn scope(mut self, scope: impl Into<String>) -> Self {
+            self.scope = Some(scope.into());
+            self
+        }
+        /// A human-readable name for clients to show.
+        pub fn title(mut self, t: impl Into<String>) -> Self {
+            self.descriptor = self.descriptor.with_title(t);
+            self
+        }
+        /// What it holds, for the model and the user.
+        pub fn description(mut self, d: impl Into<String>) -> Self {
+            self.descriptor = self.descriptor.with_description(d);
+            self
+        }
+        /// The MIME type of its contents.
+        pub fn mime_type(mut self, m: impl Into<String>) -> Self {
+            self.descriptor = self.descriptor.with_mime_type(m);
+            self
+        }
+        /// How long a 2026-07-28 client may reuse a read, and whether shared caches may
+        /// (`public`: the content is the same for every user).
+        pub fn cache(mut self, ttl_ms: u64, public: bool) -> Self {
+            self.cache = (ttl_ms, if public { "public" } else { "private" });
+            self
+        }
+    };
+}
+
 /// Builder returned by [`resource`]. `S` is what the reader gets after its context: nothing,
 /// or the state named with [`ResourceBuilder::state`] (`Arc<T>`).
 pub struct ResourceBuilder<S = ()> {
@@ -183,31 +218,7 @@ pub struct ResourceBuilder<S = ()> {
 }
 
 impl<S> ResourceBuilder<S> {
-    /// The OAuth scope a caller's token must grant to use this, when authorization is on
-    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-    /// authorization is off.
-    pub fn scope(mut self, scope: impl Into<String>) -> Self {
-        self.scope = Some(scope.into());
-        self
-    }
-    pub fn title(mut self, t: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_title(t);
-        self
-    }
-    pub fn description(mut self, d: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_description(d);
-        self
-    }
-    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_mime_type(m);
-        self
-    }
-    /// How long a 2026-07-28 client may reuse a read, and whether shared caches may
-    /// (`public`: the content is the same for every user).
-    pub fn cache(mut self, ttl_ms: u64, public: bool) -> Self {
-        self.cache = (ttl_ms, if public { "public" } else { "private" });
-        self
-    }
+    descriptor_setters!();
 }
 
 impl ResourceBuilder {
@@ -318,30 +329,7 @@ pub struct TemplateBuilder<S = ()> {
 }
 
 impl<S> TemplateBuilder<S> {
-    /// The OAuth scope a caller's token must grant to use this, when authorization is on
-    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-    /// authorization is off.
-    pub fn scope(mut self, scope: impl Into<String>) -> Self {
-        self.scope = Some(scope.into());
-        self
-    }
-    pub fn title(mut self, t: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_title(t);
-        self
-    }
-    pub fn description(mut self, d: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_description(d);
-        self
-    }
-    pub fn mime_type(mut self, m: impl Into<String>) -> Self {
-        self.descriptor = self.descriptor.with_mime_type(m);
-        self
-    }
-    /// See [`ResourceBuilder::cache`].
-    pub fn cache(mut self, ttl_ms: u64, public: bool) -> Self {
-        self.cache = (ttl_ms, if public { "public" } else { "private" });
-        self
-    }
+    descriptor_setters!();
 }
 
 impl TemplateBuilder {

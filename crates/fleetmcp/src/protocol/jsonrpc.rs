@@ -175,14 +175,8 @@ pub fn encode_error(id: Option<&RawValue>, error: &ErrorData) -> Bytes {
 /// `{"jsonrpc":"2.0","method":<method>,"params":<params>}`.
 pub fn encode_notification<T: Serialize + ?Sized>(method: &str, params: &T) -> Bytes {
     let mut buf = Vec::with_capacity(128);
-    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
-    let _ = serde_json::to_writer(&mut buf, method);
-    buf.extend_from_slice(b",\"params\":");
-    if serde_json::to_writer(&mut buf, params).is_err() {
-        buf.extend_from_slice(b"{}");
-    }
-    buf.push(b'}');
-    Bytes::from(buf)
+    buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",");
+    method_and_params(buf, method, params)
 }
 
 /// `{"jsonrpc":"2.0","id":<id>,"method":<method>,"params":<params>}` for server-to-client requests.
@@ -190,7 +184,14 @@ pub fn encode_request<T: Serialize + ?Sized>(id: &str, method: &str, params: &T)
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     let _ = serde_json::to_writer(&mut buf, id);
-    buf.extend_from_slice(b",\"method\":");
+    buf.push(b',');
+    method_and_params(buf, method, params)
+}
+
+/// Ends a message begun in `buf` with `"method":<method>,"params":<params>}` (params that do
+/// not serialise are sent as `{}`).
+fn method_and_params<T: Serialize + ?Sized>(mut buf: Vec<u8>, method: &str, params: &T) -> Bytes {
+    buf.extend_from_slice(b"\"method\":");
     let _ = serde_json::to_writer(&mut buf, method);
     buf.extend_from_slice(b",\"params\":");
     if serde_json::to_writer(&mut buf, params).is_err() {
