@@ -55,6 +55,9 @@ const SURFACE: &[&str] = &[
     "flush_traces",
     "Config",
     "ConfigError",
+    // A gateway: sessions served by another MCP server (`ServerBuilder::upstream`).
+    "Upstream",
+    "UpstreamLink",
     // What clients see: headers, the idempotency key's `_meta` name and bound, the messages of
     // work whose instance stopped.
     "SESSION_HEADER",
