@@ -89,8 +89,23 @@ impl Children {
             .process_group(0)
             // Should this process end without reaping it, the child does not outlive it.
             .kill_on_drop(true);
+        for name in own_variables() {
+            command.env_remove(name);
+        }
         command.spawn()
     }
+}
+
+/// The variables of the gateway's own configuration, which its upstream does not inherit: the
+/// session secret, Redis, the port, the deployment mode are the gateway's, and a server someone
+/// else wrote has no business reading them (or taking `PORT` as its own). The rest of the
+/// environment (an API key the upstream needs, `PATH`, `HOME`) is inherited, and so are the
+/// generic `HOSTNAME`, `NODE_ENV` and the log and trace settings.
+fn own_variables() -> impl Iterator<Item = &'static str> {
+    const KEPT: [&str; 4] = ["HOSTNAME", "NODE_ENV", "RUST_LOG", "LOG_FORMAT"];
+    fleetmcp::internals::environment_variables()
+        .filter(|name| !KEPT.contains(name) && !name.starts_with("OTEL_"))
+        .chain(crate::config::VARIABLES)
 }
 
 #[async_trait]

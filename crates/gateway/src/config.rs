@@ -46,6 +46,14 @@ enum Command {
     Words(Vec<String>),
 }
 
+/// The variables the gateway reads besides the servers'.
+pub const VARIABLES: [&str; 4] = [
+    "FLEETMCP_UPSTREAM_COMMAND",
+    "FLEETMCP_UPSTREAM_MAX_PROCESSES",
+    "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
+    "FLEETMCP_UPSTREAM_MAX_LINE_BYTES",
+];
+
 /// Reads `FLEETMCP_CONFIG` (optional) and the process environment.
 pub fn load() -> Result<(Config, GatewayConfig), String> {
     let file = std::env::var_os("FLEETMCP_CONFIG").map(PathBuf::from);
