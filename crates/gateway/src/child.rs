@@ -190,9 +190,17 @@ fn run(
 /// it gets `grace` to exit, then `SIGTERM` (its group) and `grace` again, then `SIGKILL`.
 /// Reaped in every case.
 async fn stop_child(child: &mut Child, pid: Option<u32>, grace: Duration, session: &str) {
-    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
-        tracing::info!(session, pid, status = ?status, "[gateway] an upstream process ended with its session");
-        return;
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(Ok(status)) if status.success() => {
+            tracing::info!(session, pid, status = ?status, "[gateway] an upstream process ended with its session");
+            return;
+        }
+        // It may have died just before its link ended (a crash closes stdout first).
+        Ok(status) => {
+            tracing::warn!(session, pid, status = ?status, "[gateway] an upstream process ended with an error");
+            return;
+        }
+        Err(_) => {}
     }
     kill_group(pid, rustix::process::Signal::TERM);
     if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {

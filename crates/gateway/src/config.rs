@@ -102,6 +102,8 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
             .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+            // Set but empty is unset, as for the servers' own variables.
+            .filter(|v| !v.trim().is_empty())
     };
     let number = |name: &str, from_file: Option<u64>, default: u64| -> Result<u64, String> {
         match var(name) {
