@@ -202,10 +202,8 @@ impl ServerBuilder {
             shutdown.clone(),
         )
         .with_lease(lease);
-        let (auth, auth_error) = match Authorizer::new(&config.auth) {
-            Ok(a) => (a, None),
-            Err(e) => (None, Some(e)),
-        };
+        let (auth, auth_error) =
+            Authorizer::new(&config.auth).map_or_else(|e| (None, Some(e)), |a| (a, None));
         let limits = limits_for(&config, redis.as_ref(), sessions.machine_id(), shutdown);
         let app = App::new(Parts {
             info: self.info,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::app::App;
 use crate::config::{Config, DeploymentMode};
 use crate::events::{EventStore, MemoryEventStore, RedisEventStore};
 use crate::machine_id::MachineIdSource;
@@ -14,7 +15,6 @@ use crate::session::{
 use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::telemetry::Meters;
-use crate::app::App;
 use crate::transport::{Probe, ProbeReport};
 use crate::upstream::Upstream;
 

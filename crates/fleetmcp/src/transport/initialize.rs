@@ -12,10 +12,10 @@ use serde_json::value::RawValue;
 use super::reply;
 use crate::app::App;
 use crate::dispatch;
+use crate::limits::Charge;
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
-use crate::limits::Charge;
 use crate::telemetry::Limit;
 use crate::upstream::{self, OpenFailure};
 
@@ -72,7 +72,7 @@ pub(super) async fn open(
     // Checked before an id is minted or anything is held, so a refusal leaves nothing behind.
     let (client_info, capabilities) = client_data(app, &p)
         .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
-    let version = ProtocolVersion::negotiate(&p.protocol_version);
+    let version_asked = ProtocolVersion::negotiate(&p.protocol_version);
     let minted;
     let sid = match sid {
         Some(s) => s,
@@ -103,18 +103,15 @@ pub(super) async fn open(
     };
     // A gateway's upstream answers `initialize` before the session exists, so that a refusal
     // leaves nothing behind, and the session serves the version the upstream chose.
-    let upstream = match upstream::open(app, sid, params).await {
-        None => None,
-        Some(Ok(handshake)) => Some(handshake),
-        Some(Err(failure)) => {
+    let upstream = match upstream::open(app, sid, params).await.transpose() {
+        Ok(handshake) => handshake,
+        Err(failure) => {
             app.limits().end_session(key, sid).await;
             return Err(upstream_refusal(failure, rid));
         }
     };
-    let version = upstream
-        .as_ref()
-        .and_then(upstream::answered_version)
-        .unwrap_or(version);
+    let version = upstream.as_ref().and_then(upstream::answered_version);
+    let version = version.unwrap_or(version_asked);
     let session = match app
         .sessions()
         .open(sid, version, client_info, capabilities, owner)

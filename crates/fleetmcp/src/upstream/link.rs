@@ -12,15 +12,13 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, OpenFailure, Reply, Upstream, UpstreamLink,
-};
+use super::{CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, OpenFailure, Reply, Upstream, UpstreamLink};
 use crate::app::App;
 use crate::context::{ClientRequestError, RequestContext};
 use crate::events::STANDALONE_STREAM;
 use crate::protocol::{
-    ErrorData, Incoming, Message, encode_error, encode_notification, encode_request,
-    encode_result, errors,
+    ErrorData, Incoming, Message, encode_error, encode_notification, encode_request, encode_result,
+    errors,
 };
 use crate::session::{LogId, Session};
 
@@ -434,7 +432,11 @@ async fn ask_on_standalone(
     let leaving = session.leaving();
     let queued = app
         .events()
-        .append(&session.id, STANDALONE_STREAM, encode_request(&id, method, params))
+        .append(
+            &session.id,
+            STANDALONE_STREAM,
+            encode_request(&id, method, params),
+        )
         .await;
     let outcome = match queued {
         Err(e) => Err(errors::internal(format!(
@@ -509,12 +511,7 @@ impl Drop for Pending<'_> {
 
 /// Reads the upstream until the session leaves this instance or the upstream stops, then ends
 /// the link.
-async fn read(
-    app: App,
-    session: Arc<Session>,
-    link: Arc<Link>,
-    mut from: mpsc::Receiver<Bytes>,
-) {
+async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::Receiver<Bytes>) {
     let leaving = session.leaving();
     loop {
         let message = tokio::select! {
