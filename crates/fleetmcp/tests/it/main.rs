@@ -17,3 +17,4 @@ mod status_codes;
 #[path = "../support/mod.rs"]
 mod support;
 mod tools;
+mod upstream;
