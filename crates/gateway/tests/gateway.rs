@@ -6,7 +6,8 @@
 //! dies, and `/readyz` unready when the command cannot start.
 //!
 //! Needs `cargo build -p everything` (see `common::everything`), `node` on PATH, and the
-//! TypeScript SDK in `tools/clients/ts-v1` (`tools/setup.sh`, run here once).
+//! TypeScript SDK in `tools/clients/ts-v1` and the Python SDK's venv (`tools/setup.sh`, run
+//! here once).
 
 #[path = "../../../examples/e2e_support.rs"]
 mod support;
@@ -88,6 +89,51 @@ fn the_typescript_client_uses_everything_through_the_gateway() {
     );
     assert!(log_has(&gw, REAPED, Duration::from_secs(5)), "{}", gw.log());
     gw.assert_alive();
+    gw.assert_no_panic_logged();
+}
+
+/// The official Python SDK client (`tools/clients/python/gateway_client.py`): the checks
+/// `stdio_client.py` makes of `everything` over stdio directly, through the gateway.
+#[test]
+fn the_python_client_uses_everything_through_the_gateway() {
+    ensure_tooling();
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let root = support::repo_root();
+    let scratch = TempDir::new("gateway-python-client");
+    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
+    cmd.arg(root.join("tools/clients/python/gateway_client.py"))
+        .arg(gw.mcp_url());
+    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
+    assert!(
+        out.success(),
+        "client failed:\n{}\n{}",
+        out.describe(),
+        gw.log()
+    );
+    for step in [
+        "connect: gateway, protocol 2025-11-25, server everything",
+        "progress: 0,50,100",
+        "logging: 3 messages",
+        "subscribe: notifications/resources/updated test://watched-resource",
+        "complete: 123,124",
+        "sampling, elicitation and roots answered by the client",
+        "notifications/tools/list_changed",
+        "cancel: handler stopped",
+        "ping",
+    ] {
+        assert!(
+            out.stdout.contains(step),
+            "no step {step:?}:\n{}",
+            out.describe()
+        );
+    }
+    // The SDK ends its session on close (DELETE): the process goes with it.
+    assert!(
+        wait_children(gw.pid(), 0, Duration::from_secs(10)),
+        "{}",
+        gw.log()
+    );
     gw.assert_no_panic_logged();
 }
 
