@@ -144,3 +144,84 @@ fn the_holder_sigkilled_the_session_goes_on_with_a_new_upstream_on_the_other() {
 fn the_holder_sigtermed_the_session_goes_on_with_a_new_upstream_on_the_other() {
     the_session_goes_on_after_its_holder("TERM");
 }
+
+/// The official TypeScript client's session through two gateways behind nginx round robin, its
+/// holder stopped by `signal` between two phases (`tools/clients/ts-v1/gateway-failover-
+/// client.mjs`): the same session goes on, served by a new upstream process on the other
+/// instance (calls, progress, sampling; a subscription made again).
+fn a_client_session_goes_on_through_nginx_after_its_holder(signal: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+
+    support::ensure_tooling();
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let drain = [("FLEETMCP_DRAIN_MS", "200")];
+    let mut gateways = [
+        fleet_gateway("gw-a", &url, &drain),
+        fleet_gateway("gw-b", &url, &drain),
+    ];
+    for gw in gateways.iter_mut() {
+        gw.wait_ready(Duration::from_secs(20));
+    }
+    let front = support::free_port();
+    let ports = [gateways[0].port(), gateways[1].port()];
+    let _nginx = support::Nginx::start(&support::Nginx::fleet_conf(&ports, front), front);
+    let mut client = Command::new("node")
+        .arg(support::repo_root().join("tools/clients/ts-v1/gateway-failover-client.mjs"))
+        .arg(format!("http://127.0.0.1:{front}/mcp"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("node runs");
+    let mut stdout = BufReader::new(client.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("the client's first phase");
+    assert!(
+        line.starts_with("READY "),
+        "the client's first phase failed: {line}"
+    );
+
+    // The holder is the instance running the session's process.
+    let holder = gateways
+        .iter()
+        .position(|g| !children_of(g.pid()).is_empty())
+        .expect("one instance runs the session's process");
+    let other = 1 - holder;
+    assert!(
+        gateways[holder]
+            .signal_and_wait(signal, Duration::from_secs(15))
+            .is_some(),
+        "the holder exits"
+    );
+    let mut stdin = client.stdin.take().expect("stdin");
+    writeln!(stdin, "GO").expect("tell the client to go on");
+    let mut rest = String::new();
+    for l in stdout.lines().map_while(Result::ok) {
+        rest.push_str(&l);
+        rest.push('\n');
+    }
+    let status = client.wait().expect("the client exits");
+    let survivor = &gateways[other];
+    assert!(
+        status.success(),
+        "the client failed after the {signal}: {rest}\n{}",
+        survivor.log()
+    );
+    assert!(rest.contains("\"ok\":true"), "{rest}");
+    assert!(survivor.log().contains(NEW_UPSTREAM), "{}", survivor.log());
+    survivor.assert_no_panic_logged();
+}
+
+#[test]
+fn a_typescript_client_session_goes_on_through_nginx_after_its_holder_is_sigkilled() {
+    a_client_session_goes_on_through_nginx_after_its_holder("KILL");
+}
+
+#[test]
+fn a_typescript_client_session_goes_on_through_nginx_after_its_holder_is_sigtermed() {
+    a_client_session_goes_on_through_nginx_after_its_holder("TERM");
+}
