@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -178,7 +178,14 @@ pub(super) struct Link {
     waiting: parking_lot::Mutex<HashMap<u64, Waiter>>,
     next: AtomicU64,
     ended: CancellationToken,
+    /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
+    asking: Arc<AtomicUsize>,
 }
+
+/// The most requests an upstream may have waiting for the client at once: past it, one is
+/// answered with an error at once, so an upstream that floods the client holds no more tasks
+/// and no more of the session's memory than this.
+const MAX_ASKING: usize = 32;
 
 impl Link {
     /// Starts reading what the upstream sends, until the session leaves this instance or the
@@ -193,6 +200,7 @@ impl Link {
             waiting: parking_lot::Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             ended: CancellationToken::new(),
+            asking: Arc::new(AtomicUsize::new(0)),
         });
         tokio::spawn(read(
             app.clone(),
@@ -398,6 +406,14 @@ impl Link {
             self.send_now(encode_result(&id, &json!({})));
             return;
         }
+        if self.asking.fetch_add(1, Ordering::AcqRel) >= MAX_ASKING {
+            self.asking.fetch_sub(1, Ordering::AcqRel);
+            let e = errors::internal(format!(
+                "the upstream has {MAX_ASKING} requests waiting for the client already"
+            ));
+            self.send_now(encode_error(Some(&id), &e));
+            return;
+        }
         let params: Value = params
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or_else(|| json!({}));
@@ -411,6 +427,7 @@ impl Link {
                     .map_err(client_error),
                 None => ask_on_standalone(&app, &session, &method, &params).await,
             };
+            link.asking.fetch_sub(1, Ordering::AcqRel);
             let message = match answer {
                 Ok(result) => encode_result(&id, &result),
                 Err(e) => encode_error(Some(&id), &e),
