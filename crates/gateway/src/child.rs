@@ -77,10 +77,15 @@ impl Children {
     }
 
     fn spawn(&self) -> std::io::Result<Child> {
-        let words = &self.inner.config.command;
-        let mut command = Command::new(&words[0]);
+        let Some((program, args)) = self.inner.config.command.split_first() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no command",
+            ));
+        };
+        let mut command = Command::new(program);
         command
-            .args(&words[1..])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -13,8 +13,13 @@ use serde::Deserialize;
 pub struct GatewayConfig {
     /// `FLEETMCP_UPSTREAM_COMMAND` (one command line, split as a POSIX shell splits words, with
     /// no expansion) or `gateway.command` (a string, the same way, or an array of words): the
-    /// MCP server to run, which speaks stdio. Required.
+    /// MCP server to run, which speaks stdio. Empty when `url` is set; one of the two is
+    /// required.
     pub command: Vec<String>,
+    /// `FLEETMCP_UPSTREAM_URL` / `gateway.url`: instead of a command, the `/mcp` URL of an MCP
+    /// server that speaks Streamable HTTP (`http://` only for now): one upstream session per
+    /// client session.
+    pub url: Option<String>,
     /// `FLEETMCP_UPSTREAM_MAX_PROCESSES` / `gateway.max_processes`: the most upstream processes
     /// this instance runs at once (one per session it holds); a session past it is refused
     /// with `503` and `Retry-After`. Default 100.
@@ -34,6 +39,7 @@ pub struct GatewayConfig {
 #[serde(deny_unknown_fields)]
 struct Section {
     command: Option<Command>,
+    url: Option<String>,
     max_processes: Option<usize>,
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
@@ -47,8 +53,9 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 4] = [
+pub const VARIABLES: [&str; 5] = [
     "FLEETMCP_UPSTREAM_COMMAND",
+    "FLEETMCP_UPSTREAM_URL",
     "FLEETMCP_UPSTREAM_MAX_PROCESSES",
     "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
     "FLEETMCP_UPSTREAM_MAX_LINE_BYTES",
@@ -120,8 +127,26 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         (None, Some(Command::Words(words))) => words,
         (None, None) => Vec::new(),
     };
-    if command.is_empty() || command[0].is_empty() {
-        return Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio".into());
+    let url = var("FLEETMCP_UPSTREAM_URL")
+        .map(String::from)
+        .or(section.url)
+        .filter(|u| !u.trim().is_empty());
+    match (&url, command.first()) {
+        (Some(_), Some(_)) => {
+            return Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into());
+        }
+        (Some(u), None) if !u.starts_with("http://") => {
+            return Err(format!(
+                "FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// URL (https is not supported yet)"
+            ));
+        }
+        (None, None) => {
+            return Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into());
+        }
+        (None, Some(first)) if first.is_empty() => {
+            return Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into());
+        }
+        _ => {}
     }
     let max_processes = number(
         "FLEETMCP_UPSTREAM_MAX_PROCESSES",
@@ -133,6 +158,7 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
     }
     Ok(GatewayConfig {
         command,
+        url,
         max_processes: max_processes as usize,
         stop_grace: Duration::from_millis(number(
             "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
@@ -214,5 +240,19 @@ mod tests {
         );
         let quote = env(&[("FLEETMCP_UPSTREAM_COMMAND", "node 'x")]);
         assert!(from_sources(None, quote).unwrap_err().contains("unclosed"));
+        let both = env(&[
+            ("FLEETMCP_UPSTREAM_COMMAND", "x"),
+            ("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp"),
+        ]);
+        assert!(from_sources(None, both).unwrap_err().contains("both"));
+        let tls = env(&[("FLEETMCP_UPSTREAM_URL", "https://example.test/mcp")]);
+        assert!(from_sources(None, tls).unwrap_err().contains("http://"));
+        let (_, gw) = from_sources(
+            None,
+            env(&[("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp")]),
+        )
+        .unwrap();
+        assert_eq!(gw.url.as_deref(), Some("http://127.0.0.1:1/mcp"));
+        assert!(gw.command.is_empty());
     }
 }

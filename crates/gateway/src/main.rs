@@ -6,6 +6,7 @@
 
 mod child;
 mod config;
+mod http_upstream;
 mod probe;
 
 fn main() -> std::process::ExitCode {
@@ -28,15 +29,25 @@ async fn run() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let children = child::Children::new(gateway);
-    tokio::spawn(probe::watch(children.clone()));
-    let server = fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION"))
-        .config(config)
-        .upstream(children.clone())
-        .build();
-    let served = server.serve().await;
+    let builder =
+        fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION")).config(config);
+    let (served, children) = match gateway.url.clone() {
+        Some(url) => {
+            let upstream = http_upstream::HttpUpstream::new(url);
+            tokio::spawn(probe::watch(upstream.clone()));
+            (builder.upstream(upstream).build().serve().await, None)
+        }
+        None => {
+            let children = child::Children::new(gateway);
+            tokio::spawn(probe::watch(children.clone()));
+            let served = builder.upstream(children.clone()).build().serve().await;
+            (served, Some(children))
+        }
+    };
     // Sessions ended with the server; their processes are stopped and reaped before exit.
-    children.stop_all().await;
+    if let Some(children) = children {
+        children.stop_all().await;
+    }
     fleetmcp::flush_traces();
     match served {
         Ok(()) => std::process::ExitCode::SUCCESS,

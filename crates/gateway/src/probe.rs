@@ -10,26 +10,50 @@ use fleetmcp::Upstream;
 use serde_json::{Value, json};
 
 use crate::child::Children;
+use crate::http_upstream::HttpUpstream;
+
+/// An upstream the probe can check: what to call it in the log, and where its finding goes.
+pub trait Probed: Upstream + Clone {
+    fn describe(&self) -> String;
+    fn set_health(&self, health: Result<(), String>);
+}
+
+impl Probed for Children {
+    fn describe(&self) -> String {
+        format!("the upstream command `{}`", self.command_line())
+    }
+    fn set_health(&self, health: Result<(), String>) {
+        Children::set_health(self, health);
+    }
+}
+
+impl Probed for HttpUpstream {
+    fn describe(&self) -> String {
+        format!("the upstream server at {}", self.url())
+    }
+    fn set_health(&self, health: Result<(), String>) {
+        HttpUpstream::set_health(self, health);
+    }
+}
 
 /// How long the probe's process has to answer `initialize`.
 const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 /// How often a failed probe is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// Probes now, and again every [`RETRY`] while the command fails; notes each finding.
-pub async fn watch(children: Children) {
+/// Probes now, and again every [`RETRY`] while the upstream fails; notes each finding.
+pub async fn watch(upstream: impl Probed) {
     loop {
-        let found = probe(&children).await;
+        let found = probe(&upstream).await;
+        let what = upstream.describe();
         match &found {
-            Ok(()) => {
-                tracing::info!(command = %children.command_line(), "[gateway] the upstream command starts and answers initialize")
-            }
-            Err(why) => {
-                tracing::error!(command = %children.command_line(), "[gateway] the upstream command cannot serve: {why}; /readyz answers 503 until it can")
-            }
+            Ok(()) => tracing::info!("[gateway] {what} answers initialize"),
+            Err(why) => tracing::error!(
+                "[gateway] {what} cannot serve: {why}; /readyz answers 503 until it can"
+            ),
         }
         let ok = found.is_ok();
-        children.set_health(found);
+        upstream.set_health(found);
         if ok {
             return;
         }
@@ -37,9 +61,9 @@ pub async fn watch(children: Children) {
     }
 }
 
-/// Starts the command, initializes it, and stops it.
-async fn probe(children: &Children) -> Result<(), String> {
-    let mut link = children.connect("startup-probe").await?;
+/// Starts the upstream, initializes it, and stops it.
+async fn probe(upstream: &impl Probed) -> Result<(), String> {
+    let mut link = upstream.connect("startup-probe").await?;
     let initialize = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {
@@ -51,7 +75,7 @@ async fn probe(children: &Children) -> Result<(), String> {
     link.to_upstream
         .send(Bytes::from(initialize.to_string()))
         .await
-        .map_err(|_| "it exited at once".to_string())?;
+        .map_err(|_| "it stopped at once".to_string())?;
     let answer = async {
         while let Some(message) = link.from_upstream.recv().await {
             let Ok(v) = serde_json::from_slice::<Value>(&message) else {
@@ -64,7 +88,7 @@ async fn probe(children: &Children) -> Result<(), String> {
                 };
             }
         }
-        Err("it exited before answering initialize (its stderr is in the log)".to_string())
+        Err("it stopped before answering initialize (see the log)".to_string())
     };
     tokio::time::timeout(ANSWER_WITHIN, answer)
         .await
