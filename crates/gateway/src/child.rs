@@ -155,6 +155,7 @@ fn run(
         .stdin
         .take()
         .map(|stdin| tokio::spawn(write(stdin, to_rx)));
+    let link_closed = from_tx.clone();
     if let Some(stdout) = child.stdout.take() {
         tokio::spawn(read_messages(
             BufReader::new(stdout),
@@ -168,10 +169,20 @@ fn run(
     }
     let (grace, stop) = (inner.config.stop_grace, inner.stop.clone());
     tokio::spawn(async move {
+        // The session no longer needs it once the link's sender is dropped (the writer then
+        // closes stdin and returns) or its receiver is (the writer may be stuck writing to a
+        // process that stopped reading). This clone keeps the link open a moment longer when
+        // the process exits: until it is reaped, just below.
         let no_longer_needed = async {
-            match writer {
-                Some(w) => drop(w.await),
-                None => std::future::pending().await,
+            let writer_done = async {
+                match writer {
+                    Some(w) => drop(w.await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = writer_done => {}
+                _ = link_closed.closed() => {}
             }
         };
         tokio::select! {

@@ -300,3 +300,53 @@ fn an_upstream_that_dies_is_started_again_for_the_next_request() {
     );
     assert_eq!(children_of(pid).len(), 1);
 }
+
+/// An upstream that answers `initialize`, then reads nothing more and ignores `SIGTERM`: when
+/// its session ends it is still stopped (`SIGKILL` after the grace, twice) and reaped.
+#[test]
+fn a_process_that_ignores_its_input_and_sigterm_is_killed_and_reaped() {
+    let script = "import json, signal, sys, time\n\
+signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+m = json.loads(sys.stdin.readline())\n\
+r = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'serverInfo': {'name': 'stuck', 'version': '0'}}\n\
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n\
+time.sleep(1000)\n";
+    let dir = TempDir::new("stuck-upstream");
+    let path = dir.path().join("stuck.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut gw = gateway(&[
+        ("FLEETMCP_UPSTREAM_COMMAND", &command),
+        ("FLEETMCP_UPSTREAM_STOP_GRACE_MS", "200"),
+    ]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the probe's process is killed too"
+    );
+    let sid = open_session(gw.port());
+    assert_eq!(children_of(pid).len(), 1);
+    let resp = http(
+        gw.port(),
+        "DELETE",
+        "/mcp",
+        &[("mcp-session-id", &sid)],
+        None,
+    );
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(5)),
+        "{}",
+        gw.log()
+    );
+    assert!(
+        log_has(
+            &gw,
+            "[gateway] an upstream process was killed",
+            Duration::from_secs(2)
+        ),
+        "{}",
+        gw.log()
+    );
+}
