@@ -2,6 +2,7 @@
 //! TOML file), plus the upstream, from the file's `[gateway]` section and then the environment
 //! (`FLEETMCP_UPSTREAM_*`), the environment winning as everywhere else.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -32,6 +33,11 @@ pub struct GatewayConfig {
     /// upstream may write on stdout (one JSON-RPC message) or stderr; a longer one is dropped
     /// and logged, never held whole. Default 4 MiB.
     pub max_line_bytes: usize,
+    /// `FLEETMCP_UPSTREAM_TOOL_SCOPES` (`name=scope` pairs, separated by commas or spaces) /
+    /// `[gateway.tool_scopes]` (`name = "scope"`): with authorization on (`[auth]`), the OAuth
+    /// scope a call of each upstream tool needs, `*` for any tool not named; a token without
+    /// it gets `403` before the call goes up. Empty: only `auth.required_scopes`.
+    pub tool_scopes: BTreeMap<String, String>,
 }
 
 /// The `[gateway]` section as written.
@@ -43,6 +49,7 @@ struct Section {
     max_processes: Option<usize>,
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
+    tool_scopes: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,7 +60,8 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 5] = [
+pub const VARIABLES: [&str; 6] = [
+    "FLEETMCP_UPSTREAM_TOOL_SCOPES",
     "FLEETMCP_UPSTREAM_COMMAND",
     "FLEETMCP_UPSTREAM_URL",
     "FLEETMCP_UPSTREAM_MAX_PROCESSES",
@@ -156,7 +164,12 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
     if max_processes == 0 {
         return Err("FLEETMCP_UPSTREAM_MAX_PROCESSES must be at least 1".into());
     }
+    let tool_scopes = match var("FLEETMCP_UPSTREAM_TOOL_SCOPES") {
+        Some(list) => scopes(list)?,
+        None => section.tool_scopes.unwrap_or_default(),
+    };
     Ok(GatewayConfig {
+        tool_scopes,
         command,
         url,
         max_processes: max_processes as usize,
@@ -172,6 +185,21 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         )?
         .max(1024) as usize,
     })
+}
+
+/// `name=scope` pairs, separated by commas or white space.
+fn scopes(list: &str) -> Result<BTreeMap<String, String>, String> {
+    list.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((name, scope)) if !name.is_empty() && !scope.is_empty() => {
+                Ok((name.to_string(), scope.to_string()))
+            }
+            _ => Err(format!(
+                "FLEETMCP_UPSTREAM_TOOL_SCOPES: {pair:?} is not name=scope"
+            )),
+        })
+        .collect()
 }
 
 /// One command line into its words, as a POSIX shell splits them (quotes, backslashes; no
@@ -199,7 +227,7 @@ mod tests {
         let path = dir.path().join("gw.toml");
         std::fs::write(
             &path,
-            "port = 4100\n[gateway]\ncommand = [\"node\", \"server.js\"]\nmax_processes = 7\n[sessions]\nidle_ttl_ms = 60000\n",
+            "port = 4100\n[gateway]\ncommand = [\"node\", \"server.js\"]\nmax_processes = 7\n[gateway.tool_scopes]\necho = \"echo:run\"\n[sessions]\nidle_ttl_ms = 60000\n",
         )
         .unwrap();
         let (cfg, gw) = from_sources(Some(path.clone()), env(&[])).unwrap();
@@ -207,6 +235,10 @@ mod tests {
         assert_eq!(gw.command, ["node", "server.js"]);
         assert_eq!(gw.max_processes, 7);
         assert_eq!(gw.stop_grace, Duration::from_secs(2));
+        assert_eq!(
+            gw.tool_scopes.get("echo").map(String::as_str),
+            Some("echo:run")
+        );
         let (_, gw) = from_sources(
             Some(path),
             env(&[
@@ -220,6 +252,30 @@ mod tests {
         .unwrap();
         assert_eq!(gw.command, ["npx", "-y", "@scope/some server", "--stdio"]);
         assert_eq!(gw.max_processes, 3);
+        let (_, gw) = from_sources(
+            None,
+            env(&[
+                ("FLEETMCP_UPSTREAM_COMMAND", "x"),
+                (
+                    "FLEETMCP_UPSTREAM_TOOL_SCOPES",
+                    "echo=echo:run, *=mcp:tools",
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            gw.tool_scopes.get("echo").map(String::as_str),
+            Some("echo:run")
+        );
+        assert_eq!(
+            gw.tool_scopes.get("*").map(String::as_str),
+            Some("mcp:tools")
+        );
+        let bad = env(&[
+            ("FLEETMCP_UPSTREAM_COMMAND", "x"),
+            ("FLEETMCP_UPSTREAM_TOOL_SCOPES", "echo"),
+        ]);
+        assert!(from_sources(None, bad).unwrap_err().contains("name=scope"));
     }
 
     #[test]

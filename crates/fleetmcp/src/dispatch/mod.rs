@@ -16,7 +16,7 @@ mod scope;
 mod tasks;
 mod tools;
 
-pub(crate) use scope::required_scope;
+pub(crate) use scope::scope_for;
 
 use std::panic::AssertUnwindSafe;
 

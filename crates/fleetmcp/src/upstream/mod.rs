@@ -76,6 +76,16 @@ pub trait Upstream: Send + Sync + 'static {
     fn ready(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// With authorization on (`[auth]`), the OAuth scope a call of `method` (`tools/call`,
+    /// `resources/read`, `prompts/get`) on `name` (the tool's or prompt's name, the resource's
+    /// URI) needs, besides `auth.required_scopes`; checked before the request goes up, as a
+    /// declared tool's scope is (a token without it: `403` `insufficient_scope`). `None`, the
+    /// default: no scope of its own.
+    fn required_scope(&self, method: &str, name: &str) -> Option<String> {
+        let _ = (method, name);
+        None
+    }
 }
 
 /// How long an upstream has to answer `initialize`.
