@@ -137,6 +137,39 @@ fn the_python_client_uses_everything_through_the_gateway() {
     gw.assert_no_panic_logged();
 }
 
+/// The 2024-11-05 HTTP+SSE pair (`/sse` + `/message`) goes through the same code: the Python
+/// SDK's SSE client (`tools/clients/python/gateway_sse_client.py`) through the gateway.
+#[test]
+fn the_2024_11_05_sse_transport_reaches_the_upstream_too() {
+    ensure_tooling();
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let root = support::repo_root();
+    let scratch = TempDir::new("gateway-sse-client");
+    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
+    cmd.arg(root.join("tools/clients/python/gateway_sse_client.py"))
+        .arg(format!("http://127.0.0.1:{}/sse", gw.port()));
+    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
+    assert!(
+        out.success(),
+        "client failed:\n{}\n{}",
+        out.describe(),
+        gw.log()
+    );
+    for step in [
+        "server everything",
+        "progress: 0,50,100",
+        "sampling: answered by the client",
+    ] {
+        assert!(
+            out.stdout.contains(step),
+            "no step {step:?}:\n{}",
+            out.describe()
+        );
+    }
+    gw.assert_no_panic_logged();
+}
+
 #[test]
 fn a_command_that_cannot_start_makes_the_instance_unready_and_refuses_sessions_with_503() {
     let gw = gateway(&[(
