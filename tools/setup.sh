@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the pinned test tooling: Node 22, the MCP conformance suites 0.1.16 and 0.2.0-alpha.12,
-# the help-desk clients (TypeScript SDK v1 and v2, Python mcp), MCP Inspector and the mock
-# authorization server.
+# the help-desk clients (TypeScript SDK v1 and v2, Python mcp), MCP Inspector, the mock
+# authorization server and server-everything (an upstream for the gateway's tests).
 # Idempotent: a step whose pinned version is already installed is skipped, so tests can call this
 # every time. On a fresh clone it downloads about 520 MB into tools/ (Node 22 is 185 MB of it).
 # Needs only the system node/npm (any version >= 18) and python3 with venv; reaches only the npm
@@ -48,6 +48,10 @@ npm_project "$tools/clients/ts-v2" @modelcontextprotocol/client 2.4.0
 npm_project "$tools/auth" oauth2-mock-server 9.3.0
 # 3c. MCP Inspector (v2; its `--cli` mode drives the examples over stdio; needs Node >= 22.19).
 npm_project "$tools/clients/inspector" @modelcontextprotocol/inspector 2.12.0
+
+# 3d. An upstream nobody here wrote, for the gateway's tests: the MCP SDK team's server-everything
+# (run over stdio on Node 22 by crates/gateway/tests/server_everything.rs).
+npm_project "$tools/upstreams/server-everything" @modelcontextprotocol/server-everything 2026.8.31
 
 # 4. The Python client's venv, pinned by requirements.txt.
 py=$tools/clients/python

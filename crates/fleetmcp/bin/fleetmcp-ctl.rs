@@ -1,5 +1,5 @@
 //! `fleetmcp-ctl`: the operator's command for a fleetmcp fleet (`src/ops.rs`, run through
-//! `fleetmcp::operator_command`).
+//! `fleetmcp::Server::operator_command`).
 //!
 //! ```text
 //! fleetmcp-ctl status                 # instances, sessions, orphans, tasks
@@ -10,5 +10,5 @@
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    std::process::exit(fleetmcp::operator_command(&args).await);
+    std::process::exit(fleetmcp::Server::operator_command(&args).await);
 }

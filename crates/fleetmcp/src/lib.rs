@@ -71,6 +71,7 @@ mod session;
 mod app;
 pub mod catalog;
 mod context;
+mod upstream;
 // 4. method dispatch
 mod dispatch;
 // 5. HTTP
@@ -93,7 +94,6 @@ pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
 pub use config::load::{Config, ConfigError};
 pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
 pub use events::WRITER_GONE_MESSAGE;
-pub use ops::operator_command;
 pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.
@@ -102,3 +102,4 @@ pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+pub use upstream::{Upstream, UpstreamLink};

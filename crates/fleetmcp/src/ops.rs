@@ -29,21 +29,6 @@ pub const USAGE: &str = "usage: fleetmcp-ctl status | fleetmcp-ctl drain <machin
 /// Runs the command `args` (without the program name) with the configuration from the
 /// environment; prints its result (stdout) or error (stderr) and returns the exit code: 0 done,
 /// 1 failed (Redis unreachable, no such instance), 2 bad usage or configuration.
-/// The operator's command, `status` or `drain <machine-id>`, for a binary of your own (a server
-/// built on [`run`](crate::run) has it as its `fleet` subcommand): runs `args` (without the
-/// program name) against the fleet the environment's configuration names, prints the result,
-/// and returns the exit code (0 done, 1 failed, 2 bad usage or configuration).
-///
-/// ```no_run
-/// # async fn f() {
-/// let args: Vec<String> = std::env::args().skip(1).collect();
-/// std::process::exit(fleetmcp::operator_command(&args).await);
-/// # }
-/// ```
-pub async fn operator_command(args: &[String]) -> i32 {
-    main(args).await
-}
-
 pub(crate) async fn main(args: &[String]) -> i32 {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let config = match Config::load() {

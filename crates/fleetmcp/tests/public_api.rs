@@ -50,7 +50,6 @@ const SURFACE: &[&str] = &[
     "ServerBuilder",
     "BuildError",
     "run",
-    "operator_command",
     "Running",
     "ServerHandle",
     "shutdown_signal",
@@ -58,6 +57,9 @@ const SURFACE: &[&str] = &[
     "flush_traces",
     "Config",
     "ConfigError",
+    // A gateway: sessions served by another MCP server (`ServerBuilder::upstream`).
+    "Upstream",
+    "UpstreamLink",
     // What clients see: headers, the idempotency key's `_meta` name and bound, the messages of
     // work whose instance stopped.
     "SESSION_HEADER",
@@ -498,7 +500,9 @@ fn an_item_injected_into_the_real_tree_is_reported() {
             .find(|(name, _)| name == file)
             .unwrap_or_else(|| panic!("{file} among the files"));
         source.push_str(text);
-        problems(&surface(&files), SURFACE, MAX_ITEMS)
+        // Room for the one injected item: what is checked here is that it is reported, not
+        // the bound (a surface at the bound would also report the count).
+        problems(&surface(&files), SURFACE, MAX_ITEMS + 1)
     };
     assert_eq!(
         inject("lib.rs", "\npub fn injected() {}\n"),

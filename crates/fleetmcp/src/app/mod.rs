@@ -101,6 +101,8 @@ struct Inner {
     fanout: std::sync::OnceLock<Arc<dyn Fanout>>,
     /// Checks access tokens (`None`: authorization is off).
     auth: Option<Arc<Authorizer>>,
+    /// Serves every session's requests in place of the catalog (a gateway), when set.
+    upstream: Option<Arc<dyn crate::upstream::Upstream>>,
 }
 
 /// What an [`App`] is made of (the server builder fills it in).
@@ -117,6 +119,7 @@ pub(crate) struct Parts {
     pub state: StateMap,
     pub auth: Option<Arc<Authorizer>>,
     pub meters: crate::telemetry::Meters,
+    pub upstream: Option<Arc<dyn crate::upstream::Upstream>>,
 }
 
 /// The tokens of a server's graceful stop, one per phase ([`App::draining`], [`App::closing`],
@@ -185,6 +188,7 @@ impl App {
                 meters: p.meters,
                 fanout: std::sync::OnceLock::new(),
                 auth: p.auth,
+                upstream: p.upstream,
             }),
         }
     }
@@ -206,6 +210,11 @@ impl App {
     /// The access-token checker, when authorization is on.
     pub fn auth(&self) -> Option<&Arc<Authorizer>> {
         self.inner.auth.as_ref()
+    }
+
+    /// Where sessions are served when this server is a gateway (see `upstream/`).
+    pub fn upstream(&self) -> Option<&Arc<dyn crate::upstream::Upstream>> {
+        self.inner.upstream.as_ref()
     }
 
     /// This server's metrics.

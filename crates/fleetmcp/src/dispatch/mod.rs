@@ -16,7 +16,7 @@ mod scope;
 mod tasks;
 mod tools;
 
-pub(crate) use scope::required_scope;
+pub(crate) use scope::scope_for;
 
 use std::panic::AssertUnwindSafe;
 
@@ -193,6 +193,9 @@ fn called_name(params: Option<&RawValue>) -> Option<String> {
 async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let app = ctx.app().clone();
     let caller = ctx.caller().clone();
+    if app.upstream().is_some() {
+        return gateway(&app, &caller, method, p, ctx).await;
+    }
     match (&caller, method) {
         (_, "tools/list") => tools::list(&app, &ctx, p),
         (_, "tools/call") => tools::call(&app, p, ctx).await,
@@ -226,6 +229,26 @@ async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply
         (Caller::Stateless(_), "tasks/update") => tasks::extension::update(&app, &ctx, p).await,
         (Caller::Stateless(_), "tasks/cancel") => tasks::extension::cancel(&app, &ctx, p).await,
         (_, other) => Err(errors::method_not_found(other)),
+    }
+}
+
+/// A gateway's request: every one of a session goes to its upstream unchanged (the catalog is
+/// not consulted); a 2026-07-28 request has no session to hold an upstream, and is refused.
+async fn gateway(
+    app: &App,
+    caller: &Caller,
+    method: &str,
+    p: Option<&RawValue>,
+    ctx: RequestContext,
+) -> Reply {
+    match caller {
+        Caller::Session(s) => {
+            let params = p.map(|p| p.to_owned());
+            crate::upstream::request(app, s, method.to_string(), params, ctx).await
+        }
+        _ => Err(errors::method_not_found_msg(
+            "This server is a gateway to a session-era MCP server: initialize a session",
+        )),
     }
 }
 
@@ -299,6 +322,9 @@ fn set_level(session: &Session, p: Option<&RawValue>) -> Reply {
 
 /// Handles a notification from a session-era client.
 pub(crate) fn notification(session: &Session, method: &str, p: Option<&RawValue>) {
+    if crate::upstream::notification(session, method, p) {
+        return;
+    }
     match method {
         "notifications/cancelled" => {
             #[derive(Deserialize)]

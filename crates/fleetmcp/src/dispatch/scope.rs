@@ -5,15 +5,30 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::app::App;
 use crate::catalog::Catalog;
+
+/// The scope a request needs: what its tool, resource or prompt declares, or, when the server
+/// is a gateway, what its upstream's configuration says ([`crate::Upstream::required_scope`]).
+pub(crate) fn scope_for(app: &App, method: &str, params: Option<&RawValue>) -> Option<String> {
+    let Some(upstream) = app.upstream() else {
+        return required_scope(&app.catalog(), method, params);
+    };
+    #[derive(Deserialize)]
+    struct Target {
+        name: Option<String>,
+        uri: Option<String>,
+    }
+    if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
+        return None;
+    }
+    let t: Target = serde_json::from_str(params?.get()).ok()?;
+    upstream.required_scope(method, t.name.or(t.uri)?.as_str())
+}
 
 /// The scope `method` with `params` needs, if its target declares one. Unknown targets need
 /// none here: dispatch answers them as usual.
-pub(crate) fn required_scope(
-    catalog: &Catalog,
-    method: &str,
-    params: Option<&RawValue>,
-) -> Option<String> {
+fn required_scope(catalog: &Catalog, method: &str, params: Option<&RawValue>) -> Option<String> {
     #[derive(Deserialize)]
     struct Target {
         name: Option<String>,

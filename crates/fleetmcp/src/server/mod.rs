@@ -22,6 +22,7 @@ use crate::session::{Lease, Ownership, SessionStore, Sessions};
 use crate::tasks::{RedisTaskStore, TaskStore};
 use crate::telemetry::Meters;
 use crate::transport::{self, Relay, Seams};
+use crate::upstream::Upstream;
 use parts::{
     as_served, limits_for, request_state_sealer, sealer_for, session_stores, session_timing,
     tasks_for,
@@ -42,6 +43,7 @@ pub struct ServerBuilder {
     state: StateMap,
     ownership: Option<Arc<dyn Ownership>>,
     relay: Option<Arc<dyn Relay>>,
+    upstream: Option<Arc<dyn Upstream>>,
 }
 
 impl ServerBuilder {
@@ -107,6 +109,15 @@ impl ServerBuilder {
     /// outside handlers, such as a background job, uses it too).
     pub fn shared_state<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
         self.state.insert(std::any::TypeId::of::<T>(), value);
+        self
+    }
+    /// Makes the server a gateway: every session's requests go to an upstream MCP server that
+    /// `upstream` connects, one per session on the instance holding it, instead of to the
+    /// declared tools, resources and prompts (see [`Upstream`]). The fleet's relay, takeover,
+    /// fencing, authorization, limits and metrics apply as to any session. Session-era clients
+    /// only: a 2026-07-28 request is refused.
+    pub fn upstream(mut self, upstream: impl Upstream) -> Self {
+        self.upstream = Some(Arc::new(upstream));
         self
     }
     /// Replaces the session store the configuration would choose. Not API: the store traits are
@@ -230,6 +241,7 @@ impl ServerBuilder {
             state: self.state,
             auth,
             meters,
+            upstream: self.upstream,
         });
         Ok(Server {
             app,
@@ -289,6 +301,7 @@ impl Server {
             state: StateMap::new(),
             ownership: None,
             relay: None,
+            upstream: None,
         }
     }
 
@@ -363,7 +376,11 @@ impl Server {
         };
         let seams = Seams {
             relay: self.relay,
-            probes: fleet.iter().flat_map(|c| c.probes()).collect(),
+            probes: fleet
+                .iter()
+                .flat_map(|c| c.probes())
+                .chain(parts::upstream_probe(&app))
+                .collect(),
         };
         let mut router = transport::router(app.clone(), seams);
         if let Some(c) = &fleet {

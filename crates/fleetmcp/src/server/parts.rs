@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::app::App;
 use crate::config::{Config, DeploymentMode};
 use crate::events::{EventStore, MemoryEventStore, RedisEventStore};
 use crate::machine_id::MachineIdSource;
@@ -14,6 +15,8 @@ use crate::session::{
 use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
 use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::telemetry::Meters;
+use crate::transport::{Probe, ProbeReport};
+use crate::upstream::Upstream;
 
 /// The limits, shared by the fleet whenever the server has Redis (as sessions are), else kept
 /// in this process.
@@ -227,4 +230,32 @@ pub(super) fn sealer_for(
         tracing::warn!("MACHINE_ID is not set either: session ids will not survive a restart");
     }
     Some(SessionSealer::new(machine_id.as_bytes()))
+}
+
+/// `/readyz`'s `upstream` probe, for a gateway: what [`Upstream::ready`] says.
+pub(super) fn upstream_probe(app: &App) -> Option<Arc<dyn Probe>> {
+    let upstream = app.upstream()?.clone();
+    Some(Arc::new(UpstreamProbe(upstream)))
+}
+
+struct UpstreamProbe(Arc<dyn Upstream>);
+
+#[async_trait::async_trait]
+impl Probe for UpstreamProbe {
+    fn name(&self) -> &'static str {
+        "upstream"
+    }
+
+    async fn check(&self) -> ProbeReport {
+        match self.0.ready() {
+            Ok(()) => ProbeReport {
+                healthy: true,
+                detail: serde_json::json!({"status": "ok"}),
+            },
+            Err(why) => ProbeReport {
+                healthy: false,
+                detail: serde_json::json!({"status": "error", "error": why}),
+            },
+        }
+    }
 }

@@ -95,6 +95,23 @@ where
     }
 }
 
+impl super::Server {
+    /// The operator's command, `status` or `drain <machine-id>`, for a binary of your own (a server
+    /// built on [`run`](crate::run) has it as its `fleet` subcommand): runs `args` (without the
+    /// program name) against the fleet the environment's configuration names, prints the result,
+    /// and returns the exit code (0 done, 1 failed, 2 bad usage or configuration).
+    ///
+    /// ```no_run
+    /// # async fn f() {
+    /// let args: Vec<String> = std::env::args().skip(1).collect();
+    /// std::process::exit(fleetmcp::Server::operator_command(&args).await);
+    /// # }
+    /// ```
+    pub async fn operator_command(args: &[String]) -> i32 {
+        crate::ops::main(args).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

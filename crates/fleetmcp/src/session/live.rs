@@ -112,6 +112,9 @@ pub struct Session {
     /// Its place under `limits.max_sessions_per_key`, given back when the session is dropped
     /// (set by `initialize`; a session recreated from the store has none here).
     place: std::sync::OnceLock<SessionPlace>,
+    /// What a layer above keeps for the session's life on this instance (the upstream of a
+    /// gateway's session, `upstream/`), made on first use; a pointer for any other session.
+    attached: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl Session {
@@ -147,7 +150,27 @@ impl Session {
             leaving: std::sync::OnceLock::new(),
             owner: owner.map(Into::into),
             place: std::sync::OnceLock::new(),
+            attached: std::sync::OnceLock::new(),
         }
+    }
+
+    /// What a layer above keeps with this session, made by `init` on first use; `None` when
+    /// something of another type was attached first. It lives as long as the session's value
+    /// here, so whoever attaches it ends it on [`Session::leaving`].
+    pub(crate) fn attached<T: std::any::Any + Send + Sync>(
+        &self,
+        init: impl FnOnce() -> T,
+    ) -> Option<Arc<T>> {
+        self.attached
+            .get_or_init(|| Arc::new(init()))
+            .clone()
+            .downcast::<T>()
+            .ok()
+    }
+
+    /// What is attached to this session, if it is a `T`.
+    pub(crate) fn attachment<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.attached.get()?.clone().downcast::<T>().ok()
     }
 
     /// Keeps the session's place under `limits.max_sessions_per_key` for its life.

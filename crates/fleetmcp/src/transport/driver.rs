@@ -78,7 +78,8 @@ impl NotRun {
 }
 
 /// Whether `principal` may call `method` with `params`: with authorization on, its token must
-/// grant the scope the tool, resource or prompt declares (the scope missing otherwise).
+/// grant the scope the tool, resource or prompt declares, or a gateway's upstream names (the
+/// scope missing otherwise).
 pub(super) fn permitted(
     app: &App,
     method: &str,
@@ -88,7 +89,7 @@ pub(super) fn permitted(
     if app.auth().is_none() {
         return Ok(());
     }
-    let Some(scope) = dispatch::required_scope(&app.catalog(), method, params) else {
+    let Some(scope) = dispatch::scope_for(app, method, params) else {
         return Ok(());
     };
     match principal {

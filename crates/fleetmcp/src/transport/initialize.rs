@@ -12,10 +12,12 @@ use serde_json::value::RawValue;
 use super::reply;
 use crate::app::App;
 use crate::dispatch;
+use crate::limits::Charge;
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
 use crate::telemetry::Limit;
+use crate::upstream::{self, OpenFailure};
 
 /// Kept raw at first so that their size is checked before anything is built from them.
 #[derive(Deserialize)]
@@ -70,7 +72,7 @@ pub(super) async fn open(
     // Checked before an id is minted or anything is held, so a refusal leaves nothing behind.
     let (client_info, capabilities) = client_data(app, &p)
         .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
-    let version = ProtocolVersion::negotiate(&p.protocol_version);
+    let version_asked = ProtocolVersion::negotiate(&p.protocol_version);
     let minted;
     let sid = match sid {
         Some(s) => s,
@@ -82,22 +84,7 @@ pub(super) async fn open(
     // Both before the session exists, so a refusal leaves nothing behind.
     let raw_len = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |r| r.get().len());
     let kept = raw_len(&p.client_info) + raw_len(&p.capabilities);
-    let charge = app.client_data().charge(kept).map_err(|_| {
-        app.meters().limit_rejected(Limit::ClientData);
-        let max = app.config().sessions.max_client_data_bytes;
-        reply::with_retry_after(
-            reply::rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(rid),
-                &ErrorData::new(
-                    ErrorCode(-32000),
-                    format!("This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"),
-                    Some(serde_json::json!({"limit": "sessions.max_client_data_bytes", "max": max})),
-                ),
-            ),
-            5,
-        )
-    })?;
+    let charge = charge_client_data(app, kept, rid)?;
     let ttl_ms = app
         .config()
         .redis
@@ -114,6 +101,17 @@ pub(super) async fn open(
             return Err(super::driver::refuse_initialize(app, refusal, rid));
         }
     };
+    // A gateway's upstream answers `initialize` before the session exists, so that a refusal
+    // leaves nothing behind, and the session serves the version the upstream chose.
+    let upstream = match upstream::open(app, sid, params).await.transpose() {
+        Ok(handshake) => handshake,
+        Err(failure) => {
+            app.limits().end_session(key, sid).await;
+            return Err(upstream_refusal(failure, rid));
+        }
+    };
+    let version = upstream.as_ref().and_then(upstream::answered_version);
+    let version = version.unwrap_or(version_asked);
     let session = match app
         .sessions()
         .open(sid, version, client_info, capabilities, owner)
@@ -130,7 +128,57 @@ pub(super) async fn open(
     };
     session.keep_place(place);
     session.keep_charge(charge);
-    Ok((session, result(app, version)))
+    let result = match upstream {
+        Some(handshake) => {
+            let result = handshake.result().clone();
+            upstream::adopt(app, &session, handshake);
+            result
+        }
+        None => result(app, version),
+    };
+    Ok((session, result))
+}
+
+/// Charges what a new session keeps of the client (`kept` bytes) to the instance's budget:
+/// `503` with `Retry-After` when it is spent.
+fn charge_client_data(app: &App, kept: usize, rid: &RawValue) -> Result<Charge, Response> {
+    app.client_data().charge(kept).map_err(|_| {
+        app.meters().limit_rejected(Limit::ClientData);
+        let max = app.config().sessions.max_client_data_bytes;
+        reply::with_retry_after(
+            reply::rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(rid),
+                &ErrorData::new(
+                    ErrorCode(-32000),
+                    format!("This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"),
+                    Some(serde_json::json!({"limit": "sessions.max_client_data_bytes", "max": max})),
+                ),
+            ),
+            5,
+        )
+    })
+}
+
+/// The answer to an `initialize` whose upstream could not be had: `503` with `Retry-After`
+/// when it could not be reached, its own error (as a JSON-RPC answer) when it refused.
+fn upstream_refusal(failure: OpenFailure, rid: &RawValue) -> Response {
+    match failure {
+        OpenFailure::Unavailable(why) => {
+            tracing::warn!(error = %why, "[gateway] refused an initialize: no upstream");
+            reply::with_retry_after(
+                reply::rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some(rid),
+                    &errors::server(format!(
+                        "The upstream server could not be started: {why}; retry shortly"
+                    )),
+                ),
+                5,
+            )
+        }
+        OpenFailure::Refused(e) => reply::rpc_error(StatusCode::OK, Some(rid), &e),
+    }
 }
 
 /// A new sealed session id naming this instance, for transport `protocol`.

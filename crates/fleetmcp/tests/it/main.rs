@@ -18,3 +18,4 @@ mod status_codes;
 mod support;
 mod tools;
 mod typed;
+mod upstream;

@@ -1,0 +1,548 @@
+//! One session's upstream on the instance that holds the session: the `initialize` handshake,
+//! the requests waiting for their answers, and the task that reads what the upstream sends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, OpenFailure, Reply, Upstream, UpstreamLink};
+use crate::app::App;
+use crate::context::{ClientRequestError, RequestContext};
+use crate::events::STANDALONE_STREAM;
+use crate::protocol::{
+    ErrorData, Incoming, Message, encode_error, encode_notification, encode_request, encode_result,
+    errors,
+};
+use crate::session::{LogId, Session};
+
+/// The id of the `initialize` this server sends an upstream (every later request of ours is
+/// numbered from 1, so it never collides).
+const INITIALIZE_ID: &str = "fleetmcp-initialize";
+
+/// An upstream that answered `initialize`: its link, and its answer.
+pub(crate) struct Handshake {
+    link: UpstreamLink,
+    result: Value,
+}
+
+impl Handshake {
+    /// Connects an upstream and initializes it with `params`; `initialized`: also send
+    /// `notifications/initialized` (a session taken over, whose client sent its own long ago).
+    pub(super) async fn run(
+        upstream: &dyn Upstream,
+        log: &str,
+        params: &Value,
+        initialized: bool,
+    ) -> Result<Self, OpenFailure> {
+        let mut link = upstream
+            .connect(log)
+            .await
+            .map_err(OpenFailure::Unavailable)?;
+        let stopped = || OpenFailure::Unavailable("it stopped before answering initialize".into());
+        link.to_upstream
+            .send(encode_request(INITIALIZE_ID, "initialize", params))
+            .await
+            .map_err(|_| stopped())?;
+        let result = tokio::time::timeout(INITIALIZE_TIMEOUT, initialize_answer(&mut link))
+            .await
+            .map_err(|_| {
+                OpenFailure::Unavailable(format!(
+                    "it did not answer initialize within {INITIALIZE_TIMEOUT:?}"
+                ))
+            })??;
+        if initialized {
+            link.to_upstream
+                .send(encode_notification("notifications/initialized", &json!({})))
+                .await
+                .map_err(|_| stopped())?;
+        }
+        Ok(Self { link, result })
+    }
+
+    /// The upstream's `initialize` result.
+    pub(crate) fn result(&self) -> &Value {
+        &self.result
+    }
+}
+
+/// Reads the upstream until it answers `initialize` (a `ping` meanwhile is answered; anything
+/// else before the session exists has nowhere to go).
+async fn initialize_answer(link: &mut UpstreamLink) -> Result<Value, OpenFailure> {
+    loop {
+        let Some(bytes) = link.from_upstream.recv().await else {
+            return Err(OpenFailure::Unavailable(
+                "it stopped before answering initialize".into(),
+            ));
+        };
+        let message = serde_json::from_slice::<Incoming>(&bytes)
+            .ok()
+            .and_then(|m| m.classify().ok());
+        match message {
+            Some(Message::Response { id, outcome }) if id.get() == "\"fleetmcp-initialize\"" => {
+                return match outcome {
+                    Ok(result) => serde_json::from_str(result.get())
+                        .map_err(|e| OpenFailure::Unavailable(format!("its answer: {e}"))),
+                    Err(error) => Err(OpenFailure::Refused(upstream_error(&error))),
+                };
+            }
+            Some(Message::Request { id, method, .. }) if method == "ping" => {
+                let _ = link.to_upstream.send(encode_result(&id, &json!({}))).await;
+            }
+            _ => tracing::debug!("an upstream message before initialize was answered; dropped"),
+        }
+    }
+}
+
+/// The upstream's error object as it sent it (a malformed one becomes `-32603`).
+fn upstream_error(error: &RawValue) -> ErrorData {
+    serde_json::from_str(error.get())
+        .unwrap_or_else(|_| errors::internal("the upstream server sent a malformed error"))
+}
+
+/// What a session keeps of its upstream (attached to the session on first use).
+#[derive(Default)]
+pub(super) struct Slot {
+    link: parking_lot::Mutex<Option<Arc<Link>>>,
+    /// Held while a new upstream starts, so concurrent requests start one, not several.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    /// The session's upstream, if it has one that has not stopped.
+    pub(super) fn live(&self) -> Option<Arc<Link>> {
+        self.link.lock().as_ref().filter(|l| l.is_alive()).cloned()
+    }
+
+    pub(super) fn install(&self, link: Arc<Link>) {
+        *self.link.lock() = Some(link);
+    }
+}
+
+/// The session's upstream, started here now if it has none: a session this instance did not
+/// open (recreated, taken over) or whose upstream stopped gets a new one, initialized with
+/// what the session stored.
+pub(super) async fn current(app: &App, session: &Arc<Session>) -> Result<Arc<Link>, ErrorData> {
+    let slot = session
+        .attached(Slot::default)
+        .ok_or_else(|| errors::internal("the session has no upstream slot"))?;
+    if let Some(link) = slot.live() {
+        return Ok(link);
+    }
+    let _connecting = slot.connecting.lock().await;
+    if let Some(link) = slot.live() {
+        return Ok(link);
+    }
+    let upstream = app
+        .upstream()
+        .ok_or_else(|| errors::internal("this server has no upstream"))?;
+    let log = LogId(&session.id).to_string();
+    tracing::warn!(
+        session = %log,
+        "[gateway] starting a new upstream for a session this instance did not start one for (taken over, recreated from the store, or its upstream stopped); it is initialized with the session's stored initialize, and whatever the previous upstream kept in memory (subscriptions, log level, state of its own) is gone"
+    );
+    let params = json!({
+        "protocolVersion": session.version.as_str(),
+        "capabilities": session.client_capabilities(),
+        "clientInfo": session.client_info(),
+    });
+    let handshake = Handshake::run(upstream.as_ref(), &log, &params, true)
+        .await
+        .map_err(|f| match f {
+            OpenFailure::Unavailable(why) => super::unavailable(&why),
+            OpenFailure::Refused(e) => e,
+        })?;
+    let link = Link::start(app, session, handshake);
+    slot.install(link.clone());
+    Ok(link)
+}
+
+/// A request sent up, waiting for its answer.
+struct Waiter {
+    answer: oneshot::Sender<Result<Box<RawValue>, Box<RawValue>>>,
+    ctx: RequestContext,
+    /// Its `_meta.progressToken`: the upstream's progress for it goes on its stream.
+    progress: Option<Value>,
+}
+
+/// One session's live upstream.
+pub(super) struct Link {
+    /// Taken (dropped) when the link ends: the [`Upstream`] then stops the upstream.
+    to: parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>,
+    waiting: parking_lot::Mutex<HashMap<u64, Waiter>>,
+    next: AtomicU64,
+    ended: CancellationToken,
+    /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
+    asking: Arc<AtomicUsize>,
+}
+
+/// The most requests an upstream may have waiting for the client at once: past it, one is
+/// answered with an error at once, so an upstream that floods the client holds no more tasks
+/// and no more of the session's memory than this.
+const MAX_ASKING: usize = 32;
+
+impl Link {
+    /// Starts reading what the upstream sends, until the session leaves this instance or the
+    /// upstream stops.
+    pub(super) fn start(app: &App, session: &Arc<Session>, handshake: Handshake) -> Arc<Self> {
+        let UpstreamLink {
+            to_upstream,
+            from_upstream,
+        } = handshake.link;
+        let link = Arc::new(Self {
+            to: parking_lot::Mutex::new(Some(to_upstream)),
+            waiting: parking_lot::Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            ended: CancellationToken::new(),
+            asking: Arc::new(AtomicUsize::new(0)),
+        });
+        tokio::spawn(read(
+            app.clone(),
+            session.clone(),
+            link.clone(),
+            from_upstream,
+        ));
+        link
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.ended.is_cancelled()
+    }
+
+    /// Ends the link: the upstream's input is dropped (the [`Upstream`] stops it) and every
+    /// request still waiting fails.
+    fn end(&self) {
+        self.ended.cancel();
+        drop(self.to.lock().take());
+        self.waiting.lock().clear();
+    }
+
+    /// Sends one message up, waiting for room; `false` once the link has ended.
+    async fn send(&self, message: Bytes) -> bool {
+        let tx = self.to.lock().clone();
+        match tx {
+            Some(tx) => tx.send(message).await.is_ok(),
+            None => false,
+        }
+    }
+
+    /// Sends one message up without waiting: in order with what is sent after it whenever the
+    /// queue has room, else from a task of its own.
+    fn send_now(&self, message: Bytes) {
+        let Some(tx) = self.to.lock().clone() else {
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(message)) = tx.try_send(message) {
+            tokio::spawn(async move {
+                let _ = tx.send(message).await;
+            });
+        }
+    }
+
+    /// A client's notification, passed up unchanged.
+    pub(super) fn notify(&self, method: &str, params: Option<&RawValue>) {
+        let message = match params {
+            Some(p) => encode_notification(method, p),
+            None => encode_notification(method, &json!({})),
+        };
+        self.send_now(message);
+    }
+
+    /// Sends a client's request up under an id of ours and waits for the upstream's answer,
+    /// which is the client's answer unchanged. Dropped before the answer (the client
+    /// cancelled, or its connection went away), it cancels the request upstream.
+    pub(super) async fn call(
+        &self,
+        method: String,
+        params: Option<Box<RawValue>>,
+        ctx: RequestContext,
+    ) -> Reply {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let (answer, rx) = oneshot::channel();
+        let progress = progress_token(params.as_deref());
+        self.waiting.lock().insert(
+            n,
+            Waiter {
+                answer,
+                ctx,
+                progress,
+            },
+        );
+        let mut pending = Pending {
+            link: self,
+            n,
+            armed: true,
+        };
+        let id = n.to_string();
+        let message = match params.as_deref() {
+            Some(p) => encode_request(&id, &method, p),
+            None => encode_request(&id, &method, &json!({})),
+        };
+        if !self.send(message).await {
+            pending.armed = false;
+            self.waiting.lock().remove(&n);
+            return Err(super::unavailable("it stopped"));
+        }
+        let outcome = rx.await;
+        pending.armed = false;
+        match outcome {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(error)) => Err(upstream_error(&error)),
+            // Not `unavailable`: the request may have had its effect before the upstream
+            // stopped, so it is not safe to send again as is.
+            Err(_) => Err(errors::internal(
+                "The upstream server stopped before answering this request",
+            )),
+        }
+    }
+
+    /// The context of the one request waiting, when exactly one is: what the upstream sends
+    /// that names no request (a log line, a request to the client) then goes on its stream,
+    /// as it would from a server speaking HTTP itself.
+    fn sole_request(&self) -> Option<RequestContext> {
+        let waiting = self.waiting.lock();
+        if waiting.len() != 1 {
+            return None;
+        }
+        waiting.values().next().map(|w| w.ctx.clone())
+    }
+
+    /// Routes one message from the upstream.
+    async fn route(self: &Arc<Self>, app: &App, session: &Arc<Session>, bytes: Bytes) {
+        let message = serde_json::from_slice::<Incoming>(&bytes)
+            .ok()
+            .and_then(|m| m.classify().ok());
+        match message {
+            Some(Message::Response { id, outcome }) => self.answered(&id, outcome),
+            Some(Message::Notification { method, params }) => {
+                self.notified(app, session, &method, params.as_deref(), bytes)
+                    .await;
+            }
+            Some(Message::Request { id, method, params }) => {
+                self.asked(app, session, id, method, params);
+            }
+            None => tracing::warn!(
+                session = %LogId(&session.id),
+                "the upstream sent something that is not a JSON-RPC message; dropped"
+            ),
+        }
+    }
+
+    /// The upstream answered request `id` of ours.
+    fn answered(&self, id: &RawValue, outcome: Result<Box<RawValue>, Box<RawValue>>) {
+        let n = serde_json::from_str::<String>(id.get())
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok());
+        match n.and_then(|n| self.waiting.lock().remove(&n)) {
+            Some(w) => {
+                let _ = w.answer.send(outcome);
+            }
+            None => tracing::debug!(id = id.get(), "an upstream answer nobody waits for"),
+        }
+    }
+
+    /// A notification from the upstream: progress on the stream of the request whose token it
+    /// names; a log line on the stream of the one request running, if one is; anything else
+    /// (list changes, resource updates) on the session's standalone stream, in order.
+    async fn notified(
+        &self,
+        app: &App,
+        session: &Session,
+        method: &str,
+        params: Option<&RawValue>,
+        bytes: Bytes,
+    ) {
+        let target = match method {
+            "notifications/progress" => {
+                let token = params.and_then(|p| {
+                    serde_json::from_str::<ProgressParams>(p.get())
+                        .ok()
+                        .map(|p| p.progress_token)
+                });
+                let waiting = self.waiting.lock();
+                waiting
+                    .values()
+                    .find(|w| token.is_some() && w.progress == token)
+                    .map(|w| w.ctx.clone())
+            }
+            "notifications/message" => self.sole_request(),
+            // The upstream gave up on a request it sent the client: nothing to map it to on the
+            // client's side (its id there is ours), and the client's answer is simply dropped.
+            "notifications/cancelled" => return,
+            _ => None,
+        };
+        match target {
+            Some(ctx) => ctx.send(bytes),
+            None => {
+                if let Err(e) = app
+                    .events()
+                    .append(&session.id, STANDALONE_STREAM, bytes)
+                    .await
+                {
+                    tracing::warn!(session = %LogId(&session.id), error = %e, "could not queue an upstream notification for the session's stream");
+                }
+            }
+        }
+    }
+
+    /// A request from the upstream to the client (sampling, elicitation, roots): asked on the
+    /// stream of the one request running if one is, else on the standalone stream; the
+    /// client's answer goes back up under the upstream's id. `ping` is answered here.
+    fn asked(
+        self: &Arc<Self>,
+        app: &App,
+        session: &Arc<Session>,
+        id: Box<RawValue>,
+        method: String,
+        params: Option<Box<RawValue>>,
+    ) {
+        if method == "ping" {
+            self.send_now(encode_result(&id, &json!({})));
+            return;
+        }
+        if self.asking.fetch_add(1, Ordering::AcqRel) >= MAX_ASKING {
+            self.asking.fetch_sub(1, Ordering::AcqRel);
+            let e = errors::internal(format!(
+                "the upstream has {MAX_ASKING} requests waiting for the client already"
+            ));
+            self.send_now(encode_error(Some(&id), &e));
+            return;
+        }
+        let params: Value = params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_else(|| json!({}));
+        let ctx = self.sole_request();
+        let (link, app, session) = (self.clone(), app.clone(), session.clone());
+        tokio::spawn(async move {
+            let answer = match ctx {
+                Some(ctx) => ctx
+                    .ask("upstream", &method, params)
+                    .await
+                    .map_err(client_error),
+                None => ask_on_standalone(&app, &session, &method, &params).await,
+            };
+            link.asking.fetch_sub(1, Ordering::AcqRel);
+            let message = match answer {
+                Ok(result) => encode_result(&id, &result),
+                Err(e) => encode_error(Some(&id), &e),
+            };
+            link.send(message).await;
+        });
+    }
+}
+
+/// Asks the client on the session's standalone stream (no request of the client's is running
+/// for it to go on), and waits for the answer.
+async fn ask_on_standalone(
+    app: &App,
+    session: &Session,
+    method: &str,
+    params: &Value,
+) -> Result<Value, ErrorData> {
+    let (id, rx) = session.expect_client_reply();
+    let leaving = session.leaving();
+    let queued = app
+        .events()
+        .append(
+            &session.id,
+            STANDALONE_STREAM,
+            encode_request(&id, method, params),
+        )
+        .await;
+    let outcome = match queued {
+        Err(e) => Err(errors::internal(format!(
+            "could not send the request to the client: {e}"
+        ))),
+        Ok(_) => tokio::select! {
+            reply = rx => match reply {
+                Ok(reply) => reply,
+                Err(_) => Err(client_error(ClientRequestError::SessionClosed)),
+            },
+            _ = leaving.cancelled() => Err(client_error(ClientRequestError::SessionClosed)),
+            _ = tokio::time::sleep(CLIENT_REPLY_TIMEOUT) => Err(client_error(ClientRequestError::Timeout(CLIENT_REPLY_TIMEOUT))),
+        },
+    };
+    if outcome.is_err() {
+        session.forget_client_request(&id);
+    }
+    outcome
+}
+
+/// What the upstream is answered when the client could not answer its request: the client's
+/// own error when it sent one.
+fn client_error(e: ClientRequestError) -> ErrorData {
+    match e {
+        ClientRequestError::Client(e) => e,
+        other => errors::internal(other.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ProgressParams {
+    progress_token: Value,
+}
+
+/// A request's `_meta.progressToken`, if it has one.
+fn progress_token(params: Option<&RawValue>) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct P {
+        #[serde(rename = "_meta")]
+        meta: Option<Meta>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        progress_token: Option<Value>,
+    }
+    serde_json::from_str::<P>(params?.get())
+        .ok()?
+        .meta?
+        .progress_token
+}
+
+/// A request sent up whose answer has not come: dropped while armed (the call was cancelled),
+/// it cancels the request upstream.
+struct Pending<'a> {
+    link: &'a Link,
+    n: u64,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.link.waiting.lock().remove(&self.n).is_some() {
+            self.link.send_now(encode_notification(
+                "notifications/cancelled",
+                &json!({"requestId": self.n.to_string(), "reason": "The client cancelled the request"}),
+            ));
+        }
+    }
+}
+
+/// Reads the upstream until the session leaves this instance or the upstream stops, then ends
+/// the link.
+async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::Receiver<Bytes>) {
+    let leaving = session.leaving();
+    loop {
+        let message = tokio::select! {
+            m = from.recv() => m,
+            _ = leaving.cancelled() => {
+                tracing::debug!(session = %LogId(&session.id), "the session left this instance; its upstream is stopped");
+                break;
+            }
+        };
+        let Some(message) = message else {
+            tracing::warn!(session = %LogId(&session.id), "[gateway] the session's upstream stopped; its next request starts a new one");
+            break;
+        };
+        link.route(&app, &session, message).await;
+    }
+    link.end();
+}

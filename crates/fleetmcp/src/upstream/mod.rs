@@ -1,0 +1,173 @@
+//! Sessions served by another MCP server, an *upstream*, instead of the declared catalog: what
+//! `fleetmcp gateway` puts a fleet in front of.
+//!
+//! A server built with [`ServerBuilder::upstream`](crate::ServerBuilder::upstream) opens one
+//! upstream per client session on the instance that holds the session, and relays the session's
+//! JSON-RPC both ways. The [`Upstream`] supplies the pipe ([`UpstreamLink`]: whole messages each
+//! way, a child process's stdin and stdout for the gateway); this module does the protocol:
+//!
+//! * `initialize`: the client's own `initialize` goes to the upstream, and the upstream's answer
+//!   (its capabilities, `serverInfo`, instructions) is the client's answer;
+//! * a session this instance did not open (recreated from the store, taken over from a holder
+//!   that stopped) gets a new upstream on its first request, initialized with what the session
+//!   stored (protocol version, capabilities, `clientInfo`). What the previous upstream kept in
+//!   memory is gone; that is logged;
+//! * every client request goes up under an id of ours and its answer comes back unchanged;
+//!   the upstream's progress for it goes on the request's stream (matched by `progressToken`);
+//!   a request the client cancels (or whose connection is dropped) is cancelled upstream;
+//! * requests the upstream sends the client (sampling, elicitation, roots) are asked the way a
+//!   tool's `ctx.ask` asks, and the answer goes back up under the upstream's own id;
+//! * notifications not tied to a request (list changes, resource updates, logging while several
+//!   requests run) go to the session's standalone stream;
+//! * the upstream ends when the session leaves this instance (ended, expired, taken over): its
+//!   link is dropped, which tells the [`Upstream`] to stop it.
+//!
+//! Architecture invariant: layer 3; names no HTTP crate and nothing of Redis. A session's
+//! upstream lives only on the instance that holds the session; nothing of it is stored.
+
+mod link;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::app::App;
+use crate::context::RequestContext;
+use crate::protocol::{ErrorData, ProtocolVersion, errors};
+use crate::session::{LogId, Session};
+
+pub(crate) use link::Handshake;
+use link::Link;
+
+/// An answer from the upstream: its result, or its error, as it sent them.
+type Reply = Result<Box<RawValue>, ErrorData>;
+
+/// The two ends of one session's connection to its upstream: whole JSON-RPC messages (one
+/// object each, no line end) to it and from it.
+///
+/// Dropping `to_upstream` (the server does when the session leaves this instance) means the
+/// upstream is no longer needed: an [`Upstream`] that runs a process ends it then. Closing
+/// `from_upstream` (the upstream stopped) fails the requests waiting on it; the session's next
+/// request connects again.
+pub struct UpstreamLink {
+    /// Messages for the upstream. Bounded, so an upstream that does not read slows its session
+    /// instead of growing a queue.
+    pub to_upstream: mpsc::Sender<Bytes>,
+    /// Messages from the upstream, in the order it sent them.
+    pub from_upstream: mpsc::Receiver<Bytes>,
+}
+
+/// Where a server's sessions are served when it is a gateway: connects one upstream per
+/// session (see [`ServerBuilder::upstream`](crate::ServerBuilder::upstream)).
+#[async_trait]
+pub trait Upstream: Send + Sync + 'static {
+    /// A new upstream for one session (`session` names it in logs: a digest, never the id).
+    /// An `Err` refuses the session (`503` with `Retry-After`, its text in the message): the
+    /// upstream could not start, or the instance runs its most upstreams.
+    async fn connect(&self, session: &str) -> Result<UpstreamLink, String>;
+
+    /// Whether this instance can start upstreams; an `Err` makes `/readyz` answer `503`
+    /// with the reason under `probes.upstream`. Called on every readiness check: keep it cheap.
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// With authorization on (`[auth]`), the OAuth scope a call of `method` (`tools/call`,
+    /// `resources/read`, `prompts/get`) on `name` (the tool's or prompt's name, the resource's
+    /// URI) needs, besides `auth.required_scopes`; checked before the request goes up, as a
+    /// declared tool's scope is (a token without it: `403` `insufficient_scope`). `None`, the
+    /// default: no scope of its own.
+    fn required_scope(&self, method: &str, name: &str) -> Option<String> {
+        let _ = (method, name);
+        None
+    }
+}
+
+/// How long an upstream has to answer `initialize`.
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request the upstream sent the client waits for its answer.
+const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why a session could not get its upstream.
+pub(crate) enum OpenFailure {
+    /// It could not be reached or did not answer: `503` with `Retry-After`.
+    Unavailable(String),
+    /// It answered `initialize` with this error, which the client gets unchanged.
+    Refused(ErrorData),
+}
+
+/// Connects an upstream for the session `sid` is about to open and initializes it with the
+/// client's own `initialize` params (`params`, as sent). The caller opens the session, then
+/// hands it the link with [`adopt`].
+pub(crate) async fn open(
+    app: &App,
+    sid: &str,
+    params: Option<&RawValue>,
+) -> Option<Result<Handshake, OpenFailure>> {
+    let upstream = app.upstream()?;
+    let params: Value = match params {
+        Some(p) => serde_json::from_str(p.get()).unwrap_or_else(|_| json!({})),
+        None => json!({}),
+    };
+    let log = LogId(sid).to_string();
+    Some(Handshake::run(upstream.as_ref(), &log, &params, false).await)
+}
+
+/// Gives a session opened here the upstream [`open`] initialized for it.
+pub(crate) fn adopt(app: &App, session: &Arc<Session>, handshake: Handshake) {
+    if let Some(slot) = session.attached(link::Slot::default) {
+        slot.install(Link::start(app, session, handshake));
+    }
+}
+
+/// The protocol version the upstream answered `initialize` with, if it is one this server
+/// knows (the session then serves that version).
+pub(crate) fn answered_version(handshake: &Handshake) -> Option<ProtocolVersion> {
+    handshake
+        .result()
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .and_then(ProtocolVersion::parse)
+}
+
+/// Sends a session's request up and returns the upstream's answer unchanged.
+pub(crate) async fn request(
+    app: &App,
+    session: &Arc<Session>,
+    method: String,
+    params: Option<Box<RawValue>>,
+    ctx: RequestContext,
+) -> Reply {
+    let link = link::current(app, session).await?;
+    link.call(method, params, ctx).await
+}
+
+/// Passes a client's notification up; `false` when the session has no upstream here (nothing
+/// was sent). `notifications/cancelled` is not passed (the request's id upstream is ours: the
+/// request's cancellation sends the upstream its own).
+pub(crate) fn notification(session: &Session, method: &str, params: Option<&RawValue>) -> bool {
+    if method == "notifications/cancelled" {
+        return false;
+    }
+    let Some(link) = session
+        .attachment::<link::Slot>()
+        .and_then(|slot| slot.live())
+    else {
+        return false;
+    };
+    link.notify(method, params);
+    true
+}
+
+/// An error answer for a session whose upstream cannot be reached now.
+fn unavailable(why: &str) -> ErrorData {
+    errors::unavailable(
+        format!("The upstream server is unavailable: {why}; retry shortly"),
+        Duration::from_secs(5),
+    )
+}

@@ -1,0 +1,63 @@
+//! `fleetmcp-gateway`: a fleet in front of an MCP server that speaks stdio. Each client session
+//! gets one upstream process, started by the instance that holds the session with the
+//! configured command; the session's messages pass through both ways, and the fleet's relay,
+//! takeover, fencing, authorization, limits and metrics apply as to any fleetmcp server. See the
+//! README, "Putting an existing stdio server behind a fleet".
+
+mod child;
+mod config;
+mod http_upstream;
+mod probe;
+mod scopes;
+
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fleetmcp-gateway: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    runtime.block_on(run())
+}
+
+async fn run() -> std::process::ExitCode {
+    fleetmcp::init_tracing();
+    let (config, gateway) = match config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fleetmcp-gateway: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let builder =
+        fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION")).config(config);
+    let tool_scopes = gateway.tool_scopes.clone();
+    let (served, children) = match gateway.url.clone() {
+        Some(url) => {
+            let upstream = http_upstream::HttpUpstream::new(url);
+            tokio::spawn(probe::watch(upstream.clone()));
+            let upstream = scopes::Scoped::new(upstream, tool_scopes);
+            (builder.upstream(upstream).build().serve().await, None)
+        }
+        None => {
+            let children = child::Children::new(gateway);
+            tokio::spawn(probe::watch(children.clone()));
+            let upstream = scopes::Scoped::new(children.clone(), tool_scopes);
+            let served = builder.upstream(upstream).build().serve().await;
+            (served, Some(children))
+        }
+    };
+    // Sessions ended with the server; their processes are stopped and reaped before exit.
+    if let Some(children) = children {
+        children.stop_all().await;
+    }
+    fleetmcp::flush_traces();
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleetmcp-gateway: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

