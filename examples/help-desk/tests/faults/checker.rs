@@ -611,8 +611,14 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
             .faults
             .iter()
             .any(|f| f.kind == FaultKind::RedisDataLoss && f.at >= op.start);
+        // The fleet could not say at the end of the client's window (its last poll was
+        // refused: Redis failing): whether the task ended is unknown, not wrong. A dead
+        // executor's task is failed only once Redis answers steadily (`fleet/liveness.rs`).
+        let unknowable = ps
+            .last()
+            .is_some_and(|p| matches!(p.outcome, Outcome::Refused { .. }));
         match ended {
-            None if record_lost => {}
+            None if record_lost || unknowable => {}
             None => problems.push("not seen to end within the client's window".into()),
             Some((_, TaskView::Completed)) => {}
             Some((
@@ -1448,6 +1454,13 @@ mod tests {
             [Promise::TaskEnds].into(),
             "a loss before the task does not excuse it"
         );
+        // Never seen to end because the last poll was refused (Redis failing to the end of
+        // the window): unknown, not broken.
+        h.faults.clear();
+        let last = h.ops.len() - 1;
+        h.ops[last].outcome = Outcome::Refused { status: 503 };
+        h.ops[last].task = None;
+        assert!(broken(&h).is_empty(), "the last poll refused");
     }
 
     /// A multi-round call answered with a result has exactly one effect; one whose answering
