@@ -17,7 +17,7 @@ use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use parking_lot::RwLock;
 
-use super::scope::{Era, Method};
+use super::labels::{Era, Method};
 
 /// How often histogram samples are folded into their buckets without a scrape.
 pub const UPKEEP_EVERY: Duration = Duration::from_secs(5);

@@ -9,10 +9,10 @@
 //! embedding app) each count their own. The only process-global things are the log subscriber
 //! [`logs::init_tracing`] installs and, with `otlp`, its span exporter.
 
+pub mod labels;
 pub mod logs;
 pub mod meters;
 pub mod otlp;
-pub mod scope;
 pub mod trace_context;
 
 pub use meters::{Limit, Meters, RelayOutcome};

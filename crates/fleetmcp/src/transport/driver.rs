@@ -36,7 +36,7 @@ use crate::dispatch::{self, Reply};
 use crate::limits::{LimitKey, Refusal, Slot, Which};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
-use crate::telemetry::{Limit, scope};
+use crate::telemetry::{Limit, labels};
 
 /// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
 /// answers it.
@@ -245,7 +245,7 @@ pub(super) async fn start(
     params: Option<Box<RawValue>>,
     streams: bool,
 ) -> Result<Started, NotRun> {
-    scope::note_method(scope::Method::of(&method));
+    labels::note_method(labels::Method::of(&method));
     let Client { principal, key } = client;
     permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
     let (cancel, tracked) = in_flight(app, &caller, id.get(), &method).map_err(NotRun::Refused)?;

@@ -32,7 +32,7 @@ use super::locate::{self, Asker, Located, Unserved};
 use super::{Endpoint, authorize, batch, checks, era, reply};
 use crate::protocol::errors;
 use crate::session::Session;
-use crate::telemetry::scope::{self, Era};
+use crate::telemetry::labels::{self, Era};
 
 impl FromRequestParts<Arc<Endpoint>> for Client {
     type Rejection = Infallible;
@@ -92,7 +92,7 @@ impl FromRequest<Arc<Endpoint>> for Located {
                 body,
             });
         }
-        scope::note_era(Era::Session);
+        labels::note_era(Era::Session);
         let principal = authorize::principal(&parts.extensions);
         locate::resolve(ep, parts, body, authorize::owner(&principal)).await
     }

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply};
 use crate::config::DefaultEra;
 use crate::protocol::{Message, ProtocolVersion, STATELESS_VERSIONS, errors};
-use crate::telemetry::scope::{self, Era};
+use crate::telemetry::labels::{self, Era};
 
 /// Whether the version header names a version of the stateless era (or any non-session one).
 fn names_stateless_version(h: &HeaderMap) -> bool {
@@ -48,10 +48,10 @@ pub(super) fn decide(
     message: Option<&Message>,
 ) -> Result<Era, Response> {
     if message.is_some_and(|m| is_stateless(default, headers, m)) {
-        scope::note_era(Era::Stateless);
+        labels::note_era(Era::Stateless);
         return Ok(Era::Stateless);
     }
-    scope::note_era(Era::Session);
+    labels::note_era(Era::Session);
     check_session_version(headers)?;
     Ok(Era::Session)
 }

@@ -17,7 +17,7 @@
 //! request is served here ([`Located`]: by a held session, or refused for a reason), or never
 //! runs, when the request was relayed and its holder answered it.
 
-use crate::telemetry::{RelayOutcome, scope};
+use crate::telemetry::{RelayOutcome, labels};
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -110,12 +110,12 @@ async fn relay_or_take_over(
     let req = match relay::forward(ep.relay(), holder, req).await {
         Relayed::Answered(res) => {
             meters.relayed(RelayOutcome::Answered, began.elapsed());
-            scope::note_method(scope::Method::RELAYED);
+            labels::note_method(labels::Method::RELAYED);
             return Err(res);
         }
         Relayed::Failed(res) => {
             meters.relayed(RelayOutcome::Failed, began.elapsed());
-            scope::note_method(scope::Method::RELAYED);
+            labels::note_method(labels::Method::RELAYED);
             return Err(res);
         }
         Relayed::HolderGone(req) => {
@@ -141,12 +141,12 @@ async fn relay_or_take_over(
             match relay::forward(ep.relay(), &next, req).await {
                 Relayed::Answered(res) => {
                     meters.relayed(RelayOutcome::Answered, began.elapsed());
-                    scope::note_method(scope::Method::RELAYED);
+                    labels::note_method(labels::Method::RELAYED);
                     Err(res)
                 }
                 Relayed::Failed(res) => {
                     meters.relayed(RelayOutcome::Failed, began.elapsed());
-                    scope::note_method(scope::Method::RELAYED);
+                    labels::note_method(labels::Method::RELAYED);
                     Err(res)
                 }
                 Relayed::HolderGone(_) => {

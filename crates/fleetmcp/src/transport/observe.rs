@@ -2,7 +2,7 @@
 //! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
 //! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
 //! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
-//! method and era ([`crate::telemetry::scope`]); when its answer's head is ready it is counted
+//! method and era ([`crate::telemetry::labels`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
 //! ([`super::relay::request`]), so both instances' log lines share the trace id, and with the
@@ -27,9 +27,9 @@ use tracing::Instrument;
 
 use super::Endpoint;
 use crate::telemetry::TraceContext;
+use crate::telemetry::labels::{Era, Labels, Method, Scope};
 use crate::telemetry::meters::SseOpen;
 use crate::telemetry::otlp;
-use crate::telemetry::scope::{Era, Labels, Method, Scope};
 use crate::telemetry::trace_context::TRACEPARENT;
 
 pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {

@@ -34,7 +34,7 @@ use crate::dispatch::{self, Reply};
 use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
-use crate::telemetry::scope::{self, Era, Method};
+use crate::telemetry::labels::{self, Era, Method};
 
 /// Serves a POST that passed its checks and was located in front of this handler (`edge.rs`):
 /// `located` is its body, its headers, and the session that serves it here or why none does
@@ -53,7 +53,7 @@ pub(super) async fn handle(
     } = located;
     let first = body.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let message = if first == Some(b'[') {
-        scope::note_method(Method::BATCH);
+        labels::note_method(Method::BATCH);
         None
     } else {
         match one_message(&body) {
@@ -127,7 +127,7 @@ fn one_message(body: &[u8]) -> Result<Message, Response> {
     let message = incoming
         .classify()
         .map_err(|(id, e)| reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e))?;
-    scope::note_method(match &message {
+    labels::note_method(match &message {
         Message::Request { method, .. } => Method::of(method),
         Message::Notification { .. } => Method::NOTIFICATION,
         Message::Response { .. } => Method::RESPONSE,

@@ -80,7 +80,7 @@ pub(super) fn request(parts: http::request::Parts, body: Bytes) -> RelayRequest 
             headers.remove(RELAYED_PEER_HEADER);
         }
     }
-    if let Some(trace) = crate::telemetry::scope::trace()
+    if let Some(trace) = crate::telemetry::labels::trace()
         && let Ok(v) = HeaderValue::from_str(&trace.header_value())
     {
         headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
