@@ -20,12 +20,11 @@ use crate::machine_id;
 use crate::redis_conn::RedisConn;
 use crate::session::{Lease, Ownership, SessionStore, Sessions};
 use crate::tasks::{RedisTaskStore, TaskStore};
-use crate::telemetry::Meters;
 use crate::transport::{self, Relay, Seams};
 use crate::upstream::Upstream;
 use parts::{
-    as_served, limits_for, request_state_sealer, sealer_for, session_stores, session_timing,
-    tasks_for,
+    as_served, limits_for, meters_for, request_state_sealer, sealer_for, session_stores,
+    session_timing, tasks_for,
 };
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
@@ -175,11 +174,7 @@ impl ServerBuilder {
         let catalog = Catalog::new(self.tools, self.resources, self.templates, self.prompts);
         catalog.check_state(|id| self.state.contains_key(&id))?;
         let config = as_served(self.config.unwrap_or_default());
-        let meters = if config.http.metrics {
-            Meters::new()
-        } else {
-            Meters::disabled()
-        };
+        let meters = meters_for(&config);
         let (machine_id, source) = machine_id::resolve(&config);
         let sealer = sealer_for(&config, &machine_id, source);
         // One budget for the listener's connections and the relay's sockets.

@@ -34,6 +34,15 @@ pub(super) fn limits_for(
     }
 }
 
+/// The meters, or none when `http.metrics` is off (every call then a no-op).
+pub(super) fn meters_for(config: &Config) -> Meters {
+    if config.http.metrics {
+        Meters::new()
+    } else {
+        Meters::disabled()
+    }
+}
+
 /// The configuration as the server runs it. With stdio (see `Config::stdio`), log lines leave
 /// stdout before anything logs (it is the client's from now on), and Redis is left to the
 /// application: the one session lives in this process, so nothing of it is stored there.
