@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Ep, reply};
+use super::{Ep, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};
 use crate::protocol::{ErrorCode, ErrorData};
@@ -85,7 +85,7 @@ pub(super) fn scope_error(scope: &str) -> ErrorData {
 
 /// `403` for a token that lacks `scope`.
 pub(super) fn insufficient_scope(app: &App, id: Option<&RawValue>, scope: &str) -> Response {
-    let mut res = reply::rpc_error(StatusCode::FORBIDDEN, id, &scope_error(scope));
+    let mut res = respond::rpc_error(StatusCode::FORBIDDEN, id, &scope_error(scope));
     if let Some(auth) = app.auth() {
         let mut scopes: Vec<&str> = auth.required_scopes().iter().map(String::as_str).collect();
         if !scopes.contains(&scope) {
@@ -107,7 +107,7 @@ fn unauthorized(auth: &Authorizer, app: &App, id: Option<&RawValue>, why: &AuthE
         AuthError::Missing => "Unauthorized: a bearer access token is required".to_string(),
         AuthError::Invalid(reason) => format!("Unauthorized: invalid access token ({reason})"),
     };
-    let mut res = reply::rpc_error(
+    let mut res = respond::rpc_error(
         StatusCode::UNAUTHORIZED,
         id,
         &ErrorData::new(REFUSED, message, None),
@@ -158,7 +158,7 @@ pub(super) async fn metadata(State(ep): Ep) -> Response {
     match ep.app.auth() {
         Some(auth) => {
             let doc = auth.metadata(ep.app.catalog().scopes());
-            let mut res = reply::json(
+            let mut res = respond::json(
                 StatusCode::OK,
                 bytes::Bytes::from(doc.to_string().into_bytes()),
             );
@@ -168,6 +168,6 @@ pub(super) async fn metadata(State(ep): Ep) -> Response {
             );
             res
         }
-        None => reply::text(StatusCode::NOT_FOUND, "Not Found"),
+        None => respond::text(StatusCode::NOT_FOUND, "Not Found"),
     }
 }

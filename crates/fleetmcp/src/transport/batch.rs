@@ -20,7 +20,7 @@ use serde_json::json;
 use super::client_key::Client;
 use super::driver::{self, Started};
 use super::locate::{self, Asker, Unserved};
-use super::{PROTOCOL_VERSION_HEADER, reply};
+use super::{PROTOCOL_VERSION_HEADER, respond};
 use crate::app::App;
 use crate::context::Caller;
 use crate::dispatch;
@@ -54,7 +54,7 @@ pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(
     // A body that is not JSON is a parse error first, as everywhere else; checking it builds
     // nothing (`IgnoredAny`), so a refused batch still costs no allocation per message.
     if let Err(e) = serde_json::from_slice::<IgnoredAny>(body) {
-        return Err(reply::rpc_error(
+        return Err(respond::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::parse_error(e),
@@ -64,7 +64,7 @@ pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(
 }
 
 fn not_allowed(version: &str) -> Response {
-    reply::rpc_error(
+    respond::rpc_error(
         StatusCode::BAD_REQUEST,
         None,
         &errors::invalid_request(format!(
@@ -96,14 +96,14 @@ pub(super) async fn serve(
     }
     let answers = start_all(app, &session, &client, items);
     if answers.is_empty() {
-        return reply::accepted();
+        return respond::accepted();
     }
     let parts: Vec<Bytes> = futures_util::future::join_all(answers)
         .await
         .into_iter()
         .flatten()
         .collect();
-    reply::json(StatusCode::OK, json_array(&parts))
+    respond::json(StatusCode::OK, json_array(&parts))
 }
 
 /// The batch's messages, or the `400` that refuses it whole: too long, unreadable, empty, or
@@ -112,7 +112,7 @@ fn items_of(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
     let items = match parse(body, max) {
         Ok(v) => v,
         Err(Refused::TooLong) => {
-            return Err(reply::rpc_error(
+            return Err(respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &ErrorData::new(
@@ -123,7 +123,7 @@ fn items_of(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
             ));
         }
         Err(Refused::Parse(e)) => {
-            return Err(reply::rpc_error(
+            return Err(respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::parse_error(e),
@@ -131,7 +131,7 @@ fn items_of(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
         }
     };
     if items.is_empty() {
-        return Err(reply::rpc_error(
+        return Err(respond::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::invalid_request("Invalid Request: empty batch"),
@@ -141,7 +141,7 @@ fn items_of(body: &[u8], max: usize) -> Result<Vec<Incoming>, Response> {
         .iter()
         .any(|m| m.method.as_deref() == Some("initialize"))
     {
-        return Err(reply::rpc_error(
+        return Err(respond::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::invalid_request("Invalid Request: initialize must not be part of a batch"),

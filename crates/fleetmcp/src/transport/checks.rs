@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::reply;
+use super::respond;
 use crate::protocol::errors;
 
 /// `Content-Type` and `Accept` of a POST, before the body is read.
@@ -20,7 +20,7 @@ pub(super) fn post_headers(h: &HeaderMap) -> Result<(), Response> {
         .unwrap_or("");
     let mime = ct.split(';').next().unwrap_or("").trim();
     if !mime.eq_ignore_ascii_case("application/json") {
-        return Err(reply::rpc_error(
+        return Err(respond::rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
             &errors::server("Unsupported Media Type: Content-Type must be application/json"),
@@ -31,7 +31,7 @@ pub(super) fn post_headers(h: &HeaderMap) -> Result<(), Response> {
         && !accepts(accept, "application/json")
         && !accepts(accept, "text/event-stream")
     {
-        return Err(reply::rpc_error(
+        return Err(respond::rpc_error(
             StatusCode::NOT_ACCEPTABLE,
             None,
             &errors::server(
@@ -55,7 +55,7 @@ pub(super) fn get_headers(h: &HeaderMap) -> Result<(), Response> {
     if accepts(&accept, "text/event-stream") {
         return Ok(());
     }
-    Err(reply::rpc_error(
+    Err(respond::rpc_error(
         StatusCode::NOT_ACCEPTABLE,
         None,
         &errors::server("Not Acceptable: Accept must include text/event-stream"),
@@ -128,12 +128,12 @@ pub(super) async fn read_body(h: &HeaderMap, body: Body, limit: usize) -> Result
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large(limit)),
         // The server bounds the whole body (`http.body_read_timeout_ms`) with a `TimedOut` error.
-        Err(e) if timed_out(&*e) => Err(reply::rpc_error(
+        Err(e) if timed_out(&*e) => Err(respond::rpc_error(
             StatusCode::REQUEST_TIMEOUT,
             None,
             &errors::server("Request Timeout: the body did not arrive in time"),
         )),
-        Err(e) => Err(reply::rpc_error(
+        Err(e) => Err(respond::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::server(format!("Bad Request: could not read the body: {e}")),
@@ -158,7 +158,7 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 /// connection cannot carry another request, and a client told so does not send one on it
 /// (reusing it, a client's next request could meet the close and fail).
 fn too_large(limit: usize) -> Response {
-    let mut res = reply::rpc_error(
+    let mut res = respond::rpc_error(
         StatusCode::PAYLOAD_TOO_LARGE,
         None,
         &errors::invalid_request(format!("Request body exceeds the limit of {limit} bytes")),

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::client_key::Client;
-use super::{authorize, reply};
+use super::{authorize, respond};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
@@ -157,12 +157,12 @@ impl Refused {
 
     /// The answer, to a request with `id`, or to none (a stream that is not a request).
     pub fn response_to(&self, id: Option<&RawValue>) -> Response {
-        let res = reply::with_retry_after(
-            reply::rpc_error(self.status, id, &self.error),
+        let res = respond::with_retry_after(
+            respond::rpc_error(self.status, id, &self.error),
             self.retry_after_s,
         );
         match &self.policy {
-            Some((name, rate)) => reply::with_rate_limit(res, name, rate, self.retry_after_s),
+            Some((name, rate)) => respond::with_rate_limit(res, name, rate, self.retry_after_s),
             None => res,
         }
     }

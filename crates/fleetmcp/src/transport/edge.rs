@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 use super::client_key::Client;
 use super::locate::{self, Asker, Located, Unserved};
-use super::{Endpoint, authorize, batch, checks, era, reply};
+use super::{Endpoint, authorize, batch, checks, era, respond};
 use crate::protocol::errors;
 use crate::session::Session;
 use crate::telemetry::labels::{self, Era};
@@ -155,7 +155,7 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
             .await
             .map_err(IntoResponse::into_response)?;
         let Some(sid) = query.session_id else {
-            return Err(reply::rpc_error(
+            return Err(respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::server("Bad Request: sessionId is required"),

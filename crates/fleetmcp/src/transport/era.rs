@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, reply};
+use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, respond};
 use crate::config::DefaultEra;
 use crate::protocol::{Message, ProtocolVersion, STATELESS_VERSIONS, errors};
 use crate::telemetry::labels::{self, Era};
@@ -84,7 +84,7 @@ fn stateless_method_not_allowed(method: &'static str) -> Response {
         "GET" => "HTTP GET is not supported by MCP protocol 2026-07-28",
         _ => "HTTP DELETE is not supported by MCP protocol 2026-07-28",
     };
-    let mut res = reply::text(StatusCode::METHOD_NOT_ALLOWED, body);
+    let mut res = respond::text(StatusCode::METHOD_NOT_ALLOWED, body);
     res.headers_mut()
         .insert(http::header::ALLOW, HeaderValue::from_static("POST"));
     res
@@ -160,7 +160,7 @@ fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
         .iter()
         .map(|v| v.as_str())
         .collect();
-    Err(reply::rpc_error(
+    Err(respond::rpc_error(
         StatusCode::BAD_REQUEST,
         None,
         &errors::server(format!(

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use http::StatusCode;
 
 use super::edge::{GetHeaders, Held, SessionEra};
-use super::{Ep, reply, sse};
+use super::{Ep, respond, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
 
@@ -43,7 +43,7 @@ pub(super) async fn handle(
                     keepalive,
                 )
             }
-            None => reply::rpc_error(
+            None => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::server(

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 
-use super::{Endpoint, reply};
+use super::{Endpoint, respond};
 use crate::config::BindAddress;
 
 pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
@@ -51,7 +51,7 @@ pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: N
 }
 
 fn forbidden(message: String) -> Response {
-    reply::rpc_error(
+    respond::rpc_error(
         StatusCode::FORBIDDEN,
         None,
         &crate::protocol::errors::server(message),

@@ -13,7 +13,7 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Ep, reply};
+use super::{Ep, respond};
 
 /// How long a readiness probe may take before it counts as unhealthy.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -49,7 +49,7 @@ pub(super) async fn healthz(State(ep): Ep) -> Response {
         },
         "uptime": app.started().elapsed().as_secs_f64(),
     });
-    reply::json(StatusCode::OK, body.to_string().into())
+    respond::json(StatusCode::OK, body.to_string().into())
 }
 
 pub(super) async fn readyz(State(ep): Ep) -> Response {
@@ -123,7 +123,7 @@ fn readiness(app: &crate::app::App, ready: bool, started: Instant, probes: Value
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    reply::json(status, body.to_string().into())
+    respond::json(status, body.to_string().into())
 }
 
 fn timed_out() -> Value {

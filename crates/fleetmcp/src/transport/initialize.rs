@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::reply;
+use super::respond;
 use crate::app::App;
 use crate::dispatch;
 use crate::limits::Charge;
@@ -68,10 +68,10 @@ pub(super) async fn open(
     key: &LimitKey,
 ) -> Result<(Arc<Session>, Value), Response> {
     let p: InitializeParams = dispatch::params(params)
-        .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
+        .map_err(|e| respond::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
     // Checked before an id is minted or anything is held, so a refusal leaves nothing behind.
     let (client_info, capabilities) = client_data(app, &p)
-        .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
+        .map_err(|e| respond::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
     let version_asked = ProtocolVersion::negotiate(&p.protocol_version);
     let minted;
     let sid = match sid {
@@ -145,8 +145,8 @@ fn charge_client_data(app: &App, kept: usize, rid: &RawValue) -> Result<Charge, 
     app.client_data().charge(kept).map_err(|_| {
         app.meters().limit_rejected(Limit::ClientData);
         let max = app.config().sessions.max_client_data_bytes;
-        reply::with_retry_after(
-            reply::rpc_error(
+        respond::with_retry_after(
+            respond::rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Some(rid),
                 &ErrorData::new(
@@ -166,8 +166,8 @@ fn upstream_refusal(failure: OpenFailure, rid: &RawValue) -> Response {
     match failure {
         OpenFailure::Unavailable(why) => {
             tracing::warn!(error = %why, "[gateway] refused an initialize: no upstream");
-            reply::with_retry_after(
-                reply::rpc_error(
+            respond::with_retry_after(
+                respond::rpc_error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     Some(rid),
                     &errors::server(format!(
@@ -177,7 +177,7 @@ fn upstream_refusal(failure: OpenFailure, rid: &RawValue) -> Response {
                 5,
             )
         }
-        OpenFailure::Refused(e) => reply::rpc_error(StatusCode::OK, Some(rid), &e),
+        OpenFailure::Refused(e) => respond::rpc_error(StatusCode::OK, Some(rid), &e),
     }
 }
 
@@ -190,22 +190,22 @@ pub(super) fn mint(app: &App, protocol: &str, rid: Option<&RawValue>) -> Result<
 
 fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
     match e {
-        OpenError::NoSecret => reply::rpc_error(
+        OpenError::NoSecret => respond::rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             rid,
             &errors::internal("Session ids cannot be issued: MCP_SESSION_SECRET is not set"),
         ),
-        OpenError::SealFailed => reply::rpc_error(
+        OpenError::SealFailed => respond::rpc_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             rid,
             &errors::internal("could not seal a session id"),
         ),
-        OpenError::Full => reply::unavailable(
+        OpenError::Full => respond::unavailable(
             rid,
             "This instance holds its maximum number of sessions; retry shortly",
             5,
         ),
-        OpenError::NotDurable => reply::unavailable(
+        OpenError::NotDurable => respond::unavailable(
             rid,
             "The session could not be stored durably; retry shortly",
             1,

@@ -27,7 +27,7 @@ use super::client_key::Client;
 use super::driver::{self, Started};
 use super::edge::Pinned;
 use super::locate::{self, Unserved};
-use super::{Ep, MESSAGE_PATH, authorize, initialize, reply, sse};
+use super::{Ep, MESSAGE_PATH, authorize, initialize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
@@ -118,9 +118,13 @@ pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Respo
     let message = match serde_json::from_slice::<Incoming>(&body) {
         Ok(m) => match m.classify() {
             Ok(m) => m,
-            Err((rid, e)) => return reply::rpc_error(StatusCode::BAD_REQUEST, rid.as_deref(), &e),
+            Err((rid, e)) => {
+                return respond::rpc_error(StatusCode::BAD_REQUEST, rid.as_deref(), &e);
+            }
         },
-        Err(e) => return reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)),
+        Err(e) => {
+            return respond::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e));
+        }
     };
     if let Message::Request {
         id: rid,
@@ -148,7 +152,7 @@ pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Respo
             return locate::refuse(why, locate::Asker::Post, rid);
         }
         // Not held here: this transport's sessions never move between instances.
-        _ => return reply::text(StatusCode::NOT_FOUND, "Session not found"),
+        _ => return respond::text(StatusCode::NOT_FOUND, "Session not found"),
     };
     match message {
         Message::Notification { method, params } => {
@@ -164,7 +168,7 @@ pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Respo
             tokio::spawn(run(app.clone(), session, client, id, method, params));
         }
     }
-    reply::accepted()
+    respond::accepted()
 }
 
 /// Runs request `id` (`method` with `params`); its messages and then its answer go to the
@@ -245,7 +249,7 @@ async fn initialize(
     let owner = client.owner();
     match session {
         Ok(_) => {
-            return reply::rpc_error(
+            return respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 Some(rid),
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
@@ -256,7 +260,7 @@ async fn initialize(
         }
         // An ended session is never opened again under its old id.
         Err(Unserved::Missing(Missing::Deleted | Missing::Expired)) => {
-            return reply::text(StatusCode::NOT_FOUND, "Session not found");
+            return respond::text(StatusCode::NOT_FOUND, "Session not found");
         }
         _ => {}
     }
@@ -267,7 +271,7 @@ async fn initialize(
         tracing::warn!(
             "a 2024-11-05 initialize was refused: its /sse stream is not open on this instance"
         );
-        return reply::text(StatusCode::NOT_FOUND, "Session not found");
+        return respond::text(StatusCode::NOT_FOUND, "Session not found");
     }
     // Another principal who learned the id must not open it: its answers would go to the
     // stream's owner, and the session would be bound to the intruder. The same answer as an
@@ -276,18 +280,18 @@ async fn initialize(
         tracing::warn!(
             "a 2024-11-05 initialize was refused: its /sse stream was opened by another principal"
         );
-        return reply::text(StatusCode::NOT_FOUND, "Session not found");
+        return respond::text(StatusCode::NOT_FOUND, "Session not found");
     }
     match initialize::open(app, Some(sid), rid, params, owner, &client.key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {
                 app.sessions().end(&session.id).await;
-                return reply::text(StatusCode::NOT_FOUND, "Session not found");
+                return respond::text(StatusCode::NOT_FOUND, "Session not found");
             }
             let fresh = AtomicBool::new(false);
             to_stream(app, sid, encode_result(rid, &result), &fresh).await;
-            reply::accepted()
+            respond::accepted()
         }
         Err(res) => res,
     }

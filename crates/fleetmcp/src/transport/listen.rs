@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::{reply, sse};
+use super::{respond, sse};
 use crate::app::{App, Change};
 use crate::limits::{HoldRefusal, LimitKey};
 use crate::protocol::{ErrorCode, ErrorData, encode_notification, errors};
@@ -170,8 +170,8 @@ fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
     };
     app.meters().limit_rejected(limit);
     tracing::debug!(?why, "refused a subscriptions/listen stream over a limit");
-    reply::with_retry_after(
-        reply::rpc_error(status, Some(id), &error),
+    respond::with_retry_after(
+        respond::rpc_error(status, Some(id), &error),
         LISTEN_RETRY_AFTER_S,
     )
 }
@@ -210,10 +210,10 @@ pub(super) fn serve(
     key: &LimitKey,
 ) -> Response {
     if let Err(e) = check_uris(app, map) {
-        return reply::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e);
+        return respond::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e);
     }
     let Some(filter) = parse(map) else {
-        return reply::rpc_error(
+        return respond::rpc_error(
             StatusCode::BAD_REQUEST,
             Some(id),
             &ErrorData::new(

@@ -28,7 +28,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::relay::{RelayRequest, Relayed};
-use super::{Endpoint, SESSION_HEADER, relay, reply};
+use super::{Endpoint, SESSION_HEADER, relay, respond};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
@@ -151,7 +151,7 @@ async fn relay_or_take_over(
                 }
                 Relayed::HolderGone(_) => {
                     meters.relayed(RelayOutcome::HolderGone, began.elapsed());
-                    Err(reply::unavailable(
+                    Err(respond::unavailable(
                         None,
                         "The instances holding this session stopped; retry shortly",
                         1,
@@ -187,7 +187,7 @@ pub(super) async fn pinned(
             // sees the stream end), or only have lost Redis with the stream still open. Nothing
             // can take the session over, and a `404` would make the client drop a stream that
             // may be alive: the documented `503`, and the client retries.
-            Relayed::HolderGone(_) => reply::unavailable(
+            Relayed::HolderGone(_) => respond::unavailable(
                 None,
                 "The instance holding this session's stream cannot be reached; retry shortly",
                 1,
@@ -231,7 +231,7 @@ fn place(lookup: Lookup, owner: Option<&str>) -> Place {
 pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Response {
     match why {
         Unserved::NoSession => match asker {
-            Asker::Post => reply::rpc_error(
+            Asker::Post => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
                 &ErrorData::new(
@@ -240,12 +240,12 @@ pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Resp
                     Some(json!({"transport": "streamable-http", "expected": "initialize"})),
                 ),
             ),
-            Asker::Get => reply::rpc_error(
+            Asker::Get => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::server("Bad Request: Mcp-Session-Id header is required"),
             ),
-            Asker::Delete => reply::rpc_error(
+            Asker::Delete => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::server("No valid session ID provided"),
@@ -253,30 +253,30 @@ pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Resp
         },
         Unserved::Missing(Missing::Invalid) => invalid_session_id(id),
         Unserved::Missing(Missing::Deleted) => {
-            reply::text(StatusCode::NOT_FOUND, "Session not found")
+            respond::text(StatusCode::NOT_FOUND, "Session not found")
         }
-        Unserved::Missing(Missing::Expired) => reply::rpc_error(
+        Unserved::Missing(Missing::Expired) => respond::rpc_error(
             StatusCode::NOT_FOUND,
             id,
             &ErrorData::new(ErrorCode(-32001), "session expired", None),
         ),
         Unserved::Missing(Missing::Unknown) => match asker {
-            Asker::Get => reply::text(StatusCode::NOT_FOUND, "Session not found"),
-            _ => reply::rpc_error(
+            Asker::Get => respond::text(StatusCode::NOT_FOUND, "Session not found"),
+            _ => respond::rpc_error(
                 StatusCode::NOT_FOUND,
                 id,
                 &errors::server("session not initialized"),
             ),
         },
         Unserved::Missing(Missing::StoreUnavailable) => {
-            reply::unavailable(id, "The session store is unavailable; retry shortly", 1)
+            respond::unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
-        Unserved::Missing(Missing::Unconfirmed) => reply::unavailable(
+        Unserved::Missing(Missing::Unconfirmed) => respond::unavailable(
             id,
             "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
             1,
         ),
-        Unserved::Missing(Missing::Full) => reply::unavailable(
+        Unserved::Missing(Missing::Full) => respond::unavailable(
             id,
             "This instance holds too many sessions; retry shortly",
             1,
@@ -285,7 +285,7 @@ pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Resp
 }
 
 pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
-    reply::rpc_error(
+    respond::rpc_error(
         StatusCode::NOT_FOUND,
         id,
         &errors::server("invalid session id"),

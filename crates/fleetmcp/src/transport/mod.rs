@@ -41,7 +41,7 @@ mod mirrored;
 mod observe;
 mod post;
 mod relay;
-mod reply;
+mod respond;
 mod scrape;
 mod sse;
 mod stateless;
@@ -141,7 +141,7 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
 
 /// Any other method on `/mcp`: a JSON-RPC error, like every other error answer.
 async fn method_not_allowed() -> Response {
-    let mut res = reply::rpc_error(
+    let mut res = respond::rpc_error(
         http::StatusCode::METHOD_NOT_ALLOWED,
         None,
         &crate::protocol::errors::server("Method Not Allowed: use POST, GET or DELETE"),

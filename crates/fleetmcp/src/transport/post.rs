@@ -27,7 +27,7 @@ use super::client_key::Client;
 use super::driver::{self, NotRun, Started, Streaming};
 use super::edge::PostHeaders;
 use super::locate::{self, Asker, Located};
-use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, reply, sse, stateless};
+use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, respond, sse, stateless};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -82,7 +82,7 @@ pub(super) async fn handle(
         let owner = client.owner();
         return match initialize::open(app, None, id, params.as_deref(), owner, &client.key).await {
             Ok((session, result)) => {
-                let mut res = reply::json(StatusCode::OK, encode_result(id, &result));
+                let mut res = respond::json(StatusCode::OK, encode_result(id, &result));
                 if let Ok(v) = HeaderValue::from_str(&session.id) {
                     res.headers_mut().insert(SESSION_HEADER, v);
                 }
@@ -110,11 +110,11 @@ pub(super) async fn handle(
         }
         Message::Notification { method, params } => {
             dispatch::notification(&session, &method, params.as_deref());
-            reply::accepted()
+            respond::accepted()
         }
         Message::Response { id, outcome } => {
             dispatch::client_response(&session, &id, outcome);
-            reply::accepted()
+            respond::accepted()
         }
     }
 }
@@ -123,10 +123,10 @@ pub(super) async fn handle(
 /// for the request's metrics.
 fn one_message(body: &[u8]) -> Result<Message, Response> {
     let incoming: Incoming = serde_json::from_slice(body)
-        .map_err(|e| reply::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)))?;
+        .map_err(|e| respond::rpc_error(StatusCode::BAD_REQUEST, None, &errors::parse_error(e)))?;
     let message = incoming
         .classify()
-        .map_err(|(id, e)| reply::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e))?;
+        .map_err(|(id, e)| respond::rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &e))?;
     labels::note_method(match &message {
         Message::Request { method, .. } => Method::of(method),
         Message::Notification { .. } => Method::NOTIFICATION,
@@ -171,8 +171,8 @@ async fn answer(
 /// A plain JSON answer.
 fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
     match reply {
-        Err(e) => reply::error_reply(StatusCode::OK, Some(id), &e),
-        ok => reply::json(StatusCode::OK, dispatch::encode_reply(id, ok)),
+        Err(e) => respond::error_reply(StatusCode::OK, Some(id), &e),
+        ok => respond::json(StatusCode::OK, dispatch::encode_reply(id, ok)),
     }
 }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Uri};
 
 use super::client_key::{PeerAddr, RELAYED_PEER_HEADER};
-use super::reply;
+use super::respond;
 
 /// A request as received, ready to be served by another instance.
 #[derive(Debug, Clone)]
@@ -55,7 +55,7 @@ pub(super) async fn forward(relay: Option<&dyn Relay>, holder: &str, req: RelayR
                 holder,
                 "a session held by another instance, and no relay to reach it"
             );
-            Relayed::Failed(reply::unavailable(
+            Relayed::Failed(respond::unavailable(
                 None,
                 "The instance holding this session cannot be reached; retry shortly",
                 1,

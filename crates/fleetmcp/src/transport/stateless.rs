@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::client_key::Client;
 use super::driver::{self, Started, Streaming};
-use super::{listen, mirrored, reply, sse};
+use super::{listen, mirrored, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -39,7 +39,7 @@ fn status_of(e: &ErrorData) -> StatusCode {
 }
 
 fn error(id: &RawValue, e: &ErrorData) -> Response {
-    reply::error_reply(status_of(e), Some(id), e)
+    respond::error_reply(status_of(e), Some(id), e)
 }
 
 pub(super) async fn serve(
@@ -51,9 +51,9 @@ pub(super) async fn serve(
 ) -> Response {
     let (id, method, params) = match message {
         // The core protocol defines no client notifications over HTTP in this era.
-        Message::Notification { .. } => return reply::accepted(),
+        Message::Notification { .. } => return respond::accepted(),
         Message::Response { id, .. } => {
-            return reply::rpc_error(
+            return respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 Some(&id),
                 &errors::invalid_request(
@@ -78,7 +78,7 @@ pub(super) async fn serve(
     let caller = Caller::Stateless(round);
     match driver::start(app, caller, client, id.clone(), method, params, sse_ok).await {
         Ok(Started::Plain(Some(Ok(result)))) => {
-            reply::json(StatusCode::OK, encode_result(&id, &result))
+            respond::json(StatusCode::OK, encode_result(&id, &result))
         }
         Ok(Started::Plain(Some(Err(e)))) => error(&id, &e),
         Ok(Started::Plain(None)) => error(&id, &shutting_down()),
