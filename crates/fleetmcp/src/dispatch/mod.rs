@@ -45,7 +45,8 @@ pub(crate) fn encode_reply(id: &RawValue, reply: Reply) -> bytes::Bytes {
     }
 }
 
-pub(crate) fn raw<T: Serialize + ?Sized>(value: &T) -> Reply {
+/// A successful answer carrying `value`, serialised once (an error if it cannot be).
+pub(crate) fn reply_of<T: Serialize + ?Sized>(value: &T) -> Reply {
     serde_json::value::to_raw_value(value)
         .map_err(|e| errors::internal(format!("serialising the result: {e}")))
 }
@@ -81,13 +82,13 @@ pub(crate) fn respond<T: Serialize>(
     cache: Option<Cache>,
 ) -> Reply {
     if !ctx.is_stateless() {
-        return raw(value);
+        return reply_of(value);
     }
     let mut v = serde_json::to_value(value).map_err(|e| errors::internal(e.to_string()))?;
     if let Value::Object(map) = &mut v {
         decorate(app, map, cache);
     }
-    raw(&v)
+    reply_of(&v)
 }
 
 fn decorate(app: &App, map: &mut Map<String, Value>, cache: Option<Cache>) {
@@ -135,7 +136,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
     if let Value::Object(map) = &mut result {
         decorate(app, map, None);
     }
-    raw(&result)
+    reply_of(&result)
 }
 
 /// Runs one request. A handler that panics (a tool, resource, prompt or completion handler,
@@ -205,7 +206,7 @@ async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply
         (_, "prompts/list") => prompts::list(&app, &ctx, p),
         (_, "prompts/get") => prompts::get(&app, p, ctx).await,
         (_, "completion/complete") => completion::complete(&app, &ctx, p),
-        (Caller::Session(_), "ping") => raw(&json!({})),
+        (Caller::Session(_), "ping") => reply_of(&json!({})),
         (Caller::Session(s), "resources/subscribe") => resources::subscribe(&app, s, p, true),
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(&app, s, p, false),
         (Caller::Session(s), "logging/setLevel") => set_level(s, p),
@@ -317,7 +318,7 @@ fn set_level(session: &Session, p: Option<&RawValue>) -> Reply {
     let level = LogLevel::parse(&level)
         .ok_or_else(|| errors::invalid_params(format!("Invalid log level: {level}")))?;
     session.set_log_level(level);
-    raw(&json!({}))
+    reply_of(&json!({}))
 }
 
 /// Handles a notification from a session-era client.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Cache, Reply, input_required, list_cache, paging, params, raw, respond};
+use super::{Cache, Reply, input_required, list_cache, paging, params, reply_of, respond};
 use crate::app::App;
 use crate::catalog::ResourceError;
 use crate::context::{Caller, RequestContext};
@@ -151,5 +151,5 @@ pub(super) fn subscribe(app: &App, session: &Session, p: Option<&RawValue>, on: 
     } else {
         session.unsubscribe(&uri);
     }
-    raw(&json!({}))
+    reply_of(&json!({}))
 }

@@ -46,8 +46,8 @@ use crate::redis_conn::{CommandError, RedisConn};
 /// instance needs to recreate the session (`protocolVersion`, `clientInfo`).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Wire {
-    session: WireSession,
+struct StoredRecord {
+    session: StoredSession,
     created_at: u64,
     last_accessed_at: u64,
     initialized: bool,
@@ -72,17 +72,17 @@ struct Wire {
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireSession {
+struct StoredSession {
     id: String,
     protocol: String,
     created_at: u64,
     node_id: String,
 }
 
-impl Wire {
+impl StoredRecord {
     fn from_record(r: &SessionRecord) -> Self {
         Self {
-            session: WireSession {
+            session: StoredSession {
                 id: r.id.clone(),
                 protocol: "streamable-http".into(),
                 created_at: r.created_at,
@@ -249,7 +249,7 @@ impl RedisSessionStore {
         self.conn.config().node_index_key(node)
     }
 
-    fn encode(wire: &Wire) -> Result<String, StoreError> {
+    fn encode(wire: &StoredRecord) -> Result<String, StoreError> {
         serde_json::to_string(wire)
             .map_err(|e| StoreError::Unavailable(format!("cannot encode the record: {e}")))
     }
@@ -269,9 +269,9 @@ impl RedisSessionStore {
             .iter()
             .zip(raw)
             .map(|(id, raw)| {
-                raw.and_then(|r| serde_json::from_str::<Wire>(&r).ok())
+                raw.and_then(|r| serde_json::from_str::<StoredRecord>(&r).ok())
                     .filter(|w| &w.session.id == id)
-                    .map(Wire::into_record)
+                    .map(StoredRecord::into_record)
             })
             .collect())
     }
@@ -360,8 +360,8 @@ impl RedisSessionStore {
     }
 
     /// The record `record` becomes when `to` claims it at `now`.
-    fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> Wire {
-        let mut wire = Wire::from_record(&SessionRecord {
+    fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> StoredRecord {
+        let mut wire = StoredRecord::from_record(&SessionRecord {
             node_id: to.to_string(),
             epoch: record.epoch + 1,
             ..record.clone()
@@ -419,7 +419,7 @@ impl RedisSessionStore {
 #[async_trait]
 impl SessionStore for RedisSessionStore {
     async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        let json = serde_json::to_string(&Wire::from_record(record))
+        let json = serde_json::to_string(&StoredRecord::from_record(record))
             .map_err(|e| StoreError::Unavailable(format!("cannot encode the record: {e}")))?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(&record.id))
@@ -435,7 +435,7 @@ impl SessionStore for RedisSessionStore {
         let Some(raw) = self.run::<Option<String>>(cmd).await? else {
             return Ok(None);
         };
-        match serde_json::from_str::<Wire>(&raw) {
+        match serde_json::from_str::<StoredRecord>(&raw) {
             Ok(w) if w.session.id == id => Ok(Some(w.into_record())),
             Ok(_) | Err(_) => {
                 // The contract: a record that does not parse or validate is deleted.
@@ -483,7 +483,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
-        let json = Self::encode(&Wire::from_record(record))?;
+        let json = Self::encode(&StoredRecord::from_record(record))?;
         let mut set = redis::cmd("SET");
         set.arg(self.key(&record.id))
             .arg(json)
@@ -635,7 +635,7 @@ mod tests {
             epoch: 3,
             owner: None,
         };
-        let v = serde_json::to_value(Wire::from_record(&r)).unwrap();
+        let v = serde_json::to_value(StoredRecord::from_record(&r)).unwrap();
         assert_eq!(v["session"]["nodeId"], "desk-a");
         assert_eq!(v["session"]["protocol"], "streamable-http");
         assert_eq!(v["session"]["id"], "s1");
@@ -644,7 +644,7 @@ mod tests {
             v["clientCapabilities"]["elicitation"],
             serde_json::json!({})
         );
-        let back: Wire = serde_json::from_value(v).unwrap();
+        let back: StoredRecord = serde_json::from_value(v).unwrap();
         assert_eq!(back.into_record(), r);
     }
 }

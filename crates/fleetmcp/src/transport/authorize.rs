@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Ep, respond};
+use super::{EndpointState, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};
 use crate::protocol::{ErrorCode, ErrorData};
@@ -32,7 +32,7 @@ const REFUSED: ErrorCode = ErrorCode(-32001);
 
 /// The layer around the MCP routes: passes requests with a valid token (and the scopes every
 /// request needs), answers the rest. Without `[auth]` it passes everything untouched.
-pub(super) async fn check(State(ep): Ep, mut req: Request, next: Next) -> Response {
+pub(super) async fn check(State(ep): EndpointState, mut req: Request, next: Next) -> Response {
     let Some(auth) = ep.app.auth() else {
         return next.run(req).await;
     };
@@ -154,7 +154,7 @@ async fn request_id(app: &App, req: Request) -> Option<Box<RawValue>> {
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]`: the Protected Resource Metadata;
 /// `404` when authorization is off.
-pub(super) async fn metadata(State(ep): Ep) -> Response {
+pub(super) async fn metadata(State(ep): EndpointState) -> Response {
     match ep.app.auth() {
         Some(auth) => {
             let doc = auth.metadata(ep.app.catalog().scopes());

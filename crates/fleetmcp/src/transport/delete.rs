@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use http::StatusCode;
 
-use super::Ep;
+use super::EndpointState;
 use super::client_key::Client;
 use super::edge::{Held, SessionEra};
 
@@ -13,7 +13,7 @@ use super::edge::{Held, SessionEra};
 /// handler, `edge.rs`). `client` is whom the session counted against
 /// (`limits.max_sessions_per_key`), to give its place back.
 pub(super) async fn handle(
-    State(ep): Ep,
+    State(ep): EndpointState,
     client: Client,
     _: SessionEra,
     Held { session, .. }: Held,

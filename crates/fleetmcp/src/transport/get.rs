@@ -8,14 +8,14 @@ use futures_util::StreamExt;
 use http::StatusCode;
 
 use super::edge::{GetHeaders, Held, SessionEra};
-use super::{Ep, respond, sse};
+use super::{EndpointState, respond, sse};
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::protocol::errors;
 
 /// Serves a GET of the session era that takes SSE, whose session is held here (all three
 /// checked in front of this handler, `edge.rs`).
 pub(super) async fn handle(
-    State(ep): Ep,
+    State(ep): EndpointState,
     _: SessionEra,
     _: GetHeaders,
     Held { session, headers }: Held,

@@ -13,7 +13,7 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{Ep, respond};
+use super::{EndpointState, respond};
 
 /// How long a readiness probe may take before it counts as unhealthy.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,7 +35,7 @@ pub trait Probe: Send + Sync + 'static {
     async fn check(&self) -> ProbeReport;
 }
 
-pub(super) async fn healthz(State(ep): Ep) -> Response {
+pub(super) async fn healthz(State(ep): EndpointState) -> Response {
     let app = &ep.app;
     let cfg = app.config();
     let body = json!({
@@ -52,7 +52,7 @@ pub(super) async fn healthz(State(ep): Ep) -> Response {
     respond::json(StatusCode::OK, body.to_string().into())
 }
 
-pub(super) async fn readyz(State(ep): Ep) -> Response {
+pub(super) async fn readyz(State(ep): EndpointState) -> Response {
     let started = Instant::now();
     let (ready, probes) = evaluate(&ep).await;
     readiness(&ep.app, ready, started, probes)

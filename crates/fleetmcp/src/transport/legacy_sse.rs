@@ -27,7 +27,7 @@ use super::client_key::Client;
 use super::driver::{self, Started};
 use super::edge::Pinned;
 use super::locate::{self, Unserved};
-use super::{Ep, MESSAGE_PATH, authorize, initialize, respond, sse};
+use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
@@ -56,7 +56,7 @@ impl Drop for StreamGuard {
 }
 
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
-pub(super) async fn open(State(ep): Ep, client: Client) -> Response {
+pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let app = &ep.app;
     let slot = match driver::admit_stream(app, &client.key).await {
         Ok(slot) => slot,
@@ -112,7 +112,7 @@ fn messages(
 /// `POST /message?sessionId=<id>`: one JSON-RPC message; its answer goes to the stream. Its
 /// session was located in front of this handler (`edge.rs`), and one held elsewhere answered
 /// there.
-pub(super) async fn post(State(ep): Ep, client: Client, pinned: Pinned) -> Response {
+pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinned) -> Response {
     let app = &ep.app;
     let Pinned { sid, session, body } = pinned;
     let message = match serde_json::from_slice::<Incoming>(&body) {

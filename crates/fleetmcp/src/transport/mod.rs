@@ -94,7 +94,7 @@ impl Endpoint {
     }
 }
 
-type Ep = axum::extract::State<Arc<Endpoint>>;
+type EndpointState = axum::extract::State<Arc<Endpoint>>;
 
 /// The routes of one server.
 pub(crate) fn router(app: App, seams: Seams) -> Router {

@@ -27,7 +27,9 @@ use super::client_key::Client;
 use super::driver::{self, NotRun, Started, Streaming};
 use super::edge::PostHeaders;
 use super::locate::{self, Asker, Located};
-use super::{Ep, SESSION_HEADER, batch, checks, era, initialize, respond, sse, stateless};
+use super::{
+    EndpointState, SESSION_HEADER, batch, checks, era, initialize, respond, sse, stateless,
+};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -40,7 +42,7 @@ use crate::telemetry::labels::{self, Era, Method};
 /// `located` is its body, its headers, and the session that serves it here or why none does
 /// (answered once the request's id is known); `client` who sent it.
 pub(super) async fn handle(
-    State(ep): Ep,
+    State(ep): EndpointState,
     _: PostHeaders,
     client: Client,
     located: Located,

@@ -189,7 +189,7 @@ impl ToolBuilder {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        self.raw(move |args, ctx, ()| f(args, ctx))
+        self.with_handler(move |args, ctx, ()| f(args, ctx))
     }
 }
 
@@ -213,7 +213,7 @@ impl<T: Send + Sync + 'static> ToolBuilder<Arc<T>> {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        self.raw(f)
+        self.with_handler(f)
     }
 }
 
@@ -255,7 +255,7 @@ impl<S> ToolBuilder<S> {
         )
     }
 
-    fn raw<F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    fn with_handler<F, Fut, R>(self, f: F) -> Arc<ToolDef>
     where
         S: StateArg,
         F: Fn(Value, RequestContext, S) -> Fut + Send + Sync + 'static,

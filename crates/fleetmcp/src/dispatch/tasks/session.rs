@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::super::{Reply, paging, params, raw};
+use super::super::{Reply, paging, params, reply_of};
 use super::{launch, unknown};
 use crate::app::App;
 use crate::catalog::ToolDef;
@@ -67,7 +67,7 @@ pub(crate) async fn create(
         move |_, _| async move { tool.call(args, ctx).await }.boxed(),
     )
     .await?;
-    raw(&json!({"task": session_task(&record)}))
+    reply_of(&json!({"task": session_task(&record)}))
 }
 
 #[derive(Deserialize)]
@@ -91,7 +91,7 @@ async fn owned(
 
 pub(crate) async fn get(app: &App, session: &Session, p: Option<&RawValue>) -> Reply {
     let r = owned(app, session, p).await?;
-    raw(&session_task(&r))
+    reply_of(&session_task(&r))
 }
 
 /// Waits until the task is terminal, then answers exactly what the call would have.
@@ -118,7 +118,7 @@ pub(crate) async fn result(
     match (r.status, r.result, r.error) {
         (TaskStatus::Completed, Some(Value::Object(mut result)), _) => {
             result.insert("_meta".into(), related);
-            raw(&Value::Object(result))
+            reply_of(&Value::Object(result))
         }
         (TaskStatus::Failed, _, Some(error)) => {
             Err(serde_json::from_value(error)
@@ -140,7 +140,7 @@ pub(crate) async fn list(app: &App, session: &Session, p: Option<&RawValue>) -> 
     if let Some(c) = next {
         result["nextCursor"] = json!(c);
     }
-    raw(&result)
+    reply_of(&result)
 }
 
 pub(crate) async fn cancel(app: &App, session: &Session, p: Option<&RawValue>) -> Reply {
@@ -156,5 +156,5 @@ pub(crate) async fn cancel(app: &App, session: &Session, p: Option<&RawValue>) -
         )));
     }
     let r = app.tasks().cancel(r).await?;
-    raw(&session_task(&r))
+    reply_of(&session_task(&r))
 }
