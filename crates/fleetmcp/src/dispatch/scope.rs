@@ -14,30 +14,29 @@ pub(crate) fn scope_for(app: &App, method: &str, params: Option<&RawValue>) -> O
     let Some(upstream) = app.upstream() else {
         return required_scope(&app.catalog(), method, params);
     };
-    #[derive(Deserialize)]
-    struct Target {
-        name: Option<String>,
-        uri: Option<String>,
-    }
+    let t = target(method, params)?;
+    upstream.required_scope(method, t.name.or(t.uri)?.as_str())
+}
+
+/// What a request that can need a scope names: the tool or prompt (`name`) or the resource
+/// (`uri`); `None` for every other method.
+#[derive(Deserialize)]
+struct Target {
+    name: Option<String>,
+    uri: Option<String>,
+}
+
+fn target(method: &str, params: Option<&RawValue>) -> Option<Target> {
     if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
         return None;
     }
-    let t: Target = serde_json::from_str(params?.get()).ok()?;
-    upstream.required_scope(method, t.name.or(t.uri)?.as_str())
+    serde_json::from_str(params?.get()).ok()
 }
 
 /// The scope `method` with `params` needs, if its target declares one. Unknown targets need
 /// none here: dispatch answers them as usual.
 fn required_scope(catalog: &Catalog, method: &str, params: Option<&RawValue>) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Target {
-        name: Option<String>,
-        uri: Option<String>,
-    }
-    if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
-        return None;
-    }
-    let t: Target = serde_json::from_str(params?.get()).ok()?;
+    let t = target(method, params)?;
     let scope = match method {
         "tools/call" => catalog.tool(t.name.as_deref()?)?.scope(),
         "prompts/get" => catalog.prompt(t.name.as_deref()?)?.scope(),
