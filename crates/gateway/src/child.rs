@@ -108,7 +108,7 @@ impl Children {
 /// generic `HOSTNAME`, `NODE_ENV` and the log and trace settings.
 fn own_variables() -> impl Iterator<Item = &'static str> {
     const KEPT: [&str; 4] = ["HOSTNAME", "NODE_ENV", "RUST_LOG", "LOG_FORMAT"];
-    fleetmcp::internals::environment_variables()
+    fleetmcp::Config::environment_variables()
         .filter(|name| !KEPT.contains(name) && !name.starts_with("OTEL_"))
         .chain(crate::config::VARIABLES)
 }

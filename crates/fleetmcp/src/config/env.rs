@@ -70,7 +70,6 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_METRICS",
 ];
 
-#[cfg(any(test, feature = "testkit"))]
 /// Every environment variable a fleetmcp server reads: the configuration's (see
 /// [`Config::from_sources`]), `FLEETMCP_CONFIG` (the TOML file, read by [`Config::load`]) and
 /// those read by [`crate::init_tracing`] (`TRACING_ENV`). Deployment files are checked
@@ -84,7 +83,6 @@ pub fn environment_variables() -> impl Iterator<Item = &'static str> {
         .copied()
 }
 
-#[cfg(any(test, feature = "testkit"))]
 /// The variables [`crate::init_tracing`] reads, not the configuration: the log filter and
 /// format, and (with the cargo feature `otlp`) where spans are exported and under which
 /// service name. The OTLP exporter also reads the other standard `OTEL_*` variables.
@@ -97,6 +95,18 @@ pub const TRACING_ENV: &[&str] = &[
 ];
 
 impl Config {
+    /// Every environment variable a fleetmcp server reads (its configuration's, `FLEETMCP_CONFIG`
+    /// and the logging and tracing ones): for a program that starts other processes and must
+    /// not hand them its own settings and secrets (the gateway's child processes), or checks a
+    /// deployment file against them.
+    ///
+    /// ```
+    /// assert!(fleetmcp::Config::environment_variables().any(|v| v == "MCP_SESSION_SECRET"));
+    /// ```
+    pub fn environment_variables() -> impl Iterator<Item = &'static str> {
+        environment_variables()
+    }
+
     /// Sets what the variable `name` stands for; a variable the configuration does not read is
     /// ignored. Every name belongs to one section, whose function sets it (the others pass it
     /// by).
