@@ -507,7 +507,7 @@ pid {d}/nginx.pid;
 error_log {d}/error.log info;
 events {{ worker_connections 1024; }}
 http {{
-  log_format upstreams '$request_method $status $upstream_addr $upstream_status';
+  log_format upstreams '$msec $request_method $status $upstream_addr $upstream_status';
   access_log {d}/access.log upstreams;
   client_body_temp_path {d}/body;
   proxy_temp_path {d}/proxy;

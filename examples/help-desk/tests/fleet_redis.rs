@@ -2216,6 +2216,45 @@ fn an_answer_the_store_failed_under_reaches_the_client_that_resumes() {
     eprintln!("the answer the store failed under came {took:?} after the resume");
 }
 
+/// The same through a long outage (Redis paused 19 s after the answer's append failed): the
+/// writer keeps trying to store the answer, and stores it within about 2 s of Redis answering
+/// again, so a client that resumes then is not kept waiting. Before, its tries were spaced up
+/// to 10 s apart, and a resume accepted once Redis was back carried nothing for up to 10 s
+/// (F11: the 30-minute soak's client gave up after 16 s of a resumed stream with nothing).
+#[test]
+fn an_answer_unstored_through_a_long_outage_is_stored_soon_after_it() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let (_effects, file) = effects_file();
+    let a = distributed_desk("desk-a", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sid = open_session(a.port());
+    let (id, last) = start_streamed_call(a.port(), &sid, 1500);
+    thread::sleep(Duration::from_millis(800));
+    redis.pause();
+    assert!(
+        log_has(
+            &a,
+            "an SSE event could not be stored",
+            Duration::from_secs(5)
+        ),
+        "the answer's append fails while Redis is paused:\n{}",
+        a.log()
+    );
+    thread::sleep(Duration::from_secs(19));
+    redis.resume();
+    let (seen, took) = resume_to_the_end(a.port(), &sid, &last, Duration::from_secs(15));
+    let answers: Vec<Value> = stream_messages(&seen)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{seen}");
+    assert!(
+        took < Duration::from_millis(3500),
+        "the answer came {took:?} after Redis was back:\n{}",
+        a.log()
+    );
+}
+
 /// A page its holder could not store (Redis paused) is not reported delivered: `page_session`
 /// says `delivered: false`, so a caller never counts a message that may be lost as taken.
 /// Before, the holder said `true` whatever its event store answered (the chaos soak then
@@ -2343,4 +2382,93 @@ fn wait_until_gone(redis: &RedisServer, key: &str, limit: Duration) {
         assert!(start.elapsed() < limit, "{key} gone within {limit:?}");
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// F13 (found by the second 30-minute soak): a 2024-11-05 `initialize` relayed to a holder
+/// whose store is silent is answered `503` by the relaying instance once its wait (5 s) is
+/// over. The holder had got as far as opening the session (its store commands bounded at
+/// 1.5 s, its read of an unknown session at 2.5 s) when the relay's connection closed and the
+/// request stopped there: the session open, its answer never sent. The client, told `503`,
+/// sends `initialize` again: before the fix, `400` "already initialized", and the client's
+/// session could never start. Now, until the client sends anything else, a second
+/// `initialize` is answered again (the same result, on the stream), or refused `503` with
+/// `Retry-After` while the store cannot say; once the client went on, one more is `400`.
+#[test]
+fn a_2024_11_05_initialize_sent_again_after_a_relay_gave_up_is_answered() {
+    let redis = RedisServer::start();
+    let proxy = CuttableProxy::start(redis.port);
+    let dir = TempDir::new("legacy-initialize-again");
+    let config = config_file(
+        &dir,
+        "[sessions]\ncheck_timeout_ms = 1500\nstore_wait_ms = 2500\n",
+    );
+    let config = config.to_string_lossy().into_owned();
+    let a = distributed_desk("desk-a", &proxy.url(), &[("FLEETMCP_CONFIG", &config)]);
+    let b = distributed_desk("desk-b", &redis.url(), &[]);
+    let (mut stream, endpoint) = open_legacy_stream(a.port(), &[]);
+    let init = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2024-11-05", "capabilities": {},
+            "clientInfo": {"name": "old", "version": "0"}}})
+    };
+    let refused = |resp: &RawResponse, what: &str| {
+        assert_eq!(
+            resp.status,
+            503,
+            "{what}:\n{}\nA:\n{}",
+            resp.describe(),
+            a.log()
+        );
+        assert!(
+            resp.header("retry-after").is_some(),
+            "{what}: {}",
+            resp.describe()
+        );
+    };
+    proxy.hold();
+    refused(
+        &legacy_post(b.port(), &endpoint, &init(1)),
+        "the relay gives up on a holder whose store is silent",
+    );
+    // Sent again, first while the store is still silent, then once it answers: refused
+    // (`503`, `Retry-After`) or answered, never `400`.
+    let began = Instant::now();
+    let mut id = 2;
+    loop {
+        let resp = legacy_post(b.port(), &endpoint, &init(id));
+        proxy.restore();
+        if resp.status == 202 {
+            break;
+        }
+        refused(&resp, "initialize sent again");
+        assert!(
+            began.elapsed() < Duration::from_secs(15),
+            "initialize never accepted again:\nA:\n{}",
+            a.log()
+        );
+        thread::sleep(Duration::from_millis(300));
+        id += 1;
+    }
+    let seen = read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
+    assert!(
+        seen.contains("\"protocolVersion\":\"2024-11-05\""),
+        "{seen}"
+    );
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(legacy_post(a.port(), &endpoint, &initialized).status, 202);
+    let (call, call_id) = legacy_find();
+    assert_eq!(legacy_post(b.port(), &endpoint, &call).status, 202);
+    read_stream_until(&mut stream, &[&format!("\"id\":{call_id},")]);
+    let late = legacy_post(a.port(), &endpoint, &init(1000));
+    assert_eq!(
+        late.status,
+        400,
+        "an initialize after the session went on:\n{}",
+        late.describe()
+    );
+    assert!(
+        late.body.contains("already initialized"),
+        "{}",
+        late.describe()
+    );
 }

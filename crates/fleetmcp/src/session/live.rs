@@ -78,6 +78,10 @@ pub struct Session {
     /// Whether the session store holds a record of it (false when it was created while the
     /// store was unreachable).
     persisted: AtomicBool,
+    /// Whether the client sent anything after its `initialize`: until then a 2024-11-05
+    /// client may send `initialize` again (its answer may have been lost to a `503` from a
+    /// relay that gave up), and is answered again.
+    heard: AtomicBool,
     /// Milliseconds since the registry's epoch; read by the idle sweeper.
     last_used: AtomicU64,
     /// When the stored record was last refreshed, in ms since `created`.
@@ -135,6 +139,7 @@ impl Session {
             client_capabilities: LazyJson::new(&client_capabilities),
             log_level: AtomicU8::new(LogLevel::Info as u8),
             persisted: AtomicBool::new(false),
+            heard: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
             last_touch: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
@@ -207,6 +212,17 @@ impl Session {
     }
     pub(crate) fn mark_persisted(&self) {
         self.persisted.store(true, Ordering::Relaxed);
+    }
+    /// Notes that the client sent something after its `initialize` (see [`Session::was_heard`]).
+    pub(crate) fn mark_heard(&self) {
+        if !self.heard.load(Ordering::Relaxed) {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+    }
+    /// Whether the client sent anything after its `initialize`: once it has, it knows the
+    /// session started, and a second `initialize` is a mistake.
+    pub(crate) fn was_heard(&self) -> bool {
+        self.heard.load(Ordering::Relaxed)
     }
     pub(crate) fn is_persisted(&self) -> bool {
         self.persisted.load(Ordering::Relaxed)
@@ -452,17 +468,6 @@ impl LiveSessions {
         Some(s)
     }
 
-    /// Adds a session; false when the instance is full.
-    pub fn insert(&self, session: Arc<Session>) -> bool {
-        let mut map = self.sessions.write();
-        if map.len() >= self.max_sessions && !map.contains_key(&session.id) {
-            return false;
-        }
-        session.last_used.store(self.now_ms(), Ordering::Relaxed);
-        map.insert(session.id.clone(), session);
-        true
-    }
-
     /// Adds a session unless one with the same id is already held, which wins: the caller
     /// gets the held one and `false`. `None` when the instance is full.
     pub fn insert_if_absent(&self, session: Arc<Session>) -> Option<(Arc<Session>, bool)> {
@@ -575,9 +580,11 @@ mod tests {
     #[test]
     fn capacity_idle_expiry_and_memory_of_ended_sessions() {
         let live = LiveSessions::new(2);
-        assert!(live.insert(session("a")));
-        assert!(live.insert(session("b")));
-        assert!(!live.insert(session("c")), "full");
+        let added = |id: &str| live.insert_if_absent(session(id)).map(|(_, new)| new);
+        assert_eq!(added("a"), Some(true));
+        assert_eq!(added("b"), Some(true));
+        assert_eq!(added("a"), Some(false), "the one held stands");
+        assert_eq!(added("c"), None, "full");
         live.remove("a", Ended::Deleted);
         assert_eq!(live.ended("a"), Some(Ended::Deleted));
         std::thread::sleep(Duration::from_millis(20));

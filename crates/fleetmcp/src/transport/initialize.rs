@@ -210,7 +210,18 @@ fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
             "The session could not be stored durably; retry shortly",
             1,
         ),
+        OpenError::Opening => respond::unavailable(
+            rid,
+            "Another initialize for this session is running; retry shortly",
+            1,
+        ),
     }
+}
+
+/// The `initialize` result session `session` was opened with, to answer a 2024-11-05
+/// client's `initialize` again: the upstream's, for a gateway's session.
+pub(super) fn result_of(app: &App, session: &Session) -> Value {
+    upstream::initialize_result(session).unwrap_or_else(|| result(app, session.version))
 }
 
 /// The `initialize` result for `version`.

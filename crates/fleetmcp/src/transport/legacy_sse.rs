@@ -154,6 +154,8 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
         // Not held here: this transport's sessions never move between instances.
         _ => return respond::text(StatusCode::NOT_FOUND, "Session not found"),
     };
+    // The client went on from its `initialize`: a second one is no longer its retry.
+    session.mark_heard();
     match message {
         Message::Notification { method, params } => {
             dispatch::notification(&session, &method, params.as_deref())
@@ -248,6 +250,20 @@ async fn initialize(
 ) -> Response {
     let owner = client.owner();
     match session {
+        // Opened, but the client may not have its answer: a relay that gave up on this
+        // instance answered it `503` while the `initialize` ran here. Until the client sends
+        // anything else, a second `initialize` is that client's retry, and is answered again.
+        Ok(s) if !s.was_heard() => {
+            let fresh = AtomicBool::new(false);
+            to_stream(
+                app,
+                sid,
+                encode_result(rid, &initialize::result_of(app, s)),
+                &fresh,
+            )
+            .await;
+            return respond::accepted();
+        }
         Ok(_) => {
             return respond::rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -261,6 +277,13 @@ async fn initialize(
         // An ended session is never opened again under its old id.
         Err(Unserved::Missing(Missing::Deleted | Missing::Expired)) => {
             return respond::text(StatusCode::NOT_FOUND, "Session not found");
+        }
+        // Opened here already, but the store cannot confirm it now: refused like any other
+        // message, so the retry finds the session, never a second one in its place.
+        Err(why @ Unserved::Missing(Missing::StoreUnavailable | Missing::Unconfirmed))
+            if app.sessions().held_session(sid).is_some() =>
+        {
+            return locate::refuse(*why, locate::Asker::Post, Some(rid));
         }
         _ => {}
     }

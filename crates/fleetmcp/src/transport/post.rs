@@ -277,11 +277,11 @@ async fn write_answer(
 }
 
 /// The end marker (after the answer, if the store did not take it), for readers that resume
-/// the stream later: a store that failed is tried again (1 s doubling to 10 s) while the
-/// stream's events live, so a reader that resumes once Redis is back is not left waiting for
-/// an answer or an end that never comes.
+/// the stream later: a store that failed is tried again (0.25 s doubling to [`RETRY_CAP`])
+/// while the stream's events live, so a reader that resumes once Redis is back is not left
+/// waiting for an answer or an end that never comes.
 async fn mark_complete(writer: &StoredStream, unstored: Option<Bytes>, event_ttl: Duration) {
-    let mut delay = Duration::from_secs(1);
+    let mut delay = Duration::from_millis(250);
     let give_up = tokio::time::Instant::now() + event_ttl;
     let events = &writer.events;
     let (session, stream) = (&writer.session, writer.stream);
@@ -294,9 +294,15 @@ async fn mark_complete(writer: &StoredStream, unstored: Option<Bytes>, event_ttl
             break;
         }
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
+        delay = (delay * 2).min(RETRY_CAP);
     }
 }
+
+/// The longest wait between two tries to store a stream's end: a client that resumes once
+/// Redis is back waits at most about this long for its answer. (It was 10 s: F11, a resumed
+/// stream that carried nothing for longer than its client waited.) Each try is one command,
+/// bounded, and only streams whose store failed under them make any.
+const RETRY_CAP: Duration = Duration::from_secs(2);
 
 /// Where the response of a streamed answer reads from.
 enum Phase {

@@ -180,6 +180,9 @@ pub(super) struct Link {
     ended: CancellationToken,
     /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
     asking: Arc<AtomicUsize>,
+    /// What the upstream answered `initialize` with, for a 2024-11-05 client that sends its
+    /// `initialize` again (`transport/initialize.rs`).
+    initialize_result: Value,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -191,16 +194,21 @@ impl Link {
     /// Starts reading what the upstream sends, until the session leaves this instance or the
     /// upstream stops.
     pub(super) fn start(app: &App, session: &Arc<Session>, handshake: Handshake) -> Arc<Self> {
-        let UpstreamLink {
-            to_upstream,
-            from_upstream,
-        } = handshake.link;
+        let Handshake {
+            link:
+                UpstreamLink {
+                    to_upstream,
+                    from_upstream,
+                },
+            result: initialize_result,
+        } = handshake;
         let link = Arc::new(Self {
             to: parking_lot::Mutex::new(Some(to_upstream)),
             waiting: parking_lot::Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
+            initialize_result,
         });
         tokio::spawn(read(
             app.clone(),
@@ -209,6 +217,11 @@ impl Link {
             from_upstream,
         ));
         link
+    }
+
+    /// What the upstream answered `initialize` with.
+    pub(super) fn initialize_result(&self) -> &Value {
+        &self.initialize_result
     }
 
     fn is_alive(&self) -> bool {

@@ -135,6 +135,13 @@ pub(crate) fn answered_version(handshake: &Handshake) -> Option<ProtocolVersion>
         .and_then(ProtocolVersion::parse)
 }
 
+/// What session `session`'s upstream answered `initialize` with; `None` for a session with no
+/// live upstream here.
+pub(crate) fn initialize_result(session: &Session) -> Option<Value> {
+    let link = session.attachment::<link::Slot>()?.live()?;
+    Some(link.initialize_result().clone())
+}
+
 /// Sends a session's request up and returns the upstream's answer unchanged.
 pub(crate) async fn request(
     app: &App,

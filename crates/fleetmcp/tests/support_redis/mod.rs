@@ -642,6 +642,7 @@ impl Drop for Sentinel {
 pub struct CuttableProxy {
     pub port: u16,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: std::sync::Arc<std::sync::atomic::AtomicBool>,
     open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
 }
 
@@ -653,7 +654,8 @@ impl CuttableProxy {
         let port = listener.local_addr().expect("proxy address").port();
         let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
-        let (cut2, open2) = (cut.clone(), open.clone());
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (cut2, open2, held2) = (cut.clone(), open.clone(), held.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -678,15 +680,28 @@ impl CuttableProxy {
                 .into_iter()
                 .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
                 {
+                    let held = held2.clone();
                     std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
+                        pump(&mut from, &mut to, &held);
                         let _ = to.shutdown(std::net::Shutdown::Both);
                         let _ = from.shutdown(std::net::Shutdown::Both);
                     });
                 }
             }
         });
-        Self { port, cut, open }
+        Self {
+            port,
+            cut,
+            held,
+            open,
+        }
+    }
+
+    /// Holds every byte through the proxy, both ways, until [`CuttableProxy::restore`]: the
+    /// link goes silent (nothing refused, nothing answered), and what was sent meanwhile
+    /// arrives afterwards, as over a path that came back.
+    pub fn hold(&self) {
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// `redis://127.0.0.1:<proxy port>`
@@ -702,9 +717,27 @@ impl CuttableProxy {
         }
     }
 
-    /// Forwards new connections again.
+    /// Forwards new connections again, and what was held.
     pub fn restore(&self) {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes; while `held`, what was read waits.
+fn pump(from: &mut TcpStream, to: &mut TcpStream, held: &std::sync::atomic::AtomicBool) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while held.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            return;
+        }
     }
 }
 

@@ -176,7 +176,8 @@ fn run(cfg: &RunConfig) -> RunResult {
     }
 }
 
-/// The instances' logs, the whole history and the report, under `target/faults/seed-<seed>/`.
+/// The instances' and nginx's logs, the whole history and the report, under
+/// `target/faults/seed-<seed>/`.
 fn keep_for_inspection(fleet: &Fleet, h: &History, seed: u64, report: &str, table: &str) {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("../faults")
@@ -188,6 +189,9 @@ fn keep_for_inspection(fleet: &Fleet, h: &History, seed: u64, report: &str, tabl
     for m in &fleet.members {
         let _ = std::fs::write(dir.join(format!("{}.log", m.machine)), m.logs());
     }
+    // Why nginx took an instance out (F12) is in its own logs only.
+    let _ = std::fs::write(dir.join("nginx-error.log"), fleet.nginx.error_log());
+    let _ = std::fs::write(dir.join("nginx-access.log"), fleet.nginx.access_log());
     let mut text = String::new();
     for f in &h.faults {
         text.push_str(&format!("{:>8.3} FAULT {:?}\n", f.at.as_secs_f64(), f.kind));

@@ -87,6 +87,9 @@ pub enum OpenError {
     SealFailed,
     /// This instance holds its maximum of sessions.
     Full,
+    /// A session is already held under this id: another `initialize` for it is running, or
+    /// ran (a 2024-11-05 stream's id).
+    Opening,
     /// The store took the record but its replicas did not confirm it: acknowledged, the
     /// session could be lost in a failover.
     NotDurable,
@@ -355,12 +358,18 @@ impl Sessions {
         ));
         session.set_epoch(1);
         let term = self.lease.term();
-        if !self.live.insert(session.clone()) {
-            tracing::warn!(
-                limit = self.live.capacity(),
-                "initialize refused: this instance holds its maximum of sessions"
-            );
-            return Err(OpenError::Full);
+        // Never in the place of a session already held under this id (a 2024-11-05 stream's
+        // id, whose client sent `initialize` twice at once): the first one stands.
+        match self.live.insert_if_absent(session.clone()) {
+            Some((_, true)) => {}
+            Some((_, false)) => return Err(OpenError::Opening),
+            None => {
+                tracing::warn!(
+                    limit = self.live.capacity(),
+                    "initialize refused: this instance holds its maximum of sessions"
+                );
+                return Err(OpenError::Full);
+            }
         }
         // Its own from the start: stored or not, no other instance can have claimed it.
         session.confirmed_in(term);
