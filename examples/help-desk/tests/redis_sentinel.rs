@@ -352,3 +352,53 @@ fn a_2024_11_05_initialize_refused_for_want_of_a_replica_can_be_sent_again() {
     assert_eq!(resp.status, 202, "a call after it:\n{}", resp.describe());
     read_stream_until(&mut stream, &["\"structuredContent\""]);
 }
+
+/// F8 (the Sentinel soak's remainder): a replica promoted by a failover the sentinels that
+/// answer do not know of yet. Here the replica is made a master by hand (`REPLICAOF NO ONE`,
+/// what the leading sentinel sends in a failover); the master is left without a replica,
+/// and the sentinels, none failing it over, still name it master and list the replica as
+/// replicating,
+/// for seconds. Before the fix a majority naming the master was enough, and the session was
+/// acknowledged on a master about to be demoted; now a master with no replica connected
+/// while a sentinel sees one up is not written to durably: `503` with `Retry-After`. Once
+/// the replica is back under the master, sessions open again.
+#[test]
+fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
+    let set = SentinelSet::start(MASTER);
+    let (a, _b) = two_desks(&set, &[]);
+    open_session(a.port());
+    let init = || {
+        json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+            "clientInfo": {"name": "fleet-test", "version": "1"}}})
+    };
+    assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+    assert!(
+        resp.status == 503 && resp.header("retry-after").is_some(),
+        "an initialize the master's lost replica cannot confirm:\n{}\n{}",
+        resp.describe(),
+        a.log()
+    );
+    assert!(
+        a.log()
+            .contains("a sentinel saw 1 of its replicas replicating"),
+        "{}",
+        a.log()
+    );
+    let master = set.master.port.to_string();
+    assert_eq!(set.replica.cli(&["REPLICAOF", "127.0.0.1", &master]), "OK");
+    let began = Instant::now();
+    loop {
+        let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+        if resp.status == 200 {
+            break;
+        }
+        assert!(
+            resp.status == 503 && began.elapsed() < Duration::from_secs(15),
+            "sessions open again once the replica is back:\n{}",
+            resp.describe()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}

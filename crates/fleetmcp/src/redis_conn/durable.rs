@@ -103,6 +103,13 @@ impl RedisConn {
             })
             .await?;
         if confirmed >= want {
+            // What the fault harness reads when a write confirmed here is lost after all.
+            tracing::debug!(
+                replicas,
+                confirmed,
+                want,
+                "a durable write was confirmed by the replicas"
+            );
             Ok(())
         } else {
             Err(CommandError::NotDurable(format!(
@@ -112,11 +119,15 @@ impl RedisConn {
     }
 
     /// With Sentinel, for a master without replicas: whether a majority of the sentinels
-    /// name the server `link` writes to, and none is failing it over. The sentinels keep
-    /// naming the old master until they see the promoted replica answer as master (up to a
-    /// second), but the one leading the failover flags it from its start: until it ends, a
-    /// master that has lost its replica may be the one about to be demoted. Asked of every
-    /// sentinel at once, within the command timeout.
+    /// name the server `link` writes to, none is failing it over or finds it down, and none
+    /// sees a replica of it up. The sentinels keep naming the old master until they see the
+    /// promoted replica answer as master (up to a second, more for those that do not lead
+    /// the failover), but the one leading the failover flags it from its start, those that
+    /// voted for it find the master down, and those that know nothing yet still list the
+    /// promoted replica as the master's, replicating: a master that has none connected lost it. A
+    /// sentinel that does not answer in time is not counted (it may be the leader: hence
+    /// the checks on every other one). Asked of every sentinel at once, within the command
+    /// timeout.
     async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
         let Link::Single(_, Some(server)) = link else {
             return Ok(());
@@ -148,9 +159,26 @@ impl RedisConn {
                     view.master
                 )));
             }
+            if view.master_down {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel finds the master written to ({server}) down"
+                )));
+            }
+            if view.live_replicas > 0 {
+                return Err(CommandError::NotDurable(format!(
+                    "the master written to ({server}) has no replica connected, and a sentinel saw {} of its replicas replicating (promoted, or reconnecting)",
+                    view.live_replicas
+                )));
+            }
             agreeing += 1;
         }
         if agreeing * 2 > sentinels.len() {
+            tracing::debug!(
+                %server,
+                agreeing,
+                sentinels = sentinels.len(),
+                "a durable write to a master without replicas was confirmed by the sentinels"
+            );
             Ok(())
         } else {
             Err(CommandError::NotDurable(format!(

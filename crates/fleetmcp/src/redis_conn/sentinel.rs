@@ -77,28 +77,62 @@ async fn sentinel_connection(
 pub(super) struct SentinelView {
     /// `host:port`.
     pub master: String,
-    /// A failover of it is under way.
+    /// A failover of it is under way (this sentinel leads it).
     pub failing_over: bool,
+    /// This sentinel finds the master down (`s_down`, `o_down`): it may be voting for a
+    /// failover another sentinel leads.
+    pub master_down: bool,
+    /// The master's replicas this sentinel last saw replicating (up, reporting the replica
+    /// role, their link to the master up): a master that has none connected lost one that
+    /// was replicating, because it was promoted or because it is reconnecting. A server the
+    /// sentinels list as a replica without having seen it replicate (an old master after a
+    /// failover, until it is converted) is not one.
+    pub live_replicas: usize,
 }
 
-/// `SENTINEL MASTER <name>` on the sentinel at `host:port`.
+/// `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>` on the sentinel at `host:port`.
 pub(super) async fn sentinel_view(
     cfg: &RedisConfig,
     host: &str,
     port: u16,
 ) -> Result<SentinelView, CommandError> {
     let mut conn = sentinel_connection(cfg, host, port).await?;
+    let name = cfg.sentinel_master.as_deref().unwrap_or_default();
     let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
         .arg("master")
-        .arg(cfg.sentinel_master.as_deref().unwrap_or_default())
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .map_err(unavailable)?;
+    let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+        .arg("replicas")
+        .arg(name)
         .query_async(&mut conn)
         .await
         .map_err(unavailable)?;
     let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    let flags = field("flags");
     Ok(SentinelView {
         master: format!("{}:{}", field("ip"), field("port")),
-        failing_over: field("flags").contains("failover_in_progress"),
+        failing_over: flags.contains("failover_in_progress"),
+        master_down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
+        live_replicas: replicas.iter().filter(|r| is_replicating(r)).count(),
     })
+}
+
+/// Whether a sentinel last saw this replica (its `SENTINEL REPLICAS` fields) replicating.
+fn is_replicating(fields: &std::collections::HashMap<String, String>) -> bool {
+    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
+    is_up(field("flags"))
+        && field("role-reported") == "slave"
+        && field("master-link-status") == "ok"
+}
+
+/// Whether a sentinel's flags for a server say it is up, as far as that sentinel knows.
+fn is_up(flags: &str) -> bool {
+    !flags
+        .split(',')
+        .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
 }
 
 /// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
@@ -150,5 +184,44 @@ pub(super) async fn check_master(conn: &mut ConnectionManager) -> Result<(), Com
         Err(CommandError::Unavailable(
             "the server the sentinels named is not a master (yet)".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_replicating, is_up};
+
+    #[test]
+    fn a_server_is_up_unless_a_sentinel_flags_it_down_or_unreachable() {
+        assert!(is_up("slave"));
+        assert!(is_up("master"));
+        assert!(!is_up("s_down,slave"));
+        assert!(!is_up("slave,disconnected"));
+        assert!(!is_up("o_down,s_down,master"));
+    }
+
+    #[test]
+    fn a_replica_replicates_only_when_its_sentinel_saw_it_do_so() {
+        let fields = |flags: &str, role: &str, link: &str| {
+            [
+                ("flags", flags),
+                ("role-reported", role),
+                ("master-link-status", link),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        };
+        assert!(is_replicating(&fields("slave", "slave", "ok")));
+        assert!(
+            !is_replicating(&fields("slave", "master", "ok")),
+            "an old master"
+        );
+        assert!(
+            !is_replicating(&fields("slave", "slave", "err")),
+            "link down"
+        );
+        assert!(!is_replicating(&fields("s_down,slave", "slave", "ok")));
+        assert!(!is_replicating(&std::collections::HashMap::new()));
     }
 }
