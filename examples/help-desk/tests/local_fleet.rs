@@ -22,17 +22,26 @@ use std::time::{Duration, Instant};
 use fleet_client::*;
 use serde_json::json;
 
-/// Three consecutive free loopback ports (the script's `FIRST_PORT` and the two after it).
-fn three_free_ports() -> u16 {
-    for _ in 0..50 {
-        let first = support::free_port();
-        if first < u16::MAX - 2
-            && (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).is_ok())
-        {
+/// Five consecutive free loopback ports (nginx's, the script's `FIRST_PORT` and the two after
+/// it, Redis's), below the kernel's ephemeral range (`ip_local_port_range`, 32768 and up here): every other
+/// port a test uses is one the kernel handed out there (`free_port`, outgoing connections),
+/// so none can take one of these between this check and the script's start (it did, once in
+/// five full runs, when they were picked from that range).
+fn five_free_ports() -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let below = ephemeral_low.saturating_sub(5).max(10_005);
+    // Spread by the process id, so two runs at once try different places first.
+    let mut first = 10_000 + (std::process::id() as u16 % (below - 10_000));
+    for _ in 0..200 {
+        if (0..5).all(|i| std::net::TcpListener::bind(("127.0.0.1", first + i)).is_ok()) {
             return first;
         }
+        first = if first + 7 < below { first + 7 } else { 10_000 };
     }
-    panic!("no three consecutive free ports");
+    panic!("no five consecutive free ports below {ephemeral_low}");
 }
 
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -49,11 +58,8 @@ fn the_local_fleet_serves_and_ctrl_c_drains_the_instances_before_redis_and_nginx
     let out_path = dir.path().join("script.out");
     let out = std::fs::File::create(&out_path).expect("create the script's output file");
     let err = out.try_clone().expect("clone the output file");
-    let (lb, first, redis) = (
-        support::free_port(),
-        three_free_ports(),
-        support::free_port(),
-    );
+    let base = five_free_ports();
+    let (lb, first, redis) = (base, base + 1, base + 4);
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_help-desk"))
         .parent()
         .expect("the binary's directory")
