@@ -20,6 +20,9 @@
 //!   otherwise, never `cancelled`, never still running after the client's window. Its effect
 //!   is checked with the others: a task completed with a result is an acknowledged call, one
 //!   that failed or was not seen to end an unacknowledged one.
+//! - [`Promise::Isolated`]: with authorization on, another principal's requests on the clients'
+//!   sessions and tasks (`clients::intruder`) are answered as a stranger's to the id: none is
+//!   served.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -35,16 +38,18 @@ pub enum Promise {
     SessionKept,
     StreamOnce,
     TaskEnds,
+    Isolated,
 }
 
 impl Promise {
-    pub const ALL: [Promise; 6] = [
+    pub const ALL: [Promise; 7] = [
         Promise::OneHolder,
         Promise::Effects,
         Promise::Answered,
         Promise::SessionKept,
         Promise::StreamOnce,
         Promise::TaskEnds,
+        Promise::Isolated,
     ];
 
     pub fn title(self) -> &'static str {
@@ -55,6 +60,7 @@ impl Promise {
             Promise::SessionKept => "no session lost unless Redis lost it",
             Promise::StreamOnce => "every SSE event once, in order, after resumes",
             Promise::TaskEnds => "every task ends (failed only if killed), never lost",
+            Promise::Isolated => "no principal reaches another's session or task",
         }
     }
 }
@@ -111,10 +117,27 @@ pub fn check(h: &History, bounds: Bounds) -> Verdict {
     sessions_kept(h, &mut v, &mut checked);
     streams(h, &mut v, &mut checked);
     tasks_end(h, &mut v, &mut checked);
+    isolated(h, &mut v, &mut checked);
     v.sort_by_key(|x| (x.promise, x.at));
     Verdict {
         violations: v,
         checked,
+    }
+}
+
+/// Every request of another principal on the clients' sessions and tasks was answered as a
+/// stranger's (or refused, or failed, which `answered` judges): none was served.
+fn isolated(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
+    for op in h.ops.iter().filter(|o| o.kind == Kind::Intrude) {
+        bump(c, Promise::Isolated, 1);
+        if let Some(what) = &op.reached {
+            v.push(Violation {
+                promise: Promise::Isolated,
+                at: op.end,
+                op: Some(op.index),
+                detail: format!("{what} was served (by {:?})", op.machine),
+            });
+        }
     }
 }
 
@@ -907,6 +930,7 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
             Kind::TaskPoll { .. } => "2026 tasks/get",
             Kind::Confirm => "2026 stamp_confirmed round 1 (input)",
             Kind::ConfirmAnswer { .. } => "2026 stamp_confirmed answering round",
+            Kind::Intrude => "another principal's try (refused as a stranger's)",
         };
         let e = per_kind.entry(k.to_string()).or_insert((0, 0));
         e.0 += 1;

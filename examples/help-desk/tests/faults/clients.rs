@@ -54,24 +54,75 @@ const ACCEPT: &str = "application/json, text/event-stream";
 pub struct Shared {
     pub rec: Recorder,
     pub stop: AtomicBool,
+    /// Every client's HTTP client: with authorization on, it sends the clients' principal's
+    /// token ([`OWNER_TOKEN`]).
     pub http: reqwest::Client,
+    /// With authorization on, the [`intruder`]'s: another principal's token
+    /// ([`INTRUDER_TOKEN`]).
+    pub intruder: Option<reqwest::Client>,
+    /// Session and task ids the clients were given, for the [`intruder`] to try.
+    pub loot: parking_lot::Mutex<Loot>,
     /// Deliberately broken client: after an acknowledged `stamp`, send the same key once more
     /// (unrecorded), as a client retrying a call it already got an answer to.
     pub double_stamp: bool,
 }
 
+/// The clients' principal's token, when authorization is on (the harness's issuer makes
+/// `tok-<name>` a valid token of subject `<name>`).
+pub const OWNER_TOKEN: &str = "tok-alice";
+/// The intruder's: valid, another principal's.
+pub const INTRUDER_TOKEN: &str = "tok-mallory";
+
+/// What the clients were given lately: session ids and task ids (the newest few).
+#[derive(Default)]
+pub struct Loot {
+    pub sessions: std::collections::VecDeque<String>,
+    pub tasks: std::collections::VecDeque<String>,
+}
+
+impl Loot {
+    const KEPT: usize = 16;
+
+    fn keep(list: &mut std::collections::VecDeque<String>, id: &str) {
+        if list.len() == Self::KEPT {
+            list.pop_front();
+        }
+        list.push_back(id.to_string());
+    }
+}
+
+/// An HTTP client for the harness, sending `token` as a bearer token when given.
+fn http_client(token: Option<&str>) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = token
+        && let Ok(v) = reqwest::header::HeaderValue::from_str(&format!("Bearer {t}"))
+    {
+        headers.insert(reqwest::header::AUTHORIZATION, v);
+    }
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .connect_timeout(Duration::from_secs(3))
+        .default_headers(headers)
+        .build()
+        .expect("reqwest client")
+}
+
 impl Shared {
-    pub fn new(rec: Recorder, double_stamp: bool) -> Arc<Self> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(0)
-            .connect_timeout(Duration::from_secs(3))
-            .build()
-            .expect("reqwest client");
+    /// `principals`: authorization is on; the clients send [`OWNER_TOKEN`], and the intruder
+    /// runs with [`INTRUDER_TOKEN`] (or, deliberately broken, `intruder_token`).
+    pub fn new(
+        rec: Recorder,
+        double_stamp: bool,
+        principals: bool,
+        intruder_token: &str,
+    ) -> Arc<Self> {
         Arc::new(Self {
             rec,
             stop: AtomicBool::new(false),
-            http,
+            http: http_client(principals.then_some(OWNER_TOKEN)),
+            intruder: principals.then(|| http_client(Some(intruder_token))),
+            loot: parking_lot::Mutex::new(Loot::default()),
             double_stamp,
         })
     }
@@ -277,13 +328,12 @@ fn finish(op: &mut Op, got: &Result<Got, Outcome>, now: Duration) {
 }
 
 fn session_post(
-    sh: &Shared,
+    http: &reqwest::Client,
     base: &str,
     sid: Option<&str>,
     body: &Value,
 ) -> reqwest::RequestBuilder {
-    let mut r = sh
-        .http
+    let mut r = http
         .post(format!("{base}/mcp"))
         .header("content-type", "application/json")
         .header("accept", ACCEPT)
@@ -304,7 +354,7 @@ async fn open_session(sh: &Shared, name: &str, route: &Route, base: &str) -> Opt
         "clientInfo": {"name": name, "version": "1"}}});
     let mut op = Op::new(name, Kind::Initialize, route.clone(), sh.rec.now());
     op.rpc_id = Some(rpc);
-    let got = exchange(session_post(sh, base, None, &init), Some(rpc)).await;
+    let got = exchange(session_post(&sh.http, base, None, &init), Some(rpc)).await;
     finish(&mut op, &got, sh.rec.now());
     let sid = match &got {
         Ok(g) if op.outcome == Outcome::Ok => g.session_header.clone(),
@@ -322,10 +372,11 @@ async fn open_session(sh: &Shared, name: &str, route: &Route, base: &str) -> Opt
         backoff(&got).await;
         return None;
     };
+    Loot::keep(&mut sh.loot.lock().sessions, &sid);
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let mut op = Op::new(name, Kind::Initialized, route.clone(), sh.rec.now());
     op.session = Some(session_hash(&sid));
-    let got = exchange(session_post(sh, base, Some(&sid), &note), None).await;
+    let got = exchange(session_post(&sh.http, base, Some(&sid), &note), None).await;
     finish(&mut op, &got, sh.rec.now());
     let ok = op.outcome == Outcome::Ok;
     sh.rec.op(op);
@@ -361,7 +412,7 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         op.rpc_id = Some(rpc);
         op.session = Some(session_hash(&sid));
         op.stamp = Some(key.clone());
-        let got = exchange(session_post(&sh, &base, Some(&sid), &call), Some(rpc)).await;
+        let got = exchange(session_post(&sh.http, &base, Some(&sid), &call), Some(rpc)).await;
         finish(&mut op, &got, sh.rec.now());
         let mut answer = answer_to(&got, rpc);
         op.results = usize::from(answer.is_some());
@@ -435,7 +486,7 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         if acked && sh.double_stamp {
             let again = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/call",
                 "params": {"name": "stamp", "arguments": {"key": key}}});
-            let _ = exchange(session_post(&sh, &base, Some(&sid), &again), None).await;
+            let _ = exchange(session_post(&sh.http, &base, Some(&sid), &again), None).await;
         }
         let gone = op.outcome == Outcome::SessionGone;
         if gone {
@@ -526,7 +577,7 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
         op.rpc_id = Some(rpc);
         op.stamp = Some(key);
         let got = exchange(
-            modern_post(&sh, &base, "tools/call", Some("stamp"), &body),
+            modern_post(&sh.http, &base, "tools/call", Some("stamp"), &body),
             Some(rpc),
         )
         .await;
@@ -551,6 +602,7 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
             backoff(&got).await;
             continue;
         };
+        Loot::keep(&mut sh.loot.lock().tasks, &task_id);
         let until = sh.rec.now() + TASK_WINDOW;
         let mut acked = false;
         while sh.rec.now() < until {
@@ -566,7 +618,7 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
             );
             p.rpc_id = Some(prpc);
             let got = exchange(
-                modern_post(&sh, &base, "tasks/get", Some(&task_id), &body),
+                modern_post(&sh.http, &base, "tasks/get", Some(&task_id), &body),
                 Some(prpc),
             )
             .await;
@@ -619,7 +671,13 @@ pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: S
         op.rpc_id = Some(rpc);
         op.stamp = Some(key);
         let got = exchange(
-            modern_post(&sh, &base, "tools/call", Some("stamp_confirmed"), &body),
+            modern_post(
+                &sh.http,
+                &base,
+                "tools/call",
+                Some("stamp_confirmed"),
+                &body,
+            ),
             Some(rpc),
         )
         .await;
@@ -663,7 +721,13 @@ pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: S
             );
             r.rpc_id = Some(rpc);
             let got = exchange(
-                modern_post(&sh, &base, "tools/call", Some("stamp_confirmed"), &body),
+                modern_post(
+                    &sh.http,
+                    &base,
+                    "tools/call",
+                    Some("stamp_confirmed"),
+                    &body,
+                ),
                 Some(rpc),
             )
             .await;
@@ -696,14 +760,13 @@ pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: S
 }
 
 fn modern_post(
-    sh: &Shared,
+    http: &reqwest::Client,
     base: &str,
     method: &str,
     tool: Option<&str>,
     body: &Value,
 ) -> reqwest::RequestBuilder {
-    let mut r = sh
-        .http
+    let mut r = http
         .post(format!("{base}/mcp"))
         .header("content-type", "application/json")
         .header("accept", ACCEPT)
@@ -728,7 +791,7 @@ pub async fn stateless_client(sh: Arc<Shared>, name: String, route: Route, base:
             let mut op = Op::new(&name, Kind::Discover, route.clone(), sh.rec.now());
             op.rpc_id = Some(rpc);
             let got = exchange(
-                modern_post(&sh, &base, "server/discover", None, &body),
+                modern_post(&sh.http, &base, "server/discover", None, &body),
                 Some(rpc),
             )
             .await;
@@ -747,7 +810,7 @@ pub async fn stateless_client(sh: Arc<Shared>, name: String, route: Route, base:
         op.rpc_id = Some(rpc);
         op.stamp = Some(key);
         let got = exchange(
-            modern_post(&sh, &base, "tools/call", Some("stamp"), &body),
+            modern_post(&sh.http, &base, "tools/call", Some("stamp"), &body),
             Some(rpc),
         )
         .await;
@@ -943,6 +1006,82 @@ pub async fn legacy_client(sh: Arc<Shared>, name: String, route: Route, base: St
             o.end = end;
             o.outcome = Outcome::Ok;
         });
+    }
+}
+
+/// Another principal, with a valid token of its own ([`INTRUDER_TOKEN`]), trying what the
+/// clients were given: `tools/list` in their sessions, `tasks/get` and `tasks/cancel` on
+/// their tasks, through the balancer (any instance, relayed or not). Each must be answered
+/// as a stranger to the id is: `404` for a session, "Unknown task" for a task (or refused:
+/// `503`, `429`). One served as its owner would be is recorded as `reached`.
+pub async fn intruder(sh: Arc<Shared>, name: String, route: Route, base: String) {
+    let Some(http) = sh.intruder.clone() else {
+        return;
+    };
+    let meta = modern_meta_with(&name, json!({"extensions": {TASKS_EXTENSION: {}}}));
+    let mut n = 0usize;
+    while !sh.stopped() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        n += 1;
+        let (session, task) = {
+            let loot = sh.loot.lock();
+            let pick = |l: &std::collections::VecDeque<String>| {
+                (!l.is_empty()).then(|| l[n % l.len()].clone())
+            };
+            (pick(&loot.sessions), pick(&loot.tasks))
+        };
+        let rpc = next_id();
+        let mut op = Op::new(&name, Kind::Intrude, route.clone(), sh.rec.now());
+        op.rpc_id = Some(rpc);
+        let (req, what) = match (n % 3, session, task) {
+            (0, Some(sid), _) | (_, Some(sid), None) => {
+                let body = json!({"jsonrpc": "2.0", "id": rpc, "method": "tools/list"});
+                (
+                    session_post(&http, &base, Some(&sid), &body),
+                    "tools/list in another principal's session",
+                )
+            }
+            (k, _, Some(task_id)) => {
+                let method = if k == 1 { "tasks/get" } else { "tasks/cancel" };
+                let body = json!({"jsonrpc": "2.0", "id": rpc, "method": method,
+                    "params": {"taskId": task_id, "_meta": meta}});
+                (
+                    modern_post(&http, &base, method, Some(&task_id), &body),
+                    if k == 1 {
+                        "tasks/get of another principal's task"
+                    } else {
+                        "tasks/cancel of another principal's task"
+                    },
+                )
+            }
+            (_, None, None) => continue,
+        };
+        let got = exchange(req, Some(rpc)).await;
+        finish(&mut op, &got, sh.rec.now());
+        // The JSON-RPC answer, whatever the HTTP status it came with ("Unknown task" is a
+        // `-32602`, with 400).
+        let answer = got
+            .as_ref()
+            .ok()
+            .and_then(|g| g.answer.clone())
+            .filter(|a| a["id"] == json!(rpc));
+        op.outcome = match (&op.outcome, answer) {
+            // What a stranger to the id is told: the documented answer here.
+            (Outcome::SessionGone, _) => Outcome::Ok,
+            (_, Some(a))
+                if a["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("Unknown task")) =>
+            {
+                Outcome::Ok
+            }
+            (Outcome::Ok, Some(a)) if a.get("result").is_some() => {
+                op.reached = Some(what.to_string());
+                Outcome::Ok
+            }
+            (other, _) => other.clone(),
+        };
+        sh.rec.op(op);
     }
 }
 

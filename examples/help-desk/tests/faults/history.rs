@@ -104,6 +104,8 @@ pub enum Kind {
     ConfirmAnswer {
         of: usize,
     },
+    /// Another principal's request on a session or task of the clients' (`clients::intruder`).
+    Intrude,
 }
 
 /// A task as a `tools/call` or `tasks/get` showed it.
@@ -156,6 +158,8 @@ pub struct Op {
     pub results: usize,
     /// The task this request started or read, as it showed it.
     pub task: Option<TaskView>,
+    /// An intruder's request served as its owner's would be: what it did.
+    pub reached: Option<String>,
 }
 
 impl Op {
@@ -176,6 +180,7 @@ impl Op {
             events: Vec::new(),
             results: 0,
             task: None,
+            reached: None,
         }
     }
 

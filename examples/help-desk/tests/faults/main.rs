@@ -41,6 +41,9 @@ struct RunConfig {
     /// Redis keeps its data over a restart (AOF, fsync always).
     redis_persistent: bool,
     double_stamp: bool,
+    /// The intruder's token (`clients::INTRUDER_TOKEN`; the clients' own in the deliberately
+    /// broken run).
+    intruder_token: &'static str,
 }
 
 const SETTLE: Duration = Duration::from_secs(4);
@@ -63,9 +66,22 @@ fn run(cfg: &RunConfig) -> RunResult {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let mut fleet = Fleet::start(&rt, 3, cfg.redis_persistent, cfg.plan.switches.sentinel);
+    let principals = cfg.plan.switches.principals;
+    let issuer = principals.then(|| fleet::start_issuer(&rt));
+    let mut fleet = Fleet::start(
+        &rt,
+        3,
+        cfg.redis_persistent,
+        cfg.plan.switches.sentinel,
+        issuer.as_deref(),
+    );
     let rec = Recorder::new();
-    let sh = Shared::new(rec.clone(), cfg.double_stamp);
+    let sh = Shared::new(
+        rec.clone(),
+        cfg.double_stamp,
+        principals,
+        cfg.intruder_token,
+    );
     let lb = format!("http://127.0.0.1:{}", fleet.nginx.port());
     let direct = |i: usize| {
         let m = &fleet.members[i];
@@ -119,6 +135,12 @@ fn run(cfg: &RunConfig) -> RunResult {
         direct(0)
     };
     tasks.push(rt.spawn(clients::legacy_client(sh.clone(), "l0".into(), route, base)));
+    tasks.push(rt.spawn(clients::intruder(
+        sh.clone(),
+        "x0".into(),
+        Route::Balancer,
+        lb.clone(),
+    )));
 
     // Faults on this thread (starting a process blocks).
     std::thread::sleep(Duration::from_millis(500));
@@ -260,6 +282,7 @@ fn short_seeds() {
             plan: ci_plan(),
             redis_persistent: true,
             double_stamp: false,
+            intruder_token: clients::INTRUDER_TOKEN,
         });
         eprintln!("{}\n{}", r.table, r.report);
         assert_exercised(&r);
@@ -291,6 +314,7 @@ fn broken_redis_without_persistence_is_caught() {
         plan,
         redis_persistent: false,
         double_stamp: false,
+        intruder_token: clients::INTRUDER_TOKEN,
     });
     eprintln!("{}\n{}", r.table, r.report);
     assert!(r.harness.is_empty(), "{:?}", r.harness);
@@ -325,6 +349,7 @@ fn broken_client_doubling_calls_is_caught() {
         plan,
         redis_persistent: true,
         double_stamp: true,
+        intruder_token: clients::INTRUDER_TOKEN,
     });
     assert!(r.harness.is_empty(), "{:?}", r.harness);
     assert_eq!(
@@ -335,6 +360,37 @@ fn broken_client_doubling_calls_is_caught() {
         r.report
     );
     assert!(r.report.contains("(doubled)"), "{}", r.report);
+}
+
+/// A deliberately broken intruder: it sends the clients' own token, so the sessions and tasks
+/// it tries are its own and are served. The checker must report the principals' isolation
+/// broken (and nothing else but the tasks it cancelled: no fault is injected).
+#[test]
+fn broken_isolation_is_caught() {
+    let mut plan = ci_plan();
+    plan.switches = Switches::none();
+    plan.switches.principals = true;
+    let r = run(&RunConfig {
+        seed: 6,
+        secs: 4,
+        plan,
+        redis_persistent: true,
+        double_stamp: false,
+        intruder_token: clients::OWNER_TOKEN,
+    });
+    assert!(r.harness.is_empty(), "{:?}", r.harness);
+    let broken = r.verdict.broken();
+    // Its `tasks/cancel`s, served, cancel the clients' tasks too: that shows as well.
+    assert!(
+        broken.contains(&Promise::Isolated)
+            && broken
+                .iter()
+                .all(|p| matches!(p, Promise::Isolated | Promise::TaskEnds)),
+        "{}\n{}",
+        r.table,
+        r.report
+    );
+    assert!(r.report.contains("was served"), "{}", r.report);
 }
 
 /// The long soak: `FAULTS_SOAK_SECS` (default 300) of faults in one run, every kind the
@@ -355,6 +411,7 @@ fn soak() {
         plan: ci_plan(),
         redis_persistent: true,
         double_stamp: false,
+        intruder_token: clients::INTRUDER_TOKEN,
     });
     println!("soak: seed {seed}, {secs} s\n{}\n{}", r.table, r.report);
     assert_exercised(&r);
