@@ -10,6 +10,7 @@
 //! `tok-<name>` is active for subject `<name>`, so each test names its principals freely.
 
 mod support;
+mod support_issuer;
 mod support_redis;
 
 use std::sync::Arc;
@@ -22,49 +23,20 @@ use serde_json::{Value, json};
 use support::{Client, SECRET, TestServer, config_from, mcp_post, serve, within};
 use support_redis::SharedRedis;
 
-/// The resource URI every token is issued for (`aud`).
-const RESOURCE: &str = "http://127.0.0.1/mcp";
 const P: &str = "tok-alice";
 const Q: &str = "tok-mallory";
 
 /// Starts the introspection endpoint on loopback (it lives as long as the test's runtime);
 /// its base URL, the issuer.
 async fn issuer() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("local addr"));
-    let app = axum::Router::new().route(
-        "/introspect",
-        axum::routing::post(|body: String| async move {
-            // `token=<token>&token_type_hint=access_token`; test tokens need no decoding.
-            let token = body
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("token="))
-                .unwrap_or("");
-            axum::Json(match token.strip_prefix("tok-") {
-                Some(sub) => json!({"active": true, "aud": RESOURCE, "sub": sub}),
-                None => json!({"active": false}),
-            })
-        }),
-    );
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    base
+    support_issuer::start(None).await
 }
 
 /// The environment that turns authorization on against `issuer`.
 fn auth_env(issuer: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("MCP_SESSION_SECRET", SECRET.to_string()),
-        ("FLEETMCP_AUTH_ENABLED", "true".to_string()),
-        ("FLEETMCP_AUTH_ISSUER", issuer.to_string()),
-        ("FLEETMCP_AUTH_RESOURCE", RESOURCE.to_string()),
-        ("FLEETMCP_AUTH_JWKS_URI", format!("{issuer}/jwks")),
-        (
-            "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT",
-            format!("{issuer}/introspect"),
-        ),
-    ]
+    let mut env = vec![("MCP_SESSION_SECRET", SECRET.to_string())];
+    env.extend(support_issuer::env(issuer));
+    env
 }
 
 /// Handlers of `forever` dropped (cancelled), per instance.

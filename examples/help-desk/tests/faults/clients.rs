@@ -508,6 +508,22 @@ fn answer_to(got: &Result<Got, Outcome>, rpc: u64) -> Option<Value> {
         })
 }
 
+/// The JSON-RPC answer to `rpc`, whatever the HTTP status it came with (a 2026-07-28
+/// `-32602` may come with 400).
+fn any_answer_to(got: &Result<Got, Outcome>, rpc: u64) -> Option<&Value> {
+    got.as_ref()
+        .ok()
+        .and_then(|g| g.answer.as_ref())
+        .filter(|a| a["id"] == json!(rpc))
+}
+
+/// Whether `answer` is the "Unknown task" error.
+fn is_unknown_task(answer: &Value) -> bool {
+    answer["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("Unknown task"))
+}
+
 fn classify_answer(a: Option<&Value>) -> Outcome {
     match a {
         Some(a) if a.get("result").is_some() => {
@@ -624,18 +640,7 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
             .await;
             finish(&mut p, &got, sh.rec.now());
             let answer = answer_to(&got, prpc);
-            // The JSON-RPC error, whatever the HTTP status it came with (a 2026-07-28
-            // `-32602` may come with 400).
-            let error = got
-                .as_ref()
-                .ok()
-                .and_then(|g| g.answer.as_ref())
-                .filter(|a| a["id"] == json!(prpc));
-            if error.is_some_and(|a| {
-                a["error"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("Unknown task"))
-            }) {
+            if any_answer_to(&got, prpc).is_some_and(is_unknown_task) {
                 p.outcome = Outcome::TaskUnknown;
             }
             let seen = answer
@@ -660,6 +665,8 @@ pub async fn task_client(sh: Arc<Shared>, name: String, route: Route, base: Stri
 /// (`InputRequiredResult`), then the round that answers it with the `requestState`.
 pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: String) {
     let meta = modern_meta_with(&name, json!({"elicitation": {}}));
+    let confirm =
+        |body: &Value| modern_post(&sh.http, &base, "tools/call", Some("stamp_confirmed"), body);
     let mut n = 0u64;
     while !sh.stopped() {
         n += 1;
@@ -670,17 +677,7 @@ pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: S
         let mut op = Op::new(&name, Kind::Confirm, route.clone(), sh.rec.now());
         op.rpc_id = Some(rpc);
         op.stamp = Some(key);
-        let got = exchange(
-            modern_post(
-                &sh.http,
-                &base,
-                "tools/call",
-                Some("stamp_confirmed"),
-                &body,
-            ),
-            Some(rpc),
-        )
-        .await;
+        let got = exchange(confirm(&body), Some(rpc)).await;
         finish(&mut op, &got, sh.rec.now());
         let first = answer_to(&got, rpc).and_then(|a| a.get("result").cloned());
         let state = first
@@ -720,17 +717,7 @@ pub async fn confirm_client(sh: Arc<Shared>, name: String, route: Route, base: S
                 sh.rec.now(),
             );
             r.rpc_id = Some(rpc);
-            let got = exchange(
-                modern_post(
-                    &sh.http,
-                    &base,
-                    "tools/call",
-                    Some("stamp_confirmed"),
-                    &body,
-                ),
-                Some(rpc),
-            )
-            .await;
+            let got = exchange(confirm(&body), Some(rpc)).await;
             finish(&mut r, &got, sh.rec.now());
             let last = answer_to(&got, rpc).and_then(|a| a.get("result").cloned());
             if r.outcome == Outcome::Ok {
@@ -1058,23 +1045,10 @@ pub async fn intruder(sh: Arc<Shared>, name: String, route: Route, base: String)
         };
         let got = exchange(req, Some(rpc)).await;
         finish(&mut op, &got, sh.rec.now());
-        // The JSON-RPC answer, whatever the HTTP status it came with ("Unknown task" is a
-        // `-32602`, with 400).
-        let answer = got
-            .as_ref()
-            .ok()
-            .and_then(|g| g.answer.clone())
-            .filter(|a| a["id"] == json!(rpc));
-        op.outcome = match (&op.outcome, answer) {
+        op.outcome = match (&op.outcome, any_answer_to(&got, rpc)) {
             // What a stranger to the id is told: the documented answer here.
             (Outcome::SessionGone, _) => Outcome::Ok,
-            (_, Some(a))
-                if a["error"]["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with("Unknown task")) =>
-            {
-                Outcome::Ok
-            }
+            (_, Some(a)) if is_unknown_task(a) => Outcome::Ok,
             (Outcome::Ok, Some(a)) if a.get("result").is_some() => {
                 op.reached = Some(what.to_string());
                 Outcome::Ok

@@ -270,7 +270,7 @@ impl Fleet {
                 ),
             ]
             .into_iter()
-            .chain(issuer.into_iter().flat_map(auth_env))
+            .chain(issuer.into_iter().flat_map(crate::support_issuer::env))
             .map(|(k, v)| (k.to_string(), v))
             .collect();
             let mut m = Member {
@@ -657,50 +657,11 @@ fn heal(fleet: &mut Fleet, rec: &Recorder, a: Active) {
     }
 }
 
-/// The resource every token of the harness's issuer is for (`aud`).
-const RESOURCE: &str = "http://127.0.0.1/mcp";
-
-/// Starts the harness's authorization server on loopback, in `rt`: an introspection endpoint
-/// (RFC 7662) for which the opaque token `tok-<name>` is active for subject `<name>`, with
-/// every scope help-desk's tools ask for. Never
-/// faulted. Its base URL, the issuer.
+/// Starts the harness's authorization server on loopback, in `rt`
+/// (`support_issuer`: the opaque token `tok-<name>` is active for subject `<name>`), with
+/// every scope help-desk's tools ask for. Never faulted. Its base URL, the issuer.
 pub fn start_issuer(rt: &Runtime) -> String {
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind the issuer");
-    let base = format!(
-        "http://{}",
-        listener.local_addr().expect("the issuer's address")
-    );
-    let app = axum::Router::new().route(
-        "/introspect",
-        axum::routing::post(|body: String| async move {
-            // `token=<token>&token_type_hint=access_token`; test tokens need no decoding.
-            let token = body
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("token="))
-                .unwrap_or("");
-            axum::Json(match token.strip_prefix("tok-") {
-                Some(sub) => serde_json::json!({"active": true, "aud": RESOURCE, "sub": sub,
-                    "scope": "tickets:read tickets:write"}),
-                None => serde_json::json!({"active": false}),
-            })
-        }),
-    );
-    rt.spawn(async move { axum::serve(listener, app).await });
-    base
-}
-
-/// The variables that turn authorization on against `issuer`.
-fn auth_env(issuer: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("FLEETMCP_AUTH_ENABLED", "true".to_string()),
-        ("FLEETMCP_AUTH_ISSUER", issuer.to_string()),
-        ("FLEETMCP_AUTH_RESOURCE", RESOURCE.to_string()),
-        ("FLEETMCP_AUTH_JWKS_URI", format!("{issuer}/jwks")),
-        (
-            "FLEETMCP_AUTH_INTROSPECTION_ENDPOINT",
-            format!("{issuer}/introspect"),
-        ),
-    ]
+    rt.block_on(crate::support_issuer::start(Some(
+        "tickets:read tickets:write",
+    )))
 }

@@ -16,6 +16,9 @@ mod support;
 #[path = "../../../../crates/fleetmcp/tests/support_redis/mod.rs"]
 mod support_redis;
 
+#[path = "../../../../crates/fleetmcp/tests/support_issuer/mod.rs"]
+mod support_issuer;
+
 mod checker;
 mod clients;
 mod fleet;
