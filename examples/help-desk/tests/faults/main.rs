@@ -302,6 +302,42 @@ fn short_seeds() {
     assert!(failures.is_empty(), "{failures}");
 }
 
+/// The Sentinel topology's CI seed (or `FAULTS_SENTINEL_SEED`): a master, its replica and
+/// three sentinels, the instances finding the master through them, `SENTINEL FAILOVER` among
+/// the faults (Redis link faults and restarts are off in this topology; a Redis pause stops
+/// the current master). Checked like the others. Not in CI while F8 under Sentinel is open
+/// (docs/RELIABILITY.md: what a failover still loses).
+#[test]
+#[ignore = "F8 under Sentinel is open: FAULTS_SENTINEL_SEED=1 cargo test -p help-desk --test faults -- --ignored sentinel_seed --nocapture"]
+fn sentinel_seed() {
+    let secs = env_u64("FAULTS_SECS").unwrap_or(20);
+    let seed = env_u64("FAULTS_SENTINEL_SEED").unwrap_or(1);
+    let mut plan = ci_plan();
+    plan.switches.sentinel = true;
+    plan.switches.redis_link = false;
+    plan.switches.redis_restart = false;
+    let r = run(&RunConfig {
+        seed,
+        secs,
+        plan,
+        redis_persistent: true,
+        double_stamp: false,
+        intruder_token: clients::INTRUDER_TOKEN,
+    });
+    eprintln!("{}\n{}", r.table, r.report);
+    assert_exercised(&r);
+    assert!(
+        r.history
+            .faults
+            .iter()
+            .any(|f| f.kind == history::FaultKind::SentinelFailover),
+        "seed {seed}: no failover drawn:\n{}",
+        r.table
+    );
+    let unknown = checker::unknown(&r.history, &r.verdict);
+    assert!(unknown.is_empty(), "{}", r.report);
+}
+
 /// A deliberately broken fault: Redis without persistence, killed and restarted during the run,
 /// while the harness declares it keeps its data. The sessions it held are gone, and the checker
 /// must say so.
