@@ -72,7 +72,9 @@ if [ "$BALANCER" = nginx ]; then
   awk -v lb="$LB_PORT" -v ports="${PORTS[*]}" '
     /^[[:space:]]*server 127\.0\.0\.1:/ {
       if (!done) { n = split(ports, p, " "); for (i = 1; i <= n; i++)
-        printf "    server 127.0.0.1:%s max_fails=1 fail_timeout=2s;\n", p[i]; done = 1 }
+        printf "    server 127.0.0.1:%s max_fails=1 fail_timeout=2s;\n", p[i]
+        for (i = 1; i <= n; i++) printf "    server 127.0.0.1:%s backup max_fails=0;\n", p[i]
+        done = 1 }
       next }
     /^[[:space:]]*listen / { printf "    listen 127.0.0.1:%s;\n", lb; next }
     { print }' deploy/nginx/fleetmcp.conf >"$RUN/fleet.conf"

@@ -461,17 +461,23 @@ impl Nginx {
         let text =
             fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let mut out = String::new();
-        let (mut servers, mut listens) = (0, 0);
+        let (mut servers, mut backups, mut listens) = (0, 0, 0);
         for line in text.lines() {
             let trimmed = line.trim_start();
             if trimmed.starts_with("server 127.0.0.1:") {
-                servers += 1;
-                if servers == 1 {
-                    // The options of the file's first line (max_fails, fail_timeout) for all.
-                    let options = trimmed
-                        .split_once(' ')
-                        .and_then(|(_, rest)| rest.split_once(' '))
-                        .map_or("", |(_, opts)| opts.trim_end_matches(';'));
+                // The options of the file's first line of each kind (the instances, then the
+                // same again as backups), for every upstream.
+                let options = trimmed
+                    .split_once(' ')
+                    .and_then(|(_, rest)| rest.split_once(' '))
+                    .map_or("", |(_, opts)| opts.trim_end_matches(';'));
+                let seen = if options.contains("backup") {
+                    &mut backups
+                } else {
+                    &mut servers
+                };
+                *seen += 1;
+                if *seen == 1 {
                     for p in upstreams {
                         let _ = writeln!(out, "    server 127.0.0.1:{p} {options};");
                     }
@@ -487,8 +493,8 @@ impl Nginx {
             out.push('\n');
         }
         assert_eq!(
-            (servers, listens),
-            (3, 1),
+            (servers, backups, listens),
+            (3, 3, 1),
             "{} changed shape: update Nginx::fleet_conf",
             path.display()
         );

@@ -155,3 +155,56 @@ fn two_desks_behind_nginx_share_tickets_and_notify_each_others_subscribers() {
 fn post(port: u16, sid: Option<&str>, msg: &Value) -> RawResponse {
     post_with(port, sid, &[], msg, HTTP_LIMIT)
 }
+
+/// F12 (found by the second 30-minute soak): nginx takes an instance out for `fail_timeout`
+/// after one failure, and answers `502` "no live upstreams" without trying any instance while
+/// every one is out, even one that is back: a restart (about 0.1 s) is much faster than the
+/// `fail_timeout` (2 s). Here both instances are killed, a request finds both down (each
+/// marked failed), both are started again on their ports, and a request comes within the
+/// `fail_timeout`: before the fix nginx answered it `502` without trying them; with the
+/// shipped file it reaches an instance that is up.
+#[test]
+fn nginx_tries_an_instance_that_came_back_before_its_fail_timeout_ran_out() {
+    use std::time::{Duration, Instant};
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env: Vec<(&str, &str)> = vec![
+        ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+        ("FRONTMCP_BIND_ADDRESS", "loopback"),
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    let start = |machine: &str, port: u16| {
+        let mut env = env.clone();
+        env.push(("MACHINE_ID", machine));
+        support::Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), port, &env)
+    };
+    let (pa, pb) = (support::free_port(), support::free_port());
+    let mut a = start("desk-a", pa);
+    let mut b = start("desk-b", pb);
+    let lb_port = support::free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[pa, pb], lb_port), lb_port);
+    let through = || http(lb_port, "GET", "/healthz", &[], None, HTTP_LIMIT);
+    assert_eq!(through().status, 200, "through nginx, both up");
+    for i in [&mut a, &mut b] {
+        assert!(i.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    }
+    let down = through();
+    let failed_at = Instant::now();
+    assert_eq!(down.status, 502, "both down:\n{}", down.describe());
+    let (_a, _b) = (start("desk-a", pa), start("desk-b", pb));
+    let back = through();
+    let within = failed_at.elapsed();
+    assert!(
+        within < Duration::from_secs(2),
+        "the instances took {within:?} to come back: longer than the fail_timeout this tests"
+    );
+    assert_eq!(
+        back.status,
+        200,
+        "{within:?} after both were marked failed, both back:\n{}\nnginx:\n{}",
+        back.describe(),
+        nginx.error_log()
+    );
+}

@@ -332,19 +332,19 @@ fn paused_for(op: &Op, stops: &[(String, Duration, Duration)]) -> Duration {
         .sum()
 }
 
-/// nginx's passive health check in `deploy/nginx/fleetmcp.conf` (`max_fails=1
-/// fail_timeout=2s`): an instance that failed a request is not tried for this long, plus a
-/// margin for the time a restart takes to be recorded, plus a second for nginx's pool: its
-/// kept-alive connections to a SIGKILLed process are dead, and the first requests sent on them
-/// after the restart fail, so nginx marks the new process failed once more just after it came
-/// back (the 30-minute soak, seed 2026: `desk-1` back at 557.48 s, the two others dead, nginx
-/// answering 502 until 560.1 s).
-const BALANCER_FAIL_TIMEOUT: Duration = Duration::from_millis(3500);
+/// How long before a request every instance must have been down for a `502` from nginx to
+/// be excused. Since F12's fix nginx tries the instances again as backups when it has marked
+/// them all failed (`deploy/nginx/fleetmcp.conf`), so it answers `502` only when every one of
+/// them failed for this very request: all down at about that time. The margin covers a
+/// restart recorded a moment after the process answers, and nginx's pool: its kept-alive
+/// connections to a SIGKILLed process are dead, and a POST sent on one just as the process
+/// died is not retried. (Before the fix this was 3.5 s: nginx's `fail_timeout` and more, in
+/// which nginx answered `502` even with an instance back.)
+const BALANCER_FAIL_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// A `502` from the balancer when it had no instance left to try: every instance was down at
-/// some moment of the `fail_timeout` before the request, so nginx had marked each one failed
-/// ("no live upstreams"), even if one was already back. The fleet cannot answer through a
-/// balancer that does not send it the request.
+/// some moment of [`BALANCER_FAIL_TIMEOUT`] before the request. The fleet cannot answer
+/// through a balancer that has nowhere to send the request.
 fn no_live_upstream(
     op: &Op,
     deaths: &[(String, Duration, Duration)],
@@ -1270,9 +1270,8 @@ mod tests {
         assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
     }
 
-    /// A `502` from the balancer while each instance had been down within nginx's
-    /// `fail_timeout` is excused (it marked them all failed); with one instance never down, it
-    /// is not.
+    /// A `502` from the balancer while each instance had been down just before is excused
+    /// (nginx had nowhere to send it); with one instance never down, it is not.
     #[test]
     fn a_502_with_no_live_upstream_is_excused() {
         let err = Outcome::Error {
