@@ -38,6 +38,12 @@ pub struct GatewayConfig {
     /// scope a call of each upstream tool needs, `*` for any tool not named; a token without
     /// it gets `403` before the call goes up. Empty: only `auth.required_scopes`.
     pub tool_scopes: BTreeMap<String, String>,
+    /// `FLEETMCP_UPSTREAM_POLL_AFTER_MS` / `gateway.poll_after_ms`: SSE polling (SEP-1699) on
+    /// the upstream's behalf: a request still running this long after it went up has its
+    /// client connection ended (its stream goes on; the client resumes with `Last-Event-ID`
+    /// after `http.sse_retry_ms`), and again each time this long passes; 2025-11-25 sessions
+    /// only. Unset or 0: off (a request's connection stays until its answer).
+    pub poll_after: Option<Duration>,
 }
 
 /// The `[gateway]` section as written.
@@ -50,6 +56,7 @@ struct Section {
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
     tool_scopes: Option<BTreeMap<String, String>>,
+    poll_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,7 +67,8 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 6] = [
+pub const VARIABLES: [&str; 7] = [
+    "FLEETMCP_UPSTREAM_POLL_AFTER_MS",
     "FLEETMCP_UPSTREAM_TOOL_SCOPES",
     "FLEETMCP_UPSTREAM_COMMAND",
     "FLEETMCP_UPSTREAM_URL",
@@ -139,23 +147,7 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         .map(String::from)
         .or(section.url)
         .filter(|u| !u.trim().is_empty());
-    match (&url, command.first()) {
-        (Some(_), Some(_)) => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into());
-        }
-        (Some(u), None) if !u.starts_with("http://") => {
-            return Err(format!(
-                "FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// URL (https is not supported yet)"
-            ));
-        }
-        (None, None) => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into());
-        }
-        (None, Some(first)) if first.is_empty() => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into());
-        }
-        _ => {}
-    }
+    check_upstream(url.as_deref(), &command)?;
     let max_processes = number(
         "FLEETMCP_UPSTREAM_MAX_PROCESSES",
         section.max_processes.map(|n| n as u64),
@@ -168,8 +160,13 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         Some(list) => scopes(list)?,
         None => section.tool_scopes.unwrap_or_default(),
     };
+    let poll_after = match number("FLEETMCP_UPSTREAM_POLL_AFTER_MS", section.poll_after_ms, 0)? {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    };
     Ok(GatewayConfig {
         tool_scopes,
+        poll_after,
         command,
         url,
         max_processes: max_processes as usize,
@@ -185,6 +182,21 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         )?
         .max(1024) as usize,
     })
+}
+
+/// One upstream, command or URL, and a usable one.
+fn check_upstream(url: Option<&str>, command: &[String]) -> Result<(), String> {
+    match (url, command.first()) {
+        (Some(_), Some(_)) => Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into()),
+        (Some(u), None) if !u.starts_with("http://") => Err(format!(
+            "FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// URL (https is not supported yet)"
+        )),
+        (None, None) => Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into()),
+        (None, Some(first)) if first.is_empty() => {
+            Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `name=scope` pairs, separated by commas or white space.
@@ -235,6 +247,7 @@ mod tests {
         assert_eq!(gw.command, ["node", "server.js"]);
         assert_eq!(gw.max_processes, 7);
         assert_eq!(gw.stop_grace, Duration::from_secs(2));
+        assert_eq!(gw.poll_after, None, "polling is off unless asked for");
         assert_eq!(
             gw.tool_scopes.get("echo").map(String::as_str),
             Some("echo:run")
@@ -247,11 +260,13 @@ mod tests {
                     "npx -y '@scope/some server' --stdio",
                 ),
                 ("FLEETMCP_UPSTREAM_MAX_PROCESSES", "3"),
+                ("FLEETMCP_UPSTREAM_POLL_AFTER_MS", "250"),
             ]),
         )
         .unwrap();
         assert_eq!(gw.command, ["npx", "-y", "@scope/some server", "--stdio"]);
         assert_eq!(gw.max_processes, 3);
+        assert_eq!(gw.poll_after, Some(Duration::from_millis(250)));
         let (_, gw) = from_sources(
             None,
             env(&[

@@ -7,8 +7,8 @@
 mod child;
 mod config;
 mod http_upstream;
+mod policy;
 mod probe;
-mod scopes;
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
@@ -33,17 +33,19 @@ async fn run() -> std::process::ExitCode {
     let builder =
         fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION")).config(config);
     let tool_scopes = gateway.tool_scopes.clone();
+    let poll_after = gateway.poll_after;
     let (served, children) = match gateway.url.clone() {
         Some(url) => {
             let upstream = http_upstream::HttpUpstream::new(url);
             tokio::spawn(probe::watch(upstream.clone()));
-            let upstream = scopes::Scoped::new(upstream, tool_scopes);
+            let upstream = policy::Policy::new(upstream, tool_scopes).poll_after(poll_after);
             (builder.upstream(upstream).build().serve().await, None)
         }
         None => {
             let children = child::Children::new(gateway);
             tokio::spawn(probe::watch(children.clone()));
-            let upstream = scopes::Scoped::new(children.clone(), tool_scopes);
+            let upstream =
+                policy::Policy::new(children.clone(), tool_scopes).poll_after(poll_after);
             let served = builder.upstream(upstream).build().serve().await;
             (served, Some(children))
         }

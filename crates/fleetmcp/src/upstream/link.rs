@@ -180,6 +180,9 @@ pub(super) struct Link {
     ended: CancellationToken,
     /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
     asking: Arc<AtomicUsize>,
+    /// How often a request waiting for its answer has its client connection ended for SSE
+    /// polling ([`Upstream::poll_after`]), in a session whose clients can resume.
+    poll_after: Option<std::time::Duration>,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -201,6 +204,10 @@ impl Link {
             next: AtomicU64::new(1),
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
+            poll_after: app
+                .upstream()
+                .and_then(|u| u.poll_after())
+                .filter(|_| session.version.wants_priming()),
         });
         tokio::spawn(read(
             app.clone(),
@@ -266,6 +273,7 @@ impl Link {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
         let progress = progress_token(params.as_deref());
+        let polled = self.poll_after.map(|every| (every, ctx.clone()));
         self.waiting.lock().insert(
             n,
             Waiter {
@@ -289,7 +297,10 @@ impl Link {
             self.waiting.lock().remove(&n);
             return Err(super::unavailable("it stopped"));
         }
-        let outcome = rx.await;
+        let outcome = match polled {
+            Some((every, ctx)) => answer_polled(rx, every, &ctx).await,
+            None => rx.await,
+        };
         pending.armed = false;
         match outcome {
             Ok(Ok(result)) => Ok(result),
@@ -434,6 +445,21 @@ impl Link {
             };
             link.send(message).await;
         });
+    }
+}
+
+/// Waits for an answer, ending the client's connection for SSE polling each time `every`
+/// passes without it (the request's stream goes on in the event store; the client resumes).
+async fn answer_polled<T>(
+    mut rx: oneshot::Receiver<T>,
+    every: std::time::Duration,
+    ctx: &RequestContext,
+) -> Result<T, oneshot::error::RecvError> {
+    loop {
+        tokio::select! {
+            outcome = &mut rx => return outcome,
+            _ = tokio::time::sleep(every) => ctx.end_connection_for_polling(),
+        }
     }
 }
 
