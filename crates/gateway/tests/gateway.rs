@@ -344,3 +344,65 @@ time.sleep(1000)\n";
         gw.log()
     );
 }
+
+/// `fleetmcp_upstreams_open` on `/metrics`, once it reads `n` (its last reading after `limit`).
+fn upstreams_open(port: u16, n: u32, limit: Duration) -> Option<u32> {
+    let start = std::time::Instant::now();
+    loop {
+        let resp = http(port, "GET", "/metrics", &[], None);
+        let value = resp
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix("fleetmcp_upstreams_open "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u32);
+        if value == Some(n) || start.elapsed() >= limit {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The gauge of upstreams open counts each session's process while it runs: not the startup
+/// probe's, one per session, down when a session ends and when its process dies.
+#[test]
+fn metrics_count_the_upstream_processes_of_the_sessions_held() {
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let (port, pid) = (gw.port(), gw.pid());
+    assert!(wait_children(pid, 0, Duration::from_secs(10)));
+    let limit = Duration::from_secs(5);
+    assert_eq!(
+        upstreams_open(port, 0, limit),
+        Some(0),
+        "none before a session"
+    );
+    let first = open_session(port);
+    let second = open_session(port);
+    assert_eq!(upstreams_open(port, 2, limit), Some(2), "one per session");
+    assert_eq!(children_of(pid).len(), 2);
+
+    let resp = http(port, "DELETE", "/mcp", &[("mcp-session-id", &first)], None);
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert_eq!(
+        upstreams_open(port, 1, limit),
+        Some(1),
+        "the ended session's"
+    );
+
+    // The other session's process dies: its upstream is no longer open (until the session's
+    // next request starts a new one).
+    assert!(wait_children(pid, 1, Duration::from_secs(10)));
+    for child in children_of(pid) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &child.to_string()])
+            .status();
+    }
+    assert_eq!(upstreams_open(port, 0, limit), Some(0), "a dead process's");
+    assert_eq!(
+        tool_text(&call(port, &second, "greet", json!({"name": "again"}))),
+        "Hello, again!"
+    );
+    assert_eq!(upstreams_open(port, 1, limit), Some(1), "its replacement's");
+    gw.assert_no_panic_logged();
+}

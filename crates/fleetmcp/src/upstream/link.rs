@@ -555,6 +555,8 @@ impl Drop for Pending<'_> {
 /// Reads the upstream until the session leaves this instance or the upstream stops, then ends
 /// the link.
 async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::Receiver<Bytes>) {
+    // The upstream counts as open (`fleetmcp_upstreams_open`) as long as this reads it.
+    let _open = app.meters().upstream_opened();
     let leaving = session.leaving();
     loop {
         let message = tokio::select! {
