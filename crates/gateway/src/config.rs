@@ -18,9 +18,13 @@ pub struct GatewayConfig {
     /// required.
     pub command: Vec<String>,
     /// `FLEETMCP_UPSTREAM_URL` / `gateway.url`: instead of a command, the `/mcp` URL of an MCP
-    /// server that speaks Streamable HTTP (`http://` only for now): one upstream session per
+    /// server that speaks Streamable HTTP (`http://` or `https://`): one upstream session per
     /// client session.
     pub url: Option<String>,
+    /// `FLEETMCP_UPSTREAM_CA_FILE` / `gateway.ca_file`: for an `https://` URL, a PEM file of
+    /// certificates trusted besides the system's roots (a private CA's). Unset: the system's
+    /// roots only.
+    pub ca_file: Option<PathBuf>,
     /// `FLEETMCP_UPSTREAM_MAX_PROCESSES` / `gateway.max_processes`: the most upstream processes
     /// this instance runs at once (one per session it holds); a session past it is refused
     /// with `503` and `Retry-After`. Default 100.
@@ -52,6 +56,7 @@ pub struct GatewayConfig {
 struct Section {
     command: Option<Command>,
     url: Option<String>,
+    ca_file: Option<PathBuf>,
     max_processes: Option<usize>,
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
@@ -67,7 +72,8 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 7] = [
+pub const VARIABLES: [&str; 8] = [
+    "FLEETMCP_UPSTREAM_CA_FILE",
     "FLEETMCP_UPSTREAM_POLL_AFTER_MS",
     "FLEETMCP_UPSTREAM_TOOL_SCOPES",
     "FLEETMCP_UPSTREAM_COMMAND",
@@ -148,6 +154,9 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         .or(section.url)
         .filter(|u| !u.trim().is_empty());
     check_upstream(url.as_deref(), &command)?;
+    let ca_file = var("FLEETMCP_UPSTREAM_CA_FILE")
+        .map(PathBuf::from)
+        .or(section.ca_file);
     let max_processes = number(
         "FLEETMCP_UPSTREAM_MAX_PROCESSES",
         section.max_processes.map(|n| n as u64),
@@ -169,6 +178,7 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         poll_after,
         command,
         url,
+        ca_file,
         max_processes: max_processes as usize,
         stop_grace: Duration::from_millis(number(
             "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
@@ -188,9 +198,9 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
 fn check_upstream(url: Option<&str>, command: &[String]) -> Result<(), String> {
     match (url, command.first()) {
         (Some(_), Some(_)) => Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into()),
-        (Some(u), None) if !u.starts_with("http://") => Err(format!(
-            "FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// URL (https is not supported yet)"
-        )),
+        (Some(u), None) if !u.starts_with("http://") && !u.starts_with("https://") => Err(
+            format!("FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// or https:// URL"),
+        ),
         (None, None) => Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into()),
         (None, Some(first)) if first.is_empty() => {
             Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into())
@@ -316,8 +326,17 @@ mod tests {
             ("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp"),
         ]);
         assert!(from_sources(None, both).unwrap_err().contains("both"));
-        let tls = env(&[("FLEETMCP_UPSTREAM_URL", "https://example.test/mcp")]);
-        assert!(from_sources(None, tls).unwrap_err().contains("http://"));
+        let other = env(&[("FLEETMCP_UPSTREAM_URL", "ws://example.test/mcp")]);
+        assert!(from_sources(None, other).unwrap_err().contains("https://"));
+        let (_, gw) = from_sources(
+            None,
+            env(&[
+                ("FLEETMCP_UPSTREAM_URL", "https://example.test/mcp"),
+                ("FLEETMCP_UPSTREAM_CA_FILE", "/etc/upstream-ca.pem"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(gw.ca_file, Some(PathBuf::from("/etc/upstream-ca.pem")));
         let (_, gw) = from_sources(
             None,
             env(&[("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp")]),

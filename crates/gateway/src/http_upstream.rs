@@ -10,12 +10,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fleetmcp::{Upstream, UpstreamLink};
-use futures_util::StreamExt;
+use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::http_client::{self, HttpClient};
 
 /// Messages queued each way per upstream session.
 const QUEUE: usize = 64;
@@ -32,24 +34,22 @@ pub struct HttpUpstream {
 
 struct Inner {
     url: String,
-    http: reqwest::Client,
+    http: HttpClient,
     /// Why the server cannot serve, when the last attempt (or the startup probe) failed.
     health: parking_lot::Mutex<Result<(), String>>,
 }
 
 impl HttpUpstream {
-    pub fn new(url: String) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .unwrap_or_default();
-        Self {
+    /// `Err`: the CA file (`ca_file`, for an https:// URL) cannot be used.
+    pub fn new(url: String, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+        let http = HttpClient::new(ca_file)?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 url,
                 http,
                 health: parking_lot::Mutex::new(Ok(())),
             }),
-        }
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -152,14 +152,12 @@ impl UpSession {
         }
         self.gone.cancel();
         if let Some(id) = self.id.get() {
-            let _ = self
-                .inner
-                .http
-                .delete(&self.inner.url)
-                .header(SESSION_HEADER, id)
-                .timeout(Duration::from_secs(5))
-                .send()
-                .await;
+            let headers = [(SESSION_HEADER, id.as_str())];
+            let delete =
+                self.inner
+                    .http
+                    .send(Method::DELETE, &self.inner.url, &headers, Bytes::new());
+            let _ = tokio::time::timeout(Duration::from_secs(5), delete).await;
         }
         tracing::debug!(session = %self.log, "[gateway] ended an upstream session");
     }
@@ -167,20 +165,16 @@ impl UpSession {
     /// POSTs one message; an answer (JSON, or each message of an SSE stream) goes on the link.
     /// `id`: the request's, which a failure answers with an error in the upstream's place.
     async fn post(&self, message: Bytes, id: Option<Box<RawValue>>) -> Posted {
-        let mut req = self
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        headers.extend(self.session_headers());
+        let req = self
             .inner
             .http
-            .post(&self.inner.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(message);
-        if let Some(sid) = self.id.get() {
-            req = req.header(SESSION_HEADER, sid);
-        }
-        if let Some(v) = self.version.get() {
-            req = req.header(VERSION_HEADER, v);
-        }
-        let res = match tokio::time::timeout(HEAD_TIMEOUT, req.send()).await {
+            .send(Method::POST, &self.inner.url, &headers, message);
+        let res = match tokio::time::timeout(HEAD_TIMEOUT, req).await {
             Ok(Ok(res)) => res,
             Ok(Err(e)) => {
                 return self
@@ -196,7 +190,7 @@ impl UpSession {
                     .await;
             }
         };
-        if res.status() == reqwest::StatusCode::NOT_FOUND && self.id.get().is_some() {
+        if res.status() == StatusCode::NOT_FOUND && self.id.get().is_some() {
             tracing::warn!(session = %self.log, "[gateway] the upstream server no longer knows this session; the next request opens a new one");
             self.failed(id, "the upstream server ended this session")
                 .await;
@@ -217,9 +211,9 @@ impl UpSession {
         let status = res.status();
         if sse {
             self.read_stream(res, id).await;
-        } else if status == reqwest::StatusCode::ACCEPTED {
+        } else if status == StatusCode::ACCEPTED {
         } else {
-            match res.bytes().await {
+            match http_client::bytes(res).await {
                 Ok(body) if status.is_success() && !body.is_empty() => {
                     self.note_version(&body);
                     self.deliver(body).await;
@@ -244,7 +238,11 @@ impl UpSession {
 
     /// Passes an SSE answer's messages on; a request whose stream ends without its answer is
     /// answered with an error (nothing else would answer it).
-    async fn read_stream(&self, res: reqwest::Response, id: Option<Box<RawValue>>) {
+    async fn read_stream(
+        &self,
+        res: http::Response<hyper::body::Incoming>,
+        id: Option<Box<RawValue>>,
+    ) {
         let mut answered = id.is_none();
         let mut events = Events::new(res);
         while let Some(data) = events.next().await {
@@ -268,18 +266,17 @@ impl UpSession {
     /// second when it breaks (a server without one answers `405`: nothing to follow).
     async fn listen(self: Arc<Self>) {
         while !self.gone.is_cancelled() {
-            let Some(sid) = self.id.get() else { return };
-            let mut req = self
+            if self.id.get().is_none() {
+                return;
+            }
+            let mut headers = vec![("accept", "text/event-stream")];
+            headers.extend(self.session_headers());
+            let req = self
                 .inner
                 .http
-                .get(&self.inner.url)
-                .header("accept", "text/event-stream")
-                .header(SESSION_HEADER, sid);
-            if let Some(v) = self.version.get() {
-                req = req.header(VERSION_HEADER, v);
-            }
+                .send(Method::GET, &self.inner.url, &headers, Bytes::new());
             let res = tokio::select! {
-                r = req.send() => r,
+                r = req => r,
                 _ = self.gone.cancelled() => return,
             };
             match res {
@@ -295,8 +292,8 @@ impl UpSession {
                         }
                     }
                 }
-                Ok(res) if res.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => return,
-                Ok(res) if res.status() == reqwest::StatusCode::NOT_FOUND => return,
+                Ok(res) if res.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+                Ok(res) if res.status() == StatusCode::NOT_FOUND => return,
                 _ => {}
             }
             tokio::select! {
@@ -304,6 +301,13 @@ impl UpSession {
                 _ = self.gone.cancelled() => return,
             }
         }
+    }
+
+    /// The upstream session's id and protocol version, once known, as request headers.
+    fn session_headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let id = self.id.get().map(|v| (SESSION_HEADER, v.as_str()));
+        let version = self.version.get().map(|v| (VERSION_HEADER, v.as_str()));
+        id.into_iter().chain(version)
     }
 
     /// Keeps the protocol version an `initialize` answer names (later requests send it in
@@ -336,14 +340,14 @@ impl UpSession {
 
 /// The `data` of each SSE event of a response (empty ones, such as priming events, skipped).
 struct Events {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    body: futures_util::stream::BoxStream<'static, Bytes>,
     buf: Vec<u8>,
 }
 
 impl Events {
-    fn new(res: reqwest::Response) -> Self {
+    fn new(res: http::Response<hyper::body::Incoming>) -> Self {
         Self {
-            body: res.bytes_stream().boxed(),
+            body: http_client::stream(res),
             buf: Vec::new(),
         }
     }
@@ -362,9 +366,9 @@ impl Events {
                     return Some(data.join("\n"));
                 }
             }
-            match self.body.next().await {
-                Some(Ok(bytes)) => self.buf.extend_from_slice(&bytes),
-                _ => return None,
+            match futures_util::StreamExt::next(&mut self.body).await {
+                Some(bytes) => self.buf.extend_from_slice(&bytes),
+                None => return None,
             }
         }
     }
