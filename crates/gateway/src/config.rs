@@ -45,8 +45,9 @@ pub struct GatewayConfig {
     /// `FLEETMCP_UPSTREAM_POLL_AFTER_MS` / `gateway.poll_after_ms`: SSE polling (SEP-1699) on
     /// the upstream's behalf: a request still running this long after it went up has its
     /// client connection ended (its stream goes on; the client resumes with `Last-Event-ID`
-    /// after `http.sse_retry_ms`), and again each time this long passes; 2025-11-25 sessions
-    /// only. Unset or 0: off (a request's connection stays until its answer).
+    /// after `http.sse_retry_ms`), and each connection the client opens again once it has
+    /// been open this long; 2025-11-25 sessions only. Unset or 0: off (a request's connection
+    /// stays until its answer).
     pub poll_after: Option<Duration>,
 }
 

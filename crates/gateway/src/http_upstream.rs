@@ -23,6 +23,12 @@ use crate::http_client::{self, HttpClient};
 const QUEUE: usize = 64;
 /// How long the upstream has to send an answer's head (an SSE answer's body may take longer).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Resuming a request's stream the upstream ended before its answer: the delay when it named
+/// none (`retry`), the longest it may name, and how many resumptions in a row may fail or
+/// bring no event before the request is answered with an error.
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+const MAX_FAILED_RESUMES: u32 = 10;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
@@ -236,29 +242,80 @@ impl UpSession {
         Posted::Ok
     }
 
-    /// Passes an SSE answer's messages on; a request whose stream ends without its answer is
-    /// answered with an error (nothing else would answer it).
+    /// Passes an SSE answer's messages on. A request's stream that ends without its answer
+    /// after an event id is resumed (SEP-1699 polling: the server ended the connection, not
+    /// the stream): a GET with `Last-Event-ID` after the server's `retry` delay, as a client
+    /// does. A request whose answer cannot come so is answered with an error (nothing else
+    /// would answer it).
     async fn read_stream(
         &self,
         res: http::Response<hyper::body::Incoming>,
         id: Option<Box<RawValue>>,
     ) {
-        let mut answered = id.is_none();
-        let mut events = Events::new(res);
-        while let Some(data) = events.next().await {
-            if let Some(id) = &id
-                && let Ok(m) = serde_json::from_str::<Value>(&data)
-                && m.get("method").is_none()
-                && m.get("id").map(Value::to_string).as_deref() == Some(id.get())
-            {
-                answered = true;
-                self.note_version(data.as_bytes());
+        let Some(id) = id else {
+            let mut events = Events::new(res);
+            while let Some(data) = events.next().await {
+                self.deliver(Bytes::from(data)).await;
             }
-            self.deliver(Bytes::from(data)).await;
+            return;
+        };
+        let mut events = Events::new(res);
+        let mut failed_resumes = 0;
+        loop {
+            while let Some(data) = events.next().await {
+                failed_resumes = 0;
+                let answer = serde_json::from_str::<Value>(&data).is_ok_and(|m| {
+                    m.get("method").is_none()
+                        && m.get("id").map(Value::to_string).as_deref() == Some(id.get())
+                });
+                if answer {
+                    self.note_version(data.as_bytes());
+                }
+                self.deliver(Bytes::from(data)).await;
+                if answer {
+                    return;
+                }
+            }
+            let Some(last) = events.last_id.clone() else {
+                break;
+            };
+            if failed_resumes >= MAX_FAILED_RESUMES || self.gone.is_cancelled() {
+                break;
+            }
+            let wait = events.retry.unwrap_or(DEFAULT_RETRY).min(MAX_RETRY);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.gone.cancelled() => break,
+            }
+            // Reset by the next event: resumptions that bring none count as failed (a
+            // cancelled request's stream may never bring its answer).
+            failed_resumes += 1;
+            if let Some(res) = self.resume(&last).await {
+                events = events.resumed(res);
+            }
         }
-        if !answered {
-            self.failed(id, "the upstream server's stream ended before its answer")
-                .await;
+        self.failed(
+            Some(id),
+            "the upstream server's stream ended before its answer",
+        )
+        .await;
+    }
+
+    /// A GET resuming a stream after event `last`; `None` unless it answered with a stream.
+    async fn resume(&self, last: &str) -> Option<http::Response<hyper::body::Incoming>> {
+        let mut headers = vec![("accept", "text/event-stream"), ("last-event-id", last)];
+        headers.extend(self.session_headers());
+        let req = self
+            .inner
+            .http
+            .send(Method::GET, &self.inner.url, &headers, Bytes::new());
+        match tokio::time::timeout(HEAD_TIMEOUT, req).await {
+            Ok(Ok(res)) if res.status().is_success() => Some(res),
+            Ok(Ok(res)) => {
+                tracing::warn!(session = %self.log, status = %res.status(), "[gateway] the upstream server refused to resume a stream");
+                None
+            }
+            _ => None,
         }
     }
 
@@ -338,10 +395,13 @@ impl UpSession {
     }
 }
 
-/// The `data` of each SSE event of a response (empty ones, such as priming events, skipped).
+/// The `data` of each SSE event of a response (empty ones, such as priming events, skipped),
+/// and what resuming the stream needs: the last event id, the server's `retry` delay.
 struct Events {
     body: futures_util::stream::BoxStream<'static, Bytes>,
     buf: Vec<u8>,
+    last_id: Option<String>,
+    retry: Option<Duration>,
 }
 
 impl Events {
@@ -349,6 +409,17 @@ impl Events {
         Self {
             body: http_client::stream(res),
             buf: Vec::new(),
+            last_id: None,
+            retry: None,
+        }
+    }
+
+    /// The same stream, resumed on `res` (the last id and delay carried over).
+    fn resumed(self, res: http::Response<hyper::body::Incoming>) -> Self {
+        Self {
+            last_id: self.last_id,
+            retry: self.retry,
+            ..Self::new(res)
         }
     }
 
@@ -356,14 +427,8 @@ impl Events {
         loop {
             while let Some(end) = find_event_end(&self.buf) {
                 let event: Vec<u8> = self.buf.drain(..end.1).collect();
-                let text = String::from_utf8_lossy(&event[..end.0]);
-                let data: Vec<&str> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                    .collect();
-                if !data.is_empty() && data.iter().any(|d| !d.is_empty()) {
-                    return Some(data.join("\n"));
+                if let Some(data) = self.read_event(&String::from_utf8_lossy(&event[..end.0])) {
+                    return Some(data);
                 }
             }
             match futures_util::StreamExt::next(&mut self.body).await {
@@ -371,6 +436,27 @@ impl Events {
                 None => return None,
             }
         }
+    }
+}
+
+impl Events {
+    /// One event's data (`None` when it has none), noting its id and `retry`.
+    fn read_event(&mut self, text: &str) -> Option<String> {
+        let field = |l: &'_ str, name: &str| -> Option<String> {
+            let value = l.strip_prefix(name)?;
+            Some(value.strip_prefix(' ').unwrap_or(value).to_string())
+        };
+        let mut data = Vec::new();
+        for line in text.lines() {
+            if let Some(d) = field(line, "data:") {
+                data.push(d);
+            } else if let Some(id) = field(line, "id:") {
+                self.last_id = Some(id).filter(|id| !id.is_empty());
+            } else if let Some(ms) = field(line, "retry:").and_then(|v| v.trim().parse().ok()) {
+                self.retry = Some(Duration::from_millis(ms));
+            }
+        }
+        (data.iter().any(|d| !d.is_empty())).then(|| data.join("\n"))
     }
 }
 

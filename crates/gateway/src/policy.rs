@@ -25,10 +25,10 @@ impl<U> Policy<U> {
         }
     }
 
-    /// Requests still running after `every` have their client connection ended for SSE
-    /// polling, again each `every` (`None`: never).
-    pub fn poll_after(mut self, every: Option<Duration>) -> Self {
-        self.poll_after = every;
+    /// Requests still running after `after` have their client connection ended for SSE
+    /// polling (see [`Upstream::poll_after`]; `None`: never).
+    pub fn poll_after(mut self, after: Option<Duration>) -> Self {
+        self.poll_after = after;
         self
     }
 }

@@ -142,3 +142,33 @@ fn conformance_0_1_16_suite_all_through_a_gateway_fleet_behind_nginx_round_robin
         assert!(n > 10, "nginx sent {} only {n} requests", gw.port());
     }
 }
+
+/// `everything` served over Streamable HTTP as the gateway's upstream: its `test_reconnection`
+/// ends its own stream's connection mid-answer, and the gateway resumes that stream upstream
+/// with `Last-Event-ID` as a client would, so the client gets the tool's result, not an error.
+/// Without the gateway's own polling the client gets it on its first connection (`INFO`, 45);
+/// with it, after resuming (`SUCCESS`, 46, as `everything` served directly).
+#[test]
+fn conformance_0_1_16_suite_all_through_a_gateway_in_front_of_everything_over_http() {
+    ensure_tooling();
+    let dir = TempDir::new("everything-over-http");
+    let config = dir.path().join("everything.toml");
+    // A shorter `retry` than the default 3 s, so that the gateway's resumption upstream ends
+    // well within the 5 s the suite reads its own resumed stream for.
+    std::fs::write(&config, "[http]\nsse_retry_ms = 300\n").expect("write the config");
+    let config = config.to_string_lossy().into_owned();
+    let upstream = everything_over_http(&[("FLEETMCP_CONFIG", &config)]);
+    let url = upstream.mcp_url();
+    let http_upstream = [
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_UPSTREAM_URL", url.as_str()),
+    ];
+    let mut plain = gateway(&http_upstream);
+    plain.wait_ready(Duration::from_secs(20));
+    suite_scores(&plain.mcp_url(), &[&plain], DIRECT - 1, "INFO");
+    let mut polling = http_upstream.to_vec();
+    polling.push(("FLEETMCP_UPSTREAM_POLL_AFTER_MS", "200"));
+    let mut polled = gateway(&polling);
+    polled.wait_ready(Duration::from_secs(20));
+    suite_scores(&polled.mcp_url(), &[&polled], DIRECT, "SUCCESS");
+}

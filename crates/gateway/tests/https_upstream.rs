@@ -126,17 +126,6 @@ fn tls_front(pki: &Pki, upstream: u16, port: u16) -> Nginx {
     Nginx::start(&conf.replace(&plain, &tls), port)
 }
 
-/// `everything` over Streamable HTTP, sessions in memory.
-fn everything_over_http() -> Instance {
-    let path = everything();
-    let mut upstream = Instance::start(
-        &path.to_string_lossy(),
-        &[("REDIS_URL", ""), ("REDIS_HOST", ""), ("REDIS_PORT", "")],
-    );
-    upstream.wait_ready(Duration::from_secs(20));
-    upstream
-}
-
 /// A gateway whose upstream is `url`, trusting `ca` if given.
 fn https_gateway(url: &str, ca: Option<&Path>) -> Instance {
     let ca = ca.map(|p| p.display().to_string()).unwrap_or_default();
@@ -168,7 +157,7 @@ fn unready_because(gw: &Instance, why: &str) {
 #[test]
 fn an_https_upstream_signed_by_the_configured_ca_serves_sessions() {
     let pki = Pki::new();
-    let upstream = everything_over_http();
+    let upstream = everything_over_http(&[]);
     let port = free_port();
     let _front = tls_front(&pki, upstream.port(), port);
     let url = format!("https://127.0.0.1:{port}/mcp");
@@ -199,7 +188,7 @@ fn an_https_upstream_signed_by_the_configured_ca_serves_sessions() {
 #[test]
 fn an_https_upstream_is_refused_without_its_ca_or_under_another_name() {
     let pki = Pki::new();
-    let upstream = everything_over_http();
+    let upstream = everything_over_http(&[]);
     let port = free_port();
     let _front = tls_front(&pki, upstream.port(), port);
 

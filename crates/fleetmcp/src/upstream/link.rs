@@ -180,9 +180,9 @@ pub(super) struct Link {
     ended: CancellationToken,
     /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
     asking: Arc<AtomicUsize>,
-    /// How often a request waiting for its answer has its client connection ended for SSE
-    /// polling ([`Upstream::poll_after`]), in a session whose clients can resume.
-    poll_after: Option<std::time::Duration>,
+    /// When a request waiting for its answer has its client connection ended for SSE polling
+    /// ([`Upstream::poll_after`]), in a session whose clients can resume.
+    polling: Option<Polling>,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -204,10 +204,14 @@ impl Link {
             next: AtomicU64::new(1),
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
-            poll_after: app
+            polling: app
                 .upstream()
                 .and_then(|u| u.poll_after())
-                .filter(|_| session.version.wants_priming()),
+                .filter(|_| session.version.wants_priming())
+                .map(|after| Polling {
+                    after,
+                    retry: std::time::Duration::from_millis(app.config().http.sse_retry_ms),
+                }),
         });
         tokio::spawn(read(
             app.clone(),
@@ -273,7 +277,7 @@ impl Link {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
         let progress = progress_token(params.as_deref());
-        let polled = self.poll_after.map(|every| (every, ctx.clone()));
+        let polled = self.polling.map(|polling| (polling, ctx.clone()));
         self.waiting.lock().insert(
             n,
             Waiter {
@@ -298,7 +302,7 @@ impl Link {
             return Err(super::unavailable("it stopped"));
         }
         let outcome = match polled {
-            Some((every, ctx)) => answer_polled(rx, every, &ctx).await,
+            Some((polling, ctx)) => polling.answer(rx, &ctx).await,
             None => rx.await,
         };
         pending.armed = false;
@@ -448,17 +452,30 @@ impl Link {
     }
 }
 
-/// Waits for an answer, ending the client's connection for SSE polling each time `every`
-/// passes without it (the request's stream goes on in the event store; the client resumes).
-async fn answer_polled<T>(
-    mut rx: oneshot::Receiver<T>,
-    every: std::time::Duration,
-    ctx: &RequestContext,
-) -> Result<T, oneshot::error::RecvError> {
-    loop {
-        tokio::select! {
-            outcome = &mut rx => return outcome,
-            _ = tokio::time::sleep(every) => ctx.end_connection_for_polling(),
+/// SSE polling on the upstream's behalf: a request's connection is ended once it has been open
+/// `after`: first `after` the request went up, then each `retry + after` (the client comes back
+/// `retry` after an end, so each connection it opens lives about `after`).
+#[derive(Clone, Copy)]
+pub(super) struct Polling {
+    after: std::time::Duration,
+    retry: std::time::Duration,
+}
+
+impl Polling {
+    /// Waits for an answer, ending the client's connection when due (the request's stream goes
+    /// on in the event store; the client resumes it).
+    async fn answer<T>(
+        self,
+        mut rx: oneshot::Receiver<T>,
+        ctx: &RequestContext,
+    ) -> Result<T, oneshot::error::RecvError> {
+        let mut wait = self.after;
+        loop {
+            tokio::select! {
+                outcome = &mut rx => return outcome,
+                _ = tokio::time::sleep(wait) => ctx.end_connection_for_polling(),
+            }
+            wait = self.retry + self.after;
         }
     }
 }

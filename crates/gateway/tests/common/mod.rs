@@ -49,6 +49,17 @@ pub fn gateway(extra: &[(&str, &str)]) -> Instance {
     Instance::start(env!("CARGO_BIN_EXE_fleetmcp-gateway"), &env)
 }
 
+/// Our `everything` served over Streamable HTTP itself (sessions in memory), ready: an HTTP
+/// upstream.
+pub fn everything_over_http(extra: &[(&str, &str)]) -> Instance {
+    let path = everything();
+    let mut env = vec![("REDIS_URL", ""), ("REDIS_HOST", ""), ("REDIS_PORT", "")];
+    env.extend_from_slice(extra);
+    let mut upstream = Instance::start(&path.to_string_lossy(), &env);
+    upstream.wait_ready(Duration::from_secs(20));
+    upstream
+}
+
 /// A gateway of a fleet on `redis`, named `machine`.
 pub fn fleet_gateway(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Instance {
     let mut env: Vec<(&str, &str)> = vec![
