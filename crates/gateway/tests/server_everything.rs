@@ -6,8 +6,11 @@
 //! behalf, so on the session's GET stream), a subscription and its updates. Once through one
 //! gateway, once through two gateways of a fleet on a real `redis-server` behind nginx round
 //! robin (`deploy/nginx/fleetmcp.conf`), where every request, the client's answers to the
-//! server's requests included, may land on the instance that does not hold the session. And
-//! the same server in its Streamable HTTP mode, as an HTTP upstream of such a fleet.
+//! server's requests included, may land on the instance that does not hold the session. Then
+//! the official TypeScript and Python clients each through such a fleet with the session's
+//! holder SIGKILLed and, separately, SIGTERMed between two phases of the same calls: the
+//! session goes on with a new process on the other instance. And the same server in its
+//! Streamable HTTP mode, as an HTTP upstream of such a fleet.
 
 #[path = "../../../examples/e2e_support.rs"]
 mod support;
@@ -155,13 +158,14 @@ fn server_everything_behind_two_gateways_of_a_fleet_behind_nginx_round_robin() {
     }
 }
 
-/// The official Python client through two gateways behind nginx round robin, the holder of its
-/// session stopped by `signal` between two phases
-/// (`tools/clients/python/server_everything_failover_client.py`): before and after, the same
+/// An official client through two gateways behind nginx round robin, the holder of its session
+/// stopped by `signal` between two phases (`tools/clients/python/
+/// server_everything_failover_client.py`, `tools/clients/ts-v1/
+/// server-everything-failover-client.mjs`: the same phases): before and after, the same
 /// session calls tools with progress, answers sampling, elicitation and the server's own
 /// `roots/list`, and subscribes and gets updates; after, a new process on the other instance
 /// serves it (the subscription made again: the old process's memory is gone, as documented).
-fn python_session_goes_on_after_its_holder(signal: &str) {
+fn session_goes_on_after_its_holder(client: fn(&str) -> std::process::Command, signal: &str) {
     ensure_tooling();
     let redis = RedisServer::start();
     let url = redis.url();
@@ -181,10 +185,7 @@ fn python_session_goes_on_after_its_holder(signal: &str) {
     let ports = [gateways[0].port(), gateways[1].port()];
     let nginx = Nginx::start(&Nginx::fleet_conf(&ports, front), front);
     let front_url = format!("http://127.0.0.1:{front}/mcp");
-    let client = PausedClient::start(python_client(
-        "server_everything_failover_client.py",
-        &front_url,
-    ));
+    let client = PausedClient::start(client(&front_url));
     let holder = gateways
         .iter()
         .position(|g| !children_of(g.pid()).is_empty())
@@ -205,7 +206,7 @@ fn python_session_goes_on_after_its_holder(signal: &str) {
     let survivor = &gateways[1 - holder];
     let out = client.resume(&[survivor]);
     out.assert_steps(&[
-        "connect: server mcp-servers/everything, protocol 2025-11-25",
+        "connect: server mcp-servers/everything, protocol 2025-",
         "before: echo, progress 1,2,3, sampling, elicitation accepted, roots, subscribe + updated",
         "after: echo, progress 1,2,3, sampling, elicitation accepted, roots, subscribe + updated",
         "closed: DELETE sent",
@@ -224,14 +225,32 @@ fn python_session_goes_on_after_its_holder(signal: &str) {
     survivor.assert_no_panic_logged();
 }
 
+fn python(url: &str) -> std::process::Command {
+    python_client("server_everything_failover_client.py", url)
+}
+
+fn typescript(url: &str) -> std::process::Command {
+    ts_client("server-everything-failover-client.mjs", url)
+}
+
 #[test]
 fn the_python_client_session_goes_on_after_its_holder_is_sigkilled() {
-    python_session_goes_on_after_its_holder("KILL");
+    session_goes_on_after_its_holder(python, "KILL");
 }
 
 #[test]
 fn the_python_client_session_goes_on_after_its_holder_is_sigtermed() {
-    python_session_goes_on_after_its_holder("TERM");
+    session_goes_on_after_its_holder(python, "TERM");
+}
+
+#[test]
+fn the_typescript_client_session_goes_on_after_its_holder_is_sigkilled() {
+    session_goes_on_after_its_holder(typescript, "KILL");
+}
+
+#[test]
+fn the_typescript_client_session_goes_on_after_its_holder_is_sigtermed() {
+    session_goes_on_after_its_holder(typescript, "TERM");
 }
 
 /// The same server in its Streamable HTTP mode as an HTTP upstream (`FLEETMCP_UPSTREAM_URL`):
