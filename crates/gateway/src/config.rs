@@ -18,9 +18,13 @@ pub struct GatewayConfig {
     /// required.
     pub command: Vec<String>,
     /// `FLEETMCP_UPSTREAM_URL` / `gateway.url`: instead of a command, the `/mcp` URL of an MCP
-    /// server that speaks Streamable HTTP (`http://` only for now): one upstream session per
+    /// server that speaks Streamable HTTP (`http://` or `https://`): one upstream session per
     /// client session.
     pub url: Option<String>,
+    /// `FLEETMCP_UPSTREAM_CA_FILE` / `gateway.ca_file`: for an `https://` URL, a PEM file of
+    /// certificates trusted besides the system's roots (a private CA's). Unset: the system's
+    /// roots only.
+    pub ca_file: Option<PathBuf>,
     /// `FLEETMCP_UPSTREAM_MAX_PROCESSES` / `gateway.max_processes`: the most upstream processes
     /// this instance runs at once (one per session it holds); a session past it is refused
     /// with `503` and `Retry-After`. Default 100.
@@ -38,6 +42,13 @@ pub struct GatewayConfig {
     /// scope a call of each upstream tool needs, `*` for any tool not named; a token without
     /// it gets `403` before the call goes up. Empty: only `auth.required_scopes`.
     pub tool_scopes: BTreeMap<String, String>,
+    /// `FLEETMCP_UPSTREAM_POLL_AFTER_MS` / `gateway.poll_after_ms`: SSE polling (SEP-1699) on
+    /// the upstream's behalf: a request still running this long after it went up has its
+    /// client connection ended (its stream goes on; the client resumes with `Last-Event-ID`
+    /// after `http.sse_retry_ms`), and each connection the client opens again once it has
+    /// been open this long; 2025-11-25 sessions only. Unset or 0: off (a request's connection
+    /// stays until its answer).
+    pub poll_after: Option<Duration>,
 }
 
 /// The `[gateway]` section as written.
@@ -46,10 +57,12 @@ pub struct GatewayConfig {
 struct Section {
     command: Option<Command>,
     url: Option<String>,
+    ca_file: Option<PathBuf>,
     max_processes: Option<usize>,
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
     tool_scopes: Option<BTreeMap<String, String>>,
+    poll_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,7 +73,9 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 6] = [
+pub const VARIABLES: [&str; 8] = [
+    "FLEETMCP_UPSTREAM_CA_FILE",
+    "FLEETMCP_UPSTREAM_POLL_AFTER_MS",
     "FLEETMCP_UPSTREAM_TOOL_SCOPES",
     "FLEETMCP_UPSTREAM_COMMAND",
     "FLEETMCP_UPSTREAM_URL",
@@ -139,23 +154,10 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         .map(String::from)
         .or(section.url)
         .filter(|u| !u.trim().is_empty());
-    match (&url, command.first()) {
-        (Some(_), Some(_)) => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into());
-        }
-        (Some(u), None) if !u.starts_with("http://") => {
-            return Err(format!(
-                "FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// URL (https is not supported yet)"
-            ));
-        }
-        (None, None) => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into());
-        }
-        (None, Some(first)) if first.is_empty() => {
-            return Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into());
-        }
-        _ => {}
-    }
+    check_upstream(url.as_deref(), &command)?;
+    let ca_file = var("FLEETMCP_UPSTREAM_CA_FILE")
+        .map(PathBuf::from)
+        .or(section.ca_file);
     let max_processes = number(
         "FLEETMCP_UPSTREAM_MAX_PROCESSES",
         section.max_processes.map(|n| n as u64),
@@ -168,10 +170,16 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         Some(list) => scopes(list)?,
         None => section.tool_scopes.unwrap_or_default(),
     };
+    let poll_after = match number("FLEETMCP_UPSTREAM_POLL_AFTER_MS", section.poll_after_ms, 0)? {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    };
     Ok(GatewayConfig {
         tool_scopes,
+        poll_after,
         command,
         url,
+        ca_file,
         max_processes: max_processes as usize,
         stop_grace: Duration::from_millis(number(
             "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
@@ -185,6 +193,21 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         )?
         .max(1024) as usize,
     })
+}
+
+/// One upstream, command or URL, and a usable one.
+fn check_upstream(url: Option<&str>, command: &[String]) -> Result<(), String> {
+    match (url, command.first()) {
+        (Some(_), Some(_)) => Err("FLEETMCP_UPSTREAM_COMMAND and FLEETMCP_UPSTREAM_URL are both set: the gateway serves one upstream".into()),
+        (Some(u), None) if !u.starts_with("http://") && !u.starts_with("https://") => Err(
+            format!("FLEETMCP_UPSTREAM_URL: {u:?} is not an http:// or https:// URL"),
+        ),
+        (None, None) => Err("FLEETMCP_UPSTREAM_COMMAND (or command in [gateway]) is required: the MCP server to run, which speaks stdio (or FLEETMCP_UPSTREAM_URL, one that speaks Streamable HTTP)".into()),
+        (None, Some(first)) if first.is_empty() => {
+            Err("FLEETMCP_UPSTREAM_COMMAND: the command is empty".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `name=scope` pairs, separated by commas or white space.
@@ -235,6 +258,7 @@ mod tests {
         assert_eq!(gw.command, ["node", "server.js"]);
         assert_eq!(gw.max_processes, 7);
         assert_eq!(gw.stop_grace, Duration::from_secs(2));
+        assert_eq!(gw.poll_after, None, "polling is off unless asked for");
         assert_eq!(
             gw.tool_scopes.get("echo").map(String::as_str),
             Some("echo:run")
@@ -247,11 +271,13 @@ mod tests {
                     "npx -y '@scope/some server' --stdio",
                 ),
                 ("FLEETMCP_UPSTREAM_MAX_PROCESSES", "3"),
+                ("FLEETMCP_UPSTREAM_POLL_AFTER_MS", "250"),
             ]),
         )
         .unwrap();
         assert_eq!(gw.command, ["npx", "-y", "@scope/some server", "--stdio"]);
         assert_eq!(gw.max_processes, 3);
+        assert_eq!(gw.poll_after, Some(Duration::from_millis(250)));
         let (_, gw) = from_sources(
             None,
             env(&[
@@ -301,8 +327,17 @@ mod tests {
             ("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp"),
         ]);
         assert!(from_sources(None, both).unwrap_err().contains("both"));
-        let tls = env(&[("FLEETMCP_UPSTREAM_URL", "https://example.test/mcp")]);
-        assert!(from_sources(None, tls).unwrap_err().contains("http://"));
+        let other = env(&[("FLEETMCP_UPSTREAM_URL", "ws://example.test/mcp")]);
+        assert!(from_sources(None, other).unwrap_err().contains("https://"));
+        let (_, gw) = from_sources(
+            None,
+            env(&[
+                ("FLEETMCP_UPSTREAM_URL", "https://example.test/mcp"),
+                ("FLEETMCP_UPSTREAM_CA_FILE", "/etc/upstream-ca.pem"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(gw.ca_file, Some(PathBuf::from("/etc/upstream-ca.pem")));
         let (_, gw) = from_sources(
             None,
             env(&[("FLEETMCP_UPSTREAM_URL", "http://127.0.0.1:1/mcp")]),

@@ -10,17 +10,25 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use fleetmcp::{Upstream, UpstreamLink};
-use futures_util::StreamExt;
+use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::http_client::{self, HttpClient};
+
 /// Messages queued each way per upstream session.
 const QUEUE: usize = 64;
 /// How long the upstream has to send an answer's head (an SSE answer's body may take longer).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Resuming a request's stream the upstream ended before its answer: the delay when it named
+/// none (`retry`), the longest it may name, and how many resumptions in a row may fail or
+/// bring no event before the request is answered with an error.
+const DEFAULT_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+const MAX_FAILED_RESUMES: u32 = 10;
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 
@@ -32,24 +40,22 @@ pub struct HttpUpstream {
 
 struct Inner {
     url: String,
-    http: reqwest::Client,
+    http: HttpClient,
     /// Why the server cannot serve, when the last attempt (or the startup probe) failed.
     health: parking_lot::Mutex<Result<(), String>>,
 }
 
 impl HttpUpstream {
-    pub fn new(url: String) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .unwrap_or_default();
-        Self {
+    /// `Err`: the CA file (`ca_file`, for an https:// URL) cannot be used.
+    pub fn new(url: String, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+        let http = HttpClient::new(ca_file)?;
+        Ok(Self {
             inner: Arc::new(Inner {
                 url,
                 http,
                 health: parking_lot::Mutex::new(Ok(())),
             }),
-        }
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -152,14 +158,12 @@ impl UpSession {
         }
         self.gone.cancel();
         if let Some(id) = self.id.get() {
-            let _ = self
-                .inner
-                .http
-                .delete(&self.inner.url)
-                .header(SESSION_HEADER, id)
-                .timeout(Duration::from_secs(5))
-                .send()
-                .await;
+            let headers = [(SESSION_HEADER, id.as_str())];
+            let delete =
+                self.inner
+                    .http
+                    .send(Method::DELETE, &self.inner.url, &headers, Bytes::new());
+            let _ = tokio::time::timeout(Duration::from_secs(5), delete).await;
         }
         tracing::debug!(session = %self.log, "[gateway] ended an upstream session");
     }
@@ -167,20 +171,16 @@ impl UpSession {
     /// POSTs one message; an answer (JSON, or each message of an SSE stream) goes on the link.
     /// `id`: the request's, which a failure answers with an error in the upstream's place.
     async fn post(&self, message: Bytes, id: Option<Box<RawValue>>) -> Posted {
-        let mut req = self
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        headers.extend(self.session_headers());
+        let req = self
             .inner
             .http
-            .post(&self.inner.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(message);
-        if let Some(sid) = self.id.get() {
-            req = req.header(SESSION_HEADER, sid);
-        }
-        if let Some(v) = self.version.get() {
-            req = req.header(VERSION_HEADER, v);
-        }
-        let res = match tokio::time::timeout(HEAD_TIMEOUT, req.send()).await {
+            .send(Method::POST, &self.inner.url, &headers, message);
+        let res = match tokio::time::timeout(HEAD_TIMEOUT, req).await {
             Ok(Ok(res)) => res,
             Ok(Err(e)) => {
                 return self
@@ -196,7 +196,7 @@ impl UpSession {
                     .await;
             }
         };
-        if res.status() == reqwest::StatusCode::NOT_FOUND && self.id.get().is_some() {
+        if res.status() == StatusCode::NOT_FOUND && self.id.get().is_some() {
             tracing::warn!(session = %self.log, "[gateway] the upstream server no longer knows this session; the next request opens a new one");
             self.failed(id, "the upstream server ended this session")
                 .await;
@@ -217,9 +217,9 @@ impl UpSession {
         let status = res.status();
         if sse {
             self.read_stream(res, id).await;
-        } else if status == reqwest::StatusCode::ACCEPTED {
+        } else if status == StatusCode::ACCEPTED {
         } else {
-            match res.bytes().await {
+            match http_client::bytes(res).await {
                 Ok(body) if status.is_success() && !body.is_empty() => {
                     self.note_version(&body);
                     self.deliver(body).await;
@@ -242,25 +242,80 @@ impl UpSession {
         Posted::Ok
     }
 
-    /// Passes an SSE answer's messages on; a request whose stream ends without its answer is
-    /// answered with an error (nothing else would answer it).
-    async fn read_stream(&self, res: reqwest::Response, id: Option<Box<RawValue>>) {
-        let mut answered = id.is_none();
-        let mut events = Events::new(res);
-        while let Some(data) = events.next().await {
-            if let Some(id) = &id
-                && let Ok(m) = serde_json::from_str::<Value>(&data)
-                && m.get("method").is_none()
-                && m.get("id").map(Value::to_string).as_deref() == Some(id.get())
-            {
-                answered = true;
-                self.note_version(data.as_bytes());
+    /// Passes an SSE answer's messages on. A request's stream that ends without its answer
+    /// after an event id is resumed (SEP-1699 polling: the server ended the connection, not
+    /// the stream): a GET with `Last-Event-ID` after the server's `retry` delay, as a client
+    /// does. A request whose answer cannot come so is answered with an error (nothing else
+    /// would answer it).
+    async fn read_stream(
+        &self,
+        res: http::Response<hyper::body::Incoming>,
+        id: Option<Box<RawValue>>,
+    ) {
+        let Some(id) = id else {
+            let mut events = Events::new(res);
+            while let Some(data) = events.next().await {
+                self.deliver(Bytes::from(data)).await;
             }
-            self.deliver(Bytes::from(data)).await;
+            return;
+        };
+        let mut events = Events::new(res);
+        let mut failed_resumes = 0;
+        loop {
+            while let Some(data) = events.next().await {
+                failed_resumes = 0;
+                let answer = serde_json::from_str::<Value>(&data).is_ok_and(|m| {
+                    m.get("method").is_none()
+                        && m.get("id").map(Value::to_string).as_deref() == Some(id.get())
+                });
+                if answer {
+                    self.note_version(data.as_bytes());
+                }
+                self.deliver(Bytes::from(data)).await;
+                if answer {
+                    return;
+                }
+            }
+            let Some(last) = events.last_id.clone() else {
+                break;
+            };
+            if failed_resumes >= MAX_FAILED_RESUMES || self.gone.is_cancelled() {
+                break;
+            }
+            let wait = events.retry.unwrap_or(DEFAULT_RETRY).min(MAX_RETRY);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.gone.cancelled() => break,
+            }
+            // Reset by the next event: resumptions that bring none count as failed (a
+            // cancelled request's stream may never bring its answer).
+            failed_resumes += 1;
+            if let Some(res) = self.resume(&last).await {
+                events = events.resumed(res);
+            }
         }
-        if !answered {
-            self.failed(id, "the upstream server's stream ended before its answer")
-                .await;
+        self.failed(
+            Some(id),
+            "the upstream server's stream ended before its answer",
+        )
+        .await;
+    }
+
+    /// A GET resuming a stream after event `last`; `None` unless it answered with a stream.
+    async fn resume(&self, last: &str) -> Option<http::Response<hyper::body::Incoming>> {
+        let mut headers = vec![("accept", "text/event-stream"), ("last-event-id", last)];
+        headers.extend(self.session_headers());
+        let req = self
+            .inner
+            .http
+            .send(Method::GET, &self.inner.url, &headers, Bytes::new());
+        match tokio::time::timeout(HEAD_TIMEOUT, req).await {
+            Ok(Ok(res)) if res.status().is_success() => Some(res),
+            Ok(Ok(res)) => {
+                tracing::warn!(session = %self.log, status = %res.status(), "[gateway] the upstream server refused to resume a stream");
+                None
+            }
+            _ => None,
         }
     }
 
@@ -268,18 +323,17 @@ impl UpSession {
     /// second when it breaks (a server without one answers `405`: nothing to follow).
     async fn listen(self: Arc<Self>) {
         while !self.gone.is_cancelled() {
-            let Some(sid) = self.id.get() else { return };
-            let mut req = self
+            if self.id.get().is_none() {
+                return;
+            }
+            let mut headers = vec![("accept", "text/event-stream")];
+            headers.extend(self.session_headers());
+            let req = self
                 .inner
                 .http
-                .get(&self.inner.url)
-                .header("accept", "text/event-stream")
-                .header(SESSION_HEADER, sid);
-            if let Some(v) = self.version.get() {
-                req = req.header(VERSION_HEADER, v);
-            }
+                .send(Method::GET, &self.inner.url, &headers, Bytes::new());
             let res = tokio::select! {
-                r = req.send() => r,
+                r = req => r,
                 _ = self.gone.cancelled() => return,
             };
             match res {
@@ -295,8 +349,8 @@ impl UpSession {
                         }
                     }
                 }
-                Ok(res) if res.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED => return,
-                Ok(res) if res.status() == reqwest::StatusCode::NOT_FOUND => return,
+                Ok(res) if res.status() == StatusCode::METHOD_NOT_ALLOWED => return,
+                Ok(res) if res.status() == StatusCode::NOT_FOUND => return,
                 _ => {}
             }
             tokio::select! {
@@ -304,6 +358,13 @@ impl UpSession {
                 _ = self.gone.cancelled() => return,
             }
         }
+    }
+
+    /// The upstream session's id and protocol version, once known, as request headers.
+    fn session_headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let id = self.id.get().map(|v| (SESSION_HEADER, v.as_str()));
+        let version = self.version.get().map(|v| (VERSION_HEADER, v.as_str()));
+        id.into_iter().chain(version)
     }
 
     /// Keeps the protocol version an `initialize` answer names (later requests send it in
@@ -334,17 +395,31 @@ impl UpSession {
     }
 }
 
-/// The `data` of each SSE event of a response (empty ones, such as priming events, skipped).
+/// The `data` of each SSE event of a response (empty ones, such as priming events, skipped),
+/// and what resuming the stream needs: the last event id, the server's `retry` delay.
 struct Events {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    body: futures_util::stream::BoxStream<'static, Bytes>,
     buf: Vec<u8>,
+    last_id: Option<String>,
+    retry: Option<Duration>,
 }
 
 impl Events {
-    fn new(res: reqwest::Response) -> Self {
+    fn new(res: http::Response<hyper::body::Incoming>) -> Self {
         Self {
-            body: res.bytes_stream().boxed(),
+            body: http_client::stream(res),
             buf: Vec::new(),
+            last_id: None,
+            retry: None,
+        }
+    }
+
+    /// The same stream, resumed on `res` (the last id and delay carried over).
+    fn resumed(self, res: http::Response<hyper::body::Incoming>) -> Self {
+        Self {
+            last_id: self.last_id,
+            retry: self.retry,
+            ..Self::new(res)
         }
     }
 
@@ -352,21 +427,36 @@ impl Events {
         loop {
             while let Some(end) = find_event_end(&self.buf) {
                 let event: Vec<u8> = self.buf.drain(..end.1).collect();
-                let text = String::from_utf8_lossy(&event[..end.0]);
-                let data: Vec<&str> = text
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                    .collect();
-                if !data.is_empty() && data.iter().any(|d| !d.is_empty()) {
-                    return Some(data.join("\n"));
+                if let Some(data) = self.read_event(&String::from_utf8_lossy(&event[..end.0])) {
+                    return Some(data);
                 }
             }
-            match self.body.next().await {
-                Some(Ok(bytes)) => self.buf.extend_from_slice(&bytes),
-                _ => return None,
+            match futures_util::StreamExt::next(&mut self.body).await {
+                Some(bytes) => self.buf.extend_from_slice(&bytes),
+                None => return None,
             }
         }
+    }
+}
+
+impl Events {
+    /// One event's data (`None` when it has none), noting its id and `retry`.
+    fn read_event(&mut self, text: &str) -> Option<String> {
+        let field = |l: &'_ str, name: &str| -> Option<String> {
+            let value = l.strip_prefix(name)?;
+            Some(value.strip_prefix(' ').unwrap_or(value).to_string())
+        };
+        let mut data = Vec::new();
+        for line in text.lines() {
+            if let Some(d) = field(line, "data:") {
+                data.push(d);
+            } else if let Some(id) = field(line, "id:") {
+                self.last_id = Some(id).filter(|id| !id.is_empty());
+            } else if let Some(ms) = field(line, "retry:").and_then(|v| v.trim().parse().ok()) {
+                self.retry = Some(Duration::from_millis(ms));
+            }
+        }
+        (data.iter().any(|d| !d.is_empty())).then(|| data.join("\n"))
     }
 }
 

@@ -1,4 +1,4 @@
-//! `fleetmcp-gateway`: a fleet in front of an MCP server that speaks stdio. Each client session
+//! `fleetmcp-gateway`: a fleet in front of an MCP server that speaks stdio (or Streamable HTTP). Each client session
 //! gets one upstream process, started by the instance that holds the session with the
 //! configured command; the session's messages pass through both ways, and the fleet's relay,
 //! takeover, fencing, authorization, limits and metrics apply as to any fleetmcp server. See the
@@ -6,9 +6,10 @@
 
 mod child;
 mod config;
+mod http_client;
 mod http_upstream;
+mod policy;
 mod probe;
-mod scopes;
 
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
@@ -33,17 +34,25 @@ async fn run() -> std::process::ExitCode {
     let builder =
         fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION")).config(config);
     let tool_scopes = gateway.tool_scopes.clone();
+    let poll_after = gateway.poll_after;
     let (served, children) = match gateway.url.clone() {
         Some(url) => {
-            let upstream = http_upstream::HttpUpstream::new(url);
+            let upstream = match http_upstream::HttpUpstream::new(url, gateway.ca_file.as_deref()) {
+                Ok(u) => u,
+                Err(e) => {
+                    eprintln!("fleetmcp-gateway: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
             tokio::spawn(probe::watch(upstream.clone()));
-            let upstream = scopes::Scoped::new(upstream, tool_scopes);
+            let upstream = policy::Policy::new(upstream, tool_scopes).poll_after(poll_after);
             (builder.upstream(upstream).build().serve().await, None)
         }
         None => {
             let children = child::Children::new(gateway);
             tokio::spawn(probe::watch(children.clone()));
-            let upstream = scopes::Scoped::new(children.clone(), tool_scopes);
+            let upstream =
+                policy::Policy::new(children.clone(), tool_scopes).poll_after(poll_after);
             let served = builder.upstream(upstream).build().serve().await;
             (served, Some(children))
         }

@@ -150,9 +150,6 @@ fn the_holder_sigtermed_the_session_goes_on_with_a_new_upstream_on_the_other() {
 /// client.mjs`): the same session goes on, served by a new upstream process on the other
 /// instance (calls, progress, sampling; a subscription made again).
 fn a_client_session_goes_on_through_nginx_after_its_holder(signal: &str) {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
-
     support::ensure_tooling();
     let redis = RedisServer::start();
     let url = redis.url();
@@ -167,23 +164,8 @@ fn a_client_session_goes_on_through_nginx_after_its_holder(signal: &str) {
     let front = support::free_port();
     let ports = [gateways[0].port(), gateways[1].port()];
     let _nginx = support::Nginx::start(&support::Nginx::fleet_conf(&ports, front), front);
-    let mut client = Command::new("node")
-        .arg(support::repo_root().join("tools/clients/ts-v1/gateway-failover-client.mjs"))
-        .arg(format!("http://127.0.0.1:{front}/mcp"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("node runs");
-    let mut stdout = BufReader::new(client.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout
-        .read_line(&mut line)
-        .expect("the client's first phase");
-    assert!(
-        line.starts_with("READY "),
-        "the client's first phase failed: {line}"
-    );
+    let url = format!("http://127.0.0.1:{front}/mcp");
+    let client = PausedClient::start(ts_client("gateway-failover-client.mjs", &url));
 
     // The holder is the instance running the session's process.
     let holder = gateways
@@ -197,21 +179,10 @@ fn a_client_session_goes_on_through_nginx_after_its_holder(signal: &str) {
             .is_some(),
         "the holder exits"
     );
-    let mut stdin = client.stdin.take().expect("stdin");
-    writeln!(stdin, "GO").expect("tell the client to go on");
-    let mut rest = String::new();
-    for l in stdout.lines().map_while(Result::ok) {
-        rest.push_str(&l);
-        rest.push('\n');
-    }
-    let status = client.wait().expect("the client exits");
     let survivor = &gateways[other];
-    assert!(
-        status.success(),
-        "the client failed after the {signal}: {rest}\n{}",
-        survivor.log()
-    );
-    assert!(rest.contains("\"ok\":true"), "{rest}");
+    let out = client.resume(&[survivor]);
+    assert_eq!(out.report["ok"], true, "{}", out.stdout);
+    out.assert_steps(&["after: same session, greet, progress, sampling, subscribe again + update"]);
     assert!(survivor.log().contains(NEW_UPSTREAM), "{}", survivor.log());
     survivor.assert_no_panic_logged();
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
-use support::{TempDir, ensure_tooling, run};
+use support::{TempDir, ensure_tooling};
 
 const REAPED: &str = "[gateway] an upstream process ended with its session";
 
@@ -32,24 +32,10 @@ fn the_typescript_client_uses_everything_through_the_gateway() {
         wait_children(pid, 0, Duration::from_secs(10)),
         "the startup probe's process is reaped"
     );
-    let scratch = TempDir::new("gateway-ts-client");
-    let out = run(
-        &mut node_client(&gw.mcp_url(), true),
-        Duration::from_secs(60),
-        scratch.path(),
-    );
-    assert!(out.success(), "client failed:\n{}", out.describe());
-    let report: Value = out
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no report:\n{}", out.describe()));
-    let steps: Vec<&str> = report["steps"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    for (step, expected) in steps.iter().zip([
+    let mut client = ts_client("gateway-client.mjs", &gw.mcp_url());
+    client.env("KEEP_SESSION", "1");
+    let out = run_client(client, Duration::from_secs(60), &[&gw]);
+    for (step, expected) in out.steps.iter().zip([
         "connect: server everything",
         "listTools: ",
         "progress: 0,50,100",
@@ -63,10 +49,10 @@ fn the_typescript_client_uses_everything_through_the_gateway() {
         assert!(
             step.starts_with(expected),
             "{step:?} is not {expected:?}:\n{}",
-            out.describe()
+            out.stdout
         );
     }
-    assert_eq!(steps.len(), 9, "{}", out.describe());
+    assert_eq!(out.steps.len(), 9, "{}", out.stdout);
     assert_eq!(
         children_of(pid).len(),
         1,
@@ -74,7 +60,7 @@ fn the_typescript_client_uses_everything_through_the_gateway() {
     );
 
     // The client went away without ending its session: DELETE ends it, and its process.
-    let sid = report["sessionId"].as_str().expect("the session id");
+    let sid = out.report["sessionId"].as_str().expect("the session id");
     let resp = http(
         gw.port(),
         "DELETE",
@@ -99,19 +85,12 @@ fn the_python_client_uses_everything_through_the_gateway() {
     ensure_tooling();
     let mut gw = gateway(&[]);
     gw.wait_ready(Duration::from_secs(20));
-    let root = support::repo_root();
-    let scratch = TempDir::new("gateway-python-client");
-    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
-    cmd.arg(root.join("tools/clients/python/gateway_client.py"))
-        .arg(gw.mcp_url());
-    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
-    assert!(
-        out.success(),
-        "client failed:\n{}\n{}",
-        out.describe(),
-        gw.log()
+    let out = run_client(
+        python_client("gateway_client.py", &gw.mcp_url()),
+        Duration::from_secs(60),
+        &[&gw],
     );
-    for step in [
+    out.assert_steps(&[
         "connect: gateway, protocol 2025-11-25, server everything",
         "progress: 0,50,100",
         "logging: 3 messages",
@@ -121,13 +100,7 @@ fn the_python_client_uses_everything_through_the_gateway() {
         "notifications/tools/list_changed",
         "cancel: handler stopped",
         "ping",
-    ] {
-        assert!(
-            out.stdout.contains(step),
-            "no step {step:?}:\n{}",
-            out.describe()
-        );
-    }
+    ]);
     // The SDK ends its session on close (DELETE): the process goes with it.
     assert!(
         wait_children(gw.pid(), 0, Duration::from_secs(10)),
@@ -144,29 +117,17 @@ fn the_2024_11_05_sse_transport_reaches_the_upstream_too() {
     ensure_tooling();
     let mut gw = gateway(&[]);
     gw.wait_ready(Duration::from_secs(20));
-    let root = support::repo_root();
-    let scratch = TempDir::new("gateway-sse-client");
-    let mut cmd = std::process::Command::new(root.join("tools/clients/python/venv/bin/python"));
-    cmd.arg(root.join("tools/clients/python/gateway_sse_client.py"))
-        .arg(format!("http://127.0.0.1:{}/sse", gw.port()));
-    let out = run(&mut cmd, Duration::from_secs(60), scratch.path());
-    assert!(
-        out.success(),
-        "client failed:\n{}\n{}",
-        out.describe(),
-        gw.log()
+    let sse = format!("http://127.0.0.1:{}/sse", gw.port());
+    let out = run_client(
+        python_client("gateway_sse_client.py", &sse),
+        Duration::from_secs(60),
+        &[&gw],
     );
-    for step in [
+    out.assert_steps(&[
         "server everything",
         "progress: 0,50,100",
         "sampling: answered by the client",
-    ] {
-        assert!(
-            out.stdout.contains(step),
-            "no step {step:?}:\n{}",
-            out.describe()
-        );
-    }
+    ]);
     gw.assert_no_panic_logged();
 }
 
@@ -382,4 +343,66 @@ time.sleep(1000)\n";
         "{}",
         gw.log()
     );
+}
+
+/// `fleetmcp_upstreams_open` on `/metrics`, once it reads `n` (its last reading after `limit`).
+fn upstreams_open(port: u16, n: u32, limit: Duration) -> Option<u32> {
+    let start = std::time::Instant::now();
+    loop {
+        let resp = http(port, "GET", "/metrics", &[], None);
+        let value = resp
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix("fleetmcp_upstreams_open "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u32);
+        if value == Some(n) || start.elapsed() >= limit {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The gauge of upstreams open counts each session's process while it runs: not the startup
+/// probe's, one per session, down when a session ends and when its process dies.
+#[test]
+fn metrics_count_the_upstream_processes_of_the_sessions_held() {
+    let mut gw = gateway(&[]);
+    gw.wait_ready(Duration::from_secs(20));
+    let (port, pid) = (gw.port(), gw.pid());
+    assert!(wait_children(pid, 0, Duration::from_secs(10)));
+    let limit = Duration::from_secs(5);
+    assert_eq!(
+        upstreams_open(port, 0, limit),
+        Some(0),
+        "none before a session"
+    );
+    let first = open_session(port);
+    let second = open_session(port);
+    assert_eq!(upstreams_open(port, 2, limit), Some(2), "one per session");
+    assert_eq!(children_of(pid).len(), 2);
+
+    let resp = http(port, "DELETE", "/mcp", &[("mcp-session-id", &first)], None);
+    assert_eq!(resp.status, 204, "{}", resp.describe());
+    assert_eq!(
+        upstreams_open(port, 1, limit),
+        Some(1),
+        "the ended session's"
+    );
+
+    // The other session's process dies: its upstream is no longer open (until the session's
+    // next request starts a new one).
+    assert!(wait_children(pid, 1, Duration::from_secs(10)));
+    for child in children_of(pid) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &child.to_string()])
+            .status();
+    }
+    assert_eq!(upstreams_open(port, 0, limit), Some(0), "a dead process's");
+    assert_eq!(
+        tool_text(&call(port, &second, "greet", json!({"name": "again"}))),
+        "Hello, again!"
+    );
+    assert_eq!(upstreams_open(port, 1, limit), Some(1), "its replacement's");
+    gw.assert_no_panic_logged();
 }

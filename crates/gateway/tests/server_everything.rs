@@ -6,8 +6,11 @@
 //! behalf, so on the session's GET stream), a subscription and its updates. Once through one
 //! gateway, once through two gateways of a fleet on a real `redis-server` behind nginx round
 //! robin (`deploy/nginx/fleetmcp.conf`), where every request, the client's answers to the
-//! server's requests included, may land on the instance that does not hold the session. And
-//! the same server in its Streamable HTTP mode, as an HTTP upstream of such a fleet.
+//! server's requests included, may land on the instance that does not hold the session. Then
+//! the official TypeScript and Python clients each through such a fleet with the session's
+//! holder SIGKILLed and, separately, SIGTERMed between two phases of the same calls: the
+//! session goes on with a new process on the other instance. And the same server in its
+//! Streamable HTTP mode, as an HTTP upstream of such a fleet.
 
 #[path = "../../../examples/e2e_support.rs"]
 mod support;
@@ -20,8 +23,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
-use support::{Instance, Nginx, TempDir, ensure_tooling, free_port, repo_root, run};
+use support::{Instance, Nginx, ensure_tooling, free_port, repo_root};
 use support_redis::RedisServer;
 
 /// server-everything over stdio on Node 22, as the gateway's command.
@@ -79,39 +81,11 @@ impl Drop for HttpServerEverything {
     }
 }
 
-/// Runs the client against `url`; its steps.
+/// Runs the TypeScript client against `url`; its steps.
 fn drive(url: &str, instances: &[&Instance]) -> Vec<String> {
-    let scratch = TempDir::new("server-everything-client");
-    let mut cmd = std::process::Command::new("node");
-    cmd.arg(repo_root().join("tools/clients/ts-v1/server-everything-client.mjs"))
-        .arg(url);
-    let out = run(&mut cmd, Duration::from_secs(90), scratch.path());
-    let logs: String = instances
-        .iter()
-        .map(|i| i.log())
-        .collect::<Vec<_>>()
-        .join("\n---\n");
-    assert!(
-        out.success(),
-        "client failed:\n{}\n--- gateways ---\n{logs}",
-        out.describe()
-    );
-    let report: Value = out
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no report:\n{}", out.describe()));
-    let steps: Vec<String> = report["steps"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
-    for expected in [
+    let client = ts_client("server-everything-client.mjs", url);
+    let out = run_client(client, Duration::from_secs(90), instances);
+    out.assert_steps(&[
         "connect: server mcp-servers/everything",
         "listTools: ",
         "echo: Echo: through the fleet",
@@ -121,13 +95,8 @@ fn drive(url: &str, instances: &[&Instance]) -> Vec<String> {
         "roots: asked on the standalone stream, answered by the client",
         "subscribe: updated demo://resource/dynamic/text/1",
         "terminateSession",
-    ] {
-        assert!(
-            steps.iter().any(|s| s.starts_with(expected)),
-            "no step {expected:?} in {steps:?}"
-        );
-    }
-    steps
+    ]);
+    out.steps
 }
 
 #[test]
@@ -187,6 +156,101 @@ fn server_everything_behind_two_gateways_of_a_fleet_behind_nginx_round_robin() {
         );
         gw.assert_no_panic_logged();
     }
+}
+
+/// An official client through two gateways behind nginx round robin, the holder of its session
+/// stopped by `signal` between two phases (`tools/clients/python/
+/// server_everything_failover_client.py`, `tools/clients/ts-v1/
+/// server-everything-failover-client.mjs`: the same phases): before and after, the same
+/// session calls tools with progress, answers sampling, elicitation and the server's own
+/// `roots/list`, and subscribes and gets updates; after, a new process on the other instance
+/// serves it (the subscription made again: the old process's memory is gone, as documented).
+fn session_goes_on_after_its_holder(client: fn(&str) -> std::process::Command, signal: &str) {
+    ensure_tooling();
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let command = server_everything_command();
+    let env = [
+        ("FLEETMCP_UPSTREAM_COMMAND", command.as_str()),
+        ("FLEETMCP_DRAIN_MS", "200"),
+    ];
+    let mut gateways = [
+        fleet_gateway("gw-a", &url, &env),
+        fleet_gateway("gw-b", &url, &env),
+    ];
+    for gw in gateways.iter_mut() {
+        gw.wait_ready(Duration::from_secs(30));
+    }
+    let front = free_port();
+    let ports = [gateways[0].port(), gateways[1].port()];
+    let nginx = Nginx::start(&Nginx::fleet_conf(&ports, front), front);
+    let front_url = format!("http://127.0.0.1:{front}/mcp");
+    let client = PausedClient::start(client(&front_url));
+    let holder = gateways
+        .iter()
+        .position(|g| !children_of(g.pid()).is_empty())
+        .expect("one instance runs the session's process");
+    let before = nginx.access_log();
+    for port in ports {
+        assert!(
+            before.contains(&format!("127.0.0.1:{port}")),
+            "round robin used both before the stop:\n{before}"
+        );
+    }
+    assert!(
+        gateways[holder]
+            .signal_and_wait(signal, Duration::from_secs(15))
+            .is_some(),
+        "the holder exits"
+    );
+    let survivor = &gateways[1 - holder];
+    let out = client.resume(&[survivor]);
+    out.assert_steps(&[
+        "connect: server mcp-servers/everything, protocol 2025-",
+        "before: echo, progress 1,2,3, sampling, elicitation accepted, roots, subscribe + updated",
+        "after: echo, progress 1,2,3, sampling, elicitation accepted, roots, subscribe + updated",
+        "closed: DELETE sent",
+    ]);
+    assert!(
+        survivor.log().contains("[gateway] starting a new upstream"),
+        "{}",
+        survivor.log()
+    );
+    // The client's DELETE ended the session, and its new process with it.
+    assert!(
+        wait_children(survivor.pid(), 0, Duration::from_secs(10)),
+        "{}",
+        survivor.log()
+    );
+    survivor.assert_no_panic_logged();
+}
+
+fn python(url: &str) -> std::process::Command {
+    python_client("server_everything_failover_client.py", url)
+}
+
+fn typescript(url: &str) -> std::process::Command {
+    ts_client("server-everything-failover-client.mjs", url)
+}
+
+#[test]
+fn the_python_client_session_goes_on_after_its_holder_is_sigkilled() {
+    session_goes_on_after_its_holder(python, "KILL");
+}
+
+#[test]
+fn the_python_client_session_goes_on_after_its_holder_is_sigtermed() {
+    session_goes_on_after_its_holder(python, "TERM");
+}
+
+#[test]
+fn the_typescript_client_session_goes_on_after_its_holder_is_sigkilled() {
+    session_goes_on_after_its_holder(typescript, "KILL");
+}
+
+#[test]
+fn the_typescript_client_session_goes_on_after_its_holder_is_sigtermed() {
+    session_goes_on_after_its_holder(typescript, "TERM");
 }
 
 /// The same server in its Streamable HTTP mode as an HTTP upstream (`FLEETMCP_UPSTREAM_URL`):

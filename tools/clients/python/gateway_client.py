@@ -7,14 +7,12 @@ Usage: venv/bin/python gateway_client.py http://127.0.0.1:PORT/mcp
 Prints one JSON line {"ok": true, "steps": [...]} and exits 0, or a reason on stderr and exits 1.
 """
 
-import asyncio
-import json
 import sys
 
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from stdio_client import Seen, check, elicitation, everything, leaf, roots, sampling
+from stdio_client import Seen, check, elicitation, everything, roots, sampling, url_main
 
 
 async def run(url: str, steps: list[str]) -> None:
@@ -35,21 +33,5 @@ async def run(url: str, steps: list[str]) -> None:
         await everything(client, seen, steps)
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print("usage: gateway_client.py URL", file=sys.stderr)
-        return 2
-    steps: list[str] = []
-    try:
-        asyncio.run(run(sys.argv[1], steps))
-    except Exception as err:  # any failure, assertion or transport, is a failed check
-        err = leaf(err)
-        print(f"python gateway client failed: {type(err).__name__}: {err}", file=sys.stderr)
-        print(json.dumps({"ok": False, "steps": steps}), file=sys.stderr)
-        return 1
-    print(json.dumps({"ok": True, "steps": steps}))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(url_main("gateway_client", run))

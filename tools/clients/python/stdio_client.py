@@ -211,6 +211,24 @@ def leaf(err: BaseException) -> BaseException:
     return err
 
 
+def url_main(name: str, run) -> int:
+    """The main of a client run against one URL: `await run(url, steps)`; one JSON line on stdout
+    {"ok": true, "steps": [...]} and 0, or the reason on stderr, the steps so far, and 1."""
+    if len(sys.argv) != 2:
+        print(f"usage: {name}.py URL", file=sys.stderr)
+        return 2
+    steps: list[str] = []
+    try:
+        asyncio.run(run(sys.argv[1], steps))
+    except Exception as err:  # any failure, assertion or transport, is a failed check
+        err = leaf(err)
+        print(f"python {name} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        print(json.dumps({"ok": False, "steps": steps}), flush=True)
+        return 1
+    print(json.dumps({"ok": True, "steps": steps}), flush=True)
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) < 3 or sys.argv[1] not in ("everything", "help-desk"):
         print("usage: stdio_client.py everything|help-desk COMMAND [ARG...]", file=sys.stderr)

@@ -133,6 +133,7 @@ struct Inner {
     sessions_held: Gauge,
     ready: Gauge,
     sse_open: Gauge,
+    upstreams_open: Gauge,
     relays: [Counter; RelayOutcome::ALL.len()],
     relay_seconds: Histogram,
     takeovers: Counter,
@@ -170,6 +171,11 @@ const METRICS: &[(&str, Unit, &str)] = &[
         "fleetmcp_sse_streams_open",
         Unit::Count,
         "SSE responses open on this instance (relayed ones included)",
+    ),
+    (
+        "fleetmcp_upstreams_open",
+        Unit::Count,
+        "Upstreams (a gateway's child processes or upstream sessions) serving the sessions this instance holds; 0 on a server without one",
     ),
     (
         "fleetmcp_relays_total",
@@ -251,6 +257,8 @@ impl Meters {
                 .register_gauge(&Key::from_static_name("fleetmcp_sessions_held"), &META),
             ready: r.register_gauge(&Key::from_static_name("fleetmcp_ready"), &META),
             sse_open: r.register_gauge(&Key::from_static_name("fleetmcp_sse_streams_open"), &META),
+            upstreams_open: r
+                .register_gauge(&Key::from_static_name("fleetmcp_upstreams_open"), &META),
             relays: RelayOutcome::ALL.map(|o| relay(o.as_str())),
             relay_seconds: histogram("fleetmcp_relay_duration_seconds"),
             takeovers: counter("fleetmcp_takeovers_total"),
@@ -315,12 +323,14 @@ impl Meters {
     }
 
     /// An SSE response opened; it counts as open until the returned guard is dropped.
-    pub fn sse_opened(&self) -> SseOpen {
-        let gauge = self.0.as_ref().map(|m| m.sse_open.clone());
-        if let Some(g) = &gauge {
-            g.increment(1.0);
-        }
-        SseOpen(gauge)
+    pub fn sse_opened(&self) -> Open {
+        Open::new(self.0.as_ref().map(|m| m.sse_open.clone()))
+    }
+
+    /// A session's upstream started here; it counts as open until the returned guard is
+    /// dropped (its link ended).
+    pub fn upstream_opened(&self) -> Open {
+        Open::new(self.0.as_ref().map(|m| m.upstreams_open.clone()))
     }
 
     /// A request handed to the relay seam, and how long until the holder's answer head.
@@ -389,10 +399,20 @@ pub enum RedisOutcome {
     Failed,
 }
 
-/// An open SSE response (see [`Meters::sse_opened`]).
-pub struct SseOpen(Option<Gauge>);
+/// Something open (an SSE response, an upstream), counted by its gauge until this is dropped
+/// (see [`Meters::sse_opened`], [`Meters::upstream_opened`]).
+pub struct Open(Option<Gauge>);
 
-impl Drop for SseOpen {
+impl Open {
+    fn new(gauge: Option<Gauge>) -> Self {
+        if let Some(g) = &gauge {
+            g.increment(1.0);
+        }
+        Self(gauge)
+    }
+}
+
+impl Drop for Open {
     fn drop(&mut self) {
         if let Some(g) = &self.0 {
             g.decrement(1.0);

@@ -28,7 +28,7 @@ use tracing::Instrument;
 use super::Endpoint;
 use crate::telemetry::TraceContext;
 use crate::telemetry::labels::{Era, Labels, Method, Scope};
-use crate::telemetry::meters::SseOpen;
+use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
 
@@ -203,7 +203,7 @@ fn is_sse(res: &Response) -> bool {
 /// An SSE body that counts as open while it exists.
 struct Counted {
     body: Body,
-    _open: SseOpen,
+    _open: Open,
 }
 
 impl http_body::Body for Counted {

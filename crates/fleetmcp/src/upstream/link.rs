@@ -183,6 +183,9 @@ pub(super) struct Link {
     /// What the upstream answered `initialize` with, for a 2024-11-05 client that sends its
     /// `initialize` again (`transport/initialize.rs`).
     initialize_result: Value,
+    /// When a request waiting for its answer has its client connection ended for SSE polling
+    /// ([`Upstream::poll_after`]), in a session whose clients can resume.
+    polling: Option<Polling>,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -209,6 +212,14 @@ impl Link {
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
             initialize_result,
+            polling: app
+                .upstream()
+                .and_then(|u| u.poll_after())
+                .filter(|_| session.version.wants_priming())
+                .map(|after| Polling {
+                    after,
+                    retry: std::time::Duration::from_millis(app.config().http.sse_retry_ms),
+                }),
         });
         tokio::spawn(read(
             app.clone(),
@@ -279,6 +290,7 @@ impl Link {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, rx) = oneshot::channel();
         let progress = progress_token(params.as_deref());
+        let polled = self.polling.map(|polling| (polling, ctx.clone()));
         self.waiting.lock().insert(
             n,
             Waiter {
@@ -302,7 +314,10 @@ impl Link {
             self.waiting.lock().remove(&n);
             return Err(super::unavailable("it stopped"));
         }
-        let outcome = rx.await;
+        let outcome = match polled {
+            Some((polling, ctx)) => polling.answer(rx, &ctx).await,
+            None => rx.await,
+        };
         pending.armed = false;
         match outcome {
             Ok(Ok(result)) => Ok(result),
@@ -450,6 +465,34 @@ impl Link {
     }
 }
 
+/// SSE polling on the upstream's behalf: a request's connection is ended once it has been open
+/// `after`: first `after` the request went up, then each `retry + after` (the client comes back
+/// `retry` after an end, so each connection it opens lives about `after`).
+#[derive(Clone, Copy)]
+pub(super) struct Polling {
+    after: std::time::Duration,
+    retry: std::time::Duration,
+}
+
+impl Polling {
+    /// Waits for an answer, ending the client's connection when due (the request's stream goes
+    /// on in the event store; the client resumes it).
+    async fn answer<T>(
+        self,
+        mut rx: oneshot::Receiver<T>,
+        ctx: &RequestContext,
+    ) -> Result<T, oneshot::error::RecvError> {
+        let mut wait = self.after;
+        loop {
+            tokio::select! {
+                outcome = &mut rx => return outcome,
+                _ = tokio::time::sleep(wait) => ctx.end_connection_for_polling(),
+            }
+            wait = self.retry + self.after;
+        }
+    }
+}
+
 /// Asks the client on the session's standalone stream (no request of the client's is running
 /// for it to go on), and waits for the answer.
 async fn ask_on_standalone(
@@ -542,6 +585,8 @@ impl Drop for Pending<'_> {
 /// Reads the upstream until the session leaves this instance or the upstream stops, then ends
 /// the link.
 async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::Receiver<Bytes>) {
+    // The upstream counts as open (`fleetmcp_upstreams_open`) as long as this reads it.
+    let _open = app.meters().upstream_opened();
     let leaving = session.leaving();
     loop {
         let message = tokio::select! {

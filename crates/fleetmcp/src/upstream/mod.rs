@@ -86,6 +86,18 @@ pub trait Upstream: Send + Sync + 'static {
         let _ = (method, name);
         None
     }
+
+    /// SSE polling (SEP-1699) on the upstream's behalf: a request still waiting for its
+    /// answer this long after it went up has its client connection ended, so the client
+    /// resumes with `Last-Event-ID` (after `http.sse_retry_ms`) and gets what was sent
+    /// meanwhile; the request goes on upstream. Again each `http.sse_retry_ms` plus this long
+    /// after, so each connection the client opens lives about this long. Only in sessions whose
+    /// version primes its streams (2025-11-25 and later), whose clients can always resume.
+    /// An upstream cannot ask for this itself (stdio has no message for it), so the server
+    /// does it by time. `None`, the default: a request's connection stays until its answer.
+    fn poll_after(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// How long an upstream has to answer `initialize`.

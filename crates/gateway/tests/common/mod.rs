@@ -7,8 +7,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::Instance;
 use crate::support::raw_http::{self, RawResponse};
-use crate::support::{Instance, repo_root};
+
+mod clients;
+#[allow(unused_imports)] // as dead_code above: not every test crate runs a client
+pub use clients::*;
 
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 pub const HTTP_LIMIT: Duration = Duration::from_secs(10);
@@ -43,6 +47,17 @@ pub fn gateway(extra: &[(&str, &str)]) -> Instance {
     ];
     env.extend_from_slice(extra);
     Instance::start(env!("CARGO_BIN_EXE_fleetmcp-gateway"), &env)
+}
+
+/// Our `everything` served over Streamable HTTP itself (sessions in memory), ready: an HTTP
+/// upstream.
+pub fn everything_over_http(extra: &[(&str, &str)]) -> Instance {
+    let path = everything();
+    let mut env = vec![("REDIS_URL", ""), ("REDIS_HOST", ""), ("REDIS_PORT", "")];
+    env.extend_from_slice(extra);
+    let mut upstream = Instance::start(&path.to_string_lossy(), &env);
+    upstream.wait_ready(Duration::from_secs(20));
+    upstream
 }
 
 /// A gateway of a fleet on `redis`, named `machine`.
@@ -177,14 +192,4 @@ pub fn log_has(instance: &Instance, needle: &str, limit: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-pub fn node_client(url: &str, keep_session: bool) -> std::process::Command {
-    let mut cmd = std::process::Command::new("node");
-    cmd.arg(repo_root().join("tools/clients/ts-v1/gateway-client.mjs"))
-        .arg(url);
-    if keep_session {
-        cmd.env("KEEP_SESSION", "1");
-    }
-    cmd
 }
