@@ -357,15 +357,14 @@ async fn connection(
     _permit: OwnedSemaphorePermit,
 ) {
     let activity = Arc::new(Activity::new());
-    let begun = Arc::new(Notify::new());
-    let service = requests(peer, router, mode, &limits, &phases, activity.clone(), begun.clone());
+    let service = requests(peer, router, mode, &limits, &phases, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(&activity, limits.idle));
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
-    let mut first = pin!(begun.notified());
+    let mut first = pin!(activity.first.notified());
     let mut first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
     // Closing, on a connection that has served: see below.
     let mut lingering = false;
@@ -423,7 +422,7 @@ async fn connection(
 /// What answers a connection's requests: the router (over the cap, `mode`, only for the health
 /// routes), each request in flight counted in `active` until its answer's body ends, its body
 /// read under the deadline `limits.body` from its head, and answered with `Connection: close`
-/// once the stop began (`phases.draining`). The first request notifies `begun`.
+/// once the stop began (`phases.draining`). The first request notifies `activity.first`.
 fn requests(
     peer: SocketAddr,
     router: Router,
@@ -431,7 +430,6 @@ fn requests(
     limits: &ConnectionBounds,
     phases: &Phases,
     activity: Arc<Activity>,
-    begun: Arc<Notify>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Tracked<AxumBody>>,
@@ -443,7 +441,7 @@ fn requests(
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
         if !activity.begun() {
             // `notify_one` keeps the wake for a waiter that comes later.
-            begun.notify_one();
+            activity.first.notify_one();
         }
         // Whom the request's limits count against, absent a trusted header (transport).
         req.extensions_mut()
@@ -511,6 +509,8 @@ struct Activity {
     idle_since: AtomicU64,
     /// Whether a request has begun on the connection.
     begun: AtomicBool,
+    /// Notified when the first request begins.
+    first: Notify,
 }
 
 impl Activity {
@@ -520,6 +520,7 @@ impl Activity {
             active: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             begun: AtomicBool::new(false),
+            first: Notify::new(),
         }
     }
 
