@@ -504,8 +504,8 @@ struct Activity {
     base: Instant,
     /// Requests in flight (from their head until their answer's body is dropped).
     active: AtomicUsize,
-    /// Milliseconds from `base` to the moment the count last fell to zero (or the
-    /// connection's start).
+    /// Microseconds from `base` to the moment the count last fell to zero (or the
+    /// connection's start): finer than the timer, so the idle bound is never cut short.
     idle_since: AtomicU64,
     /// Whether a request has begun on the connection.
     begun: AtomicBool,
@@ -533,8 +533,8 @@ impl Activity {
         if self.active.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let ms = self.idle_since.load(Ordering::Acquire);
-        Some(self.base + Duration::from_millis(ms))
+        let us = self.idle_since.load(Ordering::Acquire);
+        Some(self.base + Duration::from_micros(us))
     }
 }
 
@@ -574,8 +574,8 @@ impl Drop for InFlight {
         // The time first, then the count: a reader that sees the count at zero sees this
         // time or a later one (written at every end, so two ending at once cannot leave an
         // older one).
-        let ms = a.base.elapsed().as_millis() as u64;
-        a.idle_since.fetch_max(ms, Ordering::AcqRel);
+        let us = a.base.elapsed().as_micros() as u64;
+        a.idle_since.fetch_max(us, Ordering::AcqRel);
         a.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
