@@ -1,4 +1,6 @@
-//! One layer around the MCP routes (`/mcp`, `/sse`, `/message`): each request runs in a
+//! The outer step of the one layer around the MCP routes (`/mcp`, `/sse`, `/message`; the
+//! layer is `around_mcp` in `mod.rs`, which runs the guard and the token check inside this
+//! step): each request runs in a
 //! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
 //! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
 //! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
