@@ -6,7 +6,12 @@
 # and prints one markdown table. See bench/README.md.
 #
 # Environment (all optional):
+#   MODE=            one-session: issue 23's shape, ONE session driven over 32 connections at
+#                    once (SESSIONS=1 CONNECTIONS=32 TARGETS="fleetmcp hyper rmcp" PIN=1 unless
+#                    set), where fleetmcp's cost per call is compared with bare hyper's
 #   SESSIONS=64      concurrent sessions per target
+#   CONNECTIONS=1    closed loops (connections) per session: calls in flight at once in one
+#                    session
 #   DURATION=10      measured seconds per target (after a WARMUP)
 #   WARMUP=1         warm-up seconds per target
 #   ROUNDS=1         rounds over all targets (interleaved); the table shows each target's median
@@ -33,7 +38,19 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BENCH="$ROOT/bench"
 cd "$ROOT"
 
+MODE="${MODE:-}"
+case "$MODE" in
+  one-session)
+    SESSIONS="${SESSIONS:-1}"
+    CONNECTIONS="${CONNECTIONS:-32}"
+    TARGETS="${TARGETS:-fleetmcp hyper rmcp}"
+    PIN="${PIN:-1}"
+    ;;
+  "") ;;
+  *) printf '[bench] unknown MODE %s (one-session)\n' "$MODE" >&2; exit 2 ;;
+esac
 SESSIONS="${SESSIONS:-64}"
+CONNECTIONS="${CONNECTIONS:-1}"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-1}"
@@ -276,7 +293,7 @@ NGINX
   return 1
 }
 
-log "$SESSIONS sessions, ${WARMUP}s warm-up + ${DURATION}s per target, $ROUNDS round(s), targets: $TARGETS, PIN=$PIN"
+log "$SESSIONS sessions x $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s per target, $ROUNDS round(s), targets: $TARGETS, PIN=$PIN"
 for round in $(seq "$ROUNDS"); do
   for name in $TARGETS; do
     label_var="LABEL_$name"
@@ -298,7 +315,7 @@ for round in $(seq "$ROUNDS"); do
       [[ -n "$rp" ]] && redis-cli -p "$rp" config resetstat >/dev/null
     done
     if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
-        --sessions "$SESSIONS" --duration "$DURATION" --warmup "$WARMUP" \
+        --sessions "$SESSIONS" --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
         --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
         $([[ $name == *stateless ]] && echo --stateless) >>"$RESULTS"; then
       log "load generator failed against $label (server log: $WORK/$name.log)"
@@ -321,7 +338,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 echo
-echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; $SESSIONS sessions, ${DURATION}s measured after ${WARMUP}s warm-up; $(nproc) CPUs, PIN=$PIN"
+echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; $SESSIONS sessions x $CONNECTIONS connections, ${DURATION}s measured after ${WARMUP}s warm-up; $(nproc) CPUs, PIN=$PIN"
 echo
 "$LOADGEN" table --baseline "$LABEL_rmcp" "$RESULTS" | tee "${OUT:-/dev/null}"
 echo

@@ -9,7 +9,7 @@
 //! ```text
 //! fleet-loadgen --url http://127.0.0.1:3000/mcp [--sessions 64] [--duration 10] [--warmup 1]
 //!               [--tool find_tickets] [--args '{}'] [--label NAME] [--pid PID] [--json]
-//!               [--bearer TOKEN]
+//!               [--bearer TOKEN] [--connections 1]
 //! fleet-loadgen table [--baseline LABEL] RESULTS.jsonl   # the markdown table of bench/run.sh
 //! fleet-loadgen free-port                                # prints a free loopback TCP port
 //! ```
@@ -39,6 +39,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Latencies are recorded in microseconds, from 1 µs to 60 s, 3 significant digits.
 const HIST_MAX_US: u64 = 60_000_000;
+/// Request ids each loop of one session may use (far more than a run sends).
+const LANE_IDS: u64 = 1_000_000_000;
 
 struct Args {
     url: String,
@@ -49,6 +51,10 @@ struct Args {
     /// call is relayed to the session's holder.
     only_url2: bool,
     sessions: usize,
+    /// Closed loops per session, each on its own connection: `--sessions 1 --connections 32`
+    /// is one session's 32 calls in flight at once (a client multiplexing one session, the
+    /// shape of issue 23's comparison), where the default is one call in flight per session.
+    connections: usize,
     duration: Duration,
     warmup: Duration,
     tool: String,
@@ -67,7 +73,7 @@ struct Args {
 
 fn usage() -> &'static str {
     "usage: fleet-loadgen --url URL [--url2 URL [--only-url2 1]] [--sessions N] [--duration SECS] [--warmup SECS] \
-     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless] [--affinity 1] [--bearer TOKEN]"
+     [--tool NAME] [--args JSON] [--label NAME] [--pid PID] [--json] [--stateless] [--affinity 1] [--bearer TOKEN] [--connections N]"
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -76,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
         url2: None,
         only_url2: false,
         sessions: 64,
+        connections: 1,
         duration: Duration::from_secs(10),
         warmup: Duration::from_secs(1),
         tool: "find_tickets".into(),
@@ -120,6 +127,14 @@ fn parse_args() -> Result<Args, String> {
                 a.sessions = val.parse().map_err(|e| format!("--sessions {val}: {e}"))?;
                 if a.sessions == 0 || a.sessions > 10_000 {
                     return Err(format!("--sessions {val}: out of range"));
+                }
+            }
+            "--connections" => {
+                a.connections = val
+                    .parse()
+                    .map_err(|e| format!("--connections {val}: {e}"))?;
+                if a.connections == 0 || a.connections > 1_000 {
+                    return Err(format!("--connections {val}: out of range"));
                 }
             }
             "--duration" => a.duration = secs(&val)?,
@@ -250,6 +265,7 @@ fn truncate(s: &str) -> String {
 }
 
 /// A client: a session id (session era), or none (2026-07-28, stateless).
+#[derive(Clone)]
 struct Session {
     id: Option<HeaderValue>,
     /// `__frontmcp_node=<machine id>`, when calls carry the affinity cookie.
@@ -349,8 +365,10 @@ struct Plan {
     aborted: AtomicBool,
 }
 
-/// One session's closed loop: warm-up until `measure_from`, then measured until `stop`.
-async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
+/// One closed loop of a session: warm-up until `measure_from`, then measured until `stop`.
+/// Loop `lane` of a session's several (`--connections`) numbers its requests from
+/// `lane * LANE_IDS + 1`, so that calls in flight at once in one session never share an id.
+async fn run_session(plan: Arc<Plan>, session: Session, lane: u64) -> (Tally, Session) {
     let Plan {
         client,
         url,
@@ -368,7 +386,7 @@ async fn run_session(plan: Arc<Plan>, session: Session) -> (Tally, Session) {
         hist: Some(Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("histogram bounds")),
         ..Tally::default()
     };
-    let mut next_id: u64 = 1;
+    let mut next_id: u64 = lane * LANE_IDS + 1;
     loop {
         let now = Instant::now();
         if now >= stop || aborted.load(Ordering::Relaxed) {
@@ -518,7 +536,7 @@ async fn run(args: Args) -> Result<(), String> {
         .http1_only()
         .tcp_nodelay(true)
         .no_proxy()
-        .pool_max_idle_per_host(args.sessions * 2)
+        .pool_max_idle_per_host(args.sessions * args.connections * 2)
         .pool_idle_timeout(Duration::from_secs(30))
         .timeout(REQUEST_TIMEOUT)
         .build()
@@ -584,7 +602,10 @@ async fn run(args: Args) -> Result<(), String> {
     });
     let mut set = tokio::task::JoinSet::new();
     for s in sessions {
-        set.spawn(run_session(plan.clone(), s));
+        for lane in 1..args.connections {
+            set.spawn(run_session(plan.clone(), s.clone(), lane as u64));
+        }
+        set.spawn(run_session(plan.clone(), s, 0));
     }
     // Each loop stops at `stop`; the last request may run up to REQUEST_TIMEOUT beyond it.
     let deadline = tokio::time::Instant::from_std(stop) + REQUEST_TIMEOUT + Duration::from_secs(2);
@@ -606,7 +627,13 @@ async fn run(args: Args) -> Result<(), String> {
                 if let (Some(all), Some(h)) = (total.hist.as_mut(), t.hist.as_ref()) {
                     all.add(h).map_err(|e| format!("histogram: {e}"))?;
                 }
-                finished.push(s);
+                // A session's other loops hold the same id: it is deleted once.
+                if !finished
+                    .iter()
+                    .any(|f: &Session| f.id.is_some() && f.id == s.id)
+                {
+                    finished.push(s);
+                }
             }
             Ok(Some(Err(e))) => return Err(format!("session task: {e}")),
             Ok(None) => break,
@@ -651,10 +678,11 @@ async fn run(args: Args) -> Result<(), String> {
         )
     };
     eprintln!(
-        "{}: {} sessions, {:.1} s: {} requests, {} errors, {:.0} req/s, p50 {:.2} ms, p90 {:.2} ms, \
+        "{}: {} sessions x {} connections, {:.1} s: {} requests, {} errors, {:.0} req/s, p50 {:.2} ms, p90 {:.2} ms, \
          p99 {:.2} ms, max {:.2} ms{}",
         args.label,
         args.sessions,
+        args.connections,
         measured,
         total.requests,
         total.errors,
@@ -683,6 +711,7 @@ async fn run(args: Args) -> Result<(), String> {
             json!({
                 "label": args.label,
                 "sessions": args.sessions,
+                "connections": args.connections,
                 "duration_s": measured,
                 "requests": total.requests,
                 "errors": total.errors,

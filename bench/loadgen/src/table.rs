@@ -97,9 +97,13 @@ pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
             Some(c) if ok > 0.0 => format!("{:.0}", 1e6 * c / ok),
             _ => "n/a".into(),
         };
+        // `1x32`: one session, 32 calls in flight at once on 32 connections.
+        let sessions = match num(v, "connections") {
+            c if c > 1.0 => format!("{}x{c}", num(v, "sessions")),
+            _ => num(v, "sessions").to_string(),
+        };
         out.push_str(&format!(
-            "| {label} | {} | {} | {} | {rps:.0} | {ratio} | {:.2} | {:.2} | {:.2} | {:.2} | {rss} | {cpu} |",
-            num(v, "sessions"),
+            "| {label} | {sessions} | {} | {} | {rps:.0} | {ratio} | {:.2} | {:.2} | {:.2} | {:.2} | {rss} | {cpu} |",
             num(v, "requests"),
             num(v, "errors"),
             num(v, "p50_ms"),
@@ -123,7 +127,7 @@ mod tests {
     #[test]
     fn median_round_and_ratio() {
         let jsonl = r#"{"label":"a","sessions":2,"requests":10,"errors":0,"rps":100.0,"p50_ms":1,"p90_ms":2,"p99_ms":3,"max_ms":4,"rss_kib":2048,"server_cpu_s":0.5}
-{"label":"b","sessions":2,"requests":20,"errors":1,"rps":200.0,"p50_ms":1,"p90_ms":2,"p99_ms":3,"max_ms":4,"rss_kib":null}
+{"label":"b","sessions":1,"connections":32,"requests":20,"errors":1,"rps":200.0,"p50_ms":1,"p90_ms":2,"p99_ms":3,"max_ms":4,"rss_kib":null}
 {"label":"a","sessions":2,"requests":30,"errors":0,"rps":300.0,"p50_ms":1,"p90_ms":2,"p99_ms":3,"max_ms":4,"rss_kib":1024}
 {"label":"a","sessions":2,"requests":50,"errors":0,"rps":500.0,"p50_ms":1,"p90_ms":2,"p99_ms":3,"max_ms":4,"rss_kib":1024}
 not json"#;
@@ -136,7 +140,9 @@ not json"#;
         );
         assert!(lines[2].ends_with(" 100, 300, 500 |"), "{t}");
         assert!(
-            lines[3].contains("| 200 | 1.00x |") && lines[3].contains("| n/a |"),
+            lines[3].starts_with("| b | 1x32 |")
+                && lines[3].contains("| 200 | 1.00x |")
+                && lines[3].contains("| n/a |"),
             "{t}"
         );
     }

@@ -125,8 +125,9 @@ struct Inner {
     asked: AtomicUsize,
     /// Set while a tool that escalates runs as a plain request: `escalate` fires it.
     escalation: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
-    /// See [`RequestContext::call_key`].
-    call_key: Option<Arc<str>>,
+    /// See [`RequestContext::call_key`]: made from `call_key_parts` when first asked.
+    call_key: std::sync::OnceLock<Option<Arc<str>>>,
+    call_key_parts: Option<CallKeyParts>,
     /// Who the request counts against for the limits (see `transport/client_key.rs`).
     limit_key: Option<LimitKey>,
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
@@ -134,6 +135,39 @@ struct Inner {
     /// counting against its caller after the request is answered. Freed by the driver when
     /// the request ends, if no task took it.
     slot: SlotCell,
+}
+
+/// What a call's stable key is made of (see [`RequestContext::call_key`]): the request id as
+/// received, and the client's own key from `_meta`, if it sent one.
+pub(crate) struct CallKeyParts {
+    pub raw_id: Box<str>,
+    pub client_key: Option<String>,
+}
+
+/// The stable key of a call: the client's own key, scoped to its principal (or, without
+/// authorization, to its session), or else, in a session, the session and the request id, as
+/// received on every hop. A session id is a credential: only a digest of it goes into the key.
+fn call_key(
+    caller: &Caller,
+    principal: Option<&Principal>,
+    parts: &CallKeyParts,
+) -> Option<Arc<str>> {
+    let session = match caller {
+        Caller::Session(s) => Some(crate::session::LogId(&s.id).to_string()),
+        _ => None,
+    };
+    let raw_id = &parts.raw_id;
+    let key = match (parts.client_key.as_deref(), principal, &session) {
+        (Some(k), _, _) if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY => {
+            return None;
+        }
+        (Some(k), Some(p), _) => format!("k/p:{}/{k}", p.fingerprint()),
+        (Some(k), None, Some(s)) => format!("k/s:{s}/{k}"),
+        (Some(k), None, None) => format!("k/anonymous/{k}"),
+        (None, _, Some(s)) => format!("s/{s}/{raw_id}"),
+        (None, _, None) => return None,
+    };
+    Some(key.into())
 }
 
 /// A request's place in flight, shared by its driver and its context.
@@ -161,17 +195,20 @@ impl RequestContext {
                 principal,
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
-                call_key: None,
+                call_key: std::sync::OnceLock::new(),
+                call_key_parts: None,
                 limit_key: None,
                 slot: SlotCell::default(),
             }),
         }
     }
 
-    /// The same context with the call's stable key (set before the handler sees it).
-    pub(crate) fn with_call_key(mut self, key: Option<Arc<str>>) -> Self {
+    /// The same context with what the call's stable key is made of (set before the handler
+    /// sees it). The key itself is made only if a handler asks for it: it costs a SHA-256 of
+    /// the session id and two strings, on every call otherwise (issue 23).
+    pub(crate) fn with_call_key(mut self, parts: CallKeyParts) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.call_key = key;
+            inner.call_key_parts = Some(parts);
         }
         self
     }
@@ -217,7 +254,14 @@ impl RequestContext {
     /// });
     /// ```
     pub fn call_key(&self) -> Option<&str> {
-        self.inner.call_key.as_deref()
+        let inner = &*self.inner;
+        inner
+            .call_key
+            .get_or_init(|| {
+                let parts = inner.call_key_parts.as_ref()?;
+                call_key(&inner.caller, inner.principal.as_deref(), parts)
+            })
+            .as_deref()
     }
 
     /// Who made the request: the subject, client id, scopes and claims of its verified access

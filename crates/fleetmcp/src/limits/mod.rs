@@ -48,9 +48,26 @@ impl LimitKey {
         Self(format!("principal:{key}").into())
     }
 
-    /// The key of an anonymous caller: its address.
+    /// The key of an anonymous caller: its address. Every request asks for its caller's key,
+    /// and consecutive ones on a thread mostly come from one address (a load balancer, a
+    /// client's pool): the last key made on the thread is reused for the same address rather
+    /// than formatted and allocated again (issue 23).
     pub fn address(ip: std::net::IpAddr) -> Self {
-        Self(format!("addr:{ip}").into())
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<(std::net::IpAddr, LimitKey)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            if let Some((seen, key)) = last.as_ref()
+                && *seen == ip
+            {
+                return key.clone();
+            }
+            let key = Self(format!("addr:{ip}").into());
+            *last = Some((ip, key.clone()));
+            key
+        })
     }
 
     /// The key of a stdio server's client: the process that started it, the only one there is.

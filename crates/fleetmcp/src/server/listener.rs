@@ -45,7 +45,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -59,7 +59,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -356,25 +356,19 @@ async fn connection(
     phases: Arc<Phases>,
     _permit: OwnedSemaphorePermit,
 ) {
-    let (active, idle_rx) = watch::channel(0usize);
-    let mut first_rx = active.subscribe();
-    let linger_rx = active.subscribe();
-    let begun = Arc::new(AtomicBool::new(false));
-    let service = requests(peer, router, mode, &limits, &phases, active, begun.clone());
+    let activity = Arc::new(Activity::new());
+    let service = requests(peer, router, mode, &limits, &phases, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
-    let mut idle = pin!(idle_for(idle_rx, limits.idle));
+    let mut idle = pin!(idle_for(&activity, limits.idle));
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
-    let mut first = pin!(async move {
-        // Bounded by the caller's select.
-        let _ = first_rx.wait_for(|n| *n > 0).await;
-    });
+    let mut first = pin!(activity.first.notified());
     let mut first_deadline = pin!(tokio::time::sleep(FIRST_REQUEST_WAIT));
     // Closing, on a connection that has served: see below.
     let mut lingering = false;
-    let mut linger = pin!(idle_for(linger_rx, FIRST_REQUEST_WAIT));
+    let mut linger = pin!(idle_for(&activity, FIRST_REQUEST_WAIT));
     loop {
         tokio::select! {
             ended = conn.as_mut() => {
@@ -385,7 +379,7 @@ async fn connection(
             }
             _ = phases.closing.cancelled(), if !closing => {
                 closing = true;
-                if begun.load(Ordering::Relaxed) {
+                if activity.begun() {
                     // Not closed at once: a response still streaming (a GET stream the stop
                     // ends now) went out without `Connection: close`, so the load balancer may
                     // put the connection back in its pool and send the next request on it the
@@ -428,30 +422,31 @@ async fn connection(
 /// What answers a connection's requests: the router (over the cap, `mode`, only for the health
 /// routes), each request in flight counted in `active` until its answer's body ends, its body
 /// read under the deadline `limits.body` from its head, and answered with `Connection: close`
-/// once the stop began (`phases.draining`). The first request sets `begun`.
+/// once the stop began (`phases.draining`). The first request notifies `activity.first`.
 fn requests(
     peer: SocketAddr,
     router: Router,
     mode: Mode,
     limits: &ConnectionBounds,
     phases: &Phases,
-    active: watch::Sender<usize>,
-    begun: Arc<AtomicBool>,
+    activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Tracked<AxumBody>>,
     Error = Infallible,
     Future = impl Future<Output = Result<Response<Tracked<AxumBody>>, Infallible>> + Send,
 > + Send {
-    let active = Arc::new(active);
     let body_limit = limits.body;
     let draining = phases.draining.clone();
     hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        begun.store(true, Ordering::Relaxed);
+        if !activity.begun() {
+            // `notify_one` keeps the wake for a waiter that comes later.
+            activity.first.notify_one();
+        }
         // Whom the request's limits count against, absent a trusted header (transport).
         req.extensions_mut()
             .insert(crate::transport::PeerAddr(peer));
-        let guard = InFlight::begin(active.clone());
+        let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
         let router = router.clone();
         let draining = draining.clone();
@@ -501,36 +496,87 @@ fn over_capacity() -> Response<AxumBody> {
     res
 }
 
-/// Completes once no request has been in flight for `limit`.
-async fn idle_for(mut active: watch::Receiver<usize>, limit: Duration) {
+/// A connection's requests in flight and when it last became idle, kept with atomics: a
+/// request's begin and end are an atomic add each and wake nothing (issue 23: a watch channel
+/// here woke the connection's task twice per request and armed a new idle timer at each end).
+struct Activity {
+    /// What `idle_since` counts from.
+    base: Instant,
+    /// Requests in flight (from their head until their answer's body is dropped).
+    active: AtomicUsize,
+    /// Microseconds from `base` to the moment the count last fell to zero (or the
+    /// connection's start): finer than the timer, so the idle bound is never cut short.
+    idle_since: AtomicU64,
+    /// Whether a request has begun on the connection.
+    begun: AtomicBool,
+    /// Notified when the first request begins.
+    first: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            active: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            begun: AtomicBool::new(false),
+            first: Notify::new(),
+        }
+    }
+
+    fn begun(&self) -> bool {
+        self.begun.load(Ordering::Relaxed)
+    }
+
+    /// When the connection has been idle since, if it is.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.active.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let us = self.idle_since.load(Ordering::Acquire);
+        Some(self.base + Duration::from_micros(us))
+    }
+}
+
+/// Completes once no request has been in flight for `limit`. One timer, re-armed only when it
+/// fires: to the end of the idle period under way, or, while a request is in flight, `limit`
+/// later (a request ends at least `limit` before the connection may close).
+async fn idle_for(activity: &Activity, limit: Duration) {
+    let sleep = tokio::time::sleep(limit);
+    tokio::pin!(sleep);
     loop {
-        if active.wait_for(|n| *n == 0).await.is_err() {
-            // The service is gone: so is the connection, which ends the caller's loop.
-            return std::future::pending().await;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(limit) => return,
-            changed = active.changed() => if changed.is_err() {
-                return std::future::pending().await;
-            },
-        }
+        sleep.as_mut().await;
+        let now = Instant::now();
+        let next = match activity.idle_since() {
+            Some(since) if now >= since + limit => return,
+            Some(since) => since + limit,
+            None => now + limit,
+        };
+        sleep.as_mut().reset(next);
     }
 }
 
 /// One request in flight on a connection, from its head until its answer's body is dropped
 /// (sent, or the connection gone).
-struct InFlight(Arc<watch::Sender<usize>>);
+struct InFlight(Arc<Activity>);
 
 impl InFlight {
-    fn begin(count: Arc<watch::Sender<usize>>) -> Self {
-        count.send_modify(|n| *n += 1);
-        Self(count)
+    fn begin(activity: Arc<Activity>) -> Self {
+        activity.begun.store(true, Ordering::Relaxed);
+        activity.active.fetch_add(1, Ordering::AcqRel);
+        Self(activity)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        let a = &self.0;
+        // The time first, then the count: a reader that sees the count at zero sees this
+        // time or a later one (written at every end, so two ending at once cannot leave an
+        // older one).
+        let us = a.base.elapsed().as_micros() as u64;
+        a.idle_since.fetch_max(us, Ordering::AcqRel);
+        a.active.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

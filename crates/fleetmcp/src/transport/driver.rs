@@ -31,7 +31,7 @@ use super::{authorize, respond};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
-use crate::context::{Caller, Outbound, RequestContext, SlotCell};
+use crate::context::{CallKeyParts, Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
 use crate::limits::{LimitKey, Refusal, Slot, Which};
 use crate::protocol::{ErrorData, errors};
@@ -267,12 +267,10 @@ pub(super) async fn start(
     // over; the driver frees it when the request ends, if nothing took it.
     let slot = SlotCell::new(parking_lot::Mutex::new(Some(slot)));
     let limit_key = key;
-    let key = call_key(
-        &caller,
-        principal.as_deref(),
-        id.get(),
-        meta.idempotency_key,
-    );
+    let key = CallKeyParts {
+        raw_id: id.into(),
+        client_key: meta.idempotency_key,
+    };
     let ctx = RequestContext::new(
         app.clone(),
         caller,
@@ -451,31 +449,4 @@ fn meta_of(params: Option<&RawValue>) -> Meta {
         .and_then(|p| serde_json::from_str::<P>(p.get()).ok())
         .and_then(|p| p.meta)
         .unwrap_or_default()
-}
-
-/// The stable key of a call (see [`RequestContext::call_key`]): the client's own key, scoped to
-/// its principal (or, without authorization, to its session), or else, in a session, the
-/// session and the request id, as received on every hop. A session id is a credential: only a
-/// digest of it goes into the key.
-fn call_key(
-    caller: &Caller,
-    principal: Option<&crate::auth::Principal>,
-    raw_id: &str,
-    client_key: Option<String>,
-) -> Option<Arc<str>> {
-    let session = match caller {
-        Caller::Session(s) => Some(crate::session::LogId(&s.id).to_string()),
-        _ => None,
-    };
-    let key = match (client_key, principal, &session) {
-        (Some(k), _, _) if k.is_empty() || k.len() > crate::context::MAX_IDEMPOTENCY_KEY => {
-            return None;
-        }
-        (Some(k), Some(p), _) => format!("k/p:{}/{k}", p.fingerprint()),
-        (Some(k), None, Some(s)) => format!("k/s:{s}/{k}"),
-        (Some(k), None, None) => format!("k/anonymous/{k}"),
-        (None, _, Some(s)) => format!("s/{s}/{raw_id}"),
-        (None, _, None) => return None,
-    };
-    Some(key.into())
 }

@@ -17,8 +17,17 @@ use http::{HeaderMap, StatusCode};
 use super::{Endpoint, respond};
 use crate::config::BindAddress;
 
+/// The guard as a layer of its own, for the routes outside the MCP ones (`/metrics`).
 pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
-    let headers = req.headers();
+    match admit(&ep, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused,
+    }
+}
+
+/// `403` for a request whose `Host` or `Origin` does not name this server. The MCP routes run
+/// it in their one layer (`mod.rs`), the other guarded routes through [`check`].
+pub(super) fn admit(ep: &Endpoint, headers: &HeaderMap) -> Result<(), Response> {
     let cfg = ep.app.config();
     let check_host =
         !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind() == BindAddress::Loopback;
@@ -34,7 +43,7 @@ pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: N
                 host = shown,
                 "rejected a request for a foreign Host (DNS rebinding protection)"
             );
-            return forbidden(format!("Forbidden: Host {shown} is not allowed"));
+            return Err(forbidden(format!("Forbidden: Host {shown} is not allowed")));
         }
     }
     if let Some(origin) = single_value(headers, http::header::ORIGIN) {
@@ -44,10 +53,12 @@ pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: N
         if !allowed {
             let shown = origin.as_deref().unwrap_or("<malformed>");
             tracing::warn!(origin = shown, "rejected a request from a foreign Origin");
-            return forbidden(format!("Forbidden: Origin {shown} is not allowed"));
+            return Err(forbidden(format!(
+                "Forbidden: Origin {shown} is not allowed"
+            )));
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 fn forbidden(message: String) -> Response {

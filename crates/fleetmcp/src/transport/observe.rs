@@ -1,4 +1,6 @@
-//! One layer around the MCP routes (`/mcp`, `/sse`, `/message`): each request runs in a
+//! The outer step of the one layer around the MCP routes (`/mcp`, `/sse`, `/message`; the
+//! layer is `around_mcp` in `mod.rs`, which runs the guard and the token check inside this
+//! step): each request runs in a
 //! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
 //! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
 //! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
@@ -9,14 +11,13 @@
 //! feature `otlp` their exported spans form one tree ([`crate::telemetry::otlp`]).
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
@@ -32,7 +33,13 @@ use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
 
-pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
+/// Serves `req` through `inner` (the guard, the token check and the route: `mod.rs`) in the
+/// request's span and scope, and counts its answer.
+pub(super) async fn request<F, Fut>(ep: &Endpoint, req: Request, inner: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let began = Instant::now();
     let header = req
         .headers()
@@ -53,7 +60,7 @@ pub(super) async fn request(State(ep): State<Arc<Endpoint>>, req: Request, next:
     otlp::join(&span, &mut trace);
     span.record("trace_id", tracing::field::display(trace.trace_id()));
     let serve = async {
-        let (res, labels) = Scope::run(start, trace, next.run(req)).await;
+        let (res, labels) = Scope::run(start, trace, inner(req)).await;
         tracing::debug!(
             method = labels.method.as_str(),
             era = labels.era.as_str(),
