@@ -52,19 +52,24 @@ struct StoredRecord {
     last_accessed_at: u64,
     initialized: bool,
     protocol_version: String,
-    // The optional fields are left out when empty (no `{}`, no epoch 0): every byte of the
-    // record is paid per session in Redis, and a record of up to 316 bytes fits jemalloc's
-    // 320-byte class where the full one took 384 (docs/BENCHMARKS.md, Memory). Readers take
-    // a missing field as its default, and so did every earlier version, so records of either
-    // shape are read by instances of either version during a rolling upgrade.
+    // The optional fields are left out when empty or usual (no `{}`, no epoch 1): every byte
+    // of the record is paid per session in Redis, and a record of up to 316 bytes fits
+    // jemalloc's 320-byte class where the full one took 384 (docs/BENCHMARKS.md, Memory).
+    // Every version reads a missing field as its default, so records of either shape are read
+    // by instances of either version during a rolling upgrade.
     #[serde(default, skip_serializing_if = "Value::is_null")]
     client_info: Value,
     /// Read back as `{}` when absent: a client that declared no capability (a recreated
     /// session passes them on, e.g. to a gateway's upstream, where `null` would be refused).
     #[serde(default = "no_capabilities", skip_serializing_if = "is_empty_json")]
     client_capabilities: Value,
-    /// The holder's term (see [`SessionRecord::epoch`]); the scripts read a missing one as 0.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// The holder's term (see [`SessionRecord::epoch`]), left out while it is the first (1),
+    /// as almost every session's is for its whole life. Read missing as 1, here and by the
+    /// scripts. Earlier versions read a missing epoch as 0, and their scripts too: each
+    /// instance compares with its own reading, and a claim always writes its epoch (2 and up
+    /// here, 1 and up there), so a record never comes back to a holder and epoch a stale
+    /// holder still has (the fence holds across versions).
+    #[serde(default = "first_epoch", skip_serializing_if = "is_first_epoch")]
     epoch: u64,
     /// Set by a claim: when, and from which holder (the contract's takeover fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,8 +95,12 @@ fn no_capabilities() -> Value {
     Value::Object(Default::default())
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+fn first_epoch() -> u64 {
+    1
+}
+
+fn is_first_epoch(n: &u64) -> bool {
+    *n == 1
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -141,7 +150,7 @@ impl StoredRecord {
 
 /// The start of the fenced scripts: the record at `KEYS[1]` (answering `{0}` when there is none,
 /// or it does not decode) and the `node` and `epoch` it names (`session.nodeId`, else the
-/// top-level `nodeId` of older records; epoch 0 for records written before epochs).
+/// top-level `nodeId` of older records; epoch 1 when the record has none, see `StoredRecord`).
 macro_rules! holder_of_record {
     () => {
         r#"
@@ -150,7 +159,7 @@ if not v then return {0, '', 0} end
 local ok, r = pcall(cjson.decode, v)
 if not ok or type(r) ~= 'table' then return {0, '', 0} end
 local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
-local epoch = tonumber(r.epoch) or 0
+local epoch = tonumber(r.epoch) or 1
 "#
     };
 }
@@ -682,7 +691,7 @@ mod tests {
             client_info: Value::Null,
             client_capabilities: serde_json::json!({}),
             created_at: 42,
-            epoch: 0,
+            epoch: 1,
             owner: None,
         };
         let text = serde_json::to_string(&StoredRecord::from_record(&r)).unwrap();
