@@ -66,7 +66,6 @@ measure() { # MODE -> one table row
   record="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:session:$last")"
   len="$(redis-cli -p "$REDIS_PORT" STRLEN "mcp:session:$last")"
   index="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:node:desk-a:sessions" SAMPLES 0)"
-  [[ -n "${KEYS_DUMP:-}" ]] && redis-cli -p "$REDIS_PORT" --scan | cut -c1-20 | sort | uniq -c | sort -rn | head >&2
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   echo "| $mode | $SESSIONS | ${#last} | $(( (rss1 - rss0) * 1024 / SESSIONS )) | $(( (red1 - red0) / SESSIONS )) | $record | $len | $(( ${index:-0} / (SESSIONS + 1) )) |"
