@@ -1,6 +1,7 @@
 # bench/lib.sh: what the one-off bench scripts share (sourced, not run). After `bench_start NAME`:
-# ROOT, TARGET_DIR, BIN (release help-desk), LOADGEN, WORK (a scratch folder) are set, the
-# release binaries are built unless SKIP_BUILD=1, a redis-server listens on REDIS_PORT
+# ROOT, TARGET_DIR, BIN (help-desk), LOADGEN, WORK (a scratch folder) are set, the
+# binaries are built (release, or PROFILE=debug: what a byte count needs, and quicker to build)
+# unless SKIP_BUILD=1, a redis-server listens on REDIS_PORT
 # (loopback, no persistence), and on exit every pid in BENCH_PIDS and the redis-server are
 # killed.
 
@@ -11,20 +12,34 @@ bench_start() { # NAME
   ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   cd "$ROOT"
   TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-  BIN="$TARGET_DIR/release/help-desk"
+  local profile="${PROFILE:-release}"
+  BIN="$TARGET_DIR/$profile/help-desk"
   if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-    cargo build --release -p help-desk -p fleet-loadgen >&2
+    if [[ "$profile" == debug ]]; then
+      cargo build -p help-desk -p fleet-loadgen >&2
+    else
+      cargo build --release -p help-desk -p fleet-loadgen >&2
+    fi
   fi
-  LOADGEN="$TARGET_DIR/release/fleet-loadgen"
+  LOADGEN="$TARGET_DIR/$profile/fleet-loadgen"
   WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-$1.XXXXXX")"
   BENCH_PIDS=()
   trap bench_cleanup EXIT
-  REDIS_PORT="$("$LOADGEN" free-port)"
+  REDIS_PORT="$(free_port)"
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
     --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "redis-server did not start on $REDIS_PORT" >&2
   exit 1
+}
+
+# A free port on loopback (fleet-loadgen's, or the kernel's pick when it is not built).
+free_port() {
+  if [[ -x "$LOADGEN" ]]; then
+    "$LOADGEN" free-port
+  else
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  fi
 }
 
 bench_cleanup() {

@@ -1,34 +1,28 @@
 #!/usr/bin/env bash
 # bench/memory.sh: what an idle session costs, in the process that holds it and in Redis.
-# One distributed help-desk on a redis-server on loopback; N sessions are opened (initialize,
-# notifications/initialized, one tools/call each, so that each is confirmed and tracked), then
-# left idle. Prints one markdown table: process RSS growth per session, Redis used_memory growth
-# per session (record, holder index entry, client-side caching's tracking entry), and the
-# MEMORY USAGE of one session record.
+# For each mode (MODES: `default`, one help-desk on Redis as a plain shared store; `distributed`,
+# one distributed help-desk, which also indexes its sessions by holder), a help-desk on a fresh
+# redis-server on loopback; N sessions are opened (initialize, notifications/initialized, one
+# tools/call each, so that each is confirmed and tracked), then left idle. Prints one markdown
+# row per mode: process RSS growth per session, Redis used_memory growth per session
+# (everything the sessions made Redis keep: records, index entries, client-side caching's
+# tracking entries), the MEMORY USAGE and length of one record, and the MEMORY USAGE of the
+# holder's index divided by N.
 #
-# Environment (optional): SESSIONS=2000, SKIP_BUILD=0.
+# Environment (optional): SESSIONS=2000, MODES="default distributed", SKIP_BUILD=0,
+# PROFILE=release (or debug).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_start memory
 SESSIONS="${SESSIONS:-2000}"
+MODES="${MODES:-default distributed}"
 
-PORT="$("$LOADGEN" free-port)"
-PORT="$PORT" MACHINE_ID=desk-a FLEETMCP_MAX_SESSIONS_PER_KEY=0 REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
-  FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
-  MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
-  "$BIN" >"$WORK/desk.log" 2>&1 &
-DESK_PID=$!
-BENCH_PIDS+=("$DESK_PID")
-for _ in $(seq 100); do curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$PORT/readyz" 2>/dev/null && break; sleep 0.05; done
-
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$DESK_PID/status"; }
 redis_used() { redis-cli -p "$REDIS_PORT" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
 
-# One warm-up session, so that one-time allocations are not counted per session.
-open_sessions() { # COUNT -> prints the last session id
-  python3 - "$PORT" "$1" <<'PY'
+open_sessions() { # PORT COUNT -> prints the last session id
+  python3 - "$1" "$2" <<'PY'
 import http.client, json, sys
 port, n = int(sys.argv[1]), int(sys.argv[2])
 c = http.client.HTTPConnection("127.0.0.1", port)
@@ -48,14 +42,36 @@ for i in range(n):
 print(sid)
 PY
 }
-open_sessions 1 >/dev/null
-sleep 0.5
-rss0="$(rss_kib)"; red0="$(redis_used)"
-last="$(open_sessions "$SESSIONS")"
-sleep 0.5
-rss1="$(rss_kib)"; red1="$(redis_used)"
-record="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:session:$last")"
+
+measure() { # MODE -> one table row
+  local mode="$1" port pid rss0 rss1 red0 red1 last record len index
+  redis-cli -p "$REDIS_PORT" flushall >/dev/null
+  port="$(free_port)"
+  local extra=()
+  [[ "$mode" == distributed ]] && extra=(FRONTMCP_DEPLOYMENT_MODE=distributed)
+  env PORT="$port" MACHINE_ID=desk-a FLEETMCP_MAX_SESSIONS_PER_KEY=0 \
+    REDIS_URL="redis://127.0.0.1:$REDIS_PORT" "${extra[@]}" FRONTMCP_BIND_ADDRESS=loopback \
+    MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
+    "$BIN" >"$WORK/desk-$mode.log" 2>&1 &
+  pid=$!
+  BENCH_PIDS+=("$pid")
+  for _ in $(seq 200); do curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null && break; sleep 0.05; done
+  # One warm-up session, so that one-time allocations are not counted per session.
+  open_sessions "$port" 1 >/dev/null
+  sleep 0.5
+  rss0="$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")"; red0="$(redis_used)"
+  last="$(open_sessions "$port" "$SESSIONS")"
+  sleep 0.5
+  rss1="$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")"; red1="$(redis_used)"
+  record="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:session:$last")"
+  len="$(redis-cli -p "$REDIS_PORT" STRLEN "mcp:session:$last")"
+  index="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:node:desk-a:sessions" SAMPLES 0)"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  echo "| $mode | $SESSIONS | ${#last} | $(( (rss1 - rss0) * 1024 / SESSIONS )) | $(( (red1 - red0) / SESSIONS )) | $record | $len | $(( ${index:-0} / (SESSIONS + 1) )) |"
+}
+
 echo
-echo "| idle sessions | id length | process RSS per session B | Redis used_memory per session B | MEMORY USAGE of one record B |"
-echo "|--:|--:|--:|--:|--:|"
-echo "| $SESSIONS | ${#last} | $(( (rss1 - rss0) * 1024 / SESSIONS )) | $(( (red1 - red0) / SESSIONS )) | $record |"
+echo "| mode | idle sessions | id length | process RSS per session B | Redis used_memory per session B | MEMORY USAGE of one record B | record length B | index per session B |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|"
+for mode in $MODES; do measure "$mode"; done

@@ -1017,3 +1017,62 @@ async fn held_costs_nothing_on(redis: SharedRedis) {
     };
     assert_eq!(status, 404, "A saw the record deleted by hand");
 }
+
+/// Issue 23: a record is written without its empty or usual optional fields (no `{}`
+/// capabilities, no `null` clientInfo, no epoch 1), and still checked, claimed and taken over
+/// through the scripts; a record written with every field (as earlier versions did) still reads
+/// and is claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_still_read() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let mut r = record("lean", "desk-a");
+    r.client_info = Value::Null;
+    r.client_capabilities = json!({});
+    store.create(&r, true).await.unwrap();
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
+    for absent in ["epoch", "clientCapabilities", "clientInfo"] {
+        assert!(raw.get(absent).is_none(), "{absent} in {raw}");
+    }
+    assert_eq!(raw["session"]["nodeId"], "desk-a");
+    assert_eq!(store.get("lean").await.unwrap(), Some(r.clone()));
+    let held = store.check("lean", Some(&fence("desk-a", 1)), true).await;
+    assert_eq!(
+        held.unwrap().held,
+        Held::Mine,
+        "the script reads no epoch as 1"
+    );
+    let stale = store.check("lean", Some(&fence("desk-a", 0)), false).await;
+    assert!(matches!(stale.unwrap().held, Held::Lost { epoch: 1, .. }));
+    assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
+    assert_eq!(raw["session"]["nodeId"], "desk-b");
+    assert_eq!(raw["epoch"], 2);
+    assert_eq!(raw["reassignedFrom"], "desk-a");
+    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions", "0", "-1"]);
+    assert_eq!(moved.trim(), "lean");
+
+    // As an earlier version wrote it: every field, epoch 0.
+    let old = json!({"session": {"id": "full", "protocol": "streamable-http",
+        "createdAt": 1, "nodeId": "desk-a"}, "createdAt": 1, "lastAccessedAt": 2,
+        "initialized": true, "protocolVersion": "2025-06-18", "clientInfo": {"name": "c"},
+        "clientCapabilities": {}, "epoch": 0});
+    redis.cli(&["SET", "mcp:session:full", &old.to_string()]);
+    let read = store
+        .get("full")
+        .await
+        .unwrap()
+        .expect("an old record reads");
+    assert_eq!(
+        (read.epoch, read.client_info["name"].as_str()),
+        (0, Some("c"))
+    );
+    assert_eq!(store.claim(&read, "desk-b").await.unwrap(), Claim::Won(1));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:full"])).unwrap();
+    assert_eq!(
+        (raw["epoch"].as_u64(), raw.get("clientCapabilities")),
+        (None, None)
+    );
+    let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
+    assert_eq!(held.unwrap().held, Held::Mine);
+}

@@ -1000,7 +1000,8 @@ fn a_holder_cut_off_from_redis_stops_serving_and_never_writes_over_its_successor
     let resp = find_tickets(a.port(), &sid);
     assert_tool_ok(&resp, "served by its holder");
     assert_eq!(machine_of(&resp), Some("desk-a"));
-    assert_eq!(stored(&redis, &sid)["epoch"], 1);
+    // Its first epoch, 1, which the record leaves out (issue 23: a byte less per session).
+    assert_eq!(stored(&redis, &sid).get("epoch"), None);
 
     proxy.cut();
     let cut_at = Instant::now();

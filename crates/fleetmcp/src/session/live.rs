@@ -19,37 +19,65 @@ use crate::protocol::{LogLevel, ProtocolVersion};
 /// The client's answer to a request the server sent it.
 pub type ClientReply = Result<Value, crate::protocol::ErrorData>;
 
-/// A JSON value a session keeps from `initialize` and rarely reads: kept as its text (a parsed
-/// object costs a whole B-tree node, over 600 bytes, however few its fields), parsed on first
-/// use.
-struct LazyJson {
+/// What a session keeps of the client from `initialize` and rarely reads (`clientInfo` and
+/// its capabilities): kept as their text, one allocation for both (a parsed object costs a
+/// whole B-tree node, over 600 bytes, however few its fields), each parsed on first use.
+struct ClientData {
+    /// `clientInfo`'s text followed by the capabilities'.
     text: Box<str>,
-    parsed: std::sync::OnceLock<Value>,
+    /// Where the capabilities' text starts.
+    split: usize,
+    /// Boxed: a pointer until first read (a `Value` in place is 32 bytes per session).
+    info: std::sync::OnceLock<Box<Value>>,
+    capabilities: std::sync::OnceLock<Box<Value>>,
 }
 
-impl LazyJson {
-    fn new(value: &Value) -> Self {
+impl ClientData {
+    fn new(info: &Value, capabilities: &Value) -> Self {
+        let mut text = info.to_string();
+        let split = text.len();
+        text.push_str(&capabilities.to_string());
         Self {
-            text: value.to_string().into_boxed_str(),
-            parsed: std::sync::OnceLock::new(),
+            text: text.into_boxed_str(),
+            split,
+            info: std::sync::OnceLock::new(),
+            capabilities: std::sync::OnceLock::new(),
         }
     }
 
-    fn get(&self) -> &Value {
-        self.parsed.get_or_init(|| self.parse())
+    fn info(&self) -> &Value {
+        self.info
+            .get_or_init(|| Box::new(Self::parse(&self.text[..self.split])))
     }
 
-    /// A copy, without keeping the parsed value (for writing the session's record).
-    fn to_value(&self) -> Value {
-        match self.parsed.get() {
-            Some(v) => v.clone(),
-            None => self.parse(),
-        }
+    fn capabilities(&self) -> &Value {
+        self.capabilities
+            .get_or_init(|| Box::new(Self::parse(&self.text[self.split..])))
     }
 
-    fn parse(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    /// Copies, without keeping the parsed values (for writing the session's record).
+    fn values(&self) -> (Value, Value) {
+        let info = match self.info.get() {
+            Some(v) => Value::clone(v),
+            None => Self::parse(&self.text[..self.split]),
+        };
+        let capabilities = match self.capabilities.get() {
+            Some(v) => Value::clone(v),
+            None => Self::parse(&self.text[self.split..]),
+        };
+        (info, capabilities)
     }
+
+    fn parse(text: &str) -> Value {
+        serde_json::from_str(text).unwrap_or(Value::Null)
+    }
+}
+
+/// Milliseconds since the first session of the process: what a session's refresh times count
+/// in (one `Instant` for all, rather than 16 bytes in each session).
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// The first id of the streams a session's POST answers get on this instance: a random 32-bit
@@ -72,8 +100,7 @@ const CONFIRMED: u8 = 2;
 pub struct Session {
     pub id: Arc<str>,
     pub version: ProtocolVersion,
-    client_info: LazyJson,
-    client_capabilities: LazyJson,
+    client: ClientData,
     log_level: AtomicU8,
     /// Whether the session store holds a record of it (false when it was created while the
     /// store was unreachable).
@@ -84,7 +111,7 @@ pub struct Session {
     heard: AtomicBool,
     /// Milliseconds since the registry's epoch; read by the idle sweeper.
     last_used: AtomicU64,
-    /// When the stored record was last refreshed, in ms since `created`.
+    /// When the stored record was last refreshed (see [`now_ms`]).
     last_touch: AtomicU64,
     /// The epoch this instance holds the session under (see `SessionRecord::epoch`).
     epoch: AtomicU64,
@@ -95,13 +122,16 @@ pub struct Session {
     /// ([`CONFIRMED`]), a check is running whose answer may confirm it ([`CHECKING`]), or
     /// neither: the next request checks.
     confirm: AtomicU8,
-    created: Instant,
     next_stream: AtomicU64,
     next_client_request: AtomicU64,
     /// Requests from the client still running, by raw JSON-RPC id, for `notifications/cancelled`.
-    inflight: Mutex<HashMap<String, CancellationToken>>,
-    /// Requests to the client awaiting an answer, by the id we gave them.
-    pending: Mutex<HashMap<String, oneshot::Sender<ClientReply>>>,
+    /// Boxed while any runs, `None` when none does: an idle session pays a pointer, not an
+    /// empty map (48 bytes), for one more small allocation per request.
+    #[allow(clippy::box_collection)] // the box is the point: 8 bytes in place, not 48
+    inflight: Mutex<Option<Box<HashMap<String, CancellationToken>>>>,
+    /// Requests to the client awaiting an answer, by the id we gave them. Boxed on first use:
+    /// most sessions never send the client a request, and an empty map in place is 48 bytes.
+    pending: Mutex<Option<Box<PendingReplies>>>,
     subscriptions: Mutex<Subscriptions>,
     /// Fires when the session ends (deleted, expired, the server stopped): its running
     /// requests and the answers they stream stop.
@@ -135,21 +165,19 @@ impl Session {
         Self {
             id,
             version,
-            client_info: LazyJson::new(&client_info),
-            client_capabilities: LazyJson::new(&client_capabilities),
+            client: ClientData::new(&client_info, &client_capabilities),
             log_level: AtomicU8::new(LogLevel::Info as u8),
             persisted: AtomicBool::new(false),
             heard: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
-            last_touch: AtomicU64::new(0),
+            last_touch: AtomicU64::new(now_ms()),
             epoch: AtomicU64::new(0),
             confirmed_term: AtomicU32::new(u32::MAX),
             confirm: AtomicU8::new(UNCONFIRMED),
-            created: Instant::now(),
             next_stream: AtomicU64::new(first_stream_id()),
             next_client_request: AtomicU64::new(1),
-            inflight: Mutex::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(None),
+            pending: Mutex::new(None),
             subscriptions: Mutex::new(Subscriptions::default()),
             closed,
             leaving: std::sync::OnceLock::new(),
@@ -248,7 +276,7 @@ impl Session {
     /// Whether the stored record is due for a refresh (see [`Session::due_for_touch`]), without
     /// marking it refreshed.
     pub(crate) fn refresh_due(&self, every_ms: u64) -> bool {
-        let now = self.created.elapsed().as_millis() as u64;
+        let now = now_ms();
         now.saturating_sub(self.last_touch.load(Ordering::Relaxed)) >= every_ms
     }
     /// The epoch this instance holds the session under.
@@ -269,7 +297,7 @@ impl Session {
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.
     pub(crate) fn due_for_touch(&self, every_ms: u64) -> bool {
-        let now = self.created.elapsed().as_millis() as u64;
+        let now = now_ms();
         let last = self.last_touch.load(Ordering::Relaxed);
         now.saturating_sub(last) >= every_ms
             && self
@@ -302,20 +330,17 @@ impl Session {
 
     /// The client's `clientInfo` from `initialize`.
     pub fn client_info(&self) -> &Value {
-        self.client_info.get()
+        self.client.info()
     }
 
     /// Copies of `clientInfo` and the capabilities, for the session's stored record.
     pub(crate) fn client_values(&self) -> (Value, Value) {
-        (
-            self.client_info.to_value(),
-            self.client_capabilities.to_value(),
-        )
+        self.client.values()
     }
 
     /// The client's capabilities from `initialize`.
     pub fn client_capabilities(&self) -> &Value {
-        self.client_capabilities.get()
+        self.client.capabilities()
     }
 
     /// Registers a running request; the token fires on `notifications/cancelled`. `None` when
@@ -323,24 +348,30 @@ impl Session {
     /// concurrent requests (a batch) cannot all slip under the limit together.
     pub(crate) fn track_request(&self, raw_id: &str, max: usize) -> Option<CancellationToken> {
         let mut inflight = self.inflight.lock();
-        if inflight.len() >= max && !inflight.contains_key(raw_id) {
+        let running = inflight.get_or_insert_with(Default::default);
+        if running.len() >= max && !running.contains_key(raw_id) {
+            if running.is_empty() {
+                *inflight = None;
+            }
             return None;
         }
         let token = self.closed.child_token();
-        inflight.insert(raw_id.to_string(), token.clone());
+        running.insert(raw_id.to_string(), token.clone());
         Some(token)
     }
     pub(crate) fn finish_request(&self, raw_id: &str) {
         let mut inflight = self.inflight.lock();
-        inflight.remove(raw_id);
-        if inflight.is_empty() {
-            // An idle session keeps no table (its buckets would stay allocated otherwise).
-            *inflight = HashMap::new();
+        if let Some(running) = inflight.as_mut() {
+            running.remove(raw_id);
+            if running.is_empty() {
+                // An idle session keeps no table (its buckets would stay allocated otherwise).
+                *inflight = None;
+            }
         }
     }
     /// Cancels a running request; false if none has that id.
     pub(crate) fn cancel_request(&self, raw_id: &str) -> bool {
-        match self.inflight.lock().remove(raw_id) {
+        match self.inflight.lock().as_mut().and_then(|r| r.remove(raw_id)) {
             Some(token) => {
                 token.cancel();
                 true
@@ -354,15 +385,20 @@ impl Session {
         let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("fleetmcp-{n}");
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().insert(id.clone(), tx);
+        self.pending
+            .lock()
+            .get_or_insert_with(Default::default)
+            .insert(id.clone(), tx);
         (id, rx)
     }
     pub(crate) fn forget_client_request(&self, id: &str) {
-        self.pending.lock().remove(id);
+        if let Some(p) = self.pending.lock().as_mut() {
+            p.remove(id);
+        }
     }
     /// Delivers the client's answer; false if nothing waits for that id.
     pub(crate) fn deliver_client_reply(&self, id: &str, reply: ClientReply) -> bool {
-        match self.pending.lock().remove(id) {
+        match self.pending.lock().as_mut().and_then(|p| p.remove(id)) {
             Some(tx) => tx.send(reply).is_ok(),
             None => false,
         }
@@ -379,29 +415,35 @@ impl Session {
         budget: &Arc<Budget>,
     ) -> Result<(), SubscribeRefusal> {
         let mut subs = self.subscriptions.lock();
-        if subs.set.contains(uri) {
+        if subs.set.as_ref().is_some_and(|set| set.contains(uri)) {
             return Ok(());
         }
-        if subs.set.len() >= max {
+        if subs.set.as_ref().map_or(0, |set| set.len()) >= max {
             return Err(SubscribeRefusal::Count);
         }
         subs.charge
             .get_or_insert_with(|| Charge::empty(budget))
             .grow(uri.len() + SUBSCRIPTION_OVERHEAD)
             .map_err(|_| SubscribeRefusal::Budget)?;
-        subs.set.insert(uri.to_string());
+        subs.set
+            .get_or_insert_with(Default::default)
+            .insert(uri.to_string());
         Ok(())
     }
     pub(crate) fn unsubscribe(&self, uri: &str) {
         let mut subs = self.subscriptions.lock();
-        if subs.set.remove(uri)
+        if subs.set.as_mut().is_some_and(|set| set.remove(uri))
             && let Some(c) = subs.charge.as_mut()
         {
             c.shrink(uri.len() + SUBSCRIPTION_OVERHEAD);
         }
     }
     pub fn is_subscribed(&self, uri: &str) -> bool {
-        self.subscriptions.lock().set.contains(uri)
+        self.subscriptions
+            .lock()
+            .set
+            .as_ref()
+            .is_some_and(|set| set.contains(uri))
     }
 }
 
@@ -410,9 +452,13 @@ const SUBSCRIPTION_OVERHEAD: usize = 48;
 
 /// A session's subscriptions and the bytes they are charged against the instance's budget
 /// (no charge until the first one: an idle session pays nothing for it).
+type PendingReplies = HashMap<String, oneshot::Sender<ClientReply>>;
+
 #[derive(Default)]
 struct Subscriptions {
-    set: HashSet<String>,
+    /// Boxed on first use, like `Session::pending`: most sessions subscribe to nothing.
+    #[allow(clippy::box_collection)] // as for `Session::inflight`
+    set: Option<Box<HashSet<String>>>,
     charge: Option<Charge>,
 }
 
@@ -435,12 +481,38 @@ pub enum Ended {
 }
 
 /// Recently ended sessions, oldest first in the queue.
+/// A held session in the registry, found by its id: the set's entry is the session's pointer
+/// alone (8 bytes a slot, where a map from a copy of the id took 24).
+struct Held(Arc<Session>);
+
+impl std::borrow::Borrow<str> for Held {
+    fn borrow(&self) -> &str {
+        &self.0.id
+    }
+}
+
+impl std::hash::Hash for Held {
+    // As the id's `str` hashes, so that a lookup by `&str` finds it.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        str::hash(&self.0.id, state)
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for Held {}
+
 type EndedMemory = (HashMap<Arc<str>, Ended>, VecDeque<Arc<str>>);
 
 /// The sessions this instance holds, plus a bounded memory of recently ended ones.
 pub struct LiveSessions {
     epoch: Instant,
-    sessions: RwLock<HashMap<Arc<str>, Arc<Session>>>,
+    /// Keyed by each session's own id (see [`Held`]).
+    sessions: RwLock<HashSet<Held>>,
     ended: Mutex<EndedMemory>,
     max_sessions: usize,
 }
@@ -451,7 +523,7 @@ impl LiveSessions {
     pub(crate) fn new(max_sessions: usize) -> Self {
         Self {
             epoch: Instant::now(),
-            sessions: RwLock::new(HashMap::new()),
+            sessions: RwLock::new(HashSet::new()),
             ended: Mutex::new((HashMap::new(), VecDeque::new())),
             max_sessions,
         }
@@ -463,7 +535,7 @@ impl LiveSessions {
 
     /// Finds a held session by its exact id and marks it used.
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
-        let s = self.sessions.read().get(id).cloned()?;
+        let s = self.sessions.read().get(id).map(|h| h.0.clone())?;
         s.last_used.store(self.now_ms(), Ordering::Relaxed);
         Some(s)
     }
@@ -472,20 +544,20 @@ impl LiveSessions {
     /// gets the held one and `false`. `None` when the instance is full.
     pub fn insert_if_absent(&self, session: Arc<Session>) -> Option<(Arc<Session>, bool)> {
         let mut map = self.sessions.write();
-        if let Some(existing) = map.get(&session.id) {
-            return Some((existing.clone(), false));
+        if let Some(existing) = map.get(&*session.id) {
+            return Some((existing.0.clone(), false));
         }
         if map.len() >= self.max_sessions {
             return None;
         }
         session.last_used.store(self.now_ms(), Ordering::Relaxed);
-        map.insert(session.id.clone(), session.clone());
+        map.insert(Held(session.clone()));
         Some((session, true))
     }
 
     /// Removes a session, remembering why.
     pub fn remove(&self, id: &str, why: Ended) -> Option<Arc<Session>> {
-        let removed = self.sessions.write().remove(id);
+        let removed = self.sessions.write().take(id).map(|h| h.0);
         if let Some(s) = &removed {
             s.closed.cancel();
             self.remember(s.id.clone(), why);
@@ -497,7 +569,7 @@ impl LiveSessions {
     /// remembered as ended, since its id may be opened again (a 2024-11-05 session's id is its
     /// stream's, and its client sends `initialize` again under it).
     pub fn discard(&self, id: &str) {
-        if let Some(s) = self.sessions.write().remove(id) {
+        if let Some(Held(s)) = self.sessions.write().take(id) {
             s.closed.cancel();
         }
     }
@@ -507,7 +579,7 @@ impl LiveSessions {
     /// nothing remembers it as ended, so its next request looks for it in the store (it lives
     /// on with another holder).
     pub fn release(&self, id: &str) -> Option<Arc<Session>> {
-        let removed = self.sessions.write().remove(id);
+        let removed = self.sessions.write().take(id).map(|h| h.0);
         if let Some(s) = &removed {
             s.leaving().cancel();
         }
@@ -538,7 +610,8 @@ impl LiveSessions {
         let stale: Vec<Arc<str>> = self
             .sessions
             .read()
-            .values()
+            .iter()
+            .map(|h| &h.0)
             .filter(|s| s.last_used.load(Ordering::Relaxed) < cutoff)
             .map(|s| s.id.clone())
             .collect();
@@ -558,7 +631,7 @@ impl LiveSessions {
 
     /// Every held session (for broadcasting list changes).
     pub fn all(&self) -> Vec<Arc<Session>> {
-        self.sessions.read().values().cloned().collect()
+        self.sessions.read().iter().map(|h| h.0.clone()).collect()
     }
 }
 
@@ -575,6 +648,15 @@ mod tests {
             CancellationToken::new(),
             None,
         ))
+    }
+
+    #[test]
+    fn an_idle_session_is_small() {
+        // What every held session pays in place, idle or not (docs/BENCHMARKS.md, Memory):
+        // what only some sessions use is boxed on first use, so that this stays small.
+        let size = std::mem::size_of::<Session>();
+        eprintln!("Session: {size} bytes");
+        assert!(size <= 304, "Session is {size} bytes");
     }
 
     #[test]
@@ -609,5 +691,16 @@ mod tests {
         assert!(s.cancel_request("7"));
         assert!(token.is_cancelled());
         assert!(!s.cancel_request("7"));
+        s.finish_request("7");
+        assert!(
+            s.inflight.lock().is_none(),
+            "an idle session keeps no table"
+        );
+        assert!(s.track_request("8", 0).is_none(), "over the limit");
+        assert!(s.inflight.lock().is_none(), "nor after a refusal");
+        let (id, _rx) = s.expect_client_reply();
+        s.forget_client_request(&id);
+        assert!(!s.deliver_client_reply(&id, Ok(Value::Null)));
+        assert!(!s.is_subscribed("file:///a"));
     }
 }

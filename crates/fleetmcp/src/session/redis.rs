@@ -52,12 +52,24 @@ struct StoredRecord {
     last_accessed_at: u64,
     initialized: bool,
     protocol_version: String,
-    #[serde(default)]
+    // The optional fields are left out when empty or usual (no `{}`, no epoch 1): every byte
+    // of the record is paid per session in Redis, and a record of up to 316 bytes fits
+    // jemalloc's 320-byte class where the full one took 384 (docs/BENCHMARKS.md, Memory).
+    // Every version reads a missing field as its default, so records of either shape are read
+    // by instances of either version during a rolling upgrade.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     client_info: Value,
-    #[serde(default)]
+    /// Read back as `{}` when absent: a client that declared no capability (a recreated
+    /// session passes them on, e.g. to a gateway's upstream, where `null` would be refused).
+    #[serde(default = "no_capabilities", skip_serializing_if = "is_empty_json")]
     client_capabilities: Value,
-    /// The holder's term (see [`SessionRecord::epoch`]).
-    #[serde(default)]
+    /// The holder's term (see [`SessionRecord::epoch`]), left out while it is the first (1),
+    /// as almost every session's is for its whole life. Read missing as 1, here and by the
+    /// scripts. Earlier versions read a missing epoch as 0, and their scripts too: each
+    /// instance compares with its own reading, and a claim always writes its epoch (2 and up
+    /// here, 1 and up there), so a record never comes back to a holder and epoch a stale
+    /// holder still has (the fence holds across versions).
+    #[serde(default = "first_epoch", skip_serializing_if = "is_first_epoch")]
     epoch: u64,
     /// Set by a claim: when, and from which holder (the contract's takeover fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,6 +80,27 @@ struct StoredRecord {
     /// (16 bytes of SHA-256, base64url), never a token; absent without authorization.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     authorization_id: Option<String>,
+}
+
+/// `null` or `{}`: no capability declared.
+fn is_empty_json(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
+fn no_capabilities() -> Value {
+    Value::Object(Default::default())
+}
+
+fn first_epoch() -> u64 {
+    1
+}
+
+fn is_first_epoch(n: &u64) -> bool {
+    *n == 1
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -117,7 +150,7 @@ impl StoredRecord {
 
 /// The start of the fenced scripts: the record at `KEYS[1]` (answering `{0}` when there is none,
 /// or it does not decode) and the `node` and `epoch` it names (`session.nodeId`, else the
-/// top-level `nodeId` of older records; epoch 0 for records written before epochs).
+/// top-level `nodeId` of older records; epoch 1 when the record has none, see `StoredRecord`).
 macro_rules! holder_of_record {
     () => {
         r#"
@@ -126,7 +159,7 @@ if not v then return {0, '', 0} end
 local ok, r = pcall(cjson.decode, v)
 if not ok or type(r) ~= 'table' then return {0, '', 0} end
 local node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
-local epoch = tonumber(r.epoch) or 0
+local epoch = tonumber(r.epoch) or 1
 "#
     };
 }
@@ -134,8 +167,9 @@ local epoch = tonumber(r.epoch) or 0
 /// Whether the record at `KEYS[1]` names holder `ARGV[1]` under epoch `ARGV[2]`: `{1}` yes,
 /// `{0}` no record, `{2, holder, epoch}` another. When yes and `ARGV[3]` is `1`, the record's
 /// expiry is pushed out by `ARGV[4]` ms (the caller then refreshes the holder's index); the key
-/// is read again after that write, so that on a tracking connection the key stays tracked (a
-/// connection's own write ends its tracking of the key).
+/// is read again after that write (with per-key tracking, a connection's own write ended its
+/// tracking of the key; broadcast tracking, `tracking.rs`, needs no read, and the read costs
+/// nothing).
 const CHECK: &str = concat!(
     holder_of_record!(),
     r#"
@@ -646,5 +680,59 @@ mod tests {
         );
         let back: StoredRecord = serde_json::from_value(v).unwrap();
         assert_eq!(back.into_record(), r);
+    }
+
+    #[test]
+    fn empty_optional_fields_are_left_out_and_read_back_as_before() {
+        let r = SessionRecord {
+            id: "s1".into(),
+            node_id: "desk-a".into(),
+            protocol_version: "2025-11-25".into(),
+            client_info: Value::Null,
+            client_capabilities: serde_json::json!({}),
+            created_at: 42,
+            epoch: 1,
+            owner: None,
+        };
+        let text = serde_json::to_string(&StoredRecord::from_record(&r)).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        for absent in [
+            "clientInfo",
+            "clientCapabilities",
+            "epoch",
+            "authorizationId",
+        ] {
+            assert!(v.get(absent).is_none(), "{absent} written in {text}");
+        }
+        // What the contract requires stays, in its place.
+        assert_eq!(v["session"]["id"], "s1");
+        assert_eq!(v["session"]["nodeId"], "desk-a");
+        assert_eq!(v["session"]["protocol"], "streamable-http");
+        assert_eq!(v["session"]["createdAt"], 42);
+        assert_eq!(v["createdAt"], 42);
+        assert!(v["lastAccessedAt"].is_u64());
+        assert_eq!(v["initialized"], true);
+        let back: StoredRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.into_record(), r, "capabilities read back as {{}}");
+    }
+
+    #[test]
+    fn a_record_written_with_every_field_still_reads() {
+        // As earlier versions wrote it: empty capabilities, epoch 0, and the contract's
+        // optional fields this version never writes.
+        let old = r#"{"session":{"id":"s1","protocol":"streamable-http","createdAt":42,
+            "nodeId":"desk-a","clientFingerprint":"f","expiresAt":99},"createdAt":42,
+            "lastAccessedAt":43,"initialized":true,"protocolVersion":"2025-06-18",
+            "clientInfo":{"name":"c"},"clientCapabilities":{},"epoch":0,
+            "reassignedAt":44,"reassignedFrom":"desk-b","maxLifetimeAt":100}"#;
+        let r = serde_json::from_str::<StoredRecord>(old)
+            .unwrap()
+            .into_record();
+        assert_eq!(r.id, "s1");
+        assert_eq!(r.node_id, "desk-a");
+        assert_eq!(r.protocol_version, "2025-06-18");
+        assert_eq!(r.client_info, serde_json::json!({"name": "c"}));
+        assert_eq!(r.client_capabilities, serde_json::json!({}));
+        assert_eq!(r.epoch, 0);
     }
 }

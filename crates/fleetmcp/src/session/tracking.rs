@@ -2,21 +2,21 @@
 //! requests without a Redis round trip each, and still sees at once that the record was
 //! deleted, expired or claimed elsewhere.
 //!
-//! One dedicated RESP3 connection has `CLIENT TRACKING ON`: every record this instance checks on
-//! it, Redis remembers, and when any other connection changes that key (a `DEL` on another
-//! instance, a claim, the key's expiry) Redis pushes an `invalidate` message on it. The tracker
-//! turns those into [`Invalidation`]s for the sessions layer, which then checks that session
-//! again on its next request. Its own writes (the refresh inside the check script) do not count
-//! (`NOLOOP`), and the check script refreshes *before* it reads, so its read is what stays
-//! tracked.
+//! One dedicated RESP3 connection has `CLIENT TRACKING ON BCAST PREFIX <prefix>session: NOLOOP`:
+//! when any other connection changes a record (a `DEL` on another instance, a claim, the key's
+//! expiry) Redis pushes an `invalidate` message on it. The tracker turns those into
+//! [`Invalidation`]s for the sessions layer, which then checks that session again on its next
+//! request (a change to a session held elsewhere finds nothing to forget). Its own writes (the
+//! refresh inside the check script) do not count (`NOLOOP`). Broadcast rather than per-key
+//! tracking, so that Redis keeps no entry per record read (see `tracking_conn`).
 //!
 //! Whatever Redis may have failed to tell us voids every confirmation: when the connection is
 //! lost or replaced, and when Redis flushes its tracking table, the tracker sends
 //! [`Invalidation::All`]; until it is connected again checks run on the shared connection and
 //! confirm nothing.
 //!
-//! On a Redis Cluster a server tracks only the keys read on it: the tracker keeps one such
-//! connection per master, and a record is checked on the connection of the master that serves
+//! On a Redis Cluster a server reports only changes to the keys it serves: the tracker keeps one
+//! such connection per master, and a record is checked on the connection of the master that serves
 //! its slot (the slot map read with `CLUSTER SLOTS`). The map is read again every
 //! [`TOPOLOGY_WATCH`]; when it changed (a failover, a slot moved), every connection is rebuilt
 //! and every confirmation voided, as after a lost connection.
@@ -173,9 +173,18 @@ impl Tracker {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| e.to_string())?;
+        // Broadcast mode on the record prefix: Redis reports every change to a record, as it
+        // would for the records read here, but keeps no entry per key read (about 190 bytes of
+        // its memory per session held, docs/BENCHMARKS.md, Memory), and never evicts entries
+        // past `tracking-table-max-keys` (which voids confirmations). The price: changes to
+        // records held elsewhere are reported too (creations, refreshes, claims, deletions
+        // fleet-wide, not each call), and ignored here by one map lookup each.
         redis::cmd("CLIENT")
             .arg("TRACKING")
             .arg("ON")
+            .arg("BCAST")
+            .arg("PREFIX")
+            .arg(&self.prefix)
             .arg("NOLOOP")
             .query_async::<()>(&mut conn)
             .await
