@@ -125,8 +125,10 @@ pub struct Session {
     next_stream: AtomicU64,
     next_client_request: AtomicU64,
     /// Requests from the client still running, by raw JSON-RPC id, for `notifications/cancelled`.
-    /// Boxed while any runs, `None` when none does: an idle session pays a pointer, not an
-    /// empty map (48 bytes), for one more small allocation per request.
+    /// Boxed on first use and kept while the session is in use (a busy session allocates no
+    /// table per request); dropped once empty by the idle sweep
+    /// ([`Session::release_idle_table`]), so an idle session pays a pointer, not an empty map
+    /// (48 bytes) and its buckets.
     #[allow(clippy::box_collection)] // the box is the point: 8 bytes in place, not 48
     inflight: Mutex<Option<Box<HashMap<String, CancellationToken>>>>,
     /// Requests to the client awaiting an answer, by the id we gave them. Boxed on first use:
@@ -360,13 +362,16 @@ impl Session {
         Some(token)
     }
     pub(crate) fn finish_request(&self, raw_id: &str) {
-        let mut inflight = self.inflight.lock();
-        if let Some(running) = inflight.as_mut() {
+        if let Some(running) = self.inflight.lock().as_mut() {
             running.remove(raw_id);
-            if running.is_empty() {
-                // An idle session keeps no table (its buckets would stay allocated otherwise).
-                *inflight = None;
-            }
+        }
+    }
+    /// Drops the table of running requests if none runs (the idle sweep, for a session unused
+    /// for a while): an idle session keeps no buckets, a busy one no allocation per request.
+    pub(crate) fn release_idle_table(&self) {
+        let mut inflight = self.inflight.lock();
+        if inflight.as_ref().is_some_and(|r| r.is_empty()) {
+            *inflight = None;
         }
     }
     /// Cancels a running request; false if none has that id.
@@ -606,13 +611,22 @@ impl LiveSessions {
 
     /// Removes sessions idle for longer than `idle`; returns their ids.
     pub fn expire_idle(&self, idle: Duration) -> Vec<Arc<str>> {
-        let cutoff = self.now_ms().saturating_sub(idle.as_millis() as u64);
+        let now = self.now_ms();
+        let cutoff = now.saturating_sub(idle.as_millis() as u64);
+        // Unused for a second: whatever it keeps for running requests can go.
+        let resting = now.saturating_sub(1000);
         let stale: Vec<Arc<str>> = self
             .sessions
             .read()
             .iter()
             .map(|h| &h.0)
-            .filter(|s| s.last_used.load(Ordering::Relaxed) < cutoff)
+            .filter(|s| {
+                let last = s.last_used.load(Ordering::Relaxed);
+                if last < resting {
+                    s.release_idle_table();
+                }
+                last < cutoff
+            })
             .map(|s| s.id.clone())
             .collect();
         for id in &stale {
@@ -692,6 +706,11 @@ mod tests {
         assert!(token.is_cancelled());
         assert!(!s.cancel_request("7"));
         s.finish_request("7");
+        assert!(
+            s.inflight.lock().is_some(),
+            "a session in use keeps its table: no allocation per request"
+        );
+        s.release_idle_table();
         assert!(
             s.inflight.lock().is_none(),
             "an idle session keeps no table"
