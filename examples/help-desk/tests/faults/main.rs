@@ -269,6 +269,22 @@ fn assert_exercised(r: &RunResult) {
     );
 }
 
+/// A seed's run as the CI runs it (persistent Redis, sound clients), its table and report
+/// printed, checked to have exercised the fleet.
+fn checked_run(seed: u64, secs: u64, plan: FaultPlan) -> RunResult {
+    let r = run(&RunConfig {
+        seed,
+        secs,
+        plan,
+        redis_persistent: true,
+        double_stamp: false,
+        intruder_token: clients::INTRUDER_TOKEN,
+    });
+    eprintln!("{}\n{}", r.table, r.report);
+    assert_exercised(&r);
+    r
+}
+
 /// The CI seeds: three short runs (or the one `FAULTS_SEED` names), each checked.
 #[test]
 fn short_seeds() {
@@ -279,16 +295,7 @@ fn short_seeds() {
     };
     let mut failures = String::new();
     for seed in seeds {
-        let r = run(&RunConfig {
-            seed,
-            secs,
-            plan: ci_plan(),
-            redis_persistent: true,
-            double_stamp: false,
-            intruder_token: clients::INTRUDER_TOKEN,
-        });
-        eprintln!("{}\n{}", r.table, r.report);
-        assert_exercised(&r);
+        let r = checked_run(seed, secs, ci_plan());
         assert!(
             !r.history.faults.is_empty(),
             "seed {seed}: no fault injected"
@@ -316,16 +323,7 @@ fn sentinel_seed() {
     plan.switches.sentinel = true;
     plan.switches.redis_link = false;
     plan.switches.redis_restart = false;
-    let r = run(&RunConfig {
-        seed,
-        secs,
-        plan,
-        redis_persistent: true,
-        double_stamp: false,
-        intruder_token: clients::INTRUDER_TOKEN,
-    });
-    eprintln!("{}\n{}", r.table, r.report);
-    assert_exercised(&r);
+    let r = checked_run(seed, secs, plan);
     assert!(
         r.history
             .faults
