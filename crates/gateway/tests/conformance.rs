@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use support::{Instance, Nginx, TempDir, ensure_tooling, free_port, repo_root, run};
+use support::{Instance, TempDir, ensure_tooling, repo_root, run};
 use support_redis::RedisServer;
 
 const SUITE_DEADLINE: Duration = Duration::from_secs(180);
@@ -121,24 +121,10 @@ fn conformance_0_1_16_suite_all_through_a_gateway_fleet_behind_nginx_round_robin
     let redis = RedisServer::start();
     let url = redis.url();
     let polling = [("FLEETMCP_UPSTREAM_POLL_AFTER_MS", "200")];
-    let mut a = fleet_gateway("gw-a", &url, &polling);
-    let mut b = fleet_gateway("gw-b", &url, &polling);
-    a.wait_ready(Duration::from_secs(20));
-    b.wait_ready(Duration::from_secs(20));
-    let front = free_port();
-    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], front), front);
-    suite_scores(
-        &format!("http://127.0.0.1:{front}/mcp"),
-        &[&a, &b],
-        DIRECT,
-        "SUCCESS",
-    );
-    let log = nginx.access_log();
+    let (a, b, nginx, front) = two_behind_nginx(&url, &polling, Duration::from_secs(20));
+    suite_scores(&front, &[&a, &b], DIRECT, "SUCCESS");
     for gw in [&a, &b] {
-        let n = log
-            .lines()
-            .filter(|l| l.contains(&format!("127.0.0.1:{}", gw.port())))
-            .count();
+        let n = sent_to(&nginx, gw);
         assert!(n > 10, "nginx sent {} only {n} requests", gw.port());
     }
 }

@@ -23,7 +23,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use support::{Instance, Nginx, ensure_tooling, free_port, repo_root};
+use support::{Instance, ensure_tooling, free_port, repo_root};
 use support_redis::RedisServer;
 
 /// server-everything over stdio on Node 22, as the gateway's command.
@@ -123,20 +123,15 @@ fn server_everything_behind_two_gateways_of_a_fleet_behind_nginx_round_robin() {
     let url = redis.url();
     let command = server_everything_command();
     let env = [("FLEETMCP_UPSTREAM_COMMAND", command.as_str())];
-    let mut a = fleet_gateway("gw-a", &url, &env);
-    let mut b = fleet_gateway("gw-b", &url, &env);
-    a.wait_ready(Duration::from_secs(30));
-    b.wait_ready(Duration::from_secs(30));
-    let port = free_port();
-    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], port), port);
-    drive(&format!("http://127.0.0.1:{}/mcp", nginx.port()), &[&a, &b]);
+    let (a, b, nginx, front) = two_behind_nginx(&url, &env, Duration::from_secs(30));
+    drive(&front, &[&a, &b]);
     // Round robin sent the session's requests to both instances, and one process, the
     // holder's, served them all.
-    let log = nginx.access_log();
     for gw in [&a, &b] {
         assert!(
-            log.contains(&format!("127.0.0.1:{}", gw.port())),
-            "nginx used both:\n{log}"
+            sent_to(&nginx, gw) > 0,
+            "nginx used both:\n{}",
+            nginx.access_log()
         );
     }
     let started = |gw: &Instance| {
@@ -174,27 +169,18 @@ fn session_goes_on_after_its_holder(client: fn(&str) -> std::process::Command, s
         ("FLEETMCP_UPSTREAM_COMMAND", command.as_str()),
         ("FLEETMCP_DRAIN_MS", "200"),
     ];
-    let mut gateways = [
-        fleet_gateway("gw-a", &url, &env),
-        fleet_gateway("gw-b", &url, &env),
-    ];
-    for gw in gateways.iter_mut() {
-        gw.wait_ready(Duration::from_secs(30));
-    }
-    let front = free_port();
-    let ports = [gateways[0].port(), gateways[1].port()];
-    let nginx = Nginx::start(&Nginx::fleet_conf(&ports, front), front);
-    let front_url = format!("http://127.0.0.1:{front}/mcp");
+    let (a, b, nginx, front_url) = two_behind_nginx(&url, &env, Duration::from_secs(30));
+    let mut gateways = [a, b];
     let client = PausedClient::start(client(&front_url));
     let holder = gateways
         .iter()
         .position(|g| !children_of(g.pid()).is_empty())
         .expect("one instance runs the session's process");
-    let before = nginx.access_log();
-    for port in ports {
+    for gw in &gateways {
         assert!(
-            before.contains(&format!("127.0.0.1:{port}")),
-            "round robin used both before the stop:\n{before}"
+            sent_to(&nginx, gw) > 0,
+            "round robin used both before the stop:\n{}",
+            nginx.access_log()
         );
     }
     assert!(
@@ -267,18 +253,13 @@ fn server_everything_over_streamable_http_behind_two_gateways_of_a_fleet() {
         ("FLEETMCP_UPSTREAM_COMMAND", ""),
         ("FLEETMCP_UPSTREAM_URL", upstream_url.as_str()),
     ];
-    let mut a = fleet_gateway("gw-a", &redis_url, &env);
-    let mut b = fleet_gateway("gw-b", &redis_url, &env);
-    a.wait_ready(Duration::from_secs(30));
-    b.wait_ready(Duration::from_secs(30));
-    let port = free_port();
-    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], port), port);
-    drive(&format!("http://127.0.0.1:{}/mcp", nginx.port()), &[&a, &b]);
-    let log = nginx.access_log();
+    let (a, b, nginx, front) = two_behind_nginx(&redis_url, &env, Duration::from_secs(30));
+    drive(&front, &[&a, &b]);
     for gw in [&a, &b] {
         assert!(
-            log.contains(&format!("127.0.0.1:{}", gw.port())),
-            "nginx used both:\n{log}"
+            sent_to(&nginx, gw) > 0,
+            "nginx used both:\n{}",
+            nginx.access_log()
         );
         gw.assert_no_panic_logged();
     }

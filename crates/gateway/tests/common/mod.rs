@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::Instance;
 use crate::support::raw_http::{self, RawResponse};
+use crate::support::{Instance, Nginx, free_port};
 
 mod clients;
 #[allow(unused_imports)] // as dead_code above: not every test crate runs a client
@@ -70,6 +70,33 @@ pub fn fleet_gateway(machine: &str, redis: &str, extra: &[(&str, &str)]) -> Inst
     ];
     env.extend_from_slice(extra);
     gateway(&env)
+}
+
+/// Two gateways of a fleet on `redis` (`gw-a` and `gw-b`, with `extra`), ready within `ready`,
+/// behind nginx round robin running `deploy/nginx/fleetmcp.conf`; and nginx's `/mcp` URL.
+pub fn two_behind_nginx(
+    redis: &str,
+    extra: &[(&str, &str)],
+    ready: Duration,
+) -> (Instance, Instance, Nginx, String) {
+    let mut a = fleet_gateway("gw-a", redis, extra);
+    let mut b = fleet_gateway("gw-b", redis, extra);
+    a.wait_ready(ready);
+    b.wait_ready(ready);
+    let front = free_port();
+    let nginx = Nginx::start(&Nginx::fleet_conf(&[a.port(), b.port()], front), front);
+    let url = format!("http://127.0.0.1:{front}/mcp");
+    (a, b, nginx, url)
+}
+
+/// How many requests nginx sent to `gw` (its access log names the upstream of each).
+pub fn sent_to(nginx: &Nginx, gw: &Instance) -> usize {
+    let addr = format!("127.0.0.1:{}", gw.port());
+    nginx
+        .access_log()
+        .lines()
+        .filter(|l| l.contains(&addr))
+        .count()
 }
 
 pub fn http(
