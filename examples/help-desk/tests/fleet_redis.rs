@@ -2065,6 +2065,107 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     );
 }
 
+/// F14: a relayed streamed answer whose link to the holder breaks after the holder's head came
+/// but before its first event is refused `503` with `Retry-After`, not passed on as a `200`
+/// stream that ends with nothing: the client got no event id to resume from, and a refusal is
+/// what it retries. Before, the relaying instance sent the head on at once, and the client got
+/// a `200` stream, ended cleanly, without an id or an answer.
+#[test]
+fn a_relayed_stream_whose_link_breaks_before_its_first_event_is_refused() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let (_effects, file) = effects_file();
+    let a_port = support::free_port();
+    let link = CuttableProxy::start(a_port);
+    let advertised = format!("127.0.0.1:{}", link.port);
+    let a = Instance::start_on(
+        env!("CARGO_BIN_EXE_help-desk"),
+        a_port,
+        &[
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", "desk-a"),
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_HOST", ""),
+            ("REDIS_PORT", ""),
+            ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+            ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
+        ],
+    );
+    let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let sid = open_session(a.port());
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 200},
+        "_meta": {"progressToken": id}}});
+    let body = call.to_string();
+    let host = format!("127.0.0.1:{}", b.port());
+    let b_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
+    let send = {
+        let (host, sid, body) = (host.clone(), sid.clone(), body.clone());
+        move || {
+            raw_http::try_send(
+                b_addr,
+                "POST",
+                "/mcp",
+                &[
+                    ("Host", &host),
+                    ("Content-Type", "application/json"),
+                    ("Accept", ACCEPT),
+                    ("mcp-session-id", &sid),
+                    ("mcp-protocol-version", PROTOCOL_VERSION),
+                ],
+                Some(&body),
+                Duration::from_secs(15),
+            )
+        }
+    };
+    // The holder's head goes through the link to B; its events are held there.
+    link.hold_after_head();
+    let first = thread::spawn(send.clone());
+    let began = Instant::now();
+    while !link.holding() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "no answer's head came through the link within 5 s"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(300));
+    link.cut();
+    let first = first
+        .join()
+        .expect("the first try's thread")
+        .expect("an answer to the first try");
+    assert_eq!(first.status, 503, "{}", first.describe());
+    assert!(
+        first.header("retry-after").is_some(),
+        "{}",
+        first.describe()
+    );
+    assert_eq!(
+        first.json()["error"]["code"],
+        -32000,
+        "{}",
+        first.describe()
+    );
+    // The client retries the call, and gets its answer.
+    link.restore();
+    let again = send().unwrap_or_else(|e| panic!("the retry: {e}"));
+    assert_eq!(again.status, 200, "{}", again.describe());
+    let answers: Vec<Value> = stream_messages(&again.body)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{}", again.describe());
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{}",
+        again.describe()
+    );
+}
+
 /// Calls of the stream-reading commands (`XRANGE`, `XREVRANGE`) Redis has served so far.
 fn stream_reads(redis: &RedisServer) -> u64 {
     let stats = redis.cli(&["INFO", "commandstats"]);

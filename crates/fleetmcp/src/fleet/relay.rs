@@ -16,7 +16,10 @@
 //! (paused, partitioned) has the relayed stream ended within the heartbeat lifetime: every stream
 //! the holder serves carries a keep-alive, so silence longer than that lifetime means it no
 //! longer sends (or, when the keep-alive is the longer, its heartbeat is read), and the client
-//! resumes with `Last-Event-ID` on an instance that takes the session over.
+//! resumes with `Last-Event-ID` on an instance that takes the session over. A streamed answer
+//! to a request reaches the client only from its first event on (head and event together): one
+//! that breaks before it is a `503` the client retries, since a client with no event id has
+//! nothing to resume from.
 //!
 //! The hop carries the client's `Host`, signed (the connection's own `Host` is the holder's
 //! advertised address, which an `allowed_hosts` list does not name); it follows no redirect.
@@ -357,9 +360,21 @@ impl HttpRelay {
         answer_503(message, 1)
     }
 
-    /// The answer's body, ended when the holder stops sending (see [`Silence`]) and, for a GET,
-    /// when this instance closes. It keeps the request's `place` in flight until it ends or is
-    /// dropped (the client went away).
+    /// What judges the holder's silence under a relayed answer (see [`Silence`]), keeping the
+    /// request's `place` in flight until the answer ends or is dropped (the client went away).
+    fn watch(&self, holder: &str, place: OwnedSemaphorePermit) -> Watch {
+        Watch {
+            redis: self.redis.clone(),
+            key: format!("{}{holder}", self.heartbeat_prefix),
+            holder: holder.to_string(),
+            silence: self.silence,
+            _place: place,
+        }
+    }
+
+    /// The answer's body: `first` (what was read of it already, see [`first_event`]), then the
+    /// rest of `upstream`, ended when the holder stops sending (see [`Silence`]) and, for a
+    /// GET, when this instance closes.
     ///
     /// An SSE answer (`sse`) whose link to the holder breaks ends cleanly, as one that went
     /// silent does: its events are in the shared event store, and the client resumes it with
@@ -369,21 +384,14 @@ impl HttpRelay {
     /// and ending it cleanly would pass a truncated JSON body off as whole.
     fn watched(
         &self,
-        holder: &str,
-        answer: hyper::body::Incoming,
+        first: Option<Bytes>,
+        upstream: Upstream,
+        watch: Watch,
         sse: bool,
         get: bool,
-        place: OwnedSemaphorePermit,
     ) -> Body {
-        let watch = Watch {
-            redis: self.redis.clone(),
-            key: format!("{}{holder}", self.heartbeat_prefix),
-            holder: holder.to_string(),
-            silence: self.silence,
-            _place: place,
-        };
         let stream = futures_util::stream::unfold(
-            (answer.into_data_stream().boxed(), watch),
+            (upstream, watch),
             move |(mut upstream, watch)| async move {
                 let mut wait = watch.silence.limit;
                 loop {
@@ -398,12 +406,16 @@ impl HttpRelay {
                         }
                         Ok(Some(chunk)) => return Some((chunk, (upstream, watch))),
                         Ok(None) => return None,
-                        Err(_) if watch.holder_stalled().await => return None,
+                        Err(_) if watch.holder_stalled().await => {
+                            watch.log_stalled("the relayed stream ends, and the client resumes it");
+                            return None;
+                        }
                         Err(_) => wait = watch.silence.recheck,
                     }
                 }
             },
         );
+        let stream = futures_util::stream::iter(first.map(Ok)).chain(stream);
         // A relayed GET is a session's stream, open as long as its client wants: like the
         // streams this instance serves itself, it ends when a graceful stop closes this
         // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
@@ -512,7 +524,10 @@ impl Relay for HttpRelay {
             return Relayed::HolderGone(req);
         }
         let get = req.method == http::Method::GET;
-        Relayed::Answered(self.relayed_answer(holder, answer, get, place))
+        match self.relayed_answer(holder, answer, get, place).await {
+            Ok(res) => Relayed::Answered(res),
+            Err(refused) => Relayed::Failed(refused),
+        }
     }
 }
 
@@ -633,13 +648,19 @@ impl HttpRelay {
 
     /// The holder's answer as the client gets it: less its hop-by-hop headers, its body watched
     /// (see [`HttpRelay::watched`]) and keeping the request's `place` in flight.
-    fn relayed_answer(
+    ///
+    /// A streamed answer to a request (not a session's GET stream) is passed on only once its
+    /// first event came (see [`first_event`]): a client that received no event has no
+    /// `Last-Event-ID` to resume from, so a link that breaks, or a holder that stops sending,
+    /// before then is answered `503` with `Retry-After` (F14), which the client retries, rather
+    /// than a `200` stream that ends with nothing. Its head reaches the client with that event.
+    async fn relayed_answer(
         &self,
         holder: &str,
         answer: http::Response<hyper::body::Incoming>,
         get: bool,
         place: OwnedSemaphorePermit,
-    ) -> Response {
+    ) -> Result<Response, Response> {
         let status = answer.status();
         let (answer, body) = answer.into_parts();
         let mut headers = http::HeaderMap::with_capacity(answer.headers.len());
@@ -653,12 +674,77 @@ impl HttpRelay {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let body = self.watched(holder, body, sse, get, place);
+        let watch = self.watch(holder, place);
+        let mut upstream: Upstream = body.into_data_stream().boxed();
+        let first = if sse && !get {
+            match first_event(&mut upstream, &watch).await {
+                Ok(first) => Some(first),
+                Err(why) => return Err(self.unavailable(holder, &why)),
+            }
+        } else {
+            None
+        };
+        let body = self.watched(first, upstream, watch, sse, get);
         let mut res = Response::new(body);
         *res.status_mut() = status;
         *res.headers_mut() = headers;
-        res
+        Ok(res)
     }
+}
+
+/// A relayed answer's body as it comes from the holder.
+type Upstream = futures_util::stream::BoxStream<'static, Result<Bytes, hyper::Error>>;
+
+/// Reads a relayed streamed answer up to the end of its first event (or its end, if it ends
+/// before one: the holder's own answer, passed on as it is), judging the holder's silence as
+/// the rest of the answer is judged. What was read is returned, to be sent first. `Err` says
+/// why no event came: the link broke, or the holder stopped sending.
+async fn first_event(upstream: &mut Upstream, watch: &Watch) -> Result<Bytes, String> {
+    let mut read = bytes::BytesMut::new();
+    let mut wait = watch.silence.limit;
+    loop {
+        match tokio::time::timeout(wait, upstream.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                read.extend_from_slice(&chunk);
+                if holds_an_event(&read) {
+                    return Ok(read.freeze());
+                }
+                wait = watch.silence.limit;
+            }
+            Ok(Some(Err(e))) => {
+                return Err(format!(
+                    "the link broke before the relayed stream's first event: {}",
+                    describe(&e)
+                ));
+            }
+            Ok(None) => return Ok(read.freeze()),
+            Err(_) if watch.holder_stalled().await => {
+                return Err(format!(
+                    "it sent no event for {} ms",
+                    watch.silence.limit.as_millis()
+                ));
+            }
+            Err(_) => wait = watch.silence.recheck,
+        }
+    }
+}
+
+/// Whether `sse` holds a whole event: a block ended by a blank line with a field in it (a
+/// keep-alive comment, a line that starts with `:`, is none).
+fn holds_an_event(sse: &[u8]) -> bool {
+    let mut field = false;
+    for line in sse.split(|&b| b == b'\n') {
+        // A line the chunk has not finished yet is the last piece; it ends nothing.
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            if field {
+                return true;
+            }
+        } else if line[0] != b':' {
+            field = true;
+        }
+    }
+    false
 }
 
 /// What a relayed answer's body needs to judge its holder's silence.
@@ -677,18 +763,18 @@ impl Watch {
     /// a keep-alive, or its heartbeat is gone. A heartbeat that cannot be read (Redis does not
     /// answer) proves nothing, and the stream goes on.
     async fn holder_stalled(&self) -> bool {
-        let stalled = if self.silence.keepalive < self.silence.limit {
-            true
-        } else {
-            matches!(read_beat(&self.redis, &self.key).await, Ok(None))
-        };
-        if stalled {
-            tracing::warn!(
-                owner_node_id = %self.holder,
-                "[HA] Relay to session owner failed: it sent nothing for {} ms; the relayed stream ends, and the client resumes it",
-                self.silence.limit.as_millis()
-            );
+        if self.silence.keepalive < self.silence.limit {
+            return true;
         }
-        stalled
+        matches!(read_beat(&self.redis, &self.key).await, Ok(None))
+    }
+
+    /// Says in the log that the holder stopped sending under a relayed answer, and `then`.
+    fn log_stalled(&self, then: &str) {
+        tracing::warn!(
+            owner_node_id = %self.holder,
+            "[HA] Relay to session owner failed: it sent nothing for {} ms; {then}",
+            self.silence.limit.as_millis()
+        );
     }
 }

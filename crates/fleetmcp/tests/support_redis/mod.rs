@@ -643,6 +643,7 @@ pub struct CuttableProxy {
     pub port: u16,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     held: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    after_head: std::sync::Arc<std::sync::atomic::AtomicBool>,
     open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
 }
 
@@ -655,7 +656,9 @@ impl CuttableProxy {
         let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::<TcpStream>::new()));
         let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (cut2, open2, held2) = (cut.clone(), open.clone(), held.clone());
+        let after_head = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (cut2, open2, held2, after_head2) =
+            (cut.clone(), open.clone(), held.clone(), after_head.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -673,16 +676,17 @@ impl CuttableProxy {
                     list.push(c);
                     list.push(s);
                 }
-                for (mut from, mut to) in [
-                    (client.try_clone(), server.try_clone()),
-                    (server.try_clone(), client.try_clone()),
+                for (mut from, mut to, answers) in [
+                    (client.try_clone(), server.try_clone(), false),
+                    (server.try_clone(), client.try_clone(), true),
                 ]
                 .into_iter()
-                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                .filter_map(|(a, b, answers)| Some((a.ok()?, b.ok()?, answers)))
                 {
                     let held = held2.clone();
+                    let after_head = answers.then(|| after_head2.clone());
                     std::thread::spawn(move || {
-                        pump(&mut from, &mut to, &held);
+                        pump(&mut from, &mut to, &held, after_head.as_deref());
                         let _ = to.shutdown(std::net::Shutdown::Both);
                         let _ = from.shutdown(std::net::Shutdown::Both);
                     });
@@ -693,6 +697,7 @@ impl CuttableProxy {
             port,
             cut,
             held,
+            after_head,
             open,
         }
     }
@@ -702,6 +707,20 @@ impl CuttableProxy {
     /// arrives afterwards, as over a path that came back.
     pub fn hold(&self) {
         self.held.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Lets the next HTTP answer's head through from the target (the first `\r\n\r\n` it
+    /// sends on any connection), then holds every byte after it, as [`CuttableProxy::hold`]
+    /// does: a link that breaks, or goes silent, between an answer's head and its body.
+    pub fn hold_after_head(&self) {
+        self.after_head
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the proxy holds what it reads (after [`CuttableProxy::hold`], or once an
+    /// answer's head went through after [`CuttableProxy::hold_after_head`]).
+    pub fn holding(&self) -> bool {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// `redis://127.0.0.1:<proxy port>`
@@ -721,21 +740,43 @@ impl CuttableProxy {
     pub fn restore(&self) {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
         self.held.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.after_head
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
-/// Copies `from` to `to` until either closes; while `held`, what was read waits.
-fn pump(from: &mut TcpStream, to: &mut TcpStream, held: &std::sync::atomic::AtomicBool) {
+/// Copies `from` to `to` until either closes; while `held`, what was read waits. `after_head`
+/// (the answers' direction only): once set, the first HTTP head through passes and `held` is
+/// set for what follows it.
+fn pump(
+    from: &mut TcpStream,
+    to: &mut TcpStream,
+    held: &std::sync::atomic::AtomicBool,
+    after_head: Option<&std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        while held.load(std::sync::atomic::Ordering::SeqCst) {
+        let mut rest = &buf[..n];
+        if let Some(flag) = after_head
+            && flag.load(Ordering::SeqCst)
+            && let Some(end) = rest.windows(4).position(|w| w == b"\r\n\r\n")
+        {
+            flag.store(false, Ordering::SeqCst);
+            held.store(true, Ordering::SeqCst);
+            if to.write_all(&rest[..end + 4]).is_err() {
+                return;
+            }
+            rest = &rest[end + 4..];
+        }
+        while held.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
-        if to.write_all(&buf[..n]).is_err() {
+        if to.write_all(rest).is_err() {
             return;
         }
     }
