@@ -136,8 +136,12 @@ pub struct Session {
     pending: Mutex<Option<Box<PendingReplies>>>,
     subscriptions: Mutex<Subscriptions>,
     /// Fires when the session ends (deleted, expired, the server stopped): its running
-    /// requests and the answers they stream stop.
-    pub closed: CancellationToken,
+    /// requests and the answers they stream stop. Made on first use ([`Session::closed`]) as
+    /// a child of `stopping`: an idle session pays a pointer for it, not a token (about 150
+    /// bytes: the token's node, and its place among the shutdown token's children).
+    closed: std::sync::OnceLock<CancellationToken>,
+    /// The server's shutdown token, the parent of `closed` once it is made.
+    stopping: CancellationToken,
     /// A child of `closed` that also fires when this instance stops holding the session
     /// (another took it over): see [`Session::leaving`]. Made on first use, so an idle session
     /// pays a pointer for it, not a token.
@@ -154,14 +158,14 @@ pub struct Session {
 }
 
 impl Session {
-    /// `closed` should be a child of the server's shutdown token, so that stopping the server
-    /// ends every session's streams and waiting requests.
+    /// `stopping` should be the server's shutdown token, so that stopping the server ends
+    /// every session's streams and waiting requests.
     pub(crate) fn new(
         id: Arc<str>,
         version: ProtocolVersion,
         client_info: Value,
         client_capabilities: Value,
-        closed: CancellationToken,
+        stopping: CancellationToken,
         owner: Option<&str>,
     ) -> Self {
         Self {
@@ -181,7 +185,8 @@ impl Session {
             inflight: Mutex::new(None),
             pending: Mutex::new(None),
             subscriptions: Mutex::new(Subscriptions::default()),
-            closed,
+            closed: std::sync::OnceLock::new(),
+            stopping,
             leaving: std::sync::OnceLock::new(),
             owner: owner.map(Into::into),
             place: std::sync::OnceLock::new(),
@@ -315,8 +320,26 @@ impl Session {
     /// where the client finds them whichever instance it resumes on.
     pub fn leaving(&self) -> CancellationToken {
         self.leaving
-            .get_or_init(|| self.closed.child_token())
+            .get_or_init(|| self.closed().child_token())
             .clone()
+    }
+
+    /// Fires when the session ends (deleted, expired, the server stopped): its running
+    /// requests and the answers they stream stop.
+    pub fn closed(&self) -> &CancellationToken {
+        self.closed.get_or_init(|| self.stopping.child_token())
+    }
+
+    /// Ends the session here: [`Session::closed`] fires (made now if nothing asked for it, so
+    /// whatever asks later finds it fired), and so do its running requests' tokens.
+    pub(crate) fn close(&self) {
+        self.closed().cancel();
+        // After `closed` fired: a request registered from now on finds it fired.
+        if let Some(running) = self.inflight.lock().as_ref() {
+            for token in running.values() {
+                token.cancel();
+            }
+        }
     }
 
     /// A fresh stream id for a POST answered as SSE.
@@ -357,7 +380,16 @@ impl Session {
             }
             return None;
         }
-        let token = self.closed.child_token();
+        // A child of the server's token, not of `closed`: a request does not make the session
+        // keep a token of its own once idle (see `closed`); `close` cancels the running ones.
+        let token = self.stopping.child_token();
+        if self
+            .closed
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            token.cancel();
+        }
         running.insert(raw_id.to_string(), token.clone());
         Some(token)
     }
@@ -564,7 +596,7 @@ impl LiveSessions {
     pub fn remove(&self, id: &str, why: Ended) -> Option<Arc<Session>> {
         let removed = self.sessions.write().take(id).map(|h| h.0);
         if let Some(s) = &removed {
-            s.closed.cancel();
+            s.close();
             self.remember(s.id.clone(), why);
         }
         removed
@@ -575,7 +607,7 @@ impl LiveSessions {
     /// stream's, and its client sends `initialize` again under it).
     pub fn discard(&self, id: &str) {
         if let Some(Held(s)) = self.sessions.write().take(id) {
-            s.closed.cancel();
+            s.close();
         }
     }
 
@@ -670,7 +702,7 @@ mod tests {
         // what only some sessions use is boxed on first use, so that this stays small.
         let size = std::mem::size_of::<Session>();
         eprintln!("Session: {size} bytes");
-        assert!(size <= 304, "Session is {size} bytes");
+        assert!(size <= 320, "Session is {size} bytes");
     }
 
     #[test]
@@ -721,5 +753,50 @@ mod tests {
         s.forget_client_request(&id);
         assert!(!s.deliver_client_reply(&id, Ok(Value::Null)));
         assert!(!s.is_subscribed("file:///a"));
+    }
+
+    /// A session that served requests keeps no token of its own once they ended (an idle
+    /// session's memory), and closing it still stops what runs in it: its running requests,
+    /// a request registered after, what waits on `closed` or `leaving`; stopping the server
+    /// stops them too.
+    #[test]
+    fn closing_stops_running_requests_without_a_token_kept_per_session() {
+        let s = session("x");
+        let done = s.track_request("1", usize::MAX).expect("under the limit");
+        s.finish_request("1");
+        drop(done);
+        assert!(
+            s.closed.get().is_none(),
+            "no token made for a plain request"
+        );
+        let running = s.track_request("2", usize::MAX).expect("under the limit");
+        let leaving = s.leaving();
+        assert!(!running.is_cancelled() && !leaving.is_cancelled());
+        s.close();
+        assert!(
+            running.is_cancelled(),
+            "a running request stops with its session"
+        );
+        assert!(leaving.is_cancelled() && s.closed().is_cancelled());
+        let late = s.track_request("3", usize::MAX).expect("under the limit");
+        assert!(
+            late.is_cancelled(),
+            "a request registered after the close is stopped too"
+        );
+
+        let stopping = CancellationToken::new();
+        let other = Arc::new(Session::new(
+            "y".into(),
+            ProtocolVersion::LATEST,
+            Value::Null,
+            Value::Null,
+            stopping.clone(),
+            None,
+        ));
+        let request = other
+            .track_request("1", usize::MAX)
+            .expect("under the limit");
+        stopping.cancel();
+        assert!(request.is_cancelled() && other.closed().is_cancelled());
     }
 }

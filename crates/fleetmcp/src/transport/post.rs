@@ -212,7 +212,7 @@ async fn stream_answer(
         &sink.session,
         sink.stream,
         Cursor::Start,
-        session.closed.child_token(),
+        session.closed().child_token(),
     );
     if session.version.wants_priming() {
         sink.append(Bytes::new()).await;

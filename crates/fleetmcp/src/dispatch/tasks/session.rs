@@ -45,7 +45,7 @@ pub(crate) async fn create(
     req: &RequestContext,
 ) -> Reply {
     let principal = req.principal_arc();
-    let cancel = session.closed.child_token();
+    let cancel = session.closed().child_token();
     let ctx = RequestContext::new(
         app.clone(),
         Caller::Session(session.clone()),

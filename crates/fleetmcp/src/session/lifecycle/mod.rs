@@ -353,7 +353,7 @@ impl Sessions {
             version,
             client_info,
             client_capabilities,
-            self.shutdown.child_token(),
+            self.shutdown.clone(),
             owner,
         ));
         session.set_epoch(1);

@@ -253,7 +253,7 @@ impl Sessions {
             version,
             record.client_info.clone(),
             record.client_capabilities.clone(),
-            self.shutdown.child_token(),
+            self.shutdown.clone(),
             record.owner.as_deref(),
         ));
         session.set_epoch(record.epoch);
