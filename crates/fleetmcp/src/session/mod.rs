@@ -8,7 +8,8 @@
 //! - [`store`]: the durable record behind a trait, in memory or in Redis ([`redis`]);
 //! - [`tracking`]: client-side caching of the Redis records of held sessions, so a held
 //!   session's request needs no round trip;
-//! - [`live`]: what the instance holding a session keeps in memory while it serves it.
+//! - [`live`]: what the instance holding a session keeps in memory while it serves it, and
+//!   [`running`]: its client's running requests.
 //!
 //! Architecture invariant: knows nothing of HTTP; nothing outside this module decides whether a
 //! session exists, or names `LiveSessions`.
@@ -18,6 +19,7 @@ mod lifecycle;
 mod live;
 mod ownership;
 mod redis;
+mod running;
 mod store;
 mod tracking;
 
