@@ -312,10 +312,9 @@ fn short_seeds() {
 /// The Sentinel topology's CI seed (or `FAULTS_SENTINEL_SEED`): a master, its replica and
 /// three sentinels, the instances finding the master through them, `SENTINEL FAILOVER` among
 /// the faults (Redis link faults and restarts are off in this topology; a Redis pause stops
-/// the current master). Checked like the others. Not in CI while F8 under Sentinel is open
-/// (docs/RELIABILITY.md: what a failover still loses).
+/// the current master). Checked like the others; about 40 s (docs/RELIABILITY.md: the
+/// Sentinel seeds hold).
 #[test]
-#[ignore = "F8 under Sentinel is open: FAULTS_SENTINEL_SEED=1 cargo test -p help-desk --test faults -- --ignored sentinel_seed --nocapture"]
 fn sentinel_seed() {
     let secs = env_u64("FAULTS_SECS").unwrap_or(20);
     let seed = env_u64("FAULTS_SENTINEL_SEED").unwrap_or(1);

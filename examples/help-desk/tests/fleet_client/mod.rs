@@ -386,3 +386,52 @@ pub fn assert_only_documented_errors(
     assert!(other.is_empty(), "{what}: undocumented answers: {other:?}");
     assert!(ok_after > 20, "{what}: served after the switch: {ok_after}");
 }
+
+/// Starts a `stamp` call on `port` in session `sid` (its effects file set) that answers
+/// `delay_ms` after its progress event, reads its stream up to that event, and returns the
+/// call's id and the last event id the client saw.
+pub fn start_streamed_call(port: u16, sid: &str, delay_ms: u64) -> (u64, String) {
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": delay_ms},
+        "_meta": {"progressToken": id}}});
+    let body = call.to_string();
+    let host = format!("127.0.0.1:{port}");
+    let mut stream = raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "POST",
+        "/mcp",
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Accept", ACCEPT),
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        Some(&body),
+        Duration::from_millis(300),
+    )
+    .expect("start the call");
+    let seen = read_stream_until(&mut stream, &["notifications/progress"]);
+    let last = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .expect("the progress event has an id")
+        .trim()
+        .to_string();
+    (id, last)
+}
+
+/// Whether `m` answers request `id` (not a notification or a request of its own).
+pub fn is_answer_to(m: &Value, id: u64) -> bool {
+    m.get("method").is_none() && m["id"] == json!(id)
+}
+
+/// The JSON-RPC messages of an SSE stream's `data:` lines.
+pub fn stream_messages(seen: &str) -> Vec<Value> {
+    seen.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
