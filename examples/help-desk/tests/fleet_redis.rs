@@ -1771,23 +1771,9 @@ fn start_slow_streamed_call(port: u16, sid: &str) -> (u64, String) {
 /// the test if it has not ended within `limit`. Returns what it carried and how long it took.
 fn resume_to_the_end(port: u16, sid: &str, last: &str, limit: Duration) -> (String, Duration) {
     use std::io::Read;
-    let host = format!("127.0.0.1:{port}");
     let began = Instant::now();
-    let mut stream = raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "GET",
-        "/mcp",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("mcp-session-id", sid),
-            ("mcp-protocol-version", PROTOCOL_VERSION),
-            ("Last-Event-ID", last),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("resume the stream");
+    let headers = [("Accept", "text/event-stream"), ("Last-Event-ID", last)];
+    let mut stream = open_in_session(port, "GET", sid, &headers, None);
     let mut seen = String::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -1969,13 +1955,7 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     .expect("start the relayed call");
     let mut seen = read_stream_until(&mut stream, &["notifications/progress"]);
     assert!(seen.contains("x-frontmcp-machine-id: desk-a"), "{seen}");
-    let last = seen
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .next_back()
-        .expect("the progress event has an id")
-        .trim()
-        .to_string();
+    let last = last_event_id(&seen);
 
     link.cut();
     let cut_at = Instant::now();

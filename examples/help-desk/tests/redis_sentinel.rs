@@ -107,16 +107,20 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
     b.assert_no_panic_logged();
 }
 
+/// An `initialize` of the session era, under an id of its own.
+fn initialize() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "fleet-test", "version": "1"}}})
+}
+
 /// Opens a session on `port`, trying again while `initialize` is refused with `503` and
 /// `Retry-After` because no replica confirms it (after a failover, until the old master has
 /// been converted and has synced: about 16 s).
 fn open_session_once_a_replica_has_synced(port: u16) -> String {
     let began = Instant::now();
     loop {
-        let init = json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize",
-            "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                       "clientInfo": {"name": "fleet-test", "version": "1"}}});
-        let resp = post_with(port, None, &[], &init, HTTP_LIMIT);
+        let resp = post_with(port, None, &[], &initialize(), HTTP_LIMIT);
         if resp.status == 200 {
             return open_session(port);
         }
@@ -313,15 +317,7 @@ fn a_takeover_no_replica_confirmed_is_not_served() {
     // The master dies; the sentinels promote the replica.
     set.master.kill();
     set.replica.resume();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while set
-        .sentinels
-        .iter()
-        .any(|s| s.master_port(MASTER) != Some(set.replica.port))
-    {
-        assert!(Instant::now() < deadline, "the failover did not complete");
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_the_sentinels_name(&set, set.replica.port);
     let key = format!("mcp:session:{sid}");
     assert!(
         set.replica.cli(&["GET", &key]).contains("desk-a"),
@@ -394,13 +390,8 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
     let set = SentinelSet::start(MASTER);
     let (a, _b) = two_desks(&set, &[]);
     let sid = open_session(a.port());
-    let init = || {
-        json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "fleet-test", "version": "1"}}})
-    };
     assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
-    let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+    let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
     assert!(
         resp.status == 503 && resp.header("retry-after").is_some(),
         "an initialize the master's lost replica cannot confirm:\n{}\n{}",
@@ -435,7 +426,7 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
     assert_eq!(set.replica.cli(&["REPLICAOF", "127.0.0.1", &master]), "OK");
     let began = Instant::now();
     loop {
-        let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
         if resp.status == 200 {
             break;
         }
@@ -454,19 +445,27 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
     );
 }
 
-/// Kills the master and waits until every sentinel names the replica (the sentinels fail the
-/// master over after a second of silence).
-fn fail_over_to_the_replica(set: &mut SentinelSet) {
-    set.master.kill();
+/// Waits until every sentinel names the server on `port` master (20 s at most: a failover
+/// starts after a second of silence).
+fn wait_until_the_sentinels_name(set: &SentinelSet, port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while set
         .sentinels
         .iter()
-        .any(|s| s.master_port(MASTER) != Some(set.replica.port))
+        .any(|s| s.master_port(MASTER) != Some(port))
     {
-        assert!(Instant::now() < deadline, "the failover did not complete");
+        assert!(
+            Instant::now() < deadline,
+            "the failover to {port} did not complete"
+        );
         thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Kills the master and waits until every sentinel names the replica.
+fn fail_over_to_the_replica(set: &mut SentinelSet) {
+    set.master.kill();
+    wait_until_the_sentinels_name(set, set.replica.port);
 }
 
 /// Two instances whose `stamp` tool appends to a file in `dir` (streamed calls need it).
@@ -533,31 +532,56 @@ fn assert_answered_once(resumed: &support::raw_http::RawResponse, id: u64, a: &I
     );
 }
 
-/// F8 for streamed answers: a stream begun on a master a failover then replaces. The replica
-/// leaves the master (`REPLICAOF NO ONE`, as a failover's leader makes it) before the call,
-/// so nothing the master takes from then on survives the failover. Before the fix the call's
-/// events were written to the master alone, its client kept their ids, and its resume after
-/// the failover was refused `400` "Last-Event-ID does not name an event of this session" (the
-/// Sentinel seeds' 10 such resumes). Now a stream's first event is confirmed by a replica like
-/// a session: unconfirmed, the answer goes on over its connection with the id of the stream's
-/// start, and is stored, confirmed, with the end marker on the new master, where the resume
-/// finds it.
-#[test]
-fn a_streamed_answer_begun_on_a_master_a_failover_replaces_is_resumed_on_the_new_one() {
+/// A streamed `stamp` on a session of `desk-a`, the replica leaving the master
+/// (`REPLICAOF NO ONE`, as a failover's leader makes it) before the call
+/// (`leaves_before_the_call`) or once the stream's first two events are on it; the answer
+/// comes 2 s after the progress event, the master is then killed and the replica promoted.
+/// Checks that the client, resuming from the last event it saw, gets the answer once.
+fn streamed_answer_resumed_after_a_failover(label: &str, leaves_before_the_call: bool) {
     let mut set = SentinelSet::start(MASTER);
-    let effects = support::TempDir::new("failover-stream-begun");
+    let effects = support::TempDir::new(label);
     let (a, _b) = two_stamping_desks(&set, &effects);
     let sid = open_session(a.port());
-    assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    if leaves_before_the_call {
+        assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    }
     // The client's connection is gone once the progress event is read.
-    let (id, last) = start_streamed_call(a.port(), &sid, 1500);
+    let (id, last) = start_streamed_call(a.port(), &sid, 2000);
+    if !leaves_before_the_call {
+        let stream = last
+            .split('-')
+            .nth(1)
+            .expect("an event id names its stream");
+        let key = format!("mcp:events:{{{sid}}}:{stream}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while set.replica.cli(&["XLEN", &key]) != "2" {
+            assert!(Instant::now() < deadline, "the replica never had {key}");
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    }
+    // The answer is written before the failover, to the master alone.
+    thread::sleep(Duration::from_millis(2500));
     fail_over_to_the_replica(&mut set);
     let resumed = resume_until_answered(a.port(), &sid, id, &last, Duration::from_secs(20));
     assert_answered_once(&resumed, id, &a);
 }
 
-/// F8 for streamed answers: the answer of a stream whose start the replica has, written while
-/// the replica is leaving the master. Before the fix the answer and the end marker went to the
+/// F8 for streamed answers: a stream begun on a master a failover then replaces. The replica
+/// leaves the master before the call, so nothing the master takes from then on survives the
+/// failover. Before the fix the call's events were written to the master alone, its client
+/// kept their ids, and its resume after the failover was refused `400` "Last-Event-ID does
+/// not name an event of this session" (the Sentinel seeds' 10 such resumes). Now a stream's
+/// first event is confirmed by a replica like a session: unconfirmed, the answer goes on over
+/// its connection with the id of the stream's start, and is stored, confirmed, with the end
+/// marker on the new master, where the resume finds it.
+#[test]
+fn a_streamed_answer_begun_on_a_master_a_failover_replaces_is_resumed_on_the_new_one() {
+    streamed_answer_resumed_after_a_failover("failover-stream-begun", true);
+}
+
+/// F8 for streamed answers: the answer of a stream whose start the replica has, written after
+/// the replica left the master. Before the fix the answer and the end marker went to the
 /// master alone and the writer held them stored; the failover dropped them, and the client
 /// that resumed after it found the stream (its first events had been replicated) but waited
 /// for an answer that never came, its writer alive and done. Now the answer is stored with
@@ -565,28 +589,7 @@ fn a_streamed_answer_begun_on_a_master_a_failover_replaces_is_resumed_on_the_new
 /// master, once the instance follows it.
 #[test]
 fn a_streamed_answer_written_as_the_replica_leaves_reaches_the_client_that_resumes() {
-    let mut set = SentinelSet::start(MASTER);
-    let effects = support::TempDir::new("failover-stream-answer");
-    let (a, _b) = two_stamping_desks(&set, &effects);
-    let sid = open_session(a.port());
-    let (id, last) = start_streamed_call(a.port(), &sid, 2000);
-    // The stream's first events reach the replica before it leaves.
-    let stream = last
-        .split('-')
-        .nth(1)
-        .expect("an event id names its stream");
-    let key = format!("mcp:events:{{{sid}}}:{stream}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while set.replica.cli(&["XLEN", &key]) != "2" {
-        assert!(Instant::now() < deadline, "the replica never had {key}");
-        thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
-    // The answer comes 2 s after the progress event, to the master alone.
-    thread::sleep(Duration::from_millis(2500));
-    fail_over_to_the_replica(&mut set);
-    let resumed = resume_until_answered(a.port(), &sid, id, &last, Duration::from_secs(20));
-    assert_answered_once(&resumed, id, &a);
+    streamed_answer_resumed_after_a_failover("failover-stream-answer", false);
 }
 
 /// F8 under Sentinel, the window after a failover: the old master is up but not yet a replica
@@ -607,27 +610,13 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
         set.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]),
         "OK"
     );
-    let switched = |set: &SentinelSet, to: u16| {
-        set.sentinels
-            .iter()
-            .all(|s| s.master_port(MASTER) == Some(to))
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !switched(&set, set.replica.port) {
-        assert!(Instant::now() < deadline, "the failover did not complete");
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_the_sentinels_name(&set, set.replica.port);
     // A second, once the instances follow the new master.
     thread::sleep(Duration::from_secs(1));
-    let init = || {
-        json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "fleet-test", "version": "1"}}})
-    };
     let (mut acknowledged, mut refused) = (Vec::new(), 0);
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(1) {
-        let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
         match resp.status {
             200 => acknowledged.push(
                 resp.header("mcp-session-id")
@@ -646,14 +635,7 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     );
     // The second failover: the new master paused past the sentinels' `down-after`.
     set.replica.pause();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !switched(&set, set.master.port) {
-        assert!(
-            Instant::now() < deadline,
-            "the second failover did not complete"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_the_sentinels_name(&set, set.master.port);
     set.replica.resume();
     let lost: Vec<&String> = acknowledged
         .iter()
@@ -671,21 +653,9 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     );
     // Service comes back once a replica has synced again.
     let began = Instant::now();
-    loop {
-        let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
-        if resp.status == 200 {
-            eprintln!(
-                "sessions open again {:?} after the second failover",
-                began.elapsed()
-            );
-            break;
-        }
-        assert!(
-            resp.status == 503 && began.elapsed() < Duration::from_secs(45),
-            "sessions open again once a replica has synced:\n{}\n{}",
-            resp.describe(),
-            a.log()
-        );
-        thread::sleep(Duration::from_millis(250));
-    }
+    open_session_once_a_replica_has_synced(a.port());
+    eprintln!(
+        "sessions open again {:?} after the second failover",
+        began.elapsed()
+    );
 }
