@@ -106,12 +106,12 @@ pub trait EventStore: Send + Sync + 'static {
         false
     }
 
-    /// Stores `answer`, a request's final answer, unless the stream carries it already, then
-    /// marks the stream complete, as one step: for a writer whose store failed under it (an
-    /// append timed out, and may still land), so that a client that resumes the stream later
-    /// gets the answer, once; and, in a store that confirms ends ([`EventStore::confirms_on_replicas`]),
-    /// for every answer. Confirmed like [`EventStore::close`]. The default appends and closes
-    /// (a store that cannot fail).
+    /// Stores `answer`, a request's final answer, unless the stream carries it already, then marks
+    /// the stream complete, as one step: for a writer whose store failed under it (an append timed
+    /// out, and may still land), so that a client that resumes the stream later gets the answer,
+    /// once; and, in a store that confirms ends ([`EventStore::confirms_on_replicas`]), for every
+    /// answer. Confirmed like [`EventStore::close`]. The default appends and closes (a store that
+    /// cannot fail).
     async fn finish(
         &self,
         session: &str,

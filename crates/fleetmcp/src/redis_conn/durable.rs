@@ -123,19 +123,19 @@ impl RedisConn {
         }
     }
 
-    /// With Sentinel, for a master without replicas: whether a majority of the sentinels
-    /// name the server `link` writes to, none is failing it over or finds it down, and none
-    /// finds a replica of it up. The sentinels keep naming the old master until they see the
-    /// promoted replica answer as master (up to a second, more for those that do not lead
-    /// the failover), but the one leading the failover flags it from its start, those that
-    /// voted for it find the master down, and those that know nothing yet still list the
-    /// promoted replica as the master's, up. A replica up but not connected could be promoted
-    /// by the next failover without this write: so is the old master after a failover, until
-    /// the sentinels convert it and it has synced (about 16 s with Redis 7's defaults:
-    /// RELIABILITY.md, F8), and writes wait for it. Only a master whose replicas are all
-    /// down is written to alone: no failover can promote a replica that is down. A sentinel
-    /// that does not answer in time is not counted (it may be the leader: hence the checks on
-    /// every other one). Asked of every sentinel at once, within the command timeout.
+    /// With Sentinel, for a master without replicas: whether a majority of the sentinels name the
+    /// server `link` writes to, none is failing it over or finds it down, and every one finds each
+    /// replica of it down. The sentinels keep naming the old master until they see the promoted
+    /// replica answer as master (up to a second, more for those that do not lead the failover), but
+    /// the one leading the failover flags it from its start, those that voted for it find the
+    /// master down, and those that know nothing yet still list the promoted replica as the
+    /// master's, not down. A replica not down and not connected could be promoted by the next
+    /// failover without this write: so can the old master after a failover, until the sentinels
+    /// convert it and it has synced (about 16 s with Redis 7's defaults: RELIABILITY.md, F8), and
+    /// writes wait for it. Only a master whose replicas are all down is written to alone: no
+    /// failover can promote a replica that is down. A sentinel that does not answer in time is not
+    /// counted (it may be the leader: hence the checks on every other one). Asked of every sentinel
+    /// at once, within the command timeout.
     async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
         let Link::Single(_, Some(server)) = link else {
             return Ok(());
@@ -174,7 +174,7 @@ impl RedisConn {
             }
             if view.promotable_replicas > 0 {
                 return Err(CommandError::NotDurable(format!(
-                    "the master written to ({server}) has no replica connected, and a sentinel finds {} of its replicas up (a failover could promote one without this write)",
+                    "the master written to ({server}) has no replica connected, and a sentinel finds {} of its replicas up (not down: a failover could promote one without this write)",
                     view.promotable_replicas
                 )));
             }

@@ -82,13 +82,12 @@ pub(super) struct SentinelView {
     /// This sentinel finds the master down (`s_down`, `o_down`): it may be voting for a
     /// failover another sentinel leads.
     pub master_down: bool,
-    /// The master's replicas this sentinel finds up (answering, whatever role they report):
-    /// each one a failover could promote. One not connected to the master lacks what the
-    /// master took since it left: a replica promoted by a failover the master does not know of
-    /// yet, one reconnecting, or an old master after a failover, which the sentinels convert
-    /// into a replica only 8 s or more after it (and which, until then, a second failover
-    /// promotes as it is: Redis Sentinel picks among the replicas it finds up, whatever they
-    /// hold).
+    /// The master's replicas this sentinel does not find down (whatever role they report, connected
+    /// to it yet or not): each one a failover could promote. One not connected to the master lacks
+    /// what the master took since it left: a replica promoted by a failover the master does not
+    /// know of yet, one reconnecting, or an old master after a failover, which the sentinels
+    /// convert into a replica only 8 s or more after it (and which, until then, a second failover
+    /// promotes as it is: Redis Sentinel picks among the replicas it finds up, whatever they hold).
     pub promotable_replicas: usize,
 }
 
@@ -120,16 +119,17 @@ pub(super) async fn sentinel_view(
         master_down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
         promotable_replicas: replicas
             .iter()
-            .filter(|r| is_up(r.get("flags").map(String::as_str).unwrap_or_default()))
+            .filter(|r| is_not_down(r.get("flags").map(String::as_str).unwrap_or_default()))
             .count(),
     })
 }
 
-/// Whether a sentinel's flags for a server say it is up, as far as that sentinel knows.
-fn is_up(flags: &str) -> bool {
-    !flags
-        .split(',')
-        .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+/// Whether a sentinel's flags for a server leave it a candidate for promotion: not found down
+/// (`s_down`, `o_down`: silent for `down-after-milliseconds`). A server the sentinel is not
+/// connected to yet (`disconnected`) is one: so is every server a failover has just listed,
+/// the old master among them, until the sentinel's link to it is up, a moment later.
+fn is_not_down(flags: &str) -> bool {
+    !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"))
 }
 
 /// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
@@ -186,14 +186,16 @@ pub(super) async fn check_master(conn: &mut ConnectionManager) -> Result<(), Com
 
 #[cfg(test)]
 mod tests {
-    use super::is_up;
+    use super::is_not_down;
 
     #[test]
-    fn a_server_is_up_unless_a_sentinel_flags_it_down_or_unreachable() {
-        assert!(is_up("slave"));
-        assert!(is_up("master"));
-        assert!(!is_up("s_down,slave"));
-        assert!(!is_up("slave,disconnected"));
-        assert!(!is_up("o_down,s_down,master"));
+    fn a_server_is_a_candidate_unless_a_sentinel_finds_it_down() {
+        assert!(is_not_down("slave"));
+        assert!(is_not_down("master"));
+        assert!(is_not_down("slave,disconnected"), "not connected to yet");
+        assert!(is_not_down("slave,promoted"));
+        assert!(!is_not_down("s_down,slave"));
+        assert!(!is_not_down("s_down,slave,disconnected"));
+        assert!(!is_not_down("o_down,s_down,master"));
     }
 }

