@@ -173,12 +173,11 @@ impl RedisEventStore {
         }
         let local = self.local(&key);
         if confirm && self.redis.writes_durably() {
-            let id = self
-                .append_durably(session, &key, xadd)
-                .await
-                .map_err(err)?;
-            *local.expiry_pushed.lock() = Some(std::time::Instant::now());
+            let appended = self.append_durably(session, &key, xadd).await;
+            // Unconfirmed, the entry may be on the master all the same: readers here look.
             local.notify.notify_waiters();
+            let id = appended.map_err(err)?;
+            *local.expiry_pushed.lock() = Some(std::time::Instant::now());
             return Ok(id);
         }
         let id: String = self.redis.run(xadd).await.map_err(err)?;
@@ -528,8 +527,11 @@ impl EventStore for RedisEventStore {
                 .arg(self.ttl_ms);
             self.redis.eval::<i64>(invocation).await
         };
-        stored.map_err(|e| EventStoreError(e.to_string()))?;
+        // Readers here look whatever came of it: an answer the replicas did not confirm is on
+        // the master all the same, and a reader of a stream this process writes reads only
+        // when told (a resumed client would wait for the confirmation, seconds, for nothing).
         self.local(&key).notify.notify_waiters();
+        stored.map_err(|e| EventStoreError(e.to_string()))?;
         Ok(())
     }
 
