@@ -1767,61 +1767,13 @@ fn start_slow_streamed_call(port: u16, sid: &str) -> (u64, String) {
     start_streamed_call(port, sid, 5000)
 }
 
-/// [`start_slow_streamed_call`], answering `delay_ms` after the progress event.
-fn start_streamed_call(port: u16, sid: &str, delay_ms: u64) -> (u64, String) {
-    let id = next_id();
-    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": delay_ms},
-        "_meta": {"progressToken": id}}});
-    let body = call.to_string();
-    let host = format!("127.0.0.1:{port}");
-    let mut stream = raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "POST",
-        "/mcp",
-        &[
-            ("Host", &host),
-            ("Content-Type", "application/json"),
-            ("Accept", ACCEPT),
-            ("mcp-session-id", sid),
-            ("mcp-protocol-version", PROTOCOL_VERSION),
-        ],
-        Some(&body),
-        Duration::from_millis(300),
-    )
-    .expect("start the call");
-    let seen = read_stream_until(&mut stream, &["notifications/progress"]);
-    let last = seen
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .next_back()
-        .expect("the progress event has an id")
-        .trim()
-        .to_string();
-    (id, last)
-}
-
 /// Resumes the stream `last` names on `port` and reads it to its end (its last chunk); fails
 /// the test if it has not ended within `limit`. Returns what it carried and how long it took.
 fn resume_to_the_end(port: u16, sid: &str, last: &str, limit: Duration) -> (String, Duration) {
     use std::io::Read;
-    let host = format!("127.0.0.1:{port}");
     let began = Instant::now();
-    let mut stream = raw_http::open(
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        "GET",
-        "/mcp",
-        &[
-            ("Host", &host),
-            ("Accept", "text/event-stream"),
-            ("mcp-session-id", sid),
-            ("mcp-protocol-version", PROTOCOL_VERSION),
-            ("Last-Event-ID", last),
-        ],
-        None,
-        Duration::from_millis(300),
-    )
-    .expect("resume the stream");
+    let headers = [("Accept", "text/event-stream"), ("Last-Event-ID", last)];
+    let mut stream = open_in_session(port, "GET", sid, &headers, None);
     let mut seen = String::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -1847,19 +1799,6 @@ fn effects_file() -> (TempDir, String) {
     let dir = TempDir::new("effects");
     let file = dir.path().join("effects").to_string_lossy().into_owned();
     (dir, file)
-}
-
-/// Whether `m` answers request `id` (not a notification or a request of its own).
-fn is_answer_to(m: &Value, id: u64) -> bool {
-    m.get("method").is_none() && m["id"] == json!(id)
-}
-
-/// The JSON-RPC messages of an SSE stream's `data:` lines.
-fn stream_messages(seen: &str) -> Vec<Value> {
-    seen.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .collect()
 }
 
 /// The resumed stream carries exactly one answer for `id`: the writer-gone error.
@@ -2016,13 +1955,7 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     .expect("start the relayed call");
     let mut seen = read_stream_until(&mut stream, &["notifications/progress"]);
     assert!(seen.contains("x-frontmcp-machine-id: desk-a"), "{seen}");
-    let last = seen
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .next_back()
-        .expect("the progress event has an id")
-        .trim()
-        .to_string();
+    let last = last_event_id(&seen);
 
     link.cut();
     let cut_at = Instant::now();

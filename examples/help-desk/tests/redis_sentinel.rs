@@ -80,8 +80,10 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
     let seen = load.stop();
     assert_only_documented_errors("sentinel failover", &seen, switched_at, switched);
 
-    // What is written now lands on the new master.
-    let fresh = open_session(a.port());
+    // What is written now lands on the new master: once the old master is a replica again
+    // and has synced (until then no new session is acknowledged: a second failover would
+    // promote the old master as it is, RELIABILITY F8).
+    let fresh = open_session_once_a_replica_has_synced(a.port());
     assert_eq!(
         replica.cli(&["EXISTS", &format!("mcp:session:{fresh}")]),
         "1",
@@ -103,6 +105,35 @@ fn a_sentinel_failover_is_followed_without_a_restart_and_loses_no_session() {
     );
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
+}
+
+/// An `initialize` of the session era, under an id of its own.
+fn initialize() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "fleet-test", "version": "1"}}})
+}
+
+/// Opens a session on `port`, trying again while `initialize` is refused with `503` and
+/// `Retry-After` because no replica confirms it (after a failover, until the old master has
+/// been converted and has synced: about 16 s; on a busy machine, a replica slower than the
+/// wait).
+fn open_session_once_a_replica_has_synced(port: u16) -> String {
+    let began = Instant::now();
+    loop {
+        let resp = post_with(port, None, &[], &initialize(), HTTP_LIMIT);
+        if resp.status == 200 {
+            return open_session(port);
+        }
+        assert!(
+            resp.status == 503
+                && resp.header("retry-after").is_some()
+                && began.elapsed() < Duration::from_secs(45),
+            "sessions open again once a replica has synced:\n{}",
+            resp.describe()
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// What one write asked of an instance came to: acknowledged (with the key it must be under on
@@ -287,15 +318,7 @@ fn a_takeover_no_replica_confirmed_is_not_served() {
     // The master dies; the sentinels promote the replica.
     set.master.kill();
     set.replica.resume();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while set
-        .sentinels
-        .iter()
-        .any(|s| s.master_port(MASTER) != Some(set.replica.port))
-    {
-        assert!(Instant::now() < deadline, "the failover did not complete");
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_the_sentinels_name(&set, set.replica.port);
     let key = format!("mcp:session:{sid}");
     assert!(
         set.replica.cli(&["GET", &key]).contains("desk-a"),
@@ -361,19 +384,15 @@ fn a_2024_11_05_initialize_refused_for_want_of_a_replica_can_be_sent_again() {
 /// for seconds. Before the fix a majority naming the master was enough, and the session was
 /// acknowledged on a master about to be demoted; now a master with no replica connected
 /// while a sentinel sees one up is not written to durably: `503` with `Retry-After`. Once
-/// the replica is back under the master, sessions open again.
+/// the replica is back under the master, sessions open again. The same for a standalone
+/// stream (`GET`), whose priming event must be confirmed too.
 #[test]
 fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
     let set = SentinelSet::start(MASTER);
     let (a, _b) = two_desks(&set, &[]);
-    open_session(a.port());
-    let init = || {
-        json!({"jsonrpc": "2.0", "id": next_id(), "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "fleet-test", "version": "1"}}})
-    };
+    let sid = open_session(a.port());
     assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
-    let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+    let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
     assert!(
         resp.status == 503 && resp.header("retry-after").is_some(),
         "an initialize the master's lost replica cannot confirm:\n{}\n{}",
@@ -381,16 +400,34 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
         a.log()
     );
     assert!(
-        a.log()
-            .contains("a sentinel saw 1 of its replicas replicating"),
+        a.log().contains("a sentinel finds 1 of its replicas up"),
         "{}",
         a.log()
+    );
+    // Nor is a standalone stream opened: its priming event, whose id the client resumes
+    // from, would be lost with the master (before, `200` and that event).
+    let get = http(
+        a.port(),
+        "GET",
+        "/mcp",
+        &[
+            ("Accept", "text/event-stream"),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        Duration::from_secs(5),
+    );
+    assert!(
+        get.status == 503 && get.header("retry-after").is_some(),
+        "a standalone stream no replica confirmed:\n{}",
+        get.describe()
     );
     let master = set.master.port.to_string();
     assert_eq!(set.replica.cli(&["REPLICAOF", "127.0.0.1", &master]), "OK");
     let began = Instant::now();
     loop {
-        let resp = post_with(a.port(), None, &[], &init(), HTTP_LIMIT);
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
         if resp.status == 200 {
             break;
         }
@@ -401,4 +438,252 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
         );
         thread::sleep(Duration::from_millis(200));
     }
+    let mut stream = open_get_stream(a.port(), &sid);
+    assert_eq!(
+        support::raw_http::read_status(&mut stream).ok(),
+        Some(200),
+        "the standalone stream opens once the replica is back"
+    );
+}
+
+/// Waits until every sentinel names the server on `port` master (20 s at most: a failover
+/// starts after a second of silence).
+fn wait_until_the_sentinels_name(set: &SentinelSet, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while set
+        .sentinels
+        .iter()
+        .any(|s| s.master_port(MASTER) != Some(port))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the failover to {port} did not complete"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Kills the master and waits until every sentinel names the replica.
+fn fail_over_to_the_replica(set: &mut SentinelSet) {
+    set.master.kill();
+    wait_until_the_sentinels_name(set, set.replica.port);
+}
+
+/// Two instances whose `stamp` tool appends to a file in `dir` (streamed calls need it).
+fn two_stamping_desks(set: &SentinelSet, dir: &support::TempDir) -> (Instance, Instance) {
+    let file = dir.path().join("effects").display().to_string();
+    two_desks(set, &[("HELP_DESK_EFFECTS_FILE", file.as_str())])
+}
+
+/// Resumes the stream `last` names on `port` until it carries call `id`'s answer, or `limit`
+/// passes: a documented refusal (`503` with `Retry-After`: the session's holder cannot confirm
+/// it yet) is tried again. Returns the last answer (a stream that ends, on a connection the
+/// server closes after it).
+fn resume_until_answered(
+    port: u16,
+    sid: &str,
+    id: u64,
+    last: &str,
+    limit: Duration,
+) -> support::raw_http::RawResponse {
+    let began = Instant::now();
+    loop {
+        let resumed = http(
+            port,
+            "GET",
+            "/mcp",
+            &[
+                ("Accept", "text/event-stream"),
+                ("mcp-session-id", sid),
+                ("mcp-protocol-version", PROTOCOL_VERSION),
+                ("Last-Event-ID", last),
+            ],
+            None,
+            limit,
+        );
+        let answered = stream_messages(&resumed.body)
+            .iter()
+            .any(|m| is_answer_to(m, id));
+        let refused = resumed.status == 503 && resumed.header("retry-after").is_some();
+        if answered || !refused || began.elapsed() > limit {
+            return resumed;
+        }
+        thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The resumed stream `resumed` carried call `id`'s answer: exactly once, its result.
+fn assert_answered_once(resumed: &support::raw_http::RawResponse, id: u64, a: &Instance) {
+    let seen = resumed.describe();
+    assert_eq!(resumed.status, 200, "{seen}\n{}", a.log());
+    let answers: Vec<serde_json::Value> = stream_messages(&resumed.body)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(
+        answers.len(),
+        1,
+        "one answer for call {id}:\n{seen}\n{}",
+        a.log()
+    );
+    assert_eq!(
+        answers[0]["result"]["structuredContent"]["key"],
+        format!("k{id}"),
+        "{seen}"
+    );
+}
+
+/// A streamed `stamp` on a session of `desk-a`, the replica leaving the master
+/// (`REPLICAOF NO ONE`, as a failover's leader makes it) before the call
+/// (`leaves_before_the_call`) or once the stream's first two events are on it; the answer
+/// comes 2 s after the progress event, the master is then killed and the replica promoted.
+/// Checks that the client, resuming from the last event it saw, gets the answer once.
+fn streamed_answer_resumed_after_a_failover(label: &str, leaves_before_the_call: bool) {
+    let mut set = SentinelSet::start(MASTER);
+    let effects = support::TempDir::new(label);
+    let (a, _b) = two_stamping_desks(&set, &effects);
+    // A busy machine may keep the replica's confirmation past its wait: refused, retried.
+    let sid = open_session_once_a_replica_has_synced(a.port());
+    if leaves_before_the_call {
+        assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    }
+    // The client's connection is gone once the progress event is read.
+    let (id, last) = start_streamed_call(a.port(), &sid, 2000);
+    if !leaves_before_the_call {
+        let stream = last
+            .split('-')
+            .nth(1)
+            .expect("an event id names its stream");
+        let key = format!("mcp:events:{{{sid}}}:{stream}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while set.replica.cli(&["XLEN", &key]) != "2" {
+            assert!(Instant::now() < deadline, "the replica never had {key}");
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    }
+    // The answer is written before the failover, to the master alone.
+    thread::sleep(Duration::from_millis(2500));
+    fail_over_to_the_replica(&mut set);
+    let resumed = resume_until_answered(a.port(), &sid, id, &last, Duration::from_secs(20));
+    assert_answered_once(&resumed, id, &a);
+}
+
+/// F8 for streamed answers: a stream begun on a master a failover then replaces. The replica
+/// leaves the master before the call, so nothing the master takes from then on survives the
+/// failover. Before the fix the call's events were written to the master alone, its client
+/// kept their ids, and its resume after the failover was refused `400` "Last-Event-ID does
+/// not name an event of this session" (the Sentinel seeds' 10 such resumes). Now a stream's
+/// first event is confirmed by a replica like a session: unconfirmed, the answer goes on over
+/// its connection with the id of the stream's start, and is stored, confirmed, with the end
+/// marker on the new master, where the resume finds it.
+#[test]
+fn a_streamed_answer_begun_on_a_master_a_failover_replaces_is_resumed_on_the_new_one() {
+    streamed_answer_resumed_after_a_failover("failover-stream-begun", true);
+}
+
+/// F8 for streamed answers: the answer of a stream whose start the replica has, written after
+/// the replica left the master. Before the fix the answer and the end marker went to the
+/// master alone and the writer held them stored; the failover dropped them, and the client
+/// that resumed after it found the stream (its first events had been replicated) but waited
+/// for an answer that never came, its writer alive and done. Now the answer is stored with
+/// the end marker in one step a replica confirms, tried again until one does: on the new
+/// master, once the instance follows it.
+#[test]
+fn a_streamed_answer_written_as_the_replica_leaves_reaches_the_client_that_resumes() {
+    streamed_answer_resumed_after_a_failover("failover-stream-answer", false);
+}
+
+/// F8 under Sentinel, the window after a failover: the old master is up but not yet a replica
+/// (the sentinels convert it 8 s or more after the failover, and it syncs about 5 s after
+/// that), and the new master has no replica connected. Before the fix a write then was
+/// confirmed by the sentinels' agreement alone; but a second failover in that window (here:
+/// the new master paused past the sentinels' `down-after`) promotes the old master as it is,
+/// and what the new one took is thrown away: sessions acknowledged and then lost (the Sentinel
+/// seeds' two holders at one epoch, a session gone, a task "unknown"). Now a master without a
+/// replica connected is not written to while a sentinel finds one of its replicas up: those
+/// `initialize`s are refused with `503` and `Retry-After`, and sessions open again once the
+/// replica has synced.
+#[test]
+fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_failover() {
+    let mut set = SentinelSet::start(MASTER);
+    let (a, _b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    assert_eq!(
+        set.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]),
+        "OK"
+    );
+    wait_until_the_sentinels_name(&set, set.replica.port);
+    // A second, once the instances follow the new master.
+    thread::sleep(Duration::from_secs(1));
+    let (mut acknowledged, mut refused) = (Vec::new(), 0);
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(1) {
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+        match resp.status {
+            200 => acknowledged.push(
+                resp.header("mcp-session-id")
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            503 if resp.header("retry-after").is_some() => refused += 1,
+            _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        set.master.cli(&["ROLE"]).lines().next(),
+        Some("master"),
+        "the old master is not converted yet: the window under test"
+    );
+    // The second failover: the new master paused past the sentinels' `down-after`.
+    set.replica.pause();
+    wait_until_the_sentinels_name(&set, set.master.port);
+    set.replica.resume();
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|sid| set.master.cli(&["EXISTS", &format!("mcp:session:{sid}")]) != "1")
+        .collect();
+    eprintln!(
+        "{} sessions acknowledged, {refused} refused after the first failover",
+        acknowledged.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} of {} sessions acknowledged before the old master synced were lost",
+        lost.len(),
+        acknowledged.len()
+    );
+    // Service comes back once a replica has synced again.
+    let began = Instant::now();
+    open_session_once_a_replica_has_synced(a.port());
+    eprintln!(
+        "sessions open again {:?} after the second failover",
+        began.elapsed()
+    );
+}
+
+/// A client that resumes a streamed answer on the instance writing it, before its answer,
+/// while the replicas confirm nothing (the replica has left the master, `REPLICAOF NO ONE`,
+/// and the sentinels still list it): the stream's first event was not confirmed, so its
+/// answer goes over its connection (gone) and is stored with the end marker by a script the
+/// writer tries again until the replicas confirm it. Each try writes the answer to the master
+/// all the same; but the reader, which reads a stream its own process writes only when that
+/// process tells it of a write, was told of none whose confirmation failed, and waited for
+/// the confirmation, seconds after the answer was there (the Sentinel seed 6: a resume on the
+/// writer's instance carried nothing for its 25 s). Now it reads the answer at once.
+#[test]
+fn a_resumed_answer_is_delivered_while_its_end_awaits_the_replicas() {
+    let set = SentinelSet::start(MASTER);
+    let effects = support::TempDir::new("failover-stream-unconfirmed");
+    let (a, _b) = two_stamping_desks(&set, &effects);
+    // A busy machine may keep the replica's confirmation past its wait: refused, retried.
+    let sid = open_session_once_a_replica_has_synced(a.port());
+    assert_eq!(set.replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let (id, last) = start_streamed_call(a.port(), &sid, 1500);
+    // Resumed before the answer comes (1.5 s after the progress event); the sentinels set the
+    // replica back under the master only 8 s or more later.
+    let began = Instant::now();
+    let resumed = resume_until_answered(a.port(), &sid, id, &last, Duration::from_secs(5));
+    assert_answered_once(&resumed, id, &a);
+    eprintln!("the answer came {:?} after the resume", began.elapsed());
 }

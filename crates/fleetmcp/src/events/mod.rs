@@ -69,6 +69,11 @@ pub trait EventStore: Send + Sync + 'static {
     /// another instance can end the stream with an error answer for that request if the
     /// writer's process is gone ([`WRITER_GONE_MESSAGE`]). A store that only this process
     /// reads never outlives its writer: the default just appends.
+    ///
+    /// A store with replicas confirms this event on them (an error when they do not): the
+    /// stream's later events may be lost in a failover, but not the stream itself, so that a
+    /// `Last-Event-ID` naming a lost event still finds its stream and reads on after it, and
+    /// the stream still names its writer.
     async fn append_first(
         &self,
         session: &str,
@@ -80,15 +85,33 @@ pub trait EventStore: Send + Sync + 'static {
         self.append(session, stream, data).await
     }
 
+    /// Appends the empty priming event that opens a standalone stream's connection (its id is
+    /// what the client resumes from), confirmed like a stream's first event
+    /// ([`EventStore::append_first`]).
+    async fn prime(&self, session: &str, stream: StreamId) -> Result<String, EventStoreError> {
+        self.append(session, stream, Bytes::new()).await
+    }
+
     /// Marks a stream complete: readers end once they have read everything. An error when the
     /// mark could not be written (the writer may try again: a reader that resumes the stream
-    /// later waits for it).
+    /// later waits for it), or, in a store with replicas, not confirmed on them.
     async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError>;
 
-    /// Stores `answer`, a request's final answer, unless the stream carries it already, then
-    /// marks the stream complete, as one step: for a writer whose store failed under it (an
-    /// append timed out, and may still land), so that a client that resumes the stream later
-    /// gets the answer, once. The default appends and closes (a store that cannot fail).
+    /// Whether the store confirms a stream's first event and its end on replicas: a request's
+    /// writer then stores its answer with the end marker as one confirmed step
+    /// ([`EventStore::finish`]), so that a failover cannot keep the end and lose the answer,
+    /// or lose both while the writer believes them stored; and a standalone stream whose
+    /// priming event is not confirmed is refused. A store without replicas: `false`.
+    fn confirms_on_replicas(&self) -> bool {
+        false
+    }
+
+    /// Stores `answer`, a request's final answer, unless the stream carries it already, then marks
+    /// the stream complete, as one step: for a writer whose store failed under it (an append timed
+    /// out, and may still land), so that a client that resumes the stream later gets the answer,
+    /// once; and, in a store that confirms ends ([`EventStore::confirms_on_replicas`]), for every
+    /// answer. Confirmed like [`EventStore::close`]. The default appends and closes (a store that
+    /// cannot fail).
     async fn finish(
         &self,
         session: &str,

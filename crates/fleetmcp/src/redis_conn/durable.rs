@@ -92,6 +92,10 @@ impl RedisConn {
             return self.no_failover_under_way(&link).await;
         }
         let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
+        let server = match &*link {
+            Link::Single(_, Some(server)) => server.clone(),
+            _ => Arc::from(""),
+        };
         let confirmed: u32 = self
             .inner
             .bounded_on(link, |mut conn| async move {
@@ -105,6 +109,7 @@ impl RedisConn {
         if confirmed >= want {
             // What the fault harness reads when a write confirmed here is lost after all.
             tracing::debug!(
+                %server,
                 replicas,
                 confirmed,
                 want,
@@ -118,16 +123,19 @@ impl RedisConn {
         }
     }
 
-    /// With Sentinel, for a master without replicas: whether a majority of the sentinels
-    /// name the server `link` writes to, none is failing it over or finds it down, and none
-    /// sees a replica of it up. The sentinels keep naming the old master until they see the
-    /// promoted replica answer as master (up to a second, more for those that do not lead
-    /// the failover), but the one leading the failover flags it from its start, those that
-    /// voted for it find the master down, and those that know nothing yet still list the
-    /// promoted replica as the master's, replicating: a master that has none connected lost it. A
-    /// sentinel that does not answer in time is not counted (it may be the leader: hence
-    /// the checks on every other one). Asked of every sentinel at once, within the command
-    /// timeout.
+    /// With Sentinel, for a master without replicas: whether a majority of the sentinels name the
+    /// server `link` writes to, none is failing it over or finds it down, and every one finds each
+    /// replica of it down. The sentinels keep naming the old master until they see the promoted
+    /// replica answer as master (up to a second, more for those that do not lead the failover), but
+    /// the one leading the failover flags it from its start, those that voted for it find the
+    /// master down, and those that know nothing yet still list the promoted replica as the
+    /// master's, not down. A replica not down and not connected could be promoted by the next
+    /// failover without this write: so can the old master after a failover, until the sentinels
+    /// convert it and it has synced (about 16 s with Redis 7's defaults: RELIABILITY.md, F8), and
+    /// writes wait for it. Only a master whose replicas are all down is written to alone: no
+    /// failover can promote a replica that is down. A sentinel that does not answer in time is not
+    /// counted (it may be the leader: hence the checks on every other one). Asked of every sentinel
+    /// at once, within the command timeout.
     async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
         let Link::Single(_, Some(server)) = link else {
             return Ok(());
@@ -164,10 +172,10 @@ impl RedisConn {
                     "a sentinel finds the master written to ({server}) down"
                 )));
             }
-            if view.live_replicas > 0 {
+            if view.promotable_replicas > 0 {
                 return Err(CommandError::NotDurable(format!(
-                    "the master written to ({server}) has no replica connected, and a sentinel saw {} of its replicas replicating (promoted, or reconnecting)",
-                    view.live_replicas
+                    "the master written to ({server}) has no replica connected, and a sentinel finds {} of its replicas up (not down: a failover could promote one without this write)",
+                    view.promotable_replicas
                 )));
             }
             agreeing += 1;

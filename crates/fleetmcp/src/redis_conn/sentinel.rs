@@ -82,12 +82,13 @@ pub(super) struct SentinelView {
     /// This sentinel finds the master down (`s_down`, `o_down`): it may be voting for a
     /// failover another sentinel leads.
     pub master_down: bool,
-    /// The master's replicas this sentinel last saw replicating (up, reporting the replica
-    /// role, their link to the master up): a master that has none connected lost one that
-    /// was replicating, because it was promoted or because it is reconnecting. A server the
-    /// sentinels list as a replica without having seen it replicate (an old master after a
-    /// failover, until it is converted) is not one.
-    pub live_replicas: usize,
+    /// The master's replicas this sentinel does not find down (whatever role they report, connected
+    /// to it yet or not): each one a failover could promote. One not connected to the master lacks
+    /// what the master took since it left: a replica promoted by a failover the master does not
+    /// know of yet, one reconnecting, or an old master after a failover, which the sentinels
+    /// convert into a replica only 8 s or more after it (and which, until then, a second failover
+    /// promotes as it is: Redis Sentinel picks among the replicas it finds up, whatever they hold).
+    pub promotable_replicas: usize,
 }
 
 /// `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>` on the sentinel at `host:port`.
@@ -116,23 +117,19 @@ pub(super) async fn sentinel_view(
         master: format!("{}:{}", field("ip"), field("port")),
         failing_over: flags.contains("failover_in_progress"),
         master_down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
-        live_replicas: replicas.iter().filter(|r| is_replicating(r)).count(),
+        promotable_replicas: replicas
+            .iter()
+            .filter(|r| is_not_down(r.get("flags").map(String::as_str).unwrap_or_default()))
+            .count(),
     })
 }
 
-/// Whether a sentinel last saw this replica (its `SENTINEL REPLICAS` fields) replicating.
-fn is_replicating(fields: &std::collections::HashMap<String, String>) -> bool {
-    let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
-    is_up(field("flags"))
-        && field("role-reported") == "slave"
-        && field("master-link-status") == "ok"
-}
-
-/// Whether a sentinel's flags for a server say it is up, as far as that sentinel knows.
-fn is_up(flags: &str) -> bool {
-    !flags
-        .split(',')
-        .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
+/// Whether a sentinel's flags for a server leave it a candidate for promotion: not found down
+/// (`s_down`, `o_down`: silent for `down-after-milliseconds`). A server the sentinel is not
+/// connected to yet (`disconnected`) is one: so is every server a failover has just listed,
+/// the old master among them, until the sentinel's link to it is up, a moment later.
+fn is_not_down(flags: &str) -> bool {
+    !flags.split(',').any(|f| matches!(f, "s_down" | "o_down"))
 }
 
 /// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
@@ -189,39 +186,16 @@ pub(super) async fn check_master(conn: &mut ConnectionManager) -> Result<(), Com
 
 #[cfg(test)]
 mod tests {
-    use super::{is_replicating, is_up};
+    use super::is_not_down;
 
     #[test]
-    fn a_server_is_up_unless_a_sentinel_flags_it_down_or_unreachable() {
-        assert!(is_up("slave"));
-        assert!(is_up("master"));
-        assert!(!is_up("s_down,slave"));
-        assert!(!is_up("slave,disconnected"));
-        assert!(!is_up("o_down,s_down,master"));
-    }
-
-    #[test]
-    fn a_replica_replicates_only_when_its_sentinel_saw_it_do_so() {
-        let fields = |flags: &str, role: &str, link: &str| {
-            [
-                ("flags", flags),
-                ("role-reported", role),
-                ("master-link-status", link),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-        };
-        assert!(is_replicating(&fields("slave", "slave", "ok")));
-        assert!(
-            !is_replicating(&fields("slave", "master", "ok")),
-            "an old master"
-        );
-        assert!(
-            !is_replicating(&fields("slave", "slave", "err")),
-            "link down"
-        );
-        assert!(!is_replicating(&fields("s_down,slave", "slave", "ok")));
-        assert!(!is_replicating(&std::collections::HashMap::new()));
+    fn a_server_is_a_candidate_unless_a_sentinel_finds_it_down() {
+        assert!(is_not_down("slave"));
+        assert!(is_not_down("master"));
+        assert!(is_not_down("slave,disconnected"), "not connected to yet");
+        assert!(is_not_down("slave,promoted"));
+        assert!(!is_not_down("s_down,slave"));
+        assert!(!is_not_down("s_down,slave,disconnected"));
+        assert!(!is_not_down("o_down,s_down,master"));
     }
 }

@@ -3,7 +3,6 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use bytes::Bytes;
 use futures_util::StreamExt;
 use http::StatusCode;
 
@@ -53,17 +52,26 @@ pub(super) async fn handle(
         };
     }
     // A new GET takes the standalone stream over from any earlier connection; it starts
-    // with a priming event (2025-11-25) so the client can resume from it.
+    // with a priming event (2025-11-25) so the client can resume from it. With replicas the
+    // priming event is confirmed on them (`prime`), so the stream survives a failover that
+    // loses its later events, and a resume naming one of those still finds it.
     let mut cursor = Cursor::Now;
     if session.version.wants_priming() {
-        match events
-            .append(&session.id, STANDALONE_STREAM, Bytes::new())
-            .await
-        {
+        match events.prime(&session.id, STANDALONE_STREAM).await {
             Ok(id) => {
                 if let Some((_, _, seq)) = crate::events::parse_event_id(&id) {
                     cursor = Cursor::After(seq.saturating_sub(1));
                 }
+            }
+            // Its id could name nothing once a failover has passed: refused like a session
+            // that cannot be stored durably; the client opens the stream again.
+            Err(e) if events.confirms_on_replicas() => {
+                tracing::warn!(error = %e, "could not prime the standalone stream; refused");
+                return respond::unavailable(
+                    None,
+                    "The stream could not be stored durably; retry shortly",
+                    1,
+                );
             }
             Err(e) => tracing::warn!(error = %e, "could not prime the standalone stream"),
         }

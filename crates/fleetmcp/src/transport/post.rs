@@ -266,8 +266,11 @@ async fn write_answer(
         writer.append(answer.clone()).await;
         // The store failed under this answer: the connection got it directly, if it is
         // still there; a client whose connection broke resumes from the store, so the
-        // answer goes there too, with the end marker.
-        if writer.degraded.is_cancelled() {
+        // answer goes there too, with the end marker. A store with replicas confirms the
+        // answer with the end marker in the same way, retried until they take it: appended
+        // alone it would be written to the master only, and a failover could drop it while
+        // this writer believes it stored (a client resuming then waits for nothing).
+        if writer.degraded.is_cancelled() || writer.events.confirms_on_replicas() {
             unstored = Some(answer);
         }
     }
@@ -276,8 +279,9 @@ async fn write_answer(
     mark_complete(&writer, unstored, event_ttl).await;
 }
 
-/// The end marker (after the answer, if the store did not take it), for readers that resume
-/// the stream later: a store that failed is tried again (0.25 s doubling to [`RETRY_CAP`])
+/// The end marker (after the answer, if the store did not take it or must confirm it on its
+/// replicas), for readers that resume the stream later: a store that failed, or whose replicas
+/// did not confirm, is tried again (0.25 s doubling to [`RETRY_CAP`])
 /// while the stream's events live, so a reader that resumes once Redis is back is not left
 /// waiting for an answer or an end that never comes.
 async fn mark_complete(writer: &StoredStream, unstored: Option<Bytes>, event_ttl: Duration) {

@@ -250,7 +250,10 @@ impl Fleet {
                     format!("127.0.0.1:{}", relay_link.port),
                 ),
                 ("LOG_FORMAT", "json".to_string()),
-                ("RUST_LOG", "info,fleetmcp::served=debug".to_string()),
+                (
+                    "RUST_LOG",
+                    "info,fleetmcp::served=debug,fleetmcp::redis_conn::durable=debug".to_string(),
+                ),
                 ("HELP_DESK_EFFECTS_FILE", effects.display().to_string()),
                 ("HELP_DESK_TICKETS", "memory".to_string()),
                 ("FLEETMCP_DRAIN_MS", "500".to_string()),

@@ -312,8 +312,10 @@ fn short_seeds() {
 /// The Sentinel topology's CI seed (or `FAULTS_SENTINEL_SEED`): a master, its replica and
 /// three sentinels, the instances finding the master through them, `SENTINEL FAILOVER` among
 /// the faults (Redis link faults and restarts are off in this topology; a Redis pause stops
-/// the current master). Checked like the others. Not in CI while F8 under Sentinel is open
-/// (docs/RELIABILITY.md: what a failover still loses).
+/// the current master). Checked like the others; about 40 s. Not in CI while what is left of
+/// F8 under Sentinel breaks a run now and then (docs/RELIABILITY.md, "The Sentinel seeds:
+/// F8's windows closed": a streamed call begun while its first event cannot be confirmed,
+/// whose instance is killed before its answer is stored, cannot be resumed).
 #[test]
 #[ignore = "F8 under Sentinel is open: FAULTS_SENTINEL_SEED=1 cargo test -p help-desk --test faults -- --ignored sentinel_seed --nocapture"]
 fn sentinel_seed() {

@@ -386,3 +386,69 @@ pub fn assert_only_documented_errors(
     assert!(other.is_empty(), "{what}: undocumented answers: {other:?}");
     assert!(ok_after > 20, "{what}: served after the switch: {ok_after}");
 }
+
+/// Sends `method /mcp` on `port` in session `sid` with `extra` headers and `body`, leaving the
+/// answer (a stream, say) to the caller, who reads it with a short timeout.
+pub fn open_in_session(
+    port: u16,
+    method: &str,
+    sid: &str,
+    extra: &[(&str, &str)],
+    body: Option<&str>,
+) -> std::net::TcpStream {
+    let host = format!("127.0.0.1:{port}");
+    let mut headers = vec![
+        ("Host", host.as_str()),
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", PROTOCOL_VERSION),
+    ];
+    headers.extend_from_slice(extra);
+    raw_http::open(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        method,
+        "/mcp",
+        &headers,
+        body,
+        Duration::from_millis(300),
+    )
+    .unwrap_or_else(|e| panic!("{method} /mcp on {port}: {e}"))
+}
+
+/// Starts a `stamp` call on `port` in session `sid` (its effects file set) that answers
+/// `delay_ms` after its progress event, reads its stream up to that event, and returns the
+/// call's id and the last event id the client saw.
+pub fn start_streamed_call(port: u16, sid: &str, delay_ms: u64) -> (u64, String) {
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": delay_ms},
+        "_meta": {"progressToken": id}}});
+    let body = call.to_string();
+    let headers = [("Content-Type", "application/json"), ("Accept", ACCEPT)];
+    let mut stream = open_in_session(port, "POST", sid, &headers, Some(&body));
+    let seen = read_stream_until(&mut stream, &["notifications/progress"]);
+    (id, last_event_id(&seen))
+}
+
+/// The id of the last event an SSE stream carried in `seen` (its progress event, in these
+/// tests).
+pub fn last_event_id(seen: &str) -> String {
+    seen.lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .expect("the progress event has an id")
+        .trim()
+        .to_string()
+}
+
+/// Whether `m` answers request `id` (not a notification or a request of its own).
+pub fn is_answer_to(m: &Value, id: u64) -> bool {
+    m.get("method").is_none() && m["id"] == json!(id)
+}
+
+/// The JSON-RPC messages of an SSE stream's `data:` lines.
+pub fn stream_messages(seen: &str) -> Vec<Value> {
+    seen.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}

@@ -140,6 +140,10 @@ impl RedisEventStore {
     }
 
     /// `origin`: the request the stream answers, named with the writer in its first entry.
+    /// `confirm`: the entry must survive a failover (a stream's first entry, a priming event,
+    /// an end): when the connection writes durably (`wait_replicas`), it is sent with the
+    /// stream's index and expiry in one pipeline and confirmed by the replicas, and an entry
+    /// they do not confirm is an error.
     async fn append_raw(
         &self,
         session: &str,
@@ -147,6 +151,7 @@ impl RedisEventStore {
         field: &str,
         data: &[u8],
         origin: Option<&str>,
+        confirm: bool,
     ) -> Result<String, EventStoreError> {
         let key = self.stream_key(session, stream);
         let err = |e: CommandError| EventStoreError(e.to_string());
@@ -166,8 +171,16 @@ impl RedisEventStore {
                 .arg("r")
                 .arg(request_id);
         }
-        let id: String = self.redis.run(xadd).await.map_err(err)?;
         let local = self.local(&key);
+        if confirm && self.redis.writes_durably() {
+            let appended = self.append_durably(session, &key, xadd).await;
+            // Unconfirmed, the entry may be on the master all the same: readers here look.
+            local.notify.notify_waiters();
+            let id = appended.map_err(err)?;
+            *local.expiry_pushed.lock() = Some(std::time::Instant::now());
+            return Ok(id);
+        }
+        let id: String = self.redis.run(xadd).await.map_err(err)?;
         // Index the stream and push its expiry out on the first append, then at most once per
         // quarter of the TTL: a busy stream costs one XADD per event.
         let due = {
@@ -191,6 +204,27 @@ impl RedisEventStore {
             *local.expiry_pushed.lock() = Some(std::time::Instant::now());
         }
         local.notify.notify_waiters();
+        Ok(id)
+    }
+
+    /// `xadd` with the stream's index and expiry, in one pipeline confirmed by the replicas
+    /// ([`RedisConn::pipe_durably`]): the entry id.
+    async fn append_durably(
+        &self,
+        session: &str,
+        key: &str,
+        xadd: redis::Cmd,
+    ) -> Result<String, CommandError> {
+        let index = self.index_key(session);
+        let mut pipe = redis::pipe();
+        pipe.add_command(xadd)
+            .add_command(redis::cmd("SADD").arg(&index).arg(key).clone())
+            .ignore();
+        for k in [key, index.as_str()] {
+            pipe.add_command(redis::cmd("PEXPIRE").arg(k).arg(self.ttl_ms).clone())
+                .ignore();
+        }
+        let (id,): (String,) = self.redis.pipe_durably(pipe).await?;
         Ok(id)
     }
 }
@@ -425,7 +459,9 @@ impl EventStore for RedisEventStore {
         stream: StreamId,
         data: Bytes,
     ) -> Result<String, EventStoreError> {
-        let id = self.append_raw(session, stream, "d", &data, None).await?;
+        let id = self
+            .append_raw(session, stream, "d", &data, None, false)
+            .await?;
         our_event_id(session, stream, &id)
     }
 
@@ -437,15 +473,26 @@ impl EventStore for RedisEventStore {
         data: Bytes,
     ) -> Result<String, EventStoreError> {
         let id = self
-            .append_raw(session, stream, "d", &data, Some(request_id))
+            .append_raw(session, stream, "d", &data, Some(request_id), true)
+            .await?;
+        our_event_id(session, stream, &id)
+    }
+
+    async fn prime(&self, session: &str, stream: StreamId) -> Result<String, EventStoreError> {
+        let id = self
+            .append_raw(session, stream, "d", b"", None, true)
             .await?;
         our_event_id(session, stream, &id)
     }
 
     async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError> {
-        self.append_raw(session, stream, "end", b"", None)
+        self.append_raw(session, stream, "end", b"", None, true)
             .await
             .map(|_| ())
+    }
+
+    fn confirms_on_replicas(&self) -> bool {
+        self.redis.writes_durably()
     }
 
     async fn finish(
@@ -455,18 +502,36 @@ impl EventStore for RedisEventStore {
         answer: Bytes,
     ) -> Result<(), EventStoreError> {
         let key = self.stream_key(session, stream);
-        let mut invocation = self.finish.prepare_invoke();
-        invocation
-            .key(&key)
-            .key(self.index_key(session))
-            .arg(answer.as_ref())
-            .arg(self.max_len)
-            .arg(self.ttl_ms);
-        self.redis
-            .eval::<i64>(invocation)
-            .await
-            .map_err(|e| EventStoreError(e.to_string()))?;
+        let index = self.index_key(session);
+        let stored = if self.redis.writes_durably() {
+            // The script's text, not its digest: a pipeline confirmed by the replicas cannot
+            // load a script the server does not know and send the pipeline again.
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(FINISH)
+                .arg(2)
+                .arg(&key)
+                .arg(&index)
+                .arg(answer.as_ref())
+                .arg(self.max_len)
+                .arg(self.ttl_ms);
+            let mut pipe = redis::pipe();
+            pipe.add_command(eval);
+            self.redis.pipe_durably::<(i64,)>(pipe).await.map(|(n,)| n)
+        } else {
+            let mut invocation = self.finish.prepare_invoke();
+            invocation
+                .key(&key)
+                .key(&index)
+                .arg(answer.as_ref())
+                .arg(self.max_len)
+                .arg(self.ttl_ms);
+            self.redis.eval::<i64>(invocation).await
+        };
+        // Readers here look whatever came of it: an answer the replicas did not confirm is on
+        // the master all the same, and a reader of a stream this process writes reads only
+        // when told (a resumed client would wait for the confirmation, seconds, for nothing).
         self.local(&key).notify.notify_waiters();
+        stored.map_err(|e| EventStoreError(e.to_string()))?;
         Ok(())
     }
 
