@@ -62,7 +62,7 @@ impl MemoryLimits {
         let mut worst: Option<(u64, &Which)> = None;
         for rule in rules {
             let (interval, tolerance) = gcra_params(&rule.rate);
-            let id = (key.clone(), rule.scope.clone());
+            let id = (key.clone(), rule.key_suffix.clone());
             let tat = tats.map.get(&id).copied().unwrap_or(now).max(now);
             let new_tat = tat + interval;
             let allow_at = new_tat.saturating_sub(tolerance);
@@ -138,7 +138,7 @@ mod tests {
         };
         Rule {
             which: Which::Rate(rate),
-            scope: "rate".into(),
+            key_suffix: "rate".into(),
             rate,
         }
     }
@@ -170,7 +170,7 @@ mod tests {
         let key = LimitKey::principal("alice");
         let global = rule(10, 60_000, None);
         let tool = Rule {
-            scope: "tool:search".into(),
+            key_suffix: "tool:search".into(),
             ..rule(1, 60_000, None)
         };
         let both = [global.clone(), tool];

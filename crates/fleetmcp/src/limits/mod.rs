@@ -161,7 +161,7 @@ const SESSION_RETRY_AFTER: Duration = Duration::from_secs(60);
 struct Rule {
     which: Which,
     /// The key suffix it is counted under.
-    scope: String,
+    key_suffix: String,
     rate: RateLimit,
 }
 
@@ -294,7 +294,7 @@ impl Limits {
         if let Some(rate) = self.cfg.rate {
             rules.push(Rule {
                 which: Which::Rate(rate),
-                scope: "rate".into(),
+                key_suffix: "rate".into(),
                 rate,
             });
         }
@@ -303,7 +303,7 @@ impl Limits {
         {
             rules.push(Rule {
                 which: Which::Tool(name.to_string(), *rate),
-                scope: format!("tool:{name}"),
+                key_suffix: format!("tool:{name}"),
                 rate: *rate,
             });
         }

@@ -188,7 +188,7 @@ impl RedisLimits {
         inv.arg(rules.len());
         for rule in rules {
             let (interval, tolerance) = gcra_params(&rule.rate);
-            inv.key(format!("{base}{}", rule.scope))
+            inv.key(format!("{base}{}", rule.key_suffix))
                 .arg(interval)
                 .arg(tolerance);
         }

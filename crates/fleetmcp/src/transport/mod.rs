@@ -135,7 +135,7 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
     mcp.merge(health).with_state(ep)
 }
 
-/// The one layer around the MCP routes: [`observe`] (span, scope, metrics) outermost, so a
+/// The one layer around the MCP routes: [`observe`] (span, request-local labels, metrics) outermost, so a
 /// refused Host or Origin is counted too; then [`guard`], so a foreign origin is refused
 /// before a token is read; then [`authorize`]. One layer, not three: each axum `from_fn`
 /// layer clones and boxes the services under it and boxes its future on every request

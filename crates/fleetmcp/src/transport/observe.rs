@@ -3,7 +3,7 @@
 //! step): each request runs in a
 //! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
 //! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
-//! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
+//! [`crate::telemetry::trace_context`]), with request-local state where the layers below note its MCP
 //! method and era ([`crate::telemetry::labels`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use super::Endpoint;
 use crate::telemetry::TraceContext;
-use crate::telemetry::labels::{Era, Labels, Method, Scope};
+use crate::telemetry::labels::{Era, Labels, Method, RequestLocal};
 use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
@@ -60,7 +60,7 @@ where
     otlp::join(&span, &mut trace);
     span.record("trace_id", tracing::field::display(trace.trace_id()));
     let serve = async {
-        let (res, labels) = Scope::run(start, trace, inner(req)).await;
+        let (res, labels) = RequestLocal::run(start, trace, inner(req)).await;
         tracing::debug!(
             method = labels.method.as_str(),
             era = labels.era.as_str(),

@@ -38,14 +38,11 @@ use tokio::sync::mpsc;
 
 use crate::app::App;
 use crate::context::RequestContext;
-use crate::protocol::{ErrorData, ProtocolVersion, errors};
+use crate::protocol::{ErrorData, ProtocolVersion, Reply, errors};
 use crate::session::{LogId, Session};
 
 pub(crate) use link::Handshake;
 use link::Link;
-
-/// An answer from the upstream: its result, or its error, as it sent them.
-type Reply = Result<Box<RawValue>, ErrorData>;
 
 /// The two ends of one session's connection to its upstream: whole JSON-RPC messages (one
 /// object each, no line end) to it and from it.
