@@ -316,7 +316,7 @@ fn in_flight(
     method: &str,
 ) -> Result<(CancellationToken, Option<Tracked>), Refused> {
     let Caller::Session(s) = caller else {
-        return Ok((app.shutdown().child_token(), None));
+        return Ok((app.phases().shutdown.child_token(), None));
     };
     let max = app.config().limits.max_inflight_per_session;
     match s.track_request(id, max) {

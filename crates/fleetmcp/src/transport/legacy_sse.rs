@@ -69,7 +69,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
     // Ends when a graceful stop stops accepting connections (the client opens `/sse` again,
     // elsewhere: this transport's sessions cannot move).
-    let stop = app.closing().child_token();
+    let stop = app.phases().closing.child_token();
     let events = app
         .events()
         .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());
