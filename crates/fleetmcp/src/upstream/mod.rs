@@ -129,7 +129,7 @@ pub(crate) async fn open(
 
 /// Gives a session opened here the upstream [`open`] initialized for it.
 pub(crate) fn adopt(app: &App, session: &Arc<Session>, handshake: Handshake) {
-    if let Some(slot) = session.attached(link::Slot::default) {
+    if let Some(slot) = session.attached(link::SessionUpstream::default) {
         slot.install(Link::start(app, session, handshake));
     }
 }
@@ -147,7 +147,7 @@ pub(crate) fn answered_version(handshake: &Handshake) -> Option<ProtocolVersion>
 /// What session `session`'s upstream answered `initialize` with; `None` for a session with no
 /// live upstream here.
 pub(crate) fn initialize_result(session: &Session) -> Option<Value> {
-    let link = session.attachment::<link::Slot>()?.live()?;
+    let link = session.attachment::<link::SessionUpstream>()?.live()?;
     Some(link.initialize_result().clone())
 }
 
@@ -171,7 +171,7 @@ pub(crate) fn notification(session: &Session, method: &str, params: Option<&RawV
         return false;
     }
     let Some(link) = session
-        .attachment::<link::Slot>()
+        .attachment::<link::SessionUpstream>()
         .and_then(|slot| slot.live())
     else {
         return false;
