@@ -2,8 +2,9 @@
 //! `/readyz`, `/metrics` and the OAuth protected-resource metadata; and [`stdio`], one session
 //! over stdin and stdout, which reuses the driver and `initialize` without any of HTTP.
 //!
-//! A request flows: [`observe`] (its span, trace context and metrics) → [`guard`] (Host and
-//! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
+//! A request flows: [`observe`] (its span, trace context and metrics; a trace context in a
+//! POST's `_meta` is read only once the next two let the request through) → [`guard`] (Host
+//! and Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
 //! extractors ([`edge`]), the edge work done once in front of each handler: [`checks`]
 //! (headers, body under its limit), whom it counts against ([`client_key`]), the era its
 //! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
