@@ -57,6 +57,20 @@ pub enum Hold {
     Gone,
 }
 
+impl Hold {
+    /// Whether stored `record` is still held under `fence` (any holder's, without one).
+    fn of(record: &SessionRecord, fence: Option<&Fence>) -> Self {
+        if fence.is_none_or(|f| record.node_id == f.node_id && record.epoch == f.epoch) {
+            Hold::Mine
+        } else {
+            Hold::Lost {
+                node_id: record.node_id.clone(),
+                epoch: record.epoch,
+            }
+        }
+    }
+}
+
 /// The answer of [`SessionStore::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
@@ -145,17 +159,11 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> Result<Checked, StoreError> {
         let hold = match self.get(id).await? {
             None => Hold::Gone,
-            Some(r) if fence.is_none_or(|f| r.node_id == f.node_id && r.epoch == f.epoch) => {
-                if refresh {
-                    self.touch(id).await?;
-                }
-                Hold::Mine
-            }
-            Some(r) => Hold::Lost {
-                node_id: r.node_id,
-                epoch: r.epoch,
-            },
+            Some(r) => Hold::of(&r, fence),
         };
+        if refresh && hold == Hold::Mine {
+            self.touch(id).await?;
+        }
         Ok(Checked {
             hold,
             tracked: false,
@@ -313,17 +321,12 @@ impl SessionStore for MemorySessionStore {
         let mut map = self.records.lock();
         let hold = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
             None => Hold::Gone,
-            Some((r, _)) if fence.is_some_and(|f| r.node_id != f.node_id || r.epoch != f.epoch) => {
-                Hold::Lost {
-                    node_id: r.node_id.clone(),
-                    epoch: r.epoch,
-                }
-            }
-            Some((_, exp)) => {
-                if refresh {
+            Some((r, exp)) => {
+                let hold = Hold::of(r, fence);
+                if refresh && hold == Hold::Mine {
                     *exp = now + self.ttl;
                 }
-                Hold::Mine
+                hold
             }
         };
         drop(map);
