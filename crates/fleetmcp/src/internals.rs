@@ -13,7 +13,7 @@ pub use crate::config::env::environment_variables;
 pub use crate::events::{EventStore, RedisEventStore};
 pub use crate::limits::HoldingsSnapshot;
 pub use crate::session::{
-    Claim, Fence, Held, MemorySessionStore, RedisSessionStore, SessionRecord, SessionStore,
+    Claim, Fence, Hold, MemorySessionStore, RedisSessionStore, SessionRecord, SessionStore,
     StoreError,
 };
 pub use crate::tasks::{

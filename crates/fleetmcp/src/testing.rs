@@ -1,5 +1,6 @@
 //! Helpers for the crate's own unit tests.
 
+use proptest::prelude::*;
 use proptest::test_runner::Config;
 
 /// A property test's configuration: `cases` cases, and no regression files written into the
@@ -10,4 +11,26 @@ pub(crate) fn prop_config(cases: u32) -> Config {
         failure_persistence: None,
         ..Config::default()
     }
+}
+
+/// Values of an `MCP-Protocol-Version` header worth trying (`None`: no header): every version,
+/// near misses (padded, a day off, a word, empty) and arbitrary bytes, obs-text included.
+pub(crate) fn version_header() -> impl Strategy<Value = Option<Vec<u8>>> {
+    prop_oneof![
+        Just(None),
+        prop::sample::select(vec![
+            "2024-11-05",
+            "2025-03-26",
+            "2025-06-18",
+            "2025-11-25",
+            "2026-07-28",
+            " 2025-11-25 ",
+            " 2025-03-26\t",
+            "2025-11-26",
+            "bogus",
+            "",
+        ])
+        .prop_map(|v| Some(v.as_bytes().to_vec())),
+        prop::collection::vec(prop_oneof![0x20u8..=0x7e, 0x80u8..=0xff], 0..14).prop_map(Some),
+    ]
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fleetmcp::config::RedisConfig;
 use fleetmcp::internals::{
-    Claim, Fence, Held, RedisSessionStore, SessionRecord, SessionStore, StoreError,
+    Claim, Fence, Hold, RedisSessionStore, SessionRecord, SessionStore, StoreError,
 };
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
@@ -144,8 +144,8 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
             .unwrap()
-            .held,
-        Held::Mine
+            .hold,
+        Hold::Mine
     );
 
     // B claims it from what it read; A's view is now stale.
@@ -168,8 +168,8 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
             .unwrap()
-            .held,
-        Held::Lost {
+            .hold,
+        Hold::Lost {
             node_id: "desk-b".into(),
             epoch: 2
         }
@@ -193,16 +193,16 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-b", 1)), false)
             .await
             .unwrap()
-            .held,
-        Held::Lost { .. }
+            .hold,
+        Hold::Lost { .. }
     ));
     assert_eq!(
         store
             .check("sid-f", Some(&fence("desk-b", 2)), true)
             .await
             .unwrap()
-            .held,
-        Held::Mine
+            .hold,
+        Hold::Mine
     );
     let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
     assert!(
@@ -1038,12 +1038,12 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
     assert_eq!(store.get("lean").await.unwrap(), Some(r.clone()));
     let held = store.check("lean", Some(&fence("desk-a", 1)), true).await;
     assert_eq!(
-        held.unwrap().held,
-        Held::Mine,
+        held.unwrap().hold,
+        Hold::Mine,
         "the script reads no epoch as 1"
     );
     let stale = store.check("lean", Some(&fence("desk-a", 0)), false).await;
-    assert!(matches!(stale.unwrap().held, Held::Lost { epoch: 1, .. }));
+    assert!(matches!(stale.unwrap().hold, Hold::Lost { epoch: 1, .. }));
     assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
     let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
     assert_eq!(raw["session"]["nodeId"], "desk-b");
@@ -1074,5 +1074,5 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
         (None, None)
     );
     let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
-    assert_eq!(held.unwrap().held, Held::Mine);
+    assert_eq!(held.unwrap().hold, Hold::Mine);
 }

@@ -87,13 +87,8 @@ struct Inner {
     listens: Holdings,
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     changes: broadcast::Sender<Change>,
-    shutdown: CancellationToken,
-    /// Fires when a graceful stop stops accepting connections: open streams end (a child of
-    /// `shutdown`).
-    closing: CancellationToken,
-    /// Fires when a graceful stop begins: `/readyz` fails and responses close their
-    /// connections (a child of `closing`).
-    draining: CancellationToken,
+    /// The graceful stop's tokens.
+    phases: Phases,
     started: Instant,
     state: StateMap,
     meters: crate::telemetry::Meters,
@@ -122,8 +117,8 @@ pub(crate) struct Parts {
     pub upstream: Option<Arc<dyn crate::upstream::Upstream>>,
 }
 
-/// The tokens of a server's graceful stop, one per phase ([`App::draining`], [`App::closing`],
-/// [`App::shutdown`]), as the app, the accept loop and each connection see them.
+/// The tokens of a server's graceful stop, one per phase ([`App::phases`]), as the app, the
+/// accept loop and each connection see them.
 #[derive(Clone)]
 pub(crate) struct Phases {
     /// The grace period is over: what still runs is cancelled.
@@ -162,11 +157,6 @@ impl App {
             p.config.stateless.max_listen_streams,
             client_data.clone(),
         );
-        let Phases {
-            shutdown,
-            closing,
-            draining,
-        } = p.phases;
         Self {
             inner: Arc::new(Inner {
                 info: p.info,
@@ -180,9 +170,7 @@ impl App {
                 client_data,
                 listens,
                 changes,
-                closing,
-                draining,
-                shutdown,
+                phases: p.phases,
                 started: Instant::now(),
                 state: p.state,
                 meters: p.meters,
@@ -249,18 +237,13 @@ impl App {
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }
-    pub fn shutdown(&self) -> &CancellationToken {
-        &self.inner.shutdown
-    }
-    /// Fires when a graceful stop stops accepting connections (after the drain delay): open
-    /// streams end so their clients resume on another instance; running requests go on.
-    pub fn closing(&self) -> &CancellationToken {
-        &self.inner.closing
-    }
-    /// Fires when a graceful stop begins (SIGTERM): the instance still serves, but `/readyz`
-    /// answers `503` and every response closes its connection, so load balancers move away.
-    pub fn draining(&self) -> &CancellationToken {
-        &self.inner.draining
+    /// The graceful stop's tokens: `draining` fires when the stop begins (SIGTERM: the
+    /// instance still serves, but `/readyz` answers `503` and every response closes its
+    /// connection, so load balancers move away), `closing` when it stops accepting connections
+    /// (after the drain delay: open streams end so their clients resume on another instance;
+    /// running requests go on), `shutdown` when what still runs is cancelled.
+    pub fn phases(&self) -> &Phases {
+        &self.inner.phases
     }
     /// When the server was built (uptime in `/healthz`).
     pub fn started(&self) -> Instant {

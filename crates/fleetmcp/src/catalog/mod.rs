@@ -290,3 +290,38 @@ mod tests {
         assert!(c.tool("b").is_none() && c.tool("a").is_some());
     }
 }
+
+#[cfg(test)]
+mod from_any_error_tests {
+    use super::prompt::PromptError;
+    use super::resource::ResourceError;
+    use crate::context::ClientRequestError;
+
+    /// `?` on `e` in a handler returning a `T` error.
+    fn raise<T: From<E>, E>(e: E) -> Result<(), T> {
+        Err(e)?;
+        Ok(())
+    }
+
+    #[test]
+    fn question_mark_keeps_the_meaning_of_client_request_errors() {
+        // Every error `from_any_error!` converts into, alike (tools: `tool/error.rs`).
+        macro_rules! check {
+            ($ty:ident) => {
+                let io = std::io::Error::other("disk on fire");
+                assert!(matches!(raise::<$ty, _>(io), Err($ty::Failed(m)) if m == "disk on fire"));
+                assert!(matches!(
+                    raise::<$ty, _>(ClientRequestError::InputRequired),
+                    Err($ty::InputRequired)
+                ));
+                let bad = crate::protocol::errors::invalid_params("no such answer");
+                assert!(matches!(
+                    raise::<$ty, _>(ClientRequestError::InvalidInput(bad)),
+                    Err($ty::Protocol(e)) if e.code.0 == -32602
+                ));
+            };
+        }
+        check!(PromptError);
+        check!(ResourceError);
+    }
+}

@@ -515,28 +515,6 @@ impl UriTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::ClientRequestError;
-
-    fn raise<E: std::error::Error + Send + Sync + 'static>(e: E) -> Result<(), ResourceError> {
-        Err::<(), E>(e)?;
-        Ok(())
-    }
-
-    #[test]
-    fn question_mark_keeps_the_meaning_of_client_request_errors() {
-        let io = std::io::Error::other("disk on fire");
-        assert!(matches!(raise(io), Err(ResourceError::Failed(m)) if m == "disk on fire"));
-        assert!(matches!(
-            raise(ClientRequestError::InputRequired),
-            Err(ResourceError::InputRequired)
-        ));
-        let bad = crate::protocol::errors::invalid_params("no such answer");
-        assert!(matches!(
-            raise(ClientRequestError::InvalidInput(bad)),
-            Err(ResourceError::Protocol(e)) if e.code.0 == -32602
-        ));
-    }
-
     #[test]
     fn templates_match_whole_segments() {
         let t = UriTemplate::parse("test://template/{id}/data");

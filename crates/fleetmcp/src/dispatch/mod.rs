@@ -34,8 +34,7 @@ use crate::session::Session;
 use crate::stateless::request_state::StatePayload;
 use crate::stateless::{META_SERVER_INFO, Round};
 
-/// The result of a request, already serialised.
-pub(crate) type Reply = Result<Box<RawValue>, ErrorData>;
+pub(crate) use crate::protocol::Reply;
 
 /// The JSON-RPC answer to request `id`: its result, or its error.
 pub(crate) fn encode_reply(id: &RawValue, reply: Reply) -> bytes::Bytes {

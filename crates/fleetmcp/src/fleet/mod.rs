@@ -159,7 +159,7 @@ impl Fleet {
         // What advertises this instance to the others (its heartbeat, its channel subscription)
         // and what adopts their sessions (the scanner) stops as soon as a graceful stop begins:
         // from then on the others take its sessions over while it drains.
-        let withdraw = app.draining().clone();
+        let withdraw = app.phases().draining.clone();
         let process = advertise::process_token();
         let guard = guard_for(app, &machine_id, process.clone());
         let drain_requested = tokio_util::sync::CancellationToken::new();
@@ -318,7 +318,7 @@ fn spawn_background(
         redis.clone(),
         cfg.key_prefix.clone(),
         app.clone(),
-        app.shutdown().clone(),
+        app.phases().shutdown.clone(),
     ));
     tokio::spawn(
         scanner::Scanner {

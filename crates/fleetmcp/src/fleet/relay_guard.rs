@@ -21,7 +21,7 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 
-use super::relay_auth::{RELAYED_BY_NAME, Refusal, Verifier, is_relayed};
+use super::relay_auth::{RELAYED_BY_NAME, Unverified, Verifier, is_relayed};
 use crate::transport::{PeerAddr, RELAYED_PEER_HEADER};
 
 /// What the layer needs.
@@ -96,8 +96,8 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             }
             next.run(Request::from_parts(parts, Body::from(body))).await
         }
-        Err(refusal) => {
-            let why = refusal.why();
+        Err(unverified) => {
+            let why = unverified.why();
             tracing::warn!(
                 source = %source,
                 method = %parts.method,
@@ -108,7 +108,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             // request that was on its way while this instance restarted (the fault soak saw
             // it): either way it does not run, and a client whose request it was retries
             // (signed anew), so it gets the documented 503, not a 403.
-            let status = if matches!(refusal, Refusal::Overloaded | Refusal::BeforeStart) {
+            let status = if matches!(unverified, Unverified::Overloaded | Unverified::BeforeStart) {
                 StatusCode::SERVICE_UNAVAILABLE
             } else {
                 StatusCode::FORBIDDEN

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{LimitKey, Refusal, Rule, Slot, Which, gcra_params};
+use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
 
 /// Past this many remembered arrival times, those in the past (keys back to a full burst)
 /// are forgotten, so memory follows the keys active within a window.
@@ -59,10 +59,10 @@ impl MemoryLimits {
         let now = self.epoch.0.elapsed().as_micros() as u64;
         let mut tats = self.tats.lock();
         let mut next = Vec::with_capacity(rules.len());
-        let mut worst: Option<(u64, &Which)> = None;
+        let mut worst: Option<(u64, &Exceeded)> = None;
         for rule in rules {
             let (interval, tolerance) = gcra_params(&rule.rate);
-            let id = (key.clone(), rule.scope.clone());
+            let id = (key.clone(), rule.key_suffix.clone());
             let tat = tats.map.get(&id).copied().unwrap_or(now).max(now);
             let new_tat = tat + interval;
             let allow_at = new_tat.saturating_sub(tolerance);
@@ -86,7 +86,7 @@ impl MemoryLimits {
                 let n = inflight.entry(key.clone()).or_insert(0);
                 if *n >= max {
                     return Err(Refusal::Over {
-                        which: Which::InflightPerKey(max),
+                        which: Exceeded::InflightPerKey(max),
                         retry_after: Duration::from_secs(1),
                     });
                 }
@@ -137,8 +137,8 @@ mod tests {
             burst,
         };
         Rule {
-            which: Which::Rate(rate),
-            scope: "rate".into(),
+            which: Exceeded::Rate(rate),
+            key_suffix: "rate".into(),
             rate,
         }
     }
@@ -170,7 +170,7 @@ mod tests {
         let key = LimitKey::principal("alice");
         let global = rule(10, 60_000, None);
         let tool = Rule {
-            scope: "tool:search".into(),
+            key_suffix: "tool:search".into(),
             ..rule(1, 60_000, None)
         };
         let both = [global.clone(), tool];
@@ -195,7 +195,7 @@ mod tests {
         assert!(matches!(
             m.admit(&key, &[], Some(2)),
             Err(Refusal::Over {
-                which: Which::InflightPerKey(2),
+                which: Exceeded::InflightPerKey(2),
                 ..
             })
         ));

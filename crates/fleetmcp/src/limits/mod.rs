@@ -80,9 +80,9 @@ impl LimitKey {
     }
 }
 
-/// Which limit refused a request.
+/// The limit a request exceeded, with its configured value (for the error's `data`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Which {
+pub enum Exceeded {
     /// `limits.rate`.
     Rate(RateLimit),
     /// `limits.tools.<name>`.
@@ -97,12 +97,15 @@ pub enum Which {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// Over a limit: retry after this long.
-    Over { which: Which, retry_after: Duration },
+    Over {
+        which: Exceeded,
+        retry_after: Duration,
+    },
     /// The shared counters did not answer and `limits.on_store_error` is `closed`.
     StoreUnavailable,
 }
 
-impl Which {
+impl Exceeded {
     /// What the JSON-RPC error's `data` says about the limit.
     pub fn describe(&self) -> Value {
         let rate = |r: &RateLimit| json!({"requests": r.requests, "windowMs": r.window_ms, "burst": r.burst()});
@@ -159,9 +162,9 @@ const SESSION_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// One rule a check applies: its name for refusals, and its rate.
 #[derive(Clone)]
 struct Rule {
-    which: Which,
+    which: Exceeded,
     /// The key suffix it is counted under.
-    scope: String,
+    key_suffix: String,
     rate: RateLimit,
 }
 
@@ -238,7 +241,7 @@ impl Limits {
             return Ok(SessionPlace::none());
         }
         let over = || Refusal::Over {
-            which: Which::SessionsPerKey(max),
+            which: Exceeded::SessionsPerKey(max),
             retry_after: SESSION_RETRY_AFTER,
         };
         match &self.store {
@@ -293,8 +296,8 @@ impl Limits {
         let mut rules = Vec::with_capacity(2);
         if let Some(rate) = self.cfg.rate {
             rules.push(Rule {
-                which: Which::Rate(rate),
-                scope: "rate".into(),
+                which: Exceeded::Rate(rate),
+                key_suffix: "rate".into(),
                 rate,
             });
         }
@@ -302,8 +305,8 @@ impl Limits {
             && let Some(rate) = self.cfg.tools.get(name)
         {
             rules.push(Rule {
-                which: Which::Tool(name.to_string(), *rate),
-                scope: format!("tool:{name}"),
+                which: Exceeded::Tool(name.to_string(), *rate),
+                key_suffix: format!("tool:{name}"),
                 rate: *rate,
             });
         }

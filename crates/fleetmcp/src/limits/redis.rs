@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::{LimitKey, Refusal, Rule, Slot, Which, gcra_params};
+use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
 use crate::config::LimitsConfig;
 use crate::redis_conn::{CommandError, RedisConn};
 
@@ -188,7 +188,7 @@ impl RedisLimits {
         inv.arg(rules.len());
         for rule in rules {
             let (interval, tolerance) = gcra_params(&rule.rate);
-            inv.key(format!("{base}{}", rule.scope))
+            inv.key(format!("{base}{}", rule.key_suffix))
                 .arg(interval)
                 .arg(tolerance);
         }
@@ -239,7 +239,7 @@ impl RedisLimits {
                 })
             }
             _ => Err(Refusal::Over {
-                which: Which::InflightPerKey(place.map_or(0, |p| p.2)),
+                which: Exceeded::InflightPerKey(place.map_or(0, |p| p.2)),
                 retry_after: Duration::from_secs(1),
             }),
         })

@@ -20,6 +20,11 @@ pub use rmcp::model;
 pub use rmcp::model::{ErrorCode, ErrorData};
 pub use version::{ProtocolVersion, STATELESS_VERSIONS};
 
+/// The answer to a request: its result, already serialised, or its error. What a method's
+/// handler returns (`dispatch`) and what an upstream server answered (`upstream`), before the
+/// envelope that echoes the request's id is written around it.
+pub type Reply = Result<Box<serde_json::value::RawValue>, ErrorData>;
+
 /// JSON-RPC error helpers with the messages this server uses everywhere.
 pub mod errors {
     use super::{ErrorCode, ErrorData};

@@ -345,7 +345,7 @@ impl Server {
         if let Some(store) = &self.redis_tasks {
             // Before the routes exist, so a cancel sent through another instance for a task
             // started here is never missed for want of a subscription.
-            let signals = store.listen_cancels(app.shutdown().clone()).await;
+            let signals = store.listen_cancels(app.phases().shutdown.clone()).await;
             let follower = app.clone();
             tokio::spawn(async move { follower.tasks().follow(signals).await });
         }
@@ -382,7 +382,7 @@ impl Server {
             router = c.layer(router);
         }
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
-        tokio::spawn(app.meters().clone().upkeep(app.shutdown().clone()));
+        tokio::spawn(app.meters().clone().upkeep(app.phases().shutdown.clone()));
         Ok(Running {
             app,
             router,
@@ -496,11 +496,7 @@ impl Running {
         let grace = Duration::from_millis(http.shutdown_grace_ms);
         let drain = app.config().drain_delay();
         let limits = listener::ConnectionBounds::from_config(http, self.connections.clone());
-        let phases = crate::app::Phases {
-            draining: app.draining().clone(),
-            closing: app.closing().clone(),
-            shutdown: app.shutdown().clone(),
-        };
+        let phases = app.phases().clone();
         let began = Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
         // The operator's drain request (distributed mode) stops the server as `stop` does.
         let requested = self.fleet.as_ref().map(|c| c.drain_requested());
@@ -526,7 +522,7 @@ impl Running {
                     drain.as_millis(),
                     grace.as_millis()
                 );
-                app.draining().cancel();
+                app.phases().draining.cancel();
                 if let Some(c) = &fleet {
                     c.withdraw().await;
                 }
@@ -535,10 +531,10 @@ impl Running {
                     _ = tokio::time::sleep_until(t0 + drain) => {}
                     _ = cut => tracing::info!("second signal: ending the drain delay now"),
                     // Stopped some other way meanwhile (`Running::stop` by an embedder).
-                    _ = app.closing().cancelled() => {}
+                    _ = app.phases().closing.cancelled() => {}
                 }
                 tracing::info!("drain delay over: closing");
-                app.closing().cancel();
+                app.phases().closing.cancel();
             })
         };
         let drained = listener::serve(listener, self.router(), limits, phases, grace).await;
@@ -559,7 +555,7 @@ impl Running {
     /// background work stops, and in distributed mode the heartbeat is deleted. (Serving with
     /// [`Running::serve_on`] stops gracefully first.)
     pub async fn stop(self) {
-        self.app.shutdown().cancel();
+        self.app.phases().shutdown.cancel();
         self.sweeper.abort();
         if let Some(c) = &self.fleet {
             c.stop().await;

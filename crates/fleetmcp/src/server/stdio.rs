@@ -25,7 +25,7 @@ impl Server {
                     .into(),
             );
         }
-        tokio::spawn(app.meters().clone().upkeep(app.shutdown().clone()));
+        tokio::spawn(app.meters().clone().upkeep(app.phases().shutdown.clone()));
         let cat = app.catalog();
         tracing::info!(
             server = %app.info().name,
@@ -41,7 +41,7 @@ impl Server {
             shutdown_signal().await
         })
         .await;
-        app.shutdown().cancel();
+        app.phases().shutdown.cancel();
         tracing::info!("stopped");
         Ok(())
     }

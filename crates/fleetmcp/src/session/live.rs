@@ -97,21 +97,13 @@ const UNCONFIRMED: u8 = 0;
 const CHECKING: u8 = 1;
 const CONFIRMED: u8 = 2;
 
-/// A session held by this instance.
-pub struct Session {
-    pub id: Arc<str>,
-    pub version: ProtocolVersion,
-    client: ClientData,
-    log_level: AtomicU8,
+/// What a holder knows of a session's stored record, read by every request's check
+/// (`lifecycle/stored.rs`): whether it exists, when it was last refreshed, the epoch it is held
+/// under, and whether (and in which lease term) the store confirmed it.
+struct RecordState {
     /// Whether the session store holds a record of it (false when it was created while the
     /// store was unreachable).
     persisted: AtomicBool,
-    /// Whether the client sent anything after its `initialize`: until then a 2024-11-05
-    /// client may send `initialize` again (its answer may have been lost to a `503` from a
-    /// relay that gave up), and is answered again.
-    heard: AtomicBool,
-    /// Milliseconds since the registry's epoch; read by the idle sweeper.
-    last_used: AtomicU64,
     /// When the stored record was last refreshed (see [`now_ms`]).
     last_touch: AtomicU64,
     /// The epoch this instance holds the session under (see `SessionRecord::epoch`).
@@ -123,8 +115,32 @@ pub struct Session {
     /// ([`CONFIRMED`]), a check is running whose answer may confirm it ([`CHECKING`]), or
     /// neither: the next request checks.
     confirm: AtomicU8,
-    next_stream: AtomicU64,
-    next_client_request: AtomicU64,
+}
+
+/// The ids a session hands out next.
+struct NextIds {
+    /// Of an SSE stream (see [`first_stream_id`]).
+    stream: AtomicU64,
+    /// Of a request to the client.
+    client_request: AtomicU64,
+}
+
+/// A session held by this instance.
+pub struct Session {
+    pub id: Arc<str>,
+    pub version: ProtocolVersion,
+    client: ClientData,
+    log_level: AtomicU8,
+    /// Whether the client sent anything after its `initialize`: until then a 2024-11-05
+    /// client may send `initialize` again (its answer may have been lost to a `503` from a
+    /// relay that gave up), and is answered again.
+    heard: AtomicBool,
+    /// Milliseconds since the registry's epoch; read by the idle sweeper.
+    last_used: AtomicU64,
+    /// What this instance knows of the session's stored record.
+    record: RecordState,
+    /// The next SSE stream id and the next id of a request to the client.
+    next_ids: NextIds,
     /// Requests from the client still running, for `notifications/cancelled` and the
     /// session's end: in place for one at a time, no table kept while idle ([`Running`]).
     inflight: Mutex<Running>,
@@ -170,15 +186,19 @@ impl Session {
             version,
             client: ClientData::new(&client_info, &client_capabilities),
             log_level: AtomicU8::new(LogLevel::Info as u8),
-            persisted: AtomicBool::new(false),
             heard: AtomicBool::new(false),
             last_used: AtomicU64::new(0),
-            last_touch: AtomicU64::new(now_ms()),
-            epoch: AtomicU64::new(0),
-            confirmed_term: AtomicU32::new(u32::MAX),
-            confirm: AtomicU8::new(UNCONFIRMED),
-            next_stream: AtomicU64::new(first_stream_id()),
-            next_client_request: AtomicU64::new(1),
+            record: RecordState {
+                persisted: AtomicBool::new(false),
+                last_touch: AtomicU64::new(now_ms()),
+                epoch: AtomicU64::new(0),
+                confirmed_term: AtomicU32::new(u32::MAX),
+                confirm: AtomicU8::new(UNCONFIRMED),
+            },
+            next_ids: NextIds {
+                stream: AtomicU64::new(first_stream_id()),
+                client_request: AtomicU64::new(1),
+            },
             inflight: Mutex::new(Running::default()),
             pending: Mutex::new(None),
             subscriptions: Mutex::new(Subscriptions::default()),
@@ -243,7 +263,7 @@ impl Session {
         self.log_level.store(level as u8, Ordering::Relaxed);
     }
     pub(crate) fn mark_persisted(&self) {
-        self.persisted.store(true, Ordering::Relaxed);
+        self.record.persisted.store(true, Ordering::Relaxed);
     }
     /// Notes that the client sent something after its `initialize` (see [`Session::was_heard`]).
     pub(crate) fn mark_heard(&self) {
@@ -257,54 +277,58 @@ impl Session {
         self.heard.load(Ordering::Relaxed)
     }
     pub(crate) fn is_persisted(&self) -> bool {
-        self.persisted.load(Ordering::Relaxed)
+        self.record.persisted.load(Ordering::Relaxed)
     }
     /// Whether the store confirmed the record and tracks it: requests need not check it.
     pub(crate) fn is_confirmed(&self) -> bool {
-        self.confirm.load(Ordering::Acquire) == CONFIRMED
+        self.record.confirm.load(Ordering::Acquire) == CONFIRMED
     }
     /// A check starts: its answer confirms the record only if no change was reported meanwhile.
     pub(crate) fn begin_confirm(&self) {
-        self.confirm.store(CHECKING, Ordering::Release);
+        self.record.confirm.store(CHECKING, Ordering::Release);
     }
     /// The check found the record held and tracked.
     pub(crate) fn finish_confirm(&self) {
-        let _ =
-            self.confirm
-                .compare_exchange(CHECKING, CONFIRMED, Ordering::AcqRel, Ordering::Acquire);
+        let _ = self.record.confirm.compare_exchange(
+            CHECKING,
+            CONFIRMED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
     /// The record changed, or may have: the next request checks it.
     pub(crate) fn unconfirm(&self) {
-        self.confirm.store(UNCONFIRMED, Ordering::Release);
+        self.record.confirm.store(UNCONFIRMED, Ordering::Release);
     }
     /// Whether the stored record is due for a refresh (see [`Session::due_for_touch`]), without
     /// marking it refreshed.
     pub(crate) fn refresh_due(&self, every_ms: u64) -> bool {
         let now = now_ms();
-        now.saturating_sub(self.last_touch.load(Ordering::Relaxed)) >= every_ms
+        now.saturating_sub(self.record.last_touch.load(Ordering::Relaxed)) >= every_ms
     }
     /// The epoch this instance holds the session under.
     pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Relaxed)
+        self.record.epoch.load(Ordering::Relaxed)
     }
     pub(crate) fn set_epoch(&self, epoch: u64) {
-        self.epoch.store(epoch, Ordering::Relaxed);
+        self.record.epoch.store(epoch, Ordering::Relaxed);
     }
     /// Notes that the store confirmed this instance holds the session, in lease term `term`.
     pub(crate) fn confirmed_in(&self, term: u32) {
-        self.confirmed_term.store(term, Ordering::Release);
+        self.record.confirmed_term.store(term, Ordering::Release);
     }
     /// Whether the store last confirmed the session in lease term `term`.
     pub(crate) fn was_confirmed_in(&self, term: u32) -> bool {
-        self.confirmed_term.load(Ordering::Acquire) == term
+        self.record.confirmed_term.load(Ordering::Acquire) == term
     }
     /// Whether the stored record is due for a refresh (at most once per `every_ms`); marks
     /// it refreshed when it is.
     pub(crate) fn due_for_touch(&self, every_ms: u64) -> bool {
         let now = now_ms();
-        let last = self.last_touch.load(Ordering::Relaxed);
+        let last = self.record.last_touch.load(Ordering::Relaxed);
         now.saturating_sub(last) >= every_ms
             && self
+                .record
                 .last_touch
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
@@ -339,7 +363,7 @@ impl Session {
 
     /// A fresh stream id for a POST answered as SSE.
     pub(crate) fn next_stream_id(&self) -> u64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed)
+        self.next_ids.stream.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`, ...).
@@ -405,7 +429,7 @@ impl Session {
 
     /// Registers a request to the client and returns its id and the receiver of the answer.
     pub(crate) fn expect_client_reply(&self) -> (String, oneshot::Receiver<ClientReply>) {
-        let n = self.next_client_request.fetch_add(1, Ordering::Relaxed);
+        let n = self.next_ids.client_request.fetch_add(1, Ordering::Relaxed);
         let id = format!("fleetmcp-{n}");
         let (tx, rx) = oneshot::channel();
         self.pending

@@ -31,4 +31,4 @@ pub(crate) use live::SubscribeRefusal;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Held};
+pub use store::{Fence, Hold};

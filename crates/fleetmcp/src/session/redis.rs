@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::store::{
-    Checked, Claim, Fence, Held, Invalidation, SessionRecord, SessionStore, StoreError,
+    Checked, Claim, Fence, Hold, Invalidation, SessionRecord, SessionStore, StoreError,
 };
 use super::tracking::Tracker;
 use crate::clock::unix_ms;
@@ -615,13 +615,13 @@ impl SessionStore for RedisSessionStore {
                 tracing::debug!(error = %e, "a refreshed session's index entry was not written");
             }
         }
-        let held = match answer {
-            (1, ..) => Held::Mine,
-            (2, node_id, epoch) => Held::Lost { node_id, epoch },
-            _ => Held::Gone,
+        let hold = match answer {
+            (1, ..) => Hold::Mine,
+            (2, node_id, epoch) => Hold::Lost { node_id, epoch },
+            _ => Hold::Gone,
         };
         Ok(Checked {
-            held,
+            hold,
             tracked: is_tracked,
         })
     }

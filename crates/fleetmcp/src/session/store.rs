@@ -46,9 +46,9 @@ pub struct Fence {
     pub epoch: u64,
 }
 
-/// The answer of [`SessionStore::check`]: whether a holder still holds a session.
+/// Whether a holder's hold on a session stands: the heart of [`SessionStore::check`]'s answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Held {
+pub enum Hold {
     /// The record names this holder and epoch.
     Mine,
     /// The record names another holder, or a later epoch: the session was claimed.
@@ -57,10 +57,24 @@ pub enum Held {
     Gone,
 }
 
+impl Hold {
+    /// Whether stored `record` is still held under `fence` (any holder's, without one).
+    fn of(record: &SessionRecord, fence: Option<&Fence>) -> Self {
+        if fence.is_none_or(|f| record.node_id == f.node_id && record.epoch == f.epoch) {
+            Hold::Mine
+        } else {
+            Hold::Lost {
+                node_id: record.node_id.clone(),
+                epoch: record.epoch,
+            }
+        }
+    }
+}
+
 /// The answer of [`SessionStore::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
-    pub held: Held,
+    pub hold: Hold,
     /// Whether the store will report a later change of this record (an [`Invalidation`]): until
     /// then the instance may serve the session without asking again.
     pub tracked: bool,
@@ -143,21 +157,15 @@ pub trait SessionStore: Send + Sync + 'static {
         fence: Option<&Fence>,
         refresh: bool,
     ) -> Result<Checked, StoreError> {
-        let held = match self.get(id).await? {
-            None => Held::Gone,
-            Some(r) if fence.is_none_or(|f| r.node_id == f.node_id && r.epoch == f.epoch) => {
-                if refresh {
-                    self.touch(id).await?;
-                }
-                Held::Mine
-            }
-            Some(r) => Held::Lost {
-                node_id: r.node_id,
-                epoch: r.epoch,
-            },
+        let hold = match self.get(id).await? {
+            None => Hold::Gone,
+            Some(r) => Hold::of(&r, fence),
         };
+        if refresh && hold == Hold::Mine {
+            self.touch(id).await?;
+        }
         Ok(Checked {
-            held,
+            hold,
             tracked: false,
         })
     }
@@ -311,24 +319,19 @@ impl SessionStore for MemorySessionStore {
     ) -> Result<Checked, StoreError> {
         let now = Instant::now();
         let mut map = self.records.lock();
-        let held = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
-            None => Held::Gone,
-            Some((r, _)) if fence.is_some_and(|f| r.node_id != f.node_id || r.epoch != f.epoch) => {
-                Held::Lost {
-                    node_id: r.node_id.clone(),
-                    epoch: r.epoch,
-                }
-            }
-            Some((_, exp)) => {
-                if refresh {
+        let hold = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
+            None => Hold::Gone,
+            Some((r, exp)) => {
+                let hold = Hold::of(r, fence);
+                if refresh && hold == Hold::Mine {
                     *exp = now + self.ttl;
                 }
-                Held::Mine
+                hold
             }
         };
         drop(map);
         Ok(Checked {
-            held,
+            hold,
             tracked: !self.watchers.lock().is_empty(),
         })
     }
@@ -388,9 +391,9 @@ mod tests {
         };
         let check = |id: &'static str| {
             let (store, held) = (&store, held.clone());
-            async move { store.check(id, Some(&held), true).await.unwrap().held }
+            async move { store.check(id, Some(&held), true).await.unwrap().hold }
         };
-        assert_eq!(check("a").await, Held::Mine);
+        assert_eq!(check("a").await, Hold::Mine);
         assert_eq!(store.claim(&record("a"), "m").await.unwrap(), Claim::Won(2));
         // A second claim from what was read before the first one loses.
         assert_eq!(
@@ -402,17 +405,17 @@ mod tests {
         );
         assert_eq!(
             check("a").await,
-            Held::Lost {
+            Hold::Lost {
                 node_id: "m".into(),
                 epoch: 2
             }
         );
         assert_eq!(store.claim(&record("b"), "m").await.unwrap(), Claim::Gone);
-        assert_eq!(check("b").await, Held::Gone);
+        assert_eq!(check("b").await, Hold::Gone);
         // Without a fence, only existence counts.
         assert_eq!(
-            store.check("a", None, false).await.unwrap().held,
-            Held::Mine
+            store.check("a", None, false).await.unwrap().hold,
+            Hold::Mine
         );
     }
 

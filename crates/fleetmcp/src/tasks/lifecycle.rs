@@ -33,9 +33,9 @@ pub(crate) struct RunningTask {
 /// How often clients should poll a task.
 const POLL_INTERVAL_MS: u64 = 500;
 
-/// This instance in a shared store: what it stamps on the tasks it runs, and how it tells
-/// whether another task's executor is gone.
-struct Fleet {
+/// This instance among those sharing the store: what it stamps on the tasks it runs, and how
+/// it tells whether another task's executor is gone.
+struct Shared {
     node: String,
     liveness: Option<Arc<dyn ProcessLiveness>>,
 }
@@ -50,7 +50,7 @@ pub(crate) struct Tasks {
     /// Largest record a finished task may leave (`tasks.max_result_bytes`).
     max_result_bytes: usize,
     /// Set when the store is shared with other instances.
-    fleet: Option<Fleet>,
+    shared: Option<Shared>,
 }
 
 impl Tasks {
@@ -60,7 +60,7 @@ impl Tasks {
             running: Mutex::new(HashMap::new()),
             ttl_ms: cfg.ttl_ms,
             max_result_bytes: cfg.max_result_bytes,
-            fleet: None,
+            shared: None,
         }
     }
 
@@ -68,7 +68,7 @@ impl Tasks {
     /// executor, and `liveness` (when the fleet provides it) tells when another task's
     /// executor is gone.
     pub fn shared(mut self, node: &str, liveness: Option<Arc<dyn ProcessLiveness>>) -> Self {
-        self.fleet = Some(Fleet {
+        self.shared = Some(Shared {
             node: node.to_string(),
             liveness,
         });
@@ -111,7 +111,7 @@ impl Tasks {
             error: None,
             input_requests: Map::new(),
             owner: owner.clone(),
-            executor: self.fleet.as_ref().map(|f| Executor {
+            executor: self.shared.as_ref().map(|f| Executor {
                 node_id: f.node.clone(),
                 spawned_at: crate::clock::unix_ms(),
             }),
@@ -333,19 +333,19 @@ impl Tasks {
         record: &TaskRecord,
         known: &mut HashMap<(String, u64), bool>,
     ) -> bool {
-        let (Some(fleet), Some(ex)) = (&self.fleet, &record.executor) else {
+        let (Some(shared), Some(ex)) = (&self.shared, &record.executor) else {
             return false;
         };
         if record.status.is_terminal() {
             return false;
         }
-        if ex.node_id == fleet.node {
+        if ex.node_id == shared.node {
             // Our machine id: a task runs here from before its record exists until after its
             // end is written, so one not running here was left by a previous process under
             // this id, or ended without its end being recorded (Redis failed then).
             return !self.running.lock().contains_key(&record.task_id);
         }
-        let Some(liveness) = &fleet.liveness else {
+        let Some(liveness) = &shared.liveness else {
             return false;
         };
         let key = (ex.node_id.clone(), ex.spawned_at);
@@ -432,7 +432,7 @@ impl Tasks {
             Err(_) if here.is_some() => return Ok(r),
             Err(e) => return Err(e),
         }
-        if self.fleet.is_none() {
+        if self.shared.is_none() {
             return Ok(r);
         }
         if here.is_none() {
@@ -458,7 +458,7 @@ impl Tasks {
         answers: Map<String, Value>,
     ) -> Result<(), ErrorData> {
         let Some(running) = self.running(&r.task_id) else {
-            if self.fleet.is_some() && !r.status.is_terminal() {
+            if self.shared.is_some() && !r.status.is_terminal() {
                 return self
                     .store
                     .signal_answers(&r.task_id, &answers)

@@ -1,9 +1,9 @@
-//! The request scope: what the layers serving one HTTP request learn about it (its MCP method
-//! and era, known only once the body is parsed, deep inside transport) and its trace context,
-//! kept in a task-local so no signature carries them and no label is allocated per request.
-//! The request's outer layer opens the scope ([`Scope::run`]) and reads the labels when the
-//! answer's head is ready; code running outside a scope (a spawned task, a unit test) notes
-//! nothing and reads nothing.
+//! What is request-local: what the layers serving one HTTP request learn about it (its MCP
+//! method and era, known only once the body is parsed, deep inside transport) and its trace
+//! context, kept in a task-local so no signature carries them and no label is allocated per
+//! request. The request's outer layer runs the request in it ([`RequestLocal::run`]) and reads
+//! the labels when the answer's head is ready; code running outside a request (a spawned task,
+//! a unit test) notes nothing and reads nothing.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -149,12 +149,12 @@ tokio::task_local! {
     static REQUEST: State;
 }
 
-/// One request's scope.
-pub struct Scope;
+/// One request's request-local state (its labels and trace context).
+pub struct RequestLocal;
 
-impl Scope {
-    /// Runs `serve` in a scope that starts with `labels` and `trace`; returns its output and
-    /// the labels noted meanwhile.
+impl RequestLocal {
+    /// Runs `serve` with request-local state that starts with `labels` and `trace`; returns
+    /// its output and the labels noted meanwhile.
     pub async fn run<F: Future>(
         labels: Labels,
         trace: TraceContext,
@@ -195,7 +195,7 @@ pub fn note_era(era: Era) {
     });
 }
 
-/// The request's trace context, inside a scope.
+/// The request's trace context, inside a request.
 pub fn trace() -> Option<TraceContext> {
     REQUEST.try_with(|s| s.trace).ok()
 }
@@ -219,26 +219,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn notes_reach_the_scope_and_a_batch_keeps_its_label() {
+    async fn notes_reach_the_request_and_a_batch_keeps_its_label() {
         let start = Labels {
             method: Method::UNPARSED,
             era: Era::Unknown,
         };
         let trace = TraceContext::new_trace();
-        let ((), l) = Scope::run(start, trace, async {
+        let ((), l) = RequestLocal::run(start, trace, async {
             note_era(Era::Session);
             note_method(Method::of("tools/call"));
             assert_eq!(super::trace(), Some(trace));
         })
         .await;
         assert_eq!((l.method.as_str(), l.era), ("tools/call", Era::Session));
-        let ((), l) = Scope::run(start, trace, async {
+        let ((), l) = RequestLocal::run(start, trace, async {
             note_method(Method::BATCH);
             note_method(Method::of("ping"));
         })
         .await;
         assert_eq!(l.method, Method::BATCH);
-        // Outside a scope, nothing is noted and nothing fails.
+        // Outside a request, nothing is noted and nothing fails.
         note_method(Method::of("ping"));
         assert_eq!(super::trace(), None);
     }

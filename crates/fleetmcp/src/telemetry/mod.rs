@@ -1,6 +1,6 @@
 //! What an operator sees of a running server: metrics ([`meters`], rendered on `/metrics`),
-//! the request scope that labels them and carries the W3C trace context ([`scope`],
-//! [`trace_context`]), how logs are written ([`logs`]) and, with the feature `otlp`, spans
+//! what is request-local: the labels they are counted under and the W3C trace context
+//! ([`labels`], [`trace_context`]), how logs are written ([`logs`]) and, with the feature `otlp`, spans
 //! exported ([`otlp`]).
 //!
 //! Architecture invariant: layer 0; imports nothing of HTTP, sessions or Redis. The layers

@@ -9,7 +9,8 @@
 //! | no token, or one that does not verify | `401`, `WWW-Authenticate: Bearer resource_metadata="…"` (with `error="invalid_token"` for a bad one, and the scopes to ask for), JSON-RPC `-32001` `Unauthorized: …` |
 //! | a token without `auth.required_scopes`, or without the scope the tool, resource or prompt declares | `403`, `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, JSON-RPC `-32001` `Forbidden: …` |
 //!
-//! The JSON-RPC id of the request is echoed when the body is a single message.
+//! The JSON-RPC id of the request is echoed when the body is a single message (and was sent:
+//! not to a client waiting on `Expect: 100-continue`).
 
 use std::sync::Arc;
 
@@ -142,18 +143,26 @@ fn challenge(res: &mut Response, value: &str) {
 }
 
 /// The id of a refused POST's single JSON-RPC message, read (within `http.max_body_bytes`)
-/// only to echo it in the refusal.
+/// only to echo it in the refusal. A client that sent `Expect: 100-continue` waits to be told
+/// to send its body: the refusal is its answer at once, without the body and so without an id
+/// (reading the body would make the server ask for it).
 async fn request_id(app: &App, req: Request) -> Option<Box<RawValue>> {
     #[derive(Deserialize)]
     struct Id {
         id: Option<Box<RawValue>>,
     }
-    if req.method() != Method::POST {
+    if req.method() != Method::POST || expects_continue(req.headers()) {
         return None;
     }
     let limit = app.config().http.max_body_bytes;
     let body = axum::body::to_bytes(req.into_body(), limit).await.ok()?;
     serde_json::from_slice::<Id>(&body).ok()?.id
+}
+
+fn expects_continue(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]`: the Protected Resource Metadata;

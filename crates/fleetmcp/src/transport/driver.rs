@@ -33,7 +33,7 @@ use crate::auth::Principal;
 use crate::config::RateLimit;
 use crate::context::{CallKeyParts, Caller, Outbound, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
-use crate::limits::{LimitKey, Refusal, Slot, Which};
+use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, labels};
@@ -128,9 +128,9 @@ impl Refused {
         match refusal {
             Refusal::Over { which, retry_after } => {
                 let policy = match &which {
-                    Which::Rate(r) => Some(("rate", *r)),
-                    Which::Tool(_, r) => Some(("toolRate", *r)),
-                    Which::InflightPerKey(_) | Which::SessionsPerKey(_) => None,
+                    Exceeded::Rate(r) => Some(("rate", *r)),
+                    Exceeded::Tool(_, r) => Some(("toolRate", *r)),
+                    Exceeded::InflightPerKey(_) | Exceeded::SessionsPerKey(_) => None,
                 };
                 Self {
                     policy,
@@ -172,10 +172,10 @@ impl Refused {
 fn count_refusal(app: &App, refusal: &Refusal) {
     let limit = match refusal {
         Refusal::Over { which, .. } => match which {
-            Which::Rate(_) => Limit::Rate,
-            Which::Tool(..) => Limit::ToolRate,
-            Which::InflightPerKey(_) => Limit::InflightPerKey,
-            Which::SessionsPerKey(_) => Limit::SessionsPerKey,
+            Exceeded::Rate(_) => Limit::Rate,
+            Exceeded::Tool(..) => Limit::ToolRate,
+            Exceeded::InflightPerKey(_) => Limit::InflightPerKey,
+            Exceeded::SessionsPerKey(_) => Limit::SessionsPerKey,
         },
         Refusal::StoreUnavailable => Limit::CountersUnavailable,
     };
@@ -316,7 +316,7 @@ fn in_flight(
     method: &str,
 ) -> Result<(CancellationToken, Option<Tracked>), Refused> {
     let Caller::Session(s) = caller else {
-        return Ok((app.shutdown().child_token(), None));
+        return Ok((app.phases().shutdown.child_token(), None));
     };
     let max = app.config().limits.max_inflight_per_session;
     match s.track_request(id, max) {

@@ -28,10 +28,10 @@ use http::{HeaderMap, Method, StatusCode};
 use serde::Deserialize;
 
 use super::client_key::Client;
-use super::locate::{self, Asker, Located, Unserved};
+use super::locate::{self, Asker, Located};
 use super::{Endpoint, authorize, batch, checks, era, respond};
 use crate::protocol::errors;
-use crate::session::Session;
+use crate::session::{Missing, Session};
 use crate::telemetry::labels::{self, Era};
 
 impl FromRequestParts<Arc<Endpoint>> for Client {
@@ -87,7 +87,7 @@ impl FromRequest<Arc<Endpoint>> for Located {
         // The relay seam considers session-era requests by their headers alone (the hot path).
         if !era::is_session_request(&parts.headers) {
             return Ok(Located {
-                session: Err(Unserved::NoSession),
+                session: Err(Missing::NoId),
                 headers: parts.headers,
                 body,
             });
@@ -136,7 +136,7 @@ impl FromRequest<Arc<Endpoint>> for Held {
 /// ([`locate::pinned`]).
 pub(super) struct Pinned {
     pub sid: String,
-    pub session: Result<Arc<Session>, Unserved>,
+    pub session: Result<Arc<Session>, Missing>,
     pub body: Bytes,
 }
 

@@ -177,25 +177,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    use crate::testing::prop_config as config;
-
-    fn version_header() -> impl Strategy<Value = Option<Vec<u8>>> {
-        prop_oneof![
-            Just(None),
-            prop::sample::select(vec![
-                "2024-11-05",
-                "2025-03-26",
-                "2025-06-18",
-                "2025-11-25",
-                "2026-07-28",
-                " 2025-03-26\t",
-                "2025-11-26",
-                ""
-            ])
-            .prop_map(|v| Some(v.as_bytes().to_vec())),
-            prop::collection::vec(prop_oneof![0x20u8..=0x7e, 0x80u8..=0xff], 0..14).prop_map(Some),
-        ]
-    }
+    use crate::testing::{prop_config as config, version_header};
 
     proptest! {
         #![proptest_config(config(1000))]

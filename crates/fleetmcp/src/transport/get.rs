@@ -28,7 +28,7 @@ pub(super) async fn handle(
     // the client then resumes with `Last-Event-ID` on another instance, from the shared event
     // store, and the stop does not wait on open streams.
     let stop = session.leaving().child_token();
-    let closing = app.closing().clone();
+    let closing = app.phases().closing.clone();
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match events.resolve(&session.id, last).await {
             Some((stream, cursor)) => {

@@ -63,7 +63,7 @@ pub(super) async fn readyz(State(ep): EndpointState) -> Response {
 pub(super) async fn evaluate(ep: &super::Endpoint) -> (bool, Value) {
     let app = &ep.app;
     let started = Instant::now();
-    if app.draining().is_cancelled() {
+    if app.phases().draining.is_cancelled() {
         // A stopping instance is not ready whatever its probes say, and says so at once: the
         // load balancer is to send it nothing new while it finishes what it has.
         let probes = json!({"shutdown": {

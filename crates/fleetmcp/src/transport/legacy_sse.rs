@@ -26,7 +26,7 @@ use serde_json::value::RawValue;
 use super::client_key::Client;
 use super::driver::{self, Started};
 use super::edge::Pinned;
-use super::locate::{self, Unserved};
+use super::locate;
 use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
@@ -69,7 +69,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
     // Ends when a graceful stop stops accepting connections (the client opens `/sse` again,
     // elsewhere: this transport's sessions cannot move).
-    let stop = app.closing().child_token();
+    let stop = app.phases().closing.child_token();
     let events = app
         .events()
         .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());
@@ -140,11 +140,7 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
         // Held here, but the store cannot say so right now (or this instance is full): the
         // session is not gone, so the answer is the session era's `503`, not a `404` that
         // would make the client drop a stream that is still open.
-        Err(
-            why @ Unserved::Missing(
-                Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full,
-            ),
-        ) => {
+        Err(why @ (Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full)) => {
             let rid = match &message {
                 Message::Request { id, .. } => Some(&**id),
                 _ => None,
@@ -243,7 +239,7 @@ async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
 async fn initialize(
     app: &App,
     sid: &str,
-    session: &Result<Arc<Session>, Unserved>,
+    session: &Result<Arc<Session>, Missing>,
     rid: &RawValue,
     params: Option<&RawValue>,
     client: &Client,
@@ -271,16 +267,16 @@ async fn initialize(
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
             );
         }
-        Err(Unserved::Missing(Missing::Invalid)) => {
+        Err(Missing::Invalid) => {
             return locate::invalid_session_id(Some(rid));
         }
         // An ended session is never opened again under its old id.
-        Err(Unserved::Missing(Missing::Deleted | Missing::Expired)) => {
+        Err(Missing::Deleted | Missing::Expired) => {
             return respond::text(StatusCode::NOT_FOUND, "Session not found");
         }
         // Opened here already, but the store cannot confirm it now: refused like any other
         // message, so the retry finds the session, never a second one in its place.
-        Err(why @ Unserved::Missing(Missing::StoreUnavailable | Missing::Unconfirmed))
+        Err(why @ (Missing::StoreUnavailable | Missing::Unconfirmed))
             if app.sessions().held_session(sid).is_some() =>
         {
             return locate::refuse(*why, locate::Asker::Post, Some(rid));

@@ -242,7 +242,7 @@ pub(super) fn serve(
     );
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     // Ends with the graceful result when a stop stops accepting connections.
-    let stop = app.closing().clone();
+    let stop = app.phases().closing.clone();
     let info = app.info();
     let server_info = json!({"name": info.name, "version": info.version});
     let id_text = id.get().to_string();

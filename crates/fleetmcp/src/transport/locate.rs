@@ -33,26 +33,6 @@ use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
 
-/// Where a request is served: the sessions' [`Lookup`] as transport sees it, where a request
-/// without a session id, or naming another principal's session, is refused too.
-enum Place {
-    /// Here, by the session this instance holds.
-    Held(Arc<Session>),
-    /// By another instance (its machine id): the request goes to the relay seam as received.
-    Elsewhere(String),
-    /// Nowhere.
-    Refused(Unserved),
-}
-
-/// Why a request has no session to serve it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Unserved {
-    /// It carries no session id.
-    NoSession,
-    /// It names one that cannot be served.
-    Missing(Missing),
-}
-
 /// Which method asked: the answers for a missing or unknown session differ slightly.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Asker {
@@ -65,7 +45,7 @@ pub(super) enum Asker {
 /// session, for a reason the route answers once the request's id is known. Its headers and
 /// body are as they now are (after a hop the relay seam handed back: as relayed).
 pub(super) struct Located {
-    pub session: Result<Arc<Session>, Unserved>,
+    pub session: Result<Arc<Session>, Missing>,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -81,9 +61,9 @@ pub(super) async fn resolve(
     owner: Option<&str>,
 ) -> Result<Located, Response> {
     let (session, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
-        Place::Held(s) => (Ok(s), parts.headers, body),
-        Place::Refused(why) => (Err(why), parts.headers, body),
-        Place::Elsewhere(node) => {
+        Lookup::Held(s) => (Ok(s), parts.headers, body),
+        Lookup::Missing(why) => (Err(why), parts.headers, body),
+        Lookup::Elsewhere(node) => {
             let (session, req) =
                 relay_or_take_over(ep, &node, relay::request(parts, body), owner).await?;
             (session, req.headers, req.body)
@@ -104,7 +84,7 @@ async fn relay_or_take_over(
     holder: &str,
     req: RelayRequest,
     owner: Option<&str>,
-) -> Result<(Result<Arc<Session>, Unserved>, RelayRequest), Response> {
+) -> Result<(Result<Arc<Session>, Missing>, RelayRequest), Response> {
     let meters = ep.app.meters();
     let began = std::time::Instant::now();
     let req = match relay::forward(ep.relay(), holder, req).await {
@@ -128,15 +108,15 @@ async fn relay_or_take_over(
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
     else {
-        return Ok((Err(Unserved::NoSession), req));
+        return Ok((Err(Missing::NoId), req));
     };
     let began = std::time::Instant::now();
     let lookup = ep.app.sessions().take_over(id, holder).await;
     if matches!(lookup, Lookup::Held(_)) {
         meters.took_over(began.elapsed());
     }
-    match place(lookup, owner) {
-        Place::Elsewhere(next) => {
+    match for_caller(lookup, owner) {
+        Lookup::Elsewhere(next) => {
             let began = std::time::Instant::now();
             match relay::forward(ep.relay(), &next, req).await {
                 Relayed::Answered(res) => {
@@ -159,8 +139,8 @@ async fn relay_or_take_over(
                 }
             }
         }
-        Place::Held(s) => Ok((Ok(s), req)),
-        Place::Refused(why) => Ok((Err(why), req)),
+        Lookup::Held(s) => Ok((Ok(s), req)),
+        Lookup::Missing(why) => Ok((Err(why), req)),
     }
 }
 
@@ -173,11 +153,11 @@ pub(super) async fn pinned(
     parts: Parts,
     body: &Bytes,
     owner: Option<&str>,
-) -> Result<Result<Arc<Session>, Unserved>, Response> {
+) -> Result<Result<Arc<Session>, Missing>, Response> {
     let node = match locate_pinned(&ep.app, sid, owner).await {
-        Place::Held(s) => return Ok(Ok(s)),
-        Place::Refused(why) => return Ok(Err(why)),
-        Place::Elsewhere(node) => node,
+        Lookup::Held(s) => return Ok(Ok(s)),
+        Lookup::Missing(why) => return Ok(Err(why)),
+        Lookup::Elsewhere(node) => node,
     };
     Err(
         match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
@@ -198,39 +178,38 @@ pub(super) async fn pinned(
 
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
 /// principal has fingerprint `owner` (`None`: authorization is off).
-async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Place {
+async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Lookup {
     let Some(raw) = headers.get(SESSION_HEADER) else {
-        return Place::Refused(Unserved::NoSession);
+        return Lookup::Missing(Missing::NoId);
     };
     let id = raw.to_str().unwrap_or("");
-    place(app.sessions().find(id).await, owner)
+    for_caller(app.sessions().find(id).await, owner)
 }
 
 /// The same for a session that cannot move between instances (2024-11-05's `/message`).
-async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Place {
-    place(app.sessions().find_pinned(id).await, owner)
+async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Lookup {
+    for_caller(app.sessions().find_pinned(id).await, owner)
 }
 
-/// A held session serves only the principal that made it: anyone else is told what a stranger
-/// to the id would be (the contract's token mismatch), so ids are not confirmed to them. A
-/// session held elsewhere is checked by its holder, which gets the request's token.
-fn place(lookup: Lookup, owner: Option<&str>) -> Place {
+/// `lookup` as the caller with principal fingerprint `owner` may see it: a held session serves
+/// only the principal that made it, and anyone else is told what a stranger to the id would be
+/// (the contract's token mismatch), so ids are not confirmed to them. A session held elsewhere
+/// is checked by its holder, which gets the request's token.
+fn for_caller(lookup: Lookup, owner: Option<&str>) -> Lookup {
     match lookup {
         Lookup::Held(s) if !s.is_owned_by(owner) => {
             tracing::warn!(session_id = %crate::session::LogId(&s.id), "[TransportService] Session token mismatch during lookup");
-            Place::Refused(Unserved::Missing(Missing::Unknown))
+            Lookup::Missing(Missing::Unknown)
         }
-        Lookup::Held(s) => Place::Held(s),
-        Lookup::Elsewhere(node) => Place::Elsewhere(node),
-        Lookup::Missing(m) => Place::Refused(Unserved::Missing(m)),
+        other => other,
     }
 }
 
 /// The answer to a request whose session cannot be served here or anywhere; `id` is the
 /// JSON-RPC id, echoed in error answers.
-pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Response {
+pub(super) fn refuse(why: Missing, asker: Asker, id: Option<&RawValue>) -> Response {
     match why {
-        Unserved::NoSession => match asker {
+        Missing::NoId => match asker {
             Asker::Post => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 id,
@@ -251,16 +230,14 @@ pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Resp
                 &errors::server("No valid session ID provided"),
             ),
         },
-        Unserved::Missing(Missing::Invalid) => invalid_session_id(id),
-        Unserved::Missing(Missing::Deleted) => {
-            respond::text(StatusCode::NOT_FOUND, "Session not found")
-        }
-        Unserved::Missing(Missing::Expired) => respond::rpc_error(
+        Missing::Invalid => invalid_session_id(id),
+        Missing::Deleted => respond::text(StatusCode::NOT_FOUND, "Session not found"),
+        Missing::Expired => respond::rpc_error(
             StatusCode::NOT_FOUND,
             id,
             &ErrorData::new(ErrorCode(-32001), "session expired", None),
         ),
-        Unserved::Missing(Missing::Unknown) => match asker {
+        Missing::Unknown => match asker {
             Asker::Get => respond::text(StatusCode::NOT_FOUND, "Session not found"),
             _ => respond::rpc_error(
                 StatusCode::NOT_FOUND,
@@ -268,15 +245,15 @@ pub(super) fn refuse(why: Unserved, asker: Asker, id: Option<&RawValue>) -> Resp
                 &errors::server("session not initialized"),
             ),
         },
-        Unserved::Missing(Missing::StoreUnavailable) => {
+        Missing::StoreUnavailable => {
             respond::unavailable(id, "The session store is unavailable; retry shortly", 1)
         }
-        Unserved::Missing(Missing::Unconfirmed) => respond::unavailable(
+        Missing::Unconfirmed => respond::unavailable(
             id,
             "This instance cannot reach the session store to confirm it still serves this session; retry shortly",
             1,
         ),
-        Unserved::Missing(Missing::Full) => respond::unavailable(
+        Missing::Full => respond::unavailable(
             id,
             "This instance holds too many sessions; retry shortly",
             1,

@@ -2,8 +2,9 @@
 //! `/readyz`, `/metrics` and the OAuth protected-resource metadata; and [`stdio`], one session
 //! over stdin and stdout, which reuses the driver and `initialize` without any of HTTP.
 //!
-//! A request flows: [`observe`] (its span, trace context and metrics) → [`guard`] (Host and
-//! Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
+//! A request flows: [`observe`] (its span, trace context and metrics; a trace context in a
+//! POST's `_meta` is read only once the next two let the request through) → [`guard`] (Host
+//! and Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
 //! extractors ([`edge`]), the edge work done once in front of each handler: [`checks`]
 //! (headers, body under its limit), whom it counts against ([`client_key`]), the era its
 //! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
@@ -135,26 +136,22 @@ pub(crate) fn router(app: App, seams: Seams) -> Router {
     mcp.merge(health).with_state(ep)
 }
 
-/// The one layer around the MCP routes: [`observe`] (span, scope, metrics) outermost, so a
-/// refused Host or Origin is counted too; then [`guard`], so a foreign origin is refused
-/// before a token is read; then [`authorize`]. One layer, not three: each axum `from_fn`
-/// layer clones and boxes the services under it and boxes its future on every request
-/// (issue 23: about 15 allocations of the 88 a call made).
+/// The one layer around the MCP routes: [`observe`] (span, request-local labels, metrics)
+/// outermost, so a refused Host or Origin is counted too; then [`guard`], so a foreign origin
+/// is refused before a token is read; then [`authorize`]; only then is a body read (for its
+/// trace context, by `observe`). One layer, not three: each axum `from_fn` layer clones and
+/// boxes the services under it and boxes its future on every request (issue 23: about 15
+/// allocations of the 88 a call made).
 async fn around_mcp(
     axum::extract::State(ep): EndpointState,
     req: axum::extract::Request,
     next: middleware::Next,
 ) -> Response {
-    observe::request(&ep, req, |req| async {
-        if let Err(refused) = guard::admit(&ep, req.headers()) {
-            return refused;
-        }
-        match authorize::admit(&ep, req).await {
-            Ok(req) => next.run(req).await,
-            Err(refused) => refused,
-        }
-    })
-    .await
+    let admit = |req: axum::extract::Request| async {
+        guard::admit(&ep, req.headers())?;
+        authorize::admit(&ep, req).await
+    };
+    observe::request(&ep, req, admit, |req| next.run(req)).await
 }
 
 /// Any other method on `/mcp`: a JSON-RPC error, like every other error answer.

@@ -1,9 +1,9 @@
 //! The outer step of the one layer around the MCP routes (`/mcp`, `/sse`, `/message`; the
-//! layer is `around_mcp` in `mod.rs`, which runs the guard and the token check inside this
-//! step): each request runs in a
+//! layer is `around_mcp` in `mod.rs`, which hands this step the guard and the token check to
+//! run first): each request runs in a
 //! `request` span carrying its W3C trace id (the client's `traceparent` header when valid, else
 //! the `traceparent` of its `_meta` when valid (SEP-414), else a new trace;
-//! [`crate::telemetry::trace_context`]), in a scope where the layers below note its MCP
+//! [`crate::telemetry::trace_context`]), with request-local state where the layers below note its MCP
 //! method and era ([`crate::telemetry::labels`]); when its answer's head is ready it is counted
 //! and timed by method, era and status, and an SSE answer counts as an open stream until its
 //! body is dropped. A relayed request carries the trace on to its holder
@@ -28,49 +28,58 @@ use tracing::Instrument;
 
 use super::Endpoint;
 use crate::telemetry::TraceContext;
-use crate::telemetry::labels::{Era, Labels, Method, Scope};
+use crate::telemetry::labels::{Era, Labels, Method, RequestLocal};
 use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
 
-/// Serves `req` through `inner` (the guard, the token check and the route: `mod.rs`) in the
-/// request's span and scope, and counts its answer.
-pub(super) async fn request<F, Fut>(ep: &Endpoint, req: Request, inner: F) -> Response
+/// Serves `req`: `admit` (the Host/Origin guard and the token check, `mod.rs`), then, for a
+/// request it lets through, `route`, in the request's span and request-local state; counts
+/// the answer. The span's parent must be known before the span is entered, and for a POST
+/// without a valid `traceparent` header it may be in the body, which only an admitted request
+/// has read ([`meta_trace`]): such a request is admitted first, outside the span (a refused
+/// one is answered in a span of a new trace, as nothing links it to another).
+pub(super) async fn request<A, AF, R, RF>(
+    ep: &Endpoint,
+    req: Request,
+    admit: A,
+    route: R,
+) -> Response
 where
-    F: FnOnce(Request) -> Fut,
-    Fut: Future<Output = Response>,
+    A: FnOnce(Request) -> AF,
+    AF: Future<Output = Result<Request, Response>>,
+    R: FnOnce(Request) -> RF,
+    RF: Future<Output = Response>,
 {
     let began = Instant::now();
-    let header = req
+    let start = first_labels(req.method(), req.uri().path());
+    let known = req
         .headers()
         .get(TRACEPARENT)
-        .and_then(|v| TraceContext::from_traceparent(v.as_bytes()));
-    let (mut trace, req) = match header {
-        Some(t) => (t, req),
-        None => {
-            let limit = ep.app.config().http.max_body_bytes;
-            let (req, meta) = meta_trace(req, limit).await;
-            (meta.unwrap_or_else(TraceContext::new_trace), req)
+        .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
+        .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace));
+    let (res, labels) = match known {
+        Some(trace) => {
+            let serve = async {
+                match admit(req).await {
+                    Ok(req) => route(req).await,
+                    Err(refused) => refused,
+                }
+            };
+            in_span(began, start, trace, serve).await
         }
+        None => match admit(req).await {
+            Err(refused) => {
+                in_span(began, start, TraceContext::new_trace(), async { refused }).await
+            }
+            Ok(req) => {
+                let limit = ep.app.config().http.max_body_bytes;
+                let (req, meta) = meta_trace(req, limit).await;
+                let trace = meta.unwrap_or_else(TraceContext::new_trace);
+                in_span(began, start, trace, route(req)).await
+            }
+        },
     };
-    let start = first_labels(req.method(), req.uri().path());
-    // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
-    // which may have given it the exporter's ids.
-    let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
-    otlp::join(&span, &mut trace);
-    span.record("trace_id", tracing::field::display(trace.trace_id()));
-    let serve = async {
-        let (res, labels) = Scope::run(start, trace, inner(req)).await;
-        tracing::debug!(
-            method = labels.method.as_str(),
-            era = labels.era.as_str(),
-            status = res.status().as_u16(),
-            ms = began.elapsed().as_secs_f64() * 1000.0,
-            "request answered"
-        );
-        (res, labels)
-    };
-    let (res, labels) = serve.instrument(span).await;
     let meters = ep.app.meters();
     meters.request(
         labels.method,
@@ -85,24 +94,51 @@ where
     res
 }
 
-/// The trace context of a POST's JSON-RPC request in its `_meta` (`params._meta.traceparent`,
-/// SEP-414), for a request without a valid `traceparent` header: the span must have its parent
-/// before it is entered, so the body is read here, once, and handed on as it came. A body
-/// declared or found longer than `limit` is handed on unparsed (the handler answers `413`), as
-/// is one that failed to arrive (its error is handed on too: `408`, `400`).
+/// Runs `serve` in a `request` span of `trace` and with request-local state that starts with
+/// `start`: its answer, and the labels noted meanwhile.
+async fn in_span<F>(
+    began: Instant,
+    start: Labels,
+    mut trace: TraceContext,
+    serve: F,
+) -> (Response, Labels)
+where
+    F: Future<Output = Response>,
+{
+    // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
+    // which may have given it the exporter's ids.
+    let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
+    otlp::join(&span, &mut trace);
+    span.record("trace_id", tracing::field::display(trace.trace_id()));
+    let serve = async {
+        let (res, labels) = RequestLocal::run(start, trace, serve).await;
+        tracing::debug!(
+            method = labels.method.as_str(),
+            era = labels.era.as_str(),
+            status = res.status().as_u16(),
+            ms = began.elapsed().as_secs_f64() * 1000.0,
+            "request answered"
+        );
+        (res, labels)
+    };
+    serve.instrument(span).await
+}
+
+/// The trace context of an admitted POST's JSON-RPC request in its `_meta`
+/// (`params._meta.traceparent`, SEP-414), for a request without a valid `traceparent` header:
+/// the span must have its parent before it is entered, so the body is read here, once, and
+/// handed on as it came. A body declared or found longer than `limit` is handed on unparsed
+/// (the handler answers `413`), as is one that failed to arrive (its error is handed on too:
+/// `408`, `400`).
 ///
 /// The header wins when both are valid: it names the caller's own hop (its HTTP client's
 /// span, or the instance that relayed the request, whose span is the holder's parent), a child
 /// in the same trace of the context the MCP client put in `_meta`.
 ///
-/// This runs before the guard and the token check, so a request they refuse has had its body
-/// read: deliberately, since their refusals are logged and counted in the request's trace, and
-/// the cost is what they pay anyway (the token check reads the body too, to give its `401`
-/// the request's id), bounded by `limit`; a body is parsed only if it names `traceparent`.
+/// Only a request the guard and the token check let through gets here: one they refuse is
+/// answered without its body being read (a client that sent `Expect: 100-continue` is never
+/// asked for it), and a body is parsed only if it names `traceparent`.
 async fn meta_trace(req: Request, limit: usize) -> (Request, Option<TraceContext>) {
-    if req.method() != HttpMethod::POST {
-        return (req, None);
-    }
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)

@@ -108,13 +108,13 @@ fn upstream_error(error: &RawValue) -> ErrorData {
 
 /// What a session keeps of its upstream (attached to the session on first use).
 #[derive(Default)]
-pub(super) struct Slot {
+pub(super) struct SessionUpstream {
     link: parking_lot::Mutex<Option<Arc<Link>>>,
     /// Held while a new upstream starts, so concurrent requests start one, not several.
     connecting: tokio::sync::Mutex<()>,
 }
 
-impl Slot {
+impl SessionUpstream {
     /// The session's upstream, if it has one that has not stopped.
     pub(super) fn live(&self) -> Option<Arc<Link>> {
         self.link.lock().as_ref().filter(|l| l.is_alive()).cloned()
@@ -130,7 +130,7 @@ impl Slot {
 /// what the session stored.
 pub(super) async fn current(app: &App, session: &Arc<Session>) -> Result<Arc<Link>, ErrorData> {
     let slot = session
-        .attached(Slot::default)
+        .attached(SessionUpstream::default)
         .ok_or_else(|| errors::internal("the session has no upstream slot"))?;
     if let Some(link) = slot.live() {
         return Ok(link);

@@ -38,14 +38,11 @@ use tokio::sync::mpsc;
 
 use crate::app::App;
 use crate::context::RequestContext;
-use crate::protocol::{ErrorData, ProtocolVersion, errors};
+use crate::protocol::{ErrorData, ProtocolVersion, Reply, errors};
 use crate::session::{LogId, Session};
 
 pub(crate) use link::Handshake;
 use link::Link;
-
-/// An answer from the upstream: its result, or its error, as it sent them.
-type Reply = Result<Box<RawValue>, ErrorData>;
 
 /// The two ends of one session's connection to its upstream: whole JSON-RPC messages (one
 /// object each, no line end) to it and from it.
@@ -132,7 +129,7 @@ pub(crate) async fn open(
 
 /// Gives a session opened here the upstream [`open`] initialized for it.
 pub(crate) fn adopt(app: &App, session: &Arc<Session>, handshake: Handshake) {
-    if let Some(slot) = session.attached(link::Slot::default) {
+    if let Some(slot) = session.attached(link::SessionUpstream::default) {
         slot.install(Link::start(app, session, handshake));
     }
 }
@@ -150,7 +147,7 @@ pub(crate) fn answered_version(handshake: &Handshake) -> Option<ProtocolVersion>
 /// What session `session`'s upstream answered `initialize` with; `None` for a session with no
 /// live upstream here.
 pub(crate) fn initialize_result(session: &Session) -> Option<Value> {
-    let link = session.attachment::<link::Slot>()?.live()?;
+    let link = session.attachment::<link::SessionUpstream>()?.live()?;
     Some(link.initialize_result().clone())
 }
 
@@ -174,7 +171,7 @@ pub(crate) fn notification(session: &Session, method: &str, params: Option<&RawV
         return false;
     }
     let Some(link) = session
-        .attachment::<link::Slot>()
+        .attachment::<link::SessionUpstream>()
         .and_then(|slot| slot.live())
     else {
         return false;

@@ -148,3 +148,71 @@ async fn chunked_body_over_the_limit_is_413() {
     let v: Value = res.json().await.unwrap();
     assert_eq!(v["result"], json!({}));
 }
+
+/// The status line of the answer to a `POST /mcp` whose head declares a body of 64 bytes that
+/// is never sent (the client waits with the body, as one that sent `Expect: 100-continue`
+/// does); an error when none comes within [`WAIT`] (the server waits for the body).
+async fn status_without_the_body(
+    addr: std::net::SocketAddr,
+    headers: &[(&str, &str)],
+) -> std::io::Result<u16> {
+    let mut headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    headers.extend([
+        ("content-type".into(), "application/json".into()),
+        (
+            "accept".into(),
+            "application/json, text/event-stream".into(),
+        ),
+        ("content-length".into(), "64".into()),
+    ]);
+    tokio::task::spawn_blocking(move || {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut stream = raw_http::open(addr, "POST", "/mcp", &headers, None, WAIT)?;
+        raw_http::read_status(&mut stream)
+    })
+    .await
+    .expect("the raw client ran")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_guard_refuses_is_answered_without_its_body_being_read() {
+    // The body wait is far longer than the client's: only an answer that needs no body comes.
+    let srv = start_with(SECRET, |cfg| cfg.http.body_read_timeout_ms = 30_000).await;
+    let status = status_without_the_body(srv.addr, &[("origin", "http://evil.example")]).await;
+    assert_eq!(
+        status.ok(),
+        Some(403),
+        "a foreign Origin is refused from the head alone"
+    );
+    // The same head from an allowed origin is waited on: its body is read (for its trace
+    // context and its request), so the test's wait would show a refusal that read it too.
+    let status = status_without_the_body(srv.addr, &[]).await;
+    assert!(
+        status.is_err(),
+        "an admitted request waits for its body: {status:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_authorization_refuses_is_answered_before_its_body_is_sent() {
+    // No token: refused from the head, without asking the issuer (which is not there).
+    let env = [
+        ("MCP_SESSION_SECRET", SECRET),
+        ("FLEETMCP_AUTH_ENABLED", "true"),
+        ("FLEETMCP_AUTH_ISSUER", "http://127.0.0.1:9"),
+        ("FLEETMCP_AUTH_RESOURCE", "http://127.0.0.1/mcp"),
+        ("FLEETMCP_AUTH_JWKS_URI", "http://127.0.0.1:9/jwks"),
+    ];
+    let cfg = config_from(&env, |cfg| cfg.http.body_read_timeout_ms = 30_000);
+    let srv = serve(fixture_builder(Default::default()), cfg).await;
+    // A client waiting on `Expect: 100-continue` is answered `401` at once, never asked for
+    // its body (a `100 Continue` first would mean the body was being read).
+    let status = status_without_the_body(srv.addr, &[("expect", "100-continue")]).await;
+    assert_eq!(status.ok(), Some(401), "refused from the head alone");
+}

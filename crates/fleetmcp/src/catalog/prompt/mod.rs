@@ -299,29 +299,3 @@ impl<S> PromptBuilder<S> {
         })
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::context::ClientRequestError;
-
-    fn raise<E: std::error::Error + Send + Sync + 'static>(e: E) -> Result<(), PromptError> {
-        Err::<(), E>(e)?;
-        Ok(())
-    }
-
-    #[test]
-    fn question_mark_keeps_the_meaning_of_client_request_errors() {
-        let io = std::io::Error::other("disk on fire");
-        assert!(matches!(raise(io), Err(PromptError::Failed(m)) if m == "disk on fire"));
-        assert!(matches!(
-            raise(ClientRequestError::InputRequired),
-            Err(PromptError::InputRequired)
-        ));
-        let bad = crate::protocol::errors::invalid_params("no such answer");
-        assert!(matches!(
-            raise(ClientRequestError::InvalidInput(bad)),
-            Err(PromptError::Protocol(e)) if e.code.0 == -32602
-        ));
-    }
-}

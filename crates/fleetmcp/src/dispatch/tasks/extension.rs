@@ -53,7 +53,7 @@ pub(crate) async fn create(
     args: Value,
     meta: RequestMeta,
 ) -> Reply {
-    let cancel = app.shutdown().child_token();
+    let cancel = app.phases().shutdown.child_token();
     let task_app = app.clone();
     let task_cancel = cancel.clone();
     let name = tool.name().to_string();
@@ -108,7 +108,7 @@ pub(crate) async fn run_escalating(
             let task_tool = name.clone();
             // The task is the caller's, as the request was.
             let who = ctx.principal();
-            let record = launch(app, ctx, &name, None, who, held, app.shutdown().child_token(), move |_, _| {
+            let record = launch(app, ctx, &name, None, who, held, app.phases().shutdown.child_token(), move |_, _| {
                 async move {
                     let mut work = work;
                     (&mut work.0)

@@ -47,7 +47,7 @@ mod tests;
 
 pub(super) use keys::RelayKeys;
 pub(super) use mac::Subject;
-pub(super) use verify::{Refusal, Verifier};
+pub(super) use verify::{Unverified, Verifier};
 
 use http::{HeaderMap, HeaderName};
 

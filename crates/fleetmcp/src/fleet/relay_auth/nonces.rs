@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::verify::Refusal;
+use super::verify::Unverified;
 
 /// Nonces remembered at most. A nonce is kept about 1.25 windows (see [`SeenNonces`]), so at
 /// the default 30 s window a holder takes about 28,000 relayed requests a second before it
@@ -35,11 +35,11 @@ impl SeenNonces {
         ts: u64,
         now_ms: u64,
         window_ms: u64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), Unverified> {
         self.high_ms = self.high_ms.max(now_ms);
         let oldest = self.high_ms.saturating_sub(window_ms);
         if ts < oldest {
-            return Err(Refusal::Stale);
+            return Err(Unverified::Stale);
         }
         let width = (window_ms / 4).max(1);
         // Buckets below `oldest`'s hold only timestamps before it: none is acceptable again.
@@ -49,10 +49,10 @@ impl SeenNonces {
         }
         let bucket = self.buckets.entry(ts / width).or_default();
         if bucket.contains(&nonce) {
-            return Err(Refusal::Replayed);
+            return Err(Unverified::Replayed);
         }
         if self.total >= MAX_NONCES {
-            return Err(Refusal::Overloaded);
+            return Err(Unverified::Overloaded);
         }
         bucket.insert(nonce);
         self.total += 1;
@@ -73,19 +73,22 @@ mod tests {
         for at in [9_500, 10_000, 10_999, 11_000] {
             assert_eq!(
                 seen.remember(1, 10_000, at, w),
-                Err(Refusal::Replayed),
+                Err(Unverified::Replayed),
                 "at {at}"
             );
         }
         // Past it, the bucket goes (and its timestamp is stale anyway).
         seen.remember(2, 11_500, 11_500, w).unwrap();
-        assert_eq!(seen.remember(1, 10_000, 11_500, w), Err(Refusal::Stale));
+        assert_eq!(seen.remember(1, 10_000, 11_500, w), Err(Unverified::Stale));
         assert_eq!(seen.total, 1, "only nonce 2 is kept: {:?}", seen.buckets);
         // A clock stepped back does not bring a forgotten timestamp back.
-        assert_eq!(seen.remember(1, 10_000, 10_500, w), Err(Refusal::Stale));
+        assert_eq!(seen.remember(1, 10_000, 10_500, w), Err(Unverified::Stale));
         // The same nonce under another timestamp is another bucket: still one request's.
         seen.remember(3, 11_400, 11_500, w).unwrap();
-        assert_eq!(seen.remember(3, 11_400, 11_600, w), Err(Refusal::Replayed));
+        assert_eq!(
+            seen.remember(3, 11_400, 11_600, w),
+            Err(Unverified::Replayed)
+        );
     }
 
     #[test]
@@ -97,7 +100,7 @@ mod tests {
         }
         assert_eq!(
             seen.remember(u64::MAX, 1_000, 1_000, w),
-            Err(Refusal::Overloaded)
+            Err(Unverified::Overloaded)
         );
         // Once those timestamps are out of the window, there is room again.
         seen.remember(u64::MAX, 2_500, 2_500, w).unwrap();

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue, Method, header};
 use super::header::parse_auth;
 use super::mac::mac_of;
 use super::{
-    RELAY_AUTH, RELAY_HOST, RELAY_SEALED, RELAYED_BY, Refusal, RelayKeys, Subject, Verifier,
+    RELAY_AUTH, RELAY_HOST, RELAY_SEALED, RELAYED_BY, RelayKeys, Subject, Unverified, Verifier,
 };
 
 const SECRET: &[u8] = b"the fleet's current secret";
@@ -62,7 +62,7 @@ fn verifier(current: &[u8], previous: &[&[u8]]) -> Verifier {
     Verifier::new(RelayKeys::new(current, previous), "desk-a", WINDOW)
 }
 
-fn check(v: &Verifier, h: &mut HeaderMap) -> Result<(), Refusal> {
+fn check(v: &Verifier, h: &mut HeaderMap) -> Result<(), Unverified> {
     v.check(&Method::POST, "/mcp?x=1", h, BODY, NOW)
 }
 
@@ -180,32 +180,32 @@ fn anything_changed_on_the_way_does_not_verify() {
     for (what, tamper) in cases {
         let mut h = signed();
         tamper(&mut h);
-        assert_eq!(check(&v, &mut h), Err(Refusal::BadMac), "{what}");
+        assert_eq!(check(&v, &mut h), Err(Unverified::BadMac), "{what}");
     }
     let mut h = signed();
     let tampered_body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     assert_eq!(
         v.check(&Method::POST, "/mcp?x=1", &mut h, tampered_body, NOW),
-        Err(Refusal::BadMac),
+        Err(Unverified::BadMac),
         "the body"
     );
     let mut h = signed();
     assert_eq!(
         v.check(&Method::POST, "/mcp?x=2", &mut h, BODY, NOW),
-        Err(Refusal::BadMac),
+        Err(Unverified::BadMac),
         "the query"
     );
     let mut h = signed();
     assert_eq!(
         v.check(&Method::DELETE, "/mcp?x=1", &mut h, BODY, NOW),
-        Err(Refusal::BadMac),
+        Err(Unverified::BadMac),
         "the method"
     );
     // Signed for desk-a; desk-c is not its target.
     let other = Verifier::new(RelayKeys::new(SECRET, &[]), "desk-c", WINDOW);
     assert_eq!(
         check(&other, &mut signed()),
-        Err(Refusal::BadMac),
+        Err(Unverified::BadMac),
         "the target"
     );
     // Untouched, it still verifies (each case above failed for its change alone).
@@ -247,7 +247,10 @@ fn sealed_credentials_that_do_not_open_are_refused_even_under_a_valid_mac() {
     .finalize()
     .into_bytes();
     with_auth_field(&mut h, 4, &URL_SAFE_NO_PAD.encode(mac));
-    assert_eq!(check(&verifier(SECRET, &[]), &mut h), Err(Refusal::BadSeal));
+    assert_eq!(
+        check(&verifier(SECRET, &[]), &mut h),
+        Err(Unverified::BadSeal)
+    );
 }
 
 #[test]
@@ -255,10 +258,14 @@ fn missing_or_malformed_relay_headers_are_refused() {
     let v = verifier(SECRET, &[]);
     let mut h = client_headers();
     h.insert(RELAYED_BY, HeaderValue::from_static("desk-b"));
-    assert_eq!(check(&v, &mut h), Err(Refusal::Incomplete), "no MAC at all");
+    assert_eq!(
+        check(&v, &mut h),
+        Err(Unverified::Incomplete),
+        "no MAC at all"
+    );
     let mut h = signed();
     h.remove(RELAYED_BY);
-    assert_eq!(check(&v, &mut h), Err(Refusal::Incomplete), "no source");
+    assert_eq!(check(&v, &mut h), Err(Unverified::Incomplete), "no source");
     for bad in [
         "",
         "v1",
@@ -267,7 +274,7 @@ fn missing_or_malformed_relay_headers_are_refused() {
     ] {
         let mut h = signed();
         h.insert(RELAY_AUTH, HeaderValue::from_static(bad));
-        assert_eq!(check(&v, &mut h), Err(Refusal::Malformed), "{bad:?}");
+        assert_eq!(check(&v, &mut h), Err(Unverified::Malformed), "{bad:?}");
     }
     for names in [
         "content-type,accept",
@@ -278,7 +285,7 @@ fn missing_or_malformed_relay_headers_are_refused() {
     ] {
         let mut h = signed();
         with_auth_field(&mut h, 3, names);
-        assert_eq!(check(&v, &mut h), Err(Refusal::Malformed), "{names:?}");
+        assert_eq!(check(&v, &mut h), Err(Unverified::Malformed), "{names:?}");
     }
 }
 
@@ -288,7 +295,7 @@ fn a_stale_or_future_timestamp_is_refused() {
     let keys = RelayKeys::new(SECRET, &[]);
     for at in [NOW - WINDOW - 1, NOW + WINDOW + 1] {
         let mut h = signed_with(&keys, at);
-        assert_eq!(check(&v, &mut h), Err(Refusal::Stale), "signed at {at}");
+        assert_eq!(check(&v, &mut h), Err(Unverified::Stale), "signed at {at}");
     }
     for at in [NOW - WINDOW, NOW + WINDOW] {
         let mut h = signed_with(&keys, at);
@@ -301,7 +308,7 @@ fn another_secret_is_refused_and_a_previous_one_accepted() {
     let mut h = signed();
     assert_eq!(
         check(&verifier(b"another fleet's secret", &[]), &mut h),
-        Err(Refusal::BadMac)
+        Err(Unverified::BadMac)
     );
     // Signed under OLD (an instance not yet rotated), checked by one rotating to SECRET.
     let mut h = signed_with(&RelayKeys::new(OLD, &[]), NOW);
@@ -311,7 +318,7 @@ fn another_secret_is_refused_and_a_previous_one_accepted() {
     let rotating = RelayKeys::new(SECRET, &[OLD]);
     assert_eq!(
         check(&verifier(OLD, &[]), &mut signed_with(&rotating, NOW)),
-        Err(Refusal::BadMac)
+        Err(Unverified::BadMac)
     );
     check(&verifier(SECRET, &[]), &mut signed_with(&rotating, NOW)).unwrap();
 }
@@ -321,7 +328,7 @@ fn a_replay_is_refused_within_the_window_and_a_fresh_request_is_not() {
     let v = verifier(SECRET, &[]);
     let first = signed();
     check(&v, &mut first.clone()).unwrap();
-    assert_eq!(check(&v, &mut first.clone()), Err(Refusal::Replayed));
+    assert_eq!(check(&v, &mut first.clone()), Err(Unverified::Replayed));
     // A replay later, still within the window of its timestamp: still refused.
     assert_eq!(
         v.check(
@@ -331,7 +338,7 @@ fn a_replay_is_refused_within_the_window_and_a_fresh_request_is_not() {
             BODY,
             NOW + WINDOW
         ),
-        Err(Refusal::Replayed)
+        Err(Unverified::Replayed)
     );
     check(&v, &mut signed()).unwrap();
 }
@@ -369,7 +376,7 @@ fn a_hop_stamped_before_the_process_started_is_refused() {
     let v = verifier(SECRET, &[]).started_at(NOW - 1000);
     let keys = RelayKeys::new(SECRET, &[]);
     let mut before = signed_with(&keys, NOW - 1001);
-    assert_eq!(check(&v, &mut before), Err(Refusal::BeforeStart));
+    assert_eq!(check(&v, &mut before), Err(Unverified::BeforeStart));
     check(&v, &mut signed_with(&keys, NOW - 1000)).unwrap();
 }
 
@@ -382,5 +389,5 @@ fn signing_without_a_secret_fails() {
             .is_err()
     );
     let v = Verifier::new(RelayKeys { pairs: Vec::new() }, "desk-a", WINDOW);
-    assert_eq!(check(&v, &mut signed()), Err(Refusal::BadMac));
+    assert_eq!(check(&v, &mut signed()), Err(Unverified::BadMac));
 }

@@ -12,9 +12,9 @@ use super::nonces::SeenNonces;
 use super::seal::unseal;
 use super::{RELAY_AUTH_NAME, RELAY_HOST_NAME, RELAY_SEALED_NAME, RELAYED_BY_NAME, hop_by_hop};
 
-/// Why a relayed request was refused.
+/// Why a relayed request was not verified (and is refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::fleet) enum Refusal {
+pub(in crate::fleet) enum Unverified {
     /// Some relay headers but not all that are needed.
     Incomplete,
     /// The relay header does not parse.
@@ -33,7 +33,7 @@ pub(in crate::fleet) enum Refusal {
     BeforeStart,
 }
 
-impl Refusal {
+impl Unverified {
     /// For the log and the error message.
     pub fn why(self) -> &'static str {
         match self {
@@ -94,13 +94,13 @@ impl Verifier {
         headers: &mut HeaderMap,
         body: &[u8],
         now_ms: u64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<(), Unverified> {
         let (Some(source), Some(auth)) =
             (headers.get(&RELAYED_BY_NAME), headers.get(&RELAY_AUTH_NAME))
         else {
-            return Err(Refusal::Incomplete);
+            return Err(Unverified::Incomplete);
         };
-        let auth = parse_auth(auth.as_bytes()).ok_or(Refusal::Malformed)?;
+        let auth = parse_auth(auth.as_bytes()).ok_or(Unverified::Malformed)?;
         let sealed = headers
             .get(&RELAY_SEALED_NAME)
             .map_or(&b""[..], HeaderValue::as_bytes);
@@ -116,7 +116,7 @@ impl Verifier {
         let credentials = if sealed.is_empty() {
             Vec::new()
         } else {
-            unseal(pair, sealed, &auth.nonce).ok_or(Refusal::BadSeal)?
+            unseal(pair, sealed, &auth.nonce).ok_or(Unverified::BadSeal)?
         };
         restore(headers, &auth.names, credentials);
         Ok(())
@@ -129,7 +129,7 @@ impl Verifier {
         auth: &Auth,
         headers: &HeaderMap,
         sealed: &[u8],
-    ) -> Result<&KeyPair, Refusal> {
+    ) -> Result<&KeyPair, Unverified> {
         self.keys
             .pairs
             .iter()
@@ -147,17 +147,17 @@ impl Verifier {
                 .verify_slice(&auth.mac)
                 .is_ok()
             })
-            .ok_or(Refusal::BadMac)
+            .ok_or(Unverified::BadMac)
     }
 
     /// Whether a genuine request may be served now: stamped within the window, after this
     /// process started, with a nonce not seen (which is then remembered).
-    fn admit(&self, auth: &Auth, now_ms: u64) -> Result<(), Refusal> {
+    fn admit(&self, auth: &Auth, now_ms: u64) -> Result<(), Unverified> {
         if now_ms.abs_diff(auth.ts) > self.window_ms {
-            return Err(Refusal::Stale);
+            return Err(Unverified::Stale);
         }
         if auth.ts < self.started_ms {
-            return Err(Refusal::BeforeStart);
+            return Err(Unverified::BeforeStart);
         }
         let [a, b, c, d, e, f, g, h, ..] = auth.nonce;
         self.seen.lock().remember(

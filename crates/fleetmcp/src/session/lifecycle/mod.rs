@@ -44,7 +44,9 @@ pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 /// opened it (none without authorization).
 type LegacyStream = (LegacyLine, Option<Arc<str>>);
 
-/// Where a session's request is served.
+/// Where a session's request is served: what [`Sessions::find`] answers, and what transport
+/// acts on (`transport/locate.rs`, which adds the two cases it alone sees: no id at all, and a
+/// held session another principal names).
 pub enum Lookup {
     /// Here: this instance holds the session.
     Held(Arc<Session>),
@@ -57,6 +59,8 @@ pub enum Lookup {
 /// Why no session can serve a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
+    /// The request names no session (transport's case: the sessions are not asked).
+    NoId,
     /// The id does not open under this deployment's secret.
     Invalid,
     /// Ended by `DELETE` on this instance.

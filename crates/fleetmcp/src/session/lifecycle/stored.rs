@@ -12,7 +12,7 @@ use crate::clock::unix_ms;
 use crate::protocol::ProtocolVersion;
 use crate::session::LogId;
 use crate::session::live::{Ended, Session};
-use crate::session::store::{Checked, Claim, Fence, Held, SessionRecord, StoreError};
+use crate::session::store::{Checked, Claim, Fence, Hold, SessionRecord, StoreError};
 
 /// Pause between attempts to read a session from a store that did not answer.
 const STORE_RETRY: Duration = Duration::from_millis(100);
@@ -105,7 +105,7 @@ impl Sessions {
     async fn checked(&self, session: Arc<Session>, checked: Checked, term: u32) -> Lookup {
         match checked {
             Checked {
-                held: Held::Mine,
+                hold: Hold::Mine,
                 tracked,
             } => {
                 session.confirmed_in(term);
@@ -115,7 +115,7 @@ impl Sessions {
                 Lookup::Held(session)
             }
             Checked {
-                held: Held::Gone, ..
+                hold: Hold::Gone, ..
             } if !session.is_persisted() => {
                 // Created while the store was unreachable: it was never stored, so it is not
                 // gone. Store it now that the store answers.
@@ -125,7 +125,7 @@ impl Sessions {
                 Lookup::Held(session)
             }
             Checked {
-                held: Held::Gone, ..
+                hold: Hold::Gone, ..
             } => {
                 tracing::info!(
                     "[TransportService] The stored session is gone — dropping its transport here"
@@ -135,7 +135,7 @@ impl Sessions {
                 Lookup::Missing(Missing::Expired)
             }
             Checked {
-                held: Held::Lost { node_id, epoch },
+                hold: Hold::Lost { node_id, epoch },
                 ..
             } => {
                 tracing::warn!(session_id = %LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
