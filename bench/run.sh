@@ -24,6 +24,8 @@
 #                     sessions opened on the first, every call sent to the second, which relays
 #                     it to the holder; fleetmcp_relayed_cluster: the same on a three-master
 #                     Redis Cluster)
+#                    (hyper_proxied: hyper-ref behind a second hyper-ref proxying to it, one
+#                     bare HTTP hop: the floor of what fleetmcp_relayed adds to fleetmcp)
 #   BEFORE_BIN=      a help-desk binary built from another commit (for fleetmcp_before)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
@@ -70,6 +72,7 @@ LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)
 LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_hyper="bare hyper, same bytes (hyper-ref; the limit)"
+LABEL_hyper_proxied="bare hyper behind a bare hyper proxy (one hop's floor)"
 LABEL_python="Python mcp 2.3.0 MCPServer + uvicorn (py-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -92,6 +95,7 @@ fi
 LOADGEN="$REL/fleet-loadgen"
 needed=("$LOADGEN" "$REL/help-desk")
 [[ " $TARGETS " == *" rmcp "* ]] && needed+=("$REL/rmcp-ref")
+[[ " $TARGETS " == *" hyper"* ]] && needed+=("$REL/hyper-ref")
 for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
 done
@@ -268,6 +272,15 @@ NGINX
       ;;
     hyper)
       PORT="$port" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &
+      ;;
+    hyper_proxied)
+      # hyper-ref behind a second hyper-ref in proxy mode (UPSTREAM): one bare HTTP hop over
+      # loopback, nothing signed or checked, the floor of what a relayed call adds.
+      PORT2="$("$LOADGEN" free-port)"
+      PORT="$PORT2" "${server_pin[@]}" "$REL/hyper-ref" >"$WORK/$name-upstream.log" 2>&1 &
+      SECOND_PID=$!
+      for _ in $(seq 50); do curl -fsS -m 1 -o /dev/null -X DELETE "http://127.0.0.1:$PORT2/mcp" 2>/dev/null && break; sleep 0.1; done
+      PORT="$port" UPSTREAM="127.0.0.1:$PORT2" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &
       ;;
     python)
       PORT="$port" "${server_pin[@]}" "$ROOT/tools/clients/python/venv/bin/python" "$BENCH/py-ref/server.py" >"$logf" 2>&1 &
