@@ -18,8 +18,9 @@
 #   TARGETS="fleetmcp fleetmcp_stateless rmcp ts"   which servers to run, in this order
 #                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients;
 #                     fleetmcp_pair: two help-desks sharing a Redis, calls round-robin between them)
-#                    (fleetmcp_before: the help-desk binary named by BEFORE_BIN, run like
-#                     fleetmcp, to compare two builds in one run)
+#                    (fleetmcp_before, fleetmcp_relayed_before: the help-desk binary named by
+#                     BEFORE_BIN, run like fleetmcp and fleetmcp_relayed, to compare two builds
+#                     in one run)
 #                    (fleetmcp_relayed: two help-desks in distributed mode sharing a Redis,
 #                     sessions opened on the first, every call sent to the second, which relays
 #                     it to the holder; fleetmcp_relayed_cluster: the same on a three-master
@@ -67,6 +68,7 @@ LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
 LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
+LABEL_fleetmcp_relayed_before="fleetmcp x2 distributed, every call relayed, BEFORE_BIN"
 LABEL_fleetmcp_relayed_cluster="fleetmcp x2 distributed on a 3-master Redis Cluster, every call relayed"
 LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)"
 LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
@@ -174,10 +176,14 @@ start_redis_cluster() {
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
-    fleetmcp_pair|fleetmcp_relayed|fleetmcp_relayed_cluster)
+    fleetmcp_pair|fleetmcp_relayed|fleetmcp_relayed_before|fleetmcp_relayed_cluster)
       # Two instances sharing one Redis (or a three-master cluster); the second listens on
       # PORT2.
-      local mode=standalone redis_env
+      local mode=standalone redis_env bin="$REL/help-desk"
+      if [[ $name == fleetmcp_relayed_before ]]; then
+        [[ -x "${BEFORE_BIN:-}" ]] || { log "fleetmcp_relayed_before needs BEFORE_BIN=<a help-desk binary>"; exit 1; }
+        bin="$BEFORE_BIN"
+      fi
       [[ $name == fleetmcp_relayed* ]] && mode=distributed
       if [[ $name == fleetmcp_relayed_cluster ]]; then
         start_redis_cluster
@@ -195,12 +201,12 @@ start_server() {
       env "$redis_env" PORT="$PORT2" MACHINE_ID=bench-b \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
-        "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
+        "${server_pin[@]}" "$bin" >"$WORK/$name-b.log" 2>&1 &
       SECOND_PID=$!
       env "$redis_env" PORT="$port" MACHINE_ID=bench-a \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
-        "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
+        "${server_pin[@]}" "$bin" >"$logf" 2>&1 &
       ;;
     fleet3_rr|fleet3_sticky)
       # Three distributed instances sharing one Redis, nginx in front on PORT: round robin
