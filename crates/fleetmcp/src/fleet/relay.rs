@@ -608,7 +608,7 @@ impl HttpRelay {
     }
 
     /// The holder's answer as the client gets it: less its hop-by-hop headers, its body watched
-    /// (see [`HttpRelay::watched`]) and keeping the request's `place` in flight.
+    /// (see [`Answer`]) and keeping the request's `place` in flight.
     ///
     /// A streamed answer to a request (not a session's GET stream) is passed on only once its
     /// first event came (see [`first_event`]): a client that received no event has no
