@@ -12,43 +12,36 @@
 # so it runs in software there; on a CPU with them it is a far smaller share).
 #
 # Environment (all optional):
-#   BIN=target/release/help-desk   the help-desk binary
+#   BIN=target/release/help-desk   the help-desk binary (built first unless SKIP_BUILD=1)
 #   BEFORE_BIN=                    another build, measured the same way first
 #   MODES="holder relayed"         which calls to count
 #   WARMUP=6 WINDOW=12             seconds
-# Requirements: valgrind (callgrind_control, callgrind_annotate), redis-server, curl, and a
-# release build (`cargo build --release -p help-desk -p fleet-loadgen`).
+# Requirements: valgrind (callgrind_control, callgrind_annotate), redis-server, curl.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-REL="${CARGO_TARGET_DIR:-$ROOT/target}/release"
-LOADGEN="$REL/fleet-loadgen"
-BIN="${BIN:-$REL/help-desk}"
-MODES="${MODES:-holder relayed}"
-WARMUP="${WARMUP:-6}"
-WINDOW="${WINDOW:-12}"
-
+USER_BIN="${BIN:-}"
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for tool in valgrind callgrind_control callgrind_annotate redis-server curl; do
   command -v "$tool" >/dev/null || { echo "[hop_counts] $tool is required" >&2; exit 1; }
 done
+bench_start hop-counts
+BIN="${USER_BIN:-$BIN}"
+MODES="${MODES:-holder relayed}"
+WARMUP="${WARMUP:-6}"
+WINDOW="${WINDOW:-12}"
+RUN=0
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-hop.XXXXXX")"
-PIDS=()
-stop() {
-  for p in "${PIDS[@]:-}"; do
+# Stops one count's two instances (their dumps are written by then).
+stop_pair() {
+  for p in "${BENCH_PIDS[@]:-}"; do
     [[ -n "$p" ]] && kill -TERM "$p" 2>/dev/null || true
   done
-  for p in "${PIDS[@]:-}"; do
+  for p in "${BENCH_PIDS[@]:-}"; do
     [[ -n "$p" ]] && wait "$p" 2>/dev/null || true
   done
-  PIDS=()
-  if [[ -f "$WORK/redis.pid" ]]; then
-    kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
-    rm -f "$WORK/redis.pid"
-  fi
+  BENCH_PIDS=()
 }
-trap stop EXIT
-trap 'exit 130' INT TERM
 
 # The requests an instance counted so far.
 requests() {
@@ -67,21 +60,20 @@ sha256() {
 # count LABEL BINARY MODE: one measurement.
 count() {
   local label="$1" bin="$2" mode="$3"
-  local redis a b
-  redis="$("$LOADGEN" free-port)"; a="$("$LOADGEN" free-port)"; b="$("$LOADGEN" free-port)"
-  redis-server --port "$redis" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" \
-    --daemonize yes --pidfile "$WORK/redis.pid" >/dev/null
-  for _ in $(seq 50); do redis-cli -p "$redis" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local a b
+  a="$(free_port)"; b="$(free_port)"
+  # Machine ids of their own: the instances of an earlier count may still have heartbeats.
+  RUN=$((RUN + 1))
   rm -f "$WORK"/cg-*.out*
   local node port
   for node in a b; do
     port=$a; [[ $node == b ]] && port=$b
-    HELP_DESK_TICKETS=memory REDIS_URL="redis://127.0.0.1:$redis" PORT="$port" MACHINE_ID="hop-$node" \
+    REDIS_URL="redis://127.0.0.1:$REDIS_PORT" PORT="$port" MACHINE_ID="hop-$RUN-$node" \
       FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
       MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
       valgrind --tool=callgrind --callgrind-out-file="$WORK/cg-$node.out" "$bin" \
       >"$WORK/$node.log" 2>&1 &
-    PIDS+=($!)
+    BENCH_PIDS+=($!)
   done
   for port in "$a" "$b"; do
     for _ in $(seq 600); do
@@ -98,9 +90,9 @@ count() {
   sleep "$WARMUP"
   local a0 b0 a1 b1
   a0="$(requests "$a")"; b0="$(requests "$b")"
-  callgrind_control -z "${PIDS[@]}" >/dev/null 2>&1
+  callgrind_control -z "${BENCH_PIDS[@]}" >/dev/null 2>&1
   sleep "$WINDOW"
-  callgrind_control -d "${PIDS[@]}" >/dev/null 2>&1
+  callgrind_control -d "${BENCH_PIDS[@]}" >/dev/null 2>&1
   a1="$(requests "$a")"; b1="$(requests "$b")"
   wait "$loadgen" || true
   local line="$label, $mode:" dump calls ir sha
@@ -115,7 +107,7 @@ count() {
       'BEGIN {printf " %s %d calls, %.0f instructions/call (%.0f without SHA-256);", w, c, i / c, (i - s) / c}')"
   done
   echo "$line"
-  stop
+  stop_pair
 }
 
 for mode in $MODES; do
