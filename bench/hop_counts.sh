@@ -34,12 +34,9 @@ RUN=0
 
 # Stops one count's two instances (their dumps are written by then).
 stop_pair() {
-  for p in "${BENCH_PIDS[@]:-}"; do
-    [[ -n "$p" ]] && kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${BENCH_PIDS[@]:-}"; do
-    [[ -n "$p" ]] && wait "$p" 2>/dev/null || true
-  done
+  (( ${#BENCH_PIDS[@]} )) || return 0
+  kill -TERM "${BENCH_PIDS[@]}" 2>/dev/null || true
+  wait "${BENCH_PIDS[@]}" 2>/dev/null || true
   BENCH_PIDS=()
 }
 
