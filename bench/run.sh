@@ -18,12 +18,15 @@
 #   TARGETS="fleetmcp fleetmcp_stateless rmcp ts"   which servers to run, in this order
 #                    (fleetmcp_stateless: the same help-desk driven by 2026-07-28 clients;
 #                     fleetmcp_pair: two help-desks sharing a Redis, calls round-robin between them)
-#                    (fleetmcp_before: the help-desk binary named by BEFORE_BIN, run like
-#                     fleetmcp, to compare two builds in one run)
+#                    (fleetmcp_before, fleetmcp_relayed_before: the help-desk binary named by
+#                     BEFORE_BIN, run like fleetmcp and fleetmcp_relayed, to compare two builds
+#                     in one run)
 #                    (fleetmcp_relayed: two help-desks in distributed mode sharing a Redis,
 #                     sessions opened on the first, every call sent to the second, which relays
 #                     it to the holder; fleetmcp_relayed_cluster: the same on a three-master
 #                     Redis Cluster)
+#                    (hyper_proxied: hyper-ref behind a second hyper-ref proxying to it, one
+#                     bare HTTP hop: the floor of what fleetmcp_relayed adds to fleetmcp)
 #   BEFORE_BIN=      a help-desk binary built from another commit (for fleetmcp_before)
 #   PIN=0            1 = pin the server to CPU 1 and the load generator to CPU 0 (taskset)
 #   OUT=             also write the table to this file
@@ -65,11 +68,13 @@ LABEL_fleetmcp_stateless="fleetmcp help-desk, 2026-07-28 stateless"
 LABEL_fleetmcp_pair="fleetmcp help-desk x2 + Redis, round-robin"
 LABEL_fleetmcp_before="fleetmcp help-desk, BEFORE_BIN"
 LABEL_fleetmcp_relayed="fleetmcp x2 distributed, every call relayed"
+LABEL_fleetmcp_relayed_before="fleetmcp x2 distributed, every call relayed, BEFORE_BIN"
 LABEL_fleetmcp_relayed_cluster="fleetmcp x2 distributed on a 3-master Redis Cluster, every call relayed"
 LABEL_fleet3_rr="fleetmcp x3 distributed behind nginx, round robin (2/3 relayed)"
 LABEL_fleet3_sticky="fleetmcp x3 distributed behind nginx, cookie affinity (none relayed)"
 LABEL_rmcp="rmcp 3.11.0 (rmcp-ref)"
 LABEL_hyper="bare hyper, same bytes (hyper-ref; the limit)"
+LABEL_hyper_proxied="bare hyper behind a bare hyper proxy (one hop's floor)"
 LABEL_python="Python mcp 2.3.0 MCPServer + uvicorn (py-ref)"
 LABEL_ts="TS SDK 1.32.2 (ts-ref)"
 
@@ -92,6 +97,7 @@ fi
 LOADGEN="$REL/fleet-loadgen"
 needed=("$LOADGEN" "$REL/help-desk")
 [[ " $TARGETS " == *" rmcp "* ]] && needed+=("$REL/rmcp-ref")
+[[ " $TARGETS " == *" hyper"* ]] && needed+=("$REL/hyper-ref")
 for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
 done
@@ -170,10 +176,14 @@ start_redis_cluster() {
 start_server() {
   local name="$1" port="$2" logf="$WORK/$1.log"
   case "$name" in
-    fleetmcp_pair|fleetmcp_relayed|fleetmcp_relayed_cluster)
+    fleetmcp_pair|fleetmcp_relayed|fleetmcp_relayed_before|fleetmcp_relayed_cluster)
       # Two instances sharing one Redis (or a three-master cluster); the second listens on
       # PORT2.
-      local mode=standalone redis_env
+      local mode=standalone redis_env bin="$REL/help-desk"
+      if [[ $name == fleetmcp_relayed_before ]]; then
+        [[ -x "${BEFORE_BIN:-}" ]] || { log "fleetmcp_relayed_before needs BEFORE_BIN=<a help-desk binary>"; exit 1; }
+        bin="$BEFORE_BIN"
+      fi
       [[ $name == fleetmcp_relayed* ]] && mode=distributed
       if [[ $name == fleetmcp_relayed_cluster ]]; then
         start_redis_cluster
@@ -191,12 +201,12 @@ start_server() {
       env "$redis_env" PORT="$PORT2" MACHINE_ID=bench-b \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
-        "${server_pin[@]}" "$REL/help-desk" >"$WORK/$name-b.log" 2>&1 &
+        "${server_pin[@]}" "$bin" >"$WORK/$name-b.log" 2>&1 &
       SECOND_PID=$!
       env "$redis_env" PORT="$port" MACHINE_ID=bench-a \
         FRONTMCP_DEPLOYMENT_MODE="$mode" FRONTMCP_BIND_ADDRESS=loopback \
         MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG="$SERVER_RUST_LOG" \
-        "${server_pin[@]}" "$REL/help-desk" >"$logf" 2>&1 &
+        "${server_pin[@]}" "$bin" >"$logf" 2>&1 &
       ;;
     fleet3_rr|fleet3_sticky)
       # Three distributed instances sharing one Redis, nginx in front on PORT: round robin
@@ -268,6 +278,15 @@ NGINX
       ;;
     hyper)
       PORT="$port" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &
+      ;;
+    hyper_proxied)
+      # hyper-ref behind a second hyper-ref in proxy mode (UPSTREAM): one bare HTTP hop over
+      # loopback, nothing signed or checked, the floor of what a relayed call adds.
+      PORT2="$("$LOADGEN" free-port)"
+      PORT="$PORT2" "${server_pin[@]}" "$REL/hyper-ref" >"$WORK/$name-upstream.log" 2>&1 &
+      SECOND_PID=$!
+      for _ in $(seq 50); do curl -fsS -m 1 -o /dev/null -X DELETE "http://127.0.0.1:$PORT2/mcp" 2>/dev/null && break; sleep 0.1; done
+      PORT="$port" UPSTREAM="127.0.0.1:$PORT2" "${server_pin[@]}" "$REL/hyper-ref" >"$logf" 2>&1 &
       ;;
     python)
       PORT="$port" "${server_pin[@]}" "$ROOT/tools/clients/python/venv/bin/python" "$BENCH/py-ref/server.py" >"$logf" 2>&1 &

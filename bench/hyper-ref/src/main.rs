@@ -2,6 +2,13 @@
 //! load generator's exchanges with the bytes help-desk answers them with, and does nothing
 //! else: no sessions, no validation, no dispatch. It parses each body once, as any server must
 //! to echo the JSON-RPC id. `PORT` sets the port (default 3000).
+//!
+//! With `UPSTREAM=host:port` it is instead a bare proxy in front of another server: each
+//! request, its body read whole, goes on over a pooled keep-alive connection (hyper-util's
+//! client, the one the relay hop uses, `TCP_NODELAY`) and the answer's body is passed back as
+//! it comes. Nothing is signed or checked: `bench/run.sh`'s `hyper_proxied` target measures
+//! what one HTTP hop over loopback costs at the least, the floor of a relayed call's extra
+//! latency.
 
 use std::convert::Infallible;
 
@@ -10,7 +17,9 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
 const SESSION: &str = "hyper-ref-session";
@@ -52,20 +61,68 @@ async fn serve(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
     ))
 }
 
+/// The proxy's client: pooled HTTP/1.1 keep-alive, `TCP_NODELAY`.
+type ProxyClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Passes `req` on to `upstream` (`host:port`) and its answer back.
+async fn proxy(
+    client: ProxyClient,
+    upstream: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Incoming>, String> {
+    let (mut parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = format!("http://{upstream}{path}")
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
+    client
+        .request(Request::from_parts(parts, Full::new(body)))
+        .await
+        .map_err(|e| e.to_string())
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
+    let upstream: Option<&'static str> = std::env::var("UPSTREAM")
+        .ok()
+        .map(|u| &*Box::leak(u.into_boxed_str()));
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: ProxyClient = Client::builder(TokioExecutor::new()).build(connector);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
+        let client = client.clone();
         tokio::spawn(async move {
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(serve))
-                .await;
+            let conn = http1::Builder::new();
+            let _ = match upstream {
+                Some(upstream) => {
+                    conn.serve_connection(
+                        TokioIo::new(stream),
+                        service_fn(move |req| {
+                            let client = client.clone();
+                            async move {
+                                Ok::<_, Infallible>(match proxy(client, upstream, req).await {
+                                    Ok(res) => res.map(http_body_util::Either::Left),
+                                    Err(e) => answer(StatusCode::BAD_GATEWAY, e, false)
+                                        .map(http_body_util::Either::Right),
+                                })
+                            }
+                        }),
+                    )
+                    .await
+                }
+                None => {
+                    conn.serve_connection(TokioIo::new(stream), service_fn(serve))
+                        .await
+                }
+            };
         });
     }
 }

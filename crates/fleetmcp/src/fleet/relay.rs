@@ -37,16 +37,17 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::StreamExt;
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -97,7 +98,9 @@ pub(super) struct HttpRelay {
     me: String,
     /// Signs every hop (and seals the client's credentials).
     keys: RelayKeys,
-    heartbeat_prefix: String,
+    /// Shared with every relayed answer's [`Watch`], which reads a heartbeat only when its
+    /// holder goes silent.
+    heartbeat_prefix: std::sync::Arc<str>,
     key_prefix: String,
     ttl_s: u64,
     client: HopClient,
@@ -110,8 +113,10 @@ pub(super) struct HttpRelay {
     refusals_logged: parking_lot::Mutex<Option<std::time::Instant>>,
     refusals_unlogged: AtomicU64,
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
-    /// request (an instance keeps its address for its whole life).
-    addresses: parking_lot::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+    /// request (an instance keeps its address for its whole life); kept parsed, so a hop's URI
+    /// is made from parts, with nothing parsed or copied per request.
+    addresses:
+        parking_lot::Mutex<std::collections::HashMap<String, (Authority, std::time::Instant)>>,
     /// The server's `closing` phase: relayed streams end with it.
     closing: CancellationToken,
     /// How a relayed answer's silence is judged (see [`Silence`]).
@@ -306,7 +311,7 @@ impl HttpRelay {
             redis,
             me: me.to_string(),
             keys,
-            heartbeat_prefix: format!("{key_prefix}heartbeat:"),
+            heartbeat_prefix: format!("{key_prefix}heartbeat:").into(),
             key_prefix: key_prefix.to_string(),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
             client,
@@ -365,65 +370,10 @@ impl HttpRelay {
     fn watch(&self, holder: &str, place: OwnedSemaphorePermit) -> Watch {
         Watch {
             redis: self.redis.clone(),
-            key: format!("{}{holder}", self.heartbeat_prefix),
+            heartbeat_prefix: self.heartbeat_prefix.clone(),
             holder: holder.to_string(),
             silence: self.silence,
             _place: place,
-        }
-    }
-
-    /// The answer's body: `first` (what was read of it already, see [`first_event`]), then the
-    /// rest of `upstream`, ended when the holder stops sending (see [`Silence`]) and, for a
-    /// GET, when this instance closes.
-    ///
-    /// An SSE answer (`sse`) whose link to the holder breaks ends cleanly, as one that went
-    /// silent does: its events are in the shared event store, and the client resumes it with
-    /// `Last-Event-ID` (an event cut in half is not dispatched: SSE drops an unfinished event
-    /// at the end of the stream). Cut off instead, the client sees a broken response, which
-    /// it need not resume. Any other answer's broken body stays broken: it cannot be resumed,
-    /// and ending it cleanly would pass a truncated JSON body off as whole.
-    fn watched(
-        &self,
-        first: Option<Bytes>,
-        upstream: Upstream,
-        watch: Watch,
-        sse: bool,
-        get: bool,
-    ) -> Body {
-        let stream = futures_util::stream::unfold(
-            (upstream, watch),
-            move |(mut upstream, watch)| async move {
-                let mut wait = watch.silence.limit;
-                loop {
-                    match tokio::time::timeout(wait, upstream.next()).await {
-                        Ok(Some(Err(e))) if sse => {
-                            tracing::warn!(
-                                owner_node_id = %watch.holder,
-                                error = %e,
-                                "[HA] Relay to session owner failed: the link broke under a relayed stream; it ends, and the client resumes it"
-                            );
-                            return None;
-                        }
-                        Ok(Some(chunk)) => return Some((chunk, (upstream, watch))),
-                        Ok(None) => return None,
-                        Err(_) if watch.holder_stalled().await => {
-                            watch.log_stalled("the relayed stream ends, and the client resumes it");
-                            return None;
-                        }
-                        Err(_) => wait = watch.silence.recheck,
-                    }
-                }
-            },
-        );
-        let stream = futures_util::stream::iter(first.map(Ok)).chain(stream);
-        // A relayed GET is a session's stream, open as long as its client wants: like the
-        // streams this instance serves itself, it ends when a graceful stop closes this
-        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
-        // answer is a request in flight, which the stop lets finish.
-        if get {
-            Body::from_stream(stream.take_until(self.closing.clone().cancelled_owned()))
-        } else {
-            Body::from_stream(stream)
         }
     }
 
@@ -484,7 +434,12 @@ impl Relay for HttpRelay {
             return Relayed::Answered(res);
         }
         // Held until the answer ends (or, refused or handed back, until this returns).
-        let Some(place) = self.in_flight.take_within(PLACE_WAIT).await else {
+        // A free place is taken at once; only a full bound waits (with its timer).
+        let place = match self.in_flight.try_take() {
+            Some(place) => Some(place),
+            None => self.in_flight.take_within(PLACE_WAIT).await,
+        };
+        let Some(place) = place else {
             return Relayed::Answered(self.busy(holder, Bound::InFlight));
         };
         let address = match self.address_of(holder).await {
@@ -492,7 +447,7 @@ impl Relay for HttpRelay {
             Err(NoAddress::Gone) => return Relayed::HolderGone(req),
             Err(NoAddress::Failed(why)) => return fail(&why),
         };
-        let hop = match self.hop(holder, &address, &req) {
+        let hop = match self.hop(holder, address, &req) {
             Ok(hop) => hop,
             Err(why) => return fail(&why),
         };
@@ -542,9 +497,9 @@ enum NoAddress {
 /// The steps of [`HttpRelay::forward`]: where the holder is, the hop's request, and the answer
 /// as the client gets it.
 impl HttpRelay {
-    /// The address `holder` advertises: read a moment ago, else from its heartbeat, else (Redis
-    /// does not answer) the one read last.
-    async fn address_of(&self, holder: &str) -> Result<String, NoAddress> {
+    /// The address `holder` advertises (`host:port`): read a moment ago, else from its heartbeat,
+    /// else (Redis does not answer) the one read last.
+    async fn address_of(&self, holder: &str) -> Result<Authority, NoAddress> {
         let known = self
             .addresses
             .lock()
@@ -557,7 +512,9 @@ impl HttpRelay {
         let key = format!("{}{holder}", self.heartbeat_prefix);
         let address = match read_beat(&self.redis, &key).await {
             Ok(Some(beat)) => match beat.address {
-                Some(a) => a,
+                Some(a) => Authority::try_from(a.as_str()).map_err(|e| {
+                    NoAddress::Failed(format!("its address {a:?} makes no URI: {e}"))
+                })?,
                 None => {
                     return Err(NoAddress::Failed(
                         "its heartbeat advertises no address".to_string(),
@@ -603,20 +560,24 @@ impl HttpRelay {
     fn hop(
         &self,
         holder: &str,
-        address: &str,
+        address: Authority,
         req: &RelayRequest,
     ) -> Result<http::Request<Full<Bytes>>, String> {
-        let path = req.uri.path_and_query().map_or("/mcp", |p| p.as_str());
-        let url = reqwest::Url::parse(&format!("http://{address}{path}"))
-            .map_err(|e| format!("its address {address:?} makes no URL: {e}"))?;
-        let uri = http::Uri::try_from(url.as_str())
-            .map_err(|e| format!("its address {address:?} makes no URI: {e}"))?;
-        // Signed as it goes on the wire: parsing the URL may normalise the path (percent-
-        // encoding, dot segments), and the holder checks the path it receives.
-        let sent_path = match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        };
+        // The path and query go on as the client sent them (this instance parsed them already,
+        // and sending them unchanged is what the signature says): the holder checks the path
+        // it receives.
+        let path = req
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/mcp"));
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(address);
+        parts.path_and_query = Some(path);
+        let uri =
+            http::Uri::from_parts(parts).map_err(|e| format!("its address makes no URI: {e}"))?;
+        let sent_path = uri.path_and_query().map_or("/", PathAndQuery::as_str);
         let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 2);
         for (name, value) in &req.headers {
             if !hop_by_hop(name) {
@@ -634,7 +595,7 @@ impl HttpRelay {
             source: self.me.as_bytes(),
             target: holder.as_bytes(),
             method: &req.method,
-            path: &sent_path,
+            path: sent_path,
             body: &req.body,
         };
         self.keys
@@ -647,7 +608,7 @@ impl HttpRelay {
     }
 
     /// The holder's answer as the client gets it: less its hop-by-hop headers, its body watched
-    /// (see [`HttpRelay::watched`]) and keeping the request's `place` in flight.
+    /// (see [`Answer`]) and keeping the request's `place` in flight.
     ///
     /// A streamed answer to a request (not a session's GET stream) is passed on only once its
     /// first event came (see [`first_event`]): a client that received no event has no
@@ -657,7 +618,7 @@ impl HttpRelay {
     async fn relayed_answer(
         &self,
         holder: &str,
-        answer: http::Response<hyper::body::Incoming>,
+        answer: http::Response<Incoming>,
         get: bool,
         place: OwnedSemaphorePermit,
     ) -> Result<Response, Response> {
@@ -675,7 +636,7 @@ impl HttpRelay {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let watch = self.watch(holder, place);
-        let mut upstream: Upstream = body.into_data_stream().boxed();
+        let mut upstream = body;
         let first = if sse && !get {
             match first_event(&mut upstream, &watch).await {
                 Ok(first) => Some(first),
@@ -684,26 +645,53 @@ impl HttpRelay {
         } else {
             None
         };
-        let body = self.watched(first, upstream, watch, sse, get);
-        let mut res = Response::new(body);
+        // A relayed GET is a session's stream, open as long as its client wants: like the
+        // streams this instance serves itself, it ends when a graceful stop closes this
+        // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
+        // answer is a request in flight, which the stop lets finish.
+        let closing = get.then(|| Box::pin(self.closing.clone().cancelled_owned()));
+        let body = Answer {
+            first,
+            upstream,
+            watch,
+            sse,
+            closing,
+            timer: None,
+            armed: false,
+            wait: self.silence.limit,
+            stalled: None,
+            done: false,
+        };
+        let mut res = Response::new(Body::new(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         Ok(res)
     }
 }
 
-/// A relayed answer's body as it comes from the holder.
-type Upstream = futures_util::stream::BoxStream<'static, Result<Bytes, hyper::Error>>;
+/// The next piece of a relayed answer's body (its trailers, which an HTTP/1.1 holder never
+/// sends, are not passed on).
+async fn next_data(upstream: &mut Incoming) -> Option<Result<Bytes, hyper::Error>> {
+    loop {
+        match upstream.frame().await? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => return Some(Ok(data)),
+                Err(_trailers) => continue,
+            },
+            Err(e) => return Some(Err(e)),
+        }
+    }
+}
 
 /// Reads a relayed streamed answer up to the end of its first event (or its end, if it ends
 /// before one: the holder's own answer, passed on as it is), judging the holder's silence as
 /// the rest of the answer is judged. What was read is returned, to be sent first. `Err` says
 /// why no event came: the link broke, or the holder stopped sending.
-async fn first_event(upstream: &mut Upstream, watch: &Watch) -> Result<Bytes, String> {
+async fn first_event(upstream: &mut Incoming, watch: &Watch) -> Result<Bytes, String> {
     let mut read = bytes::BytesMut::new();
     let mut wait = watch.silence.limit;
     loop {
-        match tokio::time::timeout(wait, upstream.next()).await {
+        match tokio::time::timeout(wait, next_data(upstream)).await {
             Ok(Some(Ok(chunk))) => {
                 read.extend_from_slice(&chunk);
                 if holds_an_event(&read) {
@@ -718,7 +706,7 @@ async fn first_event(upstream: &mut Upstream, watch: &Watch) -> Result<Bytes, St
                 ));
             }
             Ok(None) => return Ok(read.freeze()),
-            Err(_) if watch.holder_stalled().await => {
+            Err(_) if watch.stalled().await => {
                 return Err(format!(
                     "it sent no event for {} ms",
                     watch.silence.limit.as_millis()
@@ -750,8 +738,8 @@ fn holds_an_event(sse: &[u8]) -> bool {
 /// What a relayed answer's body needs to judge its holder's silence.
 struct Watch {
     redis: RedisConn,
-    /// The holder's heartbeat key.
-    key: String,
+    /// Where holders' heartbeats are kept (the holder's key is made only when it is read).
+    heartbeat_prefix: std::sync::Arc<str>,
     holder: String,
     silence: Silence,
     /// The relayed request's place in flight (`ha.relay_max_connections`).
@@ -761,12 +749,15 @@ struct Watch {
 impl Watch {
     /// Whether the holder, silent for the limit (or a recheck since), no longer sends: it missed
     /// a keep-alive, or its heartbeat is gone. A heartbeat that cannot be read (Redis does not
-    /// answer) proves nothing, and the stream goes on.
-    async fn holder_stalled(&self) -> bool {
+    /// answer) proves nothing, and the stream goes on. Owns what it reads, so that the body
+    /// can keep it between polls.
+    fn stalled(&self) -> Pin<Box<dyn Future<Output = bool> + Send>> {
         if self.silence.keepalive < self.silence.limit {
-            return true;
+            return Box::pin(std::future::ready(true));
         }
-        matches!(read_beat(&self.redis, &self.key).await, Ok(None))
+        let redis = self.redis.clone();
+        let key = format!("{}{}", self.heartbeat_prefix, self.holder);
+        Box::pin(async move { matches!(read_beat(&redis, &key).await, Ok(None)) })
     }
 
     /// Says in the log that the holder stopped sending under a relayed answer, and `then`.
@@ -776,5 +767,135 @@ impl Watch {
             "[HA] Relay to session owner failed: it sent nothing for {} ms; {then}",
             self.silence.limit.as_millis()
         );
+    }
+}
+
+/// A relayed answer's body as the client gets it: `first` (what was read of it already, see
+/// [`first_event`]), then the holder's body piece by piece as it comes, ended when the holder
+/// stops sending (see [`Silence`]) and, for a GET, when this instance closes (`closing`).
+///
+/// Written out rather than made of stream adapters because it runs once per relayed call: its
+/// size is the holder's (so a JSON answer goes on with its `Content-Length`, not chunked), and
+/// a timer runs only while the holder's body has nothing ready (a JSON answer is usually whole
+/// when its head is read, and then no timer is made at all); the timer is made once and reset.
+///
+/// An SSE answer (`sse`) whose link to the holder breaks ends cleanly, as one that went silent
+/// does: its events are in the shared event store, and the client resumes it with
+/// `Last-Event-ID` (an event cut in half is not dispatched: SSE drops an unfinished event at the
+/// end of the stream). Cut off instead, the client sees a broken response, which it need not
+/// resume. Any other answer's broken body stays broken: it cannot be resumed, and ending it
+/// cleanly would pass a truncated JSON body off as whole.
+struct Answer {
+    first: Option<Bytes>,
+    upstream: Incoming,
+    watch: Watch,
+    sse: bool,
+    closing: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
+    /// The silence timer, made the first time the holder's body has nothing ready.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `timer` runs for the current wait (it is disarmed by every piece that comes).
+    armed: bool,
+    /// The current wait: the limit, then, once the holder was found still alive, the recheck.
+    wait: Duration,
+    /// The look at the holder's heartbeat after a silence, while it runs.
+    stalled: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
+    done: bool,
+}
+
+impl http_body::Body for Answer {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(first))));
+        }
+        if let Some(closing) = &mut this.closing
+            && closing.as_mut().poll(cx).is_ready()
+        {
+            this.done = true;
+            return Poll::Ready(None);
+        }
+        loop {
+            match Pin::new(&mut this.upstream).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    this.armed = false;
+                    this.wait = this.watch.silence.limit;
+                    if frame.is_data() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    // Trailers (which an HTTP/1.1 holder never sends) are not passed on.
+                }
+                Poll::Ready(Some(Err(e))) if this.sse => {
+                    tracing::warn!(
+                        owner_node_id = %this.watch.holder,
+                        error = %e,
+                        "[HA] Relay to session owner failed: the link broke under a relayed stream; it ends, and the client resumes it"
+                    );
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => break,
+            }
+        }
+        // Nothing ready: the holder is silent, for how long is judged here.
+        loop {
+            if let Some(stalled) = &mut this.stalled {
+                if !ready!(stalled.as_mut().poll(cx)) {
+                    this.stalled = None;
+                    this.wait = this.watch.silence.recheck;
+                    continue;
+                }
+                this.stalled = None;
+                this.watch
+                    .log_stalled("the relayed stream ends, and the client resumes it");
+                this.done = true;
+                return Poll::Ready(None);
+            }
+            let deadline = tokio::time::Instant::now() + this.wait;
+            let timer = this
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if !this.armed {
+                timer.as_mut().reset(deadline);
+                this.armed = true;
+            }
+            ready!(timer.as_mut().poll(cx));
+            this.armed = false;
+            this.stalled = Some(this.watch.stalled());
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || (self.first.is_none() && self.upstream.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let hint = self.upstream.size_hint();
+        let Some(first) = &self.first else {
+            return hint;
+        };
+        let n = first.len() as u64;
+        let mut sum = http_body::SizeHint::new();
+        if let Some(upper) = hint.upper() {
+            sum.set_upper(upper.saturating_add(n));
+        }
+        sum.set_lower(hint.lower().saturating_add(n));
+        sum
     }
 }

@@ -45,17 +45,12 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
-    // Claimed, not proven: for the log only.
-    let source = parts
-        .headers
-        .get(&RELAYED_BY_NAME)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .unwrap_or_else(|| "<unnamed>".into());
     // The MAC covers the body, so it is read whole first: a relayed body is already within this
     // limit (the relaying instance read it under it).
     let body = match Limited::new(body, guard.max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
+            let source = source(&parts.headers);
             tracing::warn!(
                 source = %source,
                 error = %e,
@@ -97,6 +92,9 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             next.run(Request::from_parts(parts, Body::from(body))).await
         }
         Err(unverified) => {
+            // A refused request's headers are as they came (the check changes them only once
+            // it passes).
+            let source = source(&parts.headers);
             let why = unverified.why();
             tracing::warn!(
                 source = %source,
@@ -116,6 +114,15 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             refuse(status, why)
         }
     }
+}
+
+/// The relaying instance a request names: claimed, not proven, so for the log only (read only
+/// when a request is refused).
+fn source(headers: &http::HeaderMap) -> String {
+    headers
+        .get(&RELAYED_BY_NAME)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_else(|| "<unnamed>".into())
 }
 
 /// The refusal: a JSON-RPC error with `id: null` (the request was not read as JSON-RPC);

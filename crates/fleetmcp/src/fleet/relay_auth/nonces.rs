@@ -43,9 +43,17 @@ impl SeenNonces {
         }
         let width = (window_ms / 4).max(1);
         // Buckets below `oldest`'s hold only timestamps before it: none is acceptable again.
-        let kept = self.buckets.split_off(&(oldest / width));
-        for gone in std::mem::replace(&mut self.buckets, kept).into_values() {
-            self.total -= gone.len();
+        // Split only when there is one (a quarter window apart): splitting moves the map.
+        let cutoff = oldest / width;
+        if self
+            .buckets
+            .first_key_value()
+            .is_some_and(|(k, _)| *k < cutoff)
+        {
+            let kept = self.buckets.split_off(&cutoff);
+            for gone in std::mem::replace(&mut self.buckets, kept).into_values() {
+                self.total -= gone.len();
+            }
         }
         let bucket = self.buckets.entry(ts / width).or_default();
         if bucket.contains(&nonce) {
