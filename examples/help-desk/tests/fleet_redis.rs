@@ -1903,33 +1903,57 @@ fn a_resumed_answer_whose_writer_lives_carries_its_real_answer() {
     );
 }
 
+/// Two distributed instances stamping to one effects file, `desk-a` advertising a proxy in
+/// front of it: whatever `desk-b` relays to it goes through `link`, which a test cuts or holds.
+struct LinkedPair {
+    _redis: RedisServer,
+    _effects: TempDir,
+    link: CuttableProxy,
+    a: Instance,
+    b: Instance,
+}
+
+impl LinkedPair {
+    fn start() -> Self {
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let (effects, file) = effects_file();
+        let a_port = support::free_port();
+        let link = CuttableProxy::start(a_port);
+        let advertised = format!("127.0.0.1:{}", link.port);
+        let a = Instance::start_on(
+            env!("CARGO_BIN_EXE_help-desk"),
+            a_port,
+            &[
+                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+                ("FRONTMCP_BIND_ADDRESS", "loopback"),
+                ("MACHINE_ID", "desk-a"),
+                ("REDIS_URL", url.as_str()),
+                ("REDIS_HOST", ""),
+                ("REDIS_PORT", ""),
+                ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+                ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
+            ],
+        );
+        let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+        Self {
+            _redis: redis,
+            _effects: effects,
+            link,
+            a,
+            b,
+        }
+    }
+}
+
 /// A relayed streamed answer whose link to the holder breaks (the holder lives) ends cleanly on
 /// the relaying instance, its last chunk sent, so the client resumes it; then, resumed on the
 /// holder, it carries the real answer. Before, the relaying instance cut the response off in the
 /// middle, which a client takes for a failed request, not one to resume.
 #[test]
 fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let (_effects, file) = effects_file();
-    let a_port = support::free_port();
-    let link = CuttableProxy::start(a_port);
-    let advertised = format!("127.0.0.1:{}", link.port);
-    let a = Instance::start_on(
-        env!("CARGO_BIN_EXE_help-desk"),
-        a_port,
-        &[
-            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
-            ("FRONTMCP_BIND_ADDRESS", "loopback"),
-            ("MACHINE_ID", "desk-a"),
-            ("REDIS_URL", url.as_str()),
-            ("REDIS_HOST", ""),
-            ("REDIS_PORT", ""),
-            ("HELP_DESK_EFFECTS_FILE", file.as_str()),
-            ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
-        ],
-    );
-    let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let pair = LinkedPair::start();
+    let (link, a, b) = (&pair.link, &pair.a, &pair.b);
     let sid = open_session(a.port());
     // The call goes to B, which relays it to A through the link.
     let id = next_id();
@@ -2005,27 +2029,8 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
 /// a `200` stream, ended cleanly, without an id or an answer.
 #[test]
 fn a_relayed_stream_whose_link_breaks_before_its_first_event_is_refused() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let (_effects, file) = effects_file();
-    let a_port = support::free_port();
-    let link = CuttableProxy::start(a_port);
-    let advertised = format!("127.0.0.1:{}", link.port);
-    let a = Instance::start_on(
-        env!("CARGO_BIN_EXE_help-desk"),
-        a_port,
-        &[
-            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
-            ("FRONTMCP_BIND_ADDRESS", "loopback"),
-            ("MACHINE_ID", "desk-a"),
-            ("REDIS_URL", url.as_str()),
-            ("REDIS_HOST", ""),
-            ("REDIS_PORT", ""),
-            ("HELP_DESK_EFFECTS_FILE", file.as_str()),
-            ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
-        ],
-    );
-    let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+    let pair = LinkedPair::start();
+    let (link, a, b) = (&pair.link, &pair.a, &pair.b);
     let sid = open_session(a.port());
     let id = next_id();
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {

@@ -1,7 +1,7 @@
 //! Whether another instance's process is gone: the `liveness::ProcessLiveness` the fleet
 //! installs, for background tasks (is a task's executor gone?) and for SSE answers kept for
 //! resumption (is the stream's writer gone?), with the same evidence as session takeover
-//! (`directory.rs`, `relay.rs`).
+//! (`directory.rs`, `relay/`).
 //!
 //! - A heartbeat under the machine id that started after the work did belongs to a newer
 //!   process (restarted under the same id): the work's process is gone.

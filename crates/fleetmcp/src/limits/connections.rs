@@ -2,7 +2,7 @@
 //! open-files limit): one place per socket the instance holds for a request, whichever way it
 //! goes. A connection a client opened takes one for its life (the listener, `server/listener.rs`);
 //! so does each socket the relay opens to a session's holder, in use or idle in its pool
-//! (`fleet/relay.rs`), since a relayed request holds two descriptors on the relaying instance:
+//! (`fleet/relay/`), since a relayed request holds two descriptors on the relaying instance:
 //! its client's connection and its hop. Counting both in one budget is what keeps a flood of
 //! relayed streams below the open-files limit, with the descriptors the health reserve needs
 //! still free. (The relay also counts its requests in flight, `ha.relay_max_connections`, with

@@ -34,10 +34,7 @@
 //! limit rejection (`relay_connections`); so a flood of relayed streams never runs the process
 //! out of descriptors, and the health reserve stays reachable.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -46,21 +43,26 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::read_beat;
+
+mod answer;
+mod connector;
+
 use super::relay_auth::{RELAY_HOST_NAME, RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
 use crate::limits::Connections;
 use crate::redis_conn::RedisConn;
 use crate::telemetry::{Limit, Meters};
 use crate::transport::{Relay, RelayRequest, Relayed};
+use answer::{Answer, Watch, first_event};
+use connector::{CountedConnector, no_place};
 
 /// How long connecting to the holder may take before it counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -155,19 +157,6 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Whether the connector found no place under `http.max_connections` for a new socket
-/// (somewhere in the error's chain).
-fn no_place(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(error);
-    while let Some(e) = source {
-        if e.is::<NoPlace>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
-
 /// An error and its causes, for the log (the client's own message names only its kind).
 pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
@@ -178,98 +167,6 @@ pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
         source = e.source();
     }
     text
-}
-
-/// No place left under `http.max_connections` for a new socket to a holder.
-#[derive(Debug)]
-struct NoPlace;
-
-impl std::fmt::Display for NoPlace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("no connection left under http.max_connections")
-    }
-}
-
-impl std::error::Error for NoPlace {}
-
-/// Opens the hop's sockets (resolving the holder's advertised name, bounded by
-/// [`CONNECT_TIMEOUT`], `TCP_NODELAY`), each holding a place of the connection budget for as
-/// long as it is open, waiting at most [`PLACE_WAIT`] for one.
-#[derive(Clone)]
-struct CountedConnector {
-    http: HttpConnector,
-    connections: Connections,
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower::Service<http::Uri> for CountedConnector {
-    type Response = Counted;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Counted, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        // Ready whenever asked: the wait for a place is part of each connection.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, dst: http::Uri) -> Self::Future {
-        let mut http = self.http.clone();
-        let connections = self.connections.clone();
-        Box::pin(async move {
-            let place = connections.take_within(PLACE_WAIT).await.ok_or(NoPlace)?;
-            let io = tower::ServiceExt::ready(&mut http).await?.call(dst).await?;
-            Ok(Counted { io, _place: place })
-        })
-    }
-}
-
-/// A socket to a holder and its place in the connection budget, given back when it closes.
-struct Counted {
-    io: TokioIo<TcpStream>,
-    _place: OwnedSemaphorePermit,
-}
-
-impl Connection for Counted {
-    fn connected(&self) -> Connected {
-        self.io.connected()
-    }
-}
-
-impl hyper::rt::Read for Counted {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for Counted {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }
 
 /// Which bound refused a relayed request.
@@ -650,252 +547,10 @@ impl HttpRelay {
         // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
         // answer is a request in flight, which the stop lets finish.
         let closing = get.then(|| Box::pin(self.closing.clone().cancelled_owned()));
-        let body = Answer {
-            first,
-            upstream,
-            watch,
-            sse,
-            closing,
-            timer: None,
-            armed: false,
-            wait: self.silence.limit,
-            stalled: None,
-            done: false,
-        };
+        let body = Answer::new(first, upstream, watch, sse, closing);
         let mut res = Response::new(Body::new(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;
         Ok(res)
-    }
-}
-
-/// The next piece of a relayed answer's body (its trailers, which an HTTP/1.1 holder never
-/// sends, are not passed on).
-async fn next_data(upstream: &mut Incoming) -> Option<Result<Bytes, hyper::Error>> {
-    loop {
-        match upstream.frame().await? {
-            Ok(frame) => match frame.into_data() {
-                Ok(data) => return Some(Ok(data)),
-                Err(_trailers) => continue,
-            },
-            Err(e) => return Some(Err(e)),
-        }
-    }
-}
-
-/// Reads a relayed streamed answer up to the end of its first event (or its end, if it ends
-/// before one: the holder's own answer, passed on as it is), judging the holder's silence as
-/// the rest of the answer is judged. What was read is returned, to be sent first. `Err` says
-/// why no event came: the link broke, or the holder stopped sending.
-async fn first_event(upstream: &mut Incoming, watch: &Watch) -> Result<Bytes, String> {
-    let mut read = bytes::BytesMut::new();
-    let mut wait = watch.silence.limit;
-    loop {
-        match tokio::time::timeout(wait, next_data(upstream)).await {
-            Ok(Some(Ok(chunk))) => {
-                read.extend_from_slice(&chunk);
-                if holds_an_event(&read) {
-                    return Ok(read.freeze());
-                }
-                wait = watch.silence.limit;
-            }
-            Ok(Some(Err(e))) => {
-                return Err(format!(
-                    "the link broke before the relayed stream's first event: {}",
-                    describe(&e)
-                ));
-            }
-            Ok(None) => return Ok(read.freeze()),
-            Err(_) if watch.stalled().await => {
-                return Err(format!(
-                    "it sent no event for {} ms",
-                    watch.silence.limit.as_millis()
-                ));
-            }
-            Err(_) => wait = watch.silence.recheck,
-        }
-    }
-}
-
-/// Whether `sse` holds a whole event: a block ended by a blank line with a field in it (a
-/// keep-alive comment, a line that starts with `:`, is none).
-fn holds_an_event(sse: &[u8]) -> bool {
-    let mut field = false;
-    for line in sse.split(|&b| b == b'\n') {
-        // A line the chunk has not finished yet is the last piece; it ends nothing.
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            if field {
-                return true;
-            }
-        } else if line[0] != b':' {
-            field = true;
-        }
-    }
-    false
-}
-
-/// What a relayed answer's body needs to judge its holder's silence.
-struct Watch {
-    redis: RedisConn,
-    /// Where holders' heartbeats are kept (the holder's key is made only when it is read).
-    heartbeat_prefix: std::sync::Arc<str>,
-    holder: String,
-    silence: Silence,
-    /// The relayed request's place in flight (`ha.relay_max_connections`).
-    _place: OwnedSemaphorePermit,
-}
-
-impl Watch {
-    /// Whether the holder, silent for the limit (or a recheck since), no longer sends: it missed
-    /// a keep-alive, or its heartbeat is gone. A heartbeat that cannot be read (Redis does not
-    /// answer) proves nothing, and the stream goes on. Owns what it reads, so that the body
-    /// can keep it between polls.
-    fn stalled(&self) -> Pin<Box<dyn Future<Output = bool> + Send>> {
-        if self.silence.keepalive < self.silence.limit {
-            return Box::pin(std::future::ready(true));
-        }
-        let redis = self.redis.clone();
-        let key = format!("{}{}", self.heartbeat_prefix, self.holder);
-        Box::pin(async move { matches!(read_beat(&redis, &key).await, Ok(None)) })
-    }
-
-    /// Says in the log that the holder stopped sending under a relayed answer, and `then`.
-    fn log_stalled(&self, then: &str) {
-        tracing::warn!(
-            owner_node_id = %self.holder,
-            "[HA] Relay to session owner failed: it sent nothing for {} ms; {then}",
-            self.silence.limit.as_millis()
-        );
-    }
-}
-
-/// A relayed answer's body as the client gets it: `first` (what was read of it already, see
-/// [`first_event`]), then the holder's body piece by piece as it comes, ended when the holder
-/// stops sending (see [`Silence`]) and, for a GET, when this instance closes (`closing`).
-///
-/// Written out rather than made of stream adapters because it runs once per relayed call: its
-/// size is the holder's (so a JSON answer goes on with its `Content-Length`, not chunked), and
-/// a timer runs only while the holder's body has nothing ready (a JSON answer is usually whole
-/// when its head is read, and then no timer is made at all); the timer is made once and reset.
-///
-/// An SSE answer (`sse`) whose link to the holder breaks ends cleanly, as one that went silent
-/// does: its events are in the shared event store, and the client resumes it with
-/// `Last-Event-ID` (an event cut in half is not dispatched: SSE drops an unfinished event at the
-/// end of the stream). Cut off instead, the client sees a broken response, which it need not
-/// resume. Any other answer's broken body stays broken: it cannot be resumed, and ending it
-/// cleanly would pass a truncated JSON body off as whole.
-struct Answer {
-    first: Option<Bytes>,
-    upstream: Incoming,
-    watch: Watch,
-    sse: bool,
-    closing: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
-    /// The silence timer, made the first time the holder's body has nothing ready.
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether `timer` runs for the current wait (it is disarmed by every piece that comes).
-    armed: bool,
-    /// The current wait: the limit, then, once the holder was found still alive, the recheck.
-    wait: Duration,
-    /// The look at the holder's heartbeat after a silence, while it runs.
-    stalled: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
-    done: bool,
-}
-
-impl http_body::Body for Answer {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(first))));
-        }
-        if let Some(closing) = &mut this.closing
-            && closing.as_mut().poll(cx).is_ready()
-        {
-            this.done = true;
-            return Poll::Ready(None);
-        }
-        loop {
-            match Pin::new(&mut this.upstream).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    this.armed = false;
-                    this.wait = this.watch.silence.limit;
-                    if frame.is_data() {
-                        return Poll::Ready(Some(Ok(frame)));
-                    }
-                    // Trailers (which an HTTP/1.1 holder never sends) are not passed on.
-                }
-                Poll::Ready(Some(Err(e))) if this.sse => {
-                    tracing::warn!(
-                        owner_node_id = %this.watch.holder,
-                        error = %e,
-                        "[HA] Relay to session owner failed: the link broke under a relayed stream; it ends, and the client resumes it"
-                    );
-                    this.done = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    this.done = true;
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => break,
-            }
-        }
-        // Nothing ready: the holder is silent, for how long is judged here.
-        loop {
-            if let Some(stalled) = &mut this.stalled {
-                if !ready!(stalled.as_mut().poll(cx)) {
-                    this.stalled = None;
-                    this.wait = this.watch.silence.recheck;
-                    continue;
-                }
-                this.stalled = None;
-                this.watch
-                    .log_stalled("the relayed stream ends, and the client resumes it");
-                this.done = true;
-                return Poll::Ready(None);
-            }
-            let deadline = tokio::time::Instant::now() + this.wait;
-            let timer = this
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if !this.armed {
-                timer.as_mut().reset(deadline);
-                this.armed = true;
-            }
-            ready!(timer.as_mut().poll(cx));
-            this.armed = false;
-            this.stalled = Some(this.watch.stalled());
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || (self.first.is_none() && self.upstream.is_end_stream())
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        let hint = self.upstream.size_hint();
-        let Some(first) = &self.first else {
-            return hint;
-        };
-        let n = first.len() as u64;
-        let mut sum = http_body::SizeHint::new();
-        if let Some(upper) = hint.upper() {
-            sum.set_upper(upper.saturating_add(n));
-        }
-        sum.set_lower(hint.lower().saturating_add(n));
-        sum
     }
 }
