@@ -1913,6 +1913,16 @@ struct LinkedPair {
     b: Instance,
 }
 
+/// A `stamp` call that asks for progress (so its answer is an SSE stream), taking `delay_ms`
+/// after its event: its id and its body.
+fn streamed_stamp(delay_ms: u64) -> (u64, String) {
+    let id = next_id();
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": delay_ms},
+        "_meta": {"progressToken": id}}});
+    (id, call.to_string())
+}
+
 impl LinkedPair {
     fn start() -> Self {
         let redis = RedisServer::start();
@@ -1956,11 +1966,7 @@ fn a_relayed_stream_whose_holder_link_breaks_ends_cleanly_and_resumes() {
     let (link, a, b) = (&pair.link, &pair.a, &pair.b);
     let sid = open_session(a.port());
     // The call goes to B, which relays it to A through the link.
-    let id = next_id();
-    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 3000},
-        "_meta": {"progressToken": id}}});
-    let body = call.to_string();
+    let (id, body) = streamed_stamp(3000);
     let host = format!("127.0.0.1:{}", b.port());
     let mut stream = raw_http::open(
         SocketAddr::from((Ipv4Addr::LOCALHOST, b.port())),
@@ -2032,11 +2038,7 @@ fn a_relayed_stream_whose_link_breaks_before_its_first_event_is_refused() {
     let pair = LinkedPair::start();
     let (link, a, b) = (&pair.link, &pair.a, &pair.b);
     let sid = open_session(a.port());
-    let id = next_id();
-    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "stamp", "arguments": {"key": format!("k{id}"), "delay_ms": 200},
-        "_meta": {"progressToken": id}}});
-    let body = call.to_string();
+    let (id, body) = streamed_stamp(200);
     let host = format!("127.0.0.1:{}", b.port());
     let b_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
     let send = {
