@@ -1925,27 +1925,32 @@ fn streamed_stamp(delay_ms: u64) -> (u64, String) {
 
 impl LinkedPair {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// The same, both instances also given `extra`.
+    fn start_with(extra: &[(&str, &str)]) -> Self {
         let redis = RedisServer::start();
         let url = redis.url();
         let (effects, file) = effects_file();
         let a_port = support::free_port();
         let link = CuttableProxy::start(a_port);
         let advertised = format!("127.0.0.1:{}", link.port);
-        let a = Instance::start_on(
-            env!("CARGO_BIN_EXE_help-desk"),
-            a_port,
-            &[
-                ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
-                ("FRONTMCP_BIND_ADDRESS", "loopback"),
-                ("MACHINE_ID", "desk-a"),
-                ("REDIS_URL", url.as_str()),
-                ("REDIS_HOST", ""),
-                ("REDIS_PORT", ""),
-                ("HELP_DESK_EFFECTS_FILE", file.as_str()),
-                ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
-            ],
-        );
-        let b = distributed_desk("desk-b", &url, &[("HELP_DESK_EFFECTS_FILE", &file)]);
+        let mut a_env = vec![
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", "desk-a"),
+            ("REDIS_URL", url.as_str()),
+            ("REDIS_HOST", ""),
+            ("REDIS_PORT", ""),
+            ("HELP_DESK_EFFECTS_FILE", file.as_str()),
+            ("FLEETMCP_ADVERTISE_ADDRESS", advertised.as_str()),
+        ];
+        a_env.extend_from_slice(extra);
+        let a = Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), a_port, &a_env);
+        let mut b_env = vec![("HELP_DESK_EFFECTS_FILE", file.as_str())];
+        b_env.extend_from_slice(extra);
+        let b = distributed_desk("desk-b", &url, &b_env);
         Self {
             _redis: redis,
             _effects: effects,
@@ -2104,6 +2109,61 @@ fn a_relayed_stream_whose_link_breaks_before_its_first_event_is_refused() {
         "{}",
         again.describe()
     );
+}
+
+/// F14's other kind of fault: the link goes silent (held, not cut) between the holder's head
+/// and its first event, while the holder lives. The relaying instance, which judges the silence
+/// after the heartbeat lifetime (1.5 s here) and finds the holder's heartbeat there, neither
+/// refuses nor ends the answer: once the link carries again, the client gets the whole answer.
+#[test]
+fn a_relayed_stream_whose_link_goes_silent_before_its_first_event_is_answered_once_it_heals() {
+    let pair = LinkedPair::start_with(&[
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+    ]);
+    let (link, a, b) = (&pair.link, &pair.a, &pair.b);
+    let sid = open_session(a.port());
+    let (id, body) = streamed_stamp(0);
+    let host = format!("127.0.0.1:{}", b.port());
+    let b_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, b.port()));
+    link.hold_after_head();
+    let call = thread::spawn(move || {
+        raw_http::try_send(
+            b_addr,
+            "POST",
+            "/mcp",
+            &[
+                ("Host", &host),
+                ("Content-Type", "application/json"),
+                ("Accept", ACCEPT),
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", PROTOCOL_VERSION),
+            ],
+            Some(&body),
+            Duration::from_secs(15),
+        )
+    });
+    let began = Instant::now();
+    while !link.holding() {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "no answer's head came through the link within 5 s"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    // Longer than the heartbeat lifetime: the silence is judged at least once.
+    thread::sleep(Duration::from_millis(2500));
+    link.restore();
+    let answer = call
+        .join()
+        .expect("the call's thread")
+        .expect("an answer to the call");
+    assert_eq!(answer.status, 200, "{}", answer.describe());
+    let answers: Vec<Value> = stream_messages(&answer.body)
+        .into_iter()
+        .filter(|m| is_answer_to(m, id))
+        .collect();
+    assert_eq!(answers.len(), 1, "{}", answer.describe());
 }
 
 /// Calls of the stream-reading commands (`XRANGE`, `XREVRANGE`) Redis has served so far.
