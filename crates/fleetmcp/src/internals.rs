@@ -10,7 +10,7 @@
 //! tests/public_api.rs lists; a name moves out of here only by becoming API on purpose.
 
 pub use crate::config::env::environment_variables;
-pub use crate::events::{EventStore, RedisEventStore};
+pub use crate::events::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT, Unresolved};
 pub use crate::limits::HoldingsSnapshot;
 pub use crate::session::{
     Claim, Fence, Hold, MemorySessionStore, RedisSessionStore, SessionRecord, SessionStore,

@@ -133,7 +133,7 @@ async fn an_error_answer_is_not_an_outage_and_an_outage_still_fails_fast() {
 /// still refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
-    use fleetmcp::internals::{EventStore, RedisEventStore};
+    use fleetmcp::internals::{EventStore, RedisEventStore, Unresolved};
     use futures_util::StreamExt;
     let mut redis = RedisServer::start();
     let conn = connect(&redis).await;
@@ -143,14 +143,15 @@ async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
         .await
         .expect("append");
     assert!(
-        store.resolve("s2", &first).await.is_none(),
+        store.resolve("s2", &first).await.is_err(),
         "another session"
     );
     let (tag_stream, _) = first.rsplit_once('-').expect("an event id");
     let (tag, _) = tag_stream.rsplit_once('-').expect("an event id");
     let unknown = format!("{tag}-8-1");
-    assert!(
-        store.resolve("s1", &unknown).await.is_none(),
+    assert_eq!(
+        store.resolve("s1", &unknown).await,
+        Err(Unresolved::NotAnEvent),
         "no such stream"
     );
 
@@ -169,4 +170,67 @@ async fn a_stream_resumed_while_redis_is_paused_is_not_refused() {
         .expect("the next event arrives")
         .expect("an event");
     assert_eq!(&next.data[..], b"two");
+}
+
+/// A resume from the start of an answer stream Redis never stored (its first event's store
+/// failed, so its events went out with the stream's start id) is answered, not left waiting:
+/// on the instance that writes it, accepted at once (it is alive and stores the answer when
+/// it can); elsewhere, accepted as soon as the stream is stored, and refused as lost once the
+/// writer has had its time (`UNSTORED_WAIT`) and stored nothing. Before, such a resume on
+/// another instance was accepted and carried nothing, ever: the fault harness saw resumes
+/// hang after a writer was killed in a Sentinel failover's window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_of_a_stream_never_stored_is_answered() {
+    use fleetmcp::internals::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT, Unresolved};
+    let redis = RedisServer::start();
+    let store = |conn| RedisEventStore::new(conn, 100, 60_000, Duration::from_secs(10));
+    let (writer, other) = (store(connect(&redis).await), store(connect(&redis).await));
+    // The start id of stream 9 of session s1, as a writer that could store nothing sends it.
+    let any = writer
+        .append("s1", 3, bytes::Bytes::from_static(b"x"))
+        .await
+        .expect("append");
+    let tag = any.split('-').next().expect("a tag");
+    let start = format!("{tag}-9-0");
+
+    // Elsewhere, with nothing stored: refused as lost after the writer's time, not before.
+    let began = std::time::Instant::now();
+    let got = other.resolve("s1", &start).await;
+    let took = began.elapsed();
+    assert_eq!(got, Err(Unresolved::Lost));
+    assert!(
+        took >= UNSTORED_WAIT && took < UNSTORED_WAIT + Duration::from_secs(3),
+        "refused after {took:?}"
+    );
+
+    // Stored while a resume elsewhere waits: that resume is accepted, from the start.
+    let waiting = tokio::spawn(async move { other.resolve("s1", &start).await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!waiting.is_finished(), "waits while nothing is stored");
+    writer
+        .finish("s1", 9, bytes::Bytes::from_static(b"answer"))
+        .await
+        .expect("the answer stored");
+    let got = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("accepted soon after the store")
+        .expect("the task");
+    assert_eq!(got, Ok((9, Cursor::After(0))));
+
+    // Where the stream is written (tried and failed here: Redis refused), at once.
+    let start = format!("{tag}-11-0");
+    let mut paused = RedisServer::start();
+    let writer = store(connect(&paused).await);
+    paused.pause();
+    let failed = writer
+        .append_first("s1", 11, "7", bytes::Bytes::from_static(b"progress"))
+        .await;
+    paused.resume();
+    assert!(failed.is_err(), "the first event's store failed");
+    let began = std::time::Instant::now();
+    assert_eq!(
+        writer.resolve("s1", &start).await,
+        Ok((11, Cursor::After(0)))
+    );
+    assert!(began.elapsed() < Duration::from_secs(1), "at once");
 }

@@ -11,8 +11,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Cursor, EventStore, EventStoreError, StoredEvent, StreamId, event_id, parse_event_id,
-    session_tag,
+    Cursor, EventStore, EventStoreError, StoredEvent, StreamId, Unresolved, event_id,
+    parse_event_id, session_tag,
 };
 
 struct Stream {
@@ -229,14 +229,23 @@ impl EventStore for MemoryEventStore {
         .boxed()
     }
 
-    async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)> {
-        let (tag, stream, seq) = parse_event_id(last_event_id)?;
-        let (shared, own_tag) = self.stream(session, stream, false)?;
+    async fn resolve(
+        &self,
+        session: &str,
+        last_event_id: &str,
+    ) -> Result<(StreamId, Cursor), Unresolved> {
+        // One process writes and reads: nothing it wrote is lost but with the session.
+        let (tag, stream, seq) = parse_event_id(last_event_id).ok_or(Unresolved::NotAnEvent)?;
+        let (shared, own_tag) = self
+            .stream(session, stream, false)
+            .ok_or(Unresolved::NotAnEvent)?;
         if tag != &*own_tag {
-            return None;
+            return Err(Unresolved::NotAnEvent);
         }
         let st = shared.state.lock();
-        (seq < st.next_seq).then_some((stream, Cursor::After(seq)))
+        (seq < st.next_seq)
+            .then_some((stream, Cursor::After(seq)))
+            .ok_or(Unresolved::NotAnEvent)
     }
 
     async fn forget(&self, session: &str) {
@@ -272,21 +281,21 @@ mod tests {
         let got = collect(store.tail("s1", stream, cursor, CancellationToken::new())).await;
         assert_eq!(got, ["b", "c"]);
         assert!(
-            store.resolve("s2", &a).await.is_none(),
+            store.resolve("s2", &a).await.is_err(),
             "ids do not cross sessions"
         );
         assert!(
             store
                 .resolve("s1", &format!("{}-9-1", session_tag("s1")))
                 .await
-                .is_none()
+                .is_err()
         );
         store.append("s2", 3, Bytes::from("z")).await.unwrap();
         assert!(
-            store.resolve("s2", &a).await.is_none(),
+            store.resolve("s2", &a).await.is_err(),
             "same stream number, other session"
         );
-        assert!(store.resolve("s1", "garbage").await.is_none());
+        assert!(store.resolve("s1", "garbage").await.is_err());
     }
 
     #[tokio::test]
@@ -319,7 +328,7 @@ mod tests {
         store.append("s", 2, Bytes::from("b")).await.unwrap();
         store.append("s", 3, Bytes::from("c")).await.unwrap();
         assert!(
-            store.resolve("s", "1-4").await.is_none(),
+            store.resolve("s", "1-4").await.is_err(),
             "oldest closed stream dropped"
         );
         store.forget("s").await;
@@ -373,10 +382,10 @@ mod props {
                         let n = *counts.get(usize::try_from(st).ok()?)?;
                         (tag == own && n > 0 && seq <= n).then_some((st, Cursor::After(seq)))
                     });
-                    prop_assert_eq!(got, want, "{:?}", c);
+                    prop_assert_eq!(got.ok(), want, "{:?}", c);
                     // Another session never resolves s1's ids, whatever it holds.
                     if parse_event_id(c).is_some_and(|(tag, _, _)| tag == own) {
-                        prop_assert_eq!(store.resolve("s2", c).await, None);
+                        prop_assert_eq!(store.resolve("s2", c).await.ok(), None);
                     }
                 }
                 Ok(())

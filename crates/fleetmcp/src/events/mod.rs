@@ -26,6 +26,10 @@ pub use memory::MemoryEventStore;
 /// it with the same idempotency key, see `RequestContext::call_key`).
 pub const WRITER_GONE_MESSAGE: &str = "The instance running this request stopped before it answered; whether it took effect is unknown";
 
+/// The error message (with `410 Gone`) of a resume whose stream was never stored and will not
+/// be ([`Unresolved::Lost`]): like [`WRITER_GONE_MESSAGE`], the request's outcome is unknown.
+pub const STREAM_LOST_MESSAGE: &str = "Gone: the stream Last-Event-ID names was never stored (the instance running its request stopped, or lost Redis, before it could); whether the request took effect is unknown";
+
 /// A stream within one session. Stream 0 is the session's standalone (GET) stream.
 pub type StreamId = u64;
 /// The standalone stream a `GET` opens, for messages unrelated to any request.
@@ -48,6 +52,22 @@ pub struct StoredEvent {
     pub id: String,
     pub data: Bytes,
 }
+
+/// Why a `Last-Event-ID` names nothing to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unresolved {
+    /// Not an id of this session's events, or of a stream the store has.
+    NotAnEvent,
+    /// The start of an answer stream that was never stored, and still is not after its
+    /// writer had time to store it ([`UNSTORED_WAIT`]): the instance running its request
+    /// stopped, or lost Redis, before the stream's first event was stored. Nothing will come.
+    Lost,
+}
+
+/// How long a resume from the start of a stream that is not stored waits for it before it is
+/// judged lost ([`Unresolved::Lost`]): a writer alive and reaching Redis stores its answer
+/// within its retry interval (2 s at most), so five times that.
+pub const UNSTORED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A failure of the event store.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +157,11 @@ pub trait EventStore: Send + Sync + 'static {
     ) -> BoxStream<'static, StoredEvent>;
 
     /// Finds the stream and position a `Last-Event-ID` names, within this session only.
-    async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)>;
+    async fn resolve(
+        &self,
+        session: &str,
+        last_event_id: &str,
+    ) -> Result<(StreamId, Cursor), Unresolved>;
 
     /// Drops every stream of a session: the session has ended.
     async fn forget(&self, session: &str);

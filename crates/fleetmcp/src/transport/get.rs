@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::edge::{GetHeaders, Held, SessionEra};
 use super::{EndpointState, respond, sse};
-use crate::events::{Cursor, STANDALONE_STREAM};
+use crate::events::{Cursor, STANDALONE_STREAM, STREAM_LOST_MESSAGE, Unresolved};
 use crate::protocol::errors;
 
 /// Serves a GET of the session era that takes SSE, whose session is held here (all three
@@ -31,7 +31,7 @@ pub(super) async fn handle(
     let closing = app.phases().closing.clone();
     if let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         return match events.resolve(&session.id, last).await {
-            Some((stream, cursor)) => {
+            Ok((stream, cursor)) => {
                 tracing::debug!(session = %crate::session::LogId(&session.id), stream, "resuming an SSE stream");
                 sse::response(
                     events
@@ -42,13 +42,18 @@ pub(super) async fn handle(
                     keepalive,
                 )
             }
-            None => respond::rpc_error(
+            Err(Unresolved::NotAnEvent) => respond::rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 &errors::server(
                     "Bad Request: Last-Event-ID does not name an event of this session",
                 ),
             ),
+            // Gone for good, and not the client's mistake: 410, not 404 (which a client reads
+            // as its session gone) nor 503 (which it would retry forever).
+            Err(Unresolved::Lost) => {
+                respond::rpc_error(StatusCode::GONE, None, &errors::server(STREAM_LOST_MESSAGE))
+            }
         };
     }
     // A new GET takes the standalone stream over from any earlier connection; it starts

@@ -369,9 +369,14 @@ const KILL_SLACK: Duration = Duration::from_millis(300);
 /// its start and end. The kill is recorded just before the signal is sent, and the process dies
 /// a few milliseconds later: a request that started in between was in flight too.
 fn killed_in_flight(kills: &[(String, Duration)], op: &Op) -> bool {
+    killed_before(kills, op, op.end)
+}
+
+/// Whether an instance `op` may have run on was killed between its start and `until`.
+fn killed_before(kills: &[(String, Duration)], op: &Op, until: Duration) -> bool {
     kills.iter().any(|(m, at)| {
         *at + KILL_SLACK >= op.start
-            && *at <= op.end + Duration::from_millis(50)
+            && *at <= until + Duration::from_millis(50)
             && match &op.route {
                 Route::Direct(d) => d == m || op.machine.as_deref() == Some(m),
                 Route::Balancer => true,
@@ -430,12 +435,14 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             }
             // Documented for a call whose instance was killed while it ran (the outcome of a
             // resume is its call's), and for nothing else.
+            // A streamed call runs on after its stream broke: in flight until the resume that
+            // found it abandoned (the writer-gone answer, or 410 for a stream never stored).
             Outcome::Abandoned => {
-                let call = match op.kind {
-                    Kind::Resume { of } => &h.ops[of],
-                    _ => op,
+                let (call, until) = match op.kind {
+                    Kind::Resume { of } => (&h.ops[of], op.end),
+                    _ => (op, last_resume_end(h, op)),
                 };
-                (!killed_in_flight(&kills, call))
+                (!killed_before(&kills, call, until))
                     .then(|| "abandoned, but its instance was not killed under it".to_string())
             }
             Outcome::Hung => Some(format!("no answer after {took:.1?}")),
@@ -454,19 +461,23 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
     }
 }
 
+/// When the last resume of `op`'s answer stream ended (`op`'s own end if none).
+fn last_resume_end(h: &History, op: &Op) -> Duration {
+    h.ops
+        .iter()
+        .filter(|r| r.kind == (Kind::Resume { of: op.index }))
+        .map(|r| r.end)
+        .max()
+        .unwrap_or(op.end)
+}
+
 /// Whether `op` is a streamed answer that never came whose stored events Redis lost (its data
 /// lost between the call and its last resume): gone with Redis's data, as a session can be.
 fn events_lost(h: &History, op: &Op) -> bool {
     if !matches!(op.kind, Kind::Stamp { sse: true }) {
         return false;
     }
-    let last = h
-        .ops
-        .iter()
-        .filter(|r| r.kind == (Kind::Resume { of: op.index }))
-        .map(|r| r.end)
-        .max()
-        .unwrap_or(op.end);
+    let last = last_resume_end(h, op);
     h.faults
         .iter()
         .any(|f| f.kind == FaultKind::RedisDataLoss && op.start <= f.at && f.at <= last)
@@ -1333,6 +1344,23 @@ mod tests {
         let verdict = check(&h, Bounds::default());
         assert_eq!(verdict.broken(), [Promise::Answered].into());
         assert_eq!(verdict.violations.len(), 2, "{:?}", verdict.violations);
+        // Killed after the call's stream broke, while the call still ran (before its resume):
+        // abandoned under it all the same (a stream never stored is refused `410` on resume,
+        // which the client reads as abandoned).
+        h.faults = vec![Fault {
+            at: s(1.7),
+            kind: FaultKind::Kill("desk-2".into()),
+        }];
+        assert!(check(&h, Bounds::default()).violations.is_empty());
+        h.faults = vec![Fault {
+            at: s(3.5),
+            kind: FaultKind::Kill("desk-2".into()),
+        }];
+        assert_eq!(
+            check(&h, Bounds::default()).violations.len(),
+            2,
+            "killed after the resume that reported it"
+        );
         h.faults = vec![kill];
         h.ops[1].outcome = Outcome::Hung;
         h.ops[1].end = s(27.0);

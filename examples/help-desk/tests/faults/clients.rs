@@ -274,6 +274,11 @@ fn classify(got: &Got) -> Outcome {
     if got.status == 202 {
         return Outcome::Ok;
     }
+    // A resume of an answer stream never stored, whose writer is gone: like the writer-gone
+    // answer, the call's outcome is unknown.
+    if got.status == 410 && got.body.contains(fleetmcp::STREAM_LOST_MESSAGE) {
+        return Outcome::Abandoned;
+    }
     if got.status != 200 {
         return Outcome::Error {
             status: got.status,
@@ -422,6 +427,8 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
             .filter(|g| g.answer.is_none() && g.stream_cut.is_some())
             .and_then(|g| g.last_event.clone());
         let index = sh.rec.op(op.clone());
+        // A resume answered that the stream was never stored (`410`): the call is abandoned.
+        let mut abandoned = false;
         if let Some(mut last) = cut {
             // Resume the answer stream where it broke.
             let (mut tries, until) = (0, sh.rec.now() + RESUME_WINDOW);
@@ -444,12 +451,15 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
                 finish(&mut r, &got, sh.rec.now());
                 let found = answer_to(&got, rpc);
                 r.results = usize::from(found.is_some());
+                if r.outcome == Outcome::Abandoned && found.is_none() {
+                    abandoned = true;
+                }
                 if let Some(l) = got.as_ref().ok().and_then(|g| g.last_event.clone()) {
                     last = l;
                 }
                 // A hang is not tried again (a client would give up too).
                 let gone = matches!(r.outcome, Outcome::SessionGone | Outcome::Hung);
-                let done = found.is_some();
+                let done = found.is_some() || abandoned;
                 if !matches!(r.outcome, Outcome::Refused { .. }) {
                     tries += 1;
                 }
@@ -472,6 +482,7 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
         // broken stream's error otherwise.
         let final_outcome = match &answer {
             Some(a) => Some(classify_answer(Some(a))),
+            None if abandoned => Some(Outcome::Abandoned),
             None if op.outcome == Outcome::Ok => Some(Outcome::Transport(format!(
                 "the answer never came (stream ended, {RESUMES} resumes at most)"
             ))),

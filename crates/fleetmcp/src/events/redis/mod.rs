@@ -25,8 +25,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId, event_id,
-    parse_event_id, session_tag,
+    Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId, UNSTORED_WAIT,
+    Unresolved, event_id, parse_event_id, session_tag,
 };
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -86,6 +86,9 @@ struct LocalStream {
     generation: Mutex<u64>,
     /// `end_reader`: the reader of this generation ends once past this sequence number.
     cut: Mutex<Option<(u64, u64)>>,
+    /// This process appended to the stream (or tried to): it writes it, and while it lives
+    /// a resume of the stream waits for what it stores, however long Redis refuses it.
+    written: std::sync::atomic::AtomicBool,
 }
 
 fn seq_of(entry_id: &str) -> Option<u64> {
@@ -172,6 +175,9 @@ impl RedisEventStore {
                 .arg(request_id);
         }
         let local = self.local(&key);
+        local
+            .written
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if confirm && self.redis.writes_durably() {
             let appended = self.append_durably(session, &key, xadd).await;
             // Unconfirmed, the entry may be on the master all the same: readers here look.
@@ -205,6 +211,51 @@ impl RedisEventStore {
         }
         local.notify.notify_waiters();
         Ok(id)
+    }
+
+    async fn exists(&self, key: &str) -> Result<bool, CommandError> {
+        let n: i64 = self
+            .redis
+            .run(redis::cmd("EXISTS").arg(key).clone())
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// A resume from the start of `stream` (at `key`), which Redis does not have: accepted
+    /// once the stream is there, or at once when this process writes it (it is alive, and
+    /// stores the answer when Redis lets it) or Redis stops answering (the reader waits out the
+    /// outage). Otherwise its writer is elsewhere, and nothing names it (its first entry,
+    /// which would, is what is missing): one that lives and reaches Redis stores its answer
+    /// within its retry interval, so a stream still missing after [`UNSTORED_WAIT`] is lost
+    /// with its writer. Without this the resume would be accepted and wait forever.
+    async fn await_unstored(
+        &self,
+        key: &str,
+        stream: StreamId,
+    ) -> Result<(StreamId, Cursor), Unresolved> {
+        let accepted = Ok((stream, Cursor::After(0)));
+        let until = tokio::time::Instant::now() + UNSTORED_WAIT;
+        loop {
+            let written_here = self
+                .local
+                .lock()
+                .get(key)
+                .is_some_and(|l| l.written.load(std::sync::atomic::Ordering::Relaxed));
+            if written_here {
+                return accepted;
+            }
+            match self.exists(key).await {
+                Ok(false) => {}
+                Ok(true) | Err(_) => return accepted,
+            }
+            if tokio::time::Instant::now() >= until {
+                tracing::warn!(
+                    "a resumed SSE stream was never stored and its writer is not here; refused as lost"
+                );
+                return Err(Unresolved::Lost);
+            }
+            tokio::time::sleep(writer::MAX_POLL).await;
+        }
     }
 
     /// `xadd` with the stream's index and expiry, in one pipeline confirmed by the replicas
@@ -503,6 +554,9 @@ impl EventStore for RedisEventStore {
     ) -> Result<(), EventStoreError> {
         let key = self.stream_key(session, stream);
         let index = self.index_key(session);
+        self.local(&key)
+            .written
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let stored = if self.redis.writes_durably() {
             // The script's text, not its digest: a pipeline confirmed by the replicas cannot
             // load a script the server does not know and send the pipeline again.
@@ -626,29 +680,28 @@ impl EventStore for RedisEventStore {
         .boxed()
     }
 
-    async fn resolve(&self, session: &str, last_event_id: &str) -> Option<(StreamId, Cursor)> {
-        let (tag, stream, seq) = parse_event_id(last_event_id)?;
+    async fn resolve(
+        &self,
+        session: &str,
+        last_event_id: &str,
+    ) -> Result<(StreamId, Cursor), Unresolved> {
+        let (tag, stream, seq) = parse_event_id(last_event_id).ok_or(Unresolved::NotAnEvent)?;
         if tag != session_tag(session) {
-            return None;
+            return Err(Unresolved::NotAnEvent);
         }
-        let exists = self
-            .redis
-            .run::<i64>(
-                redis::cmd("EXISTS")
-                    .arg(self.stream_key(session, stream))
-                    .clone(),
-            )
-            .await;
-        match exists {
+        let key = self.stream_key(session, stream);
+        match self.exists(&key).await {
+            Ok(true) => Ok((stream, Cursor::After(seq))),
+            Ok(false) if seq != 0 => Err(Unresolved::NotAnEvent),
             // The start of a stream not stored yet: an answer whose store failed before its
-            // first event sent it; its final answer is stored once Redis takes writes again.
-            Ok(n) => (n == 1 || seq == 0).then_some((stream, Cursor::After(seq))),
+            // first event sent it, and stores it once Redis takes writes again.
+            Ok(false) => self.await_unstored(&key, stream).await,
             // Redis cannot say now: the id names this session, so the reader starts, and if
             // Redis stays out of reach it ends after `read_outage` and the client resumes
             // again. Answering "no such event" would make the client give the answer up.
             Err(e) => {
                 tracing::debug!(error = %e, "resuming a stream Redis could not confirm");
-                Some((stream, Cursor::After(seq)))
+                Ok((stream, Cursor::After(seq)))
             }
         }
     }
