@@ -405,11 +405,11 @@ impl Session {
         {
             token.cancel();
         }
-        running.insert(raw_id, token.clone());
-        Some(token)
+        Some(running.insert(raw_id, token))
     }
+    /// One request `raw_id` has finished (see [`Session::track_request`]).
     pub(crate) fn finish_request(&self, raw_id: &str) {
-        self.inflight.lock().remove(raw_id);
+        self.inflight.lock().finish(raw_id);
     }
     /// Drops the table of running requests if none runs (the idle sweep, for a session unused
     /// for a while): an idle session keeps no buckets, a busy one no allocation per request.
@@ -790,6 +790,11 @@ mod tests {
             s.closed.get().is_none(),
             "no token made for a plain request"
         );
+        // An id sent again while its request runs (a client's retry after a relay's `503`):
+        // the earlier one ending leaves the later one in reach of the session's end.
+        let retried = s.track_request("9", usize::MAX).expect("under the limit");
+        let again = s.track_request("9", usize::MAX).expect("the same id");
+        s.finish_request("9");
         let running = s.track_request("2", usize::MAX).expect("under the limit");
         let leaving = s.leaving();
         assert!(!running.is_cancelled() && !leaving.is_cancelled());
@@ -797,6 +802,10 @@ mod tests {
         assert!(
             running.is_cancelled(),
             "a running request stops with its session"
+        );
+        assert!(
+            retried.is_cancelled() && again.is_cancelled(),
+            "a retried request stops with its session"
         );
         assert!(leaving.is_cancelled() && s.closed().is_cancelled());
         let late = s.track_request("3", usize::MAX).expect("under the limit");

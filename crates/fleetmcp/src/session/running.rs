@@ -15,13 +15,18 @@ use tokio_util::sync::CancellationToken;
 pub(super) struct Running {
     /// One running request, kept in place.
     first: Option<(Box<str>, CancellationToken)>,
-    /// The others, in a table made when a second request runs beside the first.
+    /// The others, in a table made when a second request runs beside the first: each id's
+    /// token, and how many requests run under it (more than one when a client sent an id again
+    /// while its request ran).
     #[allow(clippy::box_collection)] // the box is the point: 8 bytes in place, not 48
-    more: Option<Box<HashMap<Box<str>, CancellationToken>>>,
+    more: Option<Box<Table>>,
 }
 
+/// Running requests by id: the token they run under, and how many run under it.
+type Table = HashMap<Box<str>, (CancellationToken, u32)>;
+
 impl Running {
-    /// How many requests run.
+    /// How many ids have requests running.
     pub fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
     }
@@ -35,37 +40,66 @@ impl Running {
         self.first.as_ref().is_some_and(|(k, _)| &**k == id)
     }
 
-    /// Adds request `id`, or gives the one running under that id this token (a client that
-    /// reuses an id while its request runs: the later request is the one its id names).
-    pub fn insert(&mut self, id: &str, token: CancellationToken) {
-        if let Some((k, t)) = &mut self.first
-            && &**k == id
+    /// Adds request `id` under `token`, and gives back the token it runs under: `token`, or,
+    /// when a request with that id already runs, that request's token, shared. A client sends
+    /// an id again while its request runs when it retries a call whose answer it lost (a
+    /// relay's `503`, a broken hop while the holder runs on): the two are one call, cancelled
+    /// together by `notifications/cancelled` and by the session's end, and the id is kept
+    /// until both have finished, so the one that ends first does not leave the other out of
+    /// reach.
+    pub fn insert(&mut self, id: &str, token: CancellationToken) -> CancellationToken {
+        if self.is_first(id)
+            && let Some((k, shared)) = self.first.take()
         {
-            *t = token;
-            return;
+            // Counted in the table: the place in the struct has no room for a count.
+            self.more
+                .get_or_insert_with(Default::default)
+                .insert(k, (shared.clone(), 2));
+            return shared;
         }
-        let in_table = self.more.as_ref().is_some_and(|m| m.contains_key(id));
-        if self.first.is_none() && !in_table {
-            self.first = Some((id.into(), token));
+        if let Some((shared, n)) = self.more.as_mut().and_then(|m| m.get_mut(id)) {
+            *n += 1;
+            return shared.clone();
+        }
+        if self.first.is_none() {
+            self.first = Some((id.into(), token.clone()));
         } else {
             self.more
                 .get_or_insert_with(Default::default)
-                .insert(id.into(), token);
+                .insert(id.into(), (token.clone(), 1));
+        }
+        token
+    }
+
+    /// One request `id` has finished: the id is dropped once none runs under it.
+    pub fn finish(&mut self, id: &str) {
+        if self.is_first(id) {
+            self.first = None;
+            return;
+        }
+        let Some(more) = self.more.as_mut() else {
+            return;
+        };
+        if let Some((_, n)) = more.get_mut(id) {
+            *n -= 1;
+            if *n == 0 {
+                more.remove(id);
+            }
         }
     }
 
-    /// Removes request `id`, giving its token back.
+    /// Removes id `id` whatever runs under it, giving its token back (to be cancelled).
     pub fn remove(&mut self, id: &str) -> Option<CancellationToken> {
         if self.is_first(id) {
             return self.first.take().map(|(_, t)| t);
         }
-        self.more.as_mut()?.remove(id)
+        self.more.as_mut()?.remove(id).map(|(t, _)| t)
     }
 
     /// Every running request's token.
     pub fn tokens(&self) -> impl Iterator<Item = &CancellationToken> {
         let first = self.first.iter().map(|(_, t)| t);
-        first.chain(self.more.iter().flat_map(|m| m.values()))
+        first.chain(self.more.iter().flat_map(|m| m.values().map(|(t, _)| t)))
     }
 
     /// Drops the table if no request in it runs (the idle sweep).
@@ -117,12 +151,41 @@ mod tests {
         assert!(r.has_table(), "kept while the session is used");
         r.release_idle();
         assert!(!r.has_table(), "dropped once idle");
-        // An id reused while its request runs names the later request.
+        // An id sent again while its request runs: one call, under one token.
         let (old, new) = (CancellationToken::new(), CancellationToken::new());
-        r.insert("x", old);
-        r.insert("x", new.clone());
+        let first = r.insert("x", old.clone());
+        let again = r.insert("x", new.clone());
         assert_eq!(r.len(), 1);
+        assert!(!new.is_cancelled());
         r.remove("x").expect("runs").cancel();
-        assert!(new.is_cancelled());
+        assert!(first.is_cancelled() && again.is_cancelled() && old.is_cancelled());
+    }
+
+    /// The earlier of two requests under one id finishing dropped the id, and the later one
+    /// was out of reach of `notifications/cancelled` and of the session's end.
+    #[test]
+    fn an_id_sent_again_stays_until_both_requests_under_it_finish() {
+        for in_place in [true, false] {
+            let mut r = Running::default();
+            if !in_place {
+                r.insert("other", CancellationToken::new());
+            }
+            let token = r.insert("x", CancellationToken::new());
+            r.insert("x", CancellationToken::new());
+            r.finish("x");
+            assert!(
+                r.contains("x"),
+                "the second still runs (in place: {in_place})"
+            );
+            assert_eq!(r.tokens().filter(|t| !t.is_cancelled()).count(), r.len());
+            for t in r.tokens() {
+                t.cancel();
+            }
+            assert!(token.is_cancelled(), "the session's end reaches it");
+            r.finish("x");
+            assert!(!r.contains("x"), "dropped once both finished");
+            r.finish("x");
+            assert_eq!(r.len(), usize::from(!in_place));
+        }
     }
 }
