@@ -687,3 +687,120 @@ fn a_resumed_answer_is_delivered_while_its_end_awaits_the_replicas() {
     assert_answered_once(&resumed, id, &a);
     eprintln!("the answer came {:?} after the resume", began.elapsed());
 }
+
+/// Whether sentinel `i` flags the server on `port` down (`s_down`), in `SENTINEL <list>`'s
+/// answer (`masters` or `replicas <name>`): redis-cli prints one field per line.
+fn flagged_down(set: &SentinelSet, i: usize, list: &[&str], port: u16) -> bool {
+    let answer = set.sentinels[i].cli(list);
+    let lines: Vec<&str> = answer.lines().map(str::trim).collect();
+    // Each server's fields follow its `port` line, up to the next server's `name`.
+    lines.windows(2).enumerate().any(|(at, w)| {
+        w[0] == "port"
+            && w[1] == port.to_string()
+            && lines[at..]
+                .iter()
+                .skip(2)
+                .take_while(|l| **l != "name")
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|f| *f[0] == "flags" && f[1].split(',').any(|x| x == "s_down"))
+    })
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The check's other branch (RELIABILITY.md, F8): a master written to alone (its replica is
+/// down, so no failover can promote one without the write) is not written to while one
+/// sentinel finds it down, however well this instance reaches it: that sentinel may be voting
+/// for a failover, and once the replica is back, a promotion would lose the write. One of the
+/// three sentinels is made to find the master down (it reaches the master as a user of its
+/// own, whose `PING` is then refused: the instances' commands are not), too few for a failover
+/// (quorum 2), so the sentinels' answers differ only in that flag.
+#[test]
+fn a_master_written_alone_is_not_written_while_a_sentinel_finds_it_down() {
+    let mut set = SentinelSet::start(MASTER);
+    let (a, _b) = two_desks(&set, &[]);
+    let master = set.master.port;
+    let replica = set.replica.port;
+    // Sentinel 0 reaches the master as a user of its own.
+    assert_eq!(
+        set.master.cli(&[
+            "ACL",
+            "SETUSER",
+            "watcher",
+            "on",
+            ">pw",
+            "allcommands",
+            "allkeys",
+            "allchannels"
+        ]),
+        "OK"
+    );
+    for (field, value) in [("auth-user", "watcher"), ("auth-pass", "pw")] {
+        assert_eq!(
+            set.sentinels[0].cli(&["SENTINEL", "SET", MASTER, field, value]),
+            "OK"
+        );
+    }
+    set.replica.kill();
+    wait_for(
+        "every sentinel finds the replica down",
+        Duration::from_secs(15),
+        || (0..3).all(|i| flagged_down(&set, i, &["SENTINEL", "replicas", MASTER], replica)),
+    );
+    let open = || post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+    let resp = open();
+    assert_eq!(
+        resp.status,
+        200,
+        "a master whose replicas are all down is written to alone:\n{}\n{}",
+        resp.describe(),
+        a.log()
+    );
+
+    wait_for(
+        "sentinel 0 reaches the master as its user",
+        Duration::from_secs(10),
+        || set.master.cli(&["CLIENT", "LIST"]).contains("user=watcher"),
+    );
+    // Its pings refused (an error is no valid reply: the master is down to it after a second).
+    assert_eq!(
+        set.master.cli(&["ACL", "SETUSER", "watcher", "-ping"]),
+        "OK"
+    );
+    wait_for(
+        "sentinel 0 finds the master down",
+        Duration::from_secs(15),
+        || flagged_down(&set, 0, &["SENTINEL", "masters"], master),
+    );
+    assert!(
+        !flagged_down(&set, 1, &["SENTINEL", "masters"], master),
+        "only sentinel 0 finds it down"
+    );
+    let resp = open();
+    assert!(
+        resp.status == 503 && resp.header("retry-after").is_some(),
+        "an initialize while a sentinel finds the master down:\n{}\n{}",
+        resp.describe(),
+        a.log()
+    );
+    assert!(
+        a.log().contains("a sentinel finds the master written to"),
+        "refused for the sentinel's flag:\n{}",
+        a.log()
+    );
+
+    assert_eq!(
+        set.master.cli(&["ACL", "SETUSER", "watcher", "+ping"]),
+        "OK"
+    );
+    wait_for("sessions open again", Duration::from_secs(15), || {
+        open().status == 200
+    });
+}
