@@ -54,6 +54,55 @@ impl RedisConn {
         })
     }
 
+    /// With Sentinel, whether the server commands go to is still the master: a majority of the
+    /// sentinels that answer within the command timeout name it. A process that slept through a
+    /// failover (paused, or cut off while it held no command in flight) may come back to a
+    /// connection still open to the old master, which answers as a master, with the data it had,
+    /// until the sentinels turn it into a replica, seconds later: whatever it says of who holds
+    /// what is stale. When the sentinels name another master, the connection is reopened to it
+    /// and the error says so. Without Sentinel: always `Ok`.
+    pub async fn confirm_master(&self) -> Result<(), CommandError> {
+        let Some(link) = self.inner.conn.load_full() else {
+            return Err(CommandError::Unavailable(
+                "not connected to Redis yet (retrying in the background)".into(),
+            ));
+        };
+        let Link::Single(_, Some(server)) = &*link else {
+            return Ok(());
+        };
+        let cfg = &self.inner.cfg;
+        let sentinels = cfg
+            .sentinel_addresses()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let asks = sentinels
+            .iter()
+            .map(|(host, port)| sentinel_view(cfg, host, *port));
+        let views =
+            match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
+                .await
+            {
+                Ok(views) => views,
+                Err(_) => return Err(CommandError::Timeout(cfg.command_timeout_ms)),
+            };
+        let views: Vec<_> = views.into_iter().flatten().collect();
+        let naming = views.iter().filter(|v| v.master == **server).count();
+        if naming * 2 > sentinels.len() {
+            return Ok(());
+        }
+        if let Some(other) = views.iter().find(|v| v.master != **server) {
+            let why = format!(
+                "the sentinels name a new master, {}, not the one connected to ({server})",
+                other.master
+            );
+            self.inner.rebuild(why.clone());
+            return Err(CommandError::Unavailable(why));
+        }
+        Err(CommandError::Unavailable(format!(
+            "{naming} of {} sentinels name the master connected to ({server}): not a majority",
+            sentinels.len()
+        )))
+    }
+
     /// Whether [`RedisConn::pipe_durably`] waits for replicas (`wait_replicas` asks for some,
     /// and this is not a cluster).
     pub fn writes_durably(&self) -> bool {

@@ -516,6 +516,10 @@ impl SessionStore for RedisSessionStore {
         self.conn.writes_durably()
     }
 
+    async fn confirm_current(&self) -> Result<(), StoreError> {
+        Ok(self.conn.confirm_master().await?)
+    }
+
     async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
         let json = Self::encode(&StoredRecord::from_record(record))?;
         let mut set = redis::cmd("SET");

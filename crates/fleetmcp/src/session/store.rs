@@ -147,6 +147,14 @@ pub trait SessionStore: Send + Sync + 'static {
         false
     }
 
+    /// Whether what this store answers now is current: in a store whose server can be replaced
+    /// by a failover (Redis with Sentinel), that the server it reads is still the one in charge,
+    /// not an old master that came back. Asked before a holder whose lease ran out serves a
+    /// session again. A store that cannot be deposed: `Ok`.
+    async fn confirm_current(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Whether session `id` is still stored and, with a `fence` (distributed mode), still held
     /// by it; when `refresh`, also pushes the record's expiry out, only if it is (held). One
     /// atomic step in the stores of this crate; the default reads then touches, which is enough

@@ -622,10 +622,28 @@ impl Sentinel {
 
     /// The port of the master this sentinel names now.
     pub fn master_port(&self, name: &str) -> Option<u16> {
-        self.cli(&["SENTINEL", "get-master-addr-by-name", name])
-            .lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
+        Self::master_port_of(self.port, name)
+    }
+
+    /// The port of the master the sentinel on `port` names now (for a thread that has no
+    /// `Sentinel` of its own).
+    pub fn master_port_of(port: u16, name: &str) -> Option<u16> {
+        Command::new(cli_bin())
+            .args([
+                "-p",
+                &port.to_string(),
+                "SENTINEL",
+                "get-master-addr-by-name",
+                name,
+            ])
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .nth(1)
+                    .and_then(|p| p.trim().parse().ok())
+            })
     }
 }
 

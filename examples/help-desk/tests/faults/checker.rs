@@ -151,21 +151,33 @@ fn one_holder(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         .iter()
         .filter_map(|o| o.rpc_id.map(|id| (id, o)))
         .collect();
-    // (session, epoch) -> machines
-    let mut holders: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    // Epochs are counted in Redis: where Redis lost data, they may start again lower (a claim
+    // lost, an older one kept), and are compared only within one stretch between losses.
+    let losses: Vec<Duration> = h
+        .faults
+        .iter()
+        .filter(|f| f.kind.loses_data())
+        .map(|f| f.at)
+        .collect();
+    let era = |op: &Op| losses.iter().filter(|at| **at <= op.start).count();
+    let era_of = |rpc: u64| by_rpc.get(&rpc).map_or(0, |o| era(o));
+    // (session, stretch, epoch) -> machines
+    let mut holders: BTreeMap<(&str, usize, u64), BTreeSet<&str>> = BTreeMap::new();
     for s in &h.served {
         holders
-            .entry((s.session.as_str(), s.epoch))
+            .entry((s.session.as_str(), era_of(s.rpc_id), s.epoch))
             .or_default()
             .insert(s.machine.as_str());
     }
     bump(c, Promise::OneHolder, h.served.len());
-    for ((session, epoch), machines) in &holders {
+    for ((session, stretch, epoch), machines) in &holders {
         if machines.len() > 1 {
             let at = h
                 .served
                 .iter()
-                .filter(|s| s.session == *session && s.epoch == *epoch)
+                .filter(|s| {
+                    s.session == *session && s.epoch == *epoch && era_of(s.rpc_id) == *stretch
+                })
                 .filter_map(|s| by_rpc.get(&s.rpc_id).map(|o| o.end))
                 .max()
                 .unwrap_or_default();
@@ -198,7 +210,7 @@ fn one_holder(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         for (i, (b, eb, mb)) in list.iter().enumerate() {
             let before = list[..i]
                 .iter()
-                .filter(|(a, _, _)| a.end < b.start)
+                .filter(|(a, _, _)| a.end < b.start && era(a) == era(b))
                 .max_by_key(|(_, e, _)| *e);
             if let Some((a, ea, ma)) = before
                 && ea > eb
@@ -480,14 +492,14 @@ fn events_lost(h: &History, op: &Op) -> bool {
     let last = last_resume_end(h, op);
     h.faults
         .iter()
-        .any(|f| f.kind == FaultKind::RedisDataLoss && op.start <= f.at && f.at <= last)
+        .any(|f| f.kind.loses_data() && op.start <= f.at && f.at <= last)
 }
 
 fn sessions_kept(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     let first_loss = h
         .faults
         .iter()
-        .filter(|f| f.kind == FaultKind::RedisDataLoss)
+        .filter(|f| f.kind.loses_data())
         .map(|f| f.at)
         .min();
     for op in &h.ops {
@@ -596,7 +608,7 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     let first_loss = h
         .faults
         .iter()
-        .filter(|f| f.kind == FaultKind::RedisDataLoss)
+        .filter(|f| f.kind.loses_data())
         .map(|f| f.at)
         .min();
     let kills: Vec<(&str, Duration)> = h
@@ -644,7 +656,7 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         let record_lost = h
             .faults
             .iter()
-            .any(|f| f.kind == FaultKind::RedisDataLoss && f.at >= op.start);
+            .any(|f| f.kind.loses_data() && f.at >= op.start);
         // The fleet could not say at the end of the client's window (its last poll was
         // refused: Redis failing): whether the task ended is unknown, not wrong. A dead
         // executor's task is failed only once Redis answers steadily (`fleet/liveness.rs`).
@@ -902,6 +914,9 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
             FaultKind::RedisStop => "redis SIGSTOP".to_string(),
             FaultKind::RedisCont => continue,
             FaultKind::RedisDataLoss => "redis data lost".to_string(),
+            FaultKind::RedisLostAloneWrites(_) => {
+                "sentinel switched from a master written alone".to_string()
+            }
             FaultKind::RedisRestart => "redis restart".to_string(),
             FaultKind::Link { link, mode } => {
                 if mode == "pass" {
@@ -1323,6 +1338,49 @@ mod tests {
         .concat();
         h.faults.sort_by_key(|f| f.at);
         assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
+    }
+
+    /// Where Redis lost data (here, the sentinels switched away from a master the instances had
+    /// written to alone), a session's epoch may start again lower: served at a lower epoch after
+    /// the loss is not a stale holder; the same without the loss is.
+    #[test]
+    fn epochs_are_compared_only_between_redis_data_losses() {
+        let mut a = op(0, Kind::Stamp { sse: false }, 1.0, 1.1, Outcome::Ok);
+        let mut b = op(1, Kind::Stamp { sse: false }, 3.0, 3.1, Outcome::Ok);
+        a.rpc_id = Some(1);
+        b.rpc_id = Some(2);
+        let mut h = hist(vec![a, b]);
+        h.served = vec![
+            Served {
+                machine: "desk-3".into(),
+                session: "0011223344556677".into(),
+                epoch: 3,
+                rpc_id: 1,
+            },
+            Served {
+                machine: "desk-1".into(),
+                session: "0011223344556677".into(),
+                epoch: 2,
+                rpc_id: 2,
+            },
+        ];
+        assert_eq!(
+            check(&h, Bounds::default()).broken(),
+            [Promise::OneHolder].into(),
+            "a lower epoch later, Redis intact"
+        );
+        h.faults = vec![Fault {
+            at: s(2.0),
+            kind: FaultKind::RedisLostAloneWrites(7001),
+        }];
+        assert!(check(&h, Bounds::default()).violations.is_empty());
+        // Two machines at one epoch within one stretch: still two holders.
+        h.served[1].epoch = 3;
+        h.faults[0].at = s(5.0);
+        assert_eq!(
+            check(&h, Bounds::default()).broken(),
+            [Promise::OneHolder].into()
+        );
     }
 
     /// F4, fixed: the resumed answer of a call in flight when its instance was killed ends with

@@ -629,7 +629,7 @@ fn heal(fleet: &mut Fleet, rec: &Recorder, a: Active) {
                     .iter()
                     .all(|s| s.master_port(SENTINEL_MASTER) == Some(to))
                 {
-                    rec.fault(FaultKind::SentinelSwitched(to));
+                    // Recorded by the run's master watch, with the switches pauses cause.
                     break;
                 }
                 if Instant::now() >= deadline {

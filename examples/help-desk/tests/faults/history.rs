@@ -238,10 +238,23 @@ pub enum FaultKind {
     },
     /// `SENTINEL FAILOVER <master>` asked of a sentinel (Sentinel topology).
     SentinelFailover,
-    /// Every sentinel names the new master (`port`): the failover is done.
+    /// The sentinels name a new master (`port`), after a `SENTINEL FAILOVER` or a pause of
+    /// the master past `down-after` (seen by the run's master watch).
     SentinelSwitched(u16),
+    /// The sentinels switched away from the master on this port after the instances had
+    /// confirmed writes to it alone (no replica connected, every replica down: `wait_replicas
+    /// = "auto"`'s documented limit, RELIABILITY.md): what it took alone may be lost, like
+    /// [`FaultKind::RedisDataLoss`]. Found after the run ([`crate::alone`]), not injected.
+    RedisLostAloneWrites(u16),
     /// The harness could not do what it meant to (an instance that did not restart).
     HarnessProblem(String),
+}
+
+impl FaultKind {
+    /// Whether Redis may have lost data here: sessions, tasks and events may be gone after it.
+    pub fn loses_data(&self) -> bool {
+        matches!(self, Self::RedisDataLoss | Self::RedisLostAloneWrites(_))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -274,6 +287,9 @@ pub struct History {
 #[derive(Clone)]
 pub struct Recorder {
     began: Instant,
+    /// `began` on the wall clock (time since the Unix epoch), to place the instances' log
+    /// lines on the run's time line.
+    began_wall: Duration,
     inner: Arc<Mutex<History>>,
 }
 
@@ -281,8 +297,33 @@ impl Recorder {
     pub fn new() -> Self {
         Self {
             began: Instant::now(),
+            began_wall: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default(),
             inner: Arc::new(Mutex::new(History::default())),
         }
+    }
+
+    /// When in the run a log line stamped `timestamp` (`2026-12-04T15:13:51.991305Z`, UTC)
+    /// was written: by its time of day, for a run shorter than half a day.
+    pub fn at_log_time(&self, timestamp: &str) -> Option<Duration> {
+        let clock = timestamp.split_once('T')?.1.trim_end_matches('Z');
+        let mut parts = clock.splitn(3, ':');
+        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+        let of_day = h.parse::<f64>().ok()? * 3600.0
+            + m.parse::<f64>().ok()? * 60.0
+            + s.parse::<f64>().ok()?;
+        let began = self.began_wall.as_secs_f64() % 86_400.0;
+        Some(Duration::from_secs_f64(
+            (of_day - began).rem_euclid(86_400.0),
+        ))
+    }
+
+    /// Adds a fault found after the run, at `at`.
+    pub fn fault_at(&self, at: Duration, kind: FaultKind) {
+        let mut h = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        h.faults.push(Fault { at, kind });
+        h.faults.sort_by_key(|f| f.at);
     }
 
     pub fn now(&self) -> Duration {

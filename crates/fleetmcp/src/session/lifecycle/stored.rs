@@ -58,7 +58,14 @@ impl Sessions {
     pub(super) async fn still_stored(&self, session: Arc<Session>) -> Lookup {
         let every = self.timing.refresh_every_ms;
         let fenced = self.fenced();
-        if session.is_confirmed() && !session.refresh_due(every) && (!fenced || self.lease.valid())
+        // In distributed mode, confirmed in this lease term: a lease that ran out (this process
+        // paused, or cut off from Redis) may have let another instance take the session over,
+        // which the tracking connection may not have reported (it may be on an old master).
+        let term = self.lease.term();
+        let this_term = session.was_confirmed_in(term);
+        if session.is_confirmed()
+            && !session.refresh_due(every)
+            && (!fenced || (self.lease.valid() && this_term))
         {
             return Lookup::Held(session);
         }
@@ -68,12 +75,17 @@ impl Sessions {
             epoch: session.epoch(),
         });
         session.begin_confirm();
-        let term = self.lease.term();
         let refresh = session.due_for_touch(every);
-        let checked = tokio::time::timeout(
-            limit,
-            self.store.check(&session.id, fence.as_ref(), refresh),
-        )
+        // With the lease out (or renewed since it ran out), the store's word counts only from
+        // the server in charge now: one that a failover replaced while this process slept still
+        // names it holder.
+        let after_lapse = fenced && !(this_term && self.lease.valid());
+        let checked = tokio::time::timeout(limit, async {
+            if after_lapse {
+                self.store.confirm_current().await?;
+            }
+            self.store.check(&session.id, fence.as_ref(), refresh).await
+        })
         .await;
         let why = match checked {
             Ok(Ok(checked)) => return self.checked(session, checked, term).await,
