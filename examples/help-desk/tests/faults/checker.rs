@@ -152,43 +152,45 @@ fn one_holder(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         .filter_map(|o| o.rpc_id.map(|id| (id, o)))
         .collect();
     // Epochs are counted in Redis: where Redis lost data, they may start again lower (a claim
-    // lost, an older one kept), and are compared only within one stretch between losses.
+    // lost, an older one kept), so two serves are compared only when no loss lies between the
+    // first one's start and the second one's end (a request's epoch is read somewhere in
+    // between its start and its end).
     let losses: Vec<Duration> = h
         .faults
         .iter()
         .filter(|f| f.kind.loses_data())
         .map(|f| f.at)
         .collect();
-    let era = |op: &Op| losses.iter().filter(|at| **at <= op.start).count();
-    let era_of = |rpc: u64| by_rpc.get(&rpc).map_or(0, |o| era(o));
-    // (session, stretch, epoch) -> machines
-    let mut holders: BTreeMap<(&str, usize, u64), BTreeSet<&str>> = BTreeMap::new();
+    let comparable = |a: &Op, b: &Op| {
+        let (from, to) = (a.start.min(b.start), a.end.max(b.end));
+        !losses.iter().any(|at| from <= *at && *at <= to)
+    };
+    // (session, epoch) -> (machine, op) of each serve
+    let mut holders: BTreeMap<(&str, u64), Vec<(&str, &Op)>> = BTreeMap::new();
     for s in &h.served {
-        holders
-            .entry((s.session.as_str(), era_of(s.rpc_id), s.epoch))
-            .or_default()
-            .insert(s.machine.as_str());
+        if let Some(op) = by_rpc.get(&s.rpc_id) {
+            holders
+                .entry((s.session.as_str(), s.epoch))
+                .or_default()
+                .push((s.machine.as_str(), op));
+        }
     }
     bump(c, Promise::OneHolder, h.served.len());
-    for ((session, stretch, epoch), machines) in &holders {
-        if machines.len() > 1 {
-            let at = h
-                .served
+    for ((session, epoch), serves) in &holders {
+        let two = serves.iter().enumerate().find_map(|(i, (ma, a))| {
+            serves[i + 1..]
                 .iter()
-                .filter(|s| {
-                    s.session == *session && s.epoch == *epoch && era_of(s.rpc_id) == *stretch
-                })
-                .filter_map(|s| by_rpc.get(&s.rpc_id).map(|o| o.end))
-                .max()
-                .unwrap_or_default();
+                .find(|(mb, b)| mb != ma && comparable(a, b))
+                .map(|(mb, b)| (*ma, *mb, a.end.max(b.end)))
+        });
+        if let Some((ma, mb, at)) = two {
             v.push(Violation {
                 promise: Promise::OneHolder,
                 at,
                 op: None,
                 detail: format!(
-                    "session {} epoch {epoch} served by {}",
+                    "session {} epoch {epoch} served by {ma} and {mb}",
                     &session[..8.min(session.len())],
-                    machines.iter().copied().collect::<Vec<_>>().join(" and ")
                 ),
             });
         }
@@ -210,7 +212,7 @@ fn one_holder(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         for (i, (b, eb, mb)) in list.iter().enumerate() {
             let before = list[..i]
                 .iter()
-                .filter(|(a, _, _)| a.end < b.start && era(a) == era(b))
+                .filter(|(a, _, _)| a.end < b.start && comparable(a, b))
                 .max_by_key(|(_, e, _)| *e);
             if let Some((a, ea, ma)) = before
                 && ea > eb
@@ -434,7 +436,7 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             c.excused += 1;
             continue;
         }
-        if infra && events_lost(h, op) {
+        if (infra && events_lost(h, op)) || resumed_stream_lost(h, op) {
             c.excused += 1;
             continue;
         }
@@ -471,6 +473,18 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             });
         }
     }
+}
+
+/// Whether `op` is a resume refused `400` (its `Last-Event-ID` names no event) because Redis
+/// lost the stream's data between the call and the resume: Redis's loss, as a session's is.
+fn resumed_stream_lost(h: &History, op: &Op) -> bool {
+    let Kind::Resume { of } = op.kind else {
+        return false;
+    };
+    matches!(op.outcome, Outcome::Error { status: 400, .. })
+        && h.faults
+            .iter()
+            .any(|f| f.kind.loses_data() && h.ops[of].start <= f.at && f.at <= op.start)
 }
 
 /// When the last resume of `op`'s answer stream ended (`op`'s own end if none).
@@ -1374,12 +1388,54 @@ mod tests {
             kind: FaultKind::RedisLostAloneWrites(7001),
         }];
         assert!(check(&h, Bounds::default()).violations.is_empty());
+        // A request begun before the loss and served after it, at the lower epoch: excused.
+        h.ops[1].start = s(1.5);
+        assert!(check(&h, Bounds::default()).violations.is_empty());
         // Two machines at one epoch within one stretch: still two holders.
         h.served[1].epoch = 3;
         h.faults[0].at = s(5.0);
         assert_eq!(
             check(&h, Bounds::default()).broken(),
             [Promise::OneHolder].into()
+        );
+    }
+
+    /// A resume refused `400` (no such event) is excused only when Redis lost data between
+    /// the call and the resume.
+    #[test]
+    fn a_resume_refused_for_a_stream_redis_lost_is_excused() {
+        let mut call = op(0, Kind::Stamp { sse: true }, 1.0, 1.3, Outcome::Ok);
+        call.events = vec!["1-1".into()];
+        let resume = op(
+            1,
+            Kind::Resume { of: 0 },
+            2.0,
+            2.1,
+            Outcome::Error {
+                status: 400,
+                detail: "Last-Event-ID does not name an event of this session".into(),
+            },
+        );
+        let mut h = hist(vec![call, resume]);
+        assert_eq!(
+            check(&h, Bounds::default()).broken(),
+            [Promise::Answered].into()
+        );
+        h.faults = vec![Fault {
+            at: s(1.5),
+            kind: FaultKind::RedisLostAloneWrites(7001),
+        }];
+        assert!(
+            !check(&h, Bounds::default())
+                .broken()
+                .contains(&Promise::Answered)
+        );
+        h.faults[0].at = s(2.5);
+        assert!(
+            check(&h, Bounds::default())
+                .broken()
+                .contains(&Promise::Answered),
+            "a loss after the resume does not excuse it"
         );
     }
 
