@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::link::Link;
-use super::sentinel::{replicas_of_master, sentinel_view};
+use super::sentinel::{SentinelView, replicas_of_master, sentinel_view};
 use super::{CommandError, RedisConn};
 use crate::redis_config::WaitReplicas;
 
@@ -70,23 +70,9 @@ impl RedisConn {
         let Link::Single(_, Some(server)) = &*link else {
             return Ok(());
         };
-        let cfg = &self.inner.cfg;
-        let sentinels = cfg
-            .sentinel_addresses()
-            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let asks = sentinels
-            .iter()
-            .map(|(host, port)| sentinel_view(cfg, host, *port));
-        let views =
-            match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
-                .await
-            {
-                Ok(views) => views,
-                Err(_) => return Err(CommandError::Timeout(cfg.command_timeout_ms)),
-            };
-        let views: Vec<_> = views.into_iter().flatten().collect();
+        let (views, sentinels) = self.sentinel_views().await?;
         let naming = views.iter().filter(|v| v.master == **server).count();
-        if naming * 2 > sentinels.len() {
+        if naming * 2 > sentinels {
             return Ok(());
         }
         if let Some(other) = views.iter().find(|v| v.master != **server) {
@@ -98,8 +84,7 @@ impl RedisConn {
             return Err(CommandError::Unavailable(why));
         }
         Err(CommandError::Unavailable(format!(
-            "{naming} of {} sentinels name the master connected to ({server}): not a majority",
-            sentinels.len()
+            "{naming} of {sentinels} sentinels name the master connected to ({server}): not a majority"
         )))
     }
 
@@ -189,22 +174,9 @@ impl RedisConn {
         let Link::Single(_, Some(server)) = link else {
             return Ok(());
         };
-        let cfg = &self.inner.cfg;
-        let sentinels = cfg
-            .sentinel_addresses()
-            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let asks = sentinels
-            .iter()
-            .map(|(host, port)| sentinel_view(cfg, host, *port));
-        let views =
-            match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
-                .await
-            {
-                Ok(views) => views,
-                Err(_) => return Err(CommandError::Timeout(cfg.command_timeout_ms)),
-            };
+        let (views, sentinels) = self.sentinel_views().await?;
         let mut agreeing = 0;
-        for view in views.into_iter().flatten() {
+        for view in views {
             if view.failing_over {
                 return Err(CommandError::NotDurable(format!(
                     "a sentinel is failing over the master written to ({server})"
@@ -229,19 +201,36 @@ impl RedisConn {
             }
             agreeing += 1;
         }
-        if agreeing * 2 > sentinels.len() {
+        if agreeing * 2 > sentinels {
             tracing::debug!(
                 %server,
                 agreeing,
-                sentinels = sentinels.len(),
+                sentinels,
                 "a durable write to a master without replicas was confirmed by the sentinels"
             );
             Ok(())
         } else {
             Err(CommandError::NotDurable(format!(
-                "{agreeing} of {} sentinels answered: not a majority",
-                sentinels.len()
+                "{agreeing} of {sentinels} sentinels answered: not a majority"
             )))
+        }
+    }
+
+    /// What each sentinel that answers within the command timeout says of the master (asked of
+    /// all at once), and how many sentinels there are.
+    async fn sentinel_views(&self) -> Result<(Vec<SentinelView>, usize), CommandError> {
+        let cfg = &self.inner.cfg;
+        let sentinels = cfg
+            .sentinel_addresses()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let asks = sentinels
+            .iter()
+            .map(|(host, port)| sentinel_view(cfg, host, *port));
+        match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
+            .await
+        {
+            Ok(views) => Ok((views.into_iter().flatten().collect(), sentinels.len())),
+            Err(_) => Err(CommandError::Timeout(cfg.command_timeout_ms)),
         }
     }
 }
