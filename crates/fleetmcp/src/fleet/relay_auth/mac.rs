@@ -3,7 +3,7 @@
 //! fields, so both sides share this one function.
 
 use hmac::{Hmac, Mac};
-use http::{HeaderMap, HeaderName, Method};
+use http::{HeaderMap, Method};
 use sha2::Sha256;
 
 use super::keys::KeyPair;
@@ -31,7 +31,7 @@ pub(super) fn mac_of(
     subject: &Subject<'_>,
     ts: u64,
     nonce: &[u8; NONCE_LEN],
-    names: &[HeaderName],
+    names: &[&str],
     headers: &HeaderMap,
     sealed: &[u8],
 ) -> Hmac<Sha256> {
@@ -44,8 +44,9 @@ pub(super) fn mac_of(
     feed(&mut mac, subject.method.as_str().as_bytes());
     feed(&mut mac, subject.path.as_bytes());
     feed(&mut mac, &(names.len() as u64).to_be_bytes());
-    for name in names {
-        feed(&mut mac, name.as_str().as_bytes());
+    for &name in names {
+        feed(&mut mac, name.as_bytes());
+        // Looked up by `&str`: a valid name is matched as it is, nothing allocated.
         let values = headers.get_all(name);
         feed(&mut mac, &(values.iter().count() as u64).to_be_bytes());
         for v in values {

@@ -33,8 +33,8 @@ impl RelayKeys {
         }
         let nonce: [u8; NONCE_LEN] = rand::random();
         let sealed = seal(pair, headers, &nonce)?;
-        let mut names: Vec<HeaderName> = headers.keys().cloned().collect();
-        names.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
         let mac = mac_of(
             pair,
             subject,
