@@ -63,8 +63,8 @@ pub(super) const RELAY_HOST: &str = "x-fleetmcp-relay-host";
 // The same names parsed once: looking a header up by `&str` parses the name each time, and
 // `is_relayed` runs on every request.
 pub(super) static RELAYED_BY_NAME: HeaderName = HeaderName::from_static(RELAYED_BY);
-static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
-static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
+pub(super) static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
+pub(super) static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
 pub(super) static RELAY_HOST_NAME: HeaderName = HeaderName::from_static(RELAY_HOST);
 
 const VERSION: &str = "v1";
