@@ -58,8 +58,8 @@ pub(super) fn parse_auth(raw: &[u8]) -> Option<Auth<'_>> {
     if version != VERSION || fields.next().is_some() {
         return None;
     }
-    let nonce: [u8; NONCE_LEN] = URL_SAFE_NO_PAD.decode(nonce).ok()?.try_into().ok()?;
-    let mac: [u8; MAC_LEN] = URL_SAFE_NO_PAD.decode(mac).ok()?.try_into().ok()?;
+    let nonce: [u8; NONCE_LEN] = decode_exact(nonce)?;
+    let mac: [u8; MAC_LEN] = decode_exact(mac)?;
     let mut parsed: Vec<&str> = Vec::with_capacity(names.split(',').count().min(MAX_NAMES));
     if !names.is_empty() {
         for name in names.split(',') {
@@ -70,7 +70,7 @@ pub(super) fn parse_auth(raw: &[u8]) -> Option<Auth<'_>> {
                 || !in_order
                 || hop_by_hop_name(name)
                 || is_relay_header(name)
-                || SENSITIVE.iter().any(|s| s.as_str() == name)
+                || is_sensitive(name)
                 || parsed.len() >= MAX_NAMES
             {
                 return None;
@@ -86,31 +86,61 @@ pub(super) fn parse_auth(raw: &[u8]) -> Option<Auth<'_>> {
     })
 }
 
+/// `N` bytes from their base64url (no padding), into an array: no allocation.
+fn decode_exact<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let mut out = [0u8; 64];
+    // Longer than 64 bytes' base64 is none of the header's fields.
+    if text.len() > 86 {
+        return None;
+    }
+    let n = URL_SAFE_NO_PAD.decode_slice(text, &mut out).ok()?;
+    if n != N {
+        return None;
+    }
+    out[..N].try_into().ok()
+}
+
+/// Whether `name` (lower case) is a credential, which is sealed and never signed in clear.
+fn is_sensitive(name: &str) -> bool {
+    SENSITIVE.iter().any(|s| s.as_str() == name)
+}
+
+/// The bytes a header name may hold as `HeaderName` spells it: the token characters
+/// (RFC 9110 5.6.2) other than upper-case letters. A table, as every signed name of every
+/// relayed request is checked byte by byte.
+static NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
 /// Whether `name` is a header name as `HeaderName` spells it: not empty, and every byte a token
-/// character (RFC 9110 5.6.2) other than an upper-case letter.
+/// character other than an upper-case letter.
 fn is_lower_case_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.bytes().all(|b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || matches!(
-                    b,
-                    b'!' | b'#'
-                        | b'$'
-                        | b'%'
-                        | b'&'
-                        | b'\''
-                        | b'*'
-                        | b'+'
-                        | b'-'
-                        | b'.'
-                        | b'^'
-                        | b'_'
-                        | b'`'
-                        | b'|'
-                        | b'~'
-                )
-        })
+    !name.is_empty() && name.bytes().all(|b| NAME_BYTES[usize::from(b)])
 }
 
 #[cfg(test)]
