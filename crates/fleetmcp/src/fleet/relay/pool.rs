@@ -255,16 +255,26 @@ mod tests {
         Answer::new(None, res.into_body(), conn, watch, false, None)
     }
 
-    #[tokio::test]
-    async fn answers_read_to_their_end_leave_their_connection_for_the_next_request() {
-        let (address, accepted) = holder(true, b"{\"ok\":true}").await;
+    /// One relayed call through `pool`, its answer read to the end.
+    async fn call(pool: &Arc<Pool>, holder: &Authority) -> Bytes {
+        let (res, conn) = pool.send(holder, request(holder)).await.unwrap();
+        answer(res, conn).collect().await.unwrap().to_bytes()
+    }
+
+    /// The connections a holder (see [`holder`]) accepted for three calls, one after another.
+    async fn connections_for_three_calls(keep_alive: bool, body: &'static [u8]) -> usize {
+        let (address, accepted) = holder(keep_alive, body).await;
         let pool = pool();
         for _ in 0..3 {
-            let (res, conn) = pool.send(&address, request(&address)).await.unwrap();
-            let body = answer(res, conn).collect().await.unwrap().to_bytes();
-            assert_eq!(&body[..], b"{\"ok\":true}");
+            assert_eq!(&call(&pool, &address).await[..], body);
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection, reused");
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn answers_read_to_their_end_leave_their_connection_for_the_next_request() {
+        let accepted = connections_for_three_calls(true, b"{\"ok\":true}").await;
+        assert_eq!(accepted, 1, "one connection, reused");
     }
 
     #[tokio::test]
@@ -273,9 +283,7 @@ mod tests {
         let pool = pool();
         let (res, conn) = pool.send(&address, request(&address)).await.unwrap();
         drop(answer(res, conn));
-        let (res, conn) = pool.send(&address, request(&address)).await.unwrap();
-        let body = answer(res, conn).collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"{\"ok\":true}");
+        assert_eq!(&call(&pool, &address).await[..], b"{\"ok\":true}");
         assert_eq!(
             accepted.load(Ordering::SeqCst),
             2,
@@ -285,13 +293,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_the_holder_closes_is_not_sent_on_again() {
-        let (address, accepted) = holder(false, b"{}").await;
-        let pool = pool();
-        for _ in 0..3 {
-            let (res, conn) = pool.send(&address, request(&address)).await.unwrap();
-            let body = answer(res, conn).collect().await.unwrap().to_bytes();
-            assert_eq!(&body[..], b"{}");
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(connections_for_three_calls(false, b"{}").await, 3);
     }
 }
