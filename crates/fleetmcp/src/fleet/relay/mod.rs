@@ -27,12 +27,12 @@
 //! Relaying is bounded: at most `ha.relay_max_connections` relayed requests are in flight at
 //! once (a relayed stream until it ends), and every socket the relay opens to a holder, in use
 //! or idle in the pool (at most `ha.relay_max_idle_per_holder` per holder, each closed after
-//! [`pool::IDLE_TIMEOUT`]), takes a place of the connection budget the listener's client connections
-//! take theirs from (`http.max_connections`, fitted to the open-files limit), since a relayed
-//! request holds two descriptors here. A request that gets no place within [`PLACE_WAIT`] (for
-//! each of the two) is answered `503` with `Retry-After: 1`, naming the bound, and counted as a
-//! limit rejection (`relay_connections`); so a flood of relayed streams never runs the process
-//! out of descriptors, and the health reserve stays reachable.
+//! [`pool::IDLE_TIMEOUT`]), takes a place of the connection budget the listener's client
+//! connections take theirs from (`http.max_connections`, fitted to the open-files limit), since
+//! a relayed request holds two descriptors here. A request that gets no place within
+//! [`PLACE_WAIT`] (for each of the two) is answered `503` with `Retry-After: 1`, naming the
+//! bound, and counted as a limit rejection (`relay_connections`); so a flood of relayed streams
+//! never runs the process out of descriptors, and the health reserve stays reachable.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
