@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use super::client_key::{PeerAddr, RELAYED_PEER_HEADER};
 use super::respond;
@@ -64,26 +64,33 @@ pub(super) async fn forward(relay: Option<&dyn Relay>, holder: &str, req: RelayR
     }
 }
 
+// The two headers every relayed request gets, by names parsed once (a `&'static str` name is
+// parsed again at every insert).
+static RELAYED_PEER: HeaderName = HeaderName::from_static(RELAYED_PEER_HEADER);
+static TRACEPARENT: HeaderName =
+    HeaderName::from_static(crate::telemetry::trace_context::TRACEPARENT);
+
 /// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
 /// or the one started here), so the holder logs under the same trace id.
 pub(super) fn request(parts: http::request::Parts, body: Bytes) -> RelayRequest {
     let mut headers = parts.headers;
     // The holder counts the request's limits against the client, not against this instance:
-    // it gets the client's peer, signed with the hop (a client's own value is replaced).
+    // it gets the client's peer, signed with the hop (a client's own value is replaced). The
+    // strings become the values as they are (checked, not copied).
     match parts.extensions.get::<PeerAddr>() {
         Some(peer) => {
-            if let Ok(v) = HeaderValue::from_str(&peer.0.to_string()) {
-                headers.insert(RELAYED_PEER_HEADER, v);
+            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(peer.0.to_string())) {
+                headers.insert(RELAYED_PEER.clone(), v);
             }
         }
         None => {
-            headers.remove(RELAYED_PEER_HEADER);
+            headers.remove(&RELAYED_PEER);
         }
     }
     if let Some(trace) = crate::telemetry::labels::trace()
-        && let Ok(v) = HeaderValue::from_str(&trace.header_value())
+        && let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(trace.header_value()))
     {
-        headers.insert(crate::telemetry::trace_context::TRACEPARENT, v);
+        headers.insert(TRACEPARENT.clone(), v);
     }
     RelayRequest {
         method: parts.method,

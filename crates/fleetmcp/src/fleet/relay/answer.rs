@@ -8,11 +8,13 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::super::heartbeat::read_beat;
+use super::pool::InUse;
 use super::{Silence, describe};
 use crate::redis_conn::RedisConn;
 
@@ -135,6 +137,9 @@ impl Watch {
 pub(super) struct Answer {
     first: Option<Bytes>,
     upstream: Incoming,
+    /// The connection `upstream` comes on, given back for the next request once `upstream`
+    /// has ended (dropped with the answer if it does not: the connection closes).
+    conn: Option<InUse>,
     watch: Watch,
     sse: bool,
     closing: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
@@ -150,18 +155,21 @@ pub(super) struct Answer {
 }
 
 impl Answer {
-    /// `first` read already, then `upstream`, watched by `watch`; `closing` ends it (a GET's).
+    /// `first` read already, then `upstream` (on `conn`), watched by `watch`; `closing` ends it
+    /// (a GET's).
     pub(super) fn new(
         first: Option<Bytes>,
         upstream: Incoming,
+        conn: InUse,
         watch: Watch,
         sse: bool,
         closing: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
     ) -> Self {
         let wait = watch.silence.limit;
-        Self {
+        let mut answer = Self {
             first,
             upstream,
+            conn: Some(conn),
             watch,
             sse,
             closing,
@@ -170,6 +178,21 @@ impl Answer {
             wait,
             stalled: None,
             done: false,
+        };
+        // A body with nothing (left) to read (a `202`, or all read for the first event) may
+        // never be polled: the server sees its end from `is_end_stream`.
+        answer.give_back_if_ended();
+        answer
+    }
+
+    /// Gives the connection back once the holder's body has ended. Checked after every piece:
+    /// the server stops polling a body whose `is_end_stream` says it is done (a JSON answer's
+    /// last piece, by its `Content-Length`), so its end may never be polled.
+    fn give_back_if_ended(&mut self) {
+        if self.upstream.is_end_stream()
+            && let Some(conn) = self.conn.take()
+        {
+            conn.give_back();
         }
     }
 }
@@ -200,6 +223,7 @@ impl http_body::Body for Answer {
                 Poll::Ready(Some(Ok(frame))) => {
                     this.armed = false;
                     this.wait = this.watch.silence.limit;
+                    this.give_back_if_ended();
                     if frame.is_data() {
                         return Poll::Ready(Some(Ok(frame)));
                     }
@@ -220,6 +244,9 @@ impl http_body::Body for Answer {
                 }
                 Poll::Ready(None) => {
                     this.done = true;
+                    if let Some(conn) = this.conn.take() {
+                        conn.give_back();
+                    }
                     return Poll::Ready(None);
                 }
                 Poll::Pending => break,

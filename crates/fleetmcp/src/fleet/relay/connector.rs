@@ -2,14 +2,15 @@
 //! with `TCP_NODELAY`, and each holding a place of the connection budget (`http.max_connections`)
 //! for as long as it is open, so relayed requests and client connections share one bound.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
+use tower::Service;
 
 use super::PLACE_WAIT;
 use crate::limits::Connections;
@@ -40,34 +41,32 @@ impl std::fmt::Display for NoPlace {
 impl std::error::Error for NoPlace {}
 
 /// Opens the hop's sockets (resolving the holder's advertised name, bounded by
-/// [`CONNECT_TIMEOUT`], `TCP_NODELAY`), each holding a place of the connection budget for as
-/// long as it is open, waiting at most [`PLACE_WAIT`] for one.
-#[derive(Clone)]
+/// [`CONNECT_TIMEOUT`](super::CONNECT_TIMEOUT), `TCP_NODELAY`), each holding a place of the
+/// connection budget for as long as it is open, waiting at most [`PLACE_WAIT`] for one.
 pub(super) struct CountedConnector {
     pub http: HttpConnector,
     pub connections: Connections,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Any error of a hop (the socket's, the HTTP exchange's), for [`no_place`] and the log.
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-impl tower::Service<http::Uri> for CountedConnector {
-    type Response = Counted;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Counted, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        // Ready whenever asked: the wait for a place is part of each connection.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, dst: http::Uri) -> Self::Future {
+impl CountedConnector {
+    /// A socket to the holder at `holder`, with its place (waited for, at most [`PLACE_WAIT`]).
+    pub async fn connect(&self, holder: &Authority) -> Result<Counted, BoxError> {
+        let place = self
+            .connections
+            .take_within(PLACE_WAIT)
+            .await
+            .ok_or(NoPlace)?;
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(holder.clone());
+        parts.path_and_query = Some(PathAndQuery::from_static("/"));
+        let dst = http::Uri::from_parts(parts)?;
         let mut http = self.http.clone();
-        let connections = self.connections.clone();
-        Box::pin(async move {
-            let place = connections.take_within(PLACE_WAIT).await.ok_or(NoPlace)?;
-            let io = tower::ServiceExt::ready(&mut http).await?.call(dst).await?;
-            Ok(Counted { io, _place: place })
-        })
+        let io = tower::ServiceExt::ready(&mut http).await?.call(dst).await?;
+        Ok(Counted { io, _place: place })
     }
 }
 
@@ -75,12 +74,6 @@ impl tower::Service<http::Uri> for CountedConnector {
 pub(super) struct Counted {
     io: TokioIo<TcpStream>,
     _place: OwnedSemaphorePermit,
-}
-
-impl Connection for Counted {
-    fn connected(&self) -> Connected {
-        self.io.connected()
-    }
 }
 
 impl hyper::rt::Read for Counted {

@@ -27,12 +27,12 @@
 //! Relaying is bounded: at most `ha.relay_max_connections` relayed requests are in flight at
 //! once (a relayed stream until it ends), and every socket the relay opens to a holder, in use
 //! or idle in the pool (at most `ha.relay_max_idle_per_holder` per holder, each closed after
-//! [`IDLE_TIMEOUT`]), takes a place of the connection budget the listener's client connections
-//! take theirs from (`http.max_connections`, fitted to the open-files limit), since a relayed
-//! request holds two descriptors here. A request that gets no place within [`PLACE_WAIT`] (for
-//! each of the two) is answered `503` with `Retry-After: 1`, naming the bound, and counted as a
-//! limit rejection (`relay_connections`); so a flood of relayed streams never runs the process
-//! out of descriptors, and the health reserve stays reachable.
+//! [`pool::IDLE_TIMEOUT`]), takes a place of the connection budget the listener's client
+//! connections take theirs from (`http.max_connections`, fitted to the open-files limit), since
+//! a relayed request holds two descriptors here. A request that gets no place within
+//! [`PLACE_WAIT`] (for each of the two) is answered `503` with `Retry-After: 1`, naming the
+//! bound, and counted as a limit rejection (`relay_connections`); so a flood of relayed streams
+//! never runs the process out of descriptors, and the health reserve stays reachable.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -41,13 +41,11 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{Authority, PathAndQuery};
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
@@ -55,6 +53,7 @@ use super::heartbeat::read_beat;
 
 mod answer;
 mod connector;
+mod pool;
 
 use super::relay_auth::{RELAY_HOST_NAME, RELAYED_BY_NAME, RelayKeys, Subject, hop_by_hop};
 use crate::limits::Connections;
@@ -63,6 +62,7 @@ use crate::telemetry::{Limit, Meters};
 use crate::transport::{Relay, RelayRequest, Relayed};
 use answer::{Answer, Watch, first_event};
 use connector::{CountedConnector, no_place};
+use pool::{InUse, Pool};
 
 /// How long connecting to the holder may take before it counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -73,10 +73,6 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a relayed request waits for a place under `ha.relay_max_connections`, and then, when
 /// it needs a new socket, for a place under `http.max_connections`, before it is refused.
 const PLACE_WAIT: Duration = Duration::from_secs(1);
-/// How long a connection to a holder is kept idle for the next relayed request: well below the
-/// holder's own idle bound (`http.idle_timeout_ms`, 65 s by default), so the relay seldom sends
-/// on a connection the holder is closing.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Refusals for want of a place are logged at most this often (a flood would flood the log).
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -92,9 +88,6 @@ pub(super) struct Bounds {
     pub meters: Meters,
 }
 
-/// The hop's HTTP/1.1 client: pooled keep-alive, no proxy, no redirect, no TLS.
-type HopClient = Client<CountedConnector, Full<Bytes>>;
-
 pub(super) struct HttpRelay {
     redis: RedisConn,
     me: String,
@@ -105,7 +98,8 @@ pub(super) struct HttpRelay {
     heartbeat_prefix: std::sync::Arc<str>,
     key_prefix: String,
     ttl_s: u64,
-    client: HopClient,
+    /// The hop's HTTP/1.1 connections, kept per holder: no proxy, no redirect, no TLS.
+    pool: std::sync::Arc<Pool>,
     /// Places for relayed requests in flight (`ha.relay_max_connections`).
     in_flight: Connections,
     /// The connection budget the client's sockets take their places from.
@@ -115,10 +109,9 @@ pub(super) struct HttpRelay {
     refusals_logged: parking_lot::Mutex<Option<std::time::Instant>>,
     refusals_unlogged: AtomicU64,
     /// Holders' addresses read a moment ago, so a busy relay does not read a heartbeat per
-    /// request (an instance keeps its address for its whole life); kept parsed, so a hop's URI
-    /// is made from parts, with nothing parsed or copied per request.
-    addresses:
-        parking_lot::Mutex<std::collections::HashMap<String, (Authority, std::time::Instant)>>,
+    /// request (an instance keeps its address for its whole life); kept parsed and as the hop's
+    /// `Host`, so nothing is parsed or copied per request.
+    addresses: parking_lot::Mutex<std::collections::HashMap<String, (Address, std::time::Instant)>>,
     /// The server's `closing` phase: relayed streams end with it.
     closing: CancellationToken,
     /// How a relayed answer's silence is judged (see [`Silence`]).
@@ -142,6 +135,25 @@ static MOVED: http::HeaderName = http::HeaderName::from_static("x-fleetmcp-relay
 
 /// How long a holder's address is remembered.
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
+
+/// A holder's advertised address, as the hop uses it.
+#[derive(Clone)]
+struct Address {
+    /// Where its connections go (the pool's key).
+    authority: Authority,
+    /// The hop's `Host` (the same, as a header).
+    host: HeaderValue,
+}
+
+impl Address {
+    fn parse(advertised: &str) -> Result<Self, String> {
+        let authority = Authority::try_from(advertised)
+            .map_err(|e| format!("its address {advertised:?} makes no URI: {e}"))?;
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|e| format!("its address {advertised:?} is no Host: {e}"))?;
+        Ok(Self { authority, host })
+    }
+}
 
 /// Whether the connection was refused (somewhere in the error's chain).
 fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
@@ -193,17 +205,16 @@ impl HttpRelay {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         http.set_nodelay(true);
-        // hyper's client follows no redirect and knows no proxy: a hop goes to the address a
-        // heartbeat advertises and nowhere else (a redirect, from whatever answers there, would
-        // send the client's request, signed, elsewhere).
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(bounds.idle_per_holder)
-            .pool_idle_timeout(IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .build(CountedConnector {
+        // hyper's HTTP/1.1 connection follows no redirect and knows no proxy: a hop goes to the
+        // address a heartbeat advertises and nowhere else (a redirect, from whatever answers
+        // there, would send the client's request, signed, elsewhere).
+        let pool = Pool::new(
+            CountedConnector {
                 http,
                 connections: bounds.connections.clone(),
-            });
+            },
+            bounds.idle_per_holder,
+        );
         Self {
             redis,
             me: me.to_string(),
@@ -211,7 +222,7 @@ impl HttpRelay {
             heartbeat_prefix: format!("{key_prefix}heartbeat:").into(),
             key_prefix: key_prefix.to_string(),
             ttl_s: heartbeat_ttl_ms.div_ceil(1000),
-            client,
+            pool,
             in_flight: Connections::new(bounds.in_flight),
             connections: bounds.connections,
             meters: bounds.meters,
@@ -344,17 +355,17 @@ impl Relay for HttpRelay {
             Err(NoAddress::Gone) => return Relayed::HolderGone(req),
             Err(NoAddress::Failed(why)) => return fail(&why),
         };
-        let hop = match self.hop(holder, address, &req) {
+        let hop = match self.hop(holder, &address, &req) {
             Ok(hop) => hop,
             Err(why) => return fail(&why),
         };
-        let sent = self.client.request(hop);
-        let answer = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
+        let sent = self.pool.send(&address.authority, hop);
+        let (answer, conn) = match tokio::time::timeout(ANSWER_TIMEOUT, sent).await {
             Ok(Ok(a)) => a,
-            Ok(Err(e)) if no_place(&e) => {
+            Ok(Err(e)) if no_place(&*e) => {
                 return Relayed::Answered(self.busy(holder, Bound::Connections));
             }
-            Ok(Err(e)) if self.gone(holder, refused(&e)).await => {
+            Ok(Err(e)) if self.gone(holder, refused(&*e)).await => {
                 self.addresses.lock().remove(holder);
                 tracing::info!(
                     previous_node_id = holder,
@@ -362,7 +373,7 @@ impl Relay for HttpRelay {
                 );
                 return Relayed::HolderGone(req);
             }
-            Ok(Err(e)) => return fail(&describe(&e)),
+            Ok(Err(e)) => return fail(&describe(&*e)),
             Err(_) => {
                 return fail(&format!("no answer within {} s", ANSWER_TIMEOUT.as_secs()));
             }
@@ -376,7 +387,7 @@ impl Relay for HttpRelay {
             return Relayed::HolderGone(req);
         }
         let get = req.method == http::Method::GET;
-        match self.relayed_answer(holder, answer, get, place).await {
+        match self.relayed_answer(holder, answer, conn, get, place).await {
             Ok(res) => Relayed::Answered(res),
             Err(refused) => Relayed::Failed(refused),
         }
@@ -396,7 +407,7 @@ enum NoAddress {
 impl HttpRelay {
     /// The address `holder` advertises (`host:port`): read a moment ago, else from its heartbeat,
     /// else (Redis does not answer) the one read last.
-    async fn address_of(&self, holder: &str) -> Result<Authority, NoAddress> {
+    async fn address_of(&self, holder: &str) -> Result<Address, NoAddress> {
         let known = self
             .addresses
             .lock()
@@ -409,9 +420,7 @@ impl HttpRelay {
         let key = format!("{}{holder}", self.heartbeat_prefix);
         let address = match read_beat(&self.redis, &key).await {
             Ok(Some(beat)) => match beat.address {
-                Some(a) => Authority::try_from(a.as_str()).map_err(|e| {
-                    NoAddress::Failed(format!("its address {a:?} makes no URI: {e}"))
-                })?,
+                Some(a) => Address::parse(&a).map_err(NoAddress::Failed)?,
                 None => {
                     return Err(NoAddress::Failed(
                         "its heartbeat advertises no address".to_string(),
@@ -457,25 +466,21 @@ impl HttpRelay {
     fn hop(
         &self,
         holder: &str,
-        address: Authority,
+        address: &Address,
         req: &RelayRequest,
     ) -> Result<http::Request<Full<Bytes>>, String> {
         // The path and query go on as the client sent them (this instance parsed them already,
         // and sending them unchanged is what the signature says): the holder checks the path
-        // it receives.
+        // it receives. Origin-form, as HTTP/1.1 sends it to a server, with the holder's address
+        // as the connection's `Host`.
         let path = req
             .uri
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/mcp"));
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(address);
-        parts.path_and_query = Some(path);
-        let uri =
-            http::Uri::from_parts(parts).map_err(|e| format!("its address makes no URI: {e}"))?;
+        let uri = http::Uri::from(path);
         let sent_path = uri.path_and_query().map_or("/", PathAndQuery::as_str);
-        let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 2);
+        let mut headers = http::HeaderMap::with_capacity(req.headers.len() + 6);
         for (name, value) in &req.headers {
             if !hop_by_hop(name) {
                 headers.append(name.clone(), value.clone());
@@ -497,6 +502,8 @@ impl HttpRelay {
         };
         self.keys
             .sign(&subject, &mut headers, crate::clock::unix_ms())?;
+        // Not signed (the holder puts the client's back in its place).
+        headers.insert(header::HOST, address.host.clone());
         let mut hop = http::Request::new(Full::new(req.body.clone()));
         *hop.method_mut() = req.method.clone();
         *hop.uri_mut() = uri;
@@ -516,6 +523,7 @@ impl HttpRelay {
         &self,
         holder: &str,
         answer: http::Response<Incoming>,
+        conn: InUse,
         get: bool,
         place: OwnedSemaphorePermit,
     ) -> Result<Response, Response> {
@@ -547,7 +555,7 @@ impl HttpRelay {
         // instance, and the client resumes elsewhere with `Last-Event-ID`. Any other relayed
         // answer is a request in flight, which the stop lets finish.
         let closing = get.then(|| Box::pin(self.closing.clone().cancelled_owned()));
-        let body = Answer::new(first, upstream, watch, sse, closing);
+        let body = Answer::new(first, upstream, conn, watch, sse, closing);
         let mut res = Response::new(Body::new(body));
         *res.status_mut() = status;
         *res.headers_mut() = headers;

@@ -63,8 +63,8 @@ pub(super) const RELAY_HOST: &str = "x-fleetmcp-relay-host";
 // The same names parsed once: looking a header up by `&str` parses the name each time, and
 // `is_relayed` runs on every request.
 pub(super) static RELAYED_BY_NAME: HeaderName = HeaderName::from_static(RELAYED_BY);
-static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
-static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
+pub(super) static RELAY_AUTH_NAME: HeaderName = HeaderName::from_static(RELAY_AUTH);
+pub(super) static RELAY_SEALED_NAME: HeaderName = HeaderName::from_static(RELAY_SEALED);
 pub(super) static RELAY_HOST_NAME: HeaderName = HeaderName::from_static(RELAY_HOST);
 
 const VERSION: &str = "v1";
@@ -73,8 +73,13 @@ const NONCE_LEN: usize = 16;
 /// Headers that belong to one connection, not to the request (RFC 9110 7.6.1), plus the ones
 /// the client library sets itself: neither forwarded nor signed.
 pub(super) fn hop_by_hop(name: &HeaderName) -> bool {
+    hop_by_hop_name(name.as_str())
+}
+
+/// [`hop_by_hop`], for a name in lower case.
+fn hop_by_hop_name(name: &str) -> bool {
     matches!(
-        name.as_str(),
+        name,
         "connection"
             | "keep-alive"
             | "proxy-connection"
@@ -87,8 +92,8 @@ pub(super) fn hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-fn is_relay_header(name: &HeaderName) -> bool {
-    matches!(name.as_str(), RELAYED_BY | RELAY_AUTH | RELAY_SEALED)
+fn is_relay_header(name: &str) -> bool {
+    matches!(name, RELAYED_BY | RELAY_AUTH | RELAY_SEALED)
 }
 
 /// Whether a request carries any relay header: such a request is verified, whatever else it is.

@@ -1,6 +1,7 @@
 //! The relaying instance's side of the hop: a forwarded request made into one the holder can
 //! verify, with the credentials sealed, the source named and the MAC added.
 
+use bytes::Bytes;
 use hmac::Mac;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
@@ -8,7 +9,7 @@ use super::header::render;
 use super::keys::RelayKeys;
 use super::mac::{Subject, mac_of};
 use super::seal::seal;
-use super::{NONCE_LEN, RELAY_AUTH, RELAY_SEALED, RELAYED_BY};
+use super::{NONCE_LEN, RELAY_AUTH_NAME, RELAY_SEALED_NAME, RELAYED_BY_NAME};
 
 impl RelayKeys {
     /// Prepares `headers` (the forwarded ones, hop-by-hop headers already left out) for the hop
@@ -23,7 +24,8 @@ impl RelayKeys {
             .pairs
             .first()
             .ok_or("no MCP_SESSION_SECRET to sign it with")?;
-        for name in [RELAYED_BY, RELAY_AUTH, RELAY_SEALED] {
+        // By the names parsed once (a `&str` is parsed again at every use).
+        for name in [&RELAYED_BY_NAME, &RELAY_AUTH_NAME, &RELAY_SEALED_NAME] {
             headers.remove(name);
         }
         // The HTTP client adds `Accept: */*` to a request without one, outside the signature;
@@ -33,8 +35,8 @@ impl RelayKeys {
         }
         let nonce: [u8; NONCE_LEN] = rand::random();
         let sealed = seal(pair, headers, &nonce)?;
-        let mut names: Vec<HeaderName> = headers.keys().cloned().collect();
-        names.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
         let mac = mac_of(
             pair,
             subject,
@@ -46,20 +48,22 @@ impl RelayKeys {
         )
         .finalize()
         .into_bytes();
+        // The strings become the header values as they are (checked, not copied).
         let auth = render(now_ms, &nonce, &names, &mac);
         headers.insert(
-            RELAY_AUTH,
-            HeaderValue::from_str(&auth).map_err(|_| "the relay header is not a header value")?,
+            RELAY_AUTH_NAME.clone(),
+            HeaderValue::from_maybe_shared(Bytes::from(auth))
+                .map_err(|_| "the relay header is not a header value")?,
         );
         if !sealed.is_empty() {
             headers.insert(
-                RELAY_SEALED,
-                HeaderValue::from_str(&sealed)
+                RELAY_SEALED_NAME.clone(),
+                HeaderValue::from_maybe_shared(Bytes::from(sealed))
                     .map_err(|_| "the sealed header is not a header value")?,
             );
         }
         headers.insert(
-            RELAYED_BY,
+            RELAYED_BY_NAME.clone(),
             HeaderValue::from_bytes(subject.source)
                 .map_err(|_| "the machine id is not a header value")?,
         );

@@ -231,7 +231,8 @@ fn a_header_injected_on_the_way_is_dropped_and_a_clear_credential_is_not_trusted
 fn sealed_credentials_that_do_not_open_are_refused_even_under_a_valid_mac() {
     let keys = RelayKeys::new(SECRET, &[]);
     let mut h = signed();
-    let auth = parse_auth(h.get(RELAY_AUTH).unwrap().as_bytes()).unwrap();
+    let raw = h.get(RELAY_AUTH).unwrap().clone();
+    let auth = parse_auth(raw.as_bytes()).unwrap();
     // Only a holder of the key could do this: a MAC over a sealed blob that is not one.
     let junk = URL_SAFE_NO_PAD.encode([9u8; 40]);
     h.insert(RELAY_SEALED, HeaderValue::from_str(&junk).unwrap());
@@ -286,6 +287,23 @@ fn missing_or_malformed_relay_headers_are_refused() {
         let mut h = signed();
         with_auth_field(&mut h, 3, names);
         assert_eq!(check(&v, &mut h), Err(Unverified::Malformed), "{names:?}");
+    }
+    // A nonce or MAC of another length, padded, or too long to be one, does not parse.
+    let long = "A".repeat(120);
+    for (field, value) in [
+        (2, "AAAA"),
+        (2, "AAAAAAAAAAAAAAAAAAAAAAA"),
+        (2, "AAAAAAAAAAAAAAAAAAAAAA=="),
+        (4, "AAAAAAAAAAAAAAAAAAAAAA"),
+        (4, long.as_str()),
+    ] {
+        let mut h = signed();
+        with_auth_field(&mut h, field, value);
+        assert_eq!(
+            check(&v, &mut h),
+            Err(Unverified::Malformed),
+            "field {field}: {value:?}"
+        );
     }
 }
 
@@ -390,4 +408,31 @@ fn signing_without_a_secret_fails() {
     );
     let v = Verifier::new(RelayKeys { pairs: Vec::new() }, "desk-a", WINDOW);
     assert_eq!(check(&v, &mut signed()), Err(Unverified::BadMac));
+}
+
+#[test]
+fn the_mac_of_a_fixed_request_stays_what_every_version_computes() {
+    // Instances of two versions run side by side during a rolling upgrade, so what the MAC
+    // covers, and how it is encoded, must not change: this is the MAC the first version
+    // computed for this request.
+    let keys = RelayKeys::new(SECRET, &[]);
+    let mut h = client_headers();
+    h.append("x-multi", HeaderValue::from_static("one"));
+    h.append("x-multi", HeaderValue::from_static("two"));
+    let names = ["accept", "content-type", "mcp-session-id", "x-multi"];
+    let mac = mac_of(
+        &keys.pairs[0],
+        &subject("desk-b", "desk-a", "/mcp?x=1", BODY),
+        NOW,
+        &[7u8; 16],
+        &names,
+        &h,
+        b"sealed",
+    )
+    .finalize()
+    .into_bytes();
+    assert_eq!(
+        URL_SAFE_NO_PAD.encode(mac),
+        "9EPzxX07XT_XsPLCSAv1sYqjiXuvgJ2s4QnumxPoRns"
+    );
 }

@@ -95,12 +95,15 @@ impl Verifier {
         body: &[u8],
         now_ms: u64,
     ) -> Result<(), Unverified> {
-        let (Some(source), Some(auth)) =
-            (headers.get(&RELAYED_BY_NAME), headers.get(&RELAY_AUTH_NAME))
-        else {
+        // The relay header's own (a count's increment, not a copy): what is parsed out of it
+        // borrows it, not `headers`, which the check changes once it passes.
+        let (Some(source), Some(raw)) = (
+            headers.get(&RELAYED_BY_NAME),
+            headers.get(&RELAY_AUTH_NAME).cloned(),
+        ) else {
             return Err(Unverified::Incomplete);
         };
-        let auth = parse_auth(auth.as_bytes()).ok_or(Unverified::Malformed)?;
+        let auth = parse_auth(raw.as_bytes()).ok_or(Unverified::Malformed)?;
         let sealed = headers
             .get(&RELAY_SEALED_NAME)
             .map_or(&b""[..], HeaderValue::as_bytes);
@@ -126,7 +129,7 @@ impl Verifier {
     fn signing_pair(
         &self,
         subject: &Subject<'_>,
-        auth: &Auth,
+        auth: &Auth<'_>,
         headers: &HeaderMap,
         sealed: &[u8],
     ) -> Result<&KeyPair, Unverified> {
@@ -152,7 +155,7 @@ impl Verifier {
 
     /// Whether a genuine request may be served now: stamped within the window, after this
     /// process started, with a nonce not seen (which is then remembered).
-    fn admit(&self, auth: &Auth, now_ms: u64) -> Result<(), Unverified> {
+    fn admit(&self, auth: &Auth<'_>, now_ms: u64) -> Result<(), Unverified> {
         if now_ms.abs_diff(auth.ts) > self.window_ms {
             return Err(Unverified::Stale);
         }
@@ -171,16 +174,12 @@ impl Verifier {
 
 /// Leaves in the headers of a verified request what the client sent: the `signed` headers, the
 /// unsealed `credentials` and the client's `Host`, plus the relay marker.
-fn restore(
-    headers: &mut HeaderMap,
-    signed: &[HeaderName],
-    credentials: Vec<(HeaderName, HeaderValue)>,
-) {
+fn restore(headers: &mut HeaderMap, signed: &[&str], credentials: Vec<(HeaderName, HeaderValue)>) {
     // Only what was signed goes on: a header added on the way (or a credential in clear)
     // is dropped.
     let unsigned: Vec<HeaderName> = headers
         .keys()
-        .filter(|k| !hop_by_hop(k) && **k != RELAYED_BY_NAME && !signed.contains(k))
+        .filter(|k| !hop_by_hop(k) && **k != RELAYED_BY_NAME && !signed.contains(&k.as_str()))
         .cloned()
         .collect();
     for name in unsigned {

@@ -228,6 +228,9 @@ impl Sessions {
         (at.elapsed() < age).then(|| node.clone())
     }
 
+    /// Remembers that `node` holds session `id`. Only for an id that opened under this
+    /// deployment's secret (one held here, or one [`Sessions::find`] checked): [`Sessions::find`]
+    /// does not open a remembered id again.
     fn remember_elsewhere(&self, id: &str, node: &str) {
         let mut map = self.elsewhere.lock();
         if map.len() >= ELSEWHERE_MAX {
@@ -405,11 +408,18 @@ impl Sessions {
         if let Some(s) = self.live.get(id) {
             return self.still_stored(s).await;
         }
+        // A session found elsewhere a moment ago: its id opened then (only an id that opened is
+        // remembered, see `remember_elsewhere`), so its seal is not opened again (a relaying
+        // instance would open it on every request: about 8,600 instructions each); whether it
+        // ended here is still asked.
+        if let Some(node) = self.remembered_elsewhere(id) {
+            return match self.ended_here(id) {
+                Some(missing) => Lookup::Missing(missing),
+                None => Lookup::Elsewhere(node),
+            };
+        }
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);
-        }
-        if let Some(node) = self.remembered_elsewhere(id) {
-            return Lookup::Elsewhere(node);
         }
         // A holder seen a while ago is where the session most likely still is: when the store
         // does not answer, the request goes there (its holder checks it) rather than failing,
@@ -579,6 +589,11 @@ impl Sessions {
             tracing::warn!("parseInput: mcp-session-id is not a session this server verified");
             return Some(Missing::Invalid);
         }
+        self.ended_here(id)
+    }
+
+    /// Why session `id` is not served, when it ended on this instance.
+    fn ended_here(&self, id: &str) -> Option<Missing> {
         match self.live.ended(id) {
             Some(Ended::Deleted) => Some(Missing::Deleted),
             Some(Ended::Expired) => Some(Missing::Expired),
