@@ -5,8 +5,8 @@
 //! A request flows: [`observe`] (its span, trace context and metrics; a trace context in a
 //! POST's `_meta` is read only once the next two let the request through) → [`guard`] (Host
 //! and Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
-//! extractors ([`edge`]), the edge work done once in front of each handler: [`checks`]
-//! (headers, body under its limit), whom it counts against ([`client_key`]), the era its
+//! extractors ([`edge`]), the edge work done once in front of each handler: the few headers
+//! the checks judge read once ([`head`]), [`checks`] (headers, body under its limit), whom it counts against ([`client_key`]), the era its
 //! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
 //! the body is parsed, whether the request is served here, handed to the [`relay`] seam for the
 //! instance that holds its session (whose answer is the request's), or refused → the method's
@@ -33,6 +33,7 @@ mod edge;
 mod era;
 mod get;
 mod guard;
+mod head;
 mod health;
 mod initialize;
 mod legacy_sse;

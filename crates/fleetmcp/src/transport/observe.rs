@@ -33,6 +33,10 @@ use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
 
+/// `traceparent`, ready to look up: every request asks for it, and a lookup by `&str` parses
+/// the name each time (issue 23).
+static TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
+
 /// Serves `req`: `admit` (the Host/Origin guard and the token check, `mod.rs`), then, for a
 /// request it lets through, `route`, in the request's span and request-local state; counts
 /// the answer. The span's parent must be known before the span is entered, and for a POST
@@ -55,7 +59,7 @@ where
     let start = first_labels(req.method(), req.uri().path());
     let known = req
         .headers()
-        .get(TRACEPARENT)
+        .get(&TRACEPARENT_NAME)
         .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
         .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace));
     let (res, labels) = match known {

@@ -23,13 +23,10 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::client_key::Client;
 use super::driver::{self, NotRun, Started, Streaming};
-use super::edge::PostHeaders;
+use super::edge::Post;
 use super::locate::{self, Asker, Located};
-use super::{
-    EndpointState, SESSION_HEADER, batch, checks, era, initialize, respond, sse, stateless,
-};
+use super::{EndpointState, SESSION_HEADER, batch, era, initialize, respond, sse, stateless};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -39,17 +36,15 @@ use crate::session::Session;
 use crate::telemetry::labels::{self, Era, Method};
 
 /// Serves a POST that passed its checks and was located in front of this handler (`edge.rs`):
-/// `located` is its body, its headers, and the session that serves it here or why none does
-/// (answered once the request's id is known); `client` who sent it.
-pub(super) async fn handle(
-    State(ep): EndpointState,
-    _: PostHeaders,
-    client: Client,
-    located: Located,
-) -> Response {
+/// `post.located` is its body, its headers (and their [`Head`](super::head::Head)), and the
+/// session that serves it here or why none does (answered once the request's id is known);
+/// `post.client` who sent it.
+pub(super) async fn handle(State(ep): EndpointState, post: Post) -> Response {
     let app = &ep.app;
+    let Post { client, located } = post;
     let Located {
         session,
+        head,
         headers,
         body,
     } = located;
@@ -64,14 +59,14 @@ pub(super) async fn handle(
         }
     };
     let default = app.config().stateless.default_era;
-    let era = match era::decide(default, &headers, message.as_ref()) {
+    let era = match era::decide(default, &head, &headers, message.as_ref()) {
         Ok(era) => era,
         Err(bad) => return bad,
     };
     let Some(message) = message else {
         return batch::serve(app, &body, session, client).await;
     };
-    let sse_ok = checks::takes_sse(&headers);
+    let sse_ok = head.takes_sse();
     if era == Era::Stateless {
         return stateless::serve(app, &headers, message, sse_ok, client).await;
     }
