@@ -253,7 +253,15 @@ pub(super) async fn start(
     let tool = (method == "tools/call" && app.limits().limits_tools())
         .then(|| tool_name(params.as_deref()))
         .flatten();
-    let slot = match app.limits().admit(&key, tool.as_deref()).await {
+    // Boxed, and only with limits on: a limit store's check (a Redis call) is large, and
+    // every request's future would hold room for it, copied whenever the future moves into a
+    // box (issue 23).
+    let admitted = if app.limits().is_on() {
+        Box::pin(app.limits().admit(&key, tool.as_deref())).await
+    } else {
+        Ok(Slot::none())
+    };
+    let slot = match admitted {
         Ok(slot) => slot,
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");

@@ -68,8 +68,10 @@ pub(super) async fn resolve(
         Lookup::Held(s) => (Ok(s), head, parts.headers, body),
         Lookup::Missing(why) => (Err(why), head, parts.headers, body),
         Lookup::Elsewhere(node) => {
-            let (session, req) =
-                relay_or_take_over(ep, &node, relay::request(parts, body), owner).await?;
+            // Boxed: the hop and the take-over are most of this future's size, and every
+            // POST's future holds room for them (issue 23: axum copies it whole into a box).
+            let relayed = relay_or_take_over(ep, &node, relay::request(parts, body), owner);
+            let (session, req) = Box::pin(relayed).await?;
             (session, Head::read(&req.headers), req.headers, req.body)
         }
     };

@@ -168,3 +168,38 @@ async fn method_not_allowed() -> Response {
     );
     res
 }
+
+/// The futures every request on `/mcp` builds stay small (issue 23): axum copies the layer's
+/// future and the handler's whole into boxes on every request, and a future is as large as
+/// its largest state, taken or not. The relay's hop, a session's recreation, a limit store's
+/// check, the token check and the rarer answers are boxed where they are awaited; a change
+/// that puts a large future back on this path fails here. (Sizes of a debug build, which lays
+/// futures out larger than a release build does.)
+#[cfg(test)]
+mod future_sizes {
+    use super::*;
+    use axum::extract::FromRequest;
+
+    fn ret2<A, B, R>(_: &impl Fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+    fn ret3<A, B, C, R>(_: &impl Fn(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn a_calls_futures_stay_small() {
+        let layer = ret3(&around_mcp);
+        let extract = ret2(&<edge::Post as FromRequest<Arc<Endpoint>>>::from_request);
+        let handle = ret2(&post::handle);
+        eprintln!("around_mcp {layer} B, Post {extract} B, post::handle {handle} B");
+        assert!(layer <= LAYER_MAX, "around_mcp's future: {layer} B");
+        assert!(
+            extract + handle <= HANDLER_MAX,
+            "POST's handler futures: {extract} + {handle} B"
+        );
+    }
+
+    const LAYER_MAX: usize = 3 * 1024;
+    const HANDLER_MAX: usize = 4 * 1024;
+}

@@ -62,6 +62,15 @@ impl Sessions {
         {
             return Lookup::Held(session);
         }
+        // Boxed: the store's check is most of this future's size, and every request's future
+        // would hold room for it, copied whenever that future moves into a box (issue 23);
+        // only a session due for its check pays the allocation.
+        Box::pin(self.confirm_stored(session, fenced)).await
+    }
+
+    /// [`Self::still_stored`] for a session due for its check against the store.
+    async fn confirm_stored(&self, session: Arc<Session>, fenced: bool) -> Lookup {
+        let every = self.timing.refresh_every_ms;
         let limit = self.timing.check_timeout;
         let fence = fenced.then(|| Fence {
             node_id: self.machine_id.clone(),
