@@ -130,7 +130,8 @@ pub struct Slot {
 }
 
 impl Slot {
-    fn none() -> Self {
+    /// A slot that holds nothing (no limit to hold a place under).
+    pub(crate) fn none() -> Self {
         Self { _held: None }
     }
 

@@ -8,6 +8,8 @@
 use std::cell::Cell;
 use std::future::Future;
 
+use futures_util::FutureExt;
+
 use super::trace_context::TraceContext;
 
 /// The MCP methods labelled by name; anything else is [`Method::OTHER`]. A fixed list keeps
@@ -155,22 +157,27 @@ pub struct RequestLocal;
 impl RequestLocal {
     /// Runs `serve` with request-local state that starts with `labels` and `trace`; returns
     /// its output and the labels noted meanwhile.
-    pub async fn run<F: Future>(
+    ///
+    /// A plain function around `serve`, not an `async fn` awaiting it: an async function (or
+    /// block) that takes a future and awaits it keeps room for it twice, as its argument and
+    /// as what it awaits, and these wrappers nest (issue 23: the MCP layer's future, which
+    /// axum copies into a box on every request, was 11 KiB).
+    pub fn run<F: Future>(
         labels: Labels,
         trace: TraceContext,
         serve: F,
-    ) -> (F::Output, Labels) {
+    ) -> impl Future<Output = (F::Output, Labels)> {
         let state = State {
             labels: Cell::new(labels),
             trace,
         };
-        REQUEST
-            .scope(state, async move {
-                let out = serve.await;
+        REQUEST.scope(
+            state,
+            serve.map(|out| {
                 let labels = REQUEST.with(|s| s.labels.get());
                 (out, labels)
-            })
-            .await
+            }),
+        )
     }
 }
 

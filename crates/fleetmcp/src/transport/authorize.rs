@@ -34,18 +34,24 @@ const REFUSED: ErrorCode = ErrorCode(-32001);
 /// every request needs), its principal in its extensions, and answers the rest. Without
 /// `[auth]` it passes everything untouched. Run by the one layer in front of the routes
 /// (`mod.rs`), after the Host/Origin guard.
-pub(super) async fn admit(ep: &Endpoint, mut req: Request) -> Result<Request, Response> {
+pub(super) async fn admit(ep: &Endpoint, req: Request) -> Result<Request, Response> {
     let Some(auth) = ep.app.auth() else {
         return Ok(req);
     };
+    // Boxed: the check's future (a JWKS fetch, an introspection call, the body read for a
+    // refusal's id) is large, and every request's future, `[auth]` on or off, would hold room
+    // for it and be copied with it when axum boxes it (issue 23: 11,000 instructions of
+    // memcpy per call). One allocation, only with `[auth]` on.
+    Box::pin(check(ep, auth, req)).await
+}
+
+/// [`admit`] with `[auth]` on.
+async fn check(ep: &Endpoint, auth: &Authorizer, mut req: Request) -> Result<Request, Response> {
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    // Boxed: the check's future (a JWKS fetch, an introspection call) is large, and every
-    // request's future, `[auth]` on or off, would hold room for it and be copied with it when
-    // axum boxes it (issue 23: 11,000 instructions of memcpy per call).
-    match Box::pin(auth.authenticate(header)).await {
+    match auth.authenticate(header).await {
         Ok(principal) => {
             if let Some(missing) = auth
                 .required_scopes()

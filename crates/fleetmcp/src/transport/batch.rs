@@ -13,44 +13,36 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess, Visitor};
 use serde_json::json;
 
 use super::client_key::Client;
 use super::driver::{self, Started};
+use super::head::{Head, Version};
 use super::locate::{self, Asker};
-use super::{PROTOCOL_VERSION_HEADER, respond};
+use super::respond;
 use crate::app::App;
 use crate::context::Caller;
 use crate::dispatch;
-use crate::protocol::{
-    ErrorCode, ErrorData, Incoming, Message, ProtocolVersion, STATELESS_VERSIONS, encode_error,
-    errors,
-};
+use crate::protocol::{ErrorCode, ErrorData, Incoming, Message, encode_error, errors};
 use crate::session::{Missing, Session};
 
 /// The check a batch gets before its session is looked up: a version header that names a
 /// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
 /// `-32600`, or `-32700` for a body that is not JSON, as for any request). An unknown
 /// version is left to [`super::era::decide`], which answers it like any request.
-pub(super) fn check_header_version(headers: &HeaderMap, body: &[u8]) -> Result<(), Response> {
-    let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
-    let Some(v) = headers
-        .get(PROTOCOL_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-    else {
-        return Ok(());
+pub(super) fn check_header_version(head: &Head, body: &[u8]) -> Result<(), Response> {
+    let refused = match head.version {
+        Version::Session(version) if !version.allows_batches() => version.as_str(),
+        Version::Stateless(name) => name,
+        _ => return Ok(()),
     };
+    let is_batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
     if !is_batch {
         return Ok(());
     }
-    let refused = match ProtocolVersion::parse(v) {
-        Some(version) if !version.allows_batches() => not_allowed(version.as_str()),
-        None if STATELESS_VERSIONS.contains(&v) => not_allowed(v),
-        _ => return Ok(()),
-    };
+    let refused = not_allowed(refused);
     // A body that is not JSON is a parse error first, as everywhere else; checking it builds
     // nothing (`IgnoredAny`), so a refused batch still costs no allocation per message.
     if let Err(e) = serde_json::from_slice::<IgnoredAny>(body) {
@@ -298,6 +290,9 @@ mod props {
     use proptest::prelude::*;
     use serde_json::value::RawValue;
 
+    use http::HeaderMap;
+
+    use super::super::PROTOCOL_VERSION_HEADER;
     use crate::testing::{prop_config as config, version_header};
 
     fn message(i: usize) -> String {
@@ -417,7 +412,7 @@ mod props {
                 // Batches exist in 2025-03-26 only; an unknown version is left to a later check.
                 matches!(v, "2024-11-05" | "2025-06-18" | "2025-11-25" | "2026-07-28")
             });
-            match check_header_version(&headers, body.as_bytes()) {
+            match check_header_version(&Head::read(&headers), body.as_bytes()) {
                 Ok(()) => prop_assert!(!(is_batch && without_batches)),
                 Err(res) => {
                     prop_assert!(is_batch && without_batches);

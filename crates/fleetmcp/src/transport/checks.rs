@@ -3,25 +3,19 @@
 //! and in time (408). The checks run in front of the route handlers, as their extractors
 //! (`edge.rs`).
 
-use std::borrow::Cow;
-
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
+use super::head::Head;
 use super::respond;
 use crate::protocol::errors;
 
 /// `Content-Type` and `Accept` of a POST, before the body is read.
-pub(super) fn post_headers(h: &HeaderMap) -> Result<(), Response> {
-    let ct = h
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ct.split(';').next().unwrap_or("").trim();
-    if !mime.eq_ignore_ascii_case("application/json") {
+pub(super) fn post_headers(head: &Head) -> Result<(), Response> {
+    if !head.json_body {
         return Err(respond::rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
@@ -29,10 +23,7 @@ pub(super) fn post_headers(h: &HeaderMap) -> Result<(), Response> {
         ));
     }
     // Lenient when Accept is absent (some clients omit it), strict when it excludes us.
-    if let Some(accept) = accept_header(h).as_deref()
-        && !accepts(accept, "application/json")
-        && !accepts(accept, "text/event-stream")
-    {
+    if head.accept.is_some_and(|a| !a.json && !a.sse) {
         return Err(respond::rpc_error(
             StatusCode::NOT_ACCEPTABLE,
             None,
@@ -44,18 +35,9 @@ pub(super) fn post_headers(h: &HeaderMap) -> Result<(), Response> {
     Ok(())
 }
 
-/// Whether the client takes an SSE answer (an absent `Accept` takes anything).
-pub(super) fn takes_sse(h: &HeaderMap) -> bool {
-    accept_header(h)
-        .as_deref()
-        .is_none_or(|a| accepts(a, "text/event-stream"))
-}
-
 /// A GET must accept `text/event-stream`.
-pub(super) fn get_headers(h: &HeaderMap) -> Result<(), Response> {
-    let accept = accept_header(h).unwrap_or_default();
-    let accept: &str = &accept;
-    if accepts(accept, "text/event-stream") {
+pub(super) fn get_headers(head: &Head) -> Result<(), Response> {
+    if head.accept.is_some_and(|a| a.sse) {
         return Ok(());
     }
     Err(respond::rpc_error(
@@ -63,41 +45,6 @@ pub(super) fn get_headers(h: &HeaderMap) -> Result<(), Response> {
         None,
         &errors::server("Not Acceptable: Accept must include text/event-stream"),
     ))
-}
-
-/// Every `Accept` line joined into one list (RFC 9110 allows the list to be split). The usual
-/// single line is borrowed: this runs twice on every POST (two allocations a call otherwise).
-fn accept_header(h: &HeaderMap) -> Option<Cow<'_, str>> {
-    let mut lines = h
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok());
-    let first = lines.next()?;
-    match lines.next() {
-        None => Some(Cow::Borrowed(first)),
-        Some(second) => {
-            let mut all = [first, second].join(",");
-            for line in lines {
-                all.push(',');
-                all.push_str(line);
-            }
-            Some(Cow::Owned(all))
-        }
-    }
-}
-
-fn accepts(accept: &str, mime: &str) -> bool {
-    accept.split(',').any(|part| {
-        let m = part.split(';').next().unwrap_or("").trim();
-        // Media types are case-insensitive (RFC 9110 8.3.1), wildcards included.
-        let type_prefix = m.strip_suffix('*').filter(|p| p.ends_with('/'));
-        m.eq_ignore_ascii_case(mime)
-            || m == "*/*"
-            || type_prefix.is_some_and(|p| {
-                mime.get(..p.len())
-                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
-            })
-    })
 }
 
 #[cfg(test)]
@@ -108,11 +55,12 @@ mod tests {
     /// `Application/JSON` was accepted; a wildcard's type compared case-sensitively.
     #[test]
     fn wildcards_match_case_insensitively() {
-        assert!(accepts("Application/*", "application/json"));
-        assert!(accepts("TEXT/*;q=0.5", "text/event-stream"));
-        assert!(!accepts("text/*", "application/json"));
-        assert!(!accepts("applications/*", "application/json"));
-        assert!(!accepts("/*", "application/json"));
+        use super::super::head::covers;
+        assert!(covers("Application/*", "application/json"));
+        assert!(covers("TEXT/*", "text/event-stream"));
+        assert!(!covers("text/*", "application/json"));
+        assert!(!covers("applications/*", "application/json"));
+        assert!(!covers("/*", "application/json"));
         let mut h = HeaderMap::new();
         h.insert(
             header::CONTENT_TYPE,
@@ -122,7 +70,7 @@ mod tests {
             header::ACCEPT,
             http::HeaderValue::from_static("Application/*"),
         );
-        assert!(post_headers(&h).is_ok());
+        assert!(post_headers(&Head::read(&h)).is_ok());
     }
 }
 
@@ -246,8 +194,9 @@ mod props {
             let takes = accept.as_ref().is_none_or(|list| {
                 list.iter().any(|(_, m)| matches!(*m, "text/event-stream" | "*/*" | "text/*"))
             });
-            prop_assert_eq!(takes_sse(&h), takes);
-            match post_headers(&h) {
+            let head = Head::read(&h);
+            prop_assert_eq!(head.takes_sse(), takes);
+            match post_headers(&head) {
                 Ok(()) => prop_assert!(json && acceptable),
                 Err(res) if !json => prop_assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE),
                 Err(res) => {
@@ -265,13 +214,13 @@ mod props {
             for a in &accept {
                 h.append(header::ACCEPT, HeaderValue::from_bytes(a).expect("valid header bytes"));
             }
-            if let Err(res) = post_headers(&h) {
+            let head = Head::read(&h);
+            if let Err(res) = post_headers(&head) {
                 prop_assert!(matches!(res.status().as_u16(), 406 | 415));
             }
-            if let Err(res) = get_headers(&h) {
+            if let Err(res) = get_headers(&head) {
                 prop_assert_eq!(res.status(), StatusCode::NOT_ACCEPTABLE);
             }
-            let _ = takes_sse(&h);
         }
     }
 

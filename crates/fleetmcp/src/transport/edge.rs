@@ -5,11 +5,11 @@
 //!
 //! | extractor | in front of | what runs |
 //! |---|---|---|
-//! | [`PostHeaders`] | `POST /mcp` | `Content-Type` (415), `Accept` (406): [`checks`] |
+//! | [`Post`] | `POST /mcp` | its [`Head`] read once, then `Content-Type` (415), `Accept` (406): [`checks`]; who sent it ([`Client`]); then what [`Located`] says |
 //! | [`SessionEra`] | `GET`, `DELETE /mcp` | a request of another era: `405` (or `400`): [`era`] |
 //! | [`GetHeaders`] | `GET /mcp` | `Accept: text/event-stream` (406) |
-//! | [`Client`] | `POST`, `DELETE /mcp`, `/sse`, `/message` | who sent it: principal, limit key ([`super::client_key`]) |
-//! | [`Located`] | `POST /mcp` | the body under its limit (413, 408), a batch its version header forbids (400), then, for a session-era request by its headers ([`era`]), where its session is ([`locate`]): answered by its holder through the relay seam, or served here, or refused once the request's id is known |
+//! | [`Client`] | `DELETE /mcp`, `/sse`, `/message` (and within [`Post`]) | who sent it: principal, limit key ([`super::client_key`]) |
+//! | [`Located`] | `POST /mcp` (within [`Post`]) | the body under its limit (413, 408), a batch its version header forbids (400), then, for a session-era request by its headers ([`era`]), where its session is ([`locate`]): answered by its holder through the relay seam, or served here, or refused once the request's id is known |
 //! | [`Held`] | `GET`, `DELETE /mcp` | where its session is: relayed, served here, or refused at once |
 //! | [`Pinned`] | `POST /message` | `sessionId` (400), the body, where its pinned session is: relayed, here, or refused |
 //!
@@ -20,6 +20,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -28,6 +29,7 @@ use http::{HeaderMap, Method, StatusCode};
 use serde::Deserialize;
 
 use super::client_key::Client;
+use super::head::Head;
 use super::locate::{self, Asker, Located};
 use super::{Endpoint, authorize, batch, checks, era, respond};
 use crate::protocol::errors;
@@ -42,17 +44,6 @@ impl FromRequestParts<Arc<Endpoint>> for Client {
     }
 }
 
-/// A POST whose `Content-Type` and `Accept` pass ([`checks::post_headers`]).
-pub(super) struct PostHeaders;
-
-impl FromRequestParts<Arc<Endpoint>> for PostHeaders {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
-        checks::post_headers(&parts.headers).map(|()| PostHeaders)
-    }
-}
-
 /// A GET that takes `text/event-stream` ([`checks::get_headers`]).
 pub(super) struct GetHeaders;
 
@@ -60,7 +51,7 @@ impl FromRequestParts<Arc<Endpoint>> for GetHeaders {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
-        checks::get_headers(&parts.headers).map(|()| GetHeaders)
+        checks::get_headers(&Head::read(&parts.headers)).map(|()| GetHeaders)
     }
 }
 
@@ -75,26 +66,40 @@ impl FromRequestParts<Arc<Endpoint>> for SessionEra {
     }
 }
 
-/// `POST /mcp`, located: the body read, and where the request is served decided from its
-/// headers, before the body is parsed.
-impl FromRequest<Arc<Endpoint>> for Located {
+/// `POST /mcp` at its edge, in this order: its head read once ([`Head`]) and checked
+/// (`Content-Type` 415, `Accept` 406: [`checks`]), who sent it ([`Client`]), then its body
+/// read and where it is served decided from its headers, before the body is parsed
+/// ([`Located`]).
+pub(super) struct Post {
+    pub client: Client,
+    pub located: Located,
+}
+
+impl FromRequest<Arc<Endpoint>> for Post {
     type Rejection = Response;
 
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
-        let (parts, body) = received(req, ep).await?;
+        let head = Head::read(req.headers());
+        checks::post_headers(&head)?;
+        let (parts, body) = req.into_parts();
+        let client = Client::of(&ep.app, &parts);
+        let (parts, body) = received(parts, body, ep).await?;
         // A batch the version header forbids costs no session lookup.
-        batch::check_header_version(&parts.headers, &body)?;
+        batch::check_header_version(&head, &body)?;
         // The relay seam considers session-era requests by their headers alone (the hot path).
-        if !era::is_session_request(&parts.headers) {
-            return Ok(Located {
+        if !era::is_session_request(&head) {
+            let located = Located {
                 session: Err(Missing::NoId),
+                head,
                 headers: parts.headers,
                 body,
-            });
+            };
+            return Ok(Post { client, located });
         }
         labels::note_era(Era::Session);
         let principal = authorize::principal(&parts.extensions);
-        locate::resolve(ep, parts, body, authorize::owner(&principal)).await
+        let located = locate::resolve(ep, parts, head, body, authorize::owner(&principal)).await?;
+        Ok(Post { client, located })
     }
 }
 
@@ -119,7 +124,8 @@ impl FromRequest<Arc<Endpoint>> for Held {
         };
         let principal = authorize::principal(&parts.extensions);
         let owner = authorize::owner(&principal);
-        let located = locate::resolve(ep, parts, Bytes::new(), owner).await?;
+        let head = Head::read(&parts.headers);
+        let located = locate::resolve(ep, parts, head, Bytes::new(), owner).await?;
         match located.session {
             Ok(session) => Ok(Held {
                 session,
@@ -161,7 +167,7 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
                 &errors::server("Bad Request: sessionId is required"),
             ));
         };
-        let (parts, body) = received(Request::from_parts(parts, body), ep).await?;
+        let (parts, body) = received(parts, body, ep).await?;
         // The relay seam: decided from the query alone, before the body is parsed.
         let principal = authorize::principal(&parts.extensions);
         let owner = authorize::owner(&principal);
@@ -172,8 +178,7 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
 
 /// The body, read under `http.max_body_bytes` (413) and in time (408) ([`checks::read_body`]),
 /// with the request's head.
-async fn received(req: Request, ep: &Endpoint) -> Result<(Parts, Bytes), Response> {
-    let (parts, body) = req.into_parts();
+async fn received(parts: Parts, body: Body, ep: &Endpoint) -> Result<(Parts, Bytes), Response> {
     let limit = ep.app.config().http.max_body_bytes;
     let body = checks::read_body(&parts.headers, body, limit).await?;
     Ok((parts, body))

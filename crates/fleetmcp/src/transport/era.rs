@@ -13,30 +13,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER, respond};
+use super::head::{Head, PROTOCOL_VERSION};
+use super::respond;
 use crate::config::DefaultEra;
-use crate::protocol::{Message, ProtocolVersion, STATELESS_VERSIONS, errors};
+use crate::protocol::{Message, ProtocolVersion, errors};
 use crate::telemetry::labels::{self, Era};
-
-/// Whether the version header names a version of the stateless era (or any non-session one).
-fn names_stateless_version(h: &HeaderMap) -> bool {
-    h.get(PROTOCOL_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| ProtocolVersion::parse(v.trim()).is_none())
-}
-
-/// Whether the version header names a version of the stateless era (2026-07-28), as opposed
-/// to a session-era one or one of no era at all.
-fn names_stateless_era(h: &HeaderMap) -> bool {
-    h.get(PROTOCOL_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| STATELESS_VERSIONS.contains(&v.trim()))
-}
 
 /// A session-era request by its headers alone: it carries a session and no version header of
 /// another era. This is the hot path, and the only requests the relay seam considers.
-pub(super) fn is_session_request(h: &HeaderMap) -> bool {
-    h.contains_key(SESSION_HEADER) && !names_stateless_version(h)
+pub(super) fn is_session_request(head: &Head) -> bool {
+    head.session && !head.version.names_non_session()
 }
 
 /// The era of a POST whose body is `message` (`None`: a batch, which only the session era
@@ -44,34 +30,36 @@ pub(super) fn is_session_request(h: &HeaderMap) -> bool {
 /// the session era, whose version header must then name a version we speak (`400` otherwise).
 pub(super) fn decide(
     default: DefaultEra,
+    head: &Head,
     headers: &HeaderMap,
     message: Option<&Message>,
 ) -> Result<Era, Response> {
-    if message.is_some_and(|m| is_stateless(default, headers, m)) {
+    if message.is_some_and(|m| is_stateless(default, head, m)) {
         labels::note_era(Era::Stateless);
         return Ok(Era::Stateless);
     }
     labels::note_era(Era::Session);
-    check_session_version(headers)?;
+    check_session_version(head, headers)?;
     Ok(Era::Session)
 }
 
 /// GET and DELETE exist in the session era only: what each answers a request of another era,
 /// before anything else is checked. (HEAD is GET's: axum serves it with GET's handler.)
 pub(super) fn session_only(method: &Method, h: &HeaderMap) -> Result<(), Response> {
+    let head = Head::read(h);
     if *method == Method::DELETE {
         // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps
         // the contract's `400 No valid session ID provided`.
-        if !h.contains_key(SESSION_HEADER) && names_stateless_version(h) {
+        if !head.session && head.version.names_non_session() {
             return Err(stateless_method_not_allowed("DELETE"));
         }
         return Ok(());
     }
-    if !is_session_request(h) {
+    if !is_session_request(&head) {
         // A session with a version header of no era is a bad session-era request (400, as a
         // POST answers it), not a 2026-07-28 one.
-        if h.contains_key(SESSION_HEADER) && !names_stateless_era(h) {
-            check_session_version(h)?;
+        if head.session && !head.version.names_stateless_era() {
+            check_session_version(&head, h)?;
         }
         return Err(stateless_method_not_allowed("GET"));
     }
@@ -93,20 +81,20 @@ fn stateless_method_not_allowed(method: &'static str) -> Response {
 /// Whether a message belongs to 2026-07-28: it says so in `_meta`, in a non-session version
 /// header, or by a method only that era has; the session era for `initialize` and for requests
 /// that carry a session; otherwise the configured default.
-fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &Message) -> bool {
+fn is_stateless(default: DefaultEra, head: &Head, message: &Message) -> bool {
     let (method, params) = match message {
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
             (method, params)
         }
         // A response is 2026-07-28's when its header says so: that era refuses it (clients do
         // not send responses there) instead of calling its version unsupported.
-        Message::Response { .. } => return names_stateless_era(headers),
+        Message::Response { .. } => return head.version.names_stateless_era(),
     };
     if matches!(method.as_str(), "server/discover" | "subscriptions/listen") {
         return true;
     }
-    let has_session = headers.contains_key(SESSION_HEADER);
-    let legacy_header = !names_stateless_version(headers);
+    let has_session = head.session;
+    let legacy_header = !head.version.names_non_session();
     // The hot path of a session-era client: no need to look into the params.
     if has_session && legacy_header {
         return false;
@@ -117,7 +105,7 @@ fn is_stateless(default: DefaultEra, headers: &HeaderMap, message: &Message) -> 
     if !legacy_header {
         // `initialize` exists only in the session era: with a version header of no era it is a
         // session-era request with an unsupported version (400), not a 2026 one without `_meta`.
-        if method == "initialize" && !names_stateless_era(headers) {
+        if method == "initialize" && !head.version.names_stateless_era() {
             return false;
         }
         // A version header of the new era, or an unknown one, on a request without a session.
@@ -147,15 +135,17 @@ fn meta_version(params: Option<&RawValue>) -> bool {
         .is_some_and(|m| m.version.is_some())
 }
 
-/// Session era: a version header, when present, must name a version we speak.
-fn check_session_version(h: &HeaderMap) -> Result<(), Response> {
-    let Some(v) = h.get(PROTOCOL_VERSION_HEADER) else {
-        return Ok(());
-    };
-    let v = v.to_str().unwrap_or("").trim();
-    if ProtocolVersion::parse(v).is_some() {
+/// Session era: a version header, when present, must name a version we speak (`head`, read
+/// from `h`; the header is read again only to word a refusal).
+fn check_session_version(head: &Head, h: &HeaderMap) -> Result<(), Response> {
+    if head.version.fits_session_era() {
         return Ok(());
     }
+    let v = h
+        .get(&PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim();
     let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
         .iter()
         .map(|v| v.as_str())
@@ -177,6 +167,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
+    use super::super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
     use crate::testing::{prop_config as config, version_header};
 
     proptest! {
@@ -207,7 +198,8 @@ mod props {
                 .and_then(|v| std::str::from_utf8(v).ok());
             let session_era = text.is_some_and(|v| ProtocolVersion::parse(v.trim()).is_some());
             // Absent, or a session-era version, passes; anything else is 400.
-            match check_session_version(&h) {
+            let head = Head::read(&h);
+            match check_session_version(&head, &h) {
                 Ok(()) => prop_assert!(version.is_none() || session_era),
                 Err(res) => {
                     prop_assert!(version.is_some() && !session_era);
@@ -216,8 +208,8 @@ mod props {
             }
             // "Names a non-session version" only for a readable header that is not one.
             let non_session_header = text.is_some() && !session_era;
-            prop_assert_eq!(names_stateless_version(&h), non_session_header);
-            prop_assert_eq!(is_session_request(&h), session && !non_session_header);
+            prop_assert_eq!(head.version.names_non_session(), non_session_header);
+            prop_assert_eq!(is_session_request(&head), session && !non_session_header);
             // `_meta` is peeked at from any raw params without a panic; 2026-only methods are
             // always 2026-07-28, and a session with a session-era header never is.
             let params = params.and_then(|p| RawValue::from_string(p).ok());
@@ -226,7 +218,7 @@ mod props {
                 method: method.to_string(),
                 params,
             };
-            let stateless = is_stateless(DefaultEra::Session, &h, &message);
+            let stateless = is_stateless(DefaultEra::Session, &head, &message);
             if matches!(method, "server/discover" | "subscriptions/listen") {
                 prop_assert!(stateless);
             } else if session && (version.is_none() || session_era) {

@@ -27,8 +27,9 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::head::{Head, SESSION};
 use super::relay::{RelayRequest, Relayed};
-use super::{Endpoint, SESSION_HEADER, relay, respond};
+use super::{Endpoint, relay, respond};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
 use crate::session::{Lookup, Missing, Session};
@@ -43,34 +44,40 @@ pub(super) enum Asker {
 
 /// A request once located, when this instance serves it: by the session it holds, or by no
 /// session, for a reason the route answers once the request's id is known. Its headers and
-/// body are as they now are (after a hop the relay seam handed back: as relayed).
+/// body are as they now are (after a hop the relay seam handed back: as relayed), and so is
+/// the head read from them.
 pub(super) struct Located {
     pub session: Result<Arc<Session>, Missing>,
+    pub head: Head,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
 
-/// Where the request with head `parts` and `body`, from the caller whose principal has
+/// Where the request with head `parts` (its checked headers read into `head`) and `body`, from the caller whose principal has
 /// fingerprint `owner`, is served: here ([`Located`]), or, for a session another instance
 /// holds, by that instance through the relay seam (taken over here when it is gone), whose
 /// answer is the `Err`.
 pub(super) async fn resolve(
     ep: &Endpoint,
     parts: Parts,
+    head: Head,
     body: Bytes,
     owner: Option<&str>,
 ) -> Result<Located, Response> {
-    let (session, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
-        Lookup::Held(s) => (Ok(s), parts.headers, body),
-        Lookup::Missing(why) => (Err(why), parts.headers, body),
+    let (session, head, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
+        Lookup::Held(s) => (Ok(s), head, parts.headers, body),
+        Lookup::Missing(why) => (Err(why), head, parts.headers, body),
         Lookup::Elsewhere(node) => {
-            let (session, req) =
-                relay_or_take_over(ep, &node, relay::request(parts, body), owner).await?;
-            (session, req.headers, req.body)
+            // Boxed: the hop and the take-over are most of this future's size, and every
+            // POST's future holds room for them (issue 23: axum copies it whole into a box).
+            let relayed = relay_or_take_over(ep, &node, relay::request(parts, body), owner);
+            let (session, req) = Box::pin(relayed).await?;
+            (session, Head::read(&req.headers), req.headers, req.body)
         }
     };
     Ok(Located {
         session,
+        head,
         headers,
         body,
     })
@@ -103,11 +110,7 @@ async fn relay_or_take_over(
             req
         }
     };
-    let Some(id) = req
-        .headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(id) = req.headers.get(&SESSION).and_then(|v| v.to_str().ok()) else {
         return Ok((Err(Missing::NoId), req));
     };
     let began = std::time::Instant::now();
@@ -179,7 +182,7 @@ pub(super) async fn pinned(
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
 /// principal has fingerprint `owner` (`None`: authorization is off).
 async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Lookup {
-    let Some(raw) = headers.get(SESSION_HEADER) else {
+    let Some(raw) = headers.get(&SESSION) else {
         return Lookup::Missing(Missing::NoId);
     };
     let id = raw.to_str().unwrap_or("");

@@ -5,8 +5,8 @@
 //! A request flows: [`observe`] (its span, trace context and metrics; a trace context in a
 //! POST's `_meta` is read only once the next two let the request through) → [`guard`] (Host
 //! and Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
-//! extractors ([`edge`]), the edge work done once in front of each handler: [`checks`]
-//! (headers, body under its limit), whom it counts against ([`client_key`]), the era its
+//! extractors ([`edge`]), the edge work done once in front of each handler: the few headers
+//! the checks judge read once ([`head`]), [`checks`] (headers, body under its limit), whom it counts against ([`client_key`]), the era its
 //! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
 //! the body is parsed, whether the request is served here, handed to the [`relay`] seam for the
 //! instance that holds its session (whose answer is the request's), or refused → the method's
@@ -33,6 +33,7 @@ mod edge;
 mod era;
 mod get;
 mod guard;
+mod head;
 mod health;
 mod initialize;
 mod legacy_sse;
@@ -166,4 +167,39 @@ async fn method_not_allowed() -> Response {
         HeaderValue::from_static("GET, POST, DELETE"),
     );
     res
+}
+
+/// The futures every request on `/mcp` builds stay small (issue 23): axum copies the layer's
+/// future and the handler's whole into boxes on every request, and a future is as large as
+/// its largest state, taken or not. The relay's hop, a session's recreation, a limit store's
+/// check, the token check and the rarer answers are boxed where they are awaited; a change
+/// that puts a large future back on this path fails here. (Sizes of a debug build, which lays
+/// futures out larger than a release build does.)
+#[cfg(test)]
+mod future_sizes {
+    use super::*;
+    use axum::extract::FromRequest;
+
+    fn ret2<A, B, R>(_: &impl Fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+    fn ret3<A, B, C, R>(_: &impl Fn(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    #[test]
+    fn a_calls_futures_stay_small() {
+        let layer = ret3(&around_mcp);
+        let extract = ret2(&<edge::Post as FromRequest<Arc<Endpoint>>>::from_request);
+        let handle = ret2(&post::handle);
+        eprintln!("around_mcp {layer} B, Post {extract} B, post::handle {handle} B");
+        assert!(layer <= LAYER_MAX, "around_mcp's future: {layer} B");
+        assert!(
+            extract + handle <= HANDLER_MAX,
+            "POST's handler futures: {extract} + {handle} B"
+        );
+    }
+
+    const LAYER_MAX: usize = 3 * 1024;
+    const HANDLER_MAX: usize = 4 * 1024;
 }

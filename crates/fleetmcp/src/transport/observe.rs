@@ -20,7 +20,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::{StreamExt, stream};
+use futures_util::{FutureExt, StreamExt, stream};
 use http::{Method as HttpMethod, header};
 use http_body_util::BodyExt;
 use serde::Deserialize;
@@ -32,6 +32,10 @@ use crate::telemetry::labels::{Era, Labels, Method, RequestLocal};
 use crate::telemetry::meters::Open;
 use crate::telemetry::otlp;
 use crate::telemetry::trace_context::TRACEPARENT;
+
+/// `traceparent`, ready to look up: every request asks for it, and a lookup by `&str` parses
+/// the name each time (issue 23).
+static TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
 
 /// Serves `req`: `admit` (the Host/Origin guard and the token check, `mod.rs`), then, for a
 /// request it lets through, `route`, in the request's span and request-local state; counts
@@ -55,7 +59,7 @@ where
     let start = first_labels(req.method(), req.uri().path());
     let known = req
         .headers()
-        .get(TRACEPARENT)
+        .get(&TRACEPARENT_NAME)
         .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
         .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace));
     let (res, labels) = match known {
@@ -95,13 +99,14 @@ where
 }
 
 /// Runs `serve` in a `request` span of `trace` and with request-local state that starts with
-/// `start`: its answer, and the labels noted meanwhile.
-async fn in_span<F>(
+/// `start`: its answer, and the labels noted meanwhile. Built around `serve` rather than
+/// awaiting it, so `serve` is held once (see [`RequestLocal::run`]).
+fn in_span<F>(
     began: Instant,
     start: Labels,
     mut trace: TraceContext,
     serve: F,
-) -> (Response, Labels)
+) -> impl Future<Output = (Response, Labels)>
 where
     F: Future<Output = Response>,
 {
@@ -110,18 +115,18 @@ where
     let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
     otlp::join(&span, &mut trace);
     span.record("trace_id", tracing::field::display(trace.trace_id()));
-    let serve = async {
-        let (res, labels) = RequestLocal::run(start, trace, serve).await;
-        tracing::debug!(
-            method = labels.method.as_str(),
-            era = labels.era.as_str(),
-            status = res.status().as_u16(),
-            ms = began.elapsed().as_secs_f64() * 1000.0,
-            "request answered"
-        );
-        (res, labels)
-    };
-    serve.instrument(span).await
+    RequestLocal::run(start, trace, serve)
+        .map(move |(res, labels)| {
+            tracing::debug!(
+                method = labels.method.as_str(),
+                era = labels.era.as_str(),
+                status = res.status().as_u16(),
+                ms = began.elapsed().as_secs_f64() * 1000.0,
+                "request answered"
+            );
+            (res, labels)
+        })
+        .instrument(span)
 }
 
 /// The trace context of an admitted POST's JSON-RPC request in its `_meta`

@@ -418,6 +418,14 @@ impl Sessions {
                 None => Lookup::Elsewhere(node),
             };
         }
+        // Boxed: reading, claiming and recreating a session not held here is most of this
+        // future's size, and every request's future would hold room for it, copied whenever
+        // that future moves into a box (issue 23).
+        Box::pin(self.find_not_held(id)).await
+    }
+
+    /// [`Sessions::find`] for a session this instance does not hold.
+    async fn find_not_held(&self, id: &str) -> Lookup {
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);
         }

@@ -69,6 +69,22 @@ impl Sessions {
         {
             return Lookup::Held(session);
         }
+        // Boxed: the store's check is most of this future's size, and every request's future
+        // would hold room for it, copied whenever that future moves into a box (issue 23);
+        // only a session due for its check pays the allocation.
+        Box::pin(self.confirm_stored(session, fenced, term, this_term)).await
+    }
+
+    /// [`Self::still_stored`] for a session due for its check against the store (`term`: the
+    /// lease's when the request came; `this_term`: whether the session was confirmed in it).
+    async fn confirm_stored(
+        &self,
+        session: Arc<Session>,
+        fenced: bool,
+        term: u32,
+        this_term: bool,
+    ) -> Lookup {
+        let every = self.timing.refresh_every_ms;
         let limit = self.timing.check_timeout;
         let fence = fenced.then(|| Fence {
             node_id: self.machine_id.clone(),

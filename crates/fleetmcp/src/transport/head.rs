@@ -1,0 +1,204 @@
+//! The few headers the checks in front of an MCP route judge a request by, read once into a
+//! [`Head`] they all share: `Content-Type`, `Accept`, `Mcp-Session-Id` and
+//! `MCP-Protocol-Version`.
+//!
+//! Issue 23: every check looked these headers up again by `&str` name (each such lookup parses
+//! and lower-cases the name before hashing it), and the `Accept` line was split and compared
+//! three times per POST, about 10,000 instructions of a call's 68,000. Read here once, with
+//! ready [`HeaderName`]s, and the `Accept` list in a single pass.
+
+use http::{HeaderMap, HeaderName, header};
+
+use super::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::protocol::{ProtocolVersion, STATELESS_VERSIONS};
+
+/// `Mcp-Session-Id`, ready to look up (a lookup by `&str` parses the name every time).
+pub(super) static SESSION: HeaderName = HeaderName::from_static(SESSION_HEADER);
+/// `MCP-Protocol-Version`, ready to look up.
+pub(super) static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(PROTOCOL_VERSION_HEADER);
+
+/// What a request's version header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Version {
+    /// No version header.
+    Absent,
+    /// A value that is not visible ASCII text (`HeaderValue::to_str` fails).
+    Unreadable,
+    /// A session-era version we speak.
+    Session(ProtocolVersion),
+    /// A version of the stateless era (2026-07-28), by its name.
+    Stateless(&'static str),
+    /// Readable, but no version of either era.
+    Unknown,
+}
+
+impl Version {
+    fn read(h: &HeaderMap) -> Self {
+        let Some(v) = h.get(&PROTOCOL_VERSION) else {
+            return Self::Absent;
+        };
+        let Ok(v) = v.to_str() else {
+            return Self::Unreadable;
+        };
+        let v = v.trim();
+        if let Some(version) = ProtocolVersion::parse(v) {
+            return Self::Session(version);
+        }
+        match STATELESS_VERSIONS.iter().find(|s| **s == v) {
+            Some(s) => Self::Stateless(s),
+            None => Self::Unknown,
+        }
+    }
+
+    /// Whether it names a version of the stateless era, or any readable non-session one.
+    pub fn names_non_session(self) -> bool {
+        matches!(self, Self::Stateless(_) | Self::Unknown)
+    }
+
+    /// Whether it names a version of the stateless era (2026-07-28), as opposed to a
+    /// session-era one or one of no era at all.
+    pub fn names_stateless_era(self) -> bool {
+        matches!(self, Self::Stateless(_))
+    }
+
+    /// Whether a session-era request may carry it: absent, or a version we speak.
+    pub fn fits_session_era(self) -> bool {
+        matches!(self, Self::Absent | Self::Session(_))
+    }
+}
+
+/// Which answer types a request's `Accept` list takes (an absent list takes anything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Accept {
+    /// `application/json` (or a wildcard covering it).
+    pub json: bool,
+    /// `text/event-stream` (or a wildcard covering it).
+    pub sse: bool,
+}
+
+/// The headers the edge checks judge a request by, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Head {
+    /// `Content-Type` is `application/json` (any case, any parameters).
+    pub json_body: bool,
+    /// The `Accept` list, `None` when no readable line is present.
+    pub accept: Option<Accept>,
+    /// An `Mcp-Session-Id` is present.
+    pub session: bool,
+    /// The version header.
+    pub version: Version,
+}
+
+impl Head {
+    /// Reads the head of a request from its headers.
+    pub fn read(h: &HeaderMap) -> Self {
+        let ct = h
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let mime = ct.split(';').next().unwrap_or("").trim();
+        Head {
+            json_body: mime.eq_ignore_ascii_case(JSON),
+            accept: accept(h),
+            session: h.contains_key(&SESSION),
+            version: Version::read(h),
+        }
+    }
+
+    /// Whether the client takes an SSE answer (an absent `Accept` takes anything).
+    pub fn takes_sse(&self) -> bool {
+        self.accept.is_none_or(|a| a.sse)
+    }
+}
+
+const JSON: &str = "application/json";
+const SSE: &str = "text/event-stream";
+
+/// Every readable `Accept` line as one list (RFC 9110 allows the list to be split over lines),
+/// judged in one pass for both answer types; `None` when no line is readable.
+fn accept(h: &HeaderMap) -> Option<Accept> {
+    let mut lines = h
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .peekable();
+    lines.peek()?;
+    let mut takes = Accept {
+        json: false,
+        sse: false,
+    };
+    for part in lines.flat_map(|line| line.split(',')) {
+        let m = part.split(';').next().unwrap_or("").trim();
+        takes.json |= covers(m, JSON);
+        takes.sse |= covers(m, SSE);
+    }
+    Some(takes)
+}
+
+/// Whether the media range `range` (no parameters) covers the media type `mime`. Media types
+/// are case-insensitive (RFC 9110 8.3.1), wildcards included.
+pub(super) fn covers(range: &str, mime: &str) -> bool {
+    let type_prefix = range.strip_suffix('*').filter(|p| p.ends_with('/'));
+    range.eq_ignore_ascii_case(mime)
+        || range == "*/*"
+        || type_prefix.is_some_and(|p| {
+            mime.get(..p.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(p))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn head(pairs: &[(&'static str, &'static [u8])]) -> Head {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(
+                *name,
+                HeaderValue::from_bytes(value).expect("valid header bytes"),
+            );
+        }
+        Head::read(&h)
+    }
+
+    /// The `Accept` list split over lines reads as the lines joined; an unreadable line is
+    /// skipped, and a list of only unreadable lines is no list (lenient).
+    #[test]
+    fn accept_lines_are_one_list() {
+        let split = head(&[("accept", b"text/html"), ("accept", b"TEXT/*;q=0.2")]);
+        assert_eq!(
+            split.accept,
+            Some(Accept {
+                json: false,
+                sse: true
+            })
+        );
+        let unreadable = head(&[("accept", b"\xffjson")]);
+        assert_eq!(unreadable.accept, None);
+        assert!(unreadable.takes_sse());
+        let json_only = head(&[("accept", b"\xff"), ("accept", b"application/json")]);
+        assert!(!json_only.takes_sse());
+    }
+
+    /// The version header's readings: the session era's, the stateless era's, unknown,
+    /// unreadable (which names no era: a session-era request then fails its version check).
+    #[test]
+    fn version_header_readings() {
+        assert_eq!(head(&[]).version, Version::Absent);
+        assert_eq!(
+            head(&[("mcp-protocol-version", b" 2025-06-18 ")]).version,
+            Version::Session(ProtocolVersion::V2025_06_18)
+        );
+        assert_eq!(
+            head(&[("mcp-protocol-version", b"2026-07-28")]).version,
+            Version::Stateless("2026-07-28")
+        );
+        let unknown = head(&[("mcp-protocol-version", b"1999-01-01")]).version;
+        assert!(unknown.names_non_session() && !unknown.names_stateless_era());
+        let unreadable = head(&[("mcp-protocol-version", b"\xff")]).version;
+        assert!(!unreadable.names_non_session() && !unreadable.fits_session_era());
+        assert!(head(&[("Mcp-Session-Id", b"s")]).session);
+    }
+}
