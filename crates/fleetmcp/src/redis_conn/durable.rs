@@ -9,6 +9,10 @@ use super::sentinel::{SentinelView, replicas_of_master, sentinel_view};
 use super::{CommandError, RedisConn};
 use crate::redis_config::WaitReplicas;
 
+/// How long the sentinels' confirmation of the master in use is taken as current
+/// ([`RedisConn::confirm_master`]): shorter than a failover takes to complete.
+const MASTER_CONFIRMED_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl RedisConn {
     /// Sends `pipe` like [`RedisConn::pipe`], then waits until the replicas `wait_replicas`
     /// asks for have confirmed it, on the same connection (a write and its `WAIT` must share
@@ -60,7 +64,9 @@ impl RedisConn {
     /// connection still open to the old master, which answers as a master, with the data it had,
     /// until the sentinels turn it into a replica, seconds later: whatever it says of who holds
     /// what is stale. When the sentinels name another master, the connection is reopened to it
-    /// and the error says so. Without Sentinel: always `Ok`.
+    /// and the error says so. Without Sentinel: always `Ok`. A confirmation holds for
+    /// [`MASTER_CONFIRMED_FOR`] on the same connection: every request of a holder whose lease is
+    /// out asks, and the sentinels are not asked once per request.
     pub async fn confirm_master(&self) -> Result<(), CommandError> {
         let Some(link) = self.inner.conn.load_full() else {
             return Err(CommandError::Unavailable(
@@ -70,9 +76,15 @@ impl RedisConn {
         let Link::Single(_, Some(server)) = &*link else {
             return Ok(());
         };
+        let generation = *self.inner.replaced.borrow();
+        let recent = *self.inner.master_confirmed.lock();
+        if recent.is_some_and(|(at, g)| g == generation && at.elapsed() < MASTER_CONFIRMED_FOR) {
+            return Ok(());
+        }
         let (views, sentinels) = self.sentinel_views().await?;
         let naming = views.iter().filter(|v| v.master == **server).count();
         if naming * 2 > sentinels {
+            *self.inner.master_confirmed.lock() = Some((std::time::Instant::now(), generation));
             return Ok(());
         }
         if let Some(other) = views.iter().find(|v| v.master != **server) {

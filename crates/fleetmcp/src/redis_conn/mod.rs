@@ -109,6 +109,9 @@ struct Inner {
     replaced: tokio::sync::watch::Sender<u64>,
     /// With Sentinel: the address of the master in use.
     master: parking_lot::Mutex<Option<String>>,
+    /// With Sentinel: when the sentinels last confirmed the master in use, and the count of
+    /// `replaced` then (`RedisConn::confirm_master`).
+    master_confirmed: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
     /// Where every command's latency and failures are counted (the server's, once given).
     meters: std::sync::OnceLock<Meters>,
 }
@@ -138,6 +141,7 @@ impl RedisConn {
             born: std::time::Instant::now(),
             replaced: tokio::sync::watch::Sender::new(0),
             master: parking_lot::Mutex::new(None),
+            master_confirmed: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
         }))
     }
