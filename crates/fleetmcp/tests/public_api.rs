@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// The most items the documented surface may have (modules not counted).
-const MAX_ITEMS: usize = 60;
+const MAX_ITEMS: usize = 61;
 
 /// The documented surface: every path a user can name, modules ending in `::`. Grouped by what
 /// a user does with it; the test keeps it equal to what the code makes public.
@@ -69,6 +69,7 @@ const SURFACE: &[&str] = &[
     "MAX_IDEMPOTENCY_KEY",
     "EXECUTOR_GONE_MESSAGE",
     "WRITER_GONE_MESSAGE",
+    "STREAM_LOST_MESSAGE",
     // The builders `tool` and the others start, the definitions they build, and the traits of
     // what a handler may return.
     "catalog::",
