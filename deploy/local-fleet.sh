@@ -110,15 +110,19 @@ else
   SERVICES+=($!)
 fi
 
-ready=no
-for _ in $(seq 1 100); do
-  if curl -fs "http://127.0.0.1:$LB_PORT/readyz" >/dev/null 2>&1; then ready=yes; break; fi
-  sleep 0.1
+# "Up" means every instance ready, and the balancer: through the balancer alone, the first
+# instance up would answer for all three, and a call straight to another could be refused.
+for url in "${PORTS[@]/#/http://127.0.0.1:}" "http://127.0.0.1:$LB_PORT"; do
+  ready=no
+  for _ in $(seq 1 100); do
+    if curl -fs "$url/readyz" >/dev/null 2>&1; then ready=yes; break; fi
+    sleep 0.1
+  done
+  if [ "$ready" != yes ]; then
+    echo "$url did not answer /readyz within 10 s; logs in $RUN" >&2
+    exit 1
+  fi
 done
-if [ "$ready" != yes ]; then
-  echo "the fleet did not answer /readyz through $BALANCER within 10 s; logs in $RUN" >&2
-  exit 1
-fi
 cat <<MSG
 fleet up ($BALANCER on 127.0.0.1:$LB_PORT, help-desk desk-1..3 on ${PORTS[*]}, redis on $FLEET_REDIS_PORT)
   MCP endpoint:   http://127.0.0.1:$LB_PORT/mcp
