@@ -864,3 +864,60 @@ fn a_holder_that_slept_through_a_failover_does_not_serve_from_the_deposed_master
         a.log()
     );
 }
+
+/// The same sleep, with the other kind of fault on the holder's link: the old master is killed
+/// (its connections reset, new ones refused) rather than paused, and started again on its
+/// port, empty and a master, before the holder wakes. The holder finds its connection broken;
+/// it must reopen it where the sentinels say, not at the address it knew: there the empty
+/// master would answer that the session is gone (a `404` for a session another instance holds),
+/// or, had it kept its data, that the holder still holds it.
+#[test]
+fn a_holder_that_slept_while_its_master_was_killed_and_started_empty_follows_the_sentinels() {
+    let mut set = SentinelSet::start(MASTER);
+    let (a, b) = two_desks(&set, &[]);
+    let sid = open_session(a.port());
+    let call = |port: u16| call_tool(port, &sid, &[], "find_tickets", json!({}));
+    assert_served_by(&call(a.port()), "desk-a", "before the failover");
+
+    a.signal("STOP");
+    set.master.kill();
+    wait_until_the_sentinels_name(&set, set.replica.port);
+    wait_for(
+        "desk-b takes the session over",
+        Duration::from_secs(15),
+        || {
+            let resp = call(b.port());
+            resp.status == 200 && machine_of(&resp) == Some("desk-b")
+        },
+    );
+    set.master.start_again();
+    assert!(
+        set.master.cli(&["ROLE"]).starts_with("master") && set.master.cli(&["DBSIZE"]) == "0",
+        "the old port answers as an empty master (the window this test is about)"
+    );
+
+    a.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = call(a.port());
+        assert!(
+            resp.status == 200 || (resp.status == 503 && resp.header("retry-after").is_some()),
+            "desk-a answers the session it lost from the holder, or refuses for now; never \
+             as gone, nor from an empty master:\n{}\n{}",
+            resp.describe(),
+            a.log()
+        );
+        if resp.status == 200 {
+            // By desk-b, relayed; or by desk-a having claimed it back at a higher epoch when
+            // desk-b's heartbeat had not reached the new master yet (fenced, as above).
+            assert_tool_ok(&resp, "the session after desk-a woke");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session was not served again through desk-a within 30 s:\n{}",
+            a.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
