@@ -39,7 +39,7 @@ pub(crate) use crate::protocol::Reply;
 /// The JSON-RPC answer to request `id`: its result, or its error.
 pub(crate) fn encode_reply(id: &RawValue, reply: Reply) -> bytes::Bytes {
     match reply {
-        Ok(result) => crate::protocol::encode_result(id, &result),
+        Ok(result) => crate::protocol::encode_raw_result(id, &result),
         Err(e) => crate::protocol::encode_error(Some(id), &e),
     }
 }

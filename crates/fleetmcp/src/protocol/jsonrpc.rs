@@ -157,6 +157,19 @@ pub fn encode_result<T: Serialize + ?Sized>(id: &RawValue, result: &T) -> Bytes 
     Bytes::from(buf)
 }
 
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` for a result already written: copied once
+/// into a buffer of its size (a tool's answer is often larger than [`encode_result`]'s first
+/// guess, which would grow it several times).
+pub fn encode_raw_result(id: &RawValue, result: &RawValue) -> Bytes {
+    // The envelope's own bytes (`{"jsonrpc":"2.0","id":`, `,"result":`, `}`) are 33.
+    let mut buf = Vec::with_capacity(33 + id.get().len() + result.get().len());
+    write_head(&mut buf, Some(id));
+    buf.extend_from_slice(b",\"result\":");
+    buf.extend_from_slice(result.get().as_bytes());
+    buf.push(b'}');
+    Bytes::from(buf)
+}
+
 /// `{"jsonrpc":"2.0","id":<id or null>,"error":{...}}`.
 pub fn encode_error(id: Option<&RawValue>, error: &ErrorData) -> Bytes {
     let mut buf = Vec::with_capacity(128);
@@ -250,6 +263,10 @@ mod tests {
         let id = RawValue::from_string("\"abc\"".into()).unwrap();
         let out = encode_result(&id, &serde_json::json!({}));
         assert_eq!(&out[..], br#"{"jsonrpc":"2.0","id":"abc","result":{}}"#);
+        let result = RawValue::from_string(r#"{"a":[1,"x"]}"#.into()).unwrap();
+        let raw = encode_raw_result(&id, &result);
+        assert_eq!(raw, encode_result(&id, &result));
+        assert_eq!(raw.len(), 33 + id.get().len() + result.get().len());
         let out = encode_error(None, &crate::protocol::errors::parse_error("x"));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["id"], serde_json::Value::Null);
