@@ -12,6 +12,7 @@
 //! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed
 //! request is counted by its session's holder, never by the instance that relayed it.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -463,11 +464,13 @@ impl Drop for Tracked {
     }
 }
 
-/// A `tools/call`'s tool name, read without parsing the rest of the params.
-fn tool_name(params: Option<&RawValue>) -> Option<String> {
+/// A `tools/call`'s tool name, read without parsing the rest of the params (borrowed from them
+/// unless it holds an escape).
+fn tool_name(params: Option<&RawValue>) -> Option<Cow<'_, str>> {
     #[derive(Deserialize)]
-    struct P {
-        name: String,
+    struct P<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
     }
     serde_json::from_str::<P>(params?.get())
         .ok()
