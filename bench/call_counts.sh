@@ -38,6 +38,7 @@ WARMUP="${WARMUP:-3}"
 WINDOW="${WINDOW:-6}"
 PERF_WINDOW="${PERF_WINDOW:-4}"
 ADDED_PROBES=()
+RUN=0
 
 cleanup_all() {
   local p
@@ -71,21 +72,22 @@ load() {
     --duration "$seconds" --tool find_tickets --args '{}' --label calls "$@"
 }
 
-# Instructions per call, memcpy's share of them and the calls counted: sets IR, MC, CALLS.
+# Instructions per call, memcpy's share of them, the calls counted and the dump (kept, for
+# `callgrind_annotate --inclusive=yes`): sets IR, MC, CALLS, DUMP.
 instructions() { # BINARY
-  rm -f "$WORK"/cg.out*
-  serve valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" "$1"
+  RUN=$((RUN + 1))
+  serve valgrind --tool=callgrind --callgrind-out-file="$WORK/cg-$RUN.out" "$1"
   load 8 "$WARMUP" --warmup 0 >/dev/null 2>&1
   callgrind_control -z "$SERVER_PID" >/dev/null 2>&1
-  IR=- MC=- CALLS=0
+  IR=- MC=- CALLS=0 DUMP=-
   local calls
   calls="$(load 8 "$WINDOW" --warmup 0 --json 2>/dev/null | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')"
   callgrind_control -d "$SERVER_PID" >/dev/null 2>&1
   stop_server
   local dump
-  dump="$(ls -t "$WORK"/cg.out.* 2>/dev/null | head -n 1)"
+  dump="$(ls -t "$WORK"/cg-"$RUN".out.* 2>/dev/null | head -n 1)"
   [[ -n "$dump" && "${calls:-0}" -gt 0 ]] || return 0
-  CALLS="$calls"
+  CALLS="$calls" DUMP="$dump"
   read -r IR MC < <(awk -v c="$calls" -v i="$(callgrind_total "$dump")" \
     -v m="$(callgrind_self "$dump" '__mem(cpy|move)_[a-z_]*')" \
     'BEGIN {printf "%.0f %.0f\n", i / c, m / c}')
@@ -120,7 +122,7 @@ report() { # LABEL BINARY
   local line="$1:"
   if [[ $COUNTS == *instructions* ]]; then
     instructions "$2"
-    line+=" $IR instructions/call (memcpy $MC; $CALLS calls),"
+    line+=" $IR instructions/call (memcpy $MC; $CALLS calls; $DUMP),"
   fi
   if [[ $COUNTS == *mallocs* ]]; then
     mallocs "$2"
