@@ -367,7 +367,7 @@ fn in_flight(
     };
     let max = app.config().limits.max_inflight_per_session;
     match s.track_request(id, max) {
-        Some(token) => Ok((token, Some(Tracked(s.clone(), id.to_string())))),
+        Some((token, id)) => Ok((token, Some(Tracked(s.clone(), id)))),
         None => {
             tracing::warn!(
                 session = %crate::session::LogId(&s.id),
@@ -455,8 +455,9 @@ impl Drop for FreeSlot {
     }
 }
 
-/// Removes a request from its session's in-flight table when dropped.
-struct Tracked(Arc<Session>, String);
+/// Removes a request from its session's in-flight table when dropped (the id shared with the
+/// table's key: no copy of its own).
+struct Tracked(Arc<Session>, Arc<str>);
 
 impl Drop for Tracked {
     fn drop(&mut self) {
