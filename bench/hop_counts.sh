@@ -22,9 +22,7 @@ set -euo pipefail
 USER_BIN="${BIN:-}"
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-for tool in valgrind callgrind_control callgrind_annotate redis-server curl; do
-  command -v "$tool" >/dev/null || { echo "[hop_counts] $tool is required" >&2; exit 1; }
-done
+require hop_counts valgrind callgrind_control callgrind_annotate redis-server curl
 bench_start hop-counts
 BIN="${USER_BIN:-$BIN}"
 MODES="${MODES:-holder relayed}"
@@ -45,13 +43,9 @@ requests() {
   curl -fsS -m 5 "http://127.0.0.1:$1/metrics" | awk '/^fleetmcp_requests_total/ {n += $NF} END {print n + 0}'
 }
 
-# Instructions in a callgrind dump, and those of SHA-256's block function.
-instructions() {
-  sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$1" | head -n 1
-}
+# The instructions of SHA-256's block function in a callgrind dump.
 sha256() {
-  callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null \
-    | awk '/sha2::sha256::(soft::unroll::compress|compress256|x86_sha::compress)/ && !/x\)$/ {gsub(",", "", $1); n += $1} END {print n + 0}'
+  callgrind_self "$1" 'sha2::sha256::(soft::unroll::compress|compress256|x86_sha::compress)'
 }
 
 # count LABEL BINARY MODE: one measurement.
@@ -72,12 +66,8 @@ count() {
       >"$WORK/$node.log" 2>&1 &
     BENCH_PIDS+=($!)
   done
-  for port in "$a" "$b"; do
-    for _ in $(seq 600); do
-      curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null && break
-      sleep 0.2
-    done
-  done
+  wait_healthy "$a" || true
+  wait_healthy "$b" || true
   local extra=()
   [[ $mode == relayed ]] && extra=(--url2 "http://127.0.0.1:$b/mcp" --only-url2 1)
   "$LOADGEN" --url "http://127.0.0.1:$a/mcp" "${extra[@]}" --sessions 1 \
@@ -98,7 +88,7 @@ count() {
     (( calls > 0 )) || continue
     dump="$(ls -t "$WORK"/cg-$node.out.* 2>/dev/null | head -n 1)"
     [[ -n "$dump" ]] || continue
-    ir="$(instructions "$dump")"; sha="$(sha256 "$dump")"
+    ir="$(callgrind_total "$dump")"; sha="$(sha256 "$dump")"
     local who=holder; [[ $node == b ]] && who="relaying instance"
     line+="$(awk -v w="$who" -v c="$calls" -v i="$ir" -v s="$sha" \
       'BEGIN {printf " %s %d calls, %.0f instructions/call (%.0f without SHA-256);", w, c, i / c, (i - s) / c}')"

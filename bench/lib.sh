@@ -46,3 +46,35 @@ bench_cleanup() {
   for p in "${BENCH_PIDS[@]:-}"; do [[ -n "$p" ]] && kill -KILL "$p" 2>/dev/null || true; done
   [[ -f "$WORK/redis.pid" ]] && kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true
 }
+
+# Exits, naming the script, unless every TOOL is on the PATH.
+require() { # SCRIPT TOOL...
+  local script="$1" tool
+  shift
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || { echo "[$script] $tool is required" >&2; exit 1; }
+  done
+}
+
+# Waits until http://127.0.0.1:PORT/healthz answers (at most 2 minutes: a server under valgrind
+# starts slowly).
+wait_healthy() { # PORT
+  for _ in $(seq 600); do
+    curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$1/healthz" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "nothing answers on port $1" >&2
+  return 1
+}
+
+# The instructions a callgrind dump counted in all.
+callgrind_total() { # DUMP
+  sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$1" | head -n 1
+}
+
+# The instructions a callgrind dump counted in the functions whose names match REGEX (awk),
+# their own only (a function's share, not what it calls).
+callgrind_self() { # DUMP REGEX
+  callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null \
+    | awk -v re="$2" '$0 ~ re && !/x\)$/ {gsub(",", "", $1); n += $1} END {print n + 0}'
+}

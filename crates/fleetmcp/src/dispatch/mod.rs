@@ -21,7 +21,6 @@ pub(crate) use scope::scope_for;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -39,7 +38,7 @@ pub(crate) use crate::protocol::Reply;
 /// The JSON-RPC answer to request `id`: its result, or its error.
 pub(crate) fn encode_reply(id: &RawValue, reply: Reply) -> bytes::Bytes {
     match reply {
-        Ok(result) => crate::protocol::encode_result(id, &result),
+        Ok(result) => crate::protocol::encode_raw_result(id, &result),
         Err(e) => crate::protocol::encode_error(Some(id), &e),
     }
 }
@@ -50,8 +49,8 @@ pub(crate) fn reply_of<T: Serialize + ?Sized>(value: &T) -> Reply {
         .map_err(|e| errors::internal(format!("serialising the result: {e}")))
 }
 
-/// Parses a method's params; absent params read as `{}`.
-pub(crate) fn params<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, ErrorData> {
+/// Parses a method's params; absent params read as `{}`. `T` may borrow from them.
+pub(crate) fn params<'a, T: Deserialize<'a>>(params: Option<&'a RawValue>) -> Result<T, ErrorData> {
     let text = params.map_or("{}", |p| p.get());
     serde_json::from_str(text).map_err(|e| errors::invalid_params(format!("Invalid params: {e}")))
 }

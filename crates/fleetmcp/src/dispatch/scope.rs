@@ -2,6 +2,8 @@
 //! declares. Read from the method and its params alone, before anything runs, so the
 //! transport can refuse it with `403` and no handler starts.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -15,18 +17,21 @@ pub(crate) fn scope_for(app: &App, method: &str, params: Option<&RawValue>) -> O
         return required_scope(&app.catalog(), method, params);
     };
     let t = target(method, params)?;
-    upstream.required_scope(method, t.name.or(t.uri)?.as_str())
+    upstream.required_scope(method, &t.name.or(t.uri)?)
 }
 
 /// What a request that can need a scope names: the tool or prompt (`name`) or the resource
 /// (`uri`); `None` for every other method.
+/// Borrowed from the params unless they hold an escape.
 #[derive(Deserialize)]
-struct Target {
-    name: Option<String>,
-    uri: Option<String>,
+struct Target<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    uri: Option<Cow<'a, str>>,
 }
 
-fn target(method: &str, params: Option<&RawValue>) -> Option<Target> {
+fn target<'a>(method: &str, params: Option<&'a RawValue>) -> Option<Target<'a>> {
     if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
         return None;
     }

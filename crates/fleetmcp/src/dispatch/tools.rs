@@ -1,5 +1,7 @@
 //! `tools/list` and `tools/call`.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -29,8 +31,11 @@ pub(super) fn list(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Rep
 }
 
 #[derive(Deserialize)]
-struct CallParams {
-    name: String,
+struct CallParams<'a> {
+    /// Borrowed from the params (copied only when it holds an escape): a call reads it to
+    /// find its tool, and names it only in an error (issue 23).
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(default)]
     arguments: Option<Map<String, Value>>,
     /// 2025-11-25 experimental tasks: run the call as a task (`{ttl?}`).

@@ -16,7 +16,8 @@ use super::ErrorData;
 /// request), which JSON-RPC does not allow.
 #[derive(Debug)]
 pub struct Incoming {
-    pub jsonrpc: Option<String>,
+    /// Whether `jsonrpc` is `"2.0"` (only that is a valid message).
+    pub jsonrpc_2_0: bool,
     pub id: Option<Box<RawValue>>,
     pub method: Option<String>,
     pub params: Option<Box<RawValue>>,
@@ -45,7 +46,7 @@ impl<'de> Deserialize<'de> for Incoming {
 #[derive(Deserialize)]
 struct Fields {
     #[serde(default)]
-    jsonrpc: Option<String>,
+    jsonrpc: Option<Version>,
     #[serde(default)]
     id: Option<Box<RawValue>>,
     #[serde(default)]
@@ -58,10 +59,33 @@ struct Fields {
     error: Option<Box<RawValue>>,
 }
 
+/// `jsonrpc`'s value judged where it lies, in the body being read (or the parser's scratch
+/// buffer for a string with escapes): every message has one, and a `String` of it was an
+/// allocation per message only to be compared with `"2.0"` (issue 23). Anything but a string is
+/// refused as `String` refused it, with the same error.
+struct Version(bool);
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Judge;
+        impl Visitor<'_> for Judge {
+            type Value = Version;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                // `String`'s own word, so a wrong type is answered as it always was.
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Version, E> {
+                Ok(Version(v == "2.0"))
+            }
+        }
+        d.deserialize_str(Judge)
+    }
+}
+
 impl Fields {
     fn into_incoming(self) -> Incoming {
         Incoming {
-            jsonrpc: self.jsonrpc,
+            jsonrpc_2_0: self.jsonrpc.is_some_and(|v| v.0),
             id: self.id,
             method: self.method,
             params: self.params,
@@ -94,7 +118,7 @@ impl Incoming {
     /// Classifies the message, or says why it is not valid JSON-RPC. The error carries the id
     /// when one could be read, so the answer can name the request.
     pub fn classify(self) -> Result<Message, (Option<Box<RawValue>>, ErrorData)> {
-        if self.jsonrpc.as_deref() != Some("2.0") {
+        if !self.jsonrpc_2_0 {
             return Err((
                 self.id,
                 super::errors::invalid_request("Invalid Request: jsonrpc must be \"2.0\""),
@@ -153,6 +177,19 @@ pub fn encode_result<T: Serialize + ?Sized>(id: &RawValue, result: &T) -> Bytes 
             &super::errors::internal("result serialisation failed"),
         );
     }
+    buf.push(b'}');
+    Bytes::from(buf)
+}
+
+/// `{"jsonrpc":"2.0","id":<id>,"result":<result>}` for a result already written: copied once
+/// into a buffer of its size (a tool's answer is often larger than [`encode_result`]'s first
+/// guess, which would grow it several times).
+pub fn encode_raw_result(id: &RawValue, result: &RawValue) -> Bytes {
+    // The envelope's own bytes (`{"jsonrpc":"2.0","id":`, `,"result":`, `}`) are 33.
+    let mut buf = Vec::with_capacity(33 + id.get().len() + result.get().len());
+    write_head(&mut buf, Some(id));
+    buf.extend_from_slice(b",\"result\":");
+    buf.extend_from_slice(result.get().as_bytes());
     buf.push(b'}');
     Bytes::from(buf)
 }
@@ -228,6 +265,42 @@ mod tests {
         assert_eq!(err.code.0, -32600);
     }
 
+    /// `jsonrpc`, judged in place, means what the `String` it was read into meant: an escaped
+    /// `"2.0"` is one, anything else a string is `-32600`, and a value that is no string fails the
+    /// parse with the same words.
+    #[test]
+    fn the_version_is_judged_as_a_string_was() {
+        assert!(matches!(
+            parse(r#"{"jsonrpc":"2\u002e0","id":1,"method":"ping"}"#),
+            Ok(Message::Request { .. })
+        ));
+        for version in [r#""2.00""#, r#""""#, "null"] {
+            let text = format!(r#"{{"jsonrpc":{version},"id":1,"method":"ping"}}"#);
+            let (_, err) = parse(&text).unwrap_err();
+            assert_eq!(err.code.0, -32600, "{text}");
+        }
+        let absent = parse(r#"{"id":1,"method":"ping"}"#).unwrap_err();
+        assert_eq!(absent.1.code.0, -32600);
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct AsString {
+            jsonrpc: Option<String>,
+        }
+        for text in [
+            r#"{"jsonrpc":2}"#,
+            r#"{"jsonrpc":["2.0"]}"#,
+            r#"{"jsonrpc":{}}"#,
+        ] {
+            let ours = serde_json::from_str::<Incoming>(text)
+                .unwrap_err()
+                .to_string();
+            let string = serde_json::from_str::<AsString>(text)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(ours, string, "{text}");
+        }
+    }
+
     /// Found by the property tests: the derived `Deserialize` read a JSON array positionally,
     /// so `["2.0",7,"ping"]` (alone at `/message`, or as a batch item) was served as a ping.
     #[test]
@@ -250,6 +323,10 @@ mod tests {
         let id = RawValue::from_string("\"abc\"".into()).unwrap();
         let out = encode_result(&id, &serde_json::json!({}));
         assert_eq!(&out[..], br#"{"jsonrpc":"2.0","id":"abc","result":{}}"#);
+        let result = RawValue::from_string(r#"{"a":[1,"x"]}"#.into()).unwrap();
+        let raw = encode_raw_result(&id, &result);
+        assert_eq!(raw, encode_result(&id, &result));
+        assert_eq!(raw.len(), 33 + id.get().len() + result.get().len());
         let out = encode_error(None, &crate::protocol::errors::parse_error("x"));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["id"], serde_json::Value::Null);

@@ -13,7 +13,8 @@ mod log_level;
 mod version;
 
 pub use jsonrpc::{
-    Incoming, Message, encode_error, encode_notification, encode_request, encode_result,
+    Incoming, Message, encode_error, encode_notification, encode_raw_result, encode_request,
+    encode_result,
 };
 pub use log_level::LogLevel;
 pub use rmcp::model;

@@ -390,7 +390,12 @@ impl Session {
     /// Registers a running request; the token fires on `notifications/cancelled`. `None` when
     /// `max` requests are already running: the count and the insert happen under one lock, so
     /// concurrent requests (a batch) cannot all slip under the limit together.
-    pub(crate) fn track_request(&self, raw_id: &str, max: usize) -> Option<CancellationToken> {
+    /// With the token, the id as the table keeps it, for [`Session::finish_request`].
+    pub(crate) fn track_request(
+        &self,
+        raw_id: &str,
+        max: usize,
+    ) -> Option<(CancellationToken, Arc<str>)> {
         let mut running = self.inflight.lock();
         if running.len() >= max && !running.contains(raw_id) {
             return None;
@@ -746,7 +751,7 @@ mod tests {
             !s.deliver_client_reply(&id, Ok(Value::Null)),
             "answered once"
         );
-        let token = s.track_request("7", usize::MAX).expect("under the limit");
+        let (token, _) = s.track_request("7", usize::MAX).expect("under the limit");
         assert!(s.cancel_request("7"));
         assert!(token.is_cancelled());
         assert!(!s.cancel_request("7"));
@@ -783,7 +788,7 @@ mod tests {
     #[test]
     fn closing_stops_running_requests_without_a_token_kept_per_session() {
         let s = session("x");
-        let done = s.track_request("1", usize::MAX).expect("under the limit");
+        let (done, _) = s.track_request("1", usize::MAX).expect("under the limit");
         s.finish_request("1");
         drop(done);
         assert!(
@@ -792,10 +797,10 @@ mod tests {
         );
         // An id sent again while its request runs (a client's retry after a relay's `503`):
         // the earlier one ending leaves the later one in reach of the session's end.
-        let retried = s.track_request("9", usize::MAX).expect("under the limit");
-        let again = s.track_request("9", usize::MAX).expect("the same id");
+        let (retried, _) = s.track_request("9", usize::MAX).expect("under the limit");
+        let (again, _) = s.track_request("9", usize::MAX).expect("the same id");
         s.finish_request("9");
-        let running = s.track_request("2", usize::MAX).expect("under the limit");
+        let (running, _) = s.track_request("2", usize::MAX).expect("under the limit");
         let leaving = s.leaving();
         assert!(!running.is_cancelled() && !leaving.is_cancelled());
         s.close();
@@ -808,7 +813,7 @@ mod tests {
             "a retried request stops with its session"
         );
         assert!(leaving.is_cancelled() && s.closed().is_cancelled());
-        let late = s.track_request("3", usize::MAX).expect("under the limit");
+        let (late, _) = s.track_request("3", usize::MAX).expect("under the limit");
         assert!(
             late.is_cancelled(),
             "a request registered after the close is stopped too"
@@ -823,7 +828,7 @@ mod tests {
             stopping.clone(),
             None,
         ));
-        let request = other
+        let (request, _) = other
             .track_request("1", usize::MAX)
             .expect("under the limit");
         stopping.cancel();

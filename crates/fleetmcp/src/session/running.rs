@@ -7,6 +7,7 @@
 //! allocation per request) and dropped by the idle sweep ([`Running::release_idle`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 pub(super) struct Running {
     /// One running request, kept in place.
-    first: Option<(Box<str>, CancellationToken)>,
+    first: Option<(Arc<str>, CancellationToken)>,
     /// The others, in a table made when a second request runs beside the first: each id's
     /// token, and how many requests run under it (more than one when a client sent an id again
     /// while its request ran).
@@ -23,7 +24,7 @@ pub(super) struct Running {
 }
 
 /// Running requests by id: the token they run under, and how many run under it.
-type Table = HashMap<Box<str>, (CancellationToken, u32)>;
+type Table = HashMap<Arc<str>, (CancellationToken, u32)>;
 
 impl Running {
     /// How many ids have requests running.
@@ -47,28 +48,39 @@ impl Running {
     /// together by `notifications/cancelled` and by the session's end, and the id is kept
     /// until both have finished, so the one that ends first does not leave the other out of
     /// reach.
-    pub fn insert(&mut self, id: &str, token: CancellationToken) -> CancellationToken {
+    ///
+    /// Also gives back the id as kept here, for the request to name itself with when it
+    /// finishes: shared, so that a request costs one copy of its id, not two (issue 23).
+    pub fn insert(&mut self, id: &str, token: CancellationToken) -> (CancellationToken, Arc<str>) {
         if self.is_first(id)
             && let Some((k, shared)) = self.first.take()
         {
             // Counted in the table: the place in the struct has no room for a count.
             self.more
                 .get_or_insert_with(Default::default)
-                .insert(k, (shared.clone(), 2));
-            return shared;
+                .insert(k.clone(), (shared.clone(), 2));
+            return (shared, k);
         }
-        if let Some((shared, n)) = self.more.as_mut().and_then(|m| m.get_mut(id)) {
-            *n += 1;
-            return shared.clone();
+        if let Some(more) = self.more.as_mut()
+            && let Some((k, _)) = more.get_key_value(id)
+        {
+            // Looked up twice: the std map lends a key and its value mutably by no one call,
+            // and an id sent again while its request runs is rare.
+            let k = k.clone();
+            if let Some((shared, n)) = more.get_mut(id) {
+                *n += 1;
+                return (shared.clone(), k);
+            }
         }
+        let key: Arc<str> = id.into();
         if self.first.is_none() {
-            self.first = Some((id.into(), token.clone()));
+            self.first = Some((key.clone(), token.clone()));
         } else {
             self.more
                 .get_or_insert_with(Default::default)
-                .insert(id.into(), (token.clone(), 1));
+                .insert(key.clone(), (token.clone(), 1));
         }
-        token
+        (token, key)
     }
 
     /// One request `id` has finished: the id is dropped once none runs under it.
@@ -153,8 +165,9 @@ mod tests {
         assert!(!r.has_table(), "dropped once idle");
         // An id sent again while its request runs: one call, under one token.
         let (old, new) = (CancellationToken::new(), CancellationToken::new());
-        let first = r.insert("x", old.clone());
-        let again = r.insert("x", new.clone());
+        let (first, key) = r.insert("x", old.clone());
+        let (again, same) = r.insert("x", new.clone());
+        assert!(Arc::ptr_eq(&key, &same), "one copy of the id");
         assert_eq!(r.len(), 1);
         assert!(!new.is_cancelled());
         r.remove("x").expect("runs").cancel();
@@ -170,8 +183,9 @@ mod tests {
             if !in_place {
                 r.insert("other", CancellationToken::new());
             }
-            let token = r.insert("x", CancellationToken::new());
-            r.insert("x", CancellationToken::new());
+            let (token, key) = r.insert("x", CancellationToken::new());
+            let (_, same) = r.insert("x", CancellationToken::new());
+            assert!(Arc::ptr_eq(&key, &same) && &*key == "x");
             r.finish("x");
             assert!(
                 r.contains("x"),

@@ -12,6 +12,7 @@
 //! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed
 //! request is counted by its session's holder, never by the instance that relayed it.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use super::{authorize, respond};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
-use crate::context::{CallKeyParts, Caller, Outbound, RequestContext, SlotCell};
+use crate::context::{CallKeyParts, Caller, Outbound, Outbox, RequestContext, SlotCell};
 use crate::dispatch::{self, Reply};
 use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
@@ -269,7 +270,6 @@ pub(super) async fn start(
             return Err(NotRun::Refused(Refused::from_limits(refusal)));
         }
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
     let meta = meta_of(params.as_deref());
     // Shared with the context, so a background task the request starts can take the place
     // over; the driver frees it when the request ends, if nothing took it.
@@ -282,18 +282,21 @@ pub(super) async fn start(
     let ctx = RequestContext::new(
         app.clone(),
         caller,
-        streams.then_some(tx),
+        streams,
         meta.progress_token,
         cancel.clone(),
         principal,
     )
     .with_call_key(key)
     .with_limits(limit_key, slot.clone());
+    // The driver's hold on the request's outbox (none when the answer cannot be a stream): it
+    // closes the outbox however this ends, unless the answer streams from it.
+    let hold = OutboxHold(streams.then(|| ctx.clone()));
     let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
     // cancelled, or dropped with its connection.
-    let mut running: BoxFuture<'static, Option<Reply>> = async move {
+    let running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
         let _slot = FreeSlot(slot);
         tokio::select! {
@@ -303,15 +306,51 @@ pub(super) async fn start(
         }
     }
     .boxed();
-    Ok(tokio::select! {
+    Ok(settle(running, &hold, cancel).await)
+}
+
+/// Waits until the request finishes or sends its first message (see [`start`]): a plain answer,
+/// or a stream of what it sent so far and what is to come. Without an outbox (no stream to
+/// answer on), the answer is plain.
+async fn settle(
+    mut running: BoxFuture<'static, Option<Reply>>,
+    hold: &OutboxHold,
+    cancel: CancellationToken,
+) -> Started {
+    let Some(outbox) = hold.get() else {
+        return Started::Plain(running.await);
+    };
+    tokio::select! {
         biased;
-        reply = &mut running => match rx.try_recv() {
+        reply = &mut running => match outbox.take() {
             // It finished but sent something first: the answer must be a stream.
-            Ok(first) => Started::Streaming(Streaming { first: Some(first), rest: rx, work: Work::Done(reply), cancel }),
-            Err(_) => Started::Plain(reply),
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv().ok(), rest, work: Work::Done(reply), cancel }),
+            None => Started::Plain(reply),
         },
-        Some(first) = rx.recv() => Started::Streaming(Streaming { first: Some(first), rest: rx, work: Work::Running(running), cancel }),
-    })
+        () = outbox.sent() => match outbox.take() {
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv().ok(), rest, work: Work::Running(running), cancel }),
+            // Not reached: only the driver takes the receiver, once.
+            None => Started::Plain(running.await),
+        },
+    }
+}
+
+/// A request's context kept by its driver for the outbox: closes it when dropped (see
+/// [`Outbox::close`]).
+struct OutboxHold(Option<RequestContext>);
+
+impl OutboxHold {
+    fn get(&self) -> Option<&Outbox> {
+        self.0.as_ref().and_then(RequestContext::outbox)
+    }
+}
+
+impl Drop for OutboxHold {
+    fn drop(&mut self) {
+        if let Some(outbox) = self.get() {
+            outbox.close();
+        }
+    }
 }
 
 /// Enters a session's request in its in-flight table (refused past
@@ -328,7 +367,7 @@ fn in_flight(
     };
     let max = app.config().limits.max_inflight_per_session;
     match s.track_request(id, max) {
-        Some(token) => Ok((token, Some(Tracked(s.clone(), id.to_string())))),
+        Some((token, id)) => Ok((token, Some(Tracked(s.clone(), id)))),
         None => {
             tracing::warn!(
                 session = %crate::session::LogId(&s.id),
@@ -416,8 +455,9 @@ impl Drop for FreeSlot {
     }
 }
 
-/// Removes a request from its session's in-flight table when dropped.
-struct Tracked(Arc<Session>, String);
+/// Removes a request from its session's in-flight table when dropped (the id shared with the
+/// table's key: no copy of its own).
+struct Tracked(Arc<Session>, Arc<str>);
 
 impl Drop for Tracked {
     fn drop(&mut self) {
@@ -425,11 +465,13 @@ impl Drop for Tracked {
     }
 }
 
-/// A `tools/call`'s tool name, read without parsing the rest of the params.
-fn tool_name(params: Option<&RawValue>) -> Option<String> {
+/// A `tools/call`'s tool name, read without parsing the rest of the params (borrowed from them
+/// unless it holds an escape).
+fn tool_name(params: Option<&RawValue>) -> Option<Cow<'_, str>> {
     #[derive(Deserialize)]
-    struct P {
-        name: String,
+    struct P<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
     }
     serde_json::from_str::<P>(params?.get())
         .ok()

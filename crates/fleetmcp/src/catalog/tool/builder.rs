@@ -249,7 +249,7 @@ impl<S> ToolBuilder<S> {
                     let state = S::fetch(&ctx).map_err(ToolError::Protocol)?;
                     f(args, ctx, state)
                         .await
-                        .map(IntoToolResult::into_tool_result)
+                        .map(IntoToolResult::into_tool_output)
                 })
             }),
         )
@@ -277,7 +277,7 @@ impl<S> ToolBuilder<S> {
                     let state = S::fetch(&ctx).map_err(ToolError::Protocol)?;
                     f(args, ctx, state)
                         .await
-                        .map(IntoToolResult::into_tool_result)
+                        .map(IntoToolResult::into_tool_output)
                 })
             }),
         )

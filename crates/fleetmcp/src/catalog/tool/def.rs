@@ -2,15 +2,15 @@
 //! of its arguments against the input schema, and its handler.
 
 use futures_util::future::BoxFuture;
-use rmcp::model::{CallToolResult, Tool};
+use rmcp::model::Tool;
 use serde_json::{Value, json};
 
-use super::ToolError;
+use super::{ToolError, ToolOutput};
 use crate::catalog::state::Needs;
 use crate::context::RequestContext;
 use crate::protocol::ErrorData;
 
-pub(super) type Handler = dyn Fn(Value, RequestContext) -> BoxFuture<'static, Result<CallToolResult, ToolError>>
+pub(super) type Handler = dyn Fn(Value, RequestContext) -> BoxFuture<'static, Result<ToolOutput, ToolError>>
     + Send
     + Sync;
 
@@ -100,7 +100,7 @@ impl ToolDef {
         &self,
         args: Value,
         ctx: RequestContext,
-    ) -> BoxFuture<'static, Result<CallToolResult, ToolError>> {
+    ) -> BoxFuture<'static, Result<ToolOutput, ToolError>> {
         (self.handler)(args, ctx)
     }
 }

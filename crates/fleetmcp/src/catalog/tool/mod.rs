@@ -32,6 +32,7 @@ pub use def::ToolDef;
 pub use error::ToolError;
 pub(in crate::catalog) use error::{Classified, classify};
 pub use result::{IntoToolResult, Structured};
+pub(crate) use result::{Output, ToolOutput};
 pub(in crate::catalog) use schema::{NullForm, generate};
 
 use schemars::JsonSchema;

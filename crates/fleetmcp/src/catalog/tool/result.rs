@@ -5,6 +5,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use schemars::JsonSchema;
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use super::schema::{NullForm, generate};
 
@@ -21,6 +22,59 @@ pub trait IntoToolResult {
     {
         None
     }
+
+    /// What the server sends: the result, or for [`Structured`] its value written once as JSON
+    /// (the answer is written from that text, not from a `CallToolResult`). Not for
+    /// implementors: the default is [`IntoToolResult::into_tool_result`]'s result.
+    #[doc(hidden)]
+    fn into_tool_output(self) -> ToolOutput
+    where
+        Self: Sized,
+    {
+        ToolOutput(Output::Result(self.into_tool_result()))
+    }
+}
+
+/// A handler's result as the server keeps it until it answers. Hidden: only the crate makes
+/// and reads one (it is public because [`IntoToolResult::into_tool_output`] returns it).
+#[doc(hidden)]
+pub struct ToolOutput(pub(crate) Output);
+
+pub(crate) enum Output {
+    Result(CallToolResult),
+    /// A [`Structured`] value, serialised once: the `session`-era answer is written from this
+    /// text (its `structuredContent`, and escaped, its text content), without the
+    /// `serde_json::Value` and the `CallToolResult` the other results go through (issue 23).
+    Structured(Box<RawValue>),
+}
+
+impl ToolOutput {
+    /// The result as a `CallToolResult`, for the paths that keep or reshape one (a task's
+    /// record, a 2026-07-28 answer). A structured value reads back as it was written; one that
+    /// cannot (deeper than the parser's nesting limit) is a failed result, as a value that does
+    /// not serialise is.
+    pub(crate) fn into_result(self) -> CallToolResult {
+        match self.0 {
+            Output::Result(r) => r,
+            Output::Structured(raw) => match serde_json::from_str(raw.get()) {
+                Ok(value) => structured(raw.get().to_owned(), value),
+                Err(e) => not_serialised(&e),
+            },
+        }
+    }
+}
+
+/// The `CallToolResult` of a structured value: the value, and its JSON text for older clients.
+fn structured(text: String, value: serde_json::Value) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(value);
+    r
+}
+
+fn not_serialised(e: &serde_json::Error) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "the tool's result could not be serialised: {e}"
+    ))])
 }
 
 impl IntoToolResult for CallToolResult {
@@ -72,15 +126,16 @@ impl<T: Serialize + JsonSchema> IntoToolResult for Structured<T> {
 
     fn into_tool_result(self) -> CallToolResult {
         match serde_json::to_value(&self.0) {
-            Ok(value) => {
-                let text = value.to_string();
-                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                r.structured_content = Some(value);
-                r
-            }
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "the tool's result could not be serialised: {e}"
-            ))]),
+            Ok(value) => structured(value.to_string(), value),
+            Err(e) => not_serialised(&e),
+        }
+    }
+
+    /// Written once, straight from `T`: no `Value` tree, no second writing of it as text.
+    fn into_tool_output(self) -> ToolOutput {
+        match serde_json::value::to_raw_value(&self.0) {
+            Ok(raw) => ToolOutput(Output::Structured(raw)),
+            Err(e) => ToolOutput(Output::Result(not_serialised(&e))),
         }
     }
 }

@@ -21,10 +21,10 @@ use super::outcome::{Outcome, outcome};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::catalog::ToolError;
+use crate::catalog::tool::ToolOutput;
 use crate::context::RequestContext;
 use crate::protocol::ErrorData;
 use crate::protocol::errors;
-use crate::protocol::model::CallToolResult;
 use crate::tasks::{RunningTask, TaskQuota, TaskRecord, TaskStatus};
 use crate::telemetry::Limit;
 
@@ -49,7 +49,7 @@ pub(super) async fn launch(
     principal: Option<&Principal>,
     held_bytes: usize,
     cancel: CancellationToken,
-    start: impl FnOnce(&str, Arc<RunningTask>) -> BoxFuture<'static, Result<CallToolResult, ToolError>>,
+    start: impl FnOnce(&str, Arc<RunningTask>) -> BoxFuture<'static, Result<ToolOutput, ToolError>>,
 ) -> Result<TaskRecord, ErrorData> {
     let quota = TaskQuota {
         caller: req.limit_key().map(|k| k.as_str().to_string()),

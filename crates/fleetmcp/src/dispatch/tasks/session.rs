@@ -49,7 +49,7 @@ pub(crate) async fn create(
     let ctx = RequestContext::new(
         app.clone(),
         Caller::Session(session.clone()),
-        None,
+        false,
         None,
         cancel.clone(),
         principal.clone(),
