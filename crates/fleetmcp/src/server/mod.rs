@@ -293,7 +293,7 @@ impl Server {
             store: None,
             events: None,
             tasks: None,
-            state: StateMap::new(),
+            state: StateMap::default(),
             ownership: None,
             relay: None,
             upstream: None,

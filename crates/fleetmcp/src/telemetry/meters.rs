@@ -10,10 +10,10 @@
 //! [`UPKEEP_EVERY`] (so samples never pile up between scrapes).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use foldhash::fast::FixedState;
 use metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use parking_lot::RwLock;
@@ -129,8 +129,11 @@ pub struct Meters(Option<Arc<Inner>>);
 struct Inner {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
-    /// Per (method, era, status): the request counter and its latency histogram.
-    requests: RwLock<HashMap<RequestLabels, (Counter, Histogram), BuildHasherDefault<LabelHasher>>>,
+    /// Per (method, era, status): the request counter and its latency histogram. Looked up on
+    /// every request, so hashed with foldhash's fixed-seed hasher, not SipHash, which cost ~260
+    /// instructions a request here (issue 23). What SipHash buys, resistance to keys chosen to
+    /// collide, is not needed: the keys are a few small values the server makes itself.
+    requests: RwLock<HashMap<RequestLabels, (Counter, Histogram), FixedState>>,
     sessions_held: Gauge,
     ready: Gauge,
     sse_open: Gauge,
@@ -222,40 +225,6 @@ const METRICS: &[(&str, Unit, &str)] = &[
 
 /// A request series' labels: MCP method, era, HTTP status.
 type RequestLabels = (Method, Era, u16);
-
-/// Hashes [`RequestLabels`], looked up on every request, with a multiply per integer (FxHash's
-/// step). The default SipHash cost ~260 instructions a request for this lookup (issue 23), and
-/// what it buys, resistance to keys chosen to collide, is not needed: the keys are a few small
-/// integers the server makes itself (a method's index among fixed names, an era, a status).
-#[derive(Default)]
-struct LabelHasher(u64);
-
-impl Hasher for LabelHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u16(&mut self, n: u16) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-    fn write_isize(&mut self, n: isize) {
-        // An enum's discriminant (`derive(Hash)`); its bits as they are.
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
 
 const META: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
