@@ -605,28 +605,31 @@ fn log_startup(app: &App, local: SocketAddr) {
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT received after the call.
+///
+/// The handlers are installed when this is called, not when the future is first polled: a
+/// server busy before it polls (stdio answers the first line on stdin before its loop looks
+/// at the signal) would otherwise leave a SIGTERM in between to the default action, and the
+/// process killed rather than stopped (seen as exit "signal 15" instead of 0 under load).
+/// Call it inside a Tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
+    let listeners = {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        if let (Ok(mut term), Ok(mut int)) = listeners {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
             }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
-    }
-    #[cfg(not(unix))]
-    {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
