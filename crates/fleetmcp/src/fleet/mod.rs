@@ -1,6 +1,7 @@
 //! Distributed mode: everything that finds other instances, reaches them or judges them gone.
 //!
-//! - [`identity`]: the machine-id header and affinity cookie, one layer around every route;
+//! - [`gate`]: what stands in front of every request (`transport::Gate`): the relay guard, then
+//!   [`identity`], the machine-id header and affinity cookie on every answer;
 //! - [`heartbeat`]: the heartbeat in Redis (with the address other instances relay to), the
 //!   refusal to start under a machine id in use, and the `/readyz` probe;
 //! - [`advertise`]: that address (`FLEETMCP_ADVERTISE_ADDRESS`, else the one this instance
@@ -11,8 +12,8 @@
 //! - [`relay_auth`]: the hop's crypto: an HMAC under a key derived from `MCP_SESSION_SECRET`
 //!   over the whole request (source, target, timestamp, nonce, method, path, headers, body),
 //!   credentials sealed with an AEAD;
-//! - [`relay_guard`]: one layer around every route that lets a relayed request through only if
-//!   it verifies and is not a replay (else `403`, logged), with its credentials unsealed;
+//! - [`relay_guard`]: in front of every request, lets a relayed request through only if it
+//!   verifies and is not a replay (else `403`, logged), with its credentials unsealed;
 //! - [`fanout`]: list changes and resource updates to every instance (`app::Fanout`), signed;
 //! - [`notify`]: notifications for a session held elsewhere, routed to its holder's channel;
 //! - [`channel_auth`]: the HMAC of messages on an instance's channel (as a relayed request's);
@@ -27,7 +28,7 @@
 //!
 //! The layers below know another instance only as a machine id (a session's holder, a task's
 //! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
-//! and `session::Lease`, `transport::Relay` and `transport::Probe`, `app::Fanout`,
+//! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`, `app::Fanout`,
 //! `liveness::ProcessLiveness`.
 //!
 //! Architecture invariant: only layer 7 imports this module (`server` starts it, `ops` reads the
@@ -39,6 +40,7 @@ mod channel_auth;
 mod directory;
 mod drain_request;
 mod fanout;
+mod gate;
 mod heartbeat;
 mod identity;
 mod liveness;
@@ -51,13 +53,11 @@ mod subscription;
 
 use std::sync::Arc;
 
-use axum::Router;
-
 use crate::app::App;
 use crate::config::{Config, HaConfig};
 use crate::redis_conn::RedisConn;
 use crate::session::{Lease, Ownership};
-use crate::transport::{Probe, Relay};
+use crate::transport::{Gate, Probe, Relay};
 use heartbeat::Heartbeat;
 
 /// The two seams a request for a session not held here meets, as distributed mode fills them
@@ -219,11 +219,13 @@ impl Fleet {
         self.drain_requested.clone()
     }
 
-    /// Wraps the routes so that relayed requests are verified before anything else runs, and
-    /// responses (refusals included) name this instance.
-    pub fn layer(&self, router: Router) -> Router {
-        let router = relay_guard::layer(router, self.guard.clone());
-        identity::layer(router, &self.machine_id)
+    /// What stands in front of every request: relayed requests are verified before anything
+    /// else runs, and answers (refusals included) name this instance.
+    pub fn gate(&self) -> Arc<dyn Gate> {
+        Arc::new(gate::FleetGate {
+            guard: self.guard.clone(),
+            identity: identity::Identity::new(&self.machine_id),
+        })
     }
 
     /// The readiness probes distributed mode adds to `/readyz`: the heartbeat's, and whether

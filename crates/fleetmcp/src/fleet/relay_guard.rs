@@ -1,22 +1,18 @@
-//! The holder's side of an authenticated relay, as one layer around every route: a request
-//! that carries any relay header is served only if [`relay_auth`](super::relay_auth) verifies
-//! it (MAC under this fleet's secret, for this instance, within the replay window, nonce never
+//! The holder's side of an authenticated relay, in front of every request (the fleet's
+//! [`Gate`](crate::transport::Gate) asks it first): a request that carries any relay header is
+//! served only if [`relay_auth`](super::relay_auth) verifies it (MAC under this fleet's secret, for this instance, within the replay window, nonce never
 //! seen), with the client's credentials unsealed. Anything else is dropped before any handler
 //! runs: `403` (`503` when too many nonces are remembered to take more) with a JSON-RPC error,
 //! `id: null`, and a warning naming the claimed source and why.
 //!
 //! A verified request for `/.fleetmcp/self-check` is this instance checking that it reaches
-//! itself at the address it advertises (`advertise.rs`): the layer answers it with this
+//! itself at the address it advertises (`advertise.rs`): the guard answers it with this
 //! process's token, and nothing behind it runs.
 //!
 //! A request without relay headers is a client's, and passes untouched.
 
-use std::sync::Arc;
-
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
+use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
@@ -24,7 +20,7 @@ use http_body_util::{BodyExt, Limited};
 use super::relay_auth::{RELAYED_BY_NAME, Unverified, Verifier, is_relayed};
 use crate::transport::{PeerAddr, RELAYED_PEER_HEADER};
 
-/// What the layer needs.
+/// What the check needs.
 pub(super) struct Guard {
     pub verifier: Verifier,
     /// `http.max_body_bytes`: the relaying instance read the body under the same limit.
@@ -35,15 +31,20 @@ pub(super) struct Guard {
     pub machine_id: String,
 }
 
-/// Wraps `router` so that relayed requests are verified before anything else runs.
-pub(super) fn layer(router: Router, guard: Arc<Guard>) -> Router {
-    router.layer(middleware::from_fn_with_state(guard, check))
+impl Guard {
+    /// Whether a request with these headers says it was relayed, and so must be checked.
+    pub fn stops(&self, headers: &http::HeaderMap) -> bool {
+        is_relayed(headers)
+    }
+
+    /// Checks a request that says it was relayed: the request as its client sent it, or the
+    /// answer (a refusal, or a self-check's).
+    pub async fn check(&self, req: Request) -> Result<Request, Response> {
+        check(self, req).await
+    }
 }
 
-async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
-    if !is_relayed(req.headers()) {
-        return next.run(req).await;
-    }
+async fn check(guard: &Guard, req: Request) -> Result<Request, Response> {
     let (mut parts, body) = req.into_parts();
     // The MAC covers the body, so it is read whole first: a relayed body is already within this
     // limit (the relaying instance read it under it).
@@ -56,7 +57,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
                 error = %e,
                 "[HA] Refused a relayed request from {source}: its body could not be read within the limit"
             );
-            return refuse(StatusCode::FORBIDDEN, "its body could not be read");
+            return Err(refuse(StatusCode::FORBIDDEN, "its body could not be read"));
         }
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -77,7 +78,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            res
+            Err(res)
         }
         Ok(()) => {
             // The client's peer as the relaying instance saw it (signed, so believed): the
@@ -89,7 +90,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             {
                 parts.extensions.insert(PeerAddr(peer));
             }
-            next.run(Request::from_parts(parts, Body::from(body))).await
+            Ok(Request::from_parts(parts, Body::from(body)))
         }
         Err(unverified) => {
             // A refused request's headers are as they came (the check changes them only once
@@ -111,7 +112,7 @@ async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Res
             } else {
                 StatusCode::FORBIDDEN
             };
-            refuse(status, why)
+            Err(refuse(status, why))
         }
     }
 }

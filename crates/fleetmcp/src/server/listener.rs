@@ -49,7 +49,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body as AxumBody;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -62,11 +61,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
-use tower::ServiceExt;
 
 use crate::app::Phases;
 use crate::config::HttpConfig;
 use crate::limits::Connections;
+use crate::transport::Routes;
 
 /// Connections past `max_connections` that may still ask `/healthz` and `/readyz`: enough for
 /// a few load balancers probing at once, small enough to cost nothing.
@@ -142,13 +141,13 @@ const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// cancelled requests' answers and close).
 const CANCEL_WAIT: Duration = Duration::from_secs(1);
 
-/// Accepts on `listener` and serves `router` until `phases.closing` fires; then stops
+/// Accepts on `listener` and serves `routes` until `phases.closing` fires; then stops
 /// accepting (serving what the kernel already accepted first), lets each connection finish its
 /// request and close, and waits for them for at most `grace`; past it, cancels what still runs
 /// (`phases.shutdown`) and waits [`CANCEL_WAIT`] more. False when the grace ran out first.
 pub(super) async fn serve(
     listener: TcpListener,
-    router: Router,
+    routes: Routes,
     limits: ConnectionBounds,
     phases: Phases,
     grace: Duration,
@@ -175,7 +174,7 @@ pub(super) async fn serve(
             tracker.spawn(connection(
                 stream,
                 peer,
-                router.clone(),
+                routes.clone(),
                 conn_builder,
                 mode,
                 limits.clone(),
@@ -349,7 +348,7 @@ async fn accept_error(e: io::Error, throttle: &mut Throttle) {
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    routes: Routes,
     builder: Arc<http1::Builder>,
     mode: Mode,
     limits: Arc<ConnectionBounds>,
@@ -357,7 +356,7 @@ async fn connection(
     _permit: OwnedSemaphorePermit,
 ) {
     let activity = Arc::new(Activity::new());
-    let service = requests(peer, router, mode, &limits, &phases, activity.clone());
+    let service = requests(peer, routes, mode, &limits, &phases, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(&activity, limits.idle));
@@ -419,13 +418,13 @@ async fn connection(
     }
 }
 
-/// What answers a connection's requests: the router (over the cap, `mode`, only for the health
+/// What answers a connection's requests: the routes (over the cap, `mode`, only for the health
 /// routes), each request in flight counted in `active` until its answer's body ends, its body
 /// read under the deadline `limits.body` from its head, and answered with `Connection: close`
 /// once the stop began (`phases.draining`). The first request notifies `activity.first`.
 fn requests(
     peer: SocketAddr,
-    router: Router,
+    routes: Routes,
     mode: Mode,
     limits: &ConnectionBounds,
     phases: &Phases,
@@ -448,17 +447,14 @@ fn requests(
             .insert(crate::transport::PeerAddr(peer));
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
-        let router = router.clone();
+        let routes = routes.clone();
         let draining = draining.clone();
         async move {
             let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
                 over_capacity()
             } else {
-                let req = req.map(|body| DeadlineBody::new(body, deadline));
-                match router.oneshot(req).await {
-                    Ok(res) => res,
-                    Err(never) => match never {},
-                }
+                let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
+                routes.serve(req).await
             };
             if draining.is_cancelled() {
                 // Hyper closes the connection after this answer; the client (a load balancer)

@@ -376,16 +376,14 @@ impl Server {
                 .flat_map(|c| c.probes())
                 .chain(parts::upstream_probe(&app))
                 .collect(),
+            gate: fleet.as_ref().map(|c| c.gate()),
         };
-        let mut router = transport::router(app.clone(), seams);
-        if let Some(c) = &fleet {
-            router = c.layer(router);
-        }
+        let routes = transport::routes(app.clone(), seams);
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
         tokio::spawn(app.meters().clone().upkeep(app.phases().shutdown.clone()));
         Ok(Running {
             app,
-            router,
+            routes,
             fleet,
             sweeper,
             connections: self.connections,
@@ -432,7 +430,7 @@ impl Server {
 /// A started server: its routes, and what runs beside them until [`Running::stop`].
 pub struct Running {
     app: App,
-    router: Router,
+    routes: transport::Routes,
     /// Shared with the task that runs a graceful stop's first phase.
     fleet: Option<Arc<Fleet>>,
     sweeper: JoinHandle<()>,
@@ -444,7 +442,7 @@ impl Running {
     /// The HTTP routes (`/mcp`, `/sse`, `/message`, `/healthz`, `/readyz`, and `/metrics`
     /// unless `http.metrics` is off).
     pub fn router(&self) -> Router {
-        self.router.clone()
+        self.routes.router()
     }
 
     /// The handle for runtime changes.
@@ -537,7 +535,7 @@ impl Running {
                 app.phases().closing.cancel();
             })
         };
-        let drained = listener::serve(listener, self.router(), limits, phases, grace).await;
+        let drained = listener::serve(listener, self.routes.clone(), limits, phases, grace).await;
         if !drained {
             tracing::warn!(
                 "graceful shutdown took longer than {} ms; exiting",
@@ -636,6 +634,8 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
 
 mod listener;
 mod parts;
+#[cfg(test)]
+mod routes_test;
 mod run;
 #[cfg(test)]
 mod seams_test;
