@@ -36,7 +36,10 @@ pub(super) fn outcome(r: Result<ToolOutput, ToolError>) -> Outcome {
             Outcome::Result(result)
         }
         Err(ToolError::Failed(msg)) => {
-            Outcome::Result(CallToolResult::error(vec![ContentBlock::text(msg)]))
+            // rmcp's constructor marks the result `complete`, which only 2026-07-28 answers say.
+            let mut result = CallToolResult::error(vec![ContentBlock::text(msg)]);
+            result.result_type = None;
+            Outcome::Result(result)
         }
         Err(ToolError::Protocol(e)) => Outcome::Error(e),
         Err(ToolError::InputRequired) => Outcome::InputRequired,
@@ -101,6 +104,17 @@ mod tests {
 
     /// The answer written from the JSON text is the one the `CallToolResult` gives, byte for
     /// byte, for the same text.
+    #[test]
+    fn a_failed_tool_is_a_result_without_the_stateless_eras_result_type() {
+        let Outcome::Result(result) = outcome(Err(ToolError::failed("on purpose"))) else {
+            panic!("a failed tool is a result");
+        };
+        let v = serde_json::to_value(&result).unwrap();
+        assert_eq!(v["isError"], json!(true));
+        assert_eq!(v["content"][0]["text"], json!("on purpose"));
+        assert!(v.get("resultType").is_none(), "{v}");
+    }
+
     #[test]
     fn a_structured_answer_is_the_call_tool_results() {
         let value = json!({"tickets": [{"id": 1, "title": "a \"quoted\" title\nline"}], "n": null});
