@@ -43,6 +43,9 @@ struct CallParams<'a> {
     task: Option<Value>,
 }
 
+/// A task's creation (a task store's calls) is boxed where it is awaited: every call's future
+/// would otherwise hold room for it, and the driver boxes that future (issue 23: 1,352 bytes a
+/// call, past glibc's per-thread cache, where a small box is one of its fastest allocations).
 pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
     let CallParams {
         name,
@@ -89,7 +92,10 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
                 )));
             }
             (_, true) => {
-                return super::tasks::session::create(app, session, tool, args, &ctx).await;
+                return Box::pin(super::tasks::session::create(
+                    app, session, tool, args, &ctx,
+                ))
+                .await;
             }
             _ => {}
         }
@@ -100,10 +106,11 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
         match (tool.task_support(), extension::declared(&round.meta)) {
             (TaskSupport::Required, false) => return Err(extension::missing_extension()),
             (_, true) if tool.escalates() => {
-                return extension::run_escalating(app, &ctx, tool, args).await;
+                return Box::pin(extension::run_escalating(app, &ctx, tool, args)).await;
             }
             (TaskSupport::Required | TaskSupport::Optional, true) => {
-                return extension::create(app, &ctx, tool, args, round.meta.clone()).await;
+                let meta = round.meta.clone();
+                return Box::pin(extension::create(app, &ctx, tool, args, meta)).await;
             }
             _ => {}
         }

@@ -292,17 +292,17 @@ pub(super) async fn start(
     // The driver's hold on the request's outbox (none when the answer cannot be a stream): it
     // closes the outbox however this ends, unless the answer streams from it.
     let hold = OutboxHold(streams.then(|| ctx.clone()));
-    let work = dispatch::request(method, params, ctx);
     let stop = cancel.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
-    // cancelled, or dropped with its connection.
+    // cancelled, or dropped with its connection. Its work is made inside the block: made
+    // outside, the block would hold it twice, as a captured value and in the `select!`.
     let running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
         let _slot = FreeSlot(slot);
         tokio::select! {
             biased;
             _ = stop.cancelled() => None,
-            r = work => Some(r),
+            r = dispatch::request(method, params, ctx) => Some(r),
         }
     }
     .boxed();
