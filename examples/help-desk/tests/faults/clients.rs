@@ -3,7 +3,8 @@
 //! - Session era (2025-11-25): `initialize`, `notifications/initialized`, then `stamp` calls,
 //!   every other one with a `progressToken` so that its answer is an SSE stream; a stream that
 //!   ends before the answer is resumed with `GET` + `Last-Event-ID` ([`RESUMES`] times at most,
-//!   not counting resumes refused with 503, within [`RESUME_WINDOW`]).
+//!   not counting resumes refused with 503 or that could not connect, within
+//!   [`RESUME_WINDOW`]).
 //!   A 404 opens a new session.
 //! - 2026-07-28: `server/discover`, then `stamp` calls with `_meta`, no session.
 //! - 2026-07-28, tasks extension: `stamp` started as a background task, then `tasks/get`
@@ -32,8 +33,9 @@ use crate::history::{Kind, Op, Outcome, Recorder, Route, TaskView, session_hash,
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(25);
 /// How long a streamed `stamp` waits between its progress event and its answer.
 const STREAM_DELAY_MS: u64 = 400;
-/// Resumes of one answer stream that were not refused (a resume refused with 503 and
-/// `Retry-After` is tried again, as the refusal asks, within [`RESUME_WINDOW`]).
+/// Resumes of one answer stream that a server took (a resume refused with 503 and
+/// `Retry-After` is tried again, as the refusal asks, and so is one that could not connect,
+/// within [`RESUME_WINDOW`]).
 pub const RESUMES: usize = 5;
 /// How long after its first resume a client goes on resuming an answer stream.
 const RESUME_WINDOW: Duration = Duration::from_secs(30);
@@ -186,6 +188,15 @@ struct Got {
     body: String,
 }
 
+/// How a transport failure that never reached a server begins: no connection could be made
+/// (the instance is down, or a cut link refuses).
+const CONNECT: &str = "connect: ";
+
+/// Whether `outcome` is a request no server received (see [`CONNECT`]).
+fn never_connected(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Transport(d) if d.starts_with(CONNECT))
+}
+
 /// Sends `req`, reads the whole answer (SSE until the answer with `rpc_id`), bounded by
 /// [`CLIENT_DEADLINE`]; `Err(outcome)` for a transport failure or a hang.
 async fn exchange(req: reqwest::RequestBuilder, rpc_id: Option<u64>) -> Result<Got, Outcome> {
@@ -196,10 +207,10 @@ async fn exchange(req: reqwest::RequestBuilder, rpc_id: Option<u64>) -> Result<G
 }
 
 async fn exchange_inner(req: reqwest::RequestBuilder, rpc_id: Option<u64>) -> Result<Got, Outcome> {
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| Outcome::Transport(format!("{e:?}")))?;
+    let resp = req.send().await.map_err(|e| {
+        let how = if e.is_connect() { CONNECT } else { "" };
+        Outcome::Transport(format!("{how}{e:?}"))
+    })?;
     let status = resp.status().as_u16();
     let h = resp.headers();
     let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(String::from);
@@ -460,7 +471,10 @@ pub async fn session_client(sh: Arc<Shared>, name: String, route: Route, base: S
                 // A hang is not tried again (a client would give up too).
                 let gone = matches!(r.outcome, Outcome::SessionGone | Outcome::Hung);
                 let done = found.is_some() || abandoned;
-                if !matches!(r.outcome, Outcome::Refused { .. }) {
+                // A resume refused with 503, or that found no instance to connect to (its
+                // instance down while it restarts), is tried again within the window, as a
+                // client retries what no server took: only resumes a server took count.
+                if !matches!(r.outcome, Outcome::Refused { .. }) && !never_connected(&r.outcome) {
                     tries += 1;
                 }
                 sh.rec.op(r);
