@@ -102,8 +102,6 @@ mod tests {
 
     use super::*;
 
-    /// The answer written from the JSON text is the one the `CallToolResult` gives, byte for
-    /// byte, for the same text.
     #[test]
     fn a_failed_tool_is_a_result_without_the_stateless_eras_result_type() {
         let Outcome::Result(result) = outcome(Err(ToolError::failed("on purpose"))) else {
@@ -115,6 +113,8 @@ mod tests {
         assert!(v.get("resultType").is_none(), "{v}");
     }
 
+    /// The answer written from the JSON text is the one the `CallToolResult` gives, byte for
+    /// byte, for the same text.
     #[test]
     fn a_structured_answer_is_the_call_tool_results() {
         let value = json!({"tickets": [{"id": 1, "title": "a \"quoted\" title\nline"}], "n": null});

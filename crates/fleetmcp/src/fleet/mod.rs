@@ -28,8 +28,8 @@
 //!
 //! The layers below know another instance only as a machine id (a session's holder, a task's
 //! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
-//! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`, `app::Fanout`,
-//! `liveness::ProcessLiveness`.
+//! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`,
+//! `app::Fanout`, `liveness::ProcessLiveness`.
 //!
 //! Architecture invariant: only layer 7 imports this module (`server` starts it, `ops` reads the
 //! census and sends drain requests); a single instance (standalone mode) starts none of it.

@@ -1,7 +1,7 @@
 //! The holder's side of an authenticated relay, in front of every request (the fleet's
 //! [`Gate`](crate::transport::Gate) asks it first): a request that carries any relay header is
-//! served only if [`relay_auth`](super::relay_auth) verifies it (MAC under this fleet's secret, for this instance, within the replay window, nonce never
-//! seen), with the client's credentials unsealed. Anything else is dropped before any handler
+//! served only if [`relay_auth`](super::relay_auth) verifies it (MAC under this fleet's
+//! secret, for this instance, within the replay window, nonce never seen), with the client's credentials unsealed. Anything else is dropped before any handler
 //! runs: `403` (`503` when too many nonces are remembered to take more) with a JSON-RPC error,
 //! `id: null`, and a warning naming the claimed source and why.
 //!
