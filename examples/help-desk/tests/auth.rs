@@ -215,6 +215,51 @@ fn tokens_are_checked_on_every_route_and_scopes_per_tool() {
         resp.describe()
     );
 
+    // `Authorization` twice names no one principal (which one counts would depend on who
+    // reads it): 400 invalid_request, the call not run, even with the same valid token twice.
+    let stranger = auth.token(claims("mallory", BOTH), 3600);
+    for (second, what) in [
+        (&writer, "the same token twice"),
+        (&stranger, "two principals"),
+    ] {
+        let id = next_id();
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                         "params": {"name": "open_ticket",
+                                    "arguments": {"title": "twice", "priority": "low"}}});
+        let (first, second) = (bearer(&writer), bearer(second));
+        let resp = post_with(
+            port,
+            Some(&sid),
+            &[("Authorization", &first), ("Authorization", &second)],
+            &msg,
+            HTTP_LIMIT,
+        );
+        assert_eq!(resp.status, 400, "{what}:\n{}", resp.describe());
+        let challenge = resp.header("www-authenticate").unwrap_or_default();
+        assert!(
+            challenge.contains("error=\"invalid_request\""),
+            "{what}: {challenge}"
+        );
+        assert_eq!(resp.json()["id"], id, "{what}:\n{}", resp.describe());
+        assert_eq!(
+            resp.json()["error"]["code"],
+            -32001,
+            "{what}:\n{}",
+            resp.describe()
+        );
+    }
+    let resp = call(
+        port,
+        &sid,
+        Some(&writer),
+        next_id(),
+        "find_tickets",
+        json!({}),
+    );
+    assert_tool_ok(&resp, "find_tickets after the refused calls");
+    let titles = resp.json()["result"]["structuredContent"].to_string();
+    assert!(!titles.contains("twice"), "a refused call ran: {titles}");
+
     // The same subject with a token lacking tickets:write: reading works (same principal, same
     // session), writing gets 403 insufficient_scope.
     let reader = auth.token(claims("alice", "tickets:read"), 3600);

@@ -37,6 +37,10 @@ pub enum AuthError {
     /// A token that does not verify, for the reason given.
     #[error("invalid token: {0}")]
     Invalid(&'static str),
+    /// A request that does not carry one token in one way (RFC 6750 3.1 `invalid_request`),
+    /// for the reason given: answered `400`, not `401`.
+    #[error("malformed request: {0}")]
+    Malformed(&'static str),
 }
 
 /// Checks access tokens for one server (`[auth]`); built once at start.

@@ -47,11 +47,16 @@ pub(super) async fn admit(ep: &Endpoint, req: Request) -> Result<Request, Respon
 
 /// [`admit`] with `[auth]` on.
 async fn check(ep: &Endpoint, auth: &Authorizer, mut req: Request) -> Result<Request, Response> {
-    let header = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match auth.authenticate(header).await {
+    // `Authorization` twice names no one principal: which value counts would depend on who
+    // reads it (this check, a proxy in front, the holder of a relayed request).
+    let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+    let header = values.next().and_then(|v| v.to_str().ok());
+    let checked = if values.next().is_some() {
+        Err(AuthError::Malformed("the Authorization header is repeated"))
+    } else {
+        auth.authenticate(header).await
+    };
+    match checked {
         Ok(principal) => {
             if let Some(missing) = auth
                 .required_scopes()
@@ -112,21 +117,33 @@ pub(super) fn insufficient_scope(app: &App, id: Option<&RawValue>, scope: &str) 
     res
 }
 
-/// `401` for a missing or invalid token, naming the metadata and the scopes to ask for.
+/// `401` for a missing or invalid token (`400` for a malformed request), naming the metadata
+/// and the scopes to ask for.
 fn unauthorized(auth: &Authorizer, app: &App, id: Option<&RawValue>, why: &AuthError) -> Response {
-    let message = match why {
-        AuthError::Missing => "Unauthorized: a bearer access token is required".to_string(),
-        AuthError::Invalid(reason) => format!("Unauthorized: invalid access token ({reason})"),
+    let (status, message) = match why {
+        AuthError::Missing => (
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized: a bearer access token is required".to_string(),
+        ),
+        AuthError::Invalid(reason) => (
+            StatusCode::UNAUTHORIZED,
+            format!("Unauthorized: invalid access token ({reason})"),
+        ),
+        AuthError::Malformed(reason) => (
+            StatusCode::BAD_REQUEST,
+            format!("Bad Request: invalid_request ({reason})"),
+        ),
     };
-    let mut res = respond::rpc_error(
-        StatusCode::UNAUTHORIZED,
-        id,
-        &ErrorData::new(REFUSED, message, None),
-    );
+    let mut res = respond::rpc_error(status, id, &ErrorData::new(REFUSED, message, None));
     let mut value = String::from("Bearer ");
-    if let AuthError::Invalid(reason) = why {
+    let error = match why {
+        AuthError::Missing => None,
+        AuthError::Invalid(reason) => Some(("invalid_token", reason)),
+        AuthError::Malformed(reason) => Some(("invalid_request", reason)),
+    };
+    if let Some((error, reason)) = error {
         value.push_str(&format!(
-            "error=\"invalid_token\", error_description=\"{reason}\", "
+            "error=\"{error}\", error_description=\"{reason}\", "
         ));
     }
     value.push_str(&format!("resource_metadata=\"{}\"", auth.metadata_url()));

@@ -141,11 +141,19 @@ fn check_session_version(head: &Head, h: &HeaderMap) -> Result<(), Response> {
     if head.version.fits_session_era() {
         return Ok(());
     }
-    let v = h
-        .get(&PROTOCOL_VERSION)
+    let mut values = h.get_all(&PROTOCOL_VERSION).iter();
+    let v = values
+        .next()
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .trim();
+    if values.next().is_some() {
+        return Err(respond::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::server("Bad Request: the MCP-Protocol-Version header is repeated"),
+        ));
+    }
     let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
         .iter()
         .map(|v| v.as_str())

@@ -6,42 +6,52 @@
 //! is checked unless `http.allowed_hosts` lists names. A `Host` is a name and an optional port,
 //! nothing else: `[::1]evil.example` names no loopback host. A relayed request carries its
 //! client's `Host` (restored by the relay guard), so the holder judges what the client sent.
+//! A request in absolute form (`POST http://evil.example/mcp`) names its host in the target
+//! too, and RFC 9112 3.2.2 makes that name the one that counts: it is judged like `Host`, and
+//! both must pass.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode, Uri};
 
 use super::{Endpoint, respond};
 use crate::config::BindAddress;
 
 /// The guard as a layer of its own, for the routes outside the MCP ones (`/metrics`).
 pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
-    match admit(&ep, req.headers()) {
+    match admit(&ep, req.uri(), req.headers()) {
         Ok(()) => next.run(req).await,
         Err(refused) => refused,
     }
 }
 
-/// `403` for a request whose `Host` or `Origin` does not name this server. The MCP routes run
-/// it in their one layer (`mod.rs`), the other guarded routes through [`check`].
-pub(super) fn admit(ep: &Endpoint, headers: &HeaderMap) -> Result<(), Response> {
+/// `403` for a request whose `Host` (or, in absolute form, target), or `Origin`, does not
+/// name this server. The MCP routes run it in their one layer (`mod.rs`), the other guarded
+/// routes through [`check`].
+pub(super) fn admit(ep: &Endpoint, uri: &Uri, headers: &HeaderMap) -> Result<(), Response> {
     let cfg = ep.app.config();
     let check_host =
         !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind() == BindAddress::Loopback;
-    if check_host && let Some(host) = single_value(headers, http::header::HOST) {
-        // A value that is not one visible-ASCII line cannot be compared: refused, like a
-        // foreign one (fail closed).
-        let allowed = host.is_some_and(|h| host_allowed(h, &cfg.http.allowed_hosts));
-        if !allowed {
-            let shown = host.unwrap_or("<malformed>");
-            tracing::warn!(
-                host = shown,
-                "rejected a request for a foreign Host (DNS rebinding protection)"
-            );
-            return Err(forbidden(format!("Forbidden: Host {shown} is not allowed")));
+    if check_host {
+        // The target's authority first (absolute form only; an origin-form target has none),
+        // then `Host`. A value that is not one visible-ASCII line cannot be compared: refused,
+        // like a foreign one (fail closed).
+        let target = uri.authority().map(|a| Some(a.as_str()));
+        for host in [target, single_value(headers, http::header::HOST)]
+            .into_iter()
+            .flatten()
+        {
+            if !host.is_some_and(|h| host_allowed(h, &cfg.http.allowed_hosts)) {
+                let shown = host.unwrap_or("<malformed>");
+                tracing::warn!(
+                    host = shown,
+                    "rejected a request for a foreign Host (DNS rebinding protection)"
+                );
+                return Err(forbidden(format!("Forbidden: Host {shown} is not allowed")));
+            }
         }
     }
     if let Some(origin) = single_value(headers, http::header::ORIGIN) {

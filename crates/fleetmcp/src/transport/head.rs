@@ -22,7 +22,8 @@ pub(super) static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(PROTOCO
 pub(super) enum Version {
     /// No version header.
     Absent,
-    /// A value that is not visible ASCII text (`HeaderValue::to_str` fails).
+    /// A value that is not visible ASCII text (`HeaderValue::to_str` fails), or the header
+    /// repeated.
     Unreadable,
     /// A session-era version we speak.
     Session(ProtocolVersion),
@@ -34,10 +35,12 @@ pub(super) enum Version {
 
 impl Version {
     fn read(h: &HeaderMap) -> Self {
-        let Some(v) = h.get(&PROTOCOL_VERSION) else {
+        let mut values = h.get_all(&PROTOCOL_VERSION).iter();
+        let Some(v) = values.next() else {
             return Self::Absent;
         };
-        let Ok(v) = v.to_str() else {
+        // Repeated, it names no one version (and may name two eras): unreadable.
+        let Some(v) = v.to_str().ok().filter(|_| values.next().is_none()) else {
             return Self::Unreadable;
         };
         let v = v.trim();
@@ -111,6 +114,20 @@ impl Head {
     }
 }
 
+/// The session a request names in `Mcp-Session-Id`: `None` when the header is absent,
+/// `Some(None)` when it cannot name one session (repeated, where which value counts is
+/// ambiguous, or not visible ASCII). Such a request is answered as one whose id does not open
+/// (`404 invalid session id`), which is also what the reference answers, as it joins repeated
+/// values into one.
+pub(super) fn session_id(h: &HeaderMap) -> Option<Option<&str>> {
+    let mut values = h.get_all(&SESSION).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return Some(None);
+    }
+    Some(first.to_str().ok())
+}
+
 const JSON: &str = "application/json";
 const SSE: &str = "text/event-stream";
 
@@ -152,7 +169,7 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn head(pairs: &[(&'static str, &'static [u8])]) -> Head {
+    fn headers(pairs: &[(&'static str, &[u8])]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (name, value) in pairs {
             h.append(
@@ -160,7 +177,11 @@ mod tests {
                 HeaderValue::from_bytes(value).expect("valid header bytes"),
             );
         }
-        Head::read(&h)
+        h
+    }
+
+    fn head(pairs: &[(&'static str, &'static [u8])]) -> Head {
+        Head::read(&headers(pairs))
     }
 
     /// The `Accept` list split over lines reads as the lines joined; an unreadable line is
@@ -199,6 +220,39 @@ mod tests {
         assert!(unknown.names_non_session() && !unknown.names_stateless_era());
         let unreadable = head(&[("mcp-protocol-version", b"\xff")]).version;
         assert!(!unreadable.names_non_session() && !unreadable.fits_session_era());
+        for twice in [
+            [b"2025-11-25".as_slice(), b"2026-07-28"],
+            [b"2025-11-25", b"2025-11-25"],
+        ] {
+            let pairs = [
+                ("mcp-protocol-version", twice[0]),
+                ("mcp-protocol-version", twice[1]),
+            ];
+            assert_eq!(Head::read(&headers(&pairs)).version, Version::Unreadable);
+        }
         assert!(head(&[("Mcp-Session-Id", b"s")]).session);
+    }
+
+    /// One readable `Mcp-Session-Id` names a session; a repeated or unreadable one names none.
+    #[test]
+    fn session_id_readings() {
+        let read = |pairs: &[(&'static str, &[u8])]| {
+            let h = headers(pairs);
+            session_id(&h).map(|id| id.map(str::to_owned))
+        };
+        assert_eq!(read(&[]), None);
+        assert_eq!(
+            read(&[("mcp-session-id", b"abc")]),
+            Some(Some("abc".into()))
+        );
+        assert_eq!(
+            read(&[("mcp-session-id", b"a"), ("mcp-session-id", b"a")]),
+            Some(None)
+        );
+        assert_eq!(
+            read(&[("mcp-session-id", b"a"), ("mcp-session-id", b"b")]),
+            Some(None)
+        );
+        assert_eq!(read(&[("mcp-session-id", b"\xffa")]), Some(None));
     }
 }

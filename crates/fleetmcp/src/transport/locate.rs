@@ -27,7 +27,7 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::head::{Head, SESSION};
+use super::head::{Head, session_id};
 use super::relay::{RelayRequest, Relayed};
 use super::{Endpoint, relay, respond};
 use crate::app::App;
@@ -110,8 +110,10 @@ async fn relay_or_take_over(
             req
         }
     };
-    let Some(id) = req.headers.get(&SESSION).and_then(|v| v.to_str().ok()) else {
-        return Ok((Err(Missing::NoId), req));
+    let id = match session_id(&req.headers) {
+        Some(Some(id)) => id,
+        Some(None) => return Ok((Err(Missing::Invalid), req)),
+        None => return Ok((Err(Missing::NoId), req)),
     };
     let began = std::time::Instant::now();
     let lookup = ep.app.sessions().take_over(id, holder).await;
@@ -182,11 +184,11 @@ pub(super) async fn pinned(
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
 /// principal has fingerprint `owner` (`None`: authorization is off).
 async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Lookup {
-    let Some(raw) = headers.get(&SESSION) else {
-        return Lookup::Missing(Missing::NoId);
-    };
-    let id = raw.to_str().unwrap_or("");
-    for_caller(app.sessions().find(id).await, owner)
+    match session_id(headers) {
+        Some(Some(id)) => for_caller(app.sessions().find(id).await, owner),
+        Some(None) => Lookup::Missing(Missing::Invalid),
+        None => Lookup::Missing(Missing::NoId),
+    }
 }
 
 /// The same for a session that cannot move between instances (2024-11-05's `/message`).

@@ -280,7 +280,7 @@ async fn around<F: Future<Output = Response>>(
     route: impl FnOnce(axum::extract::Request) -> F,
 ) -> Response {
     let admit = |req: axum::extract::Request| async {
-        guard::admit(ep, req.headers())?;
+        guard::admit(ep, req.uri(), req.headers())?;
         authorize::admit(ep, req).await
     };
     observe::request(ep, req, admit, route).await
