@@ -124,3 +124,127 @@ async fn an_old_client_talks_through_one_stream() {
     }
     assert!(gone, "closing the stream ends the session");
 }
+
+/// A 2024-11-05 session answers on its own stream only, and a Streamable HTTP session never
+/// on one: `/mcp` refuses the first's id (served there, its answers went to whoever read
+/// `GET /mcp`, and the stream got none), and `/message` the second's.
+#[tokio::test]
+async fn each_transport_serves_only_its_own_sessions() {
+    let server = start().await;
+    let base = &server.base;
+    let get = support::http()
+        .get(format!("{base}/sse"))
+        .header("accept", "text/event-stream");
+    let res = within("GET /sse", get.send()).await.unwrap();
+    let mut events = SseStream::new(res);
+    let (_, endpoint) = next(&mut events).await;
+    let legacy = endpoint
+        .strip_prefix("/message?sessionId=")
+        .unwrap_or_else(|| panic!("endpoint {endpoint}"))
+        .to_string();
+    let url = format!("{base}{endpoint}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(post(&url, init).await.status(), 202);
+    let (_, data) = next(&mut events).await;
+    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 1);
+
+    // The legacy id on `/mcp`: POST and GET are 404, as for an id no session has there.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"via": "mcp"}}});
+    let res = within(
+        "POST /mcp",
+        mcp_post(&server.mcp)
+            .header("mcp-session-id", legacy.as_str())
+            .header("mcp-protocol-version", "2024-11-05")
+            .body(call.to_string())
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        res.status(),
+        404,
+        "POST /mcp with a 2024-11-05 session's id"
+    );
+    let res = within(
+        "GET /mcp",
+        support::http()
+            .get(&server.mcp)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", legacy.as_str())
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 404, "GET /mcp with a 2024-11-05 session's id");
+    // The session itself still answers, on its stream.
+    let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+    assert_eq!(post(&url, ping).await.status(), 202);
+    let (_, data) = next(&mut events).await;
+    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 3);
+
+    // A Streamable HTTP session's id on `/message`: 404.
+    let init = json!({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "new", "version": "0"}}});
+    let res = within(
+        "initialize",
+        mcp_post(&server.mcp).body(init.to_string()).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let modern = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let res = post(
+        &format!("{base}/message?sessionId={modern}"),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(
+        res.status(),
+        404,
+        "/message with a Streamable HTTP session's id"
+    );
+}
+
+/// The stream ends when its session ends another way than by the stream closing (here, idle
+/// past `sessions.idle_ttl_ms`): a client left on an open stream would never learn that its
+/// `/message` now answers 404, nor open `/sse` again.
+#[tokio::test]
+async fn the_stream_ends_when_its_session_expires() {
+    let builder = Server::builder("legacy", "1.0.0").tool(
+        tool("echo")
+            .description("Echoes")
+            .raw_handler(|a: Value, _| async move { Ok(a.to_string()) }),
+    );
+    let server = serve(
+        builder,
+        config_with(SECRET, |c| c.sessions.idle_ttl_ms = 1000),
+    )
+    .await;
+    let base = &server.base;
+    let get = support::http()
+        .get(format!("{base}/sse"))
+        .header("accept", "text/event-stream");
+    let res = within("GET /sse", get.send()).await.unwrap();
+    let mut events = SseStream::new(res);
+    let (_, endpoint) = next(&mut events).await;
+    let url = format!("{base}{endpoint}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(post(&url, init).await.status(), 202);
+    let (_, data) = next(&mut events).await;
+    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 1);
+    // Idle for a second, swept within a quarter of that: the stream ends, with nothing more.
+    let ended = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+    match ended {
+        Ok(None) => {}
+        Ok(Some(ev)) => panic!("an event instead of the end: {:?}", ev.data),
+        Err(_) => panic!("the stream outlived its expired session by 10 s"),
+    }
+    let res = post(&url, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
+    assert_eq!(res.status(), 404, "the session is gone");
+}

@@ -167,6 +167,24 @@ async fn every_header_mismatch_is_400_with_minus_32020() {
             "bad base64 Mcp-Name",
             Box::new(|h| set(h, "Mcp-Name", Some("=?base64?***?="))),
         ),
+        // Repeated, a mirrored header names no one value: a gateway reading another copy
+        // would see another call than the one that runs. Even the same value twice.
+        (
+            "Mcp-Name repeated",
+            Box::new(|h| h.push(("Mcp-Name".into(), "other".into()))),
+        ),
+        (
+            "Mcp-Name repeated with the same value",
+            Box::new(|h| h.push(("Mcp-Name".into(), "echo".into()))),
+        ),
+        (
+            "Mcp-Method repeated",
+            Box::new(|h| h.push(("Mcp-Method".into(), "tools/list".into()))),
+        ),
+        (
+            "MCP-Protocol-Version repeated",
+            Box::new(|h| h.push(("MCP-Protocol-Version".into(), "2025-11-25".into()))),
+        ),
     ];
     for (what, edit) in cases {
         let mut h = good_h.clone();
@@ -733,6 +751,32 @@ async fn a_session_client_and_a_stateless_client_side_by_side() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+    // Nor with a session: a 2026 DELETE that names a live session is 405 and ends nothing
+    // (it used to end it); with a version header of no era it is a bad session-era one.
+    for (version, status) in [
+        ("2026-07-28", StatusCode::METHOD_NOT_ALLOWED),
+        ("2099-01-01", StatusCode::BAD_REQUEST),
+    ] {
+        let res = client
+            .delete(&s.mcp)
+            .header("mcp-protocol-version", version)
+            .header("mcp-session-id", sid.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), status, "DELETE with version {version}");
+    }
+    let legacy = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
+    let h = vec![
+        ("mcp-session-id".to_string(), sid.clone()),
+        ("mcp-protocol-version".into(), "2025-06-18".into()),
+    ];
+    let (st, _, b) = post(&s.mcp, &h, &legacy).await;
+    assert_eq!(
+        st,
+        StatusCode::OK,
+        "the session outlived the refused DELETEs: {b}"
+    );
     // A request with no version, no session and no initialize gets the session era's 400,
     // with no modern error code, so a dual-era client falls back to initialize.
     let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});

@@ -48,10 +48,17 @@ pub(super) fn decide(
 pub(super) fn session_only(method: &Method, h: &HeaderMap) -> Result<(), Response> {
     let head = Head::read(h);
     if *method == Method::DELETE {
-        // 2026-07-28 has no sessions to end; a sessionless DELETE without that version keeps
-        // the contract's `400 No valid session ID provided`.
-        if !head.session && head.version.names_non_session() {
+        // 2026-07-28 has no sessions to end: its DELETE is `405` whatever `Mcp-Session-Id` it
+        // carries (never the end of a session a 2026 client happens to name), as GET is. A
+        // session with a version header of no era is a bad session-era request (`400`, as GET
+        // and POST answer it); a sessionless DELETE without a 2026 version keeps the
+        // contract's `400 No valid session ID provided`.
+        if head.version.names_stateless_era() || (!head.session && head.version.names_non_session())
+        {
             return Err(stateless_method_not_allowed("DELETE"));
+        }
+        if head.session {
+            check_session_version(&head, h)?;
         }
         return Ok(());
     }

@@ -68,7 +68,8 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     };
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
     // Ends when a graceful stop stops accepting connections (the client opens `/sse` again,
-    // elsewhere: this transport's sessions cannot move).
+    // elsewhere: this transport's sessions cannot move), and when its session ends another way
+    // (deleted, expired: `Sessions::end_legacy_stream`), so the client learns it is gone.
     let stop = app.phases().closing.child_token();
     let events = app
         .events()
@@ -80,7 +81,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     // everything on this transport), and ends with it.
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
     app.sessions()
-        .legacy_stream_opened(id.clone(), line, client.owner());
+        .legacy_stream_opened(id.clone(), line, client.owner(), stop.clone());
     let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
         .take_until(stop.cancelled_owned())
         .map(|data| sse::message_frame(&data));

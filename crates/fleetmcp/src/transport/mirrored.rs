@@ -23,14 +23,20 @@ pub(crate) fn decode_value(v: &str) -> Option<String> {
     }
 }
 
+/// A mirrored header's one value. Repeated, it names no one value: a gateway that routes or
+/// authorizes on another copy than the one checked here would see another call than the one
+/// that runs, which is what mirroring exists to prevent.
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(|s| Some(s.trim()))
-            .map_err(|_| format!("{name} header has invalid characters")),
+    let mut values = headers.get_all(name).iter();
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(format!("Header mismatch: {name} header is repeated"));
     }
+    v.to_str()
+        .map(|s| Some(s.trim()))
+        .map_err(|_| format!("{name} header has invalid characters"))
 }
 
 /// Checks `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` against the body. The error is
@@ -137,6 +143,20 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn a_repeated_mirrored_header_names_no_value() {
+        let p = json!({"name": "echo"}).as_object().cloned().unwrap();
+        let mut h = hm(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "echo"),
+        ]);
+        assert!(check_standard(&h, "2026-07-28", "tools/call", &p).is_ok());
+        h.append("mcp-name", http::HeaderValue::from_static("echo"));
+        let err = check_standard(&h, "2026-07-28", "tools/call", &p).unwrap_err();
+        assert!(err.contains("mcp-name header is repeated"), "{err}");
     }
 
     #[test]

@@ -40,9 +40,10 @@ use crate::protocol::ProtocolVersion;
 /// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
 pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 
-/// A 2024-11-05 stream open here: its direct line, and the fingerprint of the principal that
-/// opened it (none without authorization).
-type LegacyStream = (LegacyLine, Option<Arc<str>>);
+/// A 2024-11-05 stream open here: its direct line, the fingerprint of the principal that
+/// opened it (none without authorization), and what ends the stream (its session lives as long
+/// as the stream, so a session ended another way, deleted or expired, ends it too).
+type LegacyStream = (LegacyLine, Option<Arc<str>>, CancellationToken);
 
 /// Where a session's request is served: what [`Sessions::find`] answers, and what transport
 /// acts on (`transport/locate.rs`, which adds the two cases it alone sees: no id at all, and a
@@ -242,15 +243,32 @@ impl Sessions {
     /// Records that the 2024-11-05 stream of session `id` is open on this instance, with the
     /// direct line to it, opened by the principal whose fingerprint is `owner` (none without
     /// authorization).
-    pub fn legacy_stream_opened(&self, id: Arc<str>, direct: LegacyLine, owner: Option<&str>) {
+    pub fn legacy_stream_opened(
+        &self,
+        id: Arc<str>,
+        direct: LegacyLine,
+        owner: Option<&str>,
+        stop: CancellationToken,
+    ) {
         self.legacy_streams
             .lock()
-            .insert(id, (direct, owner.map(Arc::from)));
+            .insert(id, (direct, owner.map(Arc::from), stop));
+    }
+
+    /// Ends `id`'s 2024-11-05 stream, when one is open here: its session ended.
+    pub(super) fn end_legacy_stream(&self, id: &str) {
+        let streams = self.legacy_streams.lock();
+        if let Some((_, _, stop)) = streams.get(id) {
+            stop.cancel();
+        }
     }
 
     /// The direct line to `id`'s 2024-11-05 stream, when it is open here.
     pub fn legacy_line(&self, id: &str) -> Option<LegacyLine> {
-        self.legacy_streams.lock().get(id).map(|(l, _)| l.clone())
+        self.legacy_streams
+            .lock()
+            .get(id)
+            .map(|(l, _, _)| l.clone())
     }
 
     /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal `owner` (or,
@@ -259,7 +277,7 @@ impl Sessions {
         self.legacy_streams
             .lock()
             .get(id)
-            .is_some_and(|(_, o)| o.as_deref() == owner)
+            .is_some_and(|(_, o, _)| o.as_deref() == owner)
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
@@ -270,7 +288,9 @@ impl Sessions {
     /// Whether `id`'s 2024-11-05 stream is open on this instance: the only case in which its
     /// `initialize` may open it.
     pub fn has_legacy_stream(&self, id: &str) -> bool {
-        self.legacy_streams.lock().contains_key(id)
+        // Asked on every `/mcp` lookup of a held session: an empty map answers without hashing.
+        let streams = self.legacy_streams.lock();
+        !streams.is_empty() && streams.contains_key(id)
     }
 
     /// The lease this instance's heartbeat renews (distributed mode).
@@ -406,6 +426,11 @@ impl Sessions {
     /// `sessions.store_wait_ms`) and recreated here, unless its holder is a live peer.
     pub async fn find(&self, id: &str) -> Lookup {
         if let Some(s) = self.live.get(id) {
+            // A 2024-11-05 session answers on its own stream only: served here, its answers
+            // would go to whoever else reads it (a `GET /mcp`), or nowhere.
+            if self.has_legacy_stream(id) {
+                return Lookup::Missing(Missing::Unknown);
+            }
             return self.still_stored(s).await;
         }
         // A session found elsewhere a moment ago: its id opened then (only an id that opened is
@@ -428,6 +453,12 @@ impl Sessions {
     async fn find_not_held(&self, id: &str) -> Lookup {
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);
+        }
+        // A 2024-11-05 session is served through `/message` only ([`Sessions::find_pinned`]),
+        // never relayed to its holder's `/mcp`, nor taken over: its stream died with its
+        // holder, and a copy here would accept requests whose answers reach no one.
+        if self.is_pinned(id) {
+            return Lookup::Missing(Missing::Unknown);
         }
         // A holder seen a while ago is where the session most likely still is: when the store
         // does not answer, the request goes there (its holder checks it) rather than failing,
@@ -484,7 +515,13 @@ impl Sessions {
     pub async fn take_over(&self, id: &str, previous: &str) -> Lookup {
         self.elsewhere.lock().remove(id);
         if let Some(s) = self.live.get(id) {
-            return Lookup::Held(s);
+            return match self.has_legacy_stream(id) {
+                true => Lookup::Missing(Missing::Unknown),
+                false => Lookup::Held(s),
+            };
+        }
+        if self.is_pinned(id) {
+            return Lookup::Missing(Missing::Unknown);
         }
         match self.read(id).await {
             Ok(Some(record)) if record.node_id == previous && self.fenced() => {
@@ -513,10 +550,18 @@ impl Sessions {
         // Held here is not enough: another instance may have ended it (its stored record is
         // gone), and an ended session stays ended on every path.
         if let Some(s) = self.live.get(id) {
+            // Held here without a stream of this transport: a Streamable HTTP session, whose
+            // answers `/message` must not send to its `GET /mcp` stream.
+            if !self.has_legacy_stream(id) {
+                return Lookup::Missing(Missing::Unknown);
+            }
             return self.still_stored(s).await;
         }
         if let Some(missing) = self.not_servable(id) {
             return Lookup::Missing(missing);
+        }
+        if !self.is_pinned(id) {
+            return Lookup::Missing(Missing::Unknown);
         }
         let Some(owner) = &self.ownership else {
             return Lookup::Missing(Missing::Unknown);
@@ -524,9 +569,7 @@ impl Sessions {
         // Such a session never moves: its stream is on the instance that minted its id, for
         // its whole life. A request for one minted elsewhere goes there without reading the
         // store (which may not answer: the relay does not need it).
-        if self.is_pinned(id)
-            && let Some(node) = self.minted_elsewhere(id)
-        {
+        if let Some(node) = self.minted_elsewhere(id) {
             return Lookup::Elsewhere(node);
         }
         match self.read(id).await {
@@ -572,6 +615,7 @@ impl Sessions {
     /// remembered as deleted); [`Sessions::purge`] removes what other instances could read.
     pub fn close(&self, id: &str) {
         self.live.remove(id, Ended::Deleted);
+        self.end_legacy_stream(id);
     }
 
     /// Deletes a closed session's events and stored record.
@@ -586,6 +630,7 @@ impl Sessions {
     /// other instances may still serve them from the shared stores.
     pub async fn expire_idle(&self, idle: Duration) {
         for id in self.live.expire_idle(idle) {
+            self.end_legacy_stream(&id);
             self.events.release(&id).await;
             tracing::debug!(session = %super::LogId(&id), "session expired after being idle");
         }

@@ -159,6 +159,7 @@ impl Sessions {
                     "[TransportService] The stored session is gone — dropping its transport here"
                 );
                 self.live.remove(&session.id, Ended::Expired);
+                self.end_legacy_stream(&session.id);
                 self.events.forget(&session.id).await;
                 Lookup::Missing(Missing::Expired)
             }
