@@ -129,8 +129,35 @@ async fn requests_for_a_session_held_elsewhere_reach_the_relay_unparsed() {
         .await
         .unwrap();
     assert_eq!(res.status().as_u16(), 299);
+    // A 2024-11-05 session (`/message` serves only those), opened on the holder.
+    let mut stream = client
+        .get(format!("{holder}/sse"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let mut announced = String::new();
+    while !announced.contains("\n\n") {
+        let chunk = stream.chunk().await.unwrap().expect("the endpoint event");
+        announced.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let legacy = announced
+        .split("sessionId=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an endpoint naming the session")
+        .to_string();
     let res = client
-        .post(format!("{here}/message?sessionId={sid}"))
+        .post(format!("{holder}/message?sessionId={legacy}"))
+        .header("content-type", "application/json")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 202);
+    let res = client
+        .post(format!("{here}/message?sessionId={legacy}"))
         .header("content-type", "application/json")
         .body(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#)
         .send()
@@ -151,6 +178,11 @@ async fn requests_for_a_session_held_elsewhere_reach_the_relay_unparsed() {
         })
         .collect();
     let h = "holder-a".to_string();
+    // A pinned session's request goes to the instance that minted its id, where its stream is.
+    let minter = crate::session::SessionSealer::new(SECRET.as_bytes())
+        .open(&legacy)
+        .expect("the id opens")
+        .node_id;
     assert_eq!(
         summary,
         vec![
@@ -158,9 +190,9 @@ async fn requests_for_a_session_held_elsewhere_reach_the_relay_unparsed() {
             (h.clone(), "GET".into(), "/mcp".into(), String::new()),
             (h.clone(), "DELETE".into(), "/mcp".into(), String::new()),
             (
-                h,
+                minter,
                 "POST".into(),
-                format!("/message?sessionId={sid}"),
+                format!("/message?sessionId={legacy}"),
                 r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#.into()
             ),
         ]
