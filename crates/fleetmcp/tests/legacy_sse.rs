@@ -37,6 +37,28 @@ async fn post(url: &str, body: Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// A stream opened on `base`'s `/sse` and its session initialized: the stream (the answer to
+/// `initialize` read off it), the session's `/message` URL and its id.
+async fn open_initialized(base: &str) -> (SseStream, String, String) {
+    let get = support::http()
+        .get(format!("{base}/sse"))
+        .header("accept", "text/event-stream");
+    let res = within("GET /sse", get.send()).await.unwrap();
+    let mut events = SseStream::new(res);
+    let (_, endpoint) = next(&mut events).await;
+    let sid = endpoint
+        .strip_prefix("/message?sessionId=")
+        .unwrap_or_else(|| panic!("endpoint {endpoint}"))
+        .to_string();
+    let url = format!("{base}{endpoint}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(post(&url, init).await.status(), 202);
+    let (_, data) = next(&mut events).await;
+    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 1);
+    (events, url, sid)
+}
+
 #[tokio::test]
 async fn an_old_client_talks_through_one_stream() {
     let server = start().await;
@@ -132,22 +154,7 @@ async fn an_old_client_talks_through_one_stream() {
 async fn each_transport_serves_only_its_own_sessions() {
     let server = start().await;
     let base = &server.base;
-    let get = support::http()
-        .get(format!("{base}/sse"))
-        .header("accept", "text/event-stream");
-    let res = within("GET /sse", get.send()).await.unwrap();
-    let mut events = SseStream::new(res);
-    let (_, endpoint) = next(&mut events).await;
-    let legacy = endpoint
-        .strip_prefix("/message?sessionId=")
-        .unwrap_or_else(|| panic!("endpoint {endpoint}"))
-        .to_string();
-    let url = format!("{base}{endpoint}");
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
-    assert_eq!(post(&url, init).await.status(), 202);
-    let (_, data) = next(&mut events).await;
-    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 1);
+    let (mut events, url, legacy) = open_initialized(base).await;
 
     // The legacy id on `/mcp`: POST and GET are 404, as for an id no session has there.
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -225,19 +232,7 @@ async fn the_stream_ends_when_its_session_expires() {
         config_with(SECRET, |c| c.sessions.idle_ttl_ms = 1000),
     )
     .await;
-    let base = &server.base;
-    let get = support::http()
-        .get(format!("{base}/sse"))
-        .header("accept", "text/event-stream");
-    let res = within("GET /sse", get.send()).await.unwrap();
-    let mut events = SseStream::new(res);
-    let (_, endpoint) = next(&mut events).await;
-    let url = format!("{base}{endpoint}");
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
-    assert_eq!(post(&url, init).await.status(), 202);
-    let (_, data) = next(&mut events).await;
-    assert_eq!(serde_json::from_str::<Value>(&data).unwrap()["id"], 1);
+    let (mut events, url, _) = open_initialized(&server.base).await;
     // Idle for a second, swept within a quarter of that: the stream ends, with nothing more.
     let ended = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
     match ended {
