@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::head::only;
 use super::{Endpoint, EndpointState, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};
@@ -49,12 +50,12 @@ pub(super) async fn admit(ep: &Endpoint, req: Request) -> Result<Request, Respon
 async fn check(ep: &Endpoint, auth: &Authorizer, mut req: Request) -> Result<Request, Response> {
     // `Authorization` twice names no one principal: which value counts would depend on who
     // reads it (this check, a proxy in front, the holder of a relayed request).
-    let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
-    let header = values.next().and_then(|v| v.to_str().ok());
-    let checked = if values.next().is_some() {
-        Err(AuthError::Malformed("the Authorization header is repeated"))
-    } else {
-        auth.authenticate(header).await
+    let checked = match only(req.headers(), header::AUTHORIZATION) {
+        Some(None) => Err(AuthError::Malformed("the Authorization header is repeated")),
+        value => {
+            auth.authenticate(value.flatten().and_then(|v| v.to_str().ok()))
+                .await
+        }
     };
     match checked {
         Ok(principal) => {

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::head::{Head, PROTOCOL_VERSION};
+use super::head::{Head, PROTOCOL_VERSION, only};
 use super::respond;
 use crate::config::DefaultEra;
 use crate::protocol::{Message, ProtocolVersion, errors};
@@ -148,19 +148,14 @@ fn check_session_version(head: &Head, h: &HeaderMap) -> Result<(), Response> {
     if head.version.fits_session_era() {
         return Ok(());
     }
-    let mut values = h.get_all(&PROTOCOL_VERSION).iter();
-    let v = values
-        .next()
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .trim();
-    if values.next().is_some() {
+    let Some(v) = only(h, &PROTOCOL_VERSION).unwrap_or_default() else {
         return Err(respond::rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             &errors::server("Bad Request: the MCP-Protocol-Version header is repeated"),
         ));
-    }
+    };
+    let v = v.to_str().unwrap_or("").trim();
     let supported: Vec<&str> = ProtocolVersion::SESSION_ERA
         .iter()
         .map(|v| v.as_str())

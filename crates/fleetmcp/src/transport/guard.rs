@@ -17,6 +17,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, StatusCode, Uri};
 
+use super::head::only;
 use super::{Endpoint, respond};
 use crate::config::BindAddress;
 
@@ -80,11 +81,9 @@ fn forbidden(message: String) -> Response {
 /// header repeated, where which value counts is ambiguous), `None` when absent. Borrowed: this
 /// runs on every request (a `String` per call before issue 23).
 fn single_value(headers: &HeaderMap, name: http::HeaderName) -> Option<Option<&str>> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next()?;
-    if values.next().is_some() {
+    let Some(first) = only(headers, name)? else {
         return Some(None);
-    }
+    };
     let bytes = first.as_bytes();
     let visible = !bytes.is_empty() && bytes.iter().all(|b| (0x21..=0x7e).contains(b));
     Some(visible.then(|| std::str::from_utf8(bytes).ok()).flatten())

@@ -35,12 +35,11 @@ pub(super) enum Version {
 
 impl Version {
     fn read(h: &HeaderMap) -> Self {
-        let mut values = h.get_all(&PROTOCOL_VERSION).iter();
-        let Some(v) = values.next() else {
+        let Some(v) = only(h, &PROTOCOL_VERSION) else {
             return Self::Absent;
         };
         // Repeated, it names no one version (and may name two eras): unreadable.
-        let Some(v) = v.to_str().ok().filter(|_| values.next().is_none()) else {
+        let Some(v) = v.and_then(|v| v.to_str().ok()) else {
             return Self::Unreadable;
         };
         let v = v.trim();
@@ -120,12 +119,19 @@ impl Head {
 /// (`404 invalid session id`), which is also what the reference answers, as it joins repeated
 /// values into one.
 pub(super) fn session_id(h: &HeaderMap) -> Option<Option<&str>> {
-    let mut values = h.get_all(&SESSION).iter();
+    only(h, &SESSION).map(|v| v.and_then(|v| v.to_str().ok()))
+}
+
+/// A header that names one thing: `None` when absent, `Some(None)` when repeated (which copy
+/// counts could differ between this instance, a proxy in front and a relayed request's
+/// holder, so no copy is read), `Some(Some(value))` otherwise.
+pub(super) fn only<K: http::header::AsHeaderName>(
+    h: &HeaderMap,
+    name: K,
+) -> Option<Option<&http::HeaderValue>> {
+    let mut values = h.get_all(name).iter();
     let first = values.next()?;
-    if values.next().is_some() {
-        return Some(None);
-    }
-    Some(first.to_str().ok())
+    Some(values.next().is_none().then_some(first))
 }
 
 const JSON: &str = "application/json";

@@ -7,6 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
+use super::head::only;
 use crate::catalog::ToolDef;
 
 /// Decodes `=?base64?...?=`; a value without the wrapper is literal. `None`: bad base64.
@@ -27,13 +28,12 @@ pub(crate) fn decode_value(v: &str) -> Option<String> {
 /// authorizes on another copy than the one checked here would see another call than the one
 /// that runs, which is what mirroring exists to prevent.
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
-    let mut values = headers.get_all(name).iter();
-    let Some(v) = values.next() else {
+    let Some(v) = only(headers, name) else {
         return Ok(None);
     };
-    if values.next().is_some() {
+    let Some(v) = v else {
         return Err(format!("Header mismatch: {name} header is repeated"));
-    }
+    };
     v.to_str()
         .map(|s| Some(s.trim()))
         .map_err(|_| format!("{name} header has invalid characters"))

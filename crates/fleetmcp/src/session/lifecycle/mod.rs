@@ -515,10 +515,10 @@ impl Sessions {
     pub async fn take_over(&self, id: &str, previous: &str) -> Lookup {
         self.elsewhere.lock().remove(id);
         if let Some(s) = self.live.get(id) {
-            return match self.has_legacy_stream(id) {
-                true => Lookup::Missing(Missing::Unknown),
-                false => Lookup::Held(s),
-            };
+            if self.has_legacy_stream(id) {
+                return Lookup::Missing(Missing::Unknown);
+            }
+            return Lookup::Held(s);
         }
         if self.is_pinned(id) {
             return Lookup::Missing(Missing::Unknown);
