@@ -35,7 +35,9 @@ use crate::protocol::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
     ListRootsResult,
 };
-use crate::protocol::{ErrorData, LogLevel, encode_notification, encode_request, errors};
+use crate::protocol::{
+    ErrorCode, ErrorData, LogLevel, encode_notification, encode_request, errors,
+};
 use crate::session::Session;
 use crate::stateless::Round;
 
@@ -180,6 +182,11 @@ pub enum ClientRequestError {
     /// Stateless era: the client's answer does not have the shape of the method's result.
     #[error("{}", .0.message)]
     InvalidInput(ErrorData),
+    /// Stateless era: the client did not declare the capability in this request, so the
+    /// request cannot go on (`-32021` with `data.requiredCapabilities`, as the specification
+    /// wants, rather than a failed tool); propagate it with `?`.
+    #[error("{}", .0.message)]
+    MissingCapability(ErrorData),
 }
 
 /// The `_meta` key under which a client may send its own key for a call (a string of at most
@@ -444,9 +451,10 @@ impl RequestContext {
         info.filter(|v| !v.is_null())
     }
 
-    /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`).
+    /// Whether the client declared a capability (`sampling`, `elicitation`, `roots`): a
+    /// `null` one is not declared.
     pub fn client_supports(&self, capability: &str) -> bool {
-        self.client_capabilities().get(capability).is_some()
+        crate::stateless::declares(self.client_capabilities(), capability)
     }
 
     /// Fires when the client cancels the request (`notifications/cancelled`, or closing the
@@ -620,19 +628,32 @@ impl RequestContext {
             "roots/list" => "roots",
             _ => return Ok(()),
         };
-        if !self.client_supports(cap) {
-            return Err(ClientRequestError::NotSupported(cap));
-        }
-        if method == "elicitation/create"
-            && params.get("mode").and_then(Value::as_str) == Some("url")
+        let url = method == "elicitation/create"
+            && params.get("mode").and_then(Value::as_str) == Some("url");
+        let missing = if !self.client_supports(cap) {
+            cap
+        } else if url
             && self
                 .client_capabilities()
                 .pointer("/elicitation/url")
-                .is_none()
+                .is_none_or(Value::is_null)
         {
-            return Err(ClientRequestError::NotSupported("elicitation.url"));
+            "elicitation.url"
+        } else {
+            return Ok(());
+        };
+        if self.is_stateless() {
+            let required = match missing {
+                "elicitation.url" => json!({"elicitation": {"url": {}}}),
+                cap => json!({ cap: {} }),
+            };
+            return Err(ClientRequestError::MissingCapability(ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                format!("Missing required client capability: {missing}"),
+                Some(json!({"requiredCapabilities": required})),
+            )));
         }
-        Ok(())
+        Err(ClientRequestError::NotSupported(missing))
     }
 
     async fn request_client(

@@ -128,6 +128,28 @@ async fn an_old_client_talks_through_one_stream() {
     )
     .await;
     assert_eq!(res.status(), 400, "no sessionId");
+    let res = post(
+        &format!("{url}&sessionId=other"),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
+    )
+    .await;
+    assert_eq!(res.status(), 400, "two sessionIds name no session");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"], "Bad Request: sessionId is repeated",
+        "{body}"
+    );
+    let res = within(
+        "POST text/plain",
+        support::http()
+            .post(&url)
+            .header("content-type", "text/plain")
+            .body(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}).to_string())
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 415, "the body must be JSON, as on /mcp");
     let res = post(&format!("{base}/message?sessionId=forged"), json!({"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "x", "version": "0"}}}))
     .await;
@@ -242,4 +264,60 @@ async fn the_stream_ends_when_its_session_expires() {
     }
     let res = post(&url, json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
     assert_eq!(res.status(), 404, "the session is gone");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        (
+            body["error"]["code"].as_i64(),
+            body["error"]["message"].as_str(),
+            body["id"].as_i64()
+        ),
+        (Some(-32001), Some("session expired"), Some(2)),
+        "the contract's answer for an expired session: {body}"
+    );
+}
+
+/// A graceful stop ends a 2024-11-05 stream only once the requests running on it answered
+/// (contract 13.1: they finish within the grace period): the answer comes on the stream, and
+/// then the stream ends. Its answers had nowhere to go once the stream ended at the stop.
+#[tokio::test]
+async fn a_graceful_stop_answers_the_running_requests_before_the_stream_ends() {
+    let builder = Server::builder("legacy", "1.0.0").tool(
+        tool("slow")
+            .description("Answers after half a second")
+            .handler(|_: NoArgs, _| async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok("done")
+            }),
+    );
+    let mut server = serve(
+        builder,
+        config_with(SECRET, |c| {
+            c.http.drain_ms = Some(0);
+            c.http.shutdown_grace_ms = 5000;
+        }),
+    )
+    .await;
+    let (mut events, url, _) = open_initialized(&server.base).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {}}});
+    assert_eq!(post(&url, call).await.status(), 202);
+    server.begin_stop();
+    let stop_began = std::time::Instant::now();
+    let answer = match tokio::time::timeout(Duration::from_secs(5), events.next()).await {
+        Ok(Some(ev)) => serde_json::from_str::<Value>(&ev.data).unwrap(),
+        Ok(None) => panic!("the stream ended before the running call answered"),
+        Err(_) => panic!("no answer within 5 s of the stop"),
+    };
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
+    match tokio::time::timeout(Duration::from_secs(5), events.next()).await {
+        Ok(None) => {}
+        Ok(Some(ev)) => panic!("an event instead of the end: {:?}", ev.data),
+        Err(_) => panic!("the stream outlived the stop's last answer by 5 s"),
+    }
+    server.stopped_within(Duration::from_secs(5)).await;
+    assert!(
+        stop_began.elapsed() < Duration::from_secs(3),
+        "stopped once the call answered, not at the grace's end"
+    );
 }

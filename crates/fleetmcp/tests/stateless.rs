@@ -427,10 +427,11 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     assert!(r2["inputRequests"].get("color").is_some(), "{r2}");
     let state2 = r2["requestState"].as_str().unwrap().to_string();
 
-    // Round 3: only the second answer is sent; the first comes back from the state.
-    let (h, b3) = call(
-        json!({"inputResponses": {"color": answer("color", "green")}, "requestState": state2.clone()}),
-    );
+    // Round 3: only the second answer is sent; the first comes back from the state. This one
+    // says `status` where the spec says `action`: accepted as the same (contract 20.5).
+    let by_status = json!({"status": "accept", "content": {"color": "green"}});
+    let (h, b3) =
+        call(json!({"inputResponses": {"color": by_status}, "requestState": state2.clone()}));
     let (_, _, b) = post(&s.mcp, &h, &b3).await;
     let r3 = result(&b);
     assert_eq!(r3["resultType"], "complete", "{r3}");
@@ -790,6 +791,89 @@ async fn the_default_era_switch_validates_bare_requests_as_stateless() {
     let s = start(|c| c.stateless.default_era = fleetmcp::config::DefaultEra::Stateless).await;
     let bare = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
     let (st, _, b) = post(&s.mcp, &[], &bare).await;
+    assert_eq!(
+        (st, error_code(&b)),
+        (StatusCode::BAD_REQUEST, -32602),
+        "{b}"
+    );
+}
+
+/// What a message says is taken at its word, never guessed: a request's id is a string or an
+/// integer (a `null` one made it a notification, answered `202` and dropped; a fraction, a
+/// boolean or an object was served and echoed); a notification whose `_meta` declares
+/// 2026-07-28 must carry the version header, like a request (contract 20.3); and a request
+/// with a 2026-07-28 version header is of that era whatever `Mcp-Session-Id` it carries
+/// (contract 20.2), so a missing `_meta` is what is wrong with it, not its version. A handler
+/// needing a capability the request did not declare ends the request with `-32021`.
+#[tokio::test]
+async fn ids_notifications_and_eras_are_read_as_the_message_says() {
+    let s = start(|_| {}).await;
+    for id in [
+        Value::Null,
+        json!(1.5),
+        json!(true),
+        json!({"a": 1}),
+        json!([1]),
+    ] {
+        let (h, mut body) = modern("tools/list", json!({}));
+        body["id"] = id.clone();
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
+        let v: Value = serde_json::from_str(&b).unwrap_or_else(|_| panic!("id {id}: {b}"));
+        assert_eq!(
+            (st, v["error"]["code"].as_i64(), &v["id"]),
+            (StatusCode::BAD_REQUEST, Some(-32600), &Value::Null),
+            "id {id}: {b}"
+        );
+    }
+    for id in [json!("a"), json!(-3), json!(0)] {
+        let (h, mut body) = modern("tools/list", json!({}));
+        body["id"] = id.clone();
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
+        let v: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!((st, &v["id"]), (StatusCode::OK, &id), "{b}");
+    }
+
+    let (mut h, mut body) = modern("notifications/cancelled", json!({"requestId": 1}));
+    body.as_object_mut().unwrap().remove("id");
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    set(&mut h, "MCP-Protocol-Version", None);
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
+    let v: Value = serde_json::from_str(&b).unwrap_or_else(|_| panic!("not JSON: {b}"));
+    assert_eq!(
+        (st, v["error"]["code"].as_i64()),
+        (StatusCode::BAD_REQUEST, Some(-32020)),
+        "{b}"
+    );
+
+    // A handler that asks the client for what this request did not declare (here, without
+    // declaring `requires_client_capability`): the request is refused with `-32021` and the
+    // capability it needed, not answered as a failed tool. A `null` capability is none.
+    for caps in [json!({}), json!({"elicitation": null})] {
+        let mut m = meta();
+        m["io.modelcontextprotocol/clientCapabilities"] = caps.clone();
+        let (h, body) = modern(
+            "tools/call",
+            json!({"name": "two_questions", "arguments": {}, "_meta": m}),
+        );
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
+        assert_eq!(
+            (st, error_code(&b)),
+            (StatusCode::BAD_REQUEST, -32021),
+            "{caps}: {b}"
+        );
+        let v: Value = serde_json::from_str(&b).unwrap();
+        assert_eq!(
+            v["error"]["data"]["requiredCapabilities"],
+            json!({"elicitation": {}}),
+            "{b}"
+        );
+    }
+
+    let (mut h, mut body) = modern("tools/list", json!({}));
+    body["params"].as_object_mut().unwrap().remove("_meta");
+    h.push(("Mcp-Session-Id".into(), "any-session".into()));
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
     assert_eq!(
         (st, error_code(&b)),
         (StatusCode::BAD_REQUEST, -32602),

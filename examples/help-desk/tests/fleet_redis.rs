@@ -1704,6 +1704,85 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
     read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
 }
 
+/// A 2024-11-05 session dies with the process that has its stream, and is never taken over:
+/// its holder SIGKILLed, its POSTs to another instance are `503` (with `Retry-After` and the
+/// request's id) while that instance cannot tell the holder is gone, then `404` `-32001`
+/// `session expired` (the client opens a new stream), never `202` (a copy would accept
+/// requests whose answers reach no one); its id on `/mcp` is refused, and its record is never
+/// claimed. Before, `/message` answered `503` for ever. The holder's session-era session is
+/// taken over as usual.
+#[test]
+fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
+    let redis = RedisServer::start();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+    ];
+    let mut a = distributed_desk("desk-a", &redis.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let (_stream, endpoint) = open_legacy_session(a.port());
+    let sid = endpoint
+        .split_once("sessionId=")
+        .map(|(_, s)| s.to_string())
+        .expect("the session id in the endpoint");
+    let modern = open_session(a.port());
+    // Relayed to A while it lives: accepted there, answered on A's stream.
+    let (call, _) = legacy_find();
+    assert_eq!(legacy_post(b.port(), &endpoint, &call).status, 202);
+
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let killed = Instant::now();
+    let ended = loop {
+        let (call, id) = legacy_find();
+        let resp = legacy_post(b.port(), &endpoint, &call);
+        let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
+        match resp.status {
+            503 => {
+                assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+                assert_eq!(
+                    body["id"],
+                    id,
+                    "the 503 names the request: {}",
+                    resp.describe()
+                );
+            }
+            404 => {
+                assert_eq!(body["id"], id, "{}", resp.describe());
+                break body;
+            }
+            _ => panic!(
+                "a killed holder's 2024-11-05 session must not be served:\n{}",
+                resp.describe()
+            ),
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "still 503 10 s after the holder was killed:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        (
+            ended["error"]["code"].as_i64(),
+            ended["error"]["message"].as_str()
+        ),
+        (Some(-32001), Some("session expired")),
+        "{ended}"
+    );
+    let on_mcp = find_tickets(b.port(), &sid);
+    assert_eq!(on_mcp.status, 404, "{}", on_mcp.describe());
+    assert_ne!(
+        stored(&redis, &sid)["session"]["nodeId"],
+        "desk-b",
+        "never claimed"
+    );
+    let resp = find_tickets(b.port(), &modern);
+    assert_tool_ok(&resp, "the session-era session is taken over");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+}
+
 /// Never two holders when a live holder looks dead (the 30-minute soak's finding): another
 /// instance takes a session over at once when the holder's address refuses the relay and
 /// nothing holds the holder's channel, which is also what a live holder looks like behind a

@@ -10,12 +10,14 @@
 //! only then is taken over.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use super::heartbeat::{channel_of, read_beat, subscribers};
+use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 use crate::session::{Owner, Ownership, SessionRecord};
 
@@ -26,16 +28,25 @@ pub(super) struct Directory {
     grace: Duration,
     /// Holders seen alive but not beating, and since when.
     silent_since: Mutex<HashMap<String, Instant>>,
+    /// Whether a process is gone, for what cannot be taken over (`liveness.rs`).
+    processes: Arc<dyn ProcessLiveness>,
 }
 
 impl Directory {
-    pub fn new(redis: RedisConn, me: &str, key_prefix: &str, grace: Duration) -> Self {
+    pub fn new(
+        redis: RedisConn,
+        me: &str,
+        key_prefix: &str,
+        grace: Duration,
+        processes: Arc<dyn ProcessLiveness>,
+    ) -> Self {
         Self {
             redis,
             me: me.to_string(),
             key_prefix: key_prefix.to_string(),
             grace,
             silent_since: Mutex::new(HashMap::new()),
+            processes,
         }
     }
 
@@ -85,5 +96,9 @@ impl Ownership for Directory {
                 Owner::Peer(record.node_id.clone())
             }
         }
+    }
+
+    async fn process_gone(&self, node: &str, since_ms: u64) -> bool {
+        node != self.me && self.processes.is_gone(node, since_ms).await
     }
 }

@@ -64,7 +64,8 @@ use heartbeat::Heartbeat;
 /// with Redis: who serves a stored session, and how a request reaches its holder.
 ///
 /// The relay's sockets take their places from `connections`, the budget the listener's
-/// connections take theirs from, and its refusals are counted in `meters`.
+/// connections take theirs from, and its refusals are counted in `meters`. `lease` is this
+/// instance's own (see [`process_liveness`]).
 pub(crate) fn seams(
     redis: &RedisConn,
     machine_id: &str,
@@ -72,6 +73,7 @@ pub(crate) fn seams(
     closing: tokio_util::sync::CancellationToken,
     connections: &crate::limits::Connections,
     meters: &crate::telemetry::Meters,
+    lease: &Arc<Lease>,
 ) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
     let cfg = &config.ha;
     let relay = relay::HttpRelay::new(
@@ -98,6 +100,7 @@ pub(crate) fn seams(
         machine_id,
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
+        process_liveness(redis, cfg, lease),
     );
     Some((Arc::new(directory), Arc::new(relay)))
 }

@@ -47,7 +47,9 @@ impl<'de> Deserialize<'de> for Incoming {
 struct Fields {
     #[serde(default)]
     jsonrpc: Option<Version>,
-    #[serde(default)]
+    /// `null` kept as a raw `null` (an `Option` would read it as absent): a request with
+    /// `"id": null` is not a notification.
+    #[serde(default, deserialize_with = "present")]
     id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<String>,
@@ -80,6 +82,11 @@ impl<'de> Deserialize<'de> for Version {
         }
         d.deserialize_str(Judge)
     }
+}
+
+/// A field that is there, whatever its value (`null` included).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
 impl Fields {
@@ -118,14 +125,25 @@ impl Incoming {
     /// Classifies the message, or says why it is not valid JSON-RPC. The error carries the id
     /// when one could be read, so the answer can name the request.
     pub fn classify(self) -> Result<Message, (Option<Box<RawValue>>, ErrorData)> {
+        // `"id": null` names nothing. A method with it is still a request (a notification has
+        // no `id` at all), and MCP forbids a `null` id.
+        let null_id = self.id.as_ref().is_some_and(|id| id.get() == "null");
+        let id = self.id.filter(|_| !null_id);
         if !self.jsonrpc_2_0 {
             return Err((
-                self.id,
+                id,
                 super::errors::invalid_request("Invalid Request: jsonrpc must be \"2.0\""),
             ));
         }
-        // `"id": null` is not a valid request id; serde maps it to a raw `null`.
-        let id = self.id.filter(|id| id.get() != "null");
+        if self.method.is_some() && (null_id || id.as_ref().is_some_and(|id| !is_request_id(id))) {
+            // Not echoed: the client could not tell its request by it.
+            return Err((
+                None,
+                super::errors::invalid_request(
+                    "Invalid Request: a request's id must be a string or an integer",
+                ),
+            ));
+        }
         match (self.method, id) {
             (Some(method), Some(id)) => Ok(Message::Request {
                 id,
@@ -155,6 +173,18 @@ impl Incoming {
                 super::errors::invalid_request("Invalid Request: missing method"),
             )),
         }
+    }
+}
+
+/// Whether `id` may name a request: MCP allows a string or an integer (not `null`, a
+/// fraction, a boolean, an array or an object). A number's text is as the client wrote it: an
+/// integer has neither a point nor an exponent.
+fn is_request_id(id: &RawValue) -> bool {
+    let text = id.get().as_bytes();
+    match text.first() {
+        Some(b'"') => true,
+        Some(b'-' | b'0'..=b'9') => text[1..].iter().all(u8::is_ascii_digit),
+        _ => false,
     }
 }
 
@@ -376,7 +406,16 @@ mod props {
     fn envelope() -> impl Strategy<Value = Value> {
         (
             field(vec![json!("2.0"), json!("1.0"), json!(2.0), Value::Null]),
-            field(vec![json!(1), json!("a"), Value::Null, json!({"x": 1})]),
+            field(vec![
+                json!(1),
+                json!("a"),
+                Value::Null,
+                json!({"x": 1}),
+                json!(-7),
+                json!(1.5),
+                json!(true),
+                json!([1]),
+            ]),
             field(vec![
                 json!("ping"),
                 json!("tools/call"),
@@ -438,6 +477,14 @@ mod props {
         if jsonrpc.as_deref() != Some("2.0") {
             return Expected::Invalid(id);
         }
+        // MCP: a request's id is a string or an integer, never `null`.
+        let request_id = |id: &Value| id.is_string() || id.is_i64() || id.is_u64();
+        if method.is_some()
+            && o.get("id")
+                .is_some_and(|id| id.is_null() || !request_id(id))
+        {
+            return Expected::Invalid(None);
+        }
         match (method, id) {
             (Some(m), Some(id)) => Expected::Request(id, m),
             (Some(m), None) => Expected::Notification(m),
@@ -493,8 +540,8 @@ mod props {
             }
         }
 
-        /// Every JSON value is classified exactly as the JSON-RPC rules (and serde's treatment
-        /// of `null` as absent) say, ids read back unchanged.
+        /// Every JSON value is classified exactly as the JSON-RPC rules (with MCP's request ids,
+        /// and serde's treatment of `null` as absent elsewhere) say, ids read back unchanged.
         #[test]
         fn any_json_value_is_classified_by_the_rules(v in prop_oneof![json_value(), envelope()]) {
             prop_assert_eq!(actual(&v.to_string()), expected(&v));

@@ -204,6 +204,7 @@ impl ServerBuilder {
                 phases.closing.clone(),
                 &connections,
                 &meters,
+                &lease,
             )
         {
             ownership = ownership.or(Some(o));

@@ -25,7 +25,9 @@ mod tracking;
 
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::{LogId, SessionSealer};
-pub(crate) use lifecycle::{Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing};
+pub(crate) use lifecycle::{
+    LegacyStream, Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing,
+};
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
 pub use ownership::{Lease, Owner, Ownership};

@@ -36,6 +36,13 @@ pub enum Owner {
 pub trait Ownership: Send + Sync + 'static {
     /// `record.node_id` names the last holder written to the store.
     async fn owner(&self, record: &SessionRecord) -> Owner;
+
+    /// Whether the process that ran as instance `node` at `since` (Unix ms) is gone for good,
+    /// and with it what lived only there: a 2024-11-05 session's stream, which nothing can
+    /// take over. `false` when that is not known (the default, and whenever Redis cannot say).
+    async fn process_gone(&self, _node: &str, _since_ms: u64) -> bool {
+        false
+    }
 }
 
 /// How long this instance may serve the sessions it holds without confirming them in the store:

@@ -78,8 +78,14 @@ impl RequestMeta {
     }
 
     pub fn supports(&self, capability: &str) -> bool {
-        self.client_capabilities.get(capability).is_some()
+        declares(&self.client_capabilities, capability)
     }
+}
+
+/// Whether client capabilities `capabilities` declare `capability` (present, and not `null`),
+/// in either era.
+pub(crate) fn declares(capabilities: &Value, capability: &str) -> bool {
+    capabilities.get(capability).is_some_and(|c| !c.is_null())
 }
 
 /// One round of a stateless request: the answers the client has given so far, and the input
@@ -128,12 +134,13 @@ impl Round {
     ) -> Result<Option<Value>, ErrorData> {
         match self.answers.get(key) {
             Some(v) => {
-                check_answer_shape(key, method, v)?;
+                let v = in_result_shape(method, v);
+                check_answer_shape(key, method, &v)?;
                 let mut used = self.used.lock();
                 if !used.iter().any(|k| k == key) {
                     used.push(key.to_string());
                 }
-                Ok(Some(v.clone()))
+                Ok(Some(v))
             }
             None => {
                 let mut asked = self.asked.lock();
@@ -159,6 +166,21 @@ impl Round {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// The answer as its method's result: an elicitation answered with `status` instead of
+/// `action` (as some clients send it, and as the reference accepts it: contract 20.5) reads as
+/// one with `action`.
+fn in_result_shape(method: &str, v: &Value) -> Value {
+    let mut v = v.clone();
+    if method == "elicitation/create"
+        && let Some(answer) = v.as_object_mut()
+        && !answer.contains_key("action")
+        && let Some(status) = answer.get("status").cloned()
+    {
+        answer.insert("action".to_string(), status);
+    }
+    v
 }
 
 /// Rejects answers that cannot be what the method returns (`-32602`).

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, header};
-use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 
@@ -171,16 +170,12 @@ fn challenge(res: &mut Response, value: &str) {
 /// to send its body: the refusal is its answer at once, without the body and so without an id
 /// (reading the body would make the server ask for it).
 async fn request_id(app: &App, req: Request) -> Option<Box<RawValue>> {
-    #[derive(Deserialize)]
-    struct Id {
-        id: Option<Box<RawValue>>,
-    }
     if req.method() != Method::POST || expects_continue(req.headers()) {
         return None;
     }
     let limit = app.config().http.max_body_bytes;
     let body = axum::body::to_bytes(req.into_body(), limit).await.ok()?;
-    serde_json::from_slice::<Id>(&body).ok()?.id
+    respond::message_id(&body)
 }
 
 fn expects_continue(headers: &http::HeaderMap) -> bool {

@@ -15,13 +15,7 @@ use crate::protocol::errors;
 
 /// `Content-Type` and `Accept` of a POST, before the body is read.
 pub(super) fn post_headers(head: &Head) -> Result<(), Response> {
-    if !head.json_body {
-        return Err(respond::rpc_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            &errors::server("Unsupported Media Type: Content-Type must be application/json"),
-        ));
-    }
+    json_body(head)?;
     // Lenient when Accept is absent (some clients omit it), strict when it excludes us.
     if head.accept.is_some_and(|a| !a.json && !a.sse) {
         return Err(respond::rpc_error(
@@ -33,6 +27,20 @@ pub(super) fn post_headers(head: &Head) -> Result<(), Response> {
         ));
     }
     Ok(())
+}
+
+/// A POST's body must be JSON (`Content-Type`), before it is read: on `/mcp`, and on the
+/// 2024-11-05 transport's `/message`, whose answer goes to the stream (so `Accept` says
+/// nothing there).
+pub(super) fn json_body(head: &Head) -> Result<(), Response> {
+    if head.json_body {
+        return Ok(());
+    }
+    Err(respond::rpc_error(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        None,
+        &errors::server("Unsupported Media Type: Content-Type must be application/json"),
+    ))
 }
 
 /// A GET must accept `text/event-stream`.

@@ -11,7 +11,7 @@
 //! | [`Client`] | `DELETE /mcp`, `/sse`, `/message` (and within [`Post`]) | who sent it: principal, limit key ([`super::client_key`]) |
 //! | [`Located`] | `POST /mcp` (within [`Post`]) | the body under its limit (413, 408), a batch its version header forbids (400), then, for a session-era request by its headers ([`era`]), where its session is ([`locate`]): answered by its holder through the relay seam, or served here, or refused once the request's id is known |
 //! | [`Held`] | `GET`, `DELETE /mcp` | where its session is: relayed, served here, or refused at once |
-//! | [`Pinned`] | `POST /message` | `sessionId` (400), the body, where its pinned session is: relayed, here, or refused |
+//! | [`Pinned`] | `POST /message` | `Content-Type` (415), one `sessionId` (400), the body, where its pinned session is: relayed, here, or refused |
 //!
 //! The checks themselves live in the modules named; this file only puts them in front. What
 //! needs the parsed body (the era of a POST once its `_meta` may decide, the session-era
@@ -21,12 +21,11 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, Method, StatusCode};
-use serde::Deserialize;
 
 use super::client_key::Client;
 use super::head::Head;
@@ -146,27 +145,33 @@ pub(super) struct Pinned {
     pub body: Bytes,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct MessageQuery {
-    session_id: Option<String>,
+/// The one `sessionId` of `/message`'s query: `400` when there is none, and when there are
+/// two (which one names the session would be a guess, like a repeated `Mcp-Session-Id`).
+fn message_session_id(query: Option<&str>) -> Result<String, Response> {
+    let refuse = |why| {
+        Err(respond::rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            &errors::server(why),
+        ))
+    };
+    let mut ids = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(name, _)| name == "sessionId")
+        .map(|(_, id)| id);
+    match (ids.next(), ids.next()) {
+        (Some(id), None) => Ok(id.into_owned()),
+        (None, _) => refuse("Bad Request: sessionId is required"),
+        (Some(_), Some(_)) => refuse("Bad Request: sessionId is repeated"),
+    }
 }
 
 impl FromRequest<Arc<Endpoint>> for Pinned {
     type Rejection = Response;
 
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
-        let (mut parts, body) = req.into_parts();
-        let Query(query) = Query::<MessageQuery>::from_request_parts(&mut parts, ep)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let Some(sid) = query.session_id else {
-            return Err(respond::rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                &errors::server("Bad Request: sessionId is required"),
-            ));
-        };
+        checks::json_body(&Head::read(req.headers()))?;
+        let (parts, body) = req.into_parts();
+        let sid = message_session_id(parts.uri.query())?;
         let (parts, body) = received(parts, body, ep).await?;
         // The relay seam: decided from the query alone, before the body is parsed.
         let principal = authorize::principal(&parts.extensions);

@@ -115,8 +115,11 @@ fn is_stateless(default: DefaultEra, head: &Head, message: &Message) -> bool {
         if method == "initialize" && !head.version.names_stateless_era() {
             return false;
         }
-        // A version header of the new era, or an unknown one, on a request without a session.
-        return !has_session;
+        // A version header of the new era is a 2026-07-28 request, whatever session it names
+        // (that era has none: contract 20.2), whose missing `_meta` is then what is wrong; an
+        // unknown version on a request without a session is claimed by that era too (and
+        // answered `-32022`), with a session it is a session-era request's bad version.
+        return head.version.names_stateless_era() || !has_session;
     }
     if method == "initialize" || has_session {
         return false;
@@ -125,7 +128,7 @@ fn is_stateless(default: DefaultEra, head: &Head, message: &Message) -> bool {
 }
 
 /// Whether `params._meta` names a protocol version.
-fn meta_version(params: Option<&RawValue>) -> bool {
+pub(super) fn meta_version(params: Option<&RawValue>) -> bool {
     #[derive(Deserialize)]
     struct Peek {
         #[serde(rename = "_meta")]

@@ -22,6 +22,8 @@ use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use http::StatusCode;
 use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::client_key::Client;
 use super::driver::{self, Started};
@@ -33,18 +35,21 @@ use crate::context::{Caller, Outbound};
 use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{Incoming, Message, encode_result, errors};
-use crate::session::{Missing, Session};
+use crate::session::{LegacyStream, Missing, Session};
 
 /// Ends the session when its stream's connection goes away, and frees the stream's place in
 /// flight.
 struct StreamGuard {
     app: App,
     id: Arc<str>,
+    /// The stream's end, for what waits on it ([`end_in_a_graceful_stop`]).
+    stop: CancellationToken,
     _slot: crate::limits::Slot,
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
+        self.stop.cancel();
         // Closed here at once, so a POST that follows finds no session (and no `initialize`
         // can open it again); the shared state goes in the background.
         self.app.sessions().legacy_stream_closed(&self.id);
@@ -67,10 +72,12 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         Err(res) => return res,
     };
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
-    // Ends when a graceful stop stops accepting connections (the client opens `/sse` again,
-    // elsewhere: this transport's sessions cannot move), and when its session ends another way
-    // (deleted, expired: `Sessions::end_legacy_stream`), so the client learns it is gone.
-    let stop = app.phases().closing.child_token();
+    // Ends in a graceful stop once the session's running requests answered (the client opens
+    // `/sse` again, elsewhere: this transport's sessions cannot move), and when its session
+    // ends another way (deleted, expired: `Sessions::end_legacy_stream`), so the client learns
+    // it is gone.
+    let stop = CancellationToken::new();
+    let runs = TaskTracker::new();
     let events = app
         .events()
         .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());
@@ -78,21 +85,63 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
     // What the event store cannot take reaches the stream this way (not resumable, like
-    // everything on this transport), and ends with it.
+    // everything on this transport), and so do the last answers of a graceful stop.
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
-    app.sessions()
-        .legacy_stream_opened(id.clone(), line, client.owner(), stop.clone());
-    let direct = tokio_stream::wrappers::UnboundedReceiverStream::new(direct)
-        .take_until(stop.cancelled_owned())
-        .map(|data| sse::message_frame(&data));
+    let stream = LegacyStream {
+        line,
+        owner: client.owner().map(Arc::from),
+        stop: stop.clone(),
+        runs: runs.clone(),
+    };
+    app.sessions().legacy_stream_opened(id.clone(), stream);
+    tokio::spawn(end_in_a_graceful_stop(app.clone(), stop.clone(), runs));
+    let direct = drained(direct, stop.clone()).map(|data| sse::message_frame(&data));
     let guard = StreamGuard {
         app: app.clone(),
         id,
+        stop,
         _slot: slot,
     };
     let frames = stream::once(async move { endpoint })
         .chain(stream::select(messages(events, guard), direct.boxed()));
     sse::streaming(frames, sse::keepalive_every(&app.config().http))
+}
+
+/// Ends a 2024-11-05 stream (`stop`) in a graceful stop: once the server closes and its
+/// session's running requests (`runs`) have answered, or when the grace period is over.
+/// Returns at once when the stream ends another way.
+async fn end_in_a_graceful_stop(app: App, stop: CancellationToken, runs: TaskTracker) {
+    let phases = app.phases();
+    let answered = async {
+        phases.closing.cancelled().await;
+        runs.close();
+        runs.wait().await;
+    };
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        _ = phases.shutdown.cancelled() => {}
+        _ = answered => {}
+    }
+    stop.cancel();
+}
+
+/// The direct line's messages while the stream is open, then, once it ends (`stop`), those
+/// already queued on it: a graceful stop's last answers, sent just before.
+fn drained(
+    line: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    stop: CancellationToken,
+) -> impl futures_util::Stream<Item = Bytes> {
+    stream::unfold((line, stop, false), |(mut line, stop, ended)| async move {
+        if !ended {
+            tokio::select! {
+                biased;
+                data = line.recv() => return data.map(|d| (d, (line, stop, false))),
+                _ = stop.cancelled() => line.close(),
+            }
+        }
+        let data = line.recv().await?;
+        Some((data, (line, stop, true)))
+    })
 }
 
 /// The stream's messages, without event ids (this transport has no resumption); the guard
@@ -140,8 +189,16 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
         Ok(session) => session,
         // Held here, but the store cannot say so right now (or this instance is full): the
         // session is not gone, so the answer is the session era's `503`, not a `404` that
-        // would make the client drop a stream that is still open.
-        Err(why @ (Missing::StoreUnavailable | Missing::Unconfirmed | Missing::Full)) => {
+        // would make the client drop a stream that is still open. An id that does not open,
+        // or a session that ended (expired, or gone with the instance that had its stream),
+        // gets the session era's answer for it too.
+        Err(
+            why @ (Missing::StoreUnavailable
+            | Missing::Unconfirmed
+            | Missing::Full
+            | Missing::Invalid
+            | Missing::Expired),
+        ) => {
             let rid = match &message {
                 Message::Request { id, .. } => Some(&**id),
                 _ => None,
@@ -164,7 +221,12 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
             if let Err(scope) = driver::permitted(app, &method, params.as_deref(), principal) {
                 return authorize::insufficient_scope(app, Some(&id), &scope);
             }
-            tokio::spawn(run(app.clone(), session, client, id, method, params));
+            let running = run(app.clone(), session, client, id, method, params);
+            // Tracked with the stream, so a graceful stop ends it only once this answered.
+            match app.sessions().legacy_runs(&sid) {
+                Some(runs) => runs.spawn(running),
+                None => tokio::spawn(running),
+            };
         }
     }
     respond::accepted()
@@ -211,11 +273,13 @@ async fn run(
     }
 }
 
-/// Queues a message on session `sid`'s stream: through the event store, or, once the store
-/// failed (`degraded`), on the stream's direct line, so an answer is not lost while Redis is
-/// down.
+/// Queues a message on session `sid`'s stream: through the event store, or on the stream's
+/// direct line once the store failed (`degraded`), so an answer is not lost while Redis is
+/// down, and once a graceful stop began: the stream then ends as soon as its session's
+/// running requests answered, and drains its direct line before it ends, where the event
+/// store's reader could be cut off before it delivered the last answers.
 async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
-    if !degraded.load(Ordering::Acquire) {
+    if !degraded.load(Ordering::Acquire) && !app.phases().closing.is_cancelled() {
         let Err(e) = app
             .events()
             .append(sid, STANDALONE_STREAM, data.clone())
@@ -268,12 +332,9 @@ async fn initialize(
                 &errors::invalid_request("Invalid Request: this session is already initialized"),
             );
         }
-        Err(Missing::Invalid) => {
-            return locate::invalid_session_id(Some(rid));
-        }
-        // An ended session is never opened again under its old id.
-        Err(Missing::Deleted | Missing::Expired) => {
-            return respond::text(StatusCode::NOT_FOUND, "Session not found");
+        // Not ours, or ended: an ended session is never opened again under its old id.
+        Err(why @ (Missing::Invalid | Missing::Deleted | Missing::Expired)) => {
+            return locate::refuse(*why, locate::Asker::Post, Some(rid));
         }
         // Opened here already, but the store cannot confirm it now: refused like any other
         // message, so the retry finds the session, never a second one in its place.

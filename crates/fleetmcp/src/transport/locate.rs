@@ -164,21 +164,23 @@ pub(super) async fn pinned(
         Lookup::Missing(why) => return Ok(Err(why)),
         Lookup::Elsewhere(node) => node,
     };
-    Err(
-        match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
-            Relayed::Answered(res) | Relayed::Failed(res) => res,
-            // The instance with its stream did not answer, or cannot be found (its heartbeat is
-            // gone): it may have stopped, taking the stream and the session with it (its client
-            // sees the stream end), or only have lost Redis with the stream still open. Nothing
-            // can take the session over, and a `404` would make the client drop a stream that
-            // may be alive: the documented `503`, and the client retries.
-            Relayed::HolderGone(_) => respond::unavailable(
-                None,
-                "The instance holding this session's stream cannot be reached; retry shortly",
-                1,
-            ),
-        },
-    )
+    match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
+        Relayed::Answered(res) | Relayed::Failed(res) => Err(res),
+        // The instance with its stream cannot be found (its heartbeat is gone). Once its
+        // process is certainly gone (`Sessions::pinned_stream_gone`), the stream and the
+        // session went with it: nothing can take it over, and the client must open a new one,
+        // which the contract's `404` for an ended session tells it.
+        Relayed::HolderGone(_) if ep.app.sessions().pinned_stream_gone(sid, &node).await => {
+            Ok(Err(Missing::Expired))
+        }
+        // It may only have lost Redis with the stream still open: a `404` would make the
+        // client drop a stream that may be alive. The documented `503`, and the client retries.
+        Relayed::HolderGone(_) => Err(respond::unavailable(
+            respond::message_id(body).as_deref(),
+            "The instance holding this session's stream cannot be reached; retry shortly",
+            1,
+        )),
+    }
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
@@ -266,7 +268,7 @@ pub(super) fn refuse(why: Missing, asker: Asker, id: Option<&RawValue>) -> Respo
     }
 }
 
-pub(super) fn invalid_session_id(id: Option<&RawValue>) -> Response {
+fn invalid_session_id(id: Option<&RawValue>) -> Response {
     respond::rpc_error(
         StatusCode::NOT_FOUND,
         id,

@@ -39,6 +39,16 @@ pub(crate) fn error_reply(
     }
 }
 
+/// The `id` of the single JSON-RPC message in `body`, read only to echo it in a refusal
+/// (`None` for a notification, a batch, or a body that is not JSON).
+pub(crate) fn message_id(body: &[u8]) -> Option<Box<RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<Box<RawValue>>,
+    }
+    serde_json::from_slice::<Id>(body).ok()?.id
+}
+
 pub(crate) fn text(status: StatusCode, body: &'static str) -> Response {
     let mut res = Response::new(Body::from(body));
     *res.status_mut() = status;

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use super::client_key::Client;
 use super::driver::{self, Started, Streaming};
-use super::{listen, mirrored, respond, sse};
+use super::{PROTOCOL_VERSION_HEADER, listen, mirrored, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -50,8 +50,25 @@ pub(super) async fn serve(
     client: Client,
 ) -> Response {
     let (id, method, params) = match message {
-        // The core protocol defines no client notifications over HTTP in this era.
-        Message::Notification { .. } => return respond::accepted(),
+        // The core protocol defines no client notifications over HTTP in this era: one is
+        // checked as far as its version header (contract 20.3), then accepted. A client that
+        // declared the era in `_meta` must send the header too.
+        Message::Notification { params, .. } => {
+            if headers.get(PROTOCOL_VERSION_HEADER).is_none()
+                && super::era::meta_version(params.as_deref())
+            {
+                return respond::rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    &ErrorData::new(
+                        ErrorCode::HEADER_MISMATCH,
+                        "Header mismatch: MCP-Protocol-Version header is required",
+                        None,
+                    ),
+                );
+            }
+            return respond::accepted();
+        }
         Message::Response { id, .. } => {
             return respond::rpc_error(
                 StatusCode::BAD_REQUEST,

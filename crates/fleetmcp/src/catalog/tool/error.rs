@@ -65,7 +65,9 @@ where
         Ok(e) => {
             return match *e {
                 ClientRequestError::InputRequired => Classified::InputRequired,
-                ClientRequestError::InvalidInput(e) => Classified::Protocol(e),
+                ClientRequestError::InvalidInput(e) | ClientRequestError::MissingCapability(e) => {
+                    Classified::Protocol(e)
+                }
                 other => Classified::Failed(other.to_string()),
             };
         }

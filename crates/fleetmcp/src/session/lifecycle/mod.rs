@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::id::{SessionIdPayload, SessionSealer};
 use super::live::{Ended, LiveSessions, Session};
@@ -40,10 +41,19 @@ use crate::protocol::ProtocolVersion;
 /// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
 pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
 
-/// A 2024-11-05 stream open here: its direct line, the fingerprint of the principal that
-/// opened it (none without authorization), and what ends the stream (its session lives as long
-/// as the stream, so a session ended another way, deleted or expired, ends it too).
-type LegacyStream = (LegacyLine, Option<Arc<str>>, CancellationToken);
+/// A 2024-11-05 stream open here (`transport/legacy_sse.rs`).
+pub struct LegacyStream {
+    /// Messages for the stream that do not go through the event store.
+    pub line: LegacyLine,
+    /// The fingerprint of the principal that opened it (none without authorization).
+    pub owner: Option<Arc<str>>,
+    /// Ends the stream. Its session lives as long as the stream, so a session ended another
+    /// way (deleted, expired) ends it too.
+    pub stop: CancellationToken,
+    /// The session's requests while they run: a graceful stop ends the stream only once they
+    /// answered on it.
+    pub runs: TaskTracker,
+}
 
 /// Where a session's request is served: what [`Sessions::find`] answers, and what transport
 /// acts on (`transport/locate.rs`, which adds the two cases it alone sees: no id at all, and a
@@ -240,26 +250,16 @@ impl Sessions {
         map.insert(id.into(), (node.to_string(), Instant::now()));
     }
 
-    /// Records that the 2024-11-05 stream of session `id` is open on this instance, with the
-    /// direct line to it, opened by the principal whose fingerprint is `owner` (none without
-    /// authorization).
-    pub fn legacy_stream_opened(
-        &self,
-        id: Arc<str>,
-        direct: LegacyLine,
-        owner: Option<&str>,
-        stop: CancellationToken,
-    ) {
-        self.legacy_streams
-            .lock()
-            .insert(id, (direct, owner.map(Arc::from), stop));
+    /// Records that the 2024-11-05 stream of session `id` is open on this instance.
+    pub fn legacy_stream_opened(&self, id: Arc<str>, stream: LegacyStream) {
+        self.legacy_streams.lock().insert(id, stream);
     }
 
     /// Ends `id`'s 2024-11-05 stream, when one is open here: its session ended.
     pub(super) fn end_legacy_stream(&self, id: &str) {
         let streams = self.legacy_streams.lock();
-        if let Some((_, _, stop)) = streams.get(id) {
-            stop.cancel();
+        if let Some(stream) = streams.get(id) {
+            stream.stop.cancel();
         }
     }
 
@@ -268,7 +268,16 @@ impl Sessions {
         self.legacy_streams
             .lock()
             .get(id)
-            .map(|(l, _, _)| l.clone())
+            .map(|stream| stream.line.clone())
+    }
+
+    /// What tracks the running requests of `id`'s 2024-11-05 session, when its stream is open
+    /// here.
+    pub fn legacy_runs(&self, id: &str) -> Option<TaskTracker> {
+        self.legacy_streams
+            .lock()
+            .get(id)
+            .map(|stream| stream.runs.clone())
     }
 
     /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal `owner` (or,
@@ -277,7 +286,7 @@ impl Sessions {
         self.legacy_streams
             .lock()
             .get(id)
-            .is_some_and(|(_, o, _)| o.as_deref() == owner)
+            .is_some_and(|stream| stream.owner.as_deref() == owner)
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
@@ -360,9 +369,12 @@ impl Sessions {
         sealer.seal(&payload).ok_or(OpenError::SealFailed)
     }
 
-    /// Whether `id` was minted by this deployment (opens under its secret).
-    pub fn verifies(&self, id: &str) -> bool {
-        !id.is_empty() && id.trim() == id && self.sealer.as_ref().and_then(|s| s.open(id)).is_some()
+    /// What id `id` carries, when this deployment minted it (it opens under its secret).
+    fn opened(&self, id: &str) -> Option<SessionIdPayload> {
+        if id.is_empty() || id.trim() != id {
+            return None;
+        }
+        self.sealer.as_ref()?.open(id)
     }
 
     /// Holds a new session here and writes its record to the store (bounded: a store that does
@@ -451,13 +463,14 @@ impl Sessions {
 
     /// [`Sessions::find`] for a session this instance does not hold.
     async fn find_not_held(&self, id: &str) -> Lookup {
-        if let Some(missing) = self.not_servable(id) {
-            return Lookup::Missing(missing);
-        }
+        let payload = match self.servable(id) {
+            Ok(payload) => payload,
+            Err(missing) => return Lookup::Missing(missing),
+        };
         // A 2024-11-05 session is served through `/message` only ([`Sessions::find_pinned`]),
         // never relayed to its holder's `/mcp`, nor taken over: its stream died with its
         // holder, and a copy here would accept requests whose answers reach no one.
-        if self.is_pinned(id) {
+        if payload.protocol == PINNED_PROTOCOL {
             return Lookup::Missing(Missing::Unknown);
         }
         // A holder seen a while ago is where the session most likely still is: when the store
@@ -557,52 +570,56 @@ impl Sessions {
             }
             return self.still_stored(s).await;
         }
-        if let Some(missing) = self.not_servable(id) {
-            return Lookup::Missing(missing);
-        }
-        if !self.is_pinned(id) {
+        let payload = match self.servable(id) {
+            Ok(payload) => payload,
+            Err(missing) => return Lookup::Missing(missing),
+        };
+        if payload.protocol != PINNED_PROTOCOL {
             return Lookup::Missing(Missing::Unknown);
         }
         let Some(owner) = &self.ownership else {
             return Lookup::Missing(Missing::Unknown);
         };
         // Such a session never moves: its stream is on the instance that minted its id, for
-        // its whole life. A request for one minted elsewhere goes there without reading the
-        // store (which may not answer: the relay does not need it).
-        if let Some(node) = self.minted_elsewhere(id) {
-            return Lookup::Elsewhere(node);
+        // its whole life, initialized or not (a `GET /sse` names no holder in the store until
+        // `initialize`). A request for one minted elsewhere goes there without reading the
+        // store (which may not answer: the relay does not need it). That instance answers for
+        // the id itself; one that no longer runs is no holder (the relay says so).
+        if payload.node_id != self.machine_id {
+            return Lookup::Elsewhere(payload.node_id);
         }
+        // Minted here, and not held: its stream closed, or this process is not the one that
+        // opened it (restarted under the same machine id).
         match self.read(id).await {
             Ok(Some(record)) => match owner.owner(&record).await {
                 Owner::Peer(node) => Lookup::Elsewhere(node),
                 // Its stream was on the stopped holder: nothing to take over.
                 Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
-            // Not initialized yet: its stream is open on the instance that minted the id (a
-            // `GET /sse` names no holder in the store until `initialize`), so a POST that
-            // lands elsewhere goes there. That instance answers for the id itself; one that
-            // no longer runs is no holder (the relay says so).
-            Ok(None) => match self.minted_elsewhere(id) {
-                Some(node) => Lookup::Elsewhere(node),
-                None => Lookup::Missing(Missing::Unknown),
-            },
+            Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),
         }
+    }
+
+    /// Whether pinned session `id`'s stream is gone for good: the process of `minter` (the
+    /// instance that minted the id, and opened its stream) that ran when the id was minted is
+    /// gone (stopped, crashed, or restarted since). Nothing can take such a session over, so
+    /// it ended with that process. `false` whenever that is not certain.
+    pub async fn pinned_stream_gone(&self, id: &str, minter: &str) -> bool {
+        let (Some(owner), Some(payload)) = (&self.ownership, self.opened(id)) else {
+            return false;
+        };
+        // `iat` counts whole seconds: the end of that second, so that a process that started
+        // in the same second as the id was minted is never taken for a newer one.
+        let minted_by = payload.iat.saturating_mul(1000).saturating_add(999);
+        owner.process_gone(minter, minted_by).await
     }
 
     /// Whether `id` is a 2024-11-05 session's (`GET /sse`): it lives in its stream, on the
     /// instance that has it, and can never be served anywhere else.
     pub fn is_pinned(&self, id: &str) -> bool {
-        self.sealer
-            .as_ref()
-            .and_then(|s| s.open(id))
+        self.opened(id)
             .is_some_and(|p| p.protocol == PINNED_PROTOCOL)
-    }
-
-    /// The instance that minted `id`, when it is another one than this.
-    fn minted_elsewhere(&self, id: &str) -> Option<String> {
-        let minted_by = self.sealer.as_ref()?.open(id)?.node_id;
-        (minted_by != self.machine_id).then_some(minted_by)
     }
 
     /// Ends a session everywhere: here at once, then its events and its stored record.
@@ -636,13 +653,17 @@ impl Sessions {
         }
     }
 
-    /// Why an id not held here cannot be served, when that is known without the store.
-    fn not_servable(&self, id: &str) -> Option<Missing> {
-        if !self.verifies(id) {
+    /// What an id not held here carries, or why it cannot be served when that is known
+    /// without the store. Opened once: about 8,600 instructions each time.
+    fn servable(&self, id: &str) -> Result<SessionIdPayload, Missing> {
+        let Some(payload) = self.opened(id) else {
             tracing::warn!("parseInput: mcp-session-id is not a session this server verified");
-            return Some(Missing::Invalid);
+            return Err(Missing::Invalid);
+        };
+        match self.ended_here(id) {
+            Some(missing) => Err(missing),
+            None => Ok(payload),
         }
-        self.ended_here(id)
     }
 
     /// Why session `id` is not served, when it ended on this instance.
