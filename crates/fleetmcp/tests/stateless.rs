@@ -7,7 +7,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fleetmcp::{Config, LogLevel, NoArgs, Server, prompt, tool};
+use fleetmcp::{Config, LogLevel, NoArgs, Server, prompt, resource, tool};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{SECRET, SseStream, TestServer, config_with, eventually, mcp_post, serve, within};
@@ -62,7 +62,13 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
             Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
         }))
-        .prompt(prompt("p").description("A prompt").get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }));
+        .prompt(prompt("p").description("A prompt").get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }))
+        .resource(resource("test://asks", "asks").description("Asks who reads it").read(|uri, ctx| async move {
+            let q = json!({"message": "Who?", "requestedSchema": {"type": "object", "properties": {"who": {"type": "string"}}}});
+            let who = ctx.ask("who", "elicitation/create", q).await?;
+            let text = format!("for {}", who["content"]["who"].as_str().unwrap_or("?"));
+            Ok(vec![fleetmcp::model::ResourceContents::text(text, uri)])
+        }));
     serve(builder, config_with(SECRET, tweak)).await
 }
 
@@ -436,6 +442,31 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let r3 = result(&b);
     assert_eq!(r3["resultType"], "complete", "{r3}");
     assert_eq!(r3["content"][0]["text"], "Ada likes green");
+
+    // A retried round's result carries no caching hints (mcp-transports.md 8.5), even a
+    // resource read's, which the first round's complete answer would.
+    let (h, r1) = modern(
+        "resources/read",
+        json!({"uri": "test://asks", "_meta": elicit_meta()}),
+    );
+    let (_, _, b) = post(&s.mcp, &h, &r1).await;
+    let state = state_asking(&b, "who");
+    let mut retry = r1.clone();
+    retry["params"]["inputResponses"] =
+        json!({"who": {"action": "accept", "content": {"who": "Ada"}}});
+    retry["params"]["requestState"] = json!(state);
+    let (st, _, b) = post(&s.mcp, &h, &retry).await;
+    let read = result(&b);
+    assert_eq!(
+        (st, &read["contents"][0]["text"]),
+        (StatusCode::OK, &json!("for Ada")),
+        "{b}"
+    );
+    assert_eq!(read["resultType"], "complete", "{read}");
+    assert!(
+        read.get("ttlMs").is_none() && read.get("cacheScope").is_none(),
+        "a retry is not cacheable: {read}"
+    );
 
     // A tampered state, or one moved to another request, is refused.
     let (h, bt) = call(

@@ -71,8 +71,8 @@ fn list_cache(app: &App) -> Cache {
 }
 
 /// Serialises a result for the caller's era. 2026-07-28 results carry `resultType`, the
-/// server's identity in `_meta`, and (lists, reads, discover) caching hints; session-era
-/// results carry none of these.
+/// server's identity in `_meta`, and (lists, reads, discover; not a retried round's) caching
+/// hints; session-era results carry none of these.
 pub(crate) fn respond<T: Serialize>(
     app: &App,
     ctx: &RequestContext,
@@ -82,6 +82,7 @@ pub(crate) fn respond<T: Serialize>(
     if !ctx.is_stateless() {
         return reply_of(value);
     }
+    let cache = cache.filter(|_| !matches!(ctx.caller(), Caller::Stateless(r) if r.retry));
     let mut v = serde_json::to_value(value).map_err(|e| errors::internal(e.to_string()))?;
     if let Value::Object(map) = &mut v {
         decorate(app, map, cache);

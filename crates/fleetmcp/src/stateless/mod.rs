@@ -98,6 +98,9 @@ pub(crate) struct Round {
     /// The fingerprint of the caller's principal (authorization on), which the next
     /// `requestState` is bound to as well; `None`: anonymous.
     pub owner: Option<String>,
+    /// The request retries an earlier round (it carries `inputResponses` or `requestState`):
+    /// its result carries no caching hints.
+    pub retry: bool,
     answers: Map<String, Value>,
     asked: Mutex<Vec<(String, Value)>>,
     /// Keys whose answers the handler used this round: only those are sealed into the next
@@ -118,6 +121,7 @@ impl Round {
             method,
             digest,
             owner,
+            retry: false,
             answers,
             asked: Mutex::new(Vec::new()),
             used: Mutex::new(Vec::new()),

@@ -228,7 +228,11 @@ fn round_for(
             }
         }
     }
-    Ok(Round::new(meta, method.to_string(), digest, owner, answers))
+    let mut round = Round::new(meta, method.to_string(), digest, owner, answers);
+    // A retry's result is not cacheable (mcp-transports.md 8.5).
+    round.retry =
+        multi_round && (map.contains_key("requestState") || map.contains_key("inputResponses"));
+    Ok(round)
 }
 
 /// An SSE answer written straight to the connection. When the client closes it, the request
