@@ -406,3 +406,32 @@ fn metrics_count_the_upstream_processes_of_the_sessions_held() {
     assert_eq!(upstreams_open(port, 1, limit), Some(1), "its replacement's");
     gw.assert_no_panic_logged();
 }
+
+/// An upstream's request the client cannot be asked (its id is `null`, which MCP forbids) is
+/// refused back up with `-32600`, so the upstream does not wait for an answer that never comes
+/// (found by review: it was dropped, and the upstream's tool call hung on it).
+#[test]
+fn an_upstream_request_with_a_null_id_is_refused_back_up() {
+    let script = r#"import json, sys
+m = json.loads(sys.stdin.readline())
+r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'odd', 'version': '0'}}
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('method') != 'tools/call':
+        continue
+    print(json.dumps({'jsonrpc': '2.0', 'id': None, 'method': 'roots/list'}), flush=True)
+    reply = json.loads(sys.stdin.readline())
+    text = str(reply.get('error', {}).get('code'))
+    print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': text}]}}), flush=True)
+"#;
+    let dir = TempDir::new("odd-upstream");
+    let path = dir.path().join("odd.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    gw.wait_ready(Duration::from_secs(20));
+    let sid = open_session(gw.port());
+    let resp = call(gw.port(), &sid, "anything", json!({}));
+    assert_eq!(tool_text(&resp), "-32600", "{}", gw.log());
+}

@@ -1714,10 +1714,14 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
 #[test]
 fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
     let redis = RedisServer::start();
+    // A stopping holder keeps its streams through its drain and grace: only past them is its
+    // absence taken for its streams' end (here, half a second).
     let timings = [
         ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
         ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
         ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ("FLEETMCP_DRAIN_MS", "0"),
+        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
     ];
     let mut a = distributed_desk("desk-a", &redis.url(), &timings);
     let b = distributed_desk("desk-b", &redis.url(), &timings);
@@ -1781,6 +1785,51 @@ fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
     let resp = find_tickets(b.port(), &modern);
     assert_tool_ok(&resp, "the session-era session is taken over");
     assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+}
+
+/// A holder stopping gracefully withdraws from the fleet at once (heartbeat and subscription
+/// gone) but keeps its 2024-11-05 streams through its drain: a POST landing on another
+/// instance meanwhile is `503` (retry), never the `404` "session expired" that would make a
+/// client drop a stream that is open (found by review: the first version of the rule above
+/// took the withdrawal for the stream's end). Once the drain and grace are past, `404`.
+#[test]
+fn a_draining_holders_2024_11_05_session_is_not_called_expired() {
+    let redis = RedisServer::start();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ("FLEETMCP_DRAIN_MS", "2500"),
+        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
+    ];
+    let a = distributed_desk("desk-a", &redis.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let (_stream, endpoint) = open_legacy_session(a.port());
+    a.signal("TERM");
+    let stopped = Instant::now();
+    let ended = loop {
+        let (call, id) = legacy_find();
+        let resp = legacy_post(b.port(), &endpoint, &call);
+        let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
+        match resp.status {
+            202 | 503 => {}
+            404 => {
+                assert_eq!(body["id"], id, "{}", resp.describe());
+                break stopped.elapsed();
+            }
+            _ => panic!("{}", resp.describe()),
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(15),
+            "still not 404 15 s after the holder stopped:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        ended >= Duration::from_millis(2500),
+        "called expired {ended:?} after the stop began, within the holder's 2.5 s drain"
+    );
 }
 
 /// Never two holders when a live holder looks dead (the 30-minute soak's finding): another

@@ -21,6 +21,10 @@ use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 use crate::session::{Owner, Ownership, SessionRecord};
 
+/// Most instances remembered as gone at once; beyond it the memory starts over (which only
+/// delays a verdict).
+const MAX_GONE: usize = 1024;
+
 pub(super) struct Directory {
     redis: RedisConn,
     me: String,
@@ -30,6 +34,12 @@ pub(super) struct Directory {
     silent_since: Mutex<HashMap<String, Instant>>,
     /// Whether a process is gone, for what cannot be taken over (`liveness.rs`).
     processes: Arc<dyn ProcessLiveness>,
+    /// How long a stopping instance may keep its streams open after it withdrew from the
+    /// fleet (its drain delay and grace period): until then its absence is no proof that its
+    /// streams are gone.
+    streams_outlive: Duration,
+    /// Instances found gone (by `processes`), and since when.
+    gone_since: Mutex<HashMap<String, Instant>>,
 }
 
 impl Directory {
@@ -39,6 +49,7 @@ impl Directory {
         key_prefix: &str,
         grace: Duration,
         processes: Arc<dyn ProcessLiveness>,
+        streams_outlive: Duration,
     ) -> Self {
         Self {
             redis,
@@ -47,6 +58,8 @@ impl Directory {
             grace,
             silent_since: Mutex::new(HashMap::new()),
             processes,
+            streams_outlive,
+            gone_since: Mutex::new(HashMap::new()),
         }
     }
 
@@ -98,7 +111,20 @@ impl Ownership for Directory {
         }
     }
 
+    /// A stopping instance withdraws (heartbeat and subscription gone) at the start of its
+    /// stop and keeps serving its streams through its drain and grace: only once it has been
+    /// absent longer than that (`streams_outlive`, this instance's own, the fleet sharing its
+    /// configuration) are its streams certainly gone.
     async fn process_gone(&self, node: &str, since_ms: u64) -> bool {
-        node != self.me && self.processes.is_gone(node, since_ms).await
+        if node == self.me || !self.processes.is_gone(node, since_ms).await {
+            self.gone_since.lock().remove(node);
+            return false;
+        }
+        let mut gone = self.gone_since.lock();
+        if gone.len() >= MAX_GONE && !gone.contains_key(node) {
+            gone.clear();
+        }
+        let first = *gone.entry(node.to_string()).or_insert_with(Instant::now);
+        first.elapsed() >= self.streams_outlive
     }
 }

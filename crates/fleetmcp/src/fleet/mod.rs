@@ -101,6 +101,7 @@ pub(crate) fn seams(
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
         process_liveness(redis, cfg, lease),
+        config.drain_delay() + std::time::Duration::from_millis(config.http.shutdown_grace_ms),
     );
     Some((Arc::new(directory), Arc::new(relay)))
 }

@@ -85,8 +85,10 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
     // What the event store cannot take reaches the stream this way (not resumable, like
-    // everything on this transport), and so do the last answers of a graceful stop.
+    // everything on this transport), and ends with it, or, in a graceful stop, once nothing
+    // more can come (`direct_end`).
     let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    let direct_end = stop.child_token();
     let stream = LegacyStream {
         line,
         owner: client.owner().map(Arc::from),
@@ -94,8 +96,14 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         runs: runs.clone(),
     };
     app.sessions().legacy_stream_opened(id.clone(), stream);
-    tokio::spawn(end_in_a_graceful_stop(app.clone(), stop.clone(), runs));
-    let direct = drained(direct, stop.clone()).map(|data| sse::message_frame(&data));
+    tokio::spawn(end_in_a_graceful_stop(
+        app.clone(),
+        id.clone(),
+        stop.clone(),
+        runs,
+        direct_end.clone(),
+    ));
+    let direct = drained(direct, direct_end).map(|data| sse::message_frame(&data));
     let guard = StreamGuard {
         app: app.clone(),
         id,
@@ -107,26 +115,37 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     sse::streaming(frames, sse::keepalive_every(&app.config().http))
 }
 
-/// Ends a 2024-11-05 stream (`stop`) in a graceful stop: once the server closes and its
-/// session's running requests (`runs`) have answered, or when the grace period is over.
-/// Returns at once when the stream ends another way.
-async fn end_in_a_graceful_stop(app: App, stop: CancellationToken, runs: TaskTracker) {
+/// Ends session `id`'s 2024-11-05 stream in a graceful stop: once the server closes and the
+/// session's running requests (`runs`) have answered, the stream ends after what was written
+/// to it (the event store's reader is cut after the last event stored, and the direct line
+/// drained: `direct_end`); when the grace period is over, at once (`stop`). Returns at once
+/// when the stream ends another way.
+async fn end_in_a_graceful_stop(
+    app: App,
+    id: Arc<str>,
+    stop: CancellationToken,
+    runs: TaskTracker,
+    direct_end: CancellationToken,
+) {
     let phases = app.phases();
     let answered = async {
         phases.closing.cancelled().await;
+        // No request starts once this is closed (`post` refuses them).
         runs.close();
         runs.wait().await;
     };
     tokio::select! {
-        _ = stop.cancelled() => return,
-        _ = phases.shutdown.cancelled() => {}
-        _ = answered => {}
+        _ = stop.cancelled() => {}
+        _ = phases.shutdown.cancelled() => stop.cancel(),
+        _ = answered => {
+            app.events().end_reader(&id, STANDALONE_STREAM).await;
+            direct_end.cancel();
+        }
     }
-    stop.cancel();
 }
 
 /// The direct line's messages while the stream is open, then, once it ends (`stop`), those
-/// already queued on it: a graceful stop's last answers, sent just before.
+/// already queued on it.
 fn drained(
     line: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
     stop: CancellationToken,
@@ -221,12 +240,17 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
             if let Err(scope) = driver::permitted(app, &method, params.as_deref(), principal) {
                 return authorize::insufficient_scope(app, Some(&id), &scope);
             }
-            let running = run(app.clone(), session, client, id, method, params);
             // Tracked with the stream, so a graceful stop ends it only once this answered.
-            match app.sessions().legacy_runs(&sid) {
-                Some(runs) => runs.spawn(running),
-                None => tokio::spawn(running),
+            // Once the stop waits for the last ones (or the stream is gone), a new request
+            // could not answer on it: refused, for the client to send again elsewhere.
+            let Some(runs) = app.sessions().legacy_runs(&sid).filter(|r| !r.is_closed()) else {
+                return respond::unavailable(
+                    Some(&id),
+                    "This instance is stopping; open a new stream and retry",
+                    1,
+                );
             };
+            runs.spawn(run(app.clone(), session, client, id, method, params));
         }
     }
     respond::accepted()
@@ -273,13 +297,11 @@ async fn run(
     }
 }
 
-/// Queues a message on session `sid`'s stream: through the event store, or on the stream's
-/// direct line once the store failed (`degraded`), so an answer is not lost while Redis is
-/// down, and once a graceful stop began: the stream then ends as soon as its session's
-/// running requests answered, and drains its direct line before it ends, where the event
-/// store's reader could be cut off before it delivered the last answers.
+/// Queues a message on session `sid`'s stream: through the event store, or, once the store
+/// failed (`degraded`), on the stream's direct line, so an answer is not lost while Redis is
+/// down.
 async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
-    if !degraded.load(Ordering::Acquire) && !app.phases().closing.is_cancelled() {
+    if !degraded.load(Ordering::Acquire) {
         let Err(e) = app
             .events()
             .append(sid, STANDALONE_STREAM, data.clone())

@@ -230,8 +230,8 @@ fn round_for(
     }
     let mut round = Round::new(meta, method.to_string(), digest, owner, answers);
     // A retry's result is not cacheable (mcp-transports.md 8.5).
-    round.retry =
-        multi_round && (map.contains_key("requestState") || map.contains_key("inputResponses"));
+    let carries = |k: &str| map.get(k).is_some_and(|v| !v.is_null());
+    round.retry = multi_round && (carries("requestState") || carries("inputResponses"));
     Ok(round)
 }
 

@@ -343,21 +343,30 @@ impl Link {
 
     /// Routes one message from the upstream.
     async fn route(self: &Arc<Self>, app: &App, session: &Arc<Session>, bytes: Bytes) {
-        let message = serde_json::from_slice::<Incoming>(&bytes)
-            .ok()
-            .and_then(|m| m.classify().ok());
-        match message {
-            Some(Message::Response { id, outcome }) => self.answered(&id, outcome),
-            Some(Message::Notification { method, params }) => {
+        let Ok(incoming) = serde_json::from_slice::<Incoming>(&bytes) else {
+            tracing::warn!(
+                session = %LogId(&session.id),
+                "the upstream sent something that is not a JSON-RPC message; dropped"
+            );
+            return;
+        };
+        let asks = incoming.method.is_some();
+        match incoming.classify() {
+            Ok(Message::Response { id, outcome }) => self.answered(&id, outcome),
+            Ok(Message::Notification { method, params }) => {
                 self.notified(app, session, &method, params.as_deref(), bytes)
                     .await;
             }
-            Some(Message::Request { id, method, params }) => {
+            Ok(Message::Request { id, method, params }) => {
                 self.asked(app, session, id, method, params);
             }
-            None => tracing::warn!(
+            // A request the client cannot be asked (its id is `null` or not a string or an
+            // integer): refused back up, so the upstream does not wait for an answer.
+            Err((id, e)) if asks => self.send_now(encode_error(id.as_deref(), &e)),
+            Err((_, e)) => tracing::warn!(
                 session = %LogId(&session.id),
-                "the upstream sent something that is not a JSON-RPC message; dropped"
+                error = %e.message,
+                "the upstream sent an invalid JSON-RPC message; dropped"
             ),
         }
     }
