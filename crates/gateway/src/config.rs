@@ -34,8 +34,9 @@ pub struct GatewayConfig {
     /// `SIGKILL` (its whole process group each time). Default 2000.
     pub stop_grace: Duration,
     /// `FLEETMCP_UPSTREAM_MAX_LINE_BYTES` / `gateway.max_line_bytes`: the longest line an
-    /// upstream may write on stdout (one JSON-RPC message) or stderr; a longer one is dropped
-    /// and logged, never held whole. Default 4 MiB.
+    /// upstream may write on stdout (one JSON-RPC message) or stderr, and the longest answer
+    /// or SSE event an HTTP upstream may send; a longer one is dropped and logged, never held
+    /// whole. Default 4 MiB.
     pub max_line_bytes: usize,
     /// `FLEETMCP_UPSTREAM_TOOL_SCOPES` (`name=scope` pairs, separated by commas or spaces) /
     /// `[gateway.tool_scopes]` (`name = "scope"`): with authorization on (`[auth]`), the OAuth

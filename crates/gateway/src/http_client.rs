@@ -65,9 +65,9 @@ impl HttpClient {
     }
 }
 
-/// A response's whole body.
-pub async fn bytes(res: Response<Incoming>) -> Result<Bytes, String> {
-    res.into_body()
+/// A response's whole body, refused past `limit` bytes (not held whole).
+pub async fn bytes(res: Response<Incoming>, limit: usize) -> Result<Bytes, String> {
+    http_body_util::Limited::new(res.into_body(), limit)
         .collect()
         .await
         .map(|b| b.to_bytes())

@@ -41,18 +41,27 @@ pub struct HttpUpstream {
 struct Inner {
     url: String,
     http: HttpClient,
+    /// The longest answer or SSE event read from the server (`gateway.max_line_bytes`): a
+    /// longer one is not held whole.
+    max_message: usize,
     /// Why the server cannot serve, when the last attempt (or the startup probe) failed.
     health: parking_lot::Mutex<Result<(), String>>,
 }
 
 impl HttpUpstream {
     /// `Err`: the CA file (`ca_file`, for an https:// URL) cannot be used.
-    pub fn new(url: String, ca_file: Option<&std::path::Path>) -> Result<Self, String> {
+    /// `max_message`: the longest answer or SSE event read whole.
+    pub fn new(
+        url: String,
+        ca_file: Option<&std::path::Path>,
+        max_message: usize,
+    ) -> Result<Self, String> {
         let http = HttpClient::new(ca_file)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 url,
                 http,
+                max_message,
                 health: parking_lot::Mutex::new(Ok(())),
             }),
         })
@@ -180,14 +189,24 @@ impl UpSession {
             .inner
             .http
             .send(Method::POST, &self.inner.url, &headers, message);
-        let res = match tokio::time::timeout(HEAD_TIMEOUT, req).await {
-            Ok(Ok(res)) => res,
-            Ok(Err(e)) => {
+        // A request's answer may take as long as its tool does, and a server that answers in
+        // JSON sends even its head only then: it is waited for while the session lasts (a
+        // client that gives up cancels the call). Anything else has `HEAD_TIMEOUT`.
+        let answered = match id {
+            Some(_) => tokio::select! {
+                res = req => Some(res),
+                _ = self.gone.cancelled() => return Posted::Ok,
+            },
+            None => tokio::time::timeout(HEAD_TIMEOUT, req).await.ok(),
+        };
+        let res = match answered {
+            Some(Ok(res)) => res,
+            Some(Err(e)) => {
                 return self
                     .failed(id, &format!("cannot reach {}: {e}", self.inner.url))
                     .await;
             }
-            Err(_) => {
+            None => {
                 return self
                     .failed(
                         id,
@@ -219,7 +238,7 @@ impl UpSession {
             self.read_stream(res, id).await;
         } else if status == StatusCode::ACCEPTED {
         } else {
-            match http_client::bytes(res).await {
+            match http_client::bytes(res, self.inner.max_message).await {
                 Ok(body) if status.is_success() && !body.is_empty() => {
                     self.note_version(&body);
                     self.deliver(body).await;
@@ -253,13 +272,13 @@ impl UpSession {
         id: Option<Box<RawValue>>,
     ) {
         let Some(id) = id else {
-            let mut events = Events::new(res);
+            let mut events = Events::new(res, self.inner.max_message);
             while let Some(data) = events.next().await {
                 self.deliver(Bytes::from(data)).await;
             }
             return;
         };
-        let mut events = Events::new(res);
+        let mut events = Events::new(res, self.inner.max_message);
         let mut failed_resumes = 0;
         loop {
             while let Some(data) = events.next().await {
@@ -338,7 +357,7 @@ impl UpSession {
             };
             match res {
                 Ok(res) if res.status().is_success() => {
-                    let mut events = Events::new(res);
+                    let mut events = Events::new(res, self.inner.max_message);
                     loop {
                         tokio::select! {
                             data = events.next() => match data {
@@ -400,15 +419,22 @@ impl UpSession {
 struct Events {
     body: futures_util::stream::BoxStream<'static, Bytes>,
     buf: Vec<u8>,
+    /// How much of `buf` is known to hold no event's end: the next search starts there, so a
+    /// long event is searched once, not once per chunk.
+    searched: usize,
+    /// The longest event held: a longer one ends the stream.
+    max: usize,
     last_id: Option<String>,
     retry: Option<Duration>,
 }
 
 impl Events {
-    fn new(res: http::Response<hyper::body::Incoming>) -> Self {
+    fn new(res: http::Response<hyper::body::Incoming>, max: usize) -> Self {
         Self {
             body: http_client::stream(res),
             buf: Vec::new(),
+            searched: 0,
+            max,
             last_id: None,
             retry: None,
         }
@@ -419,17 +445,26 @@ impl Events {
         Self {
             last_id: self.last_id,
             retry: self.retry,
-            ..Self::new(res)
+            ..Self::new(res, self.max)
         }
     }
 
     async fn next(&mut self) -> Option<String> {
         loop {
-            while let Some(end) = find_event_end(&self.buf) {
+            // An end may straddle the last chunk's edge: the search backs up over it.
+            while let Some(end) = find_event_end(&self.buf, self.searched.saturating_sub(3)) {
+                if end.0 > self.max {
+                    return self.too_long();
+                }
                 let event: Vec<u8> = self.buf.drain(..end.1).collect();
+                self.searched = 0;
                 if let Some(data) = self.read_event(&String::from_utf8_lossy(&event[..end.0])) {
                     return Some(data);
                 }
+            }
+            self.searched = self.buf.len();
+            if self.buf.len() > self.max {
+                return self.too_long();
             }
             match futures_util::StreamExt::next(&mut self.body).await {
                 Some(bytes) => self.buf.extend_from_slice(&bytes),
@@ -440,6 +475,16 @@ impl Events {
 }
 
 impl Events {
+    /// An event longer than the limit ends the stream, unread.
+    fn too_long(&mut self) -> Option<String> {
+        tracing::warn!(
+            limit = self.max,
+            "[gateway] an upstream SSE event is longer than the limit; its stream is ended"
+        );
+        self.buf = Vec::new();
+        None
+    }
+
     /// One event's data (`None` when it has none), noting its id and `retry`.
     fn read_event(&mut self, text: &str) -> Option<String> {
         let field = |l: &'_ str, name: &str| -> Option<String> {
@@ -460,16 +505,18 @@ impl Events {
     }
 }
 
-/// Where the first event in `buf` ends: (its text's end, after its blank line).
-fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf
+/// Where the first event in `buf` ends, searching from `from` (before it, none does): (its
+/// text's end, after its blank line).
+fn find_event_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let rest = buf.get(from..)?;
+    let lf = rest
         .windows(2)
         .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2));
-    let crlf = buf
+        .map(|i| (from + i, from + i + 2));
+    let crlf = rest
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4));
+        .map(|i| (from + i, from + i + 4));
     match (lf, crlf) {
         (Some(a), Some(b)) => Some(if a.0 < b.0 { a } else { b }),
         (a, b) => a.or(b),
@@ -482,8 +529,18 @@ mod tests {
 
     #[test]
     fn events_end_at_a_blank_line_either_way() {
-        assert_eq!(find_event_end(b"data: x\n\nrest"), Some((7, 9)));
-        assert_eq!(find_event_end(b"data: x\r\n\r\n"), Some((7, 11)));
-        assert_eq!(find_event_end(b"data: x\n"), None);
+        assert_eq!(find_event_end(b"data: x\n\nrest", 0), Some((7, 9)));
+        assert_eq!(find_event_end(b"data: x\r\n\r\n", 0), Some((7, 11)));
+        assert_eq!(find_event_end(b"data: x\n", 0), None);
+    }
+
+    /// The search resumes where the last one stopped, backed up over an end that may
+    /// straddle it, so a long event is searched once rather than once per chunk.
+    #[test]
+    fn a_search_resumes_where_it_stopped() {
+        let buf = b"data: x\r\n\r\nrest";
+        assert_eq!(find_event_end(buf, 7 - 3 + 2), Some((7, 11)));
+        assert_eq!(find_event_end(buf, 12), None);
+        assert_eq!(find_event_end(buf, 99), None);
     }
 }

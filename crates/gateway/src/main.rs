@@ -37,7 +37,11 @@ async fn run() -> std::process::ExitCode {
     let poll_after = gateway.poll_after;
     let (served, children) = match gateway.url.clone() {
         Some(url) => {
-            let upstream = match http_upstream::HttpUpstream::new(url, gateway.ca_file.as_deref()) {
+            let upstream = match http_upstream::HttpUpstream::new(
+                url,
+                gateway.ca_file.as_deref(),
+                gateway.max_line_bytes,
+            ) {
                 Ok(u) => u,
                 Err(e) => {
                     eprintln!("fleetmcp-gateway: {e}");

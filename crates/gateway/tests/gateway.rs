@@ -435,3 +435,100 @@ for line in sys.stdin:
     let resp = call(gw.port(), &sid, "anything", json!({}));
     assert_eq!(tool_text(&resp), "-32600", "{}", gw.log());
 }
+
+/// An HTTP upstream's answer or SSE event longer than `FLEETMCP_UPSTREAM_MAX_LINE_BYTES` is
+/// not held whole: the call is answered `-32603` (found by review: both were read without
+/// bound, and an SSE event's end was searched for again over the whole event at each chunk).
+/// Answers within the bound pass, in JSON and in SSE.
+#[test]
+fn an_http_upstreams_answer_past_the_bound_is_refused_not_held() {
+    let script = r#"import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def log_message(self, *a):
+        pass
+    def send(self, status, kind, body, extra=()):
+        self.send_response(status)
+        if kind:
+            self.send_header('Content-Type', kind)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_DELETE(self):
+        self.send(204, None, b'')
+    def do_GET(self):
+        self.send(405, None, b'')
+    def do_POST(self):
+        m = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))))
+        if 'id' not in m:
+            return self.send(202, None, b'')
+        if m['method'] == 'initialize':
+            r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'big', 'version': '0'}}
+            body = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}).encode()
+            return self.send(200, 'application/json', body, [('Mcp-Session-Id', 's1')])
+        name = m.get('params', {}).get('name', '')
+        text = 'x' * (5000 if name.startswith('big') else 10)
+        body = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': text}]}}).encode()
+        if name.endswith('sse'):
+            self.send(200, 'text/event-stream', b'event: message\ndata: ' + body + b'\n\n')
+        else:
+            self.send(200, 'application/json', body)
+ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+"#;
+    let dir = TempDir::new("big-upstream");
+    let path = dir.path().join("big.py");
+    std::fs::write(&path, script).expect("write the script");
+    let port = support::free_port();
+    /// Stops the upstream whatever the test's outcome.
+    struct Upstream(std::process::Child);
+    impl Drop for Upstream {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _upstream = Upstream(
+        std::process::Command::new("python3")
+            .arg(&path)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the upstream listens"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut gw = gateway(&[
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_UPSTREAM_URL", &url),
+        ("FLEETMCP_UPSTREAM_MAX_LINE_BYTES", "2000"),
+    ]);
+    gw.wait_ready(Duration::from_secs(20));
+    let sid = open_session(gw.port());
+    for name in ["small_json", "small_sse"] {
+        assert_eq!(
+            tool_text(&call(gw.port(), &sid, name, json!({}))),
+            "x".repeat(10)
+        );
+    }
+    for name in ["big_json", "big_sse"] {
+        let resp = call(gw.port(), &sid, name, json!({}));
+        let v = resp.json();
+        assert_eq!(
+            v["error"]["code"].as_i64(),
+            Some(-32603),
+            "{name}: {}",
+            resp.describe()
+        );
+    }
+}
