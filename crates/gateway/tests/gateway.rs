@@ -409,7 +409,9 @@ fn metrics_count_the_upstream_processes_of_the_sessions_held() {
 
 /// An upstream's request the client cannot be asked (its id is `null`, which MCP forbids) is
 /// refused back up with `-32600`, so the upstream does not wait for an answer that never comes
-/// (found by review: it was dropped, and the upstream's tool call hung on it).
+/// (found by review: it was dropped, and the upstream's tool call hung on it). Its answer to
+/// the call, with the call's id echoed as a number, still answers the call (it was dropped,
+/// and the client waited for ever).
 #[test]
 fn an_upstream_request_with_a_null_id_is_refused_back_up() {
     let script = r#"import json, sys
@@ -423,7 +425,8 @@ for line in sys.stdin:
     print(json.dumps({'jsonrpc': '2.0', 'id': None, 'method': 'roots/list'}), flush=True)
     reply = json.loads(sys.stdin.readline())
     text = str(reply.get('error', {}).get('code'))
-    print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': text}]}}), flush=True)
+    # The answer's id echoed as a number (`1` for `"1"`): still this call's answer.
+    print(json.dumps({'jsonrpc': '2.0', 'id': int(m['id']), 'result': {'content': [{'type': 'text', 'text': text}]}}), flush=True)
 "#;
     let dir = TempDir::new("odd-upstream");
     let path = dir.path().join("odd.py");

@@ -373,9 +373,12 @@ impl Link {
 
     /// The upstream answered request `id` of ours.
     fn answered(&self, id: &RawValue, outcome: Result<Box<RawValue>, Box<RawValue>>) {
+        // Ours are strings of digits; an upstream that echoes one as a number (`1` for `"1"`)
+        // still answers it, rather than leave the client waiting for ever.
         let n = serde_json::from_str::<String>(id.get())
             .ok()
-            .and_then(|s| s.parse::<u64>().ok());
+            .and_then(|s| s.parse::<u64>().ok())
+            .or_else(|| id.get().parse::<u64>().ok());
         match n.and_then(|n| self.waiting.lock().remove(&n)) {
             Some(w) => {
                 let _ = w.answer.send(outcome);
