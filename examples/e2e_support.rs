@@ -121,6 +121,16 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local_addr").port()
 }
 
+/// Waits until something listens on loopback `port` (`what`, named if it does not within
+/// `limit`, which fails the test).
+pub fn wait_listening(port: u16, limit: Duration, what: &str) {
+    let began = Instant::now();
+    while std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        assert!(began.elapsed() < limit, "{what} did not listen on {port}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A running server binary, killed (and reaped) on drop.
 pub struct Instance {
     child: Child,

@@ -503,14 +503,7 @@ ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
             .expect("python3 runs"),
     );
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let started = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the upstream listens"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_listening(port, Duration::from_secs(10), "the upstream");
     let mut gw = gateway(&[
         ("FLEETMCP_UPSTREAM_COMMAND", ""),
         ("FLEETMCP_UPSTREAM_URL", &url),

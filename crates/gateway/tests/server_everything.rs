@@ -58,14 +58,7 @@ impl HttpServerEverything {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("node runs server-everything");
-        let began = std::time::Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                began.elapsed() < Duration::from_secs(20),
-                "server-everything did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        support::wait_listening(port, Duration::from_secs(20), "server-everything");
         Self { child, port }
     }
 

@@ -1704,6 +1704,55 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
     read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
 }
 
+/// Two distributed desks, A and B, whose heartbeats expire in a second, with a drain of
+/// `drain_ms` and a half-second grace (a stopping holder keeps its streams through both: only
+/// past them is its absence taken for its streams' end), and a 2024-11-05 session opened on
+/// A: Redis, A, B, the session's stream and its endpoint.
+fn legacy_session_on_a(
+    drain_ms: &str,
+) -> (RedisServer, Instance, Instance, std::net::TcpStream, String) {
+    let redis = RedisServer::start();
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ("FLEETMCP_DRAIN_MS", drain_ms),
+        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
+    ];
+    let a = distributed_desk("desk-a", &redis.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let (stream, endpoint) = open_legacy_session(a.port());
+    (redis, a, b, stream, endpoint)
+}
+
+/// POSTs a `find_tickets` for the 2024-11-05 session at `endpoint` to `b` every 100 ms until
+/// it is answered `404` naming the call; each other answer must pass `other` (given it and
+/// the call's id). The `404`'s body, and how long after `since` it came; fails the test after
+/// 15 s.
+fn posts_until_404(
+    b: &Instance,
+    endpoint: &str,
+    since: Instant,
+    other: impl Fn(&RawResponse, u64),
+) -> (Value, Duration) {
+    loop {
+        let (call, id) = legacy_find();
+        let resp = legacy_post(b.port(), endpoint, &call);
+        if resp.status == 404 {
+            let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
+            assert_eq!(body["id"], id, "{}", resp.describe());
+            return (body, since.elapsed());
+        }
+        other(&resp, id);
+        assert!(
+            since.elapsed() < Duration::from_secs(15),
+            "still not 404 15 s on:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A 2024-11-05 session dies with the process that has its stream, and is never taken over:
 /// its holder SIGKILLed, its POSTs to another instance are `503` (with `Retry-After` and the
 /// request's id) while that instance cannot tell the holder is gone, then `404` `-32001`
@@ -1713,19 +1762,7 @@ fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
 /// taken over as usual.
 #[test]
 fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
-    let redis = RedisServer::start();
-    // A stopping holder keeps its streams through its drain and grace: only past them is its
-    // absence taken for its streams' end (here, half a second).
-    let timings = [
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-        ("FLEETMCP_DRAIN_MS", "0"),
-        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
-    ];
-    let mut a = distributed_desk("desk-a", &redis.url(), &timings);
-    let b = distributed_desk("desk-b", &redis.url(), &timings);
-    let (_stream, endpoint) = open_legacy_session(a.port());
+    let (redis, mut a, b, _stream, endpoint) = legacy_session_on_a("0");
     let sid = endpoint
         .split_once("sessionId=")
         .map(|(_, s)| s.to_string())
@@ -1736,37 +1773,22 @@ fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
     assert_eq!(legacy_post(b.port(), &endpoint, &call).status, 202);
 
     assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
-    let killed = Instant::now();
-    let ended = loop {
-        let (call, id) = legacy_find();
-        let resp = legacy_post(b.port(), &endpoint, &call);
-        let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
-        match resp.status {
-            503 => {
-                assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
-                assert_eq!(
-                    body["id"],
-                    id,
-                    "the 503 names the request: {}",
-                    resp.describe()
-                );
-            }
-            404 => {
-                assert_eq!(body["id"], id, "{}", resp.describe());
-                break body;
-            }
-            _ => panic!(
-                "a killed holder's 2024-11-05 session must not be served:\n{}",
-                resp.describe()
-            ),
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(10),
-            "still 503 10 s after the holder was killed:\n{}",
-            b.log()
+    let (ended, _) = posts_until_404(&b, &endpoint, Instant::now(), |resp, id| {
+        assert_eq!(
+            resp.status,
+            503,
+            "a killed holder's 2024-11-05 session must not be served:\n{}",
+            resp.describe()
         );
-        thread::sleep(Duration::from_millis(100));
-    };
+        assert!(resp.header("retry-after").is_some(), "{}", resp.describe());
+        let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
+        assert_eq!(
+            body["id"],
+            id,
+            "the 503 names the request: {}",
+            resp.describe()
+        );
+    });
     assert_eq!(
         (
             ended["error"]["code"].as_i64(),
@@ -1794,38 +1816,11 @@ fn a_2024_11_05_session_ends_with_its_killed_holder_and_is_never_taken_over() {
 /// took the withdrawal for the stream's end). Once the drain and grace are past, `404`.
 #[test]
 fn a_draining_holders_2024_11_05_session_is_not_called_expired() {
-    let redis = RedisServer::start();
-    let timings = [
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-        ("FLEETMCP_DRAIN_MS", "2500"),
-        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
-    ];
-    let a = distributed_desk("desk-a", &redis.url(), &timings);
-    let b = distributed_desk("desk-b", &redis.url(), &timings);
-    let (_stream, endpoint) = open_legacy_session(a.port());
+    let (_redis, a, b, _stream, endpoint) = legacy_session_on_a("2500");
     a.signal("TERM");
-    let stopped = Instant::now();
-    let ended = loop {
-        let (call, id) = legacy_find();
-        let resp = legacy_post(b.port(), &endpoint, &call);
-        let body: Value = serde_json::from_str(&resp.body).unwrap_or(Value::Null);
-        match resp.status {
-            202 | 503 => {}
-            404 => {
-                assert_eq!(body["id"], id, "{}", resp.describe());
-                break stopped.elapsed();
-            }
-            _ => panic!("{}", resp.describe()),
-        }
-        assert!(
-            stopped.elapsed() < Duration::from_secs(15),
-            "still not 404 15 s after the holder stopped:\n{}",
-            b.log()
-        );
-        thread::sleep(Duration::from_millis(100));
-    };
+    let (_, ended) = posts_until_404(&b, &endpoint, Instant::now(), |resp, _| {
+        assert!(matches!(resp.status, 202 | 503), "{}", resp.describe());
+    });
     assert!(
         ended >= Duration::from_millis(2500),
         "called expired {ended:?} after the stop began, within the holder's 2.5 s drain"
