@@ -128,6 +128,20 @@ fn error_code(body: &str) -> i64 {
         .unwrap_or_else(|| panic!("not an error: {body}"))
 }
 
+/// A `400` `-32021` answer naming `capabilities` as the ones required.
+fn assert_requires(status: StatusCode, body: &str, capabilities: Value) {
+    assert_eq!(
+        (status, error_code(body)),
+        (StatusCode::BAD_REQUEST, -32021),
+        "{body}"
+    );
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(
+        v["error"]["data"]["requiredCapabilities"], capabilities,
+        "{body}"
+    );
+}
+
 fn result(body: &str) -> Value {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
     v.get("result")
@@ -363,16 +377,7 @@ async fn meta_version_capability_and_method_errors() {
         json!({"name": "needs_sampling", "arguments": {}}),
     );
     let (st, _, b) = post(&s.mcp, &h, &body).await;
-    assert_eq!(
-        (st, error_code(&b)),
-        (StatusCode::BAD_REQUEST, -32021),
-        "{b}"
-    );
-    let v: Value = serde_json::from_str(&b).unwrap();
-    assert_eq!(
-        v["error"]["data"]["requiredCapabilities"],
-        json!({"sampling": {}})
-    );
+    assert_requires(st, &b, json!({"sampling": {}}));
     let mut m = meta();
     m["io.modelcontextprotocol/clientCapabilities"] = json!({"sampling": {}});
     let (h, body) = modern(
@@ -888,17 +893,7 @@ async fn ids_notifications_and_eras_are_read_as_the_message_says() {
             json!({"name": "two_questions", "arguments": {}, "_meta": m}),
         );
         let (st, _, b) = post(&s.mcp, &h, &body).await;
-        assert_eq!(
-            (st, error_code(&b)),
-            (StatusCode::BAD_REQUEST, -32021),
-            "{caps}: {b}"
-        );
-        let v: Value = serde_json::from_str(&b).unwrap();
-        assert_eq!(
-            v["error"]["data"]["requiredCapabilities"],
-            json!({"elicitation": {}}),
-            "{b}"
-        );
+        assert_requires(st, &b, json!({"elicitation": {}}));
     }
 
     let (mut h, mut body) = modern("tools/list", json!({}));
