@@ -189,6 +189,16 @@ pub enum ClientRequestError {
     MissingCapability(ErrorData),
 }
 
+/// The client capability a request to the client needs (`None`: none).
+pub(crate) fn capability_for(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
+}
+
 /// The `_meta` key under which a client may send its own key for a call (a string of at most
 /// [`MAX_IDEMPOTENCY_KEY`] bytes), the same on each retry of it: see
 /// [`RequestContext::call_key`].
@@ -622,11 +632,8 @@ impl RequestContext {
     }
 
     fn check_capability(&self, method: &str, params: &Value) -> Result<(), ClientRequestError> {
-        let cap = match method {
-            "sampling/createMessage" => "sampling",
-            "elicitation/create" => "elicitation",
-            "roots/list" => "roots",
-            _ => return Ok(()),
+        let Some(cap) = capability_for(method) else {
+            return Ok(());
         };
         let url = method == "elicitation/create"
             && params.get("mode").and_then(Value::as_str) == Some("url");

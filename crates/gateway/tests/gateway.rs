@@ -528,3 +528,34 @@ ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
         );
     }
 }
+
+/// A question the upstream asks while no call runs (it goes on the session's standalone
+/// stream) for a capability the client did not declare is refused at once, as a call's own
+/// questions are (found by review: it waited the whole reply timeout, five minutes, for an
+/// answer the client could not give, holding one of the upstream's places for questions).
+#[test]
+fn an_upstream_question_the_client_cannot_answer_is_refused_at_once() {
+    let script = r#"import json, sys
+m = json.loads(sys.stdin.readline())
+r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'asks', 'version': '0'}}
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)
+said = 'nothing'
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('method') == 'notifications/initialized':
+        ask = {'messages': [], 'maxTokens': 1}
+        print(json.dumps({'jsonrpc': '2.0', 'id': 5, 'method': 'sampling/createMessage', 'params': ask}), flush=True)
+        said = str(json.loads(sys.stdin.readline()).get('error', {}).get('message'))
+    elif m.get('method') == 'tools/call':
+        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': said}]}}), flush=True)
+"#;
+    let dir = TempDir::new("asking-upstream");
+    let path = dir.path().join("asks.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    gw.wait_ready(Duration::from_secs(20));
+    let sid = open_session(gw.port());
+    let said = tool_text(&call(gw.port(), &sid, "anything", json!({})));
+    assert!(said.contains("sampling"), "{said}\n{}", gw.log());
+}

@@ -513,6 +513,13 @@ async fn ask_on_standalone(
     method: &str,
     params: &Value,
 ) -> Result<Value, ErrorData> {
+    // As a request's own questions are checked (`RequestContext::ask`): one the client cannot
+    // answer is refused now, not left waiting for the reply timeout.
+    if let Some(cap) = crate::context::capability_for(method)
+        && !crate::stateless::declares(session.client_capabilities(), cap)
+    {
+        return Err(client_error(ClientRequestError::NotSupported(cap)));
+    }
     let (id, rx) = session.expect_client_reply();
     let leaving = session.leaving();
     let queued = app
