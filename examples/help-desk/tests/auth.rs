@@ -326,6 +326,25 @@ fn tokens_are_checked_on_every_route_and_scopes_per_tool() {
         "resources/read with tickets:read:\n{}",
         resp.describe()
     );
+    // So do watching a resource and completing a template's argument (found by review: a
+    // completer listed every ticket id to a token without tickets:read, and a subscription
+    // told it when tickets changed).
+    let watch = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe", "params": {"uri": "helpdesk://policies/sla"}});
+    let complete = json!({"jsonrpc": "2.0", "id": next_id(), "method": "completion/complete", "params": {
+        "ref": {"type": "ref/resource", "uri": "helpdesk://tickets/{id}"},
+        "argument": {"name": "id", "value": ""}}});
+    for msg in [&watch, &complete] {
+        for (token, status) in [(&nothing, 403), (&reader, 200)] {
+            let resp = post_with(
+                port,
+                Some(&sid),
+                &[("Authorization", &bearer(token))],
+                msg,
+                HTTP_LIMIT,
+            );
+            assert_eq!(resp.status, status, "{msg}:\n{}", resp.describe());
+        }
+    }
 
     // The 2026-07-28 era (no session): the same scope rules.
     let stateless = |token: &str, name: &str, args: Value, id: u64| {
@@ -359,6 +378,29 @@ fn tokens_are_checked_on_every_route_and_scopes_per_tool() {
         resp.describe()
     );
     assert_eq!(resp.json()["id"], id, "{}", resp.describe());
+    // Listening to a resource's changes needs the scope reading it does.
+    let listen = |token: &str| {
+        let msg = json!({"jsonrpc": "2.0", "id": next_id(), "method": "subscriptions/listen", "params": {
+            "notifications": {"resourceSubscriptions": ["helpdesk://policies/sla"]},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let auth = bearer(token);
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "subscriptions/listen"),
+        ];
+        post_with(port, None, &headers, &msg, Duration::from_secs(2))
+    };
+    let resp = listen(&nothing);
+    assert_eq!(
+        resp.status,
+        403,
+        "listen without tickets:read:\n{}",
+        resp.describe()
+    );
 
     // Tokens that must not verify: 401 invalid_token, the id echoed.
     let refused = [

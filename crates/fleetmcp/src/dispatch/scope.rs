@@ -21,7 +21,7 @@ pub(crate) fn scope_for(app: &App, method: &str, params: Option<&RawValue>) -> O
 }
 
 /// What a request that can need a scope names: the tool or prompt (`name`) or the resource
-/// (`uri`); `None` for every other method.
+/// (`uri`, a template's for a completion); `None` for every other method.
 /// Borrowed from the params unless they hold an escape.
 #[derive(Deserialize)]
 struct Target<'a> {
@@ -31,11 +31,25 @@ struct Target<'a> {
     uri: Option<Cow<'a, str>>,
 }
 
+/// `completion/complete`'s params: its `ref` names the prompt or the resource template whose
+/// argument is completed, which needs that one's scope (a completer may list what only its
+/// scope may read).
+#[derive(Deserialize)]
+struct Completing<'a> {
+    #[serde(borrow, rename = "ref")]
+    reference: Target<'a>,
+}
+
 fn target<'a>(method: &str, params: Option<&'a RawValue>) -> Option<Target<'a>> {
-    if !matches!(method, "tools/call" | "resources/read" | "prompts/get") {
-        return None;
+    match method {
+        "tools/call" | "resources/read" | "resources/subscribe" | "prompts/get" => {
+            serde_json::from_str(params?.get()).ok()
+        }
+        "completion/complete" => serde_json::from_str::<Completing>(params?.get())
+            .ok()
+            .map(|c| c.reference),
+        _ => None,
     }
-    serde_json::from_str(params?.get()).ok()
 }
 
 /// The scope `method` with `params` needs, if its target declares one. Unknown targets need
@@ -45,6 +59,11 @@ fn required_scope(catalog: &Catalog, method: &str, params: Option<&RawValue>) ->
     let scope = match method {
         "tools/call" => catalog.tool(t.name.as_deref()?)?.scope(),
         "prompts/get" => catalog.prompt(t.name.as_deref()?)?.scope(),
+        "completion/complete" => match (t.name.as_deref(), t.uri.as_deref()) {
+            (Some(prompt), _) => catalog.prompt(prompt)?.scope(),
+            (None, uri_template) => catalog.template_by_uri(uri_template?)?.scope(),
+        },
+        // Reading or watching a resource.
         _ => {
             let uri = t.uri.as_deref()?;
             match catalog.resource(uri) {

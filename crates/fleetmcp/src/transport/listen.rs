@@ -16,9 +16,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use super::client_key::Client;
 use super::{respond, sse};
 use crate::app::{App, Change};
-use crate::limits::{HoldRefusal, LimitKey};
+use crate::limits::HoldRefusal;
 use crate::protocol::{ErrorCode, ErrorData, encode_notification, errors};
 use crate::stateless::{META_SERVER_INFO, META_SUBSCRIPTION_ID};
 use crate::telemetry::Limit;
@@ -207,8 +208,9 @@ pub(super) fn serve(
     app: &App,
     id: &RawValue,
     map: &Map<String, Value>,
-    key: &LimitKey,
+    client: &Client,
 ) -> Response {
+    let key = &client.key;
     if let Err(e) = check_uris(app, map) {
         return respond::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e);
     }
@@ -223,6 +225,17 @@ pub(super) fn serve(
             ),
         );
     };
+    // Watching a resource needs the scope reading it does, as `resources/subscribe` does: a
+    // change tells when someone else wrote it.
+    for uri in &filter.uris {
+        let target = serde_json::value::to_raw_value(&json!({ "uri": uri })).ok();
+        let principal = client.principal.as_deref();
+        if let Err(scope) =
+            super::driver::permitted(app, "resources/subscribe", target.as_deref(), principal)
+        {
+            return super::authorize::insufficient_scope(app, Some(id), &scope);
+        }
+    }
     let bytes = filter
         .uris
         .iter()

@@ -85,7 +85,7 @@ pub(super) async fn serve(
         Err(e) => return error(&id, &e),
     };
     if method == "subscriptions/listen" {
-        return listen::serve(app, &id, &map, &client.key);
+        return listen::serve(app, &id, &map, &client);
     }
     let owner = client.owner().map(String::from);
     let round = match round_for(app, meta, &method, &map, owner) {
