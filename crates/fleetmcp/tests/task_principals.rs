@@ -395,6 +395,14 @@ async fn session_era_tasks_stay_with_their_principals_session() {
     }
     let (_, v) = call(&q, "tasks/list", json!({})).await;
     assert_eq!(v["result"]["tasks"], json!([]), "{v}");
+    // A 2026-07-28 request names no session: a session's task is not its to touch, its own
+    // principal's included, as with the Redis store, which files it under its session (found
+    // by review: the memory store found it by id alone).
+    for token in [P, Q] {
+        for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
+            assert_answered_as_unknown(&s.mcp, token, method, &id).await;
+        }
+    }
 
     // Q with P's session id: the session is unknown to Q.
     let mut in_ps = session_of(&s.mcp, Q).await;

@@ -382,14 +382,16 @@ impl TaskStore for MemoryTaskStore {
 
     async fn get(
         &self,
-        _owner: Option<&str>,
+        owner: Option<&str>,
         task_id: &str,
     ) -> Result<Option<TaskRecord>, TaskStoreError> {
         let inner = self.inner.lock();
+        // Found under its owner only, as the Redis store files it (`records:<session>:<id>`):
+        // a session's task is no one else's to read, a 2026-07-28 request's included.
         Ok(inner
             .records
             .get(task_id)
-            .filter(|e| e.expires > Instant::now())
+            .filter(|e| e.expires > Instant::now() && e.record.owner.as_deref() == owner)
             .map(|e| e.record.clone()))
     }
 
@@ -516,13 +518,13 @@ mod tests {
             .unwrap();
         assert!(store.bytes() <= 10_000, "{} bytes", store.bytes());
         assert_eq!(
-            store.get(None, "s1").await.unwrap(),
+            store.get(Some("s"), "s1").await.unwrap(),
             None,
             "the oldest finished went first"
         );
         assert_eq!(store.list("s").await.unwrap().len(), 1);
         assert!(
-            store.get(None, "t1").await.unwrap().is_some(),
+            store.get(Some("t"), "t1").await.unwrap().is_some(),
             "the record just written stays"
         );
     }
@@ -566,8 +568,11 @@ mod tests {
         store.put(&rec).await.unwrap();
         assert_eq!(store.list("s").await.unwrap().len(), 1);
         assert!(store.list("other").await.unwrap().is_empty());
-        assert_eq!(store.get(None, "t").await.unwrap(), Some(rec));
-        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(store.get(Some("s"), "t").await.unwrap(), Some(rec));
+        // Found under its session only, as the Redis store files it.
         assert_eq!(store.get(None, "t").await.unwrap(), None);
+        assert_eq!(store.get(Some("other"), "t").await.unwrap(), None);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        assert_eq!(store.get(Some("s"), "t").await.unwrap(), None);
     }
 }

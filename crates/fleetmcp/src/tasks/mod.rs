@@ -136,7 +136,7 @@ pub trait TaskStore: Send + Sync + 'static {
     /// `Err(Unavailable)`: the store did not answer, so the write may not have happened.
     async fn put(&self, record: &TaskRecord) -> Result<(), TaskStoreError>;
     /// The record of `task_id`, filed under `owner` (its session; `None` for a task of no
-    /// session). A store may find it without the owner (memory does); callers check ownership.
+    /// session): found under that owner only. Callers still check the principal.
     /// `Ok(None)`: there is no such record; `Err(Unavailable)`: the store could not tell.
     async fn get(
         &self,
