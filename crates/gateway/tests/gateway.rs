@@ -535,19 +535,31 @@ ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
 /// answer the client could not give, holding one of the upstream's places for questions).
 #[test]
 fn an_upstream_question_the_client_cannot_answer_is_refused_at_once() {
+    // The first call is answered, then the question asked (no call runs then, so it goes on
+    // the standalone stream); the second call is answered with what the question got back,
+    // once it did (a call that comes first waits for it: lines may come in either order).
     let script = r#"import json, sys
+def send(m):
+    print(json.dumps(dict(m, jsonrpc='2.0')), flush=True)
+def text(m, t):
+    send({'id': m['id'], 'result': {'content': [{'type': 'text', 'text': t}]}})
 m = json.loads(sys.stdin.readline())
-r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'asks', 'version': '0'}}
-print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)
-said = 'nothing'
+send({'id': m['id'], 'result': {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'asks', 'version': '0'}}})
+said, waiting = None, []
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get('method') == 'notifications/initialized':
-        ask = {'messages': [], 'maxTokens': 1}
-        print(json.dumps({'jsonrpc': '2.0', 'id': 5, 'method': 'sampling/createMessage', 'params': ask}), flush=True)
-        said = str(json.loads(sys.stdin.readline()).get('error', {}).get('message'))
+    if m.get('id') == 5 and 'method' not in m:
+        said = str(m.get('error', {}).get('message'))
+        for w in waiting:
+            text(w, said)
+    elif m.get('method') == 'tools/call' and m['params']['name'] == 'first':
+        text(m, 'first')
+        send({'id': 5, 'method': 'sampling/createMessage', 'params': {'messages': [], 'maxTokens': 1}})
     elif m.get('method') == 'tools/call':
-        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': said}]}}), flush=True)
+        if said is None:
+            waiting.append(m)
+        else:
+            text(m, said)
 "#;
     let dir = TempDir::new("asking-upstream");
     let path = dir.path().join("asks.py");
@@ -556,6 +568,10 @@ for line in sys.stdin:
     let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
     gw.wait_ready(Duration::from_secs(20));
     let sid = open_session(gw.port());
-    let said = tool_text(&call(gw.port(), &sid, "anything", json!({})));
+    assert_eq!(
+        tool_text(&call(gw.port(), &sid, "first", json!({}))),
+        "first"
+    );
+    let said = tool_text(&call(gw.port(), &sid, "second", json!({})));
     assert!(said.contains("sampling"), "{said}\n{}", gw.log());
 }

@@ -140,6 +140,11 @@ async fn end_in_a_graceful_stop(
         _ = answered => {
             app.events().end_reader(&id, STANDALONE_STREAM).await;
             direct_end.cancel();
+            // Should the reader not end at its cut, the grace's end still ends the stream.
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = phases.shutdown.cancelled() => stop.cancel(),
+            }
         }
     }
 }

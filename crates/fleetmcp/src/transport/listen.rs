@@ -204,13 +204,32 @@ fn parse(map: &Map<String, Value>) -> Option<Filter> {
     })
 }
 
+/// Watching a resource needs the scope reading it does, as `resources/subscribe` does (a
+/// change tells when someone else wrote it): `403` for the first one `client` lacks.
+fn watched_in_scope(
+    app: &App,
+    id: &RawValue,
+    filter: &Filter,
+    client: &Client,
+) -> Result<(), Response> {
+    for uri in &filter.uris {
+        let target = serde_json::value::to_raw_value(&json!({ "uri": uri })).ok();
+        let principal = client.principal.as_deref();
+        if let Err(scope) =
+            super::driver::permitted(app, "resources/subscribe", target.as_deref(), principal)
+        {
+            return Err(super::authorize::insufficient_scope(app, Some(id), &scope));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn serve(
     app: &App,
     id: &RawValue,
     map: &Map<String, Value>,
     client: &Client,
 ) -> Response {
-    let key = &client.key;
     if let Err(e) = check_uris(app, map) {
         return respond::rpc_error(StatusCode::BAD_REQUEST, Some(id), &e);
     }
@@ -225,16 +244,8 @@ pub(super) fn serve(
             ),
         );
     };
-    // Watching a resource needs the scope reading it does, as `resources/subscribe` does: a
-    // change tells when someone else wrote it.
-    for uri in &filter.uris {
-        let target = serde_json::value::to_raw_value(&json!({ "uri": uri })).ok();
-        let principal = client.principal.as_deref();
-        if let Err(scope) =
-            super::driver::permitted(app, "resources/subscribe", target.as_deref(), principal)
-        {
-            return super::authorize::insufficient_scope(app, Some(id), &scope);
-        }
+    if let Err(refused) = watched_in_scope(app, id, &filter, client) {
+        return refused;
     }
     let bytes = filter
         .uris
@@ -242,7 +253,7 @@ pub(super) fn serve(
         .map(|u| u.len() + URI_OVERHEAD)
         .sum::<usize>();
     // Held by the stream's task: dropped with it, whichever way it ends.
-    let hold = match app.listens().try_hold(key, bytes) {
+    let hold = match app.listens().try_hold(&client.key, bytes) {
         Ok(h) => h,
         Err(why) => return refused(app, id, why),
     };
