@@ -196,9 +196,15 @@ impl Sessions {
             tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
         let epoch = match claimed {
             Ok(Ok(Claim::Won(epoch))) => epoch,
-            Ok(Ok(Claim::Lost { node_id, .. })) if node_id == self.machine_id => {
-                // Another request for it on this instance claimed it a moment ago.
-                return self.claimed_here(&record.id).await;
+            Ok(Ok(Claim::Lost { node_id, epoch })) if node_id == self.machine_id => {
+                // Another request for it on this instance claimed it a moment ago (it is held
+                // here in a moment), or this instance's orphan scanner did, which claims in the
+                // store only: then it is held here now, at the epoch the store gave it (it was
+                // answered `503` until the next request, found under the full suite's load).
+                match self.claimed_here(&record.id).await {
+                    Some(session) => return Lookup::Held(session),
+                    None => epoch,
+                }
             }
             Ok(Ok(Claim::Lost { node_id, epoch })) => {
                 tracing::info!(session_id = %LogId(&record.id), winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
@@ -236,15 +242,17 @@ impl Sessions {
         Lookup::Held(session)
     }
 
-    /// The session another request on this instance just claimed, once it is held here.
-    async fn claimed_here(&self, id: &str) -> Lookup {
+    /// The session another request on this instance just claimed, once it is held here
+    /// (`None` when it is not within a tenth of a second: no request of this instance claimed
+    /// it).
+    async fn claimed_here(&self, id: &str) -> Option<Arc<Session>> {
         for _ in 0..50 {
             if let Some(s) = self.live.get(id) {
-                return Lookup::Held(s);
+                return Some(s);
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        Lookup::Missing(Missing::StoreUnavailable)
+        None
     }
 
     /// Serves a stored session this instance does not hold: it becomes the holder. `None`
@@ -328,6 +336,74 @@ impl Sessions {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::super::{Lookup, Sessions, Timing};
+    use crate::events::MemoryEventStore;
+    use crate::session::{
+        Claim, MemorySessionStore, Owner, Ownership, SessionRecord, SessionStore,
+    };
+
+    /// Distributed mode's seam as it answers a record naming a holder that is gone.
+    struct HolderGone;
+
+    #[async_trait]
+    impl Ownership for HolderGone {
+        async fn owner(&self, record: &SessionRecord) -> Owner {
+            Owner::TakeOver(record.node_id.clone())
+        }
+    }
+
+    /// Found under the full suite's load (`fleet_redis::a_session_taken_over_in_an_earlier_
+    /// outage_is_not_served_from_memory_in_the_next`): a request read a session's record
+    /// naming a holder that is gone; before its claim, this instance's orphan scanner claimed
+    /// the session, in the store only. The request's claim loses to this very instance: the
+    /// session is held here at the store's epoch, not refused `503` as no request of this
+    /// instance held it.
+    #[tokio::test]
+    async fn a_session_this_instances_scanner_claimed_is_held_by_the_request_that_found_it() {
+        let store = Arc::new(MemorySessionStore::new(Duration::from_secs(60)));
+        let read = SessionRecord {
+            id: "s".into(),
+            node_id: "gone".into(),
+            protocol_version: "2025-11-25".into(),
+            client_info: Value::Null,
+            client_capabilities: Value::Null,
+            created_at: 0,
+            epoch: 1,
+            owner: None,
+        };
+        store.create(&read, true).await.unwrap();
+        let sessions = Sessions::new(
+            "me".into(),
+            None,
+            10,
+            store.clone(),
+            Arc::new(MemoryEventStore::new(10, 10)),
+            Some(Arc::new(HolderGone)),
+            Timing {
+                check_timeout: Duration::from_millis(500),
+                store_wait: Duration::from_secs(1),
+                refresh_every_ms: 1000,
+            },
+            CancellationToken::new(),
+        );
+        assert_eq!(store.claim(&read, "me").await.unwrap(), Claim::Won(2));
+        match sessions.claim(read, Some("gone".into())).await {
+            Lookup::Held(s) => assert_eq!(s.epoch(), 2),
+            Lookup::Missing(why) => panic!("refused: {why:?}"),
+            Lookup::Elsewhere(node) => panic!("sent to {node}"),
         }
     }
 }
