@@ -428,12 +428,7 @@ for line in sys.stdin:
     # The answer's id echoed as a number (`1` for `"1"`): still this call's answer.
     print(json.dumps({'jsonrpc': '2.0', 'id': int(m['id']), 'result': {'content': [{'type': 'text', 'text': text}]}}), flush=True)
 "#;
-    let dir = TempDir::new("odd-upstream");
-    let path = dir.path().join("odd.py");
-    std::fs::write(&path, script).expect("write the script");
-    let command = format!("python3 {}", path.display());
-    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
-    gw.wait_ready(Duration::from_secs(20));
+    let (_dir, gw) = gateway_over_python(script);
     let sid = open_session(gw.port());
     let resp = call(gw.port(), &sid, "anything", json!({}));
     assert_eq!(tool_text(&resp), "-32600", "{}", gw.log());
@@ -561,12 +556,7 @@ for line in sys.stdin:
         else:
             text(m, said)
 "#;
-    let dir = TempDir::new("asking-upstream");
-    let path = dir.path().join("asks.py");
-    std::fs::write(&path, script).expect("write the script");
-    let command = format!("python3 {}", path.display());
-    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
-    gw.wait_ready(Duration::from_secs(20));
+    let (_dir, gw) = gateway_over_python(script);
     let sid = open_session(gw.port());
     assert_eq!(
         tool_text(&call(gw.port(), &sid, "first", json!({}))),
@@ -574,4 +564,16 @@ for line in sys.stdin:
     );
     let said = tool_text(&call(gw.port(), &sid, "second", json!({})));
     assert!(said.contains("sampling"), "{said}\n{}", gw.log());
+}
+
+/// A gateway, ready, whose upstream is the Python program `script` over stdio, and the
+/// directory that holds the script.
+fn gateway_over_python(script: &str) -> (TempDir, support::Instance) {
+    let dir = TempDir::new("python-upstream");
+    let path = dir.path().join("upstream.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    gw.wait_ready(Duration::from_secs(20));
+    (dir, gw)
 }
