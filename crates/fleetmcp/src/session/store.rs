@@ -372,21 +372,27 @@ impl SessionStore for MemorySessionStore {
     }
 }
 
+/// A stored session `id` held by `node` at the first epoch, for tests.
+#[cfg(test)]
+pub(crate) fn test_record(id: &str, node: &str) -> SessionRecord {
+    SessionRecord {
+        id: id.into(),
+        node_id: node.into(),
+        protocol_version: "2025-11-25".into(),
+        client_info: Value::Null,
+        client_capabilities: Value::Null,
+        created_at: 0,
+        epoch: 1,
+        owner: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn record(id: &str) -> SessionRecord {
-        SessionRecord {
-            id: id.into(),
-            node_id: "n".into(),
-            protocol_version: "2025-11-25".into(),
-            client_info: Value::Null,
-            client_capabilities: Value::Null,
-            created_at: 0,
-            epoch: 1,
-            owner: None,
-        }
+        test_record(id, "n")
     }
 
     #[tokio::test]

@@ -346,7 +346,6 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use serde_json::Value;
     use tokio_util::sync::CancellationToken;
 
     use super::super::{Lookup, Sessions, Timing};
@@ -374,16 +373,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_this_instances_scanner_claimed_is_held_by_the_request_that_found_it() {
         let store = Arc::new(MemorySessionStore::new(Duration::from_secs(60)));
-        let read = SessionRecord {
-            id: "s".into(),
-            node_id: "gone".into(),
-            protocol_version: "2025-11-25".into(),
-            client_info: Value::Null,
-            client_capabilities: Value::Null,
-            created_at: 0,
-            epoch: 1,
-            owner: None,
-        };
+        let read = crate::session::store::test_record("s", "gone");
         store.create(&read, true).await.unwrap();
         let sessions = Sessions::new(
             "me".into(),
