@@ -566,6 +566,33 @@ for line in sys.stdin:
     assert!(said.contains("sampling"), "{said}\n{}", gw.log());
 }
 
+/// An upstream that prints its own chatter on stdout (not JSON-RPC) is told of once at WARN,
+/// then at debug level, so it cannot flood the log (found by review: a WARN line per line);
+/// its answers still arrive.
+#[test]
+fn an_upstreams_chatter_on_stdout_is_warned_of_once() {
+    let script = r#"import json, sys
+m = json.loads(sys.stdin.readline())
+r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'chatty', 'version': '0'}}
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('method') == 'tools/call':
+        for i in range(5):
+            print('debug: working on it', i, flush=True)
+        print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': {'content': [{'type': 'text', 'text': 'done'}]}}), flush=True)
+"#;
+    let (_dir, gw) = gateway_over_python(script);
+    let sid = open_session(gw.port());
+    assert_eq!(tool_text(&call(gw.port(), &sid, "a", json!({}))), "done");
+    assert_eq!(tool_text(&call(gw.port(), &sid, "b", json!({}))), "done");
+    let warned = gw
+        .log()
+        .matches("the upstream sent something that is not a JSON-RPC message")
+        .count();
+    assert_eq!(warned, 1, "{}", gw.log());
+}
+
 /// A gateway, ready, whose upstream is the Python program `script` over stdio, and the
 /// directory that holds the script.
 fn gateway_over_python(script: &str) -> (TempDir, support::Instance) {

@@ -186,6 +186,9 @@ pub(super) struct Link {
     /// When a request waiting for its answer has its client connection ended for SSE polling
     /// ([`Upstream::poll_after`]), in a session whose clients can resume.
     polling: Option<Polling>,
+    /// Whether the upstream already sent something that is not JSON-RPC: said once at WARN,
+    /// then at debug (an upstream that prints its own logs to stdout would flood the log).
+    said_not_json: std::sync::atomic::AtomicBool,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -211,6 +214,7 @@ impl Link {
             next: AtomicU64::new(1),
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
+            said_not_json: std::sync::atomic::AtomicBool::new(false),
             initialize_result,
             polling: app
                 .upstream()
@@ -344,10 +348,14 @@ impl Link {
     /// Routes one message from the upstream.
     async fn route(self: &Arc<Self>, app: &App, session: &Arc<Session>, bytes: Bytes) {
         let Ok(incoming) = serde_json::from_slice::<Incoming>(&bytes) else {
-            tracing::warn!(
-                session = %LogId(&session.id),
-                "the upstream sent something that is not a JSON-RPC message; dropped"
-            );
+            if self.said_not_json.swap(true, Ordering::Relaxed) {
+                tracing::debug!(session = %LogId(&session.id), "the upstream sent something else that is not a JSON-RPC message; dropped");
+            } else {
+                tracing::warn!(
+                    session = %LogId(&session.id),
+                    "the upstream sent something that is not a JSON-RPC message; dropped (further ones are logged at debug level)"
+                );
+            }
             return;
         };
         let asks = incoming.method.is_some();
