@@ -18,6 +18,14 @@ pub struct SessionConfig {
     pub max_events_per_stream: usize,
     /// Most streams whose events are kept per session.
     pub max_streams_per_session: usize,
+    /// Most bytes of SSE events one session keeps for resumption, all its streams together:
+    /// past it the oldest closed streams are dropped (those read to their end first; one being
+    /// delivered never), then the older events of its open streams (each keeps its newest).
+    /// In the Redis store, counted by the instance that writes them.
+    pub max_event_bytes_per_session: usize,
+    /// Most bytes of SSE events all sessions keep together on this instance (in memory, or
+    /// written by this instance to Redis and not yet expired), dropped in the same order.
+    pub max_event_bytes: usize,
     /// How long a stream's events outlive its last event in a shared (Redis) event store.
     pub event_ttl_ms: u64,
     /// A reader of an SSE stream that cannot read the shared (Redis) event store for this long
@@ -53,6 +61,8 @@ impl Default for SessionConfig {
             max_sessions: 100_000,
             max_events_per_stream: 1024,
             max_streams_per_session: 64,
+            max_event_bytes_per_session: 8 * 1024 * 1024,
+            max_event_bytes: 256 * 1024 * 1024,
             event_ttl_ms: 300_000,
             stream_read_outage_ms: 30_000,
             check_timeout_ms: 500,
@@ -87,6 +97,15 @@ impl SessionConfig {
                 "sessions.max_events_per_stream",
                 self.max_events_per_stream.to_string(),
                 "event limits must be at least 1",
+            );
+        }
+        if self.max_event_bytes_per_session < 64 * 1024
+            || self.max_event_bytes < self.max_event_bytes_per_session
+        {
+            return invalid_value(
+                "sessions.max_event_bytes_per_session",
+                self.max_event_bytes_per_session.to_string(),
+                "must be at least 65536, and sessions.max_event_bytes at least as large",
             );
         }
         if self.max_client_info_bytes < 256 || self.max_subscription_uri_bytes < 64 {

@@ -1,4 +1,5 @@
-//! Events in this process's memory, bounded per stream and per session.
+//! Events in this process's memory, bounded per stream, per session and for the instance, in
+//! count and in bytes ([`budget`](super::budget)).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{Bounds, Budget, Cut, ReaderMark};
 use super::{
     Cursor, EventStore, EventStoreError, StoredEvent, StreamId, Unresolved, event_id,
     parse_event_id, session_tag,
@@ -37,23 +39,74 @@ struct SessionStreams {
     /// Prefix of this session's event ids.
     tag: Arc<str>,
     streams: HashMap<StreamId, Arc<Shared>>,
-    /// Creation order, to drop the oldest stream when a session has too many.
-    order: VecDeque<StreamId>,
 }
 
 /// An [`EventStore`] in memory.
 pub struct MemoryEventStore {
     max_events_per_stream: usize,
-    max_streams_per_session: usize,
+    /// Taken before any stream's own lock.
     sessions: Mutex<HashMap<String, SessionStreams>>,
+    /// What the sessions keep ([`super::budget`]); taken alone.
+    budget: Arc<Mutex<Budget>>,
 }
 
 impl MemoryEventStore {
+    /// Bounded in count: `max_events_per_stream` events a stream, `max_streams_per_session`
+    /// streams a session; in bytes, see [`MemoryEventStore::with_bytes`].
     pub fn new(max_events_per_stream: usize, max_streams_per_session: usize) -> Self {
+        let bounds = Bounds {
+            per_session: usize::MAX,
+            per_instance: usize::MAX,
+            streams_per_session: max_streams_per_session,
+            events_per_stream: max_events_per_stream,
+            ttl: None,
+        };
         Self {
             max_events_per_stream,
-            max_streams_per_session,
             sessions: Mutex::new(HashMap::new()),
+            budget: Arc::new(Mutex::new(Budget::new(bounds))),
+        }
+    }
+
+    /// Bounded in bytes too: `per_session` bytes of events a session keeps, `per_instance`
+    /// all of them together (`sessions.max_event_bytes_per_session`, `sessions.max_event_bytes`).
+    pub fn with_bytes(self, per_session: usize, per_instance: usize) -> Self {
+        {
+            let mut budget = self.budget.lock();
+            let mut bounds = budget.bounds();
+            bounds.per_session = per_session;
+            bounds.per_instance = per_instance;
+            *budget = Budget::new(bounds);
+        }
+        self
+    }
+
+    /// Carries out what the ledger gave up: a closed stream's events are freed (a reader still
+    /// on it ends), an open stream keeps its newest event.
+    fn cut(sessions: &mut HashMap<String, SessionStreams>, cuts: Vec<Cut>) {
+        for cut in cuts {
+            match cut {
+                Cut::Drop(session, stream) => {
+                    let Some(entry) = sessions.get_mut(&*session) else {
+                        continue;
+                    };
+                    if let Some(shared) = entry.streams.remove(&stream) {
+                        shared.state.lock().events.clear();
+                        shared.notify.notify_waiters();
+                    }
+                    if entry.streams.is_empty() {
+                        sessions.remove(&*session);
+                    }
+                }
+                Cut::Trim(session, stream) => {
+                    let shared = sessions.get(&*session).and_then(|e| e.streams.get(&stream));
+                    if let Some(shared) = shared {
+                        let mut st = shared.state.lock();
+                        let keep = st.events.len().saturating_sub(1);
+                        st.events.drain(..keep);
+                    }
+                }
+            }
         }
     }
 
@@ -77,18 +130,7 @@ impl MemoryEventStore {
         if let Some(s) = entry.streams.get(&stream) {
             return Some((s.clone(), entry.tag.clone()));
         }
-        if entry.order.len() >= self.max_streams_per_session {
-            // Drop the oldest *closed* stream; open ones still have a request behind them.
-            let victim = entry
-                .order
-                .iter()
-                .position(|id| entry.streams.get(id).is_some_and(|s| s.state.lock().closed));
-            if let Some(pos) = victim
-                && let Some(id) = entry.order.remove(pos)
-            {
-                entry.streams.remove(&id);
-            }
-        }
+        // A new stream counts towards the session's streams once it has an event (`append`).
         let shared = Arc::new(Shared {
             state: Mutex::new(Stream {
                 events: VecDeque::new(),
@@ -100,7 +142,6 @@ impl MemoryEventStore {
             notify: Notify::new(),
         });
         entry.streams.insert(stream, shared.clone());
-        entry.order.push_back(stream);
         Some((shared, entry.tag.clone()))
     }
 
@@ -122,16 +163,28 @@ impl EventStore for MemoryEventStore {
         let (shared, tag) = self
             .stream(session, stream, true)
             .ok_or_else(|| EventStoreError("stream could not be created".into()))?;
-        let seq = {
+        let size = data.len();
+        let (seq, removed) = {
             let mut st = shared.state.lock();
             let seq = st.next_seq;
             st.next_seq += 1;
             st.events.push_back((seq, data));
+            let mut removed = None;
             while st.events.len() > self.max_events_per_stream {
-                st.events.pop_front();
+                if let Some((_, gone)) = st.events.pop_front() {
+                    *removed.get_or_insert(0) += gone.len();
+                }
             }
-            seq
+            (seq, removed)
         };
+        let now = std::time::Instant::now();
+        let cuts = self
+            .budget
+            .lock()
+            .appended(session, stream, size, removed, now);
+        if !cuts.is_empty() {
+            Self::cut(&mut self.sessions.lock(), cuts);
+        }
         shared.notify.notify_waiters();
         Ok(event_id(&tag, stream, seq))
     }
@@ -141,6 +194,7 @@ impl EventStore for MemoryEventStore {
             shared.state.lock().closed = true;
             shared.notify.notify_waiters();
         }
+        self.budget.lock().closed(session, stream);
         Ok(())
     }
 
@@ -176,12 +230,15 @@ impl EventStore for MemoryEventStore {
             (st.reader_gen, after)
         };
         shared.notify.notify_waiters();
-        let state = (shared, start_after, generation, stop, (stream, tag));
+        let mark = ReaderMark::new(&self.budget, session, stream);
+        let state = (shared, start_after, generation, stop, (stream, tag, mark));
         stream::unfold(
             state,
-            |(shared, after, generation, stop, (stream_id, tag))| async move {
+            |(shared, after, generation, stop, (stream_id, tag, mut mark))| async move {
                 enum Step {
                     Event(StoredEvent, u64),
+                    /// The stream is closed and everything was read.
+                    Done,
                     End,
                 }
                 let step = loop {
@@ -205,7 +262,7 @@ impl EventStore for MemoryEventStore {
                                     },
                                     *seq,
                                 )),
-                                None if st.closed => Some(Step::End),
+                                None if st.closed => Some(Step::Done),
                                 None => None,
                             }
                         }
@@ -220,8 +277,9 @@ impl EventStore for MemoryEventStore {
                 };
                 match step {
                     Step::Event(ev, seq) => {
-                        Some((ev, (shared, seq, generation, stop, (stream_id, tag))))
+                        Some((ev, (shared, seq, generation, stop, (stream_id, tag, mark))))
                     }
+                    Step::Done => mark.read_to_the_end(),
                     Step::End => None,
                 }
             },
@@ -249,7 +307,10 @@ impl EventStore for MemoryEventStore {
     }
 
     async fn forget(&self, session: &str) {
-        let removed = self.sessions.lock().remove(session);
+        let removed = {
+            self.budget.lock().forget(session);
+            self.sessions.lock().remove(session)
+        };
         if let Some(s) = removed {
             for shared in s.streams.values() {
                 shared.state.lock().closed = true;

@@ -11,6 +11,7 @@
 //! only its client knows): an id is resolved only within the session it names, so one session
 //! can never replay another's events, even when stream numbers coincide.
 
+mod budget;
 mod memory;
 mod redis;
 

@@ -97,10 +97,17 @@ pub(super) fn session_stores(
     let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
     let store = store.unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
     let events = events.unwrap_or_else(|| {
-        Arc::new(MemoryEventStore::new(
-            config.sessions.max_events_per_stream,
-            config.sessions.max_streams_per_session,
-        ))
+        let sessions = &config.sessions;
+        Arc::new(
+            MemoryEventStore::new(
+                sessions.max_events_per_stream,
+                sessions.max_streams_per_session,
+            )
+            .with_bytes(
+                sessions.max_event_bytes_per_session,
+                sessions.max_event_bytes,
+            ),
+        )
     });
     (store, events, redis)
 }
@@ -111,11 +118,17 @@ fn redis_event_store(
     machine_id: &str,
     lease: &Arc<Lease>,
 ) -> RedisEventStore {
+    let sessions = &config.sessions;
     let events = RedisEventStore::new(
         conn.clone(),
-        config.sessions.max_events_per_stream,
-        config.sessions.event_ttl_ms,
-        Duration::from_millis(config.sessions.stream_read_outage_ms),
+        sessions.max_events_per_stream,
+        sessions.event_ttl_ms,
+        Duration::from_millis(sessions.stream_read_outage_ms),
+    )
+    .with_bounds(
+        sessions.max_streams_per_session,
+        sessions.max_event_bytes_per_session,
+        sessions.max_event_bytes,
     );
     // Only in distributed mode can a reader tell that a stream's writer is gone (and end the
     // stream for it).

@@ -24,6 +24,7 @@ use redis::Value as RedisValue;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{Bounds, Budget, ReaderMark};
 use super::{
     Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId, UNSTORED_WAIT,
     Unresolved, event_id, parse_event_id, session_tag,
@@ -31,6 +32,7 @@ use super::{
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::{CommandError, RedisConn};
 
+mod bounds;
 mod writer;
 
 use writer::{POLL, Verdict, WriterView, Writers};
@@ -75,6 +77,8 @@ pub struct RedisEventStore {
     /// Who writes here: streams name their writer, so that readers know when to look in
     /// Redis, and (in distributed mode) end a gone writer's stream.
     writers: Option<Arc<Writers>>,
+    /// What this process wrote and Redis still keeps, in bytes ([`super::budget`]).
+    budget: Arc<Mutex<Budget>>,
 }
 
 #[derive(Default)]
@@ -107,7 +111,15 @@ impl RedisEventStore {
     /// `read_outage`: how long a reader waits on a store it cannot read before it ends.
     pub fn new(redis: RedisConn, max_len: usize, ttl_ms: u64, read_outage: Duration) -> Self {
         let prefix = redis.config().key_prefix.clone();
+        let bounds = Bounds {
+            per_session: usize::MAX,
+            per_instance: usize::MAX,
+            streams_per_session: usize::MAX,
+            events_per_stream: max_len,
+            ttl: Some(Duration::from_millis(ttl_ms)),
+        };
         Self {
+            budget: Arc::new(Mutex::new(Budget::new(bounds))),
             redis,
             prefix,
             max_len,
@@ -184,6 +196,7 @@ impl RedisEventStore {
             local.notify.notify_waiters();
             let id = appended.map_err(err)?;
             *local.expiry_pushed.lock() = Some(std::time::Instant::now());
+            self.spent(session, stream, data.len()).await;
             return Ok(id);
         }
         let id: String = self.redis.run(xadd).await.map_err(err)?;
@@ -210,6 +223,7 @@ impl RedisEventStore {
             *local.expiry_pushed.lock() = Some(std::time::Instant::now());
         }
         local.notify.notify_waiters();
+        self.spent(session, stream, data.len()).await;
         Ok(id)
     }
 
@@ -366,6 +380,8 @@ fn data_of((id, mut fields): RawEntry) -> Entry {
 /// One reader of a stream ([`EventStore::tail`]): delivers what its [`Source`] reads, until a
 /// newer reader of the stream supersedes it, `end_reader` cuts it, the stream ends or `stop`.
 struct Reader {
+    /// Keeps the stream from being dropped for its bytes while this reader delivers it.
+    mark: ReaderMark,
     local: Arc<LocalStream>,
     /// The stream's generation this reader belongs to.
     generation: u64,
@@ -537,6 +553,8 @@ impl EventStore for RedisEventStore {
     }
 
     async fn close(&self, session: &str, stream: StreamId) -> Result<(), EventStoreError> {
+        // Closed in the ledger first: the end marker never makes the stream's answer trimmed.
+        self.budget.lock().closed(session, stream);
         self.append_raw(session, stream, "end", b"", None, true)
             .await
             .map(|_| ())
@@ -557,6 +575,7 @@ impl EventStore for RedisEventStore {
         self.local(&key)
             .written
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.budget.lock().closed(session, stream);
         let stored = if self.redis.writes_durably() {
             // The script's text, not its digest: a pipeline confirmed by the replicas cannot
             // load a script the server does not know and send the pipeline again.
@@ -586,6 +605,7 @@ impl EventStore for RedisEventStore {
         // when told (a resumed client would wait for the confirmation, seconds, for nothing).
         self.local(&key).notify.notify_waiters();
         stored.map_err(|e| EventStoreError(e.to_string()))?;
+        self.spent(session, stream, answer.len()).await;
         Ok(())
     }
 
@@ -625,6 +645,7 @@ impl EventStore for RedisEventStore {
             Cursor::Now => None,
         };
         let reader = Reader {
+            mark: ReaderMark::new(&self.budget, session, stream),
             local,
             generation,
             stop,
@@ -656,7 +677,7 @@ impl EventStore for RedisEventStore {
                     return Some((ev, r));
                 }
                 if r.source.ended {
-                    return None;
+                    return r.mark.read_to_the_end();
                 }
                 let notified = r.local.notify.notified();
                 let wait = match r.source.read().await {
@@ -711,6 +732,7 @@ impl EventStore for RedisEventStore {
         // A stream a reader still tails keeps its state: a request still running here (it
         // finishes after the session moved) announces its events to that reader through it,
         // and the reader may wait for nothing else.
+        self.budget.lock().forget(session);
         let marker = format!("{{{session}}}");
         self.local
             .lock()
@@ -718,6 +740,7 @@ impl EventStore for RedisEventStore {
     }
 
     async fn forget(&self, session: &str) {
+        self.budget.lock().forget(session);
         let index = self.index_key(session);
         let keys: Vec<String> = self
             .redis
