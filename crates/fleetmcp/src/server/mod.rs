@@ -327,6 +327,7 @@ impl Server {
     /// # Ok(()) }
     /// ```
     pub async fn start(self) -> std::io::Result<Running> {
+        heap::return_large_blocks();
         let app = self.app;
         if let Some(why) = self.auth_error {
             tracing::error!("{why}");
@@ -401,6 +402,7 @@ impl Server {
     /// stdout instead, binding nothing, until stdin closes or a signal comes (see
     /// `docs/ARCHITECTURE.md`, layer 5).
     pub async fn serve(self) -> std::io::Result<()> {
+        heap::return_large_blocks();
         if self.app.config().stdio {
             return self.serve_stdio().await;
         }
@@ -633,6 +635,7 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
     }
 }
 
+mod heap;
 mod listener;
 mod parts;
 #[cfg(test)]
