@@ -397,7 +397,9 @@ impl Session {
         max: usize,
     ) -> Option<(CancellationToken, Arc<str>)> {
         let mut running = self.inflight.lock();
-        if running.len() >= max && !running.contains(raw_id) {
+        // Every request counts, one whose id runs already too: each runs a handler of its own,
+        // and an id sent again and again must not run any number of them.
+        if running.total() >= max {
             return None;
         }
         // A child of the server's token, not of `closed`: a request does not make the session
@@ -766,6 +768,10 @@ mod tests {
         );
         let (_a, _b) = (s.track_request("a", 2), s.track_request("b", 2));
         assert!(s.track_request("c", 2).is_none(), "over the limit");
+        assert!(
+            s.track_request("a", 2).is_none(),
+            "an id sent again counts too (it was let in, so one id ran any number of handlers)"
+        );
         s.finish_request("a");
         s.finish_request("b");
         assert!(

@@ -28,11 +28,25 @@ type Table = HashMap<Arc<str>, (CancellationToken, u32)>;
 
 impl Running {
     /// How many ids have requests running.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
     }
 
+    /// How many requests run, an id sent again while its request runs counted each time: what
+    /// `limits.max_inflight_per_session` bounds (each is a handler running).
+    pub fn total(&self) -> usize {
+        match &self.more {
+            None => usize::from(self.first.is_some()),
+            Some(more) => {
+                let table: usize = more.values().map(|(_, n)| *n as usize).sum();
+                usize::from(self.first.is_some()) + table
+            }
+        }
+    }
+
     /// Whether a request with this id runs.
+    #[cfg(test)]
     pub fn contains(&self, id: &str) -> bool {
         self.is_first(id) || self.more.as_ref().is_some_and(|m| m.contains_key(id))
     }
