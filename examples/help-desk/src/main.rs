@@ -19,7 +19,7 @@ use fleetmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use store::{Desk, memory::MemoryStore, redis::RedisStore};
+use store::{Desk, Once, memory::MemoryStore, redis::RedisStore};
 use ticket::{NewTicket, Priority, Status, Ticket};
 
 /// Arguments of `open_ticket`.
@@ -322,15 +322,21 @@ fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
             });
         // A multi-round call: the effect is taken only once the client has answered the
         // question (an elicitation: in 2026-07-28 an `InputRequiredResult` round whose answer
-        // comes back with its `requestState`, on any instance).
+        // comes back with its `requestState`, on any instance). The handler runs again each
+        // time the client sends its answering round (the protocol's `requestState` is not
+        // single-use): the effect is taken once per call key (`ctx.call_key()`: in 2026-07-28
+        // the key sealed in the `requestState` by the first round), claimed in the desk's store
+        // (Redis: shared by the fleet) for as long as a `requestState` lives.
+        let once_ttl_ms = config.stateless.request_state_ttl_ms;
         let confirmed = tool("stamp_confirmed")
             .scope(WRITE)
             .title("Stamp, once confirmed")
             .description(
                 "Asks the client to confirm, then appends a key to the effects file \
-                 (HELP_DESK_EFFECTS_FILE); for tests.",
+                 (HELP_DESK_EFFECTS_FILE) once per call; for tests.",
             )
-            .handler(move |a: StampConfirmed, ctx| {
+            .state::<Desk>()
+            .handler(move |a: StampConfirmed, ctx, desk| {
                 let path = confirm_path.clone();
                 async move {
                     if a.key.is_empty() || a.key.contains('\n') {
@@ -345,11 +351,31 @@ fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
                     if answer["action"] != "accept" || answer["content"]["confirm"] != true {
                         return Err(ToolError::failed("not confirmed: nothing stamped"));
                     }
+                    // Past the last question: read the call's key now (see above).
+                    let call = ctx.call_key().map(str::to_string);
+                    if let Some(call) = &call {
+                        match desk.claim_once(call, once_ttl_ms).await? {
+                            Once::Claimed => {}
+                            Once::Done => return Ok(Structured(Stamped { key: a.key })),
+                            Once::Running => {
+                                return Err(ToolError::failed(
+                                    "an earlier run of this call is taking its effect (or \
+                                     stopped mid-way): it is not taken again",
+                                ));
+                            }
+                        }
+                    }
                     let key = a.key.clone();
-                    tokio::task::spawn_blocking(move || append_effect(&path, &key))
+                    let taken = tokio::task::spawn_blocking(move || append_effect(&path, &key))
                         .await
-                        .map_err(|e| ToolError::failed(e.to_string()))?
-                        .map_err(|e| ToolError::failed(format!("effects file: {e}")))?;
+                        .map_err(|e| ToolError::failed(e.to_string()))
+                        .and_then(|r| {
+                            r.map_err(|e| ToolError::failed(format!("effects file: {e}")))
+                        });
+                    if let Some(call) = &call {
+                        desk.finish_once(call, taken.is_ok(), once_ttl_ms).await?;
+                    }
+                    taken?;
                     Ok(Structured(Stamped { key: a.key }))
                 }
             });
