@@ -125,6 +125,41 @@ fn append_effect(path: &std::path::Path, key: &str) -> std::io::Result<()> {
     f.write_all(format!("{key}\n").as_bytes())
 }
 
+/// Appends `key` to the effects file at `path` (off the runtime's threads).
+async fn stamp_effect(path: std::path::PathBuf, key: String) -> Result<(), ToolError> {
+    tokio::task::spawn_blocking(move || append_effect(&path, &key))
+        .await
+        .map_err(|e| ToolError::failed(e.to_string()))?
+        .map_err(|e| ToolError::failed(format!("effects file: {e}")))
+}
+
+/// [`stamp_effect`] once per call `call` (its `RequestContext::call_key`), claimed in the
+/// desk's store for `ttl_ms`: a run that finds the call done answers as the first did; one that
+/// finds it claimed and not done (running now, or its instance stopped mid-way: whether the
+/// effect was taken is not known) fails without taking it; an effect that failed gives the
+/// claim back.
+async fn stamp_once(
+    desk: Desk,
+    call: String,
+    ttl_ms: u64,
+    path: std::path::PathBuf,
+    key: String,
+) -> Result<(), ToolError> {
+    match desk.claim_once(&call, ttl_ms).await? {
+        Once::Claimed => {}
+        Once::Done => return Ok(()),
+        Once::Running => {
+            return Err(ToolError::failed(
+                "an earlier run of this call is taking its effect (or stopped mid-way): it is \
+                 not taken again",
+            ));
+        }
+    }
+    let taken = stamp_effect(path, key).await;
+    desk.finish_once(&call, taken.is_ok(), ttl_ms).await?;
+    taken
+}
+
 /// The scope that reads tickets, the service levels and the triage prompt.
 const READ: &str = "tickets:read";
 /// The scope that opens, closes and pages.
@@ -351,32 +386,26 @@ fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
                     if answer["action"] != "accept" || answer["content"]["confirm"] != true {
                         return Err(ToolError::failed("not confirmed: nothing stamped"));
                     }
-                    // Past the last question: read the call's key now (see above).
-                    let call = ctx.call_key().map(str::to_string);
-                    if let Some(call) = &call {
-                        match desk.claim_once(call, once_ttl_ms).await? {
-                            Once::Claimed => {}
-                            Once::Done => return Ok(Structured(Stamped { key: a.key })),
-                            Once::Running => {
-                                return Err(ToolError::failed(
-                                    "an earlier run of this call is taking its effect (or \
-                                     stopped mid-way): it is not taken again",
-                                ));
-                            }
+                    // Past the last question: read the call's key now (see above). Claim,
+                    // effect and record run in a task of their own: a handler dropped mid-way
+                    // (its client gone, a drain) must leave neither a claim without its
+                    // effect nor an effect without its record.
+                    let taken = match ctx.call_key() {
+                        Some(call) => {
+                            let once = stamp_once(
+                                Desk::clone(&desk),
+                                call.to_string(),
+                                once_ttl_ms,
+                                path,
+                                a.key.clone(),
+                            );
+                            tokio::spawn(once)
+                                .await
+                                .map_err(|e| ToolError::failed(e.to_string()))?
                         }
-                    }
-                    let key = a.key.clone();
-                    let taken = tokio::task::spawn_blocking(move || append_effect(&path, &key))
-                        .await
-                        .map_err(|e| ToolError::failed(e.to_string()))
-                        .and_then(|r| {
-                            r.map_err(|e| ToolError::failed(format!("effects file: {e}")))
-                        });
-                    if let Some(call) = &call {
-                        desk.finish_once(call, taken.is_ok(), once_ttl_ms).await?;
-                    }
-                    taken?;
-                    Ok(Structured(Stamped { key: a.key }))
+                        None => stamp_effect(path, a.key.clone()).await,
+                    };
+                    taken.map(|()| Structured(Stamped { key: a.key }))
                 }
             });
         builder = builder.tool(stamp).tool(confirmed);
