@@ -406,4 +406,35 @@ mod tests {
         assert_eq!(key("::ffff:192.0.2.7", 64), key("192.0.2.7", 64));
         assert_ne!(key("192.0.2.7", 1), key("192.0.2.8", 1));
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::testing::prop_config(256))]
+
+        /// Any two IPv6 addresses agreeing on their first `len` bits are one key; changing
+        /// a bit within those makes another; an IPv4 address and its mapped form are one.
+        #[test]
+        fn addresses_of_one_network_and_only_they_share_a_key(
+            a in any::<u128>(),
+            b in any::<u128>(),
+            len in 1u8..=128,
+            bit in 0u32..128,
+            v4 in any::<u32>(),
+        ) {
+            let v6 = |n: u128| IpAddr::V6(std::net::Ipv6Addr::from(n));
+            // `b` with `a`'s first `len` bits (keeping `a` unless `len` is 128).
+            let host_mask = u128::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+            let same_net = (a & !host_mask) | (b & host_mask);
+            // Skip IPv4-mapped networks (they are keyed as IPv4).
+            prop_assume!(v6(a).to_canonical().is_ipv6() && v6(same_net).to_canonical().is_ipv6());
+            let key = |ip: IpAddr| LimitKey::address(ip, len).as_str().to_string();
+            prop_assert_eq!(key(v6(a)), key(v6(same_net)));
+            let flipped = a ^ (1u128 << (127 - (bit % u32::from(len))));
+            prop_assume!(v6(flipped).to_canonical().is_ipv6());
+            prop_assert_ne!(key(v6(a)), key(v6(flipped)));
+            let ip4 = std::net::Ipv4Addr::from(v4);
+            prop_assert_eq!(key(IpAddr::V4(ip4)), key(IpAddr::V6(ip4.to_ipv6_mapped())));
+        }
+    }
 }
