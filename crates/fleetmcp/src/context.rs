@@ -265,6 +265,8 @@ pub(crate) struct CallKeyParts {
 /// The stable key of a call: the client's own key, scoped to its principal (or, without
 /// authorization, to its session), or else, in a session, the session and the request id, as
 /// received on every hop. A session id is a credential: only a digest of it goes into the key.
+/// A 2026-07-28 round after the first has the key its `requestState` carries, fixed by the
+/// exchange's first round (`Round::key_to_seal`).
 fn call_key(
     caller: &Caller,
     principal: Option<&Principal>,
@@ -272,20 +274,34 @@ fn call_key(
 ) -> Option<Arc<str>> {
     let session = match caller {
         Caller::Session(s) => Some(crate::session::LogId(&s.id).to_string()),
+        Caller::Stateless(round) if round.sealed_key.is_some() => {
+            return round.sealed_key.as_deref().map(Arc::from);
+        }
         _ => None,
     };
-    let raw_id = &parts.raw_id;
-    let key = match (parts.client_key.as_deref(), principal, &session) {
-        (Some(k), _, _) if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY => {
-            return None;
-        }
-        (Some(k), Some(p), _) => format!("k/p:{}/{k}", p.fingerprint()),
-        (Some(k), None, Some(s)) => format!("k/s:{s}/{k}"),
-        (Some(k), None, None) => format!("k/anonymous/{k}"),
-        (None, _, Some(s)) => format!("s/{s}/{raw_id}"),
-        (None, _, None) => return None,
+    let key = match parts.client_key.as_deref() {
+        Some(k) => scoped_client_key(k, principal.map(Principal::fingerprint), session.as_deref())?,
+        None => format!("s/{}/{}", session?, parts.raw_id),
     };
     Some(key.into())
+}
+
+/// The client's own key `k` as a call's key: scoped to the principal's fingerprint
+/// `principal`, else to the session's digest `session`, else shared by anonymous stateless
+/// callers. `None` for an empty key or one over [`MAX_IDEMPOTENCY_KEY`] bytes.
+pub(crate) fn scoped_client_key(
+    k: &str,
+    principal: Option<&str>,
+    session: Option<&str>,
+) -> Option<String> {
+    if k.is_empty() || k.len() > MAX_IDEMPOTENCY_KEY {
+        return None;
+    }
+    Some(match (principal, session) {
+        (Some(p), _) => format!("k/p:{p}/{k}"),
+        (None, Some(s)) => format!("k/s:{s}/{k}"),
+        (None, None) => format!("k/anonymous/{k}"),
+    })
 }
 
 /// A request's place in flight, shared by its driver and its context.
@@ -362,7 +378,14 @@ impl RequestContext {
     /// on), its session, or shared by anonymous stateless clients (so pick a random one, a
     /// UUID). Without one, a session-era call's key is its session (as a digest) and request
     /// id, the same on every instance a request is relayed through; a 2026-07-28 call without
-    /// a key has none.
+    /// a key has none in its first round.
+    ///
+    /// A 2026-07-28 multi-round call (an `InputRequiredResult`, then the client's retry with
+    /// the answers and the `requestState`) keeps the key of its first round, sealed in the
+    /// state (a random one when the client sent none), in every later round. The protocol lets
+    /// a client send a round again within the state's lifetime (`stateless.request_state_ttl_ms`),
+    /// and a handler past its last question runs again each time: take the effect once per key
+    /// (read the key after the last answer), and a round sent again takes none.
     ///
     /// ```no_run
     /// # use fleetmcp::{tool, NoArgs, ToolError};

@@ -62,6 +62,11 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let color = ctx.ask("color", "elicitation/create", q("Color?", "color")).await?;
             Ok(format!("{} likes {}", name["content"]["name"].as_str().unwrap_or("?"), color["content"]["color"].as_str().unwrap_or("?")))
         }))
+        .tool(tool("confirm_key").description("Asks to confirm, then names its call's key").handler(|_: NoArgs, ctx| async move {
+            let q = json!({"message": "Sure?", "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}});
+            ctx.ask("ok", "elicitation/create", q).await?;
+            Ok(ctx.call_key().unwrap_or("null").to_string())
+        }))
         .prompt(prompt("p").description("A prompt").get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }))
         .resource(resource("test://asks", "asks").description("Asks who reads it").read(|uri, ctx| async move {
             let q = json!({"message": "Who?", "requestedSchema": {"type": "object", "properties": {"who": {"type": "string"}}}});
@@ -508,6 +513,73 @@ async fn multi_round_requests_carry_answers_in_a_sealed_state() {
         (StatusCode::BAD_REQUEST, -32602),
         "expired: {b}"
     );
+}
+
+/// A multi-round call keeps the key of its first round (`RequestContext::call_key`) in every
+/// later one, sealed in the `requestState`: the answering round sent again (the protocol does
+/// not make a `requestState` single-use), with its `_meta` key changed or not, names the same
+/// call, so a handler taking its effect once per key takes it once; a new exchange is a new
+/// call. Without a client key the exchange gets a random one; with one, it is the client's
+/// (scoped), as the session era's is.
+#[tokio::test]
+async fn a_multi_round_call_keeps_its_first_rounds_key() {
+    let s = start(|_| {}).await;
+    let round = |meta: Value, extra: Value| {
+        let mut p = json!({"name": "confirm_key", "arguments": {}, "_meta": meta});
+        if let Value::Object(e) = extra {
+            for (k, v) in e {
+                p[k] = v;
+            }
+        }
+        modern("tools/call", p)
+    };
+    let with_key = |k: &str| {
+        let mut m = elicit_meta();
+        m[fleetmcp::IDEMPOTENCY_KEY_META] = json!(k);
+        m
+    };
+    let first = |meta: Value| {
+        let (h, b) = round(meta, json!({}));
+        let url = s.mcp.clone();
+        async move { state_asking(&post(&url, &h, &b).await.2, "ok") }
+    };
+    let answered = |meta: Value, state: &str| {
+        let (h, b) = round(
+            meta,
+            json!({"inputResponses": {"ok": {"action": "accept", "content": {"ok": true}}}, "requestState": state}),
+        );
+        let url = s.mcp.clone();
+        async move {
+            let (st, _, body) = post(&url, &h, &b).await;
+            assert_eq!(st, StatusCode::OK, "{body}");
+            let r = result(&body);
+            assert_eq!(r["resultType"], "complete", "{r}");
+            r["content"][0]["text"].as_str().unwrap().to_string()
+        }
+    };
+    let state = first(elicit_meta()).await;
+    let key = answered(elicit_meta(), &state).await;
+    assert!(key.starts_with("x/") && key.len() > 20, "{key}");
+    assert_eq!(answered(elicit_meta(), &state).await, key, "sent again");
+    assert_eq!(
+        answered(with_key("a-new-key"), &state).await,
+        key,
+        "sent again under a key of its own"
+    );
+    let other = first(elicit_meta()).await;
+    assert_ne!(answered(elicit_meta(), &other).await, key, "a new exchange");
+
+    // The client's own key, from the first round on; a later round cannot change it.
+    let state = first(with_key("order-1")).await;
+    assert_eq!(
+        answered(with_key("order-1"), &state).await,
+        "k/anonymous/order-1"
+    );
+    assert_eq!(
+        answered(with_key("order-2"), &state).await,
+        "k/anonymous/order-1"
+    );
+    assert_eq!(answered(elicit_meta(), &state).await, "k/anonymous/order-1");
 }
 
 /// One `two_questions` round: the request with `extra` params (`inputResponses`,

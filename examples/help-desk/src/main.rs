@@ -19,7 +19,7 @@ use fleetmcp::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use store::{Desk, memory::MemoryStore, redis::RedisStore};
+use store::{Desk, Once, memory::MemoryStore, redis::RedisStore};
 use ticket::{NewTicket, Priority, Status, Ticket};
 
 /// Arguments of `open_ticket`.
@@ -123,6 +123,41 @@ fn append_effect(path: &std::path::Path, key: &str) -> std::io::Result<()> {
         .append(true)
         .open(path)?;
     f.write_all(format!("{key}\n").as_bytes())
+}
+
+/// Appends `key` to the effects file at `path` (off the runtime's threads).
+async fn stamp_effect(path: std::path::PathBuf, key: String) -> Result<(), ToolError> {
+    tokio::task::spawn_blocking(move || append_effect(&path, &key))
+        .await
+        .map_err(|e| ToolError::failed(e.to_string()))?
+        .map_err(|e| ToolError::failed(format!("effects file: {e}")))
+}
+
+/// [`stamp_effect`] once per call `call` (its `RequestContext::call_key`), claimed in the
+/// desk's store for `ttl_ms`: a run that finds the call done answers as the first did; one that
+/// finds it claimed and not done (running now, or its instance stopped mid-way: whether the
+/// effect was taken is not known) fails without taking it; an effect that failed gives the
+/// claim back.
+async fn stamp_once(
+    desk: Desk,
+    call: String,
+    ttl_ms: u64,
+    path: std::path::PathBuf,
+    key: String,
+) -> Result<(), ToolError> {
+    match desk.claim_once(&call, ttl_ms).await? {
+        Once::Claimed => {}
+        Once::Done => return Ok(()),
+        Once::Running => {
+            return Err(ToolError::failed(
+                "an earlier run of this call is taking its effect (or stopped mid-way): it is \
+                 not taken again",
+            ));
+        }
+    }
+    let taken = stamp_effect(path, key).await;
+    desk.finish_once(&call, taken.is_ok(), ttl_ms).await?;
+    taken
 }
 
 /// The scope that reads tickets, the service levels and the triage prompt.
@@ -322,15 +357,21 @@ fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
             });
         // A multi-round call: the effect is taken only once the client has answered the
         // question (an elicitation: in 2026-07-28 an `InputRequiredResult` round whose answer
-        // comes back with its `requestState`, on any instance).
+        // comes back with its `requestState`, on any instance). The handler runs again each
+        // time the client sends its answering round (the protocol's `requestState` is not
+        // single-use): the effect is taken once per call key (`ctx.call_key()`: in 2026-07-28
+        // the key sealed in the `requestState` by the first round), claimed in the desk's store
+        // (Redis: shared by the fleet) for as long as a `requestState` lives.
+        let once_ttl_ms = config.stateless.request_state_ttl_ms;
         let confirmed = tool("stamp_confirmed")
             .scope(WRITE)
             .title("Stamp, once confirmed")
             .description(
                 "Asks the client to confirm, then appends a key to the effects file \
-                 (HELP_DESK_EFFECTS_FILE); for tests.",
+                 (HELP_DESK_EFFECTS_FILE) once per call; for tests.",
             )
-            .handler(move |a: StampConfirmed, ctx| {
+            .state::<Desk>()
+            .handler(move |a: StampConfirmed, ctx, desk| {
                 let path = confirm_path.clone();
                 async move {
                     if a.key.is_empty() || a.key.contains('\n') {
@@ -345,12 +386,26 @@ fn build(config: Config, desk: Desk) -> Result<Server, fleetmcp::BuildError> {
                     if answer["action"] != "accept" || answer["content"]["confirm"] != true {
                         return Err(ToolError::failed("not confirmed: nothing stamped"));
                     }
-                    let key = a.key.clone();
-                    tokio::task::spawn_blocking(move || append_effect(&path, &key))
-                        .await
-                        .map_err(|e| ToolError::failed(e.to_string()))?
-                        .map_err(|e| ToolError::failed(format!("effects file: {e}")))?;
-                    Ok(Structured(Stamped { key: a.key }))
+                    // Past the last question: read the call's key now (see above). Claim,
+                    // effect and record run in a task of their own: a handler dropped mid-way
+                    // (its client gone, a drain) must leave neither a claim without its
+                    // effect nor an effect without its record.
+                    let taken = match ctx.call_key() {
+                        Some(call) => {
+                            let once = stamp_once(
+                                Desk::clone(&desk),
+                                call.to_string(),
+                                once_ttl_ms,
+                                path,
+                                a.key.clone(),
+                            );
+                            tokio::spawn(once)
+                                .await
+                                .map_err(|e| ToolError::failed(e.to_string()))?
+                        }
+                        None => stamp_effect(path, a.key.clone()).await,
+                    };
+                    taken.map(|()| Structured(Stamped { key: a.key }))
                 }
             });
         builder = builder.tool(stamp).tool(confirmed);

@@ -6,6 +6,9 @@
 #[path = "../../e2e_support.rs"]
 mod support;
 
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -22,10 +25,18 @@ async fn modern(
     mut params: Value,
     capabilities: Value,
 ) -> Value {
+    // Added to the `_meta` the params may carry (an idempotency key).
+    let meta = params["_meta"].take();
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
+    if let Value::Object(extra) = meta {
+        params["_meta"]
+            .as_object_mut()
+            .expect("an object")
+            .extend(extra);
+    }
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let res = support::modern_post(http, url, method, name, &body)
         .send()
@@ -158,6 +169,80 @@ async fn stamp_runs_as_a_task_and_stamp_confirmed_takes_its_effect_after_the_ans
     assert_eq!(v["result"]["structuredContent"]["key"], "confirmed-1");
     assert_eq!(effects(&file), ["task-1", "plain-1", "confirmed-1"]);
     desk.assert_no_panic_logged();
+}
+
+/// The 2026-07-28 `requestState` is not single-use (the protocol leaves that to the server):
+/// the answering round sent again within its lifetime runs the handler again. The handler
+/// takes its effect once per call key, which the first round sealed in the state: the round
+/// sent again, with or without another `_meta` idempotency key, takes no second effect; a new
+/// exchange is a new call. Memory desk and Redis desk alike (the claim is in the desk's store).
+#[tokio::test]
+async fn stamp_confirmed_sent_again_takes_its_effect_once() {
+    let redis = support_redis::RedisServer::start();
+    for store in ["memory", "redis"] {
+        let dir = TempDir::new("effects-once");
+        let file = dir.path().join("effects");
+        let file_s = file.display().to_string();
+        let mut env = vec![("HELP_DESK_EFFECTS_FILE", file_s.as_str())];
+        let url = redis.url();
+        if store == "redis" {
+            env.extend([
+                ("REDIS_URL", url.as_str()),
+                ("REDIS_HOST", ""),
+                ("REDIS_PORT", ""),
+            ]);
+        }
+        let desk = Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env);
+        let (http, mcp) = (reqwest::Client::new(), desk.mcp_url());
+        let elicit = json!({"elicitation": {}});
+        let confirm = |params: Value| {
+            let (http, mcp, elicit) = (&http, &mcp, &elicit);
+            async move {
+                modern(
+                    http,
+                    mcp,
+                    "tools/call",
+                    Some("stamp_confirmed"),
+                    params,
+                    elicit.clone(),
+                )
+                .await
+            }
+        };
+        let call = json!({"name": "stamp_confirmed", "arguments": {"key": "once-1"}});
+        let first_round = |call: Value| async move {
+            let v = confirm(call).await;
+            assert_eq!(v["result"]["resultType"], "input_required", "{store}: {v}");
+            v["result"]["requestState"]
+                .as_str()
+                .expect("requestState")
+                .to_string()
+        };
+        let state = first_round(call.clone()).await;
+        let mut answer = call.clone();
+        answer["inputResponses"] =
+            json!({"confirm": {"action": "accept", "content": {"confirm": true}}});
+        answer["requestState"] = json!(state);
+        let mut other_key = answer.clone();
+        other_key["_meta"] = json!({"io.fleetmcp/idempotency-key": "a-new-key"});
+        for (n, round) in [&answer, &answer, &other_key].into_iter().enumerate() {
+            let v = confirm(round.clone()).await;
+            assert_eq!(v["result"]["resultType"], "complete", "{store} #{n}: {v}");
+            assert_eq!(v["result"]["isError"], false, "{store} #{n}: {v}");
+            assert_eq!(
+                effects(&file),
+                ["once-1"],
+                "{store}: the round sent again (#{n}) took the effect again"
+            );
+        }
+        // A new exchange (a new first round) is another call: its effect is taken.
+        let state = first_round(call.clone()).await;
+        answer["requestState"] = json!(state);
+        let v = confirm(answer).await;
+        assert_eq!(v["result"]["isError"], false, "{store}: {v}");
+        assert_eq!(effects(&file), ["once-1", "once-1"], "{store}");
+        desk.assert_no_panic_logged();
+    }
 }
 
 #[tokio::test]

@@ -19,6 +19,12 @@ pub enum BindAddress {
     Loopback,
     /// Every interface (0.0.0.0).
     All,
+    /// IPv6 loopback (`::1`) only.
+    Loopback6,
+    /// Every interface, IPv6 and IPv4 (`::`, dual-stack where the system allows it: IPv4
+    /// clients then arrive as IPv4-mapped addresses, `::ffff:1.2.3.4`, which the limits read
+    /// as the IPv4 addresses they are).
+    All6,
 }
 
 impl BindAddress {
@@ -26,7 +32,14 @@ impl BindAddress {
         match self {
             Self::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),
             Self::All => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            Self::Loopback6 => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            Self::All6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
         }
+    }
+
+    /// Whether only this machine can connect (the `Host` check then applies by default).
+    pub fn is_loopback(self) -> bool {
+        matches!(self, Self::Loopback | Self::Loopback6)
     }
 }
 
@@ -285,6 +298,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    /// IPv6: `loopback6` (`::1`, the `Host` check on) and `all6` (`::`, dual-stack).
+    #[test]
+    fn the_bind_address_may_be_ipv6() {
+        for (value, want, loopback) in [
+            ("loopback6", BindAddress::Loopback6, true),
+            ("::1", BindAddress::Loopback6, true),
+            ("[::]", BindAddress::All6, false),
+            ("all6", BindAddress::All6, false),
+        ] {
+            let cfg = Config::from_sources(None, [("FRONTMCP_BIND_ADDRESS", value)]).unwrap();
+            assert_eq!(cfg.effective_bind(), want, "{value}");
+            assert_eq!(want.is_loopback(), loopback, "{value}");
+        }
+        assert_eq!(BindAddress::All6.ip().to_string(), "::");
+        assert_eq!(BindAddress::Loopback6.ip().to_string(), "::1");
+        let e = Config::from_sources(None, [("FRONTMCP_BIND_ADDRESS", "::2")]).unwrap_err();
+        assert!(e.to_string().contains("FRONTMCP_BIND_ADDRESS"), "{e}");
     }
 
     #[test]

@@ -67,6 +67,7 @@ const OTHER_ENV: &[&str] = &[
     "FLEETMCP_LIMITS_ON_STORE_ERROR",
     "FLEETMCP_CLIENT_ADDRESS_HEADER",
     "FLEETMCP_TRUSTED_PROXIES",
+    "FLEETMCP_IPV6_PREFIX_LEN",
     "FLEETMCP_METRICS",
 ];
 
@@ -159,11 +160,13 @@ fn bind_address(value: &str) -> Result<Option<BindAddress>, ConfigError> {
         "" => None,
         "loopback" | "127.0.0.1" | "localhost" => Some(BindAddress::Loopback),
         "all" | "0.0.0.0" => Some(BindAddress::All),
+        "loopback6" | "::1" | "[::1]" => Some(BindAddress::Loopback6),
+        "all6" | "::" | "[::]" => Some(BindAddress::All6),
         _ => {
             return Err(invalid(
                 "FRONTMCP_BIND_ADDRESS",
                 value,
-                "expected `loopback` or `all`",
+                "expected `loopback`, `all`, `loopback6` (::1) or `all6` (::, dual-stack)",
             ));
         }
     })
@@ -455,6 +458,13 @@ fn apply_limits(limits: &mut LimitsConfig, name: &str, value: &str) -> Result<()
             limits.client_address_header = (!blank).then(|| value.trim().to_ascii_lowercase())
         }
         "FLEETMCP_TRUSTED_PROXIES" => limits.trusted_proxies = split_list(value),
+        "FLEETMCP_IPV6_PREFIX_LEN" if !blank => {
+            limits.ipv6_prefix_len = number(
+                "FLEETMCP_IPV6_PREFIX_LEN",
+                value,
+                "expected a prefix length from 1 to 128 (64: one key per /64 network)",
+            )?
+        }
         _ => {}
     }
     Ok(())

@@ -111,8 +111,15 @@ pub struct LimitsConfig {
     pub client_address_header: Option<String>,
     /// `FLEETMCP_TRUSTED_PROXIES` (comma-separated addresses or CIDR ranges): the load
     /// balancers. When set, the header is believed only from a peer in this list, and these
-    /// hops are skipped in `X-Forwarded-For`.
+    /// hops are skipped in `X-Forwarded-For`. An IPv4 proxy matches its IPv4-mapped form too
+    /// (`127.0.0.1` is the peer `::ffff:127.0.0.1` of a dual-stack listener), and the reverse.
     pub trusted_proxies: Vec<String>,
+    /// `FLEETMCP_IPV6_PREFIX_LEN` (1 to 128): an anonymous IPv6 client's key is its address's
+    /// network of this length, not the whole address: a client given a /64 (what one host or
+    /// one customer line usually gets) holds 2^64 addresses, and rotating among them would
+    /// escape every per-key limit. 128 keys each address apart. IPv4 addresses (and
+    /// IPv4-mapped IPv6 ones, `::ffff:1.2.3.4`, read as `1.2.3.4`) are keyed whole.
+    pub ipv6_prefix_len: u8,
     /// How long a slot of `max_inflight_per_key` held by an instance that stopped renewing it
     /// (crashed) lasts in Redis; a live instance renews its slots every third of it.
     pub inflight_lease_ms: u64,
@@ -132,6 +139,7 @@ impl Default for LimitsConfig {
             on_store_error: OnStoreError::Open,
             client_address_header: None,
             trusted_proxies: Vec::new(),
+            ipv6_prefix_len: 64,
             inflight_lease_ms: 60_000,
             key_prefix: "mcp:limits:".into(),
         }
@@ -139,11 +147,15 @@ impl Default for LimitsConfig {
 }
 
 impl LimitsConfig {
-    /// `trusted_proxies`, parsed (validated at start, so nothing is dropped here).
+    /// `trusted_proxies`, parsed (validated at start, so nothing is dropped here). An
+    /// IPv4-mapped range (`::ffff:10.0.0.0/104`) is given as the IPv4 range it maps
+    /// (`10.0.0.0/8`): addresses are compared in their canonical form (see
+    /// `transport/client_key.rs`), where a mapped address is an IPv4 one.
     pub fn trusted_nets(&self) -> Vec<ipnet::IpNet> {
         self.trusted_proxies
             .iter()
             .filter_map(|p| parse_net(p))
+            .map(canonical_net)
             .collect()
     }
 
@@ -188,6 +200,13 @@ impl LimitsConfig {
                 "each entry must be an IP address or a CIDR range (10.0.0.0/8)",
             );
         }
+        if !(1..=128).contains(&self.ipv6_prefix_len) {
+            return invalid_value(
+                "limits.ipv6_prefix_len",
+                self.ipv6_prefix_len.to_string(),
+                "must be from 1 to 128 (64: one key per /64 network)",
+            );
+        }
         if self.inflight_lease_ms < 1000 {
             return invalid_value(
                 "limits.inflight_lease_ms",
@@ -208,6 +227,19 @@ fn parse_net(text: &str) -> Option<ipnet::IpNet> {
     text.parse::<ipnet::IpNet>()
         .ok()
         .or_else(|| text.parse::<IpAddr>().ok().map(ipnet::IpNet::from))
+}
+
+/// `net` with an IPv4-mapped IPv6 range (`::ffff:0:0/96` and within) given as its IPv4 range;
+/// any other range as it is.
+fn canonical_net(net: ipnet::IpNet) -> ipnet::IpNet {
+    match net {
+        ipnet::IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96)
+                .map_or(net, |n| ipnet::IpNet::V4(n.trunc())),
+            None => net,
+        },
+        _ => net,
+    }
 }
 
 #[cfg(test)]
@@ -281,5 +313,37 @@ mod tests {
                 "{name}={bad}: {e}"
             );
         }
+    }
+
+    /// IPv6 clients are keyed by their /64 unless told otherwise; 1 to 128 only.
+    #[test]
+    fn the_ipv6_prefix_length_is_64_by_default_and_from_1_to_128() {
+        assert_eq!(Config::default().limits.ipv6_prefix_len, 64);
+        for (value, want) in [("48", 48), ("128", 128), ("1", 1), ("", 64)] {
+            let cfg = Config::from_sources(None, [("FLEETMCP_IPV6_PREFIX_LEN", value)]).unwrap();
+            assert_eq!(cfg.limits.ipv6_prefix_len, want, "{value:?}");
+        }
+        for bad in ["0", "129", "256", "/64", "sixty-four"] {
+            let e = Config::from_sources(None, [("FLEETMCP_IPV6_PREFIX_LEN", bad)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("FLEETMCP_IPV6_PREFIX_LEN") || e.contains("limits.ipv6_prefix_len"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    /// A proxy listed in its IPv4-mapped form is its IPv4 range; other ranges stay as listed.
+    #[test]
+    fn mapped_trusted_proxies_are_their_ipv4_ranges() {
+        let l = LimitsConfig {
+            trusted_proxies: ["::ffff:10.1.2.3", "::ffff:10.0.0.0/104", "::/0", "fd00::/8"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        };
+        let nets: Vec<String> = l.trusted_nets().iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.1.2.3/32", "10.0.0.0/8", "::/0", "fd00::/8"]);
     }
 }

@@ -124,6 +124,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             a: round.answers_to_seal(),
             q: asked.iter().map(|(k, _)| k.clone()).collect(),
             o: round.owner.clone(),
+            k: Some(round.key_to_seal()),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;
     let requests: Map<String, Value> = asked.into_iter().collect();

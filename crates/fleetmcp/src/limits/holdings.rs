@@ -213,8 +213,8 @@ mod tests {
     fn places_are_bounded_per_key_and_in_all_and_freed_on_drop() {
         let budget = Budget::new(100);
         let h = Holdings::new(2, 3, budget.clone());
-        let a = LimitKey::address([10, 0, 0, 1].into());
-        let b = LimitKey::address([10, 0, 0, 2].into());
+        let a = LimitKey::address([10, 0, 0, 1].into(), 64);
+        let b = LimitKey::address([10, 0, 0, 2].into(), 64);
         let a1 = h.try_hold(&a, 10).unwrap();
         let _a2 = h.try_hold(&a, 10).unwrap();
         assert_eq!(h.try_hold(&a, 10).err(), Some(HoldRefusal::PerKey(2)));

@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn a_burst_then_refusal_with_the_wait_until_the_next_request() {
         let m = MemoryLimits::default();
-        let key = LimitKey::address([10, 0, 0, 1].into());
+        let key = LimitKey::address([10, 0, 0, 1].into(), 64);
         let rules = [rule(3, 60_000, None)];
         for _ in 0..3 {
             assert!(m.admit(&key, &rules, None).is_ok());
@@ -160,7 +160,7 @@ mod tests {
             other => panic!("expected a refusal, got {:?}", other.is_ok()),
         }
         // Another key has its own count.
-        let other = LimitKey::address([10, 0, 0, 2].into());
+        let other = LimitKey::address([10, 0, 0, 2].into(), 64);
         assert!(m.admit(&other, &rules, None).is_ok());
     }
 

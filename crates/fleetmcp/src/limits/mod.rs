@@ -48,24 +48,34 @@ impl LimitKey {
         Self(format!("principal:{key}").into())
     }
 
-    /// The key of an anonymous caller: its address. Every request asks for its caller's key,
-    /// and consecutive ones on a thread mostly come from one address (a load balancer, a
-    /// client's pool): the last key made on the thread is reused for the same address rather
-    /// than formatted and allocated again (issue 23).
-    pub fn address(ip: std::net::IpAddr) -> Self {
+    /// The key of an anonymous caller: its address, IPv4 whole, IPv6 as its network of
+    /// `v6_prefix_len` bits (`limits.ipv6_prefix_len`, 1 to 128): one host usually has a whole
+    /// /64 to pick addresses from, so keyed by address it would escape every per-key limit by
+    /// rotating them. An IPv4-mapped address (`::ffff:1.2.3.4`, the peer of a dual-stack
+    /// listener or a proxy's header) is its IPv4 address, so a client has one key whichever
+    /// way it is written. Keys read `addr:1.2.3.4` and `addr:2001:db8:1:2::/64`.
+    ///
+    /// Every request asks for its caller's key, and consecutive ones on a thread mostly come
+    /// from one address (a load balancer, a client's pool): the last key made on the thread is
+    /// reused for the same network rather than formatted and allocated again (issue 23).
+    pub fn address(ip: std::net::IpAddr, v6_prefix_len: u8) -> Self {
         thread_local! {
-            static LAST: std::cell::RefCell<Option<(std::net::IpAddr, LimitKey)>> =
+            static LAST: std::cell::RefCell<Option<(std::net::IpAddr, u8, LimitKey)>> =
                 const { std::cell::RefCell::new(None) };
         }
+        let (ip, len) = network_of(ip, v6_prefix_len);
         LAST.with(|last| {
             let mut last = last.borrow_mut();
-            if let Some((seen, key)) = last.as_ref()
-                && *seen == ip
+            if let Some((seen, seen_len, key)) = last.as_ref()
+                && (*seen, *seen_len) == (ip, len)
             {
                 return key.clone();
             }
-            let key = Self(format!("addr:{ip}").into());
-            *last = Some((ip, key.clone()));
+            let key = match ip {
+                std::net::IpAddr::V4(_) => Self(format!("addr:{ip}").into()),
+                std::net::IpAddr::V6(_) => Self(format!("addr:{ip}/{len}").into()),
+            };
+            *last = Some((ip, len, key.clone()));
             key
         })
     }
@@ -77,6 +87,21 @@ impl LimitKey {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// The network an address is keyed by, with its length: an IPv4 (or IPv4-mapped) address
+/// whole (32), an IPv6 address with every bit past `v6_prefix_len` cleared (the length is
+/// kept within 1 to 128, as the configuration's check does).
+fn network_of(ip: std::net::IpAddr, v6_prefix_len: u8) -> (std::net::IpAddr, u8) {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => (std::net::IpAddr::V4(v4), 32),
+        std::net::IpAddr::V6(v6) => {
+            let len = v6_prefix_len.clamp(1, 128);
+            let mask = u128::MAX << (128 - u32::from(len));
+            let net = std::net::Ipv6Addr::from(u128::from(v6) & mask);
+            (std::net::IpAddr::V6(net), len)
+        }
     }
 }
 
@@ -341,6 +366,75 @@ impl Limits {
                 .is_ok()
         {
             tracing::warn!(error = %e, "served a request without counting it: the rate-limit store cannot be reached (limits.on_store_error = open)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn key(ip: &str, len: u8) -> String {
+        LimitKey::address(ip.parse::<IpAddr>().unwrap(), len)
+            .as_str()
+            .to_string()
+    }
+
+    /// Two addresses of one /64 are one key at the default length (a client rotating its
+    /// addresses keeps its limits); another /64 is another key; 128 keys each address.
+    #[test]
+    fn an_ipv6_client_is_keyed_by_its_network() {
+        let a = key("2001:db8:1:2::1", 64);
+        assert_eq!(a, "addr:2001:db8:1:2::/64");
+        assert_eq!(key("2001:db8:1:2:ffff:ffff:ffff:ffff", 64), a);
+        assert_ne!(key("2001:db8:1:3::1", 64), a);
+        // Alternating keeps answering right (the thread's last key is per network).
+        assert_eq!(key("2001:db8:1:2::1", 64), a);
+        assert_eq!(key("2001:db8:1:2::1", 128), "addr:2001:db8:1:2::1/128");
+        assert_ne!(key("2001:db8:1:2::2", 128), key("2001:db8:1:2::1", 128));
+        assert_eq!(key("2001:db8:1:2::1", 48), "addr:2001:db8:1::/48");
+        assert_eq!(key("ffff::1", 1), "addr:8000::/1");
+        // Out of range (the configuration refuses it): kept within 1 to 128.
+        assert_eq!(key("ffff::1", 0), "addr:8000::/1");
+    }
+
+    /// `::ffff:1.2.3.4` is `1.2.3.4`, whatever the IPv6 length; IPv4 is keyed whole.
+    #[test]
+    fn an_ipv4_mapped_address_is_its_ipv4_key() {
+        assert_eq!(key("::ffff:192.0.2.7", 64), "addr:192.0.2.7");
+        assert_eq!(key("::ffff:192.0.2.7", 64), key("192.0.2.7", 64));
+        assert_ne!(key("192.0.2.7", 1), key("192.0.2.8", 1));
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::testing::prop_config(256))]
+
+        /// Any two IPv6 addresses agreeing on their first `len` bits are one key; changing
+        /// a bit within those makes another; an IPv4 address and its mapped form are one.
+        #[test]
+        fn addresses_of_one_network_and_only_they_share_a_key(
+            a in any::<u128>(),
+            b in any::<u128>(),
+            len in 1u8..=128,
+            bit in 0u32..128,
+            v4 in any::<u32>(),
+        ) {
+            let v6 = |n: u128| IpAddr::V6(std::net::Ipv6Addr::from(n));
+            // `b` with `a`'s first `len` bits (keeping `a` unless `len` is 128).
+            let host_mask = u128::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+            let same_net = (a & !host_mask) | (b & host_mask);
+            // Skip IPv4-mapped networks (they are keyed as IPv4).
+            prop_assume!(v6(a).to_canonical().is_ipv6() && v6(same_net).to_canonical().is_ipv6());
+            let key = |ip: IpAddr| LimitKey::address(ip, len).as_str().to_string();
+            prop_assert_eq!(key(v6(a)), key(v6(same_net)));
+            let flipped = a ^ (1u128 << (127 - (bit % u32::from(len))));
+            prop_assume!(v6(flipped).to_canonical().is_ipv6());
+            prop_assert_ne!(key(v6(a)), key(v6(flipped)));
+            let ip4 = std::net::Ipv4Addr::from(v4);
+            prop_assert_eq!(key(IpAddr::V4(ip4)), key(IpAddr::V6(ip4.to_ipv6_mapped())));
         }
     }
 }

@@ -587,22 +587,18 @@ fn log_startup(app: &App, local: SocketAddr) {
         tools = cat.tool_count(),
         "listening on http://{local}/mcp"
     );
-    match cfg.effective_bind() {
-        crate::config::BindAddress::All if cfg.deployment_mode == DeploymentMode::Distributed => {
-            tracing::info!(
-                audit = "BIND_ALL_INTERFACES_DISTRIBUTED",
-                "bound to every interface (distributed mode)"
-            )
-        }
-        crate::config::BindAddress::All => {
-            tracing::warn!(
-                audit = "BIND_ALL_INTERFACES",
-                "bound to every interface outside distributed mode"
-            )
-        }
-        crate::config::BindAddress::Loopback => {
-            tracing::info!(audit = "BIND_RESTRICTED", "bound to loopback only")
-        }
+    if cfg.effective_bind().is_loopback() {
+        tracing::info!(audit = "BIND_RESTRICTED", "bound to loopback only")
+    } else if cfg.deployment_mode == DeploymentMode::Distributed {
+        tracing::info!(
+            audit = "BIND_ALL_INTERFACES_DISTRIBUTED",
+            "bound to every interface (distributed mode)"
+        )
+    } else {
+        tracing::warn!(
+            audit = "BIND_ALL_INTERFACES",
+            "bound to every interface outside distributed mode"
+        )
     }
 }
 

@@ -101,6 +101,12 @@ pub(crate) struct Round {
     /// The request retries an earlier round (it carries `inputResponses` or `requestState`):
     /// its result carries no caching hints.
     pub retry: bool,
+    /// The call's key as the `requestState` this round opened carries it (fixed by the
+    /// exchange's first round): the call's key for this round, whatever its `_meta` says.
+    pub sealed_key: Option<String>,
+    /// The client's own key (`_meta` `io.fleetmcp/idempotency-key`), scoped as
+    /// `RequestContext::call_key` scopes it: what a first round seals for the next.
+    pub client_key: Option<String>,
     answers: Map<String, Value>,
     asked: Mutex<Vec<(String, Value)>>,
     /// Keys whose answers the handler used this round: only those are sealed into the next
@@ -122,6 +128,8 @@ impl Round {
             digest,
             owner,
             retry: false,
+            sealed_key: None,
+            client_key: None,
             answers,
             asked: Mutex::new(Vec::new()),
             used: Mutex::new(Vec::new()),
@@ -154,6 +162,23 @@ impl Round {
                 Ok(None)
             }
         }
+    }
+
+    /// The call's key to seal into the next `requestState`: the one this round's state
+    /// carried, else the client's own, else a new random one (128 bits: it names this exchange
+    /// only, so whoever sends its rounds again, within its lifetime, sends the same key).
+    pub fn key_to_seal(&self) -> String {
+        use base64::Engine;
+        self.sealed_key
+            .clone()
+            .or_else(|| self.client_key.clone())
+            .unwrap_or_else(|| {
+                let id: [u8; 16] = rand::random();
+                format!(
+                    "x/{}",
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
+                )
+            })
     }
 
     /// Input requests of this round, if the handler made any it has no answer for.

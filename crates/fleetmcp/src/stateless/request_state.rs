@@ -47,6 +47,13 @@ pub struct StatePayload {
     /// anonymous request. Only that principal's next round opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub o: Option<String>,
+    /// The call's key (`RequestContext::call_key`), fixed by the exchange's first round (the
+    /// client's own key, scoped, or a random one) and carried to every later round: a round
+    /// sent again, with whatever `_meta`, names the same call, so a handler that takes its
+    /// effect once per key takes it once per exchange. (Absent in states sealed before it
+    /// existed: the key is then the round's own.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<String>,
 }
 
 /// Why a `requestState` was refused.
@@ -241,6 +248,7 @@ mod tests {
                 .unwrap(),
             q: vec!["step2".into()],
             o: None,
+            k: None,
         }
     }
 
@@ -487,14 +495,16 @@ mod props {
             prop::collection::btree_map(".{0,8}", answer(), 0..4),
             prop::collection::vec(".{0,8}", 0..3),
             prop::option::of("[A-Za-z0-9_-]{22}"),
+            prop::option::of(".{1,40}"),
         )
-            .prop_map(|(m, d, exp, a, q, o)| StatePayload {
+            .prop_map(|(m, d, exp, a, q, o, k)| StatePayload {
                 m,
                 d,
                 exp,
                 a: a.into_iter().collect(),
                 q,
                 o,
+                k,
             })
     }
 
@@ -572,6 +582,7 @@ mod props {
                 .unwrap(),
             q: vec![],
             o: None,
+            k: None,
         };
         // About 3/4 of the limit in plain text is just under it once sealed and encoded.
         let small = s.seal(&with_answer(MAX_STATE_LEN * 3 / 4 - 200)).unwrap();

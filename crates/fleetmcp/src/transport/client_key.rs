@@ -10,6 +10,12 @@
 //! header is believed only from a peer in that list. A relayed request carries the relaying
 //! instance's peer in a signed header, which the holder's relay guard turns back into its
 //! [`PeerAddr`], so both instances find the same key.
+//!
+//! Every address is read in its canonical form: an IPv4-mapped IPv6 address (`::ffff:1.2.3.4`,
+//! how a dual-stack listener or proxy sees an IPv4 client) is the IPv4 address it maps, for
+//! the peer, for each hop of the header and for the match against `trusted_proxies`, so one
+//! client is one key, and a proxy listed as `127.0.0.1` is trusted however its address comes.
+//! An IPv6 client counts as its network of `limits.ipv6_prefix_len` bits ([`LimitKey::address`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -81,16 +87,23 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
     );
     // No peer and no header (an embedding app served without connect info): every caller
     // shares one key.
-    LimitKey::address(addr.unwrap_or(IpAddr::from([0, 0, 0, 0])))
+    LimitKey::address(
+        addr.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        cfg.ipv6_prefix_len,
+    )
 }
 
 /// The client's address: from `header` when configured, present and believed, else the peer.
+/// `trusted` comes canonical (`LimitsConfig::trusted_nets`: IPv4-mapped ranges as IPv4); the
+/// peer and the header's hops are made so here, so a mapped address matches its IPv4 proxy
+/// and counts under its IPv4 key.
 fn client_address(
     headers: &HeaderMap,
     peer: Option<IpAddr>,
     header: Option<&str>,
     trusted: &[IpNet],
 ) -> Option<IpAddr> {
+    let peer = peer.map(|ip| ip.to_canonical());
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
     let believed = match peer {
         Some(p) => trusted.is_empty() || is_trusted(&p),
@@ -114,12 +127,14 @@ fn client_address(
     from_header.or(peer)
 }
 
-/// One hop: an address, maybe with a port (`1.2.3.4:5`, `[::1]:5`).
+/// One hop: an address, maybe with a port (`1.2.3.4:5`, `[::1]:5`), in canonical form
+/// (`::ffff:1.2.3.4` is `1.2.3.4`).
 fn parse_hop(text: &str) -> Option<IpAddr> {
     let text = text.trim();
     text.parse::<IpAddr>()
         .ok()
         .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .map(|ip| ip.to_canonical())
 }
 
 #[cfg(test)]
@@ -178,5 +193,34 @@ mod tests {
         let h = headers("x-real-ip", &["not an address"]);
         let bad = client_address(&h, Some(ip("10.0.0.1")), Some("x-real-ip"), &trusted);
         assert_eq!(bad, Some(ip("10.0.0.1")));
+    }
+
+    /// A dual-stack listener sees an IPv4 proxy as `::ffff:127.0.0.1`: still the proxy listed
+    /// as `127.0.0.1` (its header believed, its hop skipped), and the other way round; a
+    /// mapped client address is its IPv4 one.
+    #[test]
+    fn an_ipv4_mapped_address_is_its_ipv4_address() {
+        let limits = |proxies: &[&str]| crate::config::LimitsConfig {
+            trusted_proxies: proxies.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        };
+        let xff = Some("x-forwarded-for");
+        for listed in ["127.0.0.1", "::ffff:127.0.0.1", "::ffff:127.0.0.0/104"] {
+            let trusted = limits(&[listed]).trusted_nets();
+            let h = headers("x-forwarded-for", &["2001:db8::7, ::ffff:127.0.0.1"]);
+            for peer in ["::ffff:127.0.0.1", "127.0.0.1"] {
+                let got = client_address(&h, Some(ip(peer)), xff, &trusted);
+                assert_eq!(got, Some(ip("2001:db8::7")), "{listed} from {peer}");
+            }
+            // A mapped peer not in the list is not believed, and counts as its IPv4 address.
+            let got = client_address(&h, Some(ip("::ffff:192.0.2.1")), xff, &trusted);
+            assert_eq!(got, Some(ip("192.0.2.1")), "{listed}");
+        }
+        let trusted = limits(&["10.0.0.0/8"]).trusted_nets();
+        let h = headers("x-forwarded-for", &["::ffff:198.51.100.4"]);
+        let got = client_address(&h, Some(ip("10.0.0.1")), xff, &trusted);
+        assert_eq!(got, Some(ip("198.51.100.4")));
+        let got = client_address(&h, Some(ip("::ffff:203.0.113.9")), None, &trusted);
+        assert_eq!(got, Some(ip("203.0.113.9")));
     }
 }

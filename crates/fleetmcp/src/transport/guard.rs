@@ -19,7 +19,6 @@ use http::{HeaderMap, StatusCode, Uri};
 
 use super::head::only;
 use super::{Endpoint, respond};
-use crate::config::BindAddress;
 
 /// The guard as a layer of its own, for the routes outside the MCP ones (`/metrics`).
 pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: Next) -> Response {
@@ -34,8 +33,7 @@ pub(super) async fn check(State(ep): State<Arc<Endpoint>>, req: Request, next: N
 /// routes through [`check`].
 pub(super) fn admit(ep: &Endpoint, uri: &Uri, headers: &HeaderMap) -> Result<(), Response> {
     let cfg = ep.app.config();
-    let check_host =
-        !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind() == BindAddress::Loopback;
+    let check_host = !cfg.http.allowed_hosts.is_empty() || cfg.effective_bind().is_loopback();
     if check_host {
         // The target's authority first (absolute form only; an origin-form target has none),
         // then `Host`. A value that is not one visible-ASCII line cannot be compared: refused,

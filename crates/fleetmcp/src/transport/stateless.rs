@@ -176,6 +176,7 @@ fn round_for(
     let digest = request_digest(method, map);
     let mut answers = Map::new();
     let mut asked = Vec::new();
+    let mut sealed_key = None;
     let multi_round = matches!(method, "tools/call" | "prompts/get" | "resources/read");
     if multi_round {
         if let Some(state) = map.get("requestState") {
@@ -201,6 +202,7 @@ fn round_for(
                 })?;
             answers = payload.a;
             asked = payload.q;
+            sealed_key = payload.k;
         }
         let sealed = map.contains_key("requestState");
         match map.get("inputResponses") {
@@ -228,11 +230,24 @@ fn round_for(
             }
         }
     }
+    let client_key = client_key(map, owner.as_deref());
     let mut round = Round::new(meta, method.to_string(), digest, owner, answers);
+    round.sealed_key = sealed_key;
+    round.client_key = client_key;
     // A retry's result is not cacheable (mcp-transports.md 8.5).
     let carries = |k: &str| map.get(k).is_some_and(|v| !v.is_null());
     round.retry = multi_round && (carries("requestState") || carries("inputResponses"));
     Ok(round)
+}
+
+/// The client's own key for the call (`_meta` `io.fleetmcp/idempotency-key`), scoped as the
+/// call's key would be (`owner`: the principal's fingerprint): what a first round seals for
+/// the rounds after it.
+fn client_key(map: &Map<String, Value>, owner: Option<&str>) -> Option<String> {
+    map.get("_meta")
+        .and_then(|m| m.get(crate::context::IDEMPOTENCY_KEY_META))
+        .and_then(Value::as_str)
+        .and_then(|k| crate::context::scoped_client_key(k, owner, None))
 }
 
 /// An SSE answer written straight to the connection. When the client closes it, the request

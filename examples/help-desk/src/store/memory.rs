@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use super::{StoreError, TicketStore};
+use super::{Once, StoreError, TicketStore};
 use crate::ticket::{NewTicket, Status, Ticket};
 
 /// Tickets in memory, ids counted from 1.
@@ -22,6 +22,11 @@ struct Inner {
     /// Call key → the ticket that call opened, for the last [`CALLS_KEPT`] calls with a key.
     by_call: HashMap<String, u64>,
     calls: VecDeque<String>,
+    /// Call key → whether its effect was taken (else: claimed, running), for the last
+    /// [`CALLS_KEPT`] calls claimed (a count, not `ttl_ms`: the process is the desk's one
+    /// instance, and a round is sent again within seconds).
+    once: HashMap<String, bool>,
+    once_order: VecDeque<String>,
 }
 
 /// How many calls' keys are remembered: a retry comes within seconds.
@@ -78,6 +83,37 @@ impl TicketStore for MemoryStore {
         }))
     }
 
+    async fn claim_once(&self, key: &str, _ttl_ms: u64) -> Result<Once, StoreError> {
+        let mut inner = self.inner.lock();
+        match inner.once.get(key) {
+            Some(true) => return Ok(Once::Done),
+            Some(false) => return Ok(Once::Running),
+            None => {}
+        }
+        inner.once.insert(key.to_string(), false);
+        inner.once_order.push_back(key.to_string());
+        if inner.once_order.len() > CALLS_KEPT
+            && let Some(old) = inner.once_order.pop_front()
+        {
+            inner.once.remove(&old);
+        }
+        Ok(Once::Claimed)
+    }
+
+    async fn finish_once(&self, key: &str, done: bool, _ttl_ms: u64) -> Result<(), StoreError> {
+        let mut inner = self.inner.lock();
+        if done {
+            if let Some(taken) = inner.once.get_mut(key) {
+                *taken = true;
+            }
+        } else {
+            // Forgotten, so a later run claims it; its place in the order goes with the
+            // oldest (a key missing from the map is skipped there).
+            inner.once.remove(key);
+        }
+        Ok(())
+    }
+
     fn known_ids(&self) -> Vec<u64> {
         self.inner.lock().tickets.keys().copied().collect()
     }
@@ -121,6 +157,29 @@ mod tests {
         assert_ne!(
             forgotten.id, a.id,
             "k1 was forgotten after {CALLS_KEPT} newer keys"
+        );
+    }
+
+    /// A call's effect is claimed once: a second run finds it running, then done; a run that
+    /// failed before its effect gives the claim back; the oldest claims go past the bound.
+    #[tokio::test]
+    async fn a_call_key_claims_its_effect_once() {
+        let store = MemoryStore::default();
+        assert_eq!(store.claim_once("k1", 1).await.unwrap(), Once::Claimed);
+        assert_eq!(store.claim_once("k1", 1).await.unwrap(), Once::Running);
+        store.finish_once("k1", true, 1).await.unwrap();
+        assert_eq!(store.claim_once("k1", 1).await.unwrap(), Once::Done);
+        assert_eq!(store.claim_once("k2", 1).await.unwrap(), Once::Claimed);
+        store.finish_once("k2", false, 1).await.unwrap();
+        assert_eq!(store.claim_once("k2", 1).await.unwrap(), Once::Claimed);
+        for i in 0..=CALLS_KEPT {
+            store.claim_once(&format!("f{i}"), 1).await.unwrap();
+        }
+        let inner = store.inner.lock();
+        assert!(inner.once.len() <= CALLS_KEPT && inner.once_order.len() <= CALLS_KEPT);
+        assert!(
+            !inner.once.contains_key("k1"),
+            "the oldest claim was forgotten"
         );
     }
 }

@@ -39,9 +39,29 @@ pub trait TicketStore: Send + Sync {
     async fn get(&self, id: u64) -> Result<Option<Ticket>, StoreError>;
     /// Closes ticket `id` with `resolution`; `None` when there is no such ticket.
     async fn close(&self, id: u64, resolution: String) -> Result<Option<Ticket>, StoreError>;
+    /// Claims call `key`'s one run of an effect (`RequestContext::call_key`), remembered for
+    /// `ttl_ms` at least: [`Once::Claimed`] (take the effect, then [`TicketStore::finish_once`])
+    /// or what an earlier run of the same call left. `stamp_confirmed` takes its effect once
+    /// per call this way, however often a client sends its answering round again.
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<Once, StoreError>;
+    /// Ends call `key`'s run: `done` (its effect was taken: later runs get [`Once::Done`]), or
+    /// not (it failed before its effect: a later run may claim it again).
+    async fn finish_once(&self, key: &str, done: bool, ttl_ms: u64) -> Result<(), StoreError>;
     /// The ids this process has seen, for completions (which cannot wait for Redis: a
     /// completer is synchronous).
     fn known_ids(&self) -> Vec<u64>;
+}
+
+/// What [`TicketStore::claim_once`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Once {
+    /// This run is the call's first: take the effect.
+    Claimed,
+    /// An earlier run took the effect.
+    Done,
+    /// An earlier run claimed it and has not finished: it is running now, or its instance
+    /// stopped mid-way, so whether the effect was taken is not known (not taken again).
+    Running,
 }
 
 /// Ticket ids seen by this process, for [`TicketStore::known_ids`].

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `helpdesk:last_id` | string | the last id given (`INCR`: ids are never reused) |
 //! | `helpdesk:tickets` | hash | ticket id → the ticket as JSON; `call:<key>` → the id of the ticket the call with that key opened |
+//! | `helpdesk:once:<call key>` | string, expires | `running` or `done`: a call's one run of `stamp_confirmed`'s effect, kept for the `requestState` lifetime |
 //!
 //! Listing reads the one hash (`HGETALL`, leaving out the `call:` fields): no `KEYS`, no scan
 //! of the keyspace; the desk is a demo, so one hash holds it all (the call fields are never
@@ -20,7 +21,7 @@
 use async_trait::async_trait;
 use fleetmcp::redis_conn::{CommandError, RedisConn};
 
-use super::{SeenIds, StoreError, TicketStore};
+use super::{Once, SeenIds, StoreError, TicketStore};
 use crate::ticket::{NewTicket, Status, Ticket};
 
 /// Closes ticket `ARGV[1]` of hash `KEYS[1]` with resolution `ARGV[2]`; returns the new record,
@@ -51,6 +52,13 @@ if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], ARGV[3], ARGV[1]) end
 return ARGV[2]
 "#;
 
+/// Claims key `KEYS[1]` for `ARGV[1]` ms (`running`), unless an earlier run holds it: then
+/// what that run left (`running` or `done`; a key that expired in between reads `running`).
+const CLAIM_ONCE: &str = r#"
+if redis.call('SET', KEYS[1], 'running', 'NX', 'PX', ARGV[1]) then return 'claimed' end
+return redis.call('GET', KEYS[1]) or 'running'
+"#;
+
 /// Fields of the tickets hash that map a call's key to its ticket.
 const CALL_FIELD: &str = "call:";
 
@@ -61,6 +69,8 @@ pub struct RedisStore {
     tickets_key: String,
     close: redis::Script,
     open: redis::Script,
+    claim_once: redis::Script,
+    once_prefix: String,
     seen: SeenIds,
 }
 
@@ -73,6 +83,8 @@ impl RedisStore {
             tickets_key: format!("{key_prefix}helpdesk:tickets"),
             close: redis::Script::new(CLOSE),
             open: redis::Script::new(OPEN),
+            claim_once: redis::Script::new(CLAIM_ONCE),
+            once_prefix: format!("{key_prefix}helpdesk:once:"),
             seen: SeenIds::default(),
         }
     }
@@ -148,6 +160,36 @@ impl TicketStore for RedisStore {
         let t = raw.as_deref().map(decode).transpose()?;
         self.seen.saw(&t);
         Ok(t)
+    }
+
+    async fn claim_once(&self, key: &str, ttl_ms: u64) -> Result<Once, StoreError> {
+        let mut invocation = self.claim_once.prepare_invoke();
+        invocation
+            .key(format!("{}{key}", self.once_prefix))
+            .arg(ttl_ms.max(1));
+        let found: String = self.redis.eval(invocation).await.map_err(unavailable)?;
+        Ok(match found.as_str() {
+            "claimed" => Once::Claimed,
+            "done" => Once::Done,
+            _ => Once::Running,
+        })
+    }
+
+    async fn finish_once(&self, key: &str, done: bool, ttl_ms: u64) -> Result<(), StoreError> {
+        let once = format!("{}{key}", self.once_prefix);
+        let cmd = if done {
+            redis::cmd("SET")
+                .arg(&once)
+                .arg("done")
+                .arg("XX")
+                .arg("PX")
+                .arg(ttl_ms.max(1))
+                .clone()
+        } else {
+            redis::cmd("DEL").arg(&once).clone()
+        };
+        let _: redis::Value = self.redis.run(cmd).await.map_err(unavailable)?;
+        Ok(())
     }
 
     fn known_ids(&self) -> Vec<u64> {

@@ -1,0 +1,142 @@
+//! Whom the limits count against, end to end over IPv6 loopback: a `help-desk` listening
+//! dual-stack (`FRONTMCP_BIND_ADDRESS=all6`, `::`), with `FLEETMCP_MAX_SESSIONS_PER_KEY=2` and
+//! `X-Forwarded-For` believed from the proxy `127.0.0.1` only.
+//!
+//! - A connection from 127.0.0.1 reaches the dual-stack listener as `::ffff:127.0.0.1`: it is
+//!   still the trusted proxy, so its header names the client.
+//! - Clients in one IPv6 /64 (`limits.ipv6_prefix_len`, 64 by default) are one key: a third
+//!   session from a third address of the /64 is refused 429 `-32010`, another /64 is not.
+//! - `::ffff:198.51.100.4` and `198.51.100.4` are one key.
+//! - A client connecting over `[::1]` (not a proxy) counts as its own /64, whatever it says.
+//!
+//! Needs IPv6 loopback (`::1`): the test fails, saying so, on a machine without it.
+
+#[path = "../../e2e_support.rs"]
+mod support;
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::Instance;
+use support::raw_http::{self, RawResponse};
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+/// An `initialize` to `to` (any family), its `Host` the address it was sent to, claiming to be
+/// `forwarded_for` in `X-Forwarded-For` when given.
+fn initialize(to: SocketAddr, forwarded_for: Option<&str>) -> RawResponse {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "limit-keys-test", "version": "1.0.0"},
+        },
+    })
+    .to_string();
+    let host = to.to_string();
+    let mut headers = vec![
+        ("Host", host.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    if let Some(xff) = forwarded_for {
+        headers.push(("X-Forwarded-For", xff));
+    }
+    raw_http::send(to, "POST", "/mcp", &headers, Some(&body), LIMIT)
+}
+
+fn assert_admitted(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    assert!(
+        resp.header("mcp-session-id").is_some(),
+        "{what}:\n{}",
+        resp.describe()
+    );
+}
+
+fn assert_refused(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 429, "{what}:\n{}", resp.describe());
+    let error: &Value = &resp.json()["error"];
+    assert_eq!(error["code"], -32010, "{what}:\n{}", resp.describe());
+    assert_eq!(
+        error["data"]["limit"],
+        "sessionsPerKey",
+        "{what}:\n{}",
+        resp.describe()
+    );
+}
+
+#[test]
+fn clients_of_one_ipv6_network_share_a_key_and_a_mapped_proxy_is_trusted() {
+    // The machine must have IPv6 loopback for this test to mean anything.
+    if let Err(e) = std::net::TcpListener::bind((Ipv6Addr::LOCALHOST, 0)) {
+        panic!("this test needs IPv6 loopback (::1), which this machine lacks: {e}");
+    }
+    let desk = Instance::start(
+        env!("CARGO_BIN_EXE_help-desk"),
+        &[
+            ("FRONTMCP_BIND_ADDRESS", "all6"),
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "2"),
+            ("FLEETMCP_CLIENT_ADDRESS_HEADER", "x-forwarded-for"),
+            ("FLEETMCP_TRUSTED_PROXIES", "127.0.0.1"),
+        ],
+    );
+    let port = desk.port();
+    let via_proxy = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let over_v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+    assert!(
+        desk.log()
+            .contains(&format!("listening on http://[::]:{port}/mcp")),
+        "not on the dual-stack address:\n{}",
+        desk.log()
+    );
+
+    // Two addresses of 2001:db8:1:2::/64: the key's two places. A third address of that /64
+    // is over the bound (were each address a key of its own, it would be admitted).
+    assert_admitted(
+        &initialize(via_proxy, Some("2001:db8:1:2::1")),
+        "first of the /64",
+    );
+    assert_admitted(
+        &initialize(via_proxy, Some("203.0.113.50, 2001:db8:1:2::2")),
+        "second of the /64",
+    );
+    assert_refused(
+        &initialize(via_proxy, Some("2001:db8:1:2:ffff:ffff:ffff:fffe")),
+        "third of the /64",
+    );
+    // Another /64 is another key: the proxy (seen as ::ffff:127.0.0.1) was believed (were it
+    // not, every session above would count against the proxy and this one be refused).
+    assert_admitted(
+        &initialize(via_proxy, Some("2001:db8:1:3::1")),
+        "another /64",
+    );
+
+    // An IPv4 client, written either way, is one key.
+    assert_admitted(&initialize(via_proxy, Some("198.51.100.4")), "198.51.100.4");
+    assert_admitted(
+        &initialize(via_proxy, Some("::ffff:198.51.100.4")),
+        "::ffff:198.51.100.4",
+    );
+    assert_refused(
+        &initialize(via_proxy, Some("198.51.100.4")),
+        "198.51.100.4 a third time",
+    );
+
+    // Over [::1] directly: not a proxy, so its header is not believed; it counts as ::/64.
+    for n in 1..=2 {
+        assert_admitted(
+            &initialize(over_v6, Some(&format!("2001:db8:9::{n}"))),
+            "over [::1]",
+        );
+    }
+    assert_refused(
+        &initialize(over_v6, Some("2001:db8:9::3")),
+        "over [::1], a third",
+    );
+    desk.assert_no_panic_logged();
+}
