@@ -404,12 +404,11 @@ fn answered(events: &[String]) -> Vec<i64> {
         .collect()
 }
 
-/// Issue 36, item 3: a client that does not read its `/sse` stream cannot make the server
-/// buffer answers without limit. Past `http.max_unread_bytes` a request is refused `429`
-/// `-32010` naming the bound, and not run; every request accepted before is answered, in
-/// full, once the client reads.
-#[tokio::test]
-async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
+/// A server whose tool `big` answers 20 KB, configured by `edit`, and a session of it on a
+/// [`RawStream`], initialized: the server, the stream and the session's `/message` URL.
+async fn unread_session(
+    edit: impl FnOnce(&mut fleetmcp::Config),
+) -> (support::TestServer, RawStream, String) {
     let big = "x".repeat(20_000);
     let builder =
         Server::builder("legacy", "1.0.0").tool(tool("big").description("Answers 20 KB").handler(
@@ -418,11 +417,7 @@ async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
                 async move { Ok(big) }
             },
         ));
-    let server = serve(
-        builder,
-        config_with(SECRET, |c| c.http.max_unread_bytes = 64 * 1024),
-    )
-    .await;
+    let server = serve(builder, config_with(SECRET, edit)).await;
     let mut stream = RawStream::open(server.addr).await;
     let endpoint = stream.read_until(|ev| !ev.is_empty()).await.remove(0);
     let url = format!("{}{endpoint}", server.base);
@@ -430,22 +425,35 @@ async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
         "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
     assert_eq!(post(&url, init).await.status(), 202);
     stream.read_until(|ev| answered(ev) == [0]).await;
+    (server, stream, url)
+}
 
-    // From now on the client reads nothing. The kernel's buffers take some answers; then the
-    // stream's bound is reached and requests are refused.
+/// Calls `big` (ids 1, 2, ...) while nobody reads the stream, until a call is not accepted (at
+/// most 2000): the ids accepted, and the first refused with its answer.
+async fn fill(url: &str) -> (Vec<i64>, Option<(i64, reqwest::Response)>) {
     let mut accepted = Vec::new();
-    let mut refusal = None;
     for id in 1..=2000_i64 {
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "big", "arguments": {}}});
-        let res = post(&url, call).await;
-        if res.status() == 202 {
-            accepted.push(id);
-            continue;
+        let res = post(url, call).await;
+        if res.status() != 202 {
+            return (accepted, Some((id, res)));
         }
-        refusal = Some((id, res));
-        break;
+        accepted.push(id);
     }
+    (accepted, None)
+}
+
+/// Issue 36, item 3: a client that does not read its `/sse` stream cannot make the server
+/// buffer answers without limit. Past `http.max_unread_bytes` a request is refused `429`
+/// `-32010` naming the bound, and not run; every request accepted before is answered, in
+/// full, once the client reads.
+#[tokio::test]
+async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
+    let (_server, mut stream, url) = unread_session(|c| c.http.max_unread_bytes = 64 * 1024).await;
+    // From now on the client reads nothing. The kernel's buffers take some answers; then the
+    // stream's bound is reached and requests are refused.
+    let (accepted, refusal) = fill(&url).await;
     let (refused_id, res) = refusal.expect("2000 answers of 20 KB were all accepted unread");
     eprintln!("{} requests accepted unread, then refused", accepted.len());
     assert_eq!(res.status(), 429);
@@ -490,4 +498,33 @@ async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
             .count(),
         1
     );
+}
+
+/// A stream left unread (the kernel's buffers full, and the stream's bound) is closed once a
+/// write stays blocked `http.write_timeout_ms`, and its session ends with it: nothing it holds
+/// outlives the client's patience.
+#[tokio::test]
+async fn a_stream_left_unread_is_closed_at_the_write_timeout() {
+    let (_server, _stream, url) = unread_session(|c| {
+        c.http.max_unread_bytes = 64 * 1024;
+        c.http.write_timeout_ms = 300;
+    })
+    .await;
+    let (_, refusal) = fill(&url).await;
+    let (_, res) = refusal.expect("2000 answers of 20 KB were all accepted unread");
+    // Refused for its unread bound, or, when the write timed out first, for its session.
+    assert!(
+        [429, 404].contains(&res.status().as_u16()),
+        "{}",
+        res.status()
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let closed = async {
+        while post(&url, ping.clone()).await.status() != 404 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the session outlived its unread stream's write timeout by 10 s");
 }
