@@ -135,6 +135,19 @@ mod tests {
     use crate::config::Config;
 
     #[test]
+    fn unread_bytes_are_at_least_a_kibibyte_and_at_most_a_gibibyte() {
+        let http = &Config::default().http;
+        assert_eq!(http.max_unread_bytes, 4 * 1024 * 1024);
+        assert!(http.check().is_ok());
+        for bad in [1023, (1 << 30) + 1] {
+            let mut http = http.clone();
+            http.max_unread_bytes = bad;
+            let err = http.check().unwrap_err().to_string();
+            assert!(err.contains("http.max_unread_bytes"), "{err}");
+        }
+    }
+
+    #[test]
     fn metrics_are_on_unless_switched_off() {
         assert!(Config::default().http.metrics);
         let off = Config::from_sources(None, [("FLEETMCP_METRICS", "off")]).unwrap();
