@@ -321,3 +321,210 @@ async fn a_graceful_stop_answers_the_running_requests_before_the_stream_ends() {
         "stopped once the call answered, not at the grace's end"
     );
 }
+
+/// A `GET /sse` on a raw socket whose receive buffer is 4 KB, read only when the test says
+/// so: a client that stops reading its stream.
+struct RawStream {
+    socket: tokio::net::TcpStream,
+    /// What was read, still chunked.
+    raw: Vec<u8>,
+}
+
+impl RawStream {
+    async fn open(addr: std::net::SocketAddr) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // Set before connecting, so the kernel does not grow it (receive-buffer autotuning).
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut socket = within("connect", socket.connect(addr)).await.unwrap();
+        let head =
+            format!("GET /sse HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+        socket.write_all(head.as_bytes()).await.unwrap();
+        Self {
+            socket,
+            raw: Vec::new(),
+        }
+    }
+
+    /// Reads until the body holds an event for which `done` holds, or the stream stalls for
+    /// 3 s (a failure); every event's data (`event: endpoint`'s too).
+    async fn read_until(&mut self, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let events = sse_data(&self.raw);
+            if done(&events) {
+                return events;
+            }
+            let n = within("the stream's next bytes", self.socket.read(&mut buf))
+                .await
+                .unwrap();
+            assert!(n > 0, "the server closed the stream");
+            self.raw.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// The `data` of every whole SSE event in `raw`, a chunked HTTP response as read so far.
+fn sse_data(raw: &[u8]) -> Vec<String> {
+    let Some(head_end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Vec::new();
+    };
+    let mut rest = &raw[head_end + 4..];
+    let mut body = Vec::new();
+    // Whole chunks only: `<hex size>\r\n<bytes>\r\n`.
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+            .expect("a chunk size");
+        if rest.len() < eol + 2 + size + 2 {
+            break;
+        }
+        body.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+        rest = &rest[eol + 2 + size + 2..];
+    }
+    let body = String::from_utf8(body).expect("UTF-8 events");
+    let mut frames: Vec<&str> = body.split("\n\n").collect();
+    frames.pop(); // what follows the last blank line is not a whole event yet
+    frames
+        .iter()
+        .filter_map(|f| f.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(String::from)
+        .collect()
+}
+
+/// The ids of the JSON-RPC answers among `events`.
+fn answered(events: &[String]) -> Vec<i64> {
+    events
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|m| m.get("method").is_none())
+        .filter_map(|m| m["id"].as_i64())
+        .collect()
+}
+
+/// A server whose tool `big` answers 20 KB, configured by `edit`, and a session of it on a
+/// [`RawStream`], initialized: the server, the stream and the session's `/message` URL.
+async fn unread_session(
+    edit: impl FnOnce(&mut fleetmcp::Config),
+) -> (support::TestServer, RawStream, String) {
+    let big = "x".repeat(20_000);
+    let builder =
+        Server::builder("legacy", "1.0.0").tool(tool("big").description("Answers 20 KB").handler(
+            move |_: NoArgs, _| {
+                let big = big.clone();
+                async move { Ok(big) }
+            },
+        ));
+    let server = serve(builder, config_with(SECRET, edit)).await;
+    let mut stream = RawStream::open(server.addr).await;
+    let endpoint = stream.read_until(|ev| !ev.is_empty()).await.remove(0);
+    let url = format!("{}{endpoint}", server.base);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+    assert_eq!(post(&url, init).await.status(), 202);
+    stream.read_until(|ev| answered(ev) == [0]).await;
+    (server, stream, url)
+}
+
+/// Calls `big` (ids 1, 2, ...) while nobody reads the stream, until a call is not accepted (at
+/// most 2000): the ids accepted, and the first refused with its answer.
+async fn fill(url: &str) -> (Vec<i64>, Option<(i64, reqwest::Response)>) {
+    let mut accepted = Vec::new();
+    for id in 1..=2000_i64 {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "big", "arguments": {}}});
+        let res = post(url, call).await;
+        if res.status() != 202 {
+            return (accepted, Some((id, res)));
+        }
+        accepted.push(id);
+    }
+    (accepted, None)
+}
+
+/// Issue 36, item 3: a client that does not read its `/sse` stream cannot make the server
+/// buffer answers without limit. Past `http.max_unread_bytes` a request is refused `429`
+/// `-32010` naming the bound, and not run; every request accepted before is answered, in
+/// full, once the client reads.
+#[tokio::test]
+async fn a_stream_nobody_reads_holds_at_most_its_unread_bound() {
+    let (_server, mut stream, url) = unread_session(|c| c.http.max_unread_bytes = 64 * 1024).await;
+    // From now on the client reads nothing. The kernel's buffers take some answers; then the
+    // stream's bound is reached and requests are refused.
+    let (accepted, refusal) = fill(&url).await;
+    let (refused_id, res) = refusal.expect("2000 answers of 20 KB were all accepted unread");
+    eprintln!("{} requests accepted unread, then refused", accepted.len());
+    assert_eq!(res.status(), 429);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["id"], refused_id, "{body}");
+    assert_eq!(body["error"]["code"], -32010, "{body}");
+    assert_eq!(
+        body["error"]["data"]["limit"], "http.max_unread_bytes",
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("tools/call was not run"), "{message}");
+
+    // The client reads again: every accepted request is answered, whole, and the refused one
+    // never ran; the stream takes requests again.
+    let events = stream
+        .read_until(|ev| answered(ev).len() > accepted.len())
+        .await;
+    let mut ids = answered(&events);
+    ids.retain(|id| *id != 0);
+    ids.sort_unstable();
+    assert_eq!(ids, accepted, "each accepted request answered once");
+    for m in events
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+    {
+        if m["id"].as_i64().is_some_and(|id| id > 0) {
+            let text = m["result"]["content"][0]["text"].as_str();
+            assert_eq!(text.map(str::len), Some(20_000), "{}", m["id"]);
+        }
+    }
+    let again = json!({"jsonrpc": "2.0", "id": refused_id, "method": "ping"});
+    assert_eq!(post(&url, again).await.status(), 202);
+    let events = stream
+        .read_until(|ev| answered(ev).contains(&refused_id))
+        .await;
+    assert_eq!(
+        answered(&events)
+            .iter()
+            .filter(|id| **id == refused_id)
+            .count(),
+        1
+    );
+}
+
+/// A stream left unread (the kernel's buffers full, and the stream's bound) is closed once a
+/// write stays blocked `http.write_timeout_ms`, and its session ends with it: nothing it holds
+/// outlives the client's patience.
+#[tokio::test]
+async fn a_stream_left_unread_is_closed_at_the_write_timeout() {
+    let (_server, _stream, url) = unread_session(|c| {
+        c.http.max_unread_bytes = 64 * 1024;
+        c.http.write_timeout_ms = 300;
+    })
+    .await;
+    let (_, refusal) = fill(&url).await;
+    let (_, res) = refusal.expect("2000 answers of 20 KB were all accepted unread");
+    // Refused for its unread bound, or, when the write timed out first, for its session.
+    assert!(
+        [429, 404].contains(&res.status().as_u16()),
+        "{}",
+        res.status()
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    let closed = async {
+        while post(&url, ping.clone()).await.status() != 404 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed)
+        .await
+        .expect("the session outlived its unread stream's write timeout by 10 s");
+}

@@ -201,3 +201,142 @@ fn sigterm_stops_a_stdio_server_whose_stdin_is_open() {
     assert_eq!(status.code(), Some(0), "stderr:\n{}", s.stderr());
     assert!(s.stderr().contains("stop signal"), "{}", s.stderr());
 }
+
+/// `VmRSS` of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 36, item 5: a client that writes requests and does not read its answers is no longer
+/// read. 50,000 `ping` lines (3 MB) written by a thread while nobody reads stdout: the write
+/// never completes (the server stopped reading stdin once its answers were not taken), the
+/// process stays small, and once the client reads, every ping is answered, once.
+#[test]
+fn a_client_that_does_not_read_its_answers_stops_being_read() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const PINGS: usize = 50_000;
+    let scratch = TempDir::new("stdio-unread");
+    let log = std::fs::File::create(scratch.path().join("server.stderr")).unwrap();
+    let mut child = Command::new(BIN)
+        .env_clear()
+        .env("RUST_LOG", "warn")
+        .env("FLEETMCP_TRANSPORT", "stdio")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    // Lines are read by a thread only once `read` is sent; each waits at most 20 s.
+    let (read_tx, read_rx) = std::sync::mpsc::channel::<usize>();
+    let (line_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut out = BufReader::new(stdout).lines();
+        while let Ok(n) = read_rx.recv() {
+            for _ in 0..n {
+                let Some(Ok(line)) = out.next() else { return };
+                if line_tx.send(line).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let next = || -> Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a line on stdout");
+        serde_json::from_str(&line).unwrap()
+    };
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"raw","version":"1"}}}}}}"#).unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    read_tx.send(1).unwrap();
+    assert_eq!(next()["id"], 0);
+    let written = Arc::new(AtomicUsize::new(0));
+    let total: usize = (1..=PINGS).map(|i| ping(i).len()).sum();
+    let progress = written.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 1..=PINGS {
+            let line = ping(i);
+            stdin.write_all(line.as_bytes()).expect("write a ping");
+            progress.fetch_add(line.len(), Ordering::Relaxed);
+        }
+        stdin
+    });
+    // Nobody reads stdout: the writer stalls (no progress for 2 s; within a minute).
+    let mut last = (0, std::time::Instant::now());
+    let start = std::time::Instant::now();
+    loop {
+        assert!(
+            !writer.is_finished(),
+            "all {total} bytes of pings were read while stdout was not ({} KiB resident)",
+            rss_kib(pid)
+        );
+        let now = written.load(Ordering::Relaxed);
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the writer never stalled"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = rss_kib(pid);
+    eprintln!(
+        "stdin stopped being read after {} of {total} bytes; the server holds {held} KiB",
+        last.0
+    );
+    assert!(
+        held < 100 * 1024,
+        "{held} KiB resident while stdout is unread"
+    );
+    // The client reads: every ping is answered, once, and the writer finishes.
+    read_tx.send(PINGS).unwrap();
+    let mut ids: Vec<u64> = (0..PINGS).map(|_| next()["id"].as_u64().unwrap()).collect();
+    let out_of_order = ids.windows(2).filter(|w| w[0] > w[1]).count();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=PINGS as u64).collect::<Vec<_>>());
+    eprintln!(
+        "all answered ({out_of_order} answers after a later one); {} KiB resident",
+        rss_kib(pid)
+    );
+    drop(
+        writer
+            .join()
+            .expect("the writer finishes once stdout is read"),
+    );
+    // EOF: the server exits.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server did not exit at EOF");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+fn ping(i: usize) -> String {
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"ping\"}}\n")
+}

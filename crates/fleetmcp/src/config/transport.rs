@@ -56,6 +56,13 @@ pub struct HttpConfig {
     /// `/readyz` (anything else `503`), and beyond that reserve a connection is closed as soon
     /// as it is accepted. Lowered at start to fit the open-files limit.
     pub max_connections: usize,
+    /// Bytes of messages written to a client and not yet taken by it: on a 2024-11-05 `/sse`
+    /// stream (answers stored for it and not yet sent on its connection; past it its requests'
+    /// messages wait, and `POST /message` refuses a request `429` `-32010`), and on the stdio
+    /// transport's output (past it the writers wait and stdin is not read). Kept below the
+    /// session's event budget, so that the event store never drops an answer a 2024-11-05
+    /// client has not read.
+    pub max_unread_bytes: usize,
     /// `FLEETMCP_METRICS`: serve `/metrics` (Prometheus text format) behind the same `Host` and
     /// `Origin` checks as `/mcp`, and record what it shows. On by default: it shows only
     /// counts under fixed labels (no id, no header), and a fleet is scraped without extra
@@ -82,6 +89,7 @@ impl Default for HttpConfig {
             idle_timeout_ms: 65_000,
             write_timeout_ms: 30_000,
             max_connections: 10_000,
+            max_unread_bytes: 4 * 1024 * 1024,
             metrics: true,
         }
     }
@@ -107,6 +115,14 @@ impl HttpConfig {
                 return invalid_value(name, ms.to_string(), "must be at least 100");
             }
         }
+        // A semaphore of this many permits bounds the stdio output (u32 permits).
+        if !(1024..=1 << 30).contains(&self.max_unread_bytes) {
+            return invalid_value(
+                "http.max_unread_bytes",
+                self.max_unread_bytes.to_string(),
+                "must be between 1024 and 1073741824 (1 GiB)",
+            );
+        }
         if self.max_connections == 0 {
             return invalid_value("http.max_connections", "0".into(), "must be at least 1");
         }
@@ -117,6 +133,19 @@ impl HttpConfig {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+
+    #[test]
+    fn unread_bytes_are_at_least_a_kibibyte_and_at_most_a_gibibyte() {
+        let http = &Config::default().http;
+        assert_eq!(http.max_unread_bytes, 4 * 1024 * 1024);
+        assert!(http.check().is_ok());
+        for bad in [1023, (1 << 30) + 1] {
+            let mut http = http.clone();
+            http.max_unread_bytes = bad;
+            let err = http.check().unwrap_err().to_string();
+            assert!(err.contains("http.max_unread_bytes"), "{err}");
+        }
+    }
 
     #[test]
     fn metrics_are_on_unless_switched_off() {

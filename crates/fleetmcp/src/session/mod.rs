@@ -9,7 +9,8 @@
 //! - [`tracking`]: client-side caching of the Redis records of held sessions, so a held
 //!   session's request needs no round trip;
 //! - [`live`]: what the instance holding a session keeps in memory while it serves it, and
-//!   [`running`]: its client's running requests.
+//!   [`running`]: its client's running requests;
+//! - [`unread`]: what a 2024-11-05 stream holds that its client has not read.
 //!
 //! Architecture invariant: knows nothing of HTTP; nothing outside this module decides whether a
 //! session exists, or names `LiveSessions`.
@@ -22,6 +23,7 @@ mod redis;
 mod running;
 mod store;
 mod tracking;
+mod unread;
 
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::{LogId, SessionSealer};
@@ -34,3 +36,4 @@ pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::{Fence, Hold};
+pub(crate) use unread::{Full as UnreadFull, Unread};

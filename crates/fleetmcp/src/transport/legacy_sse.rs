@@ -12,6 +12,10 @@
 //! With authorization on, the stream belongs to the principal that opened it: only that
 //! principal may `initialize` its session (the answers go to its stream), and the session is
 //! then bound to it like any other, so another caller who learns the id gets `404`.
+//!
+//! What the stream holds that its client has not read is bounded (`session::Unread`,
+//! `http.max_unread_bytes`): a request's messages wait for room, and while the stream is full
+//! `/message` refuses new requests `429` rather than pile up their answers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,9 +37,9 @@ use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
-use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
-use crate::protocol::{Incoming, Message, encode_result, errors};
-use crate::session::{LegacyStream, Missing, Session};
+use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent, parse_event_id};
+use crate::protocol::{ErrorData, Incoming, Message, encode_result, errors};
+use crate::session::{LegacyStream, Missing, Session, Unread, UnreadFull};
 
 /// Ends the session when its stream's connection goes away, and frees the stream's place in
 /// flight.
@@ -84,13 +88,20 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
+    // What its client has not read, bounded in bytes and, so that the event store never trims
+    // an unread answer by count, in messages to half the events a stream keeps.
+    let config = app.config();
+    let max_messages = (config.sessions.max_events_per_stream / 2).max(1);
+    let unread = Arc::new(Unread::new(config.http.max_unread_bytes, max_messages));
     // What the event store cannot take reaches the stream this way (not resumable, like
     // everything on this transport), and ends with it, or, in a graceful stop, once nothing
-    // more can come (`direct_end`).
-    let (line, direct) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+    // more can come (`direct_end`). Each message on it holds a place of `unread`, so it never
+    // holds more than `max_messages`.
+    let (line, direct) = tokio::sync::mpsc::channel::<Bytes>(max_messages);
     let direct_end = stop.child_token();
     let stream = LegacyStream {
         line,
+        unread: unread.clone(),
         owner: client.owner().map(Arc::from),
         stop: stop.clone(),
         runs: runs.clone(),
@@ -103,15 +114,21 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         runs,
         direct_end.clone(),
     ));
-    let direct = drained(direct, direct_end).map(|data| sse::message_frame(&data));
+    let delivered = unread.clone();
+    let direct = drained(direct, direct_end).map(move |data| {
+        delivered.delivered_direct(data.len());
+        sse::message_frame(&data)
+    });
     let guard = StreamGuard {
         app: app.clone(),
         id,
         stop,
         _slot: slot,
     };
-    let frames = stream::once(async move { endpoint })
-        .chain(stream::select(messages(events, guard), direct.boxed()));
+    let frames = stream::once(async move { endpoint }).chain(stream::select(
+        messages(events, guard, unread),
+        direct.boxed(),
+    ));
     sse::streaming(frames, sse::keepalive_every(&app.config().http))
 }
 
@@ -152,7 +169,7 @@ async fn end_in_a_graceful_stop(
 /// The direct line's messages while the stream is open, then, once it ends (`stop`), those
 /// already queued on it.
 fn drained(
-    line: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    line: tokio::sync::mpsc::Receiver<Bytes>,
     stop: CancellationToken,
 ) -> impl futures_util::Stream<Item = Bytes> {
     stream::unfold((line, stop, false), |(mut line, stop, ended)| async move {
@@ -169,13 +186,20 @@ fn drained(
 }
 
 /// The stream's messages, without event ids (this transport has no resumption); the guard
-/// lives as long as the stream.
+/// lives as long as the stream. Each event yielded (to the connection, which asks for the
+/// next one only once it could write the last) gives its place back to `unread`.
 fn messages(
     events: BoxStream<'static, StoredEvent>,
     guard: StreamGuard,
+    unread: Arc<Unread>,
 ) -> BoxStream<'static, Bytes> {
     events
-        .filter(|ev| std::future::ready(!ev.data.is_empty()))
+        .filter(move |ev| {
+            if let Some((_, _, seq)) = parse_event_id(&ev.id) {
+                unread.delivered(seq);
+            }
+            std::future::ready(!ev.data.is_empty())
+        })
         .map(move |ev| {
             let _alive = &guard;
             sse::message_frame(&ev.data)
@@ -255,6 +279,11 @@ pub(super) async fn post(State(ep): EndpointState, client: Client, pinned: Pinne
                     1,
                 );
             };
+            // Its answer would join those its client has not read: not run.
+            let outlet = app.sessions().legacy_outlet(&sid);
+            if let Some(full) = outlet.and_then(|o| o.unread.full()) {
+                return unread_full(&id, &method, full);
+            }
             runs.spawn(run(app.clone(), session, client, id, method, params));
         }
     }
@@ -302,27 +331,68 @@ async fn run(
     }
 }
 
+/// `POST /message`'s refusal of request `id` (`method`) while its stream is `full`: `429`, as
+/// for the other bounds on what one session holds (the client's own doing, and only its own
+/// session's: nothing another instance could serve, which a `503` would suggest), with
+/// `Retry-After` and `-32010` naming the bound.
+fn unread_full(id: &RawValue, method: &str, full: UnreadFull) -> Response {
+    let retry = std::time::Duration::from_secs(1);
+    let error = ErrorData::new(
+        errors::RATE_LIMITED,
+        format!(
+            "Too much unread: this session's /sse stream holds {} bytes its client has not read \
+             (http.max_unread_bytes: {}); {method} was not run. Read the stream, then send it again",
+            full.unread, full.max_bytes
+        ),
+        Some(serde_json::json!({
+            "limit": "http.max_unread_bytes",
+            "max": full.max_bytes,
+            "unread": full.unread,
+            "retryAfterMs": retry.as_millis() as u64,
+        })),
+    );
+    let res = respond::rpc_error(StatusCode::TOO_MANY_REQUESTS, Some(id), &error);
+    respond::with_retry_after(res, errors::retry_after_secs(retry))
+}
+
 /// Queues a message on session `sid`'s stream: through the event store, or, once the store
 /// failed (`degraded`), on the stream's direct line, so an answer is not lost while Redis is
-/// down.
+/// down. Waits first for a place on the stream (`Unread`), however long its client takes to
+/// read: the request goes at its client's pace, and the message is dropped only if the stream
+/// ends first (nobody could read it).
 async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
+    let Some(outlet) = app.sessions().legacy_outlet(sid) else {
+        tracing::debug!("a message for a closed SSE stream was dropped");
+        return;
+    };
+    let Some(place) = outlet.unread.place(data.len(), &outlet.stop).await else {
+        tracing::debug!(
+            "a message waiting for its SSE stream's client was dropped: the stream ended"
+        );
+        return;
+    };
     if !degraded.load(Ordering::Acquire) {
-        let Err(e) = app
+        match app
             .events()
             .append(sid, STANDALONE_STREAM, data.clone())
             .await
-        else {
-            return;
-        };
-        degraded.store(true, Ordering::Release);
-        tracing::warn!(error = %e, "the event store failed; this answer goes straight to its SSE stream");
+        {
+            Ok(event) => {
+                if let Some((_, _, seq)) = parse_event_id(&event) {
+                    place.stored(seq);
+                }
+                return;
+            }
+            Err(e) => {
+                degraded.store(true, Ordering::Release);
+                tracing::warn!(error = %e, "the event store failed; this answer goes straight to its SSE stream");
+            }
+        }
     }
-    let sent = app
-        .sessions()
-        .legacy_line(sid)
-        .is_some_and(|line| line.send(data).is_ok());
-    if !sent {
-        tracing::warn!("a message could not be queued on an SSE session's stream");
+    // Never full: every message on the line holds a place, and there are no more places.
+    match outlet.line.send(data).await {
+        Ok(()) => place.queued(),
+        Err(_) => tracing::warn!("a message could not be queued on an SSE session's stream"),
     }
 }
 

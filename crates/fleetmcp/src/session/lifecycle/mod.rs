@@ -34,17 +34,21 @@ use super::id::{SessionIdPayload, SessionSealer};
 use super::live::{Ended, LiveSessions, Session};
 use super::ownership::{Lease, Owner, Ownership};
 use super::store::{Invalidation, SessionStore, StoreError};
+use super::unread::Unread;
 use crate::clock::unix_secs;
 use crate::events::EventStore;
 use crate::protocol::ProtocolVersion;
 
-/// A direct line to a 2024-11-05 stream: JSON-RPC messages for it.
-pub type LegacyLine = tokio::sync::mpsc::UnboundedSender<bytes::Bytes>;
+/// A direct line to a 2024-11-05 stream: JSON-RPC messages for it. Bounded: each message on
+/// it holds a place of the stream's [`Unread`], which bounds it in count and bytes.
+pub type LegacyLine = tokio::sync::mpsc::Sender<bytes::Bytes>;
 
 /// A 2024-11-05 stream open here (`transport/legacy_sse.rs`).
 pub struct LegacyStream {
     /// Messages for the stream that do not go through the event store.
     pub line: LegacyLine,
+    /// What the stream holds that its client has not read.
+    pub unread: Arc<Unread>,
     /// The fingerprint of the principal that opened it (none without authorization).
     pub owner: Option<Arc<str>>,
     /// Ends the stream. Its session lives as long as the stream, so a session ended another
@@ -53,6 +57,15 @@ pub struct LegacyStream {
     /// The session's requests while they run: a graceful stop ends the stream only once they
     /// answered on it.
     pub runs: TaskTracker,
+}
+
+/// What a request of a 2024-11-05 session writes to its stream through: the direct line, the
+/// stream's unread messages, and the stream's end.
+#[derive(Clone)]
+pub struct LegacyOutlet {
+    pub line: LegacyLine,
+    pub unread: Arc<Unread>,
+    pub stop: CancellationToken,
 }
 
 /// Where a session's request is served: what [`Sessions::find`] answers, and what transport
@@ -263,12 +276,16 @@ impl Sessions {
         }
     }
 
-    /// The direct line to `id`'s 2024-11-05 stream, when it is open here.
-    pub fn legacy_line(&self, id: &str) -> Option<LegacyLine> {
+    /// What writes to `id`'s 2024-11-05 stream, when it is open here.
+    pub fn legacy_outlet(&self, id: &str) -> Option<LegacyOutlet> {
         self.legacy_streams
             .lock()
             .get(id)
-            .map(|stream| stream.line.clone())
+            .map(|stream| LegacyOutlet {
+                line: stream.line.clone(),
+                unread: stream.unread.clone(),
+                stop: stream.stop.clone(),
+            })
     }
 
     /// What tracks the running requests of `id`'s 2024-11-05 session, when its stream is open

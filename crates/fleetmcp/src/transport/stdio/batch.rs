@@ -12,34 +12,34 @@ use super::out::Out;
 use super::session;
 use crate::app::App;
 use crate::dispatch;
-use crate::protocol::{Incoming, Message, encode_error, errors};
+use crate::protocol::{ErrorData, Incoming, Message, encode_error, errors};
 use crate::session::Session;
 
-/// Serves the batch on `line` in `session`, answering on `out`.
-pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, line: Vec<u8>) {
+/// The items of the batch on `line` in `session`, or the error that refuses it (answered with
+/// id `null`). Read before the batch runs, so that it takes a place in flight for each item.
+pub(super) fn parse(
+    app: &App,
+    session: &Session,
+    line: &[u8],
+) -> Result<Vec<Box<RawValue>>, ErrorData> {
     if !session.version.allows_batches() {
-        let e = errors::invalid_request(format!(
+        return Err(errors::invalid_request(format!(
             "Invalid Request: JSON-RPC batches are not supported by protocol version {}",
             session.version
-        ));
-        out.send(encode_error(None, &e)).await;
-        return;
+        )));
     }
-    let items: Vec<Box<RawValue>> = match serde_json::from_slice(&line) {
-        Ok(items) => items,
-        Err(e) => {
-            out.send(encode_error(None, &errors::parse_error(e))).await;
-            return;
-        }
-    };
+    let items: Vec<Box<RawValue>> = serde_json::from_slice(line).map_err(errors::parse_error)?;
     let max = app.config().http.max_batch_len;
     if items.is_empty() || items.len() > max {
-        let e = errors::invalid_request(format!(
+        return Err(errors::invalid_request(format!(
             "Invalid Request: a batch holds 1 to {max} messages (http.max_batch_len)"
-        ));
-        out.send(encode_error(None, &e)).await;
-        return;
+        )));
     }
+    Ok(items)
+}
+
+/// Serves the batch of `items` in `session`, answering on `out`.
+pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, items: Vec<Box<RawValue>>) {
     let mut answers: Vec<BoxFuture<'_, Option<Bytes>>> = Vec::new();
     for item in &items {
         let message = serde_json::from_str::<Incoming>(item.get())

@@ -13,7 +13,14 @@
 //! Each request runs in a task of its own while the input is read on, so the client's answers
 //! to our requests (sampling, elicitation, roots) and its `notifications/cancelled` reach the
 //! requests waiting for them. Every message leaves through one writer ([`out`]), so lines never
-//! mix. The input ending (the client closed our stdin, or went away) or `stop` (a signal) ends
+//! mix.
+//!
+//! A client that writes faster than it reads is slowed down, never buffered without end: a
+//! request waits for a place in flight (`limits.max_inflight_per_session` of them, each kept
+//! until the request's answer is queued) and the next line is read only once the output's
+//! queue has room (`http.max_unread_bytes`). So when the client stops reading, its answers
+//! fill the queue, the requests wait on it, the reader waits on them, and stdin is no longer
+//! read: the client's own writes block, and the process holds what the bounds allow. The input ending (the client closed our stdin, or went away) or `stop` (a signal) ends
 //! the connection: requests waiting on the client fail at once (nobody can answer them), the
 //! others get `http.shutdown_grace_ms` to finish and send their answers (a client that wrote
 //! its last request and closed stdin still reads them), then what still runs is cancelled and
@@ -61,29 +68,9 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, writer) = out::start(output);
+    let (out, writer) = out::start(output, app.config().http.max_unread_bytes);
     let mut conn = Connection::new(app.clone(), out.clone());
-    let mut input = BufReader::new(input);
-    let max = app.config().http.max_body_bytes;
-    let mut stop = std::pin::pin!(stop);
-    let end = loop {
-        let line = tokio::select! {
-            line = lines::next_line(&mut input, max) => line,
-            _ = &mut stop => break End::Stopped,
-            _ = out.gone() => break End::Gone,
-        };
-        match line {
-            Ok(Line::Message(line)) => take(&mut conn, &out, line).await,
-            Ok(Line::TooLong) => {
-                let e = errors::invalid_request(format!(
-                    "Invalid Request: a message longer than http.max_body_bytes ({max} bytes)"
-                ));
-                conn.refuse(None, &e).await
-            }
-            Ok(Line::Eof) => break End::Eof,
-            Err(e) => break End::Failed(e),
-        }
-    };
+    let end = read(&mut conn, &out, BufReader::new(input), stop).await;
     match end {
         End::Eof => tracing::info!("stdio: stdin closed; stopping"),
         End::Stopped => tracing::info!("stdio: stop signal; stopping"),
@@ -97,27 +84,56 @@ pub(crate) async fn serve<R, W>(
     let _ = writer.await;
 }
 
-/// One line of input: blank lines are skipped, a batch runs in a task of its own, anything
-/// else is one message.
-async fn take(conn: &mut Connection, out: &out::Out, line: Vec<u8>) {
-    let Some(first) = line.iter().find(|b| !b.is_ascii_whitespace()) else {
-        return;
-    };
-    if *first != b'[' {
-        return conn.take(&line).await;
-    }
-    match conn.session() {
-        Some(session) => {
-            let (app, out, session) = (conn.app().clone(), out.clone(), session.clone());
-            conn.running().spawn(batch::serve(app, out, session, line));
-        }
-        // `initialize` must not be part of a batch, so none can come first.
-        None => {
-            let e = errors::invalid_request(
-                "Invalid Request: the session is not initialized; send initialize first, alone",
-            );
-            conn.refuse(None, &e).await
-        }
+/// Reads the input line by line and hands each message to `conn`, until the input ends, the
+/// output closes or `stop` completes. Before each line it waits for room on the output, and
+/// before running a request for its place in flight (see the module documentation).
+async fn read<R>(
+    conn: &mut Connection,
+    out: &out::Out,
+    mut input: BufReader<R>,
+    stop: impl Future<Output = ()>,
+) -> End
+where
+    R: AsyncRead + Unpin,
+{
+    let max = conn.app().config().http.max_body_bytes;
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let next = async {
+            out.room().await;
+            lines::next_line(&mut input, max).await
+        };
+        let line = tokio::select! {
+            line = next => line,
+            _ = &mut stop => return End::Stopped,
+            _ = out.gone() => return End::Gone,
+        };
+        let line = match line {
+            Ok(Line::Message(line)) => line,
+            Ok(Line::TooLong) => {
+                let e = errors::invalid_request(format!(
+                    "Invalid Request: a message longer than http.max_body_bytes ({max} bytes)"
+                ));
+                conn.refuse(None, &e).await;
+                continue;
+            }
+            Ok(Line::Eof) => return End::Eof,
+            Err(e) => return End::Failed(e),
+        };
+        let Some(item) = conn.parse(&line).await else {
+            continue;
+        };
+        let places = conn.places_for(&item);
+        let place = if places == 0 {
+            None
+        } else {
+            tokio::select! {
+                place = conn.place(places) => place,
+                _ = &mut stop => return End::Stopped,
+                _ = out.gone() => return End::Gone,
+            }
+        };
+        conn.take(item, place).await;
     }
 }
 

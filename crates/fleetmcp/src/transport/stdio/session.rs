@@ -9,10 +9,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::batch;
 use super::out::Out;
 use crate::app::App;
 use crate::context::{Caller, Outbound};
@@ -25,6 +27,12 @@ use crate::transport::client_key::Client;
 use crate::transport::driver::{self, Started};
 use crate::transport::initialize;
 
+/// One line of input, read: a message, or a batch's items.
+pub(super) enum Item {
+    Message(Message),
+    Batch(Vec<Box<RawValue>>),
+}
+
 /// One stdio connection: its session once initialized, and the requests running in it.
 pub(super) struct Connection {
     app: App,
@@ -33,17 +41,25 @@ pub(super) struct Connection {
     /// Every request still running (each its own task, so the input is read on meanwhile: the
     /// client's answers to our requests and its cancellations arrive while a tool runs).
     running: TaskTracker,
+    /// Places in flight (`limits.max_inflight_per_session`): a request holds one until its
+    /// answer is queued on the output, so requests whose answers are not taken hold them all
+    /// and the reader, waiting for one, stops reading.
+    places: Arc<Semaphore>,
+    max_places: usize,
     /// The forwarder of the session's standalone stream, and what stops it.
     standalone: Option<(JoinHandle<()>, CancellationToken)>,
 }
 
 impl Connection {
     pub fn new(app: App, out: Out) -> Self {
+        let max_places = app.config().limits.max_inflight_per_session.max(1);
         Self {
             app,
             out,
             session: None,
             running: TaskTracker::new(),
+            places: Arc::new(Semaphore::new(max_places)),
+            max_places,
             standalone: None,
         }
     }
@@ -65,14 +81,69 @@ impl Connection {
         self.out.send(encode_error(id, error)).await;
     }
 
-    /// Handles one message of one line.
-    pub async fn take(&mut self, line: &[u8]) {
-        let message = match serde_json::from_slice::<Incoming>(line) {
+    /// Reads one line: `None` when it is blank, or refused (and answered).
+    pub async fn parse(&self, line: &[u8]) -> Option<Item> {
+        let first = line.iter().find(|b| !b.is_ascii_whitespace())?;
+        if *first == b'[' {
+            // `initialize` must not be part of a batch, so none can come first.
+            let Some(session) = &self.session else {
+                let e = errors::invalid_request(
+                    "Invalid Request: the session is not initialized; send initialize first, alone",
+                );
+                self.refuse(None, &e).await;
+                return None;
+            };
+            return match batch::parse(&self.app, session, line) {
+                Ok(items) => Some(Item::Batch(items)),
+                Err(e) => {
+                    self.refuse(None, &e).await;
+                    None
+                }
+            };
+        }
+        let refusal = match serde_json::from_slice::<Incoming>(line) {
             Ok(m) => match m.classify() {
-                Ok(m) => m,
-                Err((id, e)) => return self.refuse(id.as_deref(), &e).await,
+                Ok(m) => return Some(Item::Message(m)),
+                Err((id, e)) => (id, e),
             },
-            Err(e) => return self.refuse(None, &errors::parse_error(e)).await,
+            Err(e) => (None, errors::parse_error(e)),
+        };
+        self.refuse(refusal.0.as_deref(), &refusal.1).await;
+        None
+    }
+
+    /// The places in flight `item` runs in: one per request (a batch's items all count, as
+    /// they run at once), none for the rest and before `initialize` (answered in turn).
+    pub fn places_for(&self, item: &Item) -> u32 {
+        let n = match item {
+            _ if self.session.is_none() => 0,
+            Item::Message(Message::Request { .. }) => 1,
+            Item::Message(_) => 0,
+            Item::Batch(items) => items.len().min(self.max_places),
+        };
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Waits for `n` places in flight.
+    pub async fn place(&self, n: u32) -> Option<OwnedSemaphorePermit> {
+        self.places.clone().acquire_many_owned(n).await.ok()
+    }
+
+    /// Handles one item, in `place` ([`Connection::places_for`]).
+    pub async fn take(&mut self, item: Item, place: Option<OwnedSemaphorePermit>) {
+        let message = match item {
+            Item::Message(message) => message,
+            Item::Batch(items) => {
+                let Some(session) = self.session.clone() else {
+                    return;
+                };
+                let (app, out) = (self.app.clone(), self.out.clone());
+                self.running.spawn(async move {
+                    batch::serve(app, out, session, items).await;
+                    drop(place);
+                });
+                return;
+            }
         };
         let Some(session) = self.session.clone() else {
             return self.before_initialize(message).await;
@@ -84,6 +155,8 @@ impl Connection {
                     if let Some(answer) = run(&app, &out, session, &id, method, params).await {
                         out.send(answer).await;
                     }
+                    // Given back once the answer is queued, not before.
+                    drop(place);
                 });
             }
             Message::Notification { method, params } => {
