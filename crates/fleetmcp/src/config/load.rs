@@ -173,6 +173,16 @@ impl Config {
             return invalid_value("page_size", "0".into(), "must be at least 1");
         }
         self.sessions.check()?;
+        if self.http.max_unread_bytes > self.sessions.max_event_bytes_per_session / 2 {
+            // A 2024-11-05 stream's unread answers live in the event store: past the session's
+            // budget the store would drop the oldest of them (with room for the notifications
+            // the stream also carries).
+            return invalid_value(
+                "http.max_unread_bytes",
+                self.http.max_unread_bytes.to_string(),
+                "must be at most half of sessions.max_event_bytes_per_session",
+            );
+        }
         self.stateless.check()?;
         // Sessions' subscriptions and the stateless era's listen streams share this budget.
         self.sessions.check_client_data()?;
@@ -218,5 +228,24 @@ mod tests {
         assert_eq!(cfg.page_size, 2);
         assert_eq!(cfg.http.max_body_bytes, 2048);
         assert_eq!(cfg.effective_bind(), BindAddress::Loopback);
+    }
+
+    /// The event store's byte budget and the unread bound it carries are checked together.
+    #[test]
+    fn the_unread_bound_fits_in_the_sessions_event_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.toml");
+        let write = |unread: usize| {
+            let toml = format!(
+                "[http]\nmax_unread_bytes = {unread}\n[sessions]\nmax_event_bytes_per_session = 1048576\n"
+            );
+            std::fs::write(&path, toml).unwrap();
+            Config::from_sources(Some(&path), std::iter::empty::<(&str, &str)>())
+        };
+        assert!(write(512 * 1024).is_ok());
+        let err = write(512 * 1024 + 1).unwrap_err().to_string();
+        assert!(err.contains("http.max_unread_bytes"), "{err}");
+        let defaults = Config::default();
+        assert!(defaults.validate().is_ok(), "the defaults fit");
     }
 }
