@@ -475,3 +475,120 @@ fn readiness_comes_back_by_itself_once_processes_can_start_again() {
     );
     gw.assert_no_panic_logged();
 }
+
+/// An HTTP upstream's requests are POSTed side by side, each in a task of its own: a client
+/// that sends calls and drops them (cancelled: the upstream never answers) left a task and a
+/// connection to the upstream behind per call, without bound (found with issue 36). At most
+/// 100 of a session's request POSTs are open at once; the next waits.
+#[test]
+fn an_http_upstreams_requests_in_flight_are_bounded() {
+    let script = r#"import json, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+lock = threading.Lock()
+state = {'now': 0, 'most': 0}
+most = sys.argv[2]
+class H(BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def log_message(self, *a):
+        pass
+    def send(self, status, kind, body, extra=()):
+        self.send_response(status)
+        if kind:
+            self.send_header('Content-Type', kind)
+        for k, v in extra:
+            self.send_header(k, v)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_DELETE(self):
+        self.send(204, None, b'')
+    def do_GET(self):
+        self.send(405, None, b'')
+    def do_POST(self):
+        m = json.loads(self.rfile.read(int(self.headers.get('Content-Length', 0))))
+        if 'id' not in m or 'method' not in m:
+            return self.send(202, None, b'')
+        if m['method'] == 'initialize':
+            r = {'protocolVersion': '2025-06-18', 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'slow', 'version': '0'}}
+            body = json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}).encode()
+            return self.send(200, 'application/json', body, [('Mcp-Session-Id', 's1')])
+        with lock:
+            state['now'] += 1
+            state['most'] = max(state['most'], state['now'])
+            open(most, 'w').write(str(state['most']))
+        time.sleep(120)
+ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+"#;
+    let dir = TempDir::new("slow-http-upstream");
+    let path = dir.path().join("slow.py");
+    std::fs::write(&path, script).expect("write the script");
+    let most = dir.path().join("most");
+    let port = support::free_port();
+    /// Stops the upstream whatever the test's outcome.
+    struct Upstream(std::process::Child);
+    impl Drop for Upstream {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _upstream = Upstream(
+        std::process::Command::new("python3")
+            .arg(&path)
+            .arg(port.to_string())
+            .arg(&most)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    support::wait_listening(port, Duration::from_secs(10), "the upstream");
+    let mut gw = gateway(&[
+        ("FLEETMCP_UPSTREAM_COMMAND", ""),
+        ("FLEETMCP_UPSTREAM_URL", &url),
+    ]);
+    gw.wait_ready(Duration::from_secs(20));
+    let sid = open_session(gw.port());
+    let addr = SocketAddr::from(([127, 0, 0, 1], gw.port()));
+    let host = format!("127.0.0.1:{}", gw.port());
+    // 150 calls, each dropped (its connection closed) once sent: cancelled.
+    for i in 0..150 {
+        let msg = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "slow", "arguments": {}}});
+        let stream = raw_http::open(
+            addr,
+            "POST",
+            "/mcp",
+            &[
+                ("Host", host.as_str()),
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("mcp-session-id", &sid),
+                ("mcp-protocol-version", PROTOCOL_VERSION),
+            ],
+            Some(&msg.to_string()),
+            Duration::from_secs(5),
+        )
+        .expect("a POST");
+        std::thread::sleep(Duration::from_millis(30));
+        drop(stream);
+    }
+    // Until the most the upstream saw at once stops growing for two seconds (at most 30 s).
+    let read = || std::fs::read_to_string(&most).unwrap_or_default();
+    let start = Instant::now();
+    let (mut last, mut since) = (String::new(), Instant::now());
+    while start.elapsed() < Duration::from_secs(30) && since.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    let seen: u32 = last.trim().parse().unwrap_or(0);
+    assert!(
+        (90..=100).contains(&seen),
+        "the upstream had {seen} of the session's requests open at once:\n{}",
+        gw.log()
+    );
+    gw.assert_no_panic_logged();
+}
