@@ -592,3 +592,84 @@ ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
     );
     gw.assert_no_panic_logged();
 }
+
+/// A 2025-03-26 batch's notifications cannot make their POST wait (the batch's answer has no
+/// place for their refusal): with the upstream's queue full they are dropped, said once at
+/// WARN, instead of each given a task of its own that holds it until the upstream reads.
+#[test]
+fn a_batchs_notifications_to_an_upstream_that_does_not_read_are_dropped_and_said() {
+    let script = r#"import json, sys, time
+m = json.loads(sys.stdin.readline())
+r = {'protocolVersion': m['params']['protocolVersion'], 'capabilities': {'tools': {}}, 'serverInfo': {'name': 'py', 'version': '0'}}
+print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': r}), flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('method') == 'tools/call':
+        time.sleep(300)
+"#;
+    let (_dir, gw) =
+        gateway_over_python_with(script, &[("FLEETMCP_UPSTREAM_MAX_LINE_BYTES", "2097152")]);
+    let port = gw.port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let host = format!("127.0.0.1:{port}");
+    let old = "2025-03-26";
+    let send = |sid: Option<&str>, body: &str, limit: Duration| {
+        let mut headers = vec![
+            ("Host", host.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        if let Some(sid) = sid {
+            headers.push(("mcp-session-id", sid));
+            headers.push(("mcp-protocol-version", old));
+        }
+        raw_http::send(addr, "POST", "/mcp", &headers, Some(body), limit)
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": old, "capabilities": {}, "clientInfo": {"name": "batch", "version": "1"}}});
+    let resp = send(None, &init.to_string(), HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "{}", resp.describe());
+    let sid = resp
+        .header("mcp-session-id")
+        .expect("a session")
+        .to_string();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(send(Some(&sid), &note.to_string(), HTTP_LIMIT).status, 202);
+    // A call the upstream takes, then it reads nothing more.
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "busy", "arguments": {}}});
+    let stream = raw_http::open(
+        addr,
+        "POST",
+        "/mcp",
+        &[
+            ("Host", host.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", old),
+        ],
+        Some(&call.to_string()),
+        Duration::from_secs(60),
+    )
+    .expect("the call");
+    std::thread::sleep(Duration::from_millis(500));
+    let pad = "x".repeat(1 << 20);
+    let batch = json!([{"jsonrpc": "2.0", "method": "notifications/roots/list_changed", "params": {"_meta": {"pad": pad}}}]).to_string();
+    for _ in 0..12 {
+        let resp = send(Some(&sid), &batch, HTTP_LIMIT);
+        assert_eq!(resp.status, 202, "{}", resp.describe());
+    }
+    let dropped = "a client notification (batch, 2024-11-05 or stdio) was dropped";
+    assert!(
+        log_has(&gw, dropped, Duration::from_secs(10)),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(
+        gw.log().matches(dropped).count(),
+        1,
+        "said once:\n{}",
+        gw.log()
+    );
+    drop(stream);
+    gw.assert_no_panic_logged();
+}
