@@ -9,6 +9,9 @@ mod support;
 
 mod common;
 
+#[path = "../../fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -671,5 +674,80 @@ for line in sys.stdin:
         gw.log()
     );
     drop(stream);
+    gw.assert_no_panic_logged();
+}
+
+/// An upstream that floods a running call's stream with progress faster than the event store
+/// takes it (Redis: a round trip a message): the gateway stops reading it while the request's
+/// outbox holds its most (found with issue 36: 300,000 progress lines of 1 KB took the gateway
+/// from 29 to 341 MiB, the outbox unbounded).
+#[test]
+fn an_upstreams_progress_flood_waits_for_the_event_store() {
+    let redis = support_redis::RedisServer::start();
+    let script = format!(
+        "{PYTHON_INIT}{}",
+        r#"sent = __file__ + '.sent'
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('method') == 'tools/call':
+        tok = json.dumps(m['params']['_meta']['progressToken'])
+        pad = 'x' * 1000
+        for i in range(300000):
+            sys.stdout.write('{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":%d,"message":"%s"}}\n' % (tok, i, pad))
+            if i % 1000 == 0:
+                sys.stdout.flush()
+                with open(sent, 'w') as f:
+                    f.write(str(i))
+        sys.stdout.flush()
+        time.sleep(300)
+"#
+    );
+    let url = redis.url();
+    let (dir, gw) = gateway_over_python_with(
+        &script,
+        &[
+            ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+            ("FRONTMCP_BIND_ADDRESS", "loopback"),
+            ("MACHINE_ID", "gw-progress"),
+            ("REDIS_URL", &url),
+        ],
+    );
+    let sid = open_session(gw.port());
+    let before = rss_mib(gw.pid());
+    let msg = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "flood", "arguments": {}, "_meta": {"progressToken": "t"}}});
+    let host = format!("127.0.0.1:{}", gw.port());
+    let call = raw_http::open(
+        SocketAddr::from(([127, 0, 0, 1], gw.port())),
+        "POST",
+        "/mcp",
+        &[
+            ("Host", host.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        Some(&msg.to_string()),
+        Duration::from_secs(60),
+    )
+    .expect("the call");
+    let sent = dir.path().join("upstream.py.sent");
+    assert!(wait_file(&sent, Duration::from_secs(20)), "{}", gw.log());
+    // Twenty seconds of the flood.
+    let mut peak = before;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        peak = peak.max(rss_mib(gw.pid()));
+    }
+    let written = std::fs::read_to_string(&sent).unwrap_or_default();
+    eprintln!(
+        "the upstream wrote {written} progress lines; gateway VmRSS {before} MiB before, {peak} MiB at most"
+    );
+    assert!(
+        peak < before + 100,
+        "the gateway grew from {before} to {peak} MiB ({written} lines written)"
+    );
+    drop(call);
     gw.assert_no_panic_logged();
 }

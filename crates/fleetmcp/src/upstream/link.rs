@@ -480,7 +480,9 @@ impl Link {
             _ => None,
         };
         match target {
-            Some(ctx) => ctx.send(bytes),
+            // Waits while the request's stream holds its most unstored (the upstream is then
+            // not read): an upstream's flood of progress is bounded by what the store takes.
+            Some(ctx) => ctx.send_waiting(bytes).await,
             None => {
                 if let Err(e) = app
                     .events()
