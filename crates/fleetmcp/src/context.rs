@@ -12,17 +12,13 @@
 //! Messages a handler sends go out on the stream of the request that runs it (the POST's
 //! answer, which becomes an SSE stream the moment the first message is sent).
 
-use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::Poll;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::task::AtomicWaker;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{App, ServerHandle};
@@ -41,6 +37,9 @@ use crate::protocol::{
 use crate::session::Session;
 use crate::stateless::Round;
 
+mod outbox;
+pub(crate) use outbox::{Outbox, OutboxReceiver};
+
 /// A message on its way to the client, from a running request.
 #[derive(Debug)]
 pub(crate) enum Outbound {
@@ -48,103 +47,6 @@ pub(crate) enum Outbound {
     /// Close the HTTP connection without ending the stream (SSE polling); the client resumes
     /// with `Last-Event-ID`.
     EndConnection,
-}
-
-/// Where a running request's messages go until its driver hands them on: a channel made when
-/// the handler sends its first message. Most calls send none, and a channel made for every call
-/// cost its allocations and set-up on each (issue 23: ~1,100 instructions, its first block
-/// allocated up front). The driver waits on [`Outbox::sent`] beside the handler, takes the
-/// receiver when something was sent ([`Outbox::take`]), and closes the outbox otherwise: a
-/// message sent after that fails as one sent on a channel whose receiver is gone did, so it
-/// goes to the session's standalone stream rather than nowhere.
-pub(crate) struct Outbox {
-    state: parking_lot::Mutex<OutboxState>,
-    /// Set with the first message: what [`Outbox::sent`] polls, without the lock.
-    sent: AtomicBool,
-    /// The driver, waiting for the first message (a handler may send from another task).
-    waiter: AtomicWaker,
-}
-
-enum OutboxState {
-    /// Nothing sent yet.
-    Empty,
-    /// Sent to: the channel, and its receiver until the driver takes it.
-    Open(
-        mpsc::UnboundedSender<Outbound>,
-        Option<mpsc::UnboundedReceiver<Outbound>>,
-    ),
-    /// The driver is done with it, and nothing had been sent: every message fails.
-    Closed,
-}
-
-impl Outbox {
-    const fn new() -> Self {
-        Self {
-            state: parking_lot::Mutex::new(OutboxState::Empty),
-            sent: AtomicBool::new(false),
-            waiter: AtomicWaker::new(),
-        }
-    }
-
-    /// Queues `message`; it comes back when nobody will read it (the outbox closed, or the
-    /// receiver taken and dropped).
-    fn send(&self, message: Outbound) -> Result<(), Outbound> {
-        let mut state = self.state.lock();
-        let sent = match &*state {
-            OutboxState::Open(tx, _) => tx.send(message).map_err(|e| e.0),
-            OutboxState::Closed => Err(message),
-            OutboxState::Empty => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let sent = tx.send(message).map_err(|e| e.0);
-                *state = OutboxState::Open(tx, Some(rx));
-                sent
-            }
-        };
-        drop(state);
-        if sent.is_ok() && !self.sent.swap(true, Ordering::AcqRel) {
-            self.waiter.wake();
-        }
-        sent
-    }
-
-    /// Completes once a message was sent.
-    pub(crate) fn sent(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(|cx| {
-            if self.sent.load(Ordering::Acquire) {
-                return Poll::Ready(());
-            }
-            self.waiter.register(cx.waker());
-            // A message sent between the check and the registration woke no one: look again.
-            if self.sent.load(Ordering::Acquire) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-    }
-
-    /// The messages sent so far and those to come, when anything was sent (once); `None`
-    /// otherwise, and the outbox is closed.
-    pub(crate) fn take(&self) -> Option<mpsc::UnboundedReceiver<Outbound>> {
-        let mut state = self.state.lock();
-        match &mut *state {
-            OutboxState::Open(_, rx) => rx.take(),
-            OutboxState::Empty => {
-                *state = OutboxState::Closed;
-                None
-            }
-            OutboxState::Closed => None,
-        }
-    }
-
-    /// Closes the outbox unless the driver took its receiver: messages sent from now on go
-    /// elsewhere, as they would with that receiver dropped.
-    pub(crate) fn close(&self) {
-        let mut state = self.state.lock();
-        if matches!(&*state, OutboxState::Empty | OutboxState::Open(_, Some(_))) {
-            *state = OutboxState::Closed;
-        }
-    }
 }
 
 /// Who sent the request: a session, a self-describing 2026-07-28 request, or (for a tool
@@ -525,6 +427,32 @@ impl RequestContext {
     /// The request's outbox, when its answer may be a stream (for its driver).
     pub(crate) fn outbox(&self) -> Option<&Outbox> {
         self.inner.outbox.as_ref()
+    }
+
+    /// [`send`](Self::send), for a sender that can wait (a gateway's upstream reader): first
+    /// until the request's outbox has room, and to the standalone stream by awaiting the
+    /// append, never a task of its own; so what it sends is bounded by what the driver takes.
+    pub(crate) async fn send_waiting(&self, message: Bytes) {
+        let unsent = match &self.inner.outbox {
+            Some(outbox) => {
+                outbox.room().await;
+                match outbox.send(Outbound::Message(message)) {
+                    Err(Outbound::Message(message)) => message,
+                    _ => return,
+                }
+            }
+            None => message,
+        };
+        if let Caller::Session(s) = &self.inner.caller
+            && let Err(e) = self
+                .inner
+                .app
+                .events()
+                .append(&s.id, crate::events::STANDALONE_STREAM, unsent)
+                .await
+        {
+            tracing::warn!(session = %crate::session::LogId(&s.id), error = %e, "could not queue a message for the session's stream");
+        }
     }
 
     pub(crate) fn send(&self, message: Bytes) {

@@ -102,4 +102,4 @@ pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
-pub use upstream::{Upstream, UpstreamLink};
+pub use upstream::{MessageReceiver, MessageSender, Upstream, UpstreamLink};

@@ -3,22 +3,25 @@
 //! stdio transport), its stderr in our logs line by line, stopped with its process group and
 //! reaped when its session no longer needs it.
 
+use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use fleetmcp::{Upstream, UpstreamLink};
+use fleetmcp::{MessageReceiver, MessageSender, Upstream, UpstreamLink};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::GatewayConfig;
 
-/// Messages queued each way per upstream: past them, the side that sends waits (a session
-/// whose client or upstream does not read slows down instead of growing a buffer).
-const QUEUE: usize = 64;
+/// Messages queued each way per upstream, and at most `gateway.max_line_bytes` bytes of them
+/// (one longest message): past either, the side that sends waits (a session whose client or
+/// upstream does not read slows down instead of growing a buffer; see `fleetmcp`'s
+/// `UpstreamLink::channel`).
+pub const QUEUE: usize = 64;
 
 /// Starts and stops the upstream processes of this instance. Cheap to clone.
 #[derive(Clone)]
@@ -30,8 +33,15 @@ struct Inner {
     config: GatewayConfig,
     /// One permit per running process (held until it is reaped).
     slots: Arc<Semaphore>,
+    /// Processes running per client key (`gateway.max_processes_per_key`); a key leaves the
+    /// table when its last process is reaped.
+    per_key: Arc<parking_lot::Mutex<HashMap<String, usize>>>,
     /// Why the command cannot run, when the last start (or the startup probe) failed.
     health: parking_lot::Mutex<Result<(), String>>,
+    /// Told when a start fails: the probe then runs again until one succeeds, so `/readyz`
+    /// comes back by itself (issue 36: with the descriptors spent, it stayed `503` after
+    /// they were free again, no new session coming to reset it).
+    failed: Arc<tokio::sync::Notify>,
     /// Fires when the gateway stops: every process is stopped.
     stop: tokio_util::sync::CancellationToken,
 }
@@ -43,7 +53,9 @@ impl Children {
             inner: Arc::new(Inner {
                 config,
                 slots,
+                per_key: Arc::default(),
                 health: parking_lot::Mutex::new(Ok(())),
+                failed: Arc::default(),
                 stop: tokio_util::sync::CancellationToken::new(),
             }),
         }
@@ -58,6 +70,11 @@ impl Children {
     /// Notes whether the command can serve (the startup probe's finding).
     pub fn set_health(&self, health: Result<(), String>) {
         *self.inner.health.lock() = health;
+    }
+
+    /// Notified when a process could not be started (see `probe::watch`).
+    pub fn failures(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.failed.clone()
     }
 
     /// How many upstream processes run now.
@@ -115,21 +132,24 @@ fn own_variables() -> impl Iterator<Item = &'static str> {
 
 #[async_trait]
 impl Upstream for Children {
-    async fn connect(&self, session: &str) -> Result<UpstreamLink, String> {
+    async fn connect(&self, session: &str, key: &str) -> Result<UpstreamLink, String> {
         let permit = self.inner.slots.clone().try_acquire_owned().map_err(|_| {
             format!(
                 "this instance runs its most upstream processes (FLEETMCP_UPSTREAM_MAX_PROCESSES = {})",
                 self.inner.config.max_processes
             )
         })?;
+        // One client cannot take every process of the instance.
+        let place = KeyPlace::take(&self.inner, key)?;
         let child = self.spawn().map_err(|e| {
             let why = format!("cannot start `{}`: {e}", self.command_line());
             tracing::error!("[gateway] {why}");
             self.set_health(Err(why.clone()));
+            self.inner.failed.notify_one();
             why
         })?;
         self.set_health(Ok(()));
-        Ok(run(child, permit, session, &self.inner))
+        Ok(run(child, (permit, place), session, &self.inner))
     }
 
     fn ready(&self) -> Result<(), String> {
@@ -137,18 +157,54 @@ impl Upstream for Children {
     }
 }
 
+/// A process's place under `gateway.max_processes_per_key`, given back when it is reaped.
+struct KeyPlace {
+    key: String,
+    table: Arc<parking_lot::Mutex<HashMap<String, usize>>>,
+}
+
+impl KeyPlace {
+    fn take(inner: &Inner, key: &str) -> Result<Self, String> {
+        let max = inner.config.max_processes_per_key;
+        let mut table = inner.per_key.lock();
+        let n = table.entry(key.to_string()).or_insert(0);
+        if *n >= max {
+            return Err(format!(
+                "this client runs its most upstream processes on this instance (FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY = {max})"
+            ));
+        }
+        *n += 1;
+        Ok(Self {
+            key: key.to_string(),
+            table: inner.per_key.clone(),
+        })
+    }
+}
+
+impl Drop for KeyPlace {
+    fn drop(&mut self) {
+        let mut table = self.table.lock();
+        if let Some(n) = table.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                table.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Wires a started process to a link, and stops and reaps it when the link is dropped, the
-/// gateway stops, or it exits by itself.
+/// gateway stops, or it exits by itself; its places (`places`) are held until it is reaped.
 fn run(
     mut child: Child,
-    permit: OwnedSemaphorePermit,
+    places: (OwnedSemaphorePermit, KeyPlace),
     session: &str,
     inner: &Inner,
 ) -> UpstreamLink {
-    let (to_upstream, to_rx) = mpsc::channel::<Bytes>(QUEUE);
-    let (from_tx, from_upstream) = mpsc::channel::<Bytes>(QUEUE);
-    let pid = child.id();
     let max = inner.config.max_line_bytes;
+    let (to_upstream, to_rx) = UpstreamLink::channel(QUEUE, max);
+    let (from_tx, from_upstream) = UpstreamLink::channel(QUEUE, max);
+    let pid = child.id();
     let session: Arc<str> = session.into();
     tracing::info!(session = %session, pid, "[gateway] started an upstream process");
     let writer = child
@@ -194,7 +250,7 @@ fn run(
         }
         // Whatever it started in its group goes with it.
         kill_group(pid, rustix::process::Signal::KILL);
-        drop(permit);
+        drop(places);
     });
     UpstreamLink {
         to_upstream,
@@ -241,7 +297,7 @@ fn kill_group(pid: Option<u32>, signal: rustix::process::Signal) {
 
 /// Writes each message on its own line; returns (closing stdin) when the link's sender is
 /// dropped or the process stops reading.
-async fn write(mut stdin: ChildStdin, mut messages: mpsc::Receiver<Bytes>) {
+async fn write(mut stdin: ChildStdin, mut messages: MessageReceiver) {
     while let Some(message) = messages.recv().await {
         // A message is one JSON value; a raw newline inside would split it (serde_json never
         // writes one, but a message we pass on came from elsewhere).
@@ -262,7 +318,7 @@ async fn write(mut stdin: ChildStdin, mut messages: mpsc::Receiver<Bytes>) {
 /// Passes each line of stdout on as one message, until the process closes it or nobody reads.
 async fn read_messages(
     mut out: impl AsyncBufRead + Unpin,
-    to: mpsc::Sender<Bytes>,
+    to: MessageSender,
     max: usize,
     session: Arc<str>,
 ) {

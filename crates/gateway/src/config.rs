@@ -29,6 +29,12 @@ pub struct GatewayConfig {
     /// this instance runs at once (one per session it holds); a session past it is refused
     /// with `503` and `Retry-After`. Default 100.
     pub max_processes: usize,
+    /// `FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY` / `gateway.max_processes_per_key`: the most of
+    /// them one client key (its principal, else its address: as `[limits]` keys it) may hold
+    /// on this instance, so one client cannot take them all (its sessions per key,
+    /// `limits.max_sessions_per_key`, are 1,000 by default); a session past it is refused with
+    /// `503` and `Retry-After`. Default a quarter of `max_processes` (at least 1).
+    pub max_processes_per_key: usize,
     /// `FLEETMCP_UPSTREAM_STOP_GRACE_MS` / `gateway.stop_grace_ms`: how long a process whose
     /// session ended has to exit once its stdin is closed, then again after `SIGTERM`, before
     /// `SIGKILL` (its whole process group each time). Default 2000.
@@ -60,6 +66,7 @@ struct Section {
     url: Option<String>,
     ca_file: Option<PathBuf>,
     max_processes: Option<usize>,
+    max_processes_per_key: Option<usize>,
     stop_grace_ms: Option<u64>,
     max_line_bytes: Option<usize>,
     tool_scopes: Option<BTreeMap<String, String>>,
@@ -74,13 +81,14 @@ enum Command {
 }
 
 /// The variables the gateway reads besides the servers'.
-pub const VARIABLES: [&str; 8] = [
+pub const VARIABLES: [&str; 9] = [
     "FLEETMCP_UPSTREAM_CA_FILE",
     "FLEETMCP_UPSTREAM_POLL_AFTER_MS",
     "FLEETMCP_UPSTREAM_TOOL_SCOPES",
     "FLEETMCP_UPSTREAM_COMMAND",
     "FLEETMCP_UPSTREAM_URL",
     "FLEETMCP_UPSTREAM_MAX_PROCESSES",
+    "FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY",
     "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
     "FLEETMCP_UPSTREAM_MAX_LINE_BYTES",
 ];
@@ -167,6 +175,14 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
     if max_processes == 0 {
         return Err("FLEETMCP_UPSTREAM_MAX_PROCESSES must be at least 1".into());
     }
+    let max_processes_per_key = number(
+        "FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY",
+        section.max_processes_per_key.map(|n| n as u64),
+        (max_processes / 4).max(1),
+    )?;
+    if max_processes_per_key == 0 {
+        return Err("FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY must be at least 1".into());
+    }
     let tool_scopes = match var("FLEETMCP_UPSTREAM_TOOL_SCOPES") {
         Some(list) => scopes(list)?,
         None => section.tool_scopes.unwrap_or_default(),
@@ -182,6 +198,7 @@ fn gateway_config(section: Section, env: &[(String, String)]) -> Result<GatewayC
         url,
         ca_file,
         max_processes: max_processes as usize,
+        max_processes_per_key: max_processes_per_key.min(max_processes) as usize,
         stop_grace: Duration::from_millis(number(
             "FLEETMCP_UPSTREAM_STOP_GRACE_MS",
             section.stop_grace_ms,
@@ -258,6 +275,7 @@ mod tests {
         assert_eq!(cfg.port, 4100);
         assert_eq!(gw.command, ["node", "server.js"]);
         assert_eq!(gw.max_processes, 7);
+        assert_eq!(gw.max_processes_per_key, 1, "a quarter, at least one");
         assert_eq!(gw.stop_grace, Duration::from_secs(2));
         assert_eq!(gw.poll_after, None, "polling is off unless asked for");
         assert_eq!(
@@ -272,12 +290,14 @@ mod tests {
                     "npx -y '@scope/some server' --stdio",
                 ),
                 ("FLEETMCP_UPSTREAM_MAX_PROCESSES", "3"),
+                ("FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY", "5"),
                 ("FLEETMCP_UPSTREAM_POLL_AFTER_MS", "250"),
             ]),
         )
         .unwrap();
         assert_eq!(gw.command, ["npx", "-y", "@scope/some server", "--stdio"]);
         assert_eq!(gw.max_processes, 3);
+        assert_eq!(gw.max_processes_per_key, 3, "never above max_processes");
         assert_eq!(gw.poll_after, Some(Duration::from_millis(250)));
         let (_, gw) = from_sources(
             None,
@@ -321,6 +341,13 @@ mod tests {
                 .unwrap_err()
                 .contains("MAX_PROCESSES")
         );
+        let zero = env(&[
+            ("FLEETMCP_UPSTREAM_COMMAND", "x"),
+            ("FLEETMCP_UPSTREAM_MAX_PROCESSES_PER_KEY", "0"),
+        ]);
+        assert!(from_sources(None, zero).unwrap_err().contains("PER_KEY"));
+        let (_, gw) = from_sources(None, env(&[("FLEETMCP_UPSTREAM_COMMAND", "x")])).unwrap();
+        assert_eq!((gw.max_processes, gw.max_processes_per_key), (100, 25));
         let quote = env(&[("FLEETMCP_UPSTREAM_COMMAND", "node 'x")]);
         assert!(from_sources(None, quote).unwrap_err().contains("unclosed"));
         let both = env(&[

@@ -9,18 +9,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use fleetmcp::{Upstream, UpstreamLink};
+use fleetmcp::{MessageReceiver, MessageSender, Upstream, UpstreamLink};
 use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::http_client::{self, HttpClient};
 
-/// Messages queued each way per upstream session.
-const QUEUE: usize = 64;
+// Messages queued each way per upstream session (`QUEUE`), and at most
+// `gateway.max_line_bytes` bytes of them, as for a process.
+use crate::child::QUEUE;
+/// Requests of one session POSTed at once (each its own task, as an answer may take long):
+/// past it, the next waits, and so does the session's queue behind it. A request the client
+/// cancelled runs until the upstream ends it; without this bound a client that sends and
+/// cancels in a loop would leave a task and a connection behind per request.
+const MAX_REQUESTS: usize = 100;
 /// How long the upstream has to send an answer's head (an SSE answer's body may take longer).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Resuming a request's stream the upstream ended before its answer: the delay when it named
@@ -78,9 +84,10 @@ impl HttpUpstream {
 
 #[async_trait]
 impl Upstream for HttpUpstream {
-    async fn connect(&self, session: &str) -> Result<UpstreamLink, String> {
-        let (to_upstream, to_rx) = mpsc::channel(QUEUE);
-        let (from_tx, from_upstream) = mpsc::channel(QUEUE);
+    async fn connect(&self, session: &str, _key: &str) -> Result<UpstreamLink, String> {
+        let max = self.inner.max_message;
+        let (to_upstream, to_rx) = UpstreamLink::channel(QUEUE, max);
+        let (from_tx, from_upstream) = UpstreamLink::channel(QUEUE, max);
         let session = Arc::new(UpSession {
             inner: self.inner.clone(),
             log: session.into(),
@@ -88,6 +95,7 @@ impl Upstream for HttpUpstream {
             version: OnceLock::new(),
             from: from_tx,
             gone: CancellationToken::new(),
+            requests: Arc::new(Semaphore::new(MAX_REQUESTS)),
         });
         tokio::spawn(session.run(to_rx));
         Ok(UpstreamLink {
@@ -110,9 +118,11 @@ struct UpSession {
     /// The protocol version the upstream answered `initialize` with.
     version: OnceLock<String>,
     /// The link's receiving end: closed (dropped with the last sender) when the session ends.
-    from: mpsc::Sender<Bytes>,
+    from: MessageSender,
     /// Fires when the upstream session ends (the link dropped, or the upstream forgot it).
     gone: CancellationToken,
+    /// One permit per request POSTed and not yet answered ([`MAX_REQUESTS`]).
+    requests: Arc<Semaphore>,
 }
 
 /// What the link's messages are, read without the rest of them.
@@ -130,7 +140,7 @@ enum Posted {
 }
 
 impl UpSession {
-    async fn run(self: Arc<Self>, mut messages: mpsc::Receiver<Bytes>) {
+    async fn run(self: Arc<Self>, mut messages: MessageReceiver) {
         loop {
             let message = tokio::select! {
                 m = messages.recv() => m,
@@ -151,11 +161,17 @@ impl UpSession {
                 // Requests run side by side (an answer may take long); notifications and
                 // answers go in order, each once the one before it was taken.
                 (Some(id), Some(_)) => {
+                    let permit = tokio::select! {
+                        p = self.requests.clone().acquire_owned() => p,
+                        _ = self.gone.cancelled() => break,
+                    };
+                    let Ok(permit) = permit else { break };
                     let me = self.clone();
                     tokio::spawn(async move {
                         if matches!(me.post(message, Some(id)).await, Posted::SessionGone) {
                             me.gone.cancel();
                         }
+                        drop(permit);
                     });
                 }
                 _ => {

@@ -6,6 +6,7 @@
 
 mod child;
 mod config;
+mod descriptors;
 mod http_client;
 mod http_upstream;
 mod policy;
@@ -24,13 +25,17 @@ fn main() -> std::process::ExitCode {
 
 async fn run() -> std::process::ExitCode {
     fleetmcp::init_tracing();
-    let (config, gateway) = match config::load() {
+    let (mut config, mut gateway) = match config::load() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("fleetmcp-gateway: {e}");
             return std::process::ExitCode::from(2);
         }
     };
+    if gateway.url.is_none() {
+        // Its processes' pipes count against the open-files limit along with connections.
+        descriptors::fit(&mut config, &mut gateway);
+    }
     let builder =
         fleetmcp::Server::builder("fleetmcp-gateway", env!("CARGO_PKG_VERSION")).config(config);
     let tool_scopes = gateway.tool_scopes.clone();

@@ -35,8 +35,8 @@ impl<U> Policy<U> {
 
 #[async_trait]
 impl<U: Upstream> Upstream for Policy<U> {
-    async fn connect(&self, session: &str) -> Result<UpstreamLink, String> {
-        self.upstream.connect(session).await
+    async fn connect(&self, session: &str, key: &str) -> Result<UpstreamLink, String> {
+        self.upstream.connect(session, key).await
     }
 
     fn ready(&self) -> Result<(), String> {
@@ -66,7 +66,7 @@ mod tests {
 
     #[async_trait]
     impl Upstream for Nothing {
-        async fn connect(&self, _: &str) -> Result<UpstreamLink, String> {
+        async fn connect(&self, _: &str, _: &str) -> Result<UpstreamLink, String> {
             Err("none".into())
         }
     }

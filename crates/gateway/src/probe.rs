@@ -1,7 +1,8 @@
 //! The startup probe: the command is run once and initialized before the gateway counts as
 //! ready, so a command that cannot start (not installed, a typo, a crash at start) makes
 //! `/readyz` answer `503` naming the reason, instead of failing each client's `initialize`.
-//! While it fails, it is tried again every [`RETRY`].
+//! While it fails, it is tried again every [`RETRY`]; and again whenever a session's process
+//! cannot be started, so `/readyz` follows the command's health both ways.
 
 use std::time::Duration;
 
@@ -16,6 +17,11 @@ use crate::http_upstream::HttpUpstream;
 pub trait Probed: Upstream + Clone {
     fn describe(&self) -> String;
     fn set_health(&self, health: Result<(), String>);
+    /// Notified when the upstream fails a session after the probe succeeded (it marked
+    /// itself unhealthy): the probe runs again. `None`: it never does.
+    fn failures(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        None
+    }
 }
 
 impl Probed for Children {
@@ -24,6 +30,9 @@ impl Probed for Children {
     }
     fn set_health(&self, health: Result<(), String>) {
         Children::set_health(self, health);
+    }
+    fn failures(&self) -> Option<std::sync::Arc<tokio::sync::Notify>> {
+        Some(Children::failures(self))
     }
 }
 
@@ -41,8 +50,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 /// How often a failed probe is tried again.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// Probes now, and again every [`RETRY`] while the upstream fails; notes each finding.
+/// Probes now, and again every [`RETRY`] while the upstream fails; notes each finding. Once it
+/// succeeds, waits for the upstream to fail a session, then probes again.
 pub async fn watch(upstream: impl Probed) {
+    let failures = upstream.failures();
     loop {
         let found = probe(&upstream).await;
         let what = upstream.describe();
@@ -55,7 +66,10 @@ pub async fn watch(upstream: impl Probed) {
         let ok = found.is_ok();
         upstream.set_health(found);
         if ok {
-            return;
+            match &failures {
+                Some(failed) => failed.notified().await,
+                None => return,
+            }
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -63,7 +77,8 @@ pub async fn watch(upstream: impl Probed) {
 
 /// Starts the upstream, initializes it, and stops it.
 async fn probe(upstream: &impl Probed) -> Result<(), String> {
-    let mut link = upstream.connect("startup-probe").await?;
+    // Its own key: no client's places are taken by it.
+    let mut link = upstream.connect("startup-probe", "startup-probe").await?;
     let initialize = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {

@@ -592,15 +592,3 @@ for line in sys.stdin:
         .count();
     assert_eq!(warned, 1, "{}", gw.log());
 }
-
-/// A gateway, ready, whose upstream is the Python program `script` over stdio, and the
-/// directory that holds the script.
-fn gateway_over_python(script: &str) -> (TempDir, support::Instance) {
-    let dir = TempDir::new("python-upstream");
-    let path = dir.path().join("upstream.py");
-    std::fs::write(&path, script).expect("write the script");
-    let command = format!("python3 {}", path.display());
-    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
-    gw.wait_ready(Duration::from_secs(20));
-    (dir, gw)
-}

@@ -24,7 +24,6 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::client_key::Client;
@@ -219,7 +218,7 @@ pub(super) fn refuse_initialize(app: &App, refusal: Refusal, id: &RawValue) -> R
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
 pub(super) struct Streaming {
     first: Option<Outbound>,
-    rest: mpsc::UnboundedReceiver<Outbound>,
+    rest: crate::context::OutboxReceiver,
     work: Work,
     cancel: CancellationToken,
 }

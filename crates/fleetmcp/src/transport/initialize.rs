@@ -103,7 +103,7 @@ pub(super) async fn open(
     };
     // A gateway's upstream answers `initialize` before the session exists, so that a refusal
     // leaves nothing behind, and the session serves the version the upstream chose.
-    let upstream = match upstream::open(app, sid, params).await.transpose() {
+    let upstream = match upstream::open(app, sid, params, key).await.transpose() {
         Ok(handshake) => handshake,
         Err(failure) => {
             app.limits().end_session(key, sid).await;

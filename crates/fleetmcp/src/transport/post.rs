@@ -97,7 +97,16 @@ pub(super) async fn handle(State(ep): EndpointState, post: Post) -> Response {
             answer(app, session, id, started.await).await
         }
         Message::Notification { method, params } => {
-            dispatch::notification(&session, &method, params.as_deref());
+            // A gateway's session: passed up once its upstream has room, which may take a
+            // while (or be refused: `503`, the notification not delivered).
+            match crate::upstream::notification_waiting(&session, &method, params.as_deref()).await
+            {
+                Some(Err(e)) => {
+                    return respond::error_reply(StatusCode::SERVICE_UNAVAILABLE, None, &e);
+                }
+                Some(Ok(())) => {}
+                None => dispatch::notification(&session, &method, params.as_deref()),
+            }
             respond::accepted()
         }
         Message::Response { id, outcome } => {

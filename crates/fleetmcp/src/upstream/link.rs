@@ -9,10 +9,13 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use super::{CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, OpenFailure, Reply, Upstream, UpstreamLink};
+use super::{
+    CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, MAX_NOTIFY_WAITING, MessageReceiver, MessageSender,
+    NOTIFY_WAIT, OpenFailure, Reply, Upstream, UpstreamLink,
+};
 use crate::app::App;
 use crate::context::{ClientRequestError, RequestContext};
 use crate::events::STANDALONE_STREAM;
@@ -33,16 +36,18 @@ pub(crate) struct Handshake {
 }
 
 impl Handshake {
-    /// Connects an upstream and initializes it with `params`; `initialized`: also send
-    /// `notifications/initialized` (a session taken over, whose client sent its own long ago).
+    /// Connects an upstream for the client `key` and initializes it with `params`;
+    /// `initialized`: also send `notifications/initialized` (a session taken over, whose client
+    /// sent its own long ago).
     pub(super) async fn run(
         upstream: &dyn Upstream,
         log: &str,
+        key: &str,
         params: &Value,
         initialized: bool,
     ) -> Result<Self, OpenFailure> {
         let mut link = upstream
-            .connect(log)
+            .connect(log, key)
             .await
             .map_err(OpenFailure::Unavailable)?;
         let stopped = || OpenFailure::Unavailable("it stopped before answering initialize".into());
@@ -127,8 +132,12 @@ impl SessionUpstream {
 
 /// The session's upstream, started here now if it has none: a session this instance did not
 /// open (recreated, taken over) or whose upstream stopped gets a new one, initialized with
-/// what the session stored.
-pub(super) async fn current(app: &App, session: &Arc<Session>) -> Result<Arc<Link>, ErrorData> {
+/// what the session stored, counted against `key` (the requesting client's).
+pub(super) async fn current(
+    app: &App,
+    session: &Arc<Session>,
+    key: &str,
+) -> Result<Arc<Link>, ErrorData> {
     let slot = session
         .attached(SessionUpstream::default)
         .ok_or_else(|| errors::internal("the session has no upstream slot"))?;
@@ -152,7 +161,7 @@ pub(super) async fn current(app: &App, session: &Arc<Session>) -> Result<Arc<Lin
         "capabilities": session.client_capabilities(),
         "clientInfo": session.client_info(),
     });
-    let handshake = Handshake::run(upstream.as_ref(), &log, &params, true)
+    let handshake = Handshake::run(upstream.as_ref(), &log, key, &params, true)
         .await
         .map_err(|f| match f {
             OpenFailure::Unavailable(why) => super::unavailable(&why),
@@ -174,7 +183,7 @@ struct Waiter {
 /// One session's live upstream.
 pub(super) struct Link {
     /// Taken (dropped) when the link ends: the [`Upstream`] then stops the upstream.
-    to: parking_lot::Mutex<Option<mpsc::Sender<Bytes>>>,
+    to: parking_lot::Mutex<Option<MessageSender>>,
     waiting: parking_lot::Mutex<HashMap<u64, Waiter>>,
     next: AtomicU64,
     ended: CancellationToken,
@@ -189,6 +198,10 @@ pub(super) struct Link {
     /// Whether the upstream already sent something that is not JSON-RPC: said once at WARN,
     /// then at debug (an upstream that prints its own logs to stdout would flood the log).
     said_not_json: std::sync::atomic::AtomicBool,
+    /// The client's notifications waiting for room in the queue (see [`MAX_NOTIFY_WAITING`]).
+    notifying: AtomicUsize,
+    /// Whether a notification was already dropped for want of room: said once at WARN.
+    said_full: std::sync::atomic::AtomicBool,
 }
 
 /// The most requests an upstream may have waiting for the client at once: past it, one is
@@ -215,6 +228,8 @@ impl Link {
             ended: CancellationToken::new(),
             asking: Arc::new(AtomicUsize::new(0)),
             said_not_json: std::sync::atomic::AtomicBool::new(false),
+            notifying: AtomicUsize::new(0),
+            said_full: std::sync::atomic::AtomicBool::new(false),
             initialize_result,
             polling: app
                 .upstream()
@@ -251,35 +266,71 @@ impl Link {
         self.waiting.lock().clear();
     }
 
-    /// Sends one message up, waiting for room; `false` once the link has ended.
+    /// Sends one message up, waiting for room (in messages and in bytes); `false` once the
+    /// link has ended (then it no longer waits).
     async fn send(&self, message: Bytes) -> bool {
-        let tx = self.to.lock().clone();
-        match tx {
-            Some(tx) => tx.send(message).await.is_ok(),
-            None => false,
-        }
-    }
-
-    /// Sends one message up without waiting: in order with what is sent after it whenever the
-    /// queue has room, else from a task of its own.
-    fn send_now(&self, message: Bytes) {
         let Some(tx) = self.to.lock().clone() else {
-            return;
+            return false;
         };
-        if let Err(mpsc::error::TrySendError::Full(message)) = tx.try_send(message) {
-            tokio::spawn(async move {
-                let _ = tx.send(message).await;
-            });
+        tokio::select! {
+            sent = tx.send(message) => sent.is_ok(),
+            _ = self.ended.cancelled() => false,
         }
     }
 
-    /// A client's notification, passed up unchanged.
-    pub(super) fn notify(&self, method: &str, params: Option<&RawValue>) {
-        let message = match params {
-            Some(p) => encode_notification(method, p),
-            None => encode_notification(method, &json!({})),
+    /// Sends one message up if the queue has room now; the message back otherwise (`None`
+    /// once the link has ended). Never waits, never spawns: a queue whose reader does not read
+    /// makes its writer wait or fails it, it does not grow.
+    fn try_send(&self, message: Bytes) -> Result<(), Option<Bytes>> {
+        let Some(tx) = self.to.lock().clone() else {
+            return Err(None);
         };
-        self.send_now(message);
+        match tx.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(_) if tx.is_closed() => Err(None),
+            Err(message) => Err(Some(message)),
+        }
+    }
+
+    /// A client's notification, passed up unchanged, waiting for room at most
+    /// [`NOTIFY_WAIT`] and only while fewer than [`MAX_NOTIFY_WAITING`] others wait; `Err`:
+    /// it was not passed (the client is told to retry later).
+    pub(super) async fn notify(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), ErrorData> {
+        let message = match self.try_send(notification_message(method, params)) {
+            Ok(()) => return Ok(()),
+            Err(None) => return Err(super::unavailable("it stopped")),
+            Err(Some(message)) => message,
+        };
+        let Some(_waiting) = NotifyWaiting::take(&self.notifying) else {
+            return Err(not_reading(&format!(
+                "{MAX_NOTIFY_WAITING} of this session's notifications wait already"
+            )));
+        };
+        match tokio::time::timeout(NOTIFY_WAIT, self.send(message)).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(super::unavailable("it stopped")),
+            Err(_) => Err(not_reading(&format!("no room came within {NOTIFY_WAIT:?}"))),
+        }
+    }
+
+    /// A client's notification passed up without waiting (see
+    /// [`notification`](super::notification)): dropped, and said, when the queue is full.
+    pub(super) fn notify_now(&self, session: &Session, method: &str, params: Option<&RawValue>) {
+        if let Err(Some(_)) = self.try_send(notification_message(method, params)) {
+            if self.said_full.swap(true, Ordering::Relaxed) {
+                tracing::debug!(session = %LogId(&session.id), method, "[gateway] the upstream does not read: a client notification was dropped");
+            } else {
+                tracing::warn!(
+                    session = %LogId(&session.id),
+                    method,
+                    "[gateway] the upstream does not read what its session sends: a client notification (batch, 2024-11-05 or stdio) was dropped, its queue being full (further ones are logged at debug level)"
+                );
+            }
+        }
     }
 
     /// Sends a client's request up under an id of ours and waits for the upstream's answer,
@@ -366,11 +417,14 @@ impl Link {
                     .await;
             }
             Ok(Message::Request { id, method, params }) => {
-                self.asked(app, session, id, method, params);
+                self.asked(app, session, id, method, params).await;
             }
             // A request the client cannot be asked (its id is `null` or not a string or an
-            // integer): refused back up, so the upstream does not wait for an answer.
-            Err((id, e)) if asks => self.send_now(encode_error(id.as_deref(), &e)),
+            // integer): refused back up, so the upstream does not wait for an answer. Waited
+            // for: while the refusal cannot be written, the upstream is not read either.
+            Err((id, e)) if asks => {
+                self.send(encode_error(id.as_deref(), &e)).await;
+            }
             Err((_, e)) => tracing::warn!(
                 session = %LogId(&session.id),
                 error = %e.message,
@@ -426,7 +480,9 @@ impl Link {
             _ => None,
         };
         match target {
-            Some(ctx) => ctx.send(bytes),
+            // Waits while the request's stream holds its most unstored (the upstream is then
+            // not read): an upstream's flood of progress is bounded by what the store takes.
+            Some(ctx) => ctx.send_waiting(bytes).await,
             None => {
                 if let Err(e) = app
                     .events()
@@ -441,8 +497,12 @@ impl Link {
 
     /// A request from the upstream to the client (sampling, elicitation, roots): asked on the
     /// stream of the one request running if one is, else on the standalone stream; the
-    /// client's answer goes back up under the upstream's id. `ping` is answered here.
-    fn asked(
+    /// client's answer goes back up under the upstream's id. `ping` is answered here. What is
+    /// answered here (a `ping`, a refusal past [`MAX_ASKING`]) is waited for: while it cannot
+    /// be written, the upstream is not read, so an upstream that asks without reading its
+    /// answers is stopped by its own pipe instead of filling our memory (issue 36: a million
+    /// `roots/list` queued 999,968 refusals).
+    async fn asked(
         self: &Arc<Self>,
         app: &App,
         session: &Arc<Session>,
@@ -451,7 +511,7 @@ impl Link {
         params: Option<Box<RawValue>>,
     ) {
         if method == "ping" {
-            self.send_now(encode_result(&id, &json!({})));
+            self.send(encode_result(&id, &json!({}))).await;
             return;
         }
         if self.asking.fetch_add(1, Ordering::AcqRel) >= MAX_ASKING {
@@ -459,7 +519,7 @@ impl Link {
             let e = errors::internal(format!(
                 "the upstream has {MAX_ASKING} requests waiting for the client already"
             ));
-            self.send_now(encode_error(Some(&id), &e));
+            self.send(encode_error(Some(&id), &e)).await;
             return;
         }
         let params: Value = params
@@ -475,12 +535,14 @@ impl Link {
                     .map_err(client_error),
                 None => ask_on_standalone(&app, &session, &method, &params).await,
             };
-            link.asking.fetch_sub(1, Ordering::AcqRel);
             let message = match answer {
                 Ok(result) => encode_result(&id, &result),
                 Err(e) => encode_error(Some(&id), &e),
             };
             link.send(message).await;
+            // Only now: a task waiting to send its answer still counts, so at most
+            // MAX_ASKING of them wait, whatever the upstream sends.
+            link.asking.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
@@ -601,17 +663,27 @@ struct Pending<'a> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed && self.link.waiting.lock().remove(&self.n).is_some() {
-            self.link.send_now(encode_notification(
+            // Not waited for (a drop cannot wait) and not given a task of its own (a client
+            // that sends and cancels in a loop would make one per request): with the queue
+            // full it is not sent. Cancellation is advisory in MCP; its answer, should the
+            // upstream send one, finds nobody waiting and is dropped.
+            let cancelled = encode_notification(
                 "notifications/cancelled",
                 &json!({"requestId": self.n.to_string(), "reason": "The client cancelled the request"}),
-            ));
+            );
+            if let Err(Some(_)) = self.link.try_send(cancelled) {
+                tracing::debug!(
+                    request = self.n,
+                    "[gateway] the upstream's queue is full: a cancellation was not sent up"
+                );
+            }
         }
     }
 }
 
 /// Reads the upstream until the session leaves this instance or the upstream stops, then ends
 /// the link.
-async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::Receiver<Bytes>) {
+async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: MessageReceiver) {
     // The upstream counts as open (`fleetmcp_upstreams_open`) as long as this reads it.
     let _open = app.meters().upstream_opened();
     let leaving = session.leaving();
@@ -627,7 +699,51 @@ async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: mpsc::
             tracing::warn!(session = %LogId(&session.id), "[gateway] the session's upstream stopped; its next request starts a new one");
             break;
         };
-        link.route(&app, &session, message).await;
+        // Routing may wait (an answer up, a notification into the event store): the session
+        // leaving ends the wait too, so a stuck upstream does not keep its link.
+        tokio::select! {
+            () = link.route(&app, &session, message) => {}
+            _ = leaving.cancelled() => break,
+        }
     }
     link.end();
+}
+
+/// A client notification as sent up (no `params`: an empty object).
+fn notification_message(method: &str, params: Option<&RawValue>) -> Bytes {
+    match params {
+        Some(p) => encode_notification(method, p),
+        None => encode_notification(method, &json!({})),
+    }
+}
+
+/// The refusal of a client notification its upstream could not take: `-32000` with a retry
+/// delay (`503` with `Retry-After` over HTTP), naming the bound that refused it.
+fn not_reading(why: &str) -> ErrorData {
+    errors::unavailable(
+        format!(
+            "The upstream server is not reading what this session sends: its queue is full and {why}; this notification was not delivered: retry shortly"
+        ),
+        std::time::Duration::from_secs(2),
+    )
+}
+
+/// A client notification's place among those waiting for room (see [`MAX_NOTIFY_WAITING`]);
+/// given back when dropped, also when the client's connection goes away while it waits.
+struct NotifyWaiting<'a>(&'a AtomicUsize);
+
+impl<'a> NotifyWaiting<'a> {
+    fn take(count: &'a AtomicUsize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::AcqRel) >= MAX_NOTIFY_WAITING {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self(count))
+    }
+}
+
+impl Drop for NotifyWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }

@@ -26,26 +26,28 @@
 //! upstream lives only on the instance that holds the session; nothing of it is stored.
 
 mod link;
+mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use crate::app::App;
 use crate::context::RequestContext;
+use crate::limits::LimitKey;
 use crate::protocol::{ErrorData, ProtocolVersion, Reply, errors};
 use crate::session::{LogId, Session};
 
 pub(crate) use link::Handshake;
 use link::Link;
+pub use queue::{MessageReceiver, MessageSender};
 
 /// The two ends of one session's connection to its upstream: whole JSON-RPC messages (one
-/// object each, no line end) to it and from it.
+/// object each, no line end) to it and from it, each way a [`channel`](UpstreamLink::channel) bounded in
+/// messages and in bytes (the [`Upstream`] makes both and chooses their bounds).
 ///
 /// Dropping `to_upstream` (the server does when the session leaves this instance) means the
 /// upstream is no longer needed: an [`Upstream`] that runs a process ends it then. Closing
@@ -53,20 +55,36 @@ use link::Link;
 /// request connects again.
 pub struct UpstreamLink {
     /// Messages for the upstream. Bounded, so an upstream that does not read slows its session
-    /// instead of growing a queue.
-    pub to_upstream: mpsc::Sender<Bytes>,
-    /// Messages from the upstream, in the order it sent them.
-    pub from_upstream: mpsc::Receiver<Bytes>,
+    /// instead of growing a queue: a client's request waits for room, a client's notification
+    /// waits a while and is then refused (`503`), and what the server answers the upstream's
+    /// own requests waits, and with it the reading of what the upstream sends.
+    pub to_upstream: MessageSender,
+    /// Messages from the upstream, in the order it sent them. Bounded too: while the session
+    /// does not take them, the [`Upstream`] stops reading its upstream.
+    pub from_upstream: MessageReceiver,
+}
+
+impl UpstreamLink {
+    /// A queue for one way of a link, holding at most `max_messages` messages and `max_bytes`
+    /// bytes of them (a longer message waits for the queue to be empty and goes alone): past
+    /// either, [`MessageSender::send`] waits. Both ways of a link are one of these; an
+    /// [`Upstream`] chooses the bounds (`fleetmcp-gateway`: 64 messages and
+    /// `gateway.max_line_bytes`).
+    pub fn channel(max_messages: usize, max_bytes: usize) -> (MessageSender, MessageReceiver) {
+        queue::channel(max_messages, max_bytes)
+    }
 }
 
 /// Where a server's sessions are served when it is a gateway: connects one upstream per
 /// session (see [`ServerBuilder::upstream`](crate::ServerBuilder::upstream)).
 #[async_trait]
 pub trait Upstream: Send + Sync + 'static {
-    /// A new upstream for one session (`session` names it in logs: a digest, never the id).
+    /// A new upstream for one session (`session` names it in logs: a digest, never the id) of
+    /// the client `key` (who the session counts against under `[limits]`: `principal:...` or
+    /// `addr:...`; an upstream that runs processes bounds them per key with it).
     /// An `Err` refuses the session (`503` with `Retry-After`, its text in the message): the
-    /// upstream could not start, or the instance runs its most upstreams.
-    async fn connect(&self, session: &str) -> Result<UpstreamLink, String>;
+    /// upstream could not start, or the instance (or the key) runs its most upstreams.
+    async fn connect(&self, session: &str, key: &str) -> Result<UpstreamLink, String>;
 
     /// Whether this instance can start upstreams; an `Err` makes `/readyz` answer `503`
     /// with the reason under `probes.upstream`. Called on every readiness check: keep it cheap.
@@ -117,6 +135,7 @@ pub(crate) async fn open(
     app: &App,
     sid: &str,
     params: Option<&RawValue>,
+    key: &LimitKey,
 ) -> Option<Result<Handshake, OpenFailure>> {
     let upstream = app.upstream()?;
     let params: Value = match params {
@@ -124,7 +143,7 @@ pub(crate) async fn open(
         None => json!({}),
     };
     let log = LogId(sid).to_string();
-    Some(Handshake::run(upstream.as_ref(), &log, &params, false).await)
+    Some(Handshake::run(upstream.as_ref(), &log, key.as_str(), &params, false).await)
 }
 
 /// Gives a session opened here the upstream [`open`] initialized for it.
@@ -159,26 +178,63 @@ pub(crate) async fn request(
     params: Option<Box<RawValue>>,
     ctx: RequestContext,
 ) -> Reply {
-    let link = link::current(app, session).await?;
+    // Who a new upstream (a session taken over, or whose upstream stopped) counts against:
+    // the client asking, as for the session's first one.
+    let key = ctx
+        .limit_key()
+        .map_or("unknown", LimitKey::as_str)
+        .to_string();
+    let link = link::current(app, session, &key).await?;
     link.call(method, params, ctx).await
 }
 
-/// Passes a client's notification up; `false` when the session has no upstream here (nothing
-/// was sent). `notifications/cancelled` is not passed (the request's id upstream is ours: the
-/// request's cancellation sends the upstream its own).
+/// Passes a client's notification up without waiting (the transports that cannot make their
+/// client wait: a batch's items, the 2024-11-05 `/message`, stdio); `false` when the session
+/// has no upstream here (nothing was sent). With the upstream's queue full it is dropped, and
+/// said in the log (see [`notification_waiting`] for the POST that waits instead).
+/// `notifications/cancelled` is not passed (the request's id upstream is ours: the request's
+/// cancellation sends the upstream its own).
 pub(crate) fn notification(session: &Session, method: &str, params: Option<&RawValue>) -> bool {
-    if method == "notifications/cancelled" {
-        return false;
-    }
-    let Some(link) = session
-        .attachment::<link::SessionUpstream>()
-        .and_then(|slot| slot.live())
-    else {
+    let Some(link) = live_link(session, method) else {
         return false;
     };
-    link.notify(method, params);
+    link.notify_now(session, method, params);
     true
 }
+
+/// Passes a client's notification up, waiting for room in the upstream's queue (a client
+/// that sends faster than its upstream reads is slowed, as a pipe would slow it), at most
+/// [`NOTIFY_WAIT`], and only while few others wait; past either, the notification is refused
+/// with `-32000` and a retry delay (`503` with `Retry-After` over HTTP). `None` when the
+/// session has no upstream here (the caller handles the notification itself).
+pub(crate) async fn notification_waiting(
+    session: &Session,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Option<Result<(), ErrorData>> {
+    let link = live_link(session, method)?;
+    Some(link.notify(method, params).await)
+}
+
+/// The session's live upstream, for a client notification that goes up.
+fn live_link(session: &Session, method: &str) -> Option<Arc<Link>> {
+    if method == "notifications/cancelled" {
+        return None;
+    }
+    session
+        .attachment::<link::SessionUpstream>()
+        .and_then(|slot| slot.live())
+}
+
+/// How long a client's notification waits for room in its upstream's queue before it is
+/// refused: long enough for a busy upstream to catch up, short enough that a client whose
+/// upstream has stopped reading learns it (and its connection is given back).
+const NOTIFY_WAIT: Duration = Duration::from_secs(10);
+
+/// How many of a session's notifications may wait for room at once; one more is refused at
+/// once. A waiting POST holds its body: without this, a client's many concurrent POSTs would
+/// hold as many bodies while they wait.
+const MAX_NOTIFY_WAITING: usize = 4;
 
 /// An error answer for a session whose upstream cannot be reached now.
 fn unavailable(why: &str) -> ErrorData {

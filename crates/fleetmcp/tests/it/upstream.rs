@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fleetmcp::internals::{MemorySessionStore, SessionStore};
-use fleetmcp::{Server, Upstream, UpstreamLink};
+use fleetmcp::{MessageReceiver, MessageSender, Server, Upstream, UpstreamLink};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use crate::support::*;
 
@@ -41,9 +40,9 @@ impl Fake {
 
 #[async_trait::async_trait]
 impl Upstream for Fake {
-    async fn connect(&self, _session: &str) -> Result<UpstreamLink, String> {
-        let (to_upstream, rx) = mpsc::channel(16);
-        let (tx, from_upstream) = mpsc::channel(16);
+    async fn connect(&self, _session: &str, _key: &str) -> Result<UpstreamLink, String> {
+        let (to_upstream, rx) = UpstreamLink::channel(16, 1 << 20);
+        let (tx, from_upstream) = UpstreamLink::channel(16, 1 << 20);
         let n = {
             let mut seen = self.seen.lock();
             seen.push(Vec::new());
@@ -63,7 +62,7 @@ fn text_result(text: String) -> Value {
 }
 
 /// The fake server: records each message, and answers as its tool names say.
-async fn serve_fake(fake: Fake, n: usize, mut rx: mpsc::Receiver<Bytes>, tx: mpsc::Sender<Bytes>) {
+async fn serve_fake(fake: Fake, n: usize, mut rx: MessageReceiver, tx: MessageSender) {
     let send = |v: Value| {
         let tx = tx.clone();
         async move {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::support::raw_http::{self, RawResponse};
-use crate::support::{Instance, Nginx, free_port};
+use crate::support::{Instance, Nginx, TempDir, free_port};
 
 mod clients;
 #[allow(unused_imports)] // as dead_code above: not every test crate runs a client
@@ -219,4 +219,23 @@ pub fn log_has(instance: &Instance, needle: &str, limit: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A gateway, ready, whose upstream is the Python program `script` over stdio, and the
+/// directory that holds the script.
+pub fn gateway_over_python(script: &str) -> (TempDir, Instance) {
+    gateway_over_python_with(script, &[])
+}
+
+/// [`gateway_over_python`], with more of the gateway's environment (`extra`).
+pub fn gateway_over_python_with(script: &str, extra: &[(&str, &str)]) -> (TempDir, Instance) {
+    let dir = TempDir::new("python-upstream");
+    let path = dir.path().join("upstream.py");
+    std::fs::write(&path, script).expect("write the script");
+    let command = format!("python3 {}", path.display());
+    let mut env = vec![("FLEETMCP_UPSTREAM_COMMAND", command.as_str())];
+    env.extend_from_slice(extra);
+    let mut gw = gateway(&env);
+    gw.wait_ready(Duration::from_secs(20));
+    (dir, gw)
 }
