@@ -56,6 +56,9 @@ pub(crate) enum Cut {
     /// Drop every event of the stream but its newest (it is open); the ledger already counts
     /// it so.
     Trim(Arc<str>, StreamId),
+    /// The stream outlived its time in the store (Redis expired it): only what the process
+    /// keeps for it is left to drop.
+    Expired(Arc<str>, StreamId),
 }
 
 struct StreamUse {
@@ -156,7 +159,7 @@ impl Budget {
         removed: Option<usize>,
         now: Instant,
     ) -> Vec<Cut> {
-        self.expire(now);
+        let expired = self.expire(now);
         let cost = data + EVENT_OVERHEAD;
         let key = self.session_key(session);
         let max_events = self.bounds.events_per_stream;
@@ -178,7 +181,8 @@ impl Budget {
         let entry = self.sessions.entry(key.clone()).or_default();
         entry.bytes = (entry.bytes as isize + grown).max(0) as usize;
         self.total = (self.total as isize + grown).max(0) as usize;
-        let mut cuts = self.session_cuts(&key, stream);
+        let mut cuts = expired;
+        cuts.extend(self.session_cuts(&key, stream));
         self.instance_cuts(&key, stream, &mut cuts);
         cuts
     }
@@ -321,8 +325,11 @@ impl Budget {
     /// Streams not written for longer than the store keeps them (Redis expired them). Looks at
     /// a few streams per append, oldest first, and sends one still written to the back: every
     /// stream is looked at in turn, at a bounded cost per append.
-    fn expire(&mut self, now: Instant) {
-        let Some(ttl) = self.bounds.ttl else { return };
+    fn expire(&mut self, now: Instant) -> Vec<Cut> {
+        let mut expired = Vec::new();
+        let Some(ttl) = self.bounds.ttl else {
+            return expired;
+        };
         for _ in 0..EXPIRY_LOOKS {
             let Some((owner, id)) = self.order.pop_front() else {
                 break;
@@ -345,7 +352,9 @@ impl Budget {
             if entry.streams.is_empty() {
                 self.sessions.remove(&owner);
             }
+            expired.push(Cut::Expired(owner, id));
         }
+        expired
     }
 
     /// Drops stale entries from the order once they outnumber the live ones.
@@ -534,8 +543,13 @@ mod tests {
             ..bounds(usize::MAX, usize::MAX)
         });
         b.appended("a", 1, 1000, None, now);
-        b.appended("b", 1, 1000, None, now + Duration::from_secs(61));
+        let cuts = b.appended("b", 1, 1000, None, now + Duration::from_secs(61));
         assert_eq!(b.total(), 1000 + EVENT_OVERHEAD, "a's stream expired");
+        assert_eq!(
+            cuts,
+            [Cut::Expired("a".into(), 1)],
+            "for the store to forget it too"
+        );
     }
 }
 

@@ -98,6 +98,8 @@ impl MemoryEventStore {
                         sessions.remove(&*session);
                     }
                 }
+                // Streams in memory do not expire.
+                Cut::Expired(..) => {}
                 Cut::Trim(session, stream) => {
                     let shared = sessions.get(&*session).and_then(|e| e.streams.get(&stream));
                     if let Some(shared) = shared {

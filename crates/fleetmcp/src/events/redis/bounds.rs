@@ -34,8 +34,22 @@ impl RedisEventStore {
             return;
         }
         let mut pipe = redis::pipe();
+        let mut commands = 0;
         for cut in &cuts {
+            commands += usize::from(!matches!(cut, Cut::Expired(..)));
             match cut {
+                // Redis dropped the stream; what this process kept for it goes unless a reader
+                // still holds it.
+                Cut::Expired(owner, id) => {
+                    let key = self.stream_key(owner, *id);
+                    let mut local = self.local.lock();
+                    if local
+                        .get(&key)
+                        .is_some_and(|l| std::sync::Arc::strong_count(l) == 1)
+                    {
+                        local.remove(&key);
+                    }
+                }
                 Cut::Drop(owner, id) => {
                     let key = self.stream_key(owner, *id);
                     pipe.add_command(redis::cmd("DEL").arg(&key).clone())
@@ -59,8 +73,11 @@ impl RedisEventStore {
                 }
             }
         }
+        if commands == 0 {
+            return;
+        }
         tracing::debug!(
-            cuts = cuts.len(),
+            cuts = commands,
             "SSE history past its byte bound; older streams dropped"
         );
         if let Err(e) = self.redis.pipe::<()>(pipe).await {
