@@ -301,14 +301,7 @@ impl Budget {
             };
             let is_current = &owner == session && id == current;
             if entry.streams[pos].droppable() && !is_current {
-                if let Some(s) = entry.streams.remove(pos) {
-                    entry.bytes -= s.bytes.min(entry.bytes);
-                    self.total -= s.bytes.min(self.total);
-                    self.live_streams -= 1;
-                }
-                if entry.streams.is_empty() {
-                    self.sessions.remove(&owner);
-                }
+                self.take_out(&owner, pos);
                 cuts.push(Cut::Drop(owner, id));
                 continue;
             }
@@ -344,17 +337,26 @@ impl Budget {
                 self.order.push_back((owner, id));
                 continue;
             }
-            if let Some(s) = entry.streams.remove(pos) {
-                entry.bytes -= s.bytes.min(entry.bytes);
-                self.total -= s.bytes.min(self.total);
-                self.live_streams -= 1;
-            }
-            if entry.streams.is_empty() {
-                self.sessions.remove(&owner);
-            }
+            self.take_out(&owner, pos);
             expired.push(Cut::Expired(owner, id));
         }
         expired
+    }
+
+    /// Takes stream `pos` of `owner` out of the ledger (its entry in the order goes stale), and
+    /// the session with it once it has none left.
+    fn take_out(&mut self, owner: &Arc<str>, pos: usize) {
+        let Some(entry) = self.sessions.get_mut(owner) else {
+            return;
+        };
+        if let Some(s) = entry.streams.remove(pos) {
+            entry.bytes -= s.bytes.min(entry.bytes);
+            self.total -= s.bytes.min(self.total);
+            self.live_streams -= 1;
+        }
+        if entry.streams.is_empty() {
+            self.sessions.remove(owner);
+        }
     }
 
     /// Drops stale entries from the order once they outnumber the live ones.
