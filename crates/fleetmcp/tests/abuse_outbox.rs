@@ -1,0 +1,205 @@
+//! What a running request sends to a client that does not take it stays bounded: a handler
+//! flooding progress notifications while its answer's stream is held up keeps at most
+//! `http.max_outbox_*` of them queued (the oldest go, counted), and a streamed answer written
+//! straight to its connection once Redis died (the `direct` line) makes its writer wait past
+//! `http.max_unread_bytes`. Both answers still arrive once the client reads, and every
+//! notification is either delivered or counted as dropped.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fleetmcp::{NoArgs, RequestContext, Server, tool};
+use serde_json::{Value, json};
+use support::{SECRET, TestServer, config_with, serve, within};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Notifications the flood sends, each of about [`NOTE_BYTES`]: 200 MiB or so in all.
+const NOTES: usize = 200_000;
+const NOTE_BYTES: usize = 1024;
+/// How much more memory the process may take while a flood is held up: far above the bounds
+/// (1 MiB outbox, 4 MiB direct line, the socket buffers), far below the ~200 MiB the flood
+/// would hold unbounded.
+const RSS_MARGIN_KIB: u64 = 64 * 1024;
+
+/// `VmRSS` of this process (the servers under test run in it), in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("/proc/self/status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// The server's count of notifications dropped from outboxes (`/metrics`).
+async fn dropped(server: &TestServer) -> u64 {
+    let text = within(
+        "/metrics",
+        support::http()
+            .get(format!("{}/metrics", server.base))
+            .send(),
+    )
+    .await
+    .expect("/metrics")
+    .text()
+    .await
+    .expect("/metrics body");
+    text.lines()
+        .find_map(|l| l.strip_prefix("fleetmcp_outbox_notifications_dropped_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no dropped count in /metrics:\n{text}"))
+}
+
+/// A POST on a raw socket whose receive buffer is 4 KiB, read only when the test says so: a
+/// client that does not read its answer's stream.
+async fn unread_post(addr: SocketAddr, headers: &[(&str, &str)], body: &Value) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    // Set before connecting, so the kernel does not grow it (receive-buffer autotuning).
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut s = within("connect", socket.connect(addr))
+        .await
+        .expect("connect");
+    let body = body.to_string();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.expect("head");
+    s.write_all(body.as_bytes()).await.expect("body");
+    s
+}
+
+/// Reads the stream until its bytes hold `answer` (the final answer's text): how many
+/// progress notifications came before it. Fails if the stream ends or stalls for 10 s first.
+async fn read_to_answer(s: &mut TcpStream, answer: &str) -> usize {
+    const NAME: &[u8] = b"notifications/progress";
+    let needle = format!("\"text\":\"{answer}\"");
+    assert!(needle.len() < NAME.len());
+    // The bytes read last, after the tail of those before (shorter than either string, so an
+    // occurrence is counted once, split between two reads or not).
+    let mut window = Vec::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut notes = 0;
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("the stream stalled before its answer")
+            .expect("read");
+        assert!(n > 0, "the stream ended before its answer");
+        window.extend_from_slice(&buf[..n]);
+        notes += window.windows(NAME.len()).filter(|w| *w == NAME).count();
+        if memchr::memmem::find(&window, needle.as_bytes()).is_some() {
+            return notes;
+        }
+        window.drain(..window.len().saturating_sub(NAME.len() - 1));
+    }
+}
+
+/// Waits (at most 60 s) until `done` stops moving for a second or reaches `all`; its value.
+async fn settled(done: &AtomicUsize, all: usize) -> usize {
+    let mut last = usize::MAX;
+    for _ in 0..60 {
+        let now = done.load(Ordering::SeqCst);
+        if now == all || now == last {
+            return now;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("the flood neither finished nor settled within 60 s");
+}
+
+/// Sends [`NOTES`] progress notifications from a task of its own (as fast as it can, never
+/// waiting on its stream), counting them in `sent`.
+async fn flood(ctx: RequestContext, sent: Arc<AtomicUsize>) {
+    let pad = "x".repeat(NOTE_BYTES);
+    for i in 0..NOTES {
+        ctx.progress(i as f64, Some(NOTES as f64), Some(&pad));
+        if i % 1000 == 999 {
+            sent.store(i + 1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+        }
+    }
+    sent.store(NOTES, Ordering::SeqCst);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_progress_is_bounded_while_its_stream_is_not_read() {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = sent.clone();
+    let builder = Server::builder("abuse-outbox", "1.0.0").tool(
+        tool("flood")
+            .description("Sends 200,000 progress notifications of 1 KiB from a task")
+            .handler(move |_: NoArgs, ctx: RequestContext| {
+                let sent = counted.clone();
+                async move {
+                    let task = tokio::spawn(flood(ctx, sent));
+                    task.await
+                        .map_err(|e| fleetmcp::ToolError::failed(e.to_string()))?;
+                    Ok("flooded")
+                }
+            }),
+    );
+    let server = serve(
+        builder,
+        config_with(SECRET, |c| c.http.write_timeout_ms = 120_000),
+    )
+    .await;
+    let before = rss_kib();
+    // A 2026-07-28 call whose SSE answer the client does not read: the answer's pump waits on
+    // the connection's queue, and the handler's task sends on regardless.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "progressToken": "p"
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "flood", "arguments": {}, "_meta": meta}});
+    let headers = [
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "flood"),
+    ];
+    let mut s = unread_post(server.addr, &headers, &body).await;
+    assert_eq!(
+        settled(&sent, NOTES).await,
+        NOTES,
+        "the flood ran to its end"
+    );
+    let grown = rss_kib().saturating_sub(before);
+    let dropped = dropped(&server).await;
+    assert!(
+        grown < RSS_MARGIN_KIB,
+        "the process grew {grown} KiB while the flood was held (dropped {dropped})"
+    );
+    // The client reads: what was kept, then the answer.
+    let delivered = within_long(read_to_answer(&mut s, "flooded")).await;
+    eprintln!("flood held: +{grown} KiB, {dropped} dropped, {delivered} delivered");
+    assert_eq!(
+        delivered as u64 + dropped,
+        NOTES as u64,
+        "every notification was delivered or counted as dropped ({delivered} delivered)"
+    );
+    assert!(
+        delivered < NOTES / 10,
+        "most of the flood was dropped, not held: {delivered} delivered"
+    );
+}
+
+/// Awaits `f` for at most 60 s (a stream of a few MiB read through a 4 KiB window).
+async fn within_long<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("within 60 s")
+}
