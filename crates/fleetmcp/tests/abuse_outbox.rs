@@ -6,6 +6,7 @@
 //! notification is either delivered or counted as dropped.
 
 mod support;
+mod support_redis;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use std::time::Duration;
 
 use fleetmcp::{NoArgs, RequestContext, Server, tool};
 use serde_json::{Value, json};
-use support::{SECRET, TestServer, config_with, serve, within};
+use support::{Client, LATEST, SECRET, TestServer, config_from, config_with, serve, within};
+use support_redis::RedisServer;
+use tokio::sync::Notify;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -202,4 +205,90 @@ async fn within_long<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(60), f)
         .await
         .expect("within 60 s")
+}
+
+/// Bursts the `burst` tool sends once told to, each of [`BURST`] notes of [`NOTE_BYTES`]:
+/// 100 MiB or so in all.
+const BURSTS: usize = 100;
+const BURST: usize = 1000;
+
+/// A server over `redis_url` whose tool `burst` sends one progress notification, waits for
+/// `go`, then sends [`BURSTS`] bursts, yielding after each (counted in `bursts`).
+async fn burst_server(redis_url: &str, go: Arc<Notify>, bursts: Arc<AtomicUsize>) -> TestServer {
+    let cfg = config_from(
+        &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", redis_url)],
+        |c| {
+            c.redis
+                .as_mut()
+                .expect("REDIS_URL configures redis")
+                .command_timeout_ms = 500;
+            c.http.write_timeout_ms = 120_000;
+        },
+    );
+    let builder = Server::builder("abuse-direct", "1.0.0").tool(
+        tool("burst")
+            .description("One progress note, then 100 bursts of 1,000 once told to")
+            .handler(move |_: NoArgs, ctx: RequestContext| {
+                let (go, bursts) = (go.clone(), bursts.clone());
+                async move {
+                    ctx.progress(0.0, None, Some("started"));
+                    go.notified().await;
+                    let pad = "x".repeat(NOTE_BYTES);
+                    for b in 0..BURSTS {
+                        for i in 0..BURST {
+                            ctx.progress((b * BURST + i) as f64, None, Some(&pad));
+                        }
+                        bursts.store(b + 1, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                    }
+                    Ok("burst done")
+                }
+            }),
+    );
+    serve(builder, cfg).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_whose_store_died_waits_for_a_client_that_does_not_read() {
+    let mut redis = RedisServer::start();
+    let go = Arc::new(Notify::new());
+    let bursts = Arc::new(AtomicUsize::new(0));
+    let server = burst_server(&redis.url(), go.clone(), bursts.clone()).await;
+    let client = Client::connect_with(&server.mcp, LATEST, json!({})).await;
+    let before = rss_kib();
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "burst", "arguments": {}, "_meta": {"progressToken": "b"}}});
+    let headers = [
+        ("mcp-session-id", client.session_id()),
+        ("mcp-protocol-version", LATEST),
+    ];
+    let mut s = unread_post(server.addr, &headers, &body).await;
+    // The answer streams through the store (its first note); then Redis dies, and the
+    // handler floods: every message now goes straight to a connection nobody reads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.kill();
+    go.notify_one();
+    let done = settled(&bursts, BURSTS).await;
+    let grown = rss_kib().saturating_sub(before);
+    let dropped = dropped(&server).await;
+    assert!(
+        grown < RSS_MARGIN_KIB,
+        "the process grew {grown} KiB while the client did not read ({done} bursts ran)"
+    );
+    assert!(
+        done < BURSTS / 2,
+        "the handler was held back while its client did not read: {done} of {BURSTS} bursts ran"
+    );
+    // The client reads: everything kept, then the answer, straight from the connection.
+    let delivered = within_long(read_to_answer(&mut s, "burst done")).await;
+    eprintln!(
+        "direct line held: +{grown} KiB, {done} bursts ran; {dropped} dropped, {delivered} delivered"
+    );
+    let sent = 1 + BURSTS * BURST;
+    let dropped = self::dropped(&server).await;
+    assert_eq!(
+        delivered as u64 + dropped,
+        sent as u64,
+        "every notification was delivered or counted as dropped ({delivered} delivered)"
+    );
 }

@@ -59,7 +59,8 @@ pub struct HttpConfig {
     /// Bytes of messages written to a client and not yet taken by it: on a 2024-11-05 `/sse`
     /// stream (answers stored for it and not yet sent on its connection; past it its requests'
     /// messages wait, and `POST /message` refuses a request `429` `-32010`), and on the stdio
-    /// transport's output (past it the writers wait and stdin is not read). Kept below the
+    /// transport's output (past it the writers wait and stdin is not read), and on a streamed
+    /// answer's direct line once its event store failed (past it its writer waits). Kept below the
     /// session's event budget, so that the event store never drops an answer a 2024-11-05
     /// client has not read.
     pub max_unread_bytes: usize,
