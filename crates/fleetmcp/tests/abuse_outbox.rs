@@ -214,7 +214,12 @@ const BURST: usize = 1000;
 
 /// A server over `redis_url` whose tool `burst` sends one progress notification, waits for
 /// `go`, then sends [`BURSTS`] bursts, yielding after each (counted in `bursts`).
-async fn burst_server(redis_url: &str, go: Arc<Notify>, bursts: Arc<AtomicUsize>) -> TestServer {
+async fn burst_server(
+    redis_url: &str,
+    write_timeout_ms: u64,
+    go: Arc<Notify>,
+    bursts: Arc<AtomicUsize>,
+) -> TestServer {
     let cfg = config_from(
         &[("MCP_SESSION_SECRET", SECRET), ("REDIS_URL", redis_url)],
         |c| {
@@ -222,7 +227,7 @@ async fn burst_server(redis_url: &str, go: Arc<Notify>, bursts: Arc<AtomicUsize>
                 .as_mut()
                 .expect("REDIS_URL configures redis")
                 .command_timeout_ms = 500;
-            c.http.write_timeout_ms = 120_000;
+            c.http.write_timeout_ms = write_timeout_ms;
         },
     );
     let builder = Server::builder("abuse-direct", "1.0.0").tool(
@@ -253,21 +258,9 @@ async fn a_streamed_answer_whose_store_died_waits_for_a_client_that_does_not_rea
     let mut redis = RedisServer::start();
     let go = Arc::new(Notify::new());
     let bursts = Arc::new(AtomicUsize::new(0));
-    let server = burst_server(&redis.url(), go.clone(), bursts.clone()).await;
-    let client = Client::connect_with(&server.mcp, LATEST, json!({})).await;
+    let server = burst_server(&redis.url(), 120_000, go.clone(), bursts.clone()).await;
     let before = rss_kib();
-    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-        "params": {"name": "burst", "arguments": {}, "_meta": {"progressToken": "b"}}});
-    let headers = [
-        ("mcp-session-id", client.session_id()),
-        ("mcp-protocol-version", LATEST),
-    ];
-    let mut s = unread_post(server.addr, &headers, &body).await;
-    // The answer streams through the store (its first note); then Redis dies, and the
-    // handler floods: every message now goes straight to a connection nobody reads.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    redis.kill();
-    go.notify_one();
+    let mut s = burst_unread(&server, &mut redis, &go).await;
     let done = settled(&bursts, BURSTS).await;
     let grown = rss_kib().saturating_sub(before);
     let dropped = dropped(&server).await;
@@ -291,4 +284,62 @@ async fn a_streamed_answer_whose_store_died_waits_for_a_client_that_does_not_rea
         sent as u64,
         "every notification was delivered or counted as dropped ({delivered} delivered)"
     );
+}
+
+/// Calls `burst` on a new session of `server` from a client that does not read, then kills
+/// Redis and sets the flood off: every message goes straight to a connection nobody reads.
+async fn burst_unread(server: &TestServer, redis: &mut RedisServer, go: &Notify) -> TcpStream {
+    let client = Client::connect_with(&server.mcp, LATEST, json!({})).await;
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "burst", "arguments": {}, "_meta": {"progressToken": "b"}}});
+    let headers = [
+        ("mcp-session-id", client.session_id()),
+        ("mcp-protocol-version", LATEST),
+    ];
+    let s = unread_post(server.addr, &headers, &body).await;
+    // The answer streams through the store first (its first note).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.kill();
+    go.notify_one();
+    s
+}
+
+/// The writer's wait is bounded by the connection: a client that never reads has it closed at
+/// `http.write_timeout_ms`, and the handler then runs to its end (its messages have nowhere
+/// to go; the answer is stored for a resume once the store is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_held_by_a_client_that_never_reads_goes_on_once_its_connection_closes() {
+    let mut redis = RedisServer::start();
+    let go = Arc::new(Notify::new());
+    let bursts = Arc::new(AtomicUsize::new(0));
+    let server = burst_server(&redis.url(), 1000, go.clone(), bursts.clone()).await;
+    let before = rss_kib();
+    let mut s = burst_unread(&server, &mut redis, &go).await;
+    let mut all = bursts.load(Ordering::SeqCst);
+    for _ in 0..60 {
+        all = bursts.load(Ordering::SeqCst);
+        if all == BURSTS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        all, BURSTS,
+        "the handler ran to its end once the connection closed"
+    );
+    let grown = rss_kib().saturating_sub(before);
+    assert!(grown < RSS_MARGIN_KIB, "the process grew {grown} KiB");
+    // The connection was closed under the stalled stream.
+    let mut buf = vec![0u8; 256 * 1024];
+    let read = within_long(async {
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return n,
+                Ok(k) => n += k,
+            }
+        }
+    })
+    .await;
+    assert!(read > 0, "the stream had begun before it was closed");
 }
