@@ -38,7 +38,7 @@ use crate::session::Session;
 use crate::stateless::Round;
 
 mod outbox;
-pub(crate) use outbox::{Outbox, OutboxReceiver};
+pub(crate) use outbox::{Bounds as OutboxBounds, Outbox, OutboxReceiver};
 
 /// A message on its way to the client, from a running request.
 #[derive(Debug)]
@@ -435,10 +435,11 @@ impl RequestContext {
     pub(crate) async fn send_waiting(&self, message: Bytes) {
         let unsent = match &self.inner.outbox {
             Some(outbox) => {
-                outbox.room().await;
-                match outbox.send(Outbound::Message(message)) {
+                outbox.room(self.bounds()).await;
+                match outbox.send(Outbound::Message(message), true, self.bounds()) {
+                    Ok(sent) => return self.note_drops(&sent),
                     Err(Outbound::Message(message)) => message,
-                    _ => return,
+                    Err(Outbound::EndConnection) => return,
                 }
             }
             None => message,
@@ -455,10 +456,23 @@ impl RequestContext {
         }
     }
 
+    /// Sends a progress or log notification: past the outbox's bound the oldest of these are
+    /// dropped, counted (see [`Outbox`]).
     pub(crate) fn send(&self, message: Bytes) {
+        self.send_as(message, true);
+    }
+
+    /// Sends a message that must not be dropped (a request to the client, a notification other
+    /// than progress or a log line).
+    fn send_kept(&self, message: Bytes) {
+        self.send_as(message, false);
+    }
+
+    fn send_as(&self, message: Bytes, droppable: bool) {
+        let bounds = self.bounds();
         let unsent = match &self.inner.outbox {
-            Some(outbox) => match outbox.send(Outbound::Message(message)) {
-                Ok(()) => return,
+            Some(outbox) => match outbox.send(Outbound::Message(message), droppable, bounds) {
+                Ok(sent) => return self.note_drops(&sent),
                 Err(Outbound::Message(message)) => message,
                 // Not what was sent: nothing to pass on.
                 Err(Outbound::EndConnection) => return,
@@ -469,6 +483,36 @@ impl RequestContext {
         // standalone stream so the message is not silently lost.
         if let Caller::Session(s) = &self.inner.caller {
             self.inner.app.push_standalone(s, unsent);
+        }
+    }
+
+    /// The bounds of this request's outbox.
+    fn bounds(&self) -> OutboxBounds {
+        let http = &self.inner.app.config().http;
+        OutboxBounds {
+            messages: http.max_outbox_messages,
+            bytes: http.max_outbox_bytes,
+        }
+    }
+
+    /// Counts notifications the outbox dropped; the first of a request are logged at WARN
+    /// (the total at debug when the outbox goes), so a flood does not flood the log too.
+    fn note_drops(&self, sent: &outbox::Sent) {
+        if sent.dropped == 0 {
+            return;
+        }
+        self.inner.app.meters().outbox_dropped(sent.dropped);
+        if sent.first_drops {
+            let http = &self.inner.app.config().http;
+            tracing::warn!(
+                session = self
+                    .session_id()
+                    .map(|id| crate::session::LogId(id).to_string()),
+                max_messages = http.max_outbox_messages,
+                max_bytes = http.max_outbox_bytes,
+                "a request sent progress or log notifications faster than its stream took them: \
+                 the oldest queued are dropped (http.max_outbox_messages, http.max_outbox_bytes)"
+            );
         }
     }
 
@@ -511,7 +555,7 @@ impl RequestContext {
     /// receives the rest (SSE polling, 2025-11-25). No effect in the stateless era.
     pub fn end_connection_for_polling(&self) {
         if let (Some(outbox), Caller::Session(_)) = (&self.inner.outbox, &self.inner.caller) {
-            let _ = outbox.send(Outbound::EndConnection);
+            let _ = outbox.send(Outbound::EndConnection, false, self.bounds());
         }
     }
 
@@ -624,7 +668,7 @@ impl RequestContext {
         // The client answers whichever instance holds the session: once it moved, the answer
         // cannot come here.
         let leaving = session.leaving();
-        self.send(encode_request(&id, &method, &params));
+        self.send_kept(encode_request(&id, &method, &params));
         let outcome = tokio::select! {
             reply = rx => match reply {
                 Ok(Ok(v)) => Ok(v),
@@ -711,7 +755,7 @@ impl RequestContext {
     /// out-of-band (URL mode) interaction `elicitation_id` finished.
     pub fn elicitation_complete(&self, elicitation_id: &str) {
         if matches!(self.inner.caller, Caller::Session(_)) {
-            self.send(encode_notification(
+            self.send_kept(encode_notification(
                 "notifications/elicitation/complete",
                 &json!({"elicitationId": elicitation_id}),
             ));

@@ -59,10 +59,19 @@ pub struct HttpConfig {
     /// Bytes of messages written to a client and not yet taken by it: on a 2024-11-05 `/sse`
     /// stream (answers stored for it and not yet sent on its connection; past it its requests'
     /// messages wait, and `POST /message` refuses a request `429` `-32010`), and on the stdio
-    /// transport's output (past it the writers wait and stdin is not read). Kept below the
+    /// transport's output (past it the writers wait and stdin is not read), and on a streamed
+    /// answer's direct line once its event store failed (past it its writer waits). Kept below the
     /// session's event budget, so that the event store never drops an answer a 2024-11-05
     /// client has not read.
     pub max_unread_bytes: usize,
+    /// Messages and bytes one running request's handler may have sent (progress, log lines,
+    /// requests to the client) that its answer's stream has not yet taken (the event store
+    /// slow, or its client not reading): past either, the oldest progress and log
+    /// notifications queued are dropped, counted in
+    /// `fleetmcp_outbox_notifications_dropped_total`; requests to the client and the answer
+    /// never are.
+    pub max_outbox_messages: usize,
+    pub max_outbox_bytes: usize,
     /// `FLEETMCP_METRICS`: serve `/metrics` (Prometheus text format) behind the same `Host` and
     /// `Origin` checks as `/mcp`, and record what it shows. On by default: it shows only
     /// counts under fixed labels (no id, no header), and a fleet is scraped without extra
@@ -90,6 +99,10 @@ impl Default for HttpConfig {
             write_timeout_ms: 30_000,
             max_connections: 10_000,
             max_unread_bytes: 4 * 1024 * 1024,
+            // A burst of a thousand notes rides out a slow store; more than that is a handler
+            // producing faster than anyone reads, whose oldest notes are worth the least.
+            max_outbox_messages: 1024,
+            max_outbox_bytes: 1024 * 1024,
             metrics: true,
         }
     }
@@ -120,6 +133,16 @@ impl HttpConfig {
             return invalid_value(
                 "http.max_unread_bytes",
                 self.max_unread_bytes.to_string(),
+                "must be between 1024 and 1073741824 (1 GiB)",
+            );
+        }
+        if self.max_outbox_messages == 0 {
+            return invalid_value("http.max_outbox_messages", "0".into(), "must be at least 1");
+        }
+        if !(1024..=1 << 30).contains(&self.max_outbox_bytes) {
+            return invalid_value(
+                "http.max_outbox_bytes",
+                self.max_outbox_bytes.to_string(),
                 "must be between 1024 and 1073741824 (1 GiB)",
             );
         }

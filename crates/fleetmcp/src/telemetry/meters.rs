@@ -146,6 +146,7 @@ struct Inner {
     redis_timeouts: Counter,
     redis_errors: Counter,
     limit_rejections: [Counter; Limit::ALL.len()],
+    outbox_dropped: Counter,
 }
 
 /// Every metric: its name, unit and help text (a name ending `_total` is a counter, a unit of
@@ -221,6 +222,11 @@ const METRICS: &[(&str, Unit, &str)] = &[
         Unit::Count,
         "Requests refused by a configured limit, by limit",
     ),
+    (
+        "fleetmcp_outbox_notifications_dropped_total",
+        Unit::Count,
+        "Progress and log notifications dropped because their request's stream did not take them (http.max_outbox_messages, http.max_outbox_bytes)",
+    ),
 ];
 
 /// A request series' labels: MCP method, era, HTTP status.
@@ -279,6 +285,7 @@ impl Meters {
                     &META,
                 )
             }),
+            outbox_dropped: counter("fleetmcp_outbox_notifications_dropped_total"),
             handle,
             recorder,
         };
@@ -370,6 +377,12 @@ impl Meters {
         if let Some(i) = Limit::ALL.iter().position(|l| *l == limit) {
             m.limit_rejections[i].increment(1);
         }
+    }
+
+    /// `n` progress or log notifications dropped from a request's outbox.
+    pub fn outbox_dropped(&self, n: u64) {
+        let Some(m) = &self.0 else { return };
+        m.outbox_dropped.increment(n);
     }
 
     /// The scrape: gauges read at this moment (`sessions_held`, `ready`), histograms drained,

@@ -323,11 +323,11 @@ async fn settle(
         biased;
         reply = &mut running => match outbox.take() {
             // It finished but sent something first: the answer must be a stream.
-            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv().ok(), rest, work: Work::Done(reply), cancel }),
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Done(reply), cancel }),
             None => Started::Plain(reply),
         },
         () = outbox.sent() => match outbox.take() {
-            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv().ok(), rest, work: Work::Running(running), cancel }),
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Running(running), cancel }),
             // Not reached: only the driver takes the receiver, once.
             None => Started::Plain(running.await),
         },
@@ -435,7 +435,7 @@ impl Streaming {
                 }
             }
         };
-        while let Ok(m) = rest.try_recv() {
+        while let Some(m) = rest.try_recv() {
             if !emit(m).await {
                 return gone_now(&cancel);
             }

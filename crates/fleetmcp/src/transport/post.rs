@@ -20,7 +20,7 @@ use futures_util::stream::BoxStream;
 use http::{HeaderValue, StatusCode};
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::client_key::Client;
@@ -208,13 +208,14 @@ fn json_answer(id: &serde_json::value::RawValue, reply: Reply) -> Response {
 /// a client whose connection breaks resumes from there: the final answer is stored once the
 /// store answers again (see the writer's end), and the resume gets it. The response also ends as soon as
 /// it has delivered the final answer, so it never waits for an end marker that may be lost.
+/// The direct line is bounded ([`Direct`]): while the client does not read, the writer waits.
 async fn stream_answer(
     app: &App,
     session: Arc<Session>,
     id: Box<serde_json::value::RawValue>,
     mut streaming: Streaming,
 ) -> Response {
-    let (direct_tx, direct_rx) = mpsc::unbounded_channel();
+    let (direct_tx, direct_rx) = direct(app.config().http.max_unread_bytes);
     let stream = session.next_stream_id();
     let sink = Arc::new(StoredStream {
         events: app.events().clone(),
@@ -341,7 +342,7 @@ enum Phase {
 /// The response side of a streamed answer.
 struct Answer {
     tail: BoxStream<'static, StoredEvent>,
-    direct: mpsc::UnboundedReceiver<StoredEvent>,
+    direct: mpsc::Receiver<(StoredEvent, OwnedSemaphorePermit)>,
     degraded: CancellationToken,
     last: Arc<Mutex<Option<Bytes>>>,
     phase: Phase,
@@ -371,7 +372,8 @@ impl Answer {
                         _ = st.degraded.cancelled() => st.phase = Phase::Direct,
                     },
                     Phase::Direct => {
-                        let ev = st.direct.recv().await?;
+                        // Its bytes' permits go back once the frame is handed on.
+                        let (ev, _permit) = st.direct.recv().await?;
                         if st.sent_id.as_deref() == Some(ev.id.as_str()) {
                             return Some((sse::message_frame(&ev.data), st));
                         }
@@ -387,6 +389,54 @@ impl Answer {
     }
 }
 
+/// Messages a streamed answer's direct line holds at most (its bytes: `http.max_unread_bytes`).
+const DIRECT_MESSAGES: usize = 256;
+
+/// The writer's end of a streamed answer's direct line (used once the event store failed):
+/// bounded in messages ([`DIRECT_MESSAGES`]) and in bytes (`http.max_unread_bytes`), and
+/// when full the writer waits. It was unbounded: a handler's flood, with Redis down and a
+/// client that did not read, grew it without limit (issue 36, gap 6).
+///
+/// Waiting rather than ending the connection: with the store down there is nothing to resume
+/// from, so a connection ended here would lose every message it holds, and a client that reads
+/// slowly but reads would lose its answer's stream for nothing. The wait is bounded by the
+/// connection: a client that stops reading has it closed once one write stays blocked
+/// `http.write_timeout_ms`, which drops the receiver, and the writer goes on (its final answer
+/// to the store, for a resume once the store is back). While it waits, the handler's own
+/// messages pile up in its outbox, bounded too (the oldest progress and logs go).
+#[derive(Clone)]
+struct Direct {
+    tx: mpsc::Sender<(StoredEvent, OwnedSemaphorePermit)>,
+    /// Permits for the bytes queued: `max_bytes` of them.
+    bytes: Arc<Semaphore>,
+    max_bytes: u32,
+}
+
+/// A direct line holding at most `max_bytes` (and [`DIRECT_MESSAGES`] messages).
+fn direct(max_bytes: usize) -> (Direct, mpsc::Receiver<(StoredEvent, OwnedSemaphorePermit)>) {
+    let (tx, rx) = mpsc::channel(DIRECT_MESSAGES);
+    let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX).max(1);
+    let bytes = Arc::new(Semaphore::new(max_bytes as usize));
+    let line = Direct {
+        tx,
+        bytes,
+        max_bytes,
+    };
+    (line, rx)
+}
+
+impl Direct {
+    /// Queues `ev` once there is room for its bytes (a message larger than the whole bound
+    /// waits for an empty line); dropped when the connection is gone. A receiver dropped while
+    /// this waits drops what it held, whose permits come back: the wait ends then too.
+    async fn send(&self, ev: StoredEvent) {
+        let n = u32::try_from(ev.data.len()).map_or(self.max_bytes, |n| n.min(self.max_bytes));
+        if let Ok(permit) = self.bytes.clone().acquire_many_owned(n).await {
+            let _ = self.tx.send((ev, permit)).await;
+        }
+    }
+}
+
 /// One stream of a session in the event store, as a request's answer writes it.
 struct StoredStream {
     events: Arc<dyn EventStore>,
@@ -395,7 +445,7 @@ struct StoredStream {
     /// Fires at the first append that fails: from then on messages go to `direct`.
     degraded: CancellationToken,
     /// The connection, for messages the store could not take (`None` once the writer ended).
-    direct: Mutex<Option<mpsc::UnboundedSender<StoredEvent>>>,
+    direct: Mutex<Option<Direct>>,
     /// The id of the last event stored (the stream's start before any): what a direct
     /// message carries, so that a client that loses it resumes after what was stored.
     resume_from: Mutex<String>,
@@ -434,13 +484,14 @@ impl StoredStream {
             }
         }
         // A priming event only serves resumption, which this stream no longer offers.
+        let direct = self.direct.lock().clone();
         if !data.is_empty()
-            && let Some(tx) = self.direct.lock().as_ref()
+            && let Some(direct) = direct
         {
             // The connection may be gone already: then the message is lost (a resume gets
             // the final answer, stored once the store answers again, not the others).
             let id = self.resume_from.lock().clone();
-            let _ = tx.send(StoredEvent { id, data });
+            direct.send(StoredEvent { id, data }).await;
         }
     }
 
