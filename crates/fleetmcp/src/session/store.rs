@@ -140,6 +140,15 @@ pub trait SessionStore: Send + Sync + 'static {
         self.put(record).await
     }
 
+    /// Deletes the record of a session `holder` holds and, for stores that keep one, its entry
+    /// in `holder`'s index of sessions (written by [`SessionStore::create`] when `indexed`), in
+    /// the same round trip: without it an `initialize`/`DELETE` loop would leave one entry per
+    /// session in the index until the heartbeat prunes it a session TTL later.
+    async fn delete_indexed(&self, id: &str, holder: &str) -> Result<(), StoreError> {
+        let _ = holder;
+        self.delete(id).await
+    }
+
     /// Whether [`SessionStore::create`] and [`SessionStore::claim`] wait for replicas: then a
     /// new session whose record cannot be confirmed in time is refused rather than served from
     /// memory, and a takeover that cannot be is not served.
