@@ -30,33 +30,64 @@ pub(super) async fn read_bounded(
 
 /// An issuer on loopback for the tests of this module's callers: answers every request with
 /// `body` (`chunked`: without `Content-Length`, so the bound is met while reading). Its base URL.
+/// Plain HTTP/1.1 on a socket: this layer names no HTTP crate (tests/layers.rs).
 #[cfg(test)]
 pub(super) async fn serve(body: String, chunked: bool) -> String {
-    use axum::body::Body;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind a test issuer");
     let base = format!("http://{}", listener.local_addr().expect("its address"));
-    let answer = move || {
-        let body = body.clone();
-        async move {
-            let b = if chunked {
-                let parts: Vec<Result<String, std::io::Error>> = body
-                    .as_bytes()
-                    .chunks(64 * 1024)
-                    .map(|c| Ok(String::from_utf8_lossy(c).into_owned()))
-                    .collect();
-                Body::from_stream(tokio_stream::iter(parts))
-            } else {
-                Body::from(body)
-            };
-            axum::response::Response::builder()
-                .header("content-type", "application/json")
-                .body(b)
-                .expect("a test answer")
+    let body = std::sync::Arc::new(body);
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                // The request: its head, then as many bytes as its Content-Length says.
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                let head_end = loop {
+                    if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&req[..head_end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                while req.len() < head_end + length {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let mut out = String::from(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n",
+                );
+                if chunked {
+                    out.push_str("transfer-encoding: chunked\r\n\r\n");
+                    for c in body.as_bytes().chunks(64 * 1024) {
+                        out.push_str(&format!(
+                            "{:x}\r\n{}\r\n",
+                            c.len(),
+                            String::from_utf8_lossy(c)
+                        ));
+                    }
+                    out.push_str("0\r\n\r\n");
+                } else {
+                    out.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
+                }
+                // The client may hang up once it has read enough: not an error here.
+                let _ = conn.write_all(out.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
         }
-    };
-    let app = axum::Router::new().fallback(answer);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    });
     base
 }
