@@ -1128,3 +1128,41 @@ async fn index_through_a_loop_on(redis: SharedRedis) {
         assert!(members.contains(sid.as_str()), "{sid} not in {members}");
     }
 }
+
+/// Issue 36 (gap 7): the changes an instance publishes to its fleet go through one worker fed by
+/// a bounded queue. Before, each change was a task of its own waiting on Redis: a burst while
+/// Redis did not answer made one task per change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_changes_while_redis_is_paused_makes_no_task_per_change() {
+    let mut redis = SharedRedis::single();
+    let a = configured_instance_with("desk-a", &redis, |c| {
+        c.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
+        // Long enough that a command waiting on the paused server outlives the burst.
+        c.redis
+            .as_mut()
+            .expect("redis configured")
+            .command_timeout_ms = 10_000;
+    })
+    .await;
+    let c = http();
+    open_session(&c, &a.mcp).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let SharedRedis::Single(server) = &mut redis else {
+        unreachable!("a single server")
+    };
+    server.pause();
+    let before = metrics.num_alive_tasks();
+    const BURST: usize = 5_000;
+    for i in 0..BURST {
+        a.handle
+            .notify_resource_updated(&format!("file:///tickets/{i}"))
+            .await;
+    }
+    let grown = metrics.num_alive_tasks().saturating_sub(before);
+    eprintln!("tasks grown by {grown} after a burst of {BURST}");
+    server.resume();
+    assert!(
+        grown < 100,
+        "{grown} more tasks after a burst of {BURST} changes with Redis paused"
+    );
+}
