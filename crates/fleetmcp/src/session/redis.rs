@@ -34,9 +34,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::store::{
-    Checked, Claim, Fence, Hold, Invalidation, SessionRecord, SessionStore, StoreError,
-};
+use super::store::{Checked, Claim, Fence, Hold, SessionRecord, SessionStore, StoreError};
 use super::tracking::Tracker;
 use crate::clock::unix_ms;
 #[cfg(any(test, feature = "testkit"))]
@@ -653,7 +651,7 @@ impl SessionStore for RedisSessionStore {
         })
     }
 
-    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+    fn invalidations(&self) -> Option<super::lossy::Invalidations> {
         let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
         self.tracker.set(tracker).ok()?;
         Some(rx)

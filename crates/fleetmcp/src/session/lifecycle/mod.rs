@@ -169,7 +169,7 @@ pub struct Sessions {
 /// until the server stops.
 async fn forget_confirmations(
     live: std::sync::Weak<LiveSessions>,
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<Invalidation>,
+    mut changes: crate::session::lossy::Invalidations,
     stop: CancellationToken,
 ) {
     loop {
