@@ -304,7 +304,10 @@ fn on_channel_message(
         guard.clone(),
     );
     let drain = drain.clone();
-    let (replies, prefix) = (redis.clone(), app.config().ha.key_prefix.clone());
+    let (replies, prefix) = (
+        drain_request::Replies::new(redis.clone()),
+        app.config().ha.key_prefix.clone(),
+    );
     move |payload: &[u8]| {
         if !drain_request::on_message(&guard.verifier, &me, payload, &drain, &replies, &prefix) {
             notify::on_message(&inbox, &me, &guard.verifier, payload)
