@@ -1076,3 +1076,93 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
     let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
     assert_eq!(held.unwrap().hold, Hold::Mine);
 }
+
+/// Issue 36 (gap 10): a DELETE takes its session out of the holder's index with the record, in
+/// the same pipeline. Before, an `initialize`/`DELETE` loop left one index entry per session
+/// until the heartbeat pruned it a session TTL later: the index grew with the loop, not with the
+/// sessions alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_index_holds_only_live_sessions_through_an_initialize_delete_loop() {
+    index_through_a_loop_on(SharedRedis::single()).await;
+}
+
+/// The same on a cluster, where the record and the index are in different slots (two commands
+/// sent together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_node_index_holds_only_live_sessions_through_an_initialize_delete_loop() {
+    index_through_a_loop_on(SharedRedis::cluster()).await;
+}
+
+async fn index_through_a_loop_on(redis: SharedRedis) {
+    let a = configured_instance_with("desk-a", &redis, |c| {
+        c.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
+    })
+    .await;
+    let c = http();
+    let index = "mcp:node:desk-a:sessions";
+    let zcard = || redis.cli(&["ZCARD", index]).trim().parse::<u64>().unwrap();
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        kept.push(open_session(&c, &a.mcp).await);
+    }
+    assert_eq!(zcard(), 3, "distributed mode indexes each new session");
+    const LOOPS: usize = 500;
+    for i in 0..LOOPS {
+        let sid = open_session(&c, &a.mcp).await;
+        let res = c
+            .delete(&a.mcp)
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", LATEST)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 204, "DELETE {i}");
+    }
+    assert_eq!(
+        zcard(),
+        3,
+        "after {LOOPS} initialize/DELETE, the index holds the live sessions only"
+    );
+    let members = redis.cli(&["ZRANGE", index, "0", "-1"]);
+    for sid in &kept {
+        assert!(members.contains(sid.as_str()), "{sid} not in {members}");
+    }
+}
+
+/// Issue 36 (gap 7): the changes an instance publishes to its fleet go through one worker fed by
+/// a bounded queue. Before, each change was a task of its own waiting on Redis: a burst while
+/// Redis did not answer made one task per change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_changes_while_redis_is_paused_makes_no_task_per_change() {
+    let mut redis = SharedRedis::single();
+    let a = configured_instance_with("desk-a", &redis, |c| {
+        c.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
+        // Long enough that a command waiting on the paused server outlives the burst.
+        c.redis
+            .as_mut()
+            .expect("redis configured")
+            .command_timeout_ms = 10_000;
+    })
+    .await;
+    let c = http();
+    open_session(&c, &a.mcp).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let SharedRedis::Single(server) = &mut redis else {
+        unreachable!("a single server")
+    };
+    server.pause();
+    let before = metrics.num_alive_tasks();
+    const BURST: usize = 5_000;
+    for i in 0..BURST {
+        a.handle
+            .notify_resource_updated(&format!("file:///tickets/{i}"))
+            .await;
+    }
+    let grown = metrics.num_alive_tasks().saturating_sub(before);
+    eprintln!("tasks grown by {grown} after a burst of {BURST}");
+    server.resume();
+    assert!(
+        grown < 100,
+        "{grown} more tasks after a burst of {BURST} changes with Redis paused"
+    );
+}

@@ -8,6 +8,7 @@
 //! a session ([`App::to_holder`]); without one, both stay on this instance.
 
 mod handle;
+mod lanes;
 
 use crate::auth::Authorizer;
 use std::any::{Any, TypeId};
@@ -21,6 +22,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub use handle::ServerHandle;
+pub(crate) use lanes::{Bound, Lanes};
 
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -100,7 +102,20 @@ struct Inner {
     auth: Option<Arc<Authorizer>>,
     /// Serves every session's requests in place of the catalog (a gateway), when set.
     upstream: Option<Arc<dyn crate::upstream::Upstream>>,
+    /// Messages for sessions' standalone streams, appended off the caller's path
+    /// ([`App::push_standalone`]).
+    standalone: Lanes<(Arc<str>, Bytes)>,
 }
+
+/// Workers appending to standalone streams: a session's messages always take the same one (in
+/// order); several, so that one session's slow appends do not hold every other's.
+const STANDALONE_LANES: usize = 8;
+/// What each of them queues at most (8 x 4 MiB for the instance): past it a message for the
+/// standalone stream is dropped and counted, as one the store refused would be.
+const STANDALONE_BOUND: Bound = Bound {
+    count: 256,
+    bytes: 4 << 20,
+};
 
 /// What an [`App`] is made of (the server builder fills it in).
 pub(crate) struct Parts {
@@ -165,7 +180,7 @@ impl App {
                 catalog: ArcSwap::from_pointee(p.catalog),
                 config: p.config,
                 sessions: p.sessions,
-                events: p.events,
+                events: p.events.clone(),
                 tasks: p.tasks,
                 request_state: p.request_state,
                 limits: p.limits,
@@ -179,6 +194,7 @@ impl App {
                 fanout: std::sync::OnceLock::new(),
                 auth: p.auth,
                 upstream: p.upstream,
+                standalone: standalone_lanes(p.events),
             }),
         }
     }
@@ -298,19 +314,34 @@ impl App {
         }
     }
 
-    /// Appends a message to a session's standalone (GET) stream, off the caller's path.
+    /// Appends a message to a session's standalone (GET) stream, off the caller's path: queued
+    /// for its lane's worker, or dropped (and counted) when that lane is full.
     pub fn push_standalone(&self, session: &Session, message: Bytes) {
-        let events = self.inner.events.clone();
-        let id = session.id.clone();
-        tokio::spawn(async move {
-            if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
-                tracing::warn!(session = %crate::session::LogId(&id), error = %e, "could not queue a message for the session's stream");
-            }
-        });
+        let size = message.len() + session.id.len();
+        self.inner
+            .standalone
+            .push(&session.id, (session.id.clone(), message), size);
     }
 
     /// The handle for runtime changes.
     pub fn handle(&self) -> ServerHandle {
         ServerHandle::new(self.clone())
     }
+}
+
+/// The lanes of [`App::push_standalone`], appending to `events`.
+fn standalone_lanes(events: Arc<dyn EventStore>) -> Lanes<(Arc<str>, Bytes)> {
+    Lanes::new(
+        "messages for standalone streams",
+        STANDALONE_LANES,
+        STANDALONE_BOUND,
+        move |(id, message): (Arc<str>, Bytes)| {
+            let events = events.clone();
+            async move {
+                if let Err(e) = events.append(&id, STANDALONE_STREAM, message).await {
+                    tracing::warn!(session = %crate::session::LogId(&id), error = %e, "could not queue a message for the session's stream");
+                }
+            }
+        },
+    )
 }

@@ -1,8 +1,9 @@
 //! Opaque access tokens, checked by the issuer's token introspection endpoint (RFC 7662):
 //! used for a token that is not a JWT, when `auth.introspection_endpoint` is set. Every call is
-//! bounded by `auth.introspection_timeout_ms`; an active token's answer is kept in the token
-//! cache (`cache.rs`) like a verified JWT, so a token is not introspected on every request. An
-//! unknown token costs one call each time.
+//! bounded by `auth.introspection_timeout_ms` and its answer by `MAX_ISSUER_BODY_BYTES`
+//! (`body.rs`); an active token's answer is kept in the token cache (`cache.rs`) like a
+//! verified JWT, so a token is not introspected on every request. An unknown token costs one
+//! call each time.
 
 use std::time::Duration;
 
@@ -95,7 +96,7 @@ impl Introspection {
             if !res.status().is_success() {
                 return Err(format!("HTTP {}", res.status()));
             }
-            let bytes = res.bytes().await.map_err(|e| e.to_string())?;
+            let bytes = super::body::read_bounded(res, super::body::MAX_ISSUER_BODY_BYTES).await?;
             serde_json::from_slice::<Map<String, Value>>(&bytes).map_err(|e| e.to_string())
         }
         .await;
@@ -132,5 +133,48 @@ mod tests {
     fn form_values_are_percent_encoded() {
         assert_eq!(form_encode("a.b-c_d~e"), "a.b-c_d~e");
         assert_eq!(form_encode("a+b/c=d &é"), "a%2Bb%2Fc%3Dd%20%26%C3%A9");
+    }
+}
+
+#[cfg(test)]
+mod bounded {
+    use super::*;
+    use crate::auth::body::{MAX_ISSUER_BODY_BYTES, serve};
+
+    /// What an introspection endpoint answering "active" with `padding` spaces after the JSON
+    /// (valid JSON whatever its size) makes of an opaque token.
+    async fn claims_with(padding: usize, chunked: bool) -> Result<Map<String, Value>, AuthError> {
+        let resource = "http://127.0.0.1/mcp";
+        let body = format!(
+            r#"{{"active":true,"aud":"{resource}","sub":"a"}}{}"#,
+            " ".repeat(padding)
+        );
+        let base = serve(body, chunked).await;
+        let cfg = AuthConfig {
+            resource: resource.into(),
+            introspection_endpoint: format!("{base}/introspect"),
+            ..AuthConfig::default()
+        };
+        let i = Introspection::new(&cfg)
+            .expect("a client")
+            .expect("an endpoint");
+        i.claims("opaque").await
+    }
+
+    #[tokio::test]
+    async fn an_introspection_answer_larger_than_the_bound_refuses_the_token() {
+        assert!(
+            claims_with(0, false).await.is_ok(),
+            "a small answer is read"
+        );
+        assert!(
+            claims_with(0, true).await.is_ok(),
+            "a small chunked answer is read"
+        );
+        let big = 5 * 1024 * 1024;
+        assert!(big > MAX_ISSUER_BODY_BYTES);
+        let refused = Err(AuthError::Invalid("could not be introspected"));
+        assert_eq!(claims_with(big, false).await, refused);
+        assert_eq!(claims_with(big, true).await, refused);
     }
 }

@@ -1,7 +1,8 @@
 //! The issuer's signing keys (JWKS): fetched once, cached, fetched again when they are old or
 //! a token names a key not in them (at most once per `auth.jwks_min_refetch_ms`, so a flood of
 //! tokens with made-up `kid`s cannot hammer the issuer), every fetch bounded by
-//! `auth.jwks_timeout_ms`. One fetch at a time; a failed fetch keeps the keys already known.
+//! `auth.jwks_timeout_ms` and its answer by `MAX_ISSUER_BODY_BYTES` (`body.rs`). One fetch at a
+//! time; a failed fetch keeps the keys already known.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,7 +118,7 @@ impl Jwks {
         if !res.status().is_success() {
             return Err(format!("HTTP {}", res.status()));
         }
-        let body = res.bytes().await.map_err(|e| e.to_string())?;
+        let body = super::body::read_bounded(res, super::body::MAX_ISSUER_BODY_BYTES).await?;
         let set: JwkSet = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
         let mut keys = HashMap::new();
         for jwk in &set.keys {
@@ -137,5 +138,46 @@ impl Jwks {
             }
         }
         Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::body::{MAX_ISSUER_BODY_BYTES, serve};
+
+    /// RFC 7517 appendix A.1's RSA public key.
+    const KEY: &str = r#"{"kty":"RSA","alg":"RS256","kid":"2011-04-29","e":"AQAB","n":"0vx7agoebGcQSuuPiLJXZptN9nndrQmbXEps2aiAFbWhM78LhWx4cbbfAAtVT86zwu1RK7aPFFxuhDR1L6tSoc_BJECPebWKRXjBZCiFV4n3oknjhMstn64tZ_2W-5JsGY4Hc5n9yBXArwl93lqt7_RN5w6Cf0h4QyQ5v-65YGjQR0_FDW2QvzqY368QQMicAtaSqzs8KJZgnYb9c7d0zgdAZHzu6qMQvRL5hajrn1n91CbOpbISD08qNLyrdkt-bFTWhAI4vMQFh6WeZu0fM4lFd2NcRwr3XPksINHaQ-G_xBniIqbw0Ls1jF44-csFCur-kEgU8awapJzKnqDKgw"}"#;
+
+    /// The key of the JWKS served at a test issuer, `padding` spaces after the JSON (valid
+    /// JSON whatever its size, so only the byte bound can refuse it).
+    async fn key_served_with(padding: usize, chunked: bool) -> Option<Arc<DecodingKey>> {
+        let body = format!(r#"{{"keys":[{KEY}]}}{}"#, " ".repeat(padding));
+        let base = serve(body, chunked).await;
+        let cfg = AuthConfig {
+            jwks_uri: format!("{base}/jwks"),
+            ..AuthConfig::default()
+        };
+        Jwks::new(&cfg)
+            .expect("a JWKS client")
+            .key(Some("2011-04-29"))
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_jwks_larger_than_the_bound_is_not_read() {
+        assert!(
+            key_served_with(0, false).await.is_some(),
+            "a small JWKS is read"
+        );
+        assert!(
+            key_served_with(0, true).await.is_some(),
+            "a small chunked JWKS is read"
+        );
+        // 5 MB: refused from its Content-Length, and while reading when it has none.
+        let big = 5 * 1024 * 1024;
+        assert!(big > MAX_ISSUER_BODY_BYTES);
+        assert!(key_served_with(big, false).await.is_none());
+        assert!(key_served_with(big, true).await.is_none());
     }
 }

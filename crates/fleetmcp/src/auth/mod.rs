@@ -13,6 +13,7 @@
 //! Architecture invariant: knows nothing of HTTP routes, sessions or handlers; the transport
 //! asks it, and decides the answer.
 
+mod body;
 mod cache;
 mod introspection;
 mod jwks;

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::channel_auth;
 use super::heartbeat::channel_of;
 use super::relay_auth::{RelayKeys, Verifier};
+use crate::app::{Bound, Lanes};
 use crate::clock::unix_ms;
 use crate::config::Config;
 use crate::redis_conn::RedisConn;
@@ -138,34 +139,59 @@ pub(crate) async fn request(
     })
 }
 
+/// Answers waiting for their `PUBLISH` (reply channel, payload): one worker, at most
+/// [`REPLIES_BOUND`] queued. A flood of drain requests (refused ones are answered too) while
+/// Redis does not answer drops the answers past it (counted, logged), not a task each.
+pub(super) struct Replies(Lanes<(String, String)>);
+
+/// What [`Replies`] queues at most (an answer is under 200 bytes).
+const REPLIES_BOUND: Bound = Bound {
+    count: 64,
+    bytes: 64 << 10,
+};
+
+impl Replies {
+    pub(super) fn new(redis: RedisConn) -> Self {
+        Self(Lanes::new(
+            "answers to drain requests",
+            1,
+            REPLIES_BOUND,
+            move |(channel, payload): (String, String)| {
+                let redis = redis.clone();
+                async move {
+                    let sent: Result<i64, _> = redis
+                        .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
+                        .await;
+                    if let Err(e) = sent {
+                        tracing::debug!(error = %e, "[HA] the answer to a drain request could not be sent");
+                    }
+                }
+            },
+        ))
+    }
+}
+
 /// Answers the operator's command on `reply_to`, if it is a reply channel of this fleet.
-fn answer(redis: &RedisConn, key_prefix: &str, reply_to: Option<&str>, reply: DrainReply) {
+fn answer(replies: &Replies, key_prefix: &str, reply_to: Option<&str>, reply: DrainReply) {
     let Some(reply_to) = reply_to.filter(|r| r.starts_with(&reply_prefix(key_prefix))) else {
         return;
     };
     let Ok(payload) = serde_json::to_string(&reply) else {
         return;
     };
-    let (redis, channel) = (redis.clone(), reply_to.to_string());
-    tokio::spawn(async move {
-        let sent: Result<i64, _> = redis
-            .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-            .await;
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, "[HA] the answer to a drain request could not be sent");
-        }
-    });
+    let size = reply_to.len() + payload.len();
+    replies.0.push("", (reply_to.to_string(), payload), size);
 }
 
 /// Handles `payload` if it is a drain request: when it is authentic and for this instance,
-/// cancels `drain`; either way answers on its reply channel (through `redis`). Returns whether
+/// cancels `drain`; either way answers on its reply channel (through `replies`). Returns whether
 /// it was a drain request (handled or dropped).
 pub(super) fn on_message(
     verifier: &Verifier,
     me: &str,
     payload: &[u8],
     drain: &CancellationToken,
-    redis: &RedisConn,
+    replies: &Replies,
     key_prefix: &str,
 ) -> bool {
     let Ok(req) = serde_json::from_slice::<DrainRequest>(payload) else {
@@ -197,7 +223,7 @@ pub(super) fn on_message(
                 accepted: true,
                 why: None,
             };
-            answer(redis, key_prefix, req.reply_to.as_deref(), reply);
+            answer(replies, key_prefix, req.reply_to.as_deref(), reply);
         }
         Err(why) => {
             tracing::warn!(
@@ -208,7 +234,7 @@ pub(super) fn on_message(
                 accepted: false,
                 why: Some(why.to_string()),
             };
-            answer(redis, key_prefix, req.reply_to.as_deref(), reply);
+            answer(replies, key_prefix, req.reply_to.as_deref(), reply);
         }
     }
     true

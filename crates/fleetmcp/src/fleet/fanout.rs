@@ -8,16 +8,25 @@
 //!
 //! Best effort, like the notifications themselves: a change published while Redis does not
 //! answer is lost (and logged); a listen stream that missed changes is told to refetch only by
-//! its own instance's lag detection.
+//! its own instance's lag detection. Both ways go through one worker fed by a bounded queue
+//! ([`Lanes`]): a burst of changes while Redis does not answer queues up to [`CHANGES_BOUND`]
+//! and drops the rest (counted, logged), never a task per change.
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{App, Change, Fanout};
+use crate::app::{App, Bound, Change, Fanout, Lanes};
 use crate::redis_conn::RedisConn;
 
 /// The message's path in its MAC: what kind of message it is.
 const PATH: &str = "/changes";
+/// What the queue of changes to publish, and the queue of changes received to apply, each
+/// hold at most (a change is a URI at most, in an envelope of about 200 bytes).
+const CHANGES_BOUND: Bound = Bound {
+    count: 1024,
+    bytes: 4 << 20,
+};
+
 /// The target a change is signed for: every instance (an instance's own machine id never is
 /// this, so a change cannot pass for a message on an instance's channel, nor the reverse).
 const FLEET: &str = "*fleet*";
@@ -35,12 +44,12 @@ struct Envelope {
 /// Publishes this instance's changes on the fleet's channel, and routes notifications for
 /// sessions held elsewhere to their holders.
 pub(super) struct RedisFanout {
-    redis: RedisConn,
-    channel: String,
     me: String,
     router: super::notify::Router,
     /// Signs every change.
     keys: super::relay_auth::RelayKeys,
+    /// Signed changes waiting for their `PUBLISH`, in order.
+    outbox: Lanes<String>,
 }
 
 impl RedisFanout {
@@ -52,12 +61,31 @@ impl RedisFanout {
     ) -> Self {
         Self {
             router: super::notify::Router::new(redis.clone(), key_prefix, me, keys.clone()),
-            redis,
-            channel: channel(key_prefix),
+            outbox: publisher(redis, channel(key_prefix)),
             me: me.to_string(),
             keys,
         }
     }
+}
+
+/// The worker that publishes changes on `channel`, one at a time.
+fn publisher(redis: RedisConn, channel: String) -> Lanes<String> {
+    Lanes::new(
+        "changes to publish to the fleet",
+        1,
+        CHANGES_BOUND,
+        move |payload: String| {
+            let (redis, channel) = (redis.clone(), channel.clone());
+            async move {
+                let sent: Result<i64, _> = redis
+                    .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
+                    .await;
+                if let Err(e) = sent {
+                    tracing::warn!(error = %e, "[HA] a change could not be sent to the other instances");
+                }
+            }
+        },
+    )
 }
 
 fn channel(key_prefix: &str) -> String {
@@ -96,16 +124,8 @@ impl Fanout for RedisFanout {
         let Ok(payload) = serde_json::to_string(&envelope) else {
             return;
         };
-        let redis = self.redis.clone();
-        let channel = self.channel.clone();
-        tokio::spawn(async move {
-            let sent: Result<i64, _> = redis
-                .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-                .await;
-            if let Err(e) = sent {
-                tracing::warn!(error = %e, "[HA] a change could not be sent to the other instances");
-            }
-        });
+        let size = payload.len();
+        self.outbox.push("", payload, size);
     }
 }
 
@@ -118,6 +138,17 @@ pub(super) async fn listen(
 ) {
     let me = app.sessions().machine_id().to_string();
     let handle = app.handle();
+    // Applying a resource update appends to every subscribed session's stream (Redis, in
+    // distributed mode): one worker, in order, instead of a task per change received.
+    let apply = Lanes::new(
+        "changes received from the fleet",
+        1,
+        CHANGES_BOUND,
+        move |change: Change| {
+            let handle = handle.clone();
+            async move { handle.apply_remote(change).await }
+        },
+    );
     let verifier = super::relay_auth::Verifier::new(
         super::relay_auth::RelayKeys::from_config(app.config()),
         FLEET,
@@ -156,8 +187,7 @@ pub(super) async fn listen(
                 tracing::debug!("[HA] ignored a malformed change on the changes channel");
                 return;
             };
-            let handle = handle.clone();
-            tokio::spawn(async move { handle.apply_remote(change).await });
+            apply.push("", change, envelope.change.len());
         },
         |_| {},
     )

@@ -298,12 +298,19 @@ fn on_channel_message(
     drain: &tokio_util::sync::CancellationToken,
     redis: &RedisConn,
 ) -> impl Fn(&[u8]) + Send + 'static {
-    let (handle, me, guard) = (app.handle(), machine_id.to_string(), guard.clone());
+    let (inbox, me, guard) = (
+        notify::Inbox::new(app.handle()),
+        machine_id.to_string(),
+        guard.clone(),
+    );
     let drain = drain.clone();
-    let (replies, prefix) = (redis.clone(), app.config().ha.key_prefix.clone());
+    let (replies, prefix) = (
+        drain_request::Replies::new(redis.clone()),
+        app.config().ha.key_prefix.clone(),
+    );
     move |payload: &[u8]| {
         if !drain_request::on_message(&guard.verifier, &me, payload, &drain, &replies, &prefix) {
-            notify::on_message(&handle, &me, &guard.verifier, payload)
+            notify::on_message(&inbox, &me, &guard.verifier, payload)
         }
     }
 }

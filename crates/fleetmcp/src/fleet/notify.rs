@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::channel_auth;
 use super::heartbeat::channel_of;
 use super::relay_auth::{RelayKeys, Verifier};
-use crate::app::ServerHandle;
+use crate::app::{Bound, Lanes, ServerHandle};
 use crate::clock::unix_ms;
 use crate::redis_conn::RedisConn;
 use crate::session::{RedisSessionStore, SessionStore};
@@ -138,9 +138,52 @@ impl Router {
     }
 }
 
-/// Delivers a message that arrived on this instance's channel, if it is an authentic
-/// notification for a session held here.
-pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, payload: &[u8]) {
+/// Notifications routed here, waiting to be appended to their sessions' streams: a few
+/// workers (a session's messages always take the same one, in order) fed by bounded queues,
+/// so that a burst while the event store (Redis) does not answer queues up to [`INBOX_BOUND`]
+/// per worker and drops the rest (counted, logged) instead of making a task per message.
+pub(super) struct Inbox(Lanes<Routed>);
+
+/// Workers of the [`Inbox`].
+const INBOX_LANES: usize = 8;
+/// What each queues at most (8 x 4 MiB for the instance).
+const INBOX_BOUND: Bound = Bound {
+    count: 256,
+    bytes: 4 << 20,
+};
+
+impl Inbox {
+    pub(super) fn new(handle: ServerHandle) -> Self {
+        Self(Lanes::new(
+            "notifications routed to this instance",
+            INBOX_LANES,
+            INBOX_BOUND,
+            move |routed: Routed| {
+                let handle = handle.clone();
+                async move { deliver(&handle, routed).await }
+            },
+        ))
+    }
+}
+
+/// Appends a routed notification to its session's stream, if the session is held here.
+async fn deliver(handle: &ServerHandle, routed: Routed) {
+    let Routed {
+        session_id,
+        notification,
+        ..
+    } = routed;
+    if !handle
+        .deliver_routed(&session_id, &notification.method, &notification.params)
+        .await
+    {
+        tracing::debug!(session_id = %crate::session::LogId(&session_id), "[HA] a notification routed here for a session not held here was dropped");
+    }
+}
+
+/// Queues for delivery a message that arrived on this instance's channel, if it is an
+/// authentic notification (`payload.len()` bytes) for a session held here.
+pub(super) fn on_message(inbox: &Inbox, me: &str, verifier: &Verifier, payload: &[u8]) {
     let Ok(routed) = serde_json::from_slice::<Routed>(payload) else {
         tracing::debug!(
             "[HA] ignored a message on this instance's channel that is not a notification"
@@ -154,20 +197,8 @@ pub(super) fn on_message(handle: &ServerHandle, me: &str, verifier: &Verifier, p
         tracing::warn!(source_node_id = %routed.source_node_id, session_id = %crate::session::LogId(&routed.session_id), "[HA] Dropped a notification on this instance's channel: {why}");
         return;
     }
-    let handle = handle.clone();
-    tokio::spawn(async move {
-        let Routed {
-            session_id,
-            notification,
-            ..
-        } = routed;
-        if !handle
-            .deliver_routed(&session_id, &notification.method, &notification.params)
-            .await
-        {
-            tracing::debug!(session_id = %crate::session::LogId(&session_id), "[HA] a notification routed here for a session not held here was dropped");
-        }
-    });
+    let key = routed.session_id.clone();
+    inbox.0.push(&key, routed, payload.len());
 }
 
 /// Whether `routed` was signed for this instance by a holder of the fleet's secret, recently,

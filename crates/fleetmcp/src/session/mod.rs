@@ -18,6 +18,7 @@
 mod id;
 mod lifecycle;
 mod live;
+mod lossy;
 mod ownership;
 mod redis;
 mod running;

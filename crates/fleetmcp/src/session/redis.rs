@@ -18,7 +18,8 @@
 //! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions` (a sorted set
 //! scored by the time of the holder's last refresh), so the orphan scanner reads a dead
 //! instance's sessions without scanning the keyspace. Creation, claims and refreshes keep it;
-//! entries of deleted or expired sessions are pruned by score.
+//! a `DELETE` removes its session's entry with the record (`delete_indexed`); entries of
+//! expired sessions (and of deletes that failed half-way) are pruned by score.
 //!
 //! Redis Cluster: a record and an index live in different slots (the contract's key names
 //! leave no room for a shared hash tag), so no script touches both. The record is the truth:
@@ -33,9 +34,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::store::{
-    Checked, Claim, Fence, Hold, Invalidation, SessionRecord, SessionStore, StoreError,
-};
+use super::store::{Checked, Claim, Fence, Hold, SessionRecord, SessionStore, StoreError};
 use super::tracking::Tracker;
 use crate::clock::unix_ms;
 #[cfg(any(test, feature = "testkit"))]
@@ -504,6 +503,28 @@ impl SessionStore for RedisSessionStore {
         self.run::<i64>(cmd).await.map(|_| ())
     }
 
+    async fn delete_indexed(&self, id: &str, holder: &str) -> Result<(), StoreError> {
+        let mut del = redis::cmd("DEL");
+        del.arg(self.key(id));
+        let mut unindex = redis::cmd("ZREM");
+        unindex.arg(self.index_key(holder)).arg(id);
+        if self.conn.config().is_cluster() {
+            // Two slots (see the module documentation), sent together: one round trip. The
+            // index is a hint: a failure there leaves an entry the heartbeat prunes later.
+            let (del, unindex) =
+                futures_util::join!(self.run::<i64>(del), self.run::<i64>(unindex));
+            if let Err(e) = unindex {
+                tracing::debug!(error = %e, "a deleted session's index entry was not removed (the heartbeat prunes it)");
+            }
+            return del.map(|_| ());
+        }
+        // One server: the record and its index entry go in one pipeline, as they came.
+        let mut pipe = redis::pipe();
+        pipe.add_command(del).ignore();
+        pipe.add_command(unindex).ignore();
+        Ok(self.conn.pipe::<()>(pipe).await?)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.run::<String>(redis::cmd("PING")).await.map(|_| ())
     }
@@ -630,7 +651,7 @@ impl SessionStore for RedisSessionStore {
         })
     }
 
-    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+    fn invalidations(&self) -> Option<super::lossy::Invalidations> {
         let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
         self.tracker.set(tracker).ok()?;
         Some(rx)

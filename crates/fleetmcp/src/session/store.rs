@@ -14,6 +14,8 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::lossy::{InvalidationSender, Invalidations};
+
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -140,6 +142,15 @@ pub trait SessionStore: Send + Sync + 'static {
         self.put(record).await
     }
 
+    /// Deletes the record of a session `holder` holds and, for stores that keep one, its entry
+    /// in `holder`'s index of sessions (written by [`SessionStore::create`] when `indexed`), in
+    /// the same round trip: without it an `initialize`/`DELETE` loop would leave one entry per
+    /// session in the index until the heartbeat prunes it a session TTL later.
+    async fn delete_indexed(&self, id: &str, holder: &str) -> Result<(), StoreError> {
+        let _ = holder;
+        self.delete(id).await
+    }
+
     /// Whether [`SessionStore::create`] and [`SessionStore::claim`] wait for replicas: then a
     /// new session whose record cannot be confirmed in time is refused rather than served from
     /// memory, and a takeover that cannot be is not served.
@@ -181,7 +192,7 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The changes to records this instance checked, for a store that reports them (client-side
     /// caching); called once, when the instance starts. `None`: every request of a held session
     /// checks its record.
-    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
+    fn invalidations(&self) -> Option<Invalidations> {
         None
     }
 
@@ -218,7 +229,9 @@ pub struct MemorySessionStore {
     writes: std::sync::atomic::AtomicUsize,
     /// The instances sharing this store, told of every write (client-side caching in memory:
     /// several servers in one process may share one store).
-    watchers: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Invalidation>>>,
+    /// Each channel bounded ([`super::lossy`]): a watcher that falls behind gets one
+    /// [`Invalidation::All`] for what did not fit.
+    watchers: Mutex<Vec<InvalidationSender>>,
 }
 
 const SWEEP_EVERY: usize = 1024;
@@ -344,8 +357,8 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
-    fn invalidations(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Invalidation>> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    fn invalidations(&self) -> Option<Invalidations> {
+        let (tx, rx) = super::lossy::invalidations();
         self.watchers.lock().push(tx);
         Some(rx)
     }
@@ -393,6 +406,23 @@ mod tests {
 
     fn record(id: &str) -> SessionRecord {
         test_record(id, "n")
+    }
+
+    /// Issue 36 (gap 14): a watcher that does not keep up holds at most the bound of changes
+    /// queued, and is told to check everything (`All`) for the ones that did not fit. Before,
+    /// the channel was unbounded: 20,000 writes queued 20,000 changes.
+    #[tokio::test]
+    async fn a_watcher_behind_holds_a_bounded_queue_and_gets_all_for_the_rest() {
+        let store = MemorySessionStore::new(Duration::from_secs(60));
+        let mut changes = store
+            .invalidations()
+            .expect("the memory store reports changes");
+        for i in 0..20_000 {
+            store.put(&record(&format!("s{i}"))).await.unwrap();
+        }
+        assert_eq!(changes.len(), super::super::lossy::QUEUED_INVALIDATIONS);
+        assert_eq!(changes.recv().await, Some(Invalidation::All));
+        assert_eq!(changes.recv().await, Some(Invalidation::Key("s0".into())));
     }
 
     #[tokio::test]

@@ -24,21 +24,20 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
-use redis::aio::MultiplexedConnection;
-use redis::{PushInfo, PushKind, Value};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
-
+use super::lossy::{Got, InvalidationSender, Invalidations, LossyReceiver, LossySender};
 use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
 use crate::redis_conn::CommandError;
+use arc_swap::ArcSwapOption;
+use redis::aio::MultiplexedConnection;
+use redis::{PushInfo, PushKind, Value};
 
 /// The tracking connection of one instance (one per master on a cluster).
 pub(super) struct Tracker {
     cfg: RedisConfig,
     conn: ArcSwapOption<Route>,
     /// Where invalidations go (the sessions layer); when its receiver is gone, the tracker stops.
-    out: UnboundedSender<Invalidation>,
+    out: InvalidationSender,
     /// `<prefix>session:`: what an invalidated key starts with.
     prefix: String,
     /// Changes when the instance's shared connection moves to another server (a failover):
@@ -107,8 +106,8 @@ impl Tracker {
     pub fn start(
         cfg: RedisConfig,
         replaced: tokio::sync::watch::Receiver<u64>,
-    ) -> (Arc<Self>, UnboundedReceiver<Invalidation>) {
-        let (out, rx) = unbounded_channel();
+    ) -> (Arc<Self>, Invalidations) {
+        let (out, rx) = super::lossy::invalidations();
         let tracker = Arc::new(Self {
             prefix: cfg.session_key_prefix(),
             cfg,
@@ -126,8 +125,10 @@ impl Tracker {
     }
 
     /// The tracking connection(s), and the receiver of their push messages.
-    async fn open(&self) -> Result<(Route, UnboundedReceiver<PushInfo>), String> {
-        let (tx, rx) = unbounded_channel();
+    async fn open(&self) -> Result<(Route, LossyReceiver<PushInfo>), String> {
+        // Bounded like the invalidations they become: what does not fit voids every
+        // confirmation once (`pump`).
+        let (tx, rx) = super::lossy::channel(super::lossy::QUEUED_INVALIDATIONS);
         if !self.cfg.is_cluster() {
             let info = crate::redis_conn::server_info(&self.cfg)
                 .await
@@ -162,13 +163,13 @@ impl Tracker {
     async fn tracking_conn(
         &self,
         info: redis::ConnectionInfo,
-        pushes: UnboundedSender<PushInfo>,
+        pushes: LossySender<PushInfo>,
     ) -> Result<MultiplexedConnection, String> {
         let client = self.cfg.resp3_client_for(info).map_err(|e| e.to_string())?;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.cfg.connect_timeout()))
             .set_response_timeout(Some(self.cfg.command_timeout()))
-            .set_push_sender(pushes);
+            .set_push_sender(move |push| pushes.send(push));
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -229,7 +230,7 @@ impl Tracker {
 
     /// Reports the invalidations of the connection(s) until one is lost (or, on a cluster, the
     /// slot map changes).
-    async fn pump(&self, mut pushes: UnboundedReceiver<PushInfo>) {
+    async fn pump(&self, mut pushes: LossyReceiver<PushInfo>) {
         let mut replaced = self.replaced.clone();
         replaced.mark_unchanged();
         let mut topology = tokio::time::interval(TOPOLOGY_WATCH);
@@ -250,7 +251,19 @@ impl Tracker {
                     continue;
                 }
             };
-            let Some(push) = push else { return };
+            let push = match push {
+                Some(Got::One(push)) => push,
+                // Pushes Redis sent that did not fit: their keys are unknown, so every one.
+                Some(Got::Lost(n)) => {
+                    tracing::warn!(
+                        lost = n,
+                        "more record changes were pushed than queued; every held session is checked again"
+                    );
+                    let _ = self.out.send(Invalidation::All);
+                    continue;
+                }
+                None => return,
+            };
             match push.kind {
                 PushKind::Invalidate => match push.data.first() {
                     Some(Value::Array(keys)) => {

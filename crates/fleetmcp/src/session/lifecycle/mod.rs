@@ -169,7 +169,7 @@ pub struct Sessions {
 /// until the server stops.
 async fn forget_confirmations(
     live: std::sync::Weak<LiveSessions>,
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<Invalidation>,
+    mut changes: crate::session::lossy::Invalidations,
     stop: CancellationToken,
 ) {
     loop {
@@ -439,7 +439,7 @@ impl Sessions {
                 // stream's), and must not be told the session is gone.
                 tracing::warn!(error = %why, "initialize refused: the new session's record was not confirmed by the replicas");
                 self.live.discard(id);
-                let _ = self.store.delete(id).await;
+                let _ = self.delete_record(id).await;
                 return Err(OpenError::NotDurable);
             }
             Err(why) => {
@@ -655,7 +655,7 @@ impl Sessions {
     /// Deletes a closed session's events and stored record.
     pub async fn purge(&self, id: &str) {
         self.events.forget(id).await;
-        if let Err(e) = self.store.delete(id).await {
+        if let Err(e) = self.delete_record(id).await {
             tracing::warn!(error = %e, "the stored session could not be deleted");
         }
     }

@@ -317,6 +317,16 @@ impl Sessions {
     /// store waits for replicas). In distributed mode the store also indexes it under its
     /// holder (for the orphan scanner, which only runs there; the heartbeat prunes the index,
     /// so it is not kept elsewhere).
+    /// Deletes the stored record of a session held here and, in distributed mode (where
+    /// [`Sessions::create`] indexed it under this instance), its index entry with it.
+    pub(super) async fn delete_record(&self, id: &str) -> Result<(), StoreError> {
+        if self.fenced() {
+            self.store.delete_indexed(id, &self.machine_id).await
+        } else {
+            self.store.delete(id).await
+        }
+    }
+
     pub(super) async fn create(&self, record: &SessionRecord) -> Result<(), StoreError> {
         let bound = self.timing.check_timeout * 2;
         match tokio::time::timeout(bound, self.store.create(record, self.fenced())).await {
