@@ -552,14 +552,75 @@ async fn sessions_per_key_are_counted_across_the_fleet_in_redis() {
     delete_session(&b.mcp, "192.0.2.1", &sids[0]).await;
     assert_eq!(initialize_from(&a.mcp, "192.0.2.1").await.status(), 200);
     assert_sessions_per_key_refusal(initialize_from(&a.mcp, "192.0.2.1").await, 3).await;
-    // One sorted set per key, holding digests (no session id), with an expiry.
-    let set = "mcp:limits:{addr:192.0.2.1}:sessions";
-    assert_eq!(redis.cli(&["ZCARD", set]).trim(), "3");
-    let ttl: i64 = redis.cli(&["PTTL", set]).trim().parse().expect("pttl");
-    assert!(ttl > 0, "the set expires: {ttl}");
-    let members = redis.cli(&["ZRANGE", set, "0", "-1"]);
+    // One small hash per key: counts by granule (no session id, nothing per session), in
+    // Redis's compact encoding, with an expiry.
+    let counts = "mcp:limits:{addr:192.0.2.1}:session-expiries";
+    let fields = redis.cli(&["HGETALL", counts]);
+    let total: u64 = fields
+        .lines()
+        .skip(1)
+        .step_by(2)
+        .map(|n| n.trim().parse::<u64>().expect("a count"))
+        .sum();
+    assert_eq!(total, 3, "{fields}");
     assert!(
-        sids.iter().all(|s| !members.contains(s.as_str())),
-        "{members}"
+        sids.iter().all(|s| !fields.contains(s.as_str())),
+        "{fields}"
+    );
+    assert_eq!(
+        redis.cli(&["OBJECT", "ENCODING", counts]).trim(),
+        "listpack"
+    );
+    let ttl: i64 = redis.cli(&["PTTL", counts]).trim().parse().expect("pttl");
+    assert!(ttl > 0, "the count expires: {ttl}");
+}
+
+/// A key's count in Redis stays a few fields however many sessions it holds (issue 37: a
+/// sorted set with an entry per session cost about 115 bytes a session), and a session that
+/// ended without a `DELETE` stops counting once its record's lifetime (and at most one
+/// granule, a thirtieth of it) has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_session_count_in_redis_is_small_and_forgets_expired_sessions() {
+    let redis = support_redis::RedisServer::start();
+    let redis_url = redis.url();
+    let cfg = support::config_from(
+        &[
+            ("MCP_SESSION_SECRET", support::SECRET),
+            ("REDIS_URL", redis_url.as_str()),
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "200"),
+        ],
+        |c| {
+            c.limits.client_address_header = Some("x-forwarded-for".into());
+            if let Some(r) = c.redis.as_mut() {
+                // A granule of one second: the count forgets within the test's time.
+                r.default_ttl_ms = 3_000;
+            }
+        },
+    );
+    let server = support::serve(support::fixture_builder(Default::default()), cfg).await;
+    for _ in 0..200 {
+        assert_eq!(
+            initialize_from(&server.mcp, "192.0.2.7").await.status(),
+            200
+        );
+    }
+    assert_sessions_per_key_refusal(initialize_from(&server.mcp, "192.0.2.7").await, 200).await;
+    let counts = "mcp:limits:{addr:192.0.2.7}:session-expiries";
+    let fields: usize = redis.cli(&["HLEN", counts]).trim().parse().expect("hlen");
+    assert!(
+        (1..=31).contains(&fields),
+        "200 sessions in {fields} fields"
+    );
+    let bytes: usize = redis
+        .cli(&["MEMORY", "USAGE", counts])
+        .trim()
+        .parse()
+        .expect("memory usage");
+    assert!(bytes < 1_000, "200 sessions' count takes {bytes} bytes");
+    // Past the lifetime and a granule, the sessions (never deleted) no longer count.
+    tokio::time::sleep(std::time::Duration::from_millis(4_200)).await;
+    assert_eq!(
+        initialize_from(&server.mcp, "192.0.2.7").await.status(),
+        200
     );
 }

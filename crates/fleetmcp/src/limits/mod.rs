@@ -250,16 +250,15 @@ impl Limits {
         }
     }
 
-    /// Takes a place for a new session `session_id` of `key` under
-    /// `limits.max_sessions_per_key`: in this process without Redis, across the fleet with it
-    /// (one script: a per-key sorted set of session digests scored by expiry, `ttl_ms` from
-    /// now, trimmed on every check). The place is kept by the session (memory) or expires with
-    /// its record (Redis); [`Limits::end_session`] gives it back early. When Redis does not
-    /// answer, `limits.on_store_error` decides, as for every limit.
+    /// Takes a place for a new session of `key` under `limits.max_sessions_per_key`: in this
+    /// process without Redis, across the fleet with it (one script: a per-key count of
+    /// sessions by when they stop counting, `ttl_ms` from now, trimmed on every check). The
+    /// place is kept by the session (memory) or expires with its record (Redis);
+    /// [`Limits::end_session`] gives it back early. When Redis does not answer,
+    /// `limits.on_store_error` decides, as for every limit.
     pub async fn admit_session(
         &self,
         key: &LimitKey,
-        session_id: &str,
         ttl_ms: u64,
     ) -> Result<SessionPlace, Refusal> {
         let max = self.cfg.max_sessions_per_key;
@@ -275,7 +274,7 @@ impl Limits {
                 Ok(hold) => Ok(SessionPlace { _held: Some(hold) }),
                 Err(_) => Err(over()),
             },
-            Store::Redis(r) => match r.admit_session(key, session_id, max, ttl_ms).await {
+            Store::Redis(r) => match r.admit_session(key, max, ttl_ms).await {
                 Ok(true) => Ok(SessionPlace::none()),
                 Ok(false) => Err(over()),
                 Err(e) => match self.cfg.on_store_error {
@@ -289,14 +288,15 @@ impl Limits {
         }
     }
 
-    /// Gives back session `session_id`'s place under `key` (it ended). Best effort in Redis:
-    /// an entry left behind expires with the session's record.
-    pub async fn end_session(&self, key: &LimitKey, session_id: &str) {
+    /// Gives back the place under `key` of a session of lifetime `ttl_ms` admitted at
+    /// `admitted_ms` (Unix ms; it ended). Best effort in Redis: a place not given back stops
+    /// counting when the session's record would have expired.
+    pub async fn end_session(&self, key: &LimitKey, admitted_ms: u64, ttl_ms: u64) {
         if self.cfg.max_sessions_per_key == 0 {
             return;
         }
         if let Store::Redis(r) = &self.store {
-            r.end_session(key, session_id).await;
+            r.end_session(key, admitted_ms, ttl_ms).await;
         }
     }
 

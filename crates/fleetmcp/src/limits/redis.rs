@@ -7,9 +7,11 @@
 //! when it stops mattering; `<prefix>{<key>}:inflight` is a sorted set of the key's requests
 //! in flight, `<instance>:<n>` scored by when its lease ends. A live instance renews its
 //! leases every third of `limits.inflight_lease_ms`; a crashed one's lapse, and the next check
-//! drops them. `<prefix>{<key>}:sessions` is a sorted set of the key's sessions (digests of
-//! their ids) scored by when their records expire, for `limits.max_sessions_per_key`
-//! ([`ADMIT_SESSION`]). Never `KEYS` or `SCAN`.
+//! drops them. `<prefix>{<key>}:session-expiries` counts the key's sessions for
+//! `limits.max_sessions_per_key` ([`ADMIT_SESSION`]): a hash from when sessions stop counting
+//! (a granule of the session lifetime) to how many do, at most about 31 small fields whatever
+//! the number of sessions, so Redis keeps it in one compact listpack (issue 37: a sorted set
+//! with an entry per session cost about 115 bytes a session). Never `KEYS` or `SCAN`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -78,22 +80,59 @@ return #ARGV - 1
 ";
 
 /// Takes a place for a session under `limits.max_sessions_per_key`, fleet-wide. `KEYS[1]`:
-/// `<prefix>{<key>}:sessions`, a sorted set of session digests scored by when they expire
-/// (Unix ms). `ARGV`: the digest, the most sessions, the lifetime (ms). Entries past their
-/// score are dropped first, so a session that ended without a `DELETE` (idle, its instance
-/// crashed) stops counting when its record would have expired: the count cannot leak. The
-/// key itself expires with its newest entry. Returns 1 (admitted) or 0 (full).
+/// `<prefix>{<key>}:session-expiries`, a hash from a granule number (Redis's time divided by
+/// the granule) to the sessions that count until that granule begins. `ARGV`: the most
+/// sessions, their lifetime (ms), the granule (ms). Granules that began are dropped first and
+/// the rest summed, so a session that ended without a `DELETE` (idle, its instance crashed)
+/// stops counting when its record would have expired, at most one granule later: the count
+/// cannot leak. The key itself expires with its last granule. Returns the granule the session
+/// counts in (admitted), or 0 (full).
 const ADMIT_SESSION: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return 0
+local max, life, g = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now_g = math.floor(now / g)
+local counts = redis.call('HGETALL', KEYS[1])
+local live = 0
+for i = 1, #counts, 2 do
+  if tonumber(counts[i]) <= now_g then
+    redis.call('HDEL', KEYS[1], counts[i])
+  else
+    live = live + tonumber(counts[i + 1])
+  end
 end
-redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[3])), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+if live >= max then return 0 end
+local until_g = math.floor((now + life) / g) + 1
+redis.call('HINCRBY', KEYS[1], until_g, 1)
+redis.call('PEXPIRE', KEYS[1], until_g * g - now)
+return until_g
 ";
+
+/// Gives back one place: `KEYS[1]` as above, `ARGV[1]` the granule the session was admitted
+/// in, as this instance's clock reckons it. Clocks of a fleet and Redis differ by far less
+/// than a granule, so the granule is that one or a neighbour: the first of the three that
+/// still counts a session loses one. Returns 1 if one was given back.
+const END_SESSION: &str = r"
+local g = tonumber(ARGV[1])
+for _, at in ipairs({g, g - 1, g + 1}) do
+  local n = tonumber(redis.call('HGET', KEYS[1], at) or '0')
+  if n > 1 then
+    redis.call('HINCRBY', KEYS[1], at, -1)
+    return 1
+  elseif n == 1 then
+    redis.call('HDEL', KEYS[1], at)
+    return 1
+  end
+end
+return 0
+";
+
+/// The granule of `limits.max_sessions_per_key`'s count for sessions of lifetime `life_ms`: a
+/// thirtieth of it (at least a second), so a key's count is at most about 31 fields and a
+/// session stops counting at most that long after its record expires.
+fn session_granule_ms(life_ms: u64) -> u64 {
+    (life_ms / 30).max(1000)
+}
 
 /// In-flight sets renewed at once (each one script call).
 const RENEW_CONCURRENCY: usize = 64;
@@ -107,6 +146,8 @@ pub(super) struct RedisLimits {
     instance: String,
     lease_ms: u64,
     admit: redis::Script,
+    admit_session: redis::Script,
+    end_session: redis::Script,
     next_member: AtomicU64,
     held: HeldMap,
     /// Starts the lease renewal with the first place taken (from a request, so in the runtime).
@@ -127,6 +168,8 @@ impl RedisLimits {
             instance: instance.to_string(),
             lease_ms: cfg.inflight_lease_ms,
             admit: redis::Script::new(ADMIT),
+            admit_session: redis::Script::new(ADMIT_SESSION),
+            end_session: redis::Script::new(END_SESSION),
             next_member: AtomicU64::new(0),
             held: Arc::default(),
             renewer: std::sync::Once::new(),
@@ -134,45 +177,36 @@ impl RedisLimits {
         }
     }
 
-    /// `<prefix>{<key>}:sessions` and the member of `session_id` in it: a digest, so the set
-    /// holds no session id (a credential).
-    fn session_entry(&self, key: &LimitKey, session_id: &str) -> (String, String) {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(session_id.as_bytes());
-        let member: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
-        (
-            format!("{}{{{}}}:sessions", self.prefix, key.as_str()),
-            member,
-        )
+    /// `<prefix>{<key>}:session-expiries`, the count of `key`'s sessions.
+    fn session_count_key(&self, key: &LimitKey) -> String {
+        format!("{}{{{}}}:session-expiries", self.prefix, key.as_str())
     }
 
-    /// See [`ADMIT_SESSION`]: whether the session was admitted.
+    /// See [`ADMIT_SESSION`]: whether a session of lifetime `ttl_ms` was admitted.
     pub async fn admit_session(
         &self,
         key: &LimitKey,
-        session_id: &str,
         max: usize,
         ttl_ms: u64,
     ) -> Result<bool, CommandError> {
-        let (set, member) = self.session_entry(key, session_id);
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(ADMIT_SESSION)
-            .arg(1)
-            .arg(set)
-            .arg(member)
+        let ttl_ms = ttl_ms.max(1);
+        let mut inv = self.admit_session.prepare_invoke();
+        inv.key(self.session_count_key(key))
             .arg(max)
-            .arg(ttl_ms.max(1));
-        Ok(self.conn.run::<i64>(cmd).await? == 1)
+            .arg(ttl_ms)
+            .arg(session_granule_ms(ttl_ms));
+        Ok(self.conn.eval::<i64>(inv).await? > 0)
     }
 
-    /// Takes an ended session out of its key's set (one `ZREM`).
-    pub async fn end_session(&self, key: &LimitKey, session_id: &str) {
-        let (set, member) = self.session_entry(key, session_id);
-        let removed: Result<i64, _> = self
-            .conn
-            .run(redis::cmd("ZREM").arg(set).arg(member).clone())
-            .await;
-        if let Err(e) = removed {
+    /// Gives back the place of a session of lifetime `ttl_ms` admitted at `admitted_ms` (Unix
+    /// ms, this instance's clock; one script, [`END_SESSION`]).
+    pub async fn end_session(&self, key: &LimitKey, admitted_ms: u64, ttl_ms: u64) {
+        let ttl_ms = ttl_ms.max(1);
+        let g = session_granule_ms(ttl_ms);
+        let mut inv = self.end_session.prepare_invoke();
+        inv.key(self.session_count_key(key))
+            .arg((admitted_ms + ttl_ms) / g + 1);
+        if let Err(e) = self.conn.eval::<i64>(inv).await {
             tracing::debug!(error = %e, "an ended session's place stays counted until it expires");
         }
     }

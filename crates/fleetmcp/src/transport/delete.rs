@@ -19,7 +19,17 @@ pub(super) async fn handle(
     Held { session, .. }: Held,
 ) -> Response {
     ep.app.sessions().end(&session.id).await;
-    ep.app.limits().end_session(&client.key, &session.id).await;
+    // Its place was taken when its id was minted (a moment before `initialize` was admitted).
+    let admitted_ms = ep
+        .app
+        .sessions()
+        .minted_at_ms(&session.id)
+        .unwrap_or_else(crate::clock::unix_ms);
+    let ttl_ms = super::initialize::session_lifetime_ms(&ep.app);
+    ep.app
+        .limits()
+        .end_session(&client.key, admitted_ms, ttl_ms)
+        .await;
     let mut res = Response::new(axum::body::Body::empty());
     *res.status_mut() = StatusCode::NO_CONTENT;
     res

@@ -55,6 +55,15 @@ fn client_data(app: &App, p: &InitializeParams) -> Result<(Value, Value), ErrorD
     Ok((value(&p.client_info)?, value(&p.capabilities)?))
 }
 
+/// How long a session counts under `limits.max_sessions_per_key` when it is not ended: its
+/// record's lifetime in Redis, else its idle lifetime here.
+pub(super) fn session_lifetime_ms(app: &App) -> u64 {
+    app.config()
+        .redis
+        .as_ref()
+        .map_or(app.config().sessions.idle_ttl_ms, |r| r.default_ttl_ms)
+}
+
 /// Opens session `sid` (minted with [`mint`] when `None`) for the `initialize` request `rid`;
 /// the session and its result, or the error answer. The session counts against `key`
 /// (`limits.max_sessions_per_key`: `429` with `Retry-After` beyond it) and what it keeps of the
@@ -85,12 +94,9 @@ pub(super) async fn open(
     let raw_len = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |r| r.get().len());
     let kept = raw_len(&p.client_info) + raw_len(&p.capabilities);
     let charge = charge_client_data(app, kept, rid)?;
-    let ttl_ms = app
-        .config()
-        .redis
-        .as_ref()
-        .map_or(app.config().sessions.idle_ttl_ms, |r| r.default_ttl_ms);
-    let place = match app.limits().admit_session(key, sid, ttl_ms).await {
+    let ttl_ms = session_lifetime_ms(app);
+    let admitted_ms = crate::clock::unix_ms();
+    let place = match app.limits().admit_session(key, ttl_ms).await {
         Ok(place) => place,
         Err(refusal) => {
             tracing::debug!(
@@ -106,7 +112,7 @@ pub(super) async fn open(
     let upstream = match upstream::open(app, sid, params, key).await.transpose() {
         Ok(handshake) => handshake,
         Err(failure) => {
-            app.limits().end_session(key, sid).await;
+            app.limits().end_session(key, admitted_ms, ttl_ms).await;
             return Err(upstream_refusal(failure, rid));
         }
     };
@@ -122,7 +128,7 @@ pub(super) async fn open(
             if matches!(e, OpenError::Full) {
                 app.meters().limit_rejected(Limit::Sessions);
             }
-            app.limits().end_session(key, sid).await;
+            app.limits().end_session(key, admitted_ms, ttl_ms).await;
             return Err(open_error(e, Some(rid)));
         }
     };

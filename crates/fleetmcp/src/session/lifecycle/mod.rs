@@ -386,6 +386,11 @@ impl Sessions {
         sealer.seal(&payload).ok_or(OpenError::SealFailed)
     }
 
+    /// When session `id` was minted (Unix ms, to the second), if this deployment minted it.
+    pub fn minted_at_ms(&self, id: &str) -> Option<u64> {
+        self.opened(id).map(|p| p.iat.saturating_mul(1000))
+    }
+
     /// What id `id` carries, when this deployment minted it (it opens under its secret).
     fn opened(&self, id: &str) -> Option<SessionIdPayload> {
         if id.is_empty() || id.trim() != id {
