@@ -36,7 +36,9 @@ struct Inner {
     /// Processes running per client key (`gateway.max_processes_per_key`); a key leaves the
     /// table when its last process is reaped.
     per_key: Arc<parking_lot::Mutex<HashMap<String, usize>>>,
-    /// Why the command cannot run, when the last start (or the startup probe) failed.
+    /// Whether the command serves: `Ok` only once the probe's process answered `initialize`
+    /// (issue 38: a process merely started, the probe's own included, said nothing yet); why
+    /// not otherwise, or that it was not probed yet.
     health: parking_lot::Mutex<Result<(), String>>,
     /// Told when a start fails: the probe then runs again until one succeeds, so `/readyz`
     /// comes back by itself (issue 36: with the descriptors spent, it stayed `503` after
@@ -54,7 +56,7 @@ impl Children {
                 config,
                 slots,
                 per_key: Arc::default(),
-                health: parking_lot::Mutex::new(Ok(())),
+                health: parking_lot::Mutex::new(Err(crate::probe::NOT_YET.to_string())),
                 failed: Arc::default(),
                 stop: tokio_util::sync::CancellationToken::new(),
             }),
@@ -148,7 +150,7 @@ impl Upstream for Children {
             self.inner.failed.notify_one();
             why
         })?;
-        self.set_health(Ok(()));
+        // Started is not ready: the probe, told of the last failure, says when it serves.
         Ok(run(child, (permit, place), session, &self.inner))
     }
 

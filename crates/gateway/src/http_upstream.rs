@@ -50,7 +50,8 @@ struct Inner {
     /// The longest answer or SSE event read from the server (`gateway.max_line_bytes`): a
     /// longer one is not held whole.
     max_message: usize,
-    /// Why the server cannot serve, when the last attempt (or the startup probe) failed.
+    /// Whether the server serves: `Ok` once the probe's `initialize` was answered; why not
+    /// otherwise (a failed attempt, or not probed yet).
     health: parking_lot::Mutex<Result<(), String>>,
 }
 
@@ -68,7 +69,7 @@ impl HttpUpstream {
                 url,
                 http,
                 max_message,
-                health: parking_lot::Mutex::new(Ok(())),
+                health: parking_lot::Mutex::new(Err(crate::probe::NOT_YET.to_string())),
             }),
         })
     }

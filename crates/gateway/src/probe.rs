@@ -1,8 +1,10 @@
 //! The startup probe: the command is run once and initialized before the gateway counts as
 //! ready, so a command that cannot start (not installed, a typo, a crash at start) makes
 //! `/readyz` answer `503` naming the reason, instead of failing each client's `initialize`.
-//! While it fails, it is tried again every [`RETRY`]; and again whenever a session's process
-//! cannot be started, so `/readyz` follows the command's health both ways.
+//! Ready means the last probe's `initialize` was answered: not yet probed, or a probe still
+//! waiting for its answer, is not ready (a server that answers late, or never, is `503` until
+//! it answers). While it fails, it is tried again every [`RETRY`]; and again whenever a
+//! session's process cannot be started, so `/readyz` follows the command's health both ways.
 
 use std::time::Duration;
 
@@ -44,6 +46,9 @@ impl Probed for HttpUpstream {
         HttpUpstream::set_health(self, health);
     }
 }
+
+/// What `/readyz` says before the first probe answered.
+pub const NOT_YET: &str = "the upstream has not answered initialize yet";
 
 /// How long the probe's process has to answer `initialize`.
 const ANSWER_WITHIN: Duration = Duration::from_secs(20);

@@ -451,7 +451,7 @@ fn readiness_comes_back_by_itself_once_processes_can_start_again() {
     let command = script.display().to_string();
     let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
     gw.wait_ready(Duration::from_secs(20));
-    // The startup probe succeeded (`/readyz` answers 200 while it runs, too).
+    // The startup probe succeeded: `/readyz` is 200 only once it did.
     assert!(
         log_has(&gw, "answers initialize", Duration::from_secs(20)),
         "{}",

@@ -161,6 +161,68 @@ fn a_command_that_cannot_start_makes_the_instance_unready_and_refuses_sessions_w
     );
 }
 
+/// `/readyz` statuses sampled every 100 ms for `span`.
+fn readiness_over(port: u16, span: Duration) -> Vec<u16> {
+    let end = std::time::Instant::now() + span;
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < end {
+        seen.push(http(port, "GET", "/readyz", &[], None).status);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    seen
+}
+
+/// Ready means the upstream answered the probe's `initialize` (issue 38: a server that never
+/// answers was `200` for its first 20 s, and again while each retry ran, because a process
+/// merely started counted as ready). Not yet probed is not ready.
+#[test]
+fn a_command_that_never_answers_leaves_the_instance_unready() {
+    let gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", "sleep 60")]);
+    let seen = readiness_over(gw.port(), Duration::from_secs(6));
+    assert!(
+        seen.iter().all(|s| *s == 503),
+        "/readyz answered {seen:?}:\n{}",
+        gw.log()
+    );
+    let ready = http(gw.port(), "GET", "/readyz", &[], None);
+    assert!(
+        ready.body.contains("has not answered initialize yet"),
+        "{}",
+        ready.describe()
+    );
+}
+
+/// A server that answers only after a while: `503` until it does, then `200`.
+#[test]
+fn a_command_that_answers_late_is_ready_only_once_it_answers() {
+    let command = format!("sh -c 'sleep 3; exec {}'", everything_command());
+    let gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    let seen = readiness_over(gw.port(), Duration::from_millis(2_000));
+    assert!(
+        seen.iter().all(|s| *s == 503),
+        "/readyz before the answer: {seen:?}:\n{}",
+        gw.log()
+    );
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = http(gw.port(), "GET", "/readyz", &[], None).status;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "/readyz never became 200 ({status}):\n{}",
+            gw.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        log_has(&gw, "answers initialize", Duration::from_secs(1)),
+        "{}",
+        gw.log()
+    );
+}
+
 #[test]
 fn sessions_past_the_process_bound_are_refused_with_503_until_one_ends() {
     let mut gw = gateway(&[("FLEETMCP_UPSTREAM_MAX_PROCESSES", "1")]);
