@@ -38,6 +38,13 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
                 .raw_handler(|a: Value, _| async move { Ok(format!("region={}", a["region"])) }),
         )
         .tool(
+            tool("count")
+                .description("Takes a count")
+                .input_schema(json!({"type": "object", "required": ["count"],
+                    "properties": {"count": {"type": "integer"}}}))
+                .raw_handler(|a: Value, _| async move { Ok(format!("count={}", a["count"])) }),
+        )
+        .tool(
             tool("needs_sampling")
                 .description("Needs sampling")
                 .requires_client_capability("sampling")
@@ -977,4 +984,35 @@ async fn ids_notifications_and_eras_are_read_as_the_message_says() {
         (StatusCode::BAD_REQUEST, -32602),
         "{b}"
     );
+}
+
+/// SEP-1303: in this era, arguments that fail the input schema are a tool execution error
+/// (`isError: true`, the field named), which the model can correct, not `-32602`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_that_fail_the_schema_are_a_tool_execution_error() {
+    let s = start(|_| {}).await;
+    for arguments in [json!({}), json!({"count": "three"})] {
+        let (h, body) = modern(
+            "tools/call",
+            json!({"name": "count", "arguments": arguments}),
+        );
+        let (st, _, b) = post(&s.mcp, &h, &body).await;
+        assert_eq!(st, StatusCode::OK, "{b}");
+        let v: Value = serde_json::from_str(&b).expect("JSON");
+        assert!(v.get("error").is_none(), "{b}");
+        assert_eq!(v["result"]["isError"], true, "{b}");
+        assert!(
+            v["result"]["content"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("count")),
+            "{b}"
+        );
+    }
+    let (h, body) = modern(
+        "tools/call",
+        json!({"name": "count", "arguments": {"count": 3}}),
+    );
+    let (st, _, b) = post(&s.mcp, &h, &body).await;
+    assert_eq!(st, StatusCode::OK, "{b}");
+    assert!(b.contains("count=3"), "{b}");
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use super::outcome::answer;
 use super::{Reply, list_cache, paging, params, respond};
 use crate::app::App;
+use crate::catalog::ToolError;
 use crate::context::{Caller, RequestContext};
 use crate::protocol::model::Tool;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -74,7 +75,9 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
     }
     // A client may omit `arguments` for a tool that takes none.
     let args = Value::Object(arguments.unwrap_or_default());
-    tool.validate(&args)?;
+    if let Err(e) = tool.validate(&args) {
+        return invalid_arguments(app, &ctx, e);
+    }
     if let Caller::Session(session) = ctx.caller()
         && session.version >= crate::protocol::ProtocolVersion::V2025_11_25
     {
@@ -117,4 +120,35 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
     }
     let outcome = tool.call(args, ctx.clone()).await;
     answer(app, &ctx, outcome)
+}
+
+/// Arguments that fail the tool's input schema. From 2025-11-25 on (SEP-1303, and so in the
+/// 2026-07-28 era) that is a tool execution error: a result with `isError: true` whose text
+/// names every offending field, which the model reads and corrects its call by. Earlier
+/// versions' specifications call it a protocol error: `-32602`, the fields in `data.errors`.
+fn invalid_arguments(app: &App, ctx: &RequestContext, e: ErrorData) -> Reply {
+    let as_result = match ctx.caller() {
+        Caller::Session(session) => {
+            session.version >= crate::protocol::ProtocolVersion::V2025_11_25
+        }
+        Caller::Stateless(_) | Caller::Task(_) => true,
+    };
+    if !as_result {
+        return Err(e);
+    }
+    let mut text = e.message.to_string();
+    let further = e
+        .data
+        .as_ref()
+        .and_then(|d| d.get("errors"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .skip(1);
+    for error in further {
+        let path = error.get("path").and_then(Value::as_str).unwrap_or("");
+        let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+        text.push_str(&format!("\n{path}: {message}"));
+    }
+    answer(app, ctx, Err(ToolError::Failed(text)))
 }

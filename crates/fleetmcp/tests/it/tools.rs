@@ -38,10 +38,50 @@ async fn tools_list_describes_every_tool_with_its_schema() {
     assert_eq!(echo["inputSchema"]["required"], json!(["text"]));
 }
 
+/// Before 2025-11-25, arguments that fail the input schema are a protocol error: `-32602`.
+const BEFORE_SEP_1303: &str = "2025-06-18";
+
+/// A `tools/call` answer that is a result with `isError: true` (SEP-1303, 2025-11-25 on); its
+/// text.
+async fn tool_execution_error(res: reqwest::Response, id: Value) -> String {
+    assert_eq!(res.status(), 200);
+    let v: Value = res.json().await.expect("a JSON answer");
+    assert_eq!(v["id"], id, "{v}");
+    assert!(
+        v.get("error").is_none(),
+        "a result, not a protocol error: {v}"
+    );
+    assert_eq!(v["result"]["isError"], true, "{v}");
+    result_text(&v["result"])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_required_argument_is_invalid_params_naming_it() {
+async fn a_missing_required_argument_is_a_tool_error_naming_it_from_2025_11_25() {
     let srv = start().await;
     let c = Client::connect(&srv).await;
+    for args in [json!({}), json!({"txt": "typo"})] {
+        let res = c
+            .request_with_id(
+                json!(1),
+                "tools/call",
+                json!({"name": "echo", "arguments": args}),
+            )
+            .await;
+        let text = tool_execution_error(res, json!(1)).await;
+        assert!(text.contains("echo") && text.contains("text"), "{text}");
+    }
+    // Omitting `arguments` altogether is the same as `{}`.
+    let res = c
+        .request_with_id(json!(2), "tools/call", json!({"name": "echo"}))
+        .await;
+    let text = tool_execution_error(res, json!(2)).await;
+    assert!(text.contains("\"text\" is a required property"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_required_argument_is_invalid_params_naming_it_before_2025_11_25() {
+    let srv = start().await;
+    let c = Client::connect_with(&srv.mcp, BEFORE_SEP_1303, full_capabilities()).await;
     for args in [json!({}), json!({"txt": "typo"})] {
         let res = c
             .request_with_id(
@@ -55,32 +95,23 @@ async fn a_missing_required_argument_is_invalid_params_naming_it() {
         assert!(msg.contains("echo") && msg.contains("text"), "{v}");
         assert_eq!(v["error"]["data"]["errors"][0]["field"], "text", "{v}");
     }
-    // Omitting `arguments` altogether is the same as `{}`.
-    let res = c
-        .request_with_id(json!(2), "tools/call", json!({"name": "echo"}))
-        .await;
-    let v = expect_rpc_error(res, 200, -32602, json!(2)).await;
-    assert_eq!(v["error"]["data"]["errors"][0]["field"], "text", "{v}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_argument_of_the_wrong_type_is_invalid_params_naming_it() {
+async fn an_argument_of_the_wrong_type_is_named_in_either_form() {
     let srv = start().await;
     let c = Client::connect(&srv).await;
     let res = c
         .request_with_id(
             json!(1),
             "tools/call",
-            json!({"name": "add", "arguments": {"a": 1, "b": "two"}}),
+            json!({"name": "add", "arguments": {"a": "one", "b": "two"}}),
         )
         .await;
-    let v = expect_rpc_error(res, 200, -32602, json!(1)).await;
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("add: b:"), "{v}");
-    assert_eq!(v["error"]["data"]["tool"], "add");
-    assert_eq!(v["error"]["data"]["errors"][0]["field"], "b");
-    assert_eq!(v["error"]["data"]["errors"][0]["path"], "/b");
-    // Arguments that are not an object at all.
+    // Every offending field, so the model can correct them all at once.
+    let text = tool_execution_error(res, json!(1)).await;
+    assert!(text.contains("add: a:") && text.contains("/b:"), "{text}");
+    // Arguments that are not an object at all are not valid params.
     let res = c
         .request_with_id(
             json!(2),
@@ -89,6 +120,21 @@ async fn an_argument_of_the_wrong_type_is_invalid_params_naming_it() {
         )
         .await;
     expect_rpc_error(res, 200, -32602, json!(2)).await;
+
+    let old = Client::connect_with(&srv.mcp, BEFORE_SEP_1303, full_capabilities()).await;
+    let res = old
+        .request_with_id(
+            json!(3),
+            "tools/call",
+            json!({"name": "add", "arguments": {"a": 1, "b": "two"}}),
+        )
+        .await;
+    let v = expect_rpc_error(res, 200, -32602, json!(3)).await;
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("add: b:"), "{v}");
+    assert_eq!(v["error"]["data"]["tool"], "add");
+    assert_eq!(v["error"]["data"]["errors"][0]["field"], "b");
+    assert_eq!(v["error"]["data"]["errors"][0]["path"], "/b");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

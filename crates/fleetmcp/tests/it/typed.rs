@@ -318,3 +318,65 @@ async fn shared_state_is_the_programs_own_value() {
     c.call_tool_json("note", json!({"team": "a"})).await;
     assert_eq!(*seen.lock(), ["a"]);
 }
+
+/// A ticket's state, a `$ref` in the published schema.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Open,
+    Closed,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Filter {
+    /// Only tickets in this state.
+    status: Option<Status>,
+}
+
+/// Arguments are checked against the schema `tools/list` publishes, no wider one (issue 38:
+/// `{"status": null}` passed where the published schema, a `$ref` to `Status`, allows no
+/// `null`, and errors named an `anyOf` the client never saw): a client that follows the
+/// published schema and one that does not meet the same rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_meet_the_published_schema_and_no_wider_one() {
+    let filter = tool("filter").handler(|f: Filter, _ctx| async move {
+        Ok(match f.status {
+            Some(Status::Open) => "open",
+            Some(Status::Closed) => "closed",
+            None => "any",
+        })
+    });
+    let srv = serve(
+        fleetmcp::Server::builder("filter", "1.0.0").tool(filter),
+        config_with(SECRET, |_| {}),
+    )
+    .await;
+    let c = Client::connect(&srv).await;
+    let listed = c.call_json("tools/list", json!({})).await;
+    let schema = listed["result"]["tools"][0]["inputSchema"].clone();
+    let validator = jsonschema::validator_for(&schema).expect("the published schema compiles");
+    for (arguments, answer) in [
+        (json!({}), Some("any")),
+        (json!({"status": "open"}), Some("open")),
+        (json!({"status": null}), None),
+        (json!({"status": "pending"}), None),
+    ] {
+        let published_accepts = validator.is_valid(&arguments);
+        let v = c
+            .call_json(
+                "tools/call",
+                json!({"name": "filter", "arguments": arguments}),
+            )
+            .await;
+        let served = v["result"]["isError"] != true;
+        assert_eq!(published_accepts, served, "{arguments}: {v}");
+        match answer {
+            Some(text) => assert_eq!(result_text(&v["result"]), text, "{v}"),
+            None => {
+                let text = result_text(&v["result"]);
+                assert!(text.contains("status"), "{text}");
+                assert!(!text.contains("anyOf"), "{text}");
+            }
+        }
+    }
+}

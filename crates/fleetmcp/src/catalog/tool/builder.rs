@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::def::Handler;
-use super::schema::{NullForm, generate, schema_of};
+use super::schema::{NullForm, generate};
 use super::{IntoToolResult, ToolDef, ToolError};
 use crate::catalog::state::StateArg;
 use crate::context::RequestContext;
@@ -228,16 +228,17 @@ impl<S> ToolBuilder<S> {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        // Validation uses the exact schema, which still allows `null` where serde does; the
-        // published one leaves it out. A schema given verbatim serves as both.
-        let (published, exact) = match self.input_schema.clone() {
-            Some(given) => (given.clone(), given),
-            None => (generate::<A>(Some(NullForm::Omit)), schema_of::<A>()),
+        // Arguments are checked against the schema clients see (issue 38: checked against
+        // schemars' exact one, an optional field took a `null` the published schema refuses,
+        // and errors named an `anyOf` no client was shown): a client that follows the
+        // published schema and one that does not meet the same rule.
+        let published = match self.input_schema.clone() {
+            Some(given) => given,
+            None => generate::<A>(Some(NullForm::Omit)),
         };
         let f = Arc::new(f);
         self.finish::<R>(
             published,
-            exact,
             Box::new(move |args, ctx| {
                 let f = f.clone();
                 Box::pin(async move {
@@ -269,7 +270,6 @@ impl<S> ToolBuilder<S> {
         });
         let f = Arc::new(f);
         self.finish::<R>(
-            schema.clone(),
             schema,
             Box::new(move |args, ctx| {
                 let f = f.clone();
@@ -283,21 +283,15 @@ impl<S> ToolBuilder<S> {
         )
     }
 
-    /// `schema` is the input schema of `tools/list`; arguments are validated against
-    /// `validation`, which may accept more (an explicit `null` for an optional field). The
-    /// output schema is the one the handler's result type `R` declares.
-    fn finish<R: IntoToolResult>(
-        self,
-        schema: JsonObject,
-        validation: JsonObject,
-        handler: Box<Handler>,
-    ) -> Arc<ToolDef>
+    /// `schema` is the input schema of `tools/list`, which arguments are validated against.
+    /// The output schema is the one the handler's result type `R` declares.
+    fn finish<R: IntoToolResult>(self, schema: JsonObject, handler: Box<Handler>) -> Arc<ToolDef>
     where
         S: StateArg,
     {
         // Clients decide which arguments to mirror into headers from the published schema.
         let header_params = header_params_of(&schema);
-        let validation = Value::Object(validation);
+        let validation = Value::Object(schema.clone());
         let validator = match jsonschema::validator_for(&validation) {
             Ok(v) => Some(v),
             Err(e) => {

@@ -1,18 +1,11 @@
 //! Schemas from Rust types: the JSON Schema (2020-12) schemars derives, made fit to publish.
-//! Arguments are published without type arrays and without the `null` of an optional field,
-//! results with that `null` as `anyOf`, and neither with the `format`s of Rust number types.
+//! Arguments are published without type arrays and without the `null` of an optional field
+//! (and validated against that same schema), results with that `null` as `anyOf`, and neither
+//! with the `format`s of Rust number types.
 
 use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
-
-/// The JSON Schema (2020-12) of a Rust type, as an object: exactly what serde accepts, so an
-/// `Option` field allows `null` (`"type": ["string", "null"]`). Tools validate arguments
-/// against this form; `tools/list` shows the form without type arrays (see
-/// [`ToolBuilder::handler`](super::ToolBuilder::handler)).
-pub fn schema_of<T: JsonSchema>() -> JsonObject {
-    generate::<T>(None)
-}
 
 /// How the published schemas show the `null` that schemars adds for `Option<T>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
