@@ -14,6 +14,7 @@ use crate::auth::Authorizer;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -105,6 +106,9 @@ struct Inner {
     /// Messages for sessions' standalone streams, appended off the caller's path
     /// ([`App::push_standalone`]).
     standalone: Lanes<(Arc<str>, Bytes)>,
+    /// Set by the first request that carried a client's address this server does not believe
+    /// (`transport/client_key.rs`), so the warning is logged once, not once a request.
+    forwarding_warned: AtomicBool,
 }
 
 /// Workers appending to standalone streams: a session's messages always take the same one (in
@@ -195,6 +199,7 @@ impl App {
                 auth: p.auth,
                 upstream: p.upstream,
                 standalone: standalone_lanes(p.events),
+                forwarding_warned: AtomicBool::new(false),
             }),
         }
     }
@@ -226,6 +231,13 @@ impl App {
     /// This server's metrics.
     pub fn meters(&self) -> &crate::telemetry::Meters {
         &self.inner.meters
+    }
+
+    /// True the first time it is called on this server, false after: a plain load first, so
+    /// the calls after the first write nothing.
+    pub fn first_forwarding_warning(&self) -> bool {
+        let warned = &self.inner.forwarding_warned;
+        !warned.load(Ordering::Relaxed) && !warned.swap(true, Ordering::Relaxed)
     }
 
     pub fn sessions(&self) -> &Sessions {
