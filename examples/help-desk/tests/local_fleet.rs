@@ -25,6 +25,7 @@ mod fleet_client;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -74,10 +75,18 @@ struct LocalFleet {
     /// The folder the script keeps its logs in (it prints it).
     logs: PathBuf,
     _dir: support::TempDir,
+    /// One fleet at a time in this process: two picking their ports at once would pick the
+    /// same ones (free until either binds them), and two fleets would share two cores.
+    /// Released last, after `drop` stopped the script.
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+static ONE_FLEET: Mutex<()> = Mutex::new(());
 
 impl LocalFleet {
     fn start(args: &[&str]) -> Self {
+        // A test that failed holding it left nothing running (its fleet was dropped).
+        let one_at_a_time = ONE_FLEET.lock().unwrap_or_else(|e| e.into_inner());
         let dir = support::TempDir::new("local-fleet");
         let out_path = dir.path().join("script.out");
         let out = std::fs::File::create(&out_path).expect("create the script's output file");
@@ -118,6 +127,7 @@ impl LocalFleet {
             bin_dir,
             logs: PathBuf::new(),
             _dir: dir,
+            _one_at_a_time: one_at_a_time,
         };
         let start = Instant::now();
         while !fleet.output().contains("Ctrl-C stops the fleet.") {
@@ -166,7 +176,11 @@ impl LocalFleet {
     /// `signal` to the script's whole process group.
     fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
-            .args([&format!("-{signal}"), "--", &format!("-{}", self.script.id())])
+            .args([
+                &format!("-{signal}"),
+                "--",
+                &format!("-{}", self.script.id()),
+            ])
             .status();
     }
 

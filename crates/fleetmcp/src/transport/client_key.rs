@@ -27,8 +27,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName};
 use http::request::Parts;
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
 use super::authorize;
@@ -138,7 +138,10 @@ fn client_address(
 
 /// The headers a balancer names the client in, parsed once (not per request).
 const FORWARDING: [(HeaderName, &str); 2] = [
-    (HeaderName::from_static("x-forwarded-for"), "X-Forwarded-For"),
+    (
+        HeaderName::from_static("x-forwarded-for"),
+        "X-Forwarded-For",
+    ),
     (HeaderName::from_static("x-real-ip"), "X-Real-IP"),
 ];
 
@@ -177,7 +180,10 @@ fn unbelieved(
 
 /// The once-per-server warning: what was seen, and what to set.
 fn warn_unbelieved(seen: &str, why: Unbelieved, peer: Option<IpAddr>) {
-    let peer = peer.map_or_else(|| "an unknown peer".to_string(), |p| p.to_canonical().to_string());
+    let peer = peer.map_or_else(
+        || "an unknown peer".to_string(),
+        |p| p.to_canonical().to_string(),
+    );
     match why {
         Unbelieved::NoHeaderSet => tracing::warn!(
             peer = %peer,
@@ -285,7 +291,10 @@ mod tests {
         }
         // Configured, from a listed proxy (its IPv4-mapped form too): believed.
         assert_eq!(unbelieved(&xff, lb, h, &trusted), None);
-        assert_eq!(unbelieved(&xff, Some(ip("::ffff:127.0.0.1")), h, &trusted), None);
+        assert_eq!(
+            unbelieved(&xff, Some(ip("::ffff:127.0.0.1")), h, &trusted),
+            None
+        );
         // Configured, from a peer not listed: ignored, whichever header it is.
         assert_eq!(
             unbelieved(&xff, other, h, &trusted),
