@@ -85,15 +85,15 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
                 .map(|c| c.0.ip())
         });
     let cfg = &app.config().limits;
-    let trusted = cfg.trusted_nets();
+    let trusted = app.trusted_proxies();
     let header = cfg.client_address_header.as_deref();
-    if let Some((seen, why)) = unbelieved(&parts.headers, peer, header, &trusted) {
+    if let Some((seen, why)) = unbelieved(&parts.headers, peer, header, trusted) {
         app.meters().untrusted_forwarded();
         if app.first_forwarding_warning() {
             warn_unbelieved(seen, why, peer);
         }
     }
-    let addr = client_address(&parts.headers, peer, header, &trusted);
+    let addr = client_address(&parts.headers, peer, header, trusted);
     // No peer and no header (an embedding app served without connect info): every caller
     // shares one key.
     LimitKey::address(
