@@ -58,6 +58,18 @@ setsid redis-server --port "$FLEET_REDIS_PORT" --bind 127.0.0.1 --save '' --appe
 SERVICES+=($!)
 export REDIS_URL="redis://127.0.0.1:$FLEET_REDIS_PORT/0" MCP_SESSION_SECRET="$SECRET"
 
+# Who a client is for the limits (`limits.max_sessions_per_key`, rates): its own address, which
+# both balancers send in X-Forwarded-For (nginx's `$proxy_add_x_forwarded_for`, HAProxy's
+# `option forwardfor`: each appends the address it got the request from), not the balancer's,
+# which every request reaches the instances from. The header is believed only from the balancer
+# (127.0.0.1, where it connects from), and the instances take its rightmost hop that is not the
+# balancer: the one the balancer appended, so a client that sends its own X-Forwarded-For does
+# not pick its key. Without these, every client would share the balancer's one key, and the
+# fleet would take 1,000 sessions in all. (A process on 127.0.0.1 itself, like the balancer,
+# is believed: on one machine there is nobody to keep out.)
+export FLEETMCP_CLIENT_ADDRESS_HEADER=${FLEETMCP_CLIENT_ADDRESS_HEADER:-x-forwarded-for}
+export FLEETMCP_TRUSTED_PROXIES=${FLEETMCP_TRUSTED_PROXIES:-127.0.0.1}
+
 PORTS=()
 for i in 1 2 3; do
   port=$((FIRST_PORT + i - 1))

@@ -14,6 +14,7 @@ use crate::auth::Authorizer;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -105,6 +106,12 @@ struct Inner {
     /// Messages for sessions' standalone streams, appended off the caller's path
     /// ([`App::push_standalone`]).
     standalone: Lanes<(Arc<str>, Bytes)>,
+    /// Set by the first request that carried a client's address this server does not believe
+    /// (`transport/client_key.rs`), so the warning is logged once, not once a request.
+    forwarding_warned: AtomicBool,
+    /// `limits.trusted_proxies`, parsed once: every request counted by address matches its
+    /// peer against them (parsed per request, they cost ~100 ns each).
+    trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// Workers appending to standalone streams: a session's messages always take the same one (in
@@ -168,6 +175,7 @@ impl Phases {
 impl App {
     pub fn new(p: Parts) -> Self {
         let (changes, _) = broadcast::channel(256);
+        let trusted_proxies = p.config.limits.trusted_nets();
         let client_data = Budget::new(p.config.sessions.max_client_data_bytes);
         let listens = Holdings::new(
             p.config.limits.max_listen_streams_per_key,
@@ -195,6 +203,8 @@ impl App {
                 auth: p.auth,
                 upstream: p.upstream,
                 standalone: standalone_lanes(p.events),
+                forwarding_warned: AtomicBool::new(false),
+                trusted_proxies,
             }),
         }
     }
@@ -226,6 +236,18 @@ impl App {
     /// This server's metrics.
     pub fn meters(&self) -> &crate::telemetry::Meters {
         &self.inner.meters
+    }
+
+    /// `limits.trusted_proxies`, parsed (canonical: see `LimitsConfig::trusted_nets`).
+    pub fn trusted_proxies(&self) -> &[ipnet::IpNet] {
+        &self.inner.trusted_proxies
+    }
+
+    /// True the first time it is called on this server, false after: a plain load first, so
+    /// the calls after the first write nothing.
+    pub fn first_forwarding_warning(&self) -> bool {
+        let warned = &self.inner.forwarding_warned;
+        !warned.load(Ordering::Relaxed) && !warned.swap(true, Ordering::Relaxed)
     }
 
     pub fn sessions(&self) -> &Sessions {

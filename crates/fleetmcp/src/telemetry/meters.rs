@@ -147,6 +147,7 @@ struct Inner {
     redis_errors: Counter,
     limit_rejections: [Counter; Limit::ALL.len()],
     outbox_dropped: Counter,
+    untrusted_forwarded: Counter,
 }
 
 /// Every metric: its name, unit and help text (a name ending `_total` is a counter, a unit of
@@ -227,6 +228,11 @@ const METRICS: &[(&str, Unit, &str)] = &[
         Unit::Count,
         "Progress and log notifications dropped because their request's stream did not take them (http.max_outbox_messages, http.max_outbox_bytes)",
     ),
+    (
+        "fleetmcp_untrusted_forwarded_headers_total",
+        Unit::Count,
+        "Requests counted by their peer's address that carried X-Forwarded-For or X-Real-IP the server does not believe (limits.client_address_header unset, or the peer not in limits.trusted_proxies): behind a load balancer, every client shares its key",
+    ),
 ];
 
 /// A request series' labels: MCP method, era, HTTP status.
@@ -286,6 +292,7 @@ impl Meters {
                 )
             }),
             outbox_dropped: counter("fleetmcp_outbox_notifications_dropped_total"),
+            untrusted_forwarded: counter("fleetmcp_untrusted_forwarded_headers_total"),
             handle,
             recorder,
         };
@@ -383,6 +390,12 @@ impl Meters {
     pub fn outbox_dropped(&self, n: u64) {
         let Some(m) = &self.0 else { return };
         m.outbox_dropped.increment(n);
+    }
+
+    /// A request counted by its peer's address carried a client's address not believed.
+    pub fn untrusted_forwarded(&self) {
+        let Some(m) = &self.0 else { return };
+        m.untrusted_forwarded.increment(1);
     }
 
     /// The scrape: gauges read at this moment (`sessions_held`, `ready`), histograms drained,

@@ -16,12 +16,19 @@
 //! the peer, for each hop of the header and for the match against `trusted_proxies`, so one
 //! client is one key, and a proxy listed as `127.0.0.1` is trusted however its address comes.
 //! An IPv6 client counts as its network of `limits.ipv6_prefix_len` bits ([`LimitKey::address`]).
+//!
+//! A request counted by its peer's address that names a client in `X-Forwarded-For` or
+//! `X-Real-IP` the server does not believe (no header configured, or a peer not in
+//! `trusted_proxies`) is the sign of a balancer left unconfigured: every client behind it
+//! shares its key (`limits.max_sessions_per_key` sessions for all of them) and one limit set in
+//! Redis. Each such request is counted (`fleetmcp_untrusted_forwarded_headers_total`), and the
+//! first is logged, once per server, naming what to set ([`unbelieved`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use http::HeaderMap;
 use http::request::Parts;
+use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
 use super::authorize;
@@ -78,13 +85,15 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
                 .map(|c| c.0.ip())
         });
     let cfg = &app.config().limits;
-    let trusted = cfg.trusted_nets();
-    let addr = client_address(
-        &parts.headers,
-        peer,
-        cfg.client_address_header.as_deref(),
-        &trusted,
-    );
+    let trusted = app.trusted_proxies();
+    let header = cfg.client_address_header.as_deref();
+    if let Some((seen, why)) = unbelieved(&parts.headers, peer, header, trusted) {
+        app.meters().untrusted_forwarded();
+        if app.first_forwarding_warning() {
+            warn_unbelieved(seen, why, peer);
+        }
+    }
+    let addr = client_address(&parts.headers, peer, header, trusted);
     // No peer and no header (an embedding app served without connect info): every caller
     // shares one key.
     LimitKey::address(
@@ -125,6 +134,68 @@ fn client_address(
             .copied()
     });
     from_header.or(peer)
+}
+
+/// The headers a balancer names the client in, parsed once (not per request).
+const FORWARDING: [(HeaderName, &str); 2] = [
+    (
+        HeaderName::from_static("x-forwarded-for"),
+        "X-Forwarded-For",
+    ),
+    (HeaderName::from_static("x-real-ip"), "X-Real-IP"),
+];
+
+/// Why a forwarding header was not believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unbelieved {
+    /// `limits.client_address_header` is unset.
+    NoHeaderSet,
+    /// The peer is not in `limits.trusted_proxies`.
+    PeerNotTrusted,
+}
+
+/// The forwarding header (`X-Forwarded-For`, `X-Real-IP`) a request counted by address carries
+/// without being believed, and why; `None` when it carries neither or is believed. A believed
+/// peer costs no header lookup; the others two (a hash each).
+fn unbelieved(
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    header: Option<&str>,
+    trusted: &[IpNet],
+) -> Option<(&'static str, Unbelieved)> {
+    let why = match (header, peer) {
+        (None, _) => Unbelieved::NoHeaderSet,
+        // Set, no list: believed from anyone (the start warns about that instead).
+        (Some(_), _) if trusted.is_empty() => return None,
+        (Some(_), Some(p)) if !trusted.iter().any(|n| n.contains(&p.to_canonical())) => {
+            Unbelieved::PeerNotTrusted
+        }
+        (Some(_), _) => return None,
+    };
+    FORWARDING
+        .iter()
+        .find(|(name, _)| headers.contains_key(name))
+        .map(|(_, shown)| (*shown, why))
+}
+
+/// The once-per-server warning: what was seen, and what to set.
+fn warn_unbelieved(seen: &str, why: Unbelieved, peer: Option<IpAddr>) {
+    let peer = peer.map_or_else(
+        || "an unknown peer".to_string(),
+        |p| p.to_canonical().to_string(),
+    );
+    match why {
+        Unbelieved::NoHeaderSet => tracing::warn!(
+            peer = %peer,
+            header = seen,
+            "requests from {peer} carry {seen}, but FLEETMCP_CLIENT_ADDRESS_HEADER (limits.client_address_header) is unset, so their limits count {peer} itself: behind a load balancer every client shares one key (limits.max_sessions_per_key sessions for all). Set FLEETMCP_CLIENT_ADDRESS_HEADER=x-forwarded-for and FLEETMCP_TRUSTED_PROXIES to the balancers' addresses (here {peer}). Logged once; every such request counts in fleetmcp_untrusted_forwarded_headers_total"
+        ),
+        Unbelieved::PeerNotTrusted => tracing::warn!(
+            peer = %peer,
+            header = seen,
+            "requests from {peer} carry {seen}, but {peer} is not in FLEETMCP_TRUSTED_PROXIES (limits.trusted_proxies), so the header is ignored and their limits count {peer} itself: if {peer} is a load balancer, every client behind it shares one key. Add its address or network to FLEETMCP_TRUSTED_PROXIES. Logged once; every such request counts in fleetmcp_untrusted_forwarded_headers_total"
+        ),
+    }
 }
 
 /// One hop: an address, maybe with a port (`1.2.3.4:5`, `[::1]:5`), in canonical form
@@ -193,6 +264,49 @@ mod tests {
         let h = headers("x-real-ip", &["not an address"]);
         let bad = client_address(&h, Some(ip("10.0.0.1")), Some("x-real-ip"), &trusted);
         assert_eq!(bad, Some(ip("10.0.0.1")));
+    }
+
+    /// Forwarding headers not believed are reported when no header is set, or the peer is not
+    /// a listed proxy; never when the header is believed, or the request has none.
+    #[test]
+    fn a_forwarding_header_not_believed_is_reported() {
+        let trusted: Vec<IpNet> = vec!["127.0.0.1/32".parse().unwrap()];
+        let xff = headers("x-forwarded-for", &["203.0.113.7"]);
+        let real = headers("x-real-ip", &["203.0.113.7"]);
+        let none = headers("accept", &["*/*"]);
+        let lb = Some(ip("127.0.0.1"));
+        let other = Some(ip("192.0.2.9"));
+        let h = Some("x-forwarded-for");
+        // No header configured: any peer's forwarding header is ignored.
+        for peer in [lb, other, None] {
+            assert_eq!(
+                unbelieved(&xff, peer, None, &trusted),
+                Some(("X-Forwarded-For", Unbelieved::NoHeaderSet))
+            );
+            assert_eq!(
+                unbelieved(&real, peer, None, &[]),
+                Some(("X-Real-IP", Unbelieved::NoHeaderSet))
+            );
+            assert_eq!(unbelieved(&none, peer, None, &trusted), None);
+        }
+        // Configured, from a listed proxy (its IPv4-mapped form too): believed.
+        assert_eq!(unbelieved(&xff, lb, h, &trusted), None);
+        assert_eq!(
+            unbelieved(&xff, Some(ip("::ffff:127.0.0.1")), h, &trusted),
+            None
+        );
+        // Configured, from a peer not listed: ignored, whichever header it is.
+        assert_eq!(
+            unbelieved(&xff, other, h, &trusted),
+            Some(("X-Forwarded-For", Unbelieved::PeerNotTrusted))
+        );
+        assert_eq!(
+            unbelieved(&real, other, h, &trusted),
+            Some(("X-Real-IP", Unbelieved::PeerNotTrusted))
+        );
+        assert_eq!(unbelieved(&none, other, h, &trusted), None);
+        // Configured with no list: believed from anyone (the start warns instead).
+        assert_eq!(unbelieved(&xff, other, h, &[]), None);
     }
 
     /// A dual-stack listener sees an IPv4 proxy as `::ffff:127.0.0.1`: still the proxy listed
