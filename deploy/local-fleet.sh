@@ -42,6 +42,11 @@ cleanup() {
   wait 2>/dev/null || true
   echo "stopped; logs were in $RUN"
 }
+# Started in the background of a script (`... &` in a non-interactive shell), this script
+# inherits SIGINT ignored, and bash cannot trap a signal ignored at entry: say how to stop it.
+if [ -n "$(trap -p INT)" ]; then
+  echo "note: Ctrl-C cannot reach this script here (SIGINT was ignored when it started, as in a background job); stop it with: kill $$" >&2
+fi
 # HUP too: the processes are not in the terminal's session, so closing it stops them only
 # through this script.
 trap cleanup INT TERM HUP EXIT

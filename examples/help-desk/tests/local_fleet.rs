@@ -98,8 +98,19 @@ impl LocalFleet {
             .expect("the binary's directory")
             .to_path_buf();
         // `setsid`: the script leads a process group of its own, like a terminal's foreground
-        // job. Nothing of the developer's shell reaches it that a newcomer's would not have.
-        let script = Command::new("setsid")
+        // job. Nothing of the developer's shell reaches it that a newcomer's would not have:
+        // that includes SIGINT ignored, which `cargo test` run from a script or in the
+        // background (`&`) inherits and bash cannot trap (issue 38), so it is reset to its
+        // default, as a terminal's job has it.
+        let mut script = Command::new("setsid");
+        // SAFETY: `signal` is async-signal-safe, and nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut script, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let script = script
             .arg("bash")
             .arg(support::repo_root().join("deploy/local-fleet.sh"))
             .args(args)
