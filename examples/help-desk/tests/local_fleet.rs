@@ -245,6 +245,40 @@ fn the_local_fleet_serves_and_ctrl_c_drains_the_instances_before_redis_and_nginx
         assert_served_by(&resp, &holder, &format!("open_ticket on port {port}"));
     }
 
+    // The README's walkthrough, as pasted: its script against this fleet (issue 38: the steps
+    // as written ended the session before sending it elsewhere, and hid the header to look at).
+    let walk = Command::new("bash")
+        .arg(support::repo_root().join("deploy/walkthrough.sh"))
+        .env("LB_PORT", lb.to_string())
+        .env("FIRST_PORT", first.to_string())
+        .output()
+        .expect("run deploy/walkthrough.sh");
+    let said = String::from_utf8_lossy(&walk.stdout).to_string();
+    assert!(
+        walk.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&walk.stderr)
+    );
+    let walk_holder = said
+        .lines()
+        .find_map(|l| l.split("session held by ").nth(1))
+        .unwrap_or_else(|| fleet.fail(&format!("the walkthrough named no holder:\n{said}")))
+        .trim()
+        .to_string();
+    let calls: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("tools/call"))
+        .collect();
+    assert_eq!(calls.len(), 4, "{said}");
+    for line in calls {
+        assert!(
+            line.ends_with(&format!("-> 200, served by {walk_holder}")),
+            "{said}"
+        );
+    }
+    assert!(said.contains("-> 204 (the session ends)"), "{said}");
+    assert!(!said.contains("has 0 fleetmcp_ samples"), "{said}");
+
     fleet.ctrl_c();
     let printed = fleet.output();
     assert!(printed.contains("stopped; logs were in"), "{printed}");
