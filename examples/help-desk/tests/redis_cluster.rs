@@ -230,3 +230,165 @@ fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }
+
+/// Messages between servers caused by publishing, summed over every node of `cluster`:
+/// (`cluster_stats_messages_publish_sent`, `cluster_stats_messages_publishshard_sent`), and the
+/// `PUBLISH` and `SPUBLISH` commands the nodes ran. Redis prints a message type only once one
+/// was sent: a missing line is 0.
+fn publish_costs(cluster: &RedisCluster) -> [u64; 4] {
+    let field = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut sum = [0; 4];
+    for node in cluster.nodes.iter() {
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        let stats = node.cli(&["INFO", "commandstats"]);
+        sum[0] += field(&info, "cluster_stats_messages_publish_sent");
+        sum[1] += field(&info, "cluster_stats_messages_publishshard_sent");
+        sum[2] += field(&stats, "cmdstat_publish:calls=");
+        sum[3] += field(&stats, "cmdstat_spublish:calls=");
+    }
+    sum
+}
+
+/// The node that replicates the master at `port`.
+fn replica_of(cluster: &RedisCluster, port: u16) -> &support_redis::RedisServer {
+    let marker = format!("master_port:{port}");
+    cluster
+        .nodes
+        .iter()
+        .find(|n| n.cli(&["INFO", "replication"]).contains(&marker))
+        .expect("the master has a replica")
+}
+
+/// Sharded pub/sub (issue 37): on a cluster of three masters with a replica each (Redis 7), a
+/// notification for a session held on another instance costs one `SPUBLISH` and one message
+/// between servers (to the replica of the shard that owns the holder's channel), as one Redis
+/// with one replica would (one replication message), not a `PUBLISH` copied to the five other
+/// nodes. The holder's presence is counted on its channel's shard (`PUBSUB SHARDNUMSUB`); its
+/// subscription follows a `CLUSTER FAILOVER` of that shard; once it is SIGKILLed, the other
+/// instance finds it gone and serves its session.
+#[test]
+fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.nodes_env();
+    let env = [
+        ("REDIS_CLUSTER_NODES", nodes.as_str()),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+    ];
+    let mut a = distributed_desk("desk-a", "", &env);
+    let b = distributed_desk("desk-b", "", &env);
+    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
+        assert_log_has(i, who, VALIDATED);
+    }
+    let sa = open_session(a.port());
+    let mut stream = open_get_stream(a.port(), &sa);
+    let sb = open_session(b.port());
+    let page = |text: &str| {
+        call_tool(
+            b.port(),
+            &sb,
+            &[],
+            "page_session",
+            json!({"session_id": sa, "message": text}),
+        )
+    };
+    let channel = "mcp:ha:notify:desk-a";
+
+    // Ten pages from B to A's session: what they cost the cluster.
+    const PAGES: u64 = 10;
+    let before = publish_costs(&cluster);
+    for n in 0..PAGES {
+        let text = format!("page {n} for A");
+        let resp = page(&text);
+        assert_tool_ok(&resp, "page A's session from B");
+        assert_eq!(
+            resp.json()["result"]["structuredContent"]["delivered"],
+            true,
+            "{}",
+            resp.describe()
+        );
+        read_stream_until(&mut stream, &[&text]);
+    }
+    let after = publish_costs(&cluster);
+    let [bus, bus_shard, publish, spublish] =
+        [0, 1, 2, 3].map(|i| after[i].saturating_sub(before[i]));
+    eprintln!(
+        "{PAGES} notifications on 3 masters x 2: {publish} PUBLISH, {spublish} SPUBLISH, {bus} publish and {bus_shard} publishshard messages between nodes"
+    );
+    assert_eq!(
+        (publish, bus),
+        (0, 0),
+        "no classic PUBLISH, copied to every node ({bus} bus messages for {PAGES} notifications)"
+    );
+    assert_eq!(spublish, PAGES, "one SPUBLISH per notification");
+    assert_eq!(
+        bus_shard, PAGES,
+        "one message between servers per notification: to the shard's replica"
+    );
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Sharded",
+    );
+
+    // A's presence, on its channel's shard; the classic subscription beside it.
+    let master = cluster.master_of(channel);
+    let shard_count = |node: &support_redis::RedisServer| {
+        node.cli(&["PUBSUB", "SHARDNUMSUB", channel])
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(shard_count(master), "1", "A listens on its channel's shard");
+    let replica = replica_of(&cluster, master.port);
+
+    // The shard fails over (its replica takes over the slots): A subscribes again on the new
+    // master, and a page still reaches it.
+    assert_eq!(replica.cli(&["CLUSTER", "FAILOVER"]), "OK");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(replica.cli(&["ROLE"]).starts_with("master") && shard_count(replica) == "1") {
+        assert!(
+            Instant::now() < deadline,
+            "A did not subscribe again on the new master: {}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] lost a channel subscription; subscribing again",
+    );
+    let resp = page("after the failover");
+    assert_eq!(
+        resp.json()["result"]["structuredContent"]["delivered"],
+        true,
+        "{}",
+        resp.describe()
+    );
+    read_stream_until(&mut stream, &["after the failover"]);
+    drop(stream);
+    // Each page reached A once: none came a second way (which A would drop as a replay).
+    assert_eq!(count(&a, "[HA] Dropped a notification"), 0, "{}", a.log());
+
+    // A is killed: B finds its channel's shard empty and serves its session at once.
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let resp = loop {
+        let resp = call_tool(b.port(), &sa, &[], "find_tickets", json!({}));
+        if resp.status != 503 || Instant::now() > deadline {
+            break resp;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_served_by(&resp, "desk-b", "a killed holder's session, on B");
+    b.assert_no_panic_logged();
+}

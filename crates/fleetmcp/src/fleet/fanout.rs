@@ -158,6 +158,7 @@ pub(super) async fn listen(
     super::subscription::keep(
         redis,
         channel(&key_prefix),
+        super::subscription::Reach::Fleet,
         None,
         stop,
         move |payload| {
