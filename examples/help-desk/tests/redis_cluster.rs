@@ -337,6 +337,46 @@ fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
         "Redis pub/sub for one instance's channels: Sharded",
     );
 
+    // A resource updated on B, to a subscriber on A (the fleet's changes channel): one
+    // `SPUBLISH` and one message between servers too.
+    let opened = call_tool(
+        a.port(),
+        &sa,
+        &[],
+        "open_ticket",
+        json!({"title": "sharded printer"}),
+    );
+    assert_tool_ok(&opened, "open a ticket on A");
+    let id = opened.json()["result"]["structuredContent"]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no ticket id: {}", opened.describe()));
+    let uri = format!("helpdesk://tickets/{id}");
+    let subscribe = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe",
+                           "params": {"uri": uri}});
+    let resp = post_with(a.port(), Some(&sa), &[], &subscribe, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "subscribe:\n{}", resp.describe());
+    let before = publish_costs(&cluster);
+    let closed = call_tool(
+        b.port(),
+        &sb,
+        &[],
+        "close_ticket",
+        json!({"id": id, "resolution": "resharded"}),
+    );
+    assert_tool_ok(&closed, "close it on B");
+    read_stream_until(&mut stream, &["notifications/resources/updated", &uri]);
+    let after = publish_costs(&cluster);
+    let [bus, bus_shard, publish, spublish] =
+        [0, 1, 2, 3].map(|i| after[i].saturating_sub(before[i]));
+    eprintln!(
+        "1 resource update on 3 masters x 2: {publish} PUBLISH, {spublish} SPUBLISH, {bus} publish and {bus_shard} publishshard messages between nodes"
+    );
+    assert_eq!(
+        [publish, spublish, bus, bus_shard],
+        [0, 1, 0, 1],
+        "one SPUBLISH, one message to the shard's replica"
+    );
+
     // A's presence, on its channel's shard; the classic subscription beside it.
     let master = cluster.master_of(channel);
     let shard_count = |node: &support_redis::RedisServer| {

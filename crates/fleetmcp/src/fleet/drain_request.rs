@@ -101,7 +101,7 @@ pub(crate) async fn request(
     );
     // Subscribed before the request goes, so the answer cannot come first.
     let mut replies = redis
-        .subscribe_one(&reply_to)
+        .subscribe_sharded(&reply_to)
         .await
         .map_err(|e| e.to_string())?;
     let message = DrainRequest {

@@ -70,6 +70,8 @@ impl RedisFanout {
 
 /// The worker that publishes changes on `channel`, one at a time.
 fn publisher(redis: RedisConn, channel: String) -> Lanes<String> {
+    // Sharded on a Redis 7 cluster once every instance listens so (`redis_conn/sharded.rs`).
+    let channel = std::sync::Arc::new(crate::redis_conn::Broadcast::new(channel));
     Lanes::new(
         "changes to publish to the fleet",
         1,
@@ -77,10 +79,7 @@ fn publisher(redis: RedisConn, channel: String) -> Lanes<String> {
         move |payload: String| {
             let (redis, channel) = (redis.clone(), channel.clone());
             async move {
-                let sent: Result<i64, _> = redis
-                    .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-                    .await;
-                if let Err(e) = sent {
+                if let Err(e) = channel.publish(&redis, &payload).await {
                     tracing::warn!(error = %e, "[HA] a change could not be sent to the other instances");
                 }
             }
@@ -158,7 +157,6 @@ pub(super) async fn listen(
     super::subscription::keep(
         redis,
         channel(&key_prefix),
-        super::subscription::Reach::Fleet,
         None,
         stop,
         move |payload| {

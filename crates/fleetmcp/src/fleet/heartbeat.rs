@@ -124,7 +124,7 @@ impl Heartbeat {
         // now on sees this one alive.
         // Redis may be down at start: the instance still starts (its `/readyz` says not ready
         // until the heartbeat is written) and subscribes once Redis answers.
-        let messages = match ha.redis.subscribe_one(&ha.channel).await {
+        let messages = match ha.redis.subscribe_sharded(&ha.channel).await {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(error = %e, channel = %ha.channel, "[HA] cannot subscribe to this instance's channel yet; retrying");
@@ -139,7 +139,6 @@ impl Heartbeat {
         tokio::spawn(super::subscription::keep(
             ha.redis.clone(),
             ha.channel.clone(),
-            super::subscription::Reach::One,
             messages,
             stop,
             on_message,

@@ -4,10 +4,9 @@
 //! before Redis confirmed it, so nothing published while this instance still counted as a
 //! receiver is lost.
 //!
-//! A channel one instance listens on ([`Reach::One`]: its own) is sharded on a cluster that has
-//! it (`redis_conn/sharded.rs`): its subscription is also lost when Redis moves the channel's
-//! slot or demotes its master (a failover), and is made again likewise, on the slot's master
-//! then.
+//! On a cluster that has it, the subscription is sharded (`redis_conn/sharded.rs`): it is also
+//! lost when Redis moves the channel's slot or demotes its master (a failover), and is made
+//! again likewise, on the slot's master then.
 
 use std::time::Duration;
 
@@ -16,22 +15,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::redis_conn::{RedisConn, Subscription};
 
-/// Who listens on a channel: how it is subscribed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reach {
-    /// Every instance (the changes channel): classic.
-    Fleet,
-    /// One instance (its own channel): sharded where the cluster has it.
-    One,
-}
-
 /// Keeps `channel` subscribed until `stop`, handing each message's payload to `on_message`,
 /// and telling `on_presence` whether the subscription is up (it is lost and made again).
 /// `messages`: a subscription already made, if any.
 pub(super) async fn keep(
     redis: RedisConn,
     channel: String,
-    reach: Reach,
     mut messages: Option<Subscription>,
     stop: CancellationToken,
     on_message: impl Fn(&[u8]),
@@ -78,11 +67,7 @@ pub(super) async fn keep(
                 _ = tokio::time::sleep(delay) => {}
                 _ = stop.cancelled() => return,
             }
-            let made = match reach {
-                Reach::Fleet => redis.subscribe(&channel).await,
-                Reach::One => redis.subscribe_one(&channel).await,
-            };
-            match made {
+            match redis.subscribe_sharded(&channel).await {
                 Ok(m) => break Some(m),
                 Err(e) => tracing::debug!(error = %e, %channel, "[HA] subscribing again failed"),
             }

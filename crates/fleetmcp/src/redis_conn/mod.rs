@@ -48,7 +48,7 @@ mod sharded;
 
 pub(crate) use pubsub::Subscription;
 pub(crate) use sentinel::server_info;
-pub(crate) use sharded::slot_of;
+pub(crate) use sharded::{Broadcast, slot_of};
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

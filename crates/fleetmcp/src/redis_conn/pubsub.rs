@@ -16,7 +16,10 @@ impl RedisConn {
     /// Like [`RedisConn::subscribe`], for a channel one instance listens on (its own channel, a
     /// reply channel): sharded on a cluster whose nodes all run Redis 7 or later, with the
     /// classic subscription beside it (`sharded.rs`); classic elsewhere.
-    pub(crate) async fn subscribe_one(&self, channel: &str) -> Result<Subscription, CommandError> {
+    pub(crate) async fn subscribe_sharded(
+        &self,
+        channel: &str,
+    ) -> Result<Subscription, CommandError> {
         if self.pubsub_mode().await == PubSubMode::Classic {
             return self.subscribe(channel).await;
         }

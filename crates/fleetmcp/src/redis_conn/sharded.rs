@@ -352,6 +352,66 @@ impl RedisConn {
     }
 }
 
+/// How long a [`Broadcast`]'s verdict (does an older listener remain?) holds.
+const BROADCAST_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Publishing on a channel every instance listens on (the changes channel): sharded once no
+/// listener is classic only (an older release), else classic, which every listener hears.
+pub(crate) struct Broadcast {
+    channel: String,
+    /// When it was last checked, and whether every listener then listened sharded.
+    verdict: parking_lot::Mutex<Option<(std::time::Instant, bool)>>,
+}
+
+impl Broadcast {
+    pub(crate) fn new(channel: String) -> Self {
+        Self {
+            channel,
+            verdict: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Publishes `payload` one way. On a sharded cluster, whether to `SPUBLISH` is checked at
+    /// most every [`BROADCAST_RECHECK`] (`PUBSUB NUMSUB` against `SHARDNUMSUB`, every master:
+    /// one command each), and only while changes are published: an idle fleet pays nothing.
+    /// An older instance that joins meanwhile misses at most that long of changes.
+    pub(crate) async fn publish(
+        &self,
+        redis: &RedisConn,
+        payload: &str,
+    ) -> Result<(), CommandError> {
+        let sharded = redis.pubsub_mode().await == PubSubMode::Sharded && {
+            let known = *self.verdict.lock();
+            match known {
+                Some((at, verdict)) if at.elapsed() < BROADCAST_RECHECK => verdict,
+                _ => {
+                    let verdict = redis.every_listener_sharded(&self.channel).await?;
+                    *self.verdict.lock() = Some((std::time::Instant::now(), verdict));
+                    verdict
+                }
+            }
+        };
+        let mut publish = redis::cmd(if sharded { "SPUBLISH" } else { "PUBLISH" });
+        publish.arg(&self.channel).arg(payload);
+        redis.run::<i64>(publish).await.map(|_| ())
+    }
+}
+
+impl RedisConn {
+    /// Whether every listener of `channel` listens sharded: none listens classically only.
+    async fn every_listener_sharded(&self, channel: &str) -> Result<bool, CommandError> {
+        let every = || RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
+        let count = |what: &str| {
+            let mut count = redis::cmd("PUBSUB");
+            count.arg(what).arg(channel);
+            count
+        };
+        let classic = first_count(self.routed(count("NUMSUB"), every()).await?);
+        let sharded = first_count(self.routed(count("SHARDNUMSUB"), every()).await?);
+        Ok(classic <= sharded)
+    }
+}
+
 /// The count in a `PUBSUB NUMSUB` / `SHARDNUMSUB` answer for one channel (a flat array, or a
 /// map as a cluster's combined answer is); 0 when it names none.
 fn first_count(answer: Value) -> i64 {
