@@ -1,6 +1,7 @@
 //! List changes and resource updates across the fleet: what one instance announces reaches the
 //! `subscriptions/listen` streams and the subscribed sessions of every other, through one
-//! channel every instance listens on, `<prefix>changes`.
+//! channel every instance listens on, `<prefix>changes` (sharded on a Redis 7 cluster once every
+//! instance listens so: `redis_conn/sharded.rs`).
 //!
 //! Every message is signed like a message on an instance's channel ([`super::channel_auth`]),
 //! for the whole fleet (target [`FLEET`]): a `PUBLISH` by anyone who can reach Redis is dropped,

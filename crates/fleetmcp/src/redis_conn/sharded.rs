@@ -1,39 +1,46 @@
-//! Sharded pub/sub on a Redis Cluster: a message for one instance touches one shard, not every
-//! node.
+//! Sharded pub/sub on a Redis Cluster: a message touches one shard, not every node.
 //!
 //! A classic `PUBLISH` on a cluster is sent by the node that runs it to every other node over the
 //! cluster bus (5 bus messages on 3 masters with a replica each), whoever listens. `SPUBLISH`
 //! (Redis 7.0) keeps it inside the shard that owns the channel's slot (1 bus message there: to
-//! the master's replica), as one Redis with one replica would (1 replication message).
+//! the master's replica), as one Redis with one replica would (1 replication message). Its
+//! listeners subscribe on that shard's master, so a channel the whole fleet listens on puts all
+//! its subscribers on one master: as classic pub/sub did here already (every subscriber on the
+//! first configured node), and as one Redis does.
 //!
 //! The channels (see `docs/ARCHITECTURE.md`, "Redis Cluster"):
 //!
-//! | channel | who listens | way on a cluster of Redis ≥ 7 |
+//! | channel | who listens | on a cluster of Redis ≥ 7 |
 //! |---|---|---|
-//! | `<haPrefix>notify:<nodeId>` (notifications for one session, drain requests, presence) | that instance | sharded |
+//! | `<haPrefix>notify:<nodeId>` (notifications for one session, drain requests; its subscription is the instance's presence) | that instance | sharded |
 //! | `<haPrefix>drain-reply:<random>` (the answer to one drain request) | the operator's command | sharded |
-//! | `<haPrefix>changes` (list changes, resource updates) | every instance | classic |
-//! | `<taskPrefix>cancel:<taskId>`, `input:<taskId>` | every instance, by one pattern | classic (sharded pub/sub has no patterns) |
+//! | `<haPrefix>changes` (list changes, resource updates) | every instance | sharded once no listener is classic only ([`Broadcast`]) |
+//! | `<taskPrefix>cancel:<taskId>`, `input:<taskId>` (rare) | every instance, by one pattern | classic: sharded pub/sub has no patterns |
 //!
 //! Which way, decided once per connection ([`PubSubMode`], logged once): sharded when Redis is
-//! a cluster and every node reports `redis_version` 7 or later in `INFO server`; classic on one
-//! server, with Sentinel (one server: classic costs no more there) and on an older cluster, or
-//! while the versions cannot be read (asked again next time).
+//! a cluster and every master reports `redis_version` 7 or later in `INFO server`; classic on
+//! one server, with Sentinel (one server: a classic message touches it alone) and on an older
+//! cluster, and while the versions cannot be read (asked again next time).
 //!
-//! Mixed fleets (a rolling upgrade, or a node that refuses `SSUBSCRIBE` after all) lose nothing:
-//! - a sharded listener subscribes to its channel both ways, on one RESP3 connection to the
-//!   slot's master, so an instance that only `PUBLISH`es (an older release) still reaches it;
-//! - a sender `SPUBLISH`es, and when that reached nobody (an older listener subscribes only
-//!   classically) `PUBLISH`es: one message for a new listener, two for an old one; a message
-//!   never arrives twice, since a listener hears `SPUBLISH` only when it counted;
+//! Mixed fleets (a rolling upgrade of fleetmcp, or a node that refuses `SSUBSCRIBE` after all)
+//! lose nothing:
+//! - a sharded listener subscribes to its channel both ways (`SSUBSCRIBE` and `SUBSCRIBE`), on
+//!   one RESP3 connection to the slot's master, so an older instance that only `PUBLISH`es
+//!   still reaches it;
+//! - a message for one listener is `SPUBLISH`ed, and `PUBLISH`ed instead only when nobody in
+//!   the cluster listens on it sharded (an older listener): one message for a new listener,
+//!   two for an old one, never two deliveries ([`RedisConn::publish_one`]);
+//! - a message for every listener goes one way: `SPUBLISH` once every listener listens sharded
+//!   (checked at most every 5 s while changes are published), else `PUBLISH`;
 //! - presence is `PUBSUB SHARDNUMSUB` on the slot's master (one command), and, only when that
-//!   finds nobody, the classic `PUBSUB NUMSUB` (every node): an older instance is never taken
-//!   for gone.
+//!   finds nobody, the classic `PUBSUB NUMSUB` (every master): an older instance is never
+//!   taken for gone.
 //!
 //! A sharded subscription is lost when its connection drops (the master failed), or when Redis
 //! unsubscribes it (`sunsubscribe`: the slot moved, or its master became a replica, as
 //! `CLUSTER FAILOVER` does): the subscription's stream then ends, and its keeper subscribes
-//! again (`fleet/subscription.rs`), on the master that owns the slot then.
+//! again (`fleet/subscription.rs`), on the master that owns the slot then. Messages published
+//! meanwhile are lost, as on a classic reconnection.
 
 use std::sync::atomic::Ordering;
 
