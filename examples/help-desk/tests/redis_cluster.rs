@@ -303,16 +303,12 @@ fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
     // Ten pages from B to A's session: what they cost the cluster.
     const PAGES: u64 = 10;
     let before = publish_costs(&cluster);
+    let mut delivered = Vec::new();
     for n in 0..PAGES {
         let text = format!("page {n} for A");
         let resp = page(&text);
         assert_tool_ok(&resp, "page A's session from B");
-        assert_eq!(
-            resp.json()["result"]["structuredContent"]["delivered"],
-            true,
-            "{}",
-            resp.describe()
-        );
+        delivered.push(resp.json()["result"]["structuredContent"]["delivered"].clone());
         read_stream_until(&mut stream, &[&text]);
     }
     let after = publish_costs(&cluster);
@@ -330,6 +326,12 @@ fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
     assert_eq!(
         bus_shard, PAGES,
         "one message between servers per notification: to the shard's replica"
+    );
+    // Reported delivered: the count is the listener's own shard's (a classic `PUBLISH` counts
+    // only the subscribers of the node that ran it, which need not be the listener's).
+    assert!(
+        delivered.iter().all(|d| *d == Value::Bool(true)),
+        "{delivered:?}"
     );
     assert_log_has(
         &a,
@@ -431,4 +433,54 @@ fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
     };
     assert_served_by(&resp, "desk-b", "a killed holder's session, on B");
     b.assert_no_panic_logged();
+}
+
+/// The same notification on one Redis (the baseline of the cluster's figure above): one
+/// `PUBLISH` each, classic pub/sub kept (one server: a message touches it alone), and the mode
+/// logged once.
+#[test]
+fn a_notification_for_one_session_on_one_redis_costs_one_publish() {
+    let redis = support_redis::RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sa = open_session(a.port());
+    let mut stream = open_get_stream(a.port(), &sa);
+    let sb = open_session(b.port());
+    let calls = |name: &str| -> u64 {
+        let stats = redis.cli(&["INFO", "commandstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    const PAGES: u64 = 10;
+    let before = (calls("publish"), calls("spublish"));
+    for n in 0..PAGES {
+        let text = format!("page {n} for A");
+        let resp = call_tool(
+            b.port(),
+            &sb,
+            &[],
+            "page_session",
+            json!({"session_id": sa, "message": text}),
+        );
+        assert_eq!(
+            resp.json()["result"]["structuredContent"]["delivered"],
+            true,
+            "{}",
+            resp.describe()
+        );
+        read_stream_until(&mut stream, &[&text]);
+    }
+    let (publish, spublish) = (calls("publish") - before.0, calls("spublish") - before.1);
+    eprintln!("{PAGES} notifications on one Redis: {publish} PUBLISH, {spublish} SPUBLISH");
+    assert_eq!((publish, spublish), (PAGES, 0));
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Classic (one server",
+    );
 }

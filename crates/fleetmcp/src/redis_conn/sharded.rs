@@ -18,7 +18,8 @@
 //! | `<taskPrefix>cancel:<taskId>`, `input:<taskId>` (rare) | every instance, by one pattern | classic: sharded pub/sub has no patterns |
 //!
 //! Which way, decided once per connection ([`PubSubMode`], logged once): sharded when Redis is
-//! a cluster and every master reports `redis_version` 7 or later in `INFO server`; classic on
+//! a cluster and every node asked (the masters at least) reports `redis_version` 7 or later in
+//! `INFO server`; classic on
 //! one server, with Sentinel (one server: a classic message touches it alone) and on an older
 //! cluster, and while the versions cannot be read (asked again next time).
 //!
@@ -157,8 +158,10 @@ impl RedisConn {
             )
         } else {
             // Every node, replicas too: a replica promoted later serves the slot.
-            // Every node the cluster connection holds (its masters): a replica that does not
-            // know `SSUBSCRIBE` once promoted is met by the fallbacks below.
+            // Every node the cluster connection reaches (the `redis` crate's `AllNodes`; the
+            // masters at least): a replica that does not know `SSUBSCRIBE` once promoted is met
+            // by the fallbacks (`subscribe_sharded` listens classically then, senders publish
+            // classically when `SPUBLISH` is unknown or reached nobody).
             let every = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
             let mut info = redis::cmd("INFO");
             info.arg("server");
@@ -180,17 +183,17 @@ impl RedisConn {
                 Some(v) if v >= 7 => (
                     PubSubMode::Sharded,
                     format!(
-                        "every one of {} masters runs Redis {v} or later: messages for one instance stay in one shard",
+                        "every one of the {} nodes asked runs Redis {v} or later: messages stay in one shard",
                         infos.len()
                     ),
                 ),
                 Some(v) => (
                     PubSubMode::Classic,
-                    format!("a master runs Redis {v}, older than 7.0 (no SPUBLISH)"),
+                    format!("a node runs Redis {v}, older than 7.0 (no SPUBLISH)"),
                 ),
                 None => (
                     PubSubMode::Classic,
-                    "a master's INFO names no redis_version".to_string(),
+                    "a node's INFO names no redis_version".to_string(),
                 ),
             }
         };
