@@ -484,3 +484,110 @@ fn a_notification_for_one_session_on_one_redis_costs_one_publish() {
         "Redis pub/sub for one instance's channels: Classic (one server",
     );
 }
+
+/// A rolling upgrade on a sharded cluster: an instance of an older release, which only knows
+/// classic pub/sub (played by `redis-cli SUBSCRIBE` on the first node, as it subscribes, and
+/// `redis-cli PUBLISH`), and a current one. The older listener counts as present (a drain
+/// request for it is sent, not refused as "no running instance"), and hears a drain request
+/// and the changes once each; what the older one publishes on the current one's channel
+/// reaches it (and is refused there, being unsigned).
+#[test]
+fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes_env();
+    let env = [("REDIS_CLUSTER_NODES", nodes.as_str())];
+    let a = distributed_desk("desk-a", "", &env);
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Sharded",
+    );
+    let scratch = support::TempDir::new("cluster-older");
+    let heard_path = scratch.path().join("older-heard");
+    let heard_file = std::fs::File::create(&heard_path).expect("a capture file");
+    let mut older = Command::new(std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into()))
+        .args(["-p", &cluster.nodes[0].port.to_string()])
+        .args(["SUBSCRIBE", "mcp:ha:notify:desk-old", "mcp:ha:changes"])
+        .stdout(heard_file)
+        .spawn()
+        .expect("redis-cli SUBSCRIBE");
+    let heard = || std::fs::read_to_string(&heard_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while heard().matches("subscribe").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the older listener never subscribed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A drain request for the older instance: present (its classic subscription is counted),
+    // reached once (classically, `SPUBLISH` having reached nobody), unanswered (it is played).
+    let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    ctl.args(["fleet", "drain", "desk-old"])
+        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_HOST")
+        .env_remove("REDIS_PORT")
+        .env_remove("FLEETMCP_CONFIG")
+        .env_remove("FRONTMCP_HA_KEY_PREFIX");
+    let out = support::run(&mut ctl, Duration::from_secs(15), scratch.path());
+    assert!(
+        out.stderr.contains("did not answer the drain request"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        heard().matches("\"kind\":\"drain\"").count(),
+        1,
+        "the older listener heard the request once:\n{}",
+        heard()
+    );
+
+    // A change announced by the current instance reaches the older one (classically, since a
+    // listener there is classic only).
+    let sid = open_session(a.port());
+    let opened = call_tool(
+        a.port(),
+        &sid,
+        &[],
+        "open_ticket",
+        json!({"title": "mixed"}),
+    );
+    assert_tool_ok(&opened, "open a ticket");
+    let id = opened.json()["result"]["structuredContent"]["id"]
+        .as_u64()
+        .unwrap_or_default();
+    let closed = call_tool(
+        a.port(),
+        &sid,
+        &[],
+        "close_ticket",
+        json!({"id": id, "resolution": "upgraded"}),
+    );
+    assert_tool_ok(&closed, "close it");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !heard().contains(&format!("helpdesk://tickets/{id}")) {
+        assert!(
+            Instant::now() < deadline,
+            "the older listener never heard the change:\n{}",
+            heard()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // What an older instance publishes on the current one's channel reaches it.
+    let unsigned = json!({"kind": "notification", "sessionId": sid,
+        "notification": {"method": "notifications/message", "params": {}},
+        "sourceNodeId": "desk-old", "timestamp": 1, "auth": "v1;1;1;x;x"});
+    cluster.cli(&["PUBLISH", "mcp:ha:notify:desk-a", &unsigned.to_string()]);
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] Dropped a notification on this instance's channel",
+    );
+    let _ = older.kill();
+    let _ = older.wait();
+    a.assert_no_panic_logged();
+}

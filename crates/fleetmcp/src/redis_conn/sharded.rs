@@ -240,13 +240,7 @@ impl RedisConn {
         channel: &str,
         payload: &str,
     ) -> Result<i64, CommandError> {
-        let every = || RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
-        let count_everywhere = |what: &'static str| {
-            let mut count = redis::cmd("PUBSUB");
-            count.arg(what).arg(channel);
-            let routed = self.routed(count, every());
-            async move { routed.await.map(first_count) }
-        };
+        let count_everywhere = |what: &'static str| self.count_everywhere(what, channel);
         if self.pubsub_mode().await == PubSubMode::Sharded {
             let mut spublish = redis::cmd("SPUBLISH");
             spublish.arg(channel).arg(payload);
@@ -288,10 +282,7 @@ impl RedisConn {
                 return Ok(n);
             }
         }
-        let counts: Value = self
-            .run(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).clone())
-            .await?;
-        Ok(first_count(counts))
+        self.count_everywhere("NUMSUB", channel).await
     }
 
     /// A dedicated RESP3 connection to the master of `channel`'s slot, subscribed to it both
@@ -410,15 +401,17 @@ impl Broadcast {
 impl RedisConn {
     /// Whether every listener of `channel` listens sharded: none listens classically only.
     async fn every_listener_sharded(&self, channel: &str) -> Result<bool, CommandError> {
-        let every = || RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllNodes, None));
-        let count = |what: &str| {
-            let mut count = redis::cmd("PUBSUB");
-            count.arg(what).arg(channel);
-            count
-        };
-        let classic = first_count(self.routed(count("NUMSUB"), every()).await?);
-        let sharded = first_count(self.routed(count("SHARDNUMSUB"), every()).await?);
+        let classic = self.count_everywhere("NUMSUB", channel).await?;
+        let sharded = self.count_everywhere("SHARDNUMSUB", channel).await?;
         Ok(classic <= sharded)
+    }
+
+    /// `PUBSUB <what> <channel>` (`NUMSUB` or `SHARDNUMSUB`) on every node, summed: the
+    /// `redis` crate routes both so and adds up the counts.
+    async fn count_everywhere(&self, what: &str, channel: &str) -> Result<i64, CommandError> {
+        let mut count = redis::cmd("PUBSUB");
+        count.arg(what).arg(channel);
+        self.run::<Value>(count).await.map(first_count)
     }
 }
 
