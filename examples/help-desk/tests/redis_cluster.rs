@@ -490,7 +490,8 @@ fn a_notification_for_one_session_on_one_redis_costs_one_publish() {
 /// `redis-cli PUBLISH`), and a current one. The older listener counts as present (a drain
 /// request for it is sent, not refused as "no running instance"), and hears a drain request
 /// and the changes once each; what the older one publishes on the current one's channel
-/// reaches it (and is refused there, being unsigned).
+/// reaches it (and is refused there, being unsigned). The current one is drained through the
+/// cluster by the operator's command.
 #[test]
 fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluster() {
     let cluster = RedisCluster::start(3, 0);
@@ -589,5 +590,24 @@ fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluste
     );
     let _ = older.kill();
     let _ = older.wait();
+
+    // And the current instance is found and drained on the cluster (classic pub/sub counted
+    // only the subscribers of the node that ran `PUBLISH`, not the listener's: "no running
+    // instance listens as desk-a").
+    let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    ctl.args(["fleet", "drain", "desk-a"])
+        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_HOST")
+        .env_remove("REDIS_PORT")
+        .env_remove("FLEETMCP_CONFIG")
+        .env_remove("FRONTMCP_HA_KEY_PREFIX");
+    let out = support::run(&mut ctl, Duration::from_secs(15), scratch.path());
+    assert!(
+        out.success() && out.stdout.contains("drain requested and accepted"),
+        "{}",
+        out.describe()
+    );
     a.assert_no_panic_logged();
 }
