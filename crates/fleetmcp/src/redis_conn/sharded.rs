@@ -34,8 +34,9 @@
 //! - a message for every listener goes one way: `SPUBLISH` once every listener listens sharded
 //!   (checked at most every 5 s while changes are published), else `PUBLISH`;
 //! - presence is `PUBSUB SHARDNUMSUB` on the slot's master (one command), and, only when that
-//!   finds nobody, the classic `PUBSUB NUMSUB` (every master): an older instance is never
-//!   taken for gone.
+//!   finds nobody, the same on the master `CLUSTER SLOTS` names now (the cluster connection's
+//!   map may be stale after a failover), then the classic `PUBSUB NUMSUB` (every master): an
+//!   older instance is never taken for gone.
 //!
 //! A sharded subscription is lost when its connection drops (the master failed), or when Redis
 //! unsubscribes it (`sunsubscribe`: the slot moved, or its master became a replica, as
@@ -230,11 +231,12 @@ impl RedisConn {
     /// classic if nobody listens sharded (see the module's comment).
     ///
     /// `SPUBLISH` and `PUBLISH` count only the receivers on the node that ran them, so a 0 is
-    /// checked on every node before it is believed (a rare case: nobody listens, or the
-    /// cluster's map was stale). After a failover the `redis` crate may still route the slot to
-    /// its old master, now a replica of the same shard: Redis runs `SPUBLISH` there, and it
-    /// reaches the shard's subscribers all the same. Publishing again classically would then
-    /// deliver the message twice.
+    /// checked before it is believed (a rare case: nobody listens, or the cluster connection's
+    /// slot map was stale): on the slot's master now ([`RedisConn::shard_listeners_now`]). After
+    /// a failover the `redis` crate may still route the slot to its old master, now a replica of
+    /// the same shard: Redis runs `SPUBLISH` there, and it reaches the shard's subscribers all
+    /// the same (publishing again classically would deliver the message twice); a node of
+    /// another shard answers `MOVED`, which the crate follows.
     pub(crate) async fn publish_one(
         &self,
         channel: &str,
@@ -247,7 +249,7 @@ impl RedisConn {
             match self.run::<i64>(spublish).await {
                 Ok(n) if n > 0 => return Ok(n),
                 Ok(_) => {
-                    let listening = count_everywhere("SHARDNUMSUB").await?;
+                    let listening = self.shard_listeners_now(channel).await?;
                     if listening > 0 {
                         return Ok(listening);
                     }
@@ -281,8 +283,50 @@ impl RedisConn {
             if n > 0 {
                 return Ok(n);
             }
+            let n = self.shard_listeners_now(channel).await?;
+            if n > 0 {
+                return Ok(n);
+            }
         }
         self.count_everywhere("NUMSUB", channel).await
+    }
+
+    /// Sharded listeners of `channel` on the master that serves its slot now, asked on a
+    /// connection of its own: the cluster connection's slot map may be stale after a failover
+    /// (the `redis` crate learns of one from a `MOVED`, and `SPUBLISH` or `SHARDNUMSUB` sent to
+    /// the demoted master are answered there, not moved), and reaches no node it has not
+    /// connected to (a promoted replica). Only when a count said 0: a rare case.
+    async fn shard_listeners_now(&self, channel: &str) -> Result<i64, CommandError> {
+        let cfg = &self.inner.cfg;
+        let config_error =
+            |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+        let slots: Value = self.run(redis::cmd("CLUSTER").arg("SLOTS").clone()).await?;
+        let (host, port) = master_in(&slots, slot_of(channel.as_bytes())).ok_or_else(|| {
+            CommandError::Unavailable(format!("no master serves the slot of {channel}"))
+        })?;
+        let client = cfg
+            .client_for(
+                cfg.server_connection_info(&host, port)
+                    .map_err(config_error)?,
+            )
+            .map_err(config_error)?;
+        let bound = cfg.connect_timeout() + cfg.command_timeout();
+        let ask = async {
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(unavailable)?;
+            redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(channel)
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(unavailable)
+        };
+        match tokio::time::timeout(bound, ask).await {
+            Ok(answer) => answer.map(first_count),
+            Err(_) => Err(CommandError::Timeout(bound.as_millis() as u64)),
+        }
     }
 
     /// A dedicated RESP3 connection to the master of `channel`'s slot, subscribed to it both
