@@ -230,3 +230,384 @@ fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
 }
+
+/// Messages between servers caused by publishing, summed over every node of `cluster`:
+/// (`cluster_stats_messages_publish_sent`, `cluster_stats_messages_publishshard_sent`), and the
+/// `PUBLISH` and `SPUBLISH` commands the nodes ran. Redis prints a message type only once one
+/// was sent: a missing line is 0.
+fn publish_costs(cluster: &RedisCluster) -> [u64; 4] {
+    let field = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.trim_start_matches(':').trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut sum = [0; 4];
+    for node in cluster.nodes.iter() {
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        let stats = node.cli(&["INFO", "commandstats"]);
+        sum[0] += field(&info, "cluster_stats_messages_publish_sent");
+        sum[1] += field(&info, "cluster_stats_messages_publishshard_sent");
+        sum[2] += field(&stats, "cmdstat_publish:calls=");
+        sum[3] += field(&stats, "cmdstat_spublish:calls=");
+    }
+    sum
+}
+
+/// The node that replicates the master at `port`.
+fn replica_of(cluster: &RedisCluster, port: u16) -> &support_redis::RedisServer {
+    let marker = format!("master_port:{port}");
+    cluster
+        .nodes
+        .iter()
+        .find(|n| n.cli(&["INFO", "replication"]).contains(&marker))
+        .expect("the master has a replica")
+}
+
+/// Sharded pub/sub (issue 37): on a cluster of three masters with a replica each (Redis 7), a
+/// notification for a session held on another instance costs one `SPUBLISH` and one message
+/// between servers (to the replica of the shard that owns the holder's channel), as one Redis
+/// with one replica would (one replication message), not a `PUBLISH` copied to the five other
+/// nodes. The holder's presence is counted on its channel's shard (`PUBSUB SHARDNUMSUB`); its
+/// subscription follows a `CLUSTER FAILOVER` of that shard; once it is SIGKILLed, the other
+/// instance finds it gone and serves its session.
+#[test]
+fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
+    let cluster = RedisCluster::start(3, 1);
+    let nodes = cluster.nodes_env();
+    let env = [
+        ("REDIS_CLUSTER_NODES", nodes.as_str()),
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+    ];
+    let mut a = distributed_desk("desk-a", "", &env);
+    let b = distributed_desk("desk-b", "", &env);
+    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
+        assert_log_has(i, who, VALIDATED);
+    }
+    let sa = open_session(a.port());
+    let mut stream = open_get_stream(a.port(), &sa);
+    let sb = open_session(b.port());
+    let page = |text: &str| {
+        call_tool(
+            b.port(),
+            &sb,
+            &[],
+            "page_session",
+            json!({"session_id": sa, "message": text}),
+        )
+    };
+    let channel = "mcp:ha:notify:desk-a";
+
+    // Ten pages from B to A's session: what they cost the cluster.
+    const PAGES: u64 = 10;
+    let before = publish_costs(&cluster);
+    let mut delivered = Vec::new();
+    for n in 0..PAGES {
+        let text = format!("page {n} for A");
+        let resp = page(&text);
+        assert_tool_ok(&resp, "page A's session from B");
+        delivered.push(resp.json()["result"]["structuredContent"]["delivered"].clone());
+        read_stream_until(&mut stream, &[&text]);
+    }
+    let after = publish_costs(&cluster);
+    let [bus, bus_shard, publish, spublish] =
+        [0, 1, 2, 3].map(|i| after[i].saturating_sub(before[i]));
+    eprintln!(
+        "{PAGES} notifications on 3 masters x 2: {publish} PUBLISH, {spublish} SPUBLISH, {bus} publish and {bus_shard} publishshard messages between nodes"
+    );
+    assert_eq!(
+        (publish, bus),
+        (0, 0),
+        "no classic PUBLISH, copied to every node ({bus} bus messages for {PAGES} notifications)"
+    );
+    assert_eq!(spublish, PAGES, "one SPUBLISH per notification");
+    assert_eq!(
+        bus_shard, PAGES,
+        "one message between servers per notification: to the shard's replica"
+    );
+    // Reported delivered: the count is the listener's own shard's (a classic `PUBLISH` counts
+    // only the subscribers of the node that ran it, which need not be the listener's).
+    assert!(
+        delivered.iter().all(|d| *d == Value::Bool(true)),
+        "{delivered:?}"
+    );
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Sharded",
+    );
+
+    // A resource updated on B, to a subscriber on A (the fleet's changes channel): one
+    // `SPUBLISH` and one message between servers too.
+    let opened = call_tool(
+        a.port(),
+        &sa,
+        &[],
+        "open_ticket",
+        json!({"title": "sharded printer"}),
+    );
+    assert_tool_ok(&opened, "open a ticket on A");
+    let id = opened.json()["result"]["structuredContent"]["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no ticket id: {}", opened.describe()));
+    let uri = format!("helpdesk://tickets/{id}");
+    let subscribe = json!({"jsonrpc": "2.0", "id": next_id(), "method": "resources/subscribe",
+                           "params": {"uri": uri}});
+    let resp = post_with(a.port(), Some(&sa), &[], &subscribe, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "subscribe:\n{}", resp.describe());
+    let before = publish_costs(&cluster);
+    let closed = call_tool(
+        b.port(),
+        &sb,
+        &[],
+        "close_ticket",
+        json!({"id": id, "resolution": "resharded"}),
+    );
+    assert_tool_ok(&closed, "close it on B");
+    read_stream_until(&mut stream, &["notifications/resources/updated", &uri]);
+    let after = publish_costs(&cluster);
+    let [bus, bus_shard, publish, spublish] =
+        [0, 1, 2, 3].map(|i| after[i].saturating_sub(before[i]));
+    eprintln!(
+        "1 resource update on 3 masters x 2: {publish} PUBLISH, {spublish} SPUBLISH, {bus} publish and {bus_shard} publishshard messages between nodes"
+    );
+    assert_eq!(
+        [publish, spublish, bus, bus_shard],
+        [0, 1, 0, 1],
+        "one SPUBLISH, one message to the shard's replica"
+    );
+
+    // A's presence, on its channel's shard; the classic subscription beside it.
+    let master = cluster.master_of(channel);
+    let shard_count = |node: &support_redis::RedisServer| {
+        node.cli(&["PUBSUB", "SHARDNUMSUB", channel])
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(shard_count(master), "1", "A listens on its channel's shard");
+    let replica = replica_of(&cluster, master.port);
+
+    // The shard fails over (its replica takes over the slots): A subscribes again on the new
+    // master, and a page still reaches it.
+    assert_eq!(replica.cli(&["CLUSTER", "FAILOVER"]), "OK");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(replica.cli(&["ROLE"]).starts_with("master") && shard_count(replica) == "1") {
+        assert!(
+            Instant::now() < deadline,
+            "A did not subscribe again on the new master: {}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] lost a channel subscription; subscribing again",
+    );
+    let resp = page("after the failover");
+    assert_eq!(
+        resp.json()["result"]["structuredContent"]["delivered"],
+        true,
+        "{}",
+        resp.describe()
+    );
+    read_stream_until(&mut stream, &["after the failover"]);
+    drop(stream);
+    // Each page reached A once: none came a second way (which A would drop as a replay).
+    assert_eq!(count(&a, "[HA] Dropped a notification"), 0, "{}", a.log());
+
+    // A is killed: B finds its channel's shard empty and serves its session at once.
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let resp = loop {
+        let resp = call_tool(b.port(), &sa, &[], "find_tickets", json!({}));
+        if resp.status != 503 || Instant::now() > deadline {
+            break resp;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_served_by(&resp, "desk-b", "a killed holder's session, on B");
+    b.assert_no_panic_logged();
+}
+
+/// The same notification on one Redis (the baseline of the cluster's figure above): one
+/// `PUBLISH` each, classic pub/sub kept (one server: a message touches it alone), and the mode
+/// logged once.
+#[test]
+fn a_notification_for_one_session_on_one_redis_costs_one_publish() {
+    let redis = support_redis::RedisServer::start();
+    let url = redis.url();
+    let a = distributed_desk("desk-a", &url, &[]);
+    let b = distributed_desk("desk-b", &url, &[]);
+    let sa = open_session(a.port());
+    let mut stream = open_get_stream(a.port(), &sa);
+    let sb = open_session(b.port());
+    let calls = |name: &str| -> u64 {
+        let stats = redis.cli(&["INFO", "commandstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    const PAGES: u64 = 10;
+    let before = (calls("publish"), calls("spublish"));
+    for n in 0..PAGES {
+        let text = format!("page {n} for A");
+        let resp = call_tool(
+            b.port(),
+            &sb,
+            &[],
+            "page_session",
+            json!({"session_id": sa, "message": text}),
+        );
+        assert_eq!(
+            resp.json()["result"]["structuredContent"]["delivered"],
+            true,
+            "{}",
+            resp.describe()
+        );
+        read_stream_until(&mut stream, &[&text]);
+    }
+    let (publish, spublish) = (calls("publish") - before.0, calls("spublish") - before.1);
+    eprintln!("{PAGES} notifications on one Redis: {publish} PUBLISH, {spublish} SPUBLISH");
+    assert_eq!((publish, spublish), (PAGES, 0));
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Classic (one server",
+    );
+}
+
+/// A rolling upgrade on a sharded cluster: an instance of an older release, which only knows
+/// classic pub/sub (played by `redis-cli SUBSCRIBE` on the first node, as it subscribes, and
+/// `redis-cli PUBLISH`), and a current one. The older listener counts as present (a drain
+/// request for it is sent, not refused as "no running instance"), and hears a drain request
+/// and the changes once each; what the older one publishes on the current one's channel
+/// reaches it (and is refused there, being unsigned). The current one is drained through the
+/// cluster by the operator's command.
+#[test]
+fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluster() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes_env();
+    let env = [("REDIS_CLUSTER_NODES", nodes.as_str())];
+    let a = distributed_desk("desk-a", "", &env);
+    assert_log_has(
+        &a,
+        "desk-a",
+        "Redis pub/sub for one instance's channels: Sharded",
+    );
+    let scratch = support::TempDir::new("cluster-older");
+    let heard_path = scratch.path().join("older-heard");
+    let heard_file = std::fs::File::create(&heard_path).expect("a capture file");
+    let mut older = Command::new(std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into()))
+        .args(["-p", &cluster.nodes[0].port.to_string()])
+        .args(["SUBSCRIBE", "mcp:ha:notify:desk-old", "mcp:ha:changes"])
+        .stdout(heard_file)
+        .spawn()
+        .expect("redis-cli SUBSCRIBE");
+    let heard = || std::fs::read_to_string(&heard_path).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while heard().matches("subscribe").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the older listener never subscribed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A drain request for the older instance: present (its classic subscription is counted),
+    // reached once (classically, `SPUBLISH` having reached nobody), unanswered (it is played).
+    let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    ctl.args(["fleet", "drain", "desk-old"])
+        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_HOST")
+        .env_remove("REDIS_PORT")
+        .env_remove("FLEETMCP_CONFIG")
+        .env_remove("FRONTMCP_HA_KEY_PREFIX");
+    let out = support::run(&mut ctl, Duration::from_secs(15), scratch.path());
+    assert!(
+        out.stderr.contains("did not answer the drain request"),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        heard().matches("\"kind\":\"drain\"").count(),
+        1,
+        "the older listener heard the request once:\n{}",
+        heard()
+    );
+
+    // A change announced by the current instance reaches the older one (classically, since a
+    // listener there is classic only).
+    let sid = open_session(a.port());
+    let opened = call_tool(
+        a.port(),
+        &sid,
+        &[],
+        "open_ticket",
+        json!({"title": "mixed"}),
+    );
+    assert_tool_ok(&opened, "open a ticket");
+    let id = opened.json()["result"]["structuredContent"]["id"]
+        .as_u64()
+        .unwrap_or_default();
+    let closed = call_tool(
+        a.port(),
+        &sid,
+        &[],
+        "close_ticket",
+        json!({"id": id, "resolution": "upgraded"}),
+    );
+    assert_tool_ok(&closed, "close it");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !heard().contains(&format!("helpdesk://tickets/{id}")) {
+        assert!(
+            Instant::now() < deadline,
+            "the older listener never heard the change:\n{}",
+            heard()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // What an older instance publishes on the current one's channel reaches it.
+    let unsigned = json!({"kind": "notification", "sessionId": sid,
+        "notification": {"method": "notifications/message", "params": {}},
+        "sourceNodeId": "desk-old", "timestamp": 1, "auth": "v1;1;1;x;x"});
+    cluster.cli(&["PUBLISH", "mcp:ha:notify:desk-a", &unsigned.to_string()]);
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] Dropped a notification on this instance's channel",
+    );
+    let _ = older.kill();
+    let _ = older.wait();
+
+    // And the current instance is found and drained on the cluster (classic pub/sub counted
+    // only the subscribers of the node that ran `PUBLISH`, not the listener's: "no running
+    // instance listens as desk-a").
+    let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
+    ctl.args(["fleet", "drain", "desk-a"])
+        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_HOST")
+        .env_remove("REDIS_PORT")
+        .env_remove("FLEETMCP_CONFIG")
+        .env_remove("FRONTMCP_HA_KEY_PREFIX");
+    let out = support::run(&mut ctl, Duration::from_secs(15), scratch.path());
+    assert!(
+        out.success() && out.stdout.contains("drain requested and accepted"),
+        "{}",
+        out.describe()
+    );
+    a.assert_no_panic_logged();
+}

@@ -101,7 +101,7 @@ pub(crate) async fn request(
     );
     // Subscribed before the request goes, so the answer cannot come first.
     let mut replies = redis
-        .subscribe(&reply_to)
+        .subscribe_sharded(&reply_to)
         .await
         .map_err(|e| e.to_string())?;
     let message = DrainRequest {
@@ -115,7 +115,7 @@ pub(crate) async fn request(
     let payload = serde_json::to_string(&message).map_err(|e| e.to_string())?;
     let channel = channel_of(&config.ha.key_prefix, target);
     let received = redis
-        .run::<i64>(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
+        .publish_one(&channel, &payload)
         .await
         .map_err(|e| e.to_string())?;
     if received == 0 {
@@ -159,9 +159,7 @@ impl Replies {
             move |(channel, payload): (String, String)| {
                 let redis = redis.clone();
                 async move {
-                    let sent: Result<i64, _> = redis
-                        .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-                        .await;
+                    let sent = redis.publish_one(&channel, &payload).await;
                     if let Err(e) = sent {
                         tracing::debug!(error = %e, "[HA] the answer to a drain request could not be sent");
                     }

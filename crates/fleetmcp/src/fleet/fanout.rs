@@ -1,6 +1,7 @@
 //! List changes and resource updates across the fleet: what one instance announces reaches the
 //! `subscriptions/listen` streams and the subscribed sessions of every other, through one
-//! channel every instance listens on, `<prefix>changes`.
+//! channel every instance listens on, `<prefix>changes` (sharded on a Redis 7 cluster once every
+//! instance listens so: `redis_conn/sharded.rs`).
 //!
 //! Every message is signed like a message on an instance's channel ([`super::channel_auth`]),
 //! for the whole fleet (target [`FLEET`]): a `PUBLISH` by anyone who can reach Redis is dropped,
@@ -70,6 +71,8 @@ impl RedisFanout {
 
 /// The worker that publishes changes on `channel`, one at a time.
 fn publisher(redis: RedisConn, channel: String) -> Lanes<String> {
+    // Sharded on a Redis 7 cluster once every instance listens so (`redis_conn/sharded.rs`).
+    let channel = std::sync::Arc::new(crate::redis_conn::Broadcast::new(channel));
     Lanes::new(
         "changes to publish to the fleet",
         1,
@@ -77,10 +80,7 @@ fn publisher(redis: RedisConn, channel: String) -> Lanes<String> {
         move |payload: String| {
             let (redis, channel) = (redis.clone(), channel.clone());
             async move {
-                let sent: Result<i64, _> = redis
-                    .run(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-                    .await;
-                if let Err(e) = sent {
+                if let Err(e) = channel.publish(&redis, &payload).await {
                     tracing::warn!(error = %e, "[HA] a change could not be sent to the other instances");
                 }
             }

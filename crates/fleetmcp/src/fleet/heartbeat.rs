@@ -124,7 +124,7 @@ impl Heartbeat {
         // now on sees this one alive.
         // Redis may be down at start: the instance still starts (its `/readyz` says not ready
         // until the heartbeat is written) and subscribes once Redis answers.
-        let messages = match ha.redis.subscribe(&ha.channel).await {
+        let messages = match ha.redis.subscribe_sharded(&ha.channel).await {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(error = %e, channel = %ha.channel, "[HA] cannot subscribe to this instance's channel yet; retrying");
@@ -298,11 +298,8 @@ pub(super) fn channel_of(key_prefix: &str, node: &str) -> String {
 }
 
 /// Subscribers of `channel`: 0 on an instance's own channel once its process is gone; `None`
-/// when Redis did not answer.
+/// when Redis did not answer. On a sharded cluster, counted on the master of the channel's slot
+/// (one command), and on every node only when that finds none (`redis_conn/sharded.rs`).
 pub(super) async fn subscribers(redis: &RedisConn, channel: &str) -> Option<i64> {
-    let counts: Vec<(String, i64)> = redis
-        .run(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).clone())
-        .await
-        .ok()?;
-    counts.first().map(|(_, n)| *n)
+    redis.listeners_of(channel).await.ok()
 }

@@ -116,11 +116,7 @@ impl Router {
             return false;
         };
         let channel = channel_of(&self.key_prefix, &holder);
-        match self
-            .redis
-            .run::<i64>(redis::cmd("PUBLISH").arg(&channel).arg(payload).clone())
-            .await
-        {
+        match self.redis.publish_one(&channel, &payload).await {
             Ok(0) => self.drop_one(session_id, "its holder is not alive"),
             Ok(_) => true,
             Err(e) => self.drop_one(session_id, &e.to_string()),

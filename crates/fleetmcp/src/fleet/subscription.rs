@@ -3,6 +3,10 @@
 //! attempts, until the instance stops. At the stop it unsubscribes and handles what arrived
 //! before Redis confirmed it, so nothing published while this instance still counted as a
 //! receiver is lost.
+//!
+//! On a cluster that has it, the subscription is sharded (`redis_conn/sharded.rs`): it is also
+//! lost when Redis moves the channel's slot or demotes its master (a failover), and is made
+//! again likewise, on the slot's master then.
 
 use std::time::Duration;
 
@@ -63,7 +67,7 @@ pub(super) async fn keep(
                 _ = tokio::time::sleep(delay) => {}
                 _ = stop.cancelled() => return,
             }
-            match redis.subscribe(&channel).await {
+            match redis.subscribe_sharded(&channel).await {
                 Ok(m) => break Some(m),
                 Err(e) => tracing::debug!(error = %e, %channel, "[HA] subscribing again failed"),
             }

@@ -30,23 +30,27 @@
 //! With Redis Cluster, the connection is the `redis` crate's cluster connection: it discovers
 //! the nodes, sends each command to the node that holds its key's slot, and follows `MOVED`
 //! and failovers. Every script and pipeline of fleetmcp touches one slot (see
-//! `docs/ARCHITECTURE.md`, "Redis Cluster"); pub/sub uses the classic channels, which a
-//! cluster delivers on every node, on a dedicated connection to one of the configured nodes.
+//! `docs/ARCHITECTURE.md`, "Redis Cluster"). Pub/sub: a channel the whole fleet listens on is
+//! classic, which a cluster delivers on every node, on a dedicated connection to one of the
+//! configured nodes; a channel one instance listens on is sharded when every node runs Redis 7
+//! or later (`sharded.rs`), on a dedicated connection to the master of its slot.
 //!
 //! This file is the connection as its users see it (connect, run, eval, pipe); `link.rs` is the
 //! connection underneath and its upkeep (opening, checking, bounding, rebuilding),
-//! `sentinel.rs` what the sentinels are asked, `durable.rs` writes confirmed by replicas, and
-//! `pubsub.rs` the dedicated subscriptions.
+//! `sentinel.rs` what the sentinels are asked, `durable.rs` writes confirmed by replicas,
+//! `pubsub.rs` the dedicated subscriptions, and `sharded.rs` which of them go by shard.
 
 mod durable;
 mod link;
 mod pubsub;
 mod sentinel;
+mod sharded;
 
 pub(crate) use pubsub::Subscription;
 pub(crate) use sentinel::server_info;
+pub(crate) use sharded::{Broadcast, slot_of};
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -114,6 +118,8 @@ struct Inner {
     master_confirmed: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
     /// Where every command's latency and failures are counted (the server's, once given).
     meters: std::sync::OnceLock<Meters>,
+    /// How channels for one instance go, once decided (`sharded.rs`): 0 not yet, else its code.
+    pubsub_mode: AtomicU8,
 }
 
 impl RedisConn {
@@ -143,6 +149,7 @@ impl RedisConn {
             master: parking_lot::Mutex::new(None),
             master_confirmed: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
+            pubsub_mode: AtomicU8::new(0),
         }))
     }
 

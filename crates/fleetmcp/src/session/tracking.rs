@@ -27,7 +27,7 @@ use std::time::Duration;
 use super::lossy::{Got, InvalidationSender, Invalidations, LossyReceiver, LossySender};
 use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
-use crate::redis_conn::CommandError;
+use crate::redis_conn::{CommandError, slot_of};
 use arc_swap::ArcSwapOption;
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -50,8 +50,6 @@ const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 /// On a cluster, how often the slot map is read again.
 const TOPOLOGY_WATCH: Duration = Duration::from_secs(1);
-/// Slots of a Redis Cluster.
-const SLOTS: u16 = 16384;
 
 /// Where a key is read with tracking on.
 enum Route {
@@ -83,21 +81,6 @@ impl Route {
             }
         }
     }
-}
-
-/// A key's Redis Cluster slot: CRC16 (XMODEM) of its hash tag, or of the whole key when it has
-/// none, modulo 16384.
-fn slot_of(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|b| *b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            let close = rest.iter().position(|b| *b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(tagged) % SLOTS
 }
 
 impl Tracker {
