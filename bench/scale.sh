@@ -141,7 +141,7 @@ REDIS_PIDS=()
 start_redis() { # PORT [cluster args...]
   local p="$1"; shift
   in_host scale-redis redis-server --port "$p" --bind "$REDIS_HOST" --save "" --appendonly no \
-    --dir "$WORK" --daemonize yes --pidfile "$WORK/redis-$p.pid" --maxclients 20000 "$@" >/dev/null
+    --dir "$WORK" --daemonize yes --pidfile "$WORK/redis-$p.pid" --maxclients 20000 --protected-mode no "$@" >/dev/null
   REDIS_PIDFILES+=("$WORK/redis-$p.pid")
   for _ in $(seq 100); do rcli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
   rcli -p "$p" ping >/dev/null || die "redis-server did not start on $p"
