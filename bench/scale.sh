@@ -22,6 +22,8 @@
 #                       sets are counted; off: FLEETMCP_MAX_SESSIONS_PER_KEY=0 (no limit set)
 #   WINDOW=20           seconds of each idle window (commands per instance per second, per
 #                       stream): a whole number of heartbeat intervals (10 s by default)
+#   NOTIFY=100          notify_session (page_session) and notify_resource_updated (close_ticket)
+#                       sent, their PUBLISHes counted (0: none)
 #   KILL=1              0: no recovery step
 #   HEARTBEAT_MS=       the instances' heartbeat interval (unset: the server's default, 10 s;
 #                       TTL 3x it). The recovery step waits for the heartbeat to expire.
@@ -382,7 +384,35 @@ if (( CALLS > 0 )); then
   done
 fi
 
-# --- 6. recovery: SIGKILL the holder of instance 0's sessions -------------------------------------
+# --- 6. notifications fanned out: Redis messages per notify_session and per resource update -------
+# Session A (held by desk-0) pages session B (held by desk-1): notify_session; A closes its
+# ticket NOTIFY times: notify_resource_updated. PUBLISHes counted by commandstats; the
+# deliveries are the channel's subscribers (PUBSUB NUMSUB, summed over masters).
+NOTIFY="${NOTIFY:-100}"
+tool_call() { # URL SESSION NAME ARGS -> the answer's body
+  curl -sS -m 10 -X POST "$1" -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' \
+    -H "mcp-session-id: $2" -H 'mcp-protocol-version: 2025-11-25' \
+    -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"$3\",\"arguments\":$4}}"
+}
+numsub() { local p n=0; for p in "${MASTERS[@]}"; do n=$(( n + $(rcli -p "$p" PUBSUB NUMSUB "$1" | sed -n 2p) )); done; echo "$n"; }
+if (( NOTIFY > 0 )); then
+  sa="$(awk '$1 == 0 {print $2; exit}' "$WORK/ids")"; sb="$(awk '$1 == 1 {print $2; exit}' "$WORK/ids")"
+  publishes() { cmd_by_name | awk -F= '$1 ~ /^s?publish$/ {n += $2} END {print n + 0}'; }
+  p0="$(publishes)"; paged=0
+  for _ in $(seq "$NOTIFY"); do
+    tool_call "${URLS[0]}" "$sa" page_session "{\"session_id\":\"$sb\",\"message\":\"hi\"}" | grep -q '"delivered":true' && paged=$((paged + 1))
+  done
+  p1="$(publishes)"
+  check "pages delivered to a session held by another instance" "$NOTIFY" "$paged"
+  meas pubsub_messages_per_notify_session "$(div "$(( p1 - p0 ))" "$NOTIFY" 2)" "PUBLISH per page_session to another instance's session; subscribers of its channel: $(numsub mcp:ha:notify:desk-1)"
+  tid="$(tool_call "${URLS[0]}" "$sa" open_ticket '{"title":"scale"}' | sed -n 's/.*"id":\([0-9]*\).*"title".*/\1/p' | head -1)"
+  p0="$(publishes)"
+  for _ in $(seq "$NOTIFY"); do tool_call "${URLS[0]}" "$sa" close_ticket "{\"id\":${tid:-1},\"resolution\":\"done\"}" >/dev/null; done
+  p1="$(publishes)"
+  meas pubsub_messages_per_resource_update "$(div "$(( p1 - p0 ))" "$NOTIFY" 2)" "PUBLISH per notify_resource_updated (close_ticket); subscribers of mcp:ha:changes (deliveries each): $(numsub mcp:ha:changes)"
+fi
+
+# --- 7. recovery: SIGKILL the holder of instance 0's sessions -------------------------------------
 if [[ "$KILL" == 1 ]]; then
   victim=0
   k="$(kcli ZCARD "mcp:node:desk-$victim:sessions")"
@@ -418,7 +448,7 @@ if [[ "$KILL" == 1 ]]; then
   fi
 fi
 
-# --- 7. the machine's own limits --------------------------------------------------------------------
+# --- 8. the machine's own limits --------------------------------------------------------------------
 BENCH_NOTE="-"
 if [[ "$BENCHMARK" == 1 ]] && command -v redis-benchmark >/dev/null; then
   cluster_flag=(); [[ "$REDIS" == cluster ]] && cluster_flag=(--cluster)
@@ -449,6 +479,7 @@ predict() { # KEY -> the model's figure for this shape, or -
       redis_bytes_per_idle_session record_bytes node_index_bytes_per_entry limit_set_bytes_per_entry \
       process_rss_per_idle_session commands_per_stream_open commands_per_idle_stream_per_s process_rss_per_idle_stream \
       commands_per_held_call process_cpu_per_held_call_us commands_per_relayed_call process_cpu_per_relayed_call_us \
+      pubsub_messages_per_notify_session pubsub_messages_per_resource_update \
       recovery_commands_per_session recovery_s_per_100k_sessions; do
     [[ -n "${M[$key]:-}" ]] || continue
     p="$(predict "$key")"
