@@ -421,14 +421,15 @@ if [[ "$KILL" == 1 ]]; then
   b0="$(cmd_by_name)"; c0="$(cmd_total)"; polls=0; t0="$(date +%s%N)"
   kill -KILL "${PIDS[$victim]}"; wait "${PIDS[$victim]}" 2>/dev/null || true; PIDS[$victim]=""
   log "SIGKILL desk-$victim holding $k sessions; waiting for the others to claim them"
-  detected=""; done_at=""
+  detected=""; first_claim=""; done_at=""
   limit_s=$(( ${HEARTBEAT_MS:-10000} * 6 / 1000 + 60 + k / 1000 ))
   while (( ($(date +%s%N) - t0) / 1000000000 < limit_s )); do
     left="$(kcli ZCARD "mcp:node:desk-$victim:sessions")"; polls=$((polls + 1))
     if [[ -z "$detected" ]]; then
       [[ "$(kcli EXISTS "mcp:ha:heartbeat:desk-$victim")" == 0 ]] && detected="$(date +%s%N)"; polls=$((polls + 1))
-      [[ "$left" -lt "$k" && -z "$detected" ]] && detected="$(date +%s%N)"
     fi
+    [[ "$left" -lt "$k" && -z "$first_claim" ]] && first_claim="$(date +%s%N)"
+    [[ -n "$first_claim" && -z "$detected" ]] && detected="$first_claim"
     [[ "$left" == 0 ]] && { done_at="$(date +%s%N)"; break; }
     sleep 0.1
   done
@@ -440,11 +441,12 @@ if [[ "$KILL" == 1 ]]; then
     for i in "${!MACHINES[@]}"; do (( i == victim )) || now=$(( now + $(kcli ZCARD "mcp:node:${MACHINES[$i]}:sessions") )); done
     check "dead instance's sessions now in the survivors' indexes" $(( survivors + k )) "$now"
     secs="$(awk -v a="$t0" -v b="$done_at" 'BEGIN {print (b - a) / 1e9}')"
-    claim_s="$(awk -v a="${detected:-$t0}" -v b="$done_at" 'BEGIN {print (b - a) / 1e9}')"
+    wait_s="$(awk -v a="${detected:-$t0}" -v b="${first_claim:-$done_at}" 'BEGIN {print (b - a) / 1e9}')"
+    claim_s="$(awk -v a="${first_claim:-$t0}" -v b="$done_at" 'BEGIN {print (b - a) / 1e9}')"
     alive=$(( INSTANCES - 1 ))
     net="$(awk -v d="$((c1 - c0 - polls))" -v r="$idle_rate" -v s="$secs" -v a="$alive" -v i="$INSTANCES" 'BEGIN {print d - r * a / i * s}')"
-    meas recovery_commands_per_session "$(div "$net" "$k" 2)" "$k sessions; kill to all claimed $(printf %.1f "$secs") s, heartbeat gone to all claimed $(printf %.1f "$claim_s") s"
-    meas recovery_s_per_100k_sessions "$(awk -v s="$claim_s" -v k="$k" 'BEGIN {printf "%.1f", s * 100000 / k}')" "heartbeat gone (or first claim) to all claimed, scaled"
+    meas recovery_commands_per_session "$(div "$net" "$k" 2)" "$k sessions; SIGKILL to all claimed $(printf %.1f "$secs") s: heartbeat expired, $(printf %.1f "$wait_s") s to the next scan, $(printf %.1f "$claim_s") s claiming"
+    meas recovery_claim_s_per_100k_sessions "$(awk -v s="$claim_s" -v k="$k" 'BEGIN {printf "%.2f", s * 100000 / k}')" "first claim to all claimed (polled every 0.1 s), scaled to 100k"
   fi
 fi
 
@@ -459,12 +461,14 @@ MEM_FREE="$(awk '/^MemAvailable:/ {printf "%.1f", $2 / 1048576}' /proc/meminfo)"
 
 # --- the table ----------------------------------------------------------------------------------------
 # The model: KEY=EXPRESSION lines (awk arithmetic in I instances, S sessions, T streams, M
-# masters); a key it lacks is printed as measured only.
+# masters, H the heartbeat interval in seconds, L 1 when the per-key limit is on); a key it
+# lacks is printed as measured only.
 predict() { # KEY -> the model's figure for this shape, or -
   local expr
   expr="$(sed -n "s/^$1=\\([^#]*\\).*/\\1/p" "$MODEL" 2>/dev/null | head -1)"
   [[ -n "$expr" ]] || { echo -; return; }
-  awk -v I="$INSTANCES" -v S="$opened" -v T="$STREAMS" -v M="${#MASTERS[@]}" "BEGIN {printf \"%.4g\", $expr}"
+  awk -v I="$INSTANCES" -v S="$opened" -v T="$STREAMS" -v M="${#MASTERS[@]}" -v H="$(awk -v m="${HEARTBEAT_MS:-10000}" 'BEGIN {print m / 1000}')" \
+    -v L="$([[ "$LIMIT" == on ]] && echo 1 || echo 0)" "BEGIN {printf \"%.4g\", $expr}"
 }
 {
   echo
@@ -480,7 +484,7 @@ predict() { # KEY -> the model's figure for this shape, or -
       process_rss_per_idle_session commands_per_stream_open commands_per_idle_stream_per_s process_rss_per_idle_stream \
       commands_per_held_call process_cpu_per_held_call_us commands_per_relayed_call process_cpu_per_relayed_call_us \
       pubsub_messages_per_notify_session pubsub_messages_per_resource_update \
-      recovery_commands_per_session recovery_s_per_100k_sessions; do
+      recovery_commands_per_session recovery_claim_s_per_100k_sessions; do
     [[ -n "${M[$key]:-}" ]] || continue
     p="$(predict "$key")"
     r="-"; [[ "$p" != - ]] && r="$(ratio "${M[$key]}" "$p")"
