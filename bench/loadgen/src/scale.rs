@@ -131,7 +131,7 @@ fn client(
         None => b.connect_timeout(Duration::from_secs(30)),
     }
     .build()
-        .map_err(|e| format!("HTTP client: {e}"))
+    .map_err(|e| format!("HTTP client: {e}"))
 }
 
 /// Counts what went wrong, keeping the first few messages.
@@ -178,7 +178,10 @@ async fn open_one(c: &reqwest::Client, url: &str) -> Result<(String, String), St
     let status = resp.status();
     let sid = header(&resp, "mcp-session-id");
     let machine = header(&resp, "x-frontmcp-machine-id").unwrap_or_default();
-    let body = resp.bytes().await.map_err(|e| format!("initialize body: {e}"))?;
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| format!("initialize body: {e}"))?;
     let Some(sid) = sid.filter(|_| status.is_success()) else {
         return Err(format!(
             "initialize: HTTP {status}: {}",
@@ -210,7 +213,13 @@ async fn open(o: Opts) -> Result<Value, String> {
     // the connections of those behind them close (idle for 2 s).
     let per_source = n.div_ceil(o.sources);
     let clients: Vec<reqwest::Client> = (0..o.sources)
-        .map(|i| client((o.sources > 1).then(|| source(o.source_base, i)), Duration::from_secs(2), Some(TIMEOUT)))
+        .map(|i| {
+            client(
+                (o.sources > 1).then(|| source(o.source_base, i)),
+                Duration::from_secs(2),
+                Some(TIMEOUT),
+            )
+        })
         .collect::<Result<_, _>>()?;
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(Errors::default());

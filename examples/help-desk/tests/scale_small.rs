@@ -64,6 +64,7 @@ fn the_small_scale_run_counts_what_it_made() {
         .env("CALLS", "200")
         .env("WINDOW", "2")
         .env("HEARTBEAT_MS", "1000")
+        .env("NOTIFY", "20")
         .env("BENCHMARK", "0")
         .env("CONCURRENCY", "16")
         .env("TMPDIR", scratch.path())
