@@ -289,6 +289,9 @@ opened="$(sed -n 's/.*"opened":\([0-9]*\).*/\1/p' "$WORK/open.json")"
 log "open: $(cat "$WORK/open.json" | cut -c1-400)"
 check "sessions opened" "$SESSIONS" "$opened"
 check "initialize answers naming another instance" 0 "$(sed -n 's/.*"machine_mismatches":\([0-9]*\).*/\1/p' "$WORK/open.json")"
+ready=0
+for u in "${URLS[@]}"; do curl -fsS -m 5 -o /dev/null "${u%/mcp}/readyz" 2>/dev/null && ready=$((ready + 1)); done
+check "instances ready with the sessions held" "$INSTANCES" "$ready"
 idle_rate="$(awk -v c="$idle0" -v w="$WINDOW" 'BEGIN {print c / w}')"
 open_cmds="$(awk -v d="$((c1 - c0))" -v r="$idle_rate" -v s="$open_s" 'BEGIN {print d - r * s}')"
 meas commands_per_initialize "$(div "$open_cmds" "$opened" 2)" "$opened in ${open_s%.*} s ($(div "$opened" "$open_s" 0)/s), load $(load1)"
@@ -345,7 +348,7 @@ meas idle_commands_per_instance_per_s_with_sessions "$(div "$idle1" $((INSTANCES
 
 # --- 4. idle streams ---------------------------------------------------------------------------
 if (( STREAMS > 0 )); then
-  rss0="$(fleet_rss_kib)"; c0="$(cmd_total)"
+  b0="$(cmd_by_name)"; rss0="$(fleet_rss_kib)"; c0="$(cmd_total)"
   rm -f "$WORK/streams.ready"
   "$LOADGEN" streams --urls "$url_list" --ids "$WORK/ids" --streams "$STREAMS" --concurrency 256 \
     --hold 3600 --ready "$WORK/streams.ready" >"$WORK/streams.json" 2>"$WORK/streams.log" &
@@ -353,6 +356,7 @@ if (( STREAMS > 0 )); then
   for _ in $(seq 1800); do [[ -s "$WORK/streams.ready" ]] && break; kill -0 "$STREAM_PID" 2>/dev/null || break; sleep 0.1; done
   [[ -s "$WORK/streams.ready" ]] || die "streams did not open: $(cat "$WORK/streams.log")"
   c1="$(cmd_total)"
+  log "commands while opening $STREAMS streams: $(cmd_delta "$b0" "$(cmd_by_name)")"
   check "idle streams open" "$STREAMS" "$(sed -n 's/.*"opened":\([0-9]*\).*/\1/p' "$WORK/streams.ready")"
   meas commands_per_stream_open "$(div "$(( c1 - c0 ))" "$STREAMS" 2)" "GET /mcp, idle ones"
   sleep 1
