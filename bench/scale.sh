@@ -173,16 +173,16 @@ fi
 for p in "${MASTERS[@]}"; do REDIS_PIDS+=("$(cat "$WORK/redis-$p.pid")"); done
 
 # Sums of Redis figures over the masters.
-cmd_total() { # commands executed so far, but those of this script (CLUSTER, CONFIG, INFO, SCAN, MEMORY, ...)
+cmd_total() { # commands executed so far, but this script's (CLUSTER, CONFIG, INFO, SCAN, MEMORY, ...) and replication's (REPLCONF)
   for p in "${MASTERS[@]}"; do rcli -p "$p" info commandstats; done \
-    | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ && !/cmdstat_(cluster|config|info|scan|memory|dbsize|slowlog|command)[:|]/ {n += $3} END {print n + 0}'
+    | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_/ && !/cmdstat_(cluster|config|info|scan|memory|dbsize|slowlog|command|replconf)[:|]/ {n += $3} END {print n + 0}'
 }
 cmd_by_name() { # the same, by command: "name=calls" lines
   for p in "${MASTERS[@]}"; do rcli -p "$p" info commandstats; done | tr -d '\r' \
     | awk -F'[:=,]' '/^cmdstat_/ {sub("cmdstat_", "", $1); n[$1] += $3} END {for (k in n) printf "%s=%d\n", k, n[k]}'
 }
 cmd_delta() { # BEFORE AFTER (cmd_by_name outputs) -> "name=delta ..." for those that moved
-  awk -F= 'NR == FNR {b[$1] = $2; next} $2 - b[$1] > 0 && $1 !~ /^(cluster|config|info|scan|memory|dbsize|slowlog|command)($|\|)/ {printf "%s=%d ", $1, $2 - b[$1]}' <(echo "$1") <(echo "$2")
+  awk -F= 'NR == FNR {b[$1] = $2; next} $2 - b[$1] > 0 && $1 !~ /^(cluster|config|info|scan|memory|dbsize|slowlog|command|replconf)($|\|)/ {printf "%s=%d ", $1, $2 - b[$1]}' <(echo "$1") <(echo "$2")
 }
 redis_mem() { for p in "${MASTERS[@]}"; do rcli -p "$p" info memory; done | tr -d '\r' | awk -F: '/^used_memory:/ {n += $2} END {print n + 0}'; }
 redis_clients() { for p in "${MASTERS[@]}"; do rcli -p "$p" info clients; done | tr -d '\r' | awk -F: '/^connected_clients:/ {n += $2} END {print n + 0}'; }
@@ -404,7 +404,8 @@ if (( NOTIFY > 0 )); then
   publishes() { cmd_by_name | awk -F= '$1 ~ /^s?publish$/ {n += $2} END {print n + 0}'; }
   p0="$(publishes)"; paged=0
   for _ in $(seq "$NOTIFY"); do
-    tool_call "${URLS[0]}" "$sa" page_session "{\"session_id\":\"$sb\",\"message\":\"hi\"}" | grep -q '"delivered":true' && paged=$((paged + 1))
+    answer="$(tool_call "${URLS[0]}" "$sa" page_session "{\"session_id\":\"$sb\",\"message\":\"hi\"}")"
+    if [[ "$answer" == *'"delivered":true'* ]]; then paged=$((paged + 1)); elif (( paged == 0 )); then log "page answered: ${answer:0:300}"; fi
   done
   p1="$(publishes)"
   check "pages delivered to a session held by another instance" "$NOTIFY" "$paged"
