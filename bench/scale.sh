@@ -301,45 +301,60 @@ sleep 2
 mem1="$(redis_mem)"; rss1="$(fleet_rss_kib)"
 meas redis_bytes_per_idle_session "$(div "$(( mem1 - mem0 ))" "$opened" 0)" "INFO memory used_memory delta / sessions"
 meas process_rss_per_idle_session "$(div "$(( (rss1 - rss0) * 1024 ))" "$opened" 0)" "sum of VmRSS delta / sessions"
-# Structures, one of each, by MEMORY USAGE (SAMPLES 0: every element).
+# Structures, by MEMORY USAGE (SAMPLES 0: every element).
 sid="$(sed -n '1s/^[0-9]* //p' "$WORK/ids")"
 meas record_bytes "$(rcli -p "$(key_port "mcp:session:$sid")" MEMORY USAGE "mcp:session:$sid")" "MEMORY USAGE mcp:session:<id> (one record)"
-idx_n="$(kcli ZCARD mcp:node:desk-0:sessions)"
-meas node_index_bytes_per_entry "$(div "$(rcli -p "$(key_port mcp:node:desk-0:sessions)" MEMORY USAGE mcp:node:desk-0:sessions SAMPLES 0)" "$idx_n" 0)" "MEMORY USAGE mcp:node:desk-0:sessions SAMPLES 0 / ZCARD ($idx_n)"
-# Every index and every record, counted (a SCAN is outside every measured window).
-idx_sum=0
-for m in "${MACHINES[@]}"; do idx_sum=$(( idx_sum + $(kcli ZCARD "mcp:node:$m:sessions") )); done
-check "entries of the holders' indexes" "$opened" "$idx_sum"
-# One script per master walks its keyspace (SCAN, 10,000 a step) and returns the keys matching
-# PATTERN, the sum of their ZCARDs (sorted sets) and the first one: a million keys in seconds,
-# where redis-cli --scan (no --count before Redis 7.2) takes minutes.
-COUNT_KEYS='local n, z, first, cur = 0, 0, false, "0"
+# One script per master walks its keyspace (SCAN, 10,000 a step) and returns how many keys match
+# PATTERN, with SIZES=1 the sum of their entries (ZCARD, SCARD, HLEN or LLEN by type) and of
+# their MEMORY USAGE, and the first one: a million keys in seconds (redis-cli --scan has no
+# --count before Redis 7.2). By pattern and type, so that an index or limit set split into
+# buckets, or kept in another type, is still counted whole (issue 37 changes both).
+COUNT_KEYS='local n, z, m, first, cur = 0, 0, 0, false, "0"
+local size = {zset = "ZCARD", set = "SCARD", hash = "HLEN", list = "LLEN"}
 repeat
   local r = redis.call("SCAN", cur, "MATCH", ARGV[1], "COUNT", 10000)
   cur = r[1]
   for _, k in ipairs(r[2]) do
     n = n + 1
     if not first then first = k end
-    if ARGV[2] == "1" then z = z + redis.call("ZCARD", k) end
+    if ARGV[2] == "1" then
+      local c = size[redis.call("TYPE", k).ok]
+      if c then z = z + redis.call(c, k) end
+      m = m + (redis.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
+    end
   end
 until cur == "0"
-return {n, z, first or ""}'
-count_keys() { # PATTERN ZCARD(0|1) -> "keys zcard-sum first-key (its master's port)"
-  local p n=0 z=0 first="" fp="" out
+return {n, z, m, first or ""}'
+count_keys() { # PATTERN SIZES(0|1) -> "keys entries bytes first-key"
+  local p n=0 z=0 m=0 first="" out
   for p in "${MASTERS[@]}"; do
     mapfile -t out < <(rcli -p "$p" EVAL "$COUNT_KEYS" 0 "$1" "$2")
-    n=$(( n + out[0] )); z=$(( z + out[1] ))
-    [[ -z "$first" && -n "${out[2]:-}" ]] && { first="${out[2]}"; fp="$p"; }
+    n=$(( n + out[0] )); z=$(( z + out[1] )); m=$(( m + out[2] ))
+    [[ -z "$first" && -n "${out[3]:-}" ]] && first="${out[3]}"
   done
-  echo "$n $z $first $fp"
+  echo "$n $z $m $first"
 }
+# The entries of one instance's index: its key `mcp:node:<id>:sessions` when it exists (quick:
+# polled during the recovery), else every key under that name (buckets).
+SIZE_OF='local c = ({zset = "ZCARD", set = "SCARD", hash = "HLEN", list = "LLEN"})[redis.call("TYPE", KEYS[1]).ok]
+if c then return redis.call(c, KEYS[1]) end
+return -1'
+index_entries() { # MACHINE
+  local key="mcp:node:$1:sessions" n
+  n="$(rcli -p "$(key_port "$key")" EVAL "$SIZE_OF" 1 "$key")"
+  if [[ "$n" == -1 ]]; then read -r _ n _ _ < <(count_keys "$key*" 1); fi
+  echo "$n"
+}
+# Every record, index entry and limit-set entry, counted (outside every measured window).
+read -r nidx idx_sum idx_mem _ < <(count_keys 'mcp:node:*:sessions*' 1)
+check "entries of the holders' indexes" "$opened" "$idx_sum"
+meas node_index_bytes_per_entry "$(div "$idx_mem" "$idx_sum" 0)" "MEMORY USAGE SAMPLES 0 of mcp:node:*:sessions* ($nidx keys) / their entries"
 read -r records _ _ _ < <(count_keys 'mcp:session:*' 0)
 check "session records in Redis" "$opened" "$records"
 if [[ "$LIMIT" == on ]]; then
-  read -r nsets limit_sum lkey lport < <(count_keys 'mcp:limits:*:sessions' 1)
+  read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:*:sessions*' 1)
   check "entries of the per-key limit sets" "$opened" "$limit_sum"
-  n="$(rcli -p "$lport" ZCARD "$lkey")"
-  meas limit_set_bytes_per_entry "$(div "$(rcli -p "$lport" MEMORY USAGE "$lkey" SAMPLES 0)" "$n" 0)" "MEMORY USAGE $lkey SAMPLES 0 / ZCARD ($n; $nsets sets)"
+  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 0)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:sessions* ($nsets keys, e.g. $lkey) / their entries"
 fi
 
 # --- 3. the fleet idle with its sessions --------------------------------------------------------
@@ -420,16 +435,16 @@ fi
 # --- 7. recovery: SIGKILL the holder of instance 0's sessions -------------------------------------
 if [[ "$KILL" == 1 ]]; then
   victim=0
-  k="$(kcli ZCARD "mcp:node:desk-$victim:sessions")"
+  k="$(index_entries "desk-$victim")"
   survivors=0
-  for i in "${!MACHINES[@]}"; do (( i == victim )) || survivors=$(( survivors + $(kcli ZCARD "mcp:node:${MACHINES[$i]}:sessions") )); done
+  for i in "${!MACHINES[@]}"; do (( i == victim )) || survivors=$(( survivors + $(index_entries "${MACHINES[$i]}") )); done
   b0="$(cmd_by_name)"; c0="$(cmd_total)"; polls=0; t0="$(date +%s%N)"
   kill -KILL "${PIDS[$victim]}"; wait "${PIDS[$victim]}" 2>/dev/null || true; PIDS[$victim]=""
   log "SIGKILL desk-$victim holding $k sessions; waiting for the others to claim them"
   detected=""; first_claim=""; done_at=""
   limit_s=$(( ${HEARTBEAT_MS:-10000} * 6 / 1000 + 60 + k / 1000 ))
   while (( ($(date +%s%N) - t0) / 1000000000 < limit_s )); do
-    left="$(kcli ZCARD "mcp:node:desk-$victim:sessions")"; polls=$((polls + 1))
+    left="$(index_entries "desk-$victim")"; polls=$((polls + 3))  # EVAL, TYPE, ZCARD
     if [[ -z "$detected" ]]; then
       [[ "$(kcli EXISTS "mcp:ha:heartbeat:desk-$victim")" == 0 ]] && detected="$(date +%s%N)"; polls=$((polls + 1))
     fi
@@ -443,7 +458,7 @@ if [[ "$KILL" == 1 ]]; then
   if [[ -z "$done_at" ]]; then check "dead instance's sessions claimed" 0 "$left left after ${limit_s}s"
   else
     now=0
-    for i in "${!MACHINES[@]}"; do (( i == victim )) || now=$(( now + $(kcli ZCARD "mcp:node:${MACHINES[$i]}:sessions") )); done
+    for i in "${!MACHINES[@]}"; do (( i == victim )) || now=$(( now + $(index_entries "${MACHINES[$i]}") )); done
     check "dead instance's sessions now in the survivors' indexes" $(( survivors + k )) "$now"
     secs="$(awk -v a="$t0" -v b="$done_at" 'BEGIN {print (b - a) / 1e9}')"
     wait_s="$(awk -v a="${detected:-$t0}" -v b="${first_claim:-$done_at}" 'BEGIN {print (b - a) / 1e9}')"
