@@ -12,6 +12,7 @@
 //!               [--bearer TOKEN] [--connections 1]
 //! fleet-loadgen table [--baseline LABEL] RESULTS.jsonl   # the markdown table of bench/run.sh
 //! fleet-loadgen free-port                                # prints a free loopback TCP port
+//! fleet-loadgen open | streams | calls ...                # bench/scale.sh's shapes (scale.rs)
 //! ```
 //!
 //! Output: one human-readable summary on stderr and, with `--json`, one JSON line on stdout
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod scale;
 mod table;
 
 use hdrhistogram::Histogram;
@@ -487,6 +489,10 @@ async fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1);
     match argv.next().as_deref() {
         Some("table") => return table::main(argv.collect()),
+        Some(mode @ ("open" | "streams" | "calls")) => {
+            let mode = mode.to_owned();
+            return scale::main(&mode, argv.collect()).await;
+        }
         Some("free-port") => {
             return match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
                 Ok(a) => {
