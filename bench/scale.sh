@@ -317,7 +317,10 @@ repeat
   for _, k in ipairs(r[2]) do
     n = n + 1
     if not first then first = k end
-    if ARGV[2] == "1" then
+    if ARGV[2] == "2" then
+      for _, v in ipairs(redis.call("HVALS", k)) do z = z + tonumber(v) end
+      m = m + (redis.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
+    elseif ARGV[2] == "1" then
       local c = size[redis.call("TYPE", k).ok]
       if c then z = z + redis.call(c, k) end
       m = m + (redis.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
@@ -325,7 +328,7 @@ repeat
   end
 until cur == "0"
 return {n, z, m, first or ""}'
-count_keys() { # PATTERN SIZES(0|1) -> "keys entries bytes first-key"
+count_keys() { # PATTERN SIZES(0|1|2: entries summed from a hash's values) -> "keys entries bytes first-key"
   local p n=0 z=0 m=0 first="" out
   for p in "${MASTERS[@]}"; do
     mapfile -t out < <(rcli -p "$p" EVAL "$COUNT_KEYS" 0 "$1" "$2")
@@ -352,9 +355,10 @@ meas node_index_bytes_per_entry "$(div "$idx_mem" "$idx_sum" 0)" "MEMORY USAGE S
 read -r records _ _ _ < <(count_keys 'mcp:session:*' 0)
 check "session records in Redis" "$opened" "$records"
 if [[ "$LIMIT" == on ]]; then
-  read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:*:sessions*' 1)
-  check "entries of the per-key limit sets" "$opened" "$limit_sum"
-  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 0)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:sessions* ($nsets keys, e.g. $lkey) / their entries"
+  # Each key's sessions are counted in a small hash (granule -> sessions), not an entry each.
+  read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:*:session-expiries' 2)
+  check "sessions counted by the per-key limit hashes" "$opened" "$limit_sum"
+  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 0)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:session-expiries ($nsets keys, e.g. $lkey) / the sessions they count"
 fi
 
 # --- 3. the fleet idle with its sessions --------------------------------------------------------
