@@ -358,7 +358,7 @@ if [[ "$LIMIT" == on ]]; then
   # Each key's sessions are counted in a small hash (granule -> sessions), not an entry each.
   read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:*:session-expiries' 2)
   check "sessions counted by the per-key limit hashes" "$opened" "$limit_sum"
-  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 0)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:session-expiries ($nsets keys, e.g. $lkey) / the sessions they count"
+  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 2)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:session-expiries ($nsets keys, e.g. $lkey) / the sessions they count"
 fi
 
 # --- 3. the fleet idle with its sessions --------------------------------------------------------
