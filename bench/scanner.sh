@@ -37,6 +37,7 @@ for i in range(n):
 cmd("ZADD", "mcp:ha:nodes", now - 60000, "ghost")
 PY
 redis-cli -p "$REDIS_PORT" --pipe <"$WORK/fill.txt" >/dev/null
+redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
 
 PORT="$("$LOADGEN" free-port)"
 START_MS="$(date +%s%3N)"
@@ -49,12 +50,14 @@ DESK_PID=$!
 BENCH_PIDS+=("$DESK_PID")
 
 done_ms=""
-for _ in $(seq 600); do
+for _ in $(seq 4000); do
   left="$(redis-cli -p "$REDIS_PORT" ZCARD mcp:node:ghost:sessions)"
   mine="$(redis-cli -p "$REDIS_PORT" ZCARD mcp:node:desk-b:sessions)"
   if [[ "$left" == 0 && "$mine" == "$SESSIONS" ]]; then done_ms="$(date +%s%3N)"; break; fi
   sleep 0.05
 done
+commands="$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' | awk -F'[:,=]' '
+  /^cmdstat_/ && $1 !~ /^cmdstat_(zcard|info|config)$/ {n += $3} END {print n + 0}')"
 [[ -n "$done_ms" ]] || { echo "the scanner did not claim every session; log:" >&2; tail -20 "$WORK/desk-b.log" >&2; exit 1; }
 sample="$(redis-cli -p "$REDIS_PORT" GET mcp:session:bench-session-00000042)"
 [[ "$sample" == *'"nodeId":"desk-b"'* ]] || { echo "a claimed record does not name the claimer: $sample" >&2; exit 1; }
@@ -62,6 +65,6 @@ line="$(grep -a 'claimed the sessions of a dead node' "$WORK/desk-b.log" | tail 
 scan_ms="$(sed -n 's/.*elapsed_ms=\([0-9]*\).*/\1/p' <<<"$line")"
 claimed="$(sed -n 's/.*claimed=\([0-9]*\).*/\1/p' <<<"$line")"
 echo
-echo "| sessions of the dead instance | claimed by one scan | scanner's claim time ms | start of the instance to all claimed ms (first run waits ${INTERVAL_MS} ms) |"
-echo "|--:|--:|--:|--:|"
-echo "| $SESSIONS | $claimed | $scan_ms | $((done_ms - START_MS)) |"
+echo "| sessions of the dead instance | claimed by one scan | scanner's claim time ms | start of the instance to all claimed ms (first run waits ${INTERVAL_MS} ms) | Redis commands | per session |"
+echo "|--:|--:|--:|--:|--:|--:|"
+echo "| $SESSIONS | $claimed | $scan_ms | $((done_ms - START_MS)) | $commands | $(awk -v c="$commands" -v n="$SESSIONS" 'BEGIN {printf "%.2f", c / n}') |"

@@ -256,6 +256,60 @@ async fn fenced_writes_on(redis: SharedRedis) {
     assert_eq!(held, ["sid-0", "sid-1", "sid-2"]);
 }
 
+/// The orphan scanner's batch claim on one server costs Redis about one command per record
+/// (one script per batch, one `MGET` and one `SET` per record inside it, where `INFO
+/// commandstats` counts them), not three (a script per record, with its `GET` and `SET`),
+/// and the records it writes are encoded here (Lua's encoder would turn `[]` into `{}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_costs_about_one_command_per_record() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let n = 1_200;
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut r = record(&format!("many-{i}"), "desk-x");
+        r.client_info = json!({"name": "t", "roots": []});
+        store.create(&r, true).await.unwrap();
+        batch.push(r);
+    }
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let answers = store.claim_many(&batch, "desk-z").await.unwrap();
+    assert!(answers.iter().all(|a| *a == Claim::Won(2)), "{answers:?}");
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let commands: u64 = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .sum();
+    assert!(
+        commands <= n as u64 + 20,
+        "{commands} commands for {n} claims:\n{stats}"
+    );
+    let claimed = redis.cli(&["GET", "mcp:session:many-777"]);
+    assert!(claimed.contains(r#""nodeId":"desk-z""#), "{claimed}");
+    assert!(claimed.contains(r#""roots":[]"#), "{claimed}");
+    assert!(
+        claimed.contains(r#""reassignedFrom":"desk-x""#),
+        "{claimed}"
+    );
+    assert_eq!(
+        redis.cli(&["ZCARD", "mcp:node:desk-z:sessions"]),
+        n.to_string()
+    );
+    assert_eq!(redis.cli(&["ZCARD", "mcp:node:desk-x:sessions"]), "0");
+    // A second claim by the same stale view loses every record, and writes nothing.
+    let again = store.claim_many(&batch, "desk-y").await.unwrap();
+    assert!(
+        again.iter().all(|a| *a
+            == Claim::Lost {
+                node_id: "desk-z".into(),
+                epoch: 2
+            }),
+        "{:?}",
+        &again[..3]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ttl_slides_with_touch() {
     let redis = RedisServer::start();

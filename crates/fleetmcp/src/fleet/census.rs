@@ -23,8 +23,9 @@ pub struct Instance {
     pub alive: bool,
     /// When its process started (Unix ms), from its heartbeat; `None` once it is gone.
     pub started_at: Option<u64>,
-    /// Its last beat (Unix ms): from its heartbeat, else its score in `<haPrefix>nodes`.
-    pub last_beat: u64,
+    /// Its last beat (Unix ms): from its heartbeat, else its score in `<haPrefix>nodes`;
+    /// `None` once it stopped gracefully (its stop scores it 0 there, see `scanner.rs`).
+    pub last_beat: Option<u64>,
     /// `host:port` where the others relay to it, from its heartbeat.
     pub address: Option<String>,
     /// Sessions in its index (`<prefix>node:<nodeId>:sessions`): held if it is alive, orphaned
@@ -95,7 +96,10 @@ pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, C
             instances.push(Instance {
                 alive: beat.is_some(),
                 started_at: beat.as_ref().map(|b| b.started_at),
-                last_beat: beat.as_ref().map_or(score as u64, |b| b.last_beat),
+                last_beat: beat
+                    .as_ref()
+                    .map(|b| b.last_beat)
+                    .or((score > 0.0).then_some(score as u64)),
                 address: beat.and_then(|b| b.address),
                 machine_id,
                 sessions,

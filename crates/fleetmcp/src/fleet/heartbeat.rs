@@ -245,11 +245,16 @@ impl Heartbeat {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let deleted: Result<i64, _> = self
-            .redis
-            .run(redis::cmd("DEL").arg(&self.key).clone())
-            .await;
-        if let Err(e) = deleted {
+        // Scored 0 in `nodes`: the orphan scanners judge only the instances whose score is
+        // not recent (`scanner.rs`), and this one must be found stopped at their next run.
+        let mut mark = redis::cmd("ZADD");
+        mark.arg(&self.nodes_key).arg(0).arg(&self.node_id);
+        let (deleted, marked) = futures_util::join!(
+            self.redis
+                .run::<i64>(redis::cmd("DEL").arg(&self.key).clone()),
+            self.redis.run::<i64>(mark)
+        );
+        if let Err(e) = deleted.and(marked) {
             // Others then take this instance's sessions over once the key expires.
             tracing::error!(error = %e, "[HA] Manager shutdown failed");
         }
@@ -286,8 +291,9 @@ pub(super) async fn read_beat(
     Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
 }
 
-/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat. An
-/// instance stays in it after it stops, until the orphan scanner has claimed its sessions.
+/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat (Unix
+/// ms), or 0 once it stopped gracefully. An instance stays in it after it stops, until the
+/// orphan scanner has claimed its sessions.
 pub(super) fn nodes_key(key_prefix: &str) -> String {
     format!("{key_prefix}nodes")
 }

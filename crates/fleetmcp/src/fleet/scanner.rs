@@ -3,23 +3,33 @@
 //!
 //! Nothing here lists the keyspace (`KEYS` blocks Redis for everyone, and a `SCAN` of it costs
 //! as much as the keyspace is large). Every instance scores itself in `<haPrefix>nodes` at each
-//! beat, and indexes the sessions it holds in `<prefix>node:<nodeId>:sessions` (kept by the
-//! session store's create, claim and refresh). A run reads the few entries of `nodes`, finds
-//! the dead among them, and claims the sessions of each dead one's index in batches: one `MGET`
-//! and one pipeline of claim scripts per batch. Its cost grows with the dead instance's
-//! sessions, not with the keyspace.
+//! beat (its last beat, Unix ms; 0 once it stopped gracefully), and indexes the sessions it
+//! holds in `<prefix>node:<nodeId>:sessions` (kept by the session store's create, claim and
+//! refresh). A run reads `nodes` once, with the scores, finds the dead among them, and claims
+//! the sessions of each dead one's index in batches: one `MGET` and one claim script per batch.
+//! Its cost grows with the dead instance's sessions, not with the keyspace.
 //!
-//! An instance is dead when its heartbeat is gone and either nothing holds its channel (the
-//! kernel closed a crashed process's connections; a stopped one unsubscribed) or its last beat
-//! is older than the heartbeat lifetime plus `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent
-//! for that long: the same rule as on-demand takeover), and only once this instance's own lease
-//! has held a moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every
-//! instance's heartbeat and subscription are gone at once, and the live ones show themselves
-//! again only a moment after Redis answers them. One scanner runs at a time in the
-//! fleet: a run first takes `<haPrefix>scanner:lock` (`SET NX PX`), released when it ends.
-//! Every claim is the store's compare-and-set on holder and epoch, so a scanner and an
-//! on-demand takeover racing for one session cannot both win. A dead instance's unfinished
-//! background tasks end as failed (`Tasks::fail_tasks_of`).
+//! One run per interval in the whole fleet: a run first takes `<haPrefix>scanner:lock`
+//! (`SET NX PX` for one interval) and leaves it to expire, so that whichever instance tries
+//! first once it expired runs, and the others' tries that interval cost one `SET` each. The
+//! lock only elects; a run longer than the interval keeps it (`PEXPIRE`, while it is still this
+//! instance's), and two runs that meet anyway are safe, as every claim is the store's
+//! compare-and-set on holder and epoch (a scanner and an on-demand takeover racing for one
+//! session cannot both win either).
+//!
+//! Dead instances are found from the scores of that one read: an instance whose last beat is
+//! recent (within the heartbeat lifetime less one interval, for clocks a little apart) rewrote
+//! its heartbeat a moment ago and is alive, with no further command. Only an instance whose
+//! score is older, or 0 (it stopped), is looked at: it is dead when its heartbeat is gone and
+//! either nothing holds its channel (the kernel closed a crashed process's connections; a
+//! stopped one unsubscribed) or its last beat is older than the heartbeat lifetime plus
+//! `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent for that long: the same rule as on-demand
+//! takeover). An idle fleet's scanner thus costs one `SET` per instance and one `ZRANGE` per
+//! interval, whatever its size. Verdicts come only once this instance's own lease has held a
+//! moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every instance's
+//! heartbeat and subscription are gone at once, and the live ones show themselves again only
+//! a moment after Redis answers them. A dead instance's unfinished background tasks end as
+//! failed (`Tasks::fail_tasks_of`).
 
 use std::time::{Duration, Instant};
 
@@ -35,9 +45,9 @@ use crate::session::{Claim, RedisSessionStore};
 /// Sessions read and claimed per round trip.
 const BATCH: usize = 500;
 
-/// Deletes the lock only while it is still this instance's.
-const UNLOCK: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+/// Keeps the lock for another `ARGV[2]` ms, only while it is still this instance's.
+const KEEP_LOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 "#;
 
@@ -93,32 +103,45 @@ impl Scanner {
         }
     }
 
-    /// One run, if this instance gets the lock (`None` when another scanner holds it, or when
-    /// no instance is alive).
+    /// One run, if this instance gets the lock (`None` when another scanner ran this interval,
+    /// or when no instance is alive). The lock is left to expire: one run per interval.
     pub async fn scan_once(&self) -> Result<Option<Scan>, CommandError> {
-        let lock = format!("{}scanner:lock", self.key_prefix);
-        let ttl_ms = self.interval.as_millis().max(1000) as u64;
         let taken: Option<String> = self
             .redis
             .run(
                 redis::cmd("SET")
-                    .arg(&lock)
+                    .arg(self.lock_key())
                     .arg(&self.me)
                     .arg("NX")
                     .arg("PX")
-                    .arg(ttl_ms)
+                    .arg(self.lock_ms())
                     .clone(),
             )
             .await?;
         if taken.is_none() {
             return Ok(None);
         }
-        let scan = self.scan_locked().await;
-        let script = redis::Script::new(UNLOCK);
-        let mut unlock = script.prepare_invoke();
-        unlock.key(&lock).arg(&self.me);
-        let _: Result<i64, _> = self.redis.eval(unlock).await;
-        scan
+        self.scan_locked().await
+    }
+
+    fn lock_key(&self) -> String {
+        format!("{}scanner:lock", self.key_prefix)
+    }
+
+    /// How long a run holds the lock: one interval.
+    fn lock_ms(&self) -> u64 {
+        (self.interval.as_millis() as u64).max(1)
+    }
+
+    /// Keeps the lock for another interval while this run goes on (a dead instance's many
+    /// sessions may take longer than one), so that no other run starts meanwhile.
+    async fn keep_lock(&self) {
+        let script = redis::Script::new(KEEP_LOCK);
+        let mut keep = script.prepare_invoke();
+        keep.key(self.lock_key()).arg(&self.me).arg(self.lock_ms());
+        if let Err(e) = self.redis.eval::<i64>(keep).await {
+            tracing::debug!(error = %e, "[HA] the scanner's lock was not kept");
+        }
     }
 
     async fn scan_locked(&self) -> Result<Option<Scan>, CommandError> {
@@ -148,8 +171,15 @@ impl Scanner {
             );
             return Ok(Some(scan));
         }
+        let now = unix_ms();
+        // A beat this recent was written with its heartbeat, which lives a lifetime from then:
+        // the instance is alive, nothing to ask. Less one interval, for a clock behind ours.
+        let fresh = self.heartbeat_ttl.saturating_sub(self.interval).as_millis() as u64;
         for (node, last_beat) in nodes {
-            if node == self.me || !self.is_dead(&node, last_beat).await? {
+            if node == self.me
+                || (last_beat > 0 && now.saturating_sub(last_beat) < fresh)
+                || !self.is_dead(&node, last_beat).await?
+            {
                 continue;
             }
             scan.dead += 1;
@@ -200,7 +230,12 @@ impl Scanner {
     async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
         let index = self.store.index_key(dead);
         let (mut scanned, mut claimed) = (0, 0);
+        let mut kept = Instant::now();
         loop {
+            if kept.elapsed() >= self.interval / 2 {
+                self.keep_lock().await;
+                kept = Instant::now();
+            }
             let ids: Vec<String> = self
                 .redis
                 .run(
