@@ -39,7 +39,7 @@ PY
 redis-cli -p "$REDIS_PORT" --pipe <"$WORK/fill.txt" >/dev/null
 redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
 
-PORT="$("$LOADGEN" free-port)"
+PORT="$(free_port)"
 START_MS="$(date +%s%3N)"
 PORT="$PORT" MACHINE_ID=desk-b FLEETMCP_MAX_SESSIONS_PER_KEY=0 REDIS_URL="redis://127.0.0.1:$REDIS_PORT" \
   FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS=loopback \
