@@ -7,7 +7,7 @@
 # row per mode: process RSS growth per session, Redis used_memory growth per session
 # (everything the sessions made Redis keep: records, index entries, client-side caching's
 # tracking entries, the per-key limit set), the MEMORY USAGE and length of one record, the
-# MEMORY USAGE of the holder's index divided by N, and that of the per-key limit set
+# MEMORY USAGE of the holder's index (every bucket, and the key that counts them) divided by N, and that of the per-key limit set
 # (`limits.max_sessions_per_key`, on by default: one client here, so one set, its cap raised to
 # N so that every session is admitted) divided by N.
 #
@@ -70,7 +70,15 @@ measure() { # MODE -> one table row
   rss1="$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")"; red1="$(redis_used)"
   record="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:session:$last")"
   len="$(redis-cli -p "$REDIS_PORT" STRLEN "mcp:session:$last")"
-  index="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:node:desk-a:sessions" SAMPLES 0)"
+  # The holder's index: its buckets (session/index.rs) and their count.
+  local buckets n used key
+  buckets="$(redis-cli -p "$REDIS_PORT" GET mcp:node:desk-a:buckets)"
+  index=0
+  for key in mcp:node:desk-a:buckets mcp:node:desk-a:sessions \
+    $(for n in $(seq 0 $(( ${buckets:-1} - 1 ))); do echo "mcp:node:desk-a:sessions:$n"; done); do
+    used="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$key" SAMPLES 0)"
+    index=$(( index + ${used:-0} ))
+  done
   # The one client's limit set (a bench may SCAN: nothing else runs on this Redis).
   limit_set="$(redis-cli -p "$REDIS_PORT" --scan --pattern '*}:sessions' | head -1)"
   limit=0

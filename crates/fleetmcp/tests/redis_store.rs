@@ -114,7 +114,8 @@ fn fence(node: &str, epoch: u64) -> Fence {
 
 /// Index members of `node`'s held sessions, as Redis has them.
 fn index(redis: &SharedRedis, node: &str) -> Vec<String> {
-    let key = format!("mcp:node:{node}:sessions");
+    // A handful of sessions: one bucket (`session/index.rs`).
+    let key = format!("mcp:node:{node}:sessions:0");
     let out = redis.cli(&["ZRANGE", &key, "0", "-1"]);
     out.lines()
         .filter(|l| !l.is_empty())
@@ -279,7 +280,14 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
     let commands: u64 = stats
         .lines()
         .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum();
     assert!(
         commands <= n as u64 + 20,
@@ -293,10 +301,10 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
         "{claimed}"
     );
     assert_eq!(
-        redis.cli(&["ZCARD", "mcp:node:desk-z:sessions"]),
+        redis.cli(&["ZCARD", "mcp:node:desk-z:sessions:0"]),
         n.to_string()
     );
-    assert_eq!(redis.cli(&["ZCARD", "mcp:node:desk-x:sessions"]), "0");
+    assert_eq!(redis.cli(&["ZCARD", "mcp:node:desk-x:sessions:0"]), "0");
     // A second claim by the same stale view loses every record, and writes nothing.
     let again = store.claim_many(&batch, "desk-y").await.unwrap();
     assert!(
@@ -1103,7 +1111,7 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
     assert_eq!(raw["session"]["nodeId"], "desk-b");
     assert_eq!(raw["epoch"], 2);
     assert_eq!(raw["reassignedFrom"], "desk-a");
-    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions", "0", "-1"]);
+    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions:0", "0", "-1"]);
     assert_eq!(moved.trim(), "lean");
 
     // As an earlier version wrote it: every field, epoch 0.
@@ -1153,7 +1161,7 @@ async fn index_through_a_loop_on(redis: SharedRedis) {
     })
     .await;
     let c = http();
-    let index = "mcp:node:desk-a:sessions";
+    let index = "mcp:node:desk-a:sessions:0";
     let zcard = || redis.cli(&["ZCARD", index]).trim().parse::<u64>().unwrap();
     let mut kept = Vec::new();
     for _ in 0..3 {

@@ -164,7 +164,8 @@ fn status_lists_the_fleet_and_drain_stops_the_named_instance_gracefully() {
 }
 
 /// A fleet written into Redis by hand (no instance runs, so no orphan scanner claims anything
-/// meanwhile): one instance alive, one gone with three sessions and a task in its indexes.
+/// meanwhile): one instance alive, with the single index of a version before the buckets, one
+/// gone with three sessions in two buckets of its index and a task in its indexes.
 #[test]
 fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_scan() {
     let redis = RedisServer::start();
@@ -181,16 +182,16 @@ fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_sc
         vec!["ZADD", "mcp:ha:nodes", &started, "live"],
         vec!["ZADD", "mcp:node:live:sessions", &long_ago, "s0"],
         vec!["ZADD", "mcp:ha:nodes", &long_ago, "ghost"],
+        vec!["SET", "mcp:node:ghost:buckets", "2"],
         vec![
             "ZADD",
-            "mcp:node:ghost:sessions",
+            "mcp:node:ghost:sessions:0",
             &long_ago,
             "s1",
             &long_ago,
             "s2",
-            &long_ago,
-            "s3",
         ],
+        vec!["ZADD", "mcp:node:ghost:sessions:1", &long_ago, "s3"],
         vec!["SADD", "mcp:task:executor:ghost", "mcp:task:records:s1:t1"],
     ] {
         redis.cli(&cmd);

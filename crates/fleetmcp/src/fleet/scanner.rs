@@ -4,9 +4,12 @@
 //! Nothing here lists the keyspace (`KEYS` blocks Redis for everyone, and a `SCAN` of it costs
 //! as much as the keyspace is large). Every instance scores itself in `<haPrefix>nodes` at each
 //! beat (its last beat, Unix ms; 0 once it stopped gracefully), and indexes the sessions it
-//! holds in `<prefix>node:<nodeId>:sessions` (kept by the session store's create, claim and
-//! refresh). A run reads `nodes` once, with the scores, finds the dead among them, and claims
-//! the sessions of each dead one's index in batches: one `MGET` and one claim script per batch.
+//! holds in `<prefix>node:<nodeId>:sessions:<n>` (listpack-sized buckets, `session/index.rs`,
+//! kept by the session store's create, claim and refresh). A run reads `nodes` once, with the scores, finds the dead among them, and claims
+//! the sessions of each dead one's index in batches of a few buckets: one `MGET` and one claim
+//! script per batch (about one Redis command per session on one server, the `SET` of each
+//! record inside the script; on a cluster, where the records are in different slots, one
+//! script per session, three commands).
 //! Its cost grows with the dead instance's sessions, not with the keyspace.
 //!
 //! One run per interval in the whole fleet: a run first takes `<haPrefix>scanner:lock`
@@ -40,10 +43,14 @@ use super::liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
 use crate::redis_conn::{CommandError, RedisConn};
-use crate::session::{Claim, RedisSessionStore};
+use crate::session::{Claim, RedisSessionStore, index};
 
-/// Sessions read and claimed per round trip.
+/// Most entries read from one index key per round.
 const BATCH: usize = 500;
+
+/// Index keys read together, and their sessions claimed together: about 500 sessions (the
+/// buckets of `session/index.rs` hold about 64 each).
+const GROUP: usize = 8;
 
 /// Keeps the lock for another `ARGV[2]` ms, only while it is still this instance's.
 const KEEP_LOCK: &str = r#"
@@ -226,79 +233,118 @@ impl Scanner {
 
     /// Claims every session in `dead`'s index; returns (entries looked at, sessions claimed).
     /// Entries of sessions that ended or moved are dropped from the index; once it is empty,
-    /// `dead` leaves `nodes`.
+    /// `dead` leaves `nodes` and its bucket count goes.
+    ///
+    /// The index is read [`GROUP`] buckets at a time (about [`BATCH`] sessions, one `ZRANGE`
+    /// each, sent together), whose sessions are claimed together: one `MGET` and one claim
+    /// script, and their moves between the indexes one command per bucket.
     async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
-        let index = self.store.index_key(dead);
+        let count = index::read(&self.redis, dead).await?;
+        // Room in this instance's index for what it is about to hold, before it writes there.
+        let coming = count as usize * index::PER_BUCKET;
+        index::grow(&self.redis, &self.me, self.app.sessions().held() + coming).await?;
+        let keys = index::keys(&self.redis, dead, count);
         let (mut scanned, mut claimed) = (0, 0);
         let mut kept = Instant::now();
-        loop {
-            if kept.elapsed() >= self.interval / 2 {
-                self.keep_lock().await;
-                kept = Instant::now();
-            }
-            let ids: Vec<String> = self
-                .redis
-                .run(
-                    redis::cmd("ZRANGE")
-                        .arg(&index)
-                        .arg(0)
-                        .arg(BATCH as i64 - 1)
-                        .clone(),
-                )
-                .await?;
-            if ids.is_empty() {
-                let mut pipe = redis::pipe();
-                pipe.cmd("ZREM")
-                    .arg(nodes_key(&self.key_prefix))
-                    .arg(dead)
-                    .ignore();
-                self.redis.pipe::<()>(pipe).await?;
-                return Ok((scanned, claimed));
-            }
-            scanned += ids.len();
-            let records = self.store.get_many(&ids).await.map_err(unavailable)?;
-            let mut stale = Vec::new();
-            let mut mine = Vec::new();
-            for (id, record) in ids.iter().zip(records) {
-                match record {
-                    // A 2024-11-05 session lives in its stream, on the instance that has it:
-                    // claimed, it could be served nowhere, and an instance that was only paused
-                    // would lose it when it comes back. Left to its holder (its record expires
-                    // if the holder is gone); out of the index, which the holder rewrites.
-                    Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
-                        mine.push(r)
-                    }
-                    _ => stale.push(id.clone()),
+        for group in keys.chunks(GROUP) {
+            loop {
+                if kept.elapsed() >= self.interval / 2 {
+                    self.keep_lock().await;
+                    kept = Instant::now();
                 }
-            }
-            let answers = self
-                .store
-                .claim_many(&mine, &self.me)
-                .await
-                .map_err(unavailable)?;
-            for (record, answer) in mine.iter().zip(answers) {
-                match answer {
-                    Claim::Won(_) => {
-                        claimed += 1;
-                        let short: String = record.id.chars().take(20).collect();
-                        tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
-                        tracing::info!(session_id = %crate::session::LogId(&record.id), "[HA] Adopted an orphaned session — this node now serves it");
-                    }
-                    // Claimed by someone else, or gone: the script left the entry.
-                    Claim::Lost { .. } | Claim::Gone => stale.push(record.id.clone()),
+                let (found, moved, won) = self.claim_group(dead, group).await?;
+                scanned += found;
+                claimed += won;
+                if found == 0 {
+                    break;
                 }
-            }
-            if !stale.is_empty() {
-                let removed: i64 = self
-                    .redis
-                    .run(redis::cmd("ZREM").arg(&index).arg(&stale).clone())
-                    .await?;
-                if removed == 0 && claimed == 0 && mine.is_empty() {
+                if !moved {
                     // Nothing moved: another scanner or a concurrent change; try next run.
                     return Ok((scanned, claimed));
                 }
             }
         }
+        let mut gone = redis::cmd("DEL");
+        gone.arg(self.redis.config().node_index_buckets_key(dead));
+        let mut left = redis::cmd("ZREM");
+        left.arg(nodes_key(&self.key_prefix)).arg(dead);
+        let (gone, left) =
+            futures_util::join!(self.redis.run::<i64>(gone), self.redis.run::<i64>(left));
+        gone.and(left)?;
+        Ok((scanned, claimed))
+    }
+
+    /// One round over the index keys `group` of `dead`: (entries looked at, whether any entry
+    /// moved or left, sessions claimed).
+    async fn claim_group(
+        &self,
+        dead: &str,
+        group: &[String],
+    ) -> Result<(usize, bool, usize), CommandError> {
+        let reads = group.iter().map(|key| {
+            self.redis.run::<Vec<String>>(
+                redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(BATCH as i64 - 1)
+                    .clone(),
+            )
+        });
+        let lists = futures_util::future::try_join_all(reads).await?;
+        let ids: Vec<String> = lists.iter().flatten().cloned().collect();
+        if ids.is_empty() {
+            return Ok((0, false, 0));
+        }
+        // The key each entry was read from, to drop the stale ones there.
+        let from: Vec<&String> = group
+            .iter()
+            .zip(&lists)
+            .flat_map(|(key, list)| std::iter::repeat_n(key, list.len()))
+            .collect();
+        let records = self.store.get_many(&ids).await.map_err(unavailable)?;
+        let mut stale: std::collections::BTreeMap<&String, Vec<&str>> = Default::default();
+        let mut mine = Vec::new();
+        let mut mine_from = Vec::new();
+        for ((id, key), record) in ids.iter().zip(&from).zip(records) {
+            match record {
+                // A 2024-11-05 session lives in its stream, on the instance that has it:
+                // claimed, it could be served nowhere, and an instance that was only paused
+                // would lose it when it comes back. Left to its holder (its record expires
+                // if the holder is gone); out of the index, which the holder rewrites.
+                Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
+                    mine.push(r);
+                    mine_from.push(*key);
+                }
+                _ => stale.entry(*key).or_default().push(id),
+            }
+        }
+        let answers = self
+            .store
+            .claim_many(&mine, &self.me)
+            .await
+            .map_err(unavailable)?;
+        let mut claimed = 0;
+        for ((record, key), answer) in mine.iter().zip(mine_from).zip(answers) {
+            match answer {
+                Claim::Won(_) => {
+                    claimed += 1;
+                    let short: String = record.id.chars().take(20).collect();
+                    tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
+                    tracing::info!(session_id = %crate::session::LogId(&record.id), "[HA] Adopted an orphaned session — this node now serves it");
+                }
+                // Claimed by someone else, or gone: the script left the entry.
+                Claim::Lost { .. } | Claim::Gone => stale.entry(key).or_default().push(&record.id),
+            }
+        }
+        let removes = stale.into_iter().map(|(key, ids)| {
+            self.redis
+                .run::<i64>(redis::cmd("ZREM").arg(key).arg(ids).clone())
+        });
+        let removed: i64 = futures_util::future::try_join_all(removes)
+            .await?
+            .into_iter()
+            .sum();
+        Ok((ids.len(), removed > 0 || claimed > 0, claimed))
     }
 }
 

@@ -114,6 +114,8 @@ struct Inner {
     master_confirmed: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
     /// Where every command's latency and failures are counted (the server's, once given).
     meters: std::sync::OnceLock<Meters>,
+    /// The bucket counts of the holder indexes this process knows (`session/index.rs`).
+    index_buckets: crate::session::IndexBuckets,
 }
 
 impl RedisConn {
@@ -143,6 +145,7 @@ impl RedisConn {
             master: parking_lot::Mutex::new(None),
             master_confirmed: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
+            index_buckets: Default::default(),
         }))
     }
 
@@ -232,6 +235,11 @@ impl RedisConn {
     /// The configuration this connection was built from.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.cfg
+    }
+
+    /// The bucket counts of the holder indexes this process knows (`session/index.rs`).
+    pub(crate) fn index_buckets(&self) -> &crate::session::IndexBuckets {
+        &self.inner.index_buckets
     }
 
     /// The address this instance reaches Redis from: the local address the kernel's routing

@@ -15,11 +15,12 @@
 //! record to compare; the new record is encoded here, so Lua's JSON encoder never rewrites
 //! what clients sent (it would turn `[]` into `{}`).
 //!
-//! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions` (a sorted set
-//! scored by the time of the holder's last refresh), so the orphan scanner reads a dead
-//! instance's sessions without scanning the keyspace. Creation, claims and refreshes keep it;
-//! a `DELETE` removes its session's entry with the record (`delete_indexed`); entries of
-//! expired sessions (and of deletes that failed half-way) are pruned by score.
+//! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions:<n>` (sorted sets
+//! in listpack-sized buckets, scored by the time of the holder's last refresh: `index.rs`), so
+//! the orphan scanner reads a dead instance's sessions without scanning the keyspace.
+//! Creation, claims and refreshes keep it; a `DELETE` removes its session's entry with the
+//! record (`delete_indexed`); entries of expired sessions (and of deletes that failed
+//! half-way) are pruned by score.
 //!
 //! Redis Cluster: a record and an index live in different slots (the contract's key names
 //! leave no room for a shared hash tag), so no script touches both. The record is the truth:
@@ -312,9 +313,13 @@ impl RedisSessionStore {
         Ok(self.conn.run(cmd).await?)
     }
 
-    /// The index of the sessions `node` holds.
-    pub fn index_key(&self, node: &str) -> String {
-        self.conn.config().node_index_key(node)
+    /// The bucket of `node`'s index where session `id` is written, by the bucket count known
+    /// here (see `index.rs`).
+    pub fn index_key(&self, node: &str, id: &str) -> String {
+        let count = self.conn.index_buckets().of(node);
+        self.conn
+            .config()
+            .node_index_bucket_key(node, super::index::bucket_of(id, count))
     }
 
     fn encode(wire: &StoredRecord) -> Result<String, StoreError> {
@@ -478,31 +483,40 @@ impl RedisSessionStore {
         if won.is_empty() {
             return;
         }
-        let mut add = redis::cmd("ZADD");
-        add.arg(self.index_key(to));
+        // One command per bucket: the scanner claims a dead instance's bucket at a time, whose
+        // sessions fall in few of the claimer's buckets (the same hash, counts powers of two).
+        let mut to_buckets: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
         for r in won {
-            add.arg(now).arg(&r.id);
-        }
-        let mut from: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
-        for r in won.iter().filter(|r| r.node_id != to) {
-            from.entry(r.node_id.as_str())
+            to_buckets
+                .entry(self.index_key(to, &r.id))
                 .or_default()
                 .push(r.id.as_str());
         }
-        let removes = from.into_iter().map(|(node, ids)| {
+        let mut from: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
+        for r in won.iter().filter(|r| r.node_id != to) {
+            from.entry(self.index_key(&r.node_id, &r.id))
+                .or_default()
+                .push(r.id.as_str());
+        }
+        let adds = to_buckets.into_iter().map(|(key, ids)| {
+            let mut add = redis::cmd("ZADD");
+            add.arg(key);
+            for id in ids {
+                add.arg(now).arg(id);
+            }
+            self.conn.run::<i64>(add)
+        });
+        let removes = from.into_iter().map(|(key, ids)| {
             let mut rem = redis::cmd("ZREM");
-            rem.arg(self.index_key(node)).arg(ids);
+            rem.arg(key).arg(ids);
             self.conn.run::<i64>(rem)
         });
         let (added, removed) = futures_util::join!(
-            self.conn.run::<i64>(add),
+            futures_util::future::join_all(adds),
             futures_util::future::join_all(removes)
         );
-        if let Some(e) = added
-            .err()
-            .or_else(|| removed.into_iter().find_map(Result::err))
-        {
+        if let Some(e) = added.into_iter().chain(removed).find_map(Result::err) {
             tracing::debug!(error = %e, "claimed sessions: an index was not updated (the next refresh writes it)");
         }
     }
@@ -574,7 +588,7 @@ impl SessionStore for RedisSessionStore {
         let mut del = redis::cmd("DEL");
         del.arg(self.key(id));
         let mut unindex = redis::cmd("ZREM");
-        unindex.arg(self.index_key(holder)).arg(id);
+        unindex.arg(self.index_key(holder, id)).arg(id);
         if self.conn.config().is_cluster() {
             // Two slots (see the module documentation), sent together: one round trip. The
             // index is a hint: a failure there leaves an entry the heartbeat prunes later.
@@ -617,7 +631,7 @@ impl SessionStore for RedisSessionStore {
             .arg(self.ttl_ms);
         let mut index = redis::cmd("ZADD");
         index
-            .arg(self.index_key(&record.node_id))
+            .arg(self.index_key(&record.node_id, &record.id))
             .arg(unix_ms())
             .arg(&record.id);
         if self.conn.config().is_cluster() {
@@ -702,7 +716,10 @@ impl SessionStore for RedisSessionStore {
             // the heartbeat from pruning it).
             // Best effort, like every index write (the record is the truth).
             let mut index = redis::cmd("ZADD");
-            index.arg(self.index_key(&f.node_id)).arg(unix_ms()).arg(id);
+            index
+                .arg(self.index_key(&f.node_id, id))
+                .arg(unix_ms())
+                .arg(id);
             if let Err(e) = self.run::<i64>(index).await {
                 tracing::debug!(error = %e, "a refreshed session's index entry was not written");
             }
