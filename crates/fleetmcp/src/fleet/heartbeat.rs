@@ -27,6 +27,9 @@ use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
+/// Beats between two statements of this instance's index bucket count (`keep_index`).
+const RESTATE_EVERY: u32 = 6;
+
 /// How long a stop waits for Redis to see this instance's channel subscription go before it
 /// deletes the heartbeat anyway (closing a connection takes Redis well under a millisecond).
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
@@ -71,6 +74,8 @@ pub(crate) struct Heartbeat {
     /// pruned in the rotation too, until it is gone).
     index_read: AtomicBool,
     legacy_index: AtomicBool,
+    /// Beats written, to restate the bucket count now and then (see `keep_index`).
+    beats: std::sync::atomic::AtomicU32,
     /// Set once the heartbeat is deleted; held across each write, so that a beat already under
     /// way cannot write the key again after [`Heartbeat::stop`] deleted it.
     stopped: tokio::sync::Mutex<bool>,
@@ -94,6 +99,7 @@ impl Heartbeat {
             prune_next: Default::default(),
             index_read: AtomicBool::new(false),
             legacy_index: AtomicBool::new(false),
+            beats: Default::default(),
             address,
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
             channel: channel_of(&cfg.key_prefix, node_id),
@@ -241,7 +247,22 @@ impl Heartbeat {
                 self.index_read.store(true, Ordering::Relaxed);
             }
         }
-        if let Err(e) = index::grow(&self.redis, &self.node_id, held).await {
+        self.redis.index_buckets().held(&self.node_id, held);
+        let grown = index::grow(&self.redis, &self.node_id, held).await;
+        // Once a minute or so, the count known here is stated again (never lowering it): an
+        // instance taken for dead while it was only paused had its count deleted by the
+        // scanner that emptied its index, and must not write where no reader would read.
+        let beats = self.beats.fetch_add(1, Ordering::Relaxed);
+        let count = self.redis.index_buckets().of(&self.node_id);
+        let restated = if beats % RESTATE_EVERY == RESTATE_EVERY - 1
+            && count > 1
+            && self.index_read.load(Ordering::Relaxed)
+        {
+            index::restate(&self.redis, &self.node_id, count).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = grown.and(restated) {
             tracing::debug!(error = %e, "[HA] the session index's bucket count was not grown");
         }
     }

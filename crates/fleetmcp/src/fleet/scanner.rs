@@ -240,8 +240,17 @@ impl Scanner {
     /// script, and their moves between the indexes one command per bucket.
     async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
         let count = index::read(&self.redis, dead).await?;
-        // Room in this instance's index for what it is about to hold, before it writes there.
-        let coming = count as usize * index::PER_BUCKET;
+        // Room in this instance's index for what it is about to hold, before it writes there
+        // (the buckets' share estimated, an old version's single index counted).
+        let legacy: usize = self
+            .redis
+            .run(
+                redis::cmd("ZCARD")
+                    .arg(self.redis.config().node_index_key(dead))
+                    .clone(),
+            )
+            .await?;
+        let coming = count as usize * index::PER_BUCKET + legacy;
         index::grow(&self.redis, &self.me, self.app.sessions().held() + coming).await?;
         let keys = index::keys(&self.redis, dead, count);
         let (mut scanned, mut claimed) = (0, 0);

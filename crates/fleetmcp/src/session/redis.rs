@@ -589,6 +589,7 @@ impl SessionStore for RedisSessionStore {
         del.arg(self.key(id));
         let mut unindex = redis::cmd("ZREM");
         unindex.arg(self.index_key(holder, id)).arg(id);
+        self.conn.index_buckets().deleted(holder);
         if self.conn.config().is_cluster() {
             // Two slots (see the module documentation), sent together: one round trip. The
             // index is a hint: a failure there leaves an entry the heartbeat prunes later.
@@ -624,6 +625,13 @@ impl SessionStore for RedisSessionStore {
 
     async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
         let json = Self::encode(&StoredRecord::from_record(record))?;
+        if indexed && let Some(holds) = self.conn.index_buckets().created(&record.node_id) {
+            // More buckets first (one script, a few times in an instance's life), so that no
+            // bucket outgrows Redis's compact encoding while sessions open faster than beats.
+            if let Err(e) = super::index::grow(&self.conn, &record.node_id, holds).await {
+                tracing::debug!(error = %e, "the session index's bucket count was not grown");
+            }
+        }
         let mut set = redis::cmd("SET");
         set.arg(self.key(&record.id))
             .arg(json)
