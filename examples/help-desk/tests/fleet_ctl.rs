@@ -193,13 +193,15 @@ fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_sc
         ],
         vec!["ZADD", "mcp:node:ghost:sessions:1", &long_ago, "s3"],
         vec!["SADD", "mcp:task:executor:ghost", "mcp:task:records:s1:t1"],
+        // A graceful stop scores an instance 0 (its sessions already claimed: no index).
+        vec!["ZADD", "mcp:ha:nodes", "0", "stopped"],
     ] {
         redis.cli(&cmd);
     }
     let monitor = Monitor::start(&redis);
     let table = status(&url);
     assert!(
-        table.starts_with("1 instance(s) alive, 1 gone; 3 orphaned session(s)\n"),
+        table.starts_with("1 instance(s) alive, 2 gone; 3 orphaned session(s)\n"),
         "{table}"
     );
     let live = row(&table, "live").unwrap_or_else(|| panic!("no live row:\n{table}"));
@@ -214,6 +216,8 @@ fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_sc
         .parse()
         .unwrap_or_else(|e| panic!("beat age {:?}: {e}\n{table}", ghost[3]));
     assert!((60.0..70.0).contains(&age), "{table}");
+    let stopped = row(&table, "stopped").unwrap_or_else(|| panic!("no stopped row:\n{table}"));
+    assert_eq!(stopped[1..4], ["gone", "-", "stopped"], "{table}");
 
     let commands = monitor.commands().to_uppercase();
     assert!(commands.contains("\"ZREVRANGE\""), "{commands}");
