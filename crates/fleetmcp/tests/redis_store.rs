@@ -259,8 +259,8 @@ async fn fenced_writes_on(redis: SharedRedis) {
 
 /// The orphan scanner's batch claim on one server costs Redis about one command per record
 /// (one script per batch, one `MGET` and one `SET` per record inside it, where `INFO
-/// commandstats` counts them, and one `ZADD` or `ZREM` per bucket of the indexes: the 1,200
-/// sessions of desk-x are in 32), not three (a script per record, with its `GET` and `SET`),
+/// commandstats` counts them, and a few per bucket of the indexes: the 1,200 sessions of
+/// desk-x are in 32 buckets, and desk-z's index grows to 32 before they move in), not three (a script per record, with its `GET` and `SET`),
 /// and the records it writes are encoded here (Lua's encoder would turn `[]` into `{}`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_claim_costs_about_one_command_per_record() {
@@ -291,7 +291,7 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
         })
         .sum();
     assert!(
-        commands <= n as u64 + n as u64 / 20,
+        commands <= n as u64 + n as u64 / 10,
         "{commands} commands for {n} claims:\n{stats}"
     );
     let claimed = redis.cli(&["GET", "mcp:session:many-777"]);
@@ -301,10 +301,14 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
         claimed.contains(r#""reassignedFrom":"desk-x""#),
         "{claimed}"
     );
-    assert_eq!(
-        redis.cli(&["ZCARD", "mcp:node:desk-z:sessions:0"]),
-        n.to_string()
-    );
+    assert_eq!(redis.cli(&["GET", "mcp:node:desk-z:buckets"]), "32");
+    let indexed: u64 = (0..32)
+        .map(|b| {
+            let bucket = format!("mcp:node:desk-z:sessions:{b}");
+            redis.cli(&["ZCARD", &bucket]).parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(indexed, n as u64, "every claimed session in desk-z's index");
     assert_eq!(redis.cli(&["GET", "mcp:node:desk-x:buckets"]), "32");
     for b in 0..32 {
         let bucket = format!("mcp:node:desk-x:sessions:{b}");

@@ -483,6 +483,16 @@ impl RedisSessionStore {
         if won.is_empty() {
             return;
         }
+        // Sessions taken over count as sessions opened here: the claimer's index grows first.
+        let grow = won
+            .iter()
+            .filter_map(|_| self.conn.index_buckets().created(to))
+            .max();
+        if let Some(holds) = grow
+            && let Err(e) = super::index::grow(&self.conn, to, holds).await
+        {
+            tracing::debug!(error = %e, "the session index's bucket count was not grown");
+        }
         // One command per bucket: the scanner claims a dead instance's bucket at a time, whose
         // sessions fall in few of the claimer's buckets (the same hash, counts powers of two).
         let mut to_buckets: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
