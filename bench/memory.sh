@@ -6,11 +6,13 @@
 # tools/call each, so that each is confirmed and tracked), then left idle. Prints one markdown
 # row per mode: process RSS growth per session, Redis used_memory growth per session
 # (everything the sessions made Redis keep: records, index entries, client-side caching's
-# tracking entries), the MEMORY USAGE and length of one record, and the MEMORY USAGE of the
-# holder's index divided by N.
+# tracking entries, the per-key limit set), the MEMORY USAGE and length of one record, the
+# MEMORY USAGE of the holder's index (every bucket, and the key that counts them) divided by N, and that of the per-key limit set
+# (`limits.max_sessions_per_key`, on by default: one client here, so one set, its cap raised to
+# N so that every session is admitted) divided by N.
 #
-# Environment (optional): SESSIONS=2000, MODES="default distributed", SKIP_BUILD=0,
-# PROFILE=release (or debug).
+# Environment (optional): SESSIONS=2000, MODES="default distributed", LIMITS=on (or off: the
+# per-key session cap off, as before), SKIP_BUILD=0, PROFILE=release (or debug).
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -18,6 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_start memory
 SESSIONS="${SESSIONS:-2000}"
 MODES="${MODES:-default distributed}"
+LIMITS="${LIMITS:-on}"
+per_key=0
+[[ "$LIMITS" == on ]] && per_key=$((SESSIONS + 10))
 
 redis_used() { redis-cli -p "$REDIS_PORT" info memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}'; }
 
@@ -44,12 +49,12 @@ PY
 }
 
 measure() { # MODE -> one table row
-  local mode="$1" port pid rss0 rss1 red0 red1 last record len index
+  local mode="$1" port pid rss0 rss1 red0 red1 last record len index limit_set limit
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
   port="$(free_port)"
   local extra=()
   [[ "$mode" == distributed ]] && extra=(FRONTMCP_DEPLOYMENT_MODE=distributed)
-  env PORT="$port" MACHINE_ID=desk-a FLEETMCP_MAX_SESSIONS_PER_KEY=0 \
+  env PORT="$port" MACHINE_ID=desk-a FLEETMCP_MAX_SESSIONS_PER_KEY="$per_key" \
     REDIS_URL="redis://127.0.0.1:$REDIS_PORT" "${extra[@]}" FRONTMCP_BIND_ADDRESS=loopback \
     MCP_SESSION_SECRET="bench-secret-0123456789abcdef" RUST_LOG=warn \
     "$BIN" >"$WORK/desk-$mode.log" 2>&1 &
@@ -65,13 +70,25 @@ measure() { # MODE -> one table row
   rss1="$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")"; red1="$(redis_used)"
   record="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:session:$last")"
   len="$(redis-cli -p "$REDIS_PORT" STRLEN "mcp:session:$last")"
-  index="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "mcp:node:desk-a:sessions" SAMPLES 0)"
+  # The holder's index: its buckets (session/index.rs) and their count.
+  local buckets n used key
+  buckets="$(redis-cli -p "$REDIS_PORT" GET mcp:node:desk-a:buckets)"
+  index=0
+  for key in mcp:node:desk-a:buckets mcp:node:desk-a:sessions \
+    $(for n in $(seq 0 $(( ${buckets:-1} - 1 ))); do echo "mcp:node:desk-a:sessions:$n"; done); do
+    used="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$key" SAMPLES 0)"
+    index=$(( index + ${used:-0} ))
+  done
+  # The one client's limit set (a bench may SCAN: nothing else runs on this Redis).
+  limit_set="$(redis-cli -p "$REDIS_PORT" --scan --pattern '*}:sessions' | head -1)"
+  limit=0
+  [[ -n "$limit_set" ]] && limit="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$limit_set" SAMPLES 0)"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
-  echo "| $mode | $SESSIONS | ${#last} | $(( (rss1 - rss0) * 1024 / SESSIONS )) | $(( (red1 - red0) / SESSIONS )) | $record | $len | $(( ${index:-0} / (SESSIONS + 1) )) |"
+  echo "| $mode | $SESSIONS | ${#last} | $(( (rss1 - rss0) * 1024 / SESSIONS )) | $(( (red1 - red0) / SESSIONS )) | $record | $len | $(( ${index:-0} / (SESSIONS + 1) )) | $(( ${limit:-0} / (SESSIONS + 1) )) |"
 }
 
 echo
-echo "| mode | idle sessions | id length | process RSS per session B | Redis used_memory per session B | MEMORY USAGE of one record B | record length B | index per session B |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|"
+echo "| mode | idle sessions | id length | process RSS per session B | Redis used_memory per session B | MEMORY USAGE of one record B | record length B | index per session B | limit set per session B |"
+echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
 for mode in $MODES; do measure "$mode"; done

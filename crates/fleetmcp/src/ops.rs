@@ -128,14 +128,17 @@ pub fn render(census: &Census) -> String {
         .instances
         .iter()
         .map(|i| {
-            let age_ms = census.at.saturating_sub(i.last_beat);
+            // A graceful stop leaves no last beat to count from.
+            let age = i.last_beat.map_or("stopped".into(), |beat| {
+                format!("{:.1} s", census.at.saturating_sub(beat) as f64 / 1000.0)
+            });
             [
                 i.machine_id.clone(),
                 if i.alive { "alive" } else { "gone" }.into(),
                 i.started_at.map_or("-".into(), |ms| {
                     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
                 }),
-                format!("{:.1} s", age_ms as f64 / 1000.0),
+                age,
                 i.address.clone().unwrap_or_else(|| "-".into()),
                 if i.alive {
                     i.sessions.to_string()

@@ -114,7 +114,8 @@ fn fence(node: &str, epoch: u64) -> Fence {
 
 /// Index members of `node`'s held sessions, as Redis has them.
 fn index(redis: &SharedRedis, node: &str) -> Vec<String> {
-    let key = format!("mcp:node:{node}:sessions");
+    // A handful of sessions: one bucket (`session/index.rs`).
+    let key = format!("mcp:node:{node}:sessions:0");
     let out = redis.cli(&["ZRANGE", &key, "0", "-1"]);
     out.lines()
         .filter(|l| !l.is_empty())
@@ -254,6 +255,105 @@ async fn fenced_writes_on(redis: SharedRedis) {
     let mut held = index(&redis, "desk-z");
     held.sort();
     assert_eq!(held, ["sid-0", "sid-1", "sid-2"]);
+}
+
+/// The orphan scanner's batch claim on one server costs Redis about one command per record
+/// (one script per batch, one `MGET` and one `SET` per record inside it, where `INFO
+/// commandstats` counts them, and a few per bucket of the indexes: the 1,200 sessions of
+/// desk-x are in 32 buckets, and desk-z's index grows to 32 before they move in), not three (a script per record, with its `GET` and `SET`),
+/// and the records it writes are encoded here (Lua's encoder would turn `[]` into `{}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_costs_about_one_command_per_record() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let n = 1_200;
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut r = record(&format!("many-{i}"), "desk-x");
+        r.client_info = json!({"name": "t", "roots": []});
+        store.create(&r, true).await.unwrap();
+        batch.push(r);
+    }
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let answers = store.claim_many(&batch, "desk-z").await.unwrap();
+    assert!(answers.iter().all(|a| *a == Claim::Won(2)), "{answers:?}");
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let commands: u64 = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        commands <= n as u64 + n as u64 / 10,
+        "{commands} commands for {n} claims:\n{stats}"
+    );
+    let claimed = redis.cli(&["GET", "mcp:session:many-777"]);
+    assert!(claimed.contains(r#""nodeId":"desk-z""#), "{claimed}");
+    assert!(claimed.contains(r#""roots":[]"#), "{claimed}");
+    assert!(
+        claimed.contains(r#""reassignedFrom":"desk-x""#),
+        "{claimed}"
+    );
+    assert_eq!(redis.cli(&["GET", "mcp:node:desk-z:buckets"]), "32");
+    let indexed: u64 = (0..32)
+        .map(|b| {
+            let bucket = format!("mcp:node:desk-z:sessions:{b}");
+            redis.cli(&["ZCARD", &bucket]).parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(indexed, n as u64, "every claimed session in desk-z's index");
+    assert_eq!(redis.cli(&["GET", "mcp:node:desk-x:buckets"]), "32");
+    for b in 0..32 {
+        let bucket = format!("mcp:node:desk-x:sessions:{b}");
+        assert_eq!(redis.cli(&["EXISTS", &bucket]), "0", "{bucket} emptied");
+    }
+    // A second claim by the same stale view loses every record, and writes nothing.
+    let again = store.claim_many(&batch, "desk-y").await.unwrap();
+    assert!(
+        again.iter().all(|a| *a
+            == Claim::Lost {
+                node_id: "desk-z".into(),
+                epoch: 2
+            }),
+        "{:?}",
+        &again[..3]
+    );
+}
+
+/// The holder index grows its buckets as sessions are created, before any heartbeat: 300
+/// sessions opened at once end in eight buckets of about 38, each kept compact by Redis
+/// (listpack), and not in one sorted set of 300 (a skiplist, twice the bytes an entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_holder_index_grows_its_buckets_as_sessions_are_created() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    for i in 0..300 {
+        store
+            .create(&record(&format!("grown-{i}"), "desk-g"), true)
+            .await
+            .unwrap();
+    }
+    assert_eq!(redis.cli(&["GET", "mcp:node:desk-g:buckets"]), "8");
+    let mut indexed = 0;
+    for n in 0..8 {
+        let key = format!("mcp:node:desk-g:sessions:{n}");
+        let size: u64 = redis.cli(&["ZCARD", &key]).parse().unwrap();
+        assert!(size <= 128, "{key} holds {size}");
+        assert_eq!(
+            redis.cli(&["OBJECT", "ENCODING", &key]),
+            "listpack",
+            "{key}"
+        );
+        indexed += size;
+    }
+    assert_eq!(indexed, 300, "every session indexed once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1049,7 +1149,7 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
     assert_eq!(raw["session"]["nodeId"], "desk-b");
     assert_eq!(raw["epoch"], 2);
     assert_eq!(raw["reassignedFrom"], "desk-a");
-    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions", "0", "-1"]);
+    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions:0", "0", "-1"]);
     assert_eq!(moved.trim(), "lean");
 
     // As an earlier version wrote it: every field, epoch 0.
@@ -1099,7 +1199,7 @@ async fn index_through_a_loop_on(redis: SharedRedis) {
     })
     .await;
     let c = http();
-    let index = "mcp:node:desk-a:sessions";
+    let index = "mcp:node:desk-a:sessions:0";
     let zcard = || redis.cli(&["ZCARD", index]).trim().parse::<u64>().unwrap();
     let mut kept = Vec::new();
     for _ in 0..3 {

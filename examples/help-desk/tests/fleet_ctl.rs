@@ -164,7 +164,8 @@ fn status_lists_the_fleet_and_drain_stops_the_named_instance_gracefully() {
 }
 
 /// A fleet written into Redis by hand (no instance runs, so no orphan scanner claims anything
-/// meanwhile): one instance alive, one gone with three sessions and a task in its indexes.
+/// meanwhile): one instance alive, with the single index of a version before the buckets, one
+/// gone with three sessions in two buckets of its index and a task in its indexes.
 #[test]
 fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_scan() {
     let redis = RedisServer::start();
@@ -181,24 +182,26 @@ fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_sc
         vec!["ZADD", "mcp:ha:nodes", &started, "live"],
         vec!["ZADD", "mcp:node:live:sessions", &long_ago, "s0"],
         vec!["ZADD", "mcp:ha:nodes", &long_ago, "ghost"],
+        vec!["SET", "mcp:node:ghost:buckets", "2"],
         vec![
             "ZADD",
-            "mcp:node:ghost:sessions",
+            "mcp:node:ghost:sessions:0",
             &long_ago,
             "s1",
             &long_ago,
             "s2",
-            &long_ago,
-            "s3",
         ],
+        vec!["ZADD", "mcp:node:ghost:sessions:1", &long_ago, "s3"],
         vec!["SADD", "mcp:task:executor:ghost", "mcp:task:records:s1:t1"],
+        // A graceful stop scores an instance 0 (its sessions already claimed: no index).
+        vec!["ZADD", "mcp:ha:nodes", "0", "stopped"],
     ] {
         redis.cli(&cmd);
     }
     let monitor = Monitor::start(&redis);
     let table = status(&url);
     assert!(
-        table.starts_with("1 instance(s) alive, 1 gone; 3 orphaned session(s)\n"),
+        table.starts_with("1 instance(s) alive, 2 gone; 3 orphaned session(s)\n"),
         "{table}"
     );
     let live = row(&table, "live").unwrap_or_else(|| panic!("no live row:\n{table}"));
@@ -213,6 +216,8 @@ fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_sc
         .parse()
         .unwrap_or_else(|e| panic!("beat age {:?}: {e}\n{table}", ghost[3]));
     assert!((60.0..70.0).contains(&age), "{table}");
+    let stopped = row(&table, "stopped").unwrap_or_else(|| panic!("no stopped row:\n{table}"));
+    assert_eq!(stopped[1..4], ["gone", "-", "stopped"], "{table}");
 
     let commands = monitor.commands().to_uppercase();
     assert!(commands.contains("\"ZREVRANGE\""), "{commands}");

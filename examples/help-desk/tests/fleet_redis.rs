@@ -969,10 +969,10 @@ fn stored(redis: &RedisServer, sid: &str) -> Value {
     serde_json::from_str(&redis.cli(&["GET", &session_key(sid)])).unwrap_or(Value::Null)
 }
 
-/// The members of `node`'s index of held sessions.
+/// The members of `node`'s index of held sessions (a handful: one bucket, `session/index.rs`).
 fn index_of(redis: &RedisServer, node: &str) -> Vec<String> {
     redis
-        .cli(&["ZRANGE", &format!("mcp:node:{node}:sessions"), "0", "-1"])
+        .cli(&["ZRANGE", &format!("mcp:node:{node}:sessions:0"), "0", "-1"])
         .lines()
         .filter(|l| !l.is_empty())
         .map(String::from)
@@ -1062,6 +1062,107 @@ fn a_holder_cut_off_from_redis_stops_serving_and_never_writes_over_its_successor
     assert!(index_of(&redis, "desk-b").contains(&sid));
 }
 
+fn as_args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The orphan scanner claims a dead instance's whole index: its buckets, and the single sorted
+/// set a version before the buckets kept (a rolling upgrade); the claimer's own index is then
+/// in buckets Redis keeps compact (listpack), and nothing of the dead instance is left.
+#[test]
+fn the_orphan_scanner_claims_every_bucket_and_an_old_versions_single_index() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let ids: Vec<String> = (0..300).map(|i| format!("ghost-session-{i:04}")).collect();
+    let mut records = vec!["MSET".to_string()];
+    for id in &ids {
+        let record = json!({"session": {"id": id, "protocol": "streamable-http",
+            "createdAt": now, "nodeId": "ghost"}, "createdAt": now, "lastAccessedAt": now,
+            "initialized": true, "protocolVersion": "2025-11-25"});
+        records.extend([session_key(id), record.to_string()]);
+    }
+    redis.cli(&as_args(&records));
+    // 200 in four buckets (the bucket a session is in matters to no reader), 100 in the
+    // single index of an earlier version.
+    for (n, chunk) in ids[..200].chunks(50).enumerate() {
+        let mut add = vec!["ZADD".to_string(), format!("mcp:node:ghost:sessions:{n}")];
+        for id in chunk {
+            add.extend([now.to_string(), id.clone()]);
+        }
+        redis.cli(&as_args(&add));
+    }
+    let mut old = vec!["ZADD".to_string(), "mcp:node:ghost:sessions".to_string()];
+    for id in &ids[200..] {
+        old.extend([now.to_string(), id.clone()]);
+    }
+    redis.cli(&as_args(&old));
+    redis.cli(&["SET", "mcp:node:ghost:buckets", "4"]);
+    redis.cli(&["ZADD", "mcp:ha:nodes", &(now - 60_000).to_string(), "ghost"]);
+
+    let b = distributed_desk(
+        "desk-b",
+        &url,
+        &[
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+            ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ],
+    );
+    let started = Instant::now();
+    while !ids
+        .iter()
+        .all(|id| stored(&redis, id)["session"]["nodeId"] == "desk-b")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the scanner claims the ghost's sessions:\n{}",
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    // Nothing of the ghost is left: its index, its bucket count, its entry in the fleet's list.
+    let ghost_left = || {
+        let keys = redis.cli(&[
+            "EXISTS",
+            "mcp:node:ghost:sessions",
+            "mcp:node:ghost:sessions:0",
+            "mcp:node:ghost:sessions:3",
+            "mcp:node:ghost:buckets",
+        ]);
+        let listed = redis.cli(&["ZSCORE", "mcp:ha:nodes", "ghost"]);
+        format!("{keys} keys, listed {listed:?}")
+    };
+    while ghost_left() != "0 keys, listed \"\"" {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the ghost is gone: {}",
+            ghost_left()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let buckets: u32 = redis
+        .cli(&["GET", "mcp:node:desk-b:buckets"])
+        .parse()
+        .unwrap_or(1);
+    assert!(buckets >= 4, "{buckets} buckets for 300 sessions");
+    let mut held = 0;
+    for n in 0..buckets {
+        let key = format!("mcp:node:desk-b:sessions:{n}");
+        held += redis.cli(&["ZCARD", &key]).parse::<u64>().unwrap_or(0);
+        let encoding = redis.cli(&["OBJECT", "ENCODING", &key]);
+        assert!(
+            matches!(encoding.as_str(), "listpack" | ""),
+            "{key} is {encoding}"
+        );
+    }
+    assert_eq!(held, 300, "desk-b's index names every claimed session once");
+    assert_eq!(redis.cli(&["EXISTS", "mcp:node:desk-b:sessions"]), "0");
+}
+
 /// The orphan scanner claims a SIGKILLed holder's sessions in the background, with no request
 /// for them, reading the holder's index and never listing the keyspace (`MONITOR` sees no
 /// `KEYS` or `SCAN`); the claimer then serves them.
@@ -1122,7 +1223,7 @@ fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
     );
     let commands = monitor.commands();
     assert!(
-        commands.contains("\"ZRANGE\" \"mcp:node:desk-a:sessions\""),
+        commands.contains("\"ZRANGE\" \"mcp:node:desk-a:sessions:0\""),
         "MONITOR recorded the scan:\n{commands}"
     );
     for listing in ["\"KEYS\"", "\"SCAN\""] {

@@ -315,3 +315,74 @@ fn a_failed_beat_is_tried_again_within_half_a_second() {
     eprintln!("the heartbeat was back {:?} after the link", back.elapsed());
     a.assert_no_panic_logged();
 }
+
+/// Calls of `command` since the last `CONFIG RESETSTAT` (`INFO commandstats`, where commands run
+/// inside scripts count too).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An idle fleet runs one orphan scan per interval, not one per instance, and its scans ask
+/// nothing of instances whose score in `mcp:ha:nodes` is recent: the fleet's idle load grows
+/// with its size, not with its square (every instance checking every other's heartbeat each
+/// interval made 6 instances send 30 `EXISTS` an interval). A stopped instance is still found
+/// at once: its stop scores it 0.
+#[test]
+fn an_idle_fleet_runs_one_orphan_scan_per_interval() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let ids: Vec<String> = (0..6).map(|i| format!("idle-{i}")).collect();
+    let mut fleet: Vec<Instance> = ids
+        .iter()
+        .map(|id| {
+            let mut env = distributed(id, &url);
+            env.push(("FRONTMCP_HA_TAKEOVER_GRACE_MS", "300"));
+            Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+        })
+        .collect();
+    // Every scanner has begun (an interval plus the grace after its start).
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let window = Duration::from_secs(3);
+    std::thread::sleep(window);
+    let (scans, checks) = (calls(&redis, "zrange"), calls(&redis, "exists"));
+    // One scan per 300 ms interval: 10 in the window, one more at its edges, and a margin for
+    // a slow timer; one scan per instance per interval would be 60.
+    assert!(
+        (5..=14).contains(&scans),
+        "{scans} scans of mcp:ha:nodes in {window:?}"
+    );
+    assert_eq!(checks, 0, "heartbeats checked though every score is recent");
+
+    // A graceful stop scores the instance 0, and the next scan finds it gone.
+    let mut stopped = fleet.pop().expect("six instances");
+    assert!(
+        stopped
+            .signal_and_wait("TERM", Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+    let score = redis.cli(&["ZSCORE", "mcp:ha:nodes", "idle-5"]);
+    assert!(
+        matches!(score.trim(), "" | "0"),
+        "a stopped instance is scored 0 (or already claimed): {score:?}"
+    );
+    wait_until(
+        "a scanner claims the stopped instance's (empty) index",
+        Duration::from_secs(3),
+        || {
+            !redis
+                .cli(&["ZRANGE", "mcp:ha:nodes", "0", "-1"])
+                .contains("idle-5")
+        },
+    );
+    for mut i in fleet {
+        i.assert_alive();
+    }
+}

@@ -77,7 +77,7 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
         }
     }
     // The holders' indexes name their sessions (each index lives in its own slot).
-    let index_a = cluster.cli(&["ZRANGE", "mcp:node:desk-a:sessions", "0", "-1"]);
+    let index_a = cluster.cli(&["ZRANGE", "mcp:node:desk-a:sessions:0", "0", "-1"]);
     for sid in &held_by_a {
         assert!(
             index_a.contains(sid.as_str()),

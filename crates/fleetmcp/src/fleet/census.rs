@@ -4,8 +4,10 @@
 //!
 //! Read-only, and from the indexes only (never `KEYS`, no `SCAN` of the keyspace): one
 //! `ZREVRANGE` of `<haPrefix>nodes` (the [`MAX_NODES`] most recent), then one pipeline with, per
-//! instance, a `GET` of its heartbeat, a `ZCARD` of its session index and an `SCARD` of its
-//! task index. Each call is bounded by the connection's command timeout.
+//! instance, a `GET` of its heartbeat, a `GET` of its session index's bucket count and an
+//! `SCARD` of its task index, then one with a `ZCARD` of each bucket of each session index (and
+//! of the single index of versions before the buckets: `session/index.rs`). Each call is
+//! bounded by the connection's command timeout.
 
 use super::heartbeat::{Beat, nodes_key};
 use crate::clock::unix_ms;
@@ -23,11 +25,12 @@ pub struct Instance {
     pub alive: bool,
     /// When its process started (Unix ms), from its heartbeat; `None` once it is gone.
     pub started_at: Option<u64>,
-    /// Its last beat (Unix ms): from its heartbeat, else its score in `<haPrefix>nodes`.
-    pub last_beat: u64,
+    /// Its last beat (Unix ms): from its heartbeat, else its score in `<haPrefix>nodes`;
+    /// `None` once it stopped gracefully (its stop scores it 0 there, see `scanner.rs`).
+    pub last_beat: Option<u64>,
     /// `host:port` where the others relay to it, from its heartbeat.
     pub address: Option<String>,
-    /// Sessions in its index (`<prefix>node:<nodeId>:sessions`): held if it is alive, orphaned
+    /// Sessions in its index (`<prefix>node:<nodeId>:sessions:<n>`): held if it is alive, orphaned
     /// (waiting for the orphan scanner, or a takeover) if it is gone.
     pub sessions: u64,
     /// Unfinished background tasks it runs (`<prefix>task:executor:<nodeId>`).
@@ -74,8 +77,8 @@ pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, C
         let reads = nodes.iter().map(|(node, _)| async move {
             let mut beat = redis::cmd("GET");
             beat.arg(format!("{ha_prefix}heartbeat:{node}"));
-            let mut sessions = redis::cmd("ZCARD");
-            sessions.arg(redis.config().node_index_key(node));
+            let mut sessions = redis::cmd("GET");
+            sessions.arg(redis.config().node_index_buckets_key(node));
             let mut tasks = redis::cmd("SCARD");
             tasks.arg(crate::tasks::executor_index_key(key_prefix, node));
             futures_util::try_join!(
@@ -85,17 +88,37 @@ pub(crate) async fn read(redis: &RedisConn, config: &Config) -> Result<Census, C
             )
         });
         let answers = futures_util::future::try_join_all(reads).await?;
-        for ((machine_id, score), (beat, sessions, tasks)) in nodes.into_iter().zip(&answers) {
+        let counts = nodes
+            .iter()
+            .zip(&answers)
+            .map(|((node, _), (_, buckets, _))| {
+                let buckets = redis::from_redis_value_ref::<Option<u32>>(buckets)
+                    .ok()
+                    .flatten()
+                    .unwrap_or(1)
+                    .clamp(1, crate::session::index::MAX_BUCKETS);
+                let cards = crate::session::index::keys(redis, node, buckets)
+                    .into_iter()
+                    .map(|key| redis.run::<u64>(redis::cmd("ZCARD").arg(key).clone()));
+                futures_util::future::try_join_all(cards)
+            });
+        let counts = futures_util::future::try_join_all(counts).await?;
+        for (((machine_id, score), (beat, _, tasks)), cards) in
+            nodes.into_iter().zip(&answers).zip(counts)
+        {
             let beat: Option<Beat> = redis::from_redis_value_ref::<Option<String>>(beat)
                 .ok()
                 .flatten()
                 .and_then(|b| serde_json::from_str(&b).ok());
-            let sessions = redis::from_redis_value_ref::<u64>(sessions).unwrap_or(0);
+            let sessions = cards.iter().sum();
             let tasks = redis::from_redis_value_ref::<u64>(tasks).unwrap_or(0);
             instances.push(Instance {
                 alive: beat.is_some(),
                 started_at: beat.as_ref().map(|b| b.started_at),
-                last_beat: beat.as_ref().map_or(score as u64, |b| b.last_beat),
+                last_beat: beat
+                    .as_ref()
+                    .map(|b| b.last_beat)
+                    .or((score > 0.0).then_some(score as u64)),
                 address: beat.and_then(|b| b.address),
                 machine_id,
                 sessions,

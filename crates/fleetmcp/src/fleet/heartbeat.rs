@@ -27,6 +27,9 @@ use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
+/// Beats between two statements of this instance's index bucket count (`keep_index`).
+const RESTATE_EVERY: u32 = 6;
+
 /// How long a stop waits for Redis to see this instance's channel subscription go before it
 /// deletes the heartbeat anyway (closing a connection takes Redis well under a millisecond).
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
@@ -63,8 +66,16 @@ pub(crate) struct Heartbeat {
     lease: Arc<Lease>,
     /// `<haPrefix>nodes`: every instance's last beat, for the orphan scanner.
     nodes_key: String,
-    /// This instance's index of held sessions, pruned of expired entries at every beat.
-    index_key: String,
+    /// The next bucket of this instance's index pruned of expired entries (a few per beat, in
+    /// rotation: `session/index.rs`).
+    prune_next: std::sync::atomic::AtomicU32,
+    /// Whether this instance's bucket count was read from Redis (at start, else at a beat), and
+    /// whether a version before the buckets left its single index under this machine id (then
+    /// pruned in the rotation too, until it is gone).
+    index_read: AtomicBool,
+    legacy_index: AtomicBool,
+    /// Beats written, to restate the bucket count now and then (see `keep_index`).
+    beats: std::sync::atomic::AtomicU32,
     /// Set once the heartbeat is deleted; held across each write, so that a beat already under
     /// way cannot write the key again after [`Heartbeat::stop`] deleted it.
     stopped: tokio::sync::Mutex<bool>,
@@ -85,7 +96,10 @@ impl Heartbeat {
         let ha = Arc::new(Self {
             lease,
             nodes_key: nodes_key(&cfg.key_prefix),
-            index_key: redis.config().node_index_key(node_id),
+            prune_next: Default::default(),
+            index_read: AtomicBool::new(false),
+            legacy_index: AtomicBool::new(false),
+            beats: Default::default(),
             address,
             key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
             channel: channel_of(&cfg.key_prefix, node_id),
@@ -164,6 +178,7 @@ impl Heartbeat {
         if *stopped {
             return false;
         }
+        self.keep_index(session_count).await;
         let hb = Beat {
             node_id: self.node_id.clone(),
             started_at: self.started_at,
@@ -178,8 +193,8 @@ impl Heartbeat {
         // later, so the lease always runs out before the key does.
         let sent_at = std::time::Instant::now();
         let session_ttl = self.redis.config().default_ttl_ms;
-        // Three keys in three slots of a cluster: three commands, sent together (one round
-        // trip on one server). The beat counts only when all three were written.
+        // Keys in different slots of a cluster: one command each, sent together (one round
+        // trip on one server). The beat counts only when all were written.
         let mut set = redis::cmd("SET");
         set.arg(&self.key).arg(value).arg("PX").arg(self.ttl_ms);
         let mut listed = redis::cmd("ZADD");
@@ -187,17 +202,20 @@ impl Heartbeat {
             .arg(&self.nodes_key)
             .arg(hb.last_beat)
             .arg(&self.node_id);
-        let mut pruned = redis::cmd("ZREMRANGEBYSCORE");
-        pruned
-            .arg(&self.index_key)
-            .arg("-inf")
-            .arg(format!("({}", hb.last_beat.saturating_sub(session_ttl)));
+        let expired = format!("({}", hb.last_beat.saturating_sub(session_ttl));
+        let prunes = self.pruned_now().into_iter().map(|key| {
+            let mut pruned = redis::cmd("ZREMRANGEBYSCORE");
+            pruned.arg(key).arg("-inf").arg(&expired);
+            self.redis.run::<i64>(pruned)
+        });
         let (set, listed, pruned) = futures_util::join!(
             self.redis.run::<()>(set),
             self.redis.run::<i64>(listed),
-            self.redis.run::<i64>(pruned)
+            futures_util::future::join_all(prunes)
         );
-        let written = set.and(listed).and(pruned);
+        let written = set
+            .and(listed)
+            .and(pruned.into_iter().try_for_each(|p| p.map(|_| ())));
         let ok = written.is_ok();
         if ok {
             self.lease
@@ -208,6 +226,79 @@ impl Heartbeat {
         }
         self.active.store(ok, Ordering::Relaxed);
         ok
+    }
+
+    /// This instance's index has buckets enough for `held` sessions (`session/index.rs`): its
+    /// bucket count is read from Redis once (a process before this one under the same machine
+    /// id may have grown it), then grown as the sessions grow. A failure is tried again at the
+    /// next beat; meanwhile writes go to the buckets known, which readers read.
+    async fn keep_index(&self, held: usize) {
+        use crate::session::index;
+        if !self.index_read.load(Ordering::Relaxed) {
+            let legacy = redis::cmd("EXISTS")
+                .arg(self.redis.config().node_index_key(&self.node_id))
+                .clone();
+            let (count, legacy) = futures_util::join!(
+                index::read(&self.redis, &self.node_id),
+                self.redis.run::<i64>(legacy)
+            );
+            if let (Ok(_), Ok(legacy)) = (count, legacy) {
+                self.legacy_index.store(legacy > 0, Ordering::Relaxed);
+                self.index_read.store(true, Ordering::Relaxed);
+            }
+        }
+        self.redis
+            .shared::<crate::session::IndexBuckets>()
+            .held(&self.node_id, held);
+        let grown = index::grow(&self.redis, &self.node_id, held).await;
+        // Once a minute or so, the count known here is stated again (never lowering it): an
+        // instance taken for dead while it was only paused had its count deleted by the
+        // scanner that emptied its index, and must not write where no reader would read.
+        let beats = self.beats.fetch_add(1, Ordering::Relaxed);
+        let count = self
+            .redis
+            .shared::<crate::session::IndexBuckets>()
+            .of(&self.node_id);
+        let restated = if beats % RESTATE_EVERY == RESTATE_EVERY - 1
+            && count > 1
+            && self.index_read.load(Ordering::Relaxed)
+        {
+            index::restate(&self.redis, &self.node_id, count).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = grown.and(restated) {
+            tracing::debug!(error = %e, "[HA] the session index's bucket count was not grown");
+        }
+    }
+
+    /// The index's keys pruned at this beat: the next [`index::PRUNED_PER_BEAT`] in rotation
+    /// (the single index of a version before the buckets last, while it is there).
+    ///
+    /// [`index::PRUNED_PER_BEAT`]: crate::session::index::PRUNED_PER_BEAT
+    fn pruned_now(&self) -> Vec<String> {
+        use crate::session::index;
+        let count = self
+            .redis
+            .shared::<crate::session::IndexBuckets>()
+            .of(&self.node_id);
+        let legacy = self.legacy_index.load(Ordering::Relaxed);
+        let slots = count + u32::from(legacy);
+        let first = self.prune_next.load(Ordering::Relaxed) % slots;
+        let take = index::PRUNED_PER_BEAT.min(slots);
+        self.prune_next
+            .store((first + take) % slots, Ordering::Relaxed);
+        let cfg = self.redis.config();
+        (first..first + take)
+            .map(|i| i % slots)
+            .map(|n| {
+                if n < count {
+                    cfg.node_index_bucket_key(&self.node_id, n)
+                } else {
+                    cfg.node_index_key(&self.node_id)
+                }
+            })
+            .collect()
     }
 
     pub fn interval(&self) -> Duration {
@@ -245,11 +336,16 @@ impl Heartbeat {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let deleted: Result<i64, _> = self
-            .redis
-            .run(redis::cmd("DEL").arg(&self.key).clone())
-            .await;
-        if let Err(e) = deleted {
+        // Scored 0 in `nodes`: the orphan scanners judge only the instances whose score is
+        // not recent (`scanner.rs`), and this one must be found stopped at their next run.
+        let mut mark = redis::cmd("ZADD");
+        mark.arg(&self.nodes_key).arg(0).arg(&self.node_id);
+        let (deleted, marked) = futures_util::join!(
+            self.redis
+                .run::<i64>(redis::cmd("DEL").arg(&self.key).clone()),
+            self.redis.run::<i64>(mark)
+        );
+        if let Err(e) = deleted.and(marked) {
             // Others then take this instance's sessions over once the key expires.
             tracing::error!(error = %e, "[HA] Manager shutdown failed");
         }
@@ -286,8 +382,9 @@ pub(super) async fn read_beat(
     Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
 }
 
-/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat. An
-/// instance stays in it after it stops, until the orphan scanner has claimed its sessions.
+/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat (Unix
+/// ms), or 0 once it stopped gracefully. An instance stays in it after it stops, until the
+/// orphan scanner has claimed its sessions.
 pub(super) fn nodes_key(key_prefix: &str) -> String {
     format!("{key_prefix}nodes")
 }

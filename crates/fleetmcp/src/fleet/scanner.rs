@@ -3,23 +3,36 @@
 //!
 //! Nothing here lists the keyspace (`KEYS` blocks Redis for everyone, and a `SCAN` of it costs
 //! as much as the keyspace is large). Every instance scores itself in `<haPrefix>nodes` at each
-//! beat, and indexes the sessions it holds in `<prefix>node:<nodeId>:sessions` (kept by the
-//! session store's create, claim and refresh). A run reads the few entries of `nodes`, finds
-//! the dead among them, and claims the sessions of each dead one's index in batches: one `MGET`
-//! and one pipeline of claim scripts per batch. Its cost grows with the dead instance's
-//! sessions, not with the keyspace.
+//! beat (its last beat, Unix ms; 0 once it stopped gracefully), and indexes the sessions it
+//! holds in `<prefix>node:<nodeId>:sessions:<n>` (listpack-sized buckets, `session/index.rs`,
+//! kept by the session store's create, claim and refresh). A run reads `nodes` once, with the scores, finds the dead among them, and claims
+//! the sessions of each dead one's index in batches of a few buckets: one `MGET` and one claim
+//! script per batch (about one Redis command per session on one server, the `SET` of each
+//! record inside the script; on a cluster, where the records are in different slots, one
+//! script per session, three commands).
+//! Its cost grows with the dead instance's sessions, not with the keyspace.
 //!
-//! An instance is dead when its heartbeat is gone and either nothing holds its channel (the
-//! kernel closed a crashed process's connections; a stopped one unsubscribed) or its last beat
-//! is older than the heartbeat lifetime plus `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent
-//! for that long: the same rule as on-demand takeover), and only once this instance's own lease
-//! has held a moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every
-//! instance's heartbeat and subscription are gone at once, and the live ones show themselves
-//! again only a moment after Redis answers them. One scanner runs at a time in the
-//! fleet: a run first takes `<haPrefix>scanner:lock` (`SET NX PX`), released when it ends.
-//! Every claim is the store's compare-and-set on holder and epoch, so a scanner and an
-//! on-demand takeover racing for one session cannot both win. A dead instance's unfinished
-//! background tasks end as failed (`Tasks::fail_tasks_of`).
+//! One run per interval in the whole fleet: a run first takes `<haPrefix>scanner:lock`
+//! (`SET NX PX` for one interval) and leaves it to expire, so that whichever instance tries
+//! first once it expired runs, and the others' tries that interval cost one `SET` each. The
+//! lock only elects; a run longer than the interval keeps it (`PEXPIRE`, while it is still this
+//! instance's), and two runs that meet anyway are safe, as every claim is the store's
+//! compare-and-set on holder and epoch (a scanner and an on-demand takeover racing for one
+//! session cannot both win either).
+//!
+//! Dead instances are found from the scores of that one read: an instance whose last beat is
+//! recent (within the heartbeat lifetime less one interval, for clocks a little apart) rewrote
+//! its heartbeat a moment ago and is alive, with no further command. Only an instance whose
+//! score is older, or 0 (it stopped), is looked at: it is dead when its heartbeat is gone and
+//! either nothing holds its channel (the kernel closed a crashed process's connections; a
+//! stopped one unsubscribed) or its last beat is older than the heartbeat lifetime plus
+//! `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent for that long: the same rule as on-demand
+//! takeover). An idle fleet's scanner thus costs one `SET` per instance and one `ZRANGE` per
+//! interval, whatever its size. Verdicts come only once this instance's own lease has held a
+//! moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every instance's
+//! heartbeat and subscription are gone at once, and the live ones show themselves again only
+//! a moment after Redis answers them. A dead instance's unfinished background tasks end as
+//! failed (`Tasks::fail_tasks_of`).
 
 use std::time::{Duration, Instant};
 
@@ -30,14 +43,18 @@ use super::liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
 use crate::redis_conn::{CommandError, RedisConn};
-use crate::session::{Claim, RedisSessionStore};
+use crate::session::{Claim, RedisSessionStore, index};
 
-/// Sessions read and claimed per round trip.
+/// Most entries read from one index key per round.
 const BATCH: usize = 500;
 
-/// Deletes the lock only while it is still this instance's.
-const UNLOCK: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+/// Index keys read together, and their sessions claimed together: about 500 sessions (the
+/// buckets of `session/index.rs` hold about 64 each).
+const GROUP: usize = 8;
+
+/// Keeps the lock for another `ARGV[2]` ms, only while it is still this instance's.
+const KEEP_LOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 "#;
 
@@ -93,32 +110,45 @@ impl Scanner {
         }
     }
 
-    /// One run, if this instance gets the lock (`None` when another scanner holds it, or when
-    /// no instance is alive).
+    /// One run, if this instance gets the lock (`None` when another scanner ran this interval,
+    /// or when no instance is alive). The lock is left to expire: one run per interval.
     pub async fn scan_once(&self) -> Result<Option<Scan>, CommandError> {
-        let lock = format!("{}scanner:lock", self.key_prefix);
-        let ttl_ms = self.interval.as_millis().max(1000) as u64;
         let taken: Option<String> = self
             .redis
             .run(
                 redis::cmd("SET")
-                    .arg(&lock)
+                    .arg(self.lock_key())
                     .arg(&self.me)
                     .arg("NX")
                     .arg("PX")
-                    .arg(ttl_ms)
+                    .arg(self.lock_ms())
                     .clone(),
             )
             .await?;
         if taken.is_none() {
             return Ok(None);
         }
-        let scan = self.scan_locked().await;
-        let script = redis::Script::new(UNLOCK);
-        let mut unlock = script.prepare_invoke();
-        unlock.key(&lock).arg(&self.me);
-        let _: Result<i64, _> = self.redis.eval(unlock).await;
-        scan
+        self.scan_locked().await
+    }
+
+    fn lock_key(&self) -> String {
+        format!("{}scanner:lock", self.key_prefix)
+    }
+
+    /// How long a run holds the lock: one interval.
+    fn lock_ms(&self) -> u64 {
+        (self.interval.as_millis() as u64).max(1)
+    }
+
+    /// Keeps the lock for another interval while this run goes on (a dead instance's many
+    /// sessions may take longer than one), so that no other run starts meanwhile.
+    async fn keep_lock(&self) {
+        let script = redis::Script::new(KEEP_LOCK);
+        let mut keep = script.prepare_invoke();
+        keep.key(self.lock_key()).arg(&self.me).arg(self.lock_ms());
+        if let Err(e) = self.redis.eval::<i64>(keep).await {
+            tracing::debug!(error = %e, "[HA] the scanner's lock was not kept");
+        }
     }
 
     async fn scan_locked(&self) -> Result<Option<Scan>, CommandError> {
@@ -148,8 +178,15 @@ impl Scanner {
             );
             return Ok(Some(scan));
         }
+        let now = unix_ms();
+        // A beat this recent was written with its heartbeat, which lives a lifetime from then:
+        // the instance is alive, nothing to ask. Less one interval, for a clock behind ours.
+        let fresh = self.heartbeat_ttl.saturating_sub(self.interval).as_millis() as u64;
         for (node, last_beat) in nodes {
-            if node == self.me || !self.is_dead(&node, last_beat).await? {
+            if node == self.me
+                || (last_beat > 0 && now.saturating_sub(last_beat) < fresh)
+                || !self.is_dead(&node, last_beat).await?
+            {
                 continue;
             }
             scan.dead += 1;
@@ -196,74 +233,127 @@ impl Scanner {
 
     /// Claims every session in `dead`'s index; returns (entries looked at, sessions claimed).
     /// Entries of sessions that ended or moved are dropped from the index; once it is empty,
-    /// `dead` leaves `nodes`.
+    /// `dead` leaves `nodes` and its bucket count goes.
+    ///
+    /// The index is read [`GROUP`] buckets at a time (about [`BATCH`] sessions, one `ZRANGE`
+    /// each, sent together), whose sessions are claimed together: one `MGET` and one claim
+    /// script, and their moves between the indexes one command per bucket.
     async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
-        let index = self.store.index_key(dead);
+        let count = index::read(&self.redis, dead).await?;
+        // Room in this instance's index for what it is about to hold, before it writes there
+        // (the buckets' share estimated, an old version's single index counted).
+        let legacy: usize = self
+            .redis
+            .run(
+                redis::cmd("ZCARD")
+                    .arg(self.redis.config().node_index_key(dead))
+                    .clone(),
+            )
+            .await?;
+        let coming = count as usize * index::PER_BUCKET + legacy;
+        index::grow(&self.redis, &self.me, self.app.sessions().held() + coming).await?;
+        let keys = index::keys(&self.redis, dead, count);
         let (mut scanned, mut claimed) = (0, 0);
-        loop {
-            let ids: Vec<String> = self
-                .redis
-                .run(
-                    redis::cmd("ZRANGE")
-                        .arg(&index)
-                        .arg(0)
-                        .arg(BATCH as i64 - 1)
-                        .clone(),
-                )
-                .await?;
-            if ids.is_empty() {
-                let mut pipe = redis::pipe();
-                pipe.cmd("ZREM")
-                    .arg(nodes_key(&self.key_prefix))
-                    .arg(dead)
-                    .ignore();
-                self.redis.pipe::<()>(pipe).await?;
-                return Ok((scanned, claimed));
-            }
-            scanned += ids.len();
-            let records = self.store.get_many(&ids).await.map_err(unavailable)?;
-            let mut stale = Vec::new();
-            let mut mine = Vec::new();
-            for (id, record) in ids.iter().zip(records) {
-                match record {
-                    // A 2024-11-05 session lives in its stream, on the instance that has it:
-                    // claimed, it could be served nowhere, and an instance that was only paused
-                    // would lose it when it comes back. Left to its holder (its record expires
-                    // if the holder is gone); out of the index, which the holder rewrites.
-                    Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
-                        mine.push(r)
-                    }
-                    _ => stale.push(id.clone()),
+        let mut kept = Instant::now();
+        for group in keys.chunks(GROUP) {
+            loop {
+                if kept.elapsed() >= self.interval / 2 {
+                    self.keep_lock().await;
+                    kept = Instant::now();
                 }
-            }
-            let answers = self
-                .store
-                .claim_many(&mine, &self.me)
-                .await
-                .map_err(unavailable)?;
-            for (record, answer) in mine.iter().zip(answers) {
-                match answer {
-                    Claim::Won(_) => {
-                        claimed += 1;
-                        let short: String = record.id.chars().take(20).collect();
-                        tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
-                        tracing::info!(session_id = %crate::session::LogId(&record.id), "[HA] Adopted an orphaned session — this node now serves it");
-                    }
-                    // Claimed by someone else, or gone: the script left the entry.
-                    Claim::Lost { .. } | Claim::Gone => stale.push(record.id.clone()),
+                let (found, moved, won) = self.claim_group(dead, group).await?;
+                scanned += found;
+                claimed += won;
+                if found == 0 {
+                    break;
                 }
-            }
-            if !stale.is_empty() {
-                let removed: i64 = self
-                    .redis
-                    .run(redis::cmd("ZREM").arg(&index).arg(&stale).clone())
-                    .await?;
-                if removed == 0 && claimed == 0 && mine.is_empty() {
+                if !moved {
                     // Nothing moved: another scanner or a concurrent change; try next run.
                     return Ok((scanned, claimed));
                 }
             }
         }
+        let mut gone = redis::cmd("DEL");
+        gone.arg(self.redis.config().node_index_buckets_key(dead));
+        let mut left = redis::cmd("ZREM");
+        left.arg(nodes_key(&self.key_prefix)).arg(dead);
+        let (gone, left) =
+            futures_util::join!(self.redis.run::<i64>(gone), self.redis.run::<i64>(left));
+        gone.and(left)?;
+        Ok((scanned, claimed))
+    }
+
+    /// One round over the index keys `group` of `dead`: (entries looked at, whether any entry
+    /// moved or left, sessions claimed).
+    async fn claim_group(
+        &self,
+        dead: &str,
+        group: &[String],
+    ) -> Result<(usize, bool, usize), CommandError> {
+        let reads = group.iter().map(|key| {
+            self.redis.run::<Vec<String>>(
+                redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(BATCH as i64 - 1)
+                    .clone(),
+            )
+        });
+        let lists = futures_util::future::try_join_all(reads).await?;
+        let ids: Vec<String> = lists.iter().flatten().cloned().collect();
+        if ids.is_empty() {
+            return Ok((0, false, 0));
+        }
+        // The key each entry was read from, to drop the stale ones there.
+        let from: Vec<&String> = group
+            .iter()
+            .zip(&lists)
+            .flat_map(|(key, list)| std::iter::repeat_n(key, list.len()))
+            .collect();
+        let records = self.store.get_many(&ids).await.map_err(unavailable)?;
+        let mut stale: std::collections::BTreeMap<&String, Vec<&str>> = Default::default();
+        let mut mine = Vec::new();
+        let mut mine_from = Vec::new();
+        for ((id, key), record) in ids.iter().zip(&from).zip(records) {
+            match record {
+                // A 2024-11-05 session lives in its stream, on the instance that has it:
+                // claimed, it could be served nowhere, and an instance that was only paused
+                // would lose it when it comes back. Left to its holder (its record expires
+                // if the holder is gone); out of the index, which the holder rewrites.
+                Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
+                    mine.push(r);
+                    mine_from.push(*key);
+                }
+                _ => stale.entry(*key).or_default().push(id),
+            }
+        }
+        let answers = self
+            .store
+            .claim_many(&mine, &self.me)
+            .await
+            .map_err(unavailable)?;
+        let mut claimed = 0;
+        for ((record, key), answer) in mine.iter().zip(mine_from).zip(answers) {
+            match answer {
+                Claim::Won(_) => {
+                    claimed += 1;
+                    let short: String = record.id.chars().take(20).collect();
+                    tracing::info!("[HA] Orphan scan: claimed session {short} from {dead}");
+                    tracing::info!(session_id = %crate::session::LogId(&record.id), "[HA] Adopted an orphaned session — this node now serves it");
+                }
+                // Claimed by someone else, or gone: the script left the entry.
+                Claim::Lost { .. } | Claim::Gone => stale.entry(key).or_default().push(&record.id),
+            }
+        }
+        let removes = stale.into_iter().map(|(key, ids)| {
+            self.redis
+                .run::<i64>(redis::cmd("ZREM").arg(key).arg(ids).clone())
+        });
+        let removed: i64 = futures_util::future::try_join_all(removes)
+            .await?
+            .into_iter()
+            .sum();
+        Ok((ids.len(), removed > 0 || claimed > 0, claimed))
     }
 }
 

@@ -120,7 +120,13 @@ struct Inner {
     meters: std::sync::OnceLock<Meters>,
     /// How channels for one instance go, once decided (`sharded.rs`): 0 not yet, else its code.
     pubsub_mode: AtomicU8,
+    /// State the layers above keep per connection, one value per type ([`RedisConn::shared`]).
+    shared: parking_lot::Mutex<SharedState>,
 }
+
+/// One value per type, made on first use.
+type SharedState =
+    std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>;
 
 impl RedisConn {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
@@ -150,6 +156,7 @@ impl RedisConn {
             master_confirmed: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
             pubsub_mode: AtomicU8::new(0),
+            shared: Default::default(),
         }))
     }
 
@@ -239,6 +246,21 @@ impl RedisConn {
     /// The configuration this connection was built from.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.cfg
+    }
+
+    /// The value of type `T` every user of this connection shares, made with `T::default()`
+    /// on first use: what the layers above know of the Redis behind it (the bucket counts of
+    /// the holder indexes, `session/index.rs`), which must not be mixed with another Redis's,
+    /// as a process-wide value would be when one process talks to several (tests, embedders).
+    pub(crate) fn shared<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut shared = self.inner.shared.lock();
+        let any = shared
+            .entry(std::any::TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()))
+            .clone();
+        // The entry under `T`'s id holds a `T`: the downcast cannot fail.
+        any.downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(T::default()))
     }
 
     /// The address this instance reaches Redis from: the local address the kernel's routing

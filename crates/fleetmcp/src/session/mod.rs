@@ -5,6 +5,8 @@
 //! - [`ownership`]: the seam distributed mode plugs into (who serves a stored session this
 //!   instance does not hold), and the [`Lease`] its heartbeat renews;
 //! - [`id`]: sealed session ids;
+//! - [`index`]: the holder index in buckets (which sessions an instance holds, for the orphan
+//!   scanner);
 //! - [`store`]: the durable record behind a trait, in memory or in Redis ([`redis`]);
 //! - [`tracking`]: client-side caching of the Redis records of held sessions, so a held
 //!   session's request needs no round trip;
@@ -16,6 +18,7 @@
 //! session exists, or names `LiveSessions`.
 
 mod id;
+pub(crate) mod index;
 mod lifecycle;
 mod live;
 mod lossy;
@@ -28,6 +31,7 @@ mod unread;
 
 pub use self::redis::RedisSessionStore;
 pub(crate) use id::{LogId, SessionSealer};
+pub(crate) use index::Buckets as IndexBuckets;
 pub(crate) use lifecycle::{
     LegacyStream, Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing,
 };

@@ -15,11 +15,12 @@
 //! record to compare; the new record is encoded here, so Lua's JSON encoder never rewrites
 //! what clients sent (it would turn `[]` into `{}`).
 //!
-//! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions` (a sorted set
-//! scored by the time of the holder's last refresh), so the orphan scanner reads a dead
-//! instance's sessions without scanning the keyspace. Creation, claims and refreshes keep it;
-//! a `DELETE` removes its session's entry with the record (`delete_indexed`); entries of
-//! expired sessions (and of deletes that failed half-way) are pruned by score.
+//! Each holder's sessions are also indexed, `<prefix>node:<nodeId>:sessions:<n>` (sorted sets
+//! in listpack-sized buckets, scored by the time of the holder's last refresh: `index.rs`), so
+//! the orphan scanner reads a dead instance's sessions without scanning the keyspace.
+//! Creation, claims and refreshes keep it; a `DELETE` removes its session's entry with the
+//! record (`delete_indexed`); entries of expired sessions (and of deletes that failed
+//! half-way) are pruned by score.
 //!
 //! Redis Cluster: a record and an index live in different slots (the contract's key names
 //! leave no room for a shared hash tag), so no script touches both. The record is the truth:
@@ -202,6 +203,41 @@ return {1, node, epoch}
 "#
 );
 
+/// [`CLAIM`] for many records in one call, on one server (the keys must share a slot on a
+/// cluster): `KEYS` the records, `ARGV[1]` the expiry in ms, then per record its expected holder,
+/// its expected epoch and the record naming the new holder (`ARGV[3i-1..3i+1]`). Answers one
+/// `{code, holder, epoch}` like [`CLAIM`]'s per record, in order. One `MGET` for them all and one
+/// `SET` per claim won: commands inside a script count as Redis's own work, and the orphan
+/// scanner's recovery of a dead instance's sessions costs about one command per session so.
+const CLAIM_MANY: &str = r#"
+local values = redis.call('MGET', unpack(KEYS))
+local out = {}
+for i, key in ipairs(KEYS) do
+  local node, epoch, code = '', 0, 0
+  local v = values[i]
+  if v then
+    local ok, r = pcall(cjson.decode, v)
+    if ok and type(r) == 'table' then
+      node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
+      epoch = tonumber(r.epoch) or 1
+      local at = 3 * i - 1
+      if node == ARGV[at] and epoch == tonumber(ARGV[at + 1]) then
+        redis.call('SET', key, ARGV[at + 2], 'PX', ARGV[1])
+        code = 1
+      else
+        code = 2
+      end
+    end
+  end
+  out[i] = {code, tostring(node), epoch}
+end
+return out
+"#;
+
+/// Records claimed per [`CLAIM_MANY`] call: its arguments (about 300 bytes a record) and the
+/// time Redis runs it for (well under a millisecond) stay small.
+const CLAIM_MANY_BATCH: usize = 500;
+
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct RedisSessionStore {
@@ -277,9 +313,13 @@ impl RedisSessionStore {
         Ok(self.conn.run(cmd).await?)
     }
 
-    /// The index of the sessions `node` holds.
-    pub fn index_key(&self, node: &str) -> String {
-        self.conn.config().node_index_key(node)
+    /// The bucket of `node`'s index where session `id` is written, by the bucket count known
+    /// here (see `index.rs`).
+    pub fn index_key(&self, node: &str, id: &str) -> String {
+        let count = self.conn.shared::<super::IndexBuckets>().of(node);
+        self.conn
+            .config()
+            .node_index_bucket_key(node, super::index::bucket_of(id, count))
     }
 
     fn encode(wire: &StoredRecord) -> Result<String, StoreError> {
@@ -322,22 +362,33 @@ impl RedisSessionStore {
             return Ok(Vec::new());
         }
         let now = unix_ms();
-        let answers = if self.conn.writes_durably() {
-            // One server: the claims in one pipeline, confirmed by the replicas before any
-            // counts (a claim a failover throws away would be served, then undone: F8).
-            let mut pipe = redis::pipe();
-            for record in records {
-                pipe.add_command(self.claim_command(record, to, now)?);
+        let answers = if !self.conn.config().is_cluster() {
+            // One server: one script per batch, confirmed by the replicas before any claim
+            // counts when `writes_durably` (a claim a failover throws away would be served,
+            // then undone: F8).
+            let mut answers = Vec::with_capacity(records.len());
+            for batch in records.chunks(CLAIM_MANY_BATCH) {
+                let mut pipe = redis::pipe();
+                pipe.add_command(self.claim_many_command(batch, to, now)?);
+                let (got,): (Vec<(i64, String, u64)>,) = self.conn.pipe_durably(pipe).await?;
+                if got.len() != batch.len() {
+                    return Err(StoreError::Unavailable(format!(
+                        "the claim script answered {} of {} records",
+                        got.len(),
+                        batch.len()
+                    )));
+                }
+                answers.extend(got.into_iter().map(Ok));
             }
-            let answers: Vec<(i64, String, u64)> = self.conn.pipe_durably(pipe).await?;
-            answers.into_iter().map(Ok).collect()
+            answers
         } else {
             let mut claims = Vec::with_capacity(records.len());
             for record in records {
                 claims.push(self.claim_record(record, to, now)?);
             }
-            // Each record is in its own slot: one script each, sent together (the connection
-            // pipelines them; a cluster sends each to its node).
+            // Each record is in its own slot: one script each (three commands with the `GET`
+            // and `SET` inside), sent together (the connection pipelines them; a cluster sends
+            // each to its node).
             futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await
         };
         let claims: Vec<Result<Claim, CommandError>> = records
@@ -392,6 +443,27 @@ impl RedisSessionStore {
         Ok(cmd)
     }
 
+    /// [`CLAIM_MANY`] for `records` (one server), as a plain `EVAL` a pipeline can carry.
+    fn claim_many_command(
+        &self,
+        records: &[SessionRecord],
+        to: &str,
+        now: u64,
+    ) -> Result<redis::Cmd, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(CLAIM_MANY).arg(records.len());
+        for record in records {
+            cmd.arg(self.key(&record.id));
+        }
+        cmd.arg(self.ttl_ms);
+        for record in records {
+            cmd.arg(&record.node_id)
+                .arg(record.epoch)
+                .arg(Self::encode(&self.claimed_wire(record, to, now))?);
+        }
+        Ok(cmd)
+    }
+
     /// The record `record` becomes when `to` claims it at `now`.
     fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> StoredRecord {
         let mut wire = StoredRecord::from_record(&SessionRecord {
@@ -411,31 +483,50 @@ impl RedisSessionStore {
         if won.is_empty() {
             return;
         }
-        let mut add = redis::cmd("ZADD");
-        add.arg(self.index_key(to));
-        for r in won {
-            add.arg(now).arg(&r.id);
+        // Sessions taken over count as sessions opened here: the claimer's index grows first.
+        let grow = won
+            .iter()
+            .filter_map(|_| self.conn.shared::<super::IndexBuckets>().created(to))
+            .max();
+        if let Some(holds) = grow
+            && let Err(e) = super::index::grow(&self.conn, to, holds).await
+        {
+            tracing::debug!(error = %e, "the session index's bucket count was not grown");
         }
-        let mut from: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
-        for r in won.iter().filter(|r| r.node_id != to) {
-            from.entry(r.node_id.as_str())
+        // One command per bucket: the scanner claims a dead instance's bucket at a time, whose
+        // sessions fall in few of the claimer's buckets (the same hash, counts powers of two).
+        let mut to_buckets: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+        for r in won {
+            to_buckets
+                .entry(self.index_key(to, &r.id))
                 .or_default()
                 .push(r.id.as_str());
         }
-        let removes = from.into_iter().map(|(node, ids)| {
+        let mut from: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
+        for r in won.iter().filter(|r| r.node_id != to) {
+            from.entry(self.index_key(&r.node_id, &r.id))
+                .or_default()
+                .push(r.id.as_str());
+        }
+        let adds = to_buckets.into_iter().map(|(key, ids)| {
+            let mut add = redis::cmd("ZADD");
+            add.arg(key);
+            for id in ids {
+                add.arg(now).arg(id);
+            }
+            self.conn.run::<i64>(add)
+        });
+        let removes = from.into_iter().map(|(key, ids)| {
             let mut rem = redis::cmd("ZREM");
-            rem.arg(self.index_key(node)).arg(ids);
+            rem.arg(key).arg(ids);
             self.conn.run::<i64>(rem)
         });
         let (added, removed) = futures_util::join!(
-            self.conn.run::<i64>(add),
+            futures_util::future::join_all(adds),
             futures_util::future::join_all(removes)
         );
-        if let Some(e) = added
-            .err()
-            .or_else(|| removed.into_iter().find_map(Result::err))
-        {
+        if let Some(e) = added.into_iter().chain(removed).find_map(Result::err) {
             tracing::debug!(error = %e, "claimed sessions: an index was not updated (the next refresh writes it)");
         }
     }
@@ -507,7 +598,8 @@ impl SessionStore for RedisSessionStore {
         let mut del = redis::cmd("DEL");
         del.arg(self.key(id));
         let mut unindex = redis::cmd("ZREM");
-        unindex.arg(self.index_key(holder)).arg(id);
+        unindex.arg(self.index_key(holder, id)).arg(id);
+        self.conn.shared::<super::IndexBuckets>().deleted(holder);
         if self.conn.config().is_cluster() {
             // Two slots (see the module documentation), sent together: one round trip. The
             // index is a hint: a failure there leaves an entry the heartbeat prunes later.
@@ -543,6 +635,18 @@ impl SessionStore for RedisSessionStore {
 
     async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
         let json = Self::encode(&StoredRecord::from_record(record))?;
+        if indexed
+            && let Some(holds) = self
+                .conn
+                .shared::<super::IndexBuckets>()
+                .created(&record.node_id)
+        {
+            // More buckets first (one script, a few times in an instance's life), so that no
+            // bucket outgrows Redis's compact encoding while sessions open faster than beats.
+            if let Err(e) = super::index::grow(&self.conn, &record.node_id, holds).await {
+                tracing::debug!(error = %e, "the session index's bucket count was not grown");
+            }
+        }
         let mut set = redis::cmd("SET");
         set.arg(self.key(&record.id))
             .arg(json)
@@ -550,7 +654,7 @@ impl SessionStore for RedisSessionStore {
             .arg(self.ttl_ms);
         let mut index = redis::cmd("ZADD");
         index
-            .arg(self.index_key(&record.node_id))
+            .arg(self.index_key(&record.node_id, &record.id))
             .arg(unix_ms())
             .arg(&record.id);
         if self.conn.config().is_cluster() {
@@ -635,7 +739,10 @@ impl SessionStore for RedisSessionStore {
             // the heartbeat from pruning it).
             // Best effort, like every index write (the record is the truth).
             let mut index = redis::cmd("ZADD");
-            index.arg(self.index_key(&f.node_id)).arg(unix_ms()).arg(id);
+            index
+                .arg(self.index_key(&f.node_id, id))
+                .arg(unix_ms())
+                .arg(id);
             if let Err(e) = self.run::<i64>(index).await {
                 tracing::debug!(error = %e, "a refreshed session's index entry was not written");
             }
