@@ -7,9 +7,9 @@
 # row per mode: process RSS growth per session, Redis used_memory growth per session
 # (everything the sessions made Redis keep: records, index entries, client-side caching's
 # tracking entries, the per-key limit set), the MEMORY USAGE and length of one record, the
-# MEMORY USAGE of the holder's index (every bucket, and the key that counts them) divided by N, and that of the per-key limit set
-# (`limits.max_sessions_per_key`, on by default: one client here, so one set, its cap raised to
-# N so that every session is admitted) divided by N.
+# MEMORY USAGE of the holder's index (every bucket, and the key that counts them) divided by N, and that of the per-key session count
+# (`limits.max_sessions_per_key`, on by default: one client here, so one small hash of counts,
+# its cap raised to N so that every session is admitted) divided by N.
 #
 # Environment (optional): SESSIONS=2000, MODES="default distributed", LIMITS=on (or off: the
 # per-key session cap off, as before), SKIP_BUILD=0, PROFILE=release (or debug).
@@ -79,8 +79,9 @@ measure() { # MODE -> one table row
     used="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$key" SAMPLES 0)"
     index=$(( index + ${used:-0} ))
   done
-  # The one client's limit set (a bench may SCAN: nothing else runs on this Redis).
-  limit_set="$(redis-cli -p "$REDIS_PORT" --scan --pattern '*}:sessions' | head -1)"
+  # The one client's session count (a small hash of counts; a bench may SCAN: nothing else
+  # runs on this Redis).
+  limit_set="$(redis-cli -p "$REDIS_PORT" --scan --pattern '*}:session-expiries' | head -1)"
   limit=0
   [[ -n "$limit_set" ]] && limit="$(redis-cli -p "$REDIS_PORT" MEMORY USAGE "$limit_set" SAMPLES 0)"
   kill "$pid"
