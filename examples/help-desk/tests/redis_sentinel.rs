@@ -1025,7 +1025,14 @@ fn sessions_survive_two_failovers(replicas: usize) -> TwoFailovers {
         let mut last = failover_at;
         let mut longest = Duration::ZERO;
         for at in times {
-            longest = longest.max(at.duration_since(last));
+            if at.duration_since(last) > longest {
+                longest = at.duration_since(last);
+                eprintln!(
+                    "no session acknowledged from {:?} to {:?} after the failover began",
+                    last.duration_since(failover_at),
+                    at.duration_since(failover_at)
+                );
+            }
             last = at;
         }
         longest.max(Instant::now().duration_since(last))
@@ -1092,6 +1099,21 @@ fn sessions_survive_two_failovers(replicas: usize) -> TwoFailovers {
         lost.len(),
         lost.iter().take(12).collect::<Vec<_>>(),
     );
+    // Why sessions were refused, as the instances logged it.
+    let mut why = std::collections::BTreeMap::<String, usize>::new();
+    for line in a.log().lines().chain(b.log().lines()) {
+        if line.contains("initialize refused") {
+            let reason = line.split("error=").nth(1).unwrap_or(line);
+            let reason: String = reason.chars().filter(|c| !c.is_ascii_digit()).take(160).collect();
+            *why.entry(reason).or_default() += 1;
+        }
+    }
+    for (reason, n) in &why {
+        eprintln!("{n:5} refused: {reason}");
+    }
+    if std::env::var_os("SENTINEL_TEST_LOGS").is_some() {
+        eprintln!("{}", a.log());
+    }
     a.assert_no_panic_logged();
     b.assert_no_panic_logged();
     TwoFailovers {

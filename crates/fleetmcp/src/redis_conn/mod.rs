@@ -35,10 +35,12 @@
 //!
 //! This file is the connection as its users see it (connect, run, eval, pipe); `link.rs` is the
 //! connection underneath and its upkeep (opening, checking, bounding, rebuilding),
-//! `sentinel.rs` what the sentinels are asked, `durable.rs` writes confirmed by replicas, and
+//! `sentinel.rs` what the sentinels are asked, `failover.rs` what they say of failovers kept
+//! current (their events and views), `durable.rs` writes confirmed by replicas, and
 //! `pubsub.rs` the dedicated subscriptions.
 
 mod durable;
+mod failover;
 mod link;
 mod pubsub;
 mod sentinel;
@@ -114,12 +116,15 @@ struct Inner {
     master_confirmed: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
     /// Where every command's latency and failures are counted (the server's, once given).
     meters: std::sync::OnceLock<Meters>,
+    /// With Sentinel: what the sentinels say of failovers, kept current (`failover.rs`).
+    failovers: Option<Arc<failover::Failovers>>,
 }
 
 impl RedisConn {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
         cfg.validate()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let is_sentinel = cfg.is_sentinel();
         let client = if cfg.is_sentinel() || cfg.is_cluster() {
             None
         } else {
@@ -143,6 +148,7 @@ impl RedisConn {
             master: parking_lot::Mutex::new(None),
             master_confirmed: parking_lot::Mutex::new(None),
             meters: std::sync::OnceLock::new(),
+            failovers: is_sentinel.then(Default::default),
         }))
     }
 
@@ -154,6 +160,7 @@ impl RedisConn {
         inner.install(manager);
         if inner.cfg.is_sentinel() {
             tokio::spawn(watch_master(Arc::downgrade(&inner)));
+            failover::watch(&inner);
         }
         tracing::info!(
             target_redis = %inner.cfg.display_target(),
@@ -186,6 +193,7 @@ impl RedisConn {
         let inner = &self.inner;
         if inner.cfg.is_sentinel() {
             tokio::spawn(watch_master(Arc::downgrade(inner)));
+            failover::watch(inner);
         }
         match inner.open().await {
             Ok(manager) => {
