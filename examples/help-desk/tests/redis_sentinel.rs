@@ -399,11 +399,7 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
         resp.describe(),
         a.log()
     );
-    assert!(
-        a.log().contains("a sentinel finds 1 of its replicas up"),
-        "{}",
-        a.log()
-    );
+    assert!(a.log().contains("the sentinels count 1 up"), "{}", a.log());
     // Nor is a standalone stream opened: its priming event, whose id the client resumes
     // from, would be lost with the master (before, `200` and that event).
     let get = http(
@@ -596,18 +592,63 @@ fn a_streamed_answer_written_as_the_replica_leaves_reaches_the_client_that_resum
 
 /// F8 under Sentinel, the window after a failover: the old master is up but not yet a replica
 /// (the sentinels convert it 8 s or more after the failover, and it syncs about 5 s after
-/// that), and the new master has no replica connected. Before the fix a write then was
-/// confirmed by the sentinels' agreement alone; but a second failover in that window (here:
+/// that), and the new master has no replica connected. A second failover in that window (here:
 /// the new master paused past the sentinels' `down-after`) promotes the old master as it is,
-/// and what the new one took is thrown away: sessions acknowledged and then lost (the Sentinel
-/// seeds' two holders at one epoch, a session gone, a task "unknown"). Now a master without a
-/// replica connected is not written to while a sentinel finds one of its replicas up: those
-/// `initialize`s are refused with `503` and `Retry-After`, and sessions open again once the
-/// replica has synced.
+/// and what the new one took is thrown away. With `FLEETMCP_REDIS_WAIT_REPLICAS=1` a master
+/// without a replica connected is not written to: those `initialize`s are refused with `503`
+/// and `Retry-After` (about 16 s), and none is lost.
 #[test]
 fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_failover() {
+    let seen = sessions_in_the_window_before_the_old_master_has_synced("1");
+    assert!(
+        seen.acknowledged.is_empty(),
+        "{} acknowledged",
+        seen.acknowledged.len()
+    );
+    assert!(seen.lost.is_empty());
+}
+
+/// The same with `wait_replicas = "auto"` (the default, issue 38): new sessions are written to
+/// the new master alone in that window, on the sentinels' word (the old master, re-pointed by
+/// the failover and not synced yet, is not waited for), so they open within seconds of a
+/// failover rather than 16 s; the price is this second failure inside the window, which loses
+/// them. Each is logged as written alone (what the fault harness counts as Redis's own loss,
+/// `alone.rs`), and the window closes once the old master has synced: measured here.
+#[test]
+fn sessions_written_alone_before_the_old_master_has_synced_are_told() {
+    let seen = sessions_in_the_window_before_the_old_master_has_synced("auto");
+    assert!(
+        !seen.acknowledged.is_empty(),
+        "new sessions opened on the new master"
+    );
+    assert!(
+        seen.written_alone >= seen.lost.len(),
+        "every session lost was logged as written alone ({} logged, {} lost)",
+        seen.written_alone,
+        seen.lost.len()
+    );
+}
+
+struct WindowSeen {
+    acknowledged: Vec<String>,
+    lost: Vec<String>,
+    /// Writes the instance logged as confirmed by the sentinels alone.
+    written_alone: usize,
+}
+
+/// `SENTINEL FAILOVER`, `initialize` every 50 ms for a second on the new master, then the new
+/// master paused until the sentinels promote the old one; with `wait_replicas`.
+fn sessions_in_the_window_before_the_old_master_has_synced(wait_replicas: &str) -> WindowSeen {
     let mut set = SentinelSet::start(MASTER);
-    let (a, _b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    let (a, _b) = two_desks(
+        &set,
+        &[
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "0"),
+            ("FLEETMCP_REDIS_WAIT_REPLICAS", wait_replicas),
+            ("RUST_LOG", "info,fleetmcp::redis_conn::durable=debug"),
+        ],
+    );
+    let failover_at = Instant::now();
     assert_eq!(
         set.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]),
         "OK"
@@ -615,6 +656,7 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     wait_until_the_sentinels_name(&set, set.replica.port);
     // A second, once the instances follow the new master.
     thread::sleep(Duration::from_secs(1));
+    let alone_before = count(&a, "confirmed by the sentinels");
     let (mut acknowledged, mut refused) = (Vec::new(), 0);
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(1) {
@@ -630,6 +672,7 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
         }
         thread::sleep(Duration::from_millis(50));
     }
+    let written_alone = count(&a, "confirmed by the sentinels") - alone_before;
     assert_eq!(
         set.master.cli(&["ROLE"]).lines().next(),
         Some("master"),
@@ -639,27 +682,29 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     set.replica.pause();
     wait_until_the_sentinels_name(&set, set.master.port);
     set.replica.resume();
-    let lost: Vec<&String> = acknowledged
+    let lost: Vec<String> = acknowledged
         .iter()
         .filter(|sid| set.master.cli(&["EXISTS", &format!("mcp:session:{sid}")]) != "1")
+        .cloned()
         .collect();
     eprintln!(
-        "{} sessions acknowledged, {refused} refused after the first failover",
-        acknowledged.len()
-    );
-    assert!(
-        lost.is_empty(),
-        "{} of {} sessions acknowledged before the old master synced were lost",
-        lost.len(),
-        acknowledged.len()
+        "wait_replicas={wait_replicas}: {} sessions acknowledged ({written_alone} written alone), {refused} refused, {} lost in the second failover",
+        acknowledged.len(),
+        lost.len()
     );
     // Service comes back once a replica has synced again.
     let began = Instant::now();
     open_session_once_a_replica_has_synced(a.port());
     eprintln!(
-        "sessions open again {:?} after the second failover",
-        began.elapsed()
+        "sessions open again {:?} after the second failover ({:?} after the first began)",
+        began.elapsed(),
+        failover_at.elapsed()
     );
+    WindowSeen {
+        acknowledged,
+        lost,
+        written_alone,
+    }
 }
 
 /// A client that resumes a streamed answer on the instance writing it, before its answer,
@@ -1104,7 +1149,11 @@ fn sessions_survive_two_failovers(replicas: usize) -> TwoFailovers {
     for line in a.log().lines().chain(b.log().lines()) {
         if line.contains("initialize refused") {
             let reason = line.split("error=").nth(1).unwrap_or(line);
-            let reason: String = reason.chars().filter(|c| !c.is_ascii_digit()).take(160).collect();
+            let reason: String = reason
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .take(160)
+                .collect();
             *why.entry(reason).or_default() += 1;
         }
     }

@@ -165,6 +165,12 @@ impl RedisConn {
                 }
                 Needed::Alone => want = floor.max(replicas),
             }
+            // `wait_replicas = N` with fewer connected: refused now, not after the wait.
+            if replicas < want {
+                return Err(CommandError::NotDurable(format!(
+                    "the master written to ({server}) has {replicas} replica(s) connected, fewer than the {want} wait_replicas asks for"
+                )));
+            }
         }
         let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
         let confirmed: usize = self
@@ -218,8 +224,9 @@ impl RedisConn {
         failovers: &Failovers,
         seen: Option<u64>,
     ) -> Result<(), CommandError> {
+        let asked = std::time::Instant::now();
         let (views, sentinels) = self.sentinel_views().await?;
-        failovers.keep(views.clone());
+        failovers.keep(views.clone(), asked);
         let answered: Vec<SentinelView> = views.into_iter().flatten().collect();
         let agreeing = failovers
             .alone_agreed(server, &answered)

@@ -27,8 +27,9 @@ use crate::redis_config::RedisConfig;
 
 /// How often each sentinel's view is asked again without an event.
 const REFRESH_EVERY: Duration = Duration::from_millis(1000);
-/// A view older than this is asked again before a write relies on it.
-const VIEW_FRESH_FOR: Duration = Duration::from_millis(2500);
+/// A view older than this is not relied on: a write needs a majority of the sentinels naming
+/// its master within it (a process cut off from the majority stops writing that long after).
+const VIEW_FRESH_FOR: Duration = Duration::from_millis(2000);
 /// How long a failover announced with no end seen is taken as under way (a sentinel whose end
 /// event did not reach us: its view, refreshed, tells the rest).
 const UNDER_WAY_FOR: Duration = Duration::from_secs(10);
@@ -103,6 +104,9 @@ pub(super) struct Failovers {
     state: parking_lot::Mutex<State>,
     /// Wakes the refresher at once.
     refresh: tokio::sync::Notify,
+    /// One round of asking the sentinels at a time: writers that need one wait for the round
+    /// under way.
+    asking: tokio::sync::Mutex<()>,
 }
 
 /// How many replicas a write to a master must be confirmed by, as the sentinels see it now.
@@ -135,46 +139,70 @@ impl Failovers {
     /// Sentinel
     /// promotes the replica with the largest replication offset among those it can reach, so a
     /// write every such replica holds survives a failover, and one that a replica lacks may
-    /// not (the replica picked may be the one that lacks it, on an offset a second old). Views
-    /// older than [`VIEW_FRESH_FOR`] are asked again first. Fails while a failover is under way
-    /// (announced, or flagged by a sentinel), or when no sentinel names `server`.
+    /// not (the replica picked may be the one that lacks it, on an offset a second old). Fails
+    /// while a failover is under way (announced, or flagged by a sentinel), or unless a
+    /// majority of the sentinels name `server` in views younger than [`VIEW_FRESH_FOR`] (asked
+    /// again once when not).
     pub(super) async fn needed(
         &self,
         cfg: &RedisConfig,
         server: &str,
     ) -> Result<Needed, CommandError> {
-        if self.stale() {
-            self.refresh_now(cfg).await?;
-        }
         if self.under_way() {
             return Err(CommandError::NotDurable(format!(
                 "a sentinel announced a failover of the master written to ({server}) and no end of it yet"
             )));
         }
+        let sentinels = cfg
+            .sentinel_addresses()
+            .map_err(|e| CommandError::Unavailable(e.to_string()))?
+            .len();
+        let mut asked = false;
+        loop {
+            let (naming, needed) = self.count(server)?;
+            if naming * 2 > sentinels {
+                return Ok(match needed {
+                    0 => Needed::Alone,
+                    n => Needed::Replicas(n),
+                });
+            }
+            // Too few views naming it: old ones, or the sentinels changing their mind (a switch
+            // being told around): asked again once.
+            if asked {
+                return Err(CommandError::NotDurable(format!(
+                    "{naming} of {sentinels} sentinels, asked within {} ms, name the server written to ({server}) master: not a majority",
+                    VIEW_FRESH_FOR.as_millis()
+                )));
+            }
+            self.refresh_now(cfg).await?;
+            asked = true;
+        }
+    }
+
+    /// Of the views younger than [`VIEW_FRESH_FOR`]: how many name `server` master, and the
+    /// most replicas one of those counts up; fails when one is failing it over or finds it down.
+    fn count(&self, server: &str) -> Result<(usize, usize), CommandError> {
         let state = self.state.lock();
         let mut naming = 0;
         let mut needed: usize = 0;
-        for (_, view) in state.views.iter().flatten() {
-            if view.master != server {
+        for (at, view) in state.views.iter().flatten() {
+            if view.master != server || at.elapsed() >= VIEW_FRESH_FOR {
                 continue;
             }
             naming += 1;
-            if view.failing_over || view.master_down {
+            if view.failing_over {
                 return Err(CommandError::NotDurable(format!(
-                    "a sentinel is failing over or finds down the master written to ({server})"
+                    "a sentinel is failing over the master written to ({server})"
+                )));
+            }
+            if view.master_down {
+                return Err(CommandError::NotDurable(format!(
+                    "a sentinel finds the master written to ({server}) down"
                 )));
             }
             needed = needed.max(counted(view, state.switch.as_ref()));
         }
-        if naming == 0 {
-            return Err(CommandError::NotDurable(format!(
-                "no sentinel names the server written to ({server}) master"
-            )));
-        }
-        Ok(match needed {
-            0 => Needed::Alone,
-            n => Needed::Replicas(n),
-        })
+        Ok((naming, needed))
     }
 
     /// Whether a write to `server` may go without replicas by `views` (fresh, asked of every
@@ -228,19 +256,23 @@ impl Failovers {
         Ok(agreeing)
     }
 
-    fn stale(&self) -> bool {
-        let state = self.state.lock();
-        let fresh = state
+    /// Asks every sentinel's view now (within the command timeout) and keeps what answered.
+    async fn refresh_now(&self, cfg: &RedisConfig) -> Result<(), CommandError> {
+        let wanted = Instant::now();
+        let _round = self.asking.lock().await;
+        let newest = self
+            .state
+            .lock()
             .views
             .iter()
             .flatten()
-            .filter(|(at, _)| at.elapsed() < VIEW_FRESH_FOR)
-            .count();
-        fresh * 2 <= state.views.len().max(1)
-    }
-
-    /// Asks every sentinel's view now (within the command timeout) and keeps what answered.
-    async fn refresh_now(&self, cfg: &RedisConfig) -> Result<(), CommandError> {
+            .map(|(at, _)| *at)
+            .max();
+        if newest.is_some_and(|at| at >= wanted) {
+            // A round that began after this one was wanted has answered meanwhile.
+            return Ok(());
+        }
+        let asked = Instant::now();
         let sentinels = cfg
             .sentinel_addresses()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
@@ -251,14 +283,14 @@ impl Failovers {
             tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
                 .await
                 .map_err(|_| CommandError::Timeout(cfg.command_timeout_ms))?;
-        self.keep(views.into_iter().map(Result::ok).collect());
+        self.keep(views.into_iter().map(Result::ok).collect(), asked);
         Ok(())
     }
 
-    /// Keeps the views just asked (`None`: that sentinel did not answer; its last view stays, to
-    /// age), and notes the replicas they show synced with the new master of the last switch.
-    pub(super) fn keep(&self, views: Vec<Option<SentinelView>>) {
-        let now = Instant::now();
+    /// Keeps the views asked at `now` (`None`: that sentinel did not answer; its last view
+    /// stays, to age), and notes the replicas they show synced with the new master of the last
+    /// switch.
+    pub(super) fn keep(&self, views: Vec<Option<SentinelView>>, now: Instant) {
         let mut state = self.state.lock();
         if state.views.len() < views.len() {
             state.views.resize_with(views.len(), || None);
