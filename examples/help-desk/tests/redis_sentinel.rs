@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fleet_client::*;
 use serde_json::json;
 use support::Instance;
-use support_redis::{RedisServer, SentinelSet};
+use support_redis::{CuttableProxy, RedisServer, SentinelSet};
 
 const MASTER: &str = "desk-master";
 
@@ -1216,4 +1216,80 @@ fn with_one_replica_no_session_acknowledged_is_lost_in_two_failovers() {
         "new sessions refused for {:?}",
         seen.refused_for
     );
+}
+
+/// A partition that leaves an instance with a minority of the sentinels (issue 38): the
+/// majority may be failing the master over without it hearing of it (their events do not reach
+/// it, and the master and its replicas may still answer it). A durable write needs a majority
+/// of the sentinels naming its master in views under 2 s old, so the instance stops
+/// acknowledging new sessions within that bound of the cut: measured here. Two of the three
+/// sentinels are reached through proxies, cut.
+#[test]
+fn an_instance_cut_off_from_a_majority_of_the_sentinels_stops_acknowledging() {
+    let set = SentinelSet::start(MASTER);
+    let proxies: Vec<CuttableProxy> = set.sentinels[1..]
+        .iter()
+        .map(|s| CuttableProxy::start(s.port))
+        .collect();
+    let addresses = format!(
+        "{},127.0.0.1:{},127.0.0.1:{}",
+        set.sentinels[0].address(),
+        proxies[0].port,
+        proxies[1].port
+    );
+    let a = distributed_desk(
+        "desk-a",
+        "",
+        &[
+            ("REDIS_SENTINELS", addresses.as_str()),
+            ("REDIS_SENTINEL_MASTER", MASTER),
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "0"),
+        ],
+    );
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[TransportService] Session store connection validated successfully",
+    );
+    open_session_once_a_replica_has_synced(a.port());
+    for p in &proxies {
+        p.cut();
+    }
+    let cut_at = Instant::now();
+    let mut acknowledged = 0;
+    loop {
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+        match resp.status {
+            200 => acknowledged += 1,
+            503 if resp.header("retry-after").is_some() => break,
+            _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(10),
+            "still acknowledging sessions 10 s after the cut"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let window = cut_at.elapsed();
+    eprintln!("{acknowledged} sessions acknowledged in the {window:?} after the cut");
+    assert!(
+        window < Duration::from_secs(3),
+        "sessions acknowledged for {window:?} after the cut"
+    );
+    let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+    assert_eq!(
+        resp.status,
+        503,
+        "refused while cut off:\n{}",
+        resp.describe()
+    );
+    for p in &proxies {
+        p.restore();
+    }
+    let healed = Instant::now();
+    wait_for("sessions open again", Duration::from_secs(15), || {
+        post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT).status == 200
+    });
+    eprintln!("sessions open again {:?} after the heal", healed.elapsed());
+    a.assert_no_panic_logged();
 }
