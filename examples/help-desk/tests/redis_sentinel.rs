@@ -1293,3 +1293,32 @@ fn an_instance_cut_off_from_a_majority_of_the_sentinels_stops_acknowledging() {
     eprintln!("sessions open again {:?} after the heal", healed.elapsed());
     a.assert_no_panic_logged();
 }
+
+/// What a durable write costs on the happy path (issue 38): `initialize` one after another on
+/// one instance, master and `SENTINEL_COST_REPLICAS` replicas (2), nothing failing; prints the
+/// latency's median and 99th percentile. Ignored: a measurement (`-- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn the_cost_of_a_durable_write() {
+    let replicas = std::env::var("SENTINEL_COST_REPLICAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let set = SentinelSet::start_with(MASTER, replicas);
+    let (a, _b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    open_session_once_a_replica_has_synced(a.port());
+    let mut took: Vec<Duration> = (0..500)
+        .map(|_| {
+            let began = Instant::now();
+            let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+            assert_eq!(resp.status, 200, "{}", resp.describe());
+            began.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "{replicas} replica(s): initialize p50 {:?}, p99 {:?} (500 in a row)",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100]
+    );
+}
