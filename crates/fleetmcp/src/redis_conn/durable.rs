@@ -253,15 +253,18 @@ impl RedisConn {
         let sentinels = cfg
             .sentinel_addresses()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let asks = sentinels
-            .iter()
-            .map(|(host, port)| sentinel_view(cfg, host, *port));
-        match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
-            .await
-        {
-            Ok(views) => Ok((views.into_iter().map(Result::ok).collect(), sentinels.len())),
-            Err(_) => Err(CommandError::Timeout(cfg.command_timeout_ms)),
-        }
+        let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
+            // Each bounded on its own: one sentinel that does not answer leaves the others'.
+            tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
+        }))
+        .await;
+        Ok((
+            views
+                .into_iter()
+                .map(|v| v.ok().and_then(Result::ok))
+                .collect(),
+            sentinels.len(),
+        ))
     }
 }
 

@@ -35,6 +35,8 @@ const VIEW_FRESH_FOR: Duration = Duration::from_millis(2000);
 const UNDER_WAY_FOR: Duration = Duration::from_secs(10);
 /// First delay before a lost subscription to a sentinel is opened again.
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(500);
+/// A subscription silent this long is opened again.
+const RESUBSCRIBE_IDLE: Duration = Duration::from_secs(30);
 
 /// Events that announce a failover (or a master found down by a quorum, its first step).
 fn starts_failover(event: &str) -> bool {
@@ -276,14 +278,18 @@ impl Failovers {
         let sentinels = cfg
             .sentinel_addresses()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let asks = sentinels
-            .iter()
-            .map(|(host, port)| sentinel_view(cfg, host, *port));
-        let views =
-            tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
-                .await
-                .map_err(|_| CommandError::Timeout(cfg.command_timeout_ms))?;
-        self.keep(views.into_iter().map(Result::ok).collect(), asked);
+        let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
+            // Each bounded on its own: one sentinel that does not answer leaves the others'.
+            tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
+        }))
+        .await;
+        self.keep(
+            views
+                .into_iter()
+                .map(|v| v.ok().and_then(Result::ok))
+                .collect(),
+            asked,
+        );
         Ok(())
     }
 
@@ -454,19 +460,22 @@ async fn subscribe(inner: Weak<Inner>, failovers: Arc<Failovers>, host: String, 
         // What happened while this sentinel was not listened to is in its view.
         failovers.refresh.notify_one();
         let mut messages = pubsub.on_message();
+        let mut heard = Instant::now();
         loop {
             match tokio::time::timeout(Duration::from_secs(1), messages.next()).await {
                 Ok(Some(msg)) => {
+                    heard = Instant::now();
                     let channel = msg.get_channel_name().to_string();
                     let payload: String = msg.get_payload().unwrap_or_default();
                     failovers.on_event(&name, &channel, &payload);
                 }
                 Ok(None) => break,
-                Err(_) => {
-                    if inner.strong_count() == 0 {
-                        return;
-                    }
-                }
+                Err(_) if inner.strong_count() == 0 => return,
+                // Nothing for a while: a connection whose peer vanished without closing it
+                // would stay silent for good, so it is opened again (the view says what
+                // happened meanwhile).
+                Err(_) if heard.elapsed() >= RESUBSCRIBE_IDLE => break,
+                Err(_) => {}
             }
         }
         tokio::time::sleep(delay).await;
