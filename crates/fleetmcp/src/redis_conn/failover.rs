@@ -182,7 +182,7 @@ impl Failovers {
     }
 
     /// Of the views younger than [`VIEW_FRESH_FOR`]: how many name `server` master, and the
-    /// most replicas one of those counts up; fails when one is failing it over or finds it down.
+    /// most replicas one of those counts up; fails when one is failing it over.
     fn count(&self, server: &str) -> Result<(usize, usize), CommandError> {
         let state = self.state.lock();
         let mut naming = 0;
@@ -197,11 +197,9 @@ impl Failovers {
                     "a sentinel is failing over the master written to ({server})"
                 )));
             }
-            if view.master_down {
-                return Err(CommandError::NotDurable(format!(
-                    "a sentinel finds the master written to ({server}) down"
-                )));
-            }
+            // A sentinel that finds the master down is not a failover yet (that takes a quorum,
+            // and its leader announces it): the replicas' confirmation covers one that comes.
+            // A write without replicas is refused for it (`alone_agreed`).
             needed = needed.max(counted(view, state.switch.as_ref()));
         }
         Ok((naming, needed))
