@@ -129,12 +129,14 @@ impl Default for RedisConfig {
 pub enum WaitReplicas {
     /// None (a single Redis, a cluster, or `off`).
     Off,
-    /// With Sentinel: one, when the master has one. A master the sentinels still name that has
-    /// no replica left (its replica died, or was promoted and the old master is gone) has no
-    /// failover that could lose the record, so nothing is waited for; a master the sentinels
-    /// no longer name (the second after a failover) is refused.
+    /// With Sentinel: every replica of the master the sentinels find up (Sentinel promotes the
+    /// one with the largest offset it can reach), but those the failover that made it master
+    /// re-pointed at it, until they have synced (`redis_conn/failover.rs`). A master with none
+    /// left is written to alone while a majority of the sentinels name it and none could
+    /// promote a replica without the write; a master with fewer replicas connected than that,
+    /// or the sentinels no longer name (the second after a failover), is refused.
     Auto,
-    /// Exactly this many, always.
+    /// At least this many, always (with Sentinel, and every replica `Auto` counts).
     Count(u32),
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fleet_client::*;
 use serde_json::json;
 use support::Instance;
-use support_redis::{RedisServer, SentinelSet};
+use support_redis::{CuttableProxy, RedisServer, SentinelSet};
 
 const MASTER: &str = "desk-master";
 
@@ -399,11 +399,7 @@ fn a_session_is_refused_while_the_sentinels_see_a_replica_the_master_lost() {
         resp.describe(),
         a.log()
     );
-    assert!(
-        a.log().contains("a sentinel finds 1 of its replicas up"),
-        "{}",
-        a.log()
-    );
+    assert!(a.log().contains("the sentinels count 1 up"), "{}", a.log());
     // Nor is a standalone stream opened: its priming event, whose id the client resumes
     // from, would be lost with the master (before, `200` and that event).
     let get = http(
@@ -596,18 +592,63 @@ fn a_streamed_answer_written_as_the_replica_leaves_reaches_the_client_that_resum
 
 /// F8 under Sentinel, the window after a failover: the old master is up but not yet a replica
 /// (the sentinels convert it 8 s or more after the failover, and it syncs about 5 s after
-/// that), and the new master has no replica connected. Before the fix a write then was
-/// confirmed by the sentinels' agreement alone; but a second failover in that window (here:
+/// that), and the new master has no replica connected. A second failover in that window (here:
 /// the new master paused past the sentinels' `down-after`) promotes the old master as it is,
-/// and what the new one took is thrown away: sessions acknowledged and then lost (the Sentinel
-/// seeds' two holders at one epoch, a session gone, a task "unknown"). Now a master without a
-/// replica connected is not written to while a sentinel finds one of its replicas up: those
-/// `initialize`s are refused with `503` and `Retry-After`, and sessions open again once the
-/// replica has synced.
+/// and what the new one took is thrown away. With `FLEETMCP_REDIS_WAIT_REPLICAS=1` a master
+/// without a replica connected is not written to: those `initialize`s are refused with `503`
+/// and `Retry-After` (about 16 s), and none is lost.
 #[test]
 fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_failover() {
+    let seen = sessions_in_the_window_before_the_old_master_has_synced("1");
+    assert!(
+        seen.acknowledged.is_empty(),
+        "{} acknowledged",
+        seen.acknowledged.len()
+    );
+    assert!(seen.lost.is_empty());
+}
+
+/// The same with `wait_replicas = "auto"` (the default, issue 38): new sessions are written to
+/// the new master alone in that window, on the sentinels' word (the old master, re-pointed by
+/// the failover and not synced yet, is not waited for), so they open within seconds of a
+/// failover rather than 16 s; the price is this second failure inside the window, which loses
+/// them. Each is logged as written alone (what the fault harness counts as Redis's own loss,
+/// `alone.rs`), and the window closes once the old master has synced: measured here.
+#[test]
+fn sessions_written_alone_before_the_old_master_has_synced_are_told() {
+    let seen = sessions_in_the_window_before_the_old_master_has_synced("auto");
+    assert!(
+        !seen.acknowledged.is_empty(),
+        "new sessions opened on the new master"
+    );
+    assert!(
+        seen.written_alone >= seen.lost.len(),
+        "every session lost was logged as written alone ({} logged, {} lost)",
+        seen.written_alone,
+        seen.lost.len()
+    );
+}
+
+struct WindowSeen {
+    acknowledged: Vec<String>,
+    lost: Vec<String>,
+    /// Writes the instance logged as confirmed by the sentinels alone.
+    written_alone: usize,
+}
+
+/// `SENTINEL FAILOVER`, `initialize` every 50 ms for a second on the new master, then the new
+/// master paused until the sentinels promote the old one; with `wait_replicas`.
+fn sessions_in_the_window_before_the_old_master_has_synced(wait_replicas: &str) -> WindowSeen {
     let mut set = SentinelSet::start(MASTER);
-    let (a, _b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    let (a, _b) = two_desks(
+        &set,
+        &[
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "0"),
+            ("FLEETMCP_REDIS_WAIT_REPLICAS", wait_replicas),
+            ("RUST_LOG", "info,fleetmcp::redis_conn::durable=debug"),
+        ],
+    );
+    let failover_at = Instant::now();
     assert_eq!(
         set.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]),
         "OK"
@@ -615,6 +656,7 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     wait_until_the_sentinels_name(&set, set.replica.port);
     // A second, once the instances follow the new master.
     thread::sleep(Duration::from_secs(1));
+    let alone_before = count(&a, "confirmed by the sentinels");
     let (mut acknowledged, mut refused) = (Vec::new(), 0);
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(1) {
@@ -630,6 +672,7 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
         }
         thread::sleep(Duration::from_millis(50));
     }
+    let written_alone = count(&a, "confirmed by the sentinels") - alone_before;
     assert_eq!(
         set.master.cli(&["ROLE"]).lines().next(),
         Some("master"),
@@ -639,27 +682,29 @@ fn no_session_acknowledged_before_the_old_master_has_synced_is_lost_in_the_next_
     set.replica.pause();
     wait_until_the_sentinels_name(&set, set.master.port);
     set.replica.resume();
-    let lost: Vec<&String> = acknowledged
+    let lost: Vec<String> = acknowledged
         .iter()
         .filter(|sid| set.master.cli(&["EXISTS", &format!("mcp:session:{sid}")]) != "1")
+        .cloned()
         .collect();
     eprintln!(
-        "{} sessions acknowledged, {refused} refused after the first failover",
-        acknowledged.len()
-    );
-    assert!(
-        lost.is_empty(),
-        "{} of {} sessions acknowledged before the old master synced were lost",
-        lost.len(),
-        acknowledged.len()
+        "wait_replicas={wait_replicas}: {} sessions acknowledged ({written_alone} written alone), {refused} refused, {} lost in the second failover",
+        acknowledged.len(),
+        lost.len()
     );
     // Service comes back once a replica has synced again.
     let began = Instant::now();
     open_session_once_a_replica_has_synced(a.port());
     eprintln!(
-        "sessions open again {:?} after the second failover",
-        began.elapsed()
+        "sessions open again {:?} after the second failover ({:?} after the first began)",
+        began.elapsed(),
+        failover_at.elapsed()
     );
+    WindowSeen {
+        acknowledged,
+        lost,
+        written_alone,
+    }
 }
 
 /// A client that resumes a streamed answer on the instance writing it, before its answer,
@@ -919,4 +964,358 @@ fn a_holder_that_slept_while_its_master_was_killed_and_started_empty_follows_the
         );
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// What [`sessions_survive_two_failovers`] saw.
+struct TwoFailovers {
+    acknowledged: usize,
+    lost: usize,
+    refused: usize,
+    /// The longest stretch, from the `SENTINEL FAILOVER` on, with no session acknowledged: new
+    /// sessions refused while the fleet follows the failover.
+    refused_for: Duration,
+}
+
+/// The production shape (issue 38): a master and `replicas` replicas, three sentinels (quorum
+/// 2), two instances found through them, six clients opening sessions through both without a
+/// pause. `SENTINEL FAILOVER`; once the old master is a synced replica of the new one, the new
+/// master is SIGKILLed, so the next promotion picks a replica. Every session answered `200`
+/// must still be served (a call on it answers `200`, not `404`) after both.
+fn sessions_survive_two_failovers(replicas: usize) -> TwoFailovers {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let mut set = SentinelSet::start_with(MASTER, replicas);
+    let old = set.master.port;
+    let (a, b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    let ports = [a.port(), b.port()];
+    let stop = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::<(String, Instant)>::new()));
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let clients: Vec<_> = (0..6)
+        .map(|c| {
+            let (stop, acknowledged, refused) =
+                (stop.clone(), acknowledged.clone(), refused.clone());
+            thread::spawn(move || {
+                let mut turn = c;
+                while !stop.load(Ordering::Acquire) {
+                    turn += 1;
+                    let resp = post_with(ports[turn % 2], None, &[], &initialize(), HTTP_LIMIT);
+                    match resp.status {
+                        200 => {
+                            let sid = resp.header("mcp-session-id").unwrap_or_default();
+                            assert!(!sid.is_empty(), "no session id:\n{}", resp.describe());
+                            acknowledged
+                                .lock()
+                                .unwrap()
+                                .push((sid.to_string(), Instant::now()));
+                        }
+                        503 if resp.header("retry-after").is_some() => {
+                            refused.fetch_add(1, Ordering::AcqRel);
+                        }
+                        _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+                    }
+                    thread::sleep(Duration::from_millis(60));
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(800));
+    let failover_at = Instant::now();
+    assert_eq!(
+        set.sentinels[0].cli(&["SENTINEL", "FAILOVER", MASTER]),
+        "OK"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let new = loop {
+        let named: Vec<Option<u16>> = set
+            .sentinels
+            .iter()
+            .map(|s| s.master_port(MASTER))
+            .collect();
+        if let Some(Some(p)) = named.first()
+            && *p != old
+            && named.iter().all(|n| *n == Some(*p))
+        {
+            break *p;
+        }
+        assert!(Instant::now() < deadline, "the failover did not complete");
+        thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "failover to {new} complete after {:?}",
+        failover_at.elapsed()
+    );
+    // The old master converted into a replica of the new one, and synced.
+    wait_for(
+        "the old master synced as a replica",
+        Duration::from_secs(30),
+        || {
+            let info = set.master.cli(&["INFO", "replication"]);
+            info.contains("role:slave")
+                && info.contains(&format!("master_port:{new}"))
+                && info.contains("master_link_status:up")
+        },
+    );
+    eprintln!("old master synced after {:?}", failover_at.elapsed());
+    thread::sleep(Duration::from_millis(500));
+    let refused_for = {
+        let mut times: Vec<Instant> = acknowledged
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, at)| *at)
+            .filter(|at| *at > failover_at)
+            .collect();
+        times.sort();
+        let mut last = failover_at;
+        let mut longest = Duration::ZERO;
+        for at in times {
+            if at.duration_since(last) > longest {
+                longest = at.duration_since(last);
+                eprintln!(
+                    "no session acknowledged from {:?} to {:?} after the failover began",
+                    last.duration_since(failover_at),
+                    at.duration_since(failover_at)
+                );
+            }
+            last = at;
+        }
+        longest.max(Instant::now().duration_since(last))
+    };
+    // The second failover: the new master killed.
+    set.servers_mut()
+        .into_iter()
+        .find(|s| s.port == new)
+        .expect("the new master is one of the set")
+        .kill();
+    let killed_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(25);
+    let next = loop {
+        let named: Vec<Option<u16>> = set
+            .sentinels
+            .iter()
+            .map(|s| s.master_port(MASTER))
+            .collect();
+        if let Some(Some(p)) = named.first()
+            && *p != new
+            && named.iter().all(|n| *n == Some(*p))
+        {
+            break *p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second failover did not complete"
+        );
+        thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "second failover to {next} complete {:?} after the kill",
+        killed_at.elapsed()
+    );
+    thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Release);
+    for c in clients {
+        c.join().expect("a client panicked");
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    // Every session acknowledged is served: a call on it through either instance answers 200
+    // (503 while the instances follow the switch: asked again).
+    let mut lost = Vec::new();
+    for (n, (sid, at)) in acknowledged.iter().enumerate() {
+        let list = json!({"jsonrpc": "2.0", "id": next_id(), "method": "tools/list"});
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let resp = post_with(ports[n % 2], Some(sid), &[], &list, HTTP_LIMIT);
+            match resp.status {
+                200 => break,
+                404 => {
+                    lost.push(at.saturating_duration_since(failover_at));
+                    break;
+                }
+                503 if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+                _ => panic!("a call on an acknowledged session:\n{}", resp.describe()),
+            }
+        }
+    }
+    let refused = refused.load(Ordering::Acquire);
+    eprintln!(
+        "{replicas} replica(s): {} sessions acknowledged, {} lost (acknowledged at {:?} after the failover began), {refused} refused; no session acknowledged for {refused_for:?} at most after the failover began",
+        acknowledged.len(),
+        lost.len(),
+        lost.iter().take(12).collect::<Vec<_>>(),
+    );
+    // Why sessions were refused, as the instances logged it.
+    let mut why = std::collections::BTreeMap::<String, usize>::new();
+    for line in a.log().lines().chain(b.log().lines()) {
+        if line.contains("initialize refused") {
+            let reason = line.split("error=").nth(1).unwrap_or(line);
+            let reason: String = reason
+                .chars()
+                .filter(|c| !c.is_ascii_digit())
+                .take(160)
+                .collect();
+            *why.entry(reason).or_default() += 1;
+        }
+    }
+    for (reason, n) in &why {
+        eprintln!("{n:5} refused: {reason}");
+    }
+    a.assert_no_panic_logged();
+    b.assert_no_panic_logged();
+    TwoFailovers {
+        acknowledged: acknowledged.len(),
+        lost: lost.len(),
+        refused,
+        refused_for,
+    }
+}
+
+/// Issue 38: with two replicas, sessions opened between the promotion and the fleet following
+/// it were acknowledged on the old master (confirmed by the replica still attached to it) and
+/// thrown away when it became a replica.
+#[test]
+fn with_two_replicas_no_session_acknowledged_is_lost_in_two_failovers() {
+    let seen = sessions_survive_two_failovers(2);
+    assert!(
+        seen.acknowledged >= 50,
+        "sessions opened throughout: {}",
+        seen.acknowledged
+    );
+    assert_eq!(
+        seen.lost, 0,
+        "acknowledged sessions lost ({} refused)",
+        seen.refused
+    );
+    assert!(
+        seen.refused_for < Duration::from_secs(5),
+        "new sessions refused for {:?}",
+        seen.refused_for
+    );
+}
+
+/// The same with one replica (the shape of the other tests): nothing lost, and new sessions on
+/// the new master within 5 s of the failover's start.
+#[test]
+fn with_one_replica_no_session_acknowledged_is_lost_in_two_failovers() {
+    let seen = sessions_survive_two_failovers(1);
+    assert!(
+        seen.acknowledged >= 50,
+        "sessions opened throughout: {}",
+        seen.acknowledged
+    );
+    assert_eq!(
+        seen.lost, 0,
+        "acknowledged sessions lost ({} refused)",
+        seen.refused
+    );
+    assert!(
+        seen.refused_for < Duration::from_secs(5),
+        "new sessions refused for {:?}",
+        seen.refused_for
+    );
+}
+
+/// A partition that leaves an instance with a minority of the sentinels (issue 38): the
+/// majority may be failing the master over without it hearing of it (their events do not reach
+/// it, and the master and its replicas may still answer it). A durable write needs a majority
+/// of the sentinels naming its master in views under 2 s old, so the instance stops
+/// acknowledging new sessions within that bound of the cut: measured here. Two of the three
+/// sentinels are reached through proxies, cut.
+#[test]
+fn an_instance_cut_off_from_a_majority_of_the_sentinels_stops_acknowledging() {
+    let set = SentinelSet::start(MASTER);
+    let proxies: Vec<CuttableProxy> = set.sentinels[1..]
+        .iter()
+        .map(|s| CuttableProxy::start(s.port))
+        .collect();
+    let addresses = format!(
+        "{},127.0.0.1:{},127.0.0.1:{}",
+        set.sentinels[0].address(),
+        proxies[0].port,
+        proxies[1].port
+    );
+    let a = distributed_desk(
+        "desk-a",
+        "",
+        &[
+            ("REDIS_SENTINELS", addresses.as_str()),
+            ("REDIS_SENTINEL_MASTER", MASTER),
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "0"),
+        ],
+    );
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[TransportService] Session store connection validated successfully",
+    );
+    open_session_once_a_replica_has_synced(a.port());
+    for p in &proxies {
+        p.cut();
+    }
+    let cut_at = Instant::now();
+    let mut acknowledged = 0;
+    loop {
+        let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+        match resp.status {
+            200 => acknowledged += 1,
+            503 if resp.header("retry-after").is_some() => break,
+            _ => panic!("an undocumented answer to initialize:\n{}", resp.describe()),
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(10),
+            "still acknowledging sessions 10 s after the cut"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let window = cut_at.elapsed();
+    eprintln!("{acknowledged} sessions acknowledged in the {window:?} after the cut");
+    assert!(
+        window < Duration::from_secs(3),
+        "sessions acknowledged for {window:?} after the cut"
+    );
+    let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+    assert_eq!(
+        resp.status,
+        503,
+        "refused while cut off:\n{}",
+        resp.describe()
+    );
+    for p in &proxies {
+        p.restore();
+    }
+    let healed = Instant::now();
+    wait_for("sessions open again", Duration::from_secs(15), || {
+        post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT).status == 200
+    });
+    eprintln!("sessions open again {:?} after the heal", healed.elapsed());
+    a.assert_no_panic_logged();
+}
+
+/// What a durable write costs on the happy path (issue 38): `initialize` one after another on
+/// one instance, master and `SENTINEL_COST_REPLICAS` replicas (2), nothing failing; prints the
+/// latency's median and 99th percentile. Ignored: a measurement (`-- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn the_cost_of_a_durable_write() {
+    let replicas = std::env::var("SENTINEL_COST_REPLICAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let set = SentinelSet::start_with(MASTER, replicas);
+    let (a, _b) = two_desks(&set, &[("FLEETMCP_MAX_SESSIONS_PER_KEY", "0")]);
+    open_session_once_a_replica_has_synced(a.port());
+    let mut took: Vec<Duration> = (0..500)
+        .map(|_| {
+            let began = Instant::now();
+            let resp = post_with(a.port(), None, &[], &initialize(), HTTP_LIMIT);
+            assert_eq!(resp.status, 200, "{}", resp.describe());
+            began.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!(
+        "{replicas} replica(s): initialize p50 {:?}, p99 {:?} (500 in a row)",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100]
+    );
 }

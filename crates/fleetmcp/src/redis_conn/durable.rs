@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::failover::{Failovers, Needed};
 use super::link::Link;
-use super::sentinel::{SentinelView, replicas_of_master, sentinel_view};
+use super::sentinel::{SentinelView, connected_replicas, replicas_of_master, sentinel_view};
 use super::{CommandError, RedisConn};
 use crate::redis_config::WaitReplicas;
 
@@ -21,9 +22,14 @@ impl RedisConn {
     /// when the server written to is no longer the master: the write may then be lost.
     ///
     /// One `ROLE` (is the server still a master, and with how many replicas), then `WAIT` for
-    /// at most half the command timeout. With `wait_replicas = "auto"` a master without replicas
-    /// is asked of the sentinels instead: in the second after a failover the old master has
-    /// lost its replica (promoted) but still takes writes, which it will throw away.
+    /// at most half the command timeout. With Sentinel, how many replicas is what the
+    /// sentinels count (`failover.rs`, kept current by their events, not asked per write):
+    /// every replica of the master they find up, since Sentinel promotes the one with the
+    /// largest replication offset it can reach, which may be one the write has not reached yet;
+    /// a master with fewer replicas connected than that may be losing one to a promotion, and
+    /// is refused; and a failover announced while the write was under way refuses it. With
+    /// `wait_replicas = "auto"` a master the sentinels count no replica of is confirmed by the
+    /// sentinels instead (see [`RedisConn::written_alone`]).
     ///
     /// `WAIT` holds the commands sent after it on this connection until it returns: about a
     /// millisecond while replication is healthy, half the command timeout when it is not, which
@@ -40,6 +46,9 @@ impl RedisConn {
                 "not connected to Redis yet (retrying in the background)".into(),
             ));
         };
+        // The failovers announced before the write: one announced before it is confirmed
+        // refuses it.
+        let seen = self.inner.failovers.as_ref().map(|f| f.events());
         let pipe = &pipe;
         let confirmed = async {
             let written = self
@@ -48,7 +57,7 @@ impl RedisConn {
                     pipe.query_async::<T>(&mut conn).await
                 })
                 .await?;
-            self.confirm_on(link).await?;
+            self.confirm_on(link, seen).await?;
             Ok(written)
         };
         // Whatever failed, the write is not known to be durable.
@@ -82,6 +91,7 @@ impl RedisConn {
             return Ok(());
         }
         let (views, sentinels) = self.sentinel_views().await?;
+        let views: Vec<SentinelView> = views.into_iter().flatten().collect();
         let naming = views.iter().filter(|v| v.master == **server).count();
         if naming * 2 > sentinels {
             *self.inner.master_confirmed.lock() = Some((std::time::Instant::now(), generation));
@@ -110,18 +120,19 @@ impl RedisConn {
             )
     }
 
-    /// The replicas' confirmation of what `link` wrote (see [`RedisConn::pipe_durably`]).
-    async fn confirm_on(&self, link: Arc<Link>) -> Result<(), CommandError> {
+    /// The replicas' confirmation of what `link` wrote, `seen` the count of failover events
+    /// before the write (see [`RedisConn::pipe_durably`]).
+    async fn confirm_on(&self, link: Arc<Link>, seen: Option<u64>) -> Result<(), CommandError> {
         let policy = self
             .inner
             .cfg
             .replicas_to_wait()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let want = match policy {
+        let floor = match policy {
             WaitReplicas::Off => return Ok(()),
             _ if self.inner.cfg.is_cluster() => return Ok(()),
-            WaitReplicas::Auto => 1,
-            WaitReplicas::Count(n) => n,
+            WaitReplicas::Auto => 0,
+            WaitReplicas::Count(n) => n as usize,
         };
         let role: redis::Value = self
             .inner
@@ -134,15 +145,35 @@ impl RedisConn {
                 "the server written to is no longer a master".into(),
             ));
         };
-        if policy == WaitReplicas::Auto && replicas == 0 {
-            return self.no_failover_under_way(&link).await;
-        }
-        let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
         let server = match &*link {
             Link::Single(_, Some(server)) => server.clone(),
             _ => Arc::from(""),
         };
-        let confirmed: u32 = self
+        let mut want = floor;
+        if let Some(failovers) = &self.inner.failovers {
+            failovers.connected(&server, &connected_replicas(&role));
+            match failovers.needed(&self.inner.cfg, &server).await? {
+                Needed::Replicas(counted) if replicas < counted.max(floor) => {
+                    return Err(CommandError::NotDurable(format!(
+                        "the master written to ({server}) has {replicas} replica(s) connected and the sentinels count {counted} up: one may be being promoted"
+                    )));
+                }
+                Needed::Replicas(counted) => want = counted.max(floor),
+                // Every replica connected still confirms it (one the sentinels do not count yet).
+                Needed::Alone if floor == 0 && replicas == 0 => {
+                    return self.written_alone(&server, failovers, seen).await;
+                }
+                Needed::Alone => want = floor.max(replicas),
+            }
+            // `wait_replicas = N` with fewer connected: refused now, not after the wait.
+            if replicas < want {
+                return Err(CommandError::NotDurable(format!(
+                    "the master written to ({server}) has {replicas} replica(s) connected, fewer than the {want} wait_replicas asks for"
+                )));
+            }
+        }
+        let wait_ms = (self.inner.cfg.command_timeout_ms / 2).max(1);
+        let confirmed: usize = self
             .inner
             .bounded_on(link, |mut conn| async move {
                 redis::cmd("WAIT")
@@ -152,97 +183,98 @@ impl RedisConn {
                     .await
             })
             .await?;
-        if confirmed >= want {
-            // What the fault harness reads when a write confirmed here is lost after all.
-            tracing::debug!(
-                %server,
-                replicas,
-                confirmed,
-                want,
-                "a durable write was confirmed by the replicas"
-            );
-            Ok(())
-        } else {
-            Err(CommandError::NotDurable(format!(
-                "{confirmed} of the {want} replica(s) asked for (wait_replicas) confirmed the write within {wait_ms} ms"
-            )))
+        if confirmed < want {
+            return Err(CommandError::NotDurable(format!(
+                "{confirmed} of the {want} replica(s) asked for (wait_replicas, and those the sentinels count) confirmed the write within {wait_ms} ms"
+            )));
         }
+        if let Some(failovers) = &self.inner.failovers {
+            unannounced(failovers, seen, &server)?;
+        }
+        // What the fault harness reads when a write confirmed here is lost after all.
+        tracing::debug!(
+            %server,
+            replicas,
+            confirmed,
+            want,
+            "a durable write was confirmed by the replicas"
+        );
+        Ok(())
     }
 
-    /// With Sentinel, for a master without replicas: whether a majority of the sentinels name the
-    /// server `link` writes to, none is failing it over or finds it down, and every one finds each
-    /// replica of it down. The sentinels keep naming the old master until they see the promoted
-    /// replica answer as master (up to a second, more for those that do not lead the failover), but
-    /// the one leading the failover flags it from its start, those that voted for it find the
-    /// master down, and those that know nothing yet still list the promoted replica as the
-    /// master's, not down. A replica not down and not connected could be promoted by the next
-    /// failover without this write: so can the old master after a failover, until the sentinels
-    /// convert it and it has synced (about 16 s with Redis 7's defaults: RELIABILITY.md, F8), and
-    /// writes wait for it. Only a master whose replicas are all down is written to alone: no
-    /// failover can promote a replica that is down. A sentinel that does not answer in time is not
-    /// counted (it may be the leader: hence the checks on every other one). Asked of every sentinel
-    /// at once, within the command timeout.
-    async fn no_failover_under_way(&self, link: &Link) -> Result<(), CommandError> {
-        let Link::Single(_, Some(server)) = link else {
-            return Ok(());
-        };
+    /// With Sentinel, for a master the sentinels count no replica of (each one down, or the old
+    /// master of the failover that made this one, not synced yet), with none connected: whether
+    /// a majority of the sentinels, asked now, name the server written to, none is failing it
+    /// over or finds it down, and none counts a replica of it up. The sentinels keep naming the
+    /// old master until they see the promoted replica answer as master (up to a second, more
+    /// for those that do not lead the failover), but the one leading the failover flags it
+    /// from its start, those that voted for it find the master down, and those that know
+    /// nothing yet still list the promoted replica as the master's, not down. A sentinel that
+    /// does not answer in time is not counted (it may be the leader: hence the checks on every
+    /// other one). Asked of every sentinel at once, within the command timeout.
+    ///
+    /// What this leaves open (RELIABILITY.md, F8): the old master of the failover that made this
+    /// one is not waited for until it has synced (8 s or more after the switch, when the
+    /// sentinels convert it, plus the sync): a second failure of this master in that window
+    /// lets the sentinels promote the old one as it is, and what this one took alone is lost.
+    /// `wait_replicas = 1` refuses those writes instead.
+    async fn written_alone(
+        &self,
+        server: &str,
+        failovers: &Failovers,
+        seen: Option<u64>,
+    ) -> Result<(), CommandError> {
+        let asked = std::time::Instant::now();
         let (views, sentinels) = self.sentinel_views().await?;
-        let mut agreeing = 0;
-        for view in views {
-            if view.failing_over {
-                return Err(CommandError::NotDurable(format!(
-                    "a sentinel is failing over the master written to ({server})"
-                )));
-            }
-            if view.master != **server {
-                return Err(CommandError::NotDurable(format!(
-                    "a sentinel names another master ({}) than the one written to ({server})",
-                    view.master
-                )));
-            }
-            if view.master_down {
-                return Err(CommandError::NotDurable(format!(
-                    "a sentinel finds the master written to ({server}) down"
-                )));
-            }
-            if view.promotable_replicas > 0 {
-                return Err(CommandError::NotDurable(format!(
-                    "the master written to ({server}) has no replica connected, and a sentinel finds {} of its replicas up (not down: a failover could promote one without this write)",
-                    view.promotable_replicas
-                )));
-            }
-            agreeing += 1;
-        }
-        if agreeing * 2 > sentinels {
-            tracing::debug!(
-                %server,
-                agreeing,
-                sentinels,
-                "a durable write to a master without replicas was confirmed by the sentinels"
-            );
-            Ok(())
-        } else {
-            Err(CommandError::NotDurable(format!(
+        failovers.keep(views.clone(), asked);
+        let answered: Vec<SentinelView> = views.into_iter().flatten().collect();
+        let agreeing = failovers
+            .alone_agreed(server, &answered)
+            .map_err(CommandError::NotDurable)?;
+        if agreeing * 2 <= sentinels {
+            return Err(CommandError::NotDurable(format!(
                 "{agreeing} of {sentinels} sentinels answered: not a majority"
-            )))
+            )));
         }
+        unannounced(failovers, seen, server)?;
+        tracing::debug!(
+            %server,
+            agreeing,
+            sentinels,
+            "a durable write to a master without replicas was confirmed by the sentinels"
+        );
+        Ok(())
     }
 
-    /// What each sentinel that answers within the command timeout says of the master (asked of
-    /// all at once), and how many sentinels there are.
-    async fn sentinel_views(&self) -> Result<(Vec<SentinelView>, usize), CommandError> {
+    /// What each sentinel says of the master (asked of all at once; `None` for one that did not
+    /// answer within the command timeout), and how many sentinels there are.
+    async fn sentinel_views(&self) -> Result<(Vec<Option<SentinelView>>, usize), CommandError> {
         let cfg = &self.inner.cfg;
         let sentinels = cfg
             .sentinel_addresses()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let asks = sentinels
-            .iter()
-            .map(|(host, port)| sentinel_view(cfg, host, *port));
-        match tokio::time::timeout(cfg.command_timeout(), futures_util::future::join_all(asks))
-            .await
-        {
-            Ok(views) => Ok((views.into_iter().flatten().collect(), sentinels.len())),
-            Err(_) => Err(CommandError::Timeout(cfg.command_timeout_ms)),
-        }
+        let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
+            // Each bounded on its own: one sentinel that does not answer leaves the others'.
+            tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
+        }))
+        .await;
+        Ok((
+            views
+                .into_iter()
+                .map(|v| v.ok().and_then(Result::ok))
+                .collect(),
+            sentinels.len(),
+        ))
     }
+}
+
+/// Fails when a failover was announced since `seen` (the count of failover events before the
+/// write) or is under way: the write's confirmation overlapped a failover it did not see end.
+fn unannounced(failovers: &Failovers, seen: Option<u64>, server: &str) -> Result<(), CommandError> {
+    if seen.is_some_and(|s| s != failovers.events()) || failovers.under_way() {
+        return Err(CommandError::NotDurable(format!(
+            "a sentinel announced a failover while the write to {server} was confirmed"
+        )));
+    }
+    Ok(())
 }

@@ -37,10 +37,12 @@
 //!
 //! This file is the connection as its users see it (connect, run, eval, pipe); `link.rs` is the
 //! connection underneath and its upkeep (opening, checking, bounding, rebuilding),
-//! `sentinel.rs` what the sentinels are asked, `durable.rs` writes confirmed by replicas,
-//! `pubsub.rs` the dedicated subscriptions, and `sharded.rs` which of them go by shard.
+//! `sentinel.rs` what the sentinels are asked, `failover.rs` what they say of failovers kept
+//! current (their events and views), `durable.rs` writes confirmed by replicas, `pubsub.rs` the
+//! dedicated subscriptions, and `sharded.rs` which of them go by shard.
 
 mod durable;
+mod failover;
 mod link;
 mod pubsub;
 mod sentinel;
@@ -122,6 +124,8 @@ struct Inner {
     pubsub_mode: AtomicU8,
     /// State the layers above keep per connection, one value per type ([`RedisConn::shared`]).
     shared: parking_lot::Mutex<SharedState>,
+    /// With Sentinel: what the sentinels say of failovers, kept current (`failover.rs`).
+    failovers: Option<Arc<failover::Failovers>>,
 }
 
 /// One value per type, made on first use.
@@ -132,6 +136,7 @@ impl RedisConn {
     fn new_inner(cfg: RedisConfig) -> Result<Arc<Inner>, CommandError> {
         cfg.validate()
             .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+        let is_sentinel = cfg.is_sentinel();
         let client = if cfg.is_sentinel() || cfg.is_cluster() {
             None
         } else {
@@ -157,6 +162,7 @@ impl RedisConn {
             meters: std::sync::OnceLock::new(),
             pubsub_mode: AtomicU8::new(0),
             shared: Default::default(),
+            failovers: is_sentinel.then(Default::default),
         }))
     }
 
@@ -168,6 +174,7 @@ impl RedisConn {
         inner.install(manager);
         if inner.cfg.is_sentinel() {
             tokio::spawn(watch_master(Arc::downgrade(&inner)));
+            failover::watch(&inner);
         }
         tracing::info!(
             target_redis = %inner.cfg.display_target(),
@@ -200,6 +207,7 @@ impl RedisConn {
         let inner = &self.inner;
         if inner.cfg.is_sentinel() {
             tokio::spawn(watch_master(Arc::downgrade(inner)));
+            failover::watch(inner);
         }
         match inner.open().await {
             Ok(manager) => {

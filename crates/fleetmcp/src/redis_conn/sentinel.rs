@@ -74,6 +74,7 @@ async fn sentinel_connection(
 }
 
 /// What one sentinel says of the master it watches.
+#[derive(Clone, Debug)]
 pub(super) struct SentinelView {
     /// `host:port`.
     pub master: String,
@@ -82,13 +83,26 @@ pub(super) struct SentinelView {
     /// This sentinel finds the master down (`s_down`, `o_down`): it may be voting for a
     /// failover another sentinel leads.
     pub master_down: bool,
-    /// The master's replicas this sentinel does not find down (whatever role they report, connected
-    /// to it yet or not): each one a failover could promote. One not connected to the master lacks
-    /// what the master took since it left: a replica promoted by a failover the master does not
-    /// know of yet, one reconnecting, or an old master after a failover, which the sentinels
-    /// convert into a replica only 8 s or more after it (and which, until then, a second failover
-    /// promotes as it is: Redis Sentinel picks among the replicas it finds up, whatever they hold).
-    pub promotable_replicas: usize,
+    /// The master's replicas as this sentinel lists them.
+    pub replicas: Vec<ReplicaView>,
+}
+
+/// One replica in a sentinel's list.
+#[derive(Clone, Debug)]
+pub(super) struct ReplicaView {
+    /// `host:port`.
+    pub address: String,
+    /// Found down (see [`is_not_down`]): no failover promotes it. One not down, whatever role
+    /// it reports and whether or not it is connected to the master yet, is one a failover
+    /// could promote: a replica promoted by a failover the master does not know of yet, one
+    /// reconnecting, or an old master after a failover, which the sentinels convert into a
+    /// replica only 8 s or more after it (and which, until then, a second failover promotes as
+    /// it is: Redis Sentinel picks among the replicas it finds up, whatever they hold).
+    pub down: bool,
+    /// The master (`host:port`) it reports replicating from with its link up, if it does.
+    pub synced_to: Option<String>,
+    /// The replica this sentinel is promoting in the failover it leads (`promoted`).
+    pub promoted: bool,
 }
 
 /// `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>` on the sentinel at `host:port`.
@@ -117,10 +131,21 @@ pub(super) async fn sentinel_view(
         master: format!("{}:{}", field("ip"), field("port")),
         failing_over: flags.contains("failover_in_progress"),
         master_down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
-        promotable_replicas: replicas
+        replicas: replicas
             .iter()
-            .filter(|r| is_not_down(r.get("flags").map(String::as_str).unwrap_or_default()))
-            .count(),
+            .map(|r| {
+                let field = |name: &str| r.get(name).map(String::as_str).unwrap_or_default();
+                let synced =
+                    field("role-reported") == "slave" && field("master-link-status") == "ok";
+                ReplicaView {
+                    address: format!("{}:{}", field("ip"), field("port")),
+                    down: !is_not_down(field("flags")),
+                    promoted: field("flags").split(',').any(|f| f == "promoted"),
+                    synced_to: synced
+                        .then(|| format!("{}:{}", field("master-host"), field("master-port"))),
+                }
+            })
+            .collect(),
     })
 }
 
@@ -165,6 +190,29 @@ pub(super) fn replicas_of_master(role: &redis::Value) -> Option<usize> {
         (true, _) => Some(0),
         (false, _) => None,
     }
+}
+
+/// From a master's `ROLE` answer: the `host:port` of each replica connected (synced).
+pub(super) fn connected_replicas(role: &redis::Value) -> Vec<String> {
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let redis::Value::Array(items) = role else {
+        return Vec::new();
+    };
+    let Some(redis::Value::Array(replicas)) = items.get(2) else {
+        return Vec::new();
+    };
+    replicas
+        .iter()
+        .filter_map(|r| match r {
+            redis::Value::Array(f) => Some(format!("{}:{}", text(f.first()?)?, text(f.get(1)?)?)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Fails unless the server `conn` talks to says it is a master (`ROLE`): right after a

@@ -502,47 +502,68 @@ impl SharedRedis {
 }
 
 /// A master and its replica (synced) watched by three sentinels with a quorum of two, each
-/// knowing the replica: ready for `SENTINEL FAILOVER`.
+/// knowing the replica: ready for `SENTINEL FAILOVER`. [`SentinelSet::start_with`] adds more
+/// replicas (`more`), the shape production runs (a master and two replicas).
 pub struct SentinelSet {
     pub name: String,
     pub master: RedisServer,
     pub replica: RedisServer,
+    /// The replicas after the first (none from [`SentinelSet::start`]).
+    pub more: Vec<RedisServer>,
     pub sentinels: Vec<Sentinel>,
 }
 
 impl SentinelSet {
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, 1)
+    }
+
+    /// A master and `replicas` replicas (at least one), all synced and known to every sentinel.
+    pub fn start_with(name: &str, replicas: usize) -> Self {
         let master = RedisServer::start();
-        let replica = RedisServer::start_replica_of(master.port);
+        let mut all: Vec<RedisServer> = (0..replicas.max(1))
+            .map(|_| RedisServer::start_replica_of(master.port))
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !replica
-            .cli(&["INFO", "replication"])
-            .contains("master_link_status:up")
-        {
-            assert!(Instant::now() < deadline, "the replica never synced");
+        while !all.iter().all(|r| {
+            r.cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        }) {
+            assert!(Instant::now() < deadline, "a replica never synced");
             std::thread::sleep(Duration::from_millis(50));
         }
         let sentinels: Vec<Sentinel> = (0..3)
             .map(|_| Sentinel::start(name, master.port, 2))
             .collect();
-        // Every sentinel knows the replica (a failover needs one to promote).
+        // Every sentinel knows every replica (a failover needs one to promote, and a sentinel
+        // that has not found one yet would not count it).
         let deadline = Instant::now() + Duration::from_secs(15);
         while !sentinels.iter().all(|s| {
-            s.cli(&["SENTINEL", "replicas", name])
-                .contains(&replica.port.to_string())
+            let known = s.cli(&["SENTINEL", "replicas", name]);
+            all.iter().all(|r| known.contains(&r.port.to_string()))
         }) {
             assert!(
                 Instant::now() < deadline,
-                "the sentinels never found the replica"
+                "the sentinels never found the replicas"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        let replica = all.remove(0);
         Self {
             name: name.to_string(),
             master,
             replica,
+            more: all,
             sentinels,
         }
+    }
+
+    /// Every server of the set: the master, then the replicas, as started (a failover changes
+    /// their roles, not this order).
+    pub fn servers_mut(&mut self) -> Vec<&mut RedisServer> {
+        let mut out = vec![&mut self.master, &mut self.replica];
+        out.extend(self.more.iter_mut());
+        out
     }
 
     /// `REDIS_SENTINELS`: the sentinels' `host:port`, comma-separated.

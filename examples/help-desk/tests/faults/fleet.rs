@@ -3,10 +3,11 @@
 //! (relays: `FLEETMCP_ADVERTISE_ADDRESS`) through another, behind a real nginx (round robin,
 //! `deploy/nginx/fleetmcp.conf`; nginx itself is never faulted). Faults are drawn from a seed.
 //!
-//! With `FAULTS_SENTINEL=1` Redis is a master, one replica and three sentinels instead
-//! (`support_redis::SentinelSet`), the instances find the master through the sentinels
-//! (`REDIS_SENTINELS`, `REDIS_SENTINEL_MASTER`; `FLEETMCP_REDIS_WAIT_REPLICAS=auto`: a new
-//! session is confirmed by the replica), and the fault `SENTINEL FAILOVER` is drawn too. The
+//! With `FAULTS_SENTINEL=1` Redis is a master, one replica (`FAULTS_SENTINEL_REPLICAS=2`: two,
+//! the production shape) and three sentinels instead (`support_redis::SentinelSet`), the
+//! instances find the master through the sentinels (`REDIS_SENTINELS`,
+//! `REDIS_SENTINEL_MASTER`; `FLEETMCP_REDIS_WAIT_REPLICAS=auto`: a new session is confirmed by
+//! the replicas), and the fault `SENTINEL FAILOVER` is drawn too. The
 //! instances then reach Redis straight, not through their proxies: Redis link faults and Redis
 //! restarts are off in that topology; a Redis pause stops the current master.
 
@@ -62,6 +63,8 @@ pub struct Switches {
     /// The Sentinel topology and its failover fault (`FAULTS_SENTINEL`, off); turns
     /// `redis_link` and `redis_restart` off.
     pub sentinel: bool,
+    /// The master's replicas in the Sentinel topology (`FAULTS_SENTINEL_REPLICAS`, 1).
+    pub sentinel_replicas: usize,
     /// Authorization on: the clients' principal, and another one trying their sessions and
     /// tasks (`FAULTS_PRINCIPALS`, on).
     pub principals: bool,
@@ -89,6 +92,10 @@ impl Switches {
             redis_restart: !sentinel && flag("FAULTS_REDIS_RESTART", true),
             legacy_through_balancer: flag("FAULTS_LEGACY_LB", true),
             sentinel,
+            sentinel_replicas: std::env::var("FAULTS_SENTINEL_REPLICAS")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(1),
             principals: flag("FAULTS_PRINCIPALS", true),
         }
     }
@@ -104,6 +111,7 @@ impl Switches {
             redis_restart: false,
             legacy_through_balancer: false,
             sentinel: false,
+            sentinel_replicas: 1,
             principals: false,
         }
     }
@@ -174,7 +182,7 @@ impl Member {
 pub struct Fleet {
     /// The one Redis (unless Sentinel).
     pub redis: Option<RedisServer>,
-    /// The Sentinel topology: master, replica, three sentinels.
+    /// The Sentinel topology: master, replicas, three sentinels.
     pub sentinel: Option<SentinelSet>,
     pub members: Vec<Member>,
     pub nginx: Nginx,
@@ -196,11 +204,14 @@ impl Fleet {
         rt: &Runtime,
         n: usize,
         persistent: bool,
-        sentinel: bool,
+        sentinel: Option<usize>,
         issuer: Option<&str>,
     ) -> Self {
-        let (redis, sentinel) = if sentinel {
-            (None, Some(SentinelSet::start(SENTINEL_MASTER)))
+        let (redis, sentinel) = if let Some(replicas) = sentinel {
+            (
+                None,
+                Some(SentinelSet::start_with(SENTINEL_MASTER, replicas)),
+            )
         } else if persistent {
             (Some(RedisServer::start_persistent()), None)
         } else {
@@ -321,13 +332,7 @@ impl Fleet {
     }
 
     fn by_port(set: &mut SentinelSet, port: u16) -> Option<&mut RedisServer> {
-        if set.master.port == port {
-            Some(&mut set.master)
-        } else if set.replica.port == port {
-            Some(&mut set.replica)
-        } else {
-            None
-        }
+        set.servers_mut().into_iter().find(|s| s.port == port)
     }
 
     /// The Redis server on `port` (either topology).
@@ -373,7 +378,7 @@ enum Active {
     Stopped(usize),
     /// The Redis server on this port is paused.
     RedisStopped(u16),
-    /// A `SENTINEL FAILOVER` asked, to the replica on this port.
+    /// A `SENTINEL FAILOVER` asked of the master on this port (the sentinels pick the replica).
     Failover(u16),
     RedisDown,
     RedisLink(usize),
@@ -520,11 +525,6 @@ fn inject(
         "sentinel-failover" => {
             let set = fleet.sentinel.as_ref()?;
             let from = set.sentinels[0].master_port(SENTINEL_MASTER)?;
-            let to = if from == set.master.port {
-                set.replica.port
-            } else {
-                set.master.port
-            };
             // Refused while the last one settles (`INPROG`, or `NOGOODSLAVE` until the old
             // master follows the new one): then it is not a fault of this run.
             let said = set.sentinels[0].cli(&["SENTINEL", "FAILOVER", SENTINEL_MASTER]);
@@ -535,7 +535,7 @@ fn inject(
                 return None;
             }
             rec.fault(FaultKind::SentinelFailover);
-            Some(Active::Failover(to))
+            Some(Active::Failover(from))
         }
         "redis-restart" => {
             redis_down(fleet, rec, plan);
@@ -617,24 +617,25 @@ fn heal(fleet: &mut Fleet, rec: &Recorder, a: Active) {
             }
             rec.fault(FaultKind::RedisCont);
         }
-        Active::Failover(to) => {
-            // Done when every sentinel names the new master (a few seconds at most).
+        Active::Failover(from) => {
+            // Done when every sentinel names one new master (a few seconds at most).
             let Some(set) = fleet.sentinel.as_ref() else {
                 return;
             };
             let deadline = Instant::now() + Duration::from_secs(5);
             loop {
-                if set
+                let named: Vec<Option<u16>> = set
                     .sentinels
                     .iter()
-                    .all(|s| s.master_port(SENTINEL_MASTER) == Some(to))
-                {
+                    .map(|s| s.master_port(SENTINEL_MASTER))
+                    .collect();
+                if named[0].is_some_and(|p| p != from) && named.iter().all(|n| *n == named[0]) {
                     // Recorded by the run's master watch, with the switches pauses cause.
                     break;
                 }
                 if Instant::now() >= deadline {
                     rec.fault(FaultKind::HarnessProblem(format!(
-                        "a SENTINEL FAILOVER to {to} did not complete within 5 s of its heal time"
+                        "a SENTINEL FAILOVER from {from} did not complete within 5 s of its heal time"
                     )));
                     break;
                 }

@@ -76,7 +76,10 @@ fn run(cfg: &RunConfig) -> RunResult {
         &rt,
         3,
         cfg.redis_persistent,
-        cfg.plan.switches.sentinel,
+        cfg.plan
+            .switches
+            .sentinel
+            .then_some(cfg.plan.switches.sentinel_replicas),
         issuer.as_deref(),
     );
     let rec = Recorder::new();
@@ -346,6 +349,32 @@ fn sentinel_seed() {
             .iter()
             .any(|f| matches!(f.kind, history::FaultKind::SentinelSwitched(_))),
         "seed {seed}: the sentinels never switched masters (no failover drawn, no pause past down-after):\n{}",
+        r.table
+    );
+    let unknown = checker::unknown(&r.history, &r.verdict);
+    assert!(unknown.is_empty(), "{}", r.report);
+}
+
+/// The Sentinel topology in the production shape, a master and two replicas (issue 38), one
+/// seed (`FAULTS_SENTINEL_SEED`, else 1) in CI; like [`sentinel_seed`] otherwise. A write is
+/// confirmed by every replica the sentinels count, so this is where a write confirmed by one
+/// replica while the other is being promoted would show.
+#[test]
+fn sentinel_seed_two_replicas() {
+    let secs = env_u64("FAULTS_SECS").unwrap_or(20);
+    let seed = env_u64("FAULTS_SENTINEL_SEED").unwrap_or(1);
+    let mut plan = ci_plan();
+    plan.switches.sentinel = true;
+    plan.switches.sentinel_replicas = 2;
+    plan.switches.redis_link = false;
+    plan.switches.redis_restart = false;
+    let r = checked_run(seed, secs, plan);
+    assert!(
+        r.history
+            .faults
+            .iter()
+            .any(|f| matches!(f.kind, history::FaultKind::SentinelSwitched(_))),
+        "seed {seed}: the sentinels never switched masters:\n{}",
         r.table
     );
     let unknown = checker::unknown(&r.history, &r.verdict);
