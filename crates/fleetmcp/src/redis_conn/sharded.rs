@@ -291,6 +291,24 @@ impl RedisConn {
         self.count_everywhere("NUMSUB", channel).await
     }
 
+    /// The master that serves `channel`'s slot now, as `CLUSTER SLOTS` says (one command):
+    /// how to connect to it, and its `host:port` for messages.
+    async fn slot_master(
+        &self,
+        channel: &str,
+    ) -> Result<(redis::ConnectionInfo, String), CommandError> {
+        let slots: Value = self.run(redis::cmd("CLUSTER").arg("SLOTS").clone()).await?;
+        let (host, port) = master_in(&slots, slot_of(channel.as_bytes())).ok_or_else(|| {
+            CommandError::Unavailable(format!("no master serves the slot of {channel}"))
+        })?;
+        let info = self
+            .inner
+            .cfg
+            .server_connection_info(&host, port)
+            .map_err(config_error)?;
+        Ok((info, format!("{host}:{port}")))
+    }
+
     /// Sharded listeners of `channel` on the master that serves its slot now, asked on a
     /// connection of its own: the cluster connection's slot map may be stale after a failover
     /// (the `redis` crate learns of one from a `MOVED`, and `SPUBLISH` or `SHARDNUMSUB` sent to
@@ -298,18 +316,8 @@ impl RedisConn {
     /// connected to (a promoted replica). Only when a count said 0: a rare case.
     async fn shard_listeners_now(&self, channel: &str) -> Result<i64, CommandError> {
         let cfg = &self.inner.cfg;
-        let config_error =
-            |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
-        let slots: Value = self.run(redis::cmd("CLUSTER").arg("SLOTS").clone()).await?;
-        let (host, port) = master_in(&slots, slot_of(channel.as_bytes())).ok_or_else(|| {
-            CommandError::Unavailable(format!("no master serves the slot of {channel}"))
-        })?;
-        let client = cfg
-            .client_for(
-                cfg.server_connection_info(&host, port)
-                    .map_err(config_error)?,
-            )
-            .map_err(config_error)?;
+        let (master, _) = self.slot_master(channel).await?;
+        let client = cfg.client_for(master).map_err(config_error)?;
         let bound = cfg.connect_timeout() + cfg.command_timeout();
         let ask = async {
             let mut conn = client
@@ -342,18 +350,8 @@ impl RedisConn {
         CommandError,
     > {
         let cfg = &self.inner.cfg;
-        let config_error =
-            |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
-        let slots: Value = self.run(redis::cmd("CLUSTER").arg("SLOTS").clone()).await?;
-        let (host, port) = master_in(&slots, slot_of(channel.as_bytes())).ok_or_else(|| {
-            CommandError::Unavailable(format!("no master serves the slot of {channel}"))
-        })?;
-        let client = cfg
-            .resp3_client_for(
-                cfg.server_connection_info(&host, port)
-                    .map_err(config_error)?,
-            )
-            .map_err(config_error)?;
+        let (master, address) = self.slot_master(channel).await?;
+        let client = cfg.resp3_client_for(master).map_err(config_error)?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(cfg.connect_timeout()))
@@ -373,7 +371,7 @@ impl RedisConn {
             // A node older than its peers said (a rolling upgrade of Redis): classic alone,
             // which every publisher falls back to.
             Err(e) if unknown_command(&e) => {
-                tracing::warn!(%channel, "{host}:{port} does not know SSUBSCRIBE; listening classically");
+                tracing::warn!(%channel, "{address} does not know SSUBSCRIBE; listening classically");
             }
             Err(e) => return Err(unavailable(e)),
         }
@@ -390,7 +388,7 @@ impl RedisConn {
             .and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
         if first.as_deref() != Some("master") {
             return Err(CommandError::Unavailable(format!(
-                "{host}:{port} no longer serves the slot of {channel} as its master"
+                "{address} no longer serves the slot of {channel} as its master"
             )));
         }
         Ok((conn, rx))
@@ -473,6 +471,11 @@ fn first_count(answer: Value) -> i64 {
             .unwrap_or(0),
         _ => 0,
     }
+}
+
+/// A configuration that cannot name a server, as a command's error.
+fn config_error(e: crate::redis_config::RedisConfigError) -> CommandError {
+    CommandError::Unavailable(e.to_string())
 }
 
 #[cfg(test)]
