@@ -33,20 +33,27 @@ fn text_of(resp: &support::raw_http::RawResponse) -> String {
         .to_string()
 }
 
-#[test]
-fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_killed_holder() {
-    let cluster = RedisCluster::start(3, 0);
+/// desk-a and desk-b in distributed mode on `cluster`, with a fast heartbeat (300 ms, TTL
+/// 1.5 s), each having validated the cluster.
+fn two_desks(cluster: &RedisCluster) -> (support::Instance, support::Instance) {
     let nodes = cluster.nodes_env();
     let env = [
         ("REDIS_CLUSTER_NODES", nodes.as_str()),
         ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
         ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
     ];
-    let mut a = distributed_desk("desk-a", "", &env);
+    let a = distributed_desk("desk-a", "", &env);
     let b = distributed_desk("desk-b", "", &env);
     for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
         assert_log_has(i, who, VALIDATED);
     }
+    (a, b)
+}
+
+#[test]
+fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_killed_holder() {
+    let cluster = RedisCluster::start(3, 0);
+    let (mut a, b) = two_desks(&cluster);
 
     // Sessions made on both instances, each called through both: the holder answers (a call
     // on the other is relayed to it).
@@ -127,7 +134,7 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
     let scratch = support::TempDir::new("cluster-ctl");
     let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
     ctl.args(["fleet", "status"])
-        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("REDIS_CLUSTER_NODES", cluster.nodes_env())
         .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
         .env_remove("REDIS_URL")
         .env_remove("REDIS_HOST")
@@ -179,17 +186,7 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
 #[test]
 fn a_cluster_master_killed_under_load_is_followed_without_a_restart_and_loses_no_session() {
     let mut cluster = RedisCluster::start(3, 1);
-    let nodes = cluster.nodes_env();
-    let env = [
-        ("REDIS_CLUSTER_NODES", nodes.as_str()),
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
-    ];
-    let a = distributed_desk("desk-a", "", &env);
-    let b = distributed_desk("desk-b", "", &env);
-    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
-        assert_log_has(i, who, VALIDATED);
-    }
+    let (a, b) = two_desks(&cluster);
     let ports = [a.port(), b.port()];
     let sessions: Vec<String> = (0..6).map(|c| open_session(ports[c % 2])).collect();
 
@@ -275,17 +272,7 @@ fn replica_of(cluster: &RedisCluster, port: u16) -> &support_redis::RedisServer 
 #[test]
 fn a_notification_for_one_session_stays_in_one_shard_of_the_cluster() {
     let cluster = RedisCluster::start(3, 1);
-    let nodes = cluster.nodes_env();
-    let env = [
-        ("REDIS_CLUSTER_NODES", nodes.as_str()),
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
-    ];
-    let mut a = distributed_desk("desk-a", "", &env);
-    let b = distributed_desk("desk-b", "", &env);
-    for (i, who) in [(&a, "desk-a"), (&b, "desk-b")] {
-        assert_log_has(i, who, VALIDATED);
-    }
+    let (mut a, b) = two_desks(&cluster);
     let sa = open_session(a.port());
     let mut stream = open_get_stream(a.port(), &sa);
     let sb = open_session(b.port());
@@ -526,7 +513,7 @@ fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluste
     // reached once (classically, `SPUBLISH` having reached nobody), unanswered (it is played).
     let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
     ctl.args(["fleet", "drain", "desk-old"])
-        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("REDIS_CLUSTER_NODES", cluster.nodes_env())
         .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
         .env_remove("REDIS_URL")
         .env_remove("REDIS_HOST")
@@ -596,7 +583,7 @@ fn an_older_instance_on_classic_pub_sub_is_heard_and_reached_on_a_sharded_cluste
     // instance listens as desk-a").
     let mut ctl = Command::new(env!("CARGO_BIN_EXE_help-desk"));
     ctl.args(["fleet", "drain", "desk-a"])
-        .env("REDIS_CLUSTER_NODES", &nodes)
+        .env("REDIS_CLUSTER_NODES", cluster.nodes_env())
         .env("MCP_SESSION_SECRET", support::SESSION_SECRET)
         .env_remove("REDIS_URL")
         .env_remove("REDIS_HOST")
