@@ -196,26 +196,14 @@ fn a_command_that_never_answers_leaves_the_instance_unready() {
 #[test]
 fn a_command_that_answers_late_is_ready_only_once_it_answers() {
     let command = format!("sh -c 'sleep 3; exec {}'", everything_command());
-    let gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
+    let mut gw = gateway(&[("FLEETMCP_UPSTREAM_COMMAND", &command)]);
     let seen = readiness_over(gw.port(), Duration::from_millis(2_000));
     assert!(
         seen.iter().all(|s| *s == 503),
         "/readyz before the answer: {seen:?}:\n{}",
         gw.log()
     );
-    let end = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let status = http(gw.port(), "GET", "/readyz", &[], None).status;
-        if status == 200 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < end,
-            "/readyz never became 200 ({status}):\n{}",
-            gw.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    gw.wait_ready(Duration::from_secs(20));
     assert!(
         log_has(&gw, "answers initialize", Duration::from_secs(1)),
         "{}",
