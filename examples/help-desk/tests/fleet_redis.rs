@@ -2392,10 +2392,21 @@ fn a_relayed_stream_whose_link_goes_silent_before_its_first_event_is_answered_on
 
 /// Calls of the stream-reading commands (`XRANGE`, `XREVRANGE`) Redis has served so far.
 fn stream_reads(redis: &RedisServer) -> u64 {
+    command_calls(redis, &["xrange", "xrevrange"])
+}
+
+/// Calls of `commands` (lower case) Redis has served so far.
+fn command_calls(redis: &RedisServer, commands: &[&str]) -> u64 {
     let stats = redis.cli(&["INFO", "commandstats"]);
     stats
         .lines()
-        .filter(|l| l.starts_with("cmdstat_xrange:") || l.starts_with("cmdstat_xrevrange:"))
+        .filter(|l| {
+            commands.iter().any(|c| {
+                l.strip_prefix("cmdstat_")
+                    .and_then(|r| r.strip_prefix(c))
+                    .is_some_and(|r| r.starts_with(':'))
+            })
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -2499,6 +2510,38 @@ fn idle_streams_another_instance_may_write_are_read_less_often() {
         began.elapsed() < Duration::from_secs(2),
         "{:?}",
         began.elapsed()
+    );
+}
+
+/// A 2024-11-05 session's answers go straight to its stream, not through Redis: 20 calls
+/// answered on the stream, no `XADD` and no stream read. The stream is on this instance and
+/// this transport has no resumption, so a stored answer served nobody else; and stored, it was
+/// a write no replica confirms, lost when a failover came between its `XADD` and the reader's
+/// `XRANGE` (the Sentinel seed with two replicas, issue 38: a `POST /message` accepted and its
+/// answer never seen). Before the fix: 21 `XADD`s (the `initialize` answer too) and 40 reads.
+#[test]
+fn a_2024_11_05_answer_goes_to_its_stream_without_redis() {
+    let redis = RedisServer::start();
+    let a = distributed_desk("desk-a", &redis.url(), &[]);
+    let writes = || command_calls(&redis, &["xadd"]);
+    let before_writes = writes();
+    let (mut stream, endpoint) = open_legacy_session(a.port());
+    // The stream's reader looks at the session's stream in Redis once as it opens.
+    let before_reads = stream_reads(&redis);
+    for _ in 0..20 {
+        let (call, id) = legacy_find();
+        assert_eq!(legacy_post(a.port(), &endpoint, &call).status, 202);
+        read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
+    }
+    let (added, read) = (
+        writes() - before_writes,
+        stream_reads(&redis) - before_reads,
+    );
+    eprintln!("a 2024-11-05 initialize and 20 calls: {added} XADD, {read} stream reads");
+    assert_eq!(
+        (added, read),
+        (0, 0),
+        "Redis stream commands for 2024-11-05 answers"
     );
 }
 

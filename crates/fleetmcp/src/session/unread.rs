@@ -2,19 +2,14 @@
 //! (answers, and the messages of its requests) and not yet taken by its connection.
 //!
 //! Why: a client that opens `/sse` and never reads it would otherwise have every answer of
-//! every request it POSTs pile up in the event store (1.3 GB in 2.5 s, issue 36), and the
-//! session's event budget, the next bound, drops old events: answers would be lost. So this
-//! bound acts first (`http.max_unread_bytes`, below that budget, and at most half of
-//! `sessions.max_events_per_stream` messages): a request's next message waits until the stream
-//! has room, `/message` refuses new requests while it is full, and nothing accepted is dropped.
+//! every request it POSTs pile up (1.3 GB in 2.5 s in the event store, issue 36, where the
+//! answers went then), and a bound that drops would lose answers. So this bound waits instead
+//! (`http.max_unread_bytes`, and at most half of `sessions.max_events_per_stream` messages): a
+//! request's next message waits until the stream has room, `/message` refuses new requests
+//! while it is full, and nothing accepted is dropped.
 //!
-//! A message takes its [`Place`] before it is written; the place is given back when the stream
-//! yields it to its connection. Through the event store, the place is recorded under the
-//! event's sequence number, as the stream yields events in that order: an event at or before
-//! the last one yielded was delivered (its place recorded too late to be looked up, or its
-//! event trimmed), so nothing stays counted for an event that is gone.
-
-use std::collections::BTreeMap;
+//! A message takes its [`Place`] before it is queued on the stream's direct line; the place is
+//! given back when the stream yields it to its connection.
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -35,10 +30,6 @@ struct State {
     messages: usize,
     /// Bytes of messages waiting for a place: owed to the client too.
     waiting: usize,
-    /// Places of messages stored in the event store, by sequence number.
-    stored: BTreeMap<u64, usize>,
-    /// The sequence number of the last event the stream yielded.
-    delivered: u64,
 }
 
 impl State {
@@ -110,23 +101,6 @@ impl Unread {
         })
     }
 
-    /// The stream yielded the event with sequence number `seq` (any event of the stream):
-    /// the places of it and of every stored event before it are given back.
-    pub fn delivered(&self, seq: u64) {
-        let mut st = self.state.lock();
-        st.delivered = st.delivered.max(seq);
-        let later = st.stored.split_off(&(seq + 1));
-        let done = std::mem::replace(&mut st.stored, later);
-        if done.is_empty() {
-            return;
-        }
-        for len in done.into_values() {
-            st.give_back(len);
-        }
-        drop(st);
-        self.room.notify_waiters();
-    }
-
     /// The stream yielded a message of `len` bytes from its direct line.
     pub fn delivered_direct(&self, len: usize) {
         self.state.lock().give_back(len);
@@ -168,20 +142,6 @@ pub struct Place<'a> {
 }
 
 impl Place<'_> {
-    /// The message was stored as the event with sequence number `seq`: its place is given
-    /// back when the stream yields it (or at once, if it already did).
-    pub fn stored(mut self, seq: u64) {
-        self.kept = true;
-        let mut st = self.unread.state.lock();
-        if seq > st.delivered {
-            st.stored.insert(seq, self.len);
-            return;
-        }
-        st.give_back(self.len);
-        drop(st);
-        self.unread.room.notify_waiters();
-    }
-
     /// The message was queued on the direct line: its place is given back when the stream
     /// yields it ([`Unread::delivered_direct`]).
     pub fn queued(mut self) {
@@ -207,14 +167,13 @@ mod tests {
         let unread = Unread::new(100, 3);
         let stop = CancellationToken::new();
         // Larger than the bound: it still fits an empty stream.
-        unread.place(150, &stop).await.unwrap().stored(1);
+        unread.place(150, &stop).await.unwrap().queued();
         assert!(unread.full().is_some());
         let waiting = unread.place(10, &stop);
         tokio::pin!(waiting);
         assert!(waiting.as_mut().now_or_never().is_none());
         assert_eq!(unread.full().map(|f| f.unread), Some(160));
-        // An event after it was yielded (a notification): its place goes back too.
-        unread.delivered(2);
+        unread.delivered_direct(150);
         waiting.await.unwrap().queued();
         assert_eq!(unread.full(), None);
         unread.delivered_direct(10);
@@ -222,24 +181,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_place_recorded_after_its_event_was_yielded_is_given_back() {
+    async fn the_count_bound_holds_and_an_unused_place_is_given_back() {
         let unread = Unread::new(100, 2);
         let stop = CancellationToken::new();
-        let a = unread.place(10, &stop).await.unwrap();
-        let b = unread.place(10, &stop).await.unwrap();
+        unread.place(10, &stop).await.unwrap().queued();
+        unread.place(10, &stop).await.unwrap().queued();
         assert!(unread.full().is_some(), "two messages is the count bound");
-        unread.delivered(5);
-        a.stored(5);
-        b.stored(6);
-        let held = {
-            let st = unread.state.lock();
-            (st.bytes, st.messages, st.stored.len())
-        };
-        assert_eq!(held, (10, 1, 1));
+        unread.delivered_direct(10);
+        assert_eq!(unread.state.lock().messages, 1);
         // A place never used (its message dropped) goes back; a stopped stream places nothing.
         drop(unread.place(10, &stop).await.unwrap());
         assert_eq!(unread.state.lock().messages, 1);
-        unread.place(90, &stop).await.unwrap().stored(7);
+        unread.place(90, &stop).await.unwrap().queued();
         stop.cancel();
         assert!(unread.place(1, &stop).await.is_none());
         assert_eq!(unread.state.lock().waiting, 0);

@@ -18,7 +18,6 @@
 //! `/message` refuses new requests `429` rather than pile up their answers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::State;
 use axum::response::Response;
@@ -37,7 +36,7 @@ use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
-use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent, parse_event_id};
+use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{ErrorData, Incoming, Message, encode_result, errors};
 use crate::session::{LegacyStream, Missing, Session, Unread, UnreadFull};
 
@@ -88,15 +87,15 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));
-    // What its client has not read, bounded in bytes and, so that the event store never trims
-    // an unread answer by count, in messages to half the events a stream keeps.
+    // What its client has not read, bounded in bytes and in messages (half the events a
+    // stream's history keeps, the count operators already set for one stream).
     let config = app.config();
     let max_messages = (config.sessions.max_events_per_stream / 2).max(1);
     let unread = Arc::new(Unread::new(config.http.max_unread_bytes, max_messages));
-    // What the event store cannot take reaches the stream this way (not resumable, like
-    // everything on this transport), and ends with it, or, in a graceful stop, once nothing
-    // more can come (`direct_end`). Each message on it holds a place of `unread`, so it never
-    // holds more than `max_messages`.
+    // The messages and answers of the session's requests reach the stream this way, its
+    // direct line (`to_stream`), which ends with it, or, in a graceful stop, once nothing more
+    // can come (`direct_end`). Each message on it holds a place of `unread`, so it never holds
+    // more than `max_messages`.
     let (line, direct) = tokio::sync::mpsc::channel::<Bytes>(max_messages);
     let direct_end = stop.child_token();
     let stream = LegacyStream {
@@ -125,10 +124,8 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         stop,
         _slot: slot,
     };
-    let frames = stream::once(async move { endpoint }).chain(stream::select(
-        messages(events, guard, unread),
-        direct.boxed(),
-    ));
+    let frames = stream::once(async move { endpoint })
+        .chain(stream::select(messages(events, guard), direct.boxed()));
     sse::streaming(frames, sse::keepalive_every(&app.config().http))
 }
 
@@ -185,21 +182,15 @@ fn drained(
     })
 }
 
-/// The stream's messages, without event ids (this transport has no resumption); the guard
-/// lives as long as the stream. Each event yielded (to the connection, which asks for the
-/// next one only once it could write the last) gives its place back to `unread`.
+/// The messages other parts appended to the session's standalone stream in the event store
+/// (notifications), without event ids (this transport has no resumption); the guard lives as
+/// long as the stream.
 fn messages(
     events: BoxStream<'static, StoredEvent>,
     guard: StreamGuard,
-    unread: Arc<Unread>,
 ) -> BoxStream<'static, Bytes> {
     events
-        .filter(move |ev| {
-            if let Some((_, _, seq)) = parse_event_id(&ev.id) {
-                unread.delivered(seq);
-            }
-            std::future::ready(!ev.data.is_empty())
-        })
+        .filter(|ev| std::future::ready(!ev.data.is_empty()))
         .map(move |ev| {
             let _alive = &guard;
             sse::message_frame(&ev.data)
@@ -300,14 +291,10 @@ async fn run(
     method: String,
     params: Option<Box<RawValue>>,
 ) {
-    // Once the store fails, the rest of this answer goes straight to the stream, in order,
-    // rather than waiting on a store that does not answer for every message.
-    let degraded = Arc::new(AtomicBool::new(false));
     let append = |data: Bytes| {
         let app = app.clone();
         let sid = session.id.clone();
-        let degraded = degraded.clone();
-        async move { to_stream(&app, &sid, data, &degraded).await }
+        async move { to_stream(&app, &sid, data).await }
     };
     let emit = |m: Outbound| {
         async move {
@@ -355,12 +342,18 @@ fn unread_full(id: &RawValue, method: &str, full: UnreadFull) -> Response {
     respond::with_retry_after(res, errors::retry_after_secs(retry))
 }
 
-/// Queues a message on session `sid`'s stream: through the event store, or, once the store
-/// failed (`degraded`), on the stream's direct line, so an answer is not lost while Redis is
-/// down. Waits first for a place on the stream (`Unread`), however long its client takes to
-/// read: the request goes at its client's pace, and the message is dropped only if the stream
-/// ends first (nobody could read it).
-async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
+/// Queues a message on session `sid`'s stream, on its direct line to the connection. Waits
+/// first for a place on the stream (`Unread`), however long its client takes to read: the
+/// request goes at its client's pace, and the message is dropped only if the stream ends first
+/// (nobody could read it).
+///
+/// Not through the event store: the stream is on this instance (a POST landing elsewhere is
+/// relayed here) and this transport has no resumption, so a stored copy would serve no reader
+/// but this one. Stored, an answer was a Redis write that no replica confirms: written to a
+/// master in the moment before a failover, it was lost with it, and the client waited for it
+/// forever (seen in the Sentinel seeds, issue 38). The event store still carries what other
+/// parts append to the session's standalone stream (notifications, `App::push_standalone`).
+async fn to_stream(app: &App, sid: &str, data: Bytes) {
     let Some(outlet) = app.sessions().legacy_outlet(sid) else {
         tracing::debug!("a message for a closed SSE stream was dropped");
         return;
@@ -371,24 +364,6 @@ async fn to_stream(app: &App, sid: &str, data: Bytes, degraded: &AtomicBool) {
         );
         return;
     };
-    if !degraded.load(Ordering::Acquire) {
-        match app
-            .events()
-            .append(sid, STANDALONE_STREAM, data.clone())
-            .await
-        {
-            Ok(event) => {
-                if let Some((_, _, seq)) = parse_event_id(&event) {
-                    place.stored(seq);
-                }
-                return;
-            }
-            Err(e) => {
-                degraded.store(true, Ordering::Release);
-                tracing::warn!(error = %e, "the event store failed; this answer goes straight to its SSE stream");
-            }
-        }
-    }
     // Never full: every message on the line holds a place, and there are no more places.
     match outlet.line.send(data).await {
         Ok(()) => place.queued(),
@@ -412,14 +387,7 @@ async fn initialize(
         // instance answered it `503` while the `initialize` ran here. Until the client sends
         // anything else, a second `initialize` is that client's retry, and is answered again.
         Ok(s) if !s.was_heard() => {
-            let fresh = AtomicBool::new(false);
-            to_stream(
-                app,
-                sid,
-                encode_result(rid, &initialize::result_of(app, s)),
-                &fresh,
-            )
-            .await;
+            to_stream(app, sid, encode_result(rid, &initialize::result_of(app, s))).await;
             return respond::accepted();
         }
         Ok(_) => {
@@ -467,8 +435,7 @@ async fn initialize(
                 app.sessions().end(&session.id).await;
                 return respond::text(StatusCode::NOT_FOUND, "Session not found");
             }
-            let fresh = AtomicBool::new(false);
-            to_stream(app, sid, encode_result(rid, &result), &fresh).await;
+            to_stream(app, sid, encode_result(rid, &result)).await;
             respond::accepted()
         }
         Err(res) => res,
