@@ -31,7 +31,7 @@ use super::{EndpointState, SESSION_HEADER, batch, era, initialize, respond, sse,
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
-use crate::events::{Cursor, EventStore, StoredEvent, StreamId};
+use crate::events::{Cursor, EventStore, StoredEvent, StreamId, parse_event_id};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 use crate::telemetry::labels::{self, Era, Method};
@@ -374,7 +374,7 @@ impl Answer {
                     Phase::Direct => {
                         // Its bytes' permits go back once the frame is handed on.
                         let (ev, _permit) = st.direct.recv().await?;
-                        if st.sent_id.as_deref() == Some(ev.id.as_str()) {
+                        if !later(&ev.id, st.sent_id.as_deref()) {
                             return Some((sse::message_frame(&ev.data), st));
                         }
                         let frame = sse::frame(&ev, st.retry_ms);
@@ -386,6 +386,21 @@ impl Answer {
             }
         })
         .boxed()
+    }
+}
+
+/// Whether a direct message's `id` (the last event its writer stored, or the stream's start)
+/// may be sent as the stream's event id after `sent` (the last one the response sent): only
+/// when it names a later event. The tail may have sent an event whose append the writer took
+/// for failed (stored, but not confirmed in time by the replicas, as in a failover): the
+/// writer's `id` is then older, and sent again it would move the client's resume point back
+/// (the Sentinel seed with two replicas saw the stream's start sent after its first event).
+/// The message then goes without an id: a client that resumes does so from `sent`.
+fn later(id: &str, sent: Option<&str>) -> bool {
+    let Some(sent) = sent else { return true };
+    match (parse_event_id(id), parse_event_id(sent)) {
+        (Some((_, _, seq)), Some((_, _, before))) => seq > before,
+        _ => false,
     }
 }
 
@@ -503,5 +518,20 @@ impl StoredStream {
             Outbound::EndConnection if self.degraded.is_cancelled() => {}
             Outbound::EndConnection => self.events.end_reader(&self.session, self.stream).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::later;
+
+    #[test]
+    fn a_direct_message_never_moves_the_resume_point_back() {
+        assert!(later("s-1-0", None), "the first event sent carries its id");
+        assert!(later("s-1-9", Some("s-1-5")));
+        // The writer's last stored event (or the stream's start) behind what the tail sent.
+        assert!(!later("s-1-0", Some("s-1-1883872379021557760")));
+        assert!(!later("s-1-5", Some("s-1-5")), "sent already");
+        assert!(!later("not an id", Some("s-1-5")));
     }
 }
