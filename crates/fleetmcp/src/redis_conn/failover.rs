@@ -54,6 +54,11 @@ fn ends_failover(event: &str) -> bool {
     ) || event.starts_with("-failover-abort")
 }
 
+/// How long after a sentinel announced a switch the connection goes straight to the master it
+/// named, rather than to the one the first sentinel to answer names (the others learn of the
+/// switch from the leader's hello messages, up to a second or two later).
+const SWITCH_FOLLOWED_FOR: Duration = Duration::from_secs(10);
+
 /// How long after a failover the servers it re-pointed at the new master are not waited for
 /// until they have synced with it (see [`Switch`]).
 const EXCUSE_FOR: Duration = Duration::from_secs(60);
@@ -106,6 +111,9 @@ pub(super) struct Failovers {
     state: parking_lot::Mutex<State>,
     /// Wakes the refresher at once.
     refresh: tokio::sync::Notify,
+    /// Wakes the connection's watch of the master at once when a sentinel announces a switch
+    /// (`sentinel::watch_master`).
+    switched: tokio::sync::Notify,
     /// One round of asking the sentinels at a time: writers that need one wait for the round
     /// under way.
     asking: tokio::sync::Mutex<()>,
@@ -125,6 +133,19 @@ impl Failovers {
     /// The count of failover events seen so far.
     pub(super) fn events(&self) -> u64 {
         self.events.load(Ordering::Acquire)
+    }
+
+    /// The new master (`host:port`) of the last switch a sentinel announced, for
+    /// [`SWITCH_FOLLOWED_FOR`] after it.
+    pub(super) fn switched_to(&self) -> Option<String> {
+        let state = self.state.lock();
+        let switch = state.switch.as_ref()?;
+        (switch.at.elapsed() < SWITCH_FOLLOWED_FOR).then(|| switch.new.clone())
+    }
+
+    /// Resolves when a sentinel announces a switch (or one was announced since the last call).
+    pub(super) async fn switch_announced(&self) {
+        self.switched.notified().await
     }
 
     /// Whether a failover was announced and not seen to end.
@@ -371,6 +392,7 @@ impl Failovers {
                         at: Instant::now(),
                         synced: Default::default(),
                     });
+                    self.switched.notify_one();
                 }
             }
             drop(state);

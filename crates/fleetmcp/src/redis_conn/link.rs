@@ -71,26 +71,50 @@ impl Inner {
     }
 
     /// A new connection, checked with `PING`, within the connect timeout (plus one command
-    /// timeout for the `PING`); with Sentinel, to the master the sentinels name now, checked
+    /// timeout for the `PING`); with Sentinel, to the master a sentinel announced in a switch a
+    /// moment ago (`Failovers::switched_to`), else to the one the sentinels name now, checked
     /// with `ROLE` (each sentinel asked is bounded the same way).
     pub(super) async fn open(&self) -> Result<Link, CommandError> {
         if self.cfg.is_cluster() {
             return self.open_cluster().await;
         }
-        let mut address = None;
-        let client = if self.cfg.is_sentinel() {
-            let info = server_info(&self.cfg).await?;
-            address = Some(info.addr().to_string());
-            Arc::new(
-                self.cfg
-                    .client_for(info)
-                    .map_err(|e| CommandError::Unavailable(e.to_string()))?,
-            )
-        } else {
-            self.client
+        if !self.cfg.is_sentinel() {
+            let client = self
+                .client
                 .load_full()
-                .ok_or_else(|| CommandError::Unavailable("no Redis client".into()))?
-        };
+                .ok_or_else(|| CommandError::Unavailable("no Redis client".into()))?;
+            return self.open_single(client, None).await;
+        }
+        let config =
+            |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
+        let announced = self.failovers.as_ref().and_then(|f| f.switched_to());
+        if let Some((host, port)) = announced.as_deref().and_then(|a| a.rsplit_once(':'))
+            && let Ok(port) = port.parse()
+        {
+            let info = self
+                .cfg
+                .server_connection_info(host, port)
+                .map_err(config)?;
+            let client = Arc::new(self.cfg.client_for(info).map_err(config)?);
+            // Not a master (yet, or any more): the sentinels are asked, as without a switch.
+            if let Ok(link) = self.open_single(client, announced.clone()).await {
+                return Ok(link);
+            }
+        }
+        let info = server_info(&self.cfg).await?;
+        let address = Some(info.addr().to_string());
+        let client = Arc::new(self.cfg.client_for(info).map_err(config)?);
+        self.open_single(client, address).await
+    }
+
+    /// A connection with `client` to one server (`address`, with Sentinel: then it must be a
+    /// master), within [`Inner::open`]'s bound; installed as the client and master in use once
+    /// it answers.
+    async fn open_single(
+        &self,
+        client: Arc<redis::Client>,
+        address: Option<String>,
+    ) -> Result<Link, CommandError> {
         let bound = self.cfg.connect_timeout() + self.cfg.command_timeout() * 2;
         let sentinel = self.cfg.is_sentinel();
         let attempt = async {

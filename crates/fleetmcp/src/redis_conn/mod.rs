@@ -239,6 +239,14 @@ impl RedisConn {
         self.inner.rebuilds.load(Ordering::Acquire)
     }
 
+    /// The settings of the server the connection uses now (with Sentinel, the master it
+    /// follows): dedicated connections go where it goes, not to whichever server a lagging
+    /// sentinel would name. `None` before it first connected.
+    pub(crate) fn server_in_use(&self) -> Option<redis::ConnectionInfo> {
+        let client = self.inner.client.load_full()?;
+        Some(client.get_connection_info().clone())
+    }
+
     /// Changes whenever the connection moves to another server (a Sentinel failover): dedicated
     /// connections made from this one's server reconnect then.
     pub(crate) fn replaced(&self) -> tokio::sync::watch::Receiver<u64> {

@@ -2,10 +2,12 @@
 //! every [`SENTINEL_WATCH`] after, and whether a server still is one (`ROLE`), so the
 //! connection follows a failover without a restart.
 
-use std::sync::Weak;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Weak};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 
 use super::{CommandError, Inner, unavailable};
 use crate::redis_config::RedisConfig;
@@ -29,16 +31,9 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
     let bound = cfg.connect_timeout() + cfg.command_timeout();
     let mut last = String::from("no sentinel configured");
     for (host, port) in cfg.sentinel_addresses().map_err(config)? {
-        let ask = async {
-            let mut conn = sentinel_connection(cfg, &host, port).await?;
-            redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(master)
-                .query_async::<Option<(String, u16)>>(&mut conn)
-                .await
-                .map_err(unavailable)
-        };
-        match tokio::time::timeout(bound, ask).await {
+        let question = ["get-master-addr-by-name", master];
+        let named = ask::<Option<(String, u16)>>(cfg, &host, port, &question);
+        match tokio::time::timeout(bound, named).await {
             Ok(Ok(Some((h, p)))) => return cfg.server_connection_info(&h, p).map_err(config),
             Ok(Ok(None)) => {
                 last = format!("sentinel {host}:{port} knows no master named {master:?}")
@@ -55,22 +50,56 @@ pub(crate) async fn server_info(cfg: &RedisConfig) -> Result<redis::ConnectionIn
     Err(CommandError::Unavailable(last))
 }
 
-/// A connection to the sentinel at `host:port` (its own credentials and TLS), unbounded: the
-/// callers bound what they ask.
-async fn sentinel_connection(
+/// Connections to the sentinels, kept open between questions. Asking on a new connection each
+/// time cost seven connections a second an instance with three sentinels (the master asked
+/// every [`SENTINEL_WATCH`], each sentinel's view every second), thousands a second at each
+/// sentinel for a fleet of hundreds. One multiplexed connection per sentinel and settings
+/// (so entries are bounded by the configuration), dropped when a question on it fails or goes
+/// unanswered within the command timeout (a sentinel restarted, paused or cut off), and opened
+/// again by the next question.
+static LINKS: LazyLock<Mutex<HashMap<String, MultiplexedConnection>>> =
+    LazyLock::new(Default::default);
+
+/// Asks `SENTINEL <args>` of the sentinel at `host:port` (its own credentials and TLS) on its
+/// kept connection, within the connect timeout (when one must be opened) plus the command
+/// timeout.
+async fn ask<T: redis::FromRedisValue>(
     cfg: &RedisConfig,
     host: &str,
     port: u16,
-) -> Result<redis::aio::MultiplexedConnection, CommandError> {
+    args: &[&str],
+) -> Result<T, CommandError> {
     let config =
         |e: crate::redis_config::RedisConfigError| CommandError::Unavailable(e.to_string());
-    let client = cfg
-        .client_for(cfg.sentinel_connection_info(host, port).map_err(config)?)
-        .map_err(config)?;
-    client
-        .get_multiplexed_async_connection()
+    let info = cfg.sentinel_connection_info(host, port).map_err(config)?;
+    let key = format!("{info:?}");
+    let kept = LINKS.lock().get(&key).cloned();
+    let mut conn = match kept {
+        Some(conn) => conn,
+        None => {
+            let client = cfg.client_for(info).map_err(config)?;
+            let open = client.get_multiplexed_async_connection();
+            let conn = tokio::time::timeout(cfg.connect_timeout(), open)
+                .await
+                .map_err(|_| timeout(cfg.connect_timeout()))?
+                .map_err(unavailable)?;
+            LINKS.lock().insert(key.clone(), conn.clone());
+            conn
+        }
+    };
+    let cmd = redis::cmd("SENTINEL").arg(args).clone();
+    let answer = tokio::time::timeout(cfg.command_timeout(), cmd.query_async::<T>(&mut conn))
         .await
-        .map_err(unavailable)
+        .map_err(|_| timeout(cfg.command_timeout()))
+        .and_then(|a| a.map_err(unavailable));
+    if answer.is_err() {
+        LINKS.lock().remove(&key);
+    }
+    answer
+}
+
+fn timeout(after: Duration) -> CommandError {
+    CommandError::Timeout(after.as_millis() as u64)
 }
 
 /// What one sentinel says of the master it watches.
@@ -111,20 +140,12 @@ pub(super) async fn sentinel_view(
     host: &str,
     port: u16,
 ) -> Result<SentinelView, CommandError> {
-    let mut conn = sentinel_connection(cfg, host, port).await?;
     let name = cfg.sentinel_master.as_deref().unwrap_or_default();
-    let fields: std::collections::HashMap<String, String> = redis::cmd("SENTINEL")
-        .arg("master")
-        .arg(name)
-        .query_async(&mut conn)
-        .await
-        .map_err(unavailable)?;
-    let replicas: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
-        .arg("replicas")
-        .arg(name)
-        .query_async(&mut conn)
-        .await
-        .map_err(unavailable)?;
+    let (master, replicas) = (["master", name], ["replicas", name]);
+    let (fields, replicas): (HashMap<String, String>, Vec<HashMap<String, String>>) = futures_util::try_join!(
+        ask(cfg, host, port, &master),
+        ask(cfg, host, port, &replicas),
+    )?;
     let field = |name: &str| fields.get(name).map(String::as_str).unwrap_or_default();
     let flags = field("flags");
     Ok(SentinelView {
@@ -158,18 +179,43 @@ fn is_not_down(flags: &str) -> bool {
 }
 
 /// With Sentinel: asks the sentinels every [`SENTINEL_WATCH`] which server is master, and
-/// moves the connection when it is another than the one in use. Ends with the connection.
+/// moves the connection when it is another than the one in use; at once when a sentinel
+/// announces a switch (`+switch-master`), to the master it names. Until the connection moves,
+/// this instance still confirms its held sessions on the deposed master, where another
+/// instance's takeover on the new one is not seen: the Sentinel seed with two replicas saw a
+/// holder serve a session for 0.55 s after the switch, while another instance already served
+/// it from the new master (two holders at once). Ends with the connection.
 pub(super) async fn watch_master(inner: Weak<Inner>) {
+    let failovers = inner.upgrade().and_then(|i| i.failovers.clone());
     loop {
-        tokio::time::sleep(SENTINEL_WATCH).await;
-        let Some(inner) = inner.upgrade() else { return };
-        let Ok(info) = server_info(&inner.cfg).await else {
-            continue;
+        let announced = match &failovers {
+            Some(f) => tokio::select! {
+                _ = tokio::time::sleep(SENTINEL_WATCH) => false,
+                _ = f.switch_announced() => true,
+            },
+            None => {
+                tokio::time::sleep(SENTINEL_WATCH).await;
+                false
+            }
         };
-        let now = info.addr().to_string();
+        let Some(inner) = inner.upgrade() else { return };
         let in_use = inner.master.lock().clone();
-        if in_use.is_some_and(|m| m != now) {
-            inner.rebuild(format!("the sentinels name a new master, {now}"));
+        let named = match failovers.as_ref().and_then(|f| f.switched_to()) {
+            Some(new) if announced || in_use.as_deref() != Some(new.as_str()) => Some(new),
+            _ => server_info(&inner.cfg)
+                .await
+                .ok()
+                .map(|info| info.addr().to_string()),
+        };
+        if let Some(now) = named
+            && in_use.is_some_and(|m| m != now)
+        {
+            let how = if announced {
+                " (a switch announced)"
+            } else {
+                ""
+            };
+            inner.rebuild(format!("the sentinels name a new master, {now}{how}"));
         }
     }
 }

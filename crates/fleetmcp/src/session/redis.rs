@@ -759,7 +759,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     fn invalidations(&self) -> Option<super::lossy::Invalidations> {
-        let (tracker, rx) = Tracker::start(self.conn.config().clone(), self.conn.replaced());
+        let (tracker, rx) = Tracker::start(self.conn.clone());
         self.tracker.set(tracker).ok()?;
         Some(rx)
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use super::lossy::{Got, InvalidationSender, Invalidations, LossyReceiver, LossySender};
 use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
-use crate::redis_conn::{CommandError, slot_of};
+use crate::redis_conn::{CommandError, RedisConn, slot_of};
 use arc_swap::ArcSwapOption;
 use redis::aio::MultiplexedConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -35,6 +35,9 @@ use redis::{PushInfo, PushKind, Value};
 /// The tracking connection of one instance (one per master on a cluster).
 pub(super) struct Tracker {
     cfg: RedisConfig,
+    /// The instance's shared connection: with Sentinel, the tracking connection goes to the
+    /// master it follows.
+    shared: RedisConn,
     conn: ArcSwapOption<Route>,
     /// Where invalidations go (the sessions layer); when its receiver is gone, the tracker stops.
     out: InvalidationSender,
@@ -86,15 +89,14 @@ impl Route {
 impl Tracker {
     /// Starts connecting in the background; returns the tracker and the invalidations it will
     /// report.
-    pub fn start(
-        cfg: RedisConfig,
-        replaced: tokio::sync::watch::Receiver<u64>,
-    ) -> (Arc<Self>, Invalidations) {
+    pub fn start(shared: RedisConn) -> (Arc<Self>, Invalidations) {
         let (out, rx) = super::lossy::invalidations();
+        let cfg = shared.config().clone();
         let tracker = Arc::new(Self {
             prefix: cfg.session_key_prefix(),
             cfg,
-            replaced,
+            replaced: shared.replaced(),
+            shared,
             conn: ArcSwapOption::empty(),
             out,
         });
@@ -113,9 +115,12 @@ impl Tracker {
         // confirmation once (`pump`).
         let (tx, rx) = super::lossy::channel(super::lossy::QUEUED_INVALIDATIONS);
         if !self.cfg.is_cluster() {
-            let info = crate::redis_conn::server_info(&self.cfg)
-                .await
-                .map_err(|e| e.to_string())?;
+            let info = match self.shared.server_in_use() {
+                Some(info) if self.cfg.is_sentinel() => info,
+                _ => crate::redis_conn::server_info(&self.cfg)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            };
             return Ok((Route::One(self.tracking_conn(info, tx).await?), rx));
         }
         let map = self.slot_map().await?;
