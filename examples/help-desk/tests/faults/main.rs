@@ -360,7 +360,6 @@ fn sentinel_seed() {
 /// confirmed by every replica the sentinels count, so this is where a write confirmed by one
 /// replica while the other is being promoted would show.
 #[test]
-#[ignore = "flaky (1 run in 7, seed 1): a 2024-11-05 POST hung 25 s across a switch whose master had taken writes alone; run with --ignored until that path is fixed (issue 38)"]
 fn sentinel_seed_two_replicas() {
     let secs = env_u64("FAULTS_SECS").unwrap_or(20);
     let seed = env_u64("FAULTS_SENTINEL_SEED").unwrap_or(1);
