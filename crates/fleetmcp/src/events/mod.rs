@@ -28,7 +28,7 @@ pub use memory::MemoryEventStore;
 pub const WRITER_GONE_MESSAGE: &str = "The instance running this request stopped before it answered; whether it took effect is unknown";
 
 /// The error message (with `410 Gone`) of a resume whose stream was never stored and will not
-/// be ([`Unresolved::Lost`]): like [`WRITER_GONE_MESSAGE`], the request's outcome is unknown.
+/// be (`Unresolved::Lost`): like [`WRITER_GONE_MESSAGE`], the request's outcome is unknown.
 pub const STREAM_LOST_MESSAGE: &str = "Gone: the stream Last-Event-ID names was never stored (the instance running its request stopped, or lost Redis, before it could); whether the request took effect is unknown";
 
 /// A stream within one session. Stream 0 is the session's standalone (GET) stream.

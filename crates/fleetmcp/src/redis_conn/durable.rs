@@ -29,7 +29,7 @@ impl RedisConn {
     /// a master with fewer replicas connected than that may be losing one to a promotion, and
     /// is refused; and a failover announced while the write was under way refuses it. With
     /// `wait_replicas = "auto"` a master the sentinels count no replica of is confirmed by the
-    /// sentinels instead (see [`RedisConn::written_alone`]).
+    /// sentinels instead (see `RedisConn::written_alone`).
     ///
     /// `WAIT` holds the commands sent after it on this connection until it returns: about a
     /// millisecond while replication is healthy, half the command timeout when it is not, which
@@ -74,7 +74,7 @@ impl RedisConn {
     /// until the sentinels turn it into a replica, seconds later: whatever it says of who holds
     /// what is stale. When the sentinels name another master, the connection is reopened to it
     /// and the error says so. Without Sentinel: always `Ok`. A confirmation holds for
-    /// [`MASTER_CONFIRMED_FOR`] on the same connection: every request of a holder whose lease is
+    /// `MASTER_CONFIRMED_FOR` on the same connection: every request of a holder whose lease is
     /// out asks, and the sentinels are not asked once per request.
     pub async fn confirm_master(&self) -> Result<(), CommandError> {
         let Some(link) = self.inner.conn.load_full() else {

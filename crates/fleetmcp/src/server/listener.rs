@@ -32,7 +32,7 @@
 //!   reserve a connection is closed as soon as it is accepted, which frees its descriptor at
 //!   once. Both are logged at most every [`LOG_EVERY`].
 //!
-//! A graceful stop ([`Phases`](crate::app::Phases)) never drops a request a load balancer already sent: while
+//! A graceful stop ([`crate::app::Phases`]) never drops a request a load balancer already sent: while
 //! draining, answers carry `Connection: close` and idle connections are left for the client to
 //! close; when closing, the accept queue is served before the listener closes, and a
 //! connection is closed only once its request (or its first one, if it has not sent it yet) is

@@ -97,7 +97,7 @@ where
 
 impl super::Server {
     /// The operator's command, `status` or `drain <machine-id>`, for a binary of your own (a server
-    /// built on [`run`](crate::run) has it as its `fleet` subcommand): runs `args` (without the
+    /// built on [`crate::run`] has it as its `fleet` subcommand): runs `args` (without the
     /// program name) against the fleet the environment's configuration names, prints the result,
     /// and returns the exit code (0 done, 1 failed, 2 bad usage or configuration).
     ///

@@ -107,7 +107,7 @@ impl<T> LossyReceiver<T> {
     }
 }
 
-/// The changes to records a store reports ([`SessionStore::invalidations`]
+/// The changes to records a store reports ([`SessionStore::invalidations`](super::store::SessionStore::invalidations)
 /// (super::SessionStore::invalidations)), at most [`QUEUED_INVALIDATIONS`] queued: those that
 /// do not fit become one [`Invalidation::All`].
 pub struct Invalidations(LossyReceiver<Invalidation>);

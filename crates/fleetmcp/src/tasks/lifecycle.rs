@@ -90,7 +90,7 @@ impl Tasks {
             .await
     }
 
-    /// [`Tasks::begin`], counting the task against its caller's bounds and charging what its
+    /// `Tasks::begin`, counting the task against its caller's bounds and charging what its
     /// handler holds ([`TaskQuota`]).
     pub async fn begin_for(
         &self,

@@ -152,7 +152,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn create(&self, record: &TaskRecord) -> Result<(), TaskStoreError> {
         self.create_for(record, &TaskQuota::default()).await
     }
-    /// [`TaskStore::create`], counting the new task against its caller's bounds too, and
+    /// `TaskStore::create`, counting the new task against its caller's bounds too, and
     /// charging, while it works, the bytes its running handler holds (`quota.held_bytes`).
     /// The default stores it unconditionally, ignoring the quota.
     async fn create_for(

@@ -1,4 +1,4 @@
-//! `POST /mcp`: one JSON-RPC message (or, in 2025-03-26, a [`batch`](super::batch)).
+//! `POST /mcp`: one JSON-RPC message (or, in 2025-03-26, a [`super::batch`]).
 //!
 //! The handler starts from a request checked and located in front of it (`edge.rs`): it parses
 //! the body, settles the era once (`era::decide`: 2026-07-28 goes to `stateless.rs`), opens a

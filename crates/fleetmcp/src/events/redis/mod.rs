@@ -39,7 +39,7 @@ use writer::{POLL, Verdict, WriterView, Writers};
 
 /// Entries read per `XRANGE`.
 const BATCH: usize = 100;
-/// Stores a request's final answer (ARGV[1]) unless one of the stream's newest entries
+/// Stores a request's final answer (`ARGV[1]`) unless one of the stream's newest entries
 /// carries it, then the end marker; nothing if the stream has ended. The stream is indexed and
 /// given its expiry as on a first append (its earlier appends may all have failed).
 const FINISH: &str = r#"

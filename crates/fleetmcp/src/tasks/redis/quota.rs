@@ -2,10 +2,10 @@
 //! the `_per_owner` pair per session, the `_per_caller` pair per caller (its limit key, kept as a
 //! digest). A task is charged its record's bytes plus, while it works, what its handler holds
 //! (its arguments): so the bound also caps what a crowd of working tasks costs the instances
-//! running them. One script ([`QUOTA_RESERVE`](super::scripts::QUOTA_RESERVE)) checks and charges every group at once before
+//! running them. One script ([`super::scripts::QUOTA_RESERVE`]) checks and charges every group at once before
 //! the record is written, dropping the oldest finished records of a full group to make room
 //! (the script returns their keys, deleted next); with only working tasks left, the new task is
-//! refused naming the bound. A task's end re-charges its final size ([`QUOTA_END`](super::scripts::QUOTA_END)). The quota
+//! refused naming the bound. A task's end re-charges its final size ([`super::scripts::QUOTA_END`]). The quota
 //! keys share one Cluster slot (hash tag `{quota}`); entries are scored by their record's
 //! expiry and trimmed on every call, and the keys expire twice a task's lifetime after their
 //! last write, so a count cannot outlive what it counts (no `KEYS`, every call bounded). A

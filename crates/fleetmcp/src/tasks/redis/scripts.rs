@@ -19,7 +19,7 @@ end
 /// Creates a record. KEYS: record, then the session index (a task of a session). ARGV: record
 /// JSON, ttl ms, max per session, task id, the session's record-key prefix. Returns 1, or 0
 /// when the session is full of records not ended. The session's records and index share a
-/// Cluster slot (see [`RedisTaskStore::record_key`]); the executor index, in another, is
+/// Cluster slot (see [`RedisTaskStore::record_key`](super::RedisTaskStore::record_key)); the executor index, in another, is
 /// written by the caller.
 pub(super) const CREATE: &str = r#"
 local ttl = tonumber(ARGV[2])
@@ -76,7 +76,7 @@ return 1
 /// `{quota}`), so one script checks and charges every bound at once. KEYS: `all` (sorted set:
 /// task id scored by its record's expiry, Unix ms), `meta` (hash: task id to
 /// `<bytes>\n<record key>\n<group>...`), `totals` (hash: `n:<group>` records, `b:<group>`
-/// bytes); ARGV[1] is the prefix of each group's `done` sorted set (the finished records,
+/// bytes); `ARGV[1]` is the prefix of each group's `done` sorted set (the finished records,
 /// oldest first: the eviction candidates). A group is `all`, `s:<session>` or `c:<digest of the
 /// caller's key>`. Expired entries are trimmed on every call (at most 100 at a time, more
 /// than a call adds), so the counts cannot leak: an entry leaves with its record's expiry

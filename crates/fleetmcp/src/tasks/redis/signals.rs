@@ -27,7 +27,7 @@ impl RedisTaskStore {
     /// Subscribes to every task's cancel channel (the first attempt is awaited, bounded by the
     /// connection's timeouts) and keeps the subscription until `stop`, subscribing again when
     /// it drops (100 ms doubling to 5 s). What arrives is handed on through the receiver, to
-    /// [`super::Tasks::follow`]: each cancel, and a [`CancelSignal::Resync`] after every
+    /// [`Tasks::follow`](crate::tasks::Tasks::follow): each cancel, and a [`CancelSignal::Resync`] after every
     /// (re)subscription.
     pub(crate) async fn listen_cancels(
         &self,
