@@ -78,21 +78,37 @@ pub fn alone_writes(rec: &Recorder, log: &str) -> Vec<(Duration, u16)> {
         .collect()
 }
 
-/// The switches away from a master that had confirmed a write alone while it was master: the
-/// time of each (when the next master was first seen) and the master left.
+/// How long a master switched away from must stay away before it can have resynced from the
+/// new one: the sentinels convert it into a replica 8 s or more after the switch, and it syncs
+/// after `repl-diskless-sync-delay` (5 s by default). Back as master sooner, it still holds
+/// what it took alone in its earlier tenure, and a switch away from it loses that again.
+const RESYNC_AFTER: Duration = Duration::from_secs(13);
+
+/// The switches away from a master that had confirmed a write alone while it was master (in
+/// this tenure, or an earlier one it came back from too soon to have resynced in between): the
+/// time of each (when the next master was first seen) and the master left. The one-replica
+/// seed 1 saw a claim taken alone on a master, lost at the next switch, back when that master
+/// was promoted again 5 s later, and lost again at the switch after.
 pub fn lossy_switches(
     masters: &[(Duration, u16)],
     alone: &[(Duration, u16)],
 ) -> Vec<(Duration, u16)> {
-    masters
-        .windows(2)
-        .filter(|w| {
-            let ((since, port), (until, _)) = (w[0], w[1]);
+    (1..masters.len())
+        .filter(|&i| {
+            let ((since, port), (until, _)) = (masters[i - 1], masters[i]);
+            // Back through the earlier tenures of `port` it still holds the data of.
+            let (mut from, mut k) = (since, i - 1);
+            while let Some(x) = (0..k).rev().find(|&x| masters[x].1 == port) {
+                if masters[k].0.saturating_sub(masters[x + 1].0) >= RESYNC_AFTER {
+                    break;
+                }
+                (from, k) = (masters[x].0, x);
+            }
             alone
                 .iter()
-                .any(|(at, p)| *p == port && since <= *at && *at <= until)
+                .any(|(at, p)| *p == port && from <= *at && *at <= until)
         })
-        .map(|w| (w[1].0, w[0].1))
+        .map(|i| (masters[i].0, masters[i - 1].1))
         .collect()
 }
 
@@ -131,6 +147,23 @@ mod tests {
         assert!(lossy_switches(&masters, &[(s(10.0), 7001)]).is_empty());
         // On a server while it was not the master: not a write it took as master.
         assert!(lossy_switches(&masters, &[(s(5.0), 7001)]).is_empty());
+    }
+
+    #[test]
+    fn a_master_back_before_it_could_resync_brings_its_writes_alone_back_to_lose_again() {
+        // 7001 alone at 1 s, lost at 3 s; master again at 9 s (6 s away: not resynced), so
+        // the switch away at 12 s loses that write again.
+        let masters = [(s(0.0), 7001), (s(3.0), 7002), (s(9.0), 7001), (s(12.0), 7002)];
+        assert_eq!(
+            lossy_switches(&masters, &[(s(1.0), 7001)]),
+            [(s(3.0), 7001), (s(12.0), 7001)]
+        );
+        // Away 20 s: it resynced, and lost what it took alone for good.
+        let masters = [(s(0.0), 7001), (s(3.0), 7002), (s(23.0), 7001), (s(26.0), 7002)];
+        assert_eq!(
+            lossy_switches(&masters, &[(s(1.0), 7001)]),
+            [(s(3.0), 7001)]
+        );
     }
 
     #[test]
