@@ -56,9 +56,9 @@ local function base(x) return math.floor((x + 1) * life / g) - SHIFT end
 -- A value read in epoch x: {granule = count}, the sum, and whether any granule up to `from`
 -- (one that began) was left out.
 local function decode(v, x, from)
-  local counts, sum, dropped = {}, 0, false
+  local counts, sum, dropped, b = {}, 0, false, base(x)
   for c, n in string.gmatch(v or '', '(%a)(%d*)') do
-    local at = base(x) + string.find(ALPHA, c, 1, true)
+    local at = b + string.find(ALPHA, c, 1, true)
     local k = tonumber(n) or 1
     if from and at <= from then
       dropped = true
@@ -71,16 +71,20 @@ local function decode(v, x, from)
 end
 
 local function store(key, counts, x)
-  local out = {}
-  for i = 1, #ALPHA do
-    local k = counts[base(x) + i]
-    if k and k > 0 then out[#out + 1] = ALPHA:sub(i, i) .. (k > 1 and k or '') end
+  local ats, b = {}, base(x)
+  for at, k in pairs(counts) do
+    if k > 0 then ats[#ats + 1] = at end
   end
-  if #out == 0 then
+  if #ats == 0 then
     redis.call('HDEL', key, field)
-  else
-    redis.call('HSET', key, field, table.concat(out))
+    return
   end
+  table.sort(ats)
+  for n, at in ipairs(ats) do
+    local k, i = counts[at], at - b
+    ats[n] = ALPHA:sub(i, i) .. (k > 1 and k or '')
+  end
+  redis.call('HSET', key, field, table.concat(ats))
 end
 
 -- The field among one epoch's tiers KEYS[first .. first + tiers - 1]: the tier holding it and
