@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::session_counts::{CountPlace, Lifetime};
+use super::session_counts::{CAP, CountPlace, Lifetime, TIERS};
 use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
 use crate::config::LimitsConfig;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -139,12 +139,12 @@ impl RedisLimits {
             inv.key(name);
         }
         inv.arg(&place.field)
-            .arg(CountPlace::tiers())
+            .arg(TIERS)
             .arg(life.life_ms)
             .arg(life.granule_ms)
             .arg(max)
             .arg(e)
-            .arg(CountPlace::cap());
+            .arg(CAP);
         Ok(self.conn.eval::<i64>(inv).await? > 0)
     }
 
@@ -161,7 +161,7 @@ impl RedisLimits {
             }
         }
         inv.arg(&place.field)
-            .arg(CountPlace::tiers())
+            .arg(TIERS)
             .arg(life.life_ms)
             .arg(life.granule_ms)
             .arg(life.until_granule(admitted_ms))

@@ -9,7 +9,8 @@
 //! its compact listpack encoding (`hash-max-listpack-entries`, 128 by default); a full one is
 //! marked (field `~`) and later keys of its epoch go one **tier** down, to one of [`FANOUT`]
 //! hashes under it, `<prefix>{s<t>}:sessions:<e>:<tier>:<n>`, and so on for [`TIERS`] tiers:
-//! from a few thousand to about 500 million keys a lifetime stay ~25 B each, with no setting.
+//! from about 5,000 to 500 million keys a lifetime, a key costs ~25 to 40 B, with no setting
+//! (~90 B at 2,000 keys, when most hashes hold one or two).
 //! A key's field is in the first tier of its epoch not marked full when it was written, so a
 //! lookup walks down the marked ones only (one `HMGET` a tier).
 //!
@@ -31,13 +32,13 @@
 use sha2::{Digest, Sha256};
 
 /// Tier-0 hashes, each its own hash tag: the counts spread over this many Cluster slots.
-pub(super) const TAGS: u64 = 1024;
+const TAGS: u64 = 1024;
 /// Hashes under each one of the tier above.
 const FANOUT: u64 = 16;
 /// Tiers: 1024 × (1 + 16 + 256 + 4096) hashes of [`CAP`] keys, about 537M keys a lifetime.
-const TIERS: u32 = 4;
+pub(super) const TIERS: u32 = 4;
 /// Fields a hash takes before it is marked full (below 128, the default listpack bound).
-const CAP: usize = 120;
+pub(super) const CAP: usize = 120;
 /// A client key longer than this is counted under its digest (so a field stays short).
 const FIELD_MAX: usize = 32;
 
@@ -247,16 +248,6 @@ impl CountPlace {
             0 => top.clone(),
             _ => format!("{top}:{tier}:{}", below % FANOUT.pow(tier)),
         })
-    }
-
-    /// The tiers passed with each script's keys.
-    pub fn tiers() -> u32 {
-        TIERS
-    }
-
-    /// Fields a hash takes before it is marked full.
-    pub fn cap() -> usize {
-        CAP
     }
 }
 
