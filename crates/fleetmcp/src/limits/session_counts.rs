@@ -4,9 +4,11 @@
 //!
 //! Keys share hashes. A key's count is one field of a hash shared with other keys, named by
 //! the key's hash tag `t` (one of [`TAGS`], so the counts spread over a Cluster's slots and
-//! one key's hashes share a slot) and the **epoch** `e` (Redis time / the session lifetime):
-//! `<prefix>{s<t>}:sessions:<e>`. A hash holds at most [`CAP`] fields, so Redis keeps it in
-//! its compact listpack encoding (`hash-max-listpack-entries`, 128 by default); a full one is
+//! one key's hashes share a slot) and the **epoch** `e` (the instance's Unix time / the session
+//! lifetime; what still counts goes by Redis's clock, within 10 granules of the instance's, or
+//! the script refuses to count and `limits.on_store_error` decides):
+//! `<prefix>{s<t>}:sessions:<e>`. A hash holds at most [`CAP`] fields, so Redis keeps it in its
+//! compact listpack encoding (`hash-max-listpack-entries`, 128 by default); a full one is
 //! marked (field `~`) and later keys of its epoch go one **tier** down, to one of [`FANOUT`]
 //! hashes under it, `<prefix>{s<t>}:sessions:<e>:<tier>:<n>`, and so on for [`TIERS`] tiers:
 //! from about 5,000 to 500 million keys a lifetime, a key costs ~25 to 40 B, with no setting
