@@ -306,7 +306,8 @@ sid="$(sed -n '1s/^[0-9]* //p' "$WORK/ids")"
 meas record_bytes "$(rcli -p "$(key_port "mcp:session:$sid")" MEMORY USAGE "mcp:session:$sid")" "MEMORY USAGE mcp:session:<id> (one record)"
 # One script per master walks its keyspace (SCAN, 10,000 a step) and returns how many keys match
 # PATTERN, with SIZES=1 the sum of their entries (ZCARD, SCARD, HLEN or LLEN by type) and of
-# their MEMORY USAGE, and the first one: a million keys in seconds (redis-cli --scan has no
+# their MEMORY USAGE (SIZES=2: the sessions the per-key counts' values hold, a letter a granule
+# then its count unless 1, the mark `~` of a full hash left out), and the first one: a million keys in seconds (redis-cli --scan has no
 # --count before Redis 7.2). By pattern and type, so that an index or limit set split into
 # buckets, or kept in another type, is still counted whole (issue 37 changes both).
 COUNT_KEYS='local n, z, m, first, cur = 0, 0, 0, false, "0"
@@ -318,7 +319,12 @@ repeat
     n = n + 1
     if not first then first = k end
     if ARGV[2] == "2" then
-      for _, v in ipairs(redis.call("HVALS", k)) do z = z + tonumber(v) end
+      local kv = redis.call("HGETALL", k)
+      for i = 1, #kv, 2 do
+        if kv[i] ~= "~" then
+          for _, c in string.gmatch(kv[i + 1], "(%a)(%d*)") do z = z + (tonumber(c) or 1) end
+        end
+      end
       m = m + (redis.call("MEMORY", "USAGE", k, "SAMPLES", "0") or 0)
     elseif ARGV[2] == "1" then
       local c = size[redis.call("TYPE", k).ok]
@@ -363,10 +369,11 @@ meas node_index_bytes_per_entry "$(div "$idx_mem" "$idx_sum" 0)" "MEMORY USAGE S
 read -r records _ _ _ < <(count_keys 'mcp:session:*' 0)
 check "session records in Redis" "$opened" "$records"
 if [[ "$LIMIT" == on ]]; then
-  # Each key's sessions are counted in a small hash (granule -> sessions), not an entry each.
-  read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:*:session-expiries' 2)
-  check "sessions counted by the per-key limit hashes" "$opened" "$limit_sum"
-  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 2)" "MEMORY USAGE SAMPLES 0 of mcp:limits:*:session-expiries ($nsets keys, e.g. $lkey) / the sessions they count"
+  # Each key's sessions are counted in one field (granules and counts) of hashes many keys
+  # share (limits/session_counts.rs), not an entry each.
+  read -r nsets limit_sum limit_mem lkey < <(count_keys 'mcp:limits:{s*}:sessions:*' 2)
+  check "sessions counted by the per-key counts" "$opened" "$limit_sum"
+  meas limit_set_bytes_per_entry "$(div "$limit_mem" "$limit_sum" 2)" "MEMORY USAGE SAMPLES 0 of mcp:limits:{s*}:sessions:* ($nsets keys, e.g. $lkey) / the sessions they count"
 fi
 
 # --- 3. the fleet idle with its sessions --------------------------------------------------------

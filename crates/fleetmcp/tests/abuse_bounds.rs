@@ -552,52 +552,100 @@ async fn sessions_per_key_are_counted_across_the_fleet_in_redis() {
     delete_session(&b.mcp, "192.0.2.1", &sids[0]).await;
     assert_eq!(initialize_from(&a.mcp, "192.0.2.1").await.status(), 200);
     assert_sessions_per_key_refusal(initialize_from(&a.mcp, "192.0.2.1").await, 3).await;
-    // One small hash per key: counts by granule (no session id, nothing per session), in
-    // Redis's compact encoding, with an expiry.
-    let counts = "mcp:limits:{addr:192.0.2.1}:session-expiries";
-    let fields = redis.cli(&["HGETALL", counts]);
-    let total: u64 = fields
-        .lines()
-        .skip(1)
-        .step_by(2)
-        .map(|n| n.trim().parse::<u64>().expect("a count"))
-        .sum();
-    assert_eq!(total, 3, "{fields}");
-    assert!(
-        sids.iter().all(|s| !fields.contains(s.as_str())),
-        "{fields}"
-    );
-    assert_eq!(
-        redis.cli(&["OBJECT", "ENCODING", counts]).trim(),
-        "listpack"
-    );
-    let ttl: i64 = redis.cli(&["PTTL", counts]).trim().parse().expect("pttl");
+    // One field per key in a hash many keys share: counts by granule (no session id, nothing
+    // per session), in Redis's compact encoding, with an expiry.
+    let found = count_of(&redis, "addr:192.0.2.1");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (hash, value) = &found[0];
+    assert_eq!(sessions_in(value), 3, "{value}");
+    assert!(value.len() <= 4, "three sessions in {value:?}");
+    assert!(sids.iter().all(|s| !value.contains(s.as_str())), "{value}");
+    assert_eq!(redis.cli(&["OBJECT", "ENCODING", hash]).trim(), "listpack");
+    let ttl: i64 = redis.cli(&["PTTL", hash]).trim().parse().expect("pttl");
     assert!(ttl > 0, "the count expires: {ttl}");
 }
 
-/// A key's count in Redis stays a few fields however many sessions it holds (issue 37: a
+/// A server on `redis` believing `X-Forwarded-For`, each client key held to `max` sessions,
+/// its configuration then edited by `edit`.
+async fn counting_in(
+    redis: &support_redis::RedisServer,
+    max: &str,
+    edit: impl FnOnce(&mut fleetmcp::Config),
+) -> TestServer {
+    let redis_url = redis.url();
+    let cfg = support::config_from(
+        &[
+            ("MCP_SESSION_SECRET", support::SECRET),
+            ("REDIS_URL", redis_url.as_str()),
+            ("FLEETMCP_MAX_SESSIONS_PER_KEY", max),
+        ],
+        |c| {
+            c.limits.client_address_header = Some("x-forwarded-for".into());
+            edit(c);
+        },
+    );
+    support::serve(support::fixture_builder(Default::default()), cfg).await
+}
+
+/// The hashes counting `field`'s sessions (the client key, or its digest) and its value in
+/// each. A test may SCAN: nothing else runs on its Redis.
+fn count_of(redis: &support_redis::RedisServer, field: &str) -> Vec<(String, String)> {
+    let script = "local out, cursor = {}, '0' \
+        repeat local r = redis.call('SCAN', cursor, 'MATCH', 'mcp:limits:*', 'COUNT', 1000) \
+        cursor = r[1] for _, k in ipairs(r[2]) do local v = redis.call('HGET', k, ARGV[1]) \
+        if v then out[#out + 1] = k out[#out + 1] = v end end until cursor == '0' return out";
+    let lines: Vec<String> = redis
+        .cli(&["EVAL", script, "0", field])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines
+        .chunks(2)
+        .filter_map(|p| Some((p.first()?.clone(), p.get(1)?.clone())))
+        .collect()
+}
+
+/// The sessions a count's value holds: a letter a granule, then its count unless 1.
+fn sessions_in(value: &str) -> u64 {
+    let mut total = 0;
+    for run in value.split(|c: char| c.is_ascii_alphabetic()).skip(1) {
+        total += if run.is_empty() {
+            1
+        } else {
+            run.parse::<u64>().expect("a count")
+        };
+    }
+    total
+}
+
+/// How many keys Redis keeps under `mcp:limits:` and their `MEMORY USAGE`, summed.
+fn limit_keys_bytes(redis: &support_redis::RedisServer) -> (u64, u64) {
+    let script = "local n, bytes, cursor = 0, 0, '0' \
+        repeat local r = redis.call('SCAN', cursor, 'MATCH', 'mcp:limits:*', 'COUNT', 1000) \
+        cursor = r[1] for _, k in ipairs(r[2]) do n = n + 1 \
+        bytes = bytes + redis.call('MEMORY', 'USAGE', k, 'SAMPLES', '0') end \
+        until cursor == '0' return {n, bytes}";
+    let out = redis.cli(&["EVAL", script, "0"]);
+    let mut it = out
+        .lines()
+        .map(|l| l.trim().parse::<u64>().expect("a number"));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// A key's count in Redis stays a short value however many sessions it holds (issue 37: a
 /// sorted set with an entry per session cost about 115 bytes a session), and a session that
 /// ended without a `DELETE` stops counting once its record's lifetime (and at most one
 /// granule, a thirtieth of it) has passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keys_session_count_in_redis_is_small_and_forgets_expired_sessions() {
     let redis = support_redis::RedisServer::start();
-    let redis_url = redis.url();
-    let cfg = support::config_from(
-        &[
-            ("MCP_SESSION_SECRET", support::SECRET),
-            ("REDIS_URL", redis_url.as_str()),
-            ("FLEETMCP_MAX_SESSIONS_PER_KEY", "200"),
-        ],
-        |c| {
-            c.limits.client_address_header = Some("x-forwarded-for".into());
-            if let Some(r) = c.redis.as_mut() {
-                // A granule of one second: the count forgets within the test's time.
-                r.default_ttl_ms = 3_000;
-            }
-        },
-    );
-    let server = support::serve(support::fixture_builder(Default::default()), cfg).await;
+    let server = counting_in(&redis, "200", |c| {
+        if let Some(r) = c.redis.as_mut() {
+            // A granule of one second: the count forgets within the test's time.
+            r.default_ttl_ms = 3_000;
+        }
+    })
+    .await;
     for _ in 0..200 {
         assert_eq!(
             initialize_from(&server.mcp, "192.0.2.7").await.status(),
@@ -605,17 +653,21 @@ async fn a_keys_session_count_in_redis_is_small_and_forgets_expired_sessions() {
         );
     }
     assert_sessions_per_key_refusal(initialize_from(&server.mcp, "192.0.2.7").await, 200).await;
-    let counts = "mcp:limits:{addr:192.0.2.7}:session-expiries";
-    let fields: usize = redis.cli(&["HLEN", counts]).trim().parse().expect("hlen");
+    // In one epoch's hash, or two when the sessions were opened across an epoch's edge.
+    let found = count_of(&redis, "addr:192.0.2.7");
+    let total: u64 = found.iter().map(|(_, value)| sessions_in(value)).sum();
+    assert_eq!(total, 200, "{found:?}");
     assert!(
-        (1..=31).contains(&fields),
-        "200 sessions in {fields} fields"
+        (1..=2).contains(&found.len()) && found.iter().all(|(_, v)| v.len() <= 20),
+        "200 sessions in {found:?}"
     );
-    let bytes: usize = redis
-        .cli(&["MEMORY", "USAGE", counts])
-        .trim()
-        .parse()
-        .expect("memory usage");
+    let bytes: usize = found
+        .iter()
+        .map(|(hash, _)| {
+            let used = redis.cli(&["MEMORY", "USAGE", hash]);
+            used.trim().parse::<usize>().expect("memory usage")
+        })
+        .sum();
     assert!(bytes < 1_000, "200 sessions' count takes {bytes} bytes");
     // Past the lifetime and a granule, the sessions (never deleted) no longer count.
     tokio::time::sleep(std::time::Duration::from_millis(4_200)).await;
@@ -623,4 +675,55 @@ async fn a_keys_session_count_in_redis_is_small_and_forgets_expired_sessions() {
         initialize_from(&server.mcp, "192.0.2.7").await.status(),
         200
     );
+}
+
+/// Clients holding one session each, the commonest shape behind a balancer, cost Redis a few
+/// tens of bytes each for their counts, not a hash each (issue 37: ~190 B a client), and a
+/// client at its most sessions is still refused and gets a place back when one ends; a long
+/// client key (an IPv6 address whole) is counted under its digest, the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_clients_cost_a_few_tens_of_bytes_each_in_redis() {
+    use futures_util::StreamExt;
+    const CLIENTS: usize = 5_000;
+    let redis = support_redis::RedisServer::start();
+    let server = counting_in(&redis, "2", |c| c.limits.ipv6_prefix_len = 128).await;
+    let url = server.mcp.clone();
+    let opened = futures_util::stream::iter(0..CLIENTS)
+        .map(|i| {
+            let url = url.clone();
+            async move {
+                let from = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
+                initialize_from(&url, &from).await.status().as_u16()
+            }
+        })
+        .buffer_unordered(16)
+        .filter(|status| std::future::ready(*status == 200))
+        .count()
+        .await;
+    assert_eq!(opened, CLIENTS);
+    let (keys, bytes) = limit_keys_bytes(&redis);
+    let per_client = bytes / CLIENTS as u64;
+    println!("{CLIENTS} one-session clients: {bytes} B in {keys} keys, {per_client} B a client");
+    assert!(
+        per_client < 60,
+        "{CLIENTS} one-session clients' counts take {bytes} B in {keys} keys: {per_client} B a client"
+    );
+    for (hash, _) in count_of(&redis, "addr:10.0.0.7") {
+        assert_eq!(redis.cli(&["OBJECT", "ENCODING", &hash]).trim(), "listpack");
+    }
+    // At its most (2), a client is refused until one of its sessions ends; a long key too.
+    for from in ["10.0.0.7", "2001:db8:1234:5678:9abc:def0:1234:5678"] {
+        let first = initialize_from(&url, from).await;
+        assert_eq!(first.status(), 200);
+        let sid = session_id(&first);
+        if from.contains(':') {
+            assert_eq!(initialize_from(&url, from).await.status(), 200);
+            let raw = format!("addr:{from}/128");
+            assert!(count_of(&redis, &raw).is_empty(), "the long key, digested");
+        }
+        assert_sessions_per_key_refusal(initialize_from(&url, from).await, 2).await;
+        delete_session(&url, from, &sid).await;
+        assert_eq!(initialize_from(&url, from).await.status(), 200);
+        assert_sessions_per_key_refusal(initialize_from(&url, from).await, 2).await;
+    }
 }

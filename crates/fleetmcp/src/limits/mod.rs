@@ -21,6 +21,7 @@ mod connections;
 mod holdings;
 mod memory;
 mod redis;
+mod session_counts;
 
 pub use connections::Connections;
 #[cfg(any(test, feature = "testkit"))]

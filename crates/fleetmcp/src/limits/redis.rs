@@ -7,11 +7,8 @@
 //! when it stops mattering; `<prefix>{<key>}:inflight` is a sorted set of the key's requests
 //! in flight, `<instance>:<n>` scored by when its lease ends. A live instance renews its
 //! leases every third of `limits.inflight_lease_ms`; a crashed one's lapse, and the next check
-//! drops them. `<prefix>{<key>}:session-expiries` counts the key's sessions for
-//! `limits.max_sessions_per_key` ([`ADMIT_SESSION`]): a hash from when sessions stop counting
-//! (a granule of the session lifetime) to how many do, at most about 31 small fields whatever
-//! the number of sessions, so Redis keeps it in one compact listpack (issue 37: a sorted set
-//! with an entry per session cost about 115 bytes a session). Never `KEYS` or `SCAN`.
+//! drops them. `limits.max_sessions_per_key` is counted in hashes many keys share, a field a
+//! key (`session_counts.rs`). Never `KEYS` or `SCAN`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,6 +19,7 @@ use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::session_counts::{CAP, CountPlace, Lifetime, TIERS};
 use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
 use crate::config::LimitsConfig;
 use crate::redis_conn::{CommandError, RedisConn};
@@ -79,61 +77,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return #ARGV - 1
 ";
 
-/// Takes a place for a session under `limits.max_sessions_per_key`, fleet-wide. `KEYS[1]`:
-/// `<prefix>{<key>}:session-expiries`, a hash from a granule number (Redis's time divided by
-/// the granule) to the sessions that count until that granule begins. `ARGV`: the most
-/// sessions, their lifetime (ms), the granule (ms). Granules that began are dropped first and
-/// the rest summed, so a session that ended without a `DELETE` (idle, its instance crashed)
-/// stops counting when its record would have expired, at most one granule later: the count
-/// cannot leak. The key itself expires with its last granule. Returns the granule the session
-/// counts in (admitted), or 0 (full).
-const ADMIT_SESSION: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local max, life, g = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local now_g = math.floor(now / g)
-local counts = redis.call('HGETALL', KEYS[1])
-local live = 0
-for i = 1, #counts, 2 do
-  if tonumber(counts[i]) <= now_g then
-    redis.call('HDEL', KEYS[1], counts[i])
-  else
-    live = live + tonumber(counts[i + 1])
-  end
-end
-if live >= max then return 0 end
-local until_g = math.floor((now + life) / g) + 1
-redis.call('HINCRBY', KEYS[1], until_g, 1)
-redis.call('PEXPIRE', KEYS[1], until_g * g - now)
-return until_g
-";
-
-/// Gives back one place: `KEYS[1]` as above, `ARGV[1]` the granule the session was admitted
-/// in, as this instance's clock reckons it. Clocks of a fleet and Redis differ by far less
-/// than a granule, so the granule is that one or a neighbour: the first of the three that
-/// still counts a session loses one. Returns 1 if one was given back.
-const END_SESSION: &str = r"
-local g = tonumber(ARGV[1])
-for _, at in ipairs({g, g - 1, g + 1}) do
-  local n = tonumber(redis.call('HGET', KEYS[1], at) or '0')
-  if n > 1 then
-    redis.call('HINCRBY', KEYS[1], at, -1)
-    return 1
-  elseif n == 1 then
-    redis.call('HDEL', KEYS[1], at)
-    return 1
-  end
-end
-return 0
-";
-
-/// The granule of `limits.max_sessions_per_key`'s count for sessions of lifetime `life_ms`: a
-/// thirtieth of it (at least a second), so a key's count is at most about 31 fields and a
-/// session stops counting at most that long after its record expires.
-fn session_granule_ms(life_ms: u64) -> u64 {
-    (life_ms / 30).max(1000)
-}
-
 /// In-flight sets renewed at once (each one script call).
 const RENEW_CONCURRENCY: usize = 64;
 
@@ -168,8 +111,8 @@ impl RedisLimits {
             instance: instance.to_string(),
             lease_ms: cfg.inflight_lease_ms,
             admit: redis::Script::new(ADMIT),
-            admit_session: redis::Script::new(ADMIT_SESSION),
-            end_session: redis::Script::new(END_SESSION),
+            admit_session: redis::Script::new(&super::session_counts::admit_script()),
+            end_session: redis::Script::new(&super::session_counts::end_script()),
             next_member: AtomicU64::new(0),
             held: Arc::default(),
             renewer: std::sync::Once::new(),
@@ -177,35 +120,52 @@ impl RedisLimits {
         }
     }
 
-    /// `<prefix>{<key>}:session-expiries`, the count of `key`'s sessions.
-    fn session_count_key(&self, key: &LimitKey) -> String {
-        format!("{}{{{}}}:session-expiries", self.prefix, key.as_str())
-    }
-
-    /// See [`ADMIT_SESSION`]: whether a session of lifetime `ttl_ms` was admitted.
+    /// Whether a session of lifetime `ttl_ms` was admitted under `key`'s most sessions
+    /// (`session_counts.rs`: one script reading the key's field in this epoch and the last).
     pub async fn admit_session(
         &self,
         key: &LimitKey,
         max: usize,
         ttl_ms: u64,
     ) -> Result<bool, CommandError> {
-        let ttl_ms = ttl_ms.max(1);
+        let life = Lifetime::of(ttl_ms);
+        let place = CountPlace::of(key.as_str());
+        let e = life.epoch(crate::clock::unix_ms());
         let mut inv = self.admit_session.prepare_invoke();
-        inv.key(self.session_count_key(key))
+        for name in place
+            .keys(&self.prefix, e)
+            .chain(place.keys(&self.prefix, e.saturating_sub(1)))
+        {
+            inv.key(name);
+        }
+        inv.arg(&place.field)
+            .arg(TIERS)
+            .arg(life.life_ms)
+            .arg(life.granule_ms)
             .arg(max)
-            .arg(ttl_ms)
-            .arg(session_granule_ms(ttl_ms));
+            .arg(e)
+            .arg(CAP);
         Ok(self.conn.eval::<i64>(inv).await? > 0)
     }
 
     /// Gives back the place of a session of lifetime `ttl_ms` admitted at `admitted_ms` (Unix
-    /// ms, this instance's clock; one script, [`END_SESSION`]).
+    /// ms, this instance's clock; one script).
     pub async fn end_session(&self, key: &LimitKey, admitted_ms: u64, ttl_ms: u64) {
-        let ttl_ms = ttl_ms.max(1);
-        let g = session_granule_ms(ttl_ms);
+        let life = Lifetime::of(ttl_ms);
+        let place = CountPlace::of(key.as_str());
+        let epochs = life.epochs_near(admitted_ms);
         let mut inv = self.end_session.prepare_invoke();
-        inv.key(self.session_count_key(key))
-            .arg((admitted_ms + ttl_ms) / g + 1);
+        for &e in &epochs {
+            for name in place.keys(&self.prefix, e) {
+                inv.key(name);
+            }
+        }
+        inv.arg(&place.field)
+            .arg(TIERS)
+            .arg(life.life_ms)
+            .arg(life.granule_ms)
+            .arg(life.until_granule(admitted_ms))
+            .arg(epochs);
         if let Err(e) = self.conn.eval::<i64>(inv).await {
             tracing::debug!(error = %e, "an ended session's place stays counted until it expires");
         }
