@@ -43,26 +43,14 @@ fn info(redis: &RedisServer, field: &str) -> u64 {
 
 /// Waits until `INFO` says `field` is `want`.
 fn wait_info(redis: &RedisServer, field: &str, want: u64) {
-    let began = Instant::now();
-    while info(redis, field) != want {
-        assert!(
-            began.elapsed() < Duration::from_secs(10),
-            "{field} is {}, not {want}",
-            info(redis, field)
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(&format!("{field} {want}"), Duration::from_secs(10), || {
+        info(redis, field) == want
+    });
 }
 
 /// `fleetmcp_session_invalidations_total` of the instance at `port`.
 fn invalidations(port: u16) -> u64 {
-    let resp = http(port, "GET", "/metrics", &[], None, HTTP_LIMIT);
-    resp.body
-        .lines()
-        .find_map(|l| l.strip_prefix("fleetmcp_session_invalidations_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or_else(|| panic!("no invalidation counter:\n{}", resp.body))
+    metric(port, "fleetmcp_session_invalidations_total").expect("the invalidation counter")
 }
 
 /// Two instances in distributed mode on `redis`, both tracking (each its own prefix).
@@ -95,15 +83,9 @@ fn a_record_write_of_a_session_held_elsewhere_is_not_pushed_here() {
     for _ in 0..20 {
         redis.cli(&["PEXPIRE", &key, "3600000"]);
     }
-    let began = Instant::now();
-    while invalidations(b.port()) - b0 < 20 {
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "B was told of {} of the 20 writes",
-            invalidations(b.port()) - b0
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("B told of the 20 writes", Duration::from_secs(5), || {
+        invalidations(b.port()) - b0 >= 20
+    });
     thread::sleep(Duration::from_millis(200));
     let told_a = invalidations(a.port()) - a0;
     eprintln!(
@@ -123,38 +105,24 @@ fn a_record_write_of_a_session_held_elsewhere_is_not_pushed_here() {
 /// from outside is seen by the very next calls: 404 within a second, not at the next refresh.
 fn cached_and_still_sees_a_delete(redis: &RedisServer, port: u16, sid: &str, what: &str) {
     let key = format!("mcp:session:{sid}");
-    let began = Instant::now();
-    loop {
-        let monitor = Monitor::start(redis);
-        for _ in 0..5 {
-            assert_eq!(read_sla(port, sid).status, 200, "{what}");
-        }
-        // A marker after the calls: once MONITOR wrote it, it wrote every command before it.
-        let marker = format!("calls-done-{}", next_id());
-        redis.cli(&["ECHO", &marker]);
-        let seen = Instant::now();
-        while !monitor.commands().contains(&marker) {
-            assert!(
-                seen.elapsed() < Duration::from_secs(5),
-                "MONITOR missed {marker}"
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-        let checks = monitor
-            .commands()
-            .lines()
-            .filter(|l| l.contains(&key))
-            .count();
-        if checks == 0 {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "{what}: 5 calls still checked the record {checks} times after 5 s:\n{}",
-            monitor.commands()
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
+    // Until the check that confirms it ran on the tracking connection: then 5 calls, not one
+    // command on the record's key (MONITOR wrote every command before the marker after them).
+    wait_until(
+        &format!("{what}: 5 calls served without checking the record"),
+        Duration::from_secs(5),
+        || {
+            let monitor = Monitor::start(redis);
+            for _ in 0..5 {
+                assert_eq!(read_sla(port, sid).status, 200, "{what}");
+            }
+            let marker = format!("calls-done-{}", next_id());
+            redis.cli(&["ECHO", &marker]);
+            wait_until("MONITOR writes the marker", Duration::from_secs(5), || {
+                monitor.commands().contains(&marker)
+            });
+            !monitor.commands().lines().any(|l| l.contains(&key))
+        },
+    );
     redis.cli(&["DEL", &key]);
     let began = Instant::now();
     let status = loop {
@@ -201,23 +169,14 @@ fn a_session_taken_over_on_demand_is_cached_and_its_deletion_seen_at_once() {
 #[test]
 fn a_session_claimed_by_the_scanner_is_cached_and_its_deletion_seen_at_once() {
     let redis = RedisServer::start();
-    let timings = [
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-    ];
-    let (mut a, b) = two_desks(&redis, &timings);
+    let (mut a, b) = two_desks(&redis, &QUICK_FAILOVER);
     let sid = open_session(a.port());
     let key = format!("mcp:session:{sid}");
     assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
-    let killed = Instant::now();
-    while !redis.cli(&["GET", &key]).contains("\"nodeId\":\"desk-b\"") {
-        assert!(
-            killed.elapsed() < Duration::from_secs(10),
-            "the scanner claims A's session:\n{}",
-            b.log()
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "the scanner claims A's session",
+        Duration::from_secs(10),
+        || redis.cli(&["GET", &key]).contains("\"nodeId\":\"desk-b\""),
+    );
     cached_and_still_sees_a_delete(&redis, b.port(), &sid, "a session claimed by the scanner");
 }
