@@ -22,7 +22,7 @@ use fleet_client::*;
 use serde_json::json;
 use support::Instance;
 use support::raw_http::RawResponse;
-use support_redis::{Monitor, RedisServer};
+use support_redis::{Monitor, RedisCluster, RedisServer};
 
 /// `resources/read` of the service levels in session `sid`: a request whose handler touches
 /// no Redis, so that whatever it costs in Redis is the session's check.
@@ -179,4 +179,31 @@ fn a_session_claimed_by_the_scanner_is_cached_and_its_deletion_seen_at_once() {
         || redis.cli(&["GET", &key]).contains("\"nodeId\":\"desk-b\""),
     );
     cached_and_still_sees_a_delete(&redis, b.port(), &sid, "a session claimed by the scanner");
+}
+
+/// On a three-master cluster, where the tracker keeps one connection per master: sessions of a
+/// killed holder, taken over on demand, are tracked at their new holder on whichever master
+/// serves their record (the old holder's prefix added on every master), cached, and their
+/// deletion seen at once.
+#[test]
+fn on_a_cluster_sessions_taken_over_are_cached_and_their_deletion_seen_at_once() {
+    let cluster = RedisCluster::start(3, 0);
+    let nodes = cluster.nodes_env();
+    let env = [("REDIS_CLUSTER_NODES", nodes.as_str())];
+    let mut a = distributed_desk("desk-a", "", &env);
+    let b = distributed_desk("desk-b", "", &env);
+    let sids: Vec<String> = (0..6).map(|_| open_session(a.port())).collect();
+    let masters: std::collections::BTreeSet<u16> = sids
+        .iter()
+        .map(|sid| cluster.master_of(&format!("mcp:session:{sid}")).port)
+        .collect();
+    assert!(masters.len() >= 2, "6 records on one master: {masters:?}");
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    for sid in &sids {
+        wait_until("B takes the session over", Duration::from_secs(5), || {
+            read_sla(b.port(), sid).status == 200
+        });
+        let master = cluster.master_of(&format!("mcp:session:{sid}"));
+        cached_and_still_sees_a_delete(master, b.port(), sid, "a session taken over");
+    }
 }
