@@ -76,7 +76,8 @@ const TOPOLOGY_WATCH: Duration = Duration::from_secs(1);
 /// its table at each key write (`trackingRememberKeyToBroadcast`), and a fleet has about one
 /// prefix per instance: this bounds what one instance adds to it.
 const MAX_PREFIXES: usize = 1024;
-/// How often the tracker looks for prefixes gone unused (see [`Tracked::stale`]).
+/// How often the tracker looks for prefixes gone unused (see [`Tracked::stale`]), at most: a
+/// quarter of the session lifetime when that is shorter.
 const TRIM_WATCH: Duration = Duration::from_secs(60);
 
 /// The tracking connection(s), and the prefixes of other tags added to them.
@@ -362,10 +363,11 @@ impl Tracker {
         let mut topology = tokio::time::interval(TOPOLOGY_WATCH);
         topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         topology.tick().await;
-        let mut trim = tokio::time::interval(TRIM_WATCH);
+        let lifetime = Duration::from_millis(self.cfg.default_ttl_ms);
+        let every = TRIM_WATCH.min(lifetime / 4).max(Duration::from_millis(50));
+        let mut trim = tokio::time::interval(every);
         trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         trim.tick().await;
-        let lifetime = Duration::from_millis(self.cfg.default_ttl_ms);
         loop {
             let push = tokio::select! {
                 p = pushes.recv() => p,
