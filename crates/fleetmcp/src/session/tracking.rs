@@ -14,8 +14,8 @@
 //! record write was pushed to every other instance, I - 1 pushes, I² for the fleet).
 //!
 //! A session held here under another instance's tag (claimed by the orphan scanner, taken over
-//! on demand) is tracked once its check added that tag's prefix to the connection ([`Tracked::
-//! cover`]), before the check's read: the answer of that read is then `tracked`. Prefixes of
+//! on demand) is tracked once its check added that tag's prefix to the connection
+//! ([`Tracked::cover`]), before the check's read: the answer of that read is then `tracked`. Prefixes of
 //! other tags are bounded ([`MAX_PREFIXES`]) and only grow while the connection lives: when one
 //! has gone unused for a session lifetime, the connection is rebuilt with its own prefix alone
 //! (voiding every confirmation, as after a lost connection), and the sessions still held add
@@ -30,8 +30,8 @@
 //! confirm nothing.
 //!
 //! On a Redis Cluster a server reports only changes to the keys it serves: the tracker keeps one
-//! such connection per master (each with the same prefixes), and a record is checked on the connection of the master that serves
-//! its slot (the slot map read with `CLUSTER SLOTS`). The map is read again every
+//! such connection per master (each with the same prefixes), and a record is checked on the
+//! connection of the master that serves its slot (the slot map read with `CLUSTER SLOTS`). The map is read again every
 //! [`TOPOLOGY_WATCH`]; when it changed (a failover, a slot moved), every connection is rebuilt
 //! and every confirmation voided, as after a lost connection.
 
