@@ -13,16 +13,16 @@
 //! instance is told of the records of its own sessions, not of the fleet's (issue 37: each
 //! record write was pushed to every other instance, I - 1 pushes, I² for the fleet).
 //!
-//! A session held here under another instance's tag (claimed by the orphan scanner, taken over
-//! on demand) is tracked once its check added that tag's prefix to the connection
-//! ([`Tracked::cover`]), before the check's read: the answer of that read is then `tracked`. Prefixes of
-//! other tags are bounded ([`MAX_PREFIXES`]) and only grow while the connection lives: when one
-//! has gone unused for a session lifetime, the connection is rebuilt with its own prefix alone
-//! (voiding every confirmation, as after a lost connection), and the sessions still held add
+//! A session held here under another instance's tag (claimed by the orphan scanner, taken over on
+//! demand) is tracked once its check added that tag's prefix to the connection
+//! ([`Tracked::cover`]), before the check's read: the answer of that read is then `tracked`.
+//! Prefixes of other tags are bounded ([`MAX_PREFIXES`]) and only grow while the connection lives:
+//! when one has gone unused for a session lifetime, the connection is rebuilt with its own prefix
+//! alone (voiding every confirmation, as after a lost connection), and the sessions still held add
 //! theirs again at their next check. An id without a tag (minted before tags, or with a JSON
-//! payload: its first characters are random) is not tracked: a prefix per such session would
-//! make Redis's prefix table, which it scans at every key write, grow with sessions; such a
-//! session is checked at every request, as when the tracker is down.
+//! payload: its first characters are random) is not tracked: a prefix per such session would make
+//! Redis's prefix table, which it scans at every key write, grow with sessions; such a session is
+//! checked at every request, as when the tracker is down.
 //!
 //! Whatever Redis may have failed to tell us voids every confirmation: when the connection is
 //! lost or replaced, and when Redis flushes its tracking table, the tracker sends
@@ -31,9 +31,9 @@
 //!
 //! On a Redis Cluster a server reports only changes to the keys it serves: the tracker keeps one
 //! such connection per master (each with the same prefixes), and a record is checked on the
-//! connection of the master that serves its slot (the slot map read with `CLUSTER SLOTS`). The map is read again every
-//! [`TOPOLOGY_WATCH`]; when it changed (a failover, a slot moved), every connection is rebuilt
-//! and every confirmation voided, as after a lost connection.
+//! connection of the master that serves its slot (the slot map read with `CLUSTER SLOTS`). The map
+//! is read again every [`TOPOLOGY_WATCH`]; when it changed (a failover, a slot moved), every
+//! connection is rebuilt and every confirmation voided, as after a lost connection.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
