@@ -13,8 +13,8 @@ pub use crate::config::env::environment_variables;
 pub use crate::events::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT, Unresolved};
 pub use crate::limits::HoldingsSnapshot;
 pub use crate::session::{
-    Claim, Fence, Hold, MemorySessionStore, RedisSessionStore, SessionRecord, SessionStore,
-    StoreError,
+    Claim, Fence, Hold, Invalidation, MemorySessionStore, RedisSessionStore, SessionRecord,
+    SessionStore, StoreError, minted_uuid,
 };
 pub use crate::tasks::{
     Executor, RedisTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError,

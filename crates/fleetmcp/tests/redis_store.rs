@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fleetmcp::config::RedisConfig;
 use fleetmcp::internals::{
-    Claim, Fence, Hold, RedisSessionStore, SessionRecord, SessionStore, StoreError,
+    Claim, Fence, Hold, Invalidation, RedisSessionStore, SessionRecord, SessionStore, StoreError,
 };
 use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
@@ -356,12 +356,113 @@ async fn the_holder_index_grows_its_buckets_as_sessions_are_created() {
     assert_eq!(indexed, 300, "every session indexed once");
 }
 
+/// A store on `redis` whose records live `ttl_ms`.
+async fn store_with_ttl(redis: &RedisServer, ttl_ms: u64) -> RedisSessionStore {
+    let mut cfg = cfg_for(redis);
+    cfg.default_ttl_ms = ttl_ms;
+    RedisSessionStore::connect(cfg).await.unwrap()
+}
+
+/// An id as instance `node` mints it: its uuid (tagged) in front, then anything.
+fn minted_by(node: &str) -> String {
+    use base64::Engine;
+    let uuid = fleetmcp::internals::minted_uuid(node);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid.as_bytes()) + "rest"
+}
+
+/// `INFO stats` `tracking_total_prefixes`: the prefixes Redis's tracking table holds.
+fn prefixes(redis: &RedisServer) -> String {
+    let info = redis.cli(&["INFO", "stats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_total_prefixes:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Issue 37: the tracking connection subscribes to its own tag's records; a session of another
+/// tag held here is tracked once its check added that tag's prefix, a session whose id carries
+/// no tag (an older version's) is not tracked, and a prefix that goes unused for a session
+/// lifetime is dropped: the connection is rebuilt with its own alone and every confirmation
+/// voided (`Invalidation::All`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
+    let redis = RedisServer::start();
+    let store = store_with_ttl(&redis, 2_000).await;
+    let mut changes = store
+        .invalidations("desk-b")
+        .expect("Redis reports changes");
+    eventually("tracking on", Duration::from_secs(5), || async {
+        prefixes(&redis) == "1"
+    })
+    .await;
+    let fence = |epoch| Fence {
+        node_id: "desk-b".into(),
+        epoch,
+    };
+    let own = minted_by("desk-b");
+    let claimed = minted_by("desk-a");
+    // Its first 9 bytes zero: a version-0 uuid, no tag.
+    let older = "AAAAAAAAAAAA-an-older-id".to_string();
+    for id in [&own, &claimed, &older] {
+        store.put(&record(id, "desk-b")).await.unwrap();
+    }
+    let tracked = |id: String| {
+        let (store, fence) = (&store, fence(1));
+        async move {
+            let checked = store.check(&id, Some(&fence), false).await.unwrap();
+            assert_eq!(checked.hold, Hold::Mine, "{id}");
+            checked.tracked
+        }
+    };
+    // Until the tracker published its connection (after the first `All`).
+    eventually("own tag tracked", Duration::from_secs(5), || {
+        tracked(own.clone())
+    })
+    .await;
+    assert_eq!(prefixes(&redis), "1", "its own prefix only");
+    assert!(tracked(claimed.clone()).await, "another tag, once added");
+    assert_eq!(prefixes(&redis), "2", "desk-a's prefix added");
+    assert!(!tracked(older.clone()).await, "an id without a tag");
+    assert_eq!(prefixes(&redis), "2", "no prefix for an id without a tag");
+    // A write to the claimed record from elsewhere is reported.
+    redis.cli(&["PEXPIRE", &format!("mcp:session:{claimed}"), "60000"]);
+    let told = tokio::time::timeout(Duration::from_secs(2), async {
+        while let Some(change) = changes.recv().await {
+            if change == Invalidation::Key(claimed.clone()) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        told,
+        Ok(true),
+        "the write to the claimed record was reported"
+    );
+    // Unused for the lifetime (2 s): the connection is rebuilt with its own prefix alone.
+    let began = Instant::now();
+    eventually(
+        "the unused prefix dropped",
+        Duration::from_secs(6),
+        || async { prefixes(&redis) == "1" },
+    )
+    .await;
+    assert!(began.elapsed() >= Duration::from_millis(1_000), "too soon");
+    let mut voided = false;
+    while let Ok(Some(change)) =
+        tokio::time::timeout(Duration::from_millis(500), changes.recv()).await
+    {
+        voided |= change == Invalidation::All;
+    }
+    assert!(voided, "the rebuild voided every confirmation");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ttl_slides_with_touch() {
     let redis = RedisServer::start();
-    let mut cfg = cfg_for(&redis);
-    cfg.default_ttl_ms = 600;
-    let store = RedisSessionStore::connect(cfg).await.unwrap();
+    let store = store_with_ttl(&redis, 600).await;
     store.put(&record("used", "a")).await.unwrap();
     store.put(&record("idle", "a")).await.unwrap();
     let started = Instant::now();

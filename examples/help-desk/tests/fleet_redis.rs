@@ -1103,15 +1103,7 @@ fn the_orphan_scanner_claims_every_bucket_and_an_old_versions_single_index() {
     redis.cli(&["SET", "mcp:node:ghost:buckets", "4"]);
     redis.cli(&["ZADD", "mcp:ha:nodes", &(now - 60_000).to_string(), "ghost"]);
 
-    let b = distributed_desk(
-        "desk-b",
-        &url,
-        &[
-            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-            ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-        ],
-    );
+    let b = distributed_desk("desk-b", &url, &QUICK_FAILOVER);
     let started = Instant::now();
     while !ids
         .iter()
@@ -1170,11 +1162,7 @@ fn the_orphan_scanner_claims_every_bucket_and_an_old_versions_single_index() {
 fn the_orphan_scanner_claims_a_dead_holders_sessions_without_keys() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let timings = [
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-    ];
+    let timings = QUICK_FAILOVER;
     let mut a = distributed_desk("desk-a", &url, &timings);
     let b = distributed_desk("desk-b", &url, &timings);
     let sids: Vec<String> = (0..3).map(|_| open_session(a.port())).collect();
@@ -1772,11 +1760,7 @@ fn a_2024_11_05_post_the_holder_cannot_confirm_is_503_not_404() {
 #[test]
 fn the_orphan_scanner_leaves_a_2024_11_05_session_to_its_stream() {
     let redis = RedisServer::start();
-    let timings = [
-        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
-        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
-        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
-    ];
+    let timings = QUICK_FAILOVER;
     let a = distributed_desk("desk-a", &redis.url(), &timings);
     let b = distributed_desk("desk-b", &redis.url(), &timings);
     let (mut stream, endpoint) = open_legacy_session(a.port());

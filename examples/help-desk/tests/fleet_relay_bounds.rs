@@ -486,14 +486,11 @@ fn assert_relays_again(via: u16, sid: &str, holder: &str) {
 
 /// `fleetmcp_limit_rejections_total{limit="<limit>"}` on `port`.
 fn rejections(port: u16, limit: &str) -> u64 {
-    let resp = http(port, "GET", "/metrics", &[], None, HTTP_LIMIT);
-    assert_eq!(resp.status, 200, "/metrics:\n{}", resp.describe());
-    let series = format!("fleetmcp_limit_rejections_total{{limit=\"{limit}\"}}");
-    resp.body
-        .lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+    metric(
+        port,
+        &format!("fleetmcp_limit_rejections_total{{limit=\"{limit}\"}}"),
+    )
+    .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -440,12 +440,7 @@ async fn session_with_a_call(client: &reqwest::Client, lb: u16, who: &str) -> Re
 
 /// What `fleetmcp_untrusted_forwarded_headers_total` says on the instance at `port`.
 fn untrusted_forwarded(port: u16) -> Option<u64> {
-    let resp = http(port, "GET", "/metrics", &[], None, HTTP_LIMIT);
-    resp.body
-        .lines()
-        .find_map(|l| l.strip_prefix("fleetmcp_untrusted_forwarded_headers_total "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
+    metric(port, "fleetmcp_untrusted_forwarded_headers_total")
 }
 
 /// Twelve clients x 100 sessions through the balancer `deploy/local-fleet.sh` starts with

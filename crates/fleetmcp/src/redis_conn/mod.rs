@@ -259,6 +259,11 @@ impl RedisConn {
         let _ = self.inner.meters.set(meters);
     }
 
+    /// What counts this connection's work, once [`RedisConn::instrument`] was called.
+    pub(crate) fn meters(&self) -> Option<&Meters> {
+        self.inner.meters.get()
+    }
+
     /// The configuration this connection was built from.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.cfg

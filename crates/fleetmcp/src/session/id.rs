@@ -12,6 +12,11 @@
 //! record), indexed and tracked in Redis, and sent with every request. Ids with a JSON payload
 //! (earlier versions, or a payload the packing cannot carry) still open.
 //!
+//! A minted id's uuid starts with its instance's tag ([`minted_uuid`]): 3 bytes of the
+//! SHA-256 of the node id, so every id an instance mints starts with the same 4 characters
+//! ([`instance_tag`]). The tracking connection subscribes to the records of that prefix only
+//! (`tracking.rs`): an instance is told of changes to the sessions it minted, not the fleet's.
+//!
 //! An id is a bearer credential: logs name a session by [`LogId`], a short digest, never the id.
 
 use base64::Engine;
@@ -132,6 +137,46 @@ impl SessionSealer {
 }
 
 const UUID_LEN: usize = 16;
+
+/// Bytes of a minted uuid that name the instance that minted it.
+const TAG_LEN: usize = 3;
+/// Characters of an id that carry the tag: 3 bytes are exactly 4 base64url characters.
+pub const TAG_CHARS: usize = 4;
+
+/// The tag of the instance named `node_id`: the first [`TAG_CHARS`] characters of every id it
+/// mints. Two instances may share a tag (24 bits): each is then also told of the other's
+/// records, nothing worse.
+pub fn instance_tag(node_id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(tag_bytes(node_id))
+}
+
+fn tag_bytes(node_id: &str) -> [u8; TAG_LEN] {
+    use sha2::Digest;
+    let hash = Sha256::digest(node_id.as_bytes());
+    [hash[0], hash[1], hash[2]]
+}
+
+/// A fresh uuid for a session minted by `node_id`: its tag, then random bytes, marked as an
+/// RFC 9562 version 8 (custom) uuid, so that [`tag_of`] tells a tagged id from an id minted
+/// before tags (version 4, random from its first byte). 98 random bits: the uuid is the id's
+/// nonce and must never repeat under one key, and ids of one tag collide with probability
+/// about n²/2⁹⁹ (10¹⁰ ids: 10⁻¹⁰).
+pub fn minted_uuid(node_id: &str) -> uuid::Uuid {
+    let mut bytes: [u8; UUID_LEN] = rand::random();
+    bytes[..TAG_LEN].copy_from_slice(&tag_bytes(node_id));
+    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+}
+
+/// The tag `id` starts with, when it is a minted id carrying one (its uuid is version 8); `None`
+/// for an id minted before tags or with a JSON payload (their first characters are random), or
+/// anything that is no id. Reads the first 12 characters only: nothing is opened.
+pub fn tag_of(id: &str) -> Option<&str> {
+    let head = URL_SAFE_NO_PAD.decode(id.get(..12)?).ok()?;
+    // Byte 6: the version in its high nibble; byte 8: the variant in its two high bits.
+    let tagged =
+        head.get(6).is_some_and(|b| b >> 4 == 8) && head.get(8).is_some_and(|b| b >> 6 == 2);
+    tagged.then(|| &id[..TAG_CHARS])
+}
 
 /// The nonce of a packed id: its uuid, zero-extended.
 fn uuid_nonce(uuid: &[u8; UUID_LEN]) -> XNonce {
@@ -282,6 +327,37 @@ mod tests {
             ..minted()
         };
         assert_eq!(s.open(&s.seal(&private).unwrap()), Some(private));
+    }
+
+    /// Issue 37: every id an instance mints starts with its tag, which `tag_of` reads back;
+    /// ids minted before tags (uuid v4) and JSON ids carry none, and still open.
+    #[test]
+    fn minted_ids_start_with_their_instances_tag_and_older_ids_have_none() {
+        let s = SessionSealer::new(b"a shared secret of some length");
+        let tag = instance_tag("desk-a");
+        assert_eq!(tag.len(), TAG_CHARS);
+        assert_ne!(tag, instance_tag("desk-b"));
+        let mut uuids = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let uuid = minted_uuid("desk-a");
+            assert_eq!(uuid.get_version_num(), 8);
+            assert!(uuids.insert(uuid), "a uuid repeated");
+            let p = SessionIdPayload {
+                uuid: uuid.hyphenated().to_string(),
+                ..minted()
+            };
+            let id = s.seal(&p).unwrap();
+            assert_eq!(id.len(), 62, "still packed: {id}");
+            assert!(id.starts_with(&tag), "{id} does not start with {tag}");
+            assert_eq!(tag_of(&id), Some(tag.as_str()));
+            assert_eq!(s.open(&id), Some(p));
+        }
+        // An id minted by an earlier version: a v4 uuid, no tag.
+        let old = s.seal(&minted()).unwrap();
+        assert_eq!(tag_of(&old), None, "{old}");
+        assert_eq!(s.open(&old), Some(minted()));
+        assert_eq!(tag_of("short"), None);
+        assert_eq!(tag_of("not base64 at all!!"), None);
     }
 
     #[test]

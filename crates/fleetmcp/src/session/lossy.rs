@@ -3,8 +3,8 @@
 //! reports that can be summed up when too many come at once: a store's [`Invalidation`]s
 //! (too many: "any record may have changed", [`Invalidation::All`]) and the tracking
 //! connection's push messages that carry them (`tracking.rs`). Their readers never block on
-//! anything but the channel, but Redis reports every change of every record across the fleet
-//! (broadcast tracking): a burst must not grow the queue without bound.
+//! anything but the channel, but Redis reports every change of every record of the tags tracked
+//! (broadcast tracking, `tracking.rs`): a burst must not grow the queue without bound.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -30,6 +30,8 @@ mod tracking;
 mod unread;
 
 pub use self::redis::RedisSessionStore;
+#[cfg(any(test, feature = "testkit"))]
+pub use id::minted_uuid;
 pub(crate) use id::{LogId, SessionSealer};
 pub(crate) use index::Buckets as IndexBuckets;
 pub(crate) use lifecycle::{
@@ -40,5 +42,5 @@ pub(crate) use live::SubscribeRefusal;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Hold};
+pub use store::{Fence, Hold, Invalidation};
 pub(crate) use unread::{Full as UnreadFull, Unread};

@@ -702,7 +702,11 @@ impl SessionStore for RedisSessionStore {
             }
         }
         let mut tracked = None;
-        if let Some(mut conn) = self.tracker.get().and_then(|t| t.conn_for(&key)) {
+        let tracking = match self.tracker.get() {
+            Some(t) => t.conn_for(id, &key).await,
+            None => None,
+        };
+        if let Some(mut conn) = tracking {
             let limit = self.conn.config().command_timeout();
             let ran = async {
                 if fence.is_some() {
@@ -758,8 +762,8 @@ impl SessionStore for RedisSessionStore {
         })
     }
 
-    fn invalidations(&self) -> Option<super::lossy::Invalidations> {
-        let (tracker, rx) = Tracker::start(self.conn.clone());
+    fn invalidations(&self, holder: &str) -> Option<super::lossy::Invalidations> {
+        let (tracker, rx) = Tracker::start(&self.conn, holder);
         self.tracker.set(tracker).ok()?;
         Some(rx)
     }

@@ -190,9 +190,11 @@ pub trait SessionStore: Send + Sync + 'static {
     }
 
     /// The changes to records this instance checked, for a store that reports them (client-side
-    /// caching); called once, when the instance starts. `None`: every request of a held session
-    /// checks its record.
-    fn invalidations(&self) -> Option<Invalidations> {
+    /// caching); called once, when the instance starts, by the instance named `holder` (whose
+    /// minted ids carry its tag, `id.rs`). `None`: every request of a held session checks its
+    /// record.
+    fn invalidations(&self, holder: &str) -> Option<Invalidations> {
+        let _ = holder;
         None
     }
 
@@ -357,7 +359,7 @@ impl SessionStore for MemorySessionStore {
         })
     }
 
-    fn invalidations(&self) -> Option<Invalidations> {
+    fn invalidations(&self, _holder: &str) -> Option<Invalidations> {
         let (tx, rx) = super::lossy::invalidations();
         self.watchers.lock().push(tx);
         Some(rx)
@@ -415,7 +417,7 @@ mod tests {
     async fn a_watcher_behind_holds_a_bounded_queue_and_gets_all_for_the_rest() {
         let store = MemorySessionStore::new(Duration::from_secs(60));
         let mut changes = store
-            .invalidations()
+            .invalidations("n")
             .expect("the memory store reports changes");
         for i in 0..20_000 {
             store.put(&record(&format!("s{i}"))).await.unwrap();

@@ -148,6 +148,7 @@ struct Inner {
     limit_rejections: [Counter; Limit::ALL.len()],
     outbox_dropped: Counter,
     untrusted_forwarded: Counter,
+    invalidations: Counter,
 }
 
 /// Every metric: its name, unit and help text (a name ending `_total` is a counter, a unit of
@@ -229,6 +230,11 @@ const METRICS: &[(&str, Unit, &str)] = &[
         "Progress and log notifications dropped because their request's stream did not take them (http.max_outbox_messages, http.max_outbox_bytes)",
     ),
     (
+        "fleetmcp_session_invalidations_total",
+        Unit::Count,
+        "Session records Redis reported changed on this instance's tracking connection (client-side caching): the records of the sessions it minted, and of other instances' tags while it holds one of theirs",
+    ),
+    (
         "fleetmcp_untrusted_forwarded_headers_total",
         Unit::Count,
         "Requests counted by their peer's address that carried X-Forwarded-For or X-Real-IP the server does not believe (limits.client_address_header unset, or the peer not in limits.trusted_proxies): behind a load balancer, every client shares its key",
@@ -293,6 +299,7 @@ impl Meters {
             }),
             outbox_dropped: counter("fleetmcp_outbox_notifications_dropped_total"),
             untrusted_forwarded: counter("fleetmcp_untrusted_forwarded_headers_total"),
+            invalidations: counter("fleetmcp_session_invalidations_total"),
             handle,
             recorder,
         };
@@ -390,6 +397,12 @@ impl Meters {
     pub fn outbox_dropped(&self, n: u64) {
         let Some(m) = &self.0 else { return };
         m.outbox_dropped.increment(n);
+    }
+
+    /// Redis reported `n` session records changed on the tracking connection.
+    pub fn invalidations(&self, n: u64) {
+        let Some(m) = &self.0 else { return };
+        m.invalidations.increment(n);
     }
 
     /// A request counted by its peer's address carried a client's address not believed.

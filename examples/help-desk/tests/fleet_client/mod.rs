@@ -22,6 +22,14 @@ pub const HTTP_LIMIT: Duration = Duration::from_secs(15);
 pub const LOG_LIMIT: Duration = Duration::from_secs(3);
 pub const ACCEPT: &str = "application/json, text/event-stream";
 
+/// A quick failover for the tests that kill a holder: a beat every 300 ms, dead 1 s after its
+/// last, its sessions claimed 500 ms after that.
+pub const QUICK_FAILOVER: [(&str, &str); 3] = [
+    ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+    ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+    ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+];
+
 /// A `help-desk` in distributed mode on `redis`, bound to loopback (so it advertises
 /// `127.0.0.1:<port>` to the others), with extra settings (the shared secret is
 /// `support::SESSION_SECRET` unless they say otherwise). Redis variables from the developer's
@@ -60,6 +68,27 @@ pub fn assert_log_has(instance: &Instance, who: &str, needle: &str) {
         "{who}'s log lacks `{needle}`\n--- {who} log ---\n{}",
         instance.log()
     );
+}
+
+/// Waits until `ok()` holds, checking every 50 ms; fails the test after `limit`, saying `what`.
+pub fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The value of the series `series` (a name, with its labels if any) on the instance at
+/// `port`'s `/metrics`; `None` when it is not there.
+pub fn metric(port: u16, series: &str) -> Option<u64> {
+    let resp = http(port, "GET", "/metrics", &[], None, HTTP_LIMIT);
+    assert_eq!(resp.status, 200, "/metrics:\n{}", resp.describe());
+    resp.body
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 /// How often `needle` is in the instance's log.

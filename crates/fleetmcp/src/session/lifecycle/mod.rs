@@ -30,7 +30,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::id::{SessionIdPayload, SessionSealer};
+use super::id::{SessionIdPayload, SessionSealer, minted_uuid};
 use super::live::{Ended, LiveSessions, Session};
 use super::ownership::{Lease, Owner, Ownership};
 use super::store::{Invalidation, SessionStore, StoreError};
@@ -218,7 +218,7 @@ impl Sessions {
         // A store that reports changes to the records it confirmed (client-side caching) lets
         // held sessions be served without a round trip each; it needs the runtime.
         if tokio::runtime::Handle::try_current().is_ok()
-            && let Some(changes) = store.invalidations()
+            && let Some(changes) = store.invalidations(&machine_id)
         {
             tokio::spawn(forget_confirmations(
                 Arc::downgrade(&live),
@@ -377,7 +377,8 @@ impl Sessions {
         };
         let payload = SessionIdPayload {
             node_id: self.machine_id.clone(),
-            uuid: uuid::Uuid::new_v4().to_string(),
+            // Tagged with this instance (`id.rs`): its tracking connection hears of its ids only.
+            uuid: minted_uuid(&self.machine_id).to_string(),
             iat: unix_secs(),
             protocol: protocol.into(),
             auth_sig: "public".into(),
