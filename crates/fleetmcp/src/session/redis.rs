@@ -407,6 +407,39 @@ impl RedisSessionStore {
         Ok(claims.into_iter().collect::<Result<_, _>>()?)
     }
 
+    /// The check `inv` run on the tracking connection `conn` (fenced or not): its answer, which
+    /// then counts as tracked, or `None` when it must run on the shared connection instead.
+    async fn check_tracked(
+        &self,
+        mut conn: redis::aio::MultiplexedConnection,
+        inv: &redis::ScriptInvocation<'_>,
+        fenced: bool,
+    ) -> Result<Option<(i64, String, u64)>, StoreError> {
+        let limit = self.conn.config().command_timeout();
+        let ran = async {
+            if fenced {
+                inv.invoke_async(&mut conn).await
+            } else {
+                inv.invoke_async::<i64>(&mut conn)
+                    .await
+                    .map(|n| (n, String::new(), 0))
+            }
+        };
+        match tokio::time::timeout(limit, ran).await {
+            Ok(Ok(a)) => Ok(Some(a)),
+            Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout(limit.as_millis() as u64)),
+            // On a cluster, the master read may have handed the slot over (`MOVED`) before
+            // the tracker follows the new map: the shared connection knows where the key
+            // is now, and the answer confirms nothing.
+            Ok(Err(e)) if self.conn.config().is_cluster() => {
+                tracing::debug!(error = %e, "a tracked check failed; checking on the shared connection");
+                Ok(None)
+            }
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Timeout(limit.as_millis() as u64)),
+        }
+    }
+
     /// The fenced script that makes `to` the holder of `record` at `now` (the record it becomes
     /// is encoded here).
     fn claim_record(
@@ -701,37 +734,14 @@ impl SessionStore for RedisSessionStore {
                 inv.key(&key).arg(refresh).arg(self.ttl_ms);
             }
         }
-        let mut tracked = None;
         let tracking = match self.tracker.get() {
             Some(t) => t.conn_for(id, &key).await,
             None => None,
         };
-        if let Some(mut conn) = tracking {
-            let limit = self.conn.config().command_timeout();
-            let ran = async {
-                if fence.is_some() {
-                    inv.invoke_async(&mut conn).await
-                } else {
-                    inv.invoke_async::<i64>(&mut conn)
-                        .await
-                        .map(|n| (n, String::new(), 0))
-                }
-            };
-            match tokio::time::timeout(limit, ran).await {
-                Ok(Ok(a)) => tracked = Some(a),
-                Ok(Err(e)) if e.is_timeout() => {
-                    return Err(StoreError::Timeout(limit.as_millis() as u64));
-                }
-                // On a cluster, the master read may have handed the slot over (`MOVED`) before
-                // the tracker follows the new map: the shared connection knows where the key
-                // is now, and the answer confirms nothing.
-                Ok(Err(e)) if self.conn.config().is_cluster() => {
-                    tracing::debug!(error = %e, "a tracked check failed; checking on the shared connection");
-                }
-                Ok(Err(e)) => return Err(StoreError::Unavailable(e.to_string())),
-                Err(_) => return Err(StoreError::Timeout(limit.as_millis() as u64)),
-            }
-        }
+        let tracked = match tracking {
+            Some(conn) => self.check_tracked(conn, &inv, fence.is_some()).await?,
+            None => None,
+        };
         let is_tracked = tracked.is_some();
         let answer: (i64, String, u64) = match (tracked, fence) {
             (Some(a), _) => a,
