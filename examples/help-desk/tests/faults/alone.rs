@@ -153,13 +153,23 @@ mod tests {
     fn a_master_back_before_it_could_resync_brings_its_writes_alone_back_to_lose_again() {
         // 7001 alone at 1 s, lost at 3 s; master again at 9 s (6 s away: not resynced), so
         // the switch away at 12 s loses that write again.
-        let masters = [(s(0.0), 7001), (s(3.0), 7002), (s(9.0), 7001), (s(12.0), 7002)];
+        let masters = [
+            (s(0.0), 7001),
+            (s(3.0), 7002),
+            (s(9.0), 7001),
+            (s(12.0), 7002),
+        ];
         assert_eq!(
             lossy_switches(&masters, &[(s(1.0), 7001)]),
             [(s(3.0), 7001), (s(12.0), 7001)]
         );
         // Away 20 s: it resynced, and lost what it took alone for good.
-        let masters = [(s(0.0), 7001), (s(3.0), 7002), (s(23.0), 7001), (s(26.0), 7002)];
+        let masters = [
+            (s(0.0), 7001),
+            (s(3.0), 7002),
+            (s(23.0), 7001),
+            (s(26.0), 7002),
+        ];
         assert_eq!(
             lossy_switches(&masters, &[(s(1.0), 7001)]),
             [(s(3.0), 7001)]
