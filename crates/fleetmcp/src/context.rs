@@ -1,5 +1,7 @@
 //! What a handler can do besides returning its result: log, report progress, notice that it
-//! was cancelled, and ask the client something (sampling, elicitation, roots).
+//! was cancelled, and ask the client something (sampling, elicitation, roots). A form the user
+//! fills in is typed ([`RequestContext::elicit_form`], [`RequestContext::confirm`]: the schema
+//! made in `context/elicit.rs`); the other questions take and give `fleetmcp::model` types.
 //!
 //! The same handler code serves both eras. In the session era, asking the client sends a real
 //! request on the stream of the request that runs the handler, and the answer comes back to
