@@ -428,18 +428,22 @@ fn elicit_meta() -> Value {
     m
 }
 
+/// A 2026-07-28 `tools/call` of `tool` from a client that declares elicitation, with the
+/// params in `extra` (`inputResponses`, `requestState`) added.
+fn asking_call(tool: &str, extra: Value) -> (Vec<(String, String)>, Value) {
+    let mut p = json!({"name": tool, "arguments": {}, "_meta": elicit_meta()});
+    if let Value::Object(e) = extra {
+        for (k, v) in e {
+            p[k] = v;
+        }
+    }
+    modern("tools/call", p)
+}
+
 #[tokio::test]
 async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let s = start(|c| c.stateless.request_state_ttl_ms = 1_000).await;
-    let call = |extra: Value| {
-        let mut p = json!({"name": "two_questions", "arguments": {}, "_meta": elicit_meta()});
-        if let Value::Object(e) = extra {
-            for (k, v) in e {
-                p[k] = v;
-            }
-        }
-        modern("tools/call", p)
-    };
+    let call = |extra: Value| asking_call("two_questions", extra);
     // Round 1: the first question.
     let (h, b1) = call(json!({}));
     let (st, _, b) = post(&s.mcp, &h, &b1).await;
@@ -621,15 +625,7 @@ fn two_questions_round(extra: Value) -> (Vec<(String, String)>, Value) {
 #[tokio::test]
 async fn a_typed_form_and_a_confirmation_are_asked_in_rounds() {
     let s = start(|_| {}).await;
-    let call = |extra: Value| {
-        let mut p = json!({"name": "typed_form", "arguments": {}, "_meta": elicit_meta()});
-        if let Value::Object(e) = extra {
-            for (k, v) in e {
-                p[k] = v;
-            }
-        }
-        modern("tools/call", p)
-    };
+    let call = |extra: Value| asking_call("typed_form", extra);
     let (h, b) = call(json!({}));
     let (_, _, body) = post(&s.mcp, &h, &b).await;
     let state = state_asking(&body, "elicitation-1");
