@@ -1,5 +1,7 @@
 //! What a handler can do besides returning its result: log, report progress, notice that it
-//! was cancelled, and ask the client something (sampling, elicitation, roots).
+//! was cancelled, and ask the client something (sampling, elicitation, roots). A form the user
+//! fills in is typed ([`RequestContext::elicit_form`], [`RequestContext::confirm`]: the schema
+//! made in `context/elicit.rs`); the other questions take and give `fleetmcp::model` types.
 //!
 //! The same handler code serves both eras. In the session era, asking the client sends a real
 //! request on the stream of the request that runs the handler, and the answer comes back to
@@ -37,7 +39,9 @@ use crate::protocol::{
 use crate::session::Session;
 use crate::stateless::Round;
 
+mod elicit;
 mod outbox;
+pub use elicit::Elicited;
 pub(crate) use outbox::{Bounds as OutboxBounds, Outbox, OutboxReceiver};
 
 /// A message on its way to the client, from a running request.
@@ -68,16 +72,29 @@ pub(crate) struct TaskCall {
 /// Why a request to the client failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientRequestError {
+    /// Session era: the client did not declare the capability (`sampling`, `elicitation`,
+    /// `elicitation.url`, `roots`) when it initialized, so it is not asked.
     #[error("the client did not declare the `{0}` capability")]
     NotSupported(&'static str),
+    /// The client answered the request with a JSON-RPC error.
     #[error("the client answered with an error: {} ({})", .0.message, .0.code.0)]
     Client(ErrorData),
+    /// The handler's request was cancelled (by the client, or the server stopping) while it
+    /// waited for the answer.
     #[error("the request was cancelled")]
     Cancelled,
+    /// The session ended, or moved to another instance, before the client answered.
     #[error("the session ended before the client answered")]
     SessionClosed,
+    /// Session era: the client did not answer within this time (300 s).
     #[error("the client did not answer within {0:?}")]
     Timeout(Duration),
+    /// The type given to [`RequestContext::elicit_form`] cannot be an elicitation form (a
+    /// flat object of strings, numbers, booleans and enums): a mistake in the server's code,
+    /// found before anything is sent. `?` makes it an internal error (`-32603`) naming the
+    /// type and the field.
+    #[error("{0}")]
+    InvalidForm(String),
     /// Stateless era: the answer is not in this round; propagate it with `?`.
     #[error("input required from the client")]
     InputRequired,
@@ -712,9 +729,24 @@ impl RequestContext {
             .await
     }
 
-    /// `elicitation/create`: asks the user for input through the client, in form mode
-    /// (`message` and `requestedSchema`) or URL mode (2025-11-25, only if the client declared
-    /// `elicitation.url`).
+    /// `elicitation/create` with rmcp's params and answer: asks the user for input through
+    /// the client, in form mode (`message` and `requestedSchema`) or URL mode (2025-11-25,
+    /// only if the client declared `elicitation.url`). For a form,
+    /// [`elicit_form`](Self::elicit_form) makes the schema from a Rust type and gives the
+    /// answer as one, and [`confirm`](Self::confirm) asks a yes or no; they say how each era
+    /// waits for the answer, and when it fails.
+    ///
+    /// ```no_run
+    /// # use fleetmcp::RequestContext;
+    /// use fleetmcp::model::ElicitRequestParams;
+    /// # async fn run(ctx: RequestContext) -> Result<(), fleetmcp::ToolError> {
+    /// let url = serde_json::json!({"mode": "url", "message": "Sign in to the bank",
+    ///     "elicitationId": "link-1", "url": "https://bank.example/link"});
+    /// let params: ElicitRequestParams = serde_json::from_value(url)?;
+    /// let answer = ctx.elicit(params).await?;
+    /// println!("{:?}", answer.action);
+    /// # Ok(()) }
+    /// ```
     pub async fn elicit(
         &self,
         params: ElicitRequestParams,

@@ -92,7 +92,9 @@ pub use catalog::resource::{ResourceError, resource, template};
 pub use catalog::state::BuildError;
 pub use catalog::tool::{NoArgs, Structured, ToolError, tool};
 pub use config::load::{Config, ConfigError};
-pub use context::{ClientRequestError, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext};
+pub use context::{
+    ClientRequestError, Elicited, IDEMPOTENCY_KEY_META, MAX_IDEMPOTENCY_KEY, RequestContext,
+};
 pub use events::{STREAM_LOST_MESSAGE, WRITER_GONE_MESSAGE};
 pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the

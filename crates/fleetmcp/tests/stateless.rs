@@ -7,7 +7,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fleetmcp::{Config, LogLevel, NoArgs, Server, prompt, resource, tool};
+use fleetmcp::{Config, Elicited, LogLevel, NoArgs, Server, prompt, resource, tool};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::{SECRET, SseStream, TestServer, config_with, eventually, mcp_post, serve, within};
@@ -24,6 +24,13 @@ impl Drop for CountIfDropped {
             DROPPED_WAITING.fetch_add(1, Ordering::SeqCst);
         }
     }
+}
+
+/// The form `typed_form` asks for.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NameForm {
+    /// Your name.
+    name: String,
 }
 
 async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
@@ -73,6 +80,13 @@ async fn start(tweak: impl FnOnce(&mut Config)) -> TestServer {
             let q = json!({"message": "Sure?", "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}});
             ctx.ask("ok", "elicitation/create", q).await?;
             Ok(ctx.call_key().unwrap_or("null").to_string())
+        }))
+        .tool(tool("typed_form").description("Asks for a typed form, then to confirm").handler(|_: NoArgs, ctx| async move {
+            let Elicited::Accepted(form) = ctx.elicit_form::<NameForm>("Who?").await? else {
+                return Ok("no name".to_string());
+            };
+            let sure = ctx.confirm(format!("Sign as {}?", form.name)).await?;
+            Ok(format!("{} signed={sure}", form.name))
         }))
         .prompt(prompt("p").description("A prompt").get(|_: NoArgs, _| async { Ok(Vec::<fleetmcp::model::PromptMessage>::new()) }))
         .resource(resource("test://asks", "asks").description("Asks who reads it").read(|uri, ctx| async move {
@@ -414,18 +428,22 @@ fn elicit_meta() -> Value {
     m
 }
 
+/// A 2026-07-28 `tools/call` of `tool` from a client that declares elicitation, with the
+/// params in `extra` (`inputResponses`, `requestState`) added.
+fn asking_call(tool: &str, extra: Value) -> (Vec<(String, String)>, Value) {
+    let mut p = json!({"name": tool, "arguments": {}, "_meta": elicit_meta()});
+    if let Value::Object(e) = extra {
+        for (k, v) in e {
+            p[k] = v;
+        }
+    }
+    modern("tools/call", p)
+}
+
 #[tokio::test]
 async fn multi_round_requests_carry_answers_in_a_sealed_state() {
     let s = start(|c| c.stateless.request_state_ttl_ms = 1_000).await;
-    let call = |extra: Value| {
-        let mut p = json!({"name": "two_questions", "arguments": {}, "_meta": elicit_meta()});
-        if let Value::Object(e) = extra {
-            for (k, v) in e {
-                p[k] = v;
-            }
-        }
-        modern("tools/call", p)
-    };
+    let call = |extra: Value| asking_call("two_questions", extra);
     // Round 1: the first question.
     let (h, b1) = call(json!({}));
     let (st, _, b) = post(&s.mcp, &h, &b1).await;
@@ -602,6 +620,47 @@ fn two_questions_round(extra: Value) -> (Vec<(String, String)>, Value) {
 }
 
 /// The `requestState` of an `InputRequiredResult` asking `key`.
+/// Issue 41: in 2026-07-28 `elicit_form` and `confirm` become `InputRequiredResult`
+/// questions, the handler runs again with each answer, and the answer comes back typed.
+#[tokio::test]
+async fn a_typed_form_and_a_confirmation_are_asked_in_rounds() {
+    let s = start(|_| {}).await;
+    let call = |extra: Value| asking_call("typed_form", extra);
+    let (h, b) = call(json!({}));
+    let (_, _, body) = post(&s.mcp, &h, &b).await;
+    let state = state_asking(&body, "elicitation-1");
+    let asked = &result(&body)["inputRequests"]["elicitation-1"];
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    assert_eq!(
+        asked["params"]["requestedSchema"],
+        json!({"type": "object", "required": ["name"],
+               "properties": {"name": {"type": "string", "description": "Your name."}}})
+    );
+
+    // Declined: the handler runs again and sees it.
+    let declined = json!({"elicitation-1": {"action": "decline"}});
+    let (h, b) = call(json!({"inputResponses": declined, "requestState": state.clone()}));
+    let (_, _, body) = post(&s.mcp, &h, &b).await;
+    let r = result(&body);
+    assert_eq!(r["resultType"], "complete", "{r}");
+    assert_eq!(r["content"][0]["text"], "no name");
+
+    // Accepted: the name comes back typed, and the confirmation is the next question.
+    let named = json!({"elicitation-1": {"action": "accept", "content": {"name": "Ada"}}});
+    let (h, b) = call(json!({"inputResponses": named, "requestState": state}));
+    let (_, _, body) = post(&s.mcp, &h, &b).await;
+    let state = state_asking(&body, "elicitation-2");
+    assert_eq!(
+        result(&body)["inputRequests"]["elicitation-2"]["params"]["message"],
+        "Sign as Ada?"
+    );
+    let yes = json!({"elicitation-2": {"action": "accept", "content": {}}});
+    let (h, b) = call(json!({"inputResponses": yes, "requestState": state}));
+    let (_, _, body) = post(&s.mcp, &h, &b).await;
+    let r = result(&body);
+    assert_eq!(r["content"][0]["text"], "Ada signed=true", "{r}");
+}
+
 fn state_asking(body: &str, key: &str) -> String {
     let r = result(body);
     assert_eq!(r["resultType"], "input_required", "{r}");

@@ -125,3 +125,122 @@ async fn a_client_without_the_capability_gets_an_is_error_result() {
     assert_eq!(result["isError"], true);
     assert!(result_text(&result).contains("sampling"));
 }
+
+/// A form asked with `elicit_form`: its fields are the form's.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct TicketForm {
+    /// What is wrong.
+    title: String,
+    priority: Priority,
+    urgent: Option<bool>,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Priority {
+    Low,
+    High,
+}
+
+/// Not a flat form: `elicit_form` refuses it before asking.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct NestedForm {
+    ticket: TicketForm,
+}
+
+/// The fixture with tools that ask through the typed elicitation.
+async fn start_typed() -> TestServer {
+    use fleetmcp::{Elicited, NoArgs, tool};
+    let builder = fixture_builder(std::sync::Arc::default())
+        .tool(tool("ticket_form").handler(|_: NoArgs, ctx| async move {
+            Ok(
+                match ctx.elicit_form::<TicketForm>("Open a ticket?").await? {
+                    Elicited::Accepted(t) => {
+                        format!(
+                            "accepted {} {:?} urgent={:?}",
+                            t.title, t.priority, t.urgent
+                        )
+                    }
+                    Elicited::Declined => "declined".to_string(),
+                    Elicited::Cancelled => "cancelled".to_string(),
+                },
+            )
+        }))
+        .tool(tool("confirm").handler(|_: NoArgs, ctx| async move {
+            Ok(format!("confirmed={}", ctx.confirm("Delete it?").await?))
+        }))
+        .tool(tool("nested_form").handler(|_: NoArgs, ctx| async move {
+            ctx.elicit_form::<NestedForm>("Nested?").await?;
+            Ok("asked")
+        }));
+    serve(builder, config_with(SECRET, |_| {})).await
+}
+
+/// Issue 41: `elicit_form::<T>` sends the specification's flat form made from `T` and gives
+/// the answer back as a `T`, or says the user declined or cancelled; `confirm` is a yes or no.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_form_is_asked_flat_and_answered_as_its_type() {
+    let srv = start_typed().await;
+    let c = Client::connect(&srv).await;
+    let accept = json!({"result": {"action": "accept",
+        "content": {"title": "printer on fire", "priority": "high"}}});
+    let (request, response) = round_trip(&c, 20, "ticket_form", accept).await;
+    assert_eq!(request["method"], "elicitation/create");
+    assert_eq!(request["params"]["message"], "Open a ticket?");
+    assert_eq!(
+        request["params"]["requestedSchema"],
+        json!({"type": "object", "required": ["title", "priority"], "properties": {
+            "title": {"type": "string", "description": "What is wrong."},
+            "priority": {"type": "string", "enum": ["low", "high"]},
+            "urgent": {"type": "boolean"}}})
+    );
+    assert_eq!(
+        result_text(&response["result"]),
+        "accepted printer on fire High urgent=None"
+    );
+    for (action, text) in [("decline", "declined"), ("cancel", "cancelled")] {
+        let answer = json!({"result": {"action": action}});
+        let (_, response) = round_trip(&c, 21, "ticket_form", answer).await;
+        assert_eq!(result_text(&response["result"]), text, "{response}");
+    }
+    // An answer that is not a `TicketForm` is refused, not taken.
+    let wrong =
+        json!({"result": {"action": "accept", "content": {"title": "x", "priority": "urgent"}}});
+    let (_, response) = round_trip(&c, 22, "ticket_form", wrong).await;
+    assert_eq!(response["error"]["code"], -32602, "{response}");
+
+    let yes = json!({"result": {"action": "accept", "content": {}}});
+    let (request, response) = round_trip(&c, 23, "confirm", yes).await;
+    assert_eq!(
+        request["params"]["requestedSchema"],
+        json!({"type": "object", "properties": {}})
+    );
+    assert_eq!(result_text(&response["result"]), "confirmed=true");
+    let no = json!({"result": {"action": "decline"}});
+    let (_, response) = round_trip(&c, 24, "confirm", no).await;
+    assert_eq!(result_text(&response["result"]), "confirmed=false");
+
+    // A type that cannot be a form is the server's mistake: nothing is sent, and the error
+    // names the type and the field.
+    let v = c
+        .call_json(
+            "tools/call",
+            json!({"name": "nested_form", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("NestedForm") && message.contains("`ticket`"),
+        "{message}"
+    );
+
+    // Without the capability, the client is not asked.
+    let bare = Client::connect_with(&srv.mcp, LATEST, json!({})).await;
+    for tool in ["ticket_form", "confirm"] {
+        let result = bare.call_tool_json(tool, json!({})).await;
+        assert_eq!(result["isError"], true, "{result}");
+        assert!(result_text(&result).contains("elicitation"), "{result}");
+    }
+}

@@ -380,3 +380,34 @@ async fn arguments_meet_the_published_schema_and_no_wider_one() {
         }
     }
 }
+
+/// Issue 41: MCP (to 2025-11-25) wants an object as `structuredContent` and an object schema
+/// as `outputSchema`; a tool returning a list publishes and sends it under `result` of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_structured_list_is_sent_and_published_inside_an_object() {
+    let list = tool("list").handler(|_: NoArgs, _ctx| async move {
+        Ok(Structured(vec![Found {
+            ids: vec![7],
+            first: Some(7),
+        }]))
+    });
+    let srv = serve(
+        Server::builder("lists", "1.0.0").tool(list),
+        config_with(SECRET, |_| {}),
+    )
+    .await;
+    let c = Client::connect(&srv).await;
+    let v = c.call_json("tools/list", json!({})).await;
+    let output = &v["result"]["tools"][0]["outputSchema"];
+    assert_eq!(output["type"], "object", "{output}");
+    assert_eq!(output["required"], json!(["result"]), "{output}");
+    assert_eq!(output["properties"]["result"]["type"], "array", "{output}");
+
+    let result = c.call_tool_json("list", json!({})).await;
+    let sent = json!({"result": [{"ids": [7], "first": 7}]});
+    assert_eq!(result["structuredContent"], sent, "{result}");
+    let text: serde_json::Value = serde_json::from_str(&result_text(&result)).unwrap();
+    assert_eq!(text, sent, "the text is the same JSON");
+    let validator = jsonschema::validator_for(output).unwrap();
+    assert!(validator.is_valid(&result["structuredContent"]), "{output}");
+}

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::def::Handler;
-use super::schema::{NullForm, generate};
-use super::{IntoToolResult, ToolDef, ToolError};
+use super::schema::{NullForm, generate, wrap_non_object};
+use super::{IntoToolResult, ToolDef, ToolError, ToolOutput};
 use crate::catalog::state::StateArg;
 use crate::context::RequestContext;
 
@@ -170,7 +170,8 @@ impl ToolBuilder {
     /// optional property of its inner type (`"type": "string"`, not in `required`). An explicit
     /// `null` for it is still accepted, as serde accepts it. A handler returning
     /// [`Structured<T>`](crate::Structured) publishes the schema of `T` as the tool's
-    /// `outputSchema`.
+    /// `outputSchema` (a `T` that is not an object is sent, and published, under `"result"`
+    /// of one: see [`Structured`](crate::Structured)).
     pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -307,7 +308,16 @@ impl<S> ToolBuilder<S> {
         if let Some(title) = self.title {
             descriptor = descriptor.with_title(title);
         }
-        if let Some(out) = R::output_schema() {
+        let mut handler = handler;
+        if let Some(mut out) = R::output_schema() {
+            if wrap_non_object(&mut out) {
+                // Its values go out held as the schema now says.
+                let inner = handler;
+                handler = Box::new(move |args, ctx| {
+                    let call = inner(args, ctx);
+                    Box::pin(async move { call.await.map(ToolOutput::wrapped) })
+                });
+            }
             descriptor = descriptor.with_raw_output_schema(Arc::new(out));
         }
         if let Some(a) = self.annotations {

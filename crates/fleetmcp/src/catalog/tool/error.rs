@@ -68,6 +68,10 @@ where
                 ClientRequestError::InvalidInput(e) | ClientRequestError::MissingCapability(e) => {
                     Classified::Protocol(e)
                 }
+                // The server's mistake, not the tool's outcome for the model to read.
+                ClientRequestError::InvalidForm(why) => {
+                    Classified::Protocol(crate::protocol::errors::internal(why))
+                }
                 other => Classified::Failed(other.to_string()),
             };
         }

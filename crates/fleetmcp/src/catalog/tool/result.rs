@@ -2,12 +2,14 @@
 //! a full result, or a [`Structured`] value sent as `structuredContent`, whose type is also the
 //! tool's `outputSchema`.
 
+use std::collections::BTreeMap;
+
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::schema::{NullForm, generate};
+use super::schema::{NullForm, RESULT_KEY, generate};
 
 /// What a handler may return.
 pub trait IntoToolResult {
@@ -62,6 +64,30 @@ impl ToolOutput {
             },
         }
     }
+    /// The result of a tool whose output schema was not an object (see
+    /// [`wrap_non_object`](super::schema::wrap_non_object)): its structured value, held under
+    /// [`RESULT_KEY`] (`[1, 2]` is sent as `{"result": [1, 2]}`, and so is its text). A result
+    /// without one (a failure) is left as it is.
+    pub(crate) fn wrapped(self) -> Self {
+        match self.0 {
+            Output::Structured(raw) => {
+                // Written around the text as it is: the value is not parsed again.
+                let held = [(RESULT_KEY, &*raw)]
+                    .into_iter()
+                    .collect::<BTreeMap<_, _>>();
+                match serde_json::value::to_raw_value(&held) {
+                    Ok(held) => ToolOutput(Output::Structured(held)),
+                    Err(e) => ToolOutput(Output::Result(not_serialised(&e))),
+                }
+            }
+            Output::Result(mut r) => {
+                if let Some(value) = r.structured_content.take() {
+                    r.structured_content = Some(serde_json::json!({ RESULT_KEY: value }));
+                }
+                ToolOutput(Output::Result(r))
+            }
+        }
+    }
 }
 
 /// The `CallToolResult` of a structured value: the value, and its JSON text for older clients.
@@ -103,6 +129,13 @@ impl IntoToolResult for Vec<ContentBlock> {
 /// `Option` field written `"anyOf": [{..}, {"type": "null"}]` rather than with a type array,
 /// since a `None` is sent as `null`).
 ///
+/// MCP (up to 2025-11-25) wants `structuredContent` to be an object and the `outputSchema` to
+/// say so. A `T` whose schema is not an object (a `Vec`, a string or number, an enum of
+/// strings, an `Option`, a `serde_json::Value`) is sent held in one, under `"result"`:
+/// `Structured(vec![1, 2])` is sent as `{"result": [1, 2]}` (its text too), and the published
+/// `outputSchema` is an object with one required property, `result`, of `T`'s schema. (For an
+/// object of any shape, return a `serde_json::Map`, whose schema is an object.)
+///
 /// ```
 /// use fleetmcp::{Structured, tool};
 ///
@@ -116,6 +149,15 @@ impl IntoToolResult for Vec<ContentBlock> {
 /// });
 /// let output = add.descriptor().output_schema.as_ref().map(|s| s["properties"].clone());
 /// assert_eq!(output, Some(serde_json::json!({"sum": {"type": "integer"}})));
+///
+/// // A list is not an object: it is sent as `{"result": [..]}`, as the schema says.
+/// let evens = tool("evens").handler(|_: fleetmcp::NoArgs, _ctx| async move {
+///     Ok(Structured(vec![2, 4, 6]))
+/// });
+/// let output = serde_json::Value::Object((*evens.descriptor().output_schema.clone().unwrap()).clone());
+/// assert_eq!(output["type"], "object");
+/// assert_eq!(output["required"], serde_json::json!(["result"]));
+/// assert_eq!(output["properties"]["result"]["type"], "array");
 /// ```
 pub struct Structured<T>(pub T);
 

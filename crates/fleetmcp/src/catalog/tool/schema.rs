@@ -22,9 +22,23 @@ pub(in crate::catalog) enum NullForm {
 
 /// The schema of `T`, with `null` rewritten as `form` says (`None`: as schemars writes it).
 pub(in crate::catalog) fn generate<T: JsonSchema>(form: Option<NullForm>) -> JsonObject {
-    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<T>();
+    generate_with::<T>(schemars::generate::SchemaSettings::draft2020_12(), form)
+}
+
+/// [`generate`] with every subschema written in place (no `$defs`, no `$ref`), as an
+/// elicitation form must be (`context/elicit.rs`): a flat object whose properties are schemas
+/// of their own.
+pub(crate) fn generate_inlined<T: JsonSchema>() -> JsonObject {
+    let mut settings = schemars::generate::SchemaSettings::draft2020_12();
+    settings.inline_subschemas = true;
+    generate_with::<T>(settings, Some(NullForm::Omit))
+}
+
+fn generate_with<T: JsonSchema>(
+    settings: schemars::generate::SchemaSettings,
+    form: Option<NullForm>,
+) -> JsonObject {
+    let mut schema = settings.into_generator().into_root_schema_for::<T>();
     if let Some(form) = form {
         schemars::transform::Transform::transform(&mut NoTypeArrays(form), &mut schema);
     }
@@ -33,14 +47,53 @@ pub(in crate::catalog) fn generate<T: JsonSchema>(form: Option<NullForm>) -> Jso
             strip_rust_formats(&mut map);
             map
         }
-        // A schema that is `true`/`false` (a type accepting anything or nothing): publish it
-        // as an open object, which is what MCP requires of an input schema's root.
+        // A result's `true`/`false` (a type accepting anything or nothing, such as
+        // `serde_json::Value`): the same as a schema, for `wrap_non_object` to wrap.
+        Value::Bool(any) if form == Some(NullForm::AnyOf) => {
+            let mut m = JsonObject::new();
+            if !any {
+                m.insert("not".into(), json!({}));
+            }
+            m
+        }
+        // An argument type's `true`/`false`: publish it as an open object, which is what MCP
+        // requires of an input schema's root.
         _ => {
             let mut m = JsonObject::new();
             m.insert("type".into(), Value::String("object".into()));
             m
         }
     }
+}
+
+/// The key under which a structured value that is not an object is sent (see
+/// [`wrap_non_object`]).
+pub(in crate::catalog) const RESULT_KEY: &str = "result";
+
+/// Makes an output schema one MCP accepts. Up to 2025-11-25 an `outputSchema` must be
+/// `"type": "object"` at its root and `structuredContent` an object (2026-07-28 allows any
+/// value, but one tool publishes one schema to every era): a schema that is not (an array, a
+/// string, a number, an enum, an `Option`, any value) becomes the schema of an object holding
+/// the value, required, under [`RESULT_KEY`]; its `$schema` and `$defs` move to the new root, so
+/// the `$ref`s inside still resolve. Returns whether it did: the tool's values must then be
+/// wrapped the same way ([`ToolOutput::wrapped`](super::ToolOutput::wrapped)).
+pub(in crate::catalog) fn wrap_non_object(schema: &mut JsonObject) -> bool {
+    if schema.get("type").and_then(Value::as_str) == Some("object") {
+        return false;
+    }
+    let mut inner = std::mem::take(schema);
+    for key in ["$schema", "$defs"] {
+        if let Some(v) = inner.remove(key) {
+            schema.insert(key.into(), v);
+        }
+    }
+    schema.insert("type".into(), json!("object"));
+    schema.insert(
+        "properties".into(),
+        json!({ RESULT_KEY: Value::Object(inner) }),
+    );
+    schema.insert("required".into(), json!([RESULT_KEY]));
+    true
 }
 
 /// Removes `"type": [..]` arrays from a schema and its subschemas (`$defs` included), and
@@ -307,5 +360,75 @@ mod tests {
             .validate(&json!({"query": "printer", "limit": "ten"}))
             .unwrap_err();
         assert!(e.message.contains("limit"), "{}", e.message);
+    }
+
+    #[derive(serde::Serialize, JsonSchema)]
+    struct Note {
+        id: u64,
+        tags: Vec<State>,
+    }
+
+    /// The output schema a handler returning `Structured<T>` publishes.
+    fn output_of<T: serde::Serialize + JsonSchema + Send + 'static>() -> Value {
+        let t = tool("t").handler(|_: tool::NoArgs, _ctx| async {
+            Err::<crate::Structured<T>, _>(tool::ToolError::failed("unused"))
+        });
+        Value::Object((*t.descriptor().output_schema.clone().unwrap()).clone())
+    }
+
+    /// MCP (up to 2025-11-25) wants an output schema whose root is an object and an object as
+    /// `structuredContent` (issue 41: `Structured(Vec<Note>)` published `"type": "array"`):
+    /// every other type is published, and sent, under `result` of an object.
+    #[test]
+    fn a_result_that_is_not_an_object_is_published_inside_one() {
+        let note = || Note {
+            id: 1,
+            tags: vec![State::Open],
+        };
+        let cases: Vec<(Value, Value)> = vec![
+            (
+                output_of::<Vec<Note>>(),
+                serde_json::to_value(vec![note()]).unwrap(),
+            ),
+            (output_of::<String>(), json!("text")),
+            (output_of::<f64>(), json!(1.5)),
+            (output_of::<u32>(), json!(7)),
+            (output_of::<State>(), json!("closed")),
+            (output_of::<Option<Note>>(), Value::Null),
+            (
+                output_of::<Option<Note>>(),
+                serde_json::to_value(note()).unwrap(),
+            ),
+            (output_of::<Value>(), json!([1, "two"])),
+        ];
+        for (schema, value) in cases {
+            assert_eq!(schema["type"], "object", "{schema:#}");
+            assert_eq!(schema["required"], json!(["result"]), "{schema:#}");
+            assert_eq!(
+                schema["$schema"],
+                "https://json-schema.org/draft/2020-12/schema"
+            );
+            assert!(schema["properties"]["result"].get("$schema").is_none());
+            let validator = jsonschema::validator_for(&schema).unwrap();
+            let sent = json!({ "result": value });
+            assert!(validator.is_valid(&sent), "{sent} against {schema:#}");
+            assert!(
+                !validator.is_valid(&value),
+                "{value} bare against {schema:#}"
+            );
+        }
+        // `$ref`s inside still resolve: `$defs` moved to the new root.
+        let list = output_of::<Vec<Note>>();
+        assert!(list["$defs"].get("Note").is_some(), "{list:#}");
+        assert_eq!(list["properties"]["result"]["type"], "array");
+        let bad = json!({"result": [{"id": 1, "tags": ["lost"]}]});
+        assert!(!jsonschema::validator_for(&list).unwrap().is_valid(&bad));
+        // An object stays as it is.
+        let obj = output_of::<Note>();
+        assert_eq!(obj["required"], json!(["id", "tags"]), "{obj:#}");
+        assert!(obj["properties"].get("result").is_none());
+        let map = output_of::<serde_json::Map<String, Value>>();
+        assert_eq!(map["type"], "object");
+        assert!(map.get("required").is_none(), "{map:#}");
     }
 }
