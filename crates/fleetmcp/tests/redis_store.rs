@@ -327,6 +327,61 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
     );
 }
 
+/// On a three-master cluster, where the records of a batch are in as many slots, the batch
+/// claim costs about one command per record too (one script per master and batch, one `SET
+/// ... GET` per record inside it, the read and the write in one), not three (a script per
+/// record, with its `GET` and `SET`); a lost race puts the record back as it was, and a
+/// record gone is not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_on_a_cluster_costs_about_one_command_per_record() {
+    let redis = SharedRedis::cluster();
+    let store = RedisSessionStore::connect(redis.config()).await.unwrap();
+    let n = 1_200;
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut r = record(&format!("spread-{i}"), "desk-x");
+        r.client_info = json!({"name": "t", "roots": []});
+        store.create(&r, true).await.unwrap();
+        batch.push(r);
+    }
+    redis.reset_stats();
+    let answers = store.claim_many(&batch, "desk-z").await.unwrap();
+    assert!(answers.iter().all(|a| *a == Claim::Won(2)), "{answers:?}");
+    let commands = redis.commands_run();
+    assert!(
+        commands <= n as u64 + n as u64 / 10,
+        "{commands} commands for {n} claims on a cluster"
+    );
+    let claimed = redis.cli(&["GET", "mcp:session:spread-777"]);
+    assert!(claimed.contains(r#""nodeId":"desk-z""#), "{claimed}");
+    assert!(claimed.contains(r#""roots":[]"#), "{claimed}");
+    assert!(
+        claimed.contains(r#""reassignedFrom":"desk-x""#),
+        "{claimed}"
+    );
+    let pttl: i64 = redis
+        .cli(&["PTTL", "mcp:session:spread-777"])
+        .parse()
+        .unwrap();
+    assert!(pttl > 3_500_000, "pttl {pttl}");
+    // A stale view loses every record and leaves it as it was; a record gone stays gone.
+    let before = redis.cli(&["GET", "mcp:session:spread-5"]);
+    store.delete("spread-6").await.unwrap();
+    let again = store.claim_many(&batch[5..7], "desk-y").await.unwrap();
+    assert_eq!(
+        again,
+        [
+            Claim::Lost {
+                node_id: "desk-z".into(),
+                epoch: 2
+            },
+            Claim::Gone
+        ]
+    );
+    assert_eq!(redis.cli(&["GET", "mcp:session:spread-5"]), before);
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:spread-6"]), "0");
+}
+
 /// The holder index grows its buckets as sessions are created, before any heartbeat: 300
 /// sessions opened at once end in eight buckets of about 38, each kept compact by Redis
 /// (listpack), and not in one sorted set of 300 (a skiplist, twice the bytes an entry).

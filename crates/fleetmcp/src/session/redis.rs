@@ -234,6 +234,48 @@ end
 return out
 "#;
 
+/// [`CLAIM`] for many records of one Redis Cluster master, in any of its slots (Redis 7's
+/// `allow-cross-slot-keys`; `KEYS[1]`, one of them, routes it there): `ARGV[1]` the expiry in
+/// ms, then per record its key, its expected holder, its expected epoch and the record naming
+/// the new holder (`ARGV[4i-2..4i+1]`). One `SET ... GET` per record, the read and the write in
+/// one command: the answer of [`CLAIM`] when the old record named holder and epoch, else the
+/// old record is put back at once (the script is atomic: nobody sees the new one), with its
+/// expiry reset to a full one (a claim that loses a race, rare: the scanner read the record a
+/// moment before), and a record that was gone is deleted again. A key this master does not
+/// serve (the slot moved) answers `{3}`, claimed again by [`CLAIM`]. About one command per
+/// record, where [`CLAIM_MANY`] on one slot costs an `EVALSHA` and an `MGET` more a slot: the
+/// records of a dead instance are one or a few a slot.
+const CLAIM_SPREAD: &str = r#"#!lua flags=allow-cross-slot-keys
+local out = {}
+for i = 1, (#ARGV - 1) / 4 do
+  local at = 4 * i - 2
+  local key = ARGV[at]
+  local old = redis.pcall('SET', key, ARGV[at + 3], 'PX', ARGV[1], 'GET')
+  if type(old) == 'table' then
+    out[i] = {3, '', 0}
+  else
+    local node, epoch, code = '', 0, 0
+    if old then
+      local ok, r = pcall(cjson.decode, old)
+      if ok and type(r) == 'table' then
+        node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
+        epoch = tonumber(r.epoch) or 1
+        code = 2
+        if node == ARGV[at + 1] and epoch == tonumber(ARGV[at + 2]) then code = 1 end
+      end
+      if code ~= 1 then redis.call('SET', key, old, 'PX', ARGV[1]) end
+    else
+      redis.call('DEL', key)
+    end
+    out[i] = {code, tostring(node), epoch}
+  end
+end
+return out
+"#;
+
+/// The answer of [`CLAIM_SPREAD`] for a record whose key its master does not serve.
+const NOT_HERE: i64 = 3;
+
 /// Records claimed per [`CLAIM_MANY`] call: its arguments (about 300 bytes a record) and the
 /// time Redis runs it for (well under a millisecond) stay small.
 const CLAIM_MANY_BATCH: usize = 500;
@@ -382,14 +424,7 @@ impl RedisSessionStore {
             }
             answers
         } else {
-            let mut claims = Vec::with_capacity(records.len());
-            for record in records {
-                claims.push(self.claim_record(record, to, now)?);
-            }
-            // Each record is in its own slot: one script each (three commands with the `GET`
-            // and `SET` inside), sent together (the connection pipelines them; a cluster sends
-            // each to its node).
-            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await
+            self.claim_spread(records, to, now).await?
         };
         let claims: Vec<Result<Claim, CommandError>> = records
             .iter()
@@ -405,6 +440,106 @@ impl RedisSessionStore {
             .collect();
         self.index_moved(&won, to, now).await;
         Ok(claims.into_iter().collect::<Result<_, _>>()?)
+    }
+
+    /// [`RedisSessionStore::claim_many`] on a cluster: the records grouped by the master that
+    /// serves their slot (one `CLUSTER SLOTS`), one [`CLAIM_SPREAD`] per master and batch, sent
+    /// together; a record left out (its master unknown, a batch that failed, a slot that moved,
+    /// a server older than Redis 7) is claimed by its own [`CLAIM`] script.
+    async fn claim_spread(
+        &self,
+        records: &[SessionRecord],
+        to: &str,
+        now: u64,
+    ) -> Result<Vec<Result<(i64, String, u64), CommandError>>, StoreError> {
+        let mut answers: Vec<Option<Result<(i64, String, u64), CommandError>>> =
+            (0..records.len()).map(|_| None).collect();
+        let masters = match self.conn.slot_masters().await {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::debug!(error = %e, "the slot map was not read; claiming one record a script");
+                None
+            }
+        };
+        let mut by_master: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, r) in records.iter().enumerate() {
+            let slot = crate::redis_conn::slot_of(self.key(&r.id).as_bytes());
+            if let Some(master) = masters.as_ref().and_then(|m| m.of(slot)) {
+                by_master.entry(master).or_default().push(i);
+            }
+        }
+        let mut batches = Vec::new();
+        for group in by_master.values() {
+            for batch in group.chunks(CLAIM_MANY_BATCH) {
+                batches.push((batch, self.claim_spread_command(records, batch, to, now)?));
+            }
+        }
+        let sent = batches.into_iter().map(|(batch, cmd)| async move {
+            (batch, self.conn.run::<Vec<(i64, String, u64)>>(cmd).await)
+        });
+        for (batch, got) in futures_util::future::join_all(sent).await {
+            match got {
+                Ok(got) if got.len() == batch.len() => {
+                    for (&i, answer) in batch.iter().zip(got) {
+                        if answer.0 != NOT_HERE {
+                            answers[i] = Some(Ok(answer));
+                        }
+                    }
+                }
+                Ok(_) => tracing::debug!(
+                    "a claim script answered for other records; claiming one record a script"
+                ),
+                Err(e) => {
+                    tracing::debug!(error = %e, "a claim script failed; claiming one record a script")
+                }
+            }
+        }
+        // The rest one script each (three commands with the `GET` and `SET` inside), sent
+        // together. A batch that failed may have claimed some already (a timeout): a record
+        // this instance already holds at the next epoch is a claim won.
+        let mut rest = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            if answers[i].is_none() {
+                rest.push((i, self.claim_record(r, to, now)?));
+            }
+        }
+        let claimed = rest
+            .into_iter()
+            .map(|(i, inv)| async move { (i, self.conn.eval::<(i64, String, u64)>(inv).await) });
+        for (i, got) in futures_util::future::join_all(claimed).await {
+            let mine = |(_, node, epoch): &(i64, String, u64)| {
+                node == to && *epoch == records[i].epoch + 1
+            };
+            answers[i] = Some(got.map(|a| if mine(&a) { (1, a.1, a.2) } else { a }));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(CommandError::Unavailable("not claimed".into()))))
+            .collect())
+    }
+
+    /// [`CLAIM_SPREAD`] for the records `batch` (indexes into `records`), one master's.
+    fn claim_spread_command(
+        &self,
+        records: &[SessionRecord],
+        batch: &[usize],
+        to: &str,
+        now: u64,
+    ) -> Result<redis::Cmd, StoreError> {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(CLAIM_SPREAD).arg(1);
+        if let Some(&first) = batch.first() {
+            cmd.arg(self.key(&records[first].id));
+        }
+        cmd.arg(self.ttl_ms);
+        for &i in batch {
+            let record = &records[i];
+            cmd.arg(self.key(&record.id))
+                .arg(&record.node_id)
+                .arg(record.epoch)
+                .arg(Self::encode(&self.claimed_wire(record, to, now))?);
+        }
+        Ok(cmd)
     }
 
     /// The fenced script that makes `to` the holder of `record` at `now` (the record it becomes
