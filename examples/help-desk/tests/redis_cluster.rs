@@ -218,10 +218,16 @@ fn the_orphan_scanner_recovers_a_dead_instances_sessions_for_two_commands_each_o
             "clientInfo": {"name": "t", "roots": []}});
         lines += &format!("SET mcp:session:{id} '{record}' PX 600000\n");
     }
-    // In 64 buckets (which bucket a session is in matters to no reader).
+    // In 64 buckets, each session in the one its holder would have written it in (FNV-1a of
+    // its id, `session/index.rs`), where the claim's index move looks for it.
+    let bucket_of = |id: &str| {
+        id.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        }) & 63
+    };
     for n in 0..64 {
         lines += &format!("ZADD mcp:node:ghost:sessions:{n}");
-        for id in ids.iter().skip(n).step_by(64) {
+        for id in ids.iter().filter(|id| bucket_of(id) == n) {
             lines += &format!(" {now} {id}");
         }
         lines += "\n";

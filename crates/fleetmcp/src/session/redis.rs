@@ -273,6 +273,9 @@ end
 return out
 "#;
 
+/// A fenced script's answer for one record: `{code, holder, epoch}` (see [`CHECK`]).
+type Answer = (i64, String, u64);
+
 /// The answer of [`CLAIM_SPREAD`] for a record whose key its master does not serve.
 const NOT_HERE: i64 = 3;
 
@@ -451,8 +454,8 @@ impl RedisSessionStore {
         records: &[SessionRecord],
         to: &str,
         now: u64,
-    ) -> Result<Vec<Result<(i64, String, u64), CommandError>>, StoreError> {
-        let mut answers: Vec<Option<Result<(i64, String, u64), CommandError>>> =
+    ) -> Result<Vec<Result<Answer, CommandError>>, StoreError> {
+        let mut answers: Vec<Option<Result<Answer, CommandError>>> =
             (0..records.len()).map(|_| None).collect();
         let masters = match self.conn.slot_masters().await {
             Ok(m) => Some(m),
