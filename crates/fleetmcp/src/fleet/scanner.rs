@@ -60,6 +60,9 @@ const GROUP: usize = 64;
 /// claimed together, the more share one (100,000 sessions, about six a slot).
 const GATHER: usize = 32_768;
 
+/// Reads (`BATCH` records each) in flight at once.
+const AT_ONCE: usize = 4;
+
 /// Keeps the lock for another `ARGV[2]` ms, only while it is still this instance's.
 const KEEP_LOCK: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -159,6 +162,18 @@ impl Scanner {
         }
     }
 
+    /// Runs `work` while keeping the lock every half interval: one gather's claim may outlast
+    /// an interval (another run would then read the same index again, and its claims lose).
+    async fn keeping_lock<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tokio::time::sleep(self.interval / 2) => self.keep_lock().await,
+            }
+        }
+    }
+
     async fn scan_locked(&self) -> Result<Option<Scan>, CommandError> {
         let nodes: Vec<(String, u64)> = self
             .redis
@@ -200,7 +215,7 @@ impl Scanner {
             scan.dead += 1;
             let found_dead_at = unix_ms();
             let started = Instant::now();
-            let (scanned, claimed) = self.claim_all(&node).await?;
+            let (scanned, claimed) = self.keeping_lock(self.claim_all(&node)).await?;
             scan.scanned += scanned;
             scan.claimed += claimed;
             // Its unfinished tasks end as failed rather than stay `working` until they expire;
@@ -262,15 +277,10 @@ impl Scanner {
         index::grow(&self.redis, &self.me, self.app.sessions().held() + coming).await?;
         let keys = index::keys(&self.redis, dead, count);
         let (mut scanned, mut claimed) = (0, 0);
-        let mut kept = Instant::now();
         loop {
             let (mut found, mut moved) = (0, false);
             let mut gathered: Vec<(String, &String)> = Vec::new();
             for (n, group) in keys.chunks(GROUP).enumerate() {
-                if kept.elapsed() >= self.interval / 2 {
-                    self.keep_lock().await;
-                    kept = Instant::now();
-                }
                 let reads = group.iter().map(|key| {
                     self.redis.run::<Vec<String>>(
                         redis::cmd("ZRANGE")
@@ -328,14 +338,20 @@ impl Scanner {
             gathered.sort_by_cached_key(|(id, _)| slot_of(self.store.key(id).as_bytes()));
         }
         let ids: Vec<String> = gathered.iter().map(|(id, _)| id.clone()).collect();
-        let reads = ids.chunks(BATCH).map(|chunk| self.store.get_many(chunk));
-        let records = futures_util::future::try_join_all(reads)
-            .await
-            .map_err(unavailable)?;
+        // A few at once: each is bounded by the command timeout from when it is sent, and on a
+        // cluster each is hundreds of commands (one a slot).
+        let mut records = Vec::with_capacity(ids.len());
+        for some in ids.chunks(BATCH * AT_ONCE) {
+            let reads = some.chunks(BATCH).map(|chunk| self.store.get_many(chunk));
+            let read = futures_util::future::try_join_all(reads)
+                .await
+                .map_err(unavailable)?;
+            records.extend(read.into_iter().flatten());
+        }
         let mut stale: std::collections::BTreeMap<&String, Vec<&str>> = Default::default();
         let mut mine = Vec::new();
         let mut mine_from = Vec::new();
-        for ((id, key), record) in gathered.iter().zip(records.into_iter().flatten()) {
+        for ((id, key), record) in gathered.iter().zip(records) {
             match record {
                 // A 2024-11-05 session lives in its stream, on the instance that has it:
                 // claimed, it could be served nowhere, and an instance that was only paused

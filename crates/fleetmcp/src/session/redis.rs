@@ -276,6 +276,9 @@ return out
 /// A fenced script's answer for one record: `{code, holder, epoch}` (see [`CHECK`]).
 type Answer = (i64, String, u64);
 
+/// [`CLAIM_SPREAD`] batches in flight at once.
+const SPREAD_AT_ONCE: usize = 4;
+
 /// The answer of [`CLAIM_SPREAD`] for a record whose key its master does not serve.
 const NOT_HERE: i64 = 3;
 
@@ -477,10 +480,15 @@ impl RedisSessionStore {
                 batches.push((batch, self.claim_spread_command(records, batch, to, now)?));
             }
         }
-        let sent = batches.into_iter().map(|(batch, cmd)| async move {
-            (batch, self.conn.run::<Vec<(i64, String, u64)>>(cmd).await)
-        });
-        for (batch, got) in futures_util::future::join_all(sent).await {
+        // A few at once: each is bounded by the command timeout from when it is sent.
+        let mut sent = Vec::with_capacity(batches.len());
+        for some in batches.chunks(SPREAD_AT_ONCE) {
+            let runs = some.iter().map(|(batch, cmd)| async move {
+                (*batch, self.conn.run::<Vec<Answer>>(cmd.clone()).await)
+            });
+            sent.extend(futures_util::future::join_all(runs).await);
+        }
+        for (batch, got) in sent {
             match got {
                 Ok(got) if got.len() == batch.len() => {
                     for (&i, answer) in batch.iter().zip(got) {
