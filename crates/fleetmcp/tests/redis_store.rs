@@ -257,6 +257,29 @@ async fn fenced_writes_on(redis: SharedRedis) {
     assert_eq!(held, ["sid-0", "sid-1", "sid-2"]);
 }
 
+/// `n` sessions `<name>-<i>` created held by desk-x, each with an empty list from its client.
+async fn created_by_x(store: &RedisSessionStore, name: &str, n: usize) -> Vec<SessionRecord> {
+    let mut batch = Vec::new();
+    for i in 0..n {
+        let mut r = record(&format!("{name}-{i}"), "desk-x");
+        r.client_info = json!({"name": "t", "roots": []});
+        store.create(&r, true).await.unwrap();
+        batch.push(r);
+    }
+    batch
+}
+
+/// A record desk-z claimed from desk-x, as stored: naming both, with what the client sent as
+/// it was (Lua's encoder would turn `[]` into `{}`).
+fn assert_claimed_from_x_by_z(claimed: &str) {
+    assert!(claimed.contains(r#""nodeId":"desk-z""#), "{claimed}");
+    assert!(claimed.contains(r#""roots":[]"#), "{claimed}");
+    assert!(
+        claimed.contains(r#""reassignedFrom":"desk-x""#),
+        "{claimed}"
+    );
+}
+
 /// The orphan scanner's batch claim on one server costs Redis about one command per record
 /// (one script per batch, one `MGET` and one `SET` per record inside it, where `INFO
 /// commandstats` counts them, and a few per bucket of the indexes: the 1,200 sessions of
@@ -267,13 +290,7 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
     let redis = RedisServer::start();
     let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
     let n = 1_200;
-    let mut batch = Vec::new();
-    for i in 0..n {
-        let mut r = record(&format!("many-{i}"), "desk-x");
-        r.client_info = json!({"name": "t", "roots": []});
-        store.create(&r, true).await.unwrap();
-        batch.push(r);
-    }
+    let batch = created_by_x(&store, "many", n).await;
     redis.cli(&["CONFIG", "RESETSTAT"]);
     let answers = store.claim_many(&batch, "desk-z").await.unwrap();
     assert!(answers.iter().all(|a| *a == Claim::Won(2)), "{answers:?}");
@@ -294,13 +311,7 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
         commands <= n as u64 + n as u64 / 10,
         "{commands} commands for {n} claims:\n{stats}"
     );
-    let claimed = redis.cli(&["GET", "mcp:session:many-777"]);
-    assert!(claimed.contains(r#""nodeId":"desk-z""#), "{claimed}");
-    assert!(claimed.contains(r#""roots":[]"#), "{claimed}");
-    assert!(
-        claimed.contains(r#""reassignedFrom":"desk-x""#),
-        "{claimed}"
-    );
+    assert_claimed_from_x_by_z(&redis.cli(&["GET", "mcp:session:many-777"]));
     assert_eq!(redis.cli(&["GET", "mcp:node:desk-z:buckets"]), "32");
     let indexed: u64 = (0..32)
         .map(|b| {
@@ -325,6 +336,49 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
         "{:?}",
         &again[..3]
     );
+}
+
+/// On a three-master cluster, where the records of a batch are in as many slots, the batch
+/// claim costs about one command per record too (one script per master and batch, one `SET
+/// ... GET` per record inside it, the read and the write in one), not three (a script per
+/// record, with its `GET` and `SET`); a lost race puts the record back as it was, and a
+/// record gone is not written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_claim_on_a_cluster_costs_about_one_command_per_record() {
+    let redis = SharedRedis::cluster();
+    let store = RedisSessionStore::connect(redis.config()).await.unwrap();
+    let n = 1_200;
+    let batch = created_by_x(&store, "spread", n).await;
+    redis.reset_stats();
+    let answers = store.claim_many(&batch, "desk-z").await.unwrap();
+    assert!(answers.iter().all(|a| *a == Claim::Won(2)), "{answers:?}");
+    let commands = redis.commands_run();
+    assert!(
+        commands <= n as u64 + n as u64 / 10,
+        "{commands} commands for {n} claims on a cluster"
+    );
+    assert_claimed_from_x_by_z(&redis.cli(&["GET", "mcp:session:spread-777"]));
+    let pttl: i64 = redis
+        .cli(&["PTTL", "mcp:session:spread-777"])
+        .parse()
+        .unwrap();
+    assert!(pttl > 3_500_000, "pttl {pttl}");
+    // A stale view loses every record and leaves it as it was; a record gone stays gone.
+    let before = redis.cli(&["GET", "mcp:session:spread-5"]);
+    store.delete("spread-6").await.unwrap();
+    let again = store.claim_many(&batch[5..7], "desk-y").await.unwrap();
+    assert_eq!(
+        again,
+        [
+            Claim::Lost {
+                node_id: "desk-z".into(),
+                epoch: 2
+            },
+            Claim::Gone
+        ]
+    );
+    assert_eq!(redis.cli(&["GET", "mcp:session:spread-5"]), before);
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:spread-6"]), "0");
 }
 
 /// The holder index grows its buckets as sessions are created, before any heartbeat: 300

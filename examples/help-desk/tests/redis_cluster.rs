@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use fleet_client::*;
 use serde_json::{Value, json};
-use support_redis::RedisCluster;
+use support_redis::{RedisCluster, SharedRedis};
 
 const VALIDATED: &str = "[TransportService] Session store connection validated successfully";
 
@@ -176,6 +176,110 @@ fn a_fleet_on_a_three_master_cluster_serves_sessions_everywhere_and_survives_a_k
         let stored: Value = serde_json::from_str(&raw).unwrap_or(Value::Null);
         assert_eq!(stored["session"]["nodeId"], "desk-b", "{raw}");
     }
+    b.assert_no_panic_logged();
+}
+
+/// Issue 37: the orphan scanner recovers a dead instance's sessions on a three-master cluster
+/// for at most two Redis commands each (`INFO commandstats` on every master, from the dead
+/// instance's entry in `nodes` to its index empty, everything desk-b sent meanwhile counted):
+/// their records read one `MGET` a slot, claimed one script a master and batch with one `SET`
+/// a record inside, the index moved one command a bucket; not four (a `GET`, then a script
+/// with its `GET` and `SET`, a record). The 3,000 sessions of the ghost instance are written
+/// in the stored format, in 500 slots (hash tags in their ids): six a slot, as 100,000
+/// sessions fall over a cluster's 16,384 slots. The claimed records keep what clients sent.
+#[test]
+fn the_orphan_scanner_recovers_a_dead_instances_sessions_for_two_commands_each_on_a_cluster() {
+    let redis = SharedRedis::cluster();
+    let nodes = redis.env().remove(0).1;
+    let b = distributed_desk(
+        "desk-b",
+        "",
+        &[
+            ("REDIS_CLUSTER_NODES", nodes.as_str()),
+            ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+            ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1500"),
+            ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ],
+    );
+    assert_log_has(&b, "desk-b", VALIDATED);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let (slots, each) = (500, 6);
+    let ids: Vec<String> = (0..slots * each)
+        .map(|i| format!("ghost-{{{}}}-{i}", i % slots))
+        .collect();
+    let mut lines = String::new();
+    for id in &ids {
+        let record = json!({"session": {"id": id, "protocol": "streamable-http",
+            "createdAt": now, "nodeId": "ghost"}, "createdAt": now, "lastAccessedAt": now,
+            "initialized": true, "protocolVersion": "2025-11-25",
+            "clientInfo": {"name": "t", "roots": []}});
+        lines += &format!("SET mcp:session:{id} '{record}' PX 600000\n");
+    }
+    // In 64 buckets, each session in the one its holder would have written it in (FNV-1a of
+    // its id, `session/index.rs`), where the claim's index move looks for it.
+    let bucket_of = |id: &str| {
+        id.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        }) & 63
+    };
+    for n in 0..64 {
+        lines += &format!("ZADD mcp:node:ghost:sessions:{n}");
+        for id in ids.iter().filter(|id| bucket_of(id) == n) {
+            lines += &format!(" {now} {id}");
+        }
+        lines += "\n";
+    }
+    lines += "SET mcp:node:ghost:buckets 64\n";
+    redis.cli_script(&lines);
+
+    redis.reset_stats();
+    let listed = (now - 60_000).to_string();
+    redis.cli(&["ZADD", "mcp:ha:nodes", &listed, "ghost"]);
+    let started = Instant::now();
+    while !redis.cli(&["ZSCORE", "mcp:ha:nodes", "ghost"]).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the scanner claims the ghost's sessions:\n{}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let commands = redis.commands_run();
+    let per_session = commands as f64 / ids.len() as f64;
+    eprintln!(
+        "cluster recovery: {commands} commands for {} sessions ({per_session:.2} each) within {:?}",
+        ids.len(),
+        started.elapsed()
+    );
+    for id in ids.iter().step_by(97) {
+        let raw = redis.cli(&["GET", &format!("mcp:session:{id}")]);
+        let stored: Value = serde_json::from_str(&raw).unwrap_or(Value::Null);
+        assert_eq!(stored["session"]["nodeId"], "desk-b", "{raw}");
+        assert_eq!(stored["clientInfo"]["roots"], json!([]), "{raw}");
+    }
+    let buckets: u32 = redis
+        .cli(&["GET", "mcp:node:desk-b:buckets"])
+        .parse()
+        .unwrap_or(1);
+    let held: u64 = (0..buckets)
+        .map(|n| {
+            let key = format!("mcp:node:desk-b:sessions:{n}");
+            redis.cli(&["ZCARD", &key]).parse::<u64>().unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(
+        held,
+        ids.len() as u64,
+        "desk-b's index names every claimed session"
+    );
+    assert!(
+        per_session <= 2.0,
+        "{commands} commands for {} sessions recovered ({per_session:.2} each)",
+        ids.len()
+    );
     b.assert_no_panic_logged();
 }
 

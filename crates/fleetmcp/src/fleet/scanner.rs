@@ -5,11 +5,14 @@
 //! as much as the keyspace is large). Every instance scores itself in `<haPrefix>nodes` at each
 //! beat (its last beat, Unix ms; 0 once it stopped gracefully), and indexes the sessions it
 //! holds in `<prefix>node:<nodeId>:sessions:<n>` (listpack-sized buckets, `session/index.rs`,
-//! kept by the session store's create, claim and refresh). A run reads `nodes` once, with the scores, finds the dead among them, and claims
-//! the sessions of each dead one's index in batches of a few buckets: one `MGET` and one claim
-//! script per batch (about one Redis command per session on one server, the `SET` of each
-//! record inside the script; on a cluster, where the records are in different slots, one
-//! script per session, three commands).
+//! kept by the session store's create, claim and refresh). A run reads `nodes` once, with the
+//! scores, finds the dead among them, and claims the sessions of each dead one's index
+//! [`GATHER`] at a time: their records read [`BATCH`] to an `MGET`, then claimed by one script
+//! per batch of ~500 (about one Redis command per session on one server, the `SET` of each
+//! record inside the script). On a cluster the records are in different slots: an `MGET` reads
+//! one slot's (the ids are ordered by slot, and the more are gathered, the more share a slot:
+//! about six a slot at 100,000), and the script runs per master (`CLAIM_SPREAD`, one `SET ...
+//! GET` a record): about 1.5 commands a session at 100,000 sessions, 2 at a few thousand.
 //! Its cost grows with the dead instance's sessions, not with the keyspace.
 //!
 //! One run per interval in the whole fleet: a run first takes `<haPrefix>scanner:lock`
@@ -42,15 +45,23 @@ use super::heartbeat::{channel_of, nodes_key, subscribers};
 use super::liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
-use crate::redis_conn::{CommandError, RedisConn};
+use crate::redis_conn::{CommandError, RedisConn, slot_of};
 use crate::session::{Claim, RedisSessionStore, index};
 
 /// Most entries read from one index key per round.
 const BATCH: usize = 500;
 
-/// Index keys read together, and their sessions claimed together: about 500 sessions (the
-/// buckets of `session/index.rs` hold about 64 each).
-const GROUP: usize = 8;
+/// Index keys read together (one `ZRANGE` each, sent together).
+const GROUP: usize = 64;
+
+/// Most index entries gathered before their sessions are claimed together (their ids, then
+/// their records, a few MB). On a Redis Cluster the records of a dead instance fall one or a
+/// few in each of the 16,384 slots, and reading them costs one `MGET` a slot: the more are
+/// claimed together, the more share one (100,000 sessions, about six a slot).
+const GATHER: usize = 32_768;
+
+/// Reads (`BATCH` records each) in flight at once.
+const AT_ONCE: usize = 4;
 
 /// Keeps the lock for another `ARGV[2]` ms, only while it is still this instance's.
 const KEEP_LOCK: &str = r#"
@@ -151,6 +162,18 @@ impl Scanner {
         }
     }
 
+    /// Runs `work` while keeping the lock every half interval: one gather's claim may outlast
+    /// an interval (another run would then read the same index again, and its claims lose).
+    async fn keeping_lock<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                _ = tokio::time::sleep(self.interval / 2) => self.keep_lock().await,
+            }
+        }
+    }
+
     async fn scan_locked(&self) -> Result<Option<Scan>, CommandError> {
         let nodes: Vec<(String, u64)> = self
             .redis
@@ -192,7 +215,7 @@ impl Scanner {
             scan.dead += 1;
             let found_dead_at = unix_ms();
             let started = Instant::now();
-            let (scanned, claimed) = self.claim_all(&node).await?;
+            let (scanned, claimed) = self.keeping_lock(self.claim_all(&node)).await?;
             scan.scanned += scanned;
             scan.claimed += claimed;
             // Its unfinished tasks end as failed rather than stay `working` until they expire;
@@ -235,9 +258,9 @@ impl Scanner {
     /// Entries of sessions that ended or moved are dropped from the index; once it is empty,
     /// `dead` leaves `nodes` and its bucket count goes.
     ///
-    /// The index is read [`GROUP`] buckets at a time (about [`BATCH`] sessions, one `ZRANGE`
-    /// each, sent together), whose sessions are claimed together: one `MGET` and one claim
-    /// script, and their moves between the indexes one command per bucket.
+    /// The index is read [`GROUP`] buckets at a time (one `ZRANGE` each, sent together), up to
+    /// [`GATHER`] entries, whose sessions are then claimed together ([`Scanner::claim_gathered`]),
+    /// and again until a pass finds it empty.
     async fn claim_all(&self, dead: &str) -> Result<(usize, usize), CommandError> {
         let count = index::read(&self.redis, dead).await?;
         // Room in this instance's index for what it is about to hold, before it writes there
@@ -254,23 +277,40 @@ impl Scanner {
         index::grow(&self.redis, &self.me, self.app.sessions().held() + coming).await?;
         let keys = index::keys(&self.redis, dead, count);
         let (mut scanned, mut claimed) = (0, 0);
-        let mut kept = Instant::now();
-        for group in keys.chunks(GROUP) {
-            loop {
-                if kept.elapsed() >= self.interval / 2 {
-                    self.keep_lock().await;
-                    kept = Instant::now();
+        loop {
+            let (mut found, mut moved) = (0, false);
+            let mut gathered: Vec<(String, &String)> = Vec::new();
+            for (n, group) in keys.chunks(GROUP).enumerate() {
+                let reads = group.iter().map(|key| {
+                    self.redis.run::<Vec<String>>(
+                        redis::cmd("ZRANGE")
+                            .arg(key)
+                            .arg(0)
+                            .arg(BATCH as i64 - 1)
+                            .clone(),
+                    )
+                });
+                let lists = futures_util::future::try_join_all(reads).await?;
+                for (key, list) in group.iter().zip(lists) {
+                    gathered.extend(list.into_iter().map(|id| (id, key)));
                 }
-                let (found, moved, won) = self.claim_group(dead, group).await?;
-                scanned += found;
-                claimed += won;
-                if found == 0 {
-                    break;
+                let last = (n + 1) * GROUP >= keys.len();
+                if gathered.len() >= GATHER || (last && !gathered.is_empty()) {
+                    let (f, m, won) = self
+                        .claim_gathered(dead, std::mem::take(&mut gathered))
+                        .await?;
+                    found += f;
+                    moved |= m;
+                    claimed += won;
                 }
-                if !moved {
-                    // Nothing moved: another scanner or a concurrent change; try next run.
-                    return Ok((scanned, claimed));
-                }
+            }
+            scanned += found;
+            if found == 0 {
+                break;
+            }
+            if !moved {
+                // Nothing moved: another scanner or a concurrent change; try next run.
+                return Ok((scanned, claimed));
             }
         }
         let mut gone = redis::cmd("DEL");
@@ -283,38 +323,35 @@ impl Scanner {
         Ok((scanned, claimed))
     }
 
-    /// One round over the index keys `group` of `dead`: (entries looked at, whether any entry
-    /// moved or left, sessions claimed).
-    async fn claim_group(
+    /// Claims the sessions of the index entries `gathered` of `dead` (each with the key it was
+    /// read from): (entries looked at, whether any entry moved or left, sessions claimed).
+    /// Their records are read [`BATCH`] at a time (one `MGET` each, sent together: on a
+    /// cluster one a slot, the ids ordered by slot so that a slot's records are read
+    /// together), and claimed in one [`RedisSessionStore::claim_many`]; the index moves cost
+    /// one command a bucket.
+    async fn claim_gathered(
         &self,
         dead: &str,
-        group: &[String],
+        mut gathered: Vec<(String, &String)>,
     ) -> Result<(usize, bool, usize), CommandError> {
-        let reads = group.iter().map(|key| {
-            self.redis.run::<Vec<String>>(
-                redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(BATCH as i64 - 1)
-                    .clone(),
-            )
-        });
-        let lists = futures_util::future::try_join_all(reads).await?;
-        let ids: Vec<String> = lists.iter().flatten().cloned().collect();
-        if ids.is_empty() {
-            return Ok((0, false, 0));
+        if self.redis.config().is_cluster() {
+            gathered.sort_by_cached_key(|(id, _)| slot_of(self.store.key(id).as_bytes()));
         }
-        // The key each entry was read from, to drop the stale ones there.
-        let from: Vec<&String> = group
-            .iter()
-            .zip(&lists)
-            .flat_map(|(key, list)| std::iter::repeat_n(key, list.len()))
-            .collect();
-        let records = self.store.get_many(&ids).await.map_err(unavailable)?;
+        let ids: Vec<String> = gathered.iter().map(|(id, _)| id.clone()).collect();
+        // A few at once: each is bounded by the command timeout from when it is sent, and on a
+        // cluster each is hundreds of commands (one a slot).
+        let mut records = Vec::with_capacity(ids.len());
+        for some in ids.chunks(BATCH * AT_ONCE) {
+            let reads = some.chunks(BATCH).map(|chunk| self.store.get_many(chunk));
+            let read = futures_util::future::try_join_all(reads)
+                .await
+                .map_err(unavailable)?;
+            records.extend(read.into_iter().flatten());
+        }
         let mut stale: std::collections::BTreeMap<&String, Vec<&str>> = Default::default();
         let mut mine = Vec::new();
         let mut mine_from = Vec::new();
-        for ((id, key), record) in ids.iter().zip(&from).zip(records) {
+        for ((id, key), record) in gathered.iter().zip(records) {
             match record {
                 // A 2024-11-05 session lives in its stream, on the instance that has it:
                 // claimed, it could be served nowhere, and an instance that was only paused
@@ -353,7 +390,7 @@ impl Scanner {
             .await?
             .into_iter()
             .sum();
-        Ok((ids.len(), removed > 0 || claimed > 0, claimed))
+        Ok((gathered.len(), removed > 0 || claimed > 0, claimed))
     }
 }
 

@@ -115,25 +115,47 @@ fn texts(value: Value, out: &mut Vec<String>) {
 
 /// The master of `slot` in a `CLUSTER SLOTS` answer: its host and port.
 fn master_in(slots: &Value, slot: u16) -> Option<(String, u16)> {
+    masters_in(slots)
+        .into_iter()
+        .find(|(first, last, _)| (*first..=*last).contains(&slot))
+        .map(|(_, _, master)| master)
+}
+
+/// The slot ranges of a `CLUSTER SLOTS` answer, each with its master's host and port.
+fn masters_in(slots: &Value) -> Vec<(u16, u16, (String, u16))> {
     let Value::Array(ranges) = slots else {
-        return None;
+        return Vec::new();
     };
-    ranges.iter().find_map(|range| {
-        let Value::Array(items) = range else {
-            return None;
-        };
-        let first: u16 = redis::from_redis_value_ref(items.first()?).ok()?;
-        let last: u16 = redis::from_redis_value_ref(items.get(1)?).ok()?;
-        if !(first..=last).contains(&slot) {
-            return None;
-        }
-        let Value::Array(master) = items.get(2)? else {
-            return None;
-        };
-        let host: String = redis::from_redis_value_ref(master.first()?).ok()?;
-        let port: u16 = redis::from_redis_value_ref(master.get(1)?).ok()?;
-        Some((host, port))
-    })
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(items) = range else {
+                return None;
+            };
+            let first: u16 = redis::from_redis_value_ref(items.first()?).ok()?;
+            let last: u16 = redis::from_redis_value_ref(items.get(1)?).ok()?;
+            let Value::Array(master) = items.get(2)? else {
+                return None;
+            };
+            let host: String = redis::from_redis_value_ref(master.first()?).ok()?;
+            let port: u16 = redis::from_redis_value_ref(master.get(1)?).ok()?;
+            Some((first, last, (host, port)))
+        })
+        .collect()
+}
+
+/// Which master served each slot when one `CLUSTER SLOTS` was read ([`RedisConn::slot_masters`]):
+/// to send one script the keys of many slots that one master holds.
+pub(crate) struct SlotMasters(Vec<(u16, u16, String)>);
+
+impl SlotMasters {
+    /// The `host:port` of the master of `slot`, if one served it.
+    pub(crate) fn of(&self, slot: u16) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&slot))
+            .map(|(_, _, master)| master.as_str())
+    }
 }
 
 /// Whether Redis refused a command it does not know (a server older than the command).
@@ -289,6 +311,17 @@ impl RedisConn {
             }
         }
         self.count_everywhere("NUMSUB", channel).await
+    }
+
+    /// The masters of every slot now, as `CLUSTER SLOTS` says (one command).
+    pub(crate) async fn slot_masters(&self) -> Result<SlotMasters, CommandError> {
+        let slots: Value = self.run(redis::cmd("CLUSTER").arg("SLOTS").clone()).await?;
+        Ok(SlotMasters(
+            masters_in(&slots)
+                .into_iter()
+                .map(|(first, last, (host, port))| (first, last, format!("{host}:{port}")))
+                .collect(),
+        ))
     }
 
     /// The master that serves `channel`'s slot now, as `CLUSTER SLOTS` says (one command):

@@ -421,6 +421,40 @@ impl SharedRedis {
         }
     }
 
+    /// Runs the commands `lines` (one a line, quoted as `redis-cli` reads them) through one
+    /// `redis-cli` (`-c` on a cluster): many writes without a process each.
+    pub fn cli_script(&self, lines: &str) {
+        let (port, follow) = match self {
+            Self::Single(r) => (r.port, None),
+            Self::Cluster(c) => (c.nodes[0].port, Some("-c")),
+            Self::Sentinel(s) => (s.master.port, None),
+        };
+        let mut child = Command::new(cli_bin())
+            .args(follow)
+            .args(["-p", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("redis-cli runs");
+        // Written from a thread while the answers are read here: both pipes would fill.
+        let writer = child.stdin.take().map(|mut stdin| {
+            let lines = lines.to_string();
+            std::thread::spawn(move || stdin.write_all(lines.as_bytes()))
+        });
+        let out = child.wait_with_output().expect("redis-cli ends");
+        if let Some(writer) = writer {
+            assert!(
+                matches!(writer.join(), Ok(Ok(()))),
+                "redis-cli read every line"
+            );
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && !text.contains("ERR"),
+            "redis-cli failed: {text}"
+        );
+    }
+
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }

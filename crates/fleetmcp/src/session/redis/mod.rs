@@ -191,52 +191,7 @@ if ARGV[1] == '1' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return redis.call('EXISTS', KEYS[1])
 "#;
 
-/// Claims the record at `KEYS[1]` if it names holder `ARGV[1]` under epoch `ARGV[2]`: writes
-/// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms (the caller then moves
-/// the session between the holders' indexes). Answers like [`CHECK`].
-const CLAIM: &str = concat!(
-    holder_of_record!(),
-    r#"
-if node ~= ARGV[1] or epoch ~= tonumber(ARGV[2]) then return {2, tostring(node), epoch} end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-return {1, node, epoch}
-"#
-);
-
-/// [`CLAIM`] for many records in one call, on one server (the keys must share a slot on a
-/// cluster): `KEYS` the records, `ARGV[1]` the expiry in ms, then per record its expected holder,
-/// its expected epoch and the record naming the new holder (`ARGV[3i-1..3i+1]`). Answers one
-/// `{code, holder, epoch}` like [`CLAIM`]'s per record, in order. One `MGET` for them all and one
-/// `SET` per claim won: commands inside a script count as Redis's own work, and the orphan
-/// scanner's recovery of a dead instance's sessions costs about one command per session so.
-const CLAIM_MANY: &str = r#"
-local values = redis.call('MGET', unpack(KEYS))
-local out = {}
-for i, key in ipairs(KEYS) do
-  local node, epoch, code = '', 0, 0
-  local v = values[i]
-  if v then
-    local ok, r = pcall(cjson.decode, v)
-    if ok and type(r) == 'table' then
-      node = (type(r.session) == 'table' and r.session.nodeId) or r.nodeId or ''
-      epoch = tonumber(r.epoch) or 1
-      local at = 3 * i - 1
-      if node == ARGV[at] and epoch == tonumber(ARGV[at + 1]) then
-        redis.call('SET', key, ARGV[at + 2], 'PX', ARGV[1])
-        code = 1
-      else
-        code = 2
-      end
-    end
-  end
-  out[i] = {code, tostring(node), epoch}
-end
-return out
-"#;
-
-/// Records claimed per [`CLAIM_MANY`] call: its arguments (about 300 bytes a record) and the
-/// time Redis runs it for (well under a millisecond) stay small.
-const CLAIM_MANY_BATCH: usize = 500;
+mod claim;
 
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
@@ -270,7 +225,7 @@ impl RedisSessionStore {
             check: std::sync::Arc::new(redis::Script::new(CHECK)),
             touch_exists: std::sync::Arc::new(redis::Script::new(TOUCH_EXISTS)),
             tracker: std::sync::Arc::default(),
-            claim: std::sync::Arc::new(redis::Script::new(CLAIM)),
+            claim: std::sync::Arc::new(redis::Script::new(claim::CLAIM)),
         }
     }
 
@@ -349,64 +304,6 @@ impl RedisSessionStore {
             .collect())
     }
 
-    /// Claims every record of `records` for `to` (see [`SessionStore::claim`]), all sent at
-    /// once; the answers come in the same order. For the orphan scanner, which claims a dead
-    /// instance's sessions in batches. The won sessions then move between the indexes in one
-    /// command per index.
-    pub async fn claim_many(
-        &self,
-        records: &[SessionRecord],
-        to: &str,
-    ) -> Result<Vec<Claim>, StoreError> {
-        if records.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now = unix_ms();
-        let answers = if !self.conn.config().is_cluster() {
-            // One server: one script per batch, confirmed by the replicas before any claim
-            // counts when `writes_durably` (a claim a failover throws away would be served,
-            // then undone: F8).
-            let mut answers = Vec::with_capacity(records.len());
-            for batch in records.chunks(CLAIM_MANY_BATCH) {
-                let mut pipe = redis::pipe();
-                pipe.add_command(self.claim_many_command(batch, to, now)?);
-                let (got,): (Vec<(i64, String, u64)>,) = self.conn.pipe_durably(pipe).await?;
-                if got.len() != batch.len() {
-                    return Err(StoreError::Unavailable(format!(
-                        "the claim script answered {} of {} records",
-                        got.len(),
-                        batch.len()
-                    )));
-                }
-                answers.extend(got.into_iter().map(Ok));
-            }
-            answers
-        } else {
-            let mut claims = Vec::with_capacity(records.len());
-            for record in records {
-                claims.push(self.claim_record(record, to, now)?);
-            }
-            // Each record is in its own slot: one script each (three commands with the `GET`
-            // and `SET` inside), sent together (the connection pipelines them; a cluster sends
-            // each to its node).
-            futures_util::future::join_all(claims.into_iter().map(|inv| self.conn.eval(inv))).await
-        };
-        let claims: Vec<Result<Claim, CommandError>> = records
-            .iter()
-            .zip(answers)
-            .map(|(record, answer)| answer.map(|a| Self::claim_answer(record, a)))
-            .collect();
-        // The claims that won move between the indexes even if another failed.
-        let won: Vec<&SessionRecord> = records
-            .iter()
-            .zip(&claims)
-            .filter(|(_, c)| matches!(c, Ok(Claim::Won(_))))
-            .map(|(r, _)| r)
-            .collect();
-        self.index_moved(&won, to, now).await;
-        Ok(claims.into_iter().collect::<Result<_, _>>()?)
-    }
-
     /// The check `inv` run on the tracking connection `conn` (fenced or not): its answer, which
     /// then counts as tracked, or `None` when it must run on the shared connection instead.
     async fn check_tracked(
@@ -437,138 +334,6 @@ impl RedisSessionStore {
             }
             Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
             Err(_) => Err(StoreError::Timeout(limit.as_millis() as u64)),
-        }
-    }
-
-    /// The fenced script that makes `to` the holder of `record` at `now` (the record it becomes
-    /// is encoded here).
-    fn claim_record(
-        &self,
-        record: &SessionRecord,
-        to: &str,
-        now: u64,
-    ) -> Result<redis::ScriptInvocation<'_>, StoreError> {
-        let mut inv = self.claim.prepare_invoke();
-        inv.key(self.key(&record.id))
-            .arg(&record.node_id)
-            .arg(record.epoch)
-            .arg(Self::encode(&self.claimed_wire(record, to, now))?)
-            .arg(self.ttl_ms);
-        Ok(inv)
-    }
-
-    /// [`RedisSessionStore::claim_record`] as a plain `EVAL`, which a pipeline can carry (with
-    /// the `WAIT` that confirms it on the same connection).
-    fn claim_command(
-        &self,
-        record: &SessionRecord,
-        to: &str,
-        now: u64,
-    ) -> Result<redis::Cmd, StoreError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(CLAIM)
-            .arg(1)
-            .arg(self.key(&record.id))
-            .arg(&record.node_id)
-            .arg(record.epoch)
-            .arg(Self::encode(&self.claimed_wire(record, to, now))?)
-            .arg(self.ttl_ms);
-        Ok(cmd)
-    }
-
-    /// [`CLAIM_MANY`] for `records` (one server), as a plain `EVAL` a pipeline can carry.
-    fn claim_many_command(
-        &self,
-        records: &[SessionRecord],
-        to: &str,
-        now: u64,
-    ) -> Result<redis::Cmd, StoreError> {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(CLAIM_MANY).arg(records.len());
-        for record in records {
-            cmd.arg(self.key(&record.id));
-        }
-        cmd.arg(self.ttl_ms);
-        for record in records {
-            cmd.arg(&record.node_id)
-                .arg(record.epoch)
-                .arg(Self::encode(&self.claimed_wire(record, to, now))?);
-        }
-        Ok(cmd)
-    }
-
-    /// The record `record` becomes when `to` claims it at `now`.
-    fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> StoredRecord {
-        let mut wire = StoredRecord::from_record(&SessionRecord {
-            node_id: to.to_string(),
-            epoch: record.epoch + 1,
-            ..record.clone()
-        });
-        wire.reassigned_at = Some(now);
-        wire.reassigned_from = Some(record.node_id.clone());
-        wire
-    }
-
-    /// After claims won: the sessions of `won` leave their former holders' indexes and join
-    /// `to`'s, scored `now`. Best effort (the record is the truth, see the module
-    /// documentation): a failure is logged, and `to`'s next refresh of each writes it again.
-    async fn index_moved(&self, won: &[&SessionRecord], to: &str, now: u64) {
-        if won.is_empty() {
-            return;
-        }
-        // Sessions taken over count as sessions opened here: the claimer's index grows first.
-        let grow = won
-            .iter()
-            .filter_map(|_| self.conn.shared::<super::IndexBuckets>().created(to))
-            .max();
-        if let Some(holds) = grow
-            && let Err(e) = super::index::grow(&self.conn, to, holds).await
-        {
-            tracing::debug!(error = %e, "the session index's bucket count was not grown");
-        }
-        // One command per bucket: the scanner claims a dead instance's bucket at a time, whose
-        // sessions fall in few of the claimer's buckets (the same hash, counts powers of two).
-        let mut to_buckets: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
-        for r in won {
-            to_buckets
-                .entry(self.index_key(to, &r.id))
-                .or_default()
-                .push(r.id.as_str());
-        }
-        let mut from: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
-        // A claim from itself (a holder taking back what its own scanner adopted) stays put.
-        for r in won.iter().filter(|r| r.node_id != to) {
-            from.entry(self.index_key(&r.node_id, &r.id))
-                .or_default()
-                .push(r.id.as_str());
-        }
-        let adds = to_buckets.into_iter().map(|(key, ids)| {
-            let mut add = redis::cmd("ZADD");
-            add.arg(key);
-            for id in ids {
-                add.arg(now).arg(id);
-            }
-            self.conn.run::<i64>(add)
-        });
-        let removes = from.into_iter().map(|(key, ids)| {
-            let mut rem = redis::cmd("ZREM");
-            rem.arg(key).arg(ids);
-            self.conn.run::<i64>(rem)
-        });
-        let (added, removed) = futures_util::join!(
-            futures_util::future::join_all(adds),
-            futures_util::future::join_all(removes)
-        );
-        if let Some(e) = added.into_iter().chain(removed).find_map(Result::err) {
-            tracing::debug!(error = %e, "claimed sessions: an index was not updated (the next refresh writes it)");
-        }
-    }
-
-    fn claim_answer(record: &SessionRecord, (code, node_id, epoch): (i64, String, u64)) -> Claim {
-        match code {
-            1 => Claim::Won(record.epoch + 1),
-            2 => Claim::Lost { node_id, epoch },
-            _ => Claim::Gone,
         }
     }
 }
@@ -779,23 +544,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
-        let now = unix_ms();
-        let answer = if self.conn.writes_durably() {
-            // A takeover is served only once the replicas `wait_replicas` asks for have it: one
-            // written to a master in the second before a failover demotes it is thrown away,
-            // and the session's epoch goes back (two holders, RELIABILITY F8).
-            let mut pipe = redis::pipe();
-            pipe.add_command(self.claim_command(record, to, now)?);
-            let (answer,): ((i64, String, u64),) = self.conn.pipe_durably(pipe).await?;
-            answer
-        } else {
-            self.conn.eval(self.claim_record(record, to, now)?).await?
-        };
-        let claim = Self::claim_answer(record, answer);
-        if matches!(claim, Claim::Won(_)) {
-            self.index_moved(&[record], to, now).await;
-        }
-        Ok(claim)
+        self.claim_one(record, to).await
     }
 }
 
