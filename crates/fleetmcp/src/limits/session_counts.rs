@@ -46,7 +46,7 @@ const FIELD_MAX: usize = 32;
 
 /// Helpers both scripts start with. `ARGV[1..4]`: the field, the tiers, the lifetime and the
 /// granule (ms). A value's letter `c` in epoch `x` is granule `base(x) + (c's place in ALPHA)`:
-/// sessions admitted in `x` (Redis's clock within about [`SHIFT`] granules of the instance's)
+/// sessions admitted in `x` (Redis's clock within about `SHIFT` granules of the instance's)
 /// stop counting in granules `base(x) + 11` to `base(x) + 43`.
 const PRELUDE: &str = r"
 local ALPHA = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'

@@ -11,7 +11,7 @@ use crate::session::store::{Claim, SessionRecord, StoreError};
 
 /// Claims the record at `KEYS[1]` if it names holder `ARGV[1]` under epoch `ARGV[2]`: writes
 /// `ARGV[3]` (the record naming the new holder) with expiry `ARGV[4]` ms (the caller then moves
-/// the session between the holders' indexes). Answers like [`CHECK`].
+/// the session between the holders' indexes). Answers like [`CHECK`](super::CHECK).
 pub(super) const CLAIM: &str = concat!(
     holder_of_record!(),
     r#"
@@ -91,7 +91,7 @@ end
 return out
 "#;
 
-/// A fenced script's answer for one record: `{code, holder, epoch}` (see [`CHECK`]).
+/// A fenced script's answer for one record: `{code, holder, epoch}` (see [`CHECK`](super::CHECK)).
 type Answer = (i64, String, u64);
 
 /// [`CLAIM_SPREAD`] batches in flight at once.
@@ -105,7 +105,7 @@ const NOT_HERE: i64 = 3;
 const CLAIM_MANY_BATCH: usize = 500;
 
 impl RedisSessionStore {
-    /// Claims every record of `records` for `to` (see [`SessionStore::claim`]), all sent at
+    /// Claims every record of `records` for `to` (see [`SessionStore::claim`](crate::session::SessionStore::claim)), all sent at
     /// once; the answers come in the same order. For the orphan scanner, which claims a dead
     /// instance's sessions in batches. The won sessions then move between the indexes in one
     /// command per index.
