@@ -480,8 +480,17 @@ if [[ "$KILL" == 1 ]]; then
   log "commands during the recovery (with $polls commands of this script's polls): $(cmd_delta "$b0" "$b1")"
   if [[ -z "$done_at" ]]; then check "dead instance's sessions claimed" 0 "$left left after ${limit_s}s"
   else
-    now=0
-    for i in "${!MACHINES[@]}"; do (( i == victim )) || now=$(( now + $(index_entries "${MACHINES[$i]}") )); done
+    # The claimer adds a batch's sessions to its own index and drops them from the dead one's
+    # by separate commands (on a Cluster, in other slots), and it may be growing its buckets:
+    # counted the moment the dead index is empty, the last batch can be in flight. Counted
+    # again until right, or the same twice half a second apart (5 s at most).
+    now=-1
+    for _ in $(seq 10); do
+      prev=$now; now=0
+      for i in "${!MACHINES[@]}"; do (( i == victim )) || now=$(( now + $(index_entries "${MACHINES[$i]}") )); done
+      (( now == survivors + k || now == prev )) && break
+      sleep 0.5
+    done
     check "dead instance's sessions now in the survivors' indexes" $(( survivors + k )) "$now"
     secs="$(awk -v a="$t0" -v b="$done_at" 'BEGIN {print (b - a) / 1e9}')"
     wait_s="$(awk -v a="${detected:-$t0}" -v b="${first_claim:-$done_at}" 'BEGIN {print (b - a) / 1e9}')"
