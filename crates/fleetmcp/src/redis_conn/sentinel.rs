@@ -200,9 +200,13 @@ pub(super) async fn watch_master(inner: Weak<Inner>) {
         };
         let Some(inner) = inner.upgrade() else { return };
         let in_use = inner.master.lock().clone();
+        // For a while after a switch announced, its new master is the one: a sentinel that has
+        // not heard of the switch yet names the old one, and rebuilding for that (the rebuild
+        // goes to the announced master anyway) replaced the connection at every poll until the
+        // sentinels agreed.
         let named = match failovers.as_ref().and_then(|f| f.switched_to()) {
-            Some(new) if announced || in_use.as_deref() != Some(new.as_str()) => Some(new),
-            _ => server_info(&inner.cfg)
+            Some(new) => Some(new),
+            None => server_info(&inner.cfg)
                 .await
                 .ok()
                 .map(|info| info.addr().to_string()),
