@@ -856,9 +856,10 @@ fn a_master_written_alone_is_not_written_while_a_sentinel_finds_it_down() {
 /// holding the session on the new master. Returns desk-a (still paused), desk-b and the session.
 fn a_holder_asleep_through_a_failover(
     set: &mut SentinelSet,
+    extra: &[(&str, &str)],
     depose: impl FnOnce(&mut RedisServer),
 ) -> (Instance, Instance, String) {
-    let (a, b) = two_desks(set, &[]);
+    let (a, b) = two_desks(set, extra);
     let sid = open_session(a.port());
     let call = |port: u16| call_tool(port, &sid, &[], "find_tickets", json!({}));
     assert_served_by(&call(a.port()), "desk-a", "before the failover");
@@ -886,7 +887,7 @@ fn a_holder_asleep_through_a_failover(
 #[test]
 fn a_holder_that_slept_through_a_failover_does_not_serve_from_the_deposed_master() {
     let mut set = SentinelSet::start(MASTER);
-    let (a, _b, sid) = a_holder_asleep_through_a_failover(&mut set, |master| master.pause());
+    let (a, _b, sid) = a_holder_asleep_through_a_failover(&mut set, &[], |master| master.pause());
     let call = |port: u16| call_tool(port, &sid, &[], "find_tickets", json!({}));
     set.master.resume();
     assert!(
@@ -923,6 +924,115 @@ fn a_holder_that_slept_through_a_failover_does_not_serve_from_the_deposed_master
     );
 }
 
+/// A 2026-07-28 request (`tools/call` as a task, or `tasks/get`) on `port`, `name` its
+/// `Mcp-Name` header.
+fn modern_call(
+    port: u16,
+    method: &str,
+    name: &str,
+    params: serde_json::Value,
+) -> support::raw_http::RawResponse {
+    let mut params = params;
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities":
+            {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "asleep", "version": "1"}});
+    let msg = json!({"jsonrpc": "2.0", "id": next_id(), "method": method, "params": params});
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+        ("mcp-name", name),
+    ];
+    post_with(port, None, &headers, &msg, HTTP_LIMIT)
+}
+
+/// What an instance that slept through a failover is asked first when it wakes.
+#[derive(Clone, Copy, PartialEq)]
+enum AskedFirst {
+    /// `tasks/get` for a task started on the new master.
+    Task,
+    /// A call in a session opened on the new master.
+    Session,
+}
+
+/// Found by the two-replica Sentinel seed 2: an instance that slept through a failover
+/// (SIGSTOP) woke to a connection still open to the deposed master and answered a `tasks/get`
+/// for a task started on the new master as "unknown task" (a session opened there would have
+/// been answered as gone, `404`). A read that finds nothing is believed only once the
+/// sentinels confirm the master it came from: until then the answer is `503` with
+/// `Retry-After`, and the connection moves to the master they name. The first read after the
+/// wake is the one that meets the deposed master (its confirmation moves the connection for
+/// every later one), hence one test for each kind of read.
+fn woken_after_a_failover(first: AskedFirst) {
+    let effects = support::TempDir::new("asleep-tasks");
+    let file = effects.path().join("effects").display().to_string();
+    let mut set = SentinelSet::start(MASTER);
+    let (a, b, _) = a_holder_asleep_through_a_failover(
+        &mut set,
+        &[("HELP_DESK_EFFECTS_FILE", file.as_str())],
+        |master| master.pause(),
+    );
+    // Opened on the new master while desk-a sleeps: the deposed one never sees either.
+    let sid = open_session(b.port());
+    let started = modern_call(
+        b.port(),
+        "tools/call",
+        "stamp",
+        json!({"name": "stamp", "arguments": {"key": "asleep-1", "delay_ms": 50}}),
+    );
+    assert_eq!(started.status, 200, "{}", started.describe());
+    let task = started.json()["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task id:\n{}", started.describe()))
+        .to_string();
+    set.master.resume();
+    assert!(
+        set.master.cli(&["ROLE"]).starts_with("master"),
+        "the old master is back as a master (the window this test is about)"
+    );
+    let get = |port: u16| modern_call(port, "tasks/get", &task, json!({"taskId": task}));
+    let call = |port: u16| call_tool(port, &sid, &[], "find_tickets", json!({}));
+
+    a.signal("CONT");
+    let (resp, what) = match first {
+        AskedFirst::Task => (get(a.port()), "tasks/get"),
+        AskedFirst::Session => (call(a.port()), "a call in the session opened on desk-b"),
+    };
+    assert!(
+        resp.status == 200 || (resp.status == 503 && resp.header("retry-after").is_some()),
+        "desk-a answered {what} from the deposed master (neither found nor refused for now):\n{}\n{}",
+        resp.describe(),
+        a.log()
+    );
+    if first == AskedFirst::Task {
+        assert!(
+            resp.status != 200 || resp.json()["result"]["taskId"] == json!(task),
+            "tasks/get answered, but not with the task:\n{}",
+            resp.describe()
+        );
+    }
+    // Then both are found, through the master the sentinels name.
+    wait_for("desk-a finds the task", Duration::from_secs(30), || {
+        let r = get(a.port());
+        r.status == 200 && r.json()["result"]["taskId"] == json!(task)
+    });
+    wait_for("desk-a serves the session", Duration::from_secs(30), || {
+        call(a.port()).status == 200
+    });
+}
+
+#[test]
+fn an_instance_that_slept_through_a_failover_does_not_answer_unknown_task_from_the_deposed_master()
+{
+    woken_after_a_failover(AskedFirst::Task);
+}
+
+#[test]
+fn an_instance_that_slept_through_a_failover_does_not_answer_session_gone_from_the_deposed_master()
+{
+    woken_after_a_failover(AskedFirst::Session);
+}
+
 /// The same sleep, with the other kind of fault on the holder's link: the old master is killed
 /// (its connections reset, new ones refused) rather than paused, and started again on its
 /// port, empty and a master, before the holder wakes. The holder finds its connection broken;
@@ -932,7 +1042,7 @@ fn a_holder_that_slept_through_a_failover_does_not_serve_from_the_deposed_master
 #[test]
 fn a_holder_that_slept_while_its_master_was_killed_and_started_empty_follows_the_sentinels() {
     let mut set = SentinelSet::start(MASTER);
-    let (a, _b, sid) = a_holder_asleep_through_a_failover(&mut set, |master| master.kill());
+    let (a, _b, sid) = a_holder_asleep_through_a_failover(&mut set, &[], |master| master.kill());
     let call = |port: u16| call_tool(port, &sid, &[], "find_tickets", json!({}));
     set.master.start_again();
     assert!(

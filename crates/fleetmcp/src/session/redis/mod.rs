@@ -355,6 +355,10 @@ impl SessionStore for RedisSessionStore {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.key(id));
         let Some(raw) = self.run::<Option<String>>(cmd).await? else {
+            // A process that slept through a failover may still be connected to the deposed
+            // master, which lacks what the new one took since: "no such session" is believed
+            // only from the master in charge (Sentinel; otherwise nothing to ask).
+            self.conn.confirm_master().await?;
             return Ok(None);
         };
         match serde_json::from_str::<StoredRecord>(&raw) {

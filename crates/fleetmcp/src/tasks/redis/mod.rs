@@ -360,6 +360,12 @@ impl TaskStore for RedisTaskStore {
             }
         };
         let Some(raw) = raw else {
+            // "Unknown task" only from the master in charge: a process that slept through a
+            // failover may still read the deposed one (see the session store's `get`).
+            if let Err(e) = self.redis.confirm_master().await {
+                warn_failed("a read", task_id, &e);
+                return Err(TaskStoreError::Unavailable(e.to_string()));
+            }
             return Ok(None);
         };
         match serde_json::from_str(&raw) {
