@@ -9,7 +9,9 @@
 //! confirmed alone (`a durable write to a master without replicas was confirmed by the
 //! sentinels`, with the master's address), and a watcher here notes every change of the master
 //! the sentinels name. A switch away from a master after a write confirmed on it alone is
-//! counted as [`FaultKind::RedisLostAloneWrites`], at the switch.
+//! counted as [`FaultKind::RedisLostAloneWrites`], at the switch, lasting until the last
+//! instance logged that it follows the new master: until then an instance may still hold (and
+//! serve under) a claim the switch lost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -112,11 +114,52 @@ pub fn lossy_switches(
         .collect()
 }
 
+/// What an instance logs when its connection moves to the master the sentinels name.
+const FOLLOWS: &str = "the sentinels name a new master";
+
+/// How long an instance may take to follow a switch and still be counted as following it
+/// (beyond this, a line is about a later switch, or the instance was paused or restarted).
+const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
+
+/// When (on the run's time line) an instance logged that it follows a new master, from its
+/// JSON log.
+pub fn follows(rec: &Recorder, log: &str) -> Vec<Duration> {
+    log.lines()
+        .filter(|l| l.contains(FOLLOWS))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["message"].as_str().is_some_and(|m| m.contains(FOLLOWS)))
+        .filter_map(|v| rec.at_log_time(v["timestamp"].as_str()?))
+        .collect()
+}
+
+/// How long after a switch at `at` the last instance followed it: per instance (its log's
+/// times in `each`), its first line in [`FOLLOW_WITHIN`] after the switch; zero when none
+/// logged one (each connected after the switch, to the new master).
+pub fn followed_within(at: Duration, each: &[Vec<Duration>]) -> Duration {
+    each.iter()
+        .filter_map(|times| {
+            times
+                .iter()
+                .find(|t| **t >= at && **t <= at + FOLLOW_WITHIN)
+                .map(|t| *t - at)
+        })
+        .max()
+        .unwrap_or(Duration::ZERO)
+}
+
 /// Adds a [`FaultKind::RedisLostAloneWrites`] to the history for each such switch.
 pub fn record(rec: &Recorder, masters: &[(Duration, u16)], logs: &[String]) {
     let alone: Vec<(Duration, u16)> = logs.iter().flat_map(|l| alone_writes(rec, l)).collect();
+    let each: Vec<Vec<Duration>> = logs.iter().map(|l| follows(rec, l)).collect();
     for (at, port) in lossy_switches(masters, &alone) {
-        rec.fault_at(at, FaultKind::RedisLostAloneWrites(port));
+        let followed_within = followed_within(at, &each);
+        rec.fault_at(
+            at,
+            FaultKind::RedisLostAloneWrites {
+                port,
+                followed_within,
+            },
+        );
     }
 }
 
@@ -173,6 +216,19 @@ mod tests {
         assert_eq!(
             lossy_switches(&masters, &[(s(1.0), 7001)]),
             [(s(3.0), 7001)]
+        );
+    }
+
+    #[test]
+    fn a_loss_lasts_until_the_last_instance_follows_the_switch() {
+        // Switch at 3 s: one instance follows at 3.2 s, another at 3.9 s, a third logged only
+        // before the switch and 20 s after it (another switch): the loss lasts 0.9 s.
+        let each = [vec![s(3.2)], vec![s(1.0), s(3.9)], vec![s(2.5), s(23.0)]];
+        let lasts = followed_within(s(3.0), &each);
+        assert!((lasts.as_secs_f64() - 0.9).abs() < 1e-9, "{lasts:?}");
+        assert_eq!(
+            followed_within(s(3.0), &[vec![s(1.0)], vec![]]),
+            Duration::ZERO
         );
     }
 

@@ -154,16 +154,19 @@ fn one_holder(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
     // Epochs are counted in Redis: where Redis lost data, they may start again lower (a claim
     // lost, an older one kept), so two serves are compared only when no loss lies between the
     // first one's start and the second one's end (a request's epoch is read somewhere in
-    // between its start and its end).
-    let losses: Vec<Duration> = h
+    // between its start and its end). A loss in a Sentinel switch lasts until every instance
+    // follows the switch: until then one may serve under the lost claim it still holds.
+    let losses: Vec<(Duration, Duration)> = h
         .faults
         .iter()
         .filter(|f| f.kind.loses_data())
-        .map(|f| f.at)
+        .map(|f| (f.at, f.at + f.kind.loss_lasts()))
         .collect();
     let comparable = |a: &Op, b: &Op| {
         let (from, to) = (a.start.min(b.start), a.end.max(b.end));
-        !losses.iter().any(|at| from <= *at && *at <= to)
+        !losses
+            .iter()
+            .any(|(begins, ends)| from <= *ends && *begins <= to)
     };
     // (session, epoch) -> (machine, op) of each serve
     let mut holders: BTreeMap<(&str, u64), Vec<(&str, &Op)>> = BTreeMap::new();
@@ -932,7 +935,7 @@ pub fn table(h: &History, verdict: &Verdict) -> String {
             FaultKind::RedisStop => "redis SIGSTOP".to_string(),
             FaultKind::RedisCont => continue,
             FaultKind::RedisDataLoss => "redis data lost".to_string(),
-            FaultKind::RedisLostAloneWrites(_) => {
+            FaultKind::RedisLostAloneWrites { .. } => {
                 "sentinel switched from a master written alone".to_string()
             }
             FaultKind::RedisRestart => "redis restart".to_string(),
@@ -1389,7 +1392,10 @@ mod tests {
         );
         h.faults = vec![Fault {
             at: s(2.0),
-            kind: FaultKind::RedisLostAloneWrites(7001),
+            kind: FaultKind::RedisLostAloneWrites {
+                port: 7001,
+                followed_within: Duration::ZERO,
+            },
         }];
         assert!(check(&h, Bounds::default()).violations.is_empty());
         // A request begun before the loss and served after it, at the lower epoch: excused.
@@ -1398,6 +1404,29 @@ mod tests {
         // Two machines at one epoch within one stretch: still two holders.
         h.served[1].epoch = 3;
         h.faults[0].at = s(5.0);
+        assert_eq!(
+            check(&h, Bounds::default()).broken(),
+            [Promise::OneHolder].into()
+        );
+        // Both after a switch that lost a claim, while an instance had not followed it yet
+        // (one may still hold the lost claim; the other claimed its epoch anew): excused...
+        h.ops[0].start = s(0.2);
+        h.ops[0].end = s(0.25);
+        h.ops[1].start = s(0.6);
+        h.ops[1].end = s(0.65);
+        h.faults[0] = Fault {
+            at: s(0.1),
+            kind: FaultKind::RedisLostAloneWrites {
+                port: 7001,
+                followed_within: Duration::from_millis(300),
+            },
+        };
+        assert!(check(&h, Bounds::default()).violations.is_empty());
+        // ...but not once every instance followed it before the first of the two.
+        h.faults[0].kind = FaultKind::RedisLostAloneWrites {
+            port: 7001,
+            followed_within: Duration::from_millis(50),
+        };
         assert_eq!(
             check(&h, Bounds::default()).broken(),
             [Promise::OneHolder].into()
@@ -1427,7 +1456,10 @@ mod tests {
         );
         h.faults = vec![Fault {
             at: s(1.5),
-            kind: FaultKind::RedisLostAloneWrites(7001),
+            kind: FaultKind::RedisLostAloneWrites {
+                port: 7001,
+                followed_within: Duration::ZERO,
+            },
         }];
         assert!(
             !check(&h, Bounds::default())

@@ -245,15 +245,36 @@ pub enum FaultKind {
     /// confirmed writes to it alone (no replica connected, every replica down: `wait_replicas
     /// = "auto"`'s documented limit, RELIABILITY.md): what it took alone may be lost, like
     /// [`FaultKind::RedisDataLoss`]. Found after the run ([`crate::alone`]), not injected.
-    RedisLostAloneWrites(u16),
+    /// `followed_within`: how long after the switch the last instance then connected logged
+    /// that it follows the new master; until it does, an instance still holds what it
+    /// confirmed on the old one, whatever of it was lost (a claim: another instance may claim
+    /// the same epoch anew on the new master).
+    RedisLostAloneWrites {
+        port: u16,
+        followed_within: Duration,
+    },
     /// The harness could not do what it meant to (an instance that did not restart).
     HarnessProblem(String),
 }
 
 impl FaultKind {
+    /// How long after it the loss can still show: until every instance has followed the
+    /// switch that lost the data ([`FaultKind::RedisLostAloneWrites`]); at once otherwise.
+    pub fn loss_lasts(&self) -> Duration {
+        match self {
+            Self::RedisLostAloneWrites {
+                followed_within, ..
+            } => *followed_within,
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Whether Redis may have lost data here: sessions, tasks and events may be gone after it.
     pub fn loses_data(&self) -> bool {
-        matches!(self, Self::RedisDataLoss | Self::RedisLostAloneWrites(_))
+        matches!(
+            self,
+            Self::RedisDataLoss | Self::RedisLostAloneWrites { .. }
+        )
     }
 }
 
