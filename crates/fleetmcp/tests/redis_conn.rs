@@ -234,3 +234,41 @@ async fn a_resume_of_a_stream_never_stored_is_answered() {
     );
     assert!(began.elapsed() < Duration::from_secs(1), "at once");
 }
+
+/// A resume accepted while Redis could not say whether its stream exists (paused), of a stream
+/// that was never stored and that this process does not write, ends its reader once the stream
+/// has been missing for `UNSTORED_WAIT` after Redis answers again: the client resumes again and
+/// is told the stream is lost. Before, the reader looked for the stream every half second,
+/// forever: the two-replica Sentinel seed 3 saw such a resume carry keep-alives for 25 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_accepted_during_an_outage_ends_when_its_stream_is_not_there() {
+    use fleetmcp::internals::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT};
+    use futures_util::StreamExt;
+    let mut redis = RedisServer::start();
+    let store = RedisEventStore::new(connect(&redis).await, 100, 60_000, Duration::from_secs(30));
+    let any = store
+        .append("s1", 3, bytes::Bytes::from_static(b"x"))
+        .await
+        .expect("append");
+    let tag = any.split('-').next().expect("a tag");
+
+    redis.pause();
+    let resumed = store.resolve("s1", &format!("{tag}-9-4")).await;
+    redis.resume();
+    assert_eq!(
+        resumed,
+        Ok((9, Cursor::After(4))),
+        "accepted while Redis could not say"
+    );
+    let began = std::time::Instant::now();
+    let mut events = store.tail("s1", 9, Cursor::After(4), Default::default());
+    let next = tokio::time::timeout(UNSTORED_WAIT + Duration::from_secs(5), events.next())
+        .await
+        .expect("the reader of a stream that is not there ends, rather than waiting forever");
+    assert!(next.is_none(), "nothing to deliver: {next:?}");
+    let took = began.elapsed();
+    assert!(
+        took >= UNSTORED_WAIT,
+        "it waits for a writer elsewhere to store it first ({took:?})"
+    );
+}

@@ -428,13 +428,15 @@ enum Read {
     /// Nothing new: wait for an announcement, at most this long before reading again (`None`:
     /// no reading until announced).
     Wait(Option<Duration>),
-    /// Redis did not answer for the read outage: the reader ends.
+    /// Redis did not answer for the read outage, or the stream is missing from it with no
+    /// writer here (`writer.rs`): the reader ends.
     GiveUp,
 }
 
 impl Source {
-    /// Reads the next batch after [`Source::after`] into the buffer.
-    async fn read(&mut self) -> Read {
+    /// Reads the next batch after [`Source::after`] into the buffer (`written_here`: this
+    /// process writes the stream).
+    async fn read(&mut self, written_here: bool) -> Read {
         let start = match self.after {
             Some(0) => "-".to_string(),
             Some(seq) => format!("({}", entry_of(seq)),
@@ -460,7 +462,8 @@ impl Source {
         match read {
             Ok(v) => {
                 self.failing_since = None;
-                self.take(parse_raw_entries(v), start == "-").await
+                self.take(parse_raw_entries(v), start == "-", written_here)
+                    .await
             }
             Err(e) => self.failed(&e),
         }
@@ -468,7 +471,7 @@ impl Source {
 
     /// Buffers the entries read (`from_start`: the stream's first ones); when there are none,
     /// asks the writer whether and when to read again.
-    async fn take(&mut self, entries: Vec<RawEntry>, from_start: bool) -> Read {
+    async fn take(&mut self, entries: Vec<RawEntry>, from_start: bool, written_here: bool) -> Read {
         if from_start && let Some(first) = entries.first() {
             self.writer.first_entry(first);
         }
@@ -488,12 +491,19 @@ impl Source {
         }
         // Read to the end of an unfinished stream: who writes it, and is that writer still
         // there?
-        if let Verdict::ReadAgain = self
+        match self
             .writer
-            .caught_up(&self.redis, &self.key, self.max_len)
+            .caught_up(&self.redis, &self.key, self.max_len, written_here)
             .await
         {
-            return Read::Again;
+            Verdict::ReadAgain => return Read::Again,
+            Verdict::Missing => {
+                tracing::warn!(
+                    "a resumed SSE stream is not in Redis (never stored, or lost) and nothing here writes it; ending its reader"
+                );
+                return Read::GiveUp;
+            }
+            Verdict::Keep => {}
         }
         let wait = self.writer.wait();
         self.writer.found_nothing();
@@ -680,7 +690,8 @@ impl EventStore for RedisEventStore {
                     return r.mark.read_to_the_end();
                 }
                 let notified = r.local.notify.notified();
-                let wait = match r.source.read().await {
+                let written_here = r.local.written.load(std::sync::atomic::Ordering::Relaxed);
+                let wait = match r.source.read(written_here).await {
                     Read::Again => continue,
                     Read::Wait(wait) => wait,
                     Read::GiveUp => return None,

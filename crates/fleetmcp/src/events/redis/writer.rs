@@ -16,6 +16,12 @@
 //!   ([`WRITER_GONE_MESSAGE`]) and the end marker, written only if nothing was appended since
 //!   (one script). Without it a client that resumes the answer of a call whose instance was
 //!   killed would wait forever.
+//! - A request's stream that is not in Redis at all, for [`UNSTORED_WAIT`] after its reader
+//!   first found it missing, while this process does not write it, ends its reader: nothing
+//!   names a writer to wait for. A resume is accepted without its stream when Redis cannot say
+//!   whether it exists (an outage), and a stream can be lost (a failover); the client that
+//!   resumes again is then answered that the stream is lost. The fault harness saw such a
+//!   resume, accepted while Redis was paused, carry keep-alives for 25 s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +29,7 @@ use std::time::Duration;
 use redis::Value as RedisValue;
 
 use super::{RawEntry, field, newest_entry, parse_raw_entries};
-use crate::events::WRITER_GONE_MESSAGE;
+use crate::events::{UNSTORED_WAIT, WRITER_GONE_MESSAGE};
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 
@@ -101,6 +107,8 @@ pub(super) enum Verdict {
     Keep,
     /// The stream changed or was ended for its gone writer: read it again now.
     ReadAgain,
+    /// The stream is not in Redis and nothing here writes it: the reader ends.
+    Missing,
 }
 
 /// One reader's view of who writes its stream.
@@ -112,6 +120,8 @@ pub(super) struct WriterView {
     gone: u8,
     /// The wait before the next look in Redis while nothing is announced.
     poll: Duration,
+    /// Since when the stream has been found missing from Redis, if it is.
+    missing_since: Option<tokio::time::Instant>,
 }
 
 impl WriterView {
@@ -130,7 +140,21 @@ impl WriterView {
             next_check: tokio::time::Instant::now(),
             gone: 0,
             poll: POLL,
+            missing_since: None,
         }
+    }
+
+    /// The stream was found missing from Redis: whether its reader ends now (it has been
+    /// missing for [`UNSTORED_WAIT`], and this process, which would store it, does not write
+    /// it).
+    fn missing(&mut self, written_here: bool) -> Verdict {
+        let since = *self
+            .missing_since
+            .get_or_insert_with(tokio::time::Instant::now);
+        if written_here || since.elapsed() < UNSTORED_WAIT {
+            return Verdict::Keep;
+        }
+        Verdict::Missing
     }
 
     /// How long to wait for an announcement before looking in Redis again; `None`: only
@@ -171,7 +195,14 @@ impl WriterView {
 
     /// Called when the reader has read everything of an unfinished stream: learns who writes
     /// it if not known yet, and, in distributed mode, ends it for a writer that is gone.
-    pub async fn caught_up(&mut self, redis: &RedisConn, key: &str, max_len: usize) -> Verdict {
+    /// `written_here`: this process writes the stream (or tried to).
+    pub async fn caught_up(
+        &mut self,
+        redis: &RedisConn,
+        key: &str,
+        max_len: usize,
+        written_here: bool,
+    ) -> Verdict {
         if matches!(self.known, Known::Unknown) {
             let first: Result<RedisValue, _> = redis
                 .run(
@@ -184,8 +215,11 @@ impl WriterView {
                         .clone(),
                 )
                 .await;
-            if let Some(entry) = first.ok().and_then(|v| parse_raw_entries(v).pop()) {
-                self.first_entry(&entry);
+            match first.map(|v| parse_raw_entries(v).pop()) {
+                Ok(Some(entry)) => self.first_entry(&entry),
+                Ok(None) => return self.missing(written_here),
+                // Redis did not answer: the next look asks again.
+                Err(_) => {}
             }
         }
         let Known::Elsewhere(origin) = &self.known else {
@@ -211,7 +245,11 @@ impl WriterView {
         if self.gone < 2 {
             return Verdict::Keep;
         }
-        end_for_writer(redis, &writers, key, max_len, origin).await
+        match end_for_writer(redis, &writers, key, max_len, origin).await {
+            // Gone with its writer (expired, or lost in a failover): nothing will end it.
+            Verdict::Missing => self.missing(written_here),
+            verdict => verdict,
+        }
     }
 }
 
@@ -224,8 +262,10 @@ async fn end_for_writer(
     max_len: usize,
     origin: &Origin,
 ) -> Verdict {
-    let Ok(Some((newest_id, fields))) = newest_entry(redis, key).await else {
-        return Verdict::Keep;
+    let (newest_id, fields) = match newest_entry(redis, key).await {
+        Ok(Some(newest)) => newest,
+        Ok(None) => return Verdict::Missing,
+        Err(_) => return Verdict::Keep,
     };
     let Some(data) = field(&fields, b"d") else {
         // Already ended.
