@@ -585,6 +585,45 @@ fn a_session_serves_only_its_principal_on_every_instance() {
         "desk-a's log lacks the mismatch line:\n{}",
         a.log()
     );
+
+    // desk-a killed: its session is desk-b's to take over, for P only. Q's request (which the
+    // fault harness's intruder sends) is answered as a stranger's and moves nothing: before,
+    // desk-b took the session over for Q and only then refused Q.
+    let mut a = a;
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    let key = format!("mcp:session:{sid}");
+    let before = redis.cli(&["GET", &key]);
+    for _ in 0..2 {
+        let resp = call(
+            b.port(),
+            &sid,
+            Some(&q),
+            next_id(),
+            "find_tickets",
+            json!({}),
+        );
+        assert_eq!(resp.status, 404, "Q, desk-a gone:\n{}", resp.describe());
+    }
+    assert_eq!(
+        redis.cli(&["GET", &key]),
+        before,
+        "a stranger's request changed the stored session (taken over for it)"
+    );
+    let resp = call(
+        b.port(),
+        &sid,
+        Some(&p),
+        next_id(),
+        "find_tickets",
+        json!({}),
+    );
+    assert_tool_ok(&resp, "P, desk-a gone");
+    assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+    assert_ne!(
+        redis.cli(&["GET", &key]),
+        before,
+        "P's request took it over"
+    );
 }
 
 fn assert_unauthorized_fleet(resp: &RawResponse, who: &str) {

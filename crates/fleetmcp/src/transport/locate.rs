@@ -32,7 +32,7 @@ use super::relay::{RelayRequest, Relayed};
 use super::{Endpoint, relay, respond};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
-use crate::session::{Lookup, Missing, Session};
+use crate::session::{Lookup, Missing, Session, Sessions};
 
 /// Which method asked: the answers for a missing or unknown session differ slightly.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -116,7 +116,7 @@ async fn relay_or_take_over(
         None => return Ok((Err(Missing::NoId), req)),
     };
     let began = std::time::Instant::now();
-    let lookup = ep.app.sessions().take_over(id, holder).await;
+    let lookup = ep.app.sessions().take_over(id, holder, owner).await;
     if matches!(lookup, Lookup::Held(_)) {
         meters.took_over(began.elapsed());
     }
@@ -187,7 +187,7 @@ pub(super) async fn pinned(
 /// principal has fingerprint `owner` (`None`: authorization is off).
 async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Lookup {
     match session_id(headers) {
-        Some(Some(id)) => for_caller(app.sessions().find(id).await, owner),
+        Some(Some(id)) => for_caller(app.sessions().find(id, owner).await, owner),
         Some(None) => Lookup::Missing(Missing::Invalid),
         None => Lookup::Missing(Missing::NoId),
     }
@@ -204,10 +204,7 @@ async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Lookup {
 /// is checked by its holder, which gets the request's token.
 fn for_caller(lookup: Lookup, owner: Option<&str>) -> Lookup {
     match lookup {
-        Lookup::Held(s) if !s.is_owned_by(owner) => {
-            tracing::warn!(session_id = %crate::session::LogId(&s.id), "[TransportService] Session token mismatch during lookup");
-            Lookup::Missing(Missing::Unknown)
-        }
+        Lookup::Held(s) if !s.is_owned_by(owner) => Sessions::stranger(&s.id),
         other => other,
     }
 }

@@ -459,7 +459,12 @@ impl Sessions {
     /// Where a request for session `id` is served. A session held here is checked against the
     /// store first; one that is not is read from the store (waiting at most
     /// `sessions.store_wait_ms`) and recreated here, unless its holder is a live peer.
-    pub async fn find(&self, id: &str) -> Lookup {
+    ///
+    /// `caller` is the fingerprint of the request's principal (`None`: anonymous, or
+    /// authorization off): a session this instance would take over or recreate is taken only
+    /// for the principal that made it; anyone else gets the stranger's answer
+    /// ([`Sessions::stranger`]) and changes nothing, not even where the session is held.
+    pub async fn find(&self, id: &str, caller: Option<&str>) -> Lookup {
         if let Some(s) = self.live.get(id) {
             // A 2024-11-05 session answers on its own stream only: served here, its answers
             // would go to whoever else reads it (a `GET /mcp`), or nowhere.
@@ -481,11 +486,19 @@ impl Sessions {
         // Boxed: reading, claiming and recreating a session not held here is most of this
         // future's size, and every request's future would hold room for it, copied whenever
         // that future moves into a box (issue 23).
-        Box::pin(self.find_not_held(id)).await
+        Box::pin(self.find_not_held(id, caller)).await
+    }
+
+    /// The answer for a caller other than the principal that made session `id`: what a
+    /// stranger to the id is told (the contract's token mismatch), so that ids are not
+    /// confirmed to anyone else.
+    pub fn stranger(id: &str) -> Lookup {
+        tracing::warn!(session_id = %super::LogId(id), "[TransportService] Session token mismatch during lookup");
+        Lookup::Missing(Missing::Unknown)
     }
 
     /// [`Sessions::find`] for a session this instance does not hold.
-    async fn find_not_held(&self, id: &str) -> Lookup {
+    async fn find_not_held(&self, id: &str, caller: Option<&str>) -> Lookup {
         let payload = match self.servable(id) {
             Ok(payload) => payload,
             Err(missing) => return Lookup::Missing(missing),
@@ -518,6 +531,10 @@ impl Sessions {
                     Owner::TakeOver(node) => Some(node),
                     Owner::Here => None,
                 };
+                // Checked before the claim: a stranger's request moves nothing.
+                if record.owner.as_deref() != caller {
+                    return Self::stranger(id);
+                }
                 if self.fenced() {
                     return self.claim(record, previous).await;
                 }
@@ -548,7 +565,8 @@ impl Sessions {
     /// Takes over session `id` from `previous`, a holder found gone (the relay could not reach
     /// it and it holds no subscription): recreated here if the record still names `previous`;
     /// if another instance took it over meanwhile, wherever [`Sessions::find`] says.
-    pub async fn take_over(&self, id: &str, previous: &str) -> Lookup {
+    /// Only for `caller`, the principal that made it (see [`Sessions::find`]).
+    pub async fn take_over(&self, id: &str, previous: &str, caller: Option<&str>) -> Lookup {
         self.elsewhere.lock().remove(id);
         if let Some(s) = self.live.get(id) {
             if self.has_legacy_stream(id) {
@@ -560,6 +578,7 @@ impl Sessions {
             return Lookup::Missing(Missing::Unknown);
         }
         match self.read(id).await {
+            Ok(Some(record)) if record.owner.as_deref() != caller => Self::stranger(id),
             Ok(Some(record)) if record.node_id == previous && self.fenced() => {
                 self.claim(record, Some(previous.to_string())).await
             }
@@ -570,7 +589,7 @@ impl Sessions {
                 }
                 None => Lookup::Missing(Missing::Full),
             },
-            Ok(Some(_)) => self.find(id).await,
+            Ok(Some(_)) => self.find(id, caller).await,
             Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),
         }
