@@ -17,6 +17,8 @@ use crate::support::raw_http::{self, RawResponse};
 use crate::support::{Instance, TempDir};
 use crate::support_redis::RedisServer;
 
+pub mod sentinel;
+
 /// The protocol version of the session-era client these tests play.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// How long any one HTTP exchange may take before a test calls it a hang.
