@@ -6,8 +6,8 @@
 //!
 //! The same flows on one server are in `fleet_sessions.rs`, `fleet_takeover.rs` and
 //! `fleet_desk.rs`; the library's own tests (`crates/fleetmcp/tests/redis_store.rs`,
-//! `redis_tasks.rs`, `limits.rs`) run their session, SSE-resumption, task and limit tests on a
-//! cluster too.
+//! `redis_instances.rs`, `redis_tasks.rs`, `limits.rs`) run their session, SSE-resumption, task
+//! and limit tests on a cluster too.
 
 #[path = "../../e2e_support.rs"]
 mod support;
