@@ -3,11 +3,8 @@
 //! while the holder withdraws; a page the store did not take is not reported delivered; idle
 //! standalone streams cost Redis no command, or few.
 //!
-//! Each test starts its own `redis-server` (on a free loopback port, no persistence) and its own
-//! instances, and speaks raw HTTP/1.1 to them. Needs `redis-server` and `redis-cli` on `PATH`
-//! (or `REDIS_SERVER` / `REDIS_CLI`). Every wait is bounded. The set-up these files share is in
-//! `fleet_client` (the other fleet scenarios on one Redis: `fleet_sessions.rs`,
-//! `fleet_takeover.rs`, `fleet_notify.rs`, `fleet_legacy_sse.rs`, `fleet_resume.rs`).
+//! Each test starts its own `redis-server` and instances, and waits for nothing unbounded; what
+//! these tests share is in `fleet_client`.
 
 #[path = "../../e2e_support.rs"]
 mod support;

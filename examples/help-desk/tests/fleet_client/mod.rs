@@ -489,7 +489,10 @@ pub fn stream_messages(seen: &str) -> Vec<Value> {
 
 // ---------------------------------------------------------------------------------------------
 // Sessions on one redis-server: what fleet_sessions.rs, fleet_takeover.rs, fleet_notify.rs,
-// fleet_legacy_sse.rs and fleet_resume.rs share (once all one file, fleet_redis.rs).
+// fleet_legacy_sse.rs and fleet_resume.rs share (once all one file, fleet_redis.rs). Each of
+// their tests starts its own `redis-server` (on a free loopback port, no persistence) and its
+// own instances, and speaks raw HTTP/1.1 to them; they need `redis-server` and `redis-cli` on
+// `PATH` (or `REDIS_SERVER` / `REDIS_CLI`).
 
 /// The contract's log line of an instance serving a session it recreated from its record.
 pub const RECREATING: &str = "[TransportService] Recreating transport from stored session";
