@@ -1,23 +1,21 @@
-//! The Redis session store against real `redis-server` processes: the key layout, the sliding
-//! TTL, a paused server, a server killed and restarted empty, a store started before Redis,
-//! and two in-process instances sharing one Redis.
+//! The Redis session store against real `redis-server` processes: the key layout, fenced
+//! writes and batch claims, the holder's index, the sliding TTL, a paused server, a server
+//! killed and restarted empty, a store started before Redis, `rediss://` over TLS, and records
+//! written without their empty fields. Two in-process instances sharing one Redis are in
+//! `redis_instances.rs`.
 
 mod support;
 mod support_redis;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleetmcp::config::RedisConfig;
 use fleetmcp::internals::{
     Claim, Fence, Hold, Invalidation, RedisSessionStore, SessionRecord, SessionStore, StoreError,
 };
-use fleetmcp::{Config, NoArgs, Server, tool};
 use serde_json::{Value, json};
-use support::{SECRET, TestServer, config_from, config_with, http, serve};
+use support::{LATEST, eventually_async};
 use support_redis::{RedisServer, SharedRedis, free_port};
-
-const LATEST: &str = "2025-11-25";
 
 fn record(id: &str, node: &str) -> SessionRecord {
     SessionRecord {
@@ -34,25 +32,6 @@ fn record(id: &str, node: &str) -> SessionRecord {
 
 fn cfg_for(redis: &RedisServer) -> RedisConfig {
     RedisConfig::from_url(redis.url())
-}
-
-/// Polls `f` every 50 ms until it returns true, failing after `limit`.
-async fn eventually<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not reached within {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,7 +425,7 @@ async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
     let mut changes = store
         .invalidations("desk-b")
         .expect("Redis reports changes");
-    eventually("tracking on", Duration::from_secs(5), || async {
+    eventually_async("tracking on", Duration::from_secs(5), || async {
         prefixes(&redis) == "1"
     })
     .await;
@@ -470,7 +449,7 @@ async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
         }
     };
     // Until the tracker published its connection (after the first `All`).
-    eventually("own tag tracked", Duration::from_secs(5), || {
+    eventually_async("own tag tracked", Duration::from_secs(5), || {
         tracked(own.clone())
     })
     .await;
@@ -497,7 +476,7 @@ async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
     );
     // Unused for the lifetime (2 s): the connection is rebuilt with its own prefix alone.
     let began = Instant::now();
-    eventually(
+    eventually_async(
         "the unused prefix dropped",
         Duration::from_secs(6),
         || async { prefixes(&redis) == "1" },
@@ -571,7 +550,7 @@ async fn a_paused_server_gives_timeouts_then_works_again() {
     );
 
     redis.resume();
-    eventually(
+    eventually_async(
         "exists answers after SIGCONT",
         Duration::from_secs(5),
         || {
@@ -602,7 +581,7 @@ async fn a_killed_server_restarted_empty_is_reconnected() {
     );
 
     redis.start_again();
-    eventually(
+    eventually_async(
         "the store reconnects to the restarted server",
         Duration::from_secs(10),
         || {
@@ -636,7 +615,7 @@ async fn a_store_started_before_redis_connects_when_it_comes_up() {
     assert!(store.ping().await.is_err());
 
     let redis = RedisServer::start_on(port);
-    eventually(
+    eventually_async(
         "connected after Redis starts",
         Duration::from_secs(6),
         || {
@@ -658,308 +637,63 @@ async fn invalid_configuration_is_refused() {
     assert!(r.is_err());
 }
 
-// ---------------------------------------------------------------------------------------------
-// Two instances sharing one Redis
-// ---------------------------------------------------------------------------------------------
-
-async fn instance(machine: &str, store: RedisSessionStore) -> TestServer {
-    let cfg = config_with(SECRET, |c| c.machine_id = Some(machine.into()));
-    let builder = Server::builder("redis-it", "1.0.0")
-        .tool(
-            tool("hello")
-                .description("Says hello")
-                .handler(|_: NoArgs, _ctx| async { Ok("Hello!") }),
-        )
-        .session_store(Arc::new(store));
-    serve(builder, cfg).await
-}
-
-fn post(c: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
-    let mut b = support::conforming(c.post(url))
-        .header("mcp-protocol-version", LATEST)
-        .json(&body);
-    if let Some(s) = sid {
-        b = b.header("mcp-session-id", s);
+/// Issue 23: a record is written without its empty or usual optional fields (no `{}`
+/// capabilities, no `null` clientInfo, no epoch 1), and still checked, claimed and taken over
+/// through the scripts; a record written with every field (as earlier versions did) still reads
+/// and is claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_still_read() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let mut r = record("lean", "desk-a");
+    r.client_info = Value::Null;
+    r.client_capabilities = json!({});
+    store.create(&r, true).await.unwrap();
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
+    for absent in ["epoch", "clientCapabilities", "clientInfo"] {
+        assert!(raw.get(absent).is_none(), "{absent} in {raw}");
     }
-    b
-}
-
-/// `initialize` on `url` with the client's `capabilities`; the session id.
-async fn initialize(c: &reqwest::Client, url: &str, capabilities: Value) -> String {
-    let res = post(
-        c,
-        url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "it", "version": "0"}
-        }}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 200);
-    res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-/// Instances `desk-a` and `desk-b`, each with its own connection to `redis`.
-async fn two_instances(redis: &SharedRedis) -> (TestServer, TestServer) {
-    let store = || async { RedisSessionStore::connect(redis.config()).await.unwrap() };
-    (
-        instance("desk-a", store().await).await,
-        instance("desk-b", store().await).await,
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_opened_on_one_instance_is_served_by_another() {
-    served_by_another_on(SharedRedis::single()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_cluster_a_session_opened_on_one_instance_is_served_by_another() {
-    served_by_another_on(SharedRedis::cluster()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn through_sentinel_a_session_opened_on_one_instance_is_served_by_another() {
-    served_by_another_on(SharedRedis::sentinel()).await;
-}
-
-async fn served_by_another_on(redis: SharedRedis) {
-    let (a, b) = two_instances(&redis).await;
-    let c = http();
-
-    let sid = initialize(&c, &a.mcp, json!({"elicitation": {}})).await;
-    let res = post(
-        &c,
-        &a.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 202);
-
-    // The record is in Redis, held by A (the write may land just after the answer).
-    let key = format!("mcp:session:{sid}");
-    eventually("A stored the session", Duration::from_secs(3), || {
-        let v = redis.cli(&["GET", &key]);
-        async move { v.contains("\"nodeId\":\"desk-a\"") }
-    })
-    .await;
-
-    // B serves it.
-    let res = post(
-        &c,
-        &b.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 200);
-    let text = res.text().await.unwrap();
-    assert!(text.contains("Hello!"), "{text}");
-    let stored: Value = serde_json::from_str(&redis.cli(&["GET", &key])).unwrap();
+    assert_eq!(raw["session"]["nodeId"], "desk-a");
+    assert_eq!(store.get("lean").await.unwrap(), Some(r.clone()));
+    let held = store.check("lean", Some(&fence("desk-a", 1)), true).await;
     assert_eq!(
-        stored["session"]["nodeId"], "desk-b",
-        "B wrote it back naming itself"
+        held.unwrap().hold,
+        Hold::Mine,
+        "the script reads no epoch as 1"
     );
-    assert_eq!(stored["clientCapabilities"], json!({"elicitation": {}}));
-    // Outside distributed mode nothing indexes sessions by holder (nothing would prune it).
-    assert_eq!(redis.keys("mcp:node:*"), "");
+    let stale = store.check("lean", Some(&fence("desk-a", 0)), false).await;
+    assert!(matches!(stale.unwrap().hold, Hold::Lost { epoch: 1, .. }));
+    assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
+    assert_eq!(raw["session"]["nodeId"], "desk-b");
+    assert_eq!(raw["epoch"], 2);
+    assert_eq!(raw["reassignedFrom"], "desk-a");
+    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions:0", "0", "-1"]);
+    assert_eq!(moved.trim(), "lean");
 
-    // DELETE on A ends it in Redis; B then answers `session expired`.
-    let res = c
-        .delete(&a.mcp)
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", LATEST)
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{}", res.status());
-    assert_eq!(redis.cli(&["EXISTS", &key]), "0");
-    let res = post(
-        &c,
-        &b.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 404);
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(body["error"]["code"], -32001, "{body}");
-    assert_eq!(body["error"]["message"], "session expired");
-}
-
-/// An instance whose stores come from its configuration (`redis.url`): sessions and SSE
-/// events in Redis, as a binary sets them up.
-async fn configured_instance(machine: &str, redis: &SharedRedis) -> TestServer {
-    configured_instance_with(machine, redis, |_| {}).await
-}
-
-async fn configured_instance_with(
-    machine: &str,
-    redis: &SharedRedis,
-    tweak: impl FnOnce(&mut Config),
-) -> TestServer {
-    let redis_env = redis.env();
-    let mut env = vec![("MCP_SESSION_SECRET", SECRET)];
-    env.extend(redis_env.iter().map(|(var, value)| (*var, value.as_str())));
-    let cfg = config_from(&env, |c| {
-        c.machine_id = Some(machine.into());
-        tweak(c);
-    });
-    let builder = Server::builder("redis-it", "1.0.0").tool(
-        tool("count")
-            .description("Counts to 10 with progress")
-            .handler(|_: NoArgs, ctx| async move {
-                for i in 0..10 {
-                    ctx.progress(i as f64, Some(10.0), None);
-                    tokio::time::sleep(Duration::from_millis(40)).await;
-                }
-                Ok("counted")
-            }),
-    );
-    serve(builder, cfg).await
-}
-
-/// Opens a session with `initialize`; returns its id.
-async fn open_session(c: &reqwest::Client, url: &str) -> String {
-    let res = post(
-        c,
-        url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "it", "version": "0"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    res.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-/// `GET` with `Last-Event-ID`: resumes a session's stream after `last`.
-async fn resume(c: &reqwest::Client, url: &str, sid: &str, last: &str) -> reqwest::Response {
-    c.get(url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", sid)
-        .header("mcp-protocol-version", LATEST)
-        .header("last-event-id", last)
-        .send()
+    // As an earlier version wrote it: every field, epoch 0.
+    let old = json!({"session": {"id": "full", "protocol": "streamable-http",
+        "createdAt": 1, "nodeId": "desk-a"}, "createdAt": 1, "lastAccessedAt": 2,
+        "initialized": true, "protocolVersion": "2025-06-18", "clientInfo": {"name": "c"},
+        "clientCapabilities": {}, "epoch": 0});
+    redis.cli(&["SET", "mcp:session:full", &old.to_string()]);
+    let read = store
+        .get("full")
         .await
         .unwrap()
-}
-
-/// Reads SSE events `(id, data)` until `n` events were read or the stream ended.
-async fn read_events(res: reqwest::Response, n: usize) -> Vec<(String, String)> {
-    use futures_util::StreamExt;
-    let mut out = Vec::new();
-    let mut buf = String::new();
-    let mut body = res.bytes_stream();
-    while out.len() < n {
-        let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(5), body.next()).await
-        else {
-            break;
-        };
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
-            let id = frame
-                .lines()
-                .find_map(|l| l.strip_prefix("id: "))
-                .map(String::from);
-            let data = frame
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .unwrap_or("")
-                .to_string();
-            if let Some(id) = id {
-                out.push((id, data));
-            }
-        }
-    }
-    out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
-    resumed_on_another_on(SharedRedis::single()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_cluster_an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
-    resumed_on_another_on(SharedRedis::cluster()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn through_sentinel_an_sse_stream_cut_on_one_instance_is_resumed_on_another() {
-    resumed_on_another_on(SharedRedis::sentinel()).await;
-}
-
-async fn resumed_on_another_on(redis: SharedRedis) {
-    let a = configured_instance("desk-a", &redis).await;
-    let b = configured_instance("desk-b", &redis).await;
-    let c = http();
-    let sid = open_session(&c, &a.mcp).await;
-
-    let res = post(
-        &c,
-        &a.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-               "params": {"name": "count", "arguments": {}, "_meta": {"progressToken": "p"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(res.headers()["content-type"], "text/event-stream");
-    // The priming event and the first three progress notifications, then the cut.
-    let first = read_events(res, 4).await;
-    assert_eq!(first.len(), 4, "{first:?}");
-    assert!(first[0].1.is_empty(), "priming event first: {first:?}");
-    let last_id = first.last().unwrap().0.clone();
-
-    // Resume on B, which never held the session.
-    let res = resume(&c, &b.mcp, &sid, &last_id).await;
-    assert_eq!(res.status(), 200);
-    let rest = read_events(res, 100).await;
-    let mut progress = Vec::new();
-    let mut results = 0;
-    for (_, data) in first
-        .iter()
-        .chain(rest.iter())
-        .filter(|(_, d)| !d.is_empty())
-    {
-        let v: Value = serde_json::from_str(data).unwrap();
-        if v["method"] == "notifications/progress" {
-            progress.push(v["params"]["progress"].as_f64().unwrap() as u32);
-        } else if v["id"] == 5 {
-            assert_eq!(v["result"]["content"][0]["text"], "counted");
-            results += 1;
-        }
-    }
+        .expect("an old record reads");
     assert_eq!(
-        progress,
-        (0..10).collect::<Vec<_>>(),
-        "every event exactly once, in order"
+        (read.epoch, read.client_info["name"].as_str()),
+        (0, Some("c"))
     );
-    assert_eq!(results, 1, "one answer");
-    // The events live in a Redis stream scoped to the session.
-    let keys = redis.keys(&format!("mcp:events:{{{sid}}}*"));
-    assert!(keys.contains(&format!("mcp:events:{{{sid}}}:")), "{keys}");
+    assert_eq!(store.claim(&read, "desk-b").await.unwrap(), Claim::Won(1));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:full"])).unwrap();
+    assert_eq!(
+        (raw["epoch"].as_u64(), raw.get("clientCapabilities")),
+        (None, None)
+    );
+    let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
+    assert_eq!(held.unwrap().hold, Hold::Mine);
 }
 
 /// A TLS-only redis-server with a certificate from a throwaway CA (made with `openssl`).
@@ -1126,298 +860,4 @@ async fn rediss_urls_connect_over_tls_and_verify_the_server() {
     )))
     .await;
     assert!(plain.is_err());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_whose_copy_idles_out_leaves_the_shared_streams_alone() {
-    let redis = SharedRedis::single();
-    let a = configured_instance("desk-a", &redis).await;
-    // B forgets sessions it has not used for a second.
-    let b = configured_instance_with("desk-b", &redis, |c| c.sessions.idle_ttl_ms = 1000).await;
-    let c = http();
-    let sid = open_session(&c, &a.mcp).await;
-    let res = post(
-        &c,
-        &a.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-               "params": {"name": "count", "arguments": {}, "_meta": {"progressToken": "p"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    let all = read_events(res, 100).await;
-    let first = all[1].0.clone();
-    // B serves the session once (a resumption), then lets its copy idle out.
-    let res = resume(&c, &b.mcp, &sid, &first).await;
-    assert_eq!(res.status(), 200);
-    let _ = read_events(res, 100).await;
-    let pattern = format!("mcp:events:{{{sid}}}*");
-    assert!(!redis.cli(&["KEYS", &pattern]).trim().is_empty());
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
-    assert!(
-        !redis.cli(&["KEYS", &pattern]).trim().is_empty(),
-        "B dropping its idle copy must not delete the streams A still serves"
-    );
-    // A still resumes from the start of the stream.
-    let res = resume(&c, &a.mcp, &sid, &first).await;
-    assert_eq!(res.status(), 200);
-    assert!(read_events(res, 100).await.len() >= 10);
-}
-
-/// Client-side caching: once Redis confirmed a held session's record and tracks it, calls on the
-/// session run no Redis command at all; a DELETE on another instance is still seen by the
-/// holder's very next request (Redis pushes the invalidation), and so is a record that another
-/// connection deleted behind everyone's back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
-    held_costs_nothing_on(SharedRedis::single()).await;
-}
-
-/// The same on a three-master cluster, where the holder tracks each record on the connection
-/// to the master that serves its slot.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_cluster_a_held_session_costs_no_redis_command_and_still_sees_a_delete_elsewhere() {
-    held_costs_nothing_on(SharedRedis::cluster()).await;
-}
-
-async fn held_costs_nothing_on(redis: SharedRedis) {
-    let (a, b) = two_instances(&redis).await;
-    let c = http();
-    let open = |url: String| {
-        let c = c.clone();
-        async move { initialize(&c, &url, json!({})).await }
-    };
-    let call = |url: String, sid: String, id: u64| {
-        let c = c.clone();
-        async move {
-            post(
-                &c,
-                &url,
-                Some(&sid),
-                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                "params": {"name": "hello", "arguments": {}}}),
-            )
-            .send()
-            .await
-            .unwrap()
-        }
-    };
-    let sid = open(a.mcp.clone()).await;
-    // A call checks the record, and once A's tracking connection is up (it connects in the
-    // background as A starts), Redis tracks it for A: from then on a call runs no command.
-    let began = Instant::now();
-    loop {
-        redis.reset_stats();
-        assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
-        assert_eq!(call(a.mcp.clone(), sid.clone(), 2).await.status(), 200);
-        if redis.commands_run() == 0 {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "calls on a held session still run Redis commands after 5 s:\n{}",
-            redis.cli(&["INFO", "commandstats"])
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    redis.reset_stats();
-    for i in 0..50 {
-        let res = call(a.mcp.clone(), sid.clone(), 10 + i).await;
-        assert_eq!(res.status(), 200);
-    }
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    assert_eq!(
-        redis.commands_run(),
-        0,
-        "50 calls on a held, tracked session ran Redis commands:\n{stats}"
-    );
-
-    // A DELETE sent to B (which does not hold it) reaches A's next request.
-    let res = c
-        .delete(&b.mcp)
-        .header("mcp-session-id", &sid)
-        .header("mcp-protocol-version", LATEST)
-        .send()
-        .await
-        .unwrap();
-    assert!(res.status().is_success(), "{}", res.status());
-    // Redis pushes the invalidation to A before it answers B, but A reads it on its tracking
-    // connection's own task: on a starved machine a request may get in first. Seen within a
-    // second at worst (about a millisecond when the machine is idle), and never forgotten.
-    let began = std::time::Instant::now();
-    let res = loop {
-        let res = call(a.mcp.clone(), sid.clone(), 99).await;
-        if res.status() != 200 || began.elapsed() > Duration::from_secs(1) {
-            break res;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    assert_eq!(res.status(), 404, "A saw the DELETE made on B");
-    let body: Value = res.json().await.unwrap();
-    assert_eq!(body["error"]["message"], "session expired");
-
-    // A record deleted by hand (another connection) is seen the same way.
-    let sid = open(a.mcp.clone()).await;
-    assert_eq!(call(a.mcp.clone(), sid.clone(), 1).await.status(), 200);
-    assert_eq!(call(a.mcp.clone(), sid.clone(), 2).await.status(), 200);
-    redis.cli(&["DEL", &format!("mcp:session:{sid}")]);
-    let began = std::time::Instant::now();
-    let status = loop {
-        let status = call(a.mcp.clone(), sid.clone(), 3).await.status();
-        if status != 200 || began.elapsed() > Duration::from_secs(1) {
-            break status;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
-    assert_eq!(status, 404, "A saw the record deleted by hand");
-}
-
-/// Issue 23: a record is written without its empty or usual optional fields (no `{}`
-/// capabilities, no `null` clientInfo, no epoch 1), and still checked, claimed and taken over
-/// through the scripts; a record written with every field (as earlier versions did) still reads
-/// and is claimed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_still_read() {
-    let redis = RedisServer::start();
-    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
-    let mut r = record("lean", "desk-a");
-    r.client_info = Value::Null;
-    r.client_capabilities = json!({});
-    store.create(&r, true).await.unwrap();
-    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
-    for absent in ["epoch", "clientCapabilities", "clientInfo"] {
-        assert!(raw.get(absent).is_none(), "{absent} in {raw}");
-    }
-    assert_eq!(raw["session"]["nodeId"], "desk-a");
-    assert_eq!(store.get("lean").await.unwrap(), Some(r.clone()));
-    let held = store.check("lean", Some(&fence("desk-a", 1)), true).await;
-    assert_eq!(
-        held.unwrap().hold,
-        Hold::Mine,
-        "the script reads no epoch as 1"
-    );
-    let stale = store.check("lean", Some(&fence("desk-a", 0)), false).await;
-    assert!(matches!(stale.unwrap().hold, Hold::Lost { epoch: 1, .. }));
-    assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
-    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
-    assert_eq!(raw["session"]["nodeId"], "desk-b");
-    assert_eq!(raw["epoch"], 2);
-    assert_eq!(raw["reassignedFrom"], "desk-a");
-    let moved = redis.cli(&["ZRANGE", "mcp:node:desk-b:sessions:0", "0", "-1"]);
-    assert_eq!(moved.trim(), "lean");
-
-    // As an earlier version wrote it: every field, epoch 0.
-    let old = json!({"session": {"id": "full", "protocol": "streamable-http",
-        "createdAt": 1, "nodeId": "desk-a"}, "createdAt": 1, "lastAccessedAt": 2,
-        "initialized": true, "protocolVersion": "2025-06-18", "clientInfo": {"name": "c"},
-        "clientCapabilities": {}, "epoch": 0});
-    redis.cli(&["SET", "mcp:session:full", &old.to_string()]);
-    let read = store
-        .get("full")
-        .await
-        .unwrap()
-        .expect("an old record reads");
-    assert_eq!(
-        (read.epoch, read.client_info["name"].as_str()),
-        (0, Some("c"))
-    );
-    assert_eq!(store.claim(&read, "desk-b").await.unwrap(), Claim::Won(1));
-    let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:full"])).unwrap();
-    assert_eq!(
-        (raw["epoch"].as_u64(), raw.get("clientCapabilities")),
-        (None, None)
-    );
-    let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
-    assert_eq!(held.unwrap().hold, Hold::Mine);
-}
-
-/// Issue 36 (gap 10): a DELETE takes its session out of the holder's index with the record, in
-/// the same pipeline. Before, an `initialize`/`DELETE` loop left one index entry per session
-/// until the heartbeat pruned it a session TTL later: the index grew with the loop, not with the
-/// sessions alive.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_index_holds_only_live_sessions_through_an_initialize_delete_loop() {
-    index_through_a_loop_on(SharedRedis::single()).await;
-}
-
-/// The same on a cluster, where the record and the index are in different slots (two commands
-/// sent together).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_cluster_the_node_index_holds_only_live_sessions_through_an_initialize_delete_loop() {
-    index_through_a_loop_on(SharedRedis::cluster()).await;
-}
-
-async fn index_through_a_loop_on(redis: SharedRedis) {
-    let a = configured_instance_with("desk-a", &redis, |c| {
-        c.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
-    })
-    .await;
-    let c = http();
-    let index = "mcp:node:desk-a:sessions:0";
-    let zcard = || redis.cli(&["ZCARD", index]).trim().parse::<u64>().unwrap();
-    let mut kept = Vec::new();
-    for _ in 0..3 {
-        kept.push(open_session(&c, &a.mcp).await);
-    }
-    assert_eq!(zcard(), 3, "distributed mode indexes each new session");
-    const LOOPS: usize = 500;
-    for i in 0..LOOPS {
-        let sid = open_session(&c, &a.mcp).await;
-        let res = c
-            .delete(&a.mcp)
-            .header("mcp-session-id", &sid)
-            .header("mcp-protocol-version", LATEST)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 204, "DELETE {i}");
-    }
-    assert_eq!(
-        zcard(),
-        3,
-        "after {LOOPS} initialize/DELETE, the index holds the live sessions only"
-    );
-    let members = redis.cli(&["ZRANGE", index, "0", "-1"]);
-    for sid in &kept {
-        assert!(members.contains(sid.as_str()), "{sid} not in {members}");
-    }
-}
-
-/// Issue 36 (gap 7): the changes an instance publishes to its fleet go through one worker fed by
-/// a bounded queue. Before, each change was a task of its own waiting on Redis: a burst while
-/// Redis did not answer made one task per change.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_changes_while_redis_is_paused_makes_no_task_per_change() {
-    let mut redis = SharedRedis::single();
-    let a = configured_instance_with("desk-a", &redis, |c| {
-        c.deployment_mode = fleetmcp::config::DeploymentMode::Distributed;
-        // Long enough that a command waiting on the paused server outlives the burst.
-        c.redis
-            .as_mut()
-            .expect("redis configured")
-            .command_timeout_ms = 10_000;
-    })
-    .await;
-    let c = http();
-    open_session(&c, &a.mcp).await;
-    let metrics = tokio::runtime::Handle::current().metrics();
-    let SharedRedis::Single(server) = &mut redis else {
-        unreachable!("a single server")
-    };
-    server.pause();
-    let before = metrics.num_alive_tasks();
-    const BURST: usize = 5_000;
-    for i in 0..BURST {
-        a.handle
-            .notify_resource_updated(&format!("file:///tickets/{i}"))
-            .await;
-    }
-    let grown = metrics.num_alive_tasks().saturating_sub(before);
-    eprintln!("tasks grown by {grown} after a burst of {BURST}");
-    server.resume();
-    assert!(
-        grown < 100,
-        "{grown} more tasks after a burst of {BURST} changes with Redis paused"
-    );
 }

@@ -20,6 +20,10 @@
 #[path = "../../e2e_support.rs"]
 mod support;
 
+// Not used here, but fleet_client builds on it (its Redis inspection helpers).
+#[path = "../../../crates/fleetmcp/tests/support_redis/mod.rs"]
+mod support_redis;
+
 mod fleet_client;
 
 use std::net::{IpAddr, Ipv4Addr};

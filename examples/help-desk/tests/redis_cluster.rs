@@ -4,9 +4,10 @@
 //! are spread over the masters, the operator's `status` reads the fleet, and a holder killed
 //! with SIGKILL has its sessions served again by the other within two seconds.
 //!
-//! The same flows on one server are in `fleet_redis.rs` and `fleet_desk.rs`; the library's own
-//! tests (`crates/fleetmcp/tests/redis_store.rs`, `redis_tasks.rs`, `limits.rs`) run their
-//! session, SSE-resumption, task and limit tests on a cluster too.
+//! The same flows on one server are in `fleet_sessions.rs`, `fleet_takeover.rs` and
+//! `fleet_desk.rs`; the library's own tests (`crates/fleetmcp/tests/redis_store.rs`,
+//! `redis_instances.rs`, `redis_tasks.rs`, `limits.rs`) run their session, SSE-resumption, task
+//! and limit tests on a cluster too.
 
 #[path = "../../e2e_support.rs"]
 mod support;

@@ -62,6 +62,26 @@ pub async fn eventually(what: &str, limit: Duration, cond: impl Fn() -> bool) {
     }
 }
 
+/// Polls the future `f` makes every 50 ms until it yields true, failing after `limit`: for a
+/// condition that has to be awaited (a store's read), where [`eventually`] takes a plain one.
+pub async fn eventually_async<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if f().await {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reached within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fixture server
 // ---------------------------------------------------------------------------------------------

@@ -1,18 +1,23 @@
 //! What the fleet tests of help-desk share: instances in distributed mode, a session-era client
-//! speaking raw HTTP/1.1, and waits on an instance's log. Each test file includes it with
-//! `mod fleet_client;` next to `mod support;` (the e2e kit it builds on).
+//! speaking raw HTTP/1.1, waits on an instance's log, and what a session's record and streams
+//! look like in Redis. Each test file includes it with `mod fleet_client;` next to `mod support;`
+//! and `mod support_redis;` (the e2e kit and the Redis kit it builds on).
 
 #![allow(dead_code)]
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::Instance;
 use crate::support::raw_http::{self, RawResponse};
+use crate::support::{Instance, TempDir};
+use crate::support_redis::RedisServer;
+
+pub mod sentinel;
 
 /// The protocol version of the session-era client these tests play.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -480,4 +485,206 @@ pub fn stream_messages(seen: &str) -> Vec<Value> {
         .filter_map(|l| l.strip_prefix("data: "))
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions on one redis-server: what fleet_sessions.rs, fleet_takeover.rs, fleet_notify.rs,
+// fleet_legacy_sse.rs and fleet_resume.rs share (once all one file, fleet_redis.rs). Each of
+// their tests starts its own `redis-server` (on a free loopback port, no persistence) and its
+// own instances, and speaks raw HTTP/1.1 to them; they need `redis-server` and `redis-cli` on
+// `PATH` (or `REDIS_SERVER` / `REDIS_CLI`).
+
+/// The contract's log line of an instance serving a session it recreated from its record.
+pub const RECREATING: &str = "[TransportService] Recreating transport from stored session";
+
+/// Starts `help-desk` named `machine`, on `redis` (a URL) or with sessions in memory, with an
+/// optional TOML configuration file. Redis variables from the developer's shell are neutralised
+/// (an empty value sets nothing).
+pub fn desk(machine: &str, redis: Option<&str>, config: Option<&PathBuf>) -> Instance {
+    let config = config.map(|p| p.to_string_lossy().into_owned());
+    let mut env: Vec<(&str, &str)> = vec![
+        ("MACHINE_ID", machine),
+        ("REDIS_URL", redis.unwrap_or("")),
+        ("REDIS_HOST", ""),
+        ("REDIS_PORT", ""),
+    ];
+    if let Some(path) = config.as_deref() {
+        env.push(("FLEETMCP_CONFIG", path));
+    }
+    Instance::start(env!("CARGO_BIN_EXE_help-desk"), &env)
+}
+
+/// A TOML configuration file in `dir`.
+pub fn config_file(dir: &TempDir, toml: &str) -> PathBuf {
+    let path = dir.path().join("fleetmcp.toml");
+    std::fs::write(&path, toml).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
+}
+
+/// A POST of `msg` to `/mcp` in session `session` (if any), no other headers.
+pub fn post(port: u16, session: Option<&str>, msg: &Value, limit: Duration) -> RawResponse {
+    post_with(port, session, &[], msg, limit)
+}
+
+/// `tools/call find_tickets {}` on `port` in session `sid`.
+pub fn find_tickets(port: u16, sid: &str) -> RawResponse {
+    find_tickets_within(port, sid, HTTP_LIMIT)
+}
+
+/// [`find_tickets`], failing the test if it takes longer than `limit`.
+pub fn find_tickets_within(port: u16, sid: &str, limit: Duration) -> RawResponse {
+    let call = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {"name": "find_tickets", "arguments": {}},
+    });
+    post(port, Some(sid), &call, limit)
+}
+
+/// `resources/read helpdesk://policies/sla` on `port` in session `sid`: a request whose handler
+/// touches no Redis (help-desk's tickets are in Redis when it has one), for the tests of what
+/// the session layer does while Redis is paused or down.
+pub fn read_sla(port: u16, sid: &str) -> RawResponse {
+    read_sla_within(port, sid, HTTP_LIMIT)
+}
+
+/// [`read_sla`], failing the test if it takes longer than `limit`.
+pub fn read_sla_within(port: u16, sid: &str, limit: Duration) -> RawResponse {
+    let read = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "resources/read",
+        "params": {"uri": "helpdesk://policies/sla"},
+    });
+    post(port, Some(sid), &read, limit)
+}
+
+/// A 200 with the service levels.
+pub fn assert_read_ok(resp: &RawResponse, what: &str) {
+    assert_eq!(resp.status, 200, "{what}:\n{}", resp.describe());
+    let text = resp.json()["result"]["contents"][0]["text"]
+        .as_str()
+        .map(String::from);
+    assert!(
+        text.is_some_and(|t| t.contains("Service levels")),
+        "{what}: not the service levels:\n{}",
+        resp.describe()
+    );
+}
+
+/// `DELETE /mcp` of session `sid` on `port`.
+pub fn delete_session(port: u16, sid: &str) -> RawResponse {
+    http(
+        port,
+        "DELETE",
+        "/mcp",
+        &[
+            ("mcp-session-id", sid),
+            ("mcp-protocol-version", PROTOCOL_VERSION),
+        ],
+        None,
+        HTTP_LIMIT,
+    )
+}
+
+/// A JSON-RPC error answer with this HTTP status, code and message.
+pub fn assert_rpc_error(resp: &RawResponse, status: u16, code: i64, message: &str, what: &str) {
+    assert_eq!(resp.status, status, "{what}:\n{}", resp.describe());
+    let msg = resp.json();
+    assert_eq!(
+        msg["error"]["code"].as_i64(),
+        Some(code),
+        "{what}:\n{}",
+        resp.describe()
+    );
+    assert_eq!(
+        msg["error"]["message"].as_str(),
+        Some(message),
+        "{what}:\n{}",
+        resp.describe()
+    );
+}
+
+/// The Redis key of session `sid`'s record (the default `mcp:` prefix).
+pub fn session_key(sid: &str) -> String {
+    format!("mcp:session:{sid}")
+}
+
+/// Whether Redis holds the record of session `sid`.
+pub fn key_exists(redis: &RedisServer, sid: &str) -> bool {
+    redis.cli(&["EXISTS", &session_key(sid)]) == "1"
+}
+
+/// Every `nodeId` value anywhere in the stored record of `sid`.
+pub fn stored_node_ids(redis: &RedisServer, sid: &str) -> Vec<String> {
+    let raw = redis.cli(&["GET", &session_key(sid)]);
+    let record: Value = serde_json::from_str(&raw)
+        .unwrap_or_else(|e| panic!("record of {sid} is not JSON ({e}): {raw:?}"));
+    let mut ids = Vec::new();
+    collect_node_ids(&record, &mut ids);
+    assert!(!ids.is_empty(), "no nodeId in the stored record: {record}");
+    ids
+}
+
+fn collect_node_ids(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k == "nodeId" {
+                    out.push(v.as_str().unwrap_or_default().to_string());
+                }
+                collect_node_ids(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_node_ids(v, out)),
+        _ => {}
+    }
+}
+
+/// The stored record of `sid` as Redis has it.
+pub fn stored(redis: &RedisServer, sid: &str) -> Value {
+    serde_json::from_str(&redis.cli(&["GET", &session_key(sid)])).unwrap_or(Value::Null)
+}
+
+/// A file for `stamp`'s effects (`HELP_DESK_EFFECTS_FILE`), in a directory kept as long as
+/// the first value lives.
+pub fn effects_file() -> (TempDir, String) {
+    let dir = TempDir::new("effects");
+    let file = dir.path().join("effects").to_string_lossy().into_owned();
+    (dir, file)
+}
+
+/// Starts a `stamp` call on `port` in session `sid` that answers after 5 s, reads its stream up
+/// to the progress event, and returns the call's id and the last event id the client saw.
+pub fn start_slow_streamed_call(port: u16, sid: &str) -> (u64, String) {
+    start_streamed_call(port, sid, 5000)
+}
+
+/// Calls of the stream-reading commands (`XRANGE`, `XREVRANGE`) Redis has served so far.
+pub fn stream_reads(redis: &RedisServer) -> u64 {
+    command_calls(redis, &["xrange", "xrevrange"])
+}
+
+/// Calls of `commands` (lower case) Redis has served so far.
+pub fn command_calls(redis: &RedisServer, commands: &[&str]) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| {
+            commands.iter().any(|c| {
+                l.strip_prefix("cmdstat_")
+                    .and_then(|r| r.strip_prefix(c))
+                    .is_some_and(|r| r.starts_with(':'))
+            })
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }

@@ -374,7 +374,7 @@ mod tests {
         }
     }
 
-    /// Found under the full suite's load (`fleet_redis::a_session_taken_over_in_an_earlier_
+    /// Found under the full suite's load (`fleet_takeover::a_session_taken_over_in_an_earlier_
     /// outage_is_not_served_from_memory_in_the_next`): a request read a session's record
     /// naming a holder that is gone; before its claim, this instance's orphan scanner claimed
     /// the session, in the store only. The request's claim loses to this very instance: the
