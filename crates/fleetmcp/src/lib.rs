@@ -39,7 +39,8 @@
 //! - [`redis_conn`]: the bounded Redis connection, for an application's own keys;
 //! - [`model`]: the MCP message types (rmcp's).
 //!
-//! See `docs/ARCHITECTURE.md` for how the parts fit together.
+//! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md), in
+//! the repository, says how the parts fit together.
 
 // The layers, lowest first. A module imports only from layers below it (and its own layer);
 // tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.
