@@ -1,32 +1,10 @@
-//! fleetmcp: an MCP server runtime that runs as one process, or as a fleet of instances
-//! behind a load balancer sharing state through Redis.
+// The getting-started, the same page as the crate's README (crates.io) and, in the
+// repository's README, "Use the library"; its examples are doctests.
+#![doc = include_str!("../README.md")]
 //!
-//! Declare tools, resources and prompts, build a [`Server`], and [`run`] it from the
-//! environment (or [`Server::serve`] it yourself):
+//! ## The API
 //!
-//! ```no_run
-//! use fleetmcp::{NoArgs, Server, tool};
-//!
-//! struct Greeting(String);
-//!
-//! #[tokio::main]
-//! async fn main() {
-//!     fleetmcp::run(|config| async move {
-//!         let hello = tool("hello")
-//!             .description("Says hello")
-//!             .state::<Greeting>()
-//!             .handler(|_: NoArgs, _ctx, greeting| async move { Ok(greeting.0.clone()) });
-//!         Ok(Server::builder("hello", "1.0.0")
-//!             .state(Greeting("Hello!".into()))
-//!             .tool(hello)
-//!             .config(config)
-//!             .try_build()?)
-//!     })
-//!     .await
-//! }
-//! ```
-//!
-//! The API, one path per name:
+//! One path per name:
 //!
 //! - this page: [`tool`], [`resource`], [`template`] and [`prompt`] start a declaration;
 //!   [`Server`] and its [`ServerBuilder`] build a server (refused with a [`BuildError`] when a
@@ -85,6 +63,13 @@ mod fleet;
 pub mod internals;
 mod ops;
 mod server;
+
+/// The repository's README, whose Rust examples ("Use the library", "Writing a server") are
+/// compiled as this crate's doctests, so what a new user copies from it builds. (Not in the
+/// published package: only `cargo test --doc` in the repository reads it.)
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct RepositoryReadme;
 
 pub use app::ServerHandle;
 pub use auth::Principal;
