@@ -86,7 +86,9 @@ pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.
 pub use rmcp::model;
-pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
+pub use server::{
+    Running, Server, ServerBuilder, TestClient, TestClientBuilder, run, shutdown_signal,
+};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};

@@ -57,3 +57,28 @@ fn the_repository_readme_shows_the_getting_started_of_the_crate_readme() {
         );
     }
 }
+
+/// The README's test example is this crate's `tests/getting_started.rs` after its header, so
+/// it runs: a doctest compiles a `#[tokio::test]` function away.
+#[test]
+fn the_readme_test_example_is_a_test_that_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    let crate_readme = read(&root.join("README.md"));
+    let example = blocks(section(&crate_readme, "Getting started"))
+        .into_iter()
+        .find(|(_, body)| body.contains("#[tokio::test]"))
+        .map(|(_, body)| body)
+        .expect("the getting-started has a test example");
+    let file = read(&root.join("tests/getting_started.rs"));
+    let code: String = file
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .skip_while(|l| l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        code, example,
+        "tests/getting_started.rs differs from the README's example"
+    );
+}

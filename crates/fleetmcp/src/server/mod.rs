@@ -642,5 +642,7 @@ mod seams_test;
 mod stdio;
 #[cfg(test)]
 mod stdio_test;
+mod test_client;
 
 pub use run::run;
+pub use test_client::{TestClient, TestClientBuilder};
