@@ -233,3 +233,97 @@ async fn progress_reaches_the_client_and_an_unanswered_question_fails_the_call()
     assert_eq!(deleted.is_error, Some(true), "{deleted:?}");
     client.stop().await;
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoteRef {
+    shelf: String,
+    id: u64,
+}
+
+/// The ids a completer looks up, behind an `.await` (as a database would be).
+struct Ids(tokio::sync::Mutex<Vec<u64>>);
+
+/// Issue 41: a template's variables as a typed struct (`read_as`, parsed as a prompt's
+/// arguments are), and completers that await (`complete_async`), with and without state.
+#[tokio::test]
+async fn typed_template_variables_and_async_completers() {
+    let ids = Arc::new(Ids(tokio::sync::Mutex::new(vec![7, 12, 17])));
+    let server = Server::builder("typed", "1.0.0")
+        .shared_state(ids)
+        .template(
+            template("shelves://{shelf}/{id}", "note")
+                .complete_async("shelf", |partial, _given, _ctx| async move {
+                    tokio::task::yield_now().await;
+                    vec![format!("{partial}-shelf")]
+                })
+                .read_as(|uri, note: NoteRef, _ctx| async move {
+                    let text = format!("{} #{}", note.shelf, note.id + 1);
+                    Ok(vec![ResourceContents::text(text, uri)])
+                }),
+        )
+        .template(
+            template("ids://{id}", "id")
+                .state::<Ids>()
+                .complete_async("id", |partial, _given, _ctx, ids| async move {
+                    let ids = ids.0.lock().await;
+                    ids.iter()
+                        .map(u64::to_string)
+                        .filter(|id| id.starts_with(&partial))
+                        .collect()
+                })
+                .read_as(|uri, note: NoteRef2, _ctx, ids| async move {
+                    let known = ids.0.lock().await.contains(&note.id);
+                    Ok(vec![ResourceContents::text(format!("known: {known}"), uri)])
+                }),
+        )
+        .prompt(
+            prompt("greet")
+                .state::<Ids>()
+                .complete_async("name", |partial, given, _ctx, ids| async move {
+                    let n = ids.0.lock().await.len();
+                    vec![format!(
+                        "{partial}{n}{}",
+                        given.get("x").map_or("", String::as_str)
+                    )]
+                })
+                .get(|args: Greet, _ctx, _ids| async move {
+                    Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+                }),
+        )
+        .build();
+    let client = server.test_client().connect().await.unwrap();
+    let text = |r: &fleetmcp::model::ReadResourceResult| {
+        serde_json::to_value(&r.contents).unwrap()[0]["text"].clone()
+    };
+    let read = client.read_resource("shelves://kitchen/41").await.unwrap();
+    assert_eq!(text(&read), "kitchen #42", "the id arrives as a u64");
+    let not_a_number = client
+        .read_resource("shelves://kitchen/abc")
+        .await
+        .unwrap_err();
+    assert_eq!(not_a_number.code.0, -32002, "{not_a_number:?}");
+    let read = client.read_resource("ids://12").await.unwrap();
+    assert_eq!(text(&read), "known: true");
+
+    let complete = |reference: Value, name: &str, value: &str| {
+        let params = json!({"ref": reference, "argument": {"name": name, "value": value},
+                            "context": {"arguments": {"x": "!"}}});
+        let client = &client;
+        async move {
+            let r = client.request("completion/complete", params).await.unwrap();
+            r["completion"]["values"].clone()
+        }
+    };
+    let shelves = json!({"type": "ref/resource", "uri": "shelves://{shelf}/{id}"});
+    assert_eq!(complete(shelves, "shelf", "ki").await, json!(["ki-shelf"]));
+    let ids_ref = json!({"type": "ref/resource", "uri": "ids://{id}"});
+    assert_eq!(complete(ids_ref, "id", "1").await, json!(["12", "17"]));
+    let greet = json!({"type": "ref/prompt", "name": "greet"});
+    assert_eq!(complete(greet, "name", "Ada").await, json!(["Ada3!"]));
+    client.stop().await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoteRef2 {
+    id: u64,
+}
