@@ -65,6 +65,9 @@ impl std::fmt::Display for ResourceError {
 
 from_any_error!(ResourceError);
 
+/// What a reader's call gives: the contents, once read.
+type Reading = BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>>;
+
 type Reader = dyn Fn(
         String,
         HashMap<String, String>,
@@ -88,12 +91,16 @@ pub type CacheHint = (u64, &'static str);
 const DEFAULT_CACHE: CacheHint = (0, "private");
 
 impl ResourceDef {
+    /// The resource's URI.
     pub fn uri(&self) -> &str {
         &self.descriptor.uri
     }
+    /// The resource as `resources/list` shows it.
     pub fn descriptor(&self) -> &Resource {
         &self.descriptor
     }
+    /// How long a 2026-07-28 client may reuse a read, and for whom (see
+    /// [`ResourceBuilder::cache`]).
     pub fn cache(&self) -> CacheHint {
         self.cache
     }
@@ -135,12 +142,15 @@ impl TemplateDef {
         let what = || format!("resource template `{}`", self.pattern.as_str());
         Needs::named(what, self.needs)
     }
+    /// The template as `resources/templates/list` shows it.
     pub fn descriptor(&self) -> &ResourceTemplate {
         &self.descriptor
     }
     pub(crate) fn pattern(&self) -> &UriTemplate {
         &self.pattern
     }
+    /// How long a 2026-07-28 client may reuse a read, and for whom (see
+    /// [`TemplateBuilder::cache`]).
     pub fn cache(&self) -> CacheHint {
         self.cache
     }
@@ -185,7 +195,7 @@ macro_rules! descriptor_setters {
     () => {
         /// The OAuth scope a caller's token must grant to use this, when authorization is on
         /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-        /// authorization is off.
+        /// authorization is off. Set once: a second call replaces the first.
         pub fn scope(mut self, scope: impl Into<String>) -> Self {
             self.scope = Some(scope.into());
             self
@@ -486,15 +496,7 @@ impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
 /// [`TemplateBuilder::read_as`]).
 fn typed<V, S, F, Fut>(
     f: F,
-) -> impl Fn(
-    String,
-    HashMap<String, String>,
-    RequestContext,
-    S,
-) -> BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>>
-+ Send
-+ Sync
-+ 'static
+) -> impl Fn(String, HashMap<String, String>, RequestContext, S) -> Reading + Send + Sync + 'static
 where
     V: DeserializeOwned + JsonSchema + Send + 'static,
     F: Fn(String, V, RequestContext, S) -> Fut + Send + Sync + 'static,

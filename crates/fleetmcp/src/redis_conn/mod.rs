@@ -76,8 +76,10 @@ pub(crate) const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
 /// Why a Redis command failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CommandError {
+    /// No answer within the command timeout (`redis.command_timeout_ms`, the value given).
     #[error("Redis did not answer within {0} ms")]
     Timeout(u64),
+    /// No connection to Redis, or the command failed there (the reason given).
     #[error("Redis is unavailable: {0}")]
     Unavailable(String),
     /// The write was taken but may not survive a failover (see [`RedisConn::pipe_durably`]).

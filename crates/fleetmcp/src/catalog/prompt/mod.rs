@@ -70,6 +70,7 @@ from_any_error!(PromptError);
 
 /// What a prompt handler may return.
 pub trait IntoPromptResult {
+    /// The `prompts/get` result.
     fn into_prompt_result(self) -> GetPromptResult;
 }
 impl IntoPromptResult for GetPromptResult {
@@ -104,9 +105,11 @@ impl PromptDef {
     pub fn scope(&self) -> Option<&str> {
         self.scope.as_deref()
     }
+    /// The prompt's name, as `prompts/get` names it.
     pub fn name(&self) -> &str {
         &self.descriptor.name
     }
+    /// The prompt as `prompts/list` shows it.
     pub fn descriptor(&self) -> &Prompt {
         &self.descriptor
     }
@@ -189,14 +192,19 @@ impl<S> PromptBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
+    /// The OAuth scope a caller's token must grant to get it, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off. Set once: a second call replaces the first.
     pub fn scope(mut self, scope: impl Into<String>) -> Self {
         self.scope = Some(scope.into());
         self
     }
+    /// A human-readable name for clients to show (the `name` stays the identifier).
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
         self
     }
+    /// What the prompt is for, as `prompts/list` shows it.
     pub fn description(mut self, d: impl Into<String>) -> Self {
         self.description = Some(d.into());
         self
