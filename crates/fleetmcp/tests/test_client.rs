@@ -327,3 +327,32 @@ async fn typed_template_variables_and_async_completers() {
 struct NoteRef2 {
     id: u64,
 }
+
+/// A 2026-07-28 call repeats in headers what its body says, `Mcp-Param-*` for the arguments a
+/// tool's schema marks `x-mcp-header` included (the server refuses the call with `-32020`
+/// otherwise); values with spaces or non-ASCII go base64-wrapped.
+#[tokio::test]
+async fn a_2026_call_sends_the_headers_its_arguments_mirror() {
+    let schema = json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"}}});
+    let server = Server::builder("mirrored", "1.0.0")
+        .tool(
+            tool("régional")
+                .input_schema(schema)
+                .raw_handler(|a: Value, _| async move {
+                    Ok(format!("{} x{}", a["region"], a["count"]))
+                }),
+        )
+        .build();
+    let client = server
+        .test_client()
+        .protocol_version("2026-07-28")
+        .connect()
+        .await
+        .unwrap();
+    let args = json!({"region": "eu west ü", "count": 3});
+    let called = client.call_tool("régional", args).await.unwrap();
+    assert_eq!(TestClient::text(&called), "\"eu west ü\" x3", "{called:?}");
+    client.stop().await;
+}
