@@ -415,6 +415,7 @@ impl RequestContext {
     pub fn cancellation(&self) -> &CancellationToken {
         &self.inner.cancel
     }
+    /// Whether the request was cancelled already (see [`RequestContext::cancellation`]).
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
     }

@@ -1,14 +1,15 @@
 //! What a server offers: tools, resources, resource templates and prompts, declared with the
 //! builders that [`tool`](crate::tool), [`resource`](crate::resource),
-//! [`template`](crate::template) and [`prompt`](crate::prompt) start, and collected into a
-//! `Catalog`.
+//! [`template`](crate::template) and [`prompt`](crate::prompt) start, and collected into the
+//! server's catalog (internal: a server is built from them with
+//! [`ServerBuilder`](crate::ServerBuilder)).
 //!
 //! The public names here are the builders and the definitions they build (what
 //! [`ServerBuilder`](crate::ServerBuilder) and [`ServerHandle`](crate::ServerHandle) take), and
 //! the traits a handler's return value implements. The functions that start a declaration and
 //! the types a handler names (its arguments, its errors) are at the crate root.
 //!
-//! The catalog is immutable; a change at runtime builds a new one and swaps it in (see
+//! The server's catalog is immutable; a change at runtime builds a new one and swaps it in (see
 //! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking.
 //!
 //! ```

@@ -207,7 +207,7 @@ async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply
         (_, "resources/read") => resources::read(&app, p, ctx).await,
         (_, "prompts/list") => prompts::list(&app, &ctx, p),
         (_, "prompts/get") => prompts::get(&app, p, ctx).await,
-        (_, "completion/complete") => completion::complete(&app, &ctx, p),
+        (_, "completion/complete") => completion::complete(&app, &ctx, p).await,
         (Caller::Session(_), "ping") => reply_of(&json!({})),
         (Caller::Session(s), "resources/subscribe") => resources::subscribe(&app, s, p, true),
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(&app, s, p, false),

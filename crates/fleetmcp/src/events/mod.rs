@@ -75,6 +75,8 @@ pub const UNSTORED_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 #[error("event store: {0}")]
 pub struct EventStoreError(pub String);
 
+/// Where a session's SSE events are kept, so a broken stream resumes from `Last-Event-ID`
+/// (in memory, or in Redis for a fleet).
 #[async_trait]
 pub trait EventStore: Send + Sync + 'static {
     /// Appends an event to a stream, creating the stream if needed; returns the event's id.

@@ -30,7 +30,7 @@
 //! With Redis Cluster, the connection is the `redis` crate's cluster connection: it discovers
 //! the nodes, sends each command to the node that holds its key's slot, and follows `MOVED`
 //! and failovers. Every script and pipeline of fleetmcp touches one slot (see
-//! `docs/ARCHITECTURE.md`, "Redis Cluster"). Pub/sub: a channel the whole fleet listens on is
+//! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md), "Redis Cluster"). Pub/sub: a channel the whole fleet listens on is
 //! classic, which a cluster delivers on every node, on a dedicated connection to one of the
 //! configured nodes; a channel one instance listens on is sharded when every node runs Redis 7
 //! or later (`sharded.rs`), on a dedicated connection to the master of its slot.
@@ -76,8 +76,10 @@ pub(crate) const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
 /// Why a Redis command failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CommandError {
+    /// No answer within the command timeout (`redis.command_timeout_ms`, the value given).
     #[error("Redis did not answer within {0} ms")]
     Timeout(u64),
+    /// No connection to Redis, or the command failed there (the reason given).
     #[error("Redis is unavailable: {0}")]
     Unavailable(String),
     /// The write was taken but may not survive a failover (see [`RedisConn::pipe_durably`]).

@@ -400,7 +400,7 @@ impl Server {
     ///
     /// With [`Config::stdio`] (`FLEETMCP_TRANSPORT=stdio`) it serves one session on stdin and
     /// stdout instead, binding nothing, until stdin closes or a signal comes (see
-    /// `docs/ARCHITECTURE.md`, layer 5).
+    /// [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md), layer 5).
     pub async fn serve(self) -> std::io::Result<()> {
         heap::return_large_blocks();
         if self.app.config().stdio {
@@ -642,5 +642,7 @@ mod seams_test;
 mod stdio;
 #[cfg(test)]
 mod stdio_test;
+mod test_client;
 
 pub use run::run;
+pub use test_client::{TestClient, TestClientBuilder};

@@ -61,10 +61,15 @@ pub enum TaskSupport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// Running.
     Working,
+    /// Waiting for the client's answer to a question.
     InputRequired,
+    /// Ended with a result.
     Completed,
+    /// Ended with an error.
     Failed,
+    /// Ended by `tasks/cancel`.
     Cancelled,
 }
 
@@ -79,12 +84,17 @@ impl TaskStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRecord {
+    /// The task's id, as the client names it.
     pub task_id: String,
+    /// Where it is in its life.
     pub status: TaskStatus,
     /// ISO 8601.
     pub created_at: String,
+    /// ISO 8601: the last change of status.
     pub last_updated_at: String,
+    /// How long the record is kept (the task's `ttl`).
     pub ttl_ms: u64,
+    /// How often the client is told to poll (`pollInterval`).
     pub poll_interval_ms: u64,
     /// The tool's result, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]
