@@ -15,6 +15,11 @@
 //! - [`unread`]: what a 2024-11-05 stream holds that its client has not read;
 //! - [`lossy`]: the bounded channel that carries the store's [`Invalidation`](store::Invalidation)s.
 //!
+//! A session found held by a live peer is remembered for a second, so its next requests read
+//! nothing from Redis; when the store does not answer, a holder seen in the last five minutes
+//! still gets the request, after `sessions.check_timeout_ms` rather than the whole store wait
+//! (`lifecycle/mod.rs`).
+//!
 //! # 2024-11-05 sessions are pinned
 //!
 //! [`Sessions`] also keeps the 2024-11-05 streams open here, each with a direct line for its

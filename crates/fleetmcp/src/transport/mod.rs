@@ -26,7 +26,9 @@
 //!    request is served: `session::Sessions::find` answers a typed `Lookup` (`Held`,
 //!    `Elsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
 //!    request's; `Missing(why)`: the contract's answer). A held session is one hash-map read
-//!    and, usually, nothing else (client-side caching: `session/tracking.rs`).
+//!    and, usually, nothing else (client-side caching: `session/tracking.rs`). `locate.rs`
+//!    counts the relays by outcome (answered, holder gone, failed) and the takeovers, with
+//!    their durations.
 //! 4. The handler ([`post`], [`get`], [`delete`], [`legacy_sse`]) parses the body once into
 //!    `protocol::Incoming` and settles the era once (`era::decide`): a 2026-07-28 request goes
 //!    to [`stateless`] (with [`mirrored`]), `initialize` to [`initialize`], a batch to
