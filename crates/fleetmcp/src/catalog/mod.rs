@@ -21,8 +21,9 @@
 //! `Structured<T>` is written as JSON once, and the answer is written from that text, never
 //! through a `serde_json::Value`. A prompt's arguments are a Rust type (`prompt/args.rs`).
 //! Handler state is typed (`state.rs`): a builder's `.state::<T>()` makes its handler take an
-//! `Arc<T>`, and `Catalog::check_state` (from `ServerBuilder::try_build` and
-//! `ServerHandle::add_*`) refuses one the server was not given, as a `BuildError` naming it.
+//! `Arc<T>`, and a declaration whose state the server was not given is refused, as a `BuildError`
+//! naming it (`Catalog::check_state` from `ServerBuilder::try_build`, the same check from
+//! `ServerHandle::add_*`).
 //!
 //! ```
 //! use std::sync::Arc;
