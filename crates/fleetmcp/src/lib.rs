@@ -20,8 +20,16 @@
 //! - [`redis_conn`]: the bounded Redis connection, for an application's own keys;
 //! - [`model`]: the MCP message types (rmcp's).
 //!
-//! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md), in
-//! the repository, says how the parts fit together.
+//! `lib.rs` makes every other module private. `crates/fleetmcp/tests/public_api.rs` parses the
+//! tree, follows `pub mod` and `pub use` from here, leaves out what `#[doc(hidden)]` marks, and
+//! checks the surface against its list (at most 66 items, no name with two paths): a new public
+//! name fails it until it is listed on purpose. What the crate's own tests and the example
+//! binaries need beyond it is behind `internals` (feature `testkit`), which is not API. The
+//! operator's command is API ([`Server::operator_command`], which `fleetmcp-ctl` runs).
+//!
+//! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md) is
+//! the map (the layers, a request's walk, the invariants, where to change what); each module's
+//! documentation here is the reference for its part.
 
 // The layers, lowest first. A module imports only from layers below it (and its own layer);
 // tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.

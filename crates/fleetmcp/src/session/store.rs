@@ -1,5 +1,5 @@
 //! The session store: the durable record of a session, shared by every instance that can
-//! serve it. In memory here; Redis implements the same trait for fleets (`redis.rs`).
+//! serve it. In memory here; Redis implements the same trait for fleets (`redis/`).
 //!
 //! The record is what another instance needs to serve a session it did not create: the
 //! negotiated version, the client's capabilities and info, and the instance that holds it.

@@ -4,7 +4,7 @@
 //!
 //! The record of a task (status, result or error, pending questions) lives behind
 //! [`TaskStore`]: in memory ([`MemoryTaskStore`]) for one instance, in Redis
-//! ([`RedisTaskStore`], `redis.rs`) whenever the server has Redis, so that any instance answers
+//! ([`RedisTaskStore`], `redis/`) whenever the server has Redis, so that any instance answers
 //! `tasks/get`, `tasks/list` and `tasks/result`. What only the running instance can hold (the
 //! handler's cancel token, the channels its questions wait on) lives in [`RunningTask`].
 //!
@@ -21,6 +21,12 @@
 //! Both stores bound the records overall, per session and per caller (a [`TaskQuota`]: the
 //! caller's limit key, so one client cannot fill the table for everyone), in count and bytes,
 //! charging a working task what its handler holds besides its record (its arguments).
+//!
+//! A task takes over its request's place under `limits.max_inflight_per_key`
+//! (`RequestContext::take_slot`) until it ends. Without distributed mode nothing judges an
+//! executor gone: a crashed instance's tasks stay `working` until they expire (the contract's
+//! behaviour). The `tasks/*` methods are answered by `dispatch/tasks/`; this module keeps the
+//! tasks themselves.
 
 mod lifecycle;
 mod memory;
