@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -189,7 +190,7 @@ impl RedisEventStore {
         let local = self.local(&key);
         local
             .written
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+            .store(true, Relaxed);
         if confirm && self.redis.writes_durably() {
             let appended = self.append_durably(session, &key, xadd).await;
             // Unconfirmed, the entry may be on the master all the same: readers here look.
@@ -254,7 +255,7 @@ impl RedisEventStore {
                 .local
                 .lock()
                 .get(key)
-                .is_some_and(|l| l.written.load(std::sync::atomic::Ordering::Relaxed));
+                .is_some_and(|l| l.written.load(Relaxed));
             if written_here {
                 return accepted;
             }
@@ -584,7 +585,7 @@ impl EventStore for RedisEventStore {
         let index = self.index_key(session);
         self.local(&key)
             .written
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+            .store(true, Relaxed);
         self.budget.lock().closed(session, stream);
         let stored = if self.redis.writes_durably() {
             // The script's text, not its digest: a pipeline confirmed by the replicas cannot
@@ -694,8 +695,7 @@ impl EventStore for RedisEventStore {
                     return r.mark.read_to_the_end();
                 }
                 let notified = r.local.notify.notified();
-                let written_here = r.local.written.load(std::sync::atomic::Ordering::Relaxed);
-                let wait = match r.source.read(written_here).await {
+                let wait = match r.source.read(r.local.written.load(Relaxed)).await {
                     Read::Again => continue,
                     Read::Wait(wait) => wait,
                     Read::GiveUp => return None,
