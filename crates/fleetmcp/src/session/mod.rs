@@ -39,8 +39,10 @@ pub(crate) use lifecycle::{
 };
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
+#[cfg(any(test, feature = "testkit"))]
+pub use lossy::Invalidation;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Hold, Invalidation};
+pub use store::{Fence, Hold};
 pub(crate) use unread::{Full as UnreadFull, Unread};
