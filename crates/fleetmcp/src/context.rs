@@ -23,7 +23,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{App, ServerHandle};
 use crate::auth::Principal;
 use crate::limits::{LimitKey, Slot};
 // rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
@@ -40,8 +39,10 @@ use crate::session::Session;
 use crate::stateless::Round;
 
 mod elicit;
+mod host;
 mod outbox;
 pub use elicit::Elicited;
+pub(crate) use host::Host;
 pub(crate) use outbox::{Bounds as OutboxBounds, Outbox, OutboxReceiver};
 
 /// A message on its way to the client, from a running request.
@@ -148,8 +149,9 @@ pub struct RequestContext {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    app: App,
+/// `H` is the server's [`Host`] (the `App`), made `dyn` once the context is built: last, so
+/// that an `Arc<Inner<App>>` becomes an `Arc<Inner>` without another allocation.
+struct Inner<H: ?Sized = dyn Host> {
     caller: Caller,
     /// The request's own stream, when its answer may be one (see [`Outbox`]).
     outbox: Option<Outbox>,
@@ -172,6 +174,7 @@ struct Inner {
     /// counting against its caller after the request is answered. Freed by the driver when
     /// the request ends, if no task took it.
     slot: SlotCell,
+    app: H,
 }
 
 /// What a call's stable key is made of (see [`RequestContext::call_key`]): the request id as
@@ -231,7 +234,7 @@ const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl RequestContext {
     pub(crate) fn new(
-        app: App,
+        app: impl Host,
         caller: Caller,
         streams: bool,
         progress_token: Option<Value>,
@@ -240,7 +243,6 @@ impl RequestContext {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                app,
                 caller,
                 outbox: streams.then(Outbox::new),
                 progress_token,
@@ -252,6 +254,7 @@ impl RequestContext {
                 call_key_parts: None,
                 limit_key: None,
                 slot: SlotCell::default(),
+                app,
             }),
         }
     }
@@ -342,17 +345,13 @@ impl RequestContext {
         self.inner.principal.clone()
     }
 
-    /// The server, for changing the catalog or announcing resource updates.
-    pub fn server(&self) -> ServerHandle {
-        self.inner.app.handle()
-    }
-
     /// The value of type `T` given to the server with
     /// [`ServerBuilder::state`](crate::ServerBuilder::state). Handlers do not call this: a
     /// declaration names its state (`tool("x").state::<T>()`) and its handler gets the value,
     /// checked when the server is built; an error here means a declaration skipped that check.
     pub(crate) fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
-        self.inner.app.state::<T>().ok_or_else(|| {
+        let state = self.inner.app.state_by_id(std::any::TypeId::of::<T>());
+        state.and_then(|v| v.downcast::<T>().ok()).ok_or_else(|| {
             errors::internal(format!(
                 "the server was built without state of type {}",
                 std::any::type_name::<T>()
@@ -361,8 +360,9 @@ impl RequestContext {
     }
 
     /// The id of the session this request belongs to (session-era clients only; `None` for a
-    /// 2026-07-28 client): what [`ServerHandle::notify_session`] takes to reach the session
-    /// later, from outside the handler.
+    /// 2026-07-28 client): what
+    /// [`ServerHandle::notify_session`](crate::ServerHandle::notify_session) takes to reach the
+    /// session later, from outside the handler.
     pub fn session_id(&self) -> Option<&str> {
         match &self.inner.caller {
             Caller::Session(s) => Some(&s.id),
@@ -423,7 +423,8 @@ impl RequestContext {
         &self.inner.caller
     }
 
-    pub(crate) fn app(&self) -> &App {
+    /// The server this request runs in (`app` sees its `App` in it: `app/hosts.rs`).
+    pub(crate) fn host(&self) -> &dyn Host {
         &self.inner.app
     }
 
