@@ -15,6 +15,7 @@ mod tasks;
 mod session;
 mod app;
 mod catalog;
+mod context;
 mod dispatch;
 mod transport;
 mod fleet;
@@ -23,11 +24,16 @@ pub use server::Server;
 pub use catalog::{tool as make_tool, Catalog};
 ";
 
-/// Checks `lib.rs` plus `files`, and gives each finding as `file:line path rule`.
-fn check(files: &[(&str, &str)]) -> Vec<String> {
+/// Checks `lib.rs` ([`LIB`]) plus `files`.
+fn report_of(files: &[(&str, &str)]) -> Report {
     let mut all = vec![("lib.rs".to_string(), LIB.to_string())];
     all.extend(files.iter().map(|(n, s)| (n.to_string(), s.to_string())));
-    let report = check_crate(&all);
+    check_crate(&all)
+}
+
+/// Checks `lib.rs` plus `files`, and gives each finding as `file:line path rule`.
+fn check(files: &[(&str, &str)]) -> Vec<String> {
+    let report = report_of(files);
     assert!(report.unplaced.is_empty(), "{:?}", report.unplaced);
     report
         .violations
@@ -329,13 +335,8 @@ fn a_module_with_no_layer_is_reported() {
 
 /// Checks `lib.rs` plus `files` for circles, each given as its `Display`.
 fn circles(files: &[(&str, &str)]) -> Vec<String> {
-    let mut all = vec![("lib.rs".to_string(), LIB.to_string())];
-    all.extend(files.iter().map(|(n, s)| (n.to_string(), s.to_string())));
-    check_crate(&all)
-        .cycles
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    let cycles = report_of(files).cycles;
+    cycles.iter().map(ToString::to_string).collect()
 }
 
 /// Three files of one folder in a circle, one of them a folder of its own reached through a
@@ -379,28 +380,30 @@ fn files_or_folders_that_import_each_other_in_a_circle_are_reported() {
 /// own: no circle.
 #[test]
 fn a_chain_a_parent_with_its_children_and_test_code_make_no_circle() {
-    let lib = format!("{LIB}mod context;\n");
-    let all: Vec<(String, String)> = [
-        ("lib.rs", lib.as_str()),
+    let files = [
         (
             "fleet/mod.rs",
             "mod a;\nmod b;\nmod c;\npub struct Shared;\nuse a::A;\nfn f() -> self::c::C { todo!() }\n",
         ),
-        ("fleet/a.rs", "use super::b::B;\nuse super::c::C;\nuse super::Shared;\n"),
-        ("fleet/b.rs", "use crate::fleet::c::C;\nuse crate::fleet::Shared;\n"),
+        (
+            "fleet/a.rs",
+            "use super::b::B;\nuse super::c::C;\nuse super::Shared;\n",
+        ),
+        (
+            "fleet/b.rs",
+            "use crate::fleet::c::C;\nuse crate::fleet::Shared;\n",
+        ),
         (
             "fleet/c.rs",
             "pub struct C;\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod more {\n    use super::super::a::A;\n}\n",
         ),
         ("fleet/c/tests.rs", "use crate::fleet::b::B;\n"),
-        ("context.rs", "mod elicit;\npub struct Ctx;\nuse elicit::Form;\n"),
+        (
+            "context.rs",
+            "mod elicit;\npub struct Ctx;\nuse self::elicit::Form;\n",
+        ),
         ("context/elicit.rs", "use super::Ctx;\npub struct Form;\n"),
-    ]
-    .iter()
-    .map(|(n, s)| (n.to_string(), s.to_string()))
-    .collect();
-    let report = check_crate(&all);
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
-    let cycles: Vec<String> = report.cycles.iter().map(ToString::to_string).collect();
-    assert_eq!(cycles, Vec::<String>::new());
+    ];
+    assert_eq!(check(&files), Vec::<String>::new());
+    assert_eq!(circles(&files), Vec::<String>::new());
 }
