@@ -12,7 +12,16 @@
 //! again from the top, and this time the answers are there.
 //!
 //! Messages a handler sends go out on the stream of the request that runs it (the POST's
-//! answer, which becomes an SSE stream the moment the first message is sent).
+//! answer, which becomes an SSE stream the moment the first message is sent). They wait in the
+//! request's outbox (`context/outbox.rs`), whose queue is made by the first one sent (most calls
+//! send none); the driver closes it when the answer is plain, so a message sent later goes to
+//! the session's standalone stream, not nowhere.
+//!
+//! [`RequestContext::call_key`] is the call's stable key: the client's
+//! `io.fleetmcp/idempotency-key`, else the session's log id and the request id (set by
+//! `transport/driver.rs`); in a 2026-07-28 round after the first, the key the first round
+//! sealed in the `requestState` (`stateless::Round::key_to_seal`). A handler's
+//! `RequestContext` shows it no HTTP, no session store and no other instance.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -415,6 +424,7 @@ impl RequestContext {
     pub fn cancellation(&self) -> &CancellationToken {
         &self.inner.cancel
     }
+    /// Whether the request was cancelled already (see [`RequestContext::cancellation`]).
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
     }

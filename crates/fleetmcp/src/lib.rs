@@ -1,32 +1,13 @@
-//! fleetmcp: an MCP server runtime that runs as one process, or as a fleet of instances
-//! behind a load balancer sharing state through Redis.
+// The getting-started, the same page as the crate's README (crates.io) and, in the
+// repository's README, "Use the library"; its examples are doctests.
+#![doc = include_str!("../README.md")]
+// Every public item is documented (issue 41); `cargo doc` with warnings denied checks the
+// links in CI.
+#![deny(missing_docs)]
 //!
-//! Declare tools, resources and prompts, build a [`Server`], and [`run`] it from the
-//! environment (or [`Server::serve`] it yourself):
+//! ## The API
 //!
-//! ```no_run
-//! use fleetmcp::{NoArgs, Server, tool};
-//!
-//! struct Greeting(String);
-//!
-//! #[tokio::main]
-//! async fn main() {
-//!     fleetmcp::run(|config| async move {
-//!         let hello = tool("hello")
-//!             .description("Says hello")
-//!             .state::<Greeting>()
-//!             .handler(|_: NoArgs, _ctx, greeting| async move { Ok(greeting.0.clone()) });
-//!         Ok(Server::builder("hello", "1.0.0")
-//!             .state(Greeting("Hello!".into()))
-//!             .tool(hello)
-//!             .config(config)
-//!             .try_build()?)
-//!     })
-//!     .await
-//! }
-//! ```
-//!
-//! The API, one path per name:
+//! One path per name:
 //!
 //! - this page: [`tool`], [`resource`], [`template`] and [`prompt`] start a declaration;
 //!   [`Server`] and its [`ServerBuilder`] build a server (refused with a [`BuildError`] when a
@@ -39,7 +20,16 @@
 //! - [`redis_conn`]: the bounded Redis connection, for an application's own keys;
 //! - [`model`]: the MCP message types (rmcp's).
 //!
-//! See `docs/ARCHITECTURE.md` for how the parts fit together.
+//! `lib.rs` makes every other module private. `crates/fleetmcp/tests/public_api.rs` parses the
+//! tree, follows `pub mod` and `pub use` from here, leaves out what `#[doc(hidden)]` marks, and
+//! checks the surface against its list (at most 66 items, no name with two paths): a new public
+//! name fails it until it is listed on purpose. What the crate's own tests and the example
+//! binaries need beyond it is behind `internals` (feature `testkit`), which is not API. The
+//! operator's command is API ([`Server::operator_command`], which `fleetmcp-ctl` runs).
+//!
+//! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md) is
+//! the map (the layers, a request's walk, the invariants, where to change what); each module's
+//! documentation here is the reference for its part.
 
 // The layers, lowest first. A module imports only from layers below it (and its own layer);
 // tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.
@@ -85,6 +75,13 @@ pub mod internals;
 mod ops;
 mod server;
 
+/// The repository's README, whose Rust examples ("Use the library", "Writing a server") are
+/// compiled as this crate's doctests, so what a new user copies from it builds. (Not in the
+/// published package: only `cargo test --doc` in the repository reads it.)
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct RepositoryReadme;
+
 pub use app::ServerHandle;
 pub use auth::Principal;
 pub use catalog::prompt::{PromptError, prompt};
@@ -100,7 +97,9 @@ pub use protocol::LogLevel;
 /// The MCP message types (tools, content blocks, prompts' messages, results, errors): the
 /// official SDK's `rmcp::model`, which handlers build their answers from.
 pub use rmcp::model;
-pub use server::{Running, Server, ServerBuilder, run, shutdown_signal};
+pub use server::{
+    Running, Server, ServerBuilder, TestClient, TestClientBuilder, run, shutdown_signal,
+};
 pub use tasks::{EXECUTOR_GONE_MESSAGE, TaskSupport};
 pub use telemetry::logs::{flush_traces, init_tracing};
 pub use transport::{MACHINE_ID_HEADER, PROTOCOL_VERSION_HEADER, SESSION_HEADER};

@@ -591,14 +591,17 @@ impl RedisConfig {
         format!("{}node:{node_id}:buckets", self.key_prefix)
     }
 
+    /// `redis.default_ttl_ms`, as a duration.
     pub fn default_ttl(&self) -> Duration {
         Duration::from_millis(self.default_ttl_ms)
     }
 
+    /// `redis.command_timeout_ms`, as a duration.
     pub fn command_timeout(&self) -> Duration {
         Duration::from_millis(self.command_timeout_ms)
     }
 
+    /// `redis.connect_timeout_ms`, as a duration.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms)
     }

@@ -236,10 +236,12 @@ async fn a_resume_of_a_stream_never_stored_is_answered() {
 }
 
 /// A resume accepted while Redis could not say whether its stream exists (paused), of a stream
-/// that was never stored and that this process does not write, ends its reader once the stream
-/// has been missing for `UNSTORED_WAIT` after Redis answers again: the client resumes again and
-/// is told the stream is lost. Before, the reader looked for the stream every half second,
-/// forever: the two-replica Sentinel seed 3 saw such a resume carry keep-alives for 25 s.
+/// Redis does not have and that this process does not write, ends its reader rather than
+/// waiting forever: the client resumes again and is told the stream is lost. One the reader's
+/// place says was stored (past an event of it) is lost, and ends within seconds; one never
+/// seen stored (a resume from its start) first gives a writer elsewhere `UNSTORED_WAIT` to
+/// store it. Before, the reader looked for the stream every half second, forever: the
+/// two-replica Sentinel seed 3 saw such a resume carry keep-alives for 25 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_accepted_during_an_outage_ends_when_its_stream_is_not_there() {
     use fleetmcp::internals::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT};
@@ -252,23 +254,30 @@ async fn a_resume_accepted_during_an_outage_ends_when_its_stream_is_not_there() 
         .expect("append");
     let tag = any.split('-').next().expect("a tag");
 
-    redis.pause();
-    let resumed = store.resolve("s1", &format!("{tag}-9-4")).await;
-    redis.resume();
-    assert_eq!(
-        resumed,
-        Ok((9, Cursor::After(4))),
-        "accepted while Redis could not say"
-    );
-    let began = std::time::Instant::now();
-    let mut events = store.tail("s1", 9, Cursor::After(4), Default::default());
-    let next = tokio::time::timeout(UNSTORED_WAIT + Duration::from_secs(5), events.next())
-        .await
-        .expect("the reader of a stream that is not there ends, rather than waiting forever");
-    assert!(next.is_none(), "nothing to deliver: {next:?}");
-    let took = began.elapsed();
-    assert!(
-        took >= UNSTORED_WAIT,
-        "it waits for a writer elsewhere to store it first ({took:?})"
-    );
+    for (seq, within) in [
+        (4, Duration::ZERO..Duration::from_secs(5)),
+        (0, UNSTORED_WAIT..UNSTORED_WAIT + Duration::from_secs(5)),
+    ] {
+        redis.pause();
+        let resumed = store.resolve("s1", &format!("{tag}-9-{seq}")).await;
+        redis.resume();
+        assert_eq!(
+            resumed,
+            Ok((9, Cursor::After(seq))),
+            "accepted while Redis could not say (event {seq})"
+        );
+        let began = std::time::Instant::now();
+        let mut events = store.tail("s1", 9, Cursor::After(seq), Default::default());
+        let next = tokio::time::timeout(within.end, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the reader of a stream that is not there ends (event {seq}), rather than waiting forever")
+            });
+        assert!(next.is_none(), "nothing to deliver: {next:?}");
+        let took = began.elapsed();
+        assert!(
+            within.contains(&took),
+            "after event {seq}: ended after {took:?}, not within {within:?}"
+        );
+    }
 }

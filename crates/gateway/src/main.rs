@@ -3,6 +3,15 @@
 //! configured command; the session's messages pass through both ways, and the fleet's relay,
 //! takeover, fencing, authorization, limits and metrics apply as to any fleetmcp server. See the
 //! README, "Putting an existing stdio server behind a fleet".
+//!
+//! The files: `config.rs` (the servers' `Config` plus `[gateway]` / `FLEETMCP_UPSTREAM_*`),
+//! `child.rs` (the `Upstream` of child processes), `descriptors.rs` (processes and connections
+//! fitted under `RLIMIT_NOFILE`), `http_upstream.rs` and `http_client.rs` (the `Upstream` for a
+//! server speaking Streamable HTTP), `probe.rs` (the startup probe behind `/readyz`'s
+//! `upstream` entry), `policy.rs` (tool scopes and SSE polling from the configuration).
+//!
+//! Invariant: every process it starts is reaped, and none outlives its session on this
+//! instance by more than twice the stop grace.
 
 mod child;
 mod config;

@@ -6,6 +6,12 @@
 //! `App` knows nothing of HTTP. Of other instances it knows only the [`Fanout`] distributed mode
 //! installs: changes published to the fleet, and notifications handed to the instance that holds
 //! a session ([`App::to_holder`]); without one, both stay on this instance.
+//!
+//! `handle.rs` is [`ServerHandle`]: runtime catalog changes, resource-update announcements, a
+//! notification for one session wherever it is held. `lanes.rs` runs the work handed off a
+//! caller's path (standalone-stream appends, the fleet channels' messages) on a few worker
+//! tasks fed by queues bounded in count and bytes: past a bound an item is dropped and counted,
+//! never a task per message.
 
 mod handle;
 mod hosts;

@@ -10,6 +10,13 @@
 //! [`Principal`]. The token itself is never logged, stored or passed on: only hashes of it
 //! leave this module.
 //!
+//! A [`Principal`] (`principal.rs`) carries issuer, subject, client id, scopes and claims, a
+//! stable `key()` (issuer and subject, else a hash of the token: what a limiter counts by) and
+//! its `fingerprint()` (16 bytes of SHA-256 of the key, base64url: what a session and a task
+//! record). A token that checked out is kept by its hash (`cache.rs`), so a request with a
+//! token seen before costs a hash and a lookup. This module also gives the Protected Resource
+//! Metadata document (RFC 9728) and its URL, which `transport/authorize.rs` serves.
+//!
 //! Architecture invariant: knows nothing of HTTP routes, sessions or handlers; the transport
 //! asks it, and decides the answer.
 

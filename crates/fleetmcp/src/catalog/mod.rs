@@ -1,7 +1,8 @@
 //! What a server offers: tools, resources, resource templates and prompts, declared with the
 //! builders that [`tool`](crate::tool), [`resource`](crate::resource),
-//! [`template`](crate::template) and [`prompt`](crate::prompt) start, and collected into a
-//! `Catalog`.
+//! [`template`](crate::template) and [`prompt`](crate::prompt) start, and collected into the
+//! server's catalog (internal: a server is built from them with
+//! [`ServerBuilder`](crate::ServerBuilder)).
 //!
 //! The public names here are the builders and the definitions they build (what
 //! [`ServerBuilder`](crate::ServerBuilder) and [`ServerHandle`](crate::ServerHandle) take), and
@@ -9,7 +10,21 @@
 //! the types a handler names (its arguments, its errors) are at the crate root.
 //!
 //! The catalog is immutable; a change at runtime builds a new one and swaps it in (see
-//! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking.
+//! [`crate::ServerHandle`]), so a request reads a consistent snapshot without locking
+//! (`arc-swap`).
+//!
+//! Arguments are validated against the tool's JSON Schema 2020-12 before the handler runs;
+//! published schemas have no type arrays (an `Option<T>` field is an optional property), while
+//! validation still accepts an explicit `null` (`tool/schema.rs`). A tool's `outputSchema` is
+//! the one its handler's result type declares (`Structured<T>` gives `T`'s); one whose root is
+//! not an object, which MCP up to 2025-11-25 refuses, is wrapped as an object with `T`'s schema
+//! under `result`, and the tool's values with it (`tool/schema.rs`, `tool/result.rs`). A
+//! `Structured<T>` is written as JSON once, and the answer is written from that text, never
+//! through a `serde_json::Value`. A prompt's arguments are a Rust type (`prompt/args.rs`).
+//! Handler state is typed (`state.rs`): a builder's `.state::<T>()` makes its handler take an
+//! `Arc<T>`, and a declaration whose state the server was not given is refused, as a `BuildError`
+//! naming it (`Catalog::check_state` from `ServerBuilder::try_build`, the same check from
+//! `ServerHandle::add_*`).
 //!
 //! ```
 //! use std::sync::Arc;

@@ -24,8 +24,14 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 
-use super::state::{Completer, Needs, StateArg, completer};
+use super::prompt::args::Arguments;
+use super::state::{
+    Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
+    completer,
+};
 use crate::context::RequestContext;
 
 /// Why a read failed.
@@ -59,6 +65,9 @@ impl std::fmt::Display for ResourceError {
 
 from_any_error!(ResourceError);
 
+/// What a reader's call gives: the contents, once read.
+type Reading = BoxFuture<'static, Result<Vec<ResourceContents>, ResourceError>>;
+
 type Reader = dyn Fn(
         String,
         HashMap<String, String>,
@@ -82,12 +91,16 @@ pub type CacheHint = (u64, &'static str);
 const DEFAULT_CACHE: CacheHint = (0, "private");
 
 impl ResourceDef {
+    /// The resource's URI.
     pub fn uri(&self) -> &str {
         &self.descriptor.uri
     }
+    /// The resource as `resources/list` shows it.
     pub fn descriptor(&self) -> &Resource {
         &self.descriptor
     }
+    /// How long a 2026-07-28 client may reuse a read, and for whom (see
+    /// [`ResourceBuilder::cache`]).
     pub fn cache(&self) -> CacheHint {
         self.cache
     }
@@ -129,12 +142,15 @@ impl TemplateDef {
         let what = || format!("resource template `{}`", self.pattern.as_str());
         Needs::named(what, self.needs)
     }
+    /// The template as `resources/templates/list` shows it.
     pub fn descriptor(&self) -> &ResourceTemplate {
         &self.descriptor
     }
     pub(crate) fn pattern(&self) -> &UriTemplate {
         &self.pattern
     }
+    /// How long a 2026-07-28 client may reuse a read, and for whom (see
+    /// [`TemplateBuilder::cache`]).
     pub fn cache(&self) -> CacheHint {
         self.cache
     }
@@ -179,7 +195,7 @@ macro_rules! descriptor_setters {
     () => {
         /// The OAuth scope a caller's token must grant to use this, when authorization is on
         /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-        /// authorization is off.
+        /// authorization is off. Set once: a second call replaces the first.
         pub fn scope(mut self, scope: impl Into<String>) -> Self {
             self.scope = Some(scope.into());
             self
@@ -381,6 +397,25 @@ impl TemplateBuilder {
         self.completers.insert(variable.into(), f);
         self
     }
+    async_completion! {
+        /// [`TemplateBuilder::complete`], for an async function (one that asks a database): it gets
+        /// the partial value, the other variables already given and the request's context, owned.
+        ///
+        /// ```
+        /// use fleetmcp::model::ResourceContents;
+        /// use fleetmcp::{Server, template};
+        ///
+        /// let ticket = template("helpdesk://tickets/{id}", "ticket")
+        ///     .complete_async("id", |partial, _given, _ctx| async move {
+        ///         // An `.await` on the database would go here.
+        ///         ["12", "17"].into_iter().filter(|id| id.starts_with(&partial)).map(String::from).collect()
+        ///     })
+        ///     .read(|uri, _vars, _ctx| async move { Ok(vec![ResourceContents::text("a ticket", uri)]) });
+        /// let server = Server::builder("desk", "1.0.0").template(ticket).build();
+        /// # drop(server);
+        /// ```
+        variable
+    }
     /// Finishes with the reader; it gets the URI and the values of the template's variables.
     pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>
     where
@@ -388,6 +423,35 @@ impl TemplateBuilder {
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
         self.finish(move |uri, vars, ctx, ()| f(uri, vars, ctx))
+    }
+    /// Finishes with a reader that gets the template's variables as a `V` rather than as
+    /// strings: a struct whose fields are the variables, parsed as a prompt's arguments are
+    /// (an integer, float or `bool` field from its text). A URI whose variables do not make a
+    /// `V` (`notes://abc` for an integer `id`) is a resource not found, and the reader does
+    /// not run.
+    ///
+    /// ```
+    /// use fleetmcp::model::ResourceContents;
+    /// use fleetmcp::{Server, template};
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct NoteRef {
+    ///     id: u64,
+    /// }
+    ///
+    /// let note = template("notes://{id}", "note").read_as(|uri, note: NoteRef, _ctx| async move {
+    ///     Ok(vec![ResourceContents::text(format!("note number {}", note.id), uri)])
+    /// });
+    /// let server = Server::builder("notes", "1.0.0").template(note).build();
+    /// # drop(server);
+    /// ```
+    pub fn read_as<V, F, Fut>(self, f: F) -> Arc<TemplateDef>
+    where
+        V: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(String, V, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        self.finish(typed(move |uri, vars, ctx, ()| f(uri, vars, ctx)))
     }
 }
 
@@ -404,6 +468,7 @@ impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
         self.completers.insert(variable.into(), f);
         self
     }
+    async_completion_with_state!("TemplateBuilder", variable);
     /// Finishes with the reader; it gets the URI, the values of the template's variables and
     /// the state.
     pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>
@@ -415,6 +480,33 @@ impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
         self.finish(f)
+    }
+    /// [`TemplateBuilder::read_as`], for a reader that also gets the state.
+    pub fn read_as<V, F, Fut>(self, f: F) -> Arc<TemplateDef>
+    where
+        V: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(String, V, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+    {
+        self.finish(typed(f))
+    }
+}
+
+/// A template's reader of variables as strings, from one that takes them as a `V` (see
+/// [`TemplateBuilder::read_as`]).
+fn typed<V, S, F, Fut>(
+    f: F,
+) -> impl Fn(String, HashMap<String, String>, RequestContext, S) -> Reading + Send + Sync + 'static
+where
+    V: DeserializeOwned + JsonSchema + Send + 'static,
+    F: Fn(String, V, RequestContext, S) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
+{
+    let variables = Arguments::of::<V>();
+    move |uri, given, ctx, state| match variables.parse::<V>(&uri, given) {
+        Ok(vars) => Box::pin(f(uri, vars, ctx, state)),
+        // The URI matched the template's shape but names nothing of this type.
+        Err(_) => Box::pin(std::future::ready(Err(ResourceError::NotFound(uri)))),
     }
 }
 

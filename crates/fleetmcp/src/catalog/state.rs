@@ -6,7 +6,11 @@
 
 use std::any::TypeId;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 
 use crate::context::RequestContext;
 use crate::protocol::ErrorData;
@@ -62,9 +66,14 @@ impl<T: Send + Sync + 'static> StateArg for Arc<T> {
 }
 
 /// Completes one variable of a template or argument of a prompt: (partial value, the other
-/// arguments already given, the request's context) to candidate values.
+/// arguments already given, the request's context) to candidate values, computed at once or
+/// awaited (a completer that asks a database).
 pub(crate) type Completer = Arc<
-    dyn Fn(&str, &HashMap<String, String>, &RequestContext) -> Result<Vec<String>, ErrorData>
+    dyn Fn(
+            String,
+            HashMap<String, String>,
+            RequestContext,
+        ) -> BoxFuture<'static, Result<Vec<String>, ErrorData>>
         + Send
         + Sync,
 >;
@@ -79,10 +88,61 @@ where
         + 'static,
 {
     Arc::new(move |partial, given, ctx| {
-        let state = S::fetch(ctx)?;
-        Ok(f(partial, given, ctx, &state))
+        let values = S::fetch(&ctx).map(|state| f(&partial, &given, &ctx, &state));
+        Box::pin(std::future::ready(values))
     })
 }
+
+/// A [`Completer`] from an async function that also gets the declaration's state `S`.
+pub(crate) fn async_completer<S, F, Fut>(f: F) -> Completer
+where
+    S: StateArg,
+    F: Fn(String, HashMap<String, String>, RequestContext, S) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<String>> + Send + 'static,
+{
+    Arc::new(move |partial, given, ctx| match S::fetch(&ctx) {
+        Ok(state) => Box::pin(f(partial, given, ctx, state).map(Ok)),
+        Err(e) => Box::pin(std::future::ready(Err(e))),
+    })
+}
+
+/// `complete_async` for a template's or a prompt's builder without state (the same method on
+/// both, documented by the attributes given; `$what` names its parameter).
+macro_rules! async_completion {
+    ($(#[$doc:meta])* $what:ident) => {
+        $(#[$doc])*
+        pub fn complete_async<F, Fut>(mut self, $what: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(String, HashMap<String, String>, RequestContext) -> Fut + Send + Sync + 'static,
+            Fut: Future<Output = Vec<String>> + Send + 'static,
+        {
+            let f = async_completer(move |partial, given, ctx, ()| f(partial, given, ctx));
+            self.completers.insert($what.into(), f);
+            self
+        }
+    };
+}
+pub(crate) use async_completion;
+
+/// `complete_async` for a template's or a prompt's builder after `.state::<T>()` (the same
+/// method on both; `$builder` names the one it documents, `$what` its parameter).
+macro_rules! async_completion_with_state {
+    ($builder:literal, $what:ident) => {
+        #[doc = concat!("[`", $builder, "::complete_async`], for a function that also gets the state.")]
+        pub fn complete_async<F, Fut>(mut self, $what: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(String, HashMap<String, String>, RequestContext, Arc<T>) -> Fut
+                + Send
+                + Sync
+                + 'static,
+            Fut: Future<Output = Vec<String>> + Send + 'static,
+        {
+            self.completers.insert($what.into(), async_completer(f));
+            self
+        }
+    };
+}
+pub(crate) use async_completion_with_state;
 
 /// Why a server could not be built, or a declaration added to a running one: handlers need
 /// state of a type the server was not given with

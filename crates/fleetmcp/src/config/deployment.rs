@@ -28,6 +28,7 @@ pub enum BindAddress {
 }
 
 impl BindAddress {
+    /// The address the listener binds.
     pub fn ip(self) -> IpAddr {
         match self {
             Self::Loopback => IpAddr::V4(Ipv4Addr::LOCALHOST),

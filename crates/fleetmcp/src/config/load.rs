@@ -62,10 +62,13 @@ pub struct Config {
     pub stdio: bool,
     /// Items per page of every list method.
     pub page_size: usize,
+    /// `[http]`: the listener, its bounds and timeouts, the streams' budgets.
     pub http: HttpConfig,
+    /// `[sessions]`: how many sessions, how long an idle one lives, their event budgets.
     pub sessions: SessionConfig,
     /// Background task records.
     pub tasks: TaskConfig,
+    /// `[stateless]`: the 2026-07-28 era's settings.
     pub stateless: StatelessConfig,
     /// Redis, shared by every instance of a fleet (`REDIS_URL`, `REDIS_HOST`, `REDIS_PORT`, or a
     /// `[redis]` section). Unset: sessions live in this process's memory.
@@ -108,12 +111,17 @@ impl Default for Config {
 /// A configuration value that cannot be used, with the name the operator set it under.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file or the environment could not be read into a configuration (the reason given).
     #[error("configuration: {0}")]
     Parse(String),
+    /// A value was read but cannot be used.
     #[error("configuration: {name} = {value:?} is not valid: {why}")]
     Invalid {
+        /// The setting, as the operator wrote it (`http.max_body_bytes`, `PORT`).
         name: &'static str,
+        /// The value given.
         value: String,
+        /// What a valid value is.
         why: &'static str,
     },
 }

@@ -16,6 +16,14 @@
 //! it; `Config` and `ConfigError` themselves are named at the crate root (`fleetmcp::Config`),
 //! and `crate::config::Config` inside the crate.
 //!
+//! [`Config::stdio`] (`FLEETMCP_TRANSPORT`, or the TOML file's `transport`: `http` or `stdio`)
+//! picks what `Server::serve` serves; `deployment.rs`'s `check_transport` refuses stdio with
+//! distributed mode or `[auth]`. Nothing else in the crate reads the environment but
+//! telemetry's `init_tracing` (`RUST_LOG`, `LOG_FORMAT`, `FLEETMCP_TRANSPORT`, and with the
+//! feature `otlp` the `OTEL_*` variables): how logs and spans leave the process is set up
+//! before any configuration is read. The Redis settings are [`RedisConfig`], in
+//! `redis_config.rs` (layer 0 too).
+//!
 //! ```
 //! use fleetmcp::Config;
 //! use fleetmcp::config::DeploymentMode;

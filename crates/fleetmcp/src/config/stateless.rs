@@ -22,6 +22,7 @@ pub enum DefaultEra {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StatelessConfig {
+    /// `stateless.default_era`: which era answers a request that says nothing of its version.
     pub default_era: DefaultEra,
     /// `ttlMs` of `server/discover` and list results. Lists can change at runtime
     /// (`subscriptions/listen` announces it), so the default lets clients cache nothing.

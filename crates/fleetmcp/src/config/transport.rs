@@ -71,6 +71,7 @@ pub struct HttpConfig {
     /// `fleetmcp_outbox_notifications_dropped_total`; requests to the client and the answer
     /// never are.
     pub max_outbox_messages: usize,
+    /// The bytes of those messages, bounded the same way (see `max_outbox_messages`).
     pub max_outbox_bytes: usize,
     /// `FLEETMCP_METRICS`: serve `/metrics` (Prometheus text format) behind the same `Host` and
     /// `Origin` checks as `/mcp`, and record what it shows. On by default: it shows only

@@ -44,7 +44,7 @@ struct Context {
     arguments: HashMap<String, String>,
 }
 
-pub(super) fn complete(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
+pub(super) async fn complete(app: &App, ctx: &RequestContext, p: Option<&RawValue>) -> Reply {
     let CompleteParams {
         reference,
         argument,
@@ -65,7 +65,7 @@ pub(super) fn complete(app: &App, ctx: &RequestContext, p: Option<&RawValue>) ->
             .cloned(),
     };
     let mut values = match completer {
-        Some(complete) => complete(&argument.value, &others, ctx)?,
+        Some(complete) => complete(argument.value, others, ctx.clone()).await?,
         None => Vec::new(),
     };
     let total = values.len();

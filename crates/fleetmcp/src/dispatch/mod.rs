@@ -5,6 +5,20 @@
 //! 2026-07-28 request) and a [`RequestContext`], never HTTP: the same dispatch serves a request
 //! received directly or relayed from another instance.
 //!
+//! [`request`] routes a method to its family (`tools.rs`, `resources.rs`, `prompts.rs`,
+//! `completion.rs`, `tasks/`), which parses its params into the type it needs; `tools.rs` runs
+//! a tool's handler from the catalog snapshot and [`outcome`] maps its outcome to the answer
+//! (one mapping, shared with tasks, and below both so neither imports the other). `scope.rs`
+//! says which OAuth scope a request needs (what its tool, resource, template or prompt
+//! declares, or a gateway's upstream), from method and params alone, so the driver refuses it
+//! before anything runs. [`respond`] shapes a result for the caller's era (2026-07-28 results
+//! carry `resultType`, `_meta` server info and caching hints). `tasks/mod.rs` starts every kind
+//! of task in one function (`launch`, which records the caller's principal);
+//! `tasks/extension.rs` is the 2026-07-28 extension (each request reads the record through
+//! `Tasks::get_as`, so another principal's task is an unknown task), `tasks/session.rs` the
+//! 2025-11-25 experimental tasks (bound to their session, itself bound to its principal).
+//! `paging.rs` is the cursor the list methods share.
+//!
 //! Architecture invariant: dispatch knows nothing of HTTP, headers or Redis.
 
 mod completion;
@@ -207,7 +221,7 @@ async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply
         (_, "resources/read") => resources::read(&app, p, ctx).await,
         (_, "prompts/list") => prompts::list(&app, &ctx, p),
         (_, "prompts/get") => prompts::get(&app, p, ctx).await,
-        (_, "completion/complete") => completion::complete(&app, &ctx, p),
+        (_, "completion/complete") => completion::complete(&app, &ctx, p).await,
         (Caller::Session(_), "ping") => reply_of(&json!({})),
         (Caller::Session(s), "resources/subscribe") => resources::subscribe(&app, s, p, true),
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(&app, s, p, false),

@@ -10,6 +10,24 @@
 //! Event ids are `<tag>-<stream>-<seq>`, where the tag is derived from the session id (which
 //! only its client knows): an id is resolved only within the session it names, so one session
 //! can never replay another's events, even when stream numbers coincide.
+//!
+//! Two stores behind [`EventStore`]: in memory (`memory.rs`) and in Redis Streams
+//! (`redis/`, `mcp:events:{<sid>}:<stream>`), so a stream broken on one instance resumes on
+//! another. Both are held to the same bounds in count and in bytes (per stream, per session,
+//! per instance) by one ledger, `budget.rs`, which says what to give up; the Redis store
+//! carries the cuts out in `redis/bounds.rs`, counted by the instance that writes. A reader
+//! that cannot read Redis for `sessions.stream_read_outage_ms` ends instead of waiting; when
+//! a reader reads Redis at all, and when it ends a stream whose writer is gone, is
+//! `redis/writer.rs`.
+//!
+//! With `redis.wait_replicas` on (Sentinel), a stream's first entry (a request's first event,
+//! a standalone stream's priming event) and its end (the answer with the end marker, one
+//! script) are confirmed by the replicas as a new session's record is, and an end they do not
+//! confirm is retried until they do (each try wakes this process's readers, confirmed or not:
+//! the write is on the master all the same). The events in between are not (a streamed answer
+//! pays no `WAIT` per message), so a failover may lose some of them but not the stream: a
+//! `Last-Event-ID` naming a lost one still finds its stream and reads on after it (entry ids
+//! are times: later events sort after).
 
 mod budget;
 mod memory;
@@ -75,6 +93,8 @@ pub const UNSTORED_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 #[error("event store: {0}")]
 pub struct EventStoreError(pub String);
 
+/// Where a session's SSE events are kept, so a broken stream resumes from `Last-Event-ID`
+/// (in memory, or in Redis for a fleet).
 #[async_trait]
 pub trait EventStore: Send + Sync + 'static {
     /// Appends an event to a stream, creating the stream if needed; returns the event's id.

@@ -30,7 +30,43 @@
 //! The layers below know another instance only as a machine id (a session's holder, a task's
 //! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
 //! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`,
-//! `app::Fanout`, `liveness::ProcessLiveness`.
+//! `app::Fanout`, `liveness::ProcessLiveness`. `session::Sessions` acts on the seams' answers
+//! (it claims a session, takes one over, and remembers for a second which peer holds one), and
+//! `tasks` reaches a task's executor through the task store (a cancel is published on the
+//! task's channel). Ownership and the relay are consulted only when a session is *not* held
+//! here, so a request for a held session pays nothing for them; in distributed mode it reads
+//! the lease (two atomic loads).
+//!
+//! # Fencing: when a holder stops serving a session it lost
+//!
+//! Every stored record carries its holder (`session.nodeId`) and an `epoch`, 1 at
+//! `initialize` and one more at every claim. Every holder-side write is a Lua compare-and-set on
+//! both (`session/redis/`): the claim of a takeover, recreation or scan (`CLAIM`), and the
+//! per-request check of a held session with its TTL refresh (`CHECK`); so no write of an
+//! instance that lost a session lands on its new holder's record or index. The holder finds
+//! out on the first request after the claim: the check answers `Lost`, and the holder logs
+//! `[HA] Another node took this session over while this node was unreachable — dropping it
+//! here`, drops the session without ending it, and relays the request to the new holder.
+//!
+//! While the store cannot answer the check, a holder serves its sessions from memory only while
+//! its **lease** holds: the lifetime of its last successfully written heartbeat, counted from
+//! before that write was sent, minus a tenth (`session::Lease`, renewed by [`heartbeat`]).
+//! Others take a session over only once that heartbeat has expired in Redis, which is later; so
+//! a holder cut off from Redis answers `503` (`Retry-After: 1`) from then on, and two instances
+//! never serve one session. A lease granted again after it ran out starts a new **term**
+//! (`Lease::term`): a session confirmed in an earlier term is not served from memory in a later
+//! outage until the store confirms it again. With Sentinel, that confirmation counts only from
+//! the master the sentinels name (`SessionStore::confirm_current`, `RedisConn::confirm_master`):
+//! a holder that slept through a failover may still be connected to the old master. Others also
+//! take a session over at once when its holder's address refuses the relay and nothing holds
+//! its channel (a crashed process); a live holder behind a refusing link whose Redis
+//! connections were closed looks the same, so the lease holds only while the holder's channel
+//! subscription is up (`Lease::set_present`). The one window left is a check that answered
+//! `Mine` just before a claim landed: that one request is served by the old holder, and its
+//! writes are fenced.
+//!
+//! The holder's answer on the hop is not signed: an on-path attacker can neither run nor replay
+//! a request, but could alter an answer (TLS between instances would cover both).
 //!
 //! Architecture invariant: only layer 7 imports this module (`server` starts it, `ops` reads the
 //! census and sends drain requests); a single instance (standalone mode) starts none of it.

@@ -6,7 +6,15 @@
 //! A key is a string: the caller's principal once authorization identifies one, else the
 //! client's address (`transport/client_key.rs` decides which). Every check is one call,
 //! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
-//! flight when dropped) or says which limit refused it and for how long.
+//! flight when dropped) or says which limit refused it and for how long. It checks
+//! `limits.rate`, the tool's `limits.tools.<name>` and `limits.max_inflight_per_key`
+//! together, all or nothing: with Redis one Lua script (`redis.rs`: GCRA on Redis's clock, and
+//! a sorted set of leased places in flight, so a crashed instance's places free themselves),
+//! without it the same GCRA in memory (`memory.rs`). [`Limits::admit_session`] bounds a key's
+//! sessions (`limits.max_sessions_per_key`): in memory a hold the session keeps for its life,
+//! with Redis one field of a hash many keys share (`session_counts.rs`, ~25 to 40 bytes a key).
+//! When Redis does not answer within its command timeout, `limits.on_store_error` decides:
+//! serve uncounted with a warning, or refuse (`503`). No `KEYS`, no `SCAN`.
 //!
 //! `holdings.rs` counts what callers hold open in this process (listen streams, sessions) per
 //! key and in total, and the bytes of client data the instance keeps ([`Budget`]); each place

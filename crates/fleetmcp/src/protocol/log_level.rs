@@ -5,17 +5,26 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum LogLevel {
+    /// Detailed information for debugging.
     Debug = 0,
+    /// What happens in the normal course of things.
     Info,
+    /// Normal but significant.
     Notice,
+    /// Something may need attention.
     Warning,
+    /// Something failed.
     Error,
+    /// A critical condition.
     Critical,
+    /// Action must be taken at once.
     Alert,
+    /// The system is unusable.
     Emergency,
 }
 
 impl LogLevel {
+    /// The level MCP names `s` (`"debug"` .. `"emergency"`); `None` for any other word.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "debug" => Self::Debug,
@@ -29,6 +38,7 @@ impl LogLevel {
             _ => return None,
         })
     }
+    /// The level's name in MCP messages (`"warning"`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Debug => "debug",

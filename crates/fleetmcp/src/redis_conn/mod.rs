@@ -23,17 +23,68 @@
 //! command (a pool's check on borrow).
 //!
 //! With Redis Sentinel, every connection (this one, pub/sub, client-side caching's) first asks
-//! the sentinels which server is master, and checks with `ROLE` that it is. After a failover
-//! the old master refuses writes (`READONLY`) or connections: either starts a rebuild at once,
-//! which asks the sentinels again, so the instance follows the failover without a restart.
+//! the sentinels which server is master, and checks with `ROLE` that it is. The sentinels are
+//! asked every 250 ms whether it changed (on one kept connection to each, `sentinel.rs`), a
+//! `+switch-master` a sentinel announces moves the connection at once to the master named, and
+//! a `READONLY` answer or a refused connection asks again at once, so the instance follows a
+//! failover without a restart. When the connection moves, `RedisConn::replaced` tells the
+//! dedicated connections (pub/sub subscriptions, client-side caching) to follow it, so nothing
+//! stays on a demoted master.
 //!
-//! With Redis Cluster, the connection is the `redis` crate's cluster connection: it discovers
-//! the nodes, sends each command to the node that holds its key's slot, and follows `MOVED`
-//! and failovers. Every script and pipeline of fleetmcp touches one slot (see
-//! `docs/ARCHITECTURE.md`, "Redis Cluster"). Pub/sub: a channel the whole fleet listens on is
-//! classic, which a cluster delivers on every node, on a dedicated connection to one of the
-//! configured nodes; a channel one instance listens on is sharded when every node runs Redis 7
-//! or later (`sharded.rs`), on a dedicated connection to the master of its slot.
+//! Durable writes (`durable.rs`, [`RedisConn::pipe_durably`]): a new session's record, and a
+//! stream's first entry and end, are written and then confirmed on the same connection by the
+//! replicas `redis.wait_replicas` asks for (`ROLE`, `WAIT`; with Sentinel, every replica the
+//! sentinels find up, known without asking them per write: `failover.rs` subscribes to every
+//! sentinel's events and keeps their views, refreshed every second and at once after an event).
+//! A master with fewer replicas connected, a failover announced during the write, or fewer than
+//! a majority of sentinels naming the master refuse the write; with no replica to wait for, the
+//! sentinels are asked whether a failover is under way, whether they find the master down, and
+//! whether they find one of its replicas anything but down (which a failover could promote
+//! without the write). A record that may be lost in a failover is refused, never acknowledged.
+//!
+//! Every command's latency, timeouts and failures are recorded into the server's `Meters`
+//! (`RedisConn::instrument`), in the one function every command goes through (`link.rs`).
+//! [`RedisConn::run`], [`RedisConn::eval`] and [`RedisConn::pipe`] are public, so an application
+//! keeps its own keys on the same bounded connection type (`examples/help-desk`'s tickets).
+//!
+//! # Redis Cluster
+//!
+//! With Redis Cluster (`cluster_nodes`), the connection is the `redis` crate's cluster
+//! connection: it discovers the nodes, sends each command to the node that holds its key's
+//! slot, and follows `MOVED` and failovers. Every script and pipeline of fleetmcp touches keys
+//! of one slot, whatever the topology, so one code path serves one server, Sentinel and a
+//! cluster. What must change together lives in one slot: a session's SSE streams and their
+//! index (`mcp:events:{<sessionId>}...`), a limit key's rates and places in flight
+//! (`mcp:limits:{<key>}:...`), a session's task records and task index (on a cluster,
+//! `mcp:task:records:{<sessionId>}:<taskId>`, so `CREATE` can bound them atomically).
+//!
+//! Where the contract's key names leave no room for a hash tag (a session's record and its
+//! holder's index, `mcp:node:<id>:sessions:<n>`, whose buckets are spread over the slots so
+//! that a large instance's index is not one shard's; a heartbeat, the node list and an index;
+//! a task record and its executor's index), **the record is the truth and the index a hint**:
+//! the fenced scripts compare and write the record alone, and the index is written by its own
+//! command once the record says so; readers of an index (the orphan scanner, `fail_tasks_of`)
+//! re-check each record. Commands to several slots are sent together (one round trip on one
+//! server) rather than pipelined.
+//!
+//! Pub/sub: when every master runs Redis 7 or later (read from `INFO server` once, logged
+//! once), an instance's channel and the changes channel are sharded (`sharded.rs`: `SPUBLISH`,
+//! `SSUBSCRIBE` on the master of the channel's slot, with the classic `SUBSCRIBE` beside it for
+//! older instances; presence is `PUBSUB SHARDNUMSUB` on that master): a message touches one
+//! shard (1 message between servers on 3 masters with a replica each, against 5 for a classic
+//! `PUBLISH`, which a cluster copies to every node). A sharded subscription that Redis drops
+//! (`sunsubscribe`: a failover, a slot moved) is made again on the slot's new master. The task
+//! signals stay classic (a pattern subscription, which sharded pub/sub lacks), on a dedicated
+//! connection to one configured node, and so does everything on an older cluster;
+//! `PUBSUB NUMSUB` is summed over the nodes. Client-side caching keeps one tracking connection
+//! per master (`session/tracking.rs`), each record checked on its slot's master, the slot map
+//! read again every second.
+//!
+//! Tested: `redis_store.rs`, `redis_instances.rs`, `redis_tasks.rs` and `limits.rs` (in
+//! `crates/fleetmcp/tests/`) run their fleet tests on both topologies
+//! (`support_redis::SharedRedis`), and `examples/help-desk/tests/redis_cluster.rs` runs two
+//! binaries on three masters, kills a master (with a replica) under load, and counts the
+//! cluster's messages per notification through a `CLUSTER FAILOVER`.
 //!
 //! This file is the connection as its users see it (connect, run, eval, pipe); `link.rs` is the
 //! connection underneath and its upkeep (opening, checking, bounding, rebuilding),
@@ -76,8 +127,10 @@ pub(crate) const VALIDATE_AFTER_IDLE: Duration = Duration::from_millis(500);
 /// Why a Redis command failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CommandError {
+    /// No answer within the command timeout (`redis.command_timeout_ms`, the value given).
     #[error("Redis did not answer within {0} ms")]
     Timeout(u64),
+    /// No connection to Redis, or the command failed there (the reason given).
     #[error("Redis is unavailable: {0}")]
     Unavailable(String),
     /// The write was taken but may not survive a failover (see [`RedisConn::pipe_durably`]).

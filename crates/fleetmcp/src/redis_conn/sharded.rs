@@ -8,7 +8,7 @@
 //! its subscribers on one master: as classic pub/sub did here already (every subscriber on the
 //! first configured node), and as one Redis does.
 //!
-//! The channels (see `docs/ARCHITECTURE.md`, "Redis Cluster"):
+//! The channels (see [the module's "Redis Cluster"](super#redis-cluster)):
 //!
 //! | channel | who listens | on a cluster of Redis ≥ 7 |
 //! |---|---|---|

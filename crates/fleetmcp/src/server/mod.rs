@@ -1,6 +1,51 @@
 //! The server: what it is built from ([`ServerBuilder`]), starting what runs besides answering
-//! requests ([`Server::start`]), and serving until a signal, with a graceful shutdown. The only
-//! place that wires the parts together.
+//! requests ([`Server::start`]), and serving until a signal, with a graceful shutdown.
+//!
+//! This file is the only place that wires the parts together: [`ServerBuilder::try_build`]
+//! checks the handlers' state, makes the connection budget (`limits::Connections`) and puts
+//! the `App` together from what `parts.rs` makes of the configuration (the stores in Redis or
+//! in memory, the tasks, the limits, the sealers); [`Server::start`] starts the Redis
+//! connection, the idle-session sweeper and distributed mode (`fleet::Fleet`, with its seams)
+//! and only then returns the routes, so an embedding app cannot forget them; `serve` binds only
+//! after that. Every builder method is order-independent: nothing takes effect before
+//! `try_build` (or `build`, which panics where `try_build` errs).
+//!
+//! The other files: `listener.rs`, the accept loop and the bounds on every connection;
+//! `stdio.rs`, what [`Server::serve`] runs instead with [`Config::stdio`] (no listener, no
+//! fleet, no idle sweeper); `run.rs`, [`run()`], a server binary's whole `main` (the `fleet`
+//! subcommand to `ops.rs`, `init_tracing`, `Config::load`: exit 2, the program's builder: exit
+//! 2, `serve`: exit 1); `heap.rs`, glibc's mapping threshold set at start, so large blocks
+//! freed after a burst go back to the system. `routes_test.rs` compares the direct `/mcp`
+//! path with the router's, `seams_test.rs` tests the ownership and relay seams together with
+//! stand-in implementations.
+//!
+//! # The graceful stop
+//!
+//! On SIGTERM or SIGINT ([`Running::serve_on`]), three phases, one token each in
+//! `app::Phases` (`draining`, a child of `closing`, a child of `shutdown`, so a later phase
+//! implies the earlier ones however the server is stopped):
+//!
+//! 1. `draining`, for `http.drain_ms` ([`Config::drain_delay`]: 5 s when the instance is likely
+//!    behind a load balancer, 0 for a lone in-memory server): `/readyz` answers `503`, every
+//!    response gets `Connection: close`, and the fleet withdraws (`Fleet::withdraw`: the
+//!    heartbeat's renewal, the scanner and the channel subscription stop, then the heartbeat is
+//!    deleted and `[HA] Services stopped for node <id>` logged), so the others take its
+//!    sessions over at once while it still serves whatever reaches it. It closes no idle
+//!    connection itself: a request a load balancer writes on a connection the server closes is
+//!    lost, so that is left to the client.
+//! 2. `closing`: the accept loop serves the connections already in the kernel's accept queue and
+//!    closes the listener; each connection closes once its request is answered and it has been
+//!    idle for a second; GET streams and `subscriptions/listen` end, 2024-11-05 streams once
+//!    their session's running requests have answered on them; requests in flight run on for
+//!    `http.shutdown_grace_ms`.
+//! 3. `shutdown`: what still runs is cancelled (sessions end), background work stops, `stopped`
+//!    is logged with the stop's duration. At most drain + grace + about a second.
+//!
+//! A relayed request that reaches an instance which no longer holds its session (taken over
+//! meanwhile, typically by the relaying instance itself during a drain) is sent back unserved,
+//! marked `x-fleetmcp-relay-moved`, and the relaying instance looks the session up again (a
+//! request is relayed once at most). `deploy/nginx/fleetmcp.conf` and `docs/DEPLOYMENT.md` are
+//! the load balancer's side.
 
 use crate::auth::Authorizer;
 use std::net::SocketAddr;
@@ -400,7 +445,7 @@ impl Server {
     ///
     /// With [`Config::stdio`] (`FLEETMCP_TRANSPORT=stdio`) it serves one session on stdin and
     /// stdout instead, binding nothing, until stdin closes or a signal comes (see
-    /// `docs/ARCHITECTURE.md`, layer 5).
+    /// `transport/stdio/`).
     pub async fn serve(self) -> std::io::Result<()> {
         heap::return_large_blocks();
         if self.app.config().stdio {
@@ -642,5 +687,7 @@ mod seams_test;
 mod stdio;
 #[cfg(test)]
 mod stdio_test;
+mod test_client;
 
 pub use run::run;
+pub use test_client::{TestClient, TestClientBuilder};

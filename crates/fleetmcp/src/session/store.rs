@@ -1,5 +1,5 @@
 //! The session store: the durable record of a session, shared by every instance that can
-//! serve it. In memory here; Redis implements the same trait for fleets (`redis.rs`).
+//! serve it. In memory here; Redis implements the same trait for fleets (`redis/`).
 //!
 //! The record is what another instance needs to serve a session it did not create: the
 //! negotiated version, the client's capabilities and info, and the instance that holds it.
@@ -20,12 +20,16 @@ use super::lossy::{Invalidation, InvalidationSender, Invalidations};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {
+    /// The session's id (the store's key; not the sealed id the client holds).
     pub id: String,
     /// The instance that holds the session.
     pub node_id: String,
+    /// The version `initialize` agreed on.
     pub protocol_version: String,
+    /// The client's `clientInfo`, as sent.
     #[serde(default)]
     pub client_info: Value,
+    /// The client's `capabilities`, as sent.
     #[serde(default)]
     pub client_capabilities: Value,
     /// Milliseconds since the Unix epoch.
@@ -44,7 +48,9 @@ pub struct SessionRecord {
 /// What a holder knows of its right to a session: the machine id and epoch it holds it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
+    /// The holder's machine id.
     pub node_id: String,
+    /// The holder's term (see [`SessionRecord::epoch`]).
     pub epoch: u64,
 }
 
@@ -54,7 +60,12 @@ pub enum Hold {
     /// The record names this holder and epoch.
     Mine,
     /// The record names another holder, or a later epoch: the session was claimed.
-    Lost { node_id: String, epoch: u64 },
+    Lost {
+        /// The holder the record names.
+        node_id: String,
+        /// Its epoch.
+        epoch: u64,
+    },
     /// No record (deleted, or expired).
     Gone,
 }
@@ -76,6 +87,7 @@ impl Hold {
 /// The answer of [`SessionStore::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
+    /// Whether the hold stands.
     pub hold: Hold,
     /// Whether the store will report a later change of this record (an [`Invalidation`]): until
     /// then the instance may serve the session without asking again.
@@ -88,7 +100,12 @@ pub enum Claim {
     /// The record now names the claimer, under this epoch.
     Won(u64),
     /// The record changed since it was read: this holder and epoch have it now.
-    Lost { node_id: String, epoch: u64 },
+    Lost {
+        /// The holder the record names now.
+        node_id: String,
+        /// Its epoch.
+        epoch: u64,
+    },
     /// No record.
     Gone,
 }
@@ -96,8 +113,10 @@ pub enum Claim {
 /// A store failure: the store refused, or did not answer in time.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// No answer within this many milliseconds.
     #[error("the session store did not answer within {0} ms")]
     Timeout(u64),
+    /// The store could not be reached, or refused (the reason given).
     #[error("the session store is unavailable: {0}")]
     Unavailable(String),
     /// A new record was taken but not confirmed by the replicas the store was asked to wait
@@ -111,12 +130,14 @@ pub enum StoreError {
 pub trait SessionStore: Send + Sync + 'static {
     /// Writes a record (create, or write back after recreation).
     async fn put(&self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// The record of session `id`, if there is one.
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     #[cfg(any(test, feature = "testkit"))]
     /// Whether the record still exists (cheaper than `get`).
     async fn exists(&self, id: &str) -> Result<bool, StoreError>;
     /// Pushes the record's expiry out by the store's TTL.
     async fn touch(&self, id: &str) -> Result<(), StoreError>;
+    /// Deletes the record (the session ended).
     async fn delete(&self, id: &str) -> Result<(), StoreError>;
     /// Answers when the store is reachable (readiness probe).
     async fn ping(&self) -> Result<(), StoreError>;
@@ -230,6 +251,7 @@ pub struct MemorySessionStore {
 const SWEEP_EVERY: usize = 1024;
 
 impl MemorySessionStore {
+    /// An empty store whose records expire `ttl` after their last write or touch.
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
@@ -254,11 +276,13 @@ impl MemorySessionStore {
         before - map.len()
     }
 
+    /// How many records it holds, expired ones not yet swept included.
     #[cfg(any(test, feature = "testkit"))]
     pub fn len(&self) -> usize {
         self.records.lock().len()
     }
 
+    /// Whether it holds no record.
     #[cfg(any(test, feature = "testkit"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0

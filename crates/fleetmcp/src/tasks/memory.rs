@@ -1,5 +1,5 @@
 //! [`MemoryTaskStore`]: task records in this process, for one instance (a fleet shares them
-//! in Redis, `redis.rs`). Bounded like the Redis store (overall, per session, per caller, in
+//! in Redis, `redis/`). Bounded like the Redis store (overall, per session, per caller, in
 //! count and bytes), with ordered indexes so that expiry and eviction never scan the table.
 
 use std::collections::{BTreeMap, HashMap};

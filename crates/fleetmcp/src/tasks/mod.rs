@@ -4,7 +4,7 @@
 //!
 //! The record of a task (status, result or error, pending questions) lives behind
 //! [`TaskStore`]: in memory ([`MemoryTaskStore`]) for one instance, in Redis
-//! ([`RedisTaskStore`], `redis.rs`) whenever the server has Redis, so that any instance answers
+//! ([`RedisTaskStore`], `redis/`) whenever the server has Redis, so that any instance answers
 //! `tasks/get`, `tasks/list` and `tasks/result`. What only the running instance can hold (the
 //! handler's cancel token, the channels its questions wait on) lives in [`RunningTask`].
 //!
@@ -21,6 +21,12 @@
 //! Both stores bound the records overall, per session and per caller (a [`TaskQuota`]: the
 //! caller's limit key, so one client cannot fill the table for everyone), in count and bytes,
 //! charging a working task what its handler holds besides its record (its arguments).
+//!
+//! A task takes over its request's place under `limits.max_inflight_per_key`
+//! (`RequestContext::take_slot`) until it ends. Without distributed mode nothing judges an
+//! executor gone: a crashed instance's tasks stay `working` until they expire (the contract's
+//! behaviour). The `tasks/*` methods are answered by `dispatch/tasks/`; this module keeps the
+//! tasks themselves.
 
 mod lifecycle;
 mod memory;
@@ -61,10 +67,15 @@ pub enum TaskSupport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
+    /// Running.
     Working,
+    /// Waiting for the client's answer to a question.
     InputRequired,
+    /// Ended with a result.
     Completed,
+    /// Ended with an error.
     Failed,
+    /// Ended by `tasks/cancel`.
     Cancelled,
 }
 
@@ -79,12 +90,17 @@ impl TaskStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRecord {
+    /// The task's id, as the client names it.
     pub task_id: String,
+    /// Where it is in its life.
     pub status: TaskStatus,
     /// ISO 8601.
     pub created_at: String,
+    /// ISO 8601: the last change of status.
     pub last_updated_at: String,
+    /// How long the record is kept (the task's `ttl`).
     pub ttl_ms: u64,
+    /// How often the client is told to poll (`pollInterval`).
     pub poll_interval_ms: u64,
     /// The tool's result, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -2,18 +2,67 @@
 //! `/readyz`, `/metrics` and the OAuth protected-resource metadata; and [`stdio`], one session
 //! over stdin and stdout, which reuses the driver and `initialize` without any of HTTP.
 //!
-//! A request flows: [`observe`] (its span, trace context and metrics; a trace context in a
-//! POST's `_meta` is read only once the next two let the request through) → [`guard`] (Host
-//! and Origin, DNS rebinding) → [`authorize`] (the bearer token, with `[auth]` on) → the route's
-//! extractors ([`edge`]), the edge work done once in front of each handler: the few headers
-//! the checks judge read once ([`head`]), [`checks`] (headers, body under its limit), whom it counts against ([`client_key`]), the era its
-//! headers say ([`era`]), and [`locate`], which decides from the session header alone, before
-//! the body is parsed, whether the request is served here, handed to the [`relay`] seam for the
-//! instance that holds its session (whose answer is the request's), or refused → the method's
-//! handler, for requests served here: parse, the era settled ([`era`]), then [`driver`] runs
-//! the request through dispatch (its `start`, the one place any route's call starts) and the
-//! handler picks the answer's shape (JSON, or SSE framed by [`sse`]). In distributed mode the
-//! fleet's own layers (relay guard, machine id) wrap all of it.
+//! # A request, step by step
+//!
+//! 0. The listener (`server/listener.rs`) hands each request to [`Routes`]: a `POST` to `/mcp`
+//!    goes through the same gate, layer, extractor and handler the axum routes run for it,
+//!    called in place; anything else through the router (`server/routes_test.rs` sends the
+//!    same requests both ways and compares the answers).
+//! 1. Distributed mode's [`Gate`] first (the relay guard, then the machine id on every answer).
+//!    Then the one layer around `/mcp`, `/sse` and `/message` ([`around_mcp`]): [`observe`]
+//!    (span, request-local labels, the answer counted) → [`guard`] (`Host`, `Origin`: `403`)
+//!    → [`authorize`] (with `[auth]` on: `401`/`403` before any session lookup, relay or
+//!    handler). No body is read before the guard and the token check let the request through:
+//!    a POST without a `traceparent` header has its body read for `_meta.traceparent` only
+//!    then. A header that names one thing (`Host`, `Origin`, `Authorization`,
+//!    `Mcp-Session-Id`, `MCP-Protocol-Version`, the mirrored `Mcp-*` headers) is not read at
+//!    all when repeated, as if unusable (`head.rs`'s `only`): which copy counts could differ
+//!    between this instance, a proxy in front and a relayed request's holder.
+//! 2. The route's extractors ([`edge`]) do the edge work once: the [`head`] read once,
+//!    [`checks`] (415, 406, the body under `http.max_body_bytes`: 413, 408), whom it counts
+//!    against ([`client_key`]), a batch its version header forbids ([`batch`]), the era its
+//!    headers say ([`era`]).
+//! 3. [`locate`] decides from the session header alone, before the body is parsed, where the
+//!    request is served: `session::Sessions::find` answers a typed `Lookup` (`Held`,
+//!    `Elsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
+//!    request's; `Missing(why)`: the contract's answer). A held session is one hash-map read
+//!    and, usually, nothing else (client-side caching: `session/tracking.rs`). `locate.rs`
+//!    counts the relays by outcome (answered, holder gone, failed) and the takeovers, with
+//!    their durations.
+//! 4. The handler ([`post`], [`get`], [`delete`], [`legacy_sse`]) parses the body once into
+//!    `protocol::Incoming` and settles the era once (`era::decide`): a 2026-07-28 request goes
+//!    to [`stateless`] (with [`mirrored`]), `initialize` to [`initialize`], a batch to
+//!    [`batch`].
+//! 5. [`driver`]'s `start` is the one place any route's request becomes a running call (a POST
+//!    of either era, a batch's item, a 2024-11-05 message, a stdio line): it builds the
+//!    `RequestContext`, tracks it in the session's in-flight table, applies the limits of its
+//!    key (`limits::Limits::admit`), calls `dispatch::request`, and tells its caller whether
+//!    the answer is plain JSON or a stream. A request it does not run (a limit, a missing
+//!    scope) is answered the same way by every route (`NotRun`): a limit's refusal is `429`
+//!    `-32010` with `Retry-After`, `data.retryAfterMs` and the request id in both eras (a
+//!    rate's also with `RateLimit-Policy` and `RateLimit`, `respond::with_rate_limit`), `503`
+//!    `-32603` when the counters cannot be read and `limits.on_store_error = closed`.
+//! 6. A session-era SSE answer is never written to the socket directly: the driver's messages
+//!    are appended to the event store and the response tails that stream, so a broken
+//!    connection loses nothing. [`sse`] writes the frames (all but the 2024-11-05 stream's
+//!    `endpoint` event, which [`legacy_sse`] writes itself) and the keep-alive stream, by hand,
+//!    so that a body is plain bytes a relay can pass through unchanged.
+//!
+//! Along this path the futures stay small (issue 23: axum boxes the layer's future and the
+//! handler's on every request, and a future is as large as its largest state): what is large
+//! and rarely taken (the relay hop, a session not held here, `initialize`, a batch, a
+//! 2026-07-28 request, a streamed answer, the limit store's and the token's checks) is boxed
+//! where it is awaited; the test `future_sizes` bounds both.
+//!
+//! A `tools/call` on a held session costs: the header checks, one body read, one hash-map read
+//! for the session, one parse of the envelope and one of the params, the handler, one
+//! serialisation, and usually no store command (`docs/BENCHMARKS.md` measures 0.00 Redis round
+//! trips per call); limits counted in Redis add their one script. No decryption, no seam call,
+//! no spawn unless the handler streams.
+//!
+//! The other files: [`respond`] (HTTP answers), [`health`] (`/healthz` with no I/O; `/readyz`
+//! probes the session store plus the [`Probe`]s the layers above add; no limit applies to
+//! them), [`scrape`] (`GET /metrics`), [`listen`] (`subscriptions/listen`).
 //!
 //! Architecture invariant: transport knows HTTP; of other instances it knows machine ids and
 //! the seams it defines ([`Relay`], [`Probe`]), never `fleet` itself; nothing below it knows

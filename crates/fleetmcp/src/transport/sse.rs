@@ -1,4 +1,5 @@
-//! Every SSE frame this server writes, and the one keep-alive stream around them.
+//! The SSE frames this server writes, and the one keep-alive stream around them. One frame
+//! is written elsewhere: the 2024-11-05 stream's first event, `endpoint`, in `legacy_sse.rs`.
 //!
 //! Frames are written by hand rather than with axum's `Sse` so that the body is plain bytes
 //! that a relay can pass through unchanged.

@@ -22,6 +22,21 @@
 //! * the upstream ends when the session leaves this instance (ended, expired, taken over): its
 //!   link is dropped, which tells the [`Upstream`] to stop it.
 //!
+//! With [`Upstream::poll_after`], a request still waiting for its answer has its connection
+//! ended for SSE polling (`RequestContext::end_connection_for_polling`) once that interval
+//! passes, then each `http.sse_retry_ms` plus that interval (`link.rs`, `Polling`), in sessions
+//! of 2025-11-25 and later: an upstream cannot ask for it itself. The task reading an upstream
+//! holds `Meters::upstream_opened`'s guard (`fleetmcp_upstreams_open`).
+//!
+//! Bounds: both ways the link is a queue bounded in messages and bytes (`queue.rs`); nothing
+//! sent on it waits in a task of its own. A client's request waits for room; a client's
+//! notification POST waits at most `NOTIFY_WAIT`, at most `MAX_NOTIFY_WAITING` of a session's
+//! at once, then is refused `503` (`notification_waiting`; the transports that cannot wait use
+//! `notification`, which drops it with a WARN). What the reader answers the upstream itself
+//! (`ping`, refusals) is awaited by the reader, so it stops reading an upstream whose answers
+//! cannot be written; the tasks asking the client for the upstream count under `MAX_ASKING`
+//! until their answer is queued. The session leaving ends every wait.
+//!
 //! Architecture invariant: layer 3; names no HTTP crate and nothing of Redis. A session's
 //! upstream lives only on the instance that holds the session; nothing of it is stored.
 

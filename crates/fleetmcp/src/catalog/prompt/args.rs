@@ -25,8 +25,8 @@ enum Scalar {
     Boolean,
 }
 
-/// The arguments of one prompt.
-pub(super) struct Arguments {
+/// The arguments of one prompt (or the variables of one template).
+pub(in crate::catalog) struct Arguments {
     /// As `prompts/list` shows them, by name.
     pub listed: Vec<PromptArgument>,
     /// The arguments parsed from their string before serde sees them.

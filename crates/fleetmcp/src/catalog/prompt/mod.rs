@@ -19,7 +19,8 @@
 //! assert_eq!(triage.name(), "triage_ticket");
 //! ```
 
-mod args;
+// Also how a template reads its variables into a type (`TemplateBuilder::read_as`).
+pub(in crate::catalog) mod args;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,7 +32,10 @@ use rmcp::model::{GetPromptResult, Prompt, PromptMessage};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
-use super::state::{Completer, Needs, StateArg, completer};
+use super::state::{
+    Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
+    completer,
+};
 use crate::context::RequestContext;
 
 /// Why a prompt could not be produced.
@@ -66,6 +70,7 @@ from_any_error!(PromptError);
 
 /// What a prompt handler may return.
 pub trait IntoPromptResult {
+    /// The `prompts/get` result.
     fn into_prompt_result(self) -> GetPromptResult;
 }
 impl IntoPromptResult for GetPromptResult {
@@ -100,9 +105,11 @@ impl PromptDef {
     pub fn scope(&self) -> Option<&str> {
         self.scope.as_deref()
     }
+    /// The prompt's name, as `prompts/get` names it.
     pub fn name(&self) -> &str {
         &self.descriptor.name
     }
+    /// The prompt as `prompts/list` shows it.
     pub fn descriptor(&self) -> &Prompt {
         &self.descriptor
     }
@@ -185,14 +192,19 @@ impl<S> PromptBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
+    /// The OAuth scope a caller's token must grant to get it, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off. Set once: a second call replaces the first.
     pub fn scope(mut self, scope: impl Into<String>) -> Self {
         self.scope = Some(scope.into());
         self
     }
+    /// A human-readable name for clients to show (the `name` stays the identifier).
     pub fn title(mut self, t: impl Into<String>) -> Self {
         self.title = Some(t.into());
         self
     }
+    /// What the prompt is for, as `prompts/list` shows it.
     pub fn description(mut self, d: impl Into<String>) -> Self {
         self.description = Some(d.into());
         self
@@ -226,6 +238,29 @@ impl PromptBuilder {
         self.completers.insert(argument.into(), f);
         self
     }
+    async_completion! {
+        /// [`PromptBuilder::complete`], for an async function (one that asks a database): it gets
+        /// the partial value, the other arguments already given and the request's context, owned.
+        ///
+        /// ```
+        /// use fleetmcp::model::PromptMessage;
+        /// use fleetmcp::{Server, prompt};
+        ///
+        /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+        /// struct Triage {
+        ///     ticket: String,
+        /// }
+        ///
+        /// let triage = prompt("triage")
+        ///     .complete_async("ticket", |partial, _given, _ctx| async move { vec![format!("{partial}7")] })
+        ///     .get(|args: Triage, _ctx| async move {
+        ///         Ok(vec![PromptMessage::new_text(fleetmcp::model::Role::User, args.ticket)])
+        ///     });
+        /// let server = Server::builder("desk", "1.0.0").prompt(triage).build();
+        /// # drop(server);
+        /// ```
+        argument
+    }
     /// Finishes with the handler; it gets the arguments as an `A` (see [`prompt`]).
     pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
     where
@@ -251,6 +286,7 @@ impl<T: Send + Sync + 'static> PromptBuilder<Arc<T>> {
         self.completers.insert(argument.into(), f);
         self
     }
+    async_completion_with_state!("PromptBuilder", argument);
     /// Finishes with the handler; it gets the arguments as an `A` and the state.
     pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
     where

@@ -71,18 +71,36 @@ impl<S> ToolBuilder<S> {
     /// The OAuth scope a caller's token must grant to use this, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off.
+    /// The OAuth scope a caller's token must grant to call it, when authorization is on
+    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
+    /// authorization is off. Set once: a second call replaces the first.
     pub fn scope(mut self, scope: impl Into<String>) -> Self {
         self.scope = Some(scope.into());
         self
     }
+    /// A human-readable name for clients to show (the `name` stays the identifier).
     pub fn title(mut self, title: impl Into<String>) -> Self {
         self.title = Some(title.into());
         self
     }
+    /// What the tool does, for the model that chooses it: `tools/list` shows it.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
         self
     }
+    /// Hints for the client about the tool's behaviour (read-only, destructive, idempotent,
+    /// open-world), as `tools/list` shows them. Hints only: a client must not trust them from
+    /// a server it does not trust.
+    ///
+    /// ```
+    /// use fleetmcp::model::ToolAnnotations;
+    /// use fleetmcp::{NoArgs, tool};
+    ///
+    /// let count = tool("count_notes")
+    ///     .annotations(ToolAnnotations::new().read_only(true))
+    ///     .handler(|_: NoArgs, _ctx| async { Ok("3") });
+    /// # drop(count);
+    /// ```
     pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
         self.annotations = Some(annotations);
         self

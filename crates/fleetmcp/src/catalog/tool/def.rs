@@ -35,6 +35,7 @@ impl ToolDef {
     pub fn scope(&self) -> Option<&str> {
         self.scope.as_deref()
     }
+    /// The tool's name, as `tools/call` names it.
     pub fn name(&self) -> &str {
         &self.descriptor.name
     }

@@ -37,6 +37,7 @@ pub(in crate::catalog) use schema::{NullForm, generate};
 
 use schemars::JsonSchema;
 
-/// Arguments of a tool that takes none.
-#[derive(Debug, Default, serde::Deserialize, JsonSchema)]
+/// Arguments of a tool that takes none. (`Serialize` too: a test calls such a tool with
+/// [`TestClient::call_tool`](crate::TestClient::call_tool)`(name, NoArgs {})`.)
+#[derive(Debug, Default, serde::Deserialize, serde::Serialize, JsonSchema)]
 pub struct NoArgs {}

@@ -670,7 +670,11 @@ impl EventStore for RedisEventStore {
                 failing_since: None,
                 read_outage: self.read_outage,
                 max_len: self.max_len,
-                writer: WriterView::new(self.writers.clone(), stream == STANDALONE_STREAM),
+                writer: WriterView::new(
+                    self.writers.clone(),
+                    stream == STANDALONE_STREAM,
+                    after.is_some_and(|seq| seq > 0),
+                ),
             },
         };
         stream::unfold(reader, |mut r| async move {

@@ -16,12 +16,15 @@
 //!   ([`WRITER_GONE_MESSAGE`]) and the end marker, written only if nothing was appended since
 //!   (one script). Without it a client that resumes the answer of a call whose instance was
 //!   killed would wait forever.
-//! - A request's stream that is not in Redis at all, for [`UNSTORED_WAIT`] after its reader
-//!   first found it missing, while this process does not write it, ends its reader: nothing
-//!   names a writer to wait for. A resume is accepted without its stream when Redis cannot say
-//!   whether it exists (an outage), and a stream can be lost (a failover); the client that
-//!   resumes again is then answered that the stream is lost. The fault harness saw such a
-//!   resume, accepted while Redis was paused, carry keep-alives for 25 s.
+//! - A request's stream that is not in Redis at all, while this process does not write it,
+//!   ends its reader once it has been missing for a while: nothing names a writer to wait for.
+//!   A resume is accepted without its stream when Redis cannot say whether it exists (an
+//!   outage), and a stream can be lost (a failover). One never seen stored (a resume from its
+//!   start) is waited for [`UNSTORED_WAIT`], as long as a writer elsewhere may still store it;
+//!   one that was stored (the reader's place is past an event of it) is lost, and ends after
+//!   [`LOST_AFTER`]. The client that resumes again is answered that the stream is lost. The
+//!   fault harness saw such a resume, accepted while Redis was paused, carry keep-alives for
+//!   25 s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,10 @@ pub(super) const MAX_POLL: Duration = Duration::from_millis(500);
 /// How often a reader that has read everything of another process's unfinished stream asks
 /// whether that process is gone.
 const WRITER_CHECK: Duration = Duration::from_secs(1);
+/// How long a stream that was stored may be found missing before its reader ends (long enough
+/// for a look across a failover's second, short enough that a resume stays within a client's
+/// patience).
+const LOST_AFTER: Duration = Duration::from_secs(2);
 
 /// Ends a stream whose writer is gone: appends the error answer (when given) and the end
 /// marker, only if the newest entry is still the one the reader saw (the writer, or another
@@ -122,12 +129,14 @@ pub(super) struct WriterView {
     poll: Duration,
     /// Since when the stream has been found missing from Redis, if it is.
     missing_since: Option<tokio::time::Instant>,
+    /// The stream was stored: the reader read from it, or started past an event of it.
+    stored: bool,
 }
 
 impl WriterView {
     /// The view of a reader of a request's stream (`standalone` false) or of the session's
-    /// standalone stream.
-    pub fn new(writers: Option<Arc<Writers>>, standalone: bool) -> Self {
+    /// standalone stream; `stored`: the reader starts past an event of it.
+    pub fn new(writers: Option<Arc<Writers>>, standalone: bool, stored: bool) -> Self {
         let known = if standalone {
             Known::Unnamed
         } else {
@@ -141,17 +150,23 @@ impl WriterView {
             gone: 0,
             poll: POLL,
             missing_since: None,
+            stored,
         }
     }
 
     /// The stream was found missing from Redis: whether its reader ends now (it has been
-    /// missing for [`UNSTORED_WAIT`], and this process, which would store it, does not write
-    /// it).
+    /// missing for [`LOST_AFTER`] if it was stored, [`UNSTORED_WAIT`] if not, and this
+    /// process, which would store it, does not write it).
     fn missing(&mut self, written_here: bool) -> Verdict {
         let since = *self
             .missing_since
             .get_or_insert_with(tokio::time::Instant::now);
-        if written_here || since.elapsed() < UNSTORED_WAIT {
+        let wait = if self.stored {
+            LOST_AFTER
+        } else {
+            UNSTORED_WAIT
+        };
+        if written_here || since.elapsed() < wait {
             return Verdict::Keep;
         }
         Verdict::Missing
@@ -171,6 +186,8 @@ impl WriterView {
     /// A read found events: the next look comes soon.
     pub fn found(&mut self) {
         self.poll = POLL;
+        self.stored = true;
+        self.missing_since = None;
     }
 
     /// A read found nothing: the next look comes later.
@@ -359,7 +376,7 @@ mod tests {
     #[test]
     fn a_stream_written_here_is_read_only_when_announced() {
         let here = Arc::new(Writers::new("desk-a", None));
-        let mut view = WriterView::new(Some(here.clone()), false);
+        let mut view = WriterView::new(Some(here.clone()), false, false);
         assert_eq!(view.wait(), Some(POLL), "unknown writer: look");
         let fields = |node: &str, since: u64| -> RawEntry {
             (
@@ -374,14 +391,14 @@ mod tests {
         };
         view.first_entry(&fields("desk-a", here.since));
         assert_eq!(view.wait(), None);
-        let mut earlier = WriterView::new(Some(here.clone()), false);
+        let mut earlier = WriterView::new(Some(here.clone()), false, false);
         earlier.first_entry(&fields("desk-a", here.since - 1));
         assert_eq!(
             earlier.wait(),
             Some(POLL),
             "an earlier process under this id"
         );
-        let mut other = WriterView::new(Some(here.clone()), false);
+        let mut other = WriterView::new(Some(here.clone()), false, false);
         other.first_entry(&fields("desk-b", here.since));
         for _ in 0..10 {
             other.found_nothing();
@@ -394,6 +411,6 @@ mod tests {
         other.found();
         assert_eq!(other.wait(), Some(POLL));
         // A standalone stream: looked for unless only the holder writes it.
-        assert_eq!(WriterView::new(Some(here), true).wait(), Some(POLL));
+        assert_eq!(WriterView::new(Some(here), true, false).wait(), Some(POLL));
     }
 }

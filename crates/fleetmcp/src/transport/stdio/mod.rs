@@ -25,6 +25,22 @@
 //! others get `http.shutdown_grace_ms` to finish and send their answers (a client that wrote
 //! its last request and closed stdin still reads them), then what still runs is cancelled and
 //! the session ends.
+//!
+//! `lines.rs` reads stdin on a thread of its own (tokio's stdin reads on the blocking pool and
+//! cannot be cancelled: a server stopped by a signal with its stdin open would not exit) and
+//! cuts it into lines of at most `http.max_body_bytes` (longer: `-32600`, never held whole); a
+//! line that is not JSON is `-32700` with id `null`, and the session goes on. `batch.rs` is
+//! 2025-03-26's batch on one line. Before `initialize` only `ping` is answered (anything else
+//! `-32600`, so a 2026-07-28 client's `server/discover` probe falls back to `initialize`). No
+//! idle expiry, no Redis (the server's build drops it from a stdio configuration,
+//! `server/parts.rs`), no fleet, no `[auth]` (`Config` refuses both with stdio).
+//!
+//! Invariant: every byte on stdout is written by [`out`]'s one task, one whole JSON-RPC message
+//! per line and one write each (a message holding a raw newline is encoded again, never split;
+//! a request's progress and log messages precede its answer), and nothing else writes to
+//! stdout once stdio is configured (logs go to stderr). A stdio session is held by this process
+//! alone (nothing stores, finds or relays it) and differs from an HTTP one only in where its
+//! lines come from and go to: the driver, dispatch and session code are the same.
 
 mod batch;
 mod lines;

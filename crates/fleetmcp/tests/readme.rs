@@ -1,0 +1,84 @@
+//! The getting-started is written twice: the crate's README (its page on crates.io and the
+//! crate root on docs.rs, whose examples are doctests) and the repository README's "Use the
+//! library". The doctests check the first; this checks that the second shows the same code, so
+//! what a reader copies from either is what compiles.
+
+use std::path::Path;
+
+/// The fenced blocks of `text`, each with its info string (`toml`, `rust,no_run`) and body.
+fn blocks(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in text.lines() {
+        let fence = line.trim_start().strip_prefix("```");
+        match (&mut open, fence) {
+            (None, Some(info)) => open = Some((info.to_string(), String::new())),
+            (Some(_), Some(_)) => out.extend(open.take()),
+            (Some((_, body)), None) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// The section of `text` under the heading `## {title}`, up to the next `## `.
+fn section<'a>(text: &'a str, title: &str) -> &'a str {
+    let heading = format!("\n## {title}\n");
+    let start = text
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no section {title:?}"))
+        + heading.len();
+    let end = text[start..]
+        .find("\n## ")
+        .map_or(text.len(), |i| start + i);
+    &text[start..end]
+}
+
+#[test]
+fn the_repository_readme_shows_the_getting_started_of_the_crate_readme() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    let crate_readme = read(&root.join("README.md"));
+    let repo_readme = read(&root.join("../../README.md"));
+    let wanted = blocks(section(&crate_readme, "Getting started"));
+    assert!(
+        wanted.iter().any(|(info, _)| info == "toml")
+            && wanted.iter().any(|(info, _)| info.starts_with("rust")),
+        "the getting-started has the dependency lines and an example: {wanted:?}"
+    );
+    let shown = blocks(section(&repo_readme, "Use the library"));
+    for (info, body) in &wanted {
+        assert!(
+            shown.iter().any(|(i, b)| i == info && b == body),
+            "README.md, \"Use the library\", lacks this block of crates/fleetmcp/README.md (or shows another version of it):\n```{info}\n{body}```"
+        );
+    }
+}
+
+/// The README's test example is this crate's `tests/getting_started.rs` after its header, so
+/// it runs: a doctest compiles a `#[tokio::test]` function away.
+#[test]
+fn the_readme_test_example_is_a_test_that_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+    let crate_readme = read(&root.join("README.md"));
+    let example = blocks(section(&crate_readme, "Getting started"))
+        .into_iter()
+        .find(|(_, body)| body.contains("#[tokio::test]"))
+        .map(|(_, body)| body)
+        .expect("the getting-started has a test example");
+    let file = read(&root.join("tests/getting_started.rs"));
+    let code: String = file
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .skip_while(|l| l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        code, example,
+        "tests/getting_started.rs differs from the README's example"
+    );
+}

@@ -1,0 +1,358 @@
+//! `Server::test_client`: a server's tools, resources and prompts called in process, in both
+//! eras, through the same checks and dispatch a client over HTTP meets: typed arguments
+//! refused, structured output, progress, a template read and completed, a static resource, a
+//! prompt, and elicitation answered (the session era asks on the request's stream, 2026-07-28
+//! with `InputRequiredResult` rounds that run the handler again).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fleetmcp::model::{ElicitResult, ElicitationAction, PromptMessage, ResourceContents, Role};
+use fleetmcp::{
+    Elicited, NoArgs, ResourceError, Server, Structured, TestClient, prompt, resource, template,
+    tool,
+};
+use serde_json::{Value, json};
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Add {
+    a: i64,
+    b: i64,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Sum {
+    sum: i64,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Reason {
+    /// Why.
+    reason: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Greet {
+    /// Who to greet.
+    name: String,
+}
+
+/// How often `delete` ran to its end (in 2026-07-28 it runs once per round).
+#[derive(Default)]
+struct Runs(AtomicUsize);
+
+fn server(runs: Arc<Runs>) -> Server {
+    Server::builder("test-client", "1.0.0")
+        .shared_state(runs)
+        .tool(tool("add").handler(|args: Add, _ctx| async move {
+            Ok(Structured(Sum {
+                sum: args.a + args.b,
+            }))
+        }))
+        .tool(tool("count").handler(|_: NoArgs, ctx| async move {
+            for i in 0..3 {
+                ctx.progress(f64::from(i), Some(3.0), None);
+            }
+            Ok("counted")
+        }))
+        .tool(
+            tool("delete")
+                .state::<Runs>()
+                .handler(|_: NoArgs, ctx, runs| async move {
+                    runs.0.fetch_add(1, Ordering::SeqCst);
+                    if !ctx.confirm("Delete?").await? {
+                        return Ok("kept".to_string());
+                    }
+                    Ok(match ctx.elicit_form::<Reason>("Why?").await? {
+                        Elicited::Accepted(r) => format!("deleted: {}", r.reason),
+                        Elicited::Declined | Elicited::Cancelled => "deleted".to_string(),
+                    })
+                }),
+        )
+        .template(
+            template("notes://{id}", "note")
+                .complete("id", |partial, _, _| vec![format!("{partial}7")])
+                .read(|uri, vars, _ctx| async move {
+                    match vars.get("id").map(String::as_str) {
+                        Some("7") => Ok(vec![ResourceContents::text("seven", uri)]),
+                        _ => Err(ResourceError::NotFound(uri)),
+                    }
+                }),
+        )
+        .resource(
+            resource("about://notes", "about").read(|uri, _ctx| async move {
+                Ok(vec![ResourceContents::text("about the notes", uri)])
+            }),
+        )
+        .prompt(prompt("greet").get(|args: Greet, _ctx| async move {
+            Ok(vec![PromptMessage::new_text(
+                Role::User,
+                format!("Hello, {}!", args.name),
+            )])
+        }))
+        .build()
+}
+
+/// Answers the confirmation with yes and the form with a reason.
+fn answer(message: &str, _schema: &Value) -> ElicitResult {
+    match message {
+        "Why?" => {
+            ElicitResult::new(ElicitationAction::Accept).with_content(json!({"reason": "stale"}))
+        }
+        _ => ElicitResult::new(ElicitationAction::Accept),
+    }
+}
+
+/// Every kind of declaration, called through a client of `version`.
+async fn every_declaration(version: &str) {
+    let runs = Arc::new(Runs::default());
+    let client = server(runs.clone())
+        .test_client()
+        .protocol_version(version)
+        .elicitation(answer)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("{version}: {e}"));
+
+    let sum = client
+        .call_tool("add", json!({"a": 2, "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(sum.structured_content, Some(json!({"sum": 5})), "{version}");
+    assert_eq!(sum.is_error, Some(false), "{version}");
+    // The arguments are validated before the handler, as over HTTP: a result with
+    // `isError` naming the field.
+    let bad = client
+        .call_tool("add", json!({"a": "two", "b": 3}))
+        .await
+        .unwrap();
+    assert_eq!(bad.is_error, Some(true), "{version}");
+    assert!(TestClient::text(&bad).contains("a"), "{version}: {bad:?}");
+    let unknown = client.call_tool("nope", json!({})).await;
+    assert!(
+        unknown.is_err(),
+        "{version}: an unknown tool is a protocol error"
+    );
+
+    let deleted = client.call_tool("delete", NoArgs {}).await.unwrap();
+    assert_eq!(TestClient::text(&deleted), "deleted: stale", "{version}");
+    // The session era asks while the handler waits; 2026-07-28 runs it again per answer.
+    let rounds = if version == "2026-07-28" { 3 } else { 1 };
+    assert_eq!(runs.0.load(Ordering::SeqCst), rounds, "{version}");
+
+    let note = client.read_resource("notes://7").await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&note.contents).unwrap()[0]["text"],
+        "seven",
+        "{version}"
+    );
+    let missing = client.read_resource("notes://8").await.unwrap_err();
+    // Resource not found: -32002 in the session era, -32602 in 2026-07-28 (SEP-2164).
+    let not_found = if version == "2026-07-28" {
+        -32602
+    } else {
+        -32002
+    };
+    assert_eq!(missing.code.0, not_found, "{version}: {missing:?}");
+    let about = client.read_resource("about://notes").await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&about.contents).unwrap()[0]["text"],
+        "about the notes",
+        "{version}"
+    );
+    let completed = client
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": "notes://{id}"},
+                   "argument": {"name": "id", "value": "1"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        completed["completion"]["values"],
+        json!(["17"]),
+        "{version}"
+    );
+
+    let greeting = client
+        .get_prompt("greet", json!({"name": "Ada"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&greeting.messages).unwrap()[0]["content"]["text"],
+        "Hello, Ada!",
+        "{version}"
+    );
+    let refused = client.get_prompt("greet", json!({})).await.unwrap_err();
+    assert_eq!(refused.code.0, -32602, "{version}: a missing argument");
+
+    let listed = client.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(
+        listed["tools"].as_array().map(Vec::len),
+        Some(3),
+        "{version}"
+    );
+    client.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_era_client_calls_every_kind_of_declaration() {
+    every_declaration("2025-11-25").await;
+}
+
+#[tokio::test]
+async fn a_2026_client_calls_every_kind_of_declaration_answering_in_rounds() {
+    every_declaration("2026-07-28").await;
+}
+
+#[tokio::test]
+async fn progress_reaches_the_client_and_an_unanswered_question_fails_the_call() {
+    let client = server(Arc::default())
+        .test_client()
+        .connect()
+        .await
+        .unwrap();
+    let counted = client
+        .request(
+            "tools/call",
+            json!({"name": "count", "arguments": {}, "_meta": {"progressToken": "p"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(counted["content"][0]["text"], "counted");
+    let progress: Vec<Value> = client
+        .notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| n["params"]["progress"].clone())
+        .collect();
+    assert_eq!(progress, [json!(0.0), json!(1.0), json!(2.0)]);
+    // No `.elicitation(..)`: the client declares no elicitation, so the server does not ask
+    // and the tool fails, as with a client that cannot show forms.
+    let deleted = client.call_tool("delete", NoArgs {}).await.unwrap();
+    assert_eq!(deleted.is_error, Some(true), "{deleted:?}");
+    client.stop().await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoteRef {
+    shelf: String,
+    id: u64,
+}
+
+/// The ids a completer looks up, behind an `.await` (as a database would be).
+struct Ids(tokio::sync::Mutex<Vec<u64>>);
+
+/// Issue 41: a template's variables as a typed struct (`read_as`, parsed as a prompt's
+/// arguments are), and completers that await (`complete_async`), with and without state.
+#[tokio::test]
+async fn typed_template_variables_and_async_completers() {
+    let ids = Arc::new(Ids(tokio::sync::Mutex::new(vec![7, 12, 17])));
+    let server = Server::builder("typed", "1.0.0")
+        .shared_state(ids)
+        .template(
+            template("shelves://{shelf}/{id}", "note")
+                .complete_async("shelf", |partial, _given, _ctx| async move {
+                    tokio::task::yield_now().await;
+                    vec![format!("{partial}-shelf")]
+                })
+                .read_as(|uri, note: NoteRef, _ctx| async move {
+                    let text = format!("{} #{}", note.shelf, note.id + 1);
+                    Ok(vec![ResourceContents::text(text, uri)])
+                }),
+        )
+        .template(
+            template("ids://{id}", "id")
+                .state::<Ids>()
+                .complete_async("id", |partial, _given, _ctx, ids| async move {
+                    let ids = ids.0.lock().await;
+                    ids.iter()
+                        .map(u64::to_string)
+                        .filter(|id| id.starts_with(&partial))
+                        .collect()
+                })
+                .read_as(|uri, note: NoteRef2, _ctx, ids| async move {
+                    let known = ids.0.lock().await.contains(&note.id);
+                    Ok(vec![ResourceContents::text(format!("known: {known}"), uri)])
+                }),
+        )
+        .prompt(
+            prompt("greet")
+                .state::<Ids>()
+                .complete_async("name", |partial, given, _ctx, ids| async move {
+                    let n = ids.0.lock().await.len();
+                    vec![format!(
+                        "{partial}{n}{}",
+                        given.get("x").map_or("", String::as_str)
+                    )]
+                })
+                .get(|args: Greet, _ctx, _ids| async move {
+                    Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+                }),
+        )
+        .build();
+    let client = server.test_client().connect().await.unwrap();
+    let text = |r: &fleetmcp::model::ReadResourceResult| {
+        serde_json::to_value(&r.contents).unwrap()[0]["text"].clone()
+    };
+    let read = client.read_resource("shelves://kitchen/41").await.unwrap();
+    assert_eq!(text(&read), "kitchen #42", "the id arrives as a u64");
+    let not_a_number = client
+        .read_resource("shelves://kitchen/abc")
+        .await
+        .unwrap_err();
+    assert_eq!(not_a_number.code.0, -32002, "{not_a_number:?}");
+    let read = client.read_resource("ids://12").await.unwrap();
+    assert_eq!(text(&read), "known: true");
+
+    let complete = |reference: Value, name: &str, value: &str| {
+        let params = json!({"ref": reference, "argument": {"name": name, "value": value},
+                            "context": {"arguments": {"x": "!"}}});
+        let client = &client;
+        async move {
+            let r = client.request("completion/complete", params).await.unwrap();
+            r["completion"]["values"].clone()
+        }
+    };
+    let shelves = json!({"type": "ref/resource", "uri": "shelves://{shelf}/{id}"});
+    assert_eq!(complete(shelves, "shelf", "ki").await, json!(["ki-shelf"]));
+    let ids_ref = json!({"type": "ref/resource", "uri": "ids://{id}"});
+    assert_eq!(complete(ids_ref, "id", "1").await, json!(["12", "17"]));
+    let greet = json!({"type": "ref/prompt", "name": "greet"});
+    assert_eq!(complete(greet, "name", "Ada").await, json!(["Ada3!"]));
+    client.stop().await;
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct NoteRef2 {
+    id: u64,
+}
+
+/// A 2026-07-28 call repeats in headers what its body says, `Mcp-Param-*` for the arguments a
+/// tool's schema marks `x-mcp-header` included (the server refuses the call with `-32020`
+/// otherwise); values with spaces or non-ASCII go base64-wrapped.
+#[tokio::test]
+async fn a_2026_call_sends_the_headers_its_arguments_mirror() {
+    let schema = json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"}}});
+    let server = Server::builder("mirrored", "1.0.0")
+        .tool(
+            tool("régional")
+                .input_schema(schema)
+                .raw_handler(|a: Value, _| async move {
+                    Ok(format!("{} x{}", a["region"], a["count"]))
+                }),
+        )
+        .build();
+    let client = server
+        .test_client()
+        .protocol_version("2026-07-28")
+        .connect()
+        .await
+        .unwrap();
+    let args = json!({"region": "eu west ü", "count": 3});
+    let called = client.call_tool("régional", args).await.unwrap();
+    assert_eq!(TestClient::text(&called), "\"eu west ü\" x3", "{called:?}");
+    client.stop().await;
+}
