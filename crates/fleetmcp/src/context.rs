@@ -158,8 +158,7 @@ pub struct RequestContext {
     inner: Arc<Inner>,
 }
 
-/// `H` is the server's [`Host`] (the `App`), made `dyn` once the context is built: last, so
-/// that an `Arc<Inner<App>>` becomes an `Arc<Inner>` without another allocation.
+/// `H`, last so that an `Arc<Inner<App>>` is an `Arc<Inner>` with no new allocation.
 struct Inner<H: ?Sized = dyn Host> {
     caller: Caller,
     /// The request's own stream, when its answer may be one (see [`Outbox`]).
@@ -354,20 +353,6 @@ impl RequestContext {
         self.inner.principal.clone()
     }
 
-    /// The value of type `T` given to the server with
-    /// [`ServerBuilder::state`](crate::ServerBuilder::state). Handlers do not call this: a
-    /// declaration names its state (`tool("x").state::<T>()`) and its handler gets the value,
-    /// checked when the server is built; an error here means a declaration skipped that check.
-    pub(crate) fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
-        let state = self.inner.app.state_by_id(std::any::TypeId::of::<T>());
-        state.and_then(|v| v.downcast::<T>().ok()).ok_or_else(|| {
-            errors::internal(format!(
-                "the server was built without state of type {}",
-                std::any::type_name::<T>()
-            ))
-        })
-    }
-
     /// The id of the session this request belongs to (session-era clients only; `None` for a
     /// 2026-07-28 client): what
     /// [`ServerHandle::notify_session`](crate::ServerHandle::notify_session) takes to reach the
@@ -431,11 +416,6 @@ impl RequestContext {
 
     pub(crate) fn caller(&self) -> &Caller {
         &self.inner.caller
-    }
-
-    /// The server this request runs in (`app` sees its `App` in it: `app/hosts.rs`).
-    pub(crate) fn host(&self) -> &dyn Host {
-        &self.inner.app
     }
 
     pub(crate) fn arm_escalation(&self, tx: tokio::sync::oneshot::Sender<()>) {

@@ -13,7 +13,7 @@
 //! - [`live`]: what the instance holding a session keeps in memory while it serves it, and
 //!   [`running`]: its client's running requests;
 //! - [`unread`]: what a 2024-11-05 stream holds that its client has not read;
-//! - [`lossy`]: the bounded channel that carries the store's [`Invalidation`](store::Invalidation)s.
+//! - [`lossy`]: the bounded channel that carries the store's [`Invalidation`](lossy::Invalidation)s.
 //!
 //! A session found held by a live peer is remembered for a second, so its next requests read
 //! nothing from Redis; when the store does not answer, a holder seen in the last five minutes
