@@ -32,7 +32,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{App, ServerHandle};
 use crate::auth::Principal;
 use crate::limits::{LimitKey, Slot};
 // rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
@@ -49,8 +48,10 @@ use crate::session::Session;
 use crate::stateless::Round;
 
 mod elicit;
+mod host;
 mod outbox;
 pub use elicit::Elicited;
+pub(crate) use host::Host;
 pub(crate) use outbox::{Bounds as OutboxBounds, Outbox, OutboxReceiver};
 
 /// A message on its way to the client, from a running request.
@@ -157,8 +158,8 @@ pub struct RequestContext {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    app: App,
+/// `H`, last so that an `Arc<Inner<App>>` is an `Arc<Inner>` with no new allocation.
+struct Inner<H: ?Sized = dyn Host> {
     caller: Caller,
     /// The request's own stream, when its answer may be one (see [`Outbox`]).
     outbox: Option<Outbox>,
@@ -181,6 +182,7 @@ struct Inner {
     /// counting against its caller after the request is answered. Freed by the driver when
     /// the request ends, if no task took it.
     slot: SlotCell,
+    app: H,
 }
 
 /// What a call's stable key is made of (see [`RequestContext::call_key`]): the request id as
@@ -240,7 +242,7 @@ const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl RequestContext {
     pub(crate) fn new(
-        app: App,
+        app: impl Host,
         caller: Caller,
         streams: bool,
         progress_token: Option<Value>,
@@ -249,7 +251,6 @@ impl RequestContext {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                app,
                 caller,
                 outbox: streams.then(Outbox::new),
                 progress_token,
@@ -261,6 +262,7 @@ impl RequestContext {
                 call_key_parts: None,
                 limit_key: None,
                 slot: SlotCell::default(),
+                app,
             }),
         }
     }
@@ -351,27 +353,10 @@ impl RequestContext {
         self.inner.principal.clone()
     }
 
-    /// The server, for changing the catalog or announcing resource updates.
-    pub fn server(&self) -> ServerHandle {
-        self.inner.app.handle()
-    }
-
-    /// The value of type `T` given to the server with
-    /// [`ServerBuilder::state`](crate::ServerBuilder::state). Handlers do not call this: a
-    /// declaration names its state (`tool("x").state::<T>()`) and its handler gets the value,
-    /// checked when the server is built; an error here means a declaration skipped that check.
-    pub(crate) fn state<T: Send + Sync + 'static>(&self) -> Result<Arc<T>, ErrorData> {
-        self.inner.app.state::<T>().ok_or_else(|| {
-            errors::internal(format!(
-                "the server was built without state of type {}",
-                std::any::type_name::<T>()
-            ))
-        })
-    }
-
     /// The id of the session this request belongs to (session-era clients only; `None` for a
-    /// 2026-07-28 client): what [`ServerHandle::notify_session`] takes to reach the session
-    /// later, from outside the handler.
+    /// 2026-07-28 client): what
+    /// [`ServerHandle::notify_session`](crate::ServerHandle::notify_session) takes to reach the
+    /// session later, from outside the handler.
     pub fn session_id(&self) -> Option<&str> {
         match &self.inner.caller {
             Caller::Session(s) => Some(&s.id),
@@ -431,10 +416,6 @@ impl RequestContext {
 
     pub(crate) fn caller(&self) -> &Caller {
         &self.inner.caller
-    }
-
-    pub(crate) fn app(&self) -> &App {
-        &self.inner.app
     }
 
     pub(crate) fn arm_escalation(&self, tx: tokio::sync::oneshot::Sender<()>) {

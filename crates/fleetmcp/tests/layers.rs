@@ -12,7 +12,8 @@
 //!   (`session`'s `LiveSessions`);
 //!
 //! and every top-level module has a layer, here and in the document's code map (its
-//! `### Layer N:` headings).
+//! `### Layer N:` headings). Across the whole tree, no files or folders import each other in a
+//! circle ([`cycles`]: among the children of one module, the top-level modules included).
 //!
 //! Why a parser: the rules are about what a path *reaches*, and only the Rust grammar says that.
 //! Text matching missed `use crate::{` groups spread over lines, `super::super::` paths,
@@ -99,9 +100,9 @@ const HTTP_CRATES: &[&str] = &[
 ];
 
 /// The layers whose modules docs/ARCHITECTURE.md keeps apart. Layer 1's invariant: "none of
-/// the five (`auth`, `events`, `stateless`, `tasks`, `limits`) imports another". Layer 3 says
-/// the opposite ("the four modules ... may use each other"), and the other layers say nothing,
-/// so within them any import is allowed.
+/// the five (`auth`, `events`, `stateless`, `tasks`, `limits`) imports another". Layer 3 lets
+/// its four modules use each other one way, and the other layers say nothing, so within them
+/// any import is allowed that makes no circle ([`cycles`]).
 const APART_LAYERS: &[u8] = &[1];
 
 /// Redis, as a module may name it: the crate's configuration and connection, and the crate.
@@ -475,6 +476,10 @@ struct Walker<'k> {
     /// The names each module of `here` binds from the file's top (innermost last).
     bound: Vec<BTreeSet<String>>,
     found: Vec<Violation>,
+    /// Every path into this crate outside test code, for [`cycles`].
+    reached: Vec<cycles::Reach>,
+    /// Inside a `#[cfg(test)]` module of the file.
+    in_test: bool,
 }
 
 impl Walker<'_> {
@@ -493,18 +498,27 @@ impl Walker<'_> {
         if let Some(name) = own_binding {
             bound.remove(name);
         }
+        let mut written = segments.join("::");
+        if glob {
+            written.push_str("::*");
+        }
         let found = match resolve(segments, &self.here, &bound, self.krate) {
             Target::Extern(name) => extern_rule(from, own, &name, self.krate),
-            Target::Crate(path) => crate_rule(from, own, &path, self.krate),
+            Target::Crate(path) => {
+                if let Some(expanded) = expand(&path, self.krate).filter(|_| !self.in_test) {
+                    self.reached.push(cycles::Reach {
+                        path: expanded,
+                        line: span.start().line,
+                        written: written.clone(),
+                    });
+                }
+                crate_rule(from, own, &path, self.krate)
+            }
             Target::Local => None,
         };
         let Some((rule, to)) = found else {
             return;
         };
-        let mut written = segments.join("::");
-        if glob {
-            written.push_str("::*");
-        }
         self.found.push(Violation {
             file: self.file.to_string(),
             line: span.start().line,
@@ -527,6 +541,8 @@ impl<'ast> Visit<'ast> for Walker<'_> {
     // An inline `mod x { }` is a module of its own: `super::` inside it starts there.
     fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
         if let Some((_, items)) = &item.content {
+            let was_test = self.in_test;
+            self.in_test |= cycles::is_cfg_test(&item.attrs);
             self.here.push(item.ident.to_string());
             self.bound.push(bound_names(items));
             for item in items {
@@ -534,6 +550,7 @@ impl<'ast> Visit<'ast> for Walker<'_> {
             }
             self.bound.pop();
             self.here.pop();
+            self.in_test = was_test;
         }
     }
 
@@ -582,6 +599,8 @@ struct Report {
     violations: Vec<Violation>,
     /// Top-level modules with no entry in [`LAYERS`].
     unplaced: Vec<String>,
+    /// Circles between files or folders ([`cycles`]).
+    cycles: Vec<cycles::Cycle>,
 }
 
 /// Checks a crate given as (file under `src/` with `/`, source) pairs; `lib.rs` among them.
@@ -640,6 +659,8 @@ fn check_crate(files: &[(String, String)]) -> Report {
         .filter(|m| !krate.layers.contains_key(*m))
         .cloned()
         .collect();
+    let test_files = cycles::test_modules(&parsed);
+    let mut reached = Vec::new();
     for (name, file) in &parsed {
         let here = source_tree::module_of(name);
         if let Some(top) = here.first().filter(|m| !krate.layers.contains_key(*m)) {
@@ -652,11 +673,15 @@ fn check_crate(files: &[(String, String)]) -> Report {
             here,
             bound: vec![bound_names(&file.items)],
             found: Vec::new(),
+            reached: Vec::new(),
+            in_test: cycles::is_test_module(&test_files, &source_tree::module_of(name)),
         };
         walker.visit_file(file);
         report.violations.extend(walker.found);
+        reached.push((name.to_string(), walker.reached));
     }
     report.unplaced = unplaced.into_iter().collect();
+    report.cycles = cycles::find(&reached);
     report
 }
 
@@ -671,11 +696,22 @@ fn modules_import_only_from_their_layer_or_below() {
     assert!(
         report.violations.is_empty(),
         "paths that break an invariant of docs/ARCHITECTURE.md:\n{}",
-        report
-            .violations
-            .iter()
-            .map(|v| format!("  {v}\n"))
-            .collect::<String>()
+        listed(&report.violations)
+    );
+}
+
+/// Each of `items` on a line of its own, indented.
+fn listed<T: std::fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|i| format!("  {i}\n")).collect()
+}
+
+#[test]
+fn no_files_or_folders_import_each_other_in_a_circle() {
+    let cycles = check_crate(&source_tree::real_files()).cycles;
+    let found = listed(&cycles);
+    assert!(
+        cycles.is_empty(),
+        "circles of imports (tests/layers/cycles.rs says what counts):\n{found}"
     );
 }
 
@@ -806,6 +842,10 @@ fn a_violation_injected_into_the_real_tree_is_found() {
     expected.sort();
     assert_eq!(found, expected);
 }
+
+/// The rule against circles of imports between files and folders.
+#[path = "layers/cycles.rs"]
+mod cycles;
 
 /// The checker run on small crates written here, each breaking one rule in one way.
 #[path = "layers/fixtures.rs"]

@@ -14,6 +14,7 @@
 //! never a task per message.
 
 mod handle;
+mod hosts;
 mod lanes;
 
 use crate::auth::Authorizer;
@@ -298,13 +299,6 @@ impl App {
     /// Whether the server was given a value of this type with `ServerBuilder::state`.
     pub fn has_state(&self, id: TypeId) -> bool {
         self.inner.state.contains_key(&id)
-    }
-    /// The value of type `T` the server was given with `ServerBuilder::state`.
-    pub fn state<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
-        self.inner
-            .state
-            .get(&TypeId::of::<T>())
-            .and_then(|v| v.clone().downcast::<T>().ok())
     }
 
     /// Follows catalog and resource changes (2026-07-28 `subscriptions/listen`).

@@ -15,10 +15,10 @@
 //!
 //! Arguments are validated against the tool's JSON Schema 2020-12 before the handler runs;
 //! published schemas have no type arrays (an `Option<T>` field is an optional property), while
-//! validation still accepts an explicit `null` (`tool/schema.rs`). A tool's `outputSchema` is
+//! validation still accepts an explicit `null` (`protocol/schema.rs`). A tool's `outputSchema` is
 //! the one its handler's result type declares (`Structured<T>` gives `T`'s); one whose root is
 //! not an object, which MCP up to 2025-11-25 refuses, is wrapped as an object with `T`'s schema
-//! under `result`, and the tool's values with it (`tool/schema.rs`, `tool/result.rs`). A
+//! under `result`, and the tool's values with it (`protocol/schema.rs`, `tool/result.rs`). A
 //! `Structured<T>` is written as JSON once, and the answer is written from that text, never
 //! through a `serde_json::Value`. A prompt's arguments are a Rust type (`prompt/args.rs`).
 //! Handler state is typed (`state.rs`): a builder's `.state::<T>()` makes its handler take an

@@ -141,7 +141,7 @@ impl RequestContext {
 /// The `requestedSchema` of a form made from `T`, or why `T` cannot be one.
 pub(crate) fn form_schema<T: JsonSchema>() -> Result<JsonObject, String> {
     let name = std::any::type_name::<T>();
-    let schema = crate::catalog::tool::generate_inlined::<T>();
+    let schema = crate::protocol::schema::generate_inlined::<T>();
     let refuse = |why: String| {
         format!(
             "`{name}` cannot be an elicitation form: {why}; a form is a struct whose fields are \

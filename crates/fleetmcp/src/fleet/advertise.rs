@@ -314,7 +314,7 @@ impl Advertiser {
                 .client
                 .request(req)
                 .await
-                .map_err(|e| super::relay::describe(&e))?;
+                .map_err(|e| super::error_text::describe(&e))?;
             let status = res.status();
             let machine = res
                 .headers()

@@ -9,6 +9,7 @@
 //! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
+//!   [`error_text`] writes a failed hop's error with its causes (as [`advertise`] does its own);
 //! - [`relay_auth`]: the hop's crypto: an HMAC under a key derived from `MCP_SESSION_SECRET`
 //!   over the whole request (source, target, timestamp, nonce, method, path, headers, body),
 //!   credentials sealed with an AEAD;
@@ -75,6 +76,7 @@ pub(crate) mod census;
 mod channel_auth;
 mod directory;
 mod drain_request;
+mod error_text;
 mod fanout;
 mod gate;
 mod heartbeat;

@@ -10,6 +10,7 @@
 
 mod jsonrpc;
 mod log_level;
+pub(crate) mod schema;
 mod version;
 
 pub use jsonrpc::{

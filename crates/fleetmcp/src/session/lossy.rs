@@ -11,7 +11,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
-use super::store::Invalidation;
+/// A change to records an instance checked, reported by a store that tracks them
+/// ([`SessionStore::invalidations`](super::store::SessionStore::invalidations)); defined here,
+/// with the channel that carries it, so that the store imports this file and not the reverse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalidation {
+    /// The record of this session changed (deleted, expired, claimed elsewhere).
+    Key(String),
+    /// Any record may have changed unseen (the tracking connection was lost or replaced).
+    All,
+}
 
 /// What the invalidation channels queue at most: about 100 bytes each (a session id), so
 /// 4,096 hold well under 1 MiB. Past it, every confirmation is voided once (one

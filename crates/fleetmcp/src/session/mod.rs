@@ -13,7 +13,7 @@
 //! - [`live`]: what the instance holding a session keeps in memory while it serves it, and
 //!   [`running`]: its client's running requests;
 //! - [`unread`]: what a 2024-11-05 stream holds that its client has not read;
-//! - [`lossy`]: the bounded channel that carries the store's [`Invalidation`](store::Invalidation)s.
+//! - [`lossy`]: the bounded channel that carries the store's [`Invalidation`](lossy::Invalidation)s.
 //!
 //! A session found held by a live peer is remembered for a second, so its next requests read
 //! nothing from Redis; when the store does not answer, a holder seen in the last five minutes
@@ -84,8 +84,10 @@ pub(crate) use lifecycle::{
 };
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
+#[cfg(any(test, feature = "testkit"))]
+pub use lossy::Invalidation;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Hold, Invalidation};
+pub use store::{Fence, Hold};
 pub(crate) use unread::{Full as UnreadFull, Unread};

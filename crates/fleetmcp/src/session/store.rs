@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::lossy::{InvalidationSender, Invalidations};
+use super::lossy::{Invalidation, InvalidationSender, Invalidations};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,15 +92,6 @@ pub struct Checked {
     /// Whether the store will report a later change of this record (an [`Invalidation`]): until
     /// then the instance may serve the session without asking again.
     pub tracked: bool,
-}
-
-/// A change to records an instance checked, reported by a store that tracks them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Invalidation {
-    /// The record of this session changed (deleted, expired, claimed elsewhere).
-    Key(String),
-    /// Any record may have changed unseen (the tracking connection was lost or replaced).
-    All,
 }
 
 /// The answer of [`SessionStore::claim`].

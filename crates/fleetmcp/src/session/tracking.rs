@@ -40,8 +40,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::id::{instance_tag, tag_of};
+use super::lossy::Invalidation;
 use super::lossy::{Got, InvalidationSender, Invalidations, LossyReceiver, LossySender};
-use super::store::Invalidation;
 use crate::redis_config::RedisConfig;
 use crate::redis_conn::{CommandError, RedisConn, slot_of};
 use arc_swap::ArcSwapOption;

@@ -13,10 +13,9 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    CLIENT_REPLY_TIMEOUT, INITIALIZE_TIMEOUT, MAX_NOTIFY_WAITING, MessageReceiver, MessageSender,
-    NOTIFY_WAIT, OpenFailure, Reply, Upstream, UpstreamLink,
+    CLIENT_REPLY_TIMEOUT, Host, INITIALIZE_TIMEOUT, MAX_NOTIFY_WAITING, MessageReceiver,
+    MessageSender, NOTIFY_WAIT, OpenFailure, Reply, Upstream, UpstreamLink,
 };
-use crate::app::App;
 use crate::context::{ClientRequestError, RequestContext};
 use crate::events::STANDALONE_STREAM;
 use crate::protocol::{
@@ -134,7 +133,7 @@ impl SessionUpstream {
 /// open (recreated, taken over) or whose upstream stopped gets a new one, initialized with
 /// what the session stored, counted against `key` (the requesting client's).
 pub(super) async fn current(
-    app: &App,
+    app: &impl Host,
     session: &Arc<Session>,
     key: &str,
 ) -> Result<Arc<Link>, ErrorData> {
@@ -212,7 +211,11 @@ const MAX_ASKING: usize = 32;
 impl Link {
     /// Starts reading what the upstream sends, until the session leaves this instance or the
     /// upstream stops.
-    pub(super) fn start(app: &App, session: &Arc<Session>, handshake: Handshake) -> Arc<Self> {
+    pub(super) fn start(
+        app: &impl Host,
+        session: &Arc<Session>,
+        handshake: Handshake,
+    ) -> Arc<Self> {
         let Handshake {
             link:
                 UpstreamLink {
@@ -397,7 +400,7 @@ impl Link {
     }
 
     /// Routes one message from the upstream.
-    async fn route(self: &Arc<Self>, app: &App, session: &Arc<Session>, bytes: Bytes) {
+    async fn route(self: &Arc<Self>, app: &impl Host, session: &Arc<Session>, bytes: Bytes) {
         let Ok(incoming) = serde_json::from_slice::<Incoming>(&bytes) else {
             if self.said_not_json.swap(true, Ordering::Relaxed) {
                 tracing::debug!(session = %LogId(&session.id), "the upstream sent something else that is not a JSON-RPC message; dropped");
@@ -454,7 +457,7 @@ impl Link {
     /// (list changes, resource updates) on the session's standalone stream, in order.
     async fn notified(
         &self,
-        app: &App,
+        app: &impl Host,
         session: &Session,
         method: &str,
         params: Option<&RawValue>,
@@ -504,7 +507,7 @@ impl Link {
     /// `roots/list` queued 999,968 refusals).
     async fn asked(
         self: &Arc<Self>,
-        app: &App,
+        app: &impl Host,
         session: &Arc<Session>,
         id: Box<RawValue>,
         method: String,
@@ -578,7 +581,7 @@ impl Polling {
 /// Asks the client on the session's standalone stream (no request of the client's is running
 /// for it to go on), and waits for the answer.
 async fn ask_on_standalone(
-    app: &App,
+    app: &impl Host,
     session: &Session,
     method: &str,
     params: &Value,
@@ -683,7 +686,7 @@ impl Drop for Pending<'_> {
 
 /// Reads the upstream until the session leaves this instance or the upstream stops, then ends
 /// the link.
-async fn read(app: App, session: Arc<Session>, link: Arc<Link>, mut from: MessageReceiver) {
+async fn read(app: impl Host, session: Arc<Session>, link: Arc<Link>, mut from: MessageReceiver) {
     // The upstream counts as open (`fleetmcp_upstreams_open`) as long as this reads it.
     let _open = app.meters().upstream_opened();
     let leaving = session.leaving();

@@ -40,6 +40,7 @@
 //! Architecture invariant: layer 3; names no HTTP crate and nothing of Redis. A session's
 //! upstream lives only on the instance that holds the session; nothing of it is stored.
 
+mod host;
 mod link;
 mod queue;
 
@@ -50,12 +51,12 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::app::App;
 use crate::context::RequestContext;
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorData, ProtocolVersion, Reply, errors};
 use crate::session::{LogId, Session};
 
+pub(crate) use host::Host;
 pub(crate) use link::Handshake;
 use link::Link;
 pub use queue::{MessageReceiver, MessageSender};
@@ -147,7 +148,7 @@ pub(crate) enum OpenFailure {
 /// client's own `initialize` params (`params`, as sent). The caller opens the session, then
 /// hands it the link with [`adopt`].
 pub(crate) async fn open(
-    app: &App,
+    app: &impl Host,
     sid: &str,
     params: Option<&RawValue>,
     key: &LimitKey,
@@ -162,7 +163,7 @@ pub(crate) async fn open(
 }
 
 /// Gives a session opened here the upstream [`open`] initialized for it.
-pub(crate) fn adopt(app: &App, session: &Arc<Session>, handshake: Handshake) {
+pub(crate) fn adopt(app: &impl Host, session: &Arc<Session>, handshake: Handshake) {
     if let Some(slot) = session.attached(link::SessionUpstream::default) {
         slot.install(Link::start(app, session, handshake));
     }
@@ -187,7 +188,7 @@ pub(crate) fn initialize_result(session: &Session) -> Option<Value> {
 
 /// Sends a session's request up and returns the upstream's answer unchanged.
 pub(crate) async fn request(
-    app: &App,
+    app: &impl Host,
     session: &Arc<Session>,
     method: String,
     params: Option<Box<RawValue>>,

@@ -15,6 +15,7 @@ mod tasks;
 mod session;
 mod app;
 mod catalog;
+mod context;
 mod dispatch;
 mod transport;
 mod fleet;
@@ -23,11 +24,16 @@ pub use server::Server;
 pub use catalog::{tool as make_tool, Catalog};
 ";
 
-/// Checks `lib.rs` plus `files`, and gives each finding as `file:line path rule`.
-fn check(files: &[(&str, &str)]) -> Vec<String> {
+/// Checks `lib.rs` ([`LIB`]) plus `files`.
+fn report_of(files: &[(&str, &str)]) -> Report {
     let mut all = vec![("lib.rs".to_string(), LIB.to_string())];
     all.extend(files.iter().map(|(n, s)| (n.to_string(), s.to_string())));
-    let report = check_crate(&all);
+    check_crate(&all)
+}
+
+/// Checks `lib.rs` plus `files`, and gives each finding as `file:line path rule`.
+fn check(files: &[(&str, &str)]) -> Vec<String> {
+    let report = report_of(files);
     assert!(report.unplaced.is_empty(), "{:?}", report.unplaced);
     report
         .violations
@@ -185,7 +191,7 @@ fn a_crate_that_keeps_every_rule_passes() {
             "app/mod.rs",
             "use crate::catalog::Catalog;\nuse crate::context::Ctx;\nuse crate::session::Sessions;\n",
         ),
-        ("catalog/mod.rs", "use crate::app::App;\n"),
+        ("catalog/mod.rs", "use crate::session::Sessions;\n"),
         (
             "dispatch/mod.rs",
             "use crate::app::App;\nuse crate::Catalog;\nuse crate::limits::Limits;\n",
@@ -325,4 +331,79 @@ fn a_module_with_no_layer_is_reported() {
         ),
     ];
     assert_eq!(check_crate(&all).unplaced, ["gateway"]);
+}
+
+/// Checks `lib.rs` plus `files` for circles, each given as its `Display`.
+fn circles(files: &[(&str, &str)]) -> Vec<String> {
+    let cycles = report_of(files).cycles;
+    cycles.iter().map(ToString::to_string).collect()
+}
+
+/// Three files of one folder in a circle, one of them a folder of its own reached through a
+/// file in it (and reaching back from another); two top-level modules of one layer, which the
+/// layer rules allow to import each other.
+#[test]
+fn files_or_folders_that_import_each_other_in_a_circle_are_reported() {
+    let got = circles(&[
+        ("fleet/mod.rs", "mod a;\nmod b;\nmod c;\n"),
+        ("fleet/a.rs", "use super::b::B;\npub struct A;\n"),
+        (
+            "fleet/b.rs",
+            "pub struct B;\nfn f() -> crate::fleet::c::wire::C { todo!() }\n",
+        ),
+        ("fleet/c/mod.rs", "pub mod wire;\n"),
+        ("fleet/c/wire.rs", "pub struct C;\n"),
+        ("fleet/c/read.rs", "use super::super::a::A;\n"),
+        ("app/mod.rs", "use crate::catalog::Catalog;\n"),
+        (
+            "catalog/mod.rs",
+            "pub struct Catalog;\nfn f(_: &crate::app::App) {}\n",
+        ),
+    ]);
+    assert_eq!(
+        got,
+        [
+            "in the crate root, app, catalog import each other in a circle:\n    \
+             app -> catalog: app/mod.rs:1: `crate::catalog::Catalog` (catalog/mod.rs)\n    \
+             catalog -> app: catalog/mod.rs:2: `crate::app::App` (app/mod.rs)",
+            "in crate::fleet, a, b, c import each other in a circle:\n    \
+             a -> b: fleet/a.rs:1: `super::b::B` (fleet/b.rs)\n    \
+             b -> c: fleet/b.rs:2: `crate::fleet::c::wire::C` (fleet/c/wire.rs)\n    \
+             c -> a: fleet/c/read.rs:1: `super::super::a::A` (fleet/a.rs)",
+        ]
+    );
+}
+
+/// A chain of siblings (`a` to `b` to `c`, and `a` to `c`); a parent and its children using
+/// each other (`super::Type` one way, the child's items the other, `context.rs` and
+/// `context/` included); test code that reaches back up the chain, inline or in a file of its
+/// own: no circle.
+#[test]
+fn a_chain_a_parent_with_its_children_and_test_code_make_no_circle() {
+    let files = [
+        (
+            "fleet/mod.rs",
+            "mod a;\nmod b;\nmod c;\npub struct Shared;\nuse a::A;\nfn f() -> self::c::C { todo!() }\n",
+        ),
+        (
+            "fleet/a.rs",
+            "use super::b::B;\nuse super::c::C;\nuse super::Shared;\n",
+        ),
+        (
+            "fleet/b.rs",
+            "use crate::fleet::c::C;\nuse crate::fleet::Shared;\n",
+        ),
+        (
+            "fleet/c.rs",
+            "pub struct C;\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod more {\n    use super::super::a::A;\n}\n",
+        ),
+        ("fleet/c/tests.rs", "use crate::fleet::b::B;\n"),
+        (
+            "context.rs",
+            "mod elicit;\npub struct Ctx;\nuse self::elicit::Form;\n",
+        ),
+        ("context/elicit.rs", "use super::Ctx;\npub struct Form;\n"),
+    ];
+    assert_eq!(check(&files), Vec::<String>::new());
+    assert_eq!(circles(&files), Vec::<String>::new());
 }

@@ -33,7 +33,6 @@ pub use error::ToolError;
 pub(in crate::catalog) use error::{Classified, classify};
 pub use result::{IntoToolResult, Structured};
 pub(crate) use result::{Output, ToolOutput};
-pub(crate) use schema::generate_inlined;
 pub(in crate::catalog) use schema::{NullForm, generate};
 
 use schemars::JsonSchema;

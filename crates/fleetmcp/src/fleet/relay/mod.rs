@@ -49,6 +49,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use super::error_text::describe;
 use super::heartbeat::read_beat;
 
 mod answer;
@@ -167,18 +168,6 @@ fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
         source = e.source();
     }
     false
-}
-
-/// An error and its causes, for the log (the client's own message names only its kind).
-pub(super) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }
 
 /// Which bound refused a relayed request.

@@ -31,8 +31,9 @@
 //!
 //! One idea a file: `keys.rs` derives the keys from the secrets, `mac.rs` is what the MAC
 //! covers, `seal.rs` the credentials' sealing, `header.rs` the relay header's one spelling,
-//! `sign.rs` the relaying instance's side, `verify.rs` the holder's and `nonces.rs` its memory
-//! of the nonces it accepted. This file holds what both sides name: the headers, the version.
+//! `sign.rs` the relaying instance's side, `verify.rs` the holder's, `nonces.rs` its memory
+//! of the nonces it accepted and `unverified.rs` why it refuses a request. This file holds
+//! what both sides name: the headers, the version.
 
 mod header;
 mod keys;
@@ -40,6 +41,7 @@ mod mac;
 mod nonces;
 mod seal;
 mod sign;
+mod unverified;
 mod verify;
 
 #[cfg(test)]
@@ -47,7 +49,8 @@ mod tests;
 
 pub(super) use keys::RelayKeys;
 pub(super) use mac::Subject;
-pub(super) use verify::{Unverified, Verifier};
+pub(super) use unverified::Unverified;
+pub(super) use verify::Verifier;
 
 use http::{HeaderMap, HeaderName};
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::verify::Unverified;
+use super::unverified::Unverified;
 
 /// Nonces remembered at most. A nonce is kept about 1.25 windows (see [`SeenNonces`]), so at
 /// the default 30 s window a holder takes about 28,000 relayed requests a second before it

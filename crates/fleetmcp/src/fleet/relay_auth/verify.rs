@@ -10,46 +10,8 @@ use super::keys::{KeyPair, RelayKeys};
 use super::mac::{Subject, mac_of};
 use super::nonces::SeenNonces;
 use super::seal::unseal;
+use super::unverified::Unverified;
 use super::{RELAY_AUTH_NAME, RELAY_HOST_NAME, RELAY_SEALED_NAME, RELAYED_BY_NAME, hop_by_hop};
-
-/// Why a relayed request was not verified (and is refused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::fleet) enum Unverified {
-    /// Some relay headers but not all that are needed.
-    Incomplete,
-    /// The relay header does not parse.
-    Malformed,
-    /// The MAC does not verify under any key.
-    BadMac,
-    /// Its timestamp is outside the replay window.
-    Stale,
-    /// Its nonce was seen within the window.
-    Replayed,
-    /// Too many nonces to remember: refused rather than risk accepting a replay.
-    Overloaded,
-    /// The sealed credentials do not open (only a signer with the key could make this).
-    BadSeal,
-    /// Stamped before this process started: a hop recorded before a restart, replayed.
-    BeforeStart,
-}
-
-impl Unverified {
-    /// For the log and the error message.
-    pub fn why(self) -> &'static str {
-        match self {
-            Self::Incomplete => "relay headers are missing",
-            Self::Malformed => "its relay authentication header does not parse",
-            Self::BadMac => "its MAC does not verify under this fleet's secrets",
-            Self::Stale => "its timestamp is outside the replay window",
-            Self::Replayed => "its nonce was already used (a replay)",
-            Self::Overloaded => "too many relayed requests to remember their nonces",
-            Self::BadSeal => "its sealed credentials do not open",
-            Self::BeforeStart => {
-                "it was signed before this instance started (a replay, or a request that crossed a restart: retry)"
-            }
-        }
-    }
-}
 
 /// Checks relayed requests on the instance they were relayed to.
 pub(in crate::fleet) struct Verifier {

@@ -32,8 +32,9 @@ use tokio_util::task::TaskTracker;
 
 use super::id::{SessionIdPayload, SessionSealer, minted_uuid};
 use super::live::{Ended, LiveSessions, Session};
+use super::lossy::Invalidation;
 use super::ownership::{Lease, Owner, Ownership};
-use super::store::{Invalidation, SessionStore, StoreError};
+use super::store::{SessionStore, StoreError};
 use super::unread::Unread;
 use crate::clock::unix_secs;
 use crate::events::EventStore;

@@ -9,7 +9,7 @@ use futures_util::future::{self, BoxFuture, FutureExt};
 use serde_json::value::RawValue;
 
 use super::out::Out;
-use super::session;
+use super::request;
 use crate::app::App;
 use crate::dispatch;
 use crate::protocol::{ErrorData, Incoming, Message, encode_error, errors};
@@ -53,7 +53,7 @@ pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, items: Vec<
             Ok(Message::Request { id, method, params }) => {
                 let (app, out, session) = (&app, &out, session.clone());
                 answers.push(
-                    async move { session::run(app, out, session, &id, method, params).await }
+                    async move { request::run(app, out, session, &id, method, params).await }
                         .boxed(),
                 );
             }

@@ -45,6 +45,7 @@
 mod batch;
 mod lines;
 mod out;
+mod request;
 mod session;
 
 use std::future::Future;

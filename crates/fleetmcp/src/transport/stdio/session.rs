@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -16,15 +15,14 @@ use tokio_util::task::TaskTracker;
 
 use super::batch;
 use super::out::Out;
+use super::request::run;
 use crate::app::App;
-use crate::context::{Caller, Outbound};
-use crate::dispatch::{self, Reply};
+use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorData, Incoming, Message, encode_error, encode_result, errors};
 use crate::session::Session;
-use crate::transport::client_key::Client;
-use crate::transport::driver::{self, Started};
+use crate::transport::driver;
 use crate::transport::initialize;
 
 /// One line of input, read: a message, or a batch's items.
@@ -262,39 +260,4 @@ fn forward_standalone(
         }
     });
     (task, stop)
-}
-
-/// Runs request `id` (`method` with `params`) in `session`: its messages go to `out` as they
-/// come, in order; the answer is returned (`None`: cancelled, which nothing answers).
-pub(super) async fn run(
-    app: &App,
-    out: &Out,
-    session: Arc<Session>,
-    id: &RawValue,
-    method: String,
-    params: Option<Box<RawValue>>,
-) -> Option<Bytes> {
-    let client = Client {
-        principal: None,
-        key: LimitKey::stdio(),
-    };
-    let caller = Caller::Session(session);
-    let started = driver::start(app, caller, client, id.to_owned(), method, params, true).await;
-    let reply: Option<Reply> = match started {
-        Ok(Started::Plain(reply)) => reply,
-        Ok(Started::Streaming(s)) => {
-            let emit = |m: Outbound| async move {
-                match m {
-                    Outbound::Message(b) => out.send(b).await,
-                    // Polling is an SSE affair: a pipe has no connection to end.
-                    Outbound::EndConnection => true,
-                }
-            };
-            // A client that stopped reading cancels what it can no longer hear.
-            let gone = out.gone_token().cancelled_owned();
-            s.pump(emit, gone).await.ok().flatten()
-        }
-        Err(not_run) => Some(Err(not_run.into_error())),
-    };
-    reply.map(|r| dispatch::encode_reply(id, r))
 }
