@@ -451,14 +451,11 @@ fn requests(
 > + Send {
     let body_limit = limits.body;
     let draining = phases.draining.clone();
-    hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    hyper::service::service_fn(move |req: Request<Incoming>| {
         if !activity.begun() {
             // `notify_one` keeps the wake for a waiter that comes later.
             activity.first.notify_one();
         }
-        // Whom the request's limits count against, absent a trusted header (transport).
-        req.extensions_mut()
-            .insert(crate::transport::PeerAddr(peer));
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
         let routes = routes.clone();
@@ -468,7 +465,8 @@ fn requests(
                 over_capacity()
             } else {
                 let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
-                routes.serve(req).await
+                // Whom the request's limits count against, absent a trusted header (transport).
+                crate::transport::with_peer(peer, routes.serve(req)).await
             };
             if draining.is_cancelled() {
                 // Hyper closes the connection after this answer; the client (a load balancer)

@@ -152,8 +152,15 @@ fn accept(h: &HeaderMap) -> Option<Accept> {
     };
     for part in lines.flat_map(|line| line.split(',')) {
         let m = part.split(';').next().unwrap_or("").trim();
-        takes.json |= covers(m, JSON);
-        takes.sse |= covers(m, SSE);
+        // The two types by name first (what clients send), wildcards only past them.
+        if m.eq_ignore_ascii_case(JSON) {
+            takes.json = true;
+        } else if m.eq_ignore_ascii_case(SSE) {
+            takes.sse = true;
+        } else {
+            takes.json |= covers(m, JSON);
+            takes.sse |= covers(m, SSE);
+        }
     }
     Some(takes)
 }
