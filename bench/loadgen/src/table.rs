@@ -157,7 +157,10 @@ pub fn render_versus(jsonl: &str, target: &str) -> String {
          |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
     );
     for shape in shapes {
-        let in_shape = || rows.iter().filter(move |r| text_of(&r.median, "shape") == shape);
+        let in_shape = || {
+            rows.iter()
+                .filter(move |r| text_of(&r.median, "shape") == shape)
+        };
         let base = in_shape().find(|r| text_of(&r.median, "target") == target);
         let base_rps = base.map(|b| num(&b.median, "rps"));
         let base_p99 = base.map(|b| num(&b.median, "p99_ms"));
@@ -297,7 +300,10 @@ mod tests {
             "{t}"
         );
         // 64x64 against hyper's 64x64 row, not its 1x32 one: 10 µs vs 20.0 (0.5 s / 24,995).
-        assert!(lines[4].starts_with("| 64x64 | h, 64x64 | 50000 | 1.00x |"), "{t}");
+        assert!(
+            lines[4].starts_with("| 64x64 | h, 64x64 | 50000 | 1.00x |"),
+            "{t}"
+        );
         assert!(
             lines[5].starts_with("| 64x64 | f, 64x64 | 24995 | 0.50x | 2.00 | 4.00 | 2.00x | 20.0 | 2.00x | 50% | 5 |"),
             "{t}"

@@ -98,14 +98,12 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
     }
     // An embedding app served by axum instead of our listener: its `ConnectInfo`, when it
     // serves with `into_make_service_with_connect_info`.
-    let peer = peer_of(&parts.extensions)
-        .map(|p| p.ip())
-        .or_else(|| {
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip())
-        });
+    let peer = peer_of(&parts.extensions).map(|p| p.ip()).or_else(|| {
+        parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+    });
     let cfg = &app.config().limits;
     let trusted = app.trusted_proxies();
     let header = cfg.client_address_header.as_deref();

@@ -168,7 +168,12 @@ async fn read_up_to(mut body: Body, limit: usize) -> (Body, Option<Bytes>) {
     let first = match body.frame().await {
         None => return (Body::empty(), Some(Bytes::new())),
         Some(Ok(frame)) => frame.into_data().ok(),
-        Some(Err(e)) => return (Body::from_stream(stream::once(async { Err::<Bytes, _>(e) })), None),
+        Some(Err(e)) => {
+            return (
+                Body::from_stream(stream::once(async { Err::<Bytes, _>(e) })),
+                None,
+            );
+        }
     };
     if let Some(data) = &first
         && data.len() <= limit
