@@ -365,8 +365,7 @@ async fn connection(
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(&activity, limits.idle));
-    // Under the cap, the head's bound (hyper's timer bounds it over the cap, see `builder`):
-    // no request in flight for that long, and no whole head arrived meanwhile.
+    // The head's bound under the cap (over it, hyper's own timer: see `builder`).
     let mut head = pin!(idle_for(&activity, limits.header));
     let head_bounded = mode == Mode::Full;
     let mut closing = false;
