@@ -12,7 +12,9 @@
 # * allocations per call: uprobes on glibc's `malloc` and `realloc` (`perf probe`, added if
 #   absent and removed again at the end if this script added them), counted with `perf stat` on
 #   the server over PERF_WINDOW seconds of `--sessions 1 --connections 32`, divided by its
-#   `writev` calls (one per answer).
+#   `writev` calls (one per answer); and, in the same window, the system calls per answer
+#   (`raw_syscalls:sys_enter`: a read that finds nothing, a wake-up between threads, a timer's
+#   re-arming all show there, and callgrind counts none of the kernel's work).
 # Prints one line per binary.
 #
 # Environment (all optional):
@@ -102,18 +104,19 @@ probe() { # FUNCTION
   ADDED_PROBES+=("probe_libc:$1")
 }
 
-# Allocations per answer: sets MA, RE.
+# Allocations and system calls per answer: sets MA, RE, SC.
 mallocs() { # BINARY
   serve "$1"
   load 32 $((PERF_WINDOW + 3)) --warmup 1 >/dev/null 2>&1 &
   local loadgen=$!
   sleep 2
-  perf stat -x, -e probe_libc:malloc,probe_libc:realloc,syscalls:sys_enter_writev \
+  perf stat -x, -e probe_libc:malloc,probe_libc:realloc,syscalls:sys_enter_writev,raw_syscalls:sys_enter \
     -p "$SERVER_PID" -o "$WORK/perf.txt" -- sleep "$PERF_WINDOW" 2>/dev/null
   wait "$loadgen" || true
   stop_server
-  read -r MA RE < <(awk -F, '$3 ~ /malloc/ {m = $1} $3 ~ /realloc/ {r = $1} $3 ~ /writev/ {w = $1}
-    END {if (w > 0) printf "%.1f %.1f\n", m / w, r / w; else print "- -"}' "$WORK/perf.txt")
+  read -r MA RE SC < <(awk -F, '$3 ~ /malloc/ {m = $1} $3 ~ /realloc/ {r = $1} $3 ~ /writev/ {w = $1}
+    $3 ~ /raw_syscalls/ {s = $1}
+    END {if (w > 0) printf "%.1f %.1f %.2f\n", m / w, r / w, s / w; else print "- - -"}' "$WORK/perf.txt")
 }
 
 [[ $COUNTS == *mallocs* ]] && { probe malloc; probe realloc; }
@@ -126,7 +129,7 @@ report() { # LABEL BINARY
   fi
   if [[ $COUNTS == *mallocs* ]]; then
     mallocs "$2"
-    line+=" $MA mallocs/call, $RE reallocs/call"
+    line+=" $MA mallocs/call, $RE reallocs/call, $SC syscalls/call"
   fi
   echo "$line"
 }

@@ -9,6 +9,16 @@
 #   MODE=            one-session: issue 23's shape, ONE session driven over 32 connections at
 #                    once (SESSIONS=1 CONNECTIONS=32 TARGETS="fleetmcp hyper rmcp" PIN=1 unless
 #                    set), where fleetmcp's cost per call is compared with bare hyper's
+#                    saturation: issue 40's shapes, the server the limit: wrk drives it
+#                    (GEN=wrk SHAPES="1x32 64x64" TARGETS="hyper fleetmcp" PIN=1 ROUNDS=3
+#                    DURATION=5 unless set), one table with every target's ratios to hyper's
+#   GEN=loadgen      the load generator: loadgen (fleet-loadgen, every answer parsed and
+#                    checked), or wrk (`wrk -t1` with bench/saturate.lua: the requests made once,
+#                    answers not read beyond their status, so it out-runs the servers; sessions
+#                    opened with curl first; targets fleetmcp, fleetmcp_before, hyper, rmcp)
+#   SHAPES=          sessions x connections to run, each a row per target, e.g. "1x32 64x64"
+#                    (default: SESSIONSxCONNECTIONS); with wrk, calls go round robin over the
+#                    sessions on every connection
 #   SESSIONS=64      concurrent sessions per target
 #   CONNECTIONS=1    closed loops (connections) per session: calls in flight at once in one
 #                    session
@@ -49,14 +59,24 @@ case "$MODE" in
     TARGETS="${TARGETS:-fleetmcp hyper rmcp}"
     PIN="${PIN:-1}"
     ;;
+  saturation)
+    GEN="${GEN:-wrk}"
+    SHAPES="${SHAPES:-1x32 64x64}"
+    TARGETS="${TARGETS:-hyper fleetmcp}"
+    PIN="${PIN:-1}"
+    ROUNDS="${ROUNDS:-3}"
+    DURATION="${DURATION:-5}"
+    ;;
   "") ;;
-  *) printf '[bench] unknown MODE %s (one-session)\n' "$MODE" >&2; exit 2 ;;
+  *) printf '[bench] unknown MODE %s (one-session, saturation)\n' "$MODE" >&2; exit 2 ;;
 esac
+GEN="${GEN:-loadgen}"
 SESSIONS="${SESSIONS:-64}"
 CONNECTIONS="${CONNECTIONS:-1}"
 DURATION="${DURATION:-10}"
 WARMUP="${WARMUP:-1}"
 ROUNDS="${ROUNDS:-1}"
+SHAPES="${SHAPES:-${SESSIONS}x${CONNECTIONS}}"
 TARGETS="${TARGETS:-fleetmcp fleetmcp_stateless fleetmcp_pair rmcp ts}"
 PIN="${PIN:-0}"
 SERVER_RUST_LOG="${SERVER_RUST_LOG:-warn}"
@@ -101,6 +121,17 @@ needed=("$LOADGEN" "$REL/help-desk")
 for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { log "missing $b (build first)"; exit 1; }
 done
+if [[ $GEN == wrk ]]; then
+  command -v wrk >/dev/null || { log "GEN=wrk needs wrk (apt-get install wrk)"; exit 1; }
+  for name in $TARGETS; do
+    case "$name" in
+      fleetmcp|fleetmcp_before|hyper|rmcp) ;;
+      *) log "GEN=wrk drives fleetmcp, fleetmcp_before, hyper and rmcp only, not $name"; exit 2 ;;
+    esac
+  done
+elif [[ $GEN != loadgen ]]; then
+  log "unknown GEN $GEN (loadgen, wrk)"; exit 2
+fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-bench.XXXXXX")"
 RESULTS="$WORK/results.jsonl"
@@ -312,54 +343,142 @@ NGINX
   return 1
 }
 
-log "$SESSIONS sessions x $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s per target, $ROUNDS round(s), targets: $TARGETS, PIN=$PIN"
+# --- GEN=wrk ---------------------------------------------------------------------------------
+MCP_HEADERS=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
+
+# open_session URL: initialize and notifications/initialized; prints the session id.
+open_session() {
+  local sid
+  sid="$(curl -fsS -m 5 -D - -o /dev/null -X POST "$1" "${MCP_HEADERS[@]}" \
+    --data '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"0"}}}' \
+    | tr -d '\r' | sed -n 's/^[Mm][Cc][Pp]-[Ss]ession-[Ii][Dd]: *//p')"
+  [[ -n "$sid" ]] || { log "initialize at $1 gave no Mcp-Session-Id"; return 1; }
+  curl -fsS -m 5 -o /dev/null -X POST "$1" "${MCP_HEADERS[@]}" -H "Mcp-Session-Id: $sid" \
+    -H 'MCP-Protocol-Version: 2025-11-25' --data '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+  printf '%s\n' "$sid"
+}
+
+# The user+system CPU time of process PID so far, in clock ticks (every thread's).
+cpu_ticks() { # PID
+  # Fields 14 and 15 of /proc/PID/stat, counted after the `)` that ends the command's name.
+  sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+# run_wrk URL SESSIONS CONNECTIONS LABEL TARGET: opens the sessions, checks that one call
+# answers a result, drives the server WARMUP s and then DURATION s with `wrk -t1`, and prints
+# one JSON line as fleet-loadgen --json does (with the server's CPU over the measured run).
+run_wrk() {
+  local url="$1" sessions="$2" connections="$3" label="$4" target="$5" sids=() i
+  for i in $(seq "$sessions"); do
+    sids+=("$(open_session "$url")") || return 1
+  done
+  # The same call wrk sends, once, read in full: a result, not an error (wrk only sees statuses).
+  local answer
+  answer="$(curl -fsS -m 5 -X POST "$url" "${MCP_HEADERS[@]}" -H "Mcp-Session-Id: ${sids[0]}" \
+    -H 'MCP-Protocol-Version: 2025-11-25' \
+    --data '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"find_tickets","arguments":{}}}')"
+  if [[ $answer != *'"result"'* || $answer == *'"isError":true'* ]]; then
+    log "$label: the call does not answer a result: $answer"; return 1
+  fi
+  local wrk=("${loadgen_pin[@]}" wrk -t1 -c "$connections" --timeout 10s -s "$BENCH/saturate.lua")
+  [[ ${WARMUP%.*} -gt 0 ]] && "${wrk[@]}" -d "${WARMUP%.*}s" "$url" -- "${sids[@]}" >/dev/null
+  local before after out
+  before="$(cpu_ticks "$SERVER_PID")"
+  out="$("${wrk[@]}" -d "${DURATION%.*}s" "$url" -- "${sids[@]}")"
+  after="$(cpu_ticks "$SERVER_PID")"
+  local rss
+  rss="$(awk '/^VmRSS:/ {print $2}' "/proc/$SERVER_PID/status")"
+  local line
+  line="$(grep '^SATURATE ' <<<"$out")" || { log "$label: wrk printed no result: $out"; return 1; }
+  # `requests=N errors=N ...` into jq's arguments.
+  local kv=() pair
+  for pair in ${line#SATURATE }; do kv+=(--argjson "${pair%%=*}" "${pair#*=}"); done
+  jq -nc "${kv[@]}" --arg lbl "$label" --arg target "$target" --argjson sessions "$sessions" \
+    --argjson connections "$connections" --argjson ticks "$((after - before))" \
+    --argjson hz "$(getconf CLK_TCK)" --argjson rss "${rss:-null}" '
+    ($duration_us / 1e6) as $d
+    | {"label": $lbl, "target": $target, "shape": "\($sessions)x\($connections)",
+       "sessions": $sessions, "connections": $connections, "generator": "wrk",
+       "duration_s": $d, "requests": $requests, "errors": $errors,
+       "rps": (($requests - $errors) / $d * 10 | round / 10),
+       "p50_ms": ($p50_us / 1000), "p90_ms": ($p90_us / 1000), "p99_ms": ($p99_us / 1000),
+       "max_ms": ($max_us / 1000), "rss_kib": $rss, "server_cpu_s": ($ticks / $hz)}'
+  log "  $label: $(tail -n 1 <<<"$out" | tr -s ' ')"
+  grep -E 'Requests/sec|Non-2xx|Socket errors' <<<"$out" | sed 's/^/[bench]   /' >&2 || true
+}
+
+log "shapes (sessions x connections) $SHAPES, generator $GEN, ${WARMUP}s warm-up + ${DURATION}s per target, $ROUNDS round(s), targets: $TARGETS, PIN=$PIN"
 for round in $(seq "$ROUNDS"); do
-  for name in $TARGETS; do
-    label_var="LABEL_$name"
-    label="${!label_var:-$name}"
-    port="$("$LOADGEN" free-port)"
-    log "round $round: $label on port $port"
-    start_server "$name" "$port"
-    # The loadgen bounds itself (setup <= 30 s, run = WARMUP + DURATION + at most 12 s); the
-    # outer timeout is a last resort.
-    limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
-    extra=()
-    if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed* ]]; then
-      extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
-      [[ $name == fleetmcp_relayed* ]] && extra+=(--only-url2 1)
-    fi
-    [[ $name == fleet3_sticky ]] && extra+=(--affinity 1)
-    [[ -n "${REDIS_PORT_B:-}" && ${#REDIS_PORTS[@]} -eq 0 ]] && REDIS_PORTS=("$REDIS_PORT_B")
-    for rp in "${REDIS_PORTS[@]:-}"; do
-      [[ -n "$rp" ]] && redis-cli -p "$rp" config resetstat >/dev/null
-    done
-    if ! timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
-        --sessions "$SESSIONS" --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
-        --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
-        $([[ $name == *stateless ]] && echo --stateless) >>"$RESULTS"; then
-      log "load generator failed against $label (server log: $WORK/$name.log)"
-      tail -n 20 "$WORK/$name.log" >&2 || true
-    fi
-    if [[ -n "${REDIS_PORTS[*]:-}" ]]; then
-      # Redis commands per tools/call on the hot path (setup included, so an upper bound),
-      # summed over the cluster's nodes; CLUSTER and CONFIG commands left out.
-      calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
-      stats=$(for rp in "${REDIS_PORTS[@]}"; do redis-cli -p "$rp" info commandstats; done | grep -v -e '^cmdstat_cluster' -e '^cmdstat_config')
-      cmds=$(sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' <<<"$stats" | tr '\n' ' ')
-      total=$(awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}' <<<"$stats")
-      log "Redis commands during the run: $cmds(total $total for ${calls:-?} measured calls)"
-      if [[ -n "$calls" && "$calls" -gt 0 ]]; then
-        log "Redis commands per tools/call: $(awk -v t="$total" -v c="$calls" 'BEGIN {printf "%.2f", t / c}')"
+  for shape in $SHAPES; do
+    SESSIONS="${shape%x*}"
+    CONNECTIONS="${shape#*x}"
+    for name in $TARGETS; do
+      label_var="LABEL_$name"
+      label="${!label_var:-$name}"
+      # Several shapes: a row per target and shape.
+      [[ $SHAPES == *" "* ]] && label="$label, $shape"
+      port="$("$LOADGEN" free-port)"
+      log "round $round: $label on port $port"
+      start_server "$name" "$port"
+      # The loadgen bounds itself (setup <= 30 s, run = WARMUP + DURATION + at most 12 s); the
+      # outer timeout is a last resort.
+      limit=$(( ${WARMUP%.*} + ${DURATION%.*} + 60 ))
+      extra=()
+      if [[ $name == fleetmcp_pair || $name == fleetmcp_relayed* ]]; then
+        extra=(--url2 "http://127.0.0.1:$PORT2/mcp")
+        [[ $name == fleetmcp_relayed* ]] && extra+=(--only-url2 1)
       fi
-    fi
-    stop_server
+      [[ $name == fleet3_sticky ]] && extra+=(--affinity 1)
+      [[ -n "${REDIS_PORT_B:-}" && ${#REDIS_PORTS[@]} -eq 0 ]] && REDIS_PORTS=("$REDIS_PORT_B")
+      for rp in "${REDIS_PORTS[@]:-}"; do
+        [[ -n "$rp" ]] && redis-cli -p "$rp" config resetstat >/dev/null
+      done
+      if [[ $GEN == wrk ]]; then
+        if ! run_wrk "http://127.0.0.1:$port/mcp" "$SESSIONS" "$CONNECTIONS" "$label" "$name" >>"$RESULTS"; then
+          log "wrk failed against $label (server log: $WORK/$name.log)"
+          tail -n 20 "$WORK/$name.log" >&2 || true
+        fi
+      elif timeout "$limit" "${loadgen_pin[@]}" "$LOADGEN" --url "http://127.0.0.1:$port/mcp" "${extra[@]}" \
+          --sessions "$SESSIONS" --connections "$CONNECTIONS" --duration "$DURATION" --warmup "$WARMUP" \
+          --tool find_tickets --args '{}' --label "$label" --pid "$SERVER_PID" --json \
+          $([[ $name == *stateless ]] && echo --stateless) >"$WORK/last.json"; then
+        # The target and shape, for the table of several shapes.
+        jq -c --arg target "$name" --arg shape "$shape" '. + {target: $target, shape: $shape}' \
+          "$WORK/last.json" >>"$RESULTS"
+      else
+        log "load generator failed against $label (server log: $WORK/$name.log)"
+        tail -n 20 "$WORK/$name.log" >&2 || true
+      fi
+      if [[ -n "${REDIS_PORTS[*]:-}" ]]; then
+        # Redis commands per tools/call on the hot path (setup included, so an upper bound),
+        # summed over the cluster's nodes; CLUSTER and CONFIG commands left out.
+        calls=$(tail -n 1 "$RESULTS" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+        stats=$(for rp in "${REDIS_PORTS[@]}"; do redis-cli -p "$rp" info commandstats; done | grep -v -e '^cmdstat_cluster' -e '^cmdstat_config')
+        cmds=$(sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\).*/\1=\2/p' <<<"$stats" | tr '\n' ' ')
+        total=$(awk -F'[=,]' '/^cmdstat_/ {n += $2} END {print n + 0}' <<<"$stats")
+        log "Redis commands during the run: $cmds(total $total for ${calls:-?} measured calls)"
+        if [[ -n "$calls" && "$calls" -gt 0 ]]; then
+          log "Redis commands per tools/call: $(awk -v t="$total" -v c="$calls" 'BEGIN {printf "%.2f", t / c}')"
+        fi
+      fi
+      stop_server
+    done
   done
 done
 
 echo
-echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; $SESSIONS sessions x $CONNECTIONS connections, ${DURATION}s measured after ${WARMUP}s warm-up; $(nproc) CPUs, PIN=$PIN"
-echo
-"$LOADGEN" table --baseline "$LABEL_rmcp" "$RESULTS" | tee "${OUT:-/dev/null}"
+if [[ $GEN == wrk || $SHAPES == *" "* ]]; then
+  echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; shapes (sessions x connections) $SHAPES, generator $GEN, ${DURATION}s measured after ${WARMUP}s warm-up, $ROUNDS round(s) interleaved; $(nproc) CPUs, PIN=$PIN; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+  # Ratios to bare hyper's row of the same shape (to the first target's without hyper).
+  versus=hyper
+  [[ " $TARGETS " == *" hyper "* ]] || versus="${TARGETS%% *}"
+  "$LOADGEN" table --versus "$versus" "$RESULTS" | tee "${OUT:-/dev/null}"
+else
+  echo "MCP tools/call find_tickets {}, protocol 2025-11-25 with sessions; $SESSIONS sessions x $CONNECTIONS connections, ${DURATION}s measured after ${WARMUP}s warm-up; $(nproc) CPUs, PIN=$PIN"
+  echo
+  "$LOADGEN" table --baseline "$LABEL_rmcp" "$RESULTS" | tee "${OUT:-/dev/null}"
+fi
 echo
 echo "req/s counts successful calls only; latencies are of successful calls; RSS = server VmRSS after the run."
 log "raw results: $RESULTS"

@@ -6,27 +6,37 @@
 //! (a round's CPU and req/s do not rank the same, and one round's CPU spreads by 20% on a busy
 //! machine), each round's figure listed in a second `rounds` column. The ratio column is req/s
 //! relative to the baseline label's row.
+//!
+//! `--versus TARGET` (bench/run.sh's saturation shapes) renders instead a row per label with
+//! three ratios to the row of target TARGET (each line's `target`) in the same shape (`shape`,
+//! sessions x connections): req/s, p99 and server CPU per call, and the server's busy share of
+//! one core (its CPU time over the measured window), which says whether the server, not the
+//! generator, was the limit.
 
 use std::process::ExitCode;
 
 use serde_json::Value;
 
 pub fn main(args: Vec<String>) -> ExitCode {
+    const USAGE: &str =
+        "usage: fleet-loadgen table [--baseline LABEL | --versus TARGET] RESULTS.jsonl";
     let mut baseline: Option<String> = None;
+    let mut versus: Option<String> = None;
     let mut file: Option<String> = None;
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--baseline" => baseline = it.next(),
+            "--versus" => versus = it.next(),
             _ if file.is_none() => file = Some(a),
             _ => {
-                eprintln!("usage: fleet-loadgen table [--baseline LABEL] RESULTS.jsonl");
+                eprintln!("{USAGE}");
                 return ExitCode::from(2);
             }
         }
     }
     let Some(file) = file else {
-        eprintln!("usage: fleet-loadgen table [--baseline LABEL] RESULTS.jsonl");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
     let text = match std::fs::read_to_string(&file) {
@@ -36,7 +46,10 @@ pub fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    print!("{}", render(&text, baseline.as_deref()));
+    match versus {
+        Some(target) => print!("{}", render_versus(&text, &target)),
+        None => print!("{}", render(&text, baseline.as_deref())),
+    }
     ExitCode::SUCCESS
 }
 
@@ -51,6 +64,8 @@ struct Row {
     median: Value,
     all: Vec<f64>,
     cpu: Vec<f64>,
+    /// Each round's server CPU seconds per second measured (1.0: one core always busy).
+    busy: Vec<f64>,
 }
 
 /// A round's server CPU per answered call, in µs, when the round measured it.
@@ -72,8 +87,9 @@ fn median_of(xs: &[f64]) -> Option<f64> {
     }
 }
 
-/// Renders the table; lines that are not JSON objects with a `label` are skipped.
-pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
+/// The rounds of each label, in the order labels first appear; lines that are not JSON objects
+/// with a `label` are skipped.
+fn rows_of(jsonl: &str) -> Vec<Row> {
     let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
     for line in jsonl.lines() {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
@@ -87,11 +103,19 @@ pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
             None => groups.push((label, vec![v])),
         }
     }
-    let rows: Vec<Row> = groups
+    groups
         .into_iter()
         .map(|(label, mut runs)| {
             let all: Vec<f64> = runs.iter().map(|r| num(r, "rps")).collect();
             let cpu: Vec<f64> = runs.iter().filter_map(cpu_per_call).collect();
+            let busy: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| {
+                    let cpu = r.get("server_cpu_s").and_then(Value::as_f64)?;
+                    let d = num(r, "duration_s");
+                    (d > 0.0).then(|| cpu / d)
+                })
+                .collect();
             runs.sort_by(|a, b| num(a, "rps").total_cmp(&num(b, "rps")));
             let median = runs.swap_remove((runs.len() - 1) / 2);
             Row {
@@ -99,9 +123,76 @@ pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
                 median,
                 all,
                 cpu,
+                busy,
             }
         })
-        .collect();
+        .collect()
+}
+
+fn text_of<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// `{a / b}x`, or `n/a` without a base.
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "n/a".into(),
+    }
+}
+
+/// The saturation table (`--versus TARGET`): rows grouped by shape, each with its ratios to the
+/// row of `target` in the same shape.
+pub fn render_versus(jsonl: &str, target: &str) -> String {
+    let rows = rows_of(jsonl);
+    let mut shapes: Vec<&str> = Vec::new();
+    for r in &rows {
+        let shape = text_of(&r.median, "shape");
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    let mut out = format!(
+        "| shape | server | req/s | vs {target} | p50 ms | p99 ms | vs {target} | server CPU µs/call | vs {target} | server busy (one core) | errors | rounds (req/s) | rounds (µs/call) |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
+    );
+    for shape in shapes {
+        let in_shape = || {
+            rows.iter()
+                .filter(move |r| text_of(&r.median, "shape") == shape)
+        };
+        let base = in_shape().find(|r| text_of(&r.median, "target") == target);
+        let base_rps = base.map(|b| num(&b.median, "rps"));
+        let base_p99 = base.map(|b| num(&b.median, "p99_ms"));
+        let base_cpu = base.and_then(|b| median_of(&b.cpu));
+        for r in in_shape() {
+            let v = &r.median;
+            let cpu = median_of(&r.cpu);
+            let busy = median_of(&r.busy).map_or("n/a".into(), |b| format!("{:.0}%", 100.0 * b));
+            let rps = num(v, "rps");
+            let p99 = num(v, "p99_ms");
+            let list: Vec<String> = r.all.iter().map(|x| format!("{x:.0}")).collect();
+            let cpus: Vec<String> = r.cpu.iter().map(|c| format!("{c:.1}")).collect();
+            out.push_str(&format!(
+                "| {shape} | {} | {rps:.0} | {} | {:.2} | {p99:.2} | {} | {} | {} | {busy} | {} | {} | {} |\n",
+                r.label,
+                ratio(Some(rps), base_rps),
+                num(v, "p50_ms"),
+                ratio(Some(p99), base_p99),
+                cpu.map_or("n/a".into(), |c| format!("{c:.1}")),
+                ratio(cpu, base_cpu),
+                num(v, "errors"),
+                list.join(", "),
+                cpus.join(", "),
+            ));
+        }
+    }
+    out
+}
+
+/// Renders the table; lines that are not JSON objects with a `label` are skipped.
+pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
+    let rows = rows_of(jsonl);
     let base_rps = baseline
         .and_then(|b| rows.iter().find(|r| r.label == b))
         .map(|r| num(&r.median, "rps"))
@@ -124,6 +215,7 @@ pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
         median: v,
         all,
         cpu,
+        ..
     } in &rows
     {
         let rps = num(v, "rps");
@@ -165,7 +257,7 @@ pub fn render(jsonl: &str, baseline: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::render;
+    use super::{render, render_versus};
 
     #[test]
     fn cpu_is_the_median_of_the_rounds_own_figures() {
@@ -180,6 +272,41 @@ mod tests {
             row.ends_with(" | 20.0 | 100, 200, 300 | 30.0, 10.0, 20.0 |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn versus_compares_each_shape_with_its_own_baseline() {
+        // Two shapes, hyper and fleetmcp in each, two rounds of fleetmcp in 1x32.
+        let jsonl = r#"{"label":"h, 1x32","target":"hyper","shape":"1x32","duration_s":2,"requests":200000,"errors":0,"rps":100000,"p50_ms":0.2,"p99_ms":1.0,"server_cpu_s":1.6}
+{"label":"f, 1x32","target":"fleetmcp","shape":"1x32","duration_s":2,"requests":150000,"errors":0,"rps":75000,"p50_ms":0.3,"p99_ms":1.5,"server_cpu_s":1.8}
+{"label":"h, 64x64","target":"hyper","shape":"64x64","duration_s":1,"requests":50000,"errors":0,"rps":50000,"p50_ms":1,"p99_ms":2.0,"server_cpu_s":0.5}
+{"label":"f, 1x32","target":"fleetmcp","shape":"1x32","duration_s":2,"requests":100000,"errors":0,"rps":50000,"p50_ms":0.4,"p99_ms":3.0,"server_cpu_s":2.0}
+{"label":"f, 64x64","target":"fleetmcp","shape":"64x64","duration_s":1,"requests":25000,"errors":5,"rps":24995,"p50_ms":2,"p99_ms":4.0,"server_cpu_s":0.5}"#;
+        let t = render_versus(jsonl, "hyper");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert!(lines[0].contains("| vs hyper |"), "{t}");
+        // hyper 1x32: 1.6 s / 200,000 calls = 8 µs, 80% of a core.
+        assert_eq!(
+            lines[2],
+            "| 1x32 | h, 1x32 | 100000 | 1.00x | 0.20 | 1.00 | 1.00x | 8.0 | 1.00x | 80% | 0 | 100000 | 8.0 |",
+            "{t}"
+        );
+        // fleetmcp 1x32: the lower-median round (50,000 req/s, p99 3.0); CPU the median of
+        // 12 and 20 µs = 16 (2x hyper's); busy the median of 90% and 100%.
+        assert_eq!(
+            lines[3],
+            "| 1x32 | f, 1x32 | 50000 | 0.50x | 0.40 | 3.00 | 3.00x | 16.0 | 2.00x | 95% | 0 | 75000, 50000 | 12.0, 20.0 |",
+            "{t}"
+        );
+        // 64x64 against hyper's 64x64 row, not its 1x32 one: 10 µs vs 20.0 (0.5 s / 24,995).
+        let starts = [
+            "| 64x64 | h, 64x64 | 50000 | 1.00x |",
+            "| 64x64 | f, 64x64 | 24995 | 0.50x | 2.00 | 4.00 | 2.00x | 20.0 | 2.00x | 50% | 5 |",
+        ];
+        for (line, start) in lines[4..].iter().zip(starts) {
+            assert!(line.starts_with(start), "{t}");
+        }
     }
 
     #[test]

@@ -39,9 +39,9 @@ pub struct HttpConfig {
     /// `-32600` while it is parsed, before its items are read.
     pub max_batch_len: usize,
     /// How long a client may take to send a request's head (request line and headers). Past
-    /// it the connection is closed. On HTTP/1.1 hyper also runs this timer while a kept-alive
-    /// connection waits for its next request, so there an idle connection closes after the
-    /// smaller of this and `idle_timeout_ms`.
+    /// it the connection is closed. As hyper's own timer does on HTTP/1.1, it also runs while a
+    /// kept-alive connection waits for its next request, so there an idle connection closes
+    /// after the smaller of this and `idle_timeout_ms`.
     pub header_read_timeout_ms: u64,
     /// How long a request's whole body may take to arrive, counted from its head; past it the
     /// request is answered `408` and the connection closed.

@@ -8,10 +8,15 @@
 //! served with axum's default features; hyper-util's `auto` builder would add h2c, a new surface)
 //! and bounded by:
 //!
-//! - **the request head**: hyper's `header_read_timeout`. Hyper starts it whenever it waits for
-//!   a head, on a new connection and again after each answer on a kept-alive one (hyper 1.12,
-//!   `proto/h1/conn.rs`: `poll_read_head`, and `State::idle` asks for the next read at once), so
-//!   it also closes a kept-alive connection that sends nothing for that long;
+//! - **the request head**: a connection that has had no request in flight for
+//!   `header_read_timeout_ms` (a new one that has not sent a whole head yet, or a kept-alive one
+//!   between requests) is closed at once, as hyper's `header_read_timeout` would close it (hyper
+//!   starts that timer whenever it waits for a head: on a new connection and again after each
+//!   answer, hyper 1.12 `proto/h1/conn.rs` `poll_read_head`). Hyper's own timer is kept only
+//!   over the cap: under it, hyper armed a timer (a boxed `Sleep`, a clock read, an entry in
+//!   the runtime's timer wheel and its removal) for every request and asked for one more read
+//!   after each head; the connection's task bounds the head with one timer re-armed only when
+//!   it fires ([`idle_for`]), as it bounds idleness (issue 40);
 //! - **the request body**: [`DeadlineBody`], a deadline on the whole body counted from the head
 //!   (a per-frame timeout, as `tower_http`'s, lets a client trickle one byte at a time for
 //!   ever); the body read answers `408` (`transport/checks.rs`);
@@ -154,7 +159,7 @@ pub(super) async fn serve(
 ) -> bool {
     let limits = Arc::new(limits);
     let phases = Arc::new(phases);
-    let full = Arc::new(builder(&limits));
+    let full = Arc::new(builder());
     let overflow = Arc::new(overflow_builder(&limits));
     let main = limits.connections.clone();
     let reserve = Arc::new(Semaphore::new(HEALTH_RESERVE));
@@ -306,11 +311,11 @@ impl Admission {
     }
 }
 
-/// The builder of connections under the cap.
-fn builder(limits: &ConnectionBounds) -> http1::Builder {
+/// The builder of connections under the cap: no head timer of hyper's (hyper's default, 30 s,
+/// applies to any builder with a timer), the connection's task bounds the head ([`connection`]).
+fn builder() -> http1::Builder {
     let mut b = http1::Builder::new();
-    b.timer(TokioTimer::new())
-        .header_read_timeout(limits.header);
+    b.header_read_timeout(None);
     b
 }
 
@@ -360,6 +365,9 @@ async fn connection(
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(idle_for(&activity, limits.idle));
+    // The head's bound under the cap (over it, hyper's own timer: see `builder`).
+    let mut head = pin!(idle_for(&activity, limits.header));
+    let head_bounded = mode == Mode::Full;
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
@@ -409,6 +417,11 @@ async fn connection(
                 awaiting_first = false;
                 conn.as_mut().graceful_shutdown();
             }
+            _ = &mut head, if head_bounded => {
+                // As hyper's header timeout does: closed, nothing answered.
+                tracing::debug!(%peer, "closing a connection that sent no whole request head in {} ms", limits.header.as_millis());
+                break;
+            }
             _ = &mut idle, if !closing => {
                 tracing::debug!(%peer, "closing a connection idle for {} ms", limits.idle.as_millis());
                 closing = true;
@@ -437,14 +450,11 @@ fn requests(
 > + Send {
     let body_limit = limits.body;
     let draining = phases.draining.clone();
-    hyper::service::service_fn(move |mut req: Request<Incoming>| {
+    hyper::service::service_fn(move |req: Request<Incoming>| {
         if !activity.begun() {
             // `notify_one` keeps the wake for a waiter that comes later.
             activity.first.notify_one();
         }
-        // Whom the request's limits count against, absent a trusted header (transport).
-        req.extensions_mut()
-            .insert(crate::transport::PeerAddr(peer));
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
         let routes = routes.clone();
@@ -454,7 +464,8 @@ fn requests(
                 over_capacity()
             } else {
                 let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
-                routes.serve(req).await
+                // Whom the request's limits count against, absent a trusted header (transport).
+                crate::transport::with_peer(peer, routes.serve(req)).await
             };
             if draining.is_cancelled() {
                 // Hyper closes the connection after this answer; the client (a load balancer)

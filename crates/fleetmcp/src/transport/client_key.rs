@@ -2,8 +2,8 @@
 //! ([`of`]'s `principal`, when authorization identifies the caller); without one, the client's
 //! address.
 //!
-//! The address is the connection's peer ([`PeerAddr`], put on every request by the listener),
-//! unless `limits.client_address_header` names the header the load balancer reports it in:
+//! The address is the connection's peer ([`peer_of`]: the listener serves each request within
+//! [`with_peer`]), unless `limits.client_address_header` names the header the load balancer reports it in:
 //! `X-Forwarded-For` gives the rightmost hop that is not one of `limits.trusted_proxies` (every
 //! hop to its right was added by a proxy we trust, and the one it names is the first we
 //! cannot), any other header (`X-Real-IP`) its one address. With `trusted_proxies` set, the
@@ -36,9 +36,33 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::limits::LimitKey;
 
-/// The connection's peer address, as a request extension.
+/// A request's peer address as an extension: a relayed request's client (the holder's relay
+/// guard puts it there), which wins over the connection's peer ([`peer_of`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
+
+tokio::task_local! {
+    /// The peer of the connection whose request is being served ([`with_peer`]).
+    static CONNECTION_PEER: SocketAddr;
+}
+
+/// `answer`, the answer to a request that came on a connection from `peer`, made with `peer`
+/// as the connection's peer ([`peer_of`]). The listener serves every request so, rather than
+/// putting a [`PeerAddr`] on it: the first extension a request gets costs three allocations
+/// (the extension map, its table, the boxed value), most of what a call's extensions cost
+/// (issue 40).
+pub fn with_peer<F: Future>(peer: SocketAddr, answer: F) -> impl Future<Output = F::Output> {
+    CONNECTION_PEER.scope(peer, answer)
+}
+
+/// The peer address of the request with `extensions`: its [`PeerAddr`] (a relayed request's
+/// client), else the connection's peer, when served by the listener ([`with_peer`]).
+pub(super) fn peer_of(extensions: &http::Extensions) -> Option<SocketAddr> {
+    extensions
+        .get::<PeerAddr>()
+        .map(|p| p.0)
+        .or_else(|| CONNECTION_PEER.try_with(|p| *p).ok())
+}
 
 /// The header a relayed request carries its client's peer address in (signed with the hop).
 pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
@@ -74,16 +98,12 @@ pub(super) fn of(app: &App, parts: &Parts, principal: Option<&str>) -> LimitKey 
     }
     // An embedding app served by axum instead of our listener: its `ConnectInfo`, when it
     // serves with `into_make_service_with_connect_info`.
-    let peer = parts
-        .extensions
-        .get::<PeerAddr>()
-        .map(|p| p.0.ip())
-        .or_else(|| {
-            parts
-                .extensions
-                .get::<axum::extract::ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip())
-        });
+    let peer = peer_of(&parts.extensions).map(|p| p.ip()).or_else(|| {
+        parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+    });
     let cfg = &app.config().limits;
     let trusted = app.trusted_proxies();
     let header = cfg.client_address_header.as_deref();

@@ -98,7 +98,7 @@ impl Head {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let mime = ct.split(';').next().unwrap_or("").trim();
+        let mime = media_type(ct);
         Head {
             json_body: mime.eq_ignore_ascii_case(JSON),
             accept: accept(h),
@@ -150,12 +150,41 @@ fn accept(h: &HeaderMap) -> Option<Accept> {
         json: false,
         sse: false,
     };
-    for part in lines.flat_map(|line| line.split(',')) {
-        let m = part.split(';').next().unwrap_or("").trim();
-        takes.json |= covers(m, JSON);
-        takes.sse |= covers(m, SSE);
+    for line in lines {
+        let mut rest = Some(line);
+        while let Some(list) = rest {
+            let (part, next) = split_at(list, b',');
+            rest = next;
+            let m = media_type(part);
+            // The two types by name first (what clients send), wildcards only past them.
+            if m.eq_ignore_ascii_case(JSON) {
+                takes.json = true;
+            } else if m.eq_ignore_ascii_case(SSE) {
+                takes.sse = true;
+            } else {
+                takes.json |= covers(m, JSON);
+                takes.sse |= covers(m, SSE);
+            }
+        }
     }
     Some(takes)
+}
+
+/// `s` up to the first `sep` (an ASCII byte), and what follows it if there is one, found byte
+/// by byte: these values are a few dozen bytes, shorter than the set-up of `str::split`'s
+/// vectorised search, which cost 730 instructions a POST (issue 40).
+fn split_at(s: &str, sep: u8) -> (&str, Option<&str>) {
+    match s.bytes().position(|b| b == sep) {
+        // `sep` is ASCII: both sides are on character boundaries.
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    }
+}
+
+/// A media range or type without its parameters. A readable header value is visible ASCII,
+/// spaces and tabs (`HeaderValue::to_str`), so ASCII trimming is all the trimming there is.
+fn media_type(value: &str) -> &str {
+    split_at(value, b';').0.trim_ascii()
 }
 
 /// Whether the media range `range` (no parameters) covers the media type `mime`. Media types

@@ -106,7 +106,7 @@ use axum::middleware;
 use axum::response::Response;
 use axum::routing::get as get_route;
 
-pub use client_key::{PeerAddr, RELAYED_PEER_HEADER};
+pub use client_key::{PeerAddr, RELAYED_PEER_HEADER, with_peer};
 pub use health::{Probe, ProbeReport};
 pub use relay::{Relay, RelayRequest, Relayed};
 pub(crate) use sse::keepalive_every as sse_keepalive;

@@ -11,7 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
-use super::client_key::{PeerAddr, RELAYED_PEER_HEADER};
+use super::client_key::{RELAYED_PEER_HEADER, peer_of};
 use super::respond;
 
 /// A request as received, ready to be served by another instance.
@@ -77,9 +77,9 @@ pub(super) fn request(parts: http::request::Parts, body: Bytes) -> RelayRequest 
     // The holder counts the request's limits against the client, not against this instance:
     // it gets the client's peer, signed with the hop (a client's own value is replaced). The
     // strings become the values as they are (checked, not copied).
-    match parts.extensions.get::<PeerAddr>() {
+    match peer_of(&parts.extensions) {
         Some(peer) => {
-            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(peer.0.to_string())) {
+            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(peer.to_string())) {
                 headers.insert(RELAYED_PEER.clone(), v);
             }
         }
