@@ -188,9 +188,7 @@ impl RedisEventStore {
                 .arg(request_id);
         }
         let local = self.local(&key);
-        local
-            .written
-            .store(true, Relaxed);
+        local.written.store(true, Relaxed);
         if confirm && self.redis.writes_durably() {
             let appended = self.append_durably(session, &key, xadd).await;
             // Unconfirmed, the entry may be on the master all the same: readers here look.
@@ -583,9 +581,7 @@ impl EventStore for RedisEventStore {
     ) -> Result<(), EventStoreError> {
         let key = self.stream_key(session, stream);
         let index = self.index_key(session);
-        self.local(&key)
-            .written
-            .store(true, Relaxed);
+        self.local(&key).written.store(true, Relaxed);
         self.budget.lock().closed(session, stream);
         let stored = if self.redis.writes_durably() {
             // The script's text, not its digest: a pipeline confirmed by the replicas cannot
