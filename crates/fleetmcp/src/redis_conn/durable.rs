@@ -86,8 +86,20 @@ impl RedisConn {
             return Ok(());
         };
         let generation = *self.inner.replaced.borrow();
-        let recent = *self.inner.master_confirmed.lock();
-        if recent.is_some_and(|(at, g)| g == generation && at.elapsed() < MASTER_CONFIRMED_FOR) {
+        let current = || {
+            self.inner
+                .master_confirmed
+                .lock()
+                .is_some_and(|(at, g)| g == generation && at.elapsed() < MASTER_CONFIRMED_FOR)
+        };
+        if current() {
+            return Ok(());
+        }
+        // One round of questions at a time: the requests that find nothing (a crowd of expired
+        // sessions, unknown task ids) when the confirmation runs out wait for that round rather
+        // than each asking every sentinel.
+        let _round = self.inner.confirming.lock().await;
+        if current() {
             return Ok(());
         }
         let (views, sentinels) = self.sentinel_views().await?;

@@ -171,6 +171,8 @@ struct Inner {
     /// With Sentinel: when the sentinels last confirmed the master in use, and the count of
     /// `replaced` then (`RedisConn::confirm_master`).
     master_confirmed: parking_lot::Mutex<Option<(std::time::Instant, u64)>>,
+    /// Held while the sentinels are asked to confirm the master (one round at a time).
+    confirming: tokio::sync::Mutex<()>,
     /// Where every command's latency and failures are counted (the server's, once given).
     meters: std::sync::OnceLock<Meters>,
     /// How channels for one instance go, once decided (`sharded.rs`): 0 not yet, else its code.
@@ -212,6 +214,7 @@ impl RedisConn {
             replaced: tokio::sync::watch::Sender::new(0),
             master: parking_lot::Mutex::new(None),
             master_confirmed: parking_lot::Mutex::new(None),
+            confirming: tokio::sync::Mutex::new(()),
             meters: std::sync::OnceLock::new(),
             pubsub_mode: AtomicU8::new(0),
             shared: Default::default(),
