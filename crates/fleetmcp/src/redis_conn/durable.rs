@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::failover::{Failovers, Needed};
 use super::link::Link;
-use super::sentinel::{SentinelView, connected_replicas, replicas_of_master, sentinel_view};
+use super::sentinel::{SentinelView, connected_replicas, replicas_of_master, sentinel_views};
 use super::{CommandError, RedisConn};
 use crate::redis_config::WaitReplicas;
 
@@ -102,7 +102,8 @@ impl RedisConn {
         if current() {
             return Ok(());
         }
-        let (views, sentinels) = self.sentinel_views().await?;
+        let views = sentinel_views(&self.inner.cfg).await?;
+        let sentinels = views.len();
         let views: Vec<SentinelView> = views.into_iter().flatten().collect();
         let naming = views.iter().filter(|v| v.master == **server).count();
         if naming * 2 > sentinels {
@@ -237,7 +238,8 @@ impl RedisConn {
         seen: Option<u64>,
     ) -> Result<(), CommandError> {
         let asked = std::time::Instant::now();
-        let (views, sentinels) = self.sentinel_views().await?;
+        let views = sentinel_views(&self.inner.cfg).await?;
+        let sentinels = views.len();
         failovers.keep(views.clone(), asked);
         let answered: Vec<SentinelView> = views.into_iter().flatten().collect();
         let agreeing = failovers
@@ -256,27 +258,6 @@ impl RedisConn {
             "a durable write to a master without replicas was confirmed by the sentinels"
         );
         Ok(())
-    }
-
-    /// What each sentinel says of the master (asked of all at once; `None` for one that did not
-    /// answer within the command timeout), and how many sentinels there are.
-    async fn sentinel_views(&self) -> Result<(Vec<Option<SentinelView>>, usize), CommandError> {
-        let cfg = &self.inner.cfg;
-        let sentinels = cfg
-            .sentinel_addresses()
-            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
-            // Each bounded on its own: one sentinel that does not answer leaves the others'.
-            tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
-        }))
-        .await;
-        Ok((
-            views
-                .into_iter()
-                .map(|v| v.ok().and_then(Result::ok))
-                .collect(),
-            sentinels.len(),
-        ))
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
-use super::sentinel::{ReplicaView, SentinelView, sentinel_view};
+use super::sentinel::{ReplicaView, SentinelView, sentinel_views};
 use super::{CommandError, Inner, unavailable};
 use crate::redis_config::RedisConfig;
 
@@ -294,21 +294,7 @@ impl Failovers {
             return Ok(());
         }
         let asked = Instant::now();
-        let sentinels = cfg
-            .sentinel_addresses()
-            .map_err(|e| CommandError::Unavailable(e.to_string()))?;
-        let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
-            // Each bounded on its own: one sentinel that does not answer leaves the others'.
-            tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
-        }))
-        .await;
-        self.keep(
-            views
-                .into_iter()
-                .map(|v| v.ok().and_then(Result::ok))
-                .collect(),
-            asked,
-        );
+        self.keep(sentinel_views(cfg).await?, asked);
         Ok(())
     }
 

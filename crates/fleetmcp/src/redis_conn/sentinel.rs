@@ -134,8 +134,27 @@ pub(super) struct ReplicaView {
     pub promoted: bool,
 }
 
+/// What each configured sentinel says of the master, asked of all at once: one entry a
+/// sentinel, in the configuration's order, `None` for one that did not answer within the command
+/// timeout (each is bounded on its own, so one that hangs leaves the others' answers).
+pub(super) async fn sentinel_views(
+    cfg: &RedisConfig,
+) -> Result<Vec<Option<SentinelView>>, CommandError> {
+    let sentinels = cfg
+        .sentinel_addresses()
+        .map_err(|e| CommandError::Unavailable(e.to_string()))?;
+    let views = futures_util::future::join_all(sentinels.iter().map(|(host, port)| {
+        tokio::time::timeout(cfg.command_timeout(), sentinel_view(cfg, host, *port))
+    }))
+    .await;
+    Ok(views
+        .into_iter()
+        .map(|v| v.ok().and_then(Result::ok))
+        .collect())
+}
+
 /// `SENTINEL MASTER <name>` and `SENTINEL REPLICAS <name>` on the sentinel at `host:port`.
-pub(super) async fn sentinel_view(
+async fn sentinel_view(
     cfg: &RedisConfig,
     host: &str,
     port: u16,
