@@ -861,3 +861,105 @@ async fn rediss_urls_connect_over_tls_and_verify_the_server() {
     .await;
     assert!(plain.is_err());
 }
+
+/// Issue 37: once the fleet reads compact records (switched by hand here; by the heartbeats in
+/// a fleet: `examples/help-desk/tests/fleet_takeover.rs`), a record is written without
+/// `session.id` and a typical one takes jemalloc's 256-byte class: `MEMORY USAGE` at most 376
+/// (the value's 256, the key's 80, its object and entry 40), where the full form takes 440. It
+/// is read, checked, claimed and batch-claimed at its key; a record as main writes it (with
+/// `session.id`), written by hand, is read and claimed as before, and a full record naming
+/// another session is still refused (and deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key() {
+    let redis = RedisServer::start();
+    let store = RedisSessionStore::connect(cfg_for(&redis)).await.unwrap();
+    let typical = |n: u8| SessionRecord {
+        // A minted id's length (`session/id.rs`).
+        id: format!("{:A<61}{n}", "minted-"),
+        client_info: json!({"name": "bench", "version": "1.0"}),
+        client_capabilities: json!({}),
+        ..record("", "desk-a")
+    };
+    let usage = |id: &str| -> u64 {
+        let key = format!("mcp:session:{id}");
+        redis
+            .cli(&["MEMORY", "USAGE", &key])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (full, compact) = (typical(1), typical(2));
+    assert_eq!(full.id.len(), 62);
+    store.create(&full, true).await.unwrap();
+    let raw: Value =
+        serde_json::from_str(&redis.cli(&["GET", &format!("mcp:session:{}", full.id)])).unwrap();
+    assert_eq!(
+        raw["session"]["id"],
+        full.id.as_str(),
+        "full until switched"
+    );
+    assert!(usage(&full.id) > 376, "the full form: {}", usage(&full.id));
+
+    store.write_compact_records();
+    store.create(&compact, true).await.unwrap();
+    let key = format!("mcp:session:{}", compact.id);
+    let text = redis.cli(&["GET", &key]);
+    let raw: Value = serde_json::from_str(&text).unwrap();
+    assert!(raw["session"].get("id").is_none(), "{text}");
+    assert_eq!(raw["session"]["nodeId"], "desk-a");
+    assert!(
+        usage(&compact.id) <= 376,
+        "{} B: {text}",
+        usage(&compact.id)
+    );
+    assert_eq!(store.get(&compact.id).await.unwrap(), Some(compact.clone()));
+    let held = store
+        .check(&compact.id, Some(&fence("desk-a", 1)), true)
+        .await;
+    assert_eq!(held.unwrap().hold, Hold::Mine);
+    assert_eq!(
+        store.claim(&compact, "desk-b").await.unwrap(),
+        Claim::Won(2)
+    );
+    let claimed = store.get(&compact.id).await.unwrap().expect("claimed");
+    assert_eq!((claimed.node_id.as_str(), claimed.epoch), ("desk-b", 2));
+    let raw: Value = serde_json::from_str(&redis.cli(&["GET", &key])).unwrap();
+    assert!(raw["session"].get("id").is_none(), "{raw}");
+    let both = store
+        .get_many(&[full.id.clone(), compact.id.clone()])
+        .await
+        .unwrap();
+    assert_eq!(both, [Some(full.clone()), Some(claimed.clone())]);
+    let claims = store.claim_many(&[claimed], "desk-c").await.unwrap();
+    assert_eq!(claims, [Claim::Won(3)]);
+
+    // As main writes it: `session.id` there, the rest as here.
+    let main = json!({"session": {"id": "main-wrote-this", "protocol": "streamable-http",
+        "createdAt": 1, "nodeId": "desk-m"}, "createdAt": 1, "lastAccessedAt": 2,
+        "initialized": true, "protocolVersion": "2025-11-25",
+        "clientInfo": {"name": "bench", "version": "1.0"}});
+    redis.cli(&["SET", "mcp:session:main-wrote-this", &main.to_string()]);
+    let read = store
+        .get("main-wrote-this")
+        .await
+        .unwrap()
+        .expect("main's record reads");
+    assert_eq!((read.node_id.as_str(), read.epoch), ("desk-m", 1));
+    let held = store
+        .check("main-wrote-this", Some(&fence("desk-m", 1)), false)
+        .await;
+    assert_eq!(held.unwrap().hold, Hold::Mine);
+    assert_eq!(store.claim(&read, "desk-b").await.unwrap(), Claim::Won(2));
+    assert_eq!(
+        store
+            .get("main-wrote-this")
+            .await
+            .unwrap()
+            .map(|r| r.node_id),
+        Some("desk-b".into())
+    );
+    // A full record at another session's key is not that session's: deleted, as before.
+    redis.cli(&["SET", "mcp:session:elsewhere", &main.to_string()]);
+    assert_eq!(store.get("elsewhere").await.unwrap(), None);
+    assert_eq!(redis.cli(&["EXISTS", "mcp:session:elsewhere"]).trim(), "0");
+}

@@ -170,10 +170,7 @@ fn status_lists_the_fleet_and_drain_stops_the_named_instance_gracefully() {
 fn status_counts_orphaned_sessions_and_tasks_from_the_indexes_without_keys_or_scan() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = unix_ms();
     let (long_ago, started) = ((now - 60_000).to_string(), (now - 600_000).to_string());
     let beat = json!({"nodeId": "live", "startedAt": now - 600_000, "lastBeat": now,
                       "sessionCount": 1, "address": "10.0.0.7:3000"});

@@ -603,10 +603,7 @@ fn as_args(v: &[String]) -> Vec<&str> {
 fn the_orphan_scanner_claims_every_bucket_and_an_old_versions_single_index() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = unix_ms();
     let ids: Vec<String> = (0..300).map(|i| format!("ghost-session-{i:04}")).collect();
     let mut records = vec!["MSET".to_string()];
     for id in &ids {
@@ -826,4 +823,71 @@ fn wait_until_gone(redis: &RedisServer, key: &str, limit: Duration) {
         assert!(start.elapsed() < limit, "{key} gone within {limit:?}");
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Issue 37, a rolling upgrade. While an instance of an earlier version beats (its heartbeat,
+/// written here as main writes it, has no `compactRecords`), records are written in the full
+/// form, which that version requires (`session.id`, the key's id: it deletes a record
+/// without); once it has stopped, the next reading of the fleet's heartbeats switches each
+/// instance to the compact form (no `session.id`, 64 bytes less in Redis), which the others
+/// read: a compact session is relayed to its holder, then taken over when the holder crashes,
+/// and a full one too.
+#[test]
+fn records_stay_full_while_an_older_instance_beats_then_turn_compact() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let now = unix_ms();
+    let old = json!({"nodeId": "desk-old", "startedAt": now, "lastBeat": now,
+        "sessionCount": 0, "address": "127.0.0.1:9"});
+    redis.cli(&[
+        "SET",
+        "mcp:ha:heartbeat:desk-old",
+        &old.to_string(),
+        "PX",
+        "120000",
+    ]);
+    redis.cli(&["ZADD", "mcp:ha:nodes", &now.to_string(), "desk-old"]);
+    let mut a = distributed_desk("desk-a", &url, &QUICK_FAILOVER);
+    let b = distributed_desk("desk-b", &url, &QUICK_FAILOVER);
+    let usage = |sid: &str| -> u64 {
+        let used = redis.cli(&["MEMORY", "USAGE", &session_key(sid)]);
+        used.trim().parse().unwrap_or(0)
+    };
+    let full = open_session(a.port());
+    // Past a second reading of the fleet (every 6 beats of 300 ms), still the full form.
+    thread::sleep(Duration::from_millis(2_500));
+    let also_full = open_session(a.port());
+    for sid in [&full, &also_full] {
+        assert_eq!(
+            stored(&redis, sid)["session"]["id"],
+            sid.as_str(),
+            "{}",
+            a.log()
+        );
+        assert!(usage(sid) > 376, "{} B", usage(sid));
+    }
+
+    // The older instance stops gracefully (as it does: its heartbeat deleted, scored 0).
+    redis.cli(&["DEL", "mcp:ha:heartbeat:desk-old"]);
+    redis.cli(&["ZADD", "mcp:ha:nodes", "0", "desk-old"]);
+    const SWITCHED: &str = "[HA] every running instance reads compact session records";
+    assert_log_has(&a, "desk-a", SWITCHED);
+    assert_log_has(&b, "desk-b", SWITCHED);
+    let compact = open_session(a.port());
+    let raw = stored(&redis, &compact);
+    assert!(raw["session"].get("id").is_none(), "{raw}");
+    assert_eq!(raw["session"]["nodeId"], "desk-a");
+    assert!(usage(&compact) <= 376, "{} B: {raw}", usage(&compact));
+    let resp = find_tickets(b.port(), &compact);
+    assert_tool_ok(&resp, "a compact session of A's, sent to B");
+    assert_eq!(machine_of(&resp), Some("desk-a"), "{}", resp.describe());
+
+    assert!(a.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    for sid in [&compact, &full] {
+        let resp = find_tickets_within(b.port(), sid, Duration::from_secs(5));
+        assert_tool_ok(&resp, "the crashed holder's session, on B");
+        assert_eq!(machine_of(&resp), Some("desk-b"), "{}", resp.describe());
+        assert_eq!(stored(&redis, sid)["session"]["nodeId"], "desk-b");
+    }
+    assert!(stored(&redis, &compact)["session"].get("id").is_none());
 }

@@ -203,10 +203,7 @@ fn the_orphan_scanner_recovers_a_dead_instances_sessions_for_two_commands_each_o
         ],
     );
     assert_log_has(&b, "desk-b", VALIDATED);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now = unix_ms();
     let (slots, each) = (500, 6);
     let ids: Vec<String> = (0..slots * each)
         .map(|i| format!("ghost-{{{}}}-{i}", i % slots))

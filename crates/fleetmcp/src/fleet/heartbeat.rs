@@ -1,9 +1,10 @@
 //! The heartbeat: each instance keeps `<prefix>heartbeat:<nodeId>` alive in Redis
-//! (`{nodeId, startedAt, lastBeat, sessionCount, address}`, rewritten every interval, expiring
-//! after the TTL) and deletes it when it stops gracefully, so that others can tell a stopped
-//! instance from a running one at once. It also refuses to start under a machine id a running
-//! instance uses, reports to `/readyz` whether its key is there, and renews the instance's
-//! `session::Lease` after each write that succeeded.
+//! (`{nodeId, startedAt, lastBeat, sessionCount, address, compactRecords}`, rewritten every
+//! interval, expiring after the TTL) and deletes it when it stops gracefully, so that others can
+//! tell a stopped instance from a running one at once. It also refuses to start under a machine
+//! id a running instance uses, reports to `/readyz` whether its key is there, renews the
+//! instance's `session::Lease` after each write that succeeded, and until the fleet reads
+//! compact session records, reads the others' heartbeats now and then (`record_form.rs`).
 //!
 //! Presence: a running instance stays subscribed to its own channel, `<prefix>notify:<nodeId>`
 //! (the contract's relay channel). The kernel closes a dead process's connections, so a crashed
@@ -45,6 +46,10 @@ pub(super) struct Beat {
     /// `host:port` where other instances relay this one's sessions' requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// This instance reads session records without `session.id` (always `true` here; absent,
+    /// hence `false`, in an earlier version's heartbeat: `record_form.rs`).
+    #[serde(default)]
+    pub(super) compact_records: bool,
 }
 
 /// The heartbeat of one instance.
@@ -66,6 +71,8 @@ pub(crate) struct Heartbeat {
     lease: Arc<Lease>,
     /// `<haPrefix>nodes`: every instance's last beat, for the orphan scanner.
     nodes_key: String,
+    /// `<haPrefix>`, under which the others' heartbeats are read (`record_form.rs`).
+    ha_prefix: String,
     /// The next bucket of this instance's index pruned of expired entries (a few per beat, in
     /// rotation: `session/index.rs`).
     prune_next: std::sync::atomic::AtomicU32,
@@ -96,6 +103,7 @@ impl Heartbeat {
         let ha = Arc::new(Self {
             lease,
             nodes_key: nodes_key(&cfg.key_prefix),
+            ha_prefix: cfg.key_prefix.clone(),
             prune_next: Default::default(),
             index_read: AtomicBool::new(false),
             legacy_index: AtomicBool::new(false),
@@ -185,6 +193,7 @@ impl Heartbeat {
             last_beat: now_ms(),
             session_count,
             address: Some(self.address.current()),
+            compact_records: true,
         };
         let Ok(value) = serde_json::to_string(&hb) else {
             return false;
@@ -220,6 +229,15 @@ impl Heartbeat {
         if ok {
             self.lease
                 .renew(sent_at, Duration::from_millis(self.ttl_ms));
+            let beats = self.beats.load(Ordering::Relaxed);
+            super::record_form::follow(
+                &self.redis,
+                &self.ha_prefix,
+                self.ttl_ms,
+                beats,
+                hb.last_beat,
+            )
+            .await;
         }
         if !ok && self.active.load(Ordering::Relaxed) {
             tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");

@@ -83,6 +83,7 @@ mod heartbeat;
 mod identity;
 mod liveness;
 mod notify;
+mod record_form;
 mod relay;
 mod relay_auth;
 mod relay_guard;

@@ -74,6 +74,7 @@ mod store;
 mod tracking;
 mod unread;
 
+pub(crate) use self::redis::RecordForm;
 pub use self::redis::RedisSessionStore;
 #[cfg(any(test, feature = "testkit"))]
 pub use id::minted_uuid;

@@ -606,6 +606,14 @@ pub fn assert_rpc_error(resp: &RawResponse, status: u16, code: i64, message: &st
     );
 }
 
+/// Now, in milliseconds since the Unix epoch (as heartbeats and records count time).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// The Redis key of session `sid`'s record (the default `mcp:` prefix).
 pub fn session_key(sid: &str) -> String {
     format!("mcp:session:{sid}")

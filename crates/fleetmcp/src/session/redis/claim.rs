@@ -320,7 +320,7 @@ impl RedisSessionStore {
 
     /// The record `record` becomes when `to` claims it at `now`.
     fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> StoredRecord {
-        let mut wire = StoredRecord::from_record(&SessionRecord {
+        let mut wire = self.wire(&SessionRecord {
             node_id: to.to_string(),
             epoch: record.epoch + 1,
             ..record.clone()

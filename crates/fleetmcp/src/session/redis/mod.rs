@@ -2,7 +2,9 @@
 //!
 //! One string key per session, `<prefix>session:<id>` (`mcp:session:<id>` by default), holding
 //! the record as JSON in the contract's layout (the holder is `session.nodeId`, its term the
-//! top-level `epoch`), written with `SET ... PX <ttl>`. `exists` is `EXISTS`, `touch` is
+//! top-level `epoch`), written with `SET ... PX <ttl>`. Once every running instance of the fleet
+//! reads it, the value leaves out `session.id` (the key names the session): `form.rs`, which
+//! says what each version reads during a rolling upgrade. `exists` is `EXISTS`, `touch` is
 //! `PEXPIRE`, `get` is `GET`, `delete` is `DEL`, `ping` is `PING`: one command each, each
 //! bounded by the shared [`RedisConn`]. The per-request check of a held session is one script,
 //! `TOUCH_EXISTS` (the refresh when due, then `EXISTS`), run only when the record is not tracked
@@ -54,7 +56,8 @@ struct StoredRecord {
     protocol_version: String,
     // The optional fields are left out when empty or usual (no `{}`, no epoch 1): every byte
     // of the record is paid per session in Redis, and a record of up to 316 bytes fits
-    // jemalloc's 320-byte class where the full one took 384 (docs/BENCHMARKS.md, Memory).
+    // jemalloc's 320-byte class where the full one took 384, one of up to 252 (the compact
+    // form, `form.rs`) the 256-byte class (docs/BENCHMARKS.md, Memory).
     // Every version reads a missing field as its default, so records of either shape are read
     // by instances of either version during a rolling upgrade.
     #[serde(default, skip_serializing_if = "Value::is_null")]
@@ -106,6 +109,9 @@ fn is_first_epoch(n: &u64) -> bool {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredSession {
+    /// The session's id, as in the key; empty (left out) in the compact form, whose reader
+    /// takes it from the key (`form.rs`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     id: String,
     protocol: String,
     created_at: u64,
@@ -113,10 +119,11 @@ struct StoredSession {
 }
 
 impl StoredRecord {
-    fn from_record(r: &SessionRecord) -> Self {
+    /// `r` as stored: in the compact form (no `session.id`) when `compact` (see `form.rs`).
+    fn from_record(r: &SessionRecord, compact: bool) -> Self {
         Self {
             session: StoredSession {
-                id: r.id.clone(),
+                id: if compact { String::new() } else { r.id.clone() },
                 protocol: "streamable-http".into(),
                 created_at: r.created_at,
                 node_id: r.node_id.clone(),
@@ -134,9 +141,14 @@ impl StoredRecord {
         }
     }
 
-    fn into_record(self) -> SessionRecord {
-        SessionRecord {
-            id: self.session.id,
+    /// The record read at session `id`'s key: `None` when it names another session (a full
+    /// record names its own; a compact one is the key's).
+    fn into_record(self, id: &str) -> Option<SessionRecord> {
+        if !self.session.id.is_empty() && self.session.id != id {
+            return None;
+        }
+        Some(SessionRecord {
+            id: id.to_string(),
             node_id: self.session.node_id,
             protocol_version: self.protocol_version,
             client_info: self.client_info,
@@ -144,7 +156,7 @@ impl StoredRecord {
             created_at: self.session.created_at,
             epoch: self.epoch,
             owner: self.authorization_id,
-        }
+        })
     }
 }
 
@@ -192,6 +204,9 @@ return redis.call('EXISTS', KEYS[1])
 "#;
 
 mod claim;
+mod form;
+
+pub(crate) use form::RecordForm;
 
 /// Session records in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
@@ -259,6 +274,13 @@ impl RedisSessionStore {
         &self.conn
     }
 
+    #[cfg(any(test, feature = "testkit"))]
+    /// Writes records in the compact form from now on, as the heartbeat does once every
+    /// running instance reads it (`form.rs`).
+    pub fn write_compact_records(&self) {
+        self.conn.shared::<RecordForm>().write_compact();
+    }
+
     /// The key of a session's record.
     pub fn key(&self, id: &str) -> String {
         self.conn.config().session_key(id)
@@ -275,6 +297,12 @@ impl RedisSessionStore {
         self.conn
             .config()
             .node_index_bucket_key(node, super::index::bucket_of(id, count))
+    }
+
+    /// `record` as this instance stores it now, in the form the fleet reads (`form.rs`).
+    fn wire(&self, record: &SessionRecord) -> StoredRecord {
+        let compact = self.conn.shared::<RecordForm>().compact();
+        StoredRecord::from_record(record, compact)
     }
 
     fn encode(wire: &StoredRecord) -> Result<String, StoreError> {
@@ -298,8 +326,7 @@ impl RedisSessionStore {
             .zip(raw)
             .map(|(id, raw)| {
                 raw.and_then(|r| serde_json::from_str::<StoredRecord>(&r).ok())
-                    .filter(|w| &w.session.id == id)
-                    .map(StoredRecord::into_record)
+                    .and_then(|w| w.into_record(id))
             })
             .collect())
     }
@@ -341,8 +368,7 @@ impl RedisSessionStore {
 #[async_trait]
 impl SessionStore for RedisSessionStore {
     async fn put(&self, record: &SessionRecord) -> Result<(), StoreError> {
-        let json = serde_json::to_string(&StoredRecord::from_record(record))
-            .map_err(|e| StoreError::Unavailable(format!("cannot encode the record: {e}")))?;
+        let json = Self::encode(&self.wire(record))?;
         let mut cmd = redis::cmd("SET");
         cmd.arg(self.key(&record.id))
             .arg(json)
@@ -361,9 +387,12 @@ impl SessionStore for RedisSessionStore {
             self.conn.confirm_master().await?;
             return Ok(None);
         };
-        match serde_json::from_str::<StoredRecord>(&raw) {
-            Ok(w) if w.session.id == id => Ok(Some(w.into_record())),
-            Ok(_) | Err(_) => {
+        match serde_json::from_str::<StoredRecord>(&raw)
+            .ok()
+            .and_then(|w| w.into_record(id))
+        {
+            Some(r) => Ok(Some(r)),
+            None => {
                 // The contract: a record that does not parse or validate is deleted.
                 tracing::warn!(
                     session_key = %self.key(id),
@@ -436,7 +465,7 @@ impl SessionStore for RedisSessionStore {
     }
 
     async fn create(&self, record: &SessionRecord, indexed: bool) -> Result<(), StoreError> {
-        let json = Self::encode(&StoredRecord::from_record(record))?;
+        let json = Self::encode(&self.wire(record))?;
         if indexed
             && let Some(holds) = self
                 .conn
@@ -568,7 +597,7 @@ mod tests {
             epoch: 3,
             owner: None,
         };
-        let v = serde_json::to_value(StoredRecord::from_record(&r)).unwrap();
+        let v = serde_json::to_value(StoredRecord::from_record(&r, false)).unwrap();
         assert_eq!(v["session"]["nodeId"], "desk-a");
         assert_eq!(v["session"]["protocol"], "streamable-http");
         assert_eq!(v["session"]["id"], "s1");
@@ -578,7 +607,7 @@ mod tests {
             serde_json::json!({})
         );
         let back: StoredRecord = serde_json::from_value(v).unwrap();
-        assert_eq!(back.into_record(), r);
+        assert_eq!(back.into_record("s1"), Some(r));
     }
 
     #[test]
@@ -593,7 +622,7 @@ mod tests {
             epoch: 1,
             owner: None,
         };
-        let text = serde_json::to_string(&StoredRecord::from_record(&r)).unwrap();
+        let text = serde_json::to_string(&StoredRecord::from_record(&r, false)).unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
         for absent in [
             "clientInfo",
@@ -612,7 +641,11 @@ mod tests {
         assert!(v["lastAccessedAt"].is_u64());
         assert_eq!(v["initialized"], true);
         let back: StoredRecord = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.into_record(), r, "capabilities read back as {{}}");
+        assert_eq!(
+            back.into_record("s1"),
+            Some(r),
+            "capabilities read back as {{}}"
+        );
     }
 
     #[test]
@@ -626,12 +659,68 @@ mod tests {
             "reassignedAt":44,"reassignedFrom":"desk-b","maxLifetimeAt":100}"#;
         let r = serde_json::from_str::<StoredRecord>(old)
             .unwrap()
-            .into_record();
+            .into_record("s1")
+            .unwrap();
         assert_eq!(r.id, "s1");
         assert_eq!(r.node_id, "desk-a");
         assert_eq!(r.protocol_version, "2025-06-18");
         assert_eq!(r.client_info, serde_json::json!({"name": "c"}));
         assert_eq!(r.client_capabilities, serde_json::json!({}));
         assert_eq!(r.epoch, 0);
+    }
+
+    /// A typical session of the benchmarks (`bench/memory.sh`): a minted 62-character id, a
+    /// short machine id, `clientInfo` `{"name":"bench","version":"1.0"}`, no capability.
+    fn typical() -> SessionRecord {
+        SessionRecord {
+            id: "A".repeat(62),
+            node_id: "desk-a".into(),
+            protocol_version: "2025-11-25".into(),
+            client_info: serde_json::json!({"name": "bench", "version": "1.0"}),
+            client_capabilities: serde_json::json!({}),
+            created_at: 1_765_086_902_000,
+            epoch: 1,
+            owner: None,
+        }
+    }
+
+    /// Issue 37: the compact form of a typical record fits jemalloc's 256-byte class (a Redis
+    /// string of up to 252 bytes: 3 bytes of header and the terminating zero), where the full
+    /// one (309 bytes) takes the 320-byte class; even claimed (epoch and takeover fields), it
+    /// stays in the 320 class.
+    #[test]
+    fn a_typical_compact_record_fits_the_256_byte_class() {
+        let full = serde_json::to_string(&StoredRecord::from_record(&typical(), false)).unwrap();
+        let compact = serde_json::to_string(&StoredRecord::from_record(&typical(), true)).unwrap();
+        assert!(full.len() > 252, "{} bytes: {full}", full.len());
+        assert!(compact.len() <= 252, "{} bytes: {compact}", compact.len());
+        assert!(!compact.contains(&typical().id), "{compact}");
+        let mut claimed = StoredRecord::from_record(&typical(), true);
+        claimed.epoch = 2;
+        claimed.reassigned_at = Some(1_765_086_903_000);
+        claimed.reassigned_from = Some("desk-b".into());
+        let claimed = serde_json::to_string(&claimed).unwrap();
+        assert!(claimed.len() <= 316, "{} bytes: {claimed}", claimed.len());
+    }
+
+    /// Both forms read back at their key; a full record read at another session's key is not
+    /// that session's (the check every earlier version makes, and deletes on).
+    #[test]
+    fn both_forms_read_back_and_a_full_record_must_name_its_key() {
+        let r = typical();
+        for compact in [false, true] {
+            let text = serde_json::to_string(&StoredRecord::from_record(&r, compact)).unwrap();
+            let read = serde_json::from_str::<StoredRecord>(&text).unwrap();
+            assert_eq!(read.into_record(&r.id), Some(r.clone()), "{text}");
+        }
+        let full = serde_json::to_string(&StoredRecord::from_record(&r, false)).unwrap();
+        let read = serde_json::from_str::<StoredRecord>(&full).unwrap();
+        assert_eq!(read.into_record("another"), None);
+        let compact = serde_json::to_string(&StoredRecord::from_record(&r, true)).unwrap();
+        let read = serde_json::from_str::<StoredRecord>(&compact).unwrap();
+        assert_eq!(
+            read.into_record("another").map(|r| r.id),
+            Some("another".into())
+        );
     }
 }
