@@ -356,3 +356,179 @@ async fn a_2026_call_sends_the_headers_its_arguments_mirror() {
     assert_eq!(TestClient::text(&called), "\"eu west ü\" x3", "{called:?}");
     client.stop().await;
 }
+
+/// Adds two integers (this doc comment describes the tool `sum`).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Described {
+    a: i64,
+}
+
+/// Asks the model to greet someone.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct DescribedGreet {
+    /// Who to greet.
+    name: String,
+}
+
+/// Issue 41: without `.description(..)`, a tool and a prompt are described by their arguments
+/// type's doc comment; a description given wins; a tool without arguments gets none (not the
+/// doc comment of `NoArgs`).
+#[tokio::test]
+async fn descriptions_come_from_the_arguments_doc_comment() {
+    let server = Server::builder("described", "1.0.0")
+        .tool(tool("sum").handler(|a: Described, _ctx| async move { Ok(a.a.to_string()) }))
+        .tool(
+            tool("given")
+                .description("Given")
+                .handler(|a: Described, _ctx| async move { Ok(a.a.to_string()) }),
+        )
+        .tool(tool("bare").handler(|_: NoArgs, _ctx| async { Ok("bare") }))
+        .prompt(prompt("hello").get(|args: DescribedGreet, _ctx| async move {
+            Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+        }))
+        .prompt(prompt("undescribed").get(|args: Greet, _ctx| async move {
+            Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+        }))
+        .build();
+    let client = server.test_client().connect().await.unwrap();
+    let tools = client.request("tools/list", json!({})).await.unwrap();
+    let described = |list: &Value, key: &str, name: &str| {
+        let found = list[key].as_array().into_iter().flatten();
+        let found = found.filter(|t| t["name"] == name).collect::<Vec<_>>();
+        assert_eq!(found.len(), 1, "{name} in {list}");
+        found[0].get("description").cloned()
+    };
+    assert_eq!(
+        described(&tools, "tools", "sum"),
+        Some(json!("Adds two integers (this doc comment describes the tool `sum`)."))
+    );
+    assert_eq!(described(&tools, "tools", "given"), Some(json!("Given")));
+    assert_eq!(described(&tools, "tools", "bare"), None);
+    let prompts = client.request("prompts/list", json!({})).await.unwrap();
+    assert_eq!(
+        described(&prompts, "prompts", "hello"),
+        Some(json!("Asks the model to greet someone."))
+    );
+    assert_eq!(described(&prompts, "prompts", "undescribed"), None);
+    client.stop().await;
+}
+
+/// A tool that asks the client's model (sampling) and lists the client's roots.
+// rmcp marks sampling's and roots' types deprecated (SEP-2577); clients of every era still
+// answer them.
+#[allow(deprecated)]
+fn asking_server() -> Server {
+    fn ask() -> fleetmcp::model::CreateMessageRequestParams {
+        use fleetmcp::model::{CreateMessageRequestParams, SamplingMessage};
+        CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Name a colour")], 20)
+    }
+    Server::builder("asking", "1.0.0")
+        .tool(tool("colour").handler(|_: NoArgs, ctx| async move {
+            let answer = ctx.create_message(ask()).await?;
+            let text = serde_json::to_value(&answer.message.content)?;
+            Ok(format!("{} said {}", answer.model, text["text"]))
+        }))
+        .tool(tool("roots").handler(|_: NoArgs, ctx| async move {
+            let listed = ctx.list_roots().await?;
+            let uris: Vec<String> = listed.roots.into_iter().map(|r| r.uri).collect();
+            Ok(uris.join(" "))
+        }))
+        .build()
+}
+
+/// Issue 41: the test client answers `sampling/createMessage` and `roots/list` when given a
+/// way to, in both eras (the session era on the request's stream, 2026-07-28 in rounds), and
+/// declares neither otherwise, so the server does not ask and the call fails.
+#[tokio::test]
+async fn the_test_client_answers_sampling_and_roots_in_both_eras() {
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = asking_server()
+            .test_client()
+            .protocol_version(version)
+            .sampling(|request| {
+                let asked = &request["messages"][0]["content"]["text"];
+                json!({"role": "assistant", "model": "m1",
+                       "content": {"type": "text", "text": format!("red, to {asked}")}})
+            })
+            .roots(["file:///work", "file:///tmp"])
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{version}: {e}"));
+        let colour = client.call_tool("colour", NoArgs {}).await.unwrap();
+        assert_eq!(
+            TestClient::text(&colour),
+            "m1 said \"red, to \\\"Name a colour\\\"\"",
+            "{version}"
+        );
+        let roots = client.call_tool("roots", NoArgs {}).await.unwrap();
+        assert_eq!(
+            TestClient::text(&roots),
+            "file:///work file:///tmp",
+            "{version}"
+        );
+        client.stop().await;
+
+        let silent = asking_server()
+            .test_client()
+            .protocol_version(version)
+            .connect()
+            .await
+            .unwrap();
+        for name in ["colour", "roots"] {
+            let refused = silent.call_tool(name, NoArgs {}).await;
+            let failed = refused.map_or(true, |r| r.is_error == Some(true));
+            assert!(failed, "{version}: {name} without the capability");
+        }
+        silent.stop().await;
+    }
+}
+
+/// Issue 41: a tool called as a task gives its result through the test client in both eras,
+/// including a task that asks the client a question while it runs (2026-07-28: the task waits
+/// in `input_required` until `tasks/update` answers; the session era asks on the stream of
+/// `tasks/result`); a tool without task support is an error, not a result.
+#[tokio::test]
+async fn the_test_client_runs_a_task_augmented_tool_to_its_result() {
+    let server = || {
+        Server::builder("tasks", "1.0.0")
+            .tool(
+                tool("report")
+                    .task_support(fleetmcp::TaskSupport::Optional)
+                    .handler(|_: NoArgs, _ctx| async {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        Ok("12 pages")
+                    }),
+            )
+            .tool(
+                tool("confirm_report")
+                    .task_support(fleetmcp::TaskSupport::Required)
+                    .handler(|_: NoArgs, ctx| async move {
+                        Ok(if ctx.confirm("Print it?").await? {
+                            "printed"
+                        } else {
+                            "kept"
+                        })
+                    }),
+            )
+            .tool(tool("quick").handler(|_: NoArgs, _ctx| async { Ok("quick") }))
+            .build()
+    };
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = server()
+            .test_client()
+            .protocol_version(version)
+            .elicitation(|_, _| ElicitResult::new(ElicitationAction::Accept))
+            .connect()
+            .await
+            .unwrap();
+        let report = client.call_tool_as_task("report", NoArgs {}).await;
+        let report = report.unwrap_or_else(|e| panic!("{version}: {e:?}"));
+        assert_eq!(TestClient::text(&report), "12 pages", "{version}");
+        let asked = client.call_tool_as_task("confirm_report", NoArgs {}).await;
+        let asked = asked.unwrap_or_else(|e| panic!("{version}: {e:?}"));
+        assert_eq!(TestClient::text(&asked), "printed", "{version}");
+        let quick = client.call_tool_as_task("quick", NoArgs {}).await;
+        assert!(quick.is_err(), "{version}: {quick:?}");
+        client.stop().await;
+    }
+}

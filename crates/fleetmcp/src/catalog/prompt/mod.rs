@@ -204,7 +204,22 @@ impl<S> PromptBuilder<S> {
         self.title = Some(t.into());
         self
     }
-    /// What the prompt is for, as `prompts/list` shows it.
+    /// What the prompt is for, as `prompts/list` shows it. Without it, the prompt is
+    /// described by the doc comment of its arguments type.
+    ///
+    /// ```
+    /// use fleetmcp::model::{PromptMessage, Role};
+    /// use fleetmcp::prompt;
+    ///
+    /// /// Asks the model to triage a ticket.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Triage { ticket: u64 }
+    ///
+    /// let triage = prompt("triage").get(|args: Triage, _ctx| async move {
+    ///     Ok(vec![PromptMessage::new_text(Role::User, format!("Triage {}", args.ticket))])
+    /// });
+    /// assert_eq!(triage.descriptor().description.as_deref(), Some("Asks the model to triage a ticket."));
+    /// ```
     pub fn description(mut self, d: impl Into<String>) -> Self {
         self.description = Some(d.into());
         self
@@ -312,7 +327,9 @@ impl<S> PromptBuilder<S> {
     {
         let arguments = Arc::new(args::Arguments::of::<A>());
         let listed = (!arguments.listed.is_empty()).then(|| arguments.listed.clone());
-        let mut descriptor = Prompt::new(self.name, self.description, listed);
+        // No `.description(..)`: the arguments type's doc comment describes the prompt.
+        let description = self.description.or_else(|| arguments.description.clone());
+        let mut descriptor = Prompt::new(self.name, description, listed);
         if let Some(t) = self.title {
             descriptor = descriptor.with_title(t);
         }

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::def::Handler;
-use super::schema::{NullForm, generate, wrap_non_object};
+use super::schema::{NullForm, doc_description, generate, wrap_non_object};
 use super::{IntoToolResult, ToolDef, ToolError, ToolOutput};
 use crate::catalog::state::StateArg;
 use crate::context::RequestContext;
@@ -83,7 +83,24 @@ impl<S> ToolBuilder<S> {
         self.title = Some(title.into());
         self
     }
-    /// What the tool does, for the model that chooses it: `tools/list` shows it.
+    /// What the tool does, for the model that chooses it: `tools/list` shows it. Without it,
+    /// a tool whose handler takes typed arguments is described by the doc comment of their
+    /// type (schemars makes it the schema's `description`).
+    ///
+    /// ```
+    /// use fleetmcp::tool;
+    ///
+    /// /// Adds two integers.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    ///
+    /// let add = tool("add").handler(|args: Add, _ctx| async move { Ok((args.a + args.b).to_string()) });
+    /// assert_eq!(add.descriptor().description.as_deref(), Some("Adds two integers."));
+    /// let plus = tool("plus")
+    ///     .description("Sums a and b")
+    ///     .handler(|args: Add, _ctx| async move { Ok((args.a + args.b).to_string()) });
+    /// assert_eq!(plus.descriptor().description.as_deref(), Some("Sums a and b"));
+    /// ```
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
         self
@@ -251,12 +268,15 @@ impl<S> ToolBuilder<S> {
         // schemars' exact one, an optional field took a `null` the published schema refuses,
         // and errors named an `anyOf` no client was shown): a client that follows the
         // published schema and one that does not meet the same rule.
-        let published = match self.input_schema.clone() {
-            Some(given) => given,
-            None => generate::<A>(Some(NullForm::Omit)),
-        };
+        let generated = generate::<A>(Some(NullForm::Omit));
+        let mut this = self;
+        // No `.description(..)`: the arguments type's doc comment describes the tool.
+        if this.description.is_none() {
+            this.description = doc_description(&generated);
+        }
+        let published = this.input_schema.clone().unwrap_or(generated);
         let f = Arc::new(f);
-        self.finish::<R>(
+        this.finish::<R>(
             published,
             Box::new(move |args, ctx| {
                 let f = f.clone();
