@@ -383,9 +383,11 @@ async fn descriptions_come_from_the_arguments_doc_comment() {
                 .handler(|a: Described, _ctx| async move { Ok(a.a.to_string()) }),
         )
         .tool(tool("bare").handler(|_: NoArgs, _ctx| async { Ok("bare") }))
-        .prompt(prompt("hello").get(|args: DescribedGreet, _ctx| async move {
-            Ok(vec![PromptMessage::new_text(Role::User, args.name)])
-        }))
+        .prompt(
+            prompt("hello").get(|args: DescribedGreet, _ctx| async move {
+                Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+            }),
+        )
         .prompt(prompt("undescribed").get(|args: Greet, _ctx| async move {
             Ok(vec![PromptMessage::new_text(Role::User, args.name)])
         }))
@@ -400,7 +402,9 @@ async fn descriptions_come_from_the_arguments_doc_comment() {
     };
     assert_eq!(
         described(&tools, "tools", "sum"),
-        Some(json!("Adds two integers (this doc comment describes the tool `sum`)."))
+        Some(json!(
+            "Adds two integers (this doc comment describes the tool `sum`)."
+        ))
     );
     assert_eq!(described(&tools, "tools", "given"), Some(json!("Given")));
     assert_eq!(described(&tools, "tools", "bare"), None);
@@ -529,6 +533,126 @@ async fn the_test_client_runs_a_task_augmented_tool_to_its_result() {
         assert_eq!(TestClient::text(&asked), "printed", "{version}");
         let quick = client.call_tool_as_task("quick", NoArgs {}).await;
         assert!(quick.is_err(), "{version}: {quick:?}");
+        client.stop().await;
+    }
+}
+
+/// The notes of the `*_fn` handlers below, by id.
+struct Shelf(std::collections::BTreeMap<u64, String>);
+
+async fn shelf_count(
+    _: NoArgs,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<String, fleetmcp::ToolError> {
+    Ok(shelf.0.len().to_string())
+}
+
+async fn echo(args: Greet, ctx: fleetmcp::RequestContext) -> Result<String, fleetmcp::ToolError> {
+    Ok(format!("{} (stateless: {})", args.name, ctx.is_stateless()))
+}
+
+async fn shelf_prompt(
+    args: Greet,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<PromptMessage>, fleetmcp::PromptError> {
+    let text = format!("{}: {} notes", args.name, shelf.0.len());
+    Ok(vec![PromptMessage::new_text(Role::User, text)])
+}
+
+async fn shelf_about(
+    uri: String,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<ResourceContents>, ResourceError> {
+    Ok(vec![ResourceContents::text(
+        format!("{} notes", shelf.0.len()),
+        uri,
+    )])
+}
+
+async fn shelf_note(
+    uri: String,
+    note: NoteRef2,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<ResourceContents>, ResourceError> {
+    let text = shelf.0.get(&note.id).cloned();
+    let text = text.ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+    Ok(vec![ResourceContents::text(text, uri)])
+}
+
+/// Every kind of declaration, finished with a function that takes the state as `State<Shelf>`
+/// (no `.state::<Shelf>()`), and one tool whose function takes none.
+fn shelf_declarations(builder: fleetmcp::ServerBuilder) -> fleetmcp::ServerBuilder {
+    builder
+        .tool(tool("count").handler_fn(shelf_count))
+        .tool(tool("echo").handler_fn(echo))
+        .prompt(prompt("shelf").get_fn(shelf_prompt))
+        .resource(resource("shelf://about", "about").read_fn(shelf_about))
+        .template(template("shelf://{id}", "note").read_fn(shelf_note))
+}
+
+/// Issue 41: handlers as functions (`handler_fn`, `get_fn`, `read_fn`) get the server's state
+/// from a `State<T>` argument, its type found from that argument; a server without that state
+/// is refused at build, naming every declaration that takes it, as after `.state::<T>()`.
+#[tokio::test]
+async fn handler_functions_get_the_state_their_argument_names() {
+    let refused = shelf_declarations(Server::builder("shelf", "1.0.0")).try_build();
+    let why = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    for what in [
+        "tool `count`",
+        "prompt `shelf`",
+        "resource `shelf://about`",
+        "resource template `shelf://{id}`",
+    ] {
+        assert!(
+            why.contains(&format!("{what} needs state of type `")),
+            "{what}: {why}"
+        );
+    }
+    assert!(!why.contains("`echo`"), "echo takes no state: {why}");
+
+    let notes = [(1, "milk".to_string()), (2, "eggs".to_string())];
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = shelf_declarations(Server::builder("shelf", "1.0.0"))
+            .state(Shelf(notes.iter().cloned().collect()))
+            .build()
+            .test_client()
+            .protocol_version(version)
+            .connect()
+            .await
+            .unwrap();
+        let count = client.call_tool("count", NoArgs {}).await.unwrap();
+        assert_eq!(TestClient::text(&count), "2", "{version}");
+        let echoed = client
+            .call_tool("echo", json!({"name": "Ada"}))
+            .await
+            .unwrap();
+        let stateless = version == "2026-07-28";
+        assert_eq!(
+            TestClient::text(&echoed),
+            format!("Ada (stateless: {stateless})")
+        );
+        let got = client
+            .get_prompt("shelf", json!({"name": "Ada"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&got.messages).unwrap()[0]["content"]["text"],
+            "Ada: 2 notes"
+        );
+        let about = client.read_resource("shelf://about").await.unwrap();
+        assert_eq!(
+            serde_json::to_value(&about.contents).unwrap()[0]["text"],
+            "2 notes"
+        );
+        let note = client.read_resource("shelf://2").await.unwrap();
+        assert_eq!(
+            serde_json::to_value(&note.contents).unwrap()[0]["text"],
+            "eggs"
+        );
         client.stop().await;
     }
 }

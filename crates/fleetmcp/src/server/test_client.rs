@@ -722,7 +722,12 @@ impl TestClient {
         let method = request.get("method").and_then(Value::as_str).unwrap_or("");
         let params = request.get("params").unwrap_or(&Value::Null);
         let answers = &self.answers;
-        match (method, &answers.elicitation, &answers.sampling, &answers.roots) {
+        match (
+            method,
+            &answers.elicitation,
+            &answers.sampling,
+            &answers.roots,
+        ) {
             ("elicitation/create", Some(answer), _, _) => {
                 let message = params.get("message").and_then(Value::as_str).unwrap_or("");
                 let schema = params.get("requestedSchema").unwrap_or(&Value::Null);

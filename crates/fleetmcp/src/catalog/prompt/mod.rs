@@ -32,6 +32,7 @@ use rmcp::model::{GetPromptResult, Prompt, PromptMessage};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
+use super::handler::{HandlerFn, needs_of};
 use super::state::{
     Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
     completer,
@@ -284,7 +285,45 @@ impl PromptBuilder {
         Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
         R: IntoPromptResult + 'static,
     {
-        self.finish(move |args, ctx, ()| f(args, ctx))
+        self.finish(None, move |args, ctx, ()| f(args, ctx))
+    }
+    /// Finishes with a function (an `async fn`, or a closure with its arguments' types
+    /// written) taking the arguments as an `A`, the [`RequestContext`] and, optionally, the
+    /// server's state as a [`State<T>`](crate::State), found from that argument (see
+    /// [`ToolBuilder::handler_fn`](super::ToolBuilder::handler_fn)).
+    ///
+    /// ```
+    /// use fleetmcp::model::{PromptMessage, Role};
+    /// use fleetmcp::{PromptError, RequestContext, Server, State, prompt};
+    ///
+    /// struct House(String);
+    ///
+    /// /// Asks for a summary in the house style.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Summarize {
+    ///     topic: String,
+    /// }
+    ///
+    /// async fn summarize(args: Summarize, _ctx: RequestContext, house: State<House>) -> Result<Vec<PromptMessage>, PromptError> {
+    ///     Ok(vec![PromptMessage::new_text(Role::User, format!("Summarize {} ({})", args.topic, house.0))])
+    /// }
+    ///
+    /// let summary = prompt("summarize").get_fn(summarize);
+    /// assert_eq!(summary.descriptor().description.as_deref(), Some("Asks for a summary in the house style."));
+    /// let server = Server::builder("desk", "1.0.0").state(House("terse".into())).prompt(summary).build();
+    /// # drop(server);
+    /// ```
+    pub fn get_fn<A, S, H, R>(self, f: H) -> Arc<PromptDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        H: HandlerFn<(A,), S, Output = Result<R, PromptError>>,
+        R: IntoPromptResult + 'static,
+    {
+        let f = Arc::new(f);
+        self.finish(needs_of::<H, _, _>(), move |args: A, ctx, ()| {
+            let call = f.call((args,), ctx);
+            async move { call.await.map_err(PromptError::Protocol)? }
+        })
     }
 }
 
@@ -310,14 +349,16 @@ impl<T: Send + Sync + 'static> PromptBuilder<Arc<T>> {
         Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
         R: IntoPromptResult + 'static,
     {
-        self.finish(f)
+        self.finish(None, f)
     }
 }
 
 /// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
 /// crate-private).
 impl<S> PromptBuilder<S> {
-    fn finish<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    /// `needs`: the state a function taking a [`State<T>`](crate::State) needs, besides the
+    /// builder's own `S`.
+    fn finish<A, F, Fut, R>(self, needs: Option<Needs>, f: F) -> Arc<PromptDef>
     where
         S: StateArg,
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -348,7 +389,7 @@ impl<S> PromptBuilder<S> {
             }),
             completers: self.completers,
             scope: self.scope,
-            needs: S::needs(),
+            needs: needs.or_else(S::needs),
         })
     }
 }
