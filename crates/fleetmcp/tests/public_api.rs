@@ -25,7 +25,10 @@ use std::rc::Rc;
 // 63: the two queues of an `UpstreamLink` (issue 36: bounded in bytes as well as messages).
 // 64: what a typed elicitation gives back (issue 41: `RequestContext::elicit_form`).
 // 66: the test client and its builder (issue 41: `Server::test_client`, tests without HTTP).
-const MAX_ITEMS: usize = 66;
+// 68: handlers as functions, the state's type found from their `State<T>` argument, and the
+// trait whose `#[diagnostic::on_unimplemented]` says what a handler takes (issue 41:
+// `ToolBuilder::handler_fn` and the others).
+const MAX_ITEMS: usize = 68;
 
 /// The documented surface: every path a user can name, modules ending in `::`. Grouped by what
 /// a user does with it; the test keeps it equal to what the code makes public.
@@ -38,6 +41,8 @@ const SURFACE: &[&str] = &[
     "NoArgs",
     "Structured",
     "TaskSupport",
+    // A handler function's argument for the server's state (`ToolBuilder::handler_fn`).
+    "State",
     // What a handler returns when it fails.
     "ToolError",
     "ResourceError",
@@ -93,6 +98,7 @@ const SURFACE: &[&str] = &[
     "catalog::PromptDef",
     "catalog::IntoToolResult",
     "catalog::IntoPromptResult",
+    "catalog::HandlerFn",
     // The sections of `Config`.
     "config::",
     "config::DeploymentMode",

@@ -356,3 +356,303 @@ async fn a_2026_call_sends_the_headers_its_arguments_mirror() {
     assert_eq!(TestClient::text(&called), "\"eu west ü\" x3", "{called:?}");
     client.stop().await;
 }
+
+/// Adds two integers (this doc comment describes the tool `sum`).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Described {
+    a: i64,
+}
+
+/// Asks the model to greet someone.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct DescribedGreet {
+    /// Who to greet.
+    name: String,
+}
+
+/// Issue 41: without `.description(..)`, a tool and a prompt are described by their arguments
+/// type's doc comment; a description given wins; a tool without arguments gets none (not the
+/// doc comment of `NoArgs`).
+#[tokio::test]
+async fn descriptions_come_from_the_arguments_doc_comment() {
+    let server = Server::builder("described", "1.0.0")
+        .tool(tool("sum").handler(|a: Described, _ctx| async move { Ok(a.a.to_string()) }))
+        .tool(
+            tool("given")
+                .description("Given")
+                .handler(|a: Described, _ctx| async move { Ok(a.a.to_string()) }),
+        )
+        .tool(tool("bare").handler(|_: NoArgs, _ctx| async { Ok("bare") }))
+        .prompt(
+            prompt("hello").get(|args: DescribedGreet, _ctx| async move {
+                Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+            }),
+        )
+        .prompt(prompt("undescribed").get(|args: Greet, _ctx| async move {
+            Ok(vec![PromptMessage::new_text(Role::User, args.name)])
+        }))
+        .build();
+    let client = server.test_client().connect().await.unwrap();
+    let tools = client.request("tools/list", json!({})).await.unwrap();
+    let described = |list: &Value, key: &str, name: &str| {
+        let found = list[key].as_array().into_iter().flatten();
+        let found = found.filter(|t| t["name"] == name).collect::<Vec<_>>();
+        assert_eq!(found.len(), 1, "{name} in {list}");
+        found[0].get("description").cloned()
+    };
+    assert_eq!(
+        described(&tools, "tools", "sum"),
+        Some(json!(
+            "Adds two integers (this doc comment describes the tool `sum`)."
+        ))
+    );
+    assert_eq!(described(&tools, "tools", "given"), Some(json!("Given")));
+    assert_eq!(described(&tools, "tools", "bare"), None);
+    let prompts = client.request("prompts/list", json!({})).await.unwrap();
+    assert_eq!(
+        described(&prompts, "prompts", "hello"),
+        Some(json!("Asks the model to greet someone."))
+    );
+    assert_eq!(described(&prompts, "prompts", "undescribed"), None);
+    client.stop().await;
+}
+
+/// A tool that asks the client's model (sampling) and lists the client's roots.
+// rmcp marks sampling's and roots' types deprecated (SEP-2577); clients of every era still
+// answer them.
+#[allow(deprecated)]
+fn asking_server() -> Server {
+    fn ask() -> fleetmcp::model::CreateMessageRequestParams {
+        use fleetmcp::model::{CreateMessageRequestParams, SamplingMessage};
+        CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Name a colour")], 20)
+    }
+    Server::builder("asking", "1.0.0")
+        .tool(tool("colour").handler(|_: NoArgs, ctx| async move {
+            let answer = ctx.create_message(ask()).await?;
+            let text = serde_json::to_value(&answer.message.content)?;
+            Ok(format!("{} said {}", answer.model, text["text"]))
+        }))
+        .tool(tool("roots").handler(|_: NoArgs, ctx| async move {
+            let listed = ctx.list_roots().await?;
+            let uris: Vec<String> = listed.roots.into_iter().map(|r| r.uri).collect();
+            Ok(uris.join(" "))
+        }))
+        .build()
+}
+
+/// Issue 41: the test client answers `sampling/createMessage` and `roots/list` when given a
+/// way to, in both eras (the session era on the request's stream, 2026-07-28 in rounds), and
+/// declares neither otherwise, so the server does not ask and the call fails.
+#[tokio::test]
+async fn the_test_client_answers_sampling_and_roots_in_both_eras() {
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = asking_server()
+            .test_client()
+            .protocol_version(version)
+            .sampling(|request| {
+                let asked = &request["messages"][0]["content"]["text"];
+                json!({"role": "assistant", "model": "m1",
+                       "content": {"type": "text", "text": format!("red, to {asked}")}})
+            })
+            .roots(["file:///work", "file:///tmp"])
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{version}: {e}"));
+        let colour = client.call_tool("colour", NoArgs {}).await.unwrap();
+        assert_eq!(
+            TestClient::text(&colour),
+            "m1 said \"red, to \\\"Name a colour\\\"\"",
+            "{version}"
+        );
+        let roots = client.call_tool("roots", NoArgs {}).await.unwrap();
+        assert_eq!(
+            TestClient::text(&roots),
+            "file:///work file:///tmp",
+            "{version}"
+        );
+        client.stop().await;
+
+        let silent = asking_server()
+            .test_client()
+            .protocol_version(version)
+            .connect()
+            .await
+            .unwrap();
+        for name in ["colour", "roots"] {
+            let refused = silent.call_tool(name, NoArgs {}).await;
+            let failed = refused.map_or(true, |r| r.is_error == Some(true));
+            assert!(failed, "{version}: {name} without the capability");
+        }
+        silent.stop().await;
+    }
+}
+
+/// Issue 41: a tool called as a task gives its result through the test client in both eras,
+/// including a task that asks the client a question while it runs (2026-07-28: the task waits
+/// in `input_required` until `tasks/update` answers; the session era asks on the stream of
+/// `tasks/result`); a tool without task support is an error, not a result.
+#[tokio::test]
+async fn the_test_client_runs_a_task_augmented_tool_to_its_result() {
+    let server = || {
+        Server::builder("tasks", "1.0.0")
+            .tool(
+                tool("report")
+                    .task_support(fleetmcp::TaskSupport::Optional)
+                    .handler(|_: NoArgs, _ctx| async {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        Ok("12 pages")
+                    }),
+            )
+            .tool(
+                tool("confirm_report")
+                    .task_support(fleetmcp::TaskSupport::Required)
+                    .handler(|_: NoArgs, ctx| async move {
+                        Ok(if ctx.confirm("Print it?").await? {
+                            "printed"
+                        } else {
+                            "kept"
+                        })
+                    }),
+            )
+            .tool(tool("quick").handler(|_: NoArgs, _ctx| async { Ok("quick") }))
+            .build()
+    };
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = server()
+            .test_client()
+            .protocol_version(version)
+            .elicitation(|_, _| ElicitResult::new(ElicitationAction::Accept))
+            .connect()
+            .await
+            .unwrap();
+        let report = client.call_tool_as_task("report", NoArgs {}).await;
+        let report = report.unwrap_or_else(|e| panic!("{version}: {e:?}"));
+        assert_eq!(TestClient::text(&report), "12 pages", "{version}");
+        let asked = client.call_tool_as_task("confirm_report", NoArgs {}).await;
+        let asked = asked.unwrap_or_else(|e| panic!("{version}: {e:?}"));
+        assert_eq!(TestClient::text(&asked), "printed", "{version}");
+        let quick = client.call_tool_as_task("quick", NoArgs {}).await;
+        assert!(quick.is_err(), "{version}: {quick:?}");
+        client.stop().await;
+    }
+}
+
+/// The notes of the `*_fn` handlers below, by id.
+struct Shelf(std::collections::BTreeMap<u64, String>);
+
+async fn shelf_count(
+    _: NoArgs,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<String, fleetmcp::ToolError> {
+    Ok(shelf.0.len().to_string())
+}
+
+async fn echo(args: Greet, ctx: fleetmcp::RequestContext) -> Result<String, fleetmcp::ToolError> {
+    Ok(format!("{} (stateless: {})", args.name, ctx.is_stateless()))
+}
+
+async fn shelf_prompt(
+    args: Greet,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<PromptMessage>, fleetmcp::PromptError> {
+    let text = format!("{}: {} notes", args.name, shelf.0.len());
+    Ok(vec![PromptMessage::new_text(Role::User, text)])
+}
+
+async fn shelf_about(
+    uri: String,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<ResourceContents>, ResourceError> {
+    Ok(vec![ResourceContents::text(
+        format!("{} notes", shelf.0.len()),
+        uri,
+    )])
+}
+
+async fn shelf_note(
+    uri: String,
+    note: NoteRef2,
+    _ctx: fleetmcp::RequestContext,
+    shelf: fleetmcp::State<Shelf>,
+) -> Result<Vec<ResourceContents>, ResourceError> {
+    let text = shelf.0.get(&note.id).cloned();
+    let text = text.ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+    Ok(vec![ResourceContents::text(text, uri)])
+}
+
+/// Every kind of declaration, finished with a function that takes the state as `State<Shelf>`
+/// (no `.state::<Shelf>()`), and one tool whose function takes none.
+fn shelf_declarations(builder: fleetmcp::ServerBuilder) -> fleetmcp::ServerBuilder {
+    builder
+        .tool(tool("count").handler_fn(shelf_count))
+        .tool(tool("echo").handler_fn(echo))
+        .prompt(prompt("shelf").get_fn(shelf_prompt))
+        .resource(resource("shelf://about", "about").read_fn(shelf_about))
+        .template(template("shelf://{id}", "note").read_fn(shelf_note))
+}
+
+/// Issue 41: handlers as functions (`handler_fn`, `get_fn`, `read_fn`) get the server's state
+/// from a `State<T>` argument, its type found from that argument; a server without that state
+/// is refused at build, naming every declaration that takes it, as after `.state::<T>()`.
+#[tokio::test]
+async fn handler_functions_get_the_state_their_argument_names() {
+    let refused = shelf_declarations(Server::builder("shelf", "1.0.0")).try_build();
+    let why = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    for what in [
+        "tool `count`",
+        "prompt `shelf`",
+        "resource `shelf://about`",
+        "resource template `shelf://{id}`",
+    ] {
+        assert!(
+            why.contains(&format!("{what} needs state of type `")),
+            "{what}: {why}"
+        );
+    }
+    assert!(!why.contains("`echo`"), "echo takes no state: {why}");
+
+    let notes = [(1, "milk".to_string()), (2, "eggs".to_string())];
+    for version in ["2025-11-25", "2026-07-28"] {
+        let client = shelf_declarations(Server::builder("shelf", "1.0.0"))
+            .state(Shelf(notes.iter().cloned().collect()))
+            .build()
+            .test_client()
+            .protocol_version(version)
+            .connect()
+            .await
+            .unwrap();
+        let count = client.call_tool("count", NoArgs {}).await.unwrap();
+        assert_eq!(TestClient::text(&count), "2", "{version}");
+        let echoed = client
+            .call_tool("echo", json!({"name": "Ada"}))
+            .await
+            .unwrap();
+        let stateless = version == "2026-07-28";
+        assert_eq!(
+            TestClient::text(&echoed),
+            format!("Ada (stateless: {stateless})")
+        );
+        let got = client
+            .get_prompt("shelf", json!({"name": "Ada"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(&got.messages).unwrap()[0]["content"]["text"],
+            "Ada: 2 notes"
+        );
+        let about = client.read_resource("shelf://about").await.unwrap();
+        assert_eq!(
+            serde_json::to_value(&about.contents).unwrap()[0]["text"],
+            "2 notes"
+        );
+        let note = client.read_resource("shelf://2").await.unwrap();
+        assert_eq!(
+            serde_json::to_value(&note.contents).unwrap()[0]["text"],
+            "eggs"
+        );
+        client.stop().await;
+    }
+}

@@ -22,9 +22,12 @@
 //! `Structured<T>` is written as JSON once, and the answer is written from that text, never
 //! through a `serde_json::Value`. A prompt's arguments are a Rust type (`prompt/args.rs`).
 //! Handler state is typed (`state.rs`): a builder's `.state::<T>()` makes its handler take an
-//! `Arc<T>`, and a declaration whose state the server was not given is refused, as a `BuildError`
+//! `Arc<T>`, or a function given to a `*_fn` finishing method takes a [`State<T>`](crate::State)
+//! (`handler.rs`: handlers as functions, [`HandlerFn`], implemented per arity); either way a
+//! declaration whose state the server was not given is refused, as a `BuildError`
 //! naming it (`Catalog::check_state` from `ServerBuilder::try_build`, the same check from
-//! `ServerHandle::add_*`).
+//! `ServerHandle::add_*`). Without `.description(..)`, a tool or a prompt is described by its
+//! arguments type's doc comment.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -57,6 +60,7 @@ macro_rules! from_any_error {
     };
 }
 
+pub(crate) mod handler;
 pub(crate) mod prompt;
 pub(crate) mod resource;
 pub(crate) mod state;
@@ -68,6 +72,7 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+pub use handler::HandlerFn;
 pub use prompt::{IntoPromptResult, PromptBuilder, PromptDef};
 pub use resource::{ResourceBuilder, ResourceDef, TemplateBuilder, TemplateDef};
 pub use tool::{IntoToolResult, ToolBuilder, ToolDef};

@@ -27,6 +27,7 @@ use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
+use super::handler::{HandlerFn, needs_of};
 use super::prompt::args::Arguments;
 use super::state::{
     Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
@@ -254,7 +255,38 @@ impl ResourceBuilder {
         F: Fn(String, RequestContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(move |uri, ctx, ()| f(uri, ctx))
+        self.finish(None, move |uri, ctx, ()| f(uri, ctx))
+    }
+    /// Finishes with a function (an `async fn`, or a closure with its arguments' types
+    /// written) taking the URI, the [`RequestContext`] and, optionally, the server's state
+    /// as a [`State<T>`](crate::State), found from that argument (see
+    /// [`ToolBuilder::handler_fn`](super::ToolBuilder::handler_fn)).
+    ///
+    /// ```
+    /// use fleetmcp::model::ResourceContents;
+    /// use fleetmcp::{RequestContext, ResourceError, Server, State, resource};
+    ///
+    /// struct Policy(String);
+    ///
+    /// async fn sla(uri: String, _ctx: RequestContext, policy: State<Policy>) -> Result<Vec<ResourceContents>, ResourceError> {
+    ///     Ok(vec![ResourceContents::text(policy.0.clone(), uri)])
+    /// }
+    ///
+    /// let server = Server::builder("desk", "1.0.0")
+    ///     .state(Policy("Four hours.".into()))
+    ///     .resource(resource("helpdesk://policies/sla", "sla").read_fn(sla))
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn read_fn<S, H>(self, f: H) -> Arc<ResourceDef>
+    where
+        H: HandlerFn<(String,), S, Output = Result<Vec<ResourceContents>, ResourceError>>,
+    {
+        let f = Arc::new(f);
+        self.finish(needs_of::<H, _, _>(), move |uri, ctx, ()| {
+            let call = f.call((uri,), ctx);
+            async move { call.await.map_err(ResourceError::Protocol)? }
+        })
     }
 }
 
@@ -265,14 +297,16 @@ impl<T: Send + Sync + 'static> ResourceBuilder<Arc<T>> {
         F: Fn(String, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(f)
+        self.finish(None, f)
     }
 }
 
 /// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
 /// crate-private).
 impl<S> ResourceBuilder<S> {
-    fn finish<F, Fut>(self, f: F) -> Arc<ResourceDef>
+    /// `needs`: the state a function taking a [`State<T>`](crate::State) needs, besides the
+    /// builder's own `S`.
+    fn finish<F, Fut>(self, needs: Option<Needs>, f: F) -> Arc<ResourceDef>
     where
         S: StateArg,
         F: Fn(String, RequestContext, S) -> Fut + Send + Sync + 'static,
@@ -283,7 +317,7 @@ impl<S> ResourceBuilder<S> {
             reader: reader(move |uri, _vars, ctx, state| f(uri, ctx, state)),
             cache: self.cache,
             scope: self.scope,
-            needs: S::needs(),
+            needs: needs.or_else(S::needs),
         })
     }
 }
@@ -422,7 +456,7 @@ impl TemplateBuilder {
         F: Fn(String, HashMap<String, String>, RequestContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(move |uri, vars, ctx, ()| f(uri, vars, ctx))
+        self.finish(None, move |uri, vars, ctx, ()| f(uri, vars, ctx))
     }
     /// Finishes with a reader that gets the template's variables as a `V` rather than as
     /// strings: a struct whose fields are the variables, parsed as a prompt's arguments are
@@ -451,7 +485,51 @@ impl TemplateBuilder {
         F: Fn(String, V, RequestContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(typed(move |uri, vars, ctx, ()| f(uri, vars, ctx)))
+        self.finish(None, typed(move |uri, vars, ctx, ()| f(uri, vars, ctx)))
+    }
+    /// Finishes with a function (an `async fn`, or a closure with its arguments' types
+    /// written) taking the URI, the variables as a `V` (as [`TemplateBuilder::read_as`] gives
+    /// them; a `HashMap<String, String>` takes them as strings), the [`RequestContext`] and,
+    /// optionally, the server's state as a [`State<T>`](crate::State), found from that
+    /// argument (see [`ToolBuilder::handler_fn`](super::ToolBuilder::handler_fn)).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use fleetmcp::model::ResourceContents;
+    /// use fleetmcp::{RequestContext, ResourceError, Server, State, template};
+    ///
+    /// struct Notes(BTreeMap<u64, String>);
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct NoteId {
+    ///     id: u64,
+    /// }
+    ///
+    /// async fn note(uri: String, note: NoteId, _ctx: RequestContext, notes: State<Notes>) -> Result<Vec<ResourceContents>, ResourceError> {
+    ///     let text = notes.0.get(&note.id).cloned().ok_or_else(|| ResourceError::NotFound(uri.clone()))?;
+    ///     Ok(vec![ResourceContents::text(text, uri)])
+    /// }
+    ///
+    /// let server = Server::builder("notes", "1.0.0")
+    ///     .state(Notes(BTreeMap::from([(1, "milk".to_string())])))
+    ///     .template(template("notes://{id}", "note").read_fn(note))
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn read_fn<V, S, H>(self, f: H) -> Arc<TemplateDef>
+    where
+        V: DeserializeOwned + JsonSchema + Send + 'static,
+        H: HandlerFn<(String, V), S, Output = Result<Vec<ResourceContents>, ResourceError>>,
+    {
+        let f = Arc::new(f);
+        let needs = needs_of::<H, _, _>();
+        self.finish(
+            needs,
+            typed(move |uri, vars: V, ctx, ()| {
+                let call = f.call((uri, vars), ctx);
+                async move { call.await.map_err(ResourceError::Protocol)? }
+            }),
+        )
     }
 }
 
@@ -479,7 +557,7 @@ impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
             + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(f)
+        self.finish(None, f)
     }
     /// [`TemplateBuilder::read_as`], for a reader that also gets the state.
     pub fn read_as<V, F, Fut>(self, f: F) -> Arc<TemplateDef>
@@ -488,7 +566,7 @@ impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
         F: Fn(String, V, RequestContext, Arc<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Vec<ResourceContents>, ResourceError>> + Send + 'static,
     {
-        self.finish(typed(f))
+        self.finish(None, typed(f))
     }
 }
 
@@ -513,7 +591,8 @@ where
 /// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
 /// crate-private).
 impl<S> TemplateBuilder<S> {
-    fn finish<F, Fut>(self, f: F) -> Arc<TemplateDef>
+    /// `needs`: as [`ResourceBuilder`]'s.
+    fn finish<F, Fut>(self, needs: Option<Needs>, f: F) -> Arc<TemplateDef>
     where
         S: StateArg,
         F: Fn(String, HashMap<String, String>, RequestContext, S) -> Fut + Send + Sync + 'static,
@@ -526,7 +605,7 @@ impl<S> TemplateBuilder<S> {
             completers: self.completers,
             cache: self.cache,
             scope: self.scope,
-            needs: S::needs(),
+            needs: needs.or_else(S::needs),
         })
     }
 }

@@ -3,6 +3,8 @@
 //! value as their last argument, and the server refuses to be built (or a declaration to be
 //! added to a running one) when it was not given a value of that type
 //! ([`ServerBuilder::state`](crate::ServerBuilder::state)). A call never finds it missing.
+//! A function given to a `*_fn` finishing method names its state by its type instead, taking
+//! a [`State<T>`](crate::State) (`handler.rs`); the same check applies.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -24,6 +26,13 @@ pub(crate) struct Needs {
 }
 
 impl Needs {
+    pub(crate) fn new(id: TypeId, name: &'static str) -> Self {
+        Self { id, name }
+    }
+    /// Its type's id and name.
+    pub(crate) fn parts(self) -> (TypeId, &'static str) {
+        (self.id, self.name)
+    }
     /// `(what, needs)` for a declaration that needs state (`what` names it in an error).
     pub(crate) fn named(
         what: impl FnOnce() -> String,

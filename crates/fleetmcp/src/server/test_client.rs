@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::body::Body;
 use base64::Engine;
@@ -22,6 +23,7 @@ use super::{Running, Server};
 use crate::app::ServerHandle;
 use crate::protocol::{ErrorData, STATELESS_VERSIONS, errors};
 use crate::stateless::{META_CAPABILITIES, META_CLIENT_INFO, META_VERSION};
+use crate::tasks::TASKS_EXTENSION;
 use crate::transport::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 
 /// What a request of the test client's gives: the result, or the error the server answered
@@ -32,6 +34,14 @@ type Answer<T> = Result<T, ErrorData>;
 /// `requestedSchema`, returns what the user did.
 type Answerer = dyn Fn(&str, &Value) -> ElicitResult + Send + Sync;
 
+/// How the test client answers the server's `sampling/createMessage`: gets the request's
+/// params, returns the result.
+type Sampler = dyn Fn(&Value) -> Value + Send + Sync;
+
+/// How long [`TestClient::call_tool_as_task`] waits for a task to end before it fails the
+/// call (as long as a session-era question waits for its answer).
+const TASK_WAIT: Duration = Duration::from_secs(300);
+
 /// The most rounds one 2026-07-28 request may take (each answers the server's questions): a
 /// handler that asks without end fails the call rather than hang the test.
 const MAX_ROUNDS: usize = 32;
@@ -40,7 +50,16 @@ const MAX_ROUNDS: usize = 32;
 pub struct TestClientBuilder {
     server: Server,
     version: String,
+    answers: Answers,
+}
+
+/// What the client answers the server's requests with, and so the capabilities it declares.
+#[derive(Clone, Default)]
+struct Answers {
     elicitation: Option<Arc<Answerer>>,
+    sampling: Option<Arc<Sampler>>,
+    /// The roots' URIs, when the client declares `roots`.
+    roots: Option<Vec<String>>,
 }
 
 impl Server {
@@ -87,7 +106,7 @@ impl Server {
         TestClientBuilder {
             server: self,
             version: "2025-11-25".into(),
-            elicitation: None,
+            answers: Answers::default(),
         }
     }
 }
@@ -112,7 +131,83 @@ impl TestClientBuilder {
     where
         F: Fn(&str, &Value) -> ElicitResult + Send + Sync + 'static,
     {
-        self.elicitation = Some(Arc::new(answer));
+        self.answers.elicitation = Some(Arc::new(answer));
+        self
+    }
+
+    /// Declares the `sampling` capability and answers each `sampling/createMessage` (from
+    /// [`RequestContext::create_message`](crate::RequestContext::create_message)) with what
+    /// `answer` makes of the request's params (`messages`, `maxTokens`, ...): the result, a
+    /// JSON object with `role`, `content` and `model`. Without it the server does not ask.
+    ///
+    /// ```
+    /// # #![allow(deprecated)]
+    /// use fleetmcp::model::{CreateMessageRequestParams, SamplingMessage};
+    /// use fleetmcp::{NoArgs, Server, TestClient, tool};
+    /// use serde_json::json;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let haiku = tool("haiku").handler(|_: NoArgs, ctx| async move {
+    ///     let ask = CreateMessageRequestParams::new(vec![SamplingMessage::user_text("A haiku")], 50);
+    ///     let answer = ctx.create_message(ask).await?;
+    ///     Ok(answer.model)
+    /// });
+    /// let client = Server::builder("poet", "1.0.0")
+    ///     .tool(haiku)
+    ///     .build()
+    ///     .test_client()
+    ///     .sampling(|request| {
+    ///         assert_eq!(request["maxTokens"], 50);
+    ///         json!({"role": "assistant", "content": {"type": "text", "text": "old pond"},
+    ///                "model": "test-model"})
+    ///     })
+    ///     .connect()
+    ///     .await?;
+    /// let called = client.call_tool("haiku", NoArgs {}).await?;
+    /// assert_eq!(TestClient::text(&called), "test-model");
+    /// client.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn sampling<F>(mut self, answer: F) -> Self
+    where
+        F: Fn(&Value) -> Value + Send + Sync + 'static,
+    {
+        self.answers.sampling = Some(Arc::new(answer));
+        self
+    }
+
+    /// Declares the `roots` capability and answers `roots/list` (from
+    /// [`RequestContext::list_roots`](crate::RequestContext::list_roots)) with these URIs.
+    /// Without it the server does not ask.
+    ///
+    /// ```
+    /// use fleetmcp::{NoArgs, Server, TestClient, tool};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let roots = tool("roots").handler(|_: NoArgs, ctx| async move {
+    ///     let listed = ctx.list_roots().await?;
+    ///     Ok(listed.roots.into_iter().map(|r| r.uri).collect::<Vec<_>>().join(" "))
+    /// });
+    /// let client = Server::builder("files", "1.0.0")
+    ///     .tool(roots)
+    ///     .build()
+    ///     .test_client()
+    ///     .roots(["file:///work", "file:///tmp"])
+    ///     .connect()
+    ///     .await?;
+    /// let called = client.call_tool("roots", NoArgs {}).await?;
+    /// assert_eq!(TestClient::text(&called), "file:///work file:///tmp");
+    /// client.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn roots<I>(mut self, uris: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.answers.roots = Some(uris.into_iter().map(Into::into).collect());
         self
     }
 
@@ -125,7 +220,7 @@ impl TestClientBuilder {
             running,
             stateless: STATELESS_VERSIONS.contains(&self.version.as_str()),
             version: self.version,
-            elicitation: self.elicitation,
+            answers: self.answers,
             session: None,
             next_id: AtomicU64::new(1),
             notifications: Mutex::new(Vec::new()),
@@ -153,7 +248,7 @@ pub struct TestClient {
     running: Running,
     version: String,
     stateless: bool,
-    elicitation: Option<Arc<Answerer>>,
+    answers: Answers,
     /// The session's id (session era), once `initialize` answered.
     session: Option<String>,
     next_id: AtomicU64,
@@ -198,8 +293,18 @@ impl TestClient {
     /// In 2026-07-28 the request's `_meta` is added, and the server's questions are answered
     /// and the request sent again until it completes.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorData> {
+        self.request_with(method, params, false).await
+    }
+
+    /// [`request`](Self::request); in 2026-07-28 declaring the tasks extension when `tasks`.
+    async fn request_with(
+        &self,
+        method: &str,
+        params: Value,
+        tasks: bool,
+    ) -> Result<Value, ErrorData> {
         if !self.stateless {
-            return self.exchange(method, params).await;
+            return self.exchange(method, params, tasks).await;
         }
         let mut params = match params {
             Value::Object(p) => p,
@@ -211,18 +316,13 @@ impl TestClient {
             }
         };
         for _ in 0..MAX_ROUNDS {
-            let result = self.exchange(method, Value::Object(params.clone())).await?;
+            let result = (self.exchange(method, Value::Object(params.clone()), tasks)).await?;
             if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
                 return Ok(result);
             }
             // Answers every question and sends the request again with the answers and the
             // state the server sealed, as a 2026-07-28 client does.
-            let asked = result.get("inputRequests").and_then(Value::as_object);
-            let mut answers = Map::new();
-            for (key, question) in asked.into_iter().flatten() {
-                answers.insert(key.clone(), self.answer(question)?);
-            }
-            params.insert("inputResponses".into(), Value::Object(answers));
+            params.insert("inputResponses".into(), self.answer_all(&result)?);
             match result.get("requestState") {
                 Some(state) => params.insert("requestState".into(), state.clone()),
                 None => params.remove("requestState"),
@@ -231,6 +331,122 @@ impl TestClient {
         Err(errors::internal(format!(
             "test client: {method} still asked for input after {MAX_ROUNDS} rounds"
         )))
+    }
+
+    /// `tools/call` as a task, for a tool declared with
+    /// [`task_support`](crate::catalog::ToolBuilder::task_support): the call answers at once
+    /// with a task, which the client follows to its end as a client of that era does, and
+    /// gives the tool's result. In the session era (2025-11-25) the call carries `task` and
+    /// the client waits with `tasks/result`; in 2026-07-28 it declares the tasks extension,
+    /// polls `tasks/get` and answers the task's questions with `tasks/update`. `Err` when the
+    /// server did not make a task (a tool without task support, an era without tasks), when
+    /// the task failed or was cancelled, or when it ran past 300 s.
+    ///
+    /// ```
+    /// use fleetmcp::{NoArgs, Server, TaskSupport, TestClient, tool};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let report = tool("report")
+    ///     .task_support(TaskSupport::Optional)
+    ///     .handler(|_: NoArgs, _ctx| async { Ok("12 pages") });
+    /// let server = || Server::builder("reports", "1.0.0").tool(report.clone()).build();
+    /// for version in ["2025-11-25", "2026-07-28"] {
+    ///     let client = server().test_client().protocol_version(version).connect().await?;
+    ///     let done = client.call_tool_as_task("report", NoArgs {}).await?;
+    ///     assert_eq!(TestClient::text(&done), "12 pages");
+    ///     client.stop().await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn call_tool_as_task(
+        &self,
+        name: &str,
+        args: impl Serialize,
+    ) -> Answer<CallToolResult> {
+        let arguments = serde_json::to_value(args)
+            .map_err(|e| errors::invalid_params(format!("arguments: {e}")))?;
+        if self.stateless {
+            return self.run_task(name, arguments).await;
+        }
+        // A session's task asks its questions on the session's standalone stream: the client
+        // listens there (answering them) while the task runs.
+        let standalone = self.open_standalone().await?;
+        let listen = async {
+            // Its end says nothing: the task's answer comes through `tasks/result`.
+            let _ = self.answer_of(standalone, &Value::Null).await;
+            std::future::pending().await
+        };
+        tokio::select! {
+            ran = self.run_task(name, arguments) => ran,
+            never = listen => never,
+        }
+    }
+
+    /// Calls the tool `name` as a task and follows the task to its result.
+    async fn run_task(&self, name: &str, arguments: Value) -> Answer<CallToolResult> {
+        let mut params = json!({"name": name, "arguments": arguments});
+        if !self.stateless {
+            params["task"] = json!({});
+        }
+        let created = self.request_with("tools/call", params, true).await?;
+        // 2025-11-25 nests the task (`{"task": {..}}`), 2026-07-28 answers it flat.
+        let task = created.get("task").unwrap_or(&created);
+        let Some(id) = task.get("taskId").and_then(Value::as_str) else {
+            return Err(errors::internal(format!(
+                "test client: {name} did not run as a task: {created}"
+            )));
+        };
+        let ended = tokio::time::timeout(TASK_WAIT, self.follow_task(id, &created)).await;
+        ended.unwrap_or_else(|_| {
+            Err(errors::internal(format!(
+                "test client: task {id} still running after {} s",
+                TASK_WAIT.as_secs()
+            )))
+        })
+    }
+
+    /// Follows the task `id` (made by a call that answered `created`) to its end: its result.
+    async fn follow_task(&self, id: &str, created: &Value) -> Answer<CallToolResult> {
+        if !self.stateless {
+            // `tasks/result` waits for the end, answering the task's questions on its stream.
+            let result = self.request("tasks/result", json!({"taskId": id})).await?;
+            return from_value(result);
+        }
+        let interval = created.get("pollIntervalMs").and_then(Value::as_u64);
+        // The server's interval, kept short: a test waits no longer than it must.
+        let interval = Duration::from_millis(interval.unwrap_or(50).clamp(5, 100));
+        loop {
+            let task = (self.request_with("tasks/get", json!({"taskId": id}), true)).await?;
+            match task.get("status").and_then(Value::as_str) {
+                Some("completed") => {
+                    return from_value(task.get("result").cloned().unwrap_or(Value::Null));
+                }
+                Some("failed" | "cancelled") => {
+                    let error = task.get("error").cloned().unwrap_or(Value::Null);
+                    return Err(serde_json::from_value(error).unwrap_or_else(|_| {
+                        errors::internal(format!("test client: task {id} ended: {task}"))
+                    }));
+                }
+                Some("input_required") => {
+                    let answers = self.answer_all(&task)?;
+                    let update = json!({"taskId": id, "inputResponses": answers});
+                    self.request_with("tasks/update", update, true).await?;
+                }
+                _ => tokio::time::sleep(interval).await,
+            }
+        }
+    }
+
+    /// The answers to every question of an `InputRequiredResult` (or of a task waiting for
+    /// input), by the key each was asked under.
+    fn answer_all(&self, asked: &Value) -> Result<Value, ErrorData> {
+        let questions = asked.get("inputRequests").and_then(Value::as_object);
+        let mut answers = Map::new();
+        for (key, question) in questions.into_iter().flatten() {
+            answers.insert(key.clone(), self.answer(question)?);
+        }
+        Ok(Value::Object(answers))
     }
 
     /// What the server sent besides answers so far (progress, log messages, list changes),
@@ -274,7 +490,7 @@ impl TestClient {
     async fn initialize(&self) -> Result<String, ErrorData> {
         let params = json!({
             "protocolVersion": self.version,
-            "capabilities": self.capabilities(),
+            "capabilities": self.capabilities(false),
             "clientInfo": client_info(),
         });
         let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params});
@@ -286,6 +502,26 @@ impl TestClient {
             .map(str::to_string);
         self.answer_of(res, &json!(0)).await?;
         session.ok_or_else(|| errors::internal("test client: initialize opened no session"))
+    }
+
+    /// Opens the session's standalone stream (`GET /mcp`), on which the server sends what is
+    /// not tied to a request of the client's (a task's questions, list changes).
+    async fn open_standalone(&self) -> Result<axum::response::Response, ErrorData> {
+        let mut req = Request::get("/mcp")
+            .header(http::header::ACCEPT, "text/event-stream")
+            .header(PROTOCOL_VERSION_HEADER, self.version.as_str());
+        if let Some(session) = &self.session {
+            req = req.header(SESSION_HEADER, session.as_str());
+        }
+        let req = (req.body(Body::empty())).map_err(|e| errors::internal(format!("{e}")))?;
+        let res = self.running.routes.serve(req).await;
+        if !res.status().is_success() {
+            return Err(errors::internal(format!(
+                "test client: the standalone stream got HTTP {}",
+                res.status()
+            )));
+        }
+        Ok(res)
     }
 
     /// Sends a notification (session era).
@@ -300,14 +536,20 @@ impl TestClient {
         }
     }
 
-    /// One request and its answer: a result, or the error.
-    async fn exchange(&self, method: &str, mut params: Value) -> Result<Value, ErrorData> {
+    /// One request and its answer: a result, or the error. In 2026-07-28 it declares the
+    /// tasks extension when `tasks`.
+    async fn exchange(
+        &self,
+        method: &str,
+        mut params: Value,
+        tasks: bool,
+    ) -> Result<Value, ErrorData> {
         let id = json!(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut headers = Vec::new();
         if self.stateless {
             params["_meta"] = json!({
                 META_VERSION: self.version,
-                META_CAPABILITIES: self.capabilities(),
+                META_CAPABILITIES: self.capabilities(tasks),
                 META_CLIENT_INFO: client_info(),
             });
             headers = self.mirrored(method, &params);
@@ -474,17 +716,28 @@ impl TestClient {
             .unwrap_or(Value::Null))))
     }
 
-    /// The client's answer to one of the server's requests (`method` and `params`): only
-    /// elicitation is answered, and only when the test gave a way to.
+    /// The client's answer to one of the server's requests (`method` and `params`):
+    /// elicitation, sampling and roots, each when the test gave a way to answer it.
     fn answer(&self, request: &Value) -> Result<Value, ErrorData> {
         let method = request.get("method").and_then(Value::as_str).unwrap_or("");
-        match (&self.elicitation, method) {
-            (Some(answer), "elicitation/create") => {
-                let params = request.get("params").cloned().unwrap_or(Value::Null);
+        let params = request.get("params").unwrap_or(&Value::Null);
+        let answers = &self.answers;
+        match (
+            method,
+            &answers.elicitation,
+            &answers.sampling,
+            &answers.roots,
+        ) {
+            ("elicitation/create", Some(answer), _, _) => {
                 let message = params.get("message").and_then(Value::as_str).unwrap_or("");
                 let schema = params.get("requestedSchema").unwrap_or(&Value::Null);
                 serde_json::to_value(answer(message, schema))
                     .map_err(|e| errors::internal(format!("test client: {e}")))
+            }
+            ("sampling/createMessage", _, Some(answer), _) => Ok(answer(params)),
+            ("roots/list", _, _, Some(roots)) => {
+                let roots: Vec<Value> = roots.iter().map(|uri| json!({"uri": uri})).collect();
+                Ok(json!({"roots": roots}))
             }
             _ => Err(errors::method_not_found_msg(format!(
                 "the test client does not answer {method}"
@@ -492,12 +745,24 @@ impl TestClient {
         }
     }
 
-    /// The capabilities the client declares.
-    fn capabilities(&self) -> Value {
-        match self.elicitation {
-            Some(_) => json!({"elicitation": {}}),
-            None => json!({}),
+    /// The capabilities the client declares: what it answers, and in 2026-07-28 the tasks
+    /// extension when `tasks`.
+    fn capabilities(&self, tasks: bool) -> Value {
+        let mut declared = Map::new();
+        let answers = &self.answers;
+        for (capability, answered) in [
+            ("elicitation", answers.elicitation.is_some()),
+            ("sampling", answers.sampling.is_some()),
+            ("roots", answers.roots.is_some()),
+        ] {
+            if answered {
+                declared.insert(capability.into(), json!({}));
+            }
         }
+        if tasks {
+            declared.insert("extensions".into(), json!({TASKS_EXTENSION: {}}));
+        }
+        Value::Object(declared)
     }
 }
 

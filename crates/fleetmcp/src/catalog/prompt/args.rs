@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::PromptError;
-use crate::catalog::tool::{NullForm, generate};
+use crate::catalog::tool::{NullForm, doc_description, generate};
 
 /// A scalar JSON type an argument is parsed into from its string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,8 @@ enum Scalar {
 pub(in crate::catalog) struct Arguments {
     /// As `prompts/list` shows them, by name.
     pub listed: Vec<PromptArgument>,
+    /// The type's doc comment: the prompt's description when it was given none.
+    pub description: Option<String>,
     /// The arguments parsed from their string before serde sees them.
     scalars: HashMap<String, Scalar>,
 }
@@ -65,7 +67,12 @@ impl Arguments {
             };
             scalars.insert(name.clone(), scalar);
         }
-        Self { listed, scalars }
+        let description = doc_description(&schema);
+        Self {
+            listed,
+            description,
+            scalars,
+        }
     }
 
     /// `given` as an `A`, or why not (invalid params): a required argument missing, a scalar

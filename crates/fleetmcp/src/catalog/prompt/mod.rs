@@ -32,6 +32,7 @@ use rmcp::model::{GetPromptResult, Prompt, PromptMessage};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
+use super::handler::{HandlerFn, needs_of};
 use super::state::{
     Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
     completer,
@@ -204,7 +205,22 @@ impl<S> PromptBuilder<S> {
         self.title = Some(t.into());
         self
     }
-    /// What the prompt is for, as `prompts/list` shows it.
+    /// What the prompt is for, as `prompts/list` shows it. Without it, the prompt is
+    /// described by the doc comment of its arguments type.
+    ///
+    /// ```
+    /// use fleetmcp::model::{PromptMessage, Role};
+    /// use fleetmcp::prompt;
+    ///
+    /// /// Asks the model to triage a ticket.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Triage { ticket: u64 }
+    ///
+    /// let triage = prompt("triage").get(|args: Triage, _ctx| async move {
+    ///     Ok(vec![PromptMessage::new_text(Role::User, format!("Triage {}", args.ticket))])
+    /// });
+    /// assert_eq!(triage.descriptor().description.as_deref(), Some("Asks the model to triage a ticket."));
+    /// ```
     pub fn description(mut self, d: impl Into<String>) -> Self {
         self.description = Some(d.into());
         self
@@ -269,7 +285,45 @@ impl PromptBuilder {
         Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
         R: IntoPromptResult + 'static,
     {
-        self.finish(move |args, ctx, ()| f(args, ctx))
+        self.finish(None, move |args, ctx, ()| f(args, ctx))
+    }
+    /// Finishes with a function (an `async fn`, or a closure with its arguments' types
+    /// written) taking the arguments as an `A`, the [`RequestContext`] and, optionally, the
+    /// server's state as a [`State<T>`](crate::State), found from that argument (see
+    /// [`ToolBuilder::handler_fn`](super::ToolBuilder::handler_fn)).
+    ///
+    /// ```
+    /// use fleetmcp::model::{PromptMessage, Role};
+    /// use fleetmcp::{PromptError, RequestContext, Server, State, prompt};
+    ///
+    /// struct House(String);
+    ///
+    /// /// Asks for a summary in the house style.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Summarize {
+    ///     topic: String,
+    /// }
+    ///
+    /// async fn summarize(args: Summarize, _ctx: RequestContext, house: State<House>) -> Result<Vec<PromptMessage>, PromptError> {
+    ///     Ok(vec![PromptMessage::new_text(Role::User, format!("Summarize {} ({})", args.topic, house.0))])
+    /// }
+    ///
+    /// let summary = prompt("summarize").get_fn(summarize);
+    /// assert_eq!(summary.descriptor().description.as_deref(), Some("Asks for a summary in the house style."));
+    /// let server = Server::builder("desk", "1.0.0").state(House("terse".into())).prompt(summary).build();
+    /// # drop(server);
+    /// ```
+    pub fn get_fn<A, S, H, R>(self, f: H) -> Arc<PromptDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        H: HandlerFn<(A,), S, Output = Result<R, PromptError>>,
+        R: IntoPromptResult + 'static,
+    {
+        let f = Arc::new(f);
+        self.finish(needs_of::<H, _, _>(), move |args: A, ctx, ()| {
+            let call = f.call((args,), ctx);
+            async move { call.await.map_err(PromptError::Protocol)? }
+        })
     }
 }
 
@@ -295,14 +349,16 @@ impl<T: Send + Sync + 'static> PromptBuilder<Arc<T>> {
         Fut: Future<Output = Result<R, PromptError>> + Send + 'static,
         R: IntoPromptResult + 'static,
     {
-        self.finish(f)
+        self.finish(None, f)
     }
 }
 
 /// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
 /// crate-private).
 impl<S> PromptBuilder<S> {
-    fn finish<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
+    /// `needs`: the state a function taking a [`State<T>`](crate::State) needs, besides the
+    /// builder's own `S`.
+    fn finish<A, F, Fut, R>(self, needs: Option<Needs>, f: F) -> Arc<PromptDef>
     where
         S: StateArg,
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -312,7 +368,9 @@ impl<S> PromptBuilder<S> {
     {
         let arguments = Arc::new(args::Arguments::of::<A>());
         let listed = (!arguments.listed.is_empty()).then(|| arguments.listed.clone());
-        let mut descriptor = Prompt::new(self.name, self.description, listed);
+        // No `.description(..)`: the arguments type's doc comment describes the prompt.
+        let description = self.description.or_else(|| arguments.description.clone());
+        let mut descriptor = Prompt::new(self.name, description, listed);
         if let Some(t) = self.title {
             descriptor = descriptor.with_title(t);
         }
@@ -331,7 +389,7 @@ impl<S> PromptBuilder<S> {
             }),
             completers: self.completers,
             scope: self.scope,
-            needs: S::needs(),
+            needs: needs.or_else(S::needs),
         })
     }
 }

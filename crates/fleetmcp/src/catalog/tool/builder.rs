@@ -11,9 +11,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::def::Handler;
-use super::schema::{NullForm, generate, wrap_non_object};
+use super::schema::{NullForm, doc_description, generate, wrap_non_object};
 use super::{IntoToolResult, ToolDef, ToolError, ToolOutput};
-use crate::catalog::state::StateArg;
+use crate::catalog::handler::{HandlerFn, needs_of};
+use crate::catalog::state::{Needs, StateArg};
 use crate::context::RequestContext;
 
 /// Starts declaring a tool: name it, describe it, then give its handler, which gets the
@@ -83,7 +84,24 @@ impl<S> ToolBuilder<S> {
         self.title = Some(title.into());
         self
     }
-    /// What the tool does, for the model that chooses it: `tools/list` shows it.
+    /// What the tool does, for the model that chooses it: `tools/list` shows it. Without it,
+    /// a tool whose handler takes typed arguments is described by the doc comment of their
+    /// type (schemars makes it the schema's `description`).
+    ///
+    /// ```
+    /// use fleetmcp::tool;
+    ///
+    /// /// Adds two integers.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    ///
+    /// let add = tool("add").handler(|args: Add, _ctx| async move { Ok((args.a + args.b).to_string()) });
+    /// assert_eq!(add.descriptor().description.as_deref(), Some("Adds two integers."));
+    /// let plus = tool("plus")
+    ///     .description("Sums a and b")
+    ///     .handler(|args: Add, _ctx| async move { Ok((args.a + args.b).to_string()) });
+    /// assert_eq!(plus.descriptor().description.as_deref(), Some("Sums a and b"));
+    /// ```
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.description = Some(description.into());
         self
@@ -190,6 +208,12 @@ impl ToolBuilder {
     /// [`Structured<T>`](crate::Structured) publishes the schema of `T` as the tool's
     /// `outputSchema` (a `T` that is not an object is sent, and published, under `"result"`
     /// of one: see [`Structured`](crate::Structured)).
+    ///
+    /// The closure takes two arguments, whose types it need not write (the arguments type
+    /// aside). One that also takes the server's state comes after [`ToolBuilder::state`]; a
+    /// closure of three arguments here is refused as E0593 ("expected closure that takes 2
+    /// arguments"). [`ToolBuilder::handler_fn`] takes functions of either shape, the state as
+    /// a [`State<T>`](crate::State).
     pub fn handler<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
     where
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -197,7 +221,56 @@ impl ToolBuilder {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        self.typed(move |args, ctx, ()| f(args, ctx))
+        self.typed(None, move |args, ctx, ()| f(args, ctx))
+    }
+
+    /// Finishes the tool with a function (an `async fn`, or a closure with its arguments'
+    /// types written) taking the arguments, the [`RequestContext`] and, optionally, the
+    /// server's state as a [`State<T>`](crate::State): the state's type is found from that
+    /// argument, no [`ToolBuilder::state`] needed, and checked when the server is built.
+    /// Arguments and schemas as for [`ToolBuilder::handler`]. A function of another shape is
+    /// refused at compile time with a note saying what a handler takes (see
+    /// [`HandlerFn`]).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use std::sync::Mutex;
+    /// use fleetmcp::{RequestContext, Server, State, ToolError, tool};
+    ///
+    /// #[derive(Default)]
+    /// struct Notes(Mutex<BTreeMap<u64, String>>);
+    ///
+    /// /// Adds a note.
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add {
+    ///     text: String,
+    /// }
+    ///
+    /// async fn add(args: Add, ctx: RequestContext, notes: State<Notes>) -> Result<String, ToolError> {
+    ///     ctx.progress(1.0, None, None);
+    ///     let mut notes = notes.0.lock().map_err(|_| ToolError::failed("poisoned"))?;
+    ///     let id = notes.len() as u64 + 1;
+    ///     notes.insert(id, args.text);
+    ///     Ok(id.to_string())
+    /// }
+    ///
+    /// let server = Server::builder("notes", "1.0.0")
+    ///     .state(Notes::default())
+    ///     .tool(tool("add_note").handler_fn(add))
+    ///     .build();
+    /// # drop(server);
+    /// ```
+    pub fn handler_fn<A, S, H, R>(self, f: H) -> Arc<ToolDef>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        H: HandlerFn<(A,), S, Output = Result<R, ToolError>>,
+        R: IntoToolResult + 'static,
+    {
+        let f = Arc::new(f);
+        self.typed(needs_of::<H, _, _>(), move |args: A, ctx, ()| {
+            let call = f.call((args,), ctx);
+            async move { call.await.map_err(ToolError::Protocol)? }
+        })
     }
 
     /// Finishes the tool with a handler taking the raw JSON arguments; the schema comes from
@@ -222,7 +295,7 @@ impl<T: Send + Sync + 'static> ToolBuilder<Arc<T>> {
         Fut: Future<Output = Result<R, ToolError>> + Send + 'static,
         R: IntoToolResult + 'static,
     {
-        self.typed(f)
+        self.typed(None, f)
     }
 
     /// [`ToolBuilder::raw_handler`], for a handler that also gets the state.
@@ -239,7 +312,9 @@ impl<T: Send + Sync + 'static> ToolBuilder<Arc<T>> {
 /// The finishing steps, for either kind of handler (`S: StateArg` on each: the trait is
 /// crate-private).
 impl<S> ToolBuilder<S> {
-    fn typed<A, F, Fut, R>(self, f: F) -> Arc<ToolDef>
+    /// `needs`: the state a handler taking a [`State<T>`](crate::State) needs, besides the
+    /// builder's own `S`.
+    fn typed<A, F, Fut, R>(self, needs: Option<Needs>, f: F) -> Arc<ToolDef>
     where
         S: StateArg,
         A: DeserializeOwned + JsonSchema + Send + 'static,
@@ -251,12 +326,16 @@ impl<S> ToolBuilder<S> {
         // schemars' exact one, an optional field took a `null` the published schema refuses,
         // and errors named an `anyOf` no client was shown): a client that follows the
         // published schema and one that does not meet the same rule.
-        let published = match self.input_schema.clone() {
-            Some(given) => given,
-            None => generate::<A>(Some(NullForm::Omit)),
-        };
+        let generated = generate::<A>(Some(NullForm::Omit));
+        let mut this = self;
+        // No `.description(..)`: the arguments type's doc comment describes the tool.
+        if this.description.is_none() {
+            this.description = doc_description(&generated);
+        }
+        let published = this.input_schema.clone().unwrap_or(generated);
         let f = Arc::new(f);
-        self.finish::<R>(
+        this.finish::<R>(
+            needs,
             published,
             Box::new(move |args, ctx| {
                 let f = f.clone();
@@ -289,6 +368,7 @@ impl<S> ToolBuilder<S> {
         });
         let f = Arc::new(f);
         self.finish::<R>(
+            None,
             schema,
             Box::new(move |args, ctx| {
                 let f = f.clone();
@@ -304,7 +384,12 @@ impl<S> ToolBuilder<S> {
 
     /// `schema` is the input schema of `tools/list`, which arguments are validated against.
     /// The output schema is the one the handler's result type `R` declares.
-    fn finish<R: IntoToolResult>(self, schema: JsonObject, handler: Box<Handler>) -> Arc<ToolDef>
+    fn finish<R: IntoToolResult>(
+        self,
+        needs: Option<Needs>,
+        schema: JsonObject,
+        handler: Box<Handler>,
+    ) -> Arc<ToolDef>
     where
         S: StateArg,
     {
@@ -353,7 +438,7 @@ impl<S> ToolBuilder<S> {
             task_support: self.task_support,
             escalates: self.escalates,
             scope: self.scope,
-            needs: S::needs(),
+            needs: needs.or_else(S::needs),
         })
     }
 }

@@ -33,11 +33,14 @@ pub use error::ToolError;
 pub(in crate::catalog) use error::{Classified, classify};
 pub use result::{IntoToolResult, Structured};
 pub(crate) use result::{Output, ToolOutput};
-pub(in crate::catalog) use schema::{NullForm, generate};
+pub(in crate::catalog) use schema::{NullForm, doc_description, generate};
 
 use schemars::JsonSchema;
 
 /// Arguments of a tool that takes none. (`Serialize` too: a test calls such a tool with
 /// [`TestClient::call_tool`](crate::TestClient::call_tool)`(name, NoArgs {})`.)
+// No description in its schema: this doc comment would otherwise describe every tool and
+// prompt without arguments (`tool/schema.rs`'s `doc_description`).
 #[derive(Debug, Default, serde::Deserialize, serde::Serialize, JsonSchema)]
+#[schemars(description = "")]
 pub struct NoArgs {}

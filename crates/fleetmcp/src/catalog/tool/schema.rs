@@ -9,6 +9,18 @@ pub(in crate::catalog) use crate::protocol::schema::{
     NullForm, RESULT_KEY, generate, wrap_non_object,
 };
 
+use rmcp::model::JsonObject;
+use serde_json::Value;
+
+/// The doc comment of the type `schema` was generated from (schemars writes it as the root's
+/// `description`): what describes a tool or a prompt declared without `.description(..)`.
+/// [`NoArgs`](crate::NoArgs) has none in its schema, so a tool without arguments is not
+/// described by the library's words.
+pub(in crate::catalog) fn doc_description(schema: &JsonObject) -> Option<String> {
+    let text = schema.get("description").and_then(Value::as_str)?.trim();
+    (!text.is_empty()).then(|| text.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use schemars::JsonSchema;
