@@ -132,7 +132,7 @@ fn fit_open_files(configured: usize) -> usize {
 
 /// What a connection may ask.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     /// Everything.
     Full,
     /// Over the cap: `/healthz` and `/readyz` only.
@@ -431,11 +431,19 @@ async fn connection(
     }
 }
 
+/// A request being answered, boxed: hyper keeps a place for its service's future for the whole
+/// life of the connection (`Box::pin(None)` when the connection opens, the future written into
+/// it per request), so an unboxed future of the routes (~6 KB) stayed allocated on every
+/// connection, an idle SSE stream's included, long after its request was answered. Boxed, the
+/// place is a pointer, and the future's bytes live while it runs (issue 37).
+pub(super) type Answering =
+    Pin<Box<dyn Future<Output = Result<Response<Tracked<AxumBody>>, Infallible>> + Send>>;
+
 /// What answers a connection's requests: the routes (over the cap, `mode`, only for the health
 /// routes), each request in flight counted in `active` until its answer's body ends, its body
 /// read under the deadline `limits.body` from its head, and answered with `Connection: close`
 /// once the stop began (`phases.draining`). The first request notifies `activity.first`.
-fn requests(
+pub(super) fn requests(
     peer: SocketAddr,
     routes: Routes,
     mode: Mode,
@@ -446,7 +454,7 @@ fn requests(
     Request<Incoming>,
     Response = Response<Tracked<AxumBody>>,
     Error = Infallible,
-    Future = impl Future<Output = Result<Response<Tracked<AxumBody>>, Infallible>> + Send,
+    Future = Answering,
 > + Send {
     let body_limit = limits.body;
     let draining = phases.draining.clone();
@@ -459,7 +467,7 @@ fn requests(
         let deadline = Instant::now() + body_limit;
         let routes = routes.clone();
         let draining = draining.clone();
-        async move {
+        Box::pin(async move {
             let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
                 over_capacity()
             } else {
@@ -478,7 +486,7 @@ fn requests(
                 inner: body,
                 _guard: guard,
             }))
-        }
+        }) as Answering
     })
 }
 
@@ -506,7 +514,7 @@ fn over_capacity() -> Response<AxumBody> {
 /// A connection's requests in flight and when it last became idle, kept with atomics: a
 /// request's begin and end are an atomic add each and wake nothing (issue 23: a watch channel
 /// here woke the connection's task twice per request and armed a new idle timer at each end).
-struct Activity {
+pub(super) struct Activity {
     /// What `idle_since` counts from.
     base: Instant,
     /// Requests in flight (from their head until their answer's body is dropped).
@@ -521,7 +529,7 @@ struct Activity {
 }
 
 impl Activity {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             base: Instant::now(),
             active: AtomicUsize::new(0),
@@ -588,7 +596,7 @@ impl Drop for InFlight {
 }
 
 /// An answer's body that keeps its request counted as in flight.
-struct Tracked<B> {
+pub(super) struct Tracked<B> {
     inner: B,
     _guard: InFlight,
 }

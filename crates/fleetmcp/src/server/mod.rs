@@ -678,6 +678,8 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
 
 mod heap;
 mod listener;
+#[cfg(test)]
+mod listener_test;
 mod parts;
 #[cfg(test)]
 mod routes_test;
