@@ -318,6 +318,12 @@ if [[ "$NETNS" == 1 ]]; then
   desk_via="$(rtt scale-i1 --url "http://${ADVERTISED[0]}/healthz")"
   HOPS_NOTE="round trips p50 (fleet-loadgen rtt, 200 each): instance to Redis PING ${redis_direct} µs direct, ${redis_via} µs as the instances reach it; instance to instance GET /healthz ${desk_direct} µs direct, ${desk_via} µs at the advertised address"
   log "$HOPS_NOTE"
+  # Where the others relay to: the address each heartbeat advertises (the delaying relay's).
+  adv_ok=0
+  for i in "${!MACHINES[@]}"; do
+    kcli GET "mcp:ha:heartbeat:${MACHINES[$i]}" | grep -qF "\"address\":\"${ADVERTISED[$i]}\"" && adv_ok=$((adv_ok + 1))
+  done
+  check "heartbeats advertising the address the others relay to (${ADVERTISED[0]}, ...)" "$INSTANCES" "$adv_ok"
   if [[ "$DELAY_MODE" != none ]]; then
     check "a round trip to Redis takes the delay (>= 2 x $DELAY_US µs)" yes "$( (( redis_via >= 2 * DELAY_US )) && echo yes || echo "no: $redis_via µs")"
     check "a round trip to the holder takes the delay (>= 2 x $DELAY_US µs)" yes "$( (( desk_via >= 2 * DELAY_US )) && echo yes || echo "no: $desk_via µs")"
