@@ -8,7 +8,20 @@
 # model (bench/capacity.model, docs/CAPACITY.md) predicts for this shape, with the ratio.
 # The harness checks its own counts and exits 1 if one is wrong (sessions opened = records in
 # Redis = entries of the holders' indexes = entries of the limit sets; calls answered; relayed
-# calls answered by their holder; streams open; the dead instance's sessions all claimed).
+# calls answered by their holder; streams open; the dead instance's sessions all claimed; with
+# DELAY_US, that a round trip between hosts takes the delay it should).
+#
+# Network delay (NETNS=1 DELAY_US=N): every hop between hosts (an instance and Redis, an instance
+# and the holder it relays to) gets N µs each way, so that relay, takeover and confirmation
+# costs include real hops. By `tc netem delay` on each host's veth where the kernel has netem;
+# where it has not (this machine's: `Error: Specified qdisc kind is unknown.`), by user-space
+# relays (`fleet-loadgen delay`, bench/loadgen/src/delay.rs), each chunk forwarded in order N µs
+# after it was read: one on Redis's host in front of Redis (the instances' REDIS_URL names it;
+# this script's own redis-cli goes around it) and one on each instance's host in front of its
+# listener, which the instance advertises (FLEETMCP_ADVERTISE_ADDRESS), so the others' relayed
+# requests go through it; the load generator reaches the instances directly (with netem, its
+# packets to an instance are delayed N one way). Round trips through and around them (PING,
+# GET /healthz, from an instance's host) are printed with the table and checked (>= 2N).
 #
 # Environment (all optional):
 #   INSTANCES=3         help-desk instances (up to 50): RUST_LOG=warn, TOKIO_WORKER_THREADS=WORKERS
@@ -29,8 +42,10 @@
 #                       TTL 3x it). The recovery step waits for the heartbeat to expire.
 #   CONCURRENCY=64      requests in flight while opening sessions
 #   NETNS=0             1: Redis and every instance on hosts of their own (network namespaces
-#                       joined by a bridge, veth pairs), loadgen in the root namespace;
-#                       DELAY=0.25ms adds tc netem delay on every veth (if the kernel has netem)
+#                       joined by a bridge, veth pairs), loadgen in the root namespace
+#   DELAY_US=0          NETNS=1: one-way delay between hosts, µs (netem, else the relays above;
+#                       the relays need REDIS=single: a Cluster's MOVED names the nodes' ports)
+#   CALL_CONCURRENCY=16 calls in flight in step 5 (their latency p50/p99 is in the table)
 #   BENCHMARK=1         0: skip redis-benchmark's ops/s ceiling
 #   PROFILE=release     or debug; SKIP_BUILD=1 uses what is built; HELP_DESK_BIN and
 #                       LOADGEN_BIN name the binaries instead (the CI test's)
@@ -56,7 +71,8 @@ KILL="${KILL:-1}"
 HEARTBEAT_MS="${HEARTBEAT_MS:-}"
 CONCURRENCY="${CONCURRENCY:-64}"
 NETNS="${NETNS:-0}"
-DELAY="${DELAY:-0.25ms}"
+DELAY_US="${DELAY_US:-0}"
+CALL_CONCURRENCY="${CALL_CONCURRENCY:-16}"
 BENCHMARK="${BENCHMARK:-1}"
 PROFILE="${PROFILE:-release}"
 MODEL="${MODEL:-$ROOT/bench/capacity.model}"
@@ -71,21 +87,28 @@ die() { log "$*"; exit 1; }
 [[ "$REDIS" == single || "$REDIS" == cluster ]] || die "REDIS must be single or cluster"
 require scale.sh redis-server redis-cli curl awk
 [[ "$NETNS" == 1 ]] && require scale.sh ip
+[[ "$DELAY_US" =~ ^[0-9]+$ ]] || die "DELAY_US must be a whole number of µs"
+(( DELAY_US == 0 || NETNS == 1 )) || die "DELAY_US needs NETNS=1 (hosts to put the delay between)"
 
+# Two builds, not one: built together, the load generator's dependency features (rustix's
+# timerfd) would be unified into the server's, a different help-desk than the one deployed.
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
-  if [[ "$PROFILE" == debug ]]; then cargo build -p help-desk -p fleet-loadgen >&2
-  else cargo build --release -p help-desk -p fleet-loadgen >&2; fi
+  prof=(); [[ "$PROFILE" == release ]] && prof=(--release)
+  cargo build "${prof[@]}" -p help-desk >&2
+  cargo build "${prof[@]}" -p fleet-loadgen >&2
 fi
 [[ -x "$BIN" && -x "$LOADGEN" ]] || die "missing $BIN or $LOADGEN (build first)"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fleetmcp-scale.XXXXXX")"
 PIDS=()           # the instances, by index ("" once killed)
 STREAM_PID=""
+DELAY_PIDS=()     # the delaying relays (DELAY_US without netem)
 NS=()             # namespaces made (NETNS=1)
 REDIS_PIDFILES=()
 cleanup() {
   [[ -n "$STREAM_PID" ]] && { kill -KILL "$STREAM_PID"; wait "$STREAM_PID"; } 2>/dev/null || true
   for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && { kill -KILL "$p"; wait "$p"; } 2>/dev/null || true; done
+  for p in "${DELAY_PIDS[@]:-}"; do [[ -n "$p" ]] && { kill -KILL "$p"; wait "$p"; } 2>/dev/null || true; done
   for f in "${REDIS_PIDFILES[@]:-}"; do [[ -f "$f" ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true; done
   if [[ "$NETNS" == 1 ]]; then
     for n in "${NS[@]:-}"; do [[ -n "$n" ]] && ip netns del "$n" 2>/dev/null || true; done
@@ -102,7 +125,9 @@ trap 'exit 130' INT TERM
 # namespace; Redis's host 10.77.0.2 (namespace scale-redis), instance i's 10.77.1.(i+1)
 # (namespace scale-i<i>), each joined to the bridge by a veth pair; the load generator's
 # source addresses 10.78.x.y are local to the root namespace (a `local` route).
-NETEM_NOTE=""
+# DELAY_US: DELAY_MODE is netem once the first host's qdisc is made, relay if the kernel
+# refuses it (then no host gets one).
+DELAY_MODE=none; DELAY_NOTE="no added delay"
 in_host() { # HOST-NAMESPACE CMD... (runs CMD there, or here on loopback)
   local n="$1"; shift
   if [[ "$NETNS" == 1 ]]; then ip netns exec "$n" "$@"; else "$@"; fi
@@ -118,12 +143,28 @@ make_host() { # NAME ADDRESS
   ip -n "$n" addr add "$addr/16" dev eth0
   ip -n "$n" link set eth0 up
   ip -n "$n" route add default via 10.77.0.1
-  if [[ -n "$DELAY" && "$DELAY" != 0 ]]; then
+  if (( DELAY_US > 0 )) && [[ "$DELAY_MODE" != relay ]]; then
     local err
-    if ! err="$(ip netns exec "$n" tc qdisc add dev eth0 root netem delay "$DELAY" 2>&1)"; then
-      NETEM_NOTE="tc netem failed (${err//$'\n'/ }): hops without added delay"
+    if err="$(ip netns exec "$n" tc qdisc add dev eth0 root netem delay "${DELAY_US}us" 2>&1)"; then
+      DELAY_MODE=netem; DELAY_NOTE="tc netem delay ${DELAY_US}us on every host's veth"
+    else
+      [[ "$DELAY_MODE" == netem ]] && die "tc netem failed on $n after working: $err"
+      DELAY_MODE=relay
+      DELAY_NOTE="${DELAY_US} µs each way by user-space relays (fleet-loadgen delay${RT:+, chrt -f 1}) in front of Redis and of each instance's advertised address; tc netem failed: ${err//$'\n'/ }"
     fi
   fi
+}
+# The relays run at real-time priority where allowed (chrt -f 1): a wire's delay does not wait
+# for a CPU, and on a loaded machine a relay woken by its timer behind busy tasks added
+# milliseconds (p90 of PINGs through a 250 µs relay: 4-6 ms at load 9; 0.7 ms with chrt). They
+# sleep on timers and copy bytes: little CPU, and the kernel's RT throttling bounds it.
+RT=(); chrt -f 1 true 2>/dev/null && RT=(chrt -f 1)
+start_delay() { # HOST-NAMESPACE LISTEN TO: a delaying relay on that host
+  ip netns exec "$1" "${RT[@]}" "$LOADGEN" delay --listen "$2" --to "$3" --one-way-us "$DELAY_US" 2>>"$WORK/delay.log" &
+  DELAY_PIDS+=($!)
+  local h="${2%:*}" p="${2##*:}"
+  for _ in $(seq 50); do ip netns exec "$1" bash -c "exec 3<>/dev/tcp/$h/$p" 2>/dev/null && return; sleep 0.1; done
+  die "delaying relay $2 did not start: $(cat "$WORK/delay.log")"
 }
 REDIS_HOST=127.0.0.1
 if [[ "$NETNS" == 1 ]]; then
@@ -133,7 +174,8 @@ if [[ "$NETNS" == 1 ]]; then
   ip route add local 10.78.0.0/16 dev lo
   make_host scale-redis 10.77.0.2
   REDIS_HOST=10.77.0.2
-  [[ -n "$NETEM_NOTE" ]] && log "$NETEM_NOTE"
+  log "delay: $DELAY_NOTE"
+  [[ "$DELAY_MODE" == relay && "$REDIS" != single ]] && die "the delaying relays need REDIS=single (a Cluster's MOVED replies name the nodes' own ports)"
 fi
 rcli() { redis-cli -h "$REDIS_HOST" "$@"; }
 
@@ -153,6 +195,10 @@ if [[ "$REDIS" == single ]]; then
   start_redis "$p"
   MASTERS=("$p")
   REDIS_ENV="REDIS_URL=redis://$REDIS_HOST:$p"
+  if [[ "$DELAY_MODE" == relay ]]; then
+    start_delay scale-redis "$REDIS_HOST:6380" "$REDIS_HOST:$p"
+    REDIS_ENV="REDIS_URL=redis://$REDIS_HOST:6380"
+  fi
 else
   ports=()
   while [[ ${#ports[@]} -lt 6 ]]; do
@@ -209,6 +255,7 @@ max_sessions = $(( SESSIONS + 10000 ))
 allowed_hosts = ["*"]
 TOML
 URLS=(); MACHINES=()
+ADVERTISED=()     # where the others relay to (the delaying relay's port with DELAY_MODE=relay)
 limit_env=()
 [[ "$LIMIT" == off ]] && limit_env=(FLEETMCP_MAX_SESSIONS_PER_KEY=0)
 hb_env=()
@@ -218,19 +265,24 @@ for i in $(seq 0 $((INSTANCES - 1))); do
   if [[ "$NETNS" == 1 ]]; then
     host="10.77.1.$((i + 1))"; port=3000
     make_host "scale-i$i" "$host"
+    advertise="$host:$port"
+    if [[ "$DELAY_MODE" == relay ]]; then
+      start_delay "scale-i$i" "$host:$((port + 1))" "127.0.0.1:$port"
+      advertise="$host:$((port + 1))"
+    fi
   else
-    host=127.0.0.1; port="$(free_port)"
+    host=127.0.0.1; port="$(free_port)"; advertise="$host:$port"
   fi
   # Small instances (few threads, warn logs); `ip netns exec` and `env` both exec, so $! is
   # the help-desk's own pid (its CPU, RSS, and the SIGKILL of the recovery step).
   ns_exec=(); [[ "$NETNS" == 1 ]] && ns_exec=(ip netns exec "scale-i$i")
   "${ns_exec[@]}" env "$REDIS_ENV" PORT="$port" MACHINE_ID="desk-$i" \
     FRONTMCP_DEPLOYMENT_MODE=distributed FRONTMCP_BIND_ADDRESS="$([[ "$NETNS" == 1 ]] && echo all || echo loopback)" \
-    FLEETMCP_ADVERTISE_ADDRESS="$host:$port" FLEETMCP_CONFIG="$WORK/fleet.toml" \
+    FLEETMCP_ADVERTISE_ADDRESS="$advertise" FLEETMCP_CONFIG="$WORK/fleet.toml" \
     MCP_SESSION_SECRET="$SECRET" RUST_LOG="${SERVER_RUST_LOG:-warn}" TOKIO_WORKER_THREADS="$WORKERS" \
     "${limit_env[@]}" "${hb_env[@]}" "$BIN" >"$WORK/desk-$i.log" 2>&1 &
   PIDS+=($!)
-  URLS+=("http://$host:$port/mcp"); MACHINES+=("desk-$i")
+  URLS+=("http://$host:$port/mcp"); MACHINES+=("desk-$i"); ADVERTISED+=("$advertise")
 done
 for i in "${!URLS[@]}"; do
   ok=""
@@ -252,6 +304,31 @@ declare -A NOTE
 meas() { M[$1]="$2"; [[ -n "${3:-}" ]] && NOTE[$1]="$3"; return 0; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b + 0 == 0) print "-"; else printf "%.2f", a / b}'; }
 div() { awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN {if (b + 0 == 0) print "-"; else printf "%.*f", d, a / b}'; }
+jq_us() { sed -n "s/.*\"$2\":{[^}]*\"$3\":\([0-9]*\).*/\1/p" "$1"; } # FILE OBJECT KEY: a latency of fleet-loadgen's JSON
+
+# --- 0. the hops between hosts (NETNS=1): round trips from an instance's host, around the
+# delaying relays and through them (with netem, both are the one delayed path) ----------------
+HOPS_NOTE=""
+if [[ "$NETNS" == 1 ]]; then
+  rtt() { in_host "$1" "$LOADGEN" rtt "${@:2}" --count 200 | sed -n 's/.*"p50_us":\([0-9]*\).*/\1/p'; }
+  redis_direct="$(rtt scale-i0 --redis "$REDIS_HOST:${MASTERS[0]}")"
+  redis_via="$(rtt scale-i0 --redis "${REDIS_ENV#*redis://}")"
+  [[ "$REDIS" == single ]] || redis_via="$redis_direct"
+  desk_direct="$(rtt scale-i1 --url "${URLS[0]%/mcp}/healthz")"
+  desk_via="$(rtt scale-i1 --url "http://${ADVERTISED[0]}/healthz")"
+  HOPS_NOTE="round trips p50 (fleet-loadgen rtt, 200 each): instance to Redis PING ${redis_direct} µs direct, ${redis_via} µs as the instances reach it; instance to instance GET /healthz ${desk_direct} µs direct, ${desk_via} µs at the advertised address"
+  log "$HOPS_NOTE"
+  # Where the others relay to: the address each heartbeat advertises (the delaying relay's).
+  adv_ok=0
+  for i in "${!MACHINES[@]}"; do
+    kcli GET "mcp:ha:heartbeat:${MACHINES[$i]}" | grep -qF "\"address\":\"${ADVERTISED[$i]}\"" && adv_ok=$((adv_ok + 1))
+  done
+  check "heartbeats advertising the address the others relay to (${ADVERTISED[0]}, ...)" "$INSTANCES" "$adv_ok"
+  if [[ "$DELAY_MODE" != none ]]; then
+    check "a round trip to Redis takes the delay (>= 2 x $DELAY_US µs)" yes "$( (( redis_via >= 2 * DELAY_US )) && echo yes || echo "no: $redis_via µs")"
+    check "a round trip to the holder takes the delay (>= 2 x $DELAY_US µs)" yes "$( (( desk_via >= 2 * DELAY_US )) && echo yes || echo "no: $desk_via µs")"
+  fi
+fi
 
 # An idle window: commands per instance per second (the fleet as it stands).
 idle_window() { # NAME -> commands in WINDOW seconds (by command in the log)
@@ -297,6 +374,8 @@ open_cmds="$(awk -v d="$((c1 - c0))" -v r="$idle_rate" -v s="$open_s" 'BEGIN {pr
 meas commands_per_initialize "$(div "$open_cmds" "$opened" 2)" "$opened in ${open_s%.*} s ($(div "$opened" "$open_s" 0)/s), load $(load1)"
 meas redis_cpu_per_initialize_us "$(div "$(( (rt1 - rt0) * 10000 ))" "$opened" 1)" "redis-server CPU $(div "$(( rt1 - rt0 ))" "$(awk -v s="$open_s" 'BEGIN {print s}')" 0)% while opening"
 meas process_cpu_per_initialize_us "$(div "$(( (ft1 - ft0) * 10000 ))" "$opened" 1)" "all instances' CPU / sessions opened"
+meas initialize_p50_us "$(jq_us "$WORK/open.json" initialize p50_us)" "an initialize's latency at the load generator, $CONCURRENCY in flight"
+meas initialize_p99_us "$(jq_us "$WORK/open.json" initialize p99_us)" "the same, p99"
 sleep 2
 mem1="$(redis_mem)"; rss1="$(fleet_rss_kib)"
 meas redis_bytes_per_idle_session "$(div "$(( mem1 - mem0 ))" "$opened" 0)" "INFO memory used_memory delta / sessions"
@@ -407,7 +486,7 @@ if (( CALLS > 0 )); then
   for relay in 0 1; do
     b0="$(cmd_by_name)"; c0="$(cmd_total)"; ft0="$(fleet_ticks)"; t0="$(date +%s%N)"
     "$LOADGEN" calls --urls "$url_list" --machines "$machine_list" --ids "$WORK/ids" --calls "$CALLS" \
-      --relay "$relay" --concurrency 16 >"$WORK/calls-$relay.json"
+      --relay "$relay" --concurrency "$CALL_CONCURRENCY" >"$WORK/calls-$relay.json"
     t1="$(date +%s%N)"; c1="$(cmd_total)"; ft1="$(fleet_ticks)"
     secs="$(awk -v a="$t0" -v b="$t1" 'BEGIN {print (b - a) / 1e9}')"
     okc="$(sed -n 's/.*"ok":\([0-9]*\).*/\1/p' "$WORK/calls-$relay.json")"
@@ -419,7 +498,11 @@ if (( CALLS > 0 )); then
       "$(sed -n 's/.*"relayed":\([0-9]*\).*/\1/p' "$WORK/calls-1.json")"
     meas "commands_per_${name}_call" "$(div "$net" "$okc" 3)" "$okc first calls of idle sessions, $(div "$okc" "$secs" 0)/s, load $(load1)"
     meas "process_cpu_per_${name}_call_us" "$(div "$(( (ft1 - ft0) * 10000 ))" "$okc" 0)" "all instances' CPU / calls"
+    meas "${name}_call_p50_us" "$(jq_us "$WORK/calls-$relay.json" latency p50_us)" "a call's latency at the load generator, $CALL_CONCURRENCY in flight"
+    meas "${name}_call_p99_us" "$(jq_us "$WORK/calls-$relay.json" latency p99_us)" "the same, p99"
   done
+  meas relayed_call_added_p50_us "$(( M[relayed_call_p50_us] - M[held_call_p50_us] ))" "relayed p50 - held p50"
+  meas relayed_call_added_p99_us "$(( M[relayed_call_p99_us] - M[held_call_p99_us] ))" "relayed p99 - held p99"
 fi
 
 # --- 6. notifications fanned out: Redis messages per notify_session and per resource update -------
@@ -498,6 +581,7 @@ if [[ "$KILL" == 1 ]]; then
     alive=$(( INSTANCES - 1 ))
     net="$(awk -v d="$((c1 - c0 - polls))" -v r="$idle_rate" -v s="$secs" -v a="$alive" -v i="$INSTANCES" 'BEGIN {print d - r * a / i * s}')"
     meas recovery_commands_per_session "$(div "$net" "$k" 2)" "$k sessions; SIGKILL to all claimed $(printf %.1f "$secs") s: heartbeat expired, $(printf %.1f "$wait_s") s to the next scan, $(printf %.1f "$claim_s") s claiming"
+    meas recovery_s "$(printf %.2f "$secs")" "SIGKILL to the last of $k sessions claimed (polled every 0.1 s)"
     meas recovery_claim_s_per_100k_sessions "$(awk -v s="$claim_s" -v k="$k" 'BEGIN {printf "%.2f", s * 100000 / k}')" "first claim to all claimed (polled every 0.1 s), scaled to 100k"
   fi
 fi
@@ -524,19 +608,21 @@ predict() { # KEY -> the model's figure for this shape, or -
 }
 {
   echo
-  echo "Shape: INSTANCES=$INSTANCES SESSIONS=$SESSIONS STREAMS=$STREAMS CALLS=$CALLS REDIS=$REDIS LIMIT=$LIMIT NETNS=$NETNS WORKERS=$WORKERS HEARTBEAT_MS=${HEARTBEAT_MS:-default} $PROFILE build, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?), $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo "Machine: $(nproc) CPUs, ${MEM_FREE} GiB available at the end, load at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); redis-benchmark: ${BENCH_NOTE}${NETEM_NOTE:+; $NETEM_NOTE}"
+  echo "Shape: INSTANCES=$INSTANCES SESSIONS=$SESSIONS STREAMS=$STREAMS CALLS=$CALLS REDIS=$REDIS LIMIT=$LIMIT NETNS=$NETNS DELAY_US=$DELAY_US CALL_CONCURRENCY=$CALL_CONCURRENCY WORKERS=$WORKERS HEARTBEAT_MS=${HEARTBEAT_MS:-default} $PROFILE build, commit $(git rev-parse --short HEAD 2>/dev/null || echo ?), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "Machine: $(nproc) CPUs, ${MEM_FREE} GiB available at the end, load at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); redis-benchmark: ${BENCH_NOTE}"
+  [[ "$NETNS" == 1 ]] && echo "Delay: $DELAY_NOTE; $HOPS_NOTE"
   echo
   echo "| coefficient | measured | predicted | measured/predicted | how measured |"
   echo "|---|--:|--:|--:|---|"
   for key in idle_commands_per_instance_per_s idle_commands_per_instance_per_s_with_sessions \
       redis_connections_per_instance redis_connections_per_instance_with_streams redis_pubsub_channels_per_instance \
-      commands_per_initialize redis_cpu_per_initialize_us process_cpu_per_initialize_us \
+      commands_per_initialize redis_cpu_per_initialize_us process_cpu_per_initialize_us initialize_p50_us initialize_p99_us \
       redis_bytes_per_idle_session record_bytes node_index_bytes_per_entry limit_set_bytes_per_entry \
       process_rss_per_idle_session commands_per_stream_open commands_per_idle_stream_per_s process_rss_per_idle_stream \
       commands_per_held_call process_cpu_per_held_call_us commands_per_relayed_call process_cpu_per_relayed_call_us \
+      held_call_p50_us held_call_p99_us relayed_call_p50_us relayed_call_p99_us relayed_call_added_p50_us relayed_call_added_p99_us \
       pubsub_messages_per_notify_session pubsub_messages_per_resource_update \
-      recovery_commands_per_session recovery_claim_s_per_100k_sessions; do
+      recovery_commands_per_session recovery_s recovery_claim_s_per_100k_sessions; do
     [[ -n "${M[$key]:-}" ]] || continue
     p="$(predict "$key")"
     r="-"; [[ "$p" != - ]] && r="$(ratio "${M[$key]}" "$p")"

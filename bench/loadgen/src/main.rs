@@ -13,6 +13,8 @@
 //! fleet-loadgen table [--baseline LABEL] RESULTS.jsonl   # the markdown table of bench/run.sh
 //! fleet-loadgen free-port                                # prints a free loopback TCP port
 //! fleet-loadgen open | streams | calls ...                # bench/scale.sh's shapes (scale.rs)
+//! fleet-loadgen delay --listen A --to B --one-way-us N    # a delaying TCP relay (delay.rs)
+//! fleet-loadgen rtt --redis A | --url U                   # round trips, to show it (rtt.rs)
 //! ```
 //!
 //! Output: one human-readable summary on stderr and, with `--json`, one JSON line on stdout
@@ -25,6 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+mod delay;
+mod rtt;
 mod scale;
 mod table;
 
@@ -493,6 +497,8 @@ async fn main() -> ExitCode {
             let mode = mode.to_owned();
             return scale::main(&mode, argv.collect()).await;
         }
+        Some("delay") => return delay::main(argv.collect()).await,
+        Some("rtt") => return rtt::main(argv.collect()).await,
         Some("free-port") => {
             return match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
                 Ok(a) => {

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
@@ -163,9 +164,27 @@ fn header(resp: &reqwest::Response, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// One session: `initialize`, then `notifications/initialized`; its id and the machine that
-/// answered.
-async fn open_one(c: &reqwest::Client, url: &str) -> Result<(String, String), String> {
+/// A latency histogram in microseconds (1 µs to 60 s, 3 significant digits).
+fn histogram() -> Histogram<u64> {
+    // Constant bounds that `new_with_bounds` accepts (low >= 1, high >= 2 * low).
+    Histogram::new_with_bounds(1, crate::HIST_MAX_US, 3).expect("histogram bounds")
+}
+
+/// Records `took` into `h` (clamped into its range).
+fn record(h: &mut Histogram<u64>, took: Duration) {
+    h.saturating_record(took.as_micros().clamp(1, u128::from(crate::HIST_MAX_US)) as u64);
+}
+
+/// `p50_us, p90_us, p99_us, max_us` of `h`.
+fn quantiles(h: &Histogram<u64>) -> Value {
+    json!({"p50_us": h.value_at_quantile(0.5), "p90_us": h.value_at_quantile(0.9),
+        "p99_us": h.value_at_quantile(0.99), "max_us": h.max()})
+}
+
+/// One session: `initialize`, then `notifications/initialized`; its id, the machine that
+/// answered, and how long `initialize` took.
+async fn open_one(c: &reqwest::Client, url: &str) -> Result<(String, String, Duration), String> {
+    let t = Instant::now();
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
         "clientInfo": {"name": "fleet-loadgen", "version": env!("CARGO_PKG_VERSION")}}});
@@ -182,6 +201,7 @@ async fn open_one(c: &reqwest::Client, url: &str) -> Result<(String, String), St
         .bytes()
         .await
         .map_err(|e| format!("initialize body: {e}"))?;
+    let took = t.elapsed();
     let Some(sid) = sid.filter(|_| status.is_success()) else {
         return Err(format!(
             "initialize: HTTP {status}: {}",
@@ -202,7 +222,7 @@ async fn open_one(c: &reqwest::Client, url: &str) -> Result<(String, String), St
     if !status.is_success() {
         return Err(format!("notifications/initialized: HTTP {status}"));
     }
-    Ok((sid, machine))
+    Ok((sid, machine, took))
 }
 
 async fn open(o: Opts) -> Result<Value, String> {
@@ -240,16 +260,18 @@ async fn open(o: Opts) -> Result<Value, String> {
         );
         set.spawn(async move {
             let mut mine: Vec<(usize, String)> = Vec::new();
+            let mut hist = histogram();
             loop {
                 let first = next.fetch_add(CHUNK, Ordering::Relaxed);
                 if first >= n {
-                    return mine;
+                    return (mine, hist);
                 }
                 for i in first..(first + CHUNK).min(n) {
                     let at = i % urls.len();
                     let c = &clients[(i / per_source).min(clients.len() - 1)];
                     match open_one(c, &urls[at]).await {
-                        Ok((sid, machine)) => {
+                        Ok((sid, machine, took)) => {
+                            record(&mut hist, took);
                             if machines.get(at).is_some_and(|m| *m != machine) {
                                 mismatched.fetch_add(1, Ordering::Relaxed);
                             }
@@ -263,8 +285,11 @@ async fn open(o: Opts) -> Result<Value, String> {
     }
     let mut lines = String::with_capacity(n * 72);
     let mut opened = vec![0u64; o.urls.len()];
+    let mut latency = histogram();
     while let Some(r) = set.join_next().await {
-        for (at, sid) in r.map_err(|e| e.to_string())? {
+        let (mine, hist) = r.map_err(|e| e.to_string())?;
+        latency.add(hist).map_err(|e| e.to_string())?;
+        for (at, sid) in mine {
             opened[at] += 1;
             lines.push_str(&format!("{at} {sid}\n"));
         }
@@ -278,6 +303,7 @@ async fn open(o: Opts) -> Result<Value, String> {
         "machine_mismatches": mismatched.load(Ordering::Relaxed),
         "by_instance": opened, "secs": secs, "per_s": total as f64 / secs.max(1e-9),
         "sources": o.sources, "per_source_max": per_source,
+        "initialize": quantiles(&latency),
     }))
 }
 
@@ -398,15 +424,17 @@ async fn calls(o: Opts) -> Result<Value, String> {
             machines.clone(),
         );
         set.spawn(async move {
+            let mut hist = histogram();
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= n {
-                    return;
+                    return hist;
                 }
                 let (at, sid) = &ids[(k * step) % ids.len()];
                 let to = if relay { (at + 1) % urls.len() } else { *at };
                 let body = json!({"jsonrpc": "2.0", "id": k + 1, "method": "tools/call",
                     "params": {"name": "find_tickets", "arguments": {}}});
+                let t = Instant::now();
                 let sent = c
                     .post(&urls[to])
                     .header("mcp-session-id", sid)
@@ -424,6 +452,7 @@ async fn calls(o: Opts) -> Result<Value, String> {
                 let machine = header(&resp, "x-frontmcp-machine-id");
                 match crate::read_answer(resp, (k + 1) as u64).await {
                     Ok(_) => {
+                        record(&mut hist, t.elapsed());
                         ok.fetch_add(1, Ordering::Relaxed);
                         // Answered by the holder, though another instance was asked.
                         if to != *at && machine.as_deref() == machines.get(*at).map(|m| m.as_str())
@@ -436,10 +465,16 @@ async fn calls(o: Opts) -> Result<Value, String> {
             }
         });
     }
-    while set.join_next().await.is_some() {}
+    let mut latency = histogram();
+    while let Some(h) = set.join_next().await {
+        latency
+            .add(h.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
     let secs = started.elapsed().as_secs_f64();
     let (errs, first) = errors.report();
     Ok(json!({
+        "latency": quantiles(&latency),
         "calls": n, "ok": ok.load(Ordering::Relaxed), "relayed": relayed.load(Ordering::Relaxed),
         "errors": errs, "first_errors": first, "secs": secs,
         "per_s": ok.load(Ordering::Relaxed) as f64 / secs.max(1e-9),
