@@ -469,13 +469,7 @@ fn requests(
             } else {
                 let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
                 // Whom the request's limits count against, absent a trusted header (transport).
-                // Boxed: hyper moves this future into its connection's slot for every request,
-                // and a future is as large as its largest state: the routes' (some KiB) made
-                // it one copy of that size into memory no longer in the cache, one of the
-                // largest costs of a call (issue 40, callgrind's cache simulation). The box is
-                // made on the request's first poll and freed as it ends: on a busy thread the
-                // same block comes back, still in the cache.
-                Box::pin(crate::transport::with_peer(peer, routes.serve(req))).await
+                crate::transport::with_peer(peer, routes.serve(req)).await
             };
             if draining.is_cancelled() {
                 // Hyper closes the connection after this answer; the client (a load balancer)
