@@ -19,9 +19,15 @@
 #
 # Environment (all optional):
 #   BIN=target/release/help-desk   the help-desk binary (built first unless SKIP_BUILD=1)
-#   BEFORE_BIN=                    another build, measured the same way first
+#   BEFORE_BIN=                    other builds (paths separated by spaces), measured the same
+#                                  way first, in that order
 #   WARMUP=3 WINDOW=6 PERF_WINDOW=4  seconds
 #   COUNTS="instructions mallocs"  which counts to take
+#   CACHE_SIM=1                    callgrind also simulates the caches (`--cache-sim=yes`: its
+#                                  model of this machine's L1 and last-level caches, slower):
+#                                  per call, first-level instruction and data misses and
+#                                  last-level misses; how large the code and data a call touches
+#                                  are (this VM exposes no hardware counters)
 # Requirements: valgrind (callgrind_control, callgrind_annotate), perf with uprobes (root),
 # redis-server (bench/lib.sh starts one; unused here), curl.
 set -euo pipefail
@@ -78,10 +84,12 @@ load() {
 # `callgrind_annotate --inclusive=yes`): sets IR, MC, CALLS, DUMP.
 instructions() { # BINARY
   RUN=$((RUN + 1))
-  serve valgrind --tool=callgrind --callgrind-out-file="$WORK/cg-$RUN.out" "$1"
+  local sim=()
+  [[ -n "${CACHE_SIM:-}" ]] && sim=(--cache-sim=yes)
+  serve valgrind --tool=callgrind "${sim[@]}" --callgrind-out-file="$WORK/cg-$RUN.out" "$1"
   load 8 "$WARMUP" --warmup 0 >/dev/null 2>&1
   callgrind_control -z "$SERVER_PID" >/dev/null 2>&1
-  IR=- MC=- CALLS=0 DUMP=-
+  IR=- MC=- CALLS=0 DUMP=- MISSES=
   local calls
   calls="$(load 8 "$WINDOW" --warmup 0 --json 2>/dev/null | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')"
   callgrind_control -d "$SERVER_PID" >/dev/null 2>&1
@@ -93,6 +101,18 @@ instructions() { # BINARY
   read -r IR MC < <(awk -v c="$calls" -v i="$(callgrind_total "$dump")" \
     -v m="$(callgrind_self "$dump" '__mem(cpy|move)_[a-z_]*')" \
     'BEGIN {printf "%.0f %.0f\n", i / c, m / c}')
+  [[ -n "${CACHE_SIM:-}" ]] && MISSES="$(cache_misses "$dump" "$calls")"
+  return 0
+}
+
+# Per call, from a dump of `--cache-sim=yes` (events Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw):
+# first-level instruction misses, first-level data misses (reads and writes), last-level misses.
+cache_misses() { # DUMP CALLS
+  awk -v c="$2" '/^events:/ {for (i = 2; i <= NF; i++) col[$i] = i - 1}
+    /^(summary|totals):/ && !done {done = 1
+      printf "I1 misses %.0f, D1 misses %.0f, LL misses %.1f", $(col["I1mr"] + 1) / c,
+        ($(col["D1mr"] + 1) + $(col["D1mw"] + 1)) / c,
+        ($(col["ILmr"] + 1) + $(col["DLmr"] + 1) + $(col["DLmw"] + 1)) / c}' "$1"
 }
 
 # Adds the uprobe EVENT (`probe_libc:malloc`) on glibc's FUNCTION unless it is there.
@@ -125,7 +145,7 @@ report() { # LABEL BINARY
   local line="$1:"
   if [[ $COUNTS == *instructions* ]]; then
     instructions "$2"
-    line+=" $IR instructions/call (memcpy $MC; $CALLS calls; $DUMP),"
+    line+=" $IR instructions/call (memcpy $MC; ${MISSES:+$MISSES; }$CALLS calls; $DUMP),"
   fi
   if [[ $COUNTS == *mallocs* ]]; then
     mallocs "$2"
@@ -134,5 +154,6 @@ report() { # LABEL BINARY
   echo "$line"
 }
 
-[[ -n "${BEFORE_BIN:-}" ]] && report "before ($BEFORE_BIN)" "$BEFORE_BIN"
+# Each earlier build, in the order given (the steps of a change, measured in one run).
+for before in ${BEFORE_BIN:-}; do report "before ($before)" "$before"; done
 report "$BIN" "$BIN"

@@ -180,15 +180,16 @@ struct Inner<H: ?Sized = dyn Host> {
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
     /// request starts takes it over ([`RequestContext::take_slot`]), so a working task keeps
     /// counting against its caller after the request is answered. Freed by the driver when
-    /// the request ends, if no task took it.
-    slot: SlotCell,
+    /// the request ends, if no task took it. `None` for a context no request made (a task's
+    /// own): made empty, it was an allocation per call that the driver's cell replaced.
+    slot: Option<SlotCell>,
     app: H,
 }
 
 /// What a call's stable key is made of (see [`RequestContext::call_key`]): the request id as
 /// received, and the client's own key from `_meta`, if it sent one.
 pub(crate) struct CallKeyParts {
-    pub raw_id: Box<str>,
+    pub raw_id: Arc<str>,
     pub client_key: Option<String>,
 }
 
@@ -261,7 +262,7 @@ impl RequestContext {
                 call_key: std::sync::OnceLock::new(),
                 call_key_parts: None,
                 limit_key: None,
-                slot: SlotCell::default(),
+                slot: None,
                 app,
             }),
         }
@@ -281,7 +282,7 @@ impl RequestContext {
     pub(crate) fn with_limits(mut self, key: LimitKey, slot: SlotCell) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.limit_key = Some(key);
-            inner.slot = slot;
+            inner.slot = Some(slot);
         }
         self
     }
@@ -294,7 +295,7 @@ impl RequestContext {
     /// Takes the request's place in flight over (a background task it starts holds it until
     /// the task ends).
     pub(crate) fn take_slot(&self) -> Option<Slot> {
-        self.inner.slot.lock().take()
+        self.inner.slot.as_ref()?.lock().take()
     }
 
     /// A key naming this call, the same every time the call reaches a handler again, so a tool

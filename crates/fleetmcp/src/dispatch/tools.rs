@@ -47,16 +47,18 @@ struct CallParams<'a> {
 /// A task's creation (a task store's calls) is boxed where it is awaited: every call's future
 /// would otherwise hold room for it, and the driver boxes that future (issue 23: 1,352 bytes a
 /// call, past glibc's per-thread cache, where a small box is one of its fastest allocations).
-pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+pub(super) async fn call(p: Option<&RawValue>, ctx: RequestContext) -> Reply {
+    let app = ctx.app();
     let CallParams {
         name,
         arguments,
         task,
     } = params(p)?;
-    let tool = app
-        .catalog()
+    // Borrowed from the catalog, copied only for a task (a reference count every call of
+    // the tool shares: issue 40).
+    let catalog = app.catalog();
+    let tool = catalog
         .tool(&name)
-        .cloned()
         .ok_or_else(|| errors::invalid_params(format!("Unknown tool: {name}")))?;
     if let (Caller::Stateless(round), Some(required)) = (ctx.caller(), tool.required_capabilities())
     {
@@ -96,7 +98,11 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
             }
             (_, true) => {
                 return Box::pin(super::tasks::session::create(
-                    app, session, tool, args, &ctx,
+                    app,
+                    session,
+                    tool.clone(),
+                    args,
+                    &ctx,
                 ))
                 .await;
             }
@@ -109,11 +115,11 @@ pub(super) async fn call(app: &App, p: Option<&RawValue>, ctx: RequestContext) -
         match (tool.task_support(), extension::declared(&round.meta)) {
             (TaskSupport::Required, false) => return Err(extension::missing_extension()),
             (_, true) if tool.escalates() => {
-                return Box::pin(extension::run_escalating(app, &ctx, tool, args)).await;
+                return Box::pin(extension::run_escalating(app, &ctx, tool.clone(), args)).await;
             }
             (TaskSupport::Required | TaskSupport::Optional, true) => {
                 let meta = round.meta.clone();
-                return Box::pin(extension::create(app, &ctx, tool, args, meta)).await;
+                return Box::pin(extension::create(app, &ctx, tool.clone(), args, meta)).await;
             }
             _ => {}
         }

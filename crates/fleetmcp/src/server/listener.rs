@@ -457,7 +457,11 @@ pub(super) fn requests(
     Future = Answering,
 > + Send {
     let body_limit = limits.body;
-    let draining = phases.draining.clone();
+    // What each request's answer needs, behind one reference count of the connection's own:
+    // copying the routes and the token for every request touched counts every connection
+    // shares (the router's, the endpoint's), and a token's copy and drop each take its lock
+    // (issue 40).
+    let shared = Arc::new((routes, phases.draining.clone()));
     hyper::service::service_fn(move |req: Request<Incoming>| {
         if !activity.begun() {
             // `notify_one` keeps the wake for a waiter that comes later.
@@ -465,9 +469,9 @@ pub(super) fn requests(
         }
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
-        let routes = routes.clone();
-        let draining = draining.clone();
+        let shared = shared.clone();
         Box::pin(async move {
+            let (routes, draining) = &*shared;
             let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
                 over_capacity()
             } else {

@@ -170,7 +170,7 @@ fn start_all(
                 answers.push(
                     async move {
                         let started =
-                            driver::start(&app, caller, client, id.clone(), method, params, false);
+                            driver::start(&app, caller, client, &id, method, params, false);
                         match started.await {
                             Ok(Started::Plain(Some(r))) => Some(dispatch::encode_reply(&id, r)),
                             // Over a limit, or without the scope: this item alone is refused.

@@ -240,7 +240,7 @@ pub(super) async fn start(
     app: &App,
     caller: Caller,
     client: Client,
-    id: Box<RawValue>,
+    id: &RawValue,
     method: String,
     params: Option<Box<RawValue>>,
     streams: bool,
@@ -275,7 +275,11 @@ pub(super) async fn start(
     let slot = SlotCell::new(parking_lot::Mutex::new(Some(slot)));
     let limit_key = key;
     let key = CallKeyParts {
-        raw_id: id.into(),
+        // The session's in-flight table holds the id already: shared, not copied (issue 40).
+        raw_id: match &tracked {
+            Some(Tracked(_, raw_id)) => raw_id.clone(),
+            None => Arc::from(id.get()),
+        },
         client_key: meta.idempotency_key,
     };
     let ctx = RequestContext::new(
@@ -283,7 +287,7 @@ pub(super) async fn start(
         caller,
         streams,
         meta.progress_token,
-        cancel.clone(),
+        cancel,
         principal,
     )
     .with_call_key(key)
@@ -291,7 +295,10 @@ pub(super) async fn start(
     // The driver's hold on the request's outbox (none when the answer cannot be a stream): it
     // closes the outbox however this ends, unless the answer streams from it.
     let hold = OutboxHold(streams.then(|| ctx.clone()));
-    let stop = cancel.clone();
+    // The request's token is read through a copy of its context, not a copy of the token:
+    // copying or dropping a token takes its lock, a context's copy is one reference count of
+    // the request's own (issue 40).
+    let stop = ctx.clone();
     // The request leaves the session's in-flight table however the handler ends: finished,
     // cancelled, or dropped with its connection. Its work is made inside the block: made
     // outside, the block would hold it twice, as a captured value and in the `select!`.
@@ -300,34 +307,32 @@ pub(super) async fn start(
         let _slot = FreeSlot(slot);
         tokio::select! {
             biased;
-            _ = stop.cancelled() => None,
+            _ = stop.cancellation().cancelled() => None,
             r = dispatch::request(method, params, ctx) => Some(r),
         }
     }
     .boxed();
-    Ok(settle(running, &hold, cancel).await)
+    Ok(settle(running, &hold).await)
 }
 
 /// Waits until the request finishes or sends its first message (see [`start`]): a plain answer,
 /// or a stream of what it sent so far and what is to come. Without an outbox (no stream to
 /// answer on), the answer is plain.
-async fn settle(
-    mut running: BoxFuture<'static, Option<Reply>>,
-    hold: &OutboxHold,
-    cancel: CancellationToken,
-) -> Started {
-    let Some(outbox) = hold.get() else {
+async fn settle(mut running: BoxFuture<'static, Option<Reply>>, hold: &OutboxHold) -> Started {
+    let Some((ctx, outbox)) = hold.get() else {
         return Started::Plain(running.await);
     };
+    // The stream's copy of the request's token, made only for a stream.
+    let cancel = || ctx.cancellation().clone();
     tokio::select! {
         biased;
         reply = &mut running => match outbox.take() {
             // It finished but sent something first: the answer must be a stream.
-            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Done(reply), cancel }),
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Done(reply), cancel: cancel() }),
             None => Started::Plain(reply),
         },
         () = outbox.sent() => match outbox.take() {
-            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Running(running), cancel }),
+            Some(mut rest) => Started::Streaming(Streaming { first: rest.try_recv(), rest, work: Work::Running(running), cancel: cancel() }),
             // Not reached: only the driver takes the receiver, once.
             None => Started::Plain(running.await),
         },
@@ -339,14 +344,16 @@ async fn settle(
 struct OutboxHold(Option<RequestContext>);
 
 impl OutboxHold {
-    fn get(&self) -> Option<&Outbox> {
-        self.0.as_ref().and_then(RequestContext::outbox)
+    /// The request's context and its outbox, when its answer may be a stream.
+    fn get(&self) -> Option<(&RequestContext, &Outbox)> {
+        let ctx = self.0.as_ref()?;
+        Some((ctx, ctx.outbox()?))
     }
 }
 
 impl Drop for OutboxHold {
     fn drop(&mut self) {
-        if let Some(outbox) = self.get() {
+        if let Some((_, outbox)) = self.get() {
             outbox.close();
         }
     }

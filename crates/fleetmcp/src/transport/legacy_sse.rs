@@ -306,7 +306,7 @@ async fn run(
         }
     };
     let caller = Caller::Session(session.clone());
-    let reply = match driver::start(&app, caller, client, id.clone(), method, params, true).await {
+    let reply = match driver::start(&app, caller, client, &id, method, params, true).await {
         Ok(Started::Plain(reply)) => reply,
         // Refused or forbidden: the error goes to the stream like any answer.
         Err(not_run) => Some(Err(not_run.into_error())),

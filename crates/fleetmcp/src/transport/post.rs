@@ -93,8 +93,8 @@ pub(super) async fn handle(State(ep): EndpointState, post: Post) -> Response {
         Message::Request { id, method, params } => {
             served(&session, &id);
             let caller = Caller::Session(session.clone());
-            let started = driver::start(app, caller, client, id.clone(), method, params, sse_ok);
-            answer(app, session, id, started.await).await
+            let started = driver::start(app, caller, client, &id, method, params, sse_ok).await;
+            answer(app, session, id, started).await
         }
         Message::Notification { method, params } => {
             // A gateway's session: passed up once its upstream has room, which may take a

@@ -93,7 +93,7 @@ pub(super) async fn serve(
         Err(e) => return error(&id, &e),
     };
     let caller = Caller::Stateless(round);
-    match driver::start(app, caller, client, id.clone(), method, params, sse_ok).await {
+    match driver::start(app, caller, client, &id, method, params, sse_ok).await {
         Ok(Started::Plain(Some(Ok(result)))) => {
             respond::json(StatusCode::OK, encode_result(&id, &result))
         }

@@ -30,7 +30,7 @@ pub(super) async fn run(
         key: LimitKey::stdio(),
     };
     let caller = Caller::Session(session);
-    let started = driver::start(app, caller, client, id.to_owned(), method, params, true).await;
+    let started = driver::start(app, caller, client, id, method, params, true).await;
     let reply: Option<Reply> = match started {
         Ok(Started::Plain(reply)) => reply,
         Ok(Started::Streaming(s)) => {
