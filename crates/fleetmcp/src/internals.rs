@@ -10,12 +10,13 @@
 //! tests/public_api.rs lists; a name moves out of here only by becoming API on purpose.
 
 pub use crate::config::env::environment_variables;
-pub use crate::events::{Cursor, EventStore, RedisEventStore, UNSTORED_WAIT, Unresolved};
+pub use crate::events::{Cursor, EventStore, UNSTORED_WAIT, Unresolved};
 pub use crate::limits::HoldingsSnapshot;
 pub use crate::session::{
-    Claim, Fence, Hold, Invalidation, MemorySessionStore, RedisSessionStore, SessionRecord,
-    SessionStore, StoreError, minted_uuid,
+    Claim, Fence, Hold, Invalidation, MemorySessionStore, SessionRecord, SessionStore, StoreError,
+    minted_uuid,
 };
-pub use crate::tasks::{
-    Executor, RedisTaskStore, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError,
-};
+pub use crate::tasks::{Executor, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError};
+// The stores in Redis, with the `redis` feature.
+#[cfg(feature = "redis")]
+pub use crate::{events::RedisEventStore, session::RedisSessionStore, tasks::RedisTaskStore};

@@ -12,7 +12,6 @@
 //!
 //! let cfg = RedisConfig::from_url("redis://:s3cret@10.0.0.5:6380/2");
 //! assert_eq!(cfg.session_key("abc"), "mcp:session:abc");
-//! assert_eq!(cfg.display_target(), "redis://10.0.0.5:6380/2");
 //!
 //! // The same, in the host form, as a TOML section would give it.
 //! let cfg: RedisConfig = serde_json::from_value(serde_json::json!({
@@ -26,8 +25,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 use serde::{Deserialize, Serialize};
+
+// What builds a `redis` client from the configuration; with the `redis` feature only.
+#[cfg(feature = "redis")]
+mod client;
 
 /// Where Redis is and how every command to it is bounded.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,9 +145,11 @@ pub enum WaitReplicas {
 /// The password never appears in logs.
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("target", &self.display_target())
-            .field("key_prefix", &self.key_prefix)
+        let mut d = f.debug_struct("RedisConfig");
+        // Where it points needs the `redis` crate's URL parser (`client.rs`).
+        #[cfg(feature = "redis")]
+        d.field("target", &self.display_target());
+        d.field("key_prefix", &self.key_prefix)
             .field("default_ttl_ms", &self.default_ttl_ms)
             .field("command_timeout_ms", &self.command_timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
@@ -199,15 +203,6 @@ fn parse_addresses(
                 .ok_or_else(|| bad(a.to_string()))
         })
         .collect()
-}
-
-/// rustls needs one process-wide crypto provider; ring is the one built in.
-fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An application that installed its own provider first keeps it.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 impl RedisConfig {
@@ -286,10 +281,11 @@ impl RedisConfig {
                 return Err(RedisConfigError::Zero(name));
             }
         }
-        if self.is_sentinel() || self.is_cluster() {
-            return self.host_settings().map(|_| ());
-        }
-        self.connection_info().map(|_| ())
+        // The address itself is checked by the `redis` crate's parser (`client.rs`); a build
+        // without the `redis` feature refuses a configuration naming Redis at start anyway.
+        #[cfg(feature = "redis")]
+        self.check_address()?;
+        Ok(())
     }
 
     /// Whether Redis is a Redis Cluster (`cluster_nodes`).
@@ -300,42 +296,6 @@ impl RedisConfig {
     /// The configured cluster nodes' addresses, parsed.
     pub(crate) fn cluster_addresses(&self) -> Result<Vec<(String, u16)>, RedisConfigError> {
         parse_addresses(&self.cluster_nodes, RedisConfigError::ClusterAddress)
-    }
-
-    /// A `redis` cluster client for `cluster_nodes`: every node with the host form's
-    /// credentials and TLS (trusting `ca_file` when set), `TCP_NODELAY` as configured, each
-    /// command bounded by the command timeout.
-    pub(crate) fn cluster_client(&self) -> Result<redis::cluster::ClusterClient, RedisConfigError> {
-        install_crypto_provider();
-        let nodes = self
-            .cluster_addresses()?
-            .into_iter()
-            .map(|(h, p)| self.server_connection_info(&h, p))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
-            .connection_timeout(self.connect_timeout())
-            .response_timeout(self.command_timeout())
-            .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(self.tcp_nodelay))
-            // A command that meets a moved slot or a failed node is retried briefly; the
-            // caller's own bound (the command timeout) still holds.
-            .retries(2)
-            .min_retry_wait(10)
-            .max_retry_wait(100);
-        if let Some(u) = &self.username {
-            builder = builder.username(u);
-        }
-        if let Some(p) = &self.password {
-            builder = builder.password(p);
-        }
-        if self.is_tls() {
-            builder = builder.tls(redis::TlsMode::Secure);
-            if let Some(certs) = self.trusted_cas()? {
-                builder = builder.certs(certs);
-            }
-        }
-        builder
-            .build()
-            .map_err(|e| RedisConfigError::Url(e.to_string()))
     }
 
     /// Whether the master is found through Redis Sentinel.
@@ -361,202 +321,11 @@ impl RedisConfig {
         parse_addresses(&self.sentinels, RedisConfigError::SentinelAddress)
     }
 
-    /// The connection settings for one sentinel: its own credentials, the master's TLS.
-    pub(crate) fn sentinel_connection_info(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<ConnectionInfo, RedisConfigError> {
-        let mut redis = RedisConnectionInfo::default();
-        if let Some(u) = &self.sentinel_username {
-            redis = redis.set_username(u);
-        }
-        if let Some(p) = &self.sentinel_password {
-            redis = redis.set_password(p);
-        }
-        self.with_address(host.to_string(), port, redis)
-    }
-
-    /// The connection settings for the server at `host:port` that is not named by the
-    /// configuration itself (the master the sentinels name, a node of a cluster), with the host
-    /// form's credentials, database and TLS.
-    pub(crate) fn server_connection_info(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> Result<ConnectionInfo, RedisConfigError> {
-        self.with_address(host.to_string(), port, self.host_settings()?)
-    }
-
-    /// The host form's credentials and database.
-    fn host_settings(&self) -> Result<RedisConnectionInfo, RedisConfigError> {
-        let db = self.db.unwrap_or(0);
-        if db < 0 {
-            return Err(RedisConfigError::Db(db));
-        }
-        let mut redis = RedisConnectionInfo::default().set_db(db);
-        if let Some(u) = &self.username {
-            redis = redis.set_username(u);
-        }
-        if let Some(p) = &self.password {
-            redis = redis.set_password(p);
-        }
-        Ok(redis)
-    }
-
-    /// `host:port` with these settings, TLS as configured, `TCP_NODELAY` as configured.
-    fn with_address(
-        &self,
-        host: String,
-        port: u16,
-        redis: RedisConnectionInfo,
-    ) -> Result<ConnectionInfo, RedisConfigError> {
-        if port == 0 {
-            return Err(RedisConfigError::Port);
-        }
-        let addr = if self.tls == Some(true) {
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host, port)
-        };
-        let info = addr
-            .into_connection_info()
-            .map_err(|e| RedisConfigError::Url(e.to_string()))?
-            .set_redis_settings(redis);
-        let tcp = info.tcp_settings().clone().set_nodelay(self.tcp_nodelay);
-        Ok(info.set_tcp_settings(tcp))
-    }
-
     /// Whether the connection uses TLS.
     pub fn is_tls(&self) -> bool {
         match &self.url {
             Some(u) => u.trim_start().to_ascii_lowercase().starts_with("rediss://"),
             None => self.tls.unwrap_or(false),
-        }
-    }
-
-    fn host_form_set(&self) -> bool {
-        self.host.is_some()
-            || self.port.is_some()
-            || self.username.is_some()
-            || self.password.is_some()
-            || self.db.is_some()
-            || self.tls.is_some()
-    }
-
-    /// A `redis` client for this configuration: with TLS, it verifies the server against
-    /// `ca_file` when set, else the system's trust store. (With Sentinel, see
-    /// [`RedisConfig::client_for`] with the master's [`RedisConfig::server_connection_info`].)
-    pub(crate) fn client(&self) -> Result<redis::Client, RedisConfigError> {
-        self.client_for(self.connection_info()?)
-    }
-
-    /// Like [`RedisConfig::client`] for the server `info` names, speaking RESP3, whose push
-    /// messages carry client-side caching's invalidations.
-    pub(crate) fn resp3_client_for(
-        &self,
-        info: ConnectionInfo,
-    ) -> Result<redis::Client, RedisConfigError> {
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
-        self.client_for(info.set_redis_settings(settings))
-    }
-
-    /// A `redis` client for the server `info` names, with this configuration's TLS trust.
-    pub(crate) fn client_for(
-        &self,
-        info: ConnectionInfo,
-    ) -> Result<redis::Client, RedisConfigError> {
-        install_crypto_provider();
-        let client = if self.is_tls()
-            && let Some(certs) = self.trusted_cas()?
-        {
-            redis::Client::build_with_tls(info, certs)
-        } else {
-            redis::Client::open(info)
-        };
-        client.map_err(|e| RedisConfigError::Url(e.to_string()))
-    }
-
-    /// `ca_file`'s certificate authorities, read now (`None`: the system's trust store).
-    fn trusted_cas(&self) -> Result<Option<redis::TlsCertificates>, RedisConfigError> {
-        let Some(path) = &self.ca_file else {
-            return Ok(None);
-        };
-        let pem =
-            std::fs::read(path).map_err(|e| RedisConfigError::CaFile(format!("{path}: {e}")))?;
-        Ok(Some(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(pem),
-        }))
-    }
-
-    /// The connection settings for the `redis` crate, with `TCP_NODELAY` as configured. With
-    /// Sentinel there is no fixed server: the master's settings come from
-    /// [`RedisConfig::server_connection_info`] once the sentinels have named it.
-    pub(crate) fn connection_info(&self) -> Result<ConnectionInfo, RedisConfigError> {
-        if self.is_cluster() {
-            return Err(RedisConfigError::Cluster(
-                "with `cluster_nodes`, commands go to the node that holds each key's slot",
-            ));
-        }
-        if self.is_sentinel() {
-            return Err(RedisConfigError::Sentinel(
-                "with `sentinels`, the master is named by the sentinels at connection time",
-            ));
-        }
-        let info = match &self.url {
-            Some(url) => {
-                if self.host_form_set() {
-                    return Err(RedisConfigError::UrlAndHost);
-                }
-                let lower = url.trim().to_ascii_lowercase();
-                if !(lower.starts_with("redis://") || lower.starts_with("rediss://")) {
-                    let scheme = url.split("://").next().unwrap_or(url);
-                    return Err(RedisConfigError::Scheme(format!("{scheme}://")));
-                }
-                url.trim()
-                    .into_connection_info()
-                    .map_err(|e| RedisConfigError::Url(e.to_string()))?
-            }
-            None => {
-                let host = self.host.clone().unwrap_or_else(|| "127.0.0.1".into());
-                return self.with_address(host, self.port.unwrap_or(6379), self.host_settings()?);
-            }
-        };
-        let tcp = info.tcp_settings().clone().set_nodelay(self.tcp_nodelay);
-        Ok(info.set_tcp_settings(tcp))
-    }
-
-    /// Where this configuration points, for logs: scheme, host, port and database, never the
-    /// user name or password.
-    pub fn display_target(&self) -> String {
-        if self.is_cluster() {
-            let scheme = if self.is_tls() { "rediss" } else { "redis" };
-            return format!("{scheme}-cluster://{}", self.cluster_nodes.join(","));
-        }
-        if self.is_sentinel() {
-            return format!(
-                "redis-sentinel://{}/{}/{}",
-                self.sentinels.join(","),
-                self.sentinel_master.as_deref().unwrap_or(""),
-                self.db.unwrap_or(0)
-            );
-        }
-        match self.connection_info() {
-            Ok(info) => {
-                let scheme = if self.is_tls() { "rediss" } else { "redis" };
-                format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db())
-            }
-            Err(_) if self.is_tls() => "rediss://<unsupported>".into(),
-            Err(_) => "<invalid redis configuration>".into(),
         }
     }
 
@@ -607,7 +376,8 @@ impl RedisConfig {
     }
 }
 
-#[cfg(test)]
+// The `redis` crate builds what these tests check (`client.rs`).
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

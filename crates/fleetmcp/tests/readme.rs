@@ -37,12 +37,16 @@ fn section<'a>(text: &'a str, title: &str) -> &'a str {
     &text[start..end]
 }
 
+/// The file at `path`, from the crate's directory.
+fn read(path: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"))
+}
+
 #[test]
 fn the_repository_readme_shows_the_getting_started_of_the_crate_readme() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-    let crate_readme = read(&root.join("README.md"));
-    let repo_readme = read(&root.join("../../README.md"));
+    let crate_readme = read("README.md");
+    let repo_readme = read("../../README.md");
     let wanted = blocks(section(&crate_readme, "Getting started"));
     assert!(
         wanted.iter().any(|(info, _)| info == "toml")
@@ -62,15 +66,13 @@ fn the_repository_readme_shows_the_getting_started_of_the_crate_readme() {
 /// it runs: a doctest compiles a `#[tokio::test]` function away.
 #[test]
 fn the_readme_test_example_is_a_test_that_runs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
-    let crate_readme = read(&root.join("README.md"));
+    let crate_readme = read("README.md");
     let example = blocks(section(&crate_readme, "Getting started"))
         .into_iter()
         .find(|(_, body)| body.contains("#[tokio::test]"))
         .map(|(_, body)| body)
         .expect("the getting-started has a test example");
-    let file = read(&root.join("tests/getting_started.rs"));
+    let file = read("tests/getting_started.rs");
     let code: String = file
         .lines()
         .skip_while(|l| l.starts_with("//!"))
@@ -80,5 +82,20 @@ fn the_readme_test_example_is_a_test_that_runs() {
     assert_eq!(
         code, example,
         "tests/getting_started.rs differs from the README's example"
+    );
+}
+
+#[test]
+fn the_notes_example_is_the_getting_started_server() {
+    let crate_readme = read("README.md");
+    let example = read("../../examples/notes/src/main.rs");
+    let server = blocks(section(&crate_readme, "Getting started"))
+        .into_iter()
+        .find(|(info, _)| info.starts_with("rust"))
+        .map(|(_, body)| body);
+    assert_eq!(
+        server.as_deref(),
+        Some(example.as_str()),
+        "examples/notes/src/main.rs (measured in docs/BENCHMARKS.md) is the getting-started's server, verbatim"
     );
 }

@@ -48,7 +48,7 @@ pub struct Config {
     /// `JWT_SECRET`: second choice for the key of 2026 `requestState` (the third is
     /// `MCP_SESSION_SECRET`).
     pub jwt_secret: Option<String>,
-    /// `FRONTMCP_DEPLOYMENT_MODE`.
+    /// `FRONTMCP_DEPLOYMENT_MODE`. Distributed mode needs the `redis` feature (the default).
     pub deployment_mode: DeploymentMode,
     /// `FLEETMCP_TRANSPORT` (`transport` in the TOML file): `stdio` makes
     /// [`Server::serve`](crate::Server::serve) serve one session on stdin and stdout
@@ -71,7 +71,8 @@ pub struct Config {
     /// `[stateless]`: the 2026-07-28 era's settings.
     pub stateless: StatelessConfig,
     /// Redis, shared by every instance of a fleet (`REDIS_URL`, `REDIS_HOST`, `REDIS_PORT`, or a
-    /// `[redis]` section). Unset: sessions live in this process's memory.
+    /// `[redis]` section). Unset: sessions live in this process's memory. Served only by a
+    /// build with the `redis` feature (the default); without it the server refuses to start.
     pub redis: Option<super::RedisConfig>,
     /// Distributed mode's HA manager.
     pub ha: HaConfig,

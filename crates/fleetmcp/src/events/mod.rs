@@ -31,12 +31,14 @@
 
 mod budget;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
+#[cfg(feature = "redis")]
 pub use self::redis::RedisEventStore;
 pub use memory::MemoryEventStore;
 

@@ -28,7 +28,9 @@
 mod connections;
 mod holdings;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
 mod session_counts;
 
 pub use connections::Connections;
@@ -37,12 +39,14 @@ pub use holdings::HoldingsSnapshot;
 pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::config::{LimitsConfig, OnStoreError, RateLimit};
+#[cfg(feature = "redis")]
+use crate::config::OnStoreError;
+use crate::config::{LimitsConfig, RateLimit};
+#[cfg(feature = "redis")]
 use crate::redis_conn::RedisConn;
 
 /// Who a request counts against: `principal:<key>`, `addr:<ip>`, or `stdio` (the one client of
@@ -213,6 +217,7 @@ fn gcra_params(rate: &RateLimit) -> (u64, u64) {
 /// Where the counters live.
 enum Store {
     Memory(memory::MemoryLimits),
+    #[cfg(feature = "redis")]
     Redis(redis::RedisLimits),
 }
 
@@ -222,8 +227,6 @@ pub struct Limits {
     store: Store,
     /// Sessions per key held by this process (without Redis).
     sessions: Holdings,
-    /// Unix ms of the last warning that the shared counters failed (one a second at most).
-    last_warned_ms: AtomicU64,
 }
 
 impl Limits {
@@ -234,6 +237,7 @@ impl Limits {
 
     /// Counted in Redis, shared by every instance using it; `instance` names this instance's
     /// places in flight, renewed by a task started with the first one and stopped by `stop`.
+    #[cfg(feature = "redis")]
     pub fn in_redis(
         cfg: &LimitsConfig,
         conn: RedisConn,
@@ -255,7 +259,6 @@ impl Limits {
                 usize::MAX,
                 Budget::new(usize::MAX),
             ),
-            last_warned_ms: AtomicU64::new(0),
         }
     }
 
@@ -265,6 +268,8 @@ impl Limits {
     /// place is kept by the session (memory) or expires with its record (Redis);
     /// [`Limits::end_session`] gives it back early. When Redis does not answer,
     /// `limits.on_store_error` decides, as for every limit.
+    // Without the `redis` feature the place is only in memory: `ttl_ms` is Redis's.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
     pub async fn admit_session(
         &self,
         key: &LimitKey,
@@ -283,12 +288,13 @@ impl Limits {
                 Ok(hold) => Ok(SessionPlace { _held: Some(hold) }),
                 Err(_) => Err(over()),
             },
+            #[cfg(feature = "redis")]
             Store::Redis(r) => match r.admit_session(key, max, ttl_ms).await {
                 Ok(true) => Ok(SessionPlace::none()),
                 Ok(false) => Err(over()),
                 Err(e) => match self.cfg.on_store_error {
                     OnStoreError::Open => {
-                        self.warn_open(&e);
+                        r.warn_open(&e);
                         Ok(SessionPlace::none())
                     }
                     OnStoreError::Closed => Err(Refusal::StoreUnavailable),
@@ -300,12 +306,16 @@ impl Limits {
     /// Gives back the place under `key` of a session of lifetime `ttl_ms` admitted at
     /// `admitted_ms` (Unix ms; it ended). Best effort in Redis: a place not given back stops
     /// counting when the session's record would have expired.
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
     pub async fn end_session(&self, key: &LimitKey, admitted_ms: u64, ttl_ms: u64) {
         if self.cfg.max_sessions_per_key == 0 {
             return;
         }
-        if let Store::Redis(r) = &self.store {
-            r.end_session(key, admitted_ms, ttl_ms).await;
+        match &self.store {
+            // Kept by the session, given back when it drops.
+            Store::Memory(_) => {}
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => r.end_session(key, admitted_ms, ttl_ms).await,
         }
     }
 
@@ -346,35 +356,22 @@ impl Limits {
             });
         }
         let max_inflight = self.cfg.max_inflight_per_key;
-        let checked = match &self.store {
-            Store::Memory(m) => Ok(m.admit(key, &rules, max_inflight)),
-            Store::Redis(r) => r.admit(key, &rules, max_inflight).await,
-        };
-        match checked {
-            Ok(verdict) => verdict,
-            Err(e) => match self.cfg.on_store_error {
-                OnStoreError::Open => {
-                    self.warn_open(&e);
-                    Ok(Slot::none())
-                }
-                OnStoreError::Closed => {
-                    tracing::warn!(error = %e, "refused a request: the rate-limit store cannot be reached (limits.on_store_error = closed)");
-                    Err(Refusal::StoreUnavailable)
-                }
+        match &self.store {
+            Store::Memory(m) => m.admit(key, &rules, max_inflight),
+            #[cfg(feature = "redis")]
+            Store::Redis(r) => match r.admit(key, &rules, max_inflight).await {
+                Ok(verdict) => verdict,
+                Err(e) => match self.cfg.on_store_error {
+                    OnStoreError::Open => {
+                        r.warn_open(&e);
+                        Ok(Slot::none())
+                    }
+                    OnStoreError::Closed => {
+                        tracing::warn!(error = %e, "refused a request: the rate-limit store cannot be reached (limits.on_store_error = closed)");
+                        Err(Refusal::StoreUnavailable)
+                    }
+                },
             },
-        }
-    }
-
-    fn warn_open(&self, e: &crate::redis_conn::CommandError) {
-        let now = crate::clock::unix_ms();
-        let last = self.last_warned_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 1000
-            && self
-                .last_warned_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            tracing::warn!(error = %e, "served a request without counting it: the rate-limit store cannot be reached (limits.on_store_error = open)");
         }
     }
 }

@@ -96,6 +96,8 @@ pub(super) struct RedisLimits {
     /// Starts the lease renewal with the first place taken (from a request, so in the runtime).
     renewer: std::sync::Once,
     stop: CancellationToken,
+    /// Unix ms of the last warning that the shared counters failed (one a second at most).
+    last_warned_ms: AtomicU64,
 }
 
 impl RedisLimits {
@@ -117,6 +119,21 @@ impl RedisLimits {
             held: Arc::default(),
             renewer: std::sync::Once::new(),
             stop,
+            last_warned_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Warns that a request was served uncounted because Redis failed (one a second at most).
+    pub(super) fn warn_open(&self, e: &CommandError) {
+        let now = crate::clock::unix_ms();
+        let last = self.last_warned_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1000
+            && self
+                .last_warned_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(error = %e, "served a request without counting it: the rate-limit store cannot be reached (limits.on_store_error = open)");
         }
     }
 

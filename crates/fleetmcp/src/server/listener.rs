@@ -497,7 +497,7 @@ pub(super) fn requests(
 /// The health routes, and distributed mode's self-check (a `/readyz` depends on it: an instance
 /// at its connection cap still reaches itself at its advertised address).
 fn is_health(path: &str) -> bool {
-    matches!(path, "/healthz" | "/health" | "/readyz") || path == crate::fleet::SELF_CHECK_PATH
+    matches!(path, "/healthz" | "/health" | "/readyz") || super::backing::is_self_check(path)
 }
 
 /// The answer to anything but a health probe over the cap: valid JSON-RPC, like every error.

@@ -3,11 +3,14 @@
 //!
 //! This file is the only place that wires the parts together: [`ServerBuilder::try_build`]
 //! checks the handlers' state, makes the connection budget (`limits::Connections`) and puts
-//! the `App` together from what `parts.rs` makes of the configuration (the stores in Redis or
-//! in memory, the tasks, the limits, the sealers); [`Server::start`] starts the Redis
-//! connection, the idle-session sweeper and distributed mode (`fleet::Fleet`, with its seams)
-//! and only then returns the routes, so an embedding app cannot forget them; `serve` binds only
-//! after that. Every builder method is order-independent: nothing takes effect before
+//! the `App` together from what `parts.rs` (in memory, the sealers, the meters) and
+//! `shared.rs` (in Redis: the connection, the stores, the limits, distributed mode's seams)
+//! make of the configuration; [`Server::start`] starts the Redis connection, the idle-session
+//! sweeper and distributed mode (`fleet::Fleet`, with its seams) and only then returns the
+//! routes, so an embedding app cannot forget them; `serve` binds only after that. Without the
+//! `redis` feature `local.rs` stands in for `shared.rs` (the same names, everything in memory,
+//! no fleet) and refuses at start a configuration that names Redis or distributed mode; the
+//! `use ... as backing` below is the one place the server decides on the feature. Every builder method is order-independent: nothing takes effect before
 //! `try_build` (or `build`, which panics where `try_build` errs).
 //!
 //! The other files: `listener.rs`, the accept loop and the bounds on every connection;
@@ -60,17 +63,13 @@ use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
 use crate::catalog::{BuildError, Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
 use crate::config::{Config, DeploymentMode};
 use crate::events::EventStore;
-use crate::fleet::Fleet;
 use crate::machine_id;
-use crate::redis_conn::RedisConn;
 use crate::session::{Lease, Ownership, SessionStore, Sessions};
-use crate::tasks::{RedisTaskStore, TaskStore};
+use crate::tasks::TaskStore;
 use crate::transport::{self, Relay, Seams};
 use crate::upstream::Upstream;
-use parts::{
-    as_served, limits_for, meters_for, request_state_sealer, sealer_for, session_stores,
-    session_timing, tasks_for,
-};
+use backing::{Shared, Started, session_stores};
+use parts::{as_served, meters_for, request_state_sealer, sealer_for, session_timing};
 
 /// Declares a server. Every method may be called in any order: nothing takes effect before
 /// [`ServerBuilder::build`]. See the crate documentation for a complete example.
@@ -226,7 +225,7 @@ impl ServerBuilder {
         let connections = listener::connection_budget(&config.http);
         // Renewed by the heartbeat (distributed mode); read by the fleet's liveness checks.
         let lease = Arc::new(Lease::default());
-        let (store, events, redis) = session_stores(
+        let (store, events, mut shared) = session_stores(
             &config,
             &meters,
             &machine_id,
@@ -237,24 +236,16 @@ impl ServerBuilder {
         let request_state = request_state_sealer(&config);
         let phases = crate::app::Phases::new();
         let shutdown = phases.shutdown.clone();
-        let (tasks, redis_tasks) =
-            tasks_for(&config, self.tasks, redis.as_ref(), &machine_id, &lease);
-        let (mut ownership, mut relay) = (self.ownership, self.relay);
-        if config.deployment_mode == DeploymentMode::Distributed
-            && let Some(conn) = &redis
-            && let Some((o, r)) = crate::fleet::seams(
-                conn,
-                &machine_id,
-                &config,
-                phases.closing.clone(),
-                &connections,
-                &meters,
-                &lease,
-            )
-        {
-            ownership = ownership.or(Some(o));
-            relay = relay.or(Some(r));
-        }
+        let tasks = shared.tasks(&config, self.tasks, &machine_id, &lease);
+        let (ownership, relay) = shared.seams(
+            &config,
+            &machine_id,
+            phases.closing.clone(),
+            &connections,
+            &meters,
+            &lease,
+            (self.ownership, self.relay),
+        );
         let sessions = Sessions::new(
             machine_id,
             sealer,
@@ -268,7 +259,7 @@ impl ServerBuilder {
         .with_lease(lease);
         let (auth, auth_error) =
             Authorizer::new(&config.auth).map_or_else(|e| (None, Some(e)), |a| (a, None));
-        let limits = limits_for(&config, redis.as_ref(), sessions.machine_id(), shutdown);
+        let limits = shared.limits(&config, sessions.machine_id(), shutdown);
         let app = App::new(Parts {
             info: self.info,
             catalog,
@@ -287,9 +278,8 @@ impl ServerBuilder {
         Ok(Server {
             app,
             auth_error,
-            redis,
+            shared,
             relay,
-            redis_tasks,
             connections,
         })
     }
@@ -312,10 +302,9 @@ impl ServerBuilder {
 /// ```
 pub struct Server {
     app: App,
-    redis: Option<RedisConn>,
+    /// What it has of Redis (feature `redis`).
+    shared: Shared,
     relay: Option<Arc<dyn Relay>>,
-    /// The task store, when it is in Redis: its cancel signals are followed from the start.
-    redis_tasks: Option<RedisTaskStore>,
     /// Why `[auth]` could not be set up: the server refuses to start rather than run open.
     auth_error: Option<String>,
     /// The connection budget the listener and the relay share.
@@ -386,16 +375,9 @@ impl Server {
             tracing::error!("{why}");
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
         }
-        if let Some(redis) = &self.redis {
-            redis.first_connect().await;
-        }
-        if let Some(store) = &self.redis_tasks {
-            // Before the routes exist, so a cancel sent through another instance for a task
-            // started here is never missed for want of a subscription.
-            let signals = store.listen_cancels(app.phases().shutdown.clone()).await;
-            let follower = app.clone();
-            tokio::spawn(async move { follower.tasks().follow(signals).await });
-        }
+        // Before the routes exist; refused without the `redis` feature when the configuration
+        // needs it.
+        self.shared.connect(&app).await?;
         let limits = &app.config().limits;
         if limits.client_address_header.is_some() && limits.trusted_proxies.is_empty() {
             // Documented, but it fails open: anyone who reaches the port picks the address
@@ -405,25 +387,15 @@ impl Server {
                 "FLEETMCP_CLIENT_ADDRESS_HEADER is set without FLEETMCP_TRUSTED_PROXIES: the header is believed from any peer, so a client can choose the address its limits count against; list the load balancers in FLEETMCP_TRUSTED_PROXIES"
             );
         }
-        let fleet = if app.config().deployment_mode == DeploymentMode::Distributed {
-            let fleet = Fleet::start(&app, self.redis.clone())
-                .await
-                .map_err(|why| {
-                    tracing::error!("{why}");
-                    std::io::Error::new(std::io::ErrorKind::AddrInUse, why)
-                })?;
-            Some(Arc::new(fleet))
-        } else {
-            None
-        };
+        let fleet = self.shared.start_fleet(&app).await?;
         let seams = Seams {
             relay: self.relay,
             probes: fleet
-                .iter()
-                .flat_map(|c| c.probes())
+                .probes()
+                .into_iter()
                 .chain(parts::upstream_probe(&app))
                 .collect(),
-            gate: fleet.as_ref().map(|c| c.gate()),
+            gate: fleet.gate(),
         };
         let routes = transport::routes(app.clone(), seams);
         let sweeper = tokio::spawn(sweep_idle(app.clone()));
@@ -479,8 +451,8 @@ impl Server {
 pub struct Running {
     app: App,
     routes: transport::Routes,
-    /// Shared with the task that runs a graceful stop's first phase.
-    fleet: Option<Arc<Fleet>>,
+    /// Distributed mode, when it runs.
+    fleet: Started,
     sweeper: JoinHandle<()>,
     /// The connection budget the listener and the relay share.
     connections: crate::limits::Connections,
@@ -534,9 +506,7 @@ impl Running {
     {
         let local = listener.local_addr()?;
         log_startup(&self.app, local);
-        if let Some(c) = &self.fleet {
-            c.listening_on(local);
-        }
+        self.fleet.listening_on(local);
         let app = self.app.clone();
         let http = &app.config().http;
         let grace = Duration::from_millis(http.shutdown_grace_ms);
@@ -545,7 +515,7 @@ impl Running {
         let phases = app.phases().clone();
         let began = Arc::new(std::sync::OnceLock::<tokio::time::Instant>::new());
         // The operator's drain request (distributed mode) stops the server as `stop` does.
-        let requested = self.fleet.as_ref().map(|c| c.drain_requested());
+        let requested = self.fleet.drain_requested();
         let stop = async move {
             match requested {
                 Some(requested) => tokio::select! {
@@ -569,9 +539,7 @@ impl Running {
                     grace.as_millis()
                 );
                 app.phases().draining.cancel();
-                if let Some(c) = &fleet {
-                    c.withdraw().await;
-                }
+                fleet.withdraw().await;
                 let cut = cut_drain();
                 tokio::select! {
                     _ = tokio::time::sleep_until(t0 + drain) => {}
@@ -603,9 +571,7 @@ impl Running {
     pub async fn stop(self) {
         self.app.phases().shutdown.cancel();
         self.sweeper.abort();
-        if let Some(c) = &self.fleet {
-            c.stop().await;
-        }
+        self.fleet.stop().await;
     }
 }
 
@@ -676,16 +642,28 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'stat
     }
 }
 
+// Redis and the fleet: `shared.rs` with the `redis` feature, `local.rs` (the same names,
+// everything in memory, a configuration needing Redis refused at start) without. The one place
+// the server decides on the feature.
+#[cfg(not(feature = "redis"))]
+use local as backing;
+#[cfg(feature = "redis")]
+use shared as backing;
+
 mod heap;
 mod listener;
 #[cfg(test)]
 mod listener_test;
+#[cfg(not(feature = "redis"))]
+mod local;
 mod parts;
 #[cfg(test)]
 mod routes_test;
 mod run;
 #[cfg(test)]
 mod seams_test;
+#[cfg(feature = "redis")]
+mod shared;
 mod stdio;
 #[cfg(test)]
 mod stdio_test;

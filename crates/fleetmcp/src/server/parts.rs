@@ -1,38 +1,24 @@
-//! What [`super::ServerBuilder::build`] assembles from the configuration: the stores (in Redis
-//! or in memory), the tasks, the limits, the sealers and the session timing.
+//! What [`super::ServerBuilder::build`] assembles from the configuration besides Redis and the
+//! fleet (`shared.rs`): the stores and tasks in memory, the meters, the sealers and the session
+//! timing.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::App;
 use crate::config::{Config, DeploymentMode};
-use crate::events::{EventStore, MemoryEventStore, RedisEventStore};
+use crate::events::{EventStore, MemoryEventStore};
 use crate::machine_id::MachineIdSource;
-use crate::redis_conn::RedisConn;
-use crate::session::{
-    Lease, MemorySessionStore, RedisSessionStore, SessionSealer, SessionStore, Timing,
-};
+use crate::session::{MemorySessionStore, Ownership, SessionSealer, SessionStore, Timing};
 use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
-use crate::tasks::{MemoryTaskStore, RedisTaskStore, TaskLimits, TaskStore, Tasks};
+use crate::tasks::{MemoryTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::telemetry::Meters;
-use crate::transport::{Probe, ProbeReport};
+use crate::transport::{Probe, ProbeReport, Relay};
 use crate::upstream::Upstream;
 
-/// The limits, shared by the fleet whenever the server has Redis (as sessions are), else kept
-/// in this process.
-pub(super) fn limits_for(
-    config: &Config,
-    redis: Option<&RedisConn>,
-    machine_id: &str,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> crate::limits::Limits {
-    match redis {
-        Some(conn) => {
-            crate::limits::Limits::in_redis(&config.limits, conn.clone(), machine_id, shutdown)
-        }
-        None => crate::limits::Limits::in_memory(&config.limits),
-    }
-}
+/// The seams a request for a session not held here meets: who serves a stored session, and
+/// how a request reaches its holder (distributed mode's, or a test's).
+pub(super) type HolderSeams = (Option<Arc<dyn Ownership>>, Option<Arc<dyn Relay>>);
 
 /// The meters, or none when `http.metrics` is off (every call then a no-op).
 pub(super) fn meters_for(config: &Config) -> Meters {
@@ -54,50 +40,17 @@ pub(super) fn as_served(mut config: Config) -> Config {
     config
 }
 
-/// The stores of sessions and SSE events: the ones given, else in Redis when the configuration
-/// names it (with the connection the rest of the server then shares), else in memory. A store
-/// given for sessions means no Redis at all.
-pub(super) fn session_stores(
+/// The stores of sessions and SSE events: the ones given, else in memory (where a server
+/// without Redis keeps them, `shared.rs` or `local.rs`).
+pub(super) fn in_memory(
     config: &Config,
-    meters: &Meters,
-    machine_id: &str,
-    lease: &Arc<Lease>,
     store: Option<Arc<dyn SessionStore>>,
     events: Option<Arc<dyn EventStore>>,
-) -> (
-    Arc<dyn SessionStore>,
-    Arc<dyn EventStore>,
-    Option<RedisConn>,
-) {
-    let (mut store, mut events, mut redis) = (store, events, None);
-    if store.is_none()
-        && let Some(mut cfg) = config.redis.clone()
-    {
-        // The existence check is bounded by `sessions.check_timeout_ms`; a shorter command
-        // timeout would cut it short.
-        cfg.command_timeout_ms = cfg.command_timeout_ms.max(config.sessions.check_timeout_ms);
-        match RedisConn::new(cfg) {
-            Ok(conn) => {
-                conn.instrument(meters.clone());
-                store = Some(Arc::new(RedisSessionStore::on(conn.clone())));
-                if events.is_none() {
-                    events = Some(Arc::new(redis_event_store(
-                        &conn, config, machine_id, lease,
-                    )));
-                    tracing::info!("EventStore initialized for SSE resumability");
-                }
-                redis = Some(conn);
-            }
-            Err(e) => tracing::error!(
-                error = %e,
-                "[TransportService] Failed to create session store - session persistence disabled"
-            ),
-        }
-    }
-    let idle = Duration::from_millis(config.sessions.idle_ttl_ms);
+) -> (Arc<dyn SessionStore>, Arc<dyn EventStore>) {
+    let sessions = &config.sessions;
+    let idle = Duration::from_millis(sessions.idle_ttl_ms);
     let store = store.unwrap_or_else(|| Arc::new(MemorySessionStore::new(idle)));
     let events = events.unwrap_or_else(|| {
-        let sessions = &config.sessions;
         Arc::new(
             MemoryEventStore::new(
                 sessions.max_events_per_stream,
@@ -109,32 +62,14 @@ pub(super) fn session_stores(
             ),
         )
     });
-    (store, events, redis)
+    (store, events)
 }
 
-fn redis_event_store(
-    conn: &RedisConn,
-    config: &Config,
-    machine_id: &str,
-    lease: &Arc<Lease>,
-) -> RedisEventStore {
-    let sessions = &config.sessions;
-    let events = RedisEventStore::new(
-        conn.clone(),
-        sessions.max_events_per_stream,
-        sessions.event_ttl_ms,
-        Duration::from_millis(sessions.stream_read_outage_ms),
-    )
-    .with_bounds(
-        sessions.max_streams_per_session,
-        sessions.max_event_bytes_per_session,
-        sessions.max_event_bytes,
-    );
-    // Only in distributed mode can a reader tell that a stream's writer is gone (and end the
-    // stream for it).
-    let liveness = (config.deployment_mode == DeploymentMode::Distributed)
-        .then(|| crate::fleet::process_liveness(conn, &config.ha, lease));
-    events.with_writers(machine_id, liveness)
+/// The tasks, in the store `given`, else in memory (each instance its own).
+pub(super) fn memory_tasks(config: &Config, given: Option<Arc<dyn TaskStore>>) -> Tasks {
+    let store = given
+        .unwrap_or_else(|| Arc::new(MemoryTaskStore::new(TaskLimits::from_config(&config.tasks))));
+    Tasks::new(store, &config.tasks)
 }
 
 /// The sealer of stateless requests' `requestState`, from the shared secrets; warns when there
@@ -175,46 +110,6 @@ pub(super) fn session_timing(config: &Config) -> Timing {
         store_wait: Duration::from_millis(config.sessions.store_wait_ms),
         refresh_every_ms: ttl / 4,
     }
-}
-
-/// The tasks, in the store `given`, else shared in Redis whenever the server has Redis (so that
-/// any instance answers for any task; the executor's liveness is known only in distributed
-/// mode), else in memory. With the Redis store, when it is that one.
-pub(super) fn tasks_for(
-    config: &Config,
-    given: Option<Arc<dyn TaskStore>>,
-    redis: Option<&RedisConn>,
-    machine_id: &str,
-    lease: &Arc<Lease>,
-) -> (Tasks, Option<RedisTaskStore>) {
-    let tasks_cfg = &config.tasks;
-    let limits = TaskLimits::from_config(tasks_cfg);
-    let redis_tasks = match (&given, redis) {
-        (None, Some(conn)) => Some(RedisTaskStore::new(
-            conn.clone(),
-            &conn.config().key_prefix,
-            limits,
-        )),
-        _ => None,
-    };
-    let task_liveness = match redis {
-        Some(conn)
-            if redis_tasks.is_some() && config.deployment_mode == DeploymentMode::Distributed =>
-        {
-            Some(crate::fleet::process_liveness(conn, &config.ha, lease))
-        }
-        _ => None,
-    };
-    let task_store: Arc<dyn TaskStore> = match (&redis_tasks, given) {
-        (Some(r), _) => Arc::new(r.clone()),
-        (None, Some(t)) => t,
-        (None, None) => Arc::new(MemoryTaskStore::new(limits)),
-    };
-    let mut tasks = Tasks::new(task_store, tasks_cfg);
-    if redis_tasks.is_some() {
-        tasks = tasks.shared(machine_id, task_liveness);
-    }
-    (tasks, redis_tasks)
 }
 
 pub(super) fn sealer_for(

@@ -60,7 +60,7 @@ where
     Fut: Future<Output = Result<Server, Box<dyn std::error::Error>>>,
 {
     if is_operator(args) {
-        return crate::ops::main(&args[2..]).await;
+        return Server::operator_command(&args[2..]).await;
     }
     let program = args
         .first()
@@ -107,8 +107,11 @@ impl super::Server {
     /// std::process::exit(fleetmcp::Server::operator_command(&args).await);
     /// # }
     /// ```
+    ///
+    /// A build without the `redis` feature has no fleet to read: the command says so on
+    /// stderr and returns 2.
     pub async fn operator_command(args: &[String]) -> i32 {
-        crate::ops::main(args).await
+        super::backing::operator_command(args).await
     }
 }
 

@@ -63,22 +63,28 @@
 //! session exists, or names `LiveSessions`.
 
 mod id;
+#[cfg(feature = "redis")]
 pub(crate) mod index;
 mod lifecycle;
 mod live;
 mod lossy;
 mod ownership;
+#[cfg(feature = "redis")]
 mod redis;
 mod running;
 mod store;
+#[cfg(feature = "redis")]
 mod tracking;
 mod unread;
 
+#[cfg(feature = "redis")]
 pub(crate) use self::redis::RecordForm;
+#[cfg(feature = "redis")]
 pub use self::redis::RedisSessionStore;
 #[cfg(any(test, feature = "testkit"))]
 pub use id::minted_uuid;
 pub(crate) use id::{LogId, SessionSealer};
+#[cfg(feature = "redis")]
 pub(crate) use index::Buckets as IndexBuckets;
 pub(crate) use lifecycle::{
     LegacyStream, Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing,

@@ -13,10 +13,12 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "redis")]
+use super::CancelSignal;
 use super::memory::serialized_len;
 use super::{
-    CancelSignal, EXECUTOR_GONE_MESSAGE, Executor, ProcessLiveness, TaskQuota, TaskRecord,
-    TaskStatus, TaskStore, TaskStoreError, TaskStoreFull,
+    EXECUTOR_GONE_MESSAGE, Executor, ProcessLiveness, TaskQuota, TaskRecord, TaskStatus, TaskStore,
+    TaskStoreError, TaskStoreFull,
 };
 use crate::config::TaskConfig;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -491,6 +493,7 @@ impl Tasks {
     /// Follows the cancel signals of a shared store until they end: stops the tasks they name
     /// that run here, and after every (re)subscription stops those whose record has ended
     /// elsewhere meanwhile (a signal sent while the subscription was down is lost).
+    #[cfg(feature = "redis")]
     pub async fn follow(&self, mut signals: tokio::sync::mpsc::Receiver<CancelSignal>) {
         while let Some(signal) = signals.recv().await {
             match signal {
@@ -742,6 +745,7 @@ mod tests {
         assert_eq!(*store.signals.lock(), vec!["far".to_string()]);
     }
 
+    #[cfg(feature = "redis")]
     #[tokio::test]
     async fn follow_stops_tasks_cancelled_elsewhere_and_resyncs_after_a_gap() {
         let store = Arc::new(Spy::default());

@@ -30,12 +30,15 @@
 
 mod lifecycle;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 
 pub(crate) use lifecycle::{RunningTask, Tasks};
 pub use memory::MemoryTaskStore;
 pub(crate) use memory::json_len;
+#[cfg(feature = "redis")]
 pub use redis::RedisTaskStore;
+#[cfg(feature = "redis")]
 pub(crate) use redis::{CancelSignal, executor_index_key};
 
 use async_trait::async_trait;
