@@ -190,9 +190,6 @@ pub struct PromptBuilder<S = ()> {
 }
 
 impl<S> PromptBuilder<S> {
-    /// The OAuth scope a caller's token must grant to use this, when authorization is on
-    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-    /// authorization is off.
     /// The OAuth scope a caller's token must grant to get it, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off. Set once: a second call replaces the first.

@@ -69,9 +69,6 @@ pub struct ToolBuilder<S = ()> {
 }
 
 impl<S> ToolBuilder<S> {
-    /// The OAuth scope a caller's token must grant to use this, when authorization is on
-    /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
-    /// authorization is off.
     /// The OAuth scope a caller's token must grant to call it, when authorization is on
     /// (`[auth]`); without it the call answers `403` `insufficient_scope`. Ignored when
     /// authorization is off. Set once: a second call replaces the first.
