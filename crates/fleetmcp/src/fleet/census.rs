@@ -9,7 +9,7 @@
 //! of the single index of versions before the buckets: `session/index.rs`). Each call is
 //! bounded by the connection's command timeout.
 
-use super::heartbeat::{Beat, nodes_key};
+use super::beat::{Beat, nodes_key};
 use crate::clock::unix_ms;
 use crate::config::Config;
 use crate::redis_conn::{CommandError, RedisConn};

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -28,29 +27,14 @@ use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
+use super::beat::{Beat, nodes_key};
+
 /// Beats between two statements of this instance's index bucket count (`keep_index`).
 const RESTATE_EVERY: u32 = 6;
 
 /// How long a stop waits for Redis to see this instance's channel subscription go before it
 /// deletes the heartbeat anyway (closing a connection takes Redis well under a millisecond).
 const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct Beat {
-    node_id: String,
-    /// When the beating process started (Unix ms): a newer one under the same id has a later one.
-    pub(super) started_at: u64,
-    pub(super) last_beat: u64,
-    session_count: usize,
-    /// `host:port` where other instances relay this one's sessions' requests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address: Option<String>,
-    /// This instance reads session records without `session.id` (always `true` here; absent,
-    /// hence `false`, in an earlier version's heartbeat: `record_form.rs`).
-    #[serde(default)]
-    pub(super) compact_records: bool,
-}
 
 /// The heartbeat of one instance.
 pub(crate) struct Heartbeat {
@@ -398,13 +382,6 @@ pub(super) async fn read_beat(
 ) -> Result<Option<Beat>, crate::redis_conn::CommandError> {
     let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
     Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
-}
-
-/// `<haPrefix>nodes`: a sorted set of every instance that beat, scored by its last beat (Unix
-/// ms), or 0 once it stopped gracefully. An instance stays in it after it stops, until the
-/// orphan scanner has claimed its sessions.
-pub(super) fn nodes_key(key_prefix: &str) -> String {
-    format!("{key_prefix}nodes")
 }
 
 /// Instance `node`'s own channel, `<prefix>notify:<node>` (the contract's relay channel).

@@ -72,6 +72,7 @@
 //! census and sends drain requests); a single instance (standalone mode) starts none of it.
 
 mod advertise;
+mod beat;
 pub(crate) mod census;
 mod channel_auth;
 mod directory;

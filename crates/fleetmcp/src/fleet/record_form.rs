@@ -13,7 +13,7 @@
 //! every [`READ_EVERY`] beats until it switches, and never after: once a fleet of this version
 //! is all there, it costs nothing.
 
-use super::heartbeat::{Beat, nodes_key};
+use super::beat::{Beat, nodes_key};
 use crate::redis_conn::{CommandError, RedisConn};
 use crate::session::RecordForm;
 

@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::heartbeat::{channel_of, nodes_key, subscribers};
+use super::beat::nodes_key;
+use super::heartbeat::{channel_of, subscribers};
 use super::liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
