@@ -891,3 +891,58 @@ fn records_stay_full_while_an_older_instance_beats_then_turn_compact() {
     }
     assert!(stored(&redis, &compact)["session"].get("id").is_none());
 }
+
+/// While older instances beat, an instance reads the whole fleet's heartbeats once, then only
+/// the heartbeat of one older instance it remembers, not every heartbeat at every reading (a
+/// rolling upgrade of I instances would otherwise cost the fleet I² reads a minute); once no
+/// older instance is left, it still switches.
+#[test]
+fn while_older_instances_beat_a_reading_asks_one_of_them_not_the_fleet() {
+    const OLDER: usize = 100;
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // Scored in the future, so that the orphan scanner leaves them alone for the test's length.
+    let later = (unix_ms() + 600_000).to_string();
+    for i in 0..OLDER {
+        let node = format!("desk-old-{i}");
+        let beat = json!({"nodeId": node, "startedAt": 1, "lastBeat": 1, "sessionCount": 0});
+        let key = format!("mcp:ha:heartbeat:{node}");
+        redis.cli(&["SET", &key, &beat.to_string(), "PX", "600000"]);
+        redis.cli(&["ZADD", "mcp:ha:nodes", &later, &node]);
+    }
+    let a = distributed_desk("desk-a", &url, &QUICK_FAILOVER);
+    // The first reading (at the first beat) read every heartbeat; the next ones come every 6
+    // beats of 300 ms: about three in the window.
+    thread::sleep(Duration::from_millis(1_000));
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    thread::sleep(Duration::from_millis(5_500));
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let gets: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    // Every reading of the whole fleet would be 100 GETs; a reading of the one remembered is 1,
+    // besides the instance's own beat's read (one a beat, about 18 here).
+    assert!(
+        gets < OLDER as u64,
+        "{gets} GETs in 5.5 s with {OLDER} older instances beating: {stats}"
+    );
+    assert!(
+        !a.log().contains("reads compact session records"),
+        "{}",
+        a.log()
+    );
+
+    for i in 0..OLDER {
+        let node = format!("desk-old-{i}");
+        redis.cli(&["DEL", &format!("mcp:ha:heartbeat:{node}")]);
+        redis.cli(&["ZADD", "mcp:ha:nodes", "0", &node]);
+    }
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] every running instance reads compact session records",
+    );
+}

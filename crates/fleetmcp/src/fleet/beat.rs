@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::redis_conn::{CommandError, RedisConn};
+
 /// The heartbeat record: `{nodeId, startedAt, lastBeat, sessionCount, address, compactRecords}`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -27,4 +29,16 @@ pub(super) struct Beat {
 /// orphan scanner has claimed its sessions.
 pub(super) fn nodes_key(key_prefix: &str) -> String {
     format!("{key_prefix}nodes")
+}
+
+/// The heartbeat at `key` (`<prefix>heartbeat:<nodeId>`): `None` when the instance stopped or
+/// its key expired; an error when Redis did not answer.
+pub(super) async fn read_beat(redis: &RedisConn, key: &str) -> Result<Option<Beat>, CommandError> {
+    let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
+    Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
+}
+
+/// `<haPrefix>heartbeat:<node>`: instance `node`'s heartbeat.
+pub(super) fn heartbeat_key(ha_prefix: &str, node: &str) -> String {
+    format!("{ha_prefix}heartbeat:{node}")
 }

@@ -27,7 +27,7 @@ use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 use crate::transport::{Probe, ProbeReport};
 
-use super::beat::{Beat, nodes_key};
+use super::beat::{Beat, nodes_key, read_beat};
 
 /// Beats between two statements of this instance's index bucket count (`keep_index`).
 const RESTATE_EVERY: u32 = 6;
@@ -57,6 +57,8 @@ pub(crate) struct Heartbeat {
     nodes_key: String,
     /// `<haPrefix>`, under which the others' heartbeats are read (`record_form.rs`).
     ha_prefix: String,
+    /// Whether the fleet reads compact session records yet, and which older instance it saw last.
+    record_form: super::record_form::Follower,
     /// The next bucket of this instance's index pruned of expired entries (a few per beat, in
     /// rotation: `session/index.rs`).
     prune_next: std::sync::atomic::AtomicU32,
@@ -88,6 +90,7 @@ impl Heartbeat {
             lease,
             nodes_key: nodes_key(&cfg.key_prefix),
             ha_prefix: cfg.key_prefix.clone(),
+            record_form: Default::default(),
             prune_next: Default::default(),
             index_read: AtomicBool::new(false),
             legacy_index: AtomicBool::new(false),
@@ -214,14 +217,15 @@ impl Heartbeat {
             self.lease
                 .renew(sent_at, Duration::from_millis(self.ttl_ms));
             let beats = self.beats.load(Ordering::Relaxed);
-            super::record_form::follow(
-                &self.redis,
-                &self.ha_prefix,
-                self.ttl_ms,
-                beats,
-                hb.last_beat,
-            )
-            .await;
+            self.record_form
+                .follow(
+                    &self.redis,
+                    &self.ha_prefix,
+                    self.ttl_ms,
+                    beats,
+                    hb.last_beat,
+                )
+                .await;
         }
         if !ok && self.active.load(Ordering::Relaxed) {
             tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
@@ -372,16 +376,6 @@ impl Probe for Heartbeat {
             }),
         }
     }
-}
-
-/// The heartbeat at `key` (`<prefix>heartbeat:<nodeId>`): `None` when the instance stopped or
-/// its key expired; an error when Redis did not answer.
-pub(super) async fn read_beat(
-    redis: &RedisConn,
-    key: &str,
-) -> Result<Option<Beat>, crate::redis_conn::CommandError> {
-    let raw: Option<String> = redis.run(redis::cmd("GET").arg(key).clone()).await?;
-    Ok(raw.and_then(|r| serde_json::from_str(&r).ok()))
 }
 
 /// Instance `node`'s own channel, `<prefix>notify:<node>` (the contract's relay channel).

@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use super::heartbeat::{channel_of, read_beat, subscribers};
+use super::beat::read_beat;
+use super::heartbeat::{channel_of, subscribers};
 use crate::liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 use crate::session::Lease;

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::super::heartbeat::read_beat;
+use super::super::beat::read_beat;
 use super::pool::InUse;
 use super::{Silence, describe};
 use crate::redis_conn::RedisConn;

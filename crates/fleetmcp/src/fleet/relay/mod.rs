@@ -49,8 +49,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
+use super::beat::read_beat;
 use super::error_text::describe;
-use super::heartbeat::read_beat;
 
 mod answer;
 mod connector;
