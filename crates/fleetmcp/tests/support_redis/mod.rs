@@ -29,6 +29,59 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Starts `command` (a server that listens on `port`) and waits until it answers there: `None`
+/// when the one answering is another process (it exits on `EADDRINUSE` or is killed here).
+fn start_answering(mut command: Command, port: u16) -> Option<Child> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server starts (is it installed?)");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        if let Some(answering) = pid_on(port) {
+            if answering == child.id() {
+                return Some(child);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("redis-server on port {port} did not answer");
+}
+
+/// The `process_id` of the server answering on `port` (`INFO server` over a fresh TCP
+/// connection); `None` while nothing answers.
+fn pid_on(port: u16) -> Option<u32> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+    s.write_all(b"INFO server\r\n").ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if let Some(pid) = String::from_utf8_lossy(&got)
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|v| v.trim().parse().ok())
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
 /// One `redis-server` process, with no persistence (a restart starts empty) unless asked.
 pub struct RedisServer {
     pub port: u16,
@@ -44,11 +97,15 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers `PING`.
     pub fn start() -> Self {
-        Self::start_on(free_port())
+        Self::start_at(free_port(), true)
     }
 
     /// Starts a server on `port` and waits until it answers `PING`.
     pub fn start_on(port: u16) -> Self {
+        Self::start_at(port, false)
+    }
+
+    fn start_at(port: u16, may_move: bool) -> Self {
         let mut s = Self {
             port,
             child: None,
@@ -57,7 +114,7 @@ impl RedisServer {
             persistent: false,
             extra: Vec::new(),
         };
-        s.spawn();
+        s.spawn(may_move);
         s
     }
 
@@ -71,7 +128,7 @@ impl RedisServer {
             persistent: false,
             extra: vec!["--replicaof".into(), "127.0.0.1".into(), master.to_string()],
         };
-        s.spawn();
+        s.spawn(true);
         s
     }
 
@@ -86,12 +143,34 @@ impl RedisServer {
             persistent: true,
             extra: Vec::new(),
         };
-        s.spawn();
+        s.spawn(true);
         s
     }
 
-    fn spawn(&mut self) {
-        let child = Command::new(server_bin())
+    /// Starts the process on `self.port`, moving to another free port while a server that
+    /// is not ours already answers there: two tests may be handed the same free port, and the
+    /// second `redis-server` then exits on `EADDRINUSE` while the first one answers its `PING`
+    /// (two tests sharing one Redis saw each other's instances). A restart, or a port the caller chose, stays
+    /// where it is.
+    fn spawn(&mut self, may_move: bool) {
+        for _ in 0..20 {
+            if self.spawn_here() {
+                return;
+            }
+            assert!(may_move, "port {} is taken by another server", self.port);
+            self.port = if self.extra.iter().any(|a| a == "--cluster-enabled") {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+        }
+        panic!("no free port for redis-server after 20 tries");
+    }
+
+    /// One start on `self.port`: whether the server answering there is the one started.
+    fn spawn_here(&mut self) -> bool {
+        let mut command = Command::new(server_bin());
+        command
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -106,26 +185,10 @@ impl RedisServer {
                 "--dir",
             ])
             .arg(self.dir.path())
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts (is it installed?)");
-        self.child = Some(child);
+            .args(&self.extra);
+        self.child = start_answering(command, self.port);
         self.paused = false;
-        self.wait_ready(Duration::from_secs(5));
-    }
-
-    fn wait_ready(&self, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if self.raw_ping() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server on port {} did not answer PING", self.port);
+        self.child.is_some()
     }
 
     /// `PING` over a fresh TCP connection, without any client library.
@@ -197,14 +260,14 @@ impl RedisServer {
     /// Kills the server and starts a new, empty one on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn(false);
     }
 
     /// Starts the server again after [`kill`](Self::kill) on the same port: empty, unless it was
     /// started with [`start_persistent`](Self::start_persistent).
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "server is still running");
-        self.spawn();
+        self.spawn(false);
     }
 
     /// Runs `redis-cli -p <port> <args>` and returns its trimmed output.
@@ -265,7 +328,7 @@ impl RedisCluster {
                         format!("nodes-{port}.conf"),
                     ],
                 };
-                s.spawn();
+                s.spawn(true);
                 s
             })
             .collect();
@@ -620,44 +683,36 @@ pub struct Sentinel {
 
 impl Sentinel {
     pub fn start(name: &str, master_port: u16, quorum: u32) -> Self {
-        let port = free_port();
-        let dir = tempfile::tempdir().expect("temp dir");
-        // Sentinel rewrites its configuration file as the fleet changes: it must be writable.
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                 sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
-                 sentinel down-after-milliseconds {name} 1000\n\
-                 sentinel failover-timeout {name} 4000\n\
-                 sentinel parallel-syncs {name} 1\n",
-                dir = dir.path().display()
-            ),
-        )
-        .expect("write sentinel.conf");
-        let child = Command::new(server_bin())
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server --sentinel starts");
-        let s = Self {
-            port,
-            child,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while s.cli(&["PING"]) != "PONG" {
-            assert!(
-                Instant::now() < deadline,
-                "sentinel on {port} did not answer"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        // Another test may be handed the same free port: then another one (see
+        // `RedisServer::spawn`).
+        for _ in 0..20 {
+            let port = free_port();
+            let dir = tempfile::tempdir().expect("temp dir");
+            // Sentinel rewrites its configuration file as the fleet changes: it must be writable.
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel failover-timeout {name} 4000\n\
+                     sentinel parallel-syncs {name} 1\n",
+                    dir = dir.path().display()
+                ),
+            )
+            .expect("write sentinel.conf");
+            let mut command = Command::new(server_bin());
+            command.arg(&conf).arg("--sentinel");
+            if let Some(child) = start_answering(command, port) {
+                return Self {
+                    port,
+                    child,
+                    _dir: dir,
+                };
+            }
         }
-        s
+        panic!("no free port for a sentinel after 20 tries");
     }
 
     /// `host:port`.
