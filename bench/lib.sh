@@ -78,3 +78,12 @@ callgrind_self() { # DUMP REGEX
   callgrind_annotate --threshold=100 --auto=no "$1" 2>/dev/null \
     | awk -v re="$2" '$0 ~ re && !/x\)$/ {gsub(",", "", $1); n += $1} END {print n + 0}'
 }
+
+# glibc's own account (malloc_stats(3), called in the process by gdb, printed on its stderr):
+# "SYSTEM INUSE", bytes the arenas took from the system and bytes handed out, mappings included.
+malloc_totals() { # PID LOG
+  local before
+  before="$(wc -l <"$2")"
+  gdb -p "$1" -batch -nx -ex 'call (void) malloc_stats()' >/dev/null 2>&1 || true
+  tail -n +"$((before + 1))" "$2" | awk '/^Total/ {t = 1} t && /^system bytes/ {s = $4} t && /^in use bytes/ {u = $5} END {print s + 0, u + 0}'
+}

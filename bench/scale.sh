@@ -28,6 +28,9 @@
 #   WORKERS=1           each instance's tokio worker threads
 #   SESSIONS=2000       sessions opened, round robin over the instances (up to 1,000,000)
 #   STREAMS=100         idle GET /mcp SSE streams held open on the first sessions, at their holders
+#   HEAP=1              0: the heap a stream holds is not measured (1: glibc's bytes in use
+#                       before and after the streams, malloc_stats(3) called in each instance
+#                       by gdb, a second or so each; skipped without gdb)
 #   CALLS=1000          tools/call sent to holders, and as many relayed (0: neither)
 #   REDIS=single        single | cluster (3 masters, 3 replicas; commands summed over masters)
 #   LIMIT=on            on: limits.max_sessions_per_key at its default (1,000), the sessions
@@ -63,6 +66,7 @@ INSTANCES="${INSTANCES:-3}"
 WORKERS="${WORKERS:-1}"
 SESSIONS="${SESSIONS:-2000}"
 STREAMS="${STREAMS:-100}"
+HEAP="${HEAP:-1}"
 CALLS="${CALLS:-1000}"
 REDIS="${REDIS:-single}"
 LIMIT="${LIMIT:-on}"
@@ -87,6 +91,7 @@ die() { log "$*"; exit 1; }
 [[ "$REDIS" == single || "$REDIS" == cluster ]] || die "REDIS must be single or cluster"
 require scale.sh redis-server redis-cli curl awk
 [[ "$NETNS" == 1 ]] && require scale.sh ip
+[[ "$HEAP" == 1 ]] && ! command -v gdb >/dev/null && { log "no gdb: the heap a stream holds is not measured"; HEAP=0; }
 [[ "$DELAY_US" =~ ^[0-9]+$ ]] || die "DELAY_US must be a whole number of µs"
 (( DELAY_US == 0 || NETNS == 1 )) || die "DELAY_US needs NETNS=1 (hosts to put the delay between)"
 
@@ -237,6 +242,8 @@ redis_cpu() { local t=0 p; for p in "${REDIS_PIDS[@]}"; do t=$((t + $(proc_ticks
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 proc_rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 fleet_ticks() { local t=0 p; for p in "${PIDS[@]}"; do [[ -n "$p" ]] && t=$((t + $(proc_ticks "$p"))); done; echo "$t"; }
+# glibc's bytes in use summed over the instances (each stops for a moment under gdb).
+fleet_heap_bytes() { local t=0 i; for i in "${!PIDS[@]}"; do [[ -n "${PIDS[$i]}" ]] && t=$((t + $(malloc_totals "${PIDS[$i]}" "$WORK/desk-$i.log" | cut -d' ' -f2))); done; echo "$t"; }
 fleet_rss_kib() { local t=0 p; for p in "${PIDS[@]}"; do [[ -n "$p" ]] && t=$((t + $(proc_rss_kib "$p"))); done; echo "$t"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 # A key's master (cluster) or the one Redis.
@@ -461,6 +468,7 @@ meas idle_commands_per_instance_per_s_with_sessions "$(div "$idle1" $((INSTANCES
 
 # --- 4. idle streams ---------------------------------------------------------------------------
 if (( STREAMS > 0 )); then
+  [[ "$HEAP" == 1 ]] && heap0="$(fleet_heap_bytes)"
   b0="$(cmd_by_name)"; rss0="$(fleet_rss_kib)"; c0="$(cmd_total)"
   rm -f "$WORK/streams.ready"
   "$LOADGEN" streams --urls "$url_list" --ids "$WORK/ids" --streams "$STREAMS" --concurrency 256 \
@@ -473,7 +481,8 @@ if (( STREAMS > 0 )); then
   check "idle streams open" "$STREAMS" "$(sed -n 's/.*"opened":\([0-9]*\).*/\1/p' "$WORK/streams.ready")"
   meas commands_per_stream_open "$(div "$(( c1 - c0 ))" "$STREAMS" 2)" "GET /mcp, idle ones"
   sleep 1
-  meas process_rss_per_idle_stream "$(div "$(( ($(fleet_rss_kib) - rss0) * 1024 ))" "$STREAMS" 0)" "sum of VmRSS delta / streams"
+  meas process_rss_per_idle_stream "$(div "$(( ($(fleet_rss_kib) - rss0) * 1024 ))" "$STREAMS" 0)" "sum of VmRSS delta / streams (less than the heap by the free heap the streams reuse)"
+  [[ "$HEAP" == 1 ]] && meas process_heap_per_idle_stream "$(div "$(( $(fleet_heap_bytes) - heap0 ))" "$STREAMS" 0)" "sum of glibc's bytes in use (malloc_stats) delta / streams"
   idle2="$(idle_window "$opened sessions, $STREAMS streams")"
   meas commands_per_idle_stream_per_s "$(awk -v a="$idle2" -v b="$idle1" -v t="$STREAMS" -v w="$WINDOW" 'BEGIN {printf "%.4f", (a - b) / t / w}')" "(idle window with streams - without) / T / s"
   meas redis_connections_per_instance_with_streams "$(div "$(( $(redis_clients) - 1 ))" "$INSTANCES" 2)" "INFO clients, $STREAMS streams open"
@@ -618,7 +627,7 @@ predict() { # KEY -> the model's figure for this shape, or -
       redis_connections_per_instance redis_connections_per_instance_with_streams redis_pubsub_channels_per_instance \
       commands_per_initialize redis_cpu_per_initialize_us process_cpu_per_initialize_us initialize_p50_us initialize_p99_us \
       redis_bytes_per_idle_session record_bytes node_index_bytes_per_entry limit_set_bytes_per_entry \
-      process_rss_per_idle_session commands_per_stream_open commands_per_idle_stream_per_s process_rss_per_idle_stream \
+      process_rss_per_idle_session commands_per_stream_open commands_per_idle_stream_per_s process_heap_per_idle_stream process_rss_per_idle_stream \
       commands_per_held_call process_cpu_per_held_call_us commands_per_relayed_call process_cpu_per_relayed_call_us \
       held_call_p50_us held_call_p99_us relayed_call_p50_us relayed_call_p99_us relayed_call_added_p50_us relayed_call_added_p99_us \
       pubsub_messages_per_notify_session pubsub_messages_per_resource_update \

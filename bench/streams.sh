@@ -52,15 +52,6 @@ allowed_hosts = ["*"]
 TOML
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-# glibc's own account (malloc_stats(3), called in the process by gdb, printed on its stderr):
-# "SYSTEM INUSE", bytes the arenas took from the system and bytes handed out, mappings included.
-malloc_totals() { # PID LOG
-  local before
-  before="$(wc -l <"$2")"
-  gdb -p "$1" -batch -nx -ex 'call (void) malloc_stats()' >/dev/null 2>&1 || true
-  tail -n +"$((before + 1))" "$2" | awk '/^Total/ {t = 1} t && /^system bytes/ {s = $4} t && /^in use bytes/ {u = $5} END {print s + 0, u + 0}'
-}
-
 # Bytes held per stream by allocation site: each stack of heaptrack's leaked bytes named by its
 # last frames above the allocator's own (Rust's alloc, RawVec, Box and the like).
 sites() { # STACKS STREAMS
