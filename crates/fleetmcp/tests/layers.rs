@@ -811,7 +811,7 @@ fn a_violation_injected_into_the_real_tree_is_found() {
             "`redis::cmd`: dispatch (layer 4) imports from the crate `redis`, but knows nothing of Redis",
         ),
         (
-            "transport/locate.rs",
+            "transport/http/locate.rs",
             "use crate::session::live::LiveSessions;",
             "`crate::session::live::LiveSessions`: transport (layer 5) names an item session (layer 2) keeps to itself",
         ),

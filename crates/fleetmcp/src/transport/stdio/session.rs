@@ -22,8 +22,8 @@ use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorData, Incoming, Message, encode_error, encode_result, errors};
 use crate::session::Session;
-use crate::transport::driver;
-use crate::transport::initialize;
+use crate::transport::core::driver;
+use crate::transport::core::initialize;
 
 /// One line of input, read: a message, or a batch's items.
 pub(super) enum Item {

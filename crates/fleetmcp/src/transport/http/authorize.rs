@@ -91,7 +91,7 @@ pub(super) fn owner(principal: &Option<Arc<Principal>>) -> Option<&str> {
 
 /// The JSON-RPC error of a call refused for want of `scope` (in a batch, or on the
 /// 2024-11-05 stream, where the HTTP status is not the call's own).
-pub(super) fn scope_error(scope: &str) -> ErrorData {
+pub(in crate::transport) fn scope_error(scope: &str) -> ErrorData {
     ErrorData::new(
         REFUSED,
         format!("Forbidden: insufficient_scope: this call needs the scope `{scope}`"),
@@ -100,7 +100,11 @@ pub(super) fn scope_error(scope: &str) -> ErrorData {
 }
 
 /// `403` for a token that lacks `scope`.
-pub(super) fn insufficient_scope(app: &App, id: Option<&RawValue>, scope: &str) -> Response {
+pub(in crate::transport) fn insufficient_scope(
+    app: &App,
+    id: Option<&RawValue>,
+    scope: &str,
+) -> Response {
     let mut res = respond::rpc_error(StatusCode::FORBIDDEN, id, &scope_error(scope));
     if let Some(auth) = app.auth() {
         let mut scopes: Vec<&str> = auth.required_scopes().iter().map(String::as_str).collect();

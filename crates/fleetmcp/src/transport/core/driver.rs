@@ -26,8 +26,6 @@ use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::client_key::Client;
-use super::{authorize, respond};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
@@ -37,10 +35,12 @@ use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, labels};
+use crate::transport::http::client_key::Client;
+use crate::transport::http::{authorize, respond};
 
 /// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
 /// answers it.
-pub(super) enum Started {
+pub(in crate::transport) enum Started {
     /// It finished without sending anything first: a plain answer.
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
@@ -50,7 +50,7 @@ pub(super) enum Started {
 /// Why a request did not run; nothing else is affected. Every route answers it one of two ways:
 /// [`NotRun::response`] where the request is the HTTP request, [`NotRun::into_error`] where it
 /// is not (an item of a batch, a message on the 2024-11-05 stream).
-pub(super) enum NotRun {
+pub(in crate::transport) enum NotRun {
     /// A limit refused it (its session's requests in flight, its key's rate, its tool's rate,
     /// its key's requests in flight), or the shared counters did not answer.
     Refused(Refused),
@@ -80,7 +80,7 @@ impl NotRun {
 /// Whether `principal` may call `method` with `params`: with authorization on, its token must
 /// grant the scope the tool, resource or prompt declares, or a gateway's upstream names (the
 /// scope missing otherwise).
-pub(super) fn permitted(
+pub(in crate::transport) fn permitted(
     app: &App,
     method: &str,
     params: Option<&RawValue>,
@@ -102,7 +102,7 @@ pub(super) fn permitted(
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A request a limit refused: its JSON-RPC error, and how long to wait.
-pub(super) struct Refused {
+pub(in crate::transport) struct Refused {
     pub error: ErrorData,
     /// `Retry-After`, in seconds (rounded up, at least 1).
     retry_after_s: u64,
@@ -185,7 +185,10 @@ fn count_refusal(app: &App, refusal: &Refusal) {
 /// Counts `initialize`, which opens a session rather than running in one, against `key`'s
 /// rate like any other request (and against nothing else: it holds no place in flight once
 /// answered).
-pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Refused> {
+pub(in crate::transport) async fn admit_initialize(
+    app: &App,
+    key: &LimitKey,
+) -> Result<(), Refused> {
     match app.limits().admit(key, None).await {
         Ok(_slot) => Ok(()),
         Err(refusal) => {
@@ -199,7 +202,10 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
 /// Counts a stream that is no request of a session (`GET /sse`) against `key`'s rate and
 /// in-flight limits like any request: the slot it returns is held for the stream's life, so
 /// one client cannot keep more streams open than `limits.max_inflight_per_key`.
-pub(super) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Response> {
+pub(in crate::transport) async fn admit_stream(
+    app: &App,
+    key: &LimitKey,
+) -> Result<Slot, Response> {
     app.limits().admit(key, None).await.map_err(|refusal| {
         tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused a stream over a limit");
         count_refusal(app, &refusal);
@@ -210,13 +216,17 @@ pub(super) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Resp
 /// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,
 /// or `503` when the shared counters could not be read and `limits.on_store_error` is
 /// `closed`), counted.
-pub(super) fn refuse_initialize(app: &App, refusal: Refusal, id: &RawValue) -> Response {
+pub(in crate::transport) fn refuse_initialize(
+    app: &App,
+    refusal: Refusal,
+    id: &RawValue,
+) -> Response {
     count_refusal(app, &refusal);
     Refused::from_limits(refusal).response(id)
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
-pub(super) struct Streaming {
+pub(in crate::transport) struct Streaming {
     first: Option<Outbound>,
     rest: crate::context::OutboxReceiver,
     work: Work,
@@ -229,14 +239,14 @@ enum Work {
 }
 
 /// The client went away while the answer streamed; the request was cancelled.
-pub(super) struct Gone;
+pub(in crate::transport) struct Gone;
 
 /// Starts request `id` (`method` with `params`) that `client` sent, for `caller`, and waits
 /// until it either finishes or sends its first message: the one place where any route's
 /// request (a POST of either era, a batch's item, a 2024-11-05 message) becomes a running call.
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
-pub(super) async fn start(
+pub(in crate::transport) async fn start(
     app: &App,
     caller: Caller,
     client: Client,

@@ -71,7 +71,7 @@ pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
 /// [`authorize`] put it) and the key its limits count against. Taken once in front of a route
 /// (its extractor is in `edge.rs`), and carried with each of its calls to the driver.
 #[derive(Clone)]
-pub(super) struct Client {
+pub(in crate::transport) struct Client {
     pub principal: Option<Arc<Principal>>,
     pub key: LimitKey,
 }

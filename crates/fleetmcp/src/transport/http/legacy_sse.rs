@@ -29,16 +29,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::client_key::Client;
-use super::driver::{self, Started};
 use super::edge::Pinned;
 use super::locate;
-use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
+use super::{EndpointState, MESSAGE_PATH, authorize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{ErrorData, Incoming, Message, encode_result, errors};
 use crate::session::{LegacyStream, Missing, Session, Unread, UnreadFull};
+use crate::transport::core::driver::{self, Started};
+use crate::transport::core::initialize;
 
 /// Ends the session when its stream's connection goes away, and frees the stream's place in
 /// flight.

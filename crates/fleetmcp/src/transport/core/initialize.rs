@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::respond;
 use crate::app::App;
 use crate::dispatch;
 use crate::limits::Charge;
@@ -17,6 +16,7 @@ use crate::limits::LimitKey;
 use crate::protocol::{ErrorCode, ErrorData, ProtocolVersion, errors};
 use crate::session::{OpenError, Session};
 use crate::telemetry::Limit;
+use crate::transport::http::respond;
 use crate::upstream::{self, OpenFailure};
 
 /// Kept raw at first so that their size is checked before anything is built from them.
@@ -57,7 +57,7 @@ fn client_data(app: &App, p: &InitializeParams) -> Result<(Value, Value), ErrorD
 
 /// How long a session counts under `limits.max_sessions_per_key` when it is not ended: its
 /// record's lifetime in Redis, else its idle lifetime here.
-pub(super) fn session_lifetime_ms(app: &App) -> u64 {
+pub(in crate::transport) fn session_lifetime_ms(app: &App) -> u64 {
     app.config()
         .redis
         .as_ref()
@@ -68,7 +68,7 @@ pub(super) fn session_lifetime_ms(app: &App) -> u64 {
 /// the session and its result, or the error answer. The session counts against `key`
 /// (`limits.max_sessions_per_key`: `429` with `Retry-After` beyond it) and what it keeps of the
 /// client against the instance's `sessions.max_client_data_bytes` (`503` beyond it).
-pub(super) async fn open(
+pub(in crate::transport) async fn open(
     app: &App,
     sid: Option<&str>,
     rid: &RawValue,
@@ -188,7 +188,11 @@ fn upstream_refusal(failure: OpenFailure, rid: &RawValue) -> Response {
 }
 
 /// A new sealed session id naming this instance, for transport `protocol`.
-pub(super) fn mint(app: &App, protocol: &str, rid: Option<&RawValue>) -> Result<String, Response> {
+pub(in crate::transport) fn mint(
+    app: &App,
+    protocol: &str,
+    rid: Option<&RawValue>,
+) -> Result<String, Response> {
     app.sessions()
         .mint(protocol)
         .map_err(|e| open_error(e, rid))
@@ -226,7 +230,7 @@ fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
 
 /// The `initialize` result session `session` was opened with, to answer a 2024-11-05
 /// client's `initialize` again: the upstream's, for a gateway's session.
-pub(super) fn result_of(app: &App, session: &Session) -> Value {
+pub(in crate::transport) fn result_of(app: &App, session: &Session) -> Value {
     upstream::initialize_result(session).unwrap_or_else(|| result(app, session.version))
 }
 
