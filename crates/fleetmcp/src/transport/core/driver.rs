@@ -17,15 +17,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use http::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use super::{Client, Status, scope_error};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
@@ -35,8 +34,6 @@ use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::{Limit, labels};
-use crate::transport::http::client_key::Client;
-use crate::transport::http::{authorize, respond};
 
 /// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
 /// answers it.
@@ -48,8 +45,9 @@ pub(in crate::transport) enum Started {
 }
 
 /// Why a request did not run; nothing else is affected. Every route answers it one of two ways:
-/// [`NotRun::response`] where the request is the HTTP request, [`NotRun::into_error`] where it
-/// is not (an item of a batch, a message on the 2024-11-05 stream).
+/// with a whole answer where the request is the HTTP request (`http/refused.rs`), with
+/// [`NotRun::into_error`] where it is not (an item of a batch, a message on the 2024-11-05
+/// stream, a stdio line).
 pub(in crate::transport) enum NotRun {
     /// A limit refused it (its session's requests in flight, its key's rate, its tool's rate,
     /// its key's requests in flight), or the shared counters did not answer.
@@ -59,20 +57,11 @@ pub(in crate::transport) enum NotRun {
 }
 
 impl NotRun {
-    /// The HTTP answer to request `id`, in either era: [`Refused::response`] (`429`, or `503`),
-    /// or [`authorize::insufficient_scope`] (`403`).
-    pub fn response(&self, app: &App, id: &RawValue) -> Response {
-        match self {
-            NotRun::Refused(r) => r.response(id),
-            NotRun::Forbidden(scope) => authorize::insufficient_scope(app, Some(id), scope),
-        }
-    }
-
     /// The JSON-RPC error alone, where the HTTP status is not the request's own.
     pub fn into_error(self) -> ErrorData {
         match self {
             NotRun::Refused(r) => r.error,
-            NotRun::Forbidden(scope) => authorize::scope_error(&scope),
+            NotRun::Forbidden(scope) => scope_error(&scope),
         }
     }
 }
@@ -101,25 +90,44 @@ pub(in crate::transport) fn permitted(
 /// How long a client refused by an in-flight limit should wait before it retries.
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// A request a limit refused: its JSON-RPC error, and how long to wait.
+/// A request the core refused (a limit, or an `initialize` it could not open): its JSON-RPC
+/// error, and what an HTTP answer adds to it (`http/refused.rs` writes that answer).
 pub(in crate::transport) struct Refused {
     pub error: ErrorData,
-    /// `Retry-After`, in seconds (rounded up, at least 1).
-    retry_after_s: u64,
-    /// `429` over a limit; `503` when the counters could not be read.
-    status: StatusCode,
+    /// `Retry-After`, in seconds (rounded up, at least 1), when a retry may succeed.
+    pub retry_after_s: Option<u64>,
+    /// `TooManyRequests` over a limit; `Unavailable` when the counters could not be read.
+    pub status: Status,
     /// The rate that refused it, as a quota policy (`RateLimit-Policy` and `RateLimit`); none
     /// for a limit on what a caller holds at once (in flight, sessions), which is no quota over
     /// a window.
-    policy: Option<(&'static str, RateLimit)>,
+    pub policy: Option<(&'static str, RateLimit)>,
 }
 
 impl Refused {
+    /// `error`, answered with `status`.
+    pub fn new(status: Status, error: ErrorData) -> Self {
+        Self {
+            error,
+            retry_after_s: None,
+            status,
+            policy: None,
+        }
+    }
+
+    /// The same, to be retried after `seconds`.
+    pub fn retry_after(self, seconds: u64) -> Self {
+        Self {
+            retry_after_s: Some(seconds),
+            ..self
+        }
+    }
+
     fn over(retry_after: Duration, data: Value) -> Self {
         Self {
             error: errors::rate_limited(retry_after, data),
-            retry_after_s: errors::retry_after_secs(retry_after),
-            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after_s: Some(errors::retry_after_secs(retry_after)),
+            status: Status::TooManyRequests,
             policy: None,
         }
     }
@@ -139,31 +147,10 @@ impl Refused {
             }
             Refusal::StoreUnavailable => Self {
                 error: errors::rate_limit_store_unavailable(),
-                retry_after_s: 1,
-                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_s: Some(1),
+                status: Status::Unavailable,
                 policy: None,
             },
-        }
-    }
-
-    /// The HTTP answer, in either era: `429` (the deployment contract's rate-limit answer) with
-    /// `Retry-After` and the request's id. `429` rather than `503` over a limit: the server is
-    /// fine, this one caller asks for too much, and a load balancer must not take a `503` as a
-    /// sign that the instance is unhealthy. A rate's refusal also names its quota policy and
-    /// what is left of it (`RateLimit-Policy`, `RateLimit`: draft-ietf-httpapi-ratelimit-headers).
-    pub fn response(&self, id: &RawValue) -> Response {
-        self.response_to(Some(id))
-    }
-
-    /// The answer, to a request with `id`, or to none (a stream that is not a request).
-    pub fn response_to(&self, id: Option<&RawValue>) -> Response {
-        let res = respond::with_retry_after(
-            respond::rpc_error(self.status, id, &self.error),
-            self.retry_after_s,
-        );
-        match &self.policy {
-            Some((name, rate)) => respond::with_rate_limit(res, name, rate, self.retry_after_s),
-            None => res,
         }
     }
 }
@@ -202,27 +189,20 @@ pub(in crate::transport) async fn admit_initialize(
 /// Counts a stream that is no request of a session (`GET /sse`) against `key`'s rate and
 /// in-flight limits like any request: the slot it returns is held for the stream's life, so
 /// one client cannot keep more streams open than `limits.max_inflight_per_key`.
-pub(in crate::transport) async fn admit_stream(
-    app: &App,
-    key: &LimitKey,
-) -> Result<Slot, Response> {
+pub(in crate::transport) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Refused> {
     app.limits().admit(key, None).await.map_err(|refusal| {
         tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused a stream over a limit");
         count_refusal(app, &refusal);
-        Refused::from_limits(refusal).response_to(None)
+        Refused::from_limits(refusal)
     })
 }
 
-/// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,
+/// The refusal of an `initialize` a per-key session limit refused (`429` with `Retry-After`,
 /// or `503` when the shared counters could not be read and `limits.on_store_error` is
 /// `closed`), counted.
-pub(in crate::transport) fn refuse_initialize(
-    app: &App,
-    refusal: Refusal,
-    id: &RawValue,
-) -> Response {
+pub(in crate::transport) fn refuse_initialize(app: &App, refusal: Refusal) -> Refused {
     count_refusal(app, &refusal);
-    Refused::from_limits(refusal).response(id)
+    Refused::from_limits(refusal)
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.

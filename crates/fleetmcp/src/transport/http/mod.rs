@@ -72,10 +72,10 @@
 // call or two; boxing it would only add an allocation.
 #![allow(clippy::result_large_err)]
 
-pub(super) mod authorize;
-pub(super) mod batch;
+mod authorize;
+mod batch;
 mod checks;
-pub(super) mod client_key;
+mod client_key;
 mod delete;
 mod edge;
 mod era;
@@ -87,8 +87,9 @@ mod legacy_sse;
 mod locate;
 mod observe;
 mod post;
+mod refused;
 mod relay;
-pub(super) mod respond;
+mod respond;
 mod scrape;
 mod sse;
 mod stateless;

@@ -129,7 +129,7 @@ async fn open_session(
         return refused.response(id);
     }
     let owner = client.owner();
-    match initialize::open(app, None, id, params, owner, &client.key).await {
+    match initialize::open(app, None, params, owner, &client.key).await {
         Ok((session, result)) => {
             let mut res = respond::json(StatusCode::OK, encode_result(id, &result));
             if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -137,7 +137,7 @@ async fn open_session(
             }
             res
         }
-        Err(res) => res,
+        Err(refused) => refused.response(id),
     }
 }
 

@@ -73,6 +73,5 @@ pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, items: Vec<
     if answers.is_empty() {
         return;
     }
-    out.send(crate::transport::http::batch::json_array(&answers))
-        .await;
+    out.send(crate::transport::core::json_array(&answers)).await;
 }
