@@ -28,7 +28,7 @@ impl Drop for Dropped {
 /// A server with tools that stream, ask the client, change the catalog, wait, and never end.
 fn server(slow_dropped: Arc<AtomicBool>) -> Server {
     let config = Config {
-        stdio: true,
+        transport: crate::config::Transport::Stdio,
         http: crate::config::HttpConfig {
             shutdown_grace_ms: 3000,
             ..Default::default()
