@@ -33,7 +33,7 @@ use crate::dispatch::{self, Reply};
 use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
-use crate::telemetry::{Limit, labels};
+use crate::telemetry::Limit;
 
 /// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
 /// answers it.
@@ -235,7 +235,6 @@ pub(in crate::transport) async fn start(
     params: Option<Box<RawValue>>,
     streams: bool,
 ) -> Result<Started, NotRun> {
-    labels::note_method(labels::Method::of(&method));
     let Client { principal, key } = client;
     permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
     let (cancel, tracked) = in_flight(app, &caller, id.get(), &method).map_err(NotRun::Refused)?;
