@@ -1,7 +1,21 @@
-//! The transports, peers around one request core: [`http`] (Streamable HTTP on `/mcp`, with
-//! the 2024-11-05 pair and the 2026-07-28 edge as its parts, and the health and metrics
-//! routes) and [`stdio`] (one session over stdin and stdout). Each turns what it receives
-//! into requests for [`core`], which runs them the same way whatever carried them.
+//! The transports, peers around one request core:
+//!
+//! * [`core`]: what every transport runs. [`core::driver`]'s `start` is where any transport's
+//!   request becomes a running call (context, in-flight table, limits, `dispatch::request`),
+//!   and [`core::initialize`] opens a session; a request the core refuses is a `Refused` (its
+//!   JSON-RPC error, and what a status line adds to it), which each transport answers its
+//!   own way.
+//! * [`http`]: Streamable HTTP on `/mcp`, with the 2024-11-05 pair (`/sse` + `/message`) and
+//!   the 2026-07-28 edge as its parts, the health and metrics routes, and the seams distributed
+//!   mode fills ([`Relay`], [`Probe`], [`Gate`]).
+//! * [`stdio`]: one session over stdin and stdout, for a client that starts the server as its
+//!   child process.
+//!
+//! [`Server::serve`](crate::Server::serve) chooses one by `config::Transport`. A new transport
+//! is a folder here that turns what it receives into calls of the core (as `stdio/` does), a
+//! variant of that setting, and one arm in `Server::serve`'s match. The core and every
+//! transport but HTTP name nothing of HTTP, and none imports another transport
+//! (`tests/layers.rs`, `Rule::Peer`; no two folders here import each other: its circle rule).
 
 mod core;
 mod http;

@@ -1,5 +1,6 @@
-//! `initialize`: opens a session (Streamable HTTP, or the 2024-11-05 transport's, whose id its
-//! stream already announced) and builds the result both transports send.
+//! `initialize`: opens a session (Streamable HTTP's, the 2024-11-05 transport's, whose id its
+//! stream already announced, or stdio's) and builds the result every transport sends; what it
+//! refuses is a [`Refused`], which each transport answers its own way.
 
 use std::sync::Arc;
 

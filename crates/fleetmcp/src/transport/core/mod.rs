@@ -1,5 +1,11 @@
 //! What every transport runs: [`driver`], where any transport's request becomes a running
-//! call, and [`initialize`], which opens a session.
+//! call, and [`initialize`], which opens a session; with what they share: who sent a request
+//! ([`Client`]), how a refusal is carried ([`Status`]), the `-32001` of a missing scope
+//! ([`scope_error`]) and a batch's answers as one array ([`json_array`]).
+//!
+//! Invariant: nothing here names an HTTP crate or the HTTP transport (`tests/layers.rs`,
+//! `Rule::Peer`). A refusal is a `driver::Refused`, which HTTP writes with its status line
+//! and headers (`http/refused.rs`) and stdio as the JSON-RPC error alone.
 
 // A refusal is built once per refused request and returned up a call or two; boxing it would
 // only add an allocation.

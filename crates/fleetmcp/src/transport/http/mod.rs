@@ -1,6 +1,9 @@
-//! HTTP: Streamable HTTP on `/mcp`, the 2024-11-05 pair `/sse` + `/message`, `/healthz`,
-//! `/readyz`, `/metrics` and the OAuth protected-resource metadata; and [`stdio`], one session
-//! over stdin and stdout, which reuses the driver and `initialize` without any of HTTP.
+//! The HTTP transport: Streamable HTTP on `/mcp`, with its two parts of other eras (the
+//! 2024-11-05 pair `/sse` + `/message`, [`legacy_sse`]; the 2026-07-28 edge, [`stateless`]),
+//! and the routes beside it: `/healthz`, `/readyz`, `/metrics` and the OAuth
+//! protected-resource metadata. Requests run through the core every transport shares
+//! ([`driver`](super::core::driver), [`initialize`](super::core::initialize)); this folder is
+//! what HTTP adds around it, and the only part of layers 0 to 5 that names an HTTP crate.
 //!
 //! # A request, step by step
 //!
@@ -31,15 +34,15 @@
 //!    their durations.
 //! 4. The handler ([`post`], [`get`], [`delete`], [`legacy_sse`]) parses the body once into
 //!    `protocol::Incoming` and settles the era once (`era::decide`): a 2026-07-28 request goes
-//!    to [`stateless`] (with [`mirrored`]), `initialize` to [`initialize`], a batch to
-//!    [`batch`].
-//! 5. [`driver`]'s `start` is the one place any route's request becomes a running call (a POST
-//!    of either era, a batch's item, a 2024-11-05 message, a stdio line): it builds the
-//!    `RequestContext`, tracks it in the session's in-flight table, applies the limits of its
-//!    key (`limits::Limits::admit`), calls `dispatch::request`, and tells its caller whether
-//!    the answer is plain JSON or a stream. A request it does not run (a limit, a missing
-//!    scope) is answered the same way by every route (`NotRun`): a limit's refusal is `429`
-//!    `-32010` with `Retry-After`, `data.retryAfterMs` and the request id in both eras (a
+//!    to [`stateless`] (its mirrored headers checked there), `initialize` to
+//!    [`initialize`](super::core::initialize), a batch to [`batch`].
+//! 5. [`driver`](super::core::driver)'s `start` is the one place any route's request becomes
+//!    a running call (a POST of either era, a batch's item, a 2024-11-05 message, a stdio
+//!    line): it builds the `RequestContext`, tracks it in the session's in-flight table,
+//!    applies the limits of its key (`limits::Limits::admit`), calls `dispatch::request`, and
+//!    tells its caller whether the answer is plain JSON or a stream. A request it does not run
+//!    (a limit, a missing scope) is answered the same way by every route (`NotRun`, written as
+//!    HTTP by [`refused`]): a limit's refusal is `429` `-32010` with `Retry-After`, `data.retryAfterMs` and the request id in both eras (a
 //!    rate's also with `RateLimit-Policy` and `RateLimit`, `respond::with_rate_limit`), `503`
 //!    `-32603` when the counters cannot be read and `limits.on_store_error = closed`.
 //! 6. A session-era SSE answer is never written to the socket directly: the driver's messages
@@ -62,11 +65,11 @@
 //!
 //! The other files: [`respond`] (HTTP answers), [`health`] (`/healthz` with no I/O; `/readyz`
 //! probes the session store plus the [`Probe`]s the layers above add; no limit applies to
-//! them), [`scrape`] (`GET /metrics`), [`listen`] (`subscriptions/listen`).
+//! them), [`scrape`] (`GET /metrics`).
 //!
-//! Architecture invariant: transport knows HTTP; of other instances it knows machine ids and
-//! the seams it defines ([`Relay`], [`Probe`]), never `fleet` itself; nothing below it knows
-//! HTTP.
+//! Architecture invariant: of other instances HTTP knows machine ids and the seams it defines
+//! ([`Relay`], [`Probe`], [`Gate`]), never `fleet` itself; nothing below transport, nor the
+//! core or stdio beside it, knows HTTP (`tests/layers.rs`, `Rule::Peer`).
 
 // An error answer here is the HTTP response itself, built once per request and returned up a
 // call or two; boxing it would only add an allocation.
