@@ -19,7 +19,7 @@
 //!
 //! [`RequestContext::call_key`] is the call's stable key: the client's
 //! `io.fleetmcp/idempotency-key`, else the session's log id and the request id (set by
-//! `transport/driver.rs`); in a 2026-07-28 round after the first, the key the first round
+//! `transport/core/driver.rs`); in a 2026-07-28 round after the first, the key the first round
 //! sealed in the `requestState` (`stateless::Round::key_to_seal`). A handler's
 //! `RequestContext` shows it no HTTP, no session store and no other instance.
 
@@ -175,7 +175,7 @@ struct Inner<H: ?Sized = dyn Host> {
     /// See [`RequestContext::call_key`]: made from `call_key_parts` when first asked.
     call_key: std::sync::OnceLock<Option<Arc<str>>>,
     call_key_parts: Option<CallKeyParts>,
-    /// Who the request counts against for the limits (see `transport/client_key.rs`).
+    /// Who the request counts against for the limits (see `transport/http/client_key.rs`).
     limit_key: Option<LimitKey>,
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
     /// request starts takes it over ([`RequestContext::take_slot`]), so a working task keeps

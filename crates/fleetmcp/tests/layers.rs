@@ -10,6 +10,9 @@
 //!   `protocol`, `telemetry` and `dispatch`; JSON-RPC for `limits`);
 //! * [`Rule::Private`]: it names no item the document reserves to another module
 //!   (`session`'s `LiveSessions`);
+//! * [`Rule::Peer`]: inside transport, the request core and every transport but HTTP
+//!   ([`NOT_HTTP`]) name no HTTP crate and nothing of `transport::http`, so the transports are
+//!   peers around the core, and a new one needs nothing of HTTP;
 //!
 //! and every top-level module has a layer, here and in the document's code map (its
 //! `### Layer N:` headings). Across the whole tree, no files or folders import each other in a
@@ -108,6 +111,19 @@ const APART_LAYERS: &[u8] = &[1];
 /// Redis, as a module may name it: the crate's configuration and connection, and the crate.
 const REDIS: &[&str] = &["redis_config", "redis_conn", "redis"];
 
+/// The parts of transport that know nothing of HTTP (docs/ARCHITECTURE.md, layer 5): the core
+/// every transport runs, and the transports other than HTTP. Each names no HTTP crate and
+/// nothing under [`HTTP_TRANSPORT`].
+const NOT_HTTP: &[&[&str]] = &[&["transport", "core"], &["transport", "stdio"]];
+
+/// The HTTP transport, from the crate root.
+const HTTP_TRANSPORT: &[&str] = &["transport", "http"];
+
+/// Whether `path` (from the crate root) is `under` or inside it.
+fn is_under(path: &[String], under: &[&str]) -> bool {
+    under.len() <= path.len() && under.iter().zip(path).all(|(a, b)| a == b)
+}
+
 /// What a module knows nothing of, by the invariants of docs/ARCHITECTURE.md, beyond its layer:
 /// (module, the top-level modules of this crate and the other crates it never names, what they
 /// are). A name here that is not a module of this crate is another crate's.
@@ -150,6 +166,9 @@ enum Rule {
     Private,
     /// An HTTP crate below [`HTTP_FROM`].
     Http,
+    /// HTTP (a crate, or the HTTP transport) from a part of transport that knows nothing of it
+    /// ([`NOT_HTTP`]).
+    Peer,
 }
 
 /// One path that breaks a rule.
@@ -185,6 +204,10 @@ impl std::fmt::Display for Violation {
             Rule::Private => format!("{from} (layer {fl}) names an item {to} keeps to itself"),
             Rule::Http => format!(
                 "{from} (layer {fl}) names the HTTP crate `{}`, known only from layer {HTTP_FROM} (transport) up",
+                self.to.0
+            ),
+            Rule::Peer => format!(
+                "{from} (layer {fl}) names {}, which its core and its transports but HTTP know nothing of",
                 self.to.0
             ),
         };
@@ -502,7 +525,9 @@ impl Walker<'_> {
         if glob {
             written.push_str("::*");
         }
-        let found = match resolve(segments, &self.here, &bound, self.krate) {
+        let target = resolve(segments, &self.here, &bound, self.krate);
+        let peer = self.names_http_from_a_peer(&target);
+        let found = match target {
             Target::Extern(name) => extern_rule(from, own, &name, self.krate),
             Target::Crate(path) => {
                 if let Some(expanded) = expand(&path, self.krate).filter(|_| !self.in_test) {
@@ -516,6 +541,7 @@ impl Walker<'_> {
             }
             Target::Local => None,
         };
+        let found = peer.map(|to| (Rule::Peer, (to, None))).or(found);
         let Some((rule, to)) = found else {
             return;
         };
@@ -535,6 +561,27 @@ fn path_segments(path: &syn::Path) -> Vec<String> {
     lead.into_iter()
         .chain(path.segments.iter().map(|s| s.ident.to_string()))
         .collect()
+}
+
+impl Walker<'_> {
+    /// What HTTP `target` is, when the current module is a part of transport that knows
+    /// nothing of it ([`NOT_HTTP`]) and `target` is an HTTP crate or the HTTP transport.
+    fn names_http_from_a_peer(&self, target: &Target) -> Option<String> {
+        if !NOT_HTTP.iter().any(|part| is_under(&self.here, part)) {
+            return None;
+        }
+        match target {
+            Target::Extern(name) if HTTP_CRATES.contains(&name.as_str()) => {
+                Some(format!("the HTTP crate `{name}`"))
+            }
+            Target::Crate(path)
+                if expand(path, self.krate).is_some_and(|p| is_under(&p, HTTP_TRANSPORT)) =>
+            {
+                Some("`transport::http`".to_string())
+            }
+            _ => None,
+        }
+    }
 }
 
 impl<'ast> Visit<'ast> for Walker<'_> {
@@ -811,9 +858,19 @@ fn a_violation_injected_into_the_real_tree_is_found() {
             "`redis::cmd`: dispatch (layer 4) imports from the crate `redis`, but knows nothing of Redis",
         ),
         (
-            "transport/locate.rs",
+            "transport/http/locate.rs",
             "use crate::session::live::LiveSessions;",
             "`crate::session::live::LiveSessions`: transport (layer 5) names an item session (layer 2) keeps to itself",
+        ),
+        (
+            "transport/core/driver.rs",
+            "fn _injected(_: http::StatusCode) {}",
+            "`http::StatusCode`: transport (layer 5) names the HTTP crate `http`, which its core and its transports but HTTP know nothing of",
+        ),
+        (
+            "transport/stdio/out.rs",
+            "use crate::transport::http::respond;",
+            "`crate::transport::http::respond`: transport (layer 5) names `transport::http`, which its core and its transports but HTTP know nothing of",
         ),
         (
             "session/id.rs",

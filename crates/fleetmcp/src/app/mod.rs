@@ -114,7 +114,7 @@ struct Inner {
     /// ([`App::push_standalone`]).
     standalone: Lanes<(Arc<str>, Bytes)>,
     /// Set by the first request that carried a client's address this server does not believe
-    /// (`transport/client_key.rs`), so the warning is logged once, not once a request.
+    /// (`transport/http/client_key.rs`), so the warning is logged once, not once a request.
     forwarding_warned: AtomicBool,
     /// `limits.trusted_proxies`, parsed once: every request counted by address matches its
     /// peer against them (parsed per request, they cost ~100 ns each).

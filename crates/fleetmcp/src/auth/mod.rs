@@ -15,7 +15,7 @@
 //! its `fingerprint()` (16 bytes of SHA-256 of the key, base64url: what a session and a task
 //! record). A token that checked out is kept by its hash (`cache.rs`), so a request with a
 //! token seen before costs a hash and a lookup. This module also gives the Protected Resource
-//! Metadata document (RFC 9728) and its URL, which `transport/authorize.rs` serves.
+//! Metadata document (RFC 9728) and its URL, which `transport/http/authorize.rs` serves.
 //!
 //! Architecture invariant: knows nothing of HTTP routes, sessions or handlers; the transport
 //! asks it, and decides the answer.

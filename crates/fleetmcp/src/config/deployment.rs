@@ -65,29 +65,51 @@ impl DeploymentMode {
     }
 }
 
-/// `transport` (TOML) and `FLEETMCP_TRANSPORT`, read into [`Config::stdio`]: `stdio` is `true`,
-/// `http` (any case) or blank `false`, anything else unreadable.
-pub(super) fn transport_is_stdio(value: &str) -> Option<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" | "http" => Some(false),
-        "stdio" => Some(true),
-        _ => None,
+/// How the server is reached (`transport` in the TOML file, `FLEETMCP_TRANSPORT`): which of
+/// the transports [`Server::serve`](crate::Server::serve) serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// `http`: Streamable HTTP on `/mcp` (and the 2024-11-05 pair, health and metrics routes).
+    #[default]
+    Http,
+    /// `stdio`: one session on stdin and stdout, for a client that starts the server as its
+    /// child process (newline-delimited JSON-RPC; logs go to stderr).
+    Stdio,
+}
+
+impl Transport {
+    /// The transport named `value`: `http` or `stdio`, in any case, blank being `http`;
+    /// anything else is no transport.
+    pub(super) fn from_name(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "http" => Some(Self::Http),
+            "stdio" => Some(Self::Stdio),
+            _ => None,
+        }
+    }
+
+    /// The name the configuration gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Stdio => "stdio",
+        }
     }
 }
 
-/// How the TOML file spells [`Config::stdio`]: `transport = "stdio"` or `"http"`, the name of
-/// the transport rather than a flag, so the file reads as the variable does.
-pub(super) mod transport_name {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
-
-    pub fn serialize<S: Serializer>(stdio: &bool, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(if *stdio { "stdio" } else { "http" })
+// By hand rather than derived: the TOML file reads as the variable does (any case, blank for
+// `http`), and a wrong name is refused with the words it always had.
+impl Serialize for Transport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
+}
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+impl<'de> Deserialize<'de> for Transport {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        super::transport_is_stdio(&name).ok_or_else(|| {
-            D::Error::custom(format!(
+        Self::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
                 "transport = {name:?} is not valid: expected \"http\" or \"stdio\""
             ))
         })
@@ -149,7 +171,7 @@ impl Config {
     /// with it, so distributed mode and authorization (both HTTP's) are refused with it rather
     /// than left silently unused.
     pub(super) fn check_transport(&self) -> Result<(), ConfigError> {
-        if !self.stdio {
+        if self.transport != Transport::Stdio {
             return Ok(());
         }
         if self.deployment_mode == DeploymentMode::Distributed {
@@ -235,15 +257,15 @@ mod tests {
 
     #[test]
     fn the_transport_is_http_unless_stdio_is_asked_for() {
-        assert!(!Config::default().stdio);
-        for (value, stdio) in [
-            ("stdio", true),
-            (" STDIO ", true),
-            ("http", false),
-            ("", false),
+        assert_eq!(Config::default().transport, Transport::Http);
+        for (value, transport) in [
+            ("stdio", Transport::Stdio),
+            (" STDIO ", Transport::Stdio),
+            ("http", Transport::Http),
+            ("", Transport::Http),
         ] {
             let cfg = Config::from_sources(None, [("FLEETMCP_TRANSPORT", value)]).unwrap();
-            assert_eq!(cfg.stdio, stdio, "{value:?}");
+            assert_eq!(cfg.transport, transport, "{value:?}");
         }
         let err = Config::from_sources(None, [("FLEETMCP_TRANSPORT", "websocket")]).unwrap_err();
         assert!(err.to_string().contains("FLEETMCP_TRANSPORT"), "{err}");
@@ -252,9 +274,10 @@ mod tests {
         let path = dir.path().join("stdio.toml");
         std::fs::write(&path, "transport = \"stdio\"\n").unwrap();
         let none = Vec::<(String, String)>::new();
-        assert!(Config::from_sources(Some(&path), none).unwrap().stdio);
+        let cfg = Config::from_sources(Some(&path), none).unwrap();
+        assert_eq!(cfg.transport, Transport::Stdio);
         let cfg = Config::from_sources(Some(&path), [("FLEETMCP_TRANSPORT", "http")]).unwrap();
-        assert!(!cfg.stdio);
+        assert_eq!(cfg.transport, Transport::Http);
         std::fs::write(&path, "transport = \"pigeon\"\n").unwrap();
         let err = Config::from_sources(Some(&path), [("PORT", "1")]).unwrap_err();
         assert!(err.to_string().contains("pigeon"), "{err}");

@@ -146,7 +146,7 @@ fn apply_top_level(cfg: &mut Config, name: &str, value: &str) -> Result<(), Conf
         "FRONTMCP_DEPLOYMENT_MODE" => cfg.deployment_mode = deployment_mode(value)?,
         // Blank leaves the TOML file's choice.
         "FLEETMCP_TRANSPORT" if !value.trim().is_empty() => {
-            cfg.stdio = super::deployment::transport_is_stdio(value)
+            cfg.transport = super::Transport::from_name(value)
                 .ok_or_else(|| invalid("FLEETMCP_TRANSPORT", value, "expected `http` or `stdio`"))?
         }
         _ => {}

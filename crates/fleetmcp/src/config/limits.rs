@@ -150,7 +150,7 @@ impl LimitsConfig {
     /// `trusted_proxies`, parsed (validated at start, so nothing is dropped here). An
     /// IPv4-mapped range (`::ffff:10.0.0.0/104`) is given as the IPv4 range it maps
     /// (`10.0.0.0/8`): addresses are compared in their canonical form (see
-    /// `transport/client_key.rs`), where a mapped address is an IPv4 one.
+    /// `transport/http/client_key.rs`), where a mapped address is an IPv4 one.
     pub fn trusted_nets(&self) -> Vec<ipnet::IpNet> {
         self.trusted_proxies
             .iter()

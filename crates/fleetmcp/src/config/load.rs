@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     AuthConfig, BindAddress, DeploymentMode, HaConfig, HttpConfig, LimitsConfig, SessionConfig,
-    StatelessConfig, TaskConfig,
+    StatelessConfig, TaskConfig, Transport,
 };
 
 /// Everything a fleetmcp server is configured with: [`Config::load`] reads it from
@@ -50,16 +50,14 @@ pub struct Config {
     pub jwt_secret: Option<String>,
     /// `FRONTMCP_DEPLOYMENT_MODE`. Distributed mode needs the `redis` feature (the default).
     pub deployment_mode: DeploymentMode,
-    /// `FLEETMCP_TRANSPORT` (`transport` in the TOML file): `stdio` makes
+    /// `FLEETMCP_TRANSPORT` (`transport` in the TOML file): [`Transport::Stdio`] makes
     /// [`Server::serve`](crate::Server::serve) serve one session on stdin and stdout
     /// (newline-delimited JSON-RPC, the MCP stdio transport; logs go to stderr) instead of
-    /// HTTP; `http`, the default, serves `/mcp`. Kept as a flag, as a `--stdio` option would
-    /// set it: those two are all there is. A stdio server keeps its sessions, events and tasks
-    /// in memory (Redis, if configured, is left to the application), cannot be part of a fleet
-    /// nor use `[auth]`, and makes no session-id key of the machine id (routes taken from
-    /// `Server::start` then need `MCP_SESSION_SECRET` to open sessions).
-    #[serde(rename = "transport", with = "super::deployment::transport_name")]
-    pub stdio: bool,
+    /// HTTP; [`Transport::Http`], the default, serves `/mcp`. A stdio server keeps its
+    /// sessions, events and tasks in memory (Redis, if configured, is left to the application),
+    /// cannot be part of a fleet nor use `[auth]`, and makes no session-id key of the machine
+    /// id (routes taken from `Server::start` then need `MCP_SESSION_SECRET` to open sessions).
+    pub transport: Transport,
     /// Items per page of every list method.
     pub page_size: usize,
     /// `[http]`: the listener, its bounds and timeouts, the streams' budgets.
@@ -93,7 +91,7 @@ impl Default for Config {
             hostname: None,
             node_env: None,
             deployment_mode: DeploymentMode::Standalone,
-            stdio: false,
+            transport: Transport::Http,
             page_size: 100,
             http: HttpConfig::default(),
             sessions: SessionConfig::default(),
@@ -134,7 +132,7 @@ impl Config {
     pub fn load() -> Result<Self, ConfigError> {
         let file = std::env::var("FLEETMCP_CONFIG").ok();
         let cfg = Self::from_sources(file.as_deref().map(Path::new), std::env::vars())?;
-        if cfg.stdio {
+        if cfg.transport == Transport::Stdio {
             // Here, not only when the server is built: this is the process's configuration,
             // and what the program logs before building its server must not reach the client.
             crate::telemetry::logs::keep_stdout_for_messages();

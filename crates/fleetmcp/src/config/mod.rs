@@ -16,8 +16,8 @@
 //! it; `Config` and `ConfigError` themselves are named at the crate root (`fleetmcp::Config`),
 //! and `crate::config::Config` inside the crate.
 //!
-//! [`Config::stdio`] (`FLEETMCP_TRANSPORT`, or the TOML file's `transport`: `http` or `stdio`)
-//! picks what `Server::serve` serves; `deployment.rs`'s `check_transport` refuses stdio with
+//! [`Config::transport`] (`FLEETMCP_TRANSPORT`, or the TOML file's `transport`: `http` or
+//! `stdio`) picks what `Server::serve` serves; `deployment.rs`'s `check_transport` refuses stdio with
 //! distributed mode or `[auth]`. Nothing else in the crate reads the environment but
 //! telemetry's `init_tracing` (`RUST_LOG`, `LOG_FORMAT`, `FLEETMCP_TRANSPORT`, and with the
 //! feature `otlp` the `OTEL_*` variables): how logs and spans leave the process is set up
@@ -46,7 +46,7 @@ mod transport;
 
 pub use crate::redis_config::RedisConfig;
 pub use auth::AuthConfig;
-pub use deployment::{BindAddress, DeploymentMode};
+pub use deployment::{BindAddress, DeploymentMode, Transport};
 pub use ha::HaConfig;
 pub use limits::{LimitsConfig, OnStoreError, RateLimit};
 use load::invalid_value;

@@ -4,7 +4,7 @@
 //! session's holder serves it, so its in-flight table counts it (`session/live.rs`).
 //!
 //! A key is a string: the caller's principal once authorization identifies one, else the
-//! client's address (`transport/client_key.rs` decides which). Every check is one call,
+//! client's address (`transport/http/client_key.rs` decides which). Every check is one call,
 //! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
 //! flight when dropped) or says which limit refused it and for how long. It checks
 //! `limits.rate`, the tool's `limits.tools.<name>` and `limits.max_inflight_per_key`

@@ -19,7 +19,7 @@
 //!   it fires ([`idle_for`]), as it bounds idleness (issue 40);
 //! - **the request body**: [`DeadlineBody`], a deadline on the whole body counted from the head
 //!   (a per-frame timeout, as `tower_http`'s, lets a client trickle one byte at a time for
-//!   ever); the body read answers `408` (`transport/checks.rs`);
+//!   ever); the body read answers `408` (`transport/http/checks.rs`);
 //! - **idleness**: no request in flight for `idle_timeout_ms` starts a graceful close. As the
 //!   header timer runs between requests too, an idle connection closes after the smaller of the
 //!   two; this one is the bound an operator sets for keep-alive (below the header timeout, it

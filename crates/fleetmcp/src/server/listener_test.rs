@@ -43,7 +43,7 @@ async fn a_connection_keeps_a_pointer_to_its_request_in_flight_not_the_request()
         &phases,
         Arc::new(Activity::new()),
     );
-    // The routes' own future is about 6 KB (`transport::future_sizes`); kept in that place,
+    // The routes' own future is about 6 KB (`transport::http::future_sizes`); kept in that place,
     // it stayed allocated on every connection after its request was answered.
     let place = place_of(&service);
     assert!(

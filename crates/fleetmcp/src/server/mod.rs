@@ -14,8 +14,8 @@
 //! `try_build` (or `build`, which panics where `try_build` errs).
 //!
 //! The other files: `listener.rs`, the accept loop and the bounds on every connection;
-//! `stdio.rs`, what [`Server::serve`] runs instead with [`Config::stdio`] (no listener, no
-//! fleet, no idle sweeper); `run.rs`, [`run()`], a server binary's whole `main` (the `fleet`
+//! `stdio.rs`, what [`Server::serve`] runs for [`Transport::Stdio`] (no listener, no fleet, no
+//! idle sweeper); `run.rs`, [`run()`], a server binary's whole `main` (the `fleet`
 //! subcommand to `ops.rs`, `init_tracing`, `Config::load`: exit 2, the program's builder: exit
 //! 2, `serve`: exit 1); `heap.rs`, glibc's mapping threshold set at start, so large blocks
 //! freed after a burst go back to the system. `routes_test.rs` compares the direct `/mcp`
@@ -61,7 +61,7 @@ use tokio::task::JoinHandle;
 
 use crate::app::{App, Parts, ServerHandle, ServerInfo, StateMap};
 use crate::catalog::{BuildError, Catalog, PromptDef, ResourceDef, TemplateDef, ToolDef};
-use crate::config::{Config, DeploymentMode};
+use crate::config::{Config, DeploymentMode, Transport};
 use crate::events::EventStore;
 use crate::machine_id;
 use crate::session::{Lease, Ownership, SessionStore, Sessions};
@@ -415,14 +415,21 @@ impl Server {
     /// balancer never sees an open port that answers nothing (distributed mode's start talks to
     /// Redis first).
     ///
-    /// With [`Config::stdio`] (`FLEETMCP_TRANSPORT=stdio`) it serves one session on stdin and
-    /// stdout instead, binding nothing, until stdin closes or a signal comes (see
+    /// With [`Config::transport`] `stdio` (`FLEETMCP_TRANSPORT=stdio`) it serves one session
+    /// on stdin and stdout instead, binding nothing, until stdin closes or a signal comes (see
     /// `transport/stdio/`).
     pub async fn serve(self) -> std::io::Result<()> {
         heap::return_large_blocks();
-        if self.app.config().stdio {
-            return self.serve_stdio().await;
+        // Where the transports are chosen: one arm each.
+        let transport = self.app.config().transport;
+        match transport {
+            Transport::Http => self.serve_http().await,
+            Transport::Stdio => self.serve_stdio().await,
         }
+    }
+
+    /// [`Server::serve`] over HTTP.
+    async fn serve_http(self) -> std::io::Result<()> {
         let cfg = self.app.config();
         let addr = SocketAddr::new(cfg.effective_bind().ip(), cfg.port);
         let running = self.start().await?;

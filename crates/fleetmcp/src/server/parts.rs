@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::App;
-use crate::config::{Config, DeploymentMode};
+use crate::config::{Config, DeploymentMode, Transport};
 use crate::events::{EventStore, MemoryEventStore};
 use crate::machine_id::MachineIdSource;
 use crate::session::{MemorySessionStore, Ownership, SessionSealer, SessionStore, Timing};
@@ -29,11 +29,11 @@ pub(super) fn meters_for(config: &Config) -> Meters {
     }
 }
 
-/// The configuration as the server runs it. With stdio (see `Config::stdio`), log lines leave
+/// The configuration as the server runs it. With stdio (see `Config::transport`), log lines leave
 /// stdout before anything logs (it is the client's from now on), and Redis is left to the
 /// application: the one session lives in this process, so nothing of it is stored there.
 pub(super) fn as_served(mut config: Config) -> Config {
-    if config.stdio {
+    if config.transport == Transport::Stdio {
         crate::telemetry::logs::keep_stdout_for_messages();
         config.redis = None;
     }
@@ -125,7 +125,7 @@ pub(super) fn sealer_for(
             .collect();
         return Some(SessionSealer::rotating(secret.as_bytes(), &previous));
     }
-    if cfg.stdio {
+    if cfg.transport == Transport::Stdio {
         // A stdio session's id never leaves the process: no key is made, nor warned about.
         return None;
     }

@@ -28,7 +28,7 @@ impl Drop for Dropped {
 /// A server with tools that stream, ask the client, change the catalog, wait, and never end.
 fn server(slow_dropped: Arc<AtomicBool>) -> Server {
     let config = Config {
-        stdio: true,
+        transport: crate::config::Transport::Stdio,
         http: crate::config::HttpConfig {
             shutdown_grace_ms: 3000,
             ..Default::default()
@@ -172,6 +172,33 @@ fn text(answer: &Value) -> &str {
     answer["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or("")
+}
+
+/// An `initialize` the core refuses (its params unreadable) is answered with its JSON-RPC error
+/// alone, on one line with its id, and opens nothing: the refusal is the core's, with no HTTP
+/// answer in between to read back.
+#[tokio::test]
+async fn a_refused_initialize_is_its_error_line_and_opens_no_session() {
+    let mut c = Client::start(server(Arc::new(AtomicBool::new(false))));
+    let params = json!({"capabilities": {}, "clientInfo": {"name": "pipes", "version": "1"}});
+    c.send(json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": params}))
+        .await;
+    let v = c.recv().await;
+    assert_eq!(v["jsonrpc"], "2.0", "{v}");
+    assert_eq!(v["id"], json!(7), "{v}");
+    assert_eq!(v["error"]["code"], json!(-32602), "{v}");
+    assert!(v.get("result").is_none(), "{v}");
+    // No session: a request is still refused as before `initialize`.
+    c.line(r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#)
+        .await;
+    let v = c.recv().await;
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(8), json!(-32600))
+    );
+    let init = c.initialize("2025-11-25").await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25");
+    assert!(c.close(WAIT).await.is_empty());
 }
 
 #[tokio::test]

@@ -40,7 +40,7 @@
 //! A session records the fingerprint of the principal that opened it ([`Session::owner`]; in
 //! the stored record the contract's `authorizationId` field, absent without authorization).
 //! [`Sessions::find`] answers a held session asked for by anyone else as an unknown one
-//! (`Sessions::stranger`: `Missing::Unknown`, which `transport/locate.rs` answers `404`
+//! (`Sessions::stranger`: `Missing::Unknown`, which `transport/http/locate.rs` answers `404`
 //! `session not initialized`, logged `[TransportService] Session token mismatch during
 //! lookup`); a session held elsewhere is checked by its holder, which gets the request's token
 //! through the relay. Issuer and subject, not the token: a refreshed token keeps the session.

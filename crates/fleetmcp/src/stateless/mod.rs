@@ -6,7 +6,8 @@
 //! - this file: the per-request metadata and the bookkeeping of one MRTR round.
 //!
 //! Architecture invariant: knows nothing of sessions or HTTP; everything a request needs is in
-//! it (the mirrored-header checks, which read HTTP headers, live in `transport::mirrored`).
+//! it (the mirrored-header checks, which read HTTP headers, live in
+//! `transport::http::stateless::mirrored`).
 
 pub mod request_state;
 

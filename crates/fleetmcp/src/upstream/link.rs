@@ -189,7 +189,7 @@ pub(super) struct Link {
     /// Requests of the upstream's waiting for the client (see [`MAX_ASKING`]).
     asking: Arc<AtomicUsize>,
     /// What the upstream answered `initialize` with, for a 2024-11-05 client that sends its
-    /// `initialize` again (`transport/initialize.rs`).
+    /// `initialize` again (`transport/core/initialize.rs`).
     initialize_result: Value,
     /// When a request waiting for its answer has its client connection ended for SSE polling
     /// ([`Upstream::poll_after`]), in a session whose clients can resume.

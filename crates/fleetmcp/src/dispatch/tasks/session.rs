@@ -1,6 +1,6 @@
 //! The experimental core tasks of 2025-11-25 (session era): `tools/call` with a `task` param,
 //! then `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`, bound to the session.
-//! With authorization on, the session is bound to its principal (`transport/locate.rs` answers
+//! With authorization on, the session is bound to its principal (`transport/http/locate.rs` answers
 //! anyone else as for an unknown session), so its tasks are that principal's too; the record
 //! also names the principal, as every task's does.
 

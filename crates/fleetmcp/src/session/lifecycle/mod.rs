@@ -44,7 +44,7 @@ use crate::protocol::ProtocolVersion;
 /// it holds a place of the stream's [`Unread`], which bounds it in count and bytes.
 pub type LegacyLine = tokio::sync::mpsc::Sender<bytes::Bytes>;
 
-/// A 2024-11-05 stream open here (`transport/legacy_sse.rs`).
+/// A 2024-11-05 stream open here (`transport/http/legacy_sse.rs`).
 pub struct LegacyStream {
     /// Messages for the stream that do not go through the event store.
     pub line: LegacyLine,
@@ -70,7 +70,7 @@ pub struct LegacyOutlet {
 }
 
 /// Where a session's request is served: what [`Sessions::find`] answers, and what transport
-/// acts on (`transport/locate.rs`, which adds the two cases it alone sees: no id at all, and a
+/// acts on (`transport/http/locate.rs`, which adds the two cases it alone sees: no id at all, and a
 /// held session another principal names).
 pub enum Lookup {
     /// Here: this instance holds the session.

@@ -73,5 +73,5 @@ pub(super) async fn serve(app: App, out: Out, session: Arc<Session>, items: Vec<
     if answers.is_empty() {
         return;
     }
-    out.send(super::super::batch::json_array(&answers)).await;
+    out.send(crate::transport::core::json_array(&answers)).await;
 }

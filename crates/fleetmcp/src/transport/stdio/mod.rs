@@ -4,8 +4,8 @@
 //! output (stdout); logs go to stderr (`telemetry::logs`).
 //!
 //! It is the session era without HTTP: `initialize` opens a session like a POST's (with
-//! `initialize::open`), and every later request runs through the same [`driver`](super::driver)
-//! and dispatch, so everything a session offers (progress, logging, cancellation, requests to
+//! `initialize::open`), and every later request runs through the same
+//! [`driver`](super::core::driver) and dispatch, so everything a session offers (progress, logging, cancellation, requests to
 //! the client, subscriptions, list changes, tasks) is the same code. What HTTP adds is not
 //! there: no session id on the wire (the session is this connection), no event ids or
 //! resumption, no headers, no relay (the session is held here and nowhere else).

@@ -12,8 +12,8 @@ use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::limits::LimitKey;
 use crate::session::Session;
-use crate::transport::client_key::Client;
-use crate::transport::driver::{self, Started};
+use crate::transport::core::Client;
+use crate::transport::core::driver::{self, Started};
 
 /// Runs request `id` (`method` with `params`) in `session`: its messages go to `out` as they
 /// come, in order; the answer is returned (`None`: cancelled, which nothing answers).

@@ -22,8 +22,8 @@ use crate::events::{Cursor, STANDALONE_STREAM};
 use crate::limits::LimitKey;
 use crate::protocol::{ErrorData, Incoming, Message, encode_error, encode_result, errors};
 use crate::session::Session;
-use crate::transport::driver;
-use crate::transport::initialize;
+use crate::transport::core::driver;
+use crate::transport::core::initialize;
 
 /// One line of input, read: a message, or a batch's items.
 pub(super) enum Item {
@@ -205,7 +205,7 @@ impl Connection {
             return self.refuse(Some(id), &refused.error).await;
         }
         let sid = format!("stdio-{}", uuid::Uuid::new_v4());
-        match initialize::open(&self.app, Some(&sid), id, params, None, &key).await {
+        match initialize::open(&self.app, Some(&sid), params, None, &key).await {
             Ok((session, result)) => {
                 self.out.send(encode_result(id, &result)).await;
                 tracing::info!(
@@ -216,16 +216,7 @@ impl Connection {
                 self.standalone = Some(forward_standalone(&self.app, &session, &self.out));
                 self.session = Some(session);
             }
-            // The HTTP answer `initialize` built; its body is the JSON-RPC error.
-            Err(refused) => {
-                match axum::body::to_bytes(refused.into_body(), 64 * 1024).await {
-                    Ok(body) => self.out.send(body).await,
-                    Err(_) => {
-                        let e = errors::internal("initialize failed");
-                        self.out.send(encode_error(Some(id), &e)).await
-                    }
-                };
-            }
+            Err(refused) => self.refuse(Some(id), &refused.error).await,
         }
     }
 

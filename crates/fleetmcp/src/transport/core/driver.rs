@@ -17,17 +17,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::Response;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use http::StatusCode;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::client_key::Client;
-use super::{authorize, respond};
+use super::{Client, Status, scope_error};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
@@ -36,11 +33,11 @@ use crate::dispatch::{self, Reply};
 use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
-use crate::telemetry::{Limit, labels};
+use crate::telemetry::Limit;
 
 /// How a request that runs is answered. `None` as a reply: it was cancelled, so nothing
 /// answers it.
-pub(super) enum Started {
+pub(in crate::transport) enum Started {
     /// It finished without sending anything first: a plain answer.
     Plain(Option<Reply>),
     /// It sent a message before finishing: the answer is a stream.
@@ -48,9 +45,10 @@ pub(super) enum Started {
 }
 
 /// Why a request did not run; nothing else is affected. Every route answers it one of two ways:
-/// [`NotRun::response`] where the request is the HTTP request, [`NotRun::into_error`] where it
-/// is not (an item of a batch, a message on the 2024-11-05 stream).
-pub(super) enum NotRun {
+/// with a whole answer where the request is the HTTP request (`http/refused.rs`), with
+/// [`NotRun::into_error`] where it is not (an item of a batch, a message on the 2024-11-05
+/// stream, a stdio line).
+pub(in crate::transport) enum NotRun {
     /// A limit refused it (its session's requests in flight, its key's rate, its tool's rate,
     /// its key's requests in flight), or the shared counters did not answer.
     Refused(Refused),
@@ -59,20 +57,11 @@ pub(super) enum NotRun {
 }
 
 impl NotRun {
-    /// The HTTP answer to request `id`, in either era: [`Refused::response`] (`429`, or `503`),
-    /// or [`authorize::insufficient_scope`] (`403`).
-    pub fn response(&self, app: &App, id: &RawValue) -> Response {
-        match self {
-            NotRun::Refused(r) => r.response(id),
-            NotRun::Forbidden(scope) => authorize::insufficient_scope(app, Some(id), scope),
-        }
-    }
-
     /// The JSON-RPC error alone, where the HTTP status is not the request's own.
     pub fn into_error(self) -> ErrorData {
         match self {
             NotRun::Refused(r) => r.error,
-            NotRun::Forbidden(scope) => authorize::scope_error(&scope),
+            NotRun::Forbidden(scope) => scope_error(&scope),
         }
     }
 }
@@ -80,7 +69,7 @@ impl NotRun {
 /// Whether `principal` may call `method` with `params`: with authorization on, its token must
 /// grant the scope the tool, resource or prompt declares, or a gateway's upstream names (the
 /// scope missing otherwise).
-pub(super) fn permitted(
+pub(in crate::transport) fn permitted(
     app: &App,
     method: &str,
     params: Option<&RawValue>,
@@ -101,25 +90,44 @@ pub(super) fn permitted(
 /// How long a client refused by an in-flight limit should wait before it retries.
 const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// A request a limit refused: its JSON-RPC error, and how long to wait.
-pub(super) struct Refused {
+/// A request the core refused (a limit, or an `initialize` it could not open): its JSON-RPC
+/// error, and what an HTTP answer adds to it (`http/refused.rs` writes that answer).
+pub(in crate::transport) struct Refused {
     pub error: ErrorData,
-    /// `Retry-After`, in seconds (rounded up, at least 1).
-    retry_after_s: u64,
-    /// `429` over a limit; `503` when the counters could not be read.
-    status: StatusCode,
+    /// `Retry-After`, in seconds (rounded up, at least 1), when a retry may succeed.
+    pub retry_after_s: Option<u64>,
+    /// `TooManyRequests` over a limit; `Unavailable` when the counters could not be read.
+    pub status: Status,
     /// The rate that refused it, as a quota policy (`RateLimit-Policy` and `RateLimit`); none
     /// for a limit on what a caller holds at once (in flight, sessions), which is no quota over
     /// a window.
-    policy: Option<(&'static str, RateLimit)>,
+    pub policy: Option<(&'static str, RateLimit)>,
 }
 
 impl Refused {
+    /// `error`, answered with `status`.
+    pub fn new(status: Status, error: ErrorData) -> Self {
+        Self {
+            error,
+            retry_after_s: None,
+            status,
+            policy: None,
+        }
+    }
+
+    /// The same, to be retried after `seconds`.
+    pub fn retry_after(self, seconds: u64) -> Self {
+        Self {
+            retry_after_s: Some(seconds),
+            ..self
+        }
+    }
+
     fn over(retry_after: Duration, data: Value) -> Self {
         Self {
             error: errors::rate_limited(retry_after, data),
-            retry_after_s: errors::retry_after_secs(retry_after),
-            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after_s: Some(errors::retry_after_secs(retry_after)),
+            status: Status::TooManyRequests,
             policy: None,
         }
     }
@@ -139,31 +147,10 @@ impl Refused {
             }
             Refusal::StoreUnavailable => Self {
                 error: errors::rate_limit_store_unavailable(),
-                retry_after_s: 1,
-                status: StatusCode::SERVICE_UNAVAILABLE,
+                retry_after_s: Some(1),
+                status: Status::Unavailable,
                 policy: None,
             },
-        }
-    }
-
-    /// The HTTP answer, in either era: `429` (the deployment contract's rate-limit answer) with
-    /// `Retry-After` and the request's id. `429` rather than `503` over a limit: the server is
-    /// fine, this one caller asks for too much, and a load balancer must not take a `503` as a
-    /// sign that the instance is unhealthy. A rate's refusal also names its quota policy and
-    /// what is left of it (`RateLimit-Policy`, `RateLimit`: draft-ietf-httpapi-ratelimit-headers).
-    pub fn response(&self, id: &RawValue) -> Response {
-        self.response_to(Some(id))
-    }
-
-    /// The answer, to a request with `id`, or to none (a stream that is not a request).
-    pub fn response_to(&self, id: Option<&RawValue>) -> Response {
-        let res = respond::with_retry_after(
-            respond::rpc_error(self.status, id, &self.error),
-            self.retry_after_s,
-        );
-        match &self.policy {
-            Some((name, rate)) => respond::with_rate_limit(res, name, rate, self.retry_after_s),
-            None => res,
         }
     }
 }
@@ -185,7 +172,10 @@ fn count_refusal(app: &App, refusal: &Refusal) {
 /// Counts `initialize`, which opens a session rather than running in one, against `key`'s
 /// rate like any other request (and against nothing else: it holds no place in flight once
 /// answered).
-pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Refused> {
+pub(in crate::transport) async fn admit_initialize(
+    app: &App,
+    key: &LimitKey,
+) -> Result<(), Refused> {
     match app.limits().admit(key, None).await {
         Ok(_slot) => Ok(()),
         Err(refusal) => {
@@ -199,24 +189,24 @@ pub(super) async fn admit_initialize(app: &App, key: &LimitKey) -> Result<(), Re
 /// Counts a stream that is no request of a session (`GET /sse`) against `key`'s rate and
 /// in-flight limits like any request: the slot it returns is held for the stream's life, so
 /// one client cannot keep more streams open than `limits.max_inflight_per_key`.
-pub(super) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Response> {
+pub(in crate::transport) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Refused> {
     app.limits().admit(key, None).await.map_err(|refusal| {
         tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused a stream over a limit");
         count_refusal(app, &refusal);
-        Refused::from_limits(refusal).response_to(None)
+        Refused::from_limits(refusal)
     })
 }
 
-/// The answer to an `initialize` a per-key session limit refused (`429` with `Retry-After`,
+/// The refusal of an `initialize` a per-key session limit refused (`429` with `Retry-After`,
 /// or `503` when the shared counters could not be read and `limits.on_store_error` is
 /// `closed`), counted.
-pub(super) fn refuse_initialize(app: &App, refusal: Refusal, id: &RawValue) -> Response {
+pub(in crate::transport) fn refuse_initialize(app: &App, refusal: Refusal) -> Refused {
     count_refusal(app, &refusal);
-    Refused::from_limits(refusal).response(id)
+    Refused::from_limits(refusal)
 }
 
 /// A request that answers as a stream: its first message, the rest, and its reply to come.
-pub(super) struct Streaming {
+pub(in crate::transport) struct Streaming {
     first: Option<Outbound>,
     rest: crate::context::OutboxReceiver,
     work: Work,
@@ -229,14 +219,14 @@ enum Work {
 }
 
 /// The client went away while the answer streamed; the request was cancelled.
-pub(super) struct Gone;
+pub(in crate::transport) struct Gone;
 
 /// Starts request `id` (`method` with `params`) that `client` sent, for `caller`, and waits
 /// until it either finishes or sends its first message: the one place where any route's
 /// request (a POST of either era, a batch's item, a 2024-11-05 message) becomes a running call.
 /// `streams`: whether the answer may be a stream; without one, messages go to the session's
 /// standalone stream and the answer is always plain.
-pub(super) async fn start(
+pub(in crate::transport) async fn start(
     app: &App,
     caller: Caller,
     client: Client,
@@ -245,7 +235,6 @@ pub(super) async fn start(
     params: Option<Box<RawValue>>,
     streams: bool,
 ) -> Result<Started, NotRun> {
-    labels::note_method(labels::Method::of(&method));
     let Client { principal, key } = client;
     permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
     let (cancel, tracked) = in_flight(app, &caller, id.get(), &method).map_err(NotRun::Refused)?;

@@ -24,10 +24,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::client_key::Client;
-use super::driver::{self, NotRun, Started, Streaming};
 use super::edge::Post;
 use super::locate::{self, Asker, Located};
-use super::{EndpointState, SESSION_HEADER, batch, era, initialize, respond, sse, stateless};
+use super::{EndpointState, SESSION_HEADER, batch, era, respond, sse, stateless};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
@@ -35,6 +34,8 @@ use crate::events::{Cursor, EventStore, StoredEvent, StreamId, parse_event_id};
 use crate::protocol::{Incoming, Message, encode_result, errors};
 use crate::session::Session;
 use crate::telemetry::labels::{self, Era, Method};
+use crate::transport::core::driver::{self, NotRun, Started, Streaming};
+use crate::transport::core::initialize;
 
 /// Serves a POST that passed its checks and was located in front of this handler (`edge.rs`):
 /// `post.located` is its body, its headers (and their [`Head`](super::head::Head)), and the
@@ -128,7 +129,7 @@ async fn open_session(
         return refused.response(id);
     }
     let owner = client.owner();
-    match initialize::open(app, None, id, params, owner, &client.key).await {
+    match initialize::open(app, None, params, owner, &client.key).await {
         Ok((session, result)) => {
             let mut res = respond::json(StatusCode::OK, encode_result(id, &result));
             if let Ok(v) = HeaderValue::from_str(&session.id) {
@@ -136,7 +137,7 @@ async fn open_session(
             }
             res
         }
-        Err(res) => res,
+        Err(refused) => refused.response(id),
     }
 }
 

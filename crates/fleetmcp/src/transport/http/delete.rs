@@ -25,7 +25,7 @@ pub(super) async fn handle(
         .sessions()
         .minted_at_ms(&session.id)
         .unwrap_or_else(crate::clock::unix_ms);
-    let ttl_ms = super::initialize::session_lifetime_ms(&ep.app);
+    let ttl_ms = crate::transport::core::initialize::session_lifetime_ms(&ep.app);
     ep.app
         .limits()
         .end_session(&client.key, admitted_ms, ttl_ms)

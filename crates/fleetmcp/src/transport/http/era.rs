@@ -1,11 +1,15 @@
 //! Which protocol era a request on `/mcp` belongs to (mcp-transports.md 8.14), from its headers
 //! and, only when they do not say, its `_meta`.
 //!
-//! Asked twice per POST, once before its body is parsed and once after: in front of the route,
-//! [`is_session_request`] says from the headers alone whether the session is looked up at all
-//! (`edge.rs`); once the body is parsed, [`decide`] settles the era (and checks a session-era
-//! version). A GET or DELETE is held to the session era in front of its route
+//! The one place the era is decided and noted for the request's metrics. Asked at two moments
+//! of a POST, by the same rule ([`is_session_request`]): in front of the route,
+//! [`session_by_headers`] says from the headers alone whether the session is looked up at all
+//! (`edge.rs`: a request relayed to its session's holder is answered without its body ever
+//! being parsed here); once the body is parsed, [`decide`] settles the era (and checks a
+//! session-era version). A GET or DELETE is held to the session era in front of its route
 //! ([`session_only`]).
+//!
+//! The method label is noted where the body is parsed (`post.rs`), once too.
 
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
@@ -21,8 +25,19 @@ use crate::telemetry::labels::{self, Era};
 
 /// A session-era request by its headers alone: it carries a session and no version header of
 /// another era. This is the hot path, and the only requests the relay seam considers.
-pub(super) fn is_session_request(head: &Head) -> bool {
+fn is_session_request(head: &Head) -> bool {
     head.session && !head.version.names_non_session()
+}
+
+/// [`is_session_request`], for a POST in front of its route: when it is one, the session era
+/// is noted for its metrics (a relayed request gets no other label), and [`decide`] keeps it,
+/// but for a method only 2026-07-28 has.
+pub(super) fn session_by_headers(head: &Head) -> bool {
+    let session = is_session_request(head);
+    if session {
+        labels::note_era(Era::Session);
+    }
+    session
 }
 
 /// The era of a POST whose body is `message` (`None`: a batch, which only the session era
@@ -100,12 +115,12 @@ fn is_stateless(default: DefaultEra, head: &Head, message: &Message) -> bool {
     if matches!(method.as_str(), "server/discover" | "subscriptions/listen") {
         return true;
     }
-    let has_session = head.session;
-    let legacy_header = !head.version.names_non_session();
     // The hot path of a session-era client: no need to look into the params.
-    if has_session && legacy_header {
+    if is_session_request(head) {
         return false;
     }
+    let has_session = head.session;
+    let legacy_header = !head.version.names_non_session();
     if meta_version(params.as_deref()) {
         return true;
     }

@@ -17,18 +17,14 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, header};
-use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::head::only;
 use super::{Endpoint, EndpointState, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};
-use crate::protocol::{ErrorCode, ErrorData};
-
-/// The JSON-RPC code of `401` and `403` answers (the deployment contract's code for a
-/// refused caller).
-const REFUSED: ErrorCode = ErrorCode(-32001);
+use crate::protocol::ErrorData;
+use crate::transport::core::{REFUSED, scope_error};
 
 /// The check around the MCP routes: passes on a request with a valid token (and the scopes
 /// every request needs), its principal in its extensions, and answers the rest. Without
@@ -87,16 +83,6 @@ pub(super) fn principal(extensions: &http::Extensions) -> Option<Arc<Principal>>
 /// Its fingerprint, what a session records of who made it.
 pub(super) fn owner(principal: &Option<Arc<Principal>>) -> Option<&str> {
     principal.as_deref().map(Principal::fingerprint)
-}
-
-/// The JSON-RPC error of a call refused for want of `scope` (in a batch, or on the
-/// 2024-11-05 stream, where the HTTP status is not the call's own).
-pub(super) fn scope_error(scope: &str) -> ErrorData {
-    ErrorData::new(
-        REFUSED,
-        format!("Forbidden: insufficient_scope: this call needs the scope `{scope}`"),
-        Some(json!({"error": "insufficient_scope", "scope": scope})),
-    )
 }
 
 /// `403` for a token that lacks `scope`.

@@ -33,7 +33,6 @@ use super::locate::{self, Asker, Located};
 use super::{Endpoint, authorize, batch, checks, era, respond};
 use crate::protocol::errors;
 use crate::session::{Missing, Session};
-use crate::telemetry::labels::{self, Era};
 
 impl FromRequestParts<Arc<Endpoint>> for Client {
     type Rejection = Infallible;
@@ -86,7 +85,7 @@ impl FromRequest<Arc<Endpoint>> for Post {
         // A batch the version header forbids costs no session lookup.
         batch::check_header_version(&head, &body)?;
         // The relay seam considers session-era requests by their headers alone (the hot path).
-        if !era::is_session_request(&head) {
+        if !era::session_by_headers(&head) {
             let located = Located {
                 session: Err(Missing::NoId),
                 head,
@@ -95,7 +94,6 @@ impl FromRequest<Arc<Endpoint>> for Post {
             };
             return Ok(Post { client, located });
         }
-        labels::note_era(Era::Session);
         let principal = authorize::principal(&parts.extensions);
         let located = locate::resolve(ep, parts, head, body, authorize::owner(&principal)).await?;
         Ok(Post { client, located })

@@ -39,6 +39,11 @@ use crate::telemetry::trace_context::TRACEPARENT;
 /// the name each time (issue 23).
 static TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
 
+/// The target of the request's span and of its access line: the module's path before it
+/// moved into `transport/http/`, which operators' `RUST_LOG` filters name to turn the access
+/// log on (`fleetmcp::transport::observe=debug`).
+const LOG_TARGET: &str = "fleetmcp::transport::observe";
+
 /// Serves `req`: `admit` (the Host/Origin guard and the token check, `mod.rs`), then, for a
 /// request it lets through, `route`, in the request's span and request-local state; counts
 /// the answer. The span's parent must be known before the span is entered, and for a POST
@@ -114,12 +119,13 @@ where
 {
     // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
     // which may have given it the exporter's ids.
-    let span = tracing::info_span!("request", trace_id = tracing::field::Empty);
+    let span = tracing::info_span!(target: LOG_TARGET, "request", trace_id = tracing::field::Empty);
     otlp::join(&span, &mut trace);
     span.record("trace_id", tracing::field::display(trace.trace_id()));
     RequestLocal::run(start, trace, serve)
         .map(move |(res, labels)| {
             tracing::debug!(
+                target: LOG_TARGET,
                 method = labels.method.as_str(),
                 era = labels.era.as_str(),
                 status = res.status().as_u16(),

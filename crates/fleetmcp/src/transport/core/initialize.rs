@@ -1,15 +1,15 @@
-//! `initialize`: opens a session (Streamable HTTP, or the 2024-11-05 transport's, whose id its
-//! stream already announced) and builds the result both transports send.
+//! `initialize`: opens a session (Streamable HTTP's, the 2024-11-05 transport's, whose id its
+//! stream already announced, or stdio's) and builds the result every transport sends; what it
+//! refuses is a [`Refused`], which each transport answers its own way.
 
 use std::sync::Arc;
 
-use axum::response::Response;
-use http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::respond;
+use super::Status;
+use super::driver::Refused;
 use crate::app::App;
 use crate::dispatch;
 use crate::limits::Charge;
@@ -57,43 +57,42 @@ fn client_data(app: &App, p: &InitializeParams) -> Result<(Value, Value), ErrorD
 
 /// How long a session counts under `limits.max_sessions_per_key` when it is not ended: its
 /// record's lifetime in Redis, else its idle lifetime here.
-pub(super) fn session_lifetime_ms(app: &App) -> u64 {
+pub(in crate::transport) fn session_lifetime_ms(app: &App) -> u64 {
     app.config()
         .redis
         .as_ref()
         .map_or(app.config().sessions.idle_ttl_ms, |r| r.default_ttl_ms)
 }
 
-/// Opens session `sid` (minted with [`mint`] when `None`) for the `initialize` request `rid`;
-/// the session and its result, or the error answer. The session counts against `key`
+/// Opens session `sid` (minted with [`mint`] when `None`) for an `initialize` with `params`;
+/// the session and its result, or the refusal the transport answers. The session counts against `key`
 /// (`limits.max_sessions_per_key`: `429` with `Retry-After` beyond it) and what it keeps of the
 /// client against the instance's `sessions.max_client_data_bytes` (`503` beyond it).
-pub(super) async fn open(
+pub(in crate::transport) async fn open(
     app: &App,
     sid: Option<&str>,
-    rid: &RawValue,
     params: Option<&RawValue>,
     owner: Option<&str>,
     key: &LimitKey,
-) -> Result<(Arc<Session>, Value), Response> {
-    let p: InitializeParams = dispatch::params(params)
-        .map_err(|e| respond::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
+) -> Result<(Arc<Session>, Value), Refused> {
+    let p: InitializeParams =
+        dispatch::params(params).map_err(|e| Refused::new(Status::BadRequest, e))?;
     // Checked before an id is minted or anything is held, so a refusal leaves nothing behind.
-    let (client_info, capabilities) = client_data(app, &p)
-        .map_err(|e| respond::rpc_error(StatusCode::BAD_REQUEST, Some(rid), &e))?;
+    let (client_info, capabilities) =
+        client_data(app, &p).map_err(|e| Refused::new(Status::BadRequest, e))?;
     let version_asked = ProtocolVersion::negotiate(&p.protocol_version);
     let minted;
     let sid = match sid {
         Some(s) => s,
         None => {
-            minted = mint(app, "streamable-http", Some(rid))?;
+            minted = mint(app, "streamable-http")?;
             &minted
         }
     };
     // Both before the session exists, so a refusal leaves nothing behind.
     let raw_len = |v: &Option<Box<RawValue>>| v.as_ref().map_or(0, |r| r.get().len());
     let kept = raw_len(&p.client_info) + raw_len(&p.capabilities);
-    let charge = charge_client_data(app, kept, rid)?;
+    let charge = charge_client_data(app, kept)?;
     let ttl_ms = session_lifetime_ms(app);
     let admitted_ms = crate::clock::unix_ms();
     let place = match app.limits().admit_session(key, ttl_ms).await {
@@ -104,7 +103,7 @@ pub(super) async fn open(
                 ?refusal,
                 "refused an initialize: the key holds its most sessions"
             );
-            return Err(super::driver::refuse_initialize(app, refusal, rid));
+            return Err(super::driver::refuse_initialize(app, refusal));
         }
     };
     // A gateway's upstream answers `initialize` before the session exists, so that a refusal
@@ -113,7 +112,7 @@ pub(super) async fn open(
         Ok(handshake) => handshake,
         Err(failure) => {
             app.limits().end_session(key, admitted_ms, ttl_ms).await;
-            return Err(upstream_refusal(failure, rid));
+            return Err(upstream_refusal(failure));
         }
     };
     let version = upstream.as_ref().and_then(upstream::answered_version);
@@ -129,7 +128,7 @@ pub(super) async fn open(
                 app.meters().limit_rejected(Limit::Sessions);
             }
             app.limits().end_session(key, admitted_ms, ttl_ms).await;
-            return Err(open_error(e, Some(rid)));
+            return Err(open_error(e));
         }
     };
     session.keep_place(place);
@@ -147,77 +146,55 @@ pub(super) async fn open(
 
 /// Charges what a new session keeps of the client (`kept` bytes) to the instance's budget:
 /// `503` with `Retry-After` when it is spent.
-fn charge_client_data(app: &App, kept: usize, rid: &RawValue) -> Result<Charge, Response> {
+fn charge_client_data(app: &App, kept: usize) -> Result<Charge, Refused> {
     app.client_data().charge(kept).map_err(|_| {
         app.meters().limit_rejected(Limit::ClientData);
         let max = app.config().sessions.max_client_data_bytes;
-        respond::with_retry_after(
-            respond::rpc_error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(rid),
-                &ErrorData::new(
-                    ErrorCode(-32000),
-                    format!("This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"),
-                    Some(serde_json::json!({"limit": "sessions.max_client_data_bytes", "max": max})),
-                ),
-            ),
-            5,
-        )
+        let full = ErrorData::new(
+            ErrorCode(-32000),
+            format!("This instance keeps its maximum of client data (sessions.max_client_data_bytes, {max}); retry shortly"),
+            Some(serde_json::json!({"limit": "sessions.max_client_data_bytes", "max": max})),
+        );
+        Refused::new(Status::Unavailable, full).retry_after(5)
     })
 }
 
 /// The answer to an `initialize` whose upstream could not be had: `503` with `Retry-After`
 /// when it could not be reached, its own error (as a JSON-RPC answer) when it refused.
-fn upstream_refusal(failure: OpenFailure, rid: &RawValue) -> Response {
+fn upstream_refusal(failure: OpenFailure) -> Refused {
     match failure {
         OpenFailure::Unavailable(why) => {
             tracing::warn!(error = %why, "[gateway] refused an initialize: no upstream");
-            respond::with_retry_after(
-                respond::rpc_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Some(rid),
-                    &errors::server(format!(
-                        "The upstream server could not be started: {why}; retry shortly"
-                    )),
-                ),
-                5,
-            )
+            let e = errors::server(format!(
+                "The upstream server could not be started: {why}; retry shortly"
+            ));
+            Refused::new(Status::Unavailable, e).retry_after(5)
         }
-        OpenFailure::Refused(e) => respond::rpc_error(StatusCode::OK, Some(rid), &e),
+        OpenFailure::Refused(e) => Refused::new(Status::Ok, e),
     }
 }
 
 /// A new sealed session id naming this instance, for transport `protocol`.
-pub(super) fn mint(app: &App, protocol: &str, rid: Option<&RawValue>) -> Result<String, Response> {
-    app.sessions()
-        .mint(protocol)
-        .map_err(|e| open_error(e, rid))
+pub(in crate::transport) fn mint(app: &App, protocol: &str) -> Result<String, Refused> {
+    app.sessions().mint(protocol).map_err(open_error)
 }
 
-fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
+fn open_error(e: OpenError) -> Refused {
+    let internal = |m| Refused::new(Status::Internal, errors::internal(m));
+    let unavailable = |m, s| Refused::new(Status::Unavailable, errors::server(m)).retry_after(s);
     match e {
-        OpenError::NoSecret => respond::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            rid,
-            &errors::internal("Session ids cannot be issued: MCP_SESSION_SECRET is not set"),
-        ),
-        OpenError::SealFailed => respond::rpc_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            rid,
-            &errors::internal("could not seal a session id"),
-        ),
-        OpenError::Full => respond::unavailable(
-            rid,
+        OpenError::NoSecret => {
+            internal("Session ids cannot be issued: MCP_SESSION_SECRET is not set")
+        }
+        OpenError::SealFailed => internal("could not seal a session id"),
+        OpenError::Full => unavailable(
             "This instance holds its maximum number of sessions; retry shortly",
             5,
         ),
-        OpenError::NotDurable => respond::unavailable(
-            rid,
-            "The session could not be stored durably; retry shortly",
-            1,
-        ),
-        OpenError::Opening => respond::unavailable(
-            rid,
+        OpenError::NotDurable => {
+            unavailable("The session could not be stored durably; retry shortly", 1)
+        }
+        OpenError::Opening => unavailable(
             "Another initialize for this session is running; retry shortly",
             1,
         ),
@@ -226,7 +203,7 @@ fn open_error(e: OpenError, rid: Option<&RawValue>) -> Response {
 
 /// The `initialize` result session `session` was opened with, to answer a 2024-11-05
 /// client's `initialize` again: the upstream's, for a gateway's session.
-pub(super) fn result_of(app: &App, session: &Session) -> Value {
+pub(in crate::transport) fn result_of(app: &App, session: &Session) -> Value {
     upstream::initialize_result(session).unwrap_or_else(|| result(app, session.version))
 }
 

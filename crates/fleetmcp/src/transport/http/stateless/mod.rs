@@ -5,6 +5,9 @@
 //! the capabilities the call needs (`-32021`, in dispatch). An SSE answer here is not
 //! resumable: it is written straight to the connection, and closing it cancels the request.
 
+mod listen;
+mod mirrored;
+
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -15,14 +18,14 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::client_key::Client;
-use super::driver::{self, Started, Streaming};
-use super::{PROTOCOL_VERSION_HEADER, listen, mirrored, respond, sse};
+use super::{PROTOCOL_VERSION_HEADER, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch::{self, Reply};
 use crate::protocol::{ErrorCode, ErrorData, Message, STATELESS_VERSIONS, encode_result, errors};
 use crate::stateless::request_state::{StateError, request_digest};
 use crate::stateless::{RequestMeta, Round};
+use crate::transport::core::driver::{self, Started, Streaming};
 
 /// HTTP status of a 2026-07-28 error answer.
 fn status_of(e: &ErrorData) -> StatusCode {

@@ -29,16 +29,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::client_key::Client;
-use super::driver::{self, Started};
 use super::edge::Pinned;
 use super::locate;
-use super::{EndpointState, MESSAGE_PATH, authorize, initialize, respond, sse};
+use super::{EndpointState, MESSAGE_PATH, authorize, respond, sse};
 use crate::app::App;
 use crate::context::{Caller, Outbound};
 use crate::dispatch;
 use crate::events::{Cursor, STANDALONE_STREAM, StoredEvent};
 use crate::protocol::{ErrorData, Incoming, Message, encode_result, errors};
 use crate::session::{LegacyStream, Missing, Session, Unread, UnreadFull};
+use crate::transport::core::driver::{self, Started};
+use crate::transport::core::initialize;
 
 /// Ends the session when its stream's connection goes away, and frees the stream's place in
 /// flight.
@@ -68,11 +69,11 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let app = &ep.app;
     let slot = match driver::admit_stream(app, &client.key).await {
         Ok(slot) => slot,
-        Err(refused) => return refused,
+        Err(refused) => return refused.response_to(None),
     };
-    let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL, None) {
+    let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL) {
         Ok(id) => id.into(),
-        Err(res) => return res,
+        Err(refused) => return refused.response_to(None),
     };
     // Claimed before the endpoint is announced, so nothing posted afterwards is missed.
     // Ends in a graceful stop once the session's running requests answered (the client opens
@@ -428,7 +429,7 @@ async fn initialize(
         );
         return respond::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), rid, params, owner, &client.key).await {
+    match initialize::open(app, Some(sid), params, owner, &client.key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {
@@ -438,6 +439,6 @@ async fn initialize(
             to_stream(app, sid, encode_result(rid, &result)).await;
             respond::accepted()
         }
-        Err(res) => res,
+        Err(refused) => refused.response(rid),
     }
 }

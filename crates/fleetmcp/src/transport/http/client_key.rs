@@ -25,7 +25,6 @@
 //! first is logged, once per server, naming what to set ([`unbelieved`]).
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use http::request::Parts;
 use http::{HeaderMap, HeaderName};
@@ -67,15 +66,11 @@ pub(super) fn peer_of(extensions: &http::Extensions) -> Option<SocketAddr> {
 /// The header a relayed request carries its client's peer address in (signed with the hop).
 pub const RELAYED_PEER_HEADER: &str = "x-fleetmcp-relayed-peer";
 
-/// Who sent a request: its principal (authorization on, from the request's extensions, where
-/// [`authorize`] put it) and the key its limits count against. Taken once in front of a route
-/// (its extractor is in `edge.rs`), and carried with each of its calls to the driver.
-#[derive(Clone)]
-pub(super) struct Client {
-    pub principal: Option<Arc<Principal>>,
-    pub key: LimitKey,
-}
+pub(super) use crate::transport::core::Client;
 
+/// How HTTP finds a request's [`Client`]: its principal from the request's extensions, where
+/// [`authorize`] put it, and its key ([`of`]). Taken once in front of a route (its extractor
+/// is in `edge.rs`).
 impl Client {
     /// The client of the request with head `parts`.
     pub(super) fn of(app: &App, parts: &Parts) -> Self {

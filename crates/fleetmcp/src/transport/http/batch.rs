@@ -18,7 +18,6 @@ use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess
 use serde_json::json;
 
 use super::client_key::Client;
-use super::driver::{self, Started};
 use super::head::{Head, Version};
 use super::locate::{self, Asker};
 use super::respond;
@@ -27,6 +26,8 @@ use crate::context::Caller;
 use crate::dispatch;
 use crate::protocol::{ErrorCode, ErrorData, Incoming, Message, encode_error, errors};
 use crate::session::{Missing, Session};
+use crate::transport::core::driver::{self, Started};
+use crate::transport::core::json_array;
 
 /// The check a batch gets before its session is looked up: a version header that names a
 /// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
@@ -185,20 +186,6 @@ fn start_all(
         }
     }
     answers
-}
-
-/// `[a,b,...]` of JSON texts already encoded.
-pub(super) fn json_array(parts: &[Bytes]) -> Bytes {
-    let mut body = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
-    body.push(b'[');
-    for (i, p) in parts.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(p);
-    }
-    body.push(b']');
-    Bytes::from(body)
 }
 
 /// Why a batch body was refused while it was parsed.

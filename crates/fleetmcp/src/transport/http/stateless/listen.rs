@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
-use super::client_key::Client;
-use super::{respond, sse};
+use super::super::client_key::Client;
+use super::super::{respond, sse};
 use crate::app::{App, Change};
 use crate::limits::HoldRefusal;
 use crate::protocol::{ErrorCode, ErrorData, encode_notification, errors};
@@ -215,10 +215,17 @@ fn watched_in_scope(
     for uri in &filter.uris {
         let target = serde_json::value::to_raw_value(&json!({ "uri": uri })).ok();
         let principal = client.principal.as_deref();
-        if let Err(scope) =
-            super::driver::permitted(app, "resources/subscribe", target.as_deref(), principal)
-        {
-            return Err(super::authorize::insufficient_scope(app, Some(id), &scope));
+        if let Err(scope) = crate::transport::core::driver::permitted(
+            app,
+            "resources/subscribe",
+            target.as_deref(),
+            principal,
+        ) {
+            return Err(super::super::authorize::insufficient_scope(
+                app,
+                Some(id),
+                &scope,
+            ));
         }
     }
     Ok(())
