@@ -435,6 +435,10 @@ enum Read {
 impl Source {
     /// Reads the next batch after [`Source::after`] into the buffer (`written_here`: this
     /// process writes the stream).
+    ///
+    /// The reader boxes this future while it runs: it (the Redis command's future, the
+    /// writer's check) is several times the size of the reader's wait, and inline it would be
+    /// part of every idle stream's state for the stream's whole life.
     async fn read(&mut self, written_here: bool) -> Read {
         let start = match self.after {
             Some(0) => "-".to_string(),
@@ -691,11 +695,7 @@ impl EventStore for RedisEventStore {
                     return r.mark.read_to_the_end();
                 }
                 let notified = r.local.notify.notified();
-                // Boxed: a read (the Redis command's future, the writer's check) is several
-                // times the size of the wait below, and inline it would be part of every idle
-                // stream's state for the stream's whole life; boxed, it exists while it runs.
-                let read = Box::pin(r.source.read(r.local.written.load(Relaxed)));
-                let wait = match read.await {
+                let wait = match Box::pin(r.source.read(r.local.written.load(Relaxed))).await {
                     Read::Again => continue,
                     Read::Wait(wait) => wait,
                     Read::GiveUp => return None,
