@@ -3,11 +3,11 @@
 //! - this file: starting a task (one way for every kind) and recording how it ends;
 //! - [`extension`]: the `io.modelcontextprotocol/tasks` extension of 2026-07-28
 //!   (`tasks/get`, `tasks/update`, `tasks/cancel`, and a call that escalates to a task);
-//! - [`session`]: the experimental core tasks of 2025-11-25, bound to their session
+//! - [`session_era`]: the experimental core tasks of 2025-11-25, bound to their session
 //!   (`task` on `tools/call`, `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`).
 
 pub(super) mod extension;
-pub(super) mod session;
+pub(super) mod session_era;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
