@@ -87,7 +87,7 @@ pub(crate) use id::{LogId, SessionSealer};
 #[cfg(feature = "redis")]
 pub(crate) use index::Buckets as IndexBuckets;
 pub(crate) use lifecycle::{
-    LegacyStream, Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing,
+    LEGACY_SSE_PROTOCOL, LegacyStream, Lookup, Missing, OpenError, Sessions, Timing,
 };
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;

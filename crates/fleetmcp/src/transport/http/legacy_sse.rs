@@ -71,7 +71,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         Ok(slot) => slot,
         Err(refused) => return refused.response_to(None),
     };
-    let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL) {
+    let id: Arc<str> = match initialize::mint(app, crate::session::LEGACY_SSE_PROTOCOL) {
         Ok(id) => id.into(),
         Err(refused) => return refused.response_to(None),
     };
