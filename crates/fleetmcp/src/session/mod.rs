@@ -96,5 +96,5 @@ pub use lossy::Invalidation;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Hold};
+pub use store::{Fence, Standing};
 pub(crate) use unread::{Full as UnreadFull, Unread};

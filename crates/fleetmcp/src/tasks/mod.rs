@@ -23,7 +23,7 @@
 //! charging a working task what its handler holds besides its record (its arguments).
 //!
 //! A task takes over its request's place under `limits.max_inflight_per_key`
-//! (`RequestContext::take_slot`) until it ends. Without distributed mode nothing judges an
+//! (`RequestContext::take_place`) until it ends. Without distributed mode nothing judges an
 //! executor gone: a crashed instance's tasks stay `working` until they expire (the contract's
 //! behaviour). The `tasks/*` methods are answered by `dispatch/task_methods/`; this module keeps
 //! the tasks themselves.

@@ -74,14 +74,14 @@ pub(super) async fn launch(
         }
     };
     // Held by the task's own future: freed when it ends, whichever way.
-    let slot = req.take_slot();
+    let place = req.take_place();
     // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
     let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
     let id = record.task_id.clone();
     let tool = tool.to_string();
     tokio::spawn(async move {
-        let _slot = slot;
+        let _place = place;
         let ended = tokio::select! {
             r = work => Some(match r {
                 Ok(r) => outcome(r),
