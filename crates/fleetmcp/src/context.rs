@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
-use crate::limits::{LimitKey, Slot};
+use crate::limits::{LimitKey, Place};
 // rmcp marks sampling and roots deprecated (SEP-2577, 2026-07-28); clients of every era still
 // use them, and the session era has no replacement.
 #[allow(deprecated)]
@@ -178,11 +178,11 @@ struct Inner<H: ?Sized = dyn Host> {
     /// Who the request counts against for the limits (see `transport/http/client_key.rs`).
     limit_key: Option<LimitKey>,
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
-    /// request starts takes it over ([`RequestContext::take_slot`]), so a working task keeps
+    /// request starts takes it over ([`RequestContext::take_place`]), so a working task keeps
     /// counting against its caller after the request is answered. Freed by the driver when
     /// the request ends, if no task took it. `None` for a context no request made (a task's
     /// own): made empty, it was an allocation per call that the driver's cell replaced.
-    slot: Option<SlotCell>,
+    slot: Option<PlaceCell>,
     app: H,
 }
 
@@ -236,7 +236,7 @@ pub(crate) fn scoped_client_key(
 }
 
 /// A request's place in flight, shared by its driver and its context.
-pub(crate) type SlotCell = Arc<parking_lot::Mutex<Option<Slot>>>;
+pub(crate) type PlaceCell = Arc<parking_lot::Mutex<Option<Place>>>;
 
 /// How long a handler waits for the client to answer a request.
 const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -279,7 +279,7 @@ impl RequestContext {
     }
 
     /// The request counts against `key` and holds the place in flight in `slot`.
-    pub(crate) fn with_limits(mut self, key: LimitKey, slot: SlotCell) -> Self {
+    pub(crate) fn with_limits(mut self, key: LimitKey, slot: PlaceCell) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.limit_key = Some(key);
             inner.slot = Some(slot);
@@ -294,7 +294,7 @@ impl RequestContext {
 
     /// Takes the request's place in flight over (a background task it starts holds it until
     /// the task ends).
-    pub(crate) fn take_slot(&self) -> Option<Slot> {
+    pub(crate) fn take_place(&self) -> Option<Place> {
         self.inner.slot.as_ref()?.lock().take()
     }
 

@@ -11,10 +11,10 @@
 
 pub use crate::config::env::environment_variables;
 pub use crate::events::{Cursor, EventStore, UNSTORED_WAIT, Unresolved};
-pub use crate::limits::HoldingsSnapshot;
+pub use crate::limits::PlacesSnapshot;
 pub use crate::session::{
-    Claim, Fence, Hold, Invalidation, MemorySessionStore, SessionRecord, SessionStore, StoreError,
-    minted_uuid,
+    Claim, Fence, Invalidation, MemorySessionStore, SessionRecord, SessionStore, Standing,
+    StoreError, minted_uuid,
 };
 pub use crate::tasks::{Executor, TaskLimits, TaskRecord, TaskStatus, TaskStore, TaskStoreError};
 // The stores in Redis, with the `redis` feature.

@@ -50,8 +50,8 @@
 // 0. foundation
 mod clock;
 pub mod config;
-mod liveness;
 mod machine_id;
+mod process_liveness;
 mod protocol;
 mod redis_config;
 #[cfg(feature = "redis")]

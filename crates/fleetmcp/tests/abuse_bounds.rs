@@ -159,7 +159,7 @@ async fn listen_streams_are_bounded_per_instance_and_leave_nothing_when_closed()
         "closed streams leave nothing",
         Duration::from_secs(5),
         || {
-            s.handle.listen_streams() == fleetmcp::internals::HoldingsSnapshot::default()
+            s.handle.listen_streams() == fleetmcp::internals::PlacesSnapshot::default()
                 && s.handle.client_data_bytes() == 0
         },
     )

@@ -54,7 +54,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 0. foundation: the wire format, configuration, clocks, the Redis connection
     ("clock", 0),
     ("config", 0),
-    ("liveness", 0),
+    ("process_liveness", 0),
     ("machine_id", 0),
     ("protocol", 0),
     ("redis_config", 0),
@@ -818,7 +818,7 @@ fn the_document_gives_every_module_the_layer_checked_here() {
 #[test]
 fn a_document_that_disagrees_with_the_layers_is_reported() {
     let doc = "\
-### Layer 0: `protocol`, `config`, `redis_config`, `redis_conn`, `clock`, `liveness`, `machine_id`, `telemetry`
+### Layer 0: `protocol`, `config`, `redis_config`, `redis_conn`, `clock`, `process_liveness`, `machine_id`, `telemetry`
 ### Layer 1: `auth`, `events`, `stateless`, `tasks`
 ### Layer 2: `session`, `limits`
 ### Layer 3: `app`, `catalog`, `context`, `upstream`
@@ -843,7 +843,7 @@ fn a_document_that_disagrees_with_the_layers_is_reported() {
 fn a_violation_injected_into_the_real_tree_is_found() {
     let injected = [
         (
-            "dispatch/tasks/session.rs",
+            "dispatch/task_methods/session_era.rs",
             "fn _injected() -> super::super::super::Server { todo!() }",
             "`super::super::super::Server`: dispatch (layer 4) imports from server (layer 7), a layer above",
         ),

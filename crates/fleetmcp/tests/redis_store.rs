@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use fleetmcp::config::RedisConfig;
 use fleetmcp::internals::{
-    Claim, Fence, Hold, Invalidation, RedisSessionStore, SessionRecord, SessionStore, StoreError,
+    Claim, Fence, Invalidation, RedisSessionStore, SessionRecord, SessionStore, Standing,
+    StoreError,
 };
 use serde_json::{Value, json};
 use support::{LATEST, eventually_async};
@@ -124,8 +125,8 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
             .unwrap()
-            .hold,
-        Hold::Mine
+            .standing,
+        Standing::Mine
     );
 
     // B claims it from what it read; A's view is now stale.
@@ -148,8 +149,8 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-a", 1)), true)
             .await
             .unwrap()
-            .hold,
-        Hold::Lost {
+            .standing,
+        Standing::Lost {
             node_id: "desk-b".into(),
             epoch: 2
         }
@@ -173,16 +174,16 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .check("sid-f", Some(&fence("desk-b", 1)), false)
             .await
             .unwrap()
-            .hold,
-        Hold::Lost { .. }
+            .standing,
+        Standing::Lost { .. }
     ));
     assert_eq!(
         store
             .check("sid-f", Some(&fence("desk-b", 2)), true)
             .await
             .unwrap()
-            .hold,
-        Hold::Mine
+            .standing,
+        Standing::Mine
     );
     let pttl: i64 = redis.cli(&["PTTL", "mcp:session:sid-f"]).parse().unwrap();
     assert!(
@@ -444,7 +445,7 @@ async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
         let (store, fence) = (&store, fence(1));
         async move {
             let checked = store.check(&id, Some(&fence), false).await.unwrap();
-            assert_eq!(checked.hold, Hold::Mine, "{id}");
+            assert_eq!(checked.standing, Standing::Mine, "{id}");
             checked.tracked
         }
     };
@@ -657,12 +658,15 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
     assert_eq!(store.get("lean").await.unwrap(), Some(r.clone()));
     let held = store.check("lean", Some(&fence("desk-a", 1)), true).await;
     assert_eq!(
-        held.unwrap().hold,
-        Hold::Mine,
+        held.unwrap().standing,
+        Standing::Mine,
         "the script reads no epoch as 1"
     );
     let stale = store.check("lean", Some(&fence("desk-a", 0)), false).await;
-    assert!(matches!(stale.unwrap().hold, Hold::Lost { epoch: 1, .. }));
+    assert!(matches!(
+        stale.unwrap().standing,
+        Standing::Lost { epoch: 1, .. }
+    ));
     assert_eq!(store.claim(&r, "desk-b").await.unwrap(), Claim::Won(2));
     let raw: Value = serde_json::from_str(&redis.cli(&["GET", "mcp:session:lean"])).unwrap();
     assert_eq!(raw["session"]["nodeId"], "desk-b");
@@ -693,7 +697,7 @@ async fn records_without_empty_fields_are_checked_and_claimed_and_full_ones_stil
         (None, None)
     );
     let held = store.check("full", Some(&fence("desk-b", 1)), false).await;
-    assert_eq!(held.unwrap().hold, Hold::Mine);
+    assert_eq!(held.unwrap().standing, Standing::Mine);
 }
 
 /// A TLS-only redis-server with a certificate from a throwaway CA (made with `openssl`).
@@ -916,7 +920,7 @@ async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key
     let held = store
         .check(&compact.id, Some(&fence("desk-a", 1)), true)
         .await;
-    assert_eq!(held.unwrap().hold, Hold::Mine);
+    assert_eq!(held.unwrap().standing, Standing::Mine);
     assert_eq!(
         store.claim(&compact, "desk-b").await.unwrap(),
         Claim::Won(2)
@@ -948,7 +952,7 @@ async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key
     let held = store
         .check("main-wrote-this", Some(&fence("desk-m", 1)), false)
         .await;
-    assert_eq!(held.unwrap().hold, Hold::Mine);
+    assert_eq!(held.unwrap().standing, Standing::Mine);
     assert_eq!(store.claim(&read, "desk-b").await.unwrap(), Claim::Won(2));
     assert_eq!(
         store

@@ -177,7 +177,7 @@ impl ServerHandle {
     /// tests: not API.)
     #[cfg(feature = "testkit")]
     #[doc(hidden)]
-    pub fn listen_streams(&self) -> crate::limits::HoldingsSnapshot {
+    pub fn listen_streams(&self) -> crate::limits::PlacesSnapshot {
         self.app.listens().snapshot()
     }
 

@@ -35,7 +35,7 @@ pub(crate) use lanes::{Bound, Lanes};
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::events::{EventStore, STANDALONE_STREAM};
-use crate::limits::{Budget, Holdings, Limits};
+use crate::limits::{Budget, Limits, Places};
 use crate::session::{Session, Sessions};
 use crate::stateless::request_state::RequestStateSealer;
 use crate::tasks::Tasks;
@@ -96,7 +96,7 @@ struct Inner {
     /// Bytes of client data kept for sessions and listen streams (`sessions.max_client_data_bytes`).
     client_data: Arc<Budget>,
     /// Open `subscriptions/listen` streams, per key and in all.
-    listens: Holdings,
+    listens: Places,
     /// Catalog and resource changes, for 2026-07-28 `subscriptions/listen` streams.
     changes: broadcast::Sender<Change>,
     /// The graceful stop's tokens.
@@ -184,7 +184,7 @@ impl App {
         let (changes, _) = broadcast::channel(256);
         let trusted_proxies = p.config.limits.trusted_nets();
         let client_data = Budget::new(p.config.sessions.max_client_data_bytes);
-        let listens = Holdings::new(
+        let listens = Places::new(
             p.config.limits.max_listen_streams_per_key,
             p.config.stateless.max_listen_streams,
             client_data.clone(),
@@ -277,7 +277,7 @@ impl App {
     }
 
     /// The open `subscriptions/listen` streams.
-    pub fn listens(&self) -> &Holdings {
+    pub fn listens(&self) -> &Places {
         &self.inner.listens
     }
 

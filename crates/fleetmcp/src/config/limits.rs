@@ -120,8 +120,8 @@ pub struct LimitsConfig {
     /// escape every per-key limit. 128 keys each address apart. IPv4 addresses (and
     /// IPv4-mapped IPv6 ones, `::ffff:1.2.3.4`, read as `1.2.3.4`) are keyed whole.
     pub ipv6_prefix_len: u8,
-    /// How long a slot of `max_inflight_per_key` held by an instance that stopped renewing it
-    /// (crashed) lasts in Redis; a live instance renews its slots every third of it.
+    /// How long a place of `max_inflight_per_key` held by an instance that stopped renewing it
+    /// (crashed) lasts in Redis; a live instance renews its places every third of it.
     pub inflight_lease_ms: u64,
     /// Prefix of the limit keys in Redis.
     pub key_prefix: String,

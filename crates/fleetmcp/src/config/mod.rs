@@ -6,7 +6,7 @@
 //! configuration reads every variable of the contract but the tracing ones (`env::TRACING_ENV`),
 //! which [`crate::init_tracing`] reads itself.
 //!
-//! Why a folder: each section of the TOML file has its own file (`transport.rs` for `[http]`,
+//! Why a folder: each section of the TOML file has its own file (`http_config.rs` for `[http]`,
 //! `sessions.rs`, `tasks.rs`, `stateless.rs`, `ha.rs`, `auth.rs`, `limits.rs`), holding its
 //! struct, its defaults and its checks, so a setting is described, defaulted and bounded in
 //! one place; `deployment.rs` holds the top-level settings that depend on the deployment mode,
@@ -37,21 +37,21 @@ mod auth;
 mod deployment;
 pub(crate) mod env;
 mod ha;
+mod http_config;
 mod limits;
 pub(crate) mod load;
 mod sessions;
 mod stateless;
 mod tasks;
-mod transport;
 
 pub use crate::redis_config::RedisConfig;
 pub use auth::AuthConfig;
 pub use deployment::{BindAddress, DeploymentMode, Transport};
 pub use ha::HaConfig;
+pub use http_config::HttpConfig;
 pub use limits::{LimitsConfig, OnStoreError, RateLimit};
 use load::invalid_value;
 pub(crate) use load::{Config, ConfigError};
 pub use sessions::SessionConfig;
 pub use stateless::{DefaultEra, StatelessConfig};
 pub use tasks::TaskConfig;
-pub use transport::HttpConfig;

@@ -6,17 +6,18 @@
 //! received directly or relayed from another instance.
 //!
 //! [`request`] routes a method to its family (`tools.rs`, `resources.rs`, `prompts.rs`,
-//! `completion.rs`, `tasks/`), which parses its params into the type it needs; `tools.rs` runs
-//! a tool's handler from the catalog snapshot and [`outcome`] maps its outcome to the answer
-//! (one mapping, shared with tasks, and below both so neither imports the other). `scope.rs`
-//! says which OAuth scope a request needs (what its tool, resource, template or prompt
-//! declares, or a gateway's upstream), from method and params alone, so the driver refuses it
-//! before anything runs. [`respond`] shapes a result for the caller's era (2026-07-28 results
-//! carry `resultType`, `_meta` server info and caching hints). `tasks/mod.rs` starts every kind
-//! of task in one function (`launch`, which records the caller's principal);
-//! `tasks/extension.rs` is the 2026-07-28 extension (each request reads the record through
-//! `Tasks::get_as`, so another principal's task is an unknown task), `tasks/session.rs` the
-//! 2025-11-25 experimental tasks (bound to their session, itself bound to its principal).
+//! `completion.rs`, `task_methods/`), which parses its params into the type it needs;
+//! `tools.rs` runs a tool's handler from the catalog snapshot and [`outcome`] maps its outcome
+//! to the answer (one mapping, shared with tasks, and below both so neither imports the other).
+//! `scope.rs` says which OAuth scope a request needs (what its tool, resource, template or
+//! prompt declares, or a gateway's upstream), from method and params alone, so the driver
+//! refuses it before anything runs. [`respond`] shapes a result for the caller's era
+//! (2026-07-28 results carry `resultType`, `_meta` server info and caching hints).
+//! `task_methods/mod.rs` starts every kind of task in one function (`launch`, which records
+//! the caller's principal); `task_methods/extension.rs` is the 2026-07-28 extension (each
+//! request reads the record through `Tasks::get_as`, so another principal's task is an unknown
+//! task), `task_methods/session_era.rs` the 2025-11-25 experimental tasks (bound to their
+//! session, itself bound to its principal).
 //! `paging.rs` is the cursor the list methods share.
 //!
 //! Architecture invariant: dispatch knows nothing of HTTP, headers or Redis.
@@ -27,7 +28,7 @@ mod paging;
 mod prompts;
 mod resources;
 mod scope;
-mod tasks;
+mod task_methods;
 mod tools;
 
 pub(crate) use scope::scope_for;
@@ -233,27 +234,29 @@ async fn route(method: &str, p: Option<&RawValue>, ctx: RequestContext) -> Reply
         (Caller::Session(s), "resources/unsubscribe") => resources::subscribe(&app, s, p, false),
         (Caller::Session(s), "logging/setLevel") => set_level(s, p),
         (Caller::Session(s), "tasks/get") if s.version >= ProtocolVersion::V2025_11_25 => {
-            Box::pin(tasks::session::get(&app, s, p)).await
+            Box::pin(task_methods::session_era::get(&app, s, p)).await
         }
         (Caller::Session(s), "tasks/result") if s.version >= ProtocolVersion::V2025_11_25 => {
-            Box::pin(tasks::session::result(&app, &ctx, s, p)).await
+            Box::pin(task_methods::session_era::result(&app, &ctx, s, p)).await
         }
         (Caller::Session(s), "tasks/list") if s.version >= ProtocolVersion::V2025_11_25 => {
-            Box::pin(tasks::session::list(&app, s, p)).await
+            Box::pin(task_methods::session_era::list(&app, s, p)).await
         }
         (Caller::Session(s), "tasks/cancel") if s.version >= ProtocolVersion::V2025_11_25 => {
-            Box::pin(tasks::session::cancel(&app, s, p)).await
+            Box::pin(task_methods::session_era::cancel(&app, s, p)).await
         }
         (Caller::Session(_), "initialize") => Err(errors::invalid_request(
             "Invalid Request: this session is already initialized",
         )),
         (Caller::Stateless(_), "server/discover") => discover(&app, &ctx),
-        (Caller::Stateless(_), "tasks/get") => Box::pin(tasks::extension::get(&app, &ctx, p)).await,
+        (Caller::Stateless(_), "tasks/get") => {
+            Box::pin(task_methods::extension::get(&app, &ctx, p)).await
+        }
         (Caller::Stateless(_), "tasks/update") => {
-            Box::pin(tasks::extension::update(&app, &ctx, p)).await
+            Box::pin(task_methods::extension::update(&app, &ctx, p)).await
         }
         (Caller::Stateless(_), "tasks/cancel") => {
-            Box::pin(tasks::extension::cancel(&app, &ctx, p)).await
+            Box::pin(task_methods::extension::cancel(&app, &ctx, p)).await
         }
         (_, other) => Err(errors::method_not_found(other)),
     }

@@ -97,7 +97,7 @@ pub(super) async fn call(p: Option<&RawValue>, ctx: RequestContext) -> Reply {
                 )));
             }
             (_, true) => {
-                return Box::pin(super::tasks::session::create(
+                return Box::pin(super::task_methods::session_era::create(
                     app,
                     session,
                     tool.clone(),
@@ -110,7 +110,7 @@ pub(super) async fn call(p: Option<&RawValue>, ctx: RequestContext) -> Reply {
         }
     }
     if let Caller::Stateless(round) = ctx.caller() {
-        use super::tasks::extension;
+        use super::task_methods::extension;
         use crate::tasks::TaskSupport;
         match (tool.task_support(), extension::declared(&round.meta)) {
             (TaskSupport::Required, false) => return Err(extension::missing_extension()),

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use super::beat::read_beat;
 use super::heartbeat::{channel_of, subscribers};
-use crate::liveness::ProcessLiveness;
+use crate::process_liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 use crate::session::{Owner, Ownership, SessionRecord};
 
@@ -33,7 +33,7 @@ pub(super) struct Directory {
     grace: Duration,
     /// Holders seen alive but not beating, and since when.
     silent_since: Mutex<HashMap<String, Instant>>,
-    /// Whether a process is gone, for what cannot be taken over (`liveness.rs`).
+    /// Whether a process is gone, for what cannot be taken over (`heartbeat_liveness.rs`).
     processes: Arc<dyn ProcessLiveness>,
     /// How long a stopping instance may keep its streams open after it withdrew from the
     /// fleet (its drain delay and grace period): until then its absence is no proof that its

@@ -24,14 +24,16 @@
 //! - [`scanner`]: the orphan scanner, claiming dead instances' sessions (and failing their
 //!   tasks) in the background from per-instance indexes (never `KEYS`);
 //! - [`subscription`]: channel subscriptions kept for the instance's life;
-//! - [`liveness`]: whether another instance's process is gone, for background tasks and for
-//!   SSE answers kept for resumption (`liveness::ProcessLiveness`).
+//! - [`heartbeat_liveness`]: whether another instance's process is gone, judged from its
+//!   heartbeat and its channel, for background tasks and for SSE answers kept for resumption
+//!   (`process_liveness::ProcessLiveness`).
 //!
 //! The layers below know another instance only as a machine id (a session's holder, a task's
 //! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
 //! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`,
-//! `app::Fanout`, `liveness::ProcessLiveness`. `session::Sessions` acts on the seams' answers
-//! (it claims a session, takes one over, and remembers for a second which peer holds one), and
+//! `app::Fanout`, `process_liveness::ProcessLiveness`. `session::Sessions` acts on the seams'
+//! answers (it claims a session, takes one over, and remembers for a second which peer holds
+//! one), and
 //! `tasks` reaches a task's executor through the task store (a cancel is published on the
 //! task's channel). Ownership and the relay are consulted only when a session is *not* held
 //! here, so a request for a held session pays nothing for them; in distributed mode it reads
@@ -81,8 +83,8 @@ mod error_text;
 mod fanout;
 mod gate;
 mod heartbeat;
+mod heartbeat_liveness;
 mod identity;
-mod liveness;
 mod notify;
 mod record_form;
 mod relay;
@@ -154,8 +156,8 @@ pub(crate) fn process_liveness(
     redis: &RedisConn,
     cfg: &HaConfig,
     lease: &Arc<Lease>,
-) -> Arc<dyn crate::liveness::ProcessLiveness> {
-    Arc::new(liveness::Liveness::new(
+) -> Arc<dyn crate::process_liveness::ProcessLiveness> {
+    Arc::new(heartbeat_liveness::HeartbeatLiveness::new(
         redis.clone(),
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
@@ -407,7 +409,7 @@ fn spawn_background(
     tokio::spawn(async move {
         // A beat that failed is tried again within half a second, not an interval later: after
         // an outage that expired the key, the others must see this instance alive again well
-        // before the takeover grace, after which they presume it gone (`liveness.rs`).
+        // before the takeover grace, after which they presume it gone (`heartbeat_liveness.rs`).
         let retry = beats.interval().min(std::time::Duration::from_millis(500));
         let mut wait = beats.interval();
         loop {

@@ -32,7 +32,7 @@
 //! `FRONTMCP_HA_TAKEOVER_GRACE_MS` (alive but silent for that long: the same rule as on-demand
 //! takeover). An idle fleet's scanner thus costs one `SET` per instance and one `ZRANGE` per
 //! interval, whatever its size. Verdicts come only once this instance's own lease has held a
-//! moment (`liveness::RECOVERY`): after an outage of Redis as a whole, every instance's
+//! moment (`heartbeat_liveness::RECOVERY`): after an outage of Redis as a whole, every instance's
 //! heartbeat and subscription are gone at once, and the live ones show themselves again only
 //! a moment after Redis answers them. A dead instance's unfinished background tasks end as
 //! failed (`Tasks::fail_tasks_of`).
@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::beat::nodes_key;
 use super::heartbeat::{channel_of, subscribers};
-use super::liveness::RECOVERY;
+use super::heartbeat_liveness::RECOVERY;
 use crate::app::App;
 use crate::clock::unix_ms;
 use crate::redis_conn::{CommandError, RedisConn, slot_of};
@@ -196,7 +196,7 @@ impl Scanner {
             return Ok(None);
         }
         let mut scan = Scan::default();
-        if !super::liveness::settled(self.app.sessions().lease()) {
+        if !super::heartbeat_liveness::settled(self.app.sessions().lease()) {
             tracing::debug!(
                 "[HA] Orphan scan: no verdicts yet, this instance is only just back in the fleet"
             );
@@ -220,8 +220,8 @@ impl Scanner {
             scan.scanned += scanned;
             scan.claimed += claimed;
             // Its unfinished tasks end as failed rather than stay `working` until they expire;
-            // those stored a moment ago are left to their readers' check (`liveness.rs`), as
-            // their executor reached Redis then.
+            // those stored a moment ago are left to their readers' check
+            // (`heartbeat_liveness.rs`), as their executor reached Redis then.
             let spawned_before = found_dead_at.saturating_sub(RECOVERY.as_millis() as u64);
             self.app.tasks().fail_tasks_of(&node, spawned_before).await;
             tracing::info!(

@@ -72,8 +72,8 @@ pub(super) async fn keep(
                 Err(e) => tracing::debug!(error = %e, %channel, "[HA] subscribing again failed"),
             }
             // At most a quarter second apart: a live instance whose subscription is down is
-            // judged gone by others after the takeover grace (`liveness.rs`, which may be as
-            // short as a second), so it must be back well before that once Redis answers.
+            // judged gone by others after the takeover grace (`heartbeat_liveness.rs`, which may
+            // be as short as a second), so it must be back well before that once Redis answers.
             delay = (delay * 2).min(Duration::from_millis(250));
         };
     }

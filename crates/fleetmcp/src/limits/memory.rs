@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
+use super::{Exceeded, LimitKey, Place, Refusal, Rule, gcra_params};
 
 /// Past this many remembered arrival times, those in the past (keys back to a full burst)
 /// are forgotten, so memory follows the keys active within a window.
@@ -55,7 +55,7 @@ impl MemoryLimits {
         key: &LimitKey,
         rules: &[Rule],
         max_inflight: Option<usize>,
-    ) -> Result<Slot, Refusal> {
+    ) -> Result<Place, Refusal> {
         let now = self.epoch.0.elapsed().as_micros() as u64;
         let mut tats = self.tats.lock();
         let mut next = Vec::with_capacity(rules.len());
@@ -80,7 +80,7 @@ impl MemoryLimits {
                 retry_after: Duration::from_micros(wait),
             });
         }
-        let slot = match max_inflight {
+        let place = match max_inflight {
             Some(max) => {
                 let mut inflight = self.inflight.lock();
                 let n = inflight.entry(key.clone()).or_insert(0);
@@ -91,19 +91,19 @@ impl MemoryLimits {
                     });
                 }
                 *n += 1;
-                Slot::holding(Held {
+                Place::holding(Held {
                     key: key.clone(),
                     inflight: self.inflight.clone(),
                 })
             }
-            None => Slot::none(),
+            None => Place::none(),
         };
         if tats.map.len() >= tats.prune_at {
             tats.map.retain(|_, tat| *tat > now);
             tats.prune_at = (tats.map.len() * 2).max(PRUNE_AT);
         }
         tats.map.extend(next);
-        Ok(slot)
+        Ok(place)
     }
 }
 
@@ -186,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn places_in_flight_are_freed_when_their_slots_drop() {
+    fn places_in_flight_are_freed_when_dropped() {
         let m = MemoryLimits::default();
         let key = LimitKey::principal("bob");
         let a = m.admit(&key, &[], Some(2)).ok();

@@ -5,20 +5,21 @@
 //!
 //! A key is a string: the caller's principal once authorization identifies one, else the
 //! client's address (`transport/http/client_key.rs` decides which). Every check is one call,
-//! [`Limits::admit`], which either admits the request (with a [`Slot`] that frees its place in
+//! [`Limits::admit`], which either admits the request (with a [`Place`] that frees its place in
 //! flight when dropped) or says which limit refused it and for how long. It checks
 //! `limits.rate`, the tool's `limits.tools.<name>` and `limits.max_inflight_per_key`
 //! together, all or nothing: with Redis one Lua script (`redis.rs`: GCRA on Redis's clock, and
 //! a sorted set of leased places in flight, so a crashed instance's places free themselves),
 //! without it the same GCRA in memory (`memory.rs`). [`Limits::admit_session`] bounds a key's
-//! sessions (`limits.max_sessions_per_key`): in memory a hold the session keeps for its life,
+//! sessions (`limits.max_sessions_per_key`): in memory a place the session keeps for its life,
 //! with Redis one field of a hash many keys share (`session_counts.rs`, ~25 to 40 bytes a key).
 //! When Redis does not answer within its command timeout, `limits.on_store_error` decides:
 //! serve uncounted with a warning, or refuse (`503`). No `KEYS`, no `SCAN`.
 //!
-//! `holdings.rs` counts what callers hold open in this process (listen streams, sessions) per
-//! key and in total, and the bytes of client data the instance keeps ([`Budget`]); each place
-//! is given back when its guard drops. `connections.rs` is the instance's budget of connections
+//! `places.rs` counts what callers hold open in this process (listen streams, sessions) per
+//! key and in total ([`Places`]), and the bytes of client data the instance keeps ([`Budget`],
+//! a [`Charge`] each); it holds [`Place`], the one type of a place held under a limit, given
+//! back when it drops. `connections.rs` is the instance's budget of connections
 //! ([`Connections`], `http.max_connections`): the listener's client connections and the relay's
 //! sockets to other instances take their places from it.
 //!
@@ -26,8 +27,8 @@
 //! most one Redis round trip (one script), bounded by the Redis command timeout.
 
 mod connections;
-mod holdings;
 mod memory;
+mod places;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
@@ -35,8 +36,8 @@ mod session_counts;
 
 pub use connections::Connections;
 #[cfg(any(test, feature = "testkit"))]
-pub use holdings::HoldingsSnapshot;
-pub use holdings::{Budget, Charge, Hold, HoldRefusal, Holdings};
+pub use places::PlacesSnapshot;
+pub use places::{Budget, Charge, Place, PlaceRefusal, Places};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,40 +161,6 @@ impl Exceeded {
     }
 }
 
-/// A request's place in flight under `max_inflight_per_key`; dropping it frees the place.
-#[must_use = "the place in flight is freed when the slot is dropped"]
-pub struct Slot {
-    /// Frees the place when dropped (`None`: nothing to free).
-    _held: Option<Box<dyn Send + Sync>>,
-}
-
-impl Slot {
-    /// A slot that holds nothing (no limit to hold a place under).
-    pub(crate) fn none() -> Self {
-        Self { _held: None }
-    }
-
-    fn holding(held: impl Send + Sync + 'static) -> Self {
-        Self {
-            _held: Some(Box::new(held)),
-        }
-    }
-}
-
-/// A session's place under `limits.max_sessions_per_key`: in memory, given back when dropped
-/// (the session keeps it for its life); in Redis, an entry that expires with the session's
-/// record, so it needs nothing held here.
-#[must_use = "the session's place is given back when it is dropped"]
-pub struct SessionPlace {
-    _held: Option<Hold>,
-}
-
-impl SessionPlace {
-    fn none() -> Self {
-        Self { _held: None }
-    }
-}
-
 /// How long a caller refused a session should wait: sessions end by `DELETE` or idle expiry,
 /// not within seconds.
 const SESSION_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -226,7 +193,7 @@ pub struct Limits {
     cfg: LimitsConfig,
     store: Store,
     /// Sessions per key held by this process (without Redis).
-    sessions: Holdings,
+    sessions: Places,
 }
 
 impl Limits {
@@ -254,7 +221,7 @@ impl Limits {
         Self {
             cfg: cfg.clone(),
             store,
-            sessions: Holdings::new(
+            sessions: Places::new(
                 cfg.max_sessions_per_key.max(1),
                 usize::MAX,
                 Budget::new(usize::MAX),
@@ -265,37 +232,31 @@ impl Limits {
     /// Takes a place for a new session of `key` under `limits.max_sessions_per_key`: in this
     /// process without Redis, across the fleet with it (one script: a per-key count of
     /// sessions by when they stop counting, `ttl_ms` from now, trimmed on every check). The
-    /// place is kept by the session (memory) or expires with its record (Redis);
+    /// place is kept by the session (memory: given back when dropped) or expires with its
+    /// record (Redis: the [`Place`] holds nothing);
     /// [`Limits::end_session`] gives it back early. When Redis does not answer,
     /// `limits.on_store_error` decides, as for every limit.
     // Without the `redis` feature the place is only in memory: `ttl_ms` is Redis's.
     #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
-    pub async fn admit_session(
-        &self,
-        key: &LimitKey,
-        ttl_ms: u64,
-    ) -> Result<SessionPlace, Refusal> {
+    pub async fn admit_session(&self, key: &LimitKey, ttl_ms: u64) -> Result<Place, Refusal> {
         let max = self.cfg.max_sessions_per_key;
         if max == 0 {
-            return Ok(SessionPlace::none());
+            return Ok(Place::none());
         }
         let over = || Refusal::Over {
             which: Exceeded::SessionsPerKey(max),
             retry_after: SESSION_RETRY_AFTER,
         };
         match &self.store {
-            Store::Memory(_) => match self.sessions.try_hold(key, 0) {
-                Ok(hold) => Ok(SessionPlace { _held: Some(hold) }),
-                Err(_) => Err(over()),
-            },
+            Store::Memory(_) => self.sessions.try_take(key, 0).map_err(|_| over()),
             #[cfg(feature = "redis")]
             Store::Redis(r) => match r.admit_session(key, max, ttl_ms).await {
-                Ok(true) => Ok(SessionPlace::none()),
+                Ok(true) => Ok(Place::none()),
                 Ok(false) => Err(over()),
                 Err(e) => match self.cfg.on_store_error {
                     OnStoreError::Open => {
                         r.warn_open(&e);
-                        Ok(SessionPlace::none())
+                        Ok(Place::none())
                     }
                     OnStoreError::Closed => Err(Refusal::StoreUnavailable),
                 },
@@ -333,10 +294,10 @@ impl Limits {
     }
 
     /// Admits one request of `key` (a `tools/call` of `tool`, when it is one), or says why not.
-    /// The slot holds its place in flight until dropped.
-    pub async fn admit(&self, key: &LimitKey, tool: Option<&str>) -> Result<Slot, Refusal> {
+    /// The [`Place`] holds its place in flight until dropped.
+    pub async fn admit(&self, key: &LimitKey, tool: Option<&str>) -> Result<Place, Refusal> {
         if !self.is_on() {
-            return Ok(Slot::none());
+            return Ok(Place::none());
         }
         let mut rules = Vec::with_capacity(2);
         if let Some(rate) = self.cfg.rate {
@@ -364,7 +325,7 @@ impl Limits {
                 Err(e) => match self.cfg.on_store_error {
                     OnStoreError::Open => {
                         r.warn_open(&e);
-                        Ok(Slot::none())
+                        Ok(Place::none())
                     }
                     OnStoreError::Closed => {
                         tracing::warn!(error = %e, "refused a request: the rate-limit store cannot be reached (limits.on_store_error = closed)");

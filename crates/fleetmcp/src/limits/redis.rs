@@ -19,8 +19,8 @@ use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::session_counts::{CAP, CountPlace, Lifetime, TIERS};
-use super::{Exceeded, LimitKey, Refusal, Rule, Slot, gcra_params};
+use super::session_counts::{CAP, CountCell, Lifetime, TIERS};
+use super::{Exceeded, LimitKey, Place, Refusal, Rule, gcra_params};
 use crate::config::LimitsConfig;
 use crate::redis_conn::{CommandError, RedisConn};
 
@@ -146,16 +146,16 @@ impl RedisLimits {
         ttl_ms: u64,
     ) -> Result<bool, CommandError> {
         let life = Lifetime::of(ttl_ms);
-        let place = CountPlace::of(key.as_str());
+        let cell = CountCell::of(key.as_str());
         let e = life.epoch(crate::clock::unix_ms());
         let mut inv = self.admit_session.prepare_invoke();
-        for name in place
+        for name in cell
             .keys(&self.prefix, e)
-            .chain(place.keys(&self.prefix, e.saturating_sub(1)))
+            .chain(cell.keys(&self.prefix, e.saturating_sub(1)))
         {
             inv.key(name);
         }
-        inv.arg(&place.field)
+        inv.arg(&cell.field)
             .arg(TIERS)
             .arg(life.life_ms)
             .arg(life.granule_ms)
@@ -169,15 +169,15 @@ impl RedisLimits {
     /// ms, this instance's clock; one script).
     pub async fn end_session(&self, key: &LimitKey, admitted_ms: u64, ttl_ms: u64) {
         let life = Lifetime::of(ttl_ms);
-        let place = CountPlace::of(key.as_str());
+        let cell = CountCell::of(key.as_str());
         let epochs = life.epochs_near(admitted_ms);
         let mut inv = self.end_session.prepare_invoke();
         for &e in &epochs {
-            for name in place.keys(&self.prefix, e) {
+            for name in cell.keys(&self.prefix, e) {
                 inv.key(name);
             }
         }
-        inv.arg(&place.field)
+        inv.arg(&cell.field)
             .arg(TIERS)
             .arg(life.life_ms)
             .arg(life.granule_ms)
@@ -193,7 +193,7 @@ impl RedisLimits {
         key: &LimitKey,
         rules: &[Rule],
         max_inflight: Option<usize>,
-    ) -> Result<Result<Slot, Refusal>, CommandError> {
+    ) -> Result<Result<Place, Refusal>, CommandError> {
         let base = format!("{}{{{}}}:", self.prefix, key.as_str());
         let mut inv = self.admit.prepare_invoke();
         inv.arg(rules.len());
@@ -230,14 +230,14 @@ impl RedisLimits {
                         .entry(set.clone())
                         .or_default()
                         .insert(member.clone());
-                    Slot::holding(Held {
+                    Place::holding(Held {
                         set,
                         member,
                         conn: self.conn.clone(),
                         held: self.held.clone(),
                     })
                 }
-                None => Slot::none(),
+                None => Place::none(),
             }),
             1 => {
                 let which = rules

@@ -217,13 +217,13 @@ impl Lifetime {
 }
 
 /// Where one client key is counted: its field, and the hash tag and tier hashes it falls in.
-pub(super) struct CountPlace {
+pub(super) struct CountCell {
     pub field: String,
     /// A stable hash of the key (the same on every instance and version).
     hash: u64,
 }
 
-impl CountPlace {
+impl CountCell {
     pub fn of(key: &str) -> Self {
         let digest = Sha256::digest(key.as_bytes());
         let mut first = [0u8; 8];
@@ -259,9 +259,9 @@ mod tests {
 
     #[test]
     fn a_long_key_is_counted_under_a_short_digest_and_every_tier_shares_its_tag() {
-        let short = CountPlace::of("addr:192.0.2.1");
+        let short = CountCell::of("addr:192.0.2.1");
         assert_eq!(short.field, "addr:192.0.2.1");
-        let long = CountPlace::of("addr:2001:db8:1234:5678:9abc:def0:1234:5678/128");
+        let long = CountCell::of("addr:2001:db8:1234:5678:9abc:def0:1234:5678/128");
         assert_eq!(long.field.len(), 25, "{}", long.field);
         assert!(long.field.starts_with('#'));
         let keys: Vec<String> = long.keys("mcp:limits:", 7).collect();

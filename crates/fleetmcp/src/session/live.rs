@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::running::Running;
-use crate::limits::{Budget, Charge, SessionPlace};
+use crate::limits::{Budget, Charge, Place};
 use crate::protocol::{LogLevel, ProtocolVersion};
 
 /// The client's answer to a request the server sent it.
@@ -164,7 +164,7 @@ pub struct Session {
     owner: Option<Box<str>>,
     /// Its place under `limits.max_sessions_per_key`, given back when the session is dropped
     /// (set by `initialize`; a session recreated from the store has none here).
-    place: std::sync::OnceLock<SessionPlace>,
+    place: std::sync::OnceLock<Place>,
     /// What a layer above keeps for the session's life on this instance (the upstream of a
     /// gateway's session, `upstream/`), made on first use; a pointer for any other session.
     attached: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
@@ -231,7 +231,7 @@ impl Session {
     }
 
     /// Keeps the session's place under `limits.max_sessions_per_key` for its life.
-    pub(crate) fn keep_place(&self, place: SessionPlace) {
+    pub(crate) fn keep_place(&self, place: Place) {
         let _ = self.place.set(place);
     }
 

@@ -87,7 +87,7 @@ pub(crate) use id::{LogId, SessionSealer};
 #[cfg(feature = "redis")]
 pub(crate) use index::Buckets as IndexBuckets;
 pub(crate) use lifecycle::{
-    LegacyStream, Lookup, Missing, OpenError, PINNED_PROTOCOL, Sessions, Timing,
+    LEGACY_SSE_PROTOCOL, LegacyStream, Lookup, Missing, OpenError, Sessions, Timing,
 };
 pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
@@ -96,5 +96,5 @@ pub use lossy::Invalidation;
 pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
-pub use store::{Fence, Hold};
+pub use store::{Fence, Standing};
 pub(crate) use unread::{Full as UnreadFull, Unread};

@@ -101,7 +101,7 @@ impl Lease {
     /// restart that dropped every connection), every instance's heartbeat and subscription
     /// are gone at once, and each shows itself again a moment after Redis answers it. An
     /// instance that judges others by their absence must first have been back itself for
-    /// that moment, or it takes the live for the dead (`fleet/liveness.rs`).
+    /// that moment, or it takes the live for the dead (`fleet/heartbeat_liveness.rs`).
     pub fn held_for(&self) -> Option<Duration> {
         if !self.valid() {
             return None;

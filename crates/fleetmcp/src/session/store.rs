@@ -54,9 +54,10 @@ pub struct Fence {
     pub epoch: u64,
 }
 
-/// Whether a holder's hold on a session stands: the heart of [`SessionStore::check`]'s answer.
+/// Whether a holder's right to a session still stands (see [`Fence`]): the heart of
+/// [`SessionStore::check`]'s answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
+pub enum Standing {
     /// The record names this holder and epoch.
     Mine,
     /// The record names another holder, or a later epoch: the session was claimed.
@@ -70,13 +71,13 @@ pub enum Hold {
     Gone,
 }
 
-impl Hold {
+impl Standing {
     /// Whether stored `record` is still held under `fence` (any holder's, without one).
     fn of(record: &SessionRecord, fence: Option<&Fence>) -> Self {
         if fence.is_none_or(|f| record.node_id == f.node_id && record.epoch == f.epoch) {
-            Hold::Mine
+            Standing::Mine
         } else {
-            Hold::Lost {
+            Standing::Lost {
                 node_id: record.node_id.clone(),
                 epoch: record.epoch,
             }
@@ -87,8 +88,8 @@ impl Hold {
 /// The answer of [`SessionStore::check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
-    /// Whether the hold stands.
-    pub hold: Hold,
+    /// Whether the holder's right stands.
+    pub standing: Standing,
     /// Whether the store will report a later change of this record (an [`Invalidation`]): until
     /// then the instance may serve the session without asking again.
     pub tracked: bool,
@@ -188,15 +189,15 @@ pub trait SessionStore: Send + Sync + 'static {
         fence: Option<&Fence>,
         refresh: bool,
     ) -> Result<Checked, StoreError> {
-        let hold = match self.get(id).await? {
-            None => Hold::Gone,
-            Some(r) => Hold::of(&r, fence),
+        let standing = match self.get(id).await? {
+            None => Standing::Gone,
+            Some(r) => Standing::of(&r, fence),
         };
-        if refresh && hold == Hold::Mine {
+        if refresh && standing == Standing::Mine {
             self.touch(id).await?;
         }
         Ok(Checked {
-            hold,
+            standing,
             tracked: false,
         })
     }
@@ -357,19 +358,19 @@ impl SessionStore for MemorySessionStore {
     ) -> Result<Checked, StoreError> {
         let now = Instant::now();
         let mut map = self.records.lock();
-        let hold = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
-            None => Hold::Gone,
+        let standing = match map.get_mut(id).filter(|(_, exp)| *exp > now) {
+            None => Standing::Gone,
             Some((r, exp)) => {
-                let hold = Hold::of(r, fence);
-                if refresh && hold == Hold::Mine {
+                let standing = Standing::of(r, fence);
+                if refresh && standing == Standing::Mine {
                     *exp = now + self.ttl;
                 }
-                hold
+                standing
             }
         };
         drop(map);
         Ok(Checked {
-            hold,
+            standing,
             tracked: !self.watchers.lock().is_empty(),
         })
     }
@@ -452,9 +453,9 @@ mod tests {
         };
         let check = |id: &'static str| {
             let (store, held) = (&store, held.clone());
-            async move { store.check(id, Some(&held), true).await.unwrap().hold }
+            async move { store.check(id, Some(&held), true).await.unwrap().standing }
         };
-        assert_eq!(check("a").await, Hold::Mine);
+        assert_eq!(check("a").await, Standing::Mine);
         assert_eq!(store.claim(&record("a"), "m").await.unwrap(), Claim::Won(2));
         // A second claim from what was read before the first one loses.
         assert_eq!(
@@ -466,17 +467,17 @@ mod tests {
         );
         assert_eq!(
             check("a").await,
-            Hold::Lost {
+            Standing::Lost {
                 node_id: "m".into(),
                 epoch: 2
             }
         );
         assert_eq!(store.claim(&record("b"), "m").await.unwrap(), Claim::Gone);
-        assert_eq!(check("b").await, Hold::Gone);
+        assert_eq!(check("b").await, Standing::Gone);
         // Without a fence, only existence counts.
         assert_eq!(
-            store.check("a", None, false).await.unwrap().hold,
-            Hold::Mine
+            store.check("a", None, false).await.unwrap().standing,
+            Standing::Mine
         );
     }
 

@@ -23,10 +23,10 @@
 //! charging a working task what its handler holds besides its record (its arguments).
 //!
 //! A task takes over its request's place under `limits.max_inflight_per_key`
-//! (`RequestContext::take_slot`) until it ends. Without distributed mode nothing judges an
+//! (`RequestContext::take_place`) until it ends. Without distributed mode nothing judges an
 //! executor gone: a crashed instance's tasks stay `working` until they expire (the contract's
-//! behaviour). The `tasks/*` methods are answered by `dispatch/tasks/`; this module keeps the
-//! tasks themselves.
+//! behaviour). The `tasks/*` methods are answered by `dispatch/task_methods/`; this module keeps
+//! the tasks themselves.
 
 mod lifecycle;
 mod memory;
@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::config::TaskConfig;
-pub(crate) use crate::liveness::ProcessLiveness;
+pub(crate) use crate::process_liveness::ProcessLiveness;
 
 /// The message of a task that ended because the instance running it stopped.
 pub const EXECUTOR_GONE_MESSAGE: &str = "The instance running this task stopped before it finished";

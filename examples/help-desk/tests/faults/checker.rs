@@ -679,7 +679,8 @@ fn tasks_end(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
             .any(|f| f.kind.loses_data() && f.at >= op.start);
         // The fleet could not say at the end of the client's window (its last poll was
         // refused: Redis failing): whether the task ended is unknown, not wrong. A dead
-        // executor's task is failed only once Redis answers steadily (`fleet/liveness.rs`).
+        // executor's task is failed only once Redis answers steadily
+        // (`fleet/heartbeat_liveness.rs`).
         let unknowable = ps
             .last()
             .is_some_and(|p| matches!(p.outcome, Outcome::Refused { .. }));

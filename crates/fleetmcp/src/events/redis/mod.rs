@@ -30,7 +30,7 @@ use super::{
     Cursor, EventStore, EventStoreError, STANDALONE_STREAM, StoredEvent, StreamId, UNSTORED_WAIT,
     Unresolved, event_id, parse_event_id, session_tag,
 };
-use crate::liveness::ProcessLiveness;
+use crate::process_liveness::ProcessLiveness;
 use crate::redis_conn::{CommandError, RedisConn};
 
 mod bounds;

@@ -11,8 +11,8 @@
 //!   mode that is where its reader is (the stream's requests go to the holder), so nothing is
 //!   read but what is announced; otherwise any instance may write, and the reader looks.
 //! - In distributed mode a reader of another process's unfinished stream, read to its end,
-//!   asks every [`WRITER_CHECK`] whether that process is gone (`liveness::ProcessLiveness`);
-//!   gone twice in a row, it ends the stream for it: an error answer for the request
+//!   asks every [`WRITER_CHECK`] whether that process is gone
+//!   (`process_liveness::ProcessLiveness`); gone twice in a row, it ends the stream for it: an error answer for the request
 //!   ([`WRITER_GONE_MESSAGE`]) and the end marker, written only if nothing was appended since
 //!   (one script). Without it a client that resumes the answer of a call whose instance was
 //!   killed would wait forever.
@@ -33,7 +33,7 @@ use redis::Value as RedisValue;
 
 use super::{RawEntry, field, newest_entry, parse_raw_entries};
 use crate::events::{UNSTORED_WAIT, WRITER_GONE_MESSAGE};
-use crate::liveness::ProcessLiveness;
+use crate::process_liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 
 /// The first wait before a reader looks in Redis for events written elsewhere, and the wait

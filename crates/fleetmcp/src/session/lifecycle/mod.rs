@@ -103,9 +103,11 @@ pub enum Missing {
     Full,
 }
 
-/// The transport name minted into a 2024-11-05 session's id (`GET /sse`): see
-/// [`Sessions::is_pinned`].
-pub const PINNED_PROTOCOL: &str = "legacy-sse";
+/// The protocol label a 2024-11-05 session's id carries (minted by `GET /sse`, the old pair
+/// `/sse` + `/message`; a Streamable HTTP session's reads `streamable-http`): such a session is
+/// pinned to the instance that has its stream, see [`Sessions::is_pinned`]. The value stays: ids
+/// already minted carry it (`session/id.rs`, `PROTOCOLS`).
+pub const LEGACY_SSE_PROTOCOL: &str = "legacy-sse";
 
 /// Why a session could not be opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,7 +509,7 @@ impl Sessions {
         // A 2024-11-05 session is served through `/message` only ([`Sessions::find_pinned`]),
         // never relayed to its holder's `/mcp`, nor taken over: its stream died with its
         // holder, and a copy here would accept requests whose answers reach no one.
-        if payload.protocol == PINNED_PROTOCOL {
+        if payload.protocol == LEGACY_SSE_PROTOCOL {
             return Lookup::Missing(Missing::Unknown);
         }
         // A holder seen a while ago is where the session most likely still is: when the store
@@ -617,7 +619,7 @@ impl Sessions {
             Ok(payload) => payload,
             Err(missing) => return Lookup::Missing(missing),
         };
-        if payload.protocol != PINNED_PROTOCOL {
+        if payload.protocol != LEGACY_SSE_PROTOCOL {
             return Lookup::Missing(Missing::Unknown);
         }
         let Some(owner) = &self.ownership else {
@@ -662,7 +664,7 @@ impl Sessions {
     /// instance that has it, and can never be served anywhere else.
     pub fn is_pinned(&self, id: &str) -> bool {
         self.opened(id)
-            .is_some_and(|p| p.protocol == PINNED_PROTOCOL)
+            .is_some_and(|p| p.protocol == LEGACY_SSE_PROTOCOL)
     }
 
     /// Ends a session everywhere: here at once, then its events and its stored record.

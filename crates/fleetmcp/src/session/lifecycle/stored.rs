@@ -12,7 +12,7 @@ use crate::clock::unix_ms;
 use crate::protocol::ProtocolVersion;
 use crate::session::LogId;
 use crate::session::live::{Ended, Session};
-use crate::session::store::{Checked, Claim, Fence, Hold, SessionRecord, StoreError};
+use crate::session::store::{Checked, Claim, Fence, SessionRecord, Standing, StoreError};
 
 /// Pause between attempts to read a session from a store that did not answer.
 const STORE_RETRY: Duration = Duration::from_millis(100);
@@ -133,7 +133,7 @@ impl Sessions {
     async fn checked(&self, session: Arc<Session>, checked: Checked, term: u32) -> Lookup {
         match checked {
             Checked {
-                hold: Hold::Mine,
+                standing: Standing::Mine,
                 tracked,
             } => {
                 session.confirmed_in(term);
@@ -143,7 +143,8 @@ impl Sessions {
                 Lookup::Held(session)
             }
             Checked {
-                hold: Hold::Gone, ..
+                standing: Standing::Gone,
+                ..
             } if !session.is_persisted() => {
                 // Created while the store was unreachable: it was never stored, so it is not
                 // gone. Store it now that the store answers.
@@ -153,7 +154,8 @@ impl Sessions {
                 Lookup::Held(session)
             }
             Checked {
-                hold: Hold::Gone, ..
+                standing: Standing::Gone,
+                ..
             } => {
                 tracing::info!(
                     "[TransportService] The stored session is gone — dropping its transport here"
@@ -164,7 +166,7 @@ impl Sessions {
                 Lookup::Missing(Missing::Expired)
             }
             Checked {
-                hold: Hold::Lost { node_id, epoch },
+                standing: Standing::Lost { node_id, epoch },
                 ..
             } => {
                 tracing::warn!(session_id = %LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");

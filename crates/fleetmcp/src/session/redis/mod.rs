@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::store::{Checked, Claim, Fence, Hold, SessionRecord, SessionStore, StoreError};
+use super::store::{Checked, Claim, Fence, SessionRecord, SessionStore, Standing, StoreError};
 use super::tracking::Tracker;
 use crate::clock::unix_ms;
 #[cfg(any(test, feature = "testkit"))]
@@ -559,13 +559,13 @@ impl SessionStore for RedisSessionStore {
                 tracing::debug!(error = %e, "a refreshed session's index entry was not written");
             }
         }
-        let hold = match answer {
-            (1, ..) => Hold::Mine,
-            (2, node_id, epoch) => Hold::Lost { node_id, epoch },
-            _ => Hold::Gone,
+        let standing = match answer {
+            (1, ..) => Standing::Mine,
+            (2, node_id, epoch) => Standing::Lost { node_id, epoch },
+            _ => Standing::Gone,
         };
         Ok(Checked {
-            hold,
+            standing,
             tracked: is_tracked,
         })
     }

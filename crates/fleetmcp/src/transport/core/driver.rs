@@ -28,9 +28,9 @@ use super::{Client, Status, scope_error};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
-use crate::context::{CallKeyParts, Caller, Outbound, Outbox, RequestContext, SlotCell};
+use crate::context::{CallKeyParts, Caller, Outbound, Outbox, PlaceCell, RequestContext};
 use crate::dispatch::{self, Reply};
-use crate::limits::{Exceeded, LimitKey, Refusal, Slot};
+use crate::limits::{Exceeded, LimitKey, Place, Refusal};
 use crate::protocol::{ErrorData, errors};
 use crate::session::Session;
 use crate::telemetry::Limit;
@@ -187,9 +187,12 @@ pub(in crate::transport) async fn admit_initialize(
 }
 
 /// Counts a stream that is no request of a session (`GET /sse`) against `key`'s rate and
-/// in-flight limits like any request: the slot it returns is held for the stream's life, so
+/// in-flight limits like any request: the place it returns is held for the stream's life, so
 /// one client cannot keep more streams open than `limits.max_inflight_per_key`.
-pub(in crate::transport) async fn admit_stream(app: &App, key: &LimitKey) -> Result<Slot, Refused> {
+pub(in crate::transport) async fn admit_stream(
+    app: &App,
+    key: &LimitKey,
+) -> Result<Place, Refused> {
     app.limits().admit(key, None).await.map_err(|refusal| {
         tracing::debug!(key = key.as_str(), refusal = ?refusal, "refused a stream over a limit");
         count_refusal(app, &refusal);
@@ -248,7 +251,7 @@ pub(in crate::transport) async fn start(
     let admitted = if app.limits().is_on() {
         Box::pin(app.limits().admit(&key, tool.as_deref())).await
     } else {
-        Ok(Slot::none())
+        Ok(Place::none())
     };
     let slot = match admitted {
         Ok(slot) => slot,
@@ -261,7 +264,7 @@ pub(in crate::transport) async fn start(
     let meta = meta_of(params.as_deref());
     // Shared with the context, so a background task the request starts can take the place
     // over; the driver frees it when the request ends, if nothing took it.
-    let slot = SlotCell::new(parking_lot::Mutex::new(Some(slot)));
+    let slot = PlaceCell::new(parking_lot::Mutex::new(Some(slot)));
     let limit_key = key;
     let key = CallKeyParts {
         // The session's in-flight table holds the id already: shared, not copied (issue 40).
@@ -441,7 +444,7 @@ impl Streaming {
 }
 
 /// Frees a request's place in flight when the request ends (unless a task took it over).
-struct FreeSlot(SlotCell);
+struct FreeSlot(PlaceCell);
 
 impl Drop for FreeSlot {
     fn drop(&mut self) {

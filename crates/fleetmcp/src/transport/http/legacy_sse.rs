@@ -48,7 +48,7 @@ struct StreamGuard {
     id: Arc<str>,
     /// The stream's end, for what waits on it ([`end_in_a_graceful_stop`]).
     stop: CancellationToken,
-    _slot: crate::limits::Slot,
+    _place: crate::limits::Place,
 }
 
 impl Drop for StreamGuard {
@@ -67,11 +67,11 @@ impl Drop for StreamGuard {
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
 pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let app = &ep.app;
-    let slot = match driver::admit_stream(app, &client.key).await {
-        Ok(slot) => slot,
+    let place = match driver::admit_stream(app, &client.key).await {
+        Ok(place) => place,
         Err(refused) => return refused.response_to(None),
     };
-    let id: Arc<str> = match initialize::mint(app, crate::session::PINNED_PROTOCOL) {
+    let id: Arc<str> = match initialize::mint(app, crate::session::LEGACY_SSE_PROTOCOL) {
         Ok(id) => id.into(),
         Err(refused) => return refused.response_to(None),
     };
@@ -123,7 +123,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
         app: app.clone(),
         id,
         stop,
-        _slot: slot,
+        _place: place,
     };
     let frames = stream::once(async move { endpoint })
         .chain(stream::select(messages(events, guard), direct.boxed()));

@@ -43,10 +43,10 @@
 //! lines come from and go to: the driver, dispatch and session code are the same.
 
 mod batch;
+mod connection;
 mod lines;
 mod out;
 mod request;
-mod session;
 
 use std::future::Future;
 use std::time::Duration;
@@ -57,8 +57,8 @@ pub(crate) use lines::process_stdin;
 
 use crate::app::App;
 use crate::protocol::errors;
+use connection::Connection;
 use lines::Line;
-use session::Connection;
 
 /// Why the connection ended.
 enum End {

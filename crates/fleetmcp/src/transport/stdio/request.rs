@@ -1,5 +1,5 @@
 //! One request of a stdio session, run through the driver: what a line with a request and each
-//! request of a batch do alike (`session.rs` and `batch.rs` both call it, neither the other).
+//! request of a batch do alike (`connection.rs` and `batch.rs` both call it, neither the other).
 
 use std::sync::Arc;
 

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::super::client_key::Client;
 use super::super::{respond, sse};
 use crate::app::{App, Change};
-use crate::limits::HoldRefusal;
+use crate::limits::PlaceRefusal;
 use crate::protocol::{ErrorCode, ErrorData, encode_notification, errors};
 use crate::stateless::{META_SERVER_INFO, META_SUBSCRIPTION_ID};
 use crate::telemetry::Limit;
@@ -136,9 +136,9 @@ fn check_uris(app: &App, map: &Map<String, Value>) -> Result<(), ErrorData> {
 
 /// The answer to a listen no place was left for: `429` when the caller holds its most
 /// streams, `503` when the instance does (its streams or its client-data bytes).
-fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
+fn refused(app: &App, id: &RawValue, why: PlaceRefusal) -> Response {
     let (status, limit, error) = match why {
-        HoldRefusal::PerKey(max) => (
+        PlaceRefusal::PerKey(max) => (
             StatusCode::TOO_MANY_REQUESTS,
             Limit::ListenStreamsPerKey,
             errors::rate_limited(
@@ -146,7 +146,7 @@ fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
                 json!({"limit": "listenStreamsPerKey", "maxListenStreamsPerKey": max}),
             ),
         ),
-        HoldRefusal::Total(max) => (
+        PlaceRefusal::Total(max) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Limit::ListenStreams,
             ErrorData::new(
@@ -157,7 +157,7 @@ fn refused(app: &App, id: &RawValue, why: HoldRefusal) -> Response {
                 Some(json!({"limit": "stateless.max_listen_streams", "max": max})),
             ),
         ),
-        HoldRefusal::Bytes(max) => (
+        PlaceRefusal::Bytes(max) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Limit::ClientData,
             ErrorData::new(
@@ -260,8 +260,8 @@ pub(super) fn serve(
         .map(|u| u.len() + URI_OVERHEAD)
         .sum::<usize>();
     // Held by the stream's task: dropped with it, whichever way it ends.
-    let hold = match app.listens().try_hold(&client.key, bytes) {
-        Ok(h) => h,
+    let place = match app.listens().try_take(&client.key, bytes) {
+        Ok(place) => place,
         Err(why) => return refused(app, id, why),
     };
     let sub_id: Value = serde_json::from_str(id.get()).unwrap_or(Value::Null);
@@ -278,7 +278,7 @@ pub(super) fn serve(
     let server_info = json!({"name": info.name, "version": info.version});
     let id_text = id.get().to_string();
     tokio::spawn(async move {
-        let _hold = hold;
+        let _place = place;
         if tx.send(sse::message_frame(&ack)).await.is_err() {
             return;
         }

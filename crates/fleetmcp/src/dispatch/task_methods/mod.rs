@@ -3,11 +3,11 @@
 //! - this file: starting a task (one way for every kind) and recording how it ends;
 //! - [`extension`]: the `io.modelcontextprotocol/tasks` extension of 2026-07-28
 //!   (`tasks/get`, `tasks/update`, `tasks/cancel`, and a call that escalates to a task);
-//! - [`session`]: the experimental core tasks of 2025-11-25, bound to their session
+//! - [`session_era`]: the experimental core tasks of 2025-11-25, bound to their session
 //!   (`task` on `tools/call`, `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`).
 
 pub(super) mod extension;
-pub(super) mod session;
+pub(super) mod session_era;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -74,14 +74,14 @@ pub(super) async fn launch(
         }
     };
     // Held by the task's own future: freed when it ends, whichever way.
-    let slot = req.take_slot();
+    let place = req.take_place();
     // `AssertUnwindSafe`: after a panic the work is dropped, never polled again.
     let work = AssertUnwindSafe(start(&record.task_id, running)).catch_unwind();
     let app = app.clone();
     let id = record.task_id.clone();
     let tool = tool.to_string();
     tokio::spawn(async move {
-        let _slot = slot;
+        let _place = place;
         let ended = tokio::select! {
             r = work => Some(match r {
                 Ok(r) => outcome(r),

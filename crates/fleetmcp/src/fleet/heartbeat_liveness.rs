@@ -1,7 +1,7 @@
-//! Whether another instance's process is gone: the `liveness::ProcessLiveness` the fleet
-//! installs, for background tasks (is a task's executor gone?) and for SSE answers kept for
-//! resumption (is the stream's writer gone?), with the same evidence as session takeover
-//! (`directory.rs`, `relay/`).
+//! Whether another instance's process is gone, judged from its heartbeat and its channel: the
+//! `process_liveness::ProcessLiveness` the fleet installs, for background tasks (is a task's
+//! executor gone?) and for SSE answers kept for resumption (is the stream's writer gone?),
+//! with the same evidence as session takeover (`directory.rs`, `relay/`).
 //!
 //! - A heartbeat under the machine id that started after the work did belongs to a newer
 //!   process (restarted under the same id): the work's process is gone.
@@ -40,7 +40,7 @@ use parking_lot::Mutex;
 
 use super::beat::read_beat;
 use super::heartbeat::{channel_of, subscribers};
-use crate::liveness::ProcessLiveness;
+use crate::process_liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
 use crate::session::Lease;
 
@@ -61,7 +61,7 @@ pub(super) fn settled(lease: &Lease) -> bool {
 /// instance is then given its grace again, which only delays the verdict).
 const MAX_SILENT: usize = 1024;
 
-pub(super) struct Liveness {
+pub(super) struct HeartbeatLiveness {
     redis: RedisConn,
     key_prefix: String,
     grace: Duration,
@@ -71,7 +71,7 @@ pub(super) struct Liveness {
     silent_since: Mutex<HashMap<String, Instant>>,
 }
 
-impl Liveness {
+impl HeartbeatLiveness {
     pub fn new(redis: RedisConn, key_prefix: &str, grace: Duration, lease: Arc<Lease>) -> Self {
         Self {
             redis,
@@ -84,7 +84,7 @@ impl Liveness {
 }
 
 #[async_trait]
-impl ProcessLiveness for Liveness {
+impl ProcessLiveness for HeartbeatLiveness {
     async fn is_gone(&self, node: &str, since: u64) -> bool {
         let key = format!("{}heartbeat:{node}", self.key_prefix);
         let beat = match read_beat(&self.redis, &key).await {

@@ -2,8 +2,9 @@
 //! the stop sequence. These bounds are what keeps one slow or hostile client from holding the
 //! listener, so they sit together with the checks that refuse values too small to serve with.
 //!
-//! The TOML section and [`HttpConfig`] keep the name `http`; the file is not `http.rs` so that
-//! no path in this layer reads as the `http` crate, which nothing below transport may name.
+//! The TOML section and [`HttpConfig`] keep the name `http`; the file is named after its type
+//! (as `redis_config.rs` is), not `http.rs`, so that no path in this layer reads as the `http`
+//! crate, which nothing below transport may name.
 
 use serde::{Deserialize, Serialize};
 

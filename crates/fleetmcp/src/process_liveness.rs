@@ -2,9 +2,9 @@
 //! request (a background task, an SSE answer kept for resumption) learns that the process
 //! doing it will never finish it.
 //!
-//! The fleet (`fleet/`) fills it in distributed mode (heartbeat and channel subscription, bounded by the
-//! takeover grace: `fleet/liveness.rs`); without it (one instance, or Redis without
-//! distributed mode) nothing is ever presumed abandoned.
+//! The fleet (`fleet/`) fills it in distributed mode (heartbeat and channel subscription,
+//! bounded by the takeover grace: `fleet/heartbeat_liveness.rs`); without it (one instance, or
+//! Redis without distributed mode) nothing is ever presumed abandoned.
 
 use async_trait::async_trait;
 
