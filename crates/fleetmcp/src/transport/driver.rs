@@ -317,7 +317,7 @@ pub(super) async fn start(
 /// is dropped at once then (a `select!` biased to the token, as this was, answers the same).
 /// The token's waiter is registered only when `work` waits: a handler that finishes in its
 /// first poll (most) takes no lock of the token's waiter list, and leaves nothing to remove
-/// from it (issue 40: about 450 instructions a call). `work` comes pinned where its caller
+/// from it (issue 40: about 250 instructions a call). `work` comes pinned where its caller
 /// holds it: taken by value, it would be held twice in this future (as the argument and as the
 /// pinned local), and the request's boxed future would grow by its size.
 async fn unless_cancelled<F: Future>(
