@@ -15,6 +15,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -297,14 +298,37 @@ pub(in crate::transport) async fn start(
     let running: BoxFuture<'static, Option<Reply>> = async move {
         let _tracked = tracked;
         let _slot = FreeSlot(slot);
-        tokio::select! {
-            biased;
-            _ = stop.cancellation().cancelled() => None,
-            r = dispatch::request(method, params, ctx) => Some(r),
-        }
+        let work = std::pin::pin!(dispatch::request(method, params, ctx));
+        unless_cancelled(stop.cancellation(), work).await
     }
     .boxed();
     Ok(settle(running, &hold).await)
+}
+
+/// `work`'s output, or `None` once `token` fires: checked before every poll of `work`, which
+/// is dropped at once then (a `select!` biased to the token, as this was, answers the same).
+/// The token's waiter is registered only when `work` waits: a handler that finishes in its
+/// first poll (most) takes no lock of the token's waiter list, and leaves nothing to remove
+/// from it (issue 40: about 250 instructions a call). `work` comes pinned where its caller
+/// holds it: taken by value, it would be held twice in this future (as the argument and as the
+/// pinned local), and the request's boxed future would grow by its size.
+async fn unless_cancelled<F: Future>(
+    token: &CancellationToken,
+    mut work: std::pin::Pin<&mut F>,
+) -> Option<F::Output> {
+    // Made here, polled only once `work` waits: a waiter joins the token's list when polled.
+    let mut cancelled = std::pin::pin!(token.cancelled());
+    std::future::poll_fn(|cx| {
+        if token.is_cancelled() {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(out) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        // Fired between the check and now: the work is dropped as it would be at its next poll.
+        cancelled.as_mut().poll(cx).map(|()| None)
+    })
+    .await
 }
 
 /// Waits until the request finishes or sends its first message (see [`start`]): a plain answer,
@@ -532,5 +556,52 @@ mod meta_tests {
         let none = meta(r#"{"name":"find_tickets","arguments":{"q":"meta"}}"#);
         assert!(none.progress_token.is_none() && none.idempotency_key.is_none());
         assert!(!may_name_meta(br#"{"name":"find_tickets","arguments":{}}"#));
+    }
+}
+
+#[cfg(test)]
+mod cancel_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A request cancelled before it runs is never polled; one cancelled while it waits is
+    /// dropped; one that finishes first is answered.
+    #[tokio::test]
+    async fn the_token_is_checked_before_the_work_and_while_it_waits() {
+        let token = CancellationToken::new();
+        token.cancel();
+        let polled = AtomicBool::new(false);
+        let work = async {
+            polled.store(true, Ordering::Relaxed);
+        };
+        assert!(
+            unless_cancelled(&token, std::pin::pin!(work))
+                .await
+                .is_none()
+        );
+        assert!(
+            !polled.load(Ordering::Relaxed),
+            "polled after its cancellation"
+        );
+
+        let token = CancellationToken::new();
+        let fire = token.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            fire.cancel();
+        });
+        let mut pending = std::pin::pin!(std::future::pending::<()>());
+        let waits = unless_cancelled(&token, pending.as_mut());
+        let out = tokio::time::timeout(Duration::from_secs(5), waits).await;
+        assert!(
+            matches!(out, Ok(None)),
+            "a waiting request ends with its token"
+        );
+
+        let token = CancellationToken::new();
+        assert_eq!(
+            unless_cancelled(&token, std::pin::pin!(async { 7 })).await,
+            Some(7)
+        );
     }
 }

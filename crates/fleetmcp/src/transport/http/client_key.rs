@@ -151,8 +151,11 @@ fn client_address(
     from_header.or(peer)
 }
 
+/// How many headers [`FORWARDING`] names.
+const FORWARDING_HEADERS: usize = 2;
+
 /// The headers a balancer names the client in, parsed once (not per request).
-const FORWARDING: [(HeaderName, &str); 2] = [
+const FORWARDING: [(HeaderName, &str); FORWARDING_HEADERS] = [
     (
         HeaderName::from_static("x-forwarded-for"),
         "X-Forwarded-For",
@@ -187,10 +190,19 @@ fn unbelieved(
         }
         (Some(_), _) => return None,
     };
+    // One pass over the names the request has (a half-dozen), not a hashed lookup of each
+    // forwarding header, which nearly every request lacks (issue 40: 320 instructions a call).
+    let mut present = [false; FORWARDING_HEADERS];
+    for name in headers.keys() {
+        for (seen, (forwarding, _)) in present.iter_mut().zip(&FORWARDING) {
+            *seen |= name == forwarding;
+        }
+    }
     FORWARDING
         .iter()
-        .find(|(name, _)| headers.contains_key(name))
-        .map(|(_, shown)| (*shown, why))
+        .zip(present)
+        .find(|(_, seen)| *seen)
+        .map(|((_, shown), _)| (*shown, why))
 }
 
 /// The once-per-server warning: what was seen, and what to set.
@@ -322,6 +334,13 @@ mod tests {
         assert_eq!(unbelieved(&none, other, h, &trusted), None);
         // Configured with no list: believed from anyone (the start warns instead).
         assert_eq!(unbelieved(&xff, other, h, &[]), None);
+        // Both present, in either order: `X-Forwarded-For` is the one named.
+        let mut both = real.clone();
+        both.append("x-forwarded-for", "203.0.113.7".parse().unwrap());
+        assert_eq!(
+            unbelieved(&both, other, None, &[]),
+            Some(("X-Forwarded-For", Unbelieved::NoHeaderSet))
+        );
     }
 
     /// A dual-stack listener sees an IPv4 proxy as `::ffff:127.0.0.1`: still the proxy listed

@@ -69,14 +69,18 @@ where
         .get(&TRACEPARENT_NAME)
         .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
         .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace));
+    // The request's future is pinned here, where it stays, and the span's layers wrap a
+    // reference to it: each layer that took it by value moved it whole (a future of the size
+    // of its largest state: it has not started yet, but every byte is copied), five copies
+    // before its first poll (issue 40).
     let (res, labels) = match known {
         Some(trace) => {
-            let serve = async {
+            let serve = std::pin::pin!(async {
                 match admit(req).await {
                     Ok(req) => route(req).await,
                     Err(refused) => refused,
                 }
-            };
+            });
             in_span(began, start, trace, serve).await
         }
         None => match admit(req).await {
@@ -87,7 +91,8 @@ where
                 let limit = ep.app.config().http.max_body_bytes;
                 let (req, meta) = meta_trace(req, limit).await;
                 let trace = meta.unwrap_or_else(TraceContext::new_trace);
-                in_span(began, start, trace, route(req)).await
+                let routed = std::pin::pin!(route(req));
+                in_span(began, start, trace, routed).await
             }
         },
     };
