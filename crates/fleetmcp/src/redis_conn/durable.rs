@@ -123,6 +123,37 @@ impl RedisConn {
         )))
     }
 
+    /// Where reads go now: taken before a read whose "nothing there" is believed only from the
+    /// master in charge, and checked by [`RedisConn::confirm_master_of`].
+    pub fn reading_on(&self) -> ReadOn {
+        ReadOn(self.inner.conn.load_full())
+    }
+
+    /// [`RedisConn::confirm_master`] for a read sent on `read`: also refused when the
+    /// connection was replaced since. A process woken after a failover sends its read to the
+    /// deposed master while another of its callers (the heartbeat, a check) finds the new
+    /// master and moves the connection: the confirmation is then of the new master, and the
+    /// read's "nothing there" was the old one's (`redis_sentinel.rs`, the woken instance's
+    /// `tasks/get` answered "unknown task" so).
+    pub async fn confirm_master_of(&self, read: ReadOn) -> Result<(), CommandError> {
+        self.confirm_master().await?;
+        let now = self.inner.conn.load_full();
+        let sentinel = now
+            .as_deref()
+            .is_some_and(|l| matches!(l, Link::Single(_, Some(_))));
+        let same = match (&read.0, &now) {
+            (Some(read), Some(now)) => Arc::ptr_eq(read, now),
+            _ => false,
+        };
+        if sentinel && !same {
+            return Err(CommandError::Unavailable(
+                "the connection moved to the master the sentinels name since the read: ask again"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether [`RedisConn::pipe_durably`] waits for replicas (`wait_replicas` asks for some,
     /// and this is not a cluster).
     pub fn writes_durably(&self) -> bool {
@@ -271,3 +302,6 @@ fn unannounced(failovers: &Failovers, seen: Option<u64>, server: &str) -> Result
     }
     Ok(())
 }
+
+/// The connection a read was sent on ([`RedisConn::reading_on`]).
+pub struct ReadOn(Option<Arc<Link>>);

@@ -380,11 +380,13 @@ impl SessionStore for RedisSessionStore {
     async fn get(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.key(id));
+        let read = self.conn.reading_on();
         let Some(raw) = self.run::<Option<String>>(cmd).await? else {
             // A process that slept through a failover may still be connected to the deposed
             // master, which lacks what the new one took since: "no such session" is believed
-            // only from the master in charge (Sentinel; otherwise nothing to ask).
-            self.conn.confirm_master().await?;
+            // only from the master in charge, on the connection the read went to (Sentinel;
+            // otherwise nothing to ask).
+            self.conn.confirm_master_of(read).await?;
             return Ok(None);
         };
         match serde_json::from_str::<StoredRecord>(&raw)

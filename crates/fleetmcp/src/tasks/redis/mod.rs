@@ -344,6 +344,7 @@ impl TaskStore for RedisTaskStore {
         owner: Option<&str>,
         task_id: &str,
     ) -> Result<Option<TaskRecord>, TaskStoreError> {
+        let read = self.redis.reading_on();
         let raw: Option<String> = match self
             .redis
             .run(
@@ -362,7 +363,7 @@ impl TaskStore for RedisTaskStore {
         let Some(raw) = raw else {
             // "Unknown task" only from the master in charge: a process that slept through a
             // failover may still read the deposed one (see the session store's `get`).
-            if let Err(e) = self.redis.confirm_master().await {
+            if let Err(e) = self.redis.confirm_master_of(read).await {
                 warn_failed("a read", task_id, &e);
                 return Err(TaskStoreError::Unavailable(e.to_string()));
             }
