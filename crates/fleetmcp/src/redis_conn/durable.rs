@@ -124,7 +124,9 @@ impl RedisConn {
     }
 
     /// Where reads go now: taken before a read whose "nothing there" is believed only from the
-    /// master in charge, and checked by [`RedisConn::confirm_master_of`].
+    /// master in charge, and checked by [`RedisConn::confirm_master_of`]. Hidden: the
+    /// stores' (and their tests'), not an application's.
+    #[doc(hidden)]
     pub fn reading_on(&self) -> ReadOn {
         ReadOn(self.inner.conn.load_full())
     }
@@ -135,6 +137,7 @@ impl RedisConn {
     /// master and moves the connection: the confirmation is then of the new master, and the
     /// read's "nothing there" was the old one's (`redis_sentinel.rs`, the woken instance's
     /// `tasks/get` answered "unknown task" so).
+    #[doc(hidden)]
     pub async fn confirm_master_of(&self, read: ReadOn) -> Result<(), CommandError> {
         self.confirm_master().await?;
         let now = self.inner.conn.load_full();
@@ -304,4 +307,5 @@ fn unannounced(failovers: &Failovers, seen: Option<u64>, server: &str) -> Result
 }
 
 /// The connection a read was sent on ([`RedisConn::reading_on`]).
+#[doc(hidden)]
 pub struct ReadOn(Option<Arc<Link>>);

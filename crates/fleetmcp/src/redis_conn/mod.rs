@@ -93,6 +93,7 @@
 //! dedicated subscriptions, and `sharded.rs` which of them go by shard.
 
 mod durable;
+#[doc(hidden)]
 pub use durable::ReadOn;
 mod failover;
 mod link;
