@@ -313,7 +313,15 @@ impl Instance {
                 return Err(format!("exited before it was healthy ({status})"));
             }
             match http_get(self.port, "/healthz") {
-                Ok(resp) if resp.status == 200 => return Ok(()),
+                // Another test's server may hold the port (the free port was taken between
+                // our pick and the child's bind): its 200 says nothing of the child, which
+                // then exits on its bind error and is seen above on the next round.
+                Ok(resp) if resp.status == 200 && listens_on(self.child.id(), self.port) => {
+                    return Ok(());
+                }
+                Ok(resp) if resp.status == 200 => {
+                    last = format!("HTTP 200 from another process on port {}", self.port)
+                }
                 Ok(resp) => last = format!("HTTP {}", resp.status),
                 Err(e) => last = e.to_string(),
             }
@@ -338,6 +346,35 @@ impl Drop for Instance {
             );
         }
     }
+}
+
+/// Whether process `pid` holds the socket listening on loopback TCP `port`: the socket's
+/// inode, from `/proc/net/tcp` and `tcp6` (state `0A` is LISTEN), among the process's open
+/// file descriptors.
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let wanted = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9 && fields[3] == "0A" && fields[1].ends_with(&wanted) {
+                inodes.push(format!("socket:[{}]", fields[9]));
+            }
+        }
+    }
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        fs::read_link(fd.path()).is_ok_and(|target| {
+            inodes
+                .iter()
+                .any(|inode| target.as_os_str() == inode.as_str())
+        })
+    })
 }
 
 fn spawn_server(bin: &str, port: u16, log: &Path, extra_env: &[(&str, &str)]) -> Child {

@@ -126,3 +126,35 @@ fn a_bad_configuration_exits_2_and_a_taken_port_1_each_saying_why() {
     let why = format!("everything: cannot listen on 127.0.0.1:{port}");
     assert!(busy.stderr.contains(&why), "{}", busy.describe());
 }
+
+/// The test kit's own check: a `200` from `/healthz` counts only from the process it started.
+/// Another process answering on the port (a test that took the same free port first) must not
+/// make an instance that failed to bind look started.
+#[test]
+fn the_kit_takes_health_only_from_the_process_it_started() {
+    use std::io::Write;
+    let taken = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    assert!(support::listens_on(std::process::id(), port));
+    std::thread::spawn(move || {
+        for stream in taken.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    assert_eq!(support::http_get(port, "/healthz").unwrap().status, 200);
+    let started = std::panic::catch_unwind(|| {
+        Instance::start_on(env!("CARGO_BIN_EXE_everything"), port, &[])
+    });
+    let Err(why) = started else {
+        panic!("an instance that could not bind its port was taken for started")
+    };
+    let why = why.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        why.contains("exited before it was healthy") && why.contains("cannot listen on"),
+        "{why}"
+    );
+}
