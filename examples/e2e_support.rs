@@ -584,9 +584,10 @@ http {{
             .spawn()
             .expect("nginx runs (apt-get install nginx-light)");
         let mut nginx = Self { child, port, dir };
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let began = Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        // Listening by itself, not anything on the port (another test may hold it: nginx then
+        // exits on its bind error, and says so below).
+        while !listens_on(nginx.child.id(), port) {
             if let Ok(Some(status)) = nginx.child.try_wait() {
                 panic!("nginx exited ({status}):\n{}", nginx.error_log());
             }

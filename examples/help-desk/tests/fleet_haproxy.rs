@@ -16,7 +16,6 @@ mod support_redis;
 mod fleet_client;
 
 use std::fmt::Write as _;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -83,9 +82,10 @@ impl Haproxy {
             .spawn()
             .expect("haproxy runs (apt-get install haproxy)");
         let mut haproxy = Self { child, dir };
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let began = Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        // Listening by itself, not anything on the port (another test may hold it: haproxy then
+        // exits on its bind error, and says so below).
+        while !support::listens_on(haproxy.child.id(), port) {
             if let Ok(Some(status)) = haproxy.child.try_wait() {
                 panic!("haproxy exited ({status}):\n{}", haproxy.log());
             }
