@@ -110,19 +110,16 @@ async fn an_error_answer_is_not_an_outage_and_an_outage_still_fails_fast() {
     assert!(conn.is_connected(), "an error answer is an answer");
 
     redis.kill();
-    let began = std::time::Instant::now();
     let e = conn
         .run::<()>(redis::cmd("SET").arg("k").arg("v").clone())
         .await
         .expect_err("Redis is down");
-    let took = began.elapsed();
+    // The kind says it failed fast: a command that waits out its bound ends `Timeout`, a
+    // refused connection `Unavailable`. (A wall-clock bound here failed once on a loaded
+    // machine, where the test thread was scheduled late after the answer.)
     assert!(
         matches!(e, fleetmcp::redis_conn::CommandError::Unavailable(_)),
         "refused, not timed out: {e}"
-    );
-    assert!(
-        took < conn.config().command_timeout(),
-        "a refused connection fails before the command timeout ({took:?})"
     );
 }
 
