@@ -32,6 +32,30 @@
 //! assert_eq!(cfg.port, 4001);
 //! assert_eq!(cfg.deployment_mode, DeploymentMode::Standalone);
 //! ```
+//!
+//! A fleet's settings: distributed mode, the shared Redis, the secret every instance seals
+//! session ids with, each instance's own id, and the heartbeat's tuning (`[ha]`).
+//!
+//! ```
+//! use fleetmcp::Config;
+//! use fleetmcp::config::DeploymentMode;
+//!
+//! let cfg = Config::from_sources(
+//!     None,
+//!     [
+//!         ("FRONTMCP_DEPLOYMENT_MODE", "distributed"),
+//!         ("REDIS_URL", "redis://10.0.0.5:6379"),
+//!         ("MCP_SESSION_SECRET", "one-secret-for-every-instance"),
+//!         ("MACHINE_ID", "desk-a"),
+//!         ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "2000"),
+//!     ],
+//! )
+//! .unwrap();
+//! assert_eq!(cfg.deployment_mode, DeploymentMode::Distributed);
+//! assert_eq!(cfg.machine_id.as_deref(), Some("desk-a"));
+//! assert!(cfg.redis.is_some());
+//! assert_eq!(cfg.ha.heartbeat_interval_ms, 2000);
+//! ```
 
 mod auth;
 mod deployment;
