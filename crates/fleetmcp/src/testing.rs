@@ -34,3 +34,14 @@ pub(crate) fn version_header() -> impl Strategy<Value = Option<Vec<u8>>> {
         prop::collection::vec(prop_oneof![0x20u8..=0x7e, 0x80u8..=0xff], 0..14).prop_map(Some),
     ]
 }
+
+/// The size of what a function of two arguments returns: for a future, the bytes its caller
+/// holds while it runs (the future-size tests of `dispatch` and `transport::http`).
+pub(crate) fn ret2<A, B, R>(_: &impl Fn(A, B) -> R) -> usize {
+    std::mem::size_of::<R>()
+}
+
+/// [`ret2`], for a function of three arguments.
+pub(crate) fn ret3<A, B, C, R>(_: &impl Fn(A, B, C) -> R) -> usize {
+    std::mem::size_of::<R>()
+}

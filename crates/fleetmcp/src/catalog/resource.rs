@@ -30,8 +30,8 @@ use serde::de::DeserializeOwned;
 use super::handler::{HandlerFn, needs_of};
 use super::prompt::args::Arguments;
 use super::state::{
-    Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
-    completer,
+    Completer, Needs, StateArg, async_completer, completer, completion_methods,
+    completion_methods_with_state,
 };
 use crate::context::RequestContext;
 
@@ -417,21 +417,7 @@ impl TemplateBuilder {
             state: PhantomData,
         }
     }
-    /// Offers completions for one variable (`completion/complete` with `ref/resource`): the
-    /// function gets the partial value, the other variables the client already gave
-    /// (`context.arguments`) and the request's context.
-    pub fn complete<F>(mut self, variable: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&str, &HashMap<String, String>, &RequestContext) -> Vec<String>
-            + Send
-            + Sync
-            + 'static,
-    {
-        let f = completer(move |partial, given, ctx, _: &()| f(partial, given, ctx));
-        self.completers.insert(variable.into(), f);
-        self
-    }
-    async_completion! {
+    completion_methods! {
         /// [`TemplateBuilder::complete`], for an async function (one that asks a database): it gets
         /// the partial value, the other variables already given and the request's context, owned.
         ///
@@ -448,7 +434,7 @@ impl TemplateBuilder {
         /// let server = Server::builder("desk", "1.0.0").template(ticket).build();
         /// # drop(server);
         /// ```
-        variable
+        variable, "ref/resource"
     }
     /// Finishes with the reader; it gets the URI and the values of the template's variables.
     pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>
@@ -534,19 +520,7 @@ impl TemplateBuilder {
 }
 
 impl<T: Send + Sync + 'static> TemplateBuilder<Arc<T>> {
-    /// [`TemplateBuilder::complete`], for a function that also gets the state.
-    pub fn complete<F>(mut self, variable: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&str, &HashMap<String, String>, &RequestContext, &T) -> Vec<String>
-            + Send
-            + Sync
-            + 'static,
-    {
-        let f = completer(move |partial, given, ctx, state: &Arc<T>| f(partial, given, ctx, state));
-        self.completers.insert(variable.into(), f);
-        self
-    }
-    async_completion_with_state!("TemplateBuilder", variable);
+    completion_methods_with_state!("TemplateBuilder", variable);
     /// Finishes with the reader; it gets the URI, the values of the template's variables and
     /// the state.
     pub fn read<F, Fut>(self, f: F) -> Arc<TemplateDef>

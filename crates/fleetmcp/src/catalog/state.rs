@@ -115,10 +115,25 @@ where
     })
 }
 
-/// `complete_async` for a template's or a prompt's builder without state (the same method on
-/// both, documented by the attributes given; `$what` names its parameter).
-macro_rules! async_completion {
-    ($(#[$doc:meta])* $what:ident) => {
+/// `complete` and `complete_async` for a template's or a prompt's builder without state (the
+/// same methods on both): `$what` names their parameter, `$reference` the reference of
+/// `completion/complete` they answer; the attributes given document `complete_async`.
+macro_rules! completion_methods {
+    ($(#[$doc:meta])* $what:ident, $reference:literal) => {
+        #[doc = concat!("Offers completions for one ", stringify!($what), " (`completion/complete` with `", $reference, "`): the")]
+        #[doc = concat!("function gets the partial value, the other ", stringify!($what), "s the client already gave")]
+        /// (`context.arguments`) and the request's context.
+        pub fn complete<F>(mut self, $what: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(&str, &HashMap<String, String>, &RequestContext) -> Vec<String>
+                + Send
+                + Sync
+                + 'static,
+        {
+            let f = completer(move |partial, given, ctx, _: &()| f(partial, given, ctx));
+            self.completers.insert($what.into(), f);
+            self
+        }
         $(#[$doc])*
         pub fn complete_async<F, Fut>(mut self, $what: impl Into<String>, f: F) -> Self
         where
@@ -131,12 +146,25 @@ macro_rules! async_completion {
         }
     };
 }
-pub(crate) use async_completion;
+pub(crate) use completion_methods;
 
-/// `complete_async` for a template's or a prompt's builder after `.state::<T>()` (the same
-/// method on both; `$builder` names the one it documents, `$what` its parameter).
-macro_rules! async_completion_with_state {
+/// `complete` and `complete_async` for a template's or a prompt's builder after
+/// `.state::<T>()` (the same methods on both; `$builder` names the one they document, `$what`
+/// their parameter).
+macro_rules! completion_methods_with_state {
     ($builder:literal, $what:ident) => {
+        #[doc = concat!("[`", $builder, "::complete`], for a function that also gets the state.")]
+        pub fn complete<F>(mut self, $what: impl Into<String>, f: F) -> Self
+        where
+            F: Fn(&str, &HashMap<String, String>, &RequestContext, &T) -> Vec<String>
+                + Send
+                + Sync
+                + 'static,
+        {
+            let f = completer(move |partial, given, ctx, state: &Arc<T>| f(partial, given, ctx, state));
+            self.completers.insert($what.into(), f);
+            self
+        }
         #[doc = concat!("[`", $builder, "::complete_async`], for a function that also gets the state.")]
         pub fn complete_async<F, Fut>(mut self, $what: impl Into<String>, f: F) -> Self
         where
@@ -151,7 +179,7 @@ macro_rules! async_completion_with_state {
         }
     };
 }
-pub(crate) use async_completion_with_state;
+pub(crate) use completion_methods_with_state;
 
 /// Why a server could not be built, or a declaration added to a running one: handlers need
 /// state of a type the server was not given with

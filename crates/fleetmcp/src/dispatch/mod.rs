@@ -404,13 +404,7 @@ pub(crate) fn client_response(
 #[cfg(test)]
 mod future_sizes {
     use super::*;
-
-    fn ret2<A, B, R>(_: &impl Fn(A, B) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-    fn ret3<A, B, C, R>(_: &impl Fn(A, B, C) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
+    use crate::testing::{ret2, ret3};
 
     #[test]
     fn a_requests_future_stays_small() {

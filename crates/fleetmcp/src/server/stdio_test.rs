@@ -128,6 +128,13 @@ impl Client {
         v
     }
 
+    /// Writes `raw` and reads its answer, which must be one: its id and its error's code.
+    async fn error_of(&mut self, raw: &str) -> (Value, Value) {
+        self.line(raw).await;
+        let v = self.recv().await;
+        (v["id"].clone(), v["error"]["code"].clone())
+    }
+
     /// Everything up to the answer to `id`, and that answer.
     async fn answer(&mut self, id: u64) -> (Vec<Value>, Value) {
         let mut before = Vec::new();
@@ -189,11 +196,9 @@ async fn a_refused_initialize_is_its_error_line_and_opens_no_session() {
     assert_eq!(v["error"]["code"], json!(-32602), "{v}");
     assert!(v.get("result").is_none(), "{v}");
     // No session: a request is still refused as before `initialize`.
-    c.line(r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#)
-        .await;
-    let v = c.recv().await;
     assert_eq!(
-        (v["id"].clone(), v["error"]["code"].clone()),
+        c.error_of(r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#)
+            .await,
         (json!(8), json!(-32600))
     );
     let init = c.initialize("2025-11-25").await;
@@ -206,11 +211,9 @@ async fn a_session_over_pipes_serves_everything_and_ends_at_eof() {
     let slow_dropped = Arc::new(AtomicBool::new(false));
     let mut c = Client::start(server(slow_dropped.clone()));
     // Before initialize: a request is refused, ping answered, a bad line is a parse error.
-    c.line(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
-        .await;
-    let v = c.recv().await;
     assert_eq!(
-        (v["id"].clone(), v["error"]["code"].clone()),
+        c.error_of(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+            .await,
         (json!(1), json!(-32600))
     );
     c.line(r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#)
@@ -361,11 +364,9 @@ async fn batches_exist_only_in_2025_03_26() {
 
     let mut c = Client::start(server(Arc::default()));
     c.initialize("2025-11-25").await;
-    c.line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#)
-        .await;
-    let v = c.recv().await;
     assert_eq!(
-        (v["id"].clone(), v["error"]["code"].clone()),
+        c.error_of(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#)
+            .await,
         (Value::Null, json!(-32600))
     );
     c.close(Duration::from_secs(5)).await;

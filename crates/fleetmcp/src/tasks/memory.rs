@@ -408,11 +408,7 @@ impl TaskStore for MemoryTaskStore {
             .filter(|e| e.expires > now)
             .map(|e| e.record.clone())
             .collect();
-        out.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then(a.task_id.cmp(&b.task_id))
-        });
+        TaskRecord::sort_for_list(&mut out);
         Ok(out)
     }
 }

@@ -133,6 +133,16 @@ impl TaskRecord {
     pub fn is_visible_to(&self, caller: Option<&str>) -> bool {
         self.principal.as_deref() == caller
     }
+
+    /// Puts `records` in the order [`TaskStore::list`] gives them, the same from every store:
+    /// oldest first, then by id (for equal times).
+    pub(crate) fn sort_for_list(records: &mut [TaskRecord]) {
+        records.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(a.task_id.cmp(&b.task_id))
+        });
+    }
 }
 
 /// The instance that runs a task, as its record names it (the contract's `executor`).

@@ -20,6 +20,17 @@ struct Queued {
     _bytes: OwnedSemaphorePermit,
 }
 
+impl Queued {
+    /// Queues `message` in the `slot` reserved for it, holding `bytes` of the budget: the last
+    /// step of [`MessageSender::send`] and [`MessageSender::try_send`] alike.
+    fn put(slot: mpsc::Permit<'_, Queued>, message: Bytes, bytes: OwnedSemaphorePermit) {
+        slot.send(Queued {
+            message,
+            _bytes: bytes,
+        });
+    }
+}
+
 /// A queue of whole messages holding at most `max_messages` of them and `max_bytes` bytes
 /// (at least 1 each; `max_bytes` at most `u32::MAX`): its sending and receiving ends
 /// ([`UpstreamLink::channel`](super::UpstreamLink::channel)).
@@ -66,10 +77,7 @@ impl MessageSender {
             // Never: the semaphore is not closed.
             return Err(message);
         };
-        slot.send(Queued {
-            message,
-            _bytes: bytes,
-        });
+        Queued::put(slot, message, bytes);
         Ok(())
     }
 
@@ -86,10 +94,7 @@ impl MessageSender {
         else {
             return Err(message);
         };
-        slot.send(Queued {
-            message,
-            _bytes: bytes,
-        });
+        Queued::put(slot, message, bytes);
         Ok(())
     }
 

@@ -34,8 +34,8 @@ use serde::de::DeserializeOwned;
 
 use super::handler::{HandlerFn, needs_of};
 use super::state::{
-    Completer, Needs, StateArg, async_completer, async_completion, async_completion_with_state,
-    completer,
+    Completer, Needs, StateArg, async_completer, completer, completion_methods,
+    completion_methods_with_state,
 };
 use crate::context::RequestContext;
 
@@ -237,21 +237,7 @@ impl PromptBuilder {
             state: PhantomData,
         }
     }
-    /// Offers completions for one argument (`completion/complete` with `ref/prompt`): the
-    /// function gets the partial value, the other arguments the client already gave
-    /// (`context.arguments`) and the request's context.
-    pub fn complete<F>(mut self, argument: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&str, &HashMap<String, String>, &RequestContext) -> Vec<String>
-            + Send
-            + Sync
-            + 'static,
-    {
-        let f = completer(move |partial, given, ctx, _: &()| f(partial, given, ctx));
-        self.completers.insert(argument.into(), f);
-        self
-    }
-    async_completion! {
+    completion_methods! {
         /// [`PromptBuilder::complete`], for an async function (one that asks a database): it gets
         /// the partial value, the other arguments already given and the request's context, owned.
         ///
@@ -272,7 +258,7 @@ impl PromptBuilder {
         /// let server = Server::builder("desk", "1.0.0").prompt(triage).build();
         /// # drop(server);
         /// ```
-        argument
+        argument, "ref/prompt"
     }
     /// Finishes with the handler; it gets the arguments as an `A` (see [`prompt`]).
     pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
@@ -325,19 +311,7 @@ impl PromptBuilder {
 }
 
 impl<T: Send + Sync + 'static> PromptBuilder<Arc<T>> {
-    /// [`PromptBuilder::complete`], for a function that also gets the state.
-    pub fn complete<F>(mut self, argument: impl Into<String>, f: F) -> Self
-    where
-        F: Fn(&str, &HashMap<String, String>, &RequestContext, &T) -> Vec<String>
-            + Send
-            + Sync
-            + 'static,
-    {
-        let f = completer(move |partial, given, ctx, state: &Arc<T>| f(partial, given, ctx, state));
-        self.completers.insert(argument.into(), f);
-        self
-    }
-    async_completion_with_state!("PromptBuilder", argument);
+    completion_methods_with_state!("PromptBuilder", argument);
     /// Finishes with the handler; it gets the arguments as an `A` and the state.
     pub fn get<A, F, Fut, R>(self, f: F) -> Arc<PromptDef>
     where

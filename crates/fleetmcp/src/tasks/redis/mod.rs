@@ -407,11 +407,7 @@ impl TaskStore for RedisTaskStore {
                 return Err(TaskStoreError::Unavailable(e.to_string()));
             }
         };
-        out.sort_by(|a, b| {
-            a.created_at
-                .cmp(&b.created_at)
-                .then(a.task_id.cmp(&b.task_id))
-        });
+        TaskRecord::sort_for_list(&mut out);
         Ok(out)
     }
 

@@ -356,14 +356,8 @@ async fn method_not_allowed() -> Response {
 #[cfg(test)]
 mod future_sizes {
     use super::*;
+    use crate::testing::{ret2, ret3};
     use axum::extract::FromRequest;
-
-    fn ret2<A, B, R>(_: &impl Fn(A, B) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-    fn ret3<A, B, C, R>(_: &impl Fn(A, B, C) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
 
     #[test]
     fn a_calls_futures_stay_small() {
