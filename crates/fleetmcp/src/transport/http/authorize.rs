@@ -19,7 +19,7 @@ use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::value::RawValue;
 
-use super::head::only;
+use super::request_headers::only;
 use super::{Endpoint, EndpointState, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};

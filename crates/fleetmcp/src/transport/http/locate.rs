@@ -27,8 +27,8 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::head::{Head, session_id};
 use super::relay::{RelayRequest, Relayed};
+use super::request_headers::{RequestHead, session_id};
 use super::{Endpoint, relay, respond};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -48,7 +48,7 @@ pub(super) enum Asker {
 /// the head read from them.
 pub(super) struct Located {
     pub session: Result<Arc<Session>, Missing>,
-    pub head: Head,
+    pub head: RequestHead,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -60,7 +60,7 @@ pub(super) struct Located {
 pub(super) async fn resolve(
     ep: &Endpoint,
     parts: Parts,
-    head: Head,
+    head: RequestHead,
     body: Bytes,
     owner: Option<&str>,
 ) -> Result<Located, Response> {
@@ -72,7 +72,12 @@ pub(super) async fn resolve(
             // POST's future holds room for them (issue 23: axum copies it whole into a box).
             let relayed = relay_or_take_over(ep, &node, relay::request(parts, body), owner);
             let (session, req) = Box::pin(relayed).await?;
-            (session, Head::read(&req.headers), req.headers, req.body)
+            (
+                session,
+                RequestHead::read(&req.headers),
+                req.headers,
+                req.body,
+            )
         }
     };
     Ok(Located {
