@@ -81,7 +81,7 @@ pub(super) fn principal(extensions: &http::Extensions) -> Option<Arc<Principal>>
 }
 
 /// Its fingerprint, what a session records of who made it.
-pub(super) fn owner(principal: &Option<Arc<Principal>>) -> Option<&str> {
+pub(super) fn fingerprint(principal: &Option<Arc<Principal>>) -> Option<&str> {
     principal.as_deref().map(Principal::fingerprint)
 }
 

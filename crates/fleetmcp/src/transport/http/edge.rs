@@ -95,7 +95,8 @@ impl FromRequest<Arc<Endpoint>> for Post {
             return Ok(Post { client, located });
         }
         let principal = authorize::principal(&parts.extensions);
-        let located = locate::resolve(ep, parts, head, body, authorize::owner(&principal)).await?;
+        let located =
+            locate::resolve(ep, parts, head, body, authorize::fingerprint(&principal)).await?;
         Ok(Post { client, located })
     }
 }
@@ -120,9 +121,9 @@ impl FromRequest<Arc<Endpoint>> for Held {
             _ => Asker::Get,
         };
         let principal = authorize::principal(&parts.extensions);
-        let owner = authorize::owner(&principal);
+        let fingerprint = authorize::fingerprint(&principal);
         let head = RequestHead::read(&parts.headers);
-        let located = locate::resolve(ep, parts, head, Bytes::new(), owner).await?;
+        let located = locate::resolve(ep, parts, head, Bytes::new(), fingerprint).await?;
         match located.session {
             Ok(session) => Ok(Held {
                 session,
@@ -173,8 +174,8 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
         let (parts, body) = received(parts, body, ep).await?;
         // The relay seam: decided from the query alone, before the body is parsed.
         let principal = authorize::principal(&parts.extensions);
-        let owner = authorize::owner(&principal);
-        let session = locate::pinned(ep, &sid, parts, &body, owner).await?;
+        let fingerprint = authorize::fingerprint(&principal);
+        let session = locate::pinned(ep, &sid, parts, &body, fingerprint).await?;
         Ok(Pinned { sid, session, body })
     }
 }

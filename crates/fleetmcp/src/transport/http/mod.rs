@@ -27,7 +27,7 @@
 //!    headers say ([`era`]).
 //! 3. [`locate`] decides from the session header alone, before the body is parsed, where the
 //!    request is served: `session::Sessions::find` answers a typed `Lookup` (`Held`,
-//!    `Elsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
+//!    `HeldElsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
 //!    request's; `Missing(why)`: the contract's answer). A held session is one hash-map read
 //!    and, usually, nothing else (client-side caching: `session/tracking.rs`). `locate.rs`
 //!    counts the relays by outcome (answered, holder gone, failed) and the takeovers, with

@@ -128,8 +128,8 @@ async fn open_session(
     if let Err(refused) = driver::admit_initialize(app, &client.key).await {
         return refused.response(id);
     }
-    let owner = client.owner();
-    match initialize::open(app, None, params, owner, &client.key).await {
+    let principal = client.fingerprint();
+    match initialize::open(app, None, params, principal, &client.key).await {
         Ok((session, result)) => {
             let mut res = respond::json(StatusCode::OK, encode_result(id, &result));
             if let Ok(v) = HeaderValue::from_str(&session.id) {
