@@ -109,7 +109,7 @@ impl Heartbeat {
         if let Some(before) = ha.read().await {
             let twin = match ha.listeners().await {
                 Some(n) => n > 0,
-                // Redis cannot say: a live owner rewrites its key within an interval, a dead
+                // Redis cannot say: a live instance rewrites its key within an interval, a dead
                 // one does not.
                 None => {
                     tokio::time::sleep(ha.interval + ha.interval / 10).await;
