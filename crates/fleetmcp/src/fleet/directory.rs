@@ -67,24 +67,24 @@ impl Directory {
     /// A holder with no heartbeat: gone (take over now), or alive but silent (take over once
     /// the grace period has passed since this instance first saw it so).
     async fn without_heartbeat(&self, record: &SessionRecord) -> Holder {
-        let node = &record.holder;
-        match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
+        let holder = &record.holder;
+        match subscribers(&self.redis, &channel_of(&self.key_prefix, holder)).await {
             Some(0) => {
-                self.silent_since.lock().remove(node);
-                tracing::info!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, "[HA] Session owner is gone — the session will be taken over");
-                Holder::TakeOver(node.clone())
+                self.silent_since.lock().remove(holder);
+                tracing::info!(session_id = %crate::session::LogId(&record.id), previous_node_id = %holder, "[HA] Session owner is gone — the session will be taken over");
+                Holder::TakeOver(holder.clone())
             }
             _ => {
                 let since = *self
                     .silent_since
                     .lock()
-                    .entry(node.clone())
+                    .entry(holder.clone())
                     .or_insert_with(Instant::now);
                 if since.elapsed() < self.grace {
-                    return Holder::Peer(node.clone());
+                    return Holder::Peer(holder.clone());
                 }
-                tracing::warn!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
-                Holder::TakeOver(node.clone())
+                tracing::warn!(session_id = %crate::session::LogId(&record.id), previous_node_id = %holder, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
+                Holder::TakeOver(holder.clone())
             }
         }
     }
@@ -116,16 +116,18 @@ impl Holders for Directory {
     /// stop and keeps serving its streams through its drain and grace: only once it has been
     /// absent longer than that (`streams_outlive`, this instance's own, the fleet sharing its
     /// configuration) are its streams certainly gone.
-    async fn process_gone(&self, node: &str, since_ms: u64) -> bool {
-        if node == self.me || !self.processes.is_gone(node, since_ms).await {
-            self.gone_since.lock().remove(node);
+    async fn process_gone(&self, machine_id: &str, since_ms: u64) -> bool {
+        if machine_id == self.me || !self.processes.is_gone(machine_id, since_ms).await {
+            self.gone_since.lock().remove(machine_id);
             return false;
         }
         let mut gone = self.gone_since.lock();
-        if gone.len() >= MAX_GONE && !gone.contains_key(node) {
+        if gone.len() >= MAX_GONE && !gone.contains_key(machine_id) {
             gone.clear();
         }
-        let first = *gone.entry(node.to_string()).or_insert_with(Instant::now);
+        let first = *gone
+            .entry(machine_id.to_string())
+            .or_insert_with(Instant::now);
         first.elapsed() >= self.streams_outlive
     }
 }

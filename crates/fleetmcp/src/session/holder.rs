@@ -37,10 +37,10 @@ pub trait Holders: Send + Sync + 'static {
     /// `record.holder` names the last holder written to the store.
     async fn holder(&self, record: &SessionRecord) -> Holder;
 
-    /// Whether the process that ran as instance `node` at `since` (Unix ms) is gone for good,
+    /// Whether the process that ran as instance `machine_id` at `since` (Unix ms) is gone for good,
     /// and with it what lived only there: a 2024-11-05 session's stream, which nothing can
     /// take over. `false` when that is not known (the default, and whenever Redis cannot say).
-    async fn process_gone(&self, _node: &str, _since_ms: u64) -> bool {
+    async fn process_gone(&self, _machine_id: &str, _since_ms: u64) -> bool {
         false
     }
 }

@@ -251,19 +251,19 @@ impl Sessions {
     /// The holder a live peer was last seen to be, up to `age` ago.
     fn elsewhere_within(&self, id: &str, age: Duration) -> Option<String> {
         let map = self.elsewhere.lock();
-        let (node, at) = map.get(id)?;
-        (at.elapsed() < age).then(|| node.clone())
+        let (holder, at) = map.get(id)?;
+        (at.elapsed() < age).then(|| holder.clone())
     }
 
-    /// Remembers that `node` holds session `id`. Only for an id that opened under this
+    /// Remembers that `holder` holds session `id`. Only for an id that opened under this
     /// deployment's secret (one held here, or one [`Sessions::find`] checked): [`Sessions::find`]
     /// does not open a remembered id again.
-    fn remember_elsewhere(&self, id: &str, node: &str) {
+    fn remember_elsewhere(&self, id: &str, holder: &str) {
         let mut map = self.elsewhere.lock();
         if map.len() >= ELSEWHERE_MAX {
             map.clear();
         }
-        map.insert(id.into(), (node.to_string(), Instant::now()));
+        map.insert(id.into(), (holder.to_string(), Instant::now()));
     }
 
     /// Records that the 2024-11-05 stream of session `id` is open on this instance.
@@ -480,10 +480,10 @@ impl Sessions {
         // remembered, see `remember_elsewhere`), so its seal is not opened again (a relaying
         // instance would open it on every request: about 8,600 instructions each); whether it
         // ended here is still asked.
-        if let Some(node) = self.remembered_elsewhere(id) {
+        if let Some(holder) = self.remembered_elsewhere(id) {
             return match self.ended_here(id) {
                 Some(missing) => Lookup::Missing(missing),
-                None => Lookup::HeldElsewhere(node),
+                None => Lookup::HeldElsewhere(holder),
             };
         }
         // Boxed: reading, claiming and recreating a session not held here is most of this
@@ -527,11 +527,11 @@ impl Sessions {
                     None => Holder::Here,
                 };
                 let previous = match holder {
-                    Holder::Peer(node) => {
-                        self.remember_elsewhere(id, &node);
-                        return Lookup::HeldElsewhere(node);
+                    Holder::Peer(peer) => {
+                        self.remember_elsewhere(id, &peer);
+                        return Lookup::HeldElsewhere(peer);
                     }
-                    Holder::TakeOver(node) => Some(node),
+                    Holder::TakeOver(gone) => Some(gone),
                     Holder::Here => None,
                 };
                 // Checked before the claim: a stranger's request moves nothing.
@@ -553,9 +553,9 @@ impl Sessions {
             }
             Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(why) => match stale {
-                Some(node) => {
-                    tracing::warn!(error = %why, holder = %node, "the session store could not be read; relaying to the holder last seen");
-                    Lookup::HeldElsewhere(node)
+                Some(holder) => {
+                    tracing::warn!(error = %why, holder = %holder, "the session store could not be read; relaying to the holder last seen");
+                    Lookup::HeldElsewhere(holder)
                 }
                 None => {
                     tracing::warn!(error = %why, wait_ms = bound.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
@@ -637,7 +637,7 @@ impl Sessions {
         // opened it (restarted under the same machine id).
         match self.read(id).await {
             Ok(Some(record)) => match holders.holder(&record).await {
-                Holder::Peer(node) => Lookup::HeldElsewhere(node),
+                Holder::Peer(peer) => Lookup::HeldElsewhere(peer),
                 // Its stream was on the stopped holder: nothing to take over.
                 Holder::Here | Holder::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },

@@ -403,7 +403,7 @@ mod tests {
         match sessions.claim(read, Some("gone".into())).await {
             Lookup::Held(s) => assert_eq!(s.epoch(), 2),
             Lookup::Missing(why) => panic!("refused: {why:?}"),
-            Lookup::HeldElsewhere(node) => panic!("sent to {node}"),
+            Lookup::HeldElsewhere(holder) => panic!("sent to {holder}"),
         }
     }
 }

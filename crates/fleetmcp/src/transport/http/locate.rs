@@ -67,10 +67,10 @@ pub(super) async fn resolve(
     let (session, head, headers, body) = match locate(&ep.app, &parts.headers, principal).await {
         Lookup::Held(s) => (Ok(s), head, parts.headers, body),
         Lookup::Missing(why) => (Err(why), head, parts.headers, body),
-        Lookup::HeldElsewhere(node) => {
+        Lookup::HeldElsewhere(holder) => {
             // Boxed: the hop and the take-over are most of this future's size, and every
             // POST's future holds room for them (issue 23: axum copies it whole into a box).
-            let relayed = relay_or_take_over(ep, &node, relay::request(parts, body), principal);
+            let relayed = relay_or_take_over(ep, &holder, relay::request(parts, body), principal);
             let (session, req) = Box::pin(relayed).await?;
             (
                 session,
@@ -164,18 +164,18 @@ pub(super) async fn pinned(
     body: &Bytes,
     principal: Option<&str>,
 ) -> Result<Result<Arc<Session>, Missing>, Response> {
-    let node = match locate_pinned(&ep.app, sid, principal).await {
+    let holder = match locate_pinned(&ep.app, sid, principal).await {
         Lookup::Held(s) => return Ok(Ok(s)),
         Lookup::Missing(why) => return Ok(Err(why)),
-        Lookup::HeldElsewhere(node) => node,
+        Lookup::HeldElsewhere(holder) => holder,
     };
-    match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
+    match relay::forward(ep.relay(), &holder, relay::request(parts, body.clone())).await {
         Relayed::Answered(res) | Relayed::Failed(res) => Err(res),
         // The instance with its stream cannot be found (its heartbeat is gone). Once its
         // process is certainly gone (`Sessions::pinned_stream_gone`), the stream and the
         // session went with it: nothing can take it over, and the client must open a new one,
         // which the contract's `404` for an ended session tells it.
-        Relayed::HolderGone(_) if ep.app.sessions().pinned_stream_gone(sid, &node).await => {
+        Relayed::HolderGone(_) if ep.app.sessions().pinned_stream_gone(sid, &holder).await => {
             Ok(Err(Missing::Expired))
         }
         // It may only have lost Redis with the stream still open: a `404` would make the
