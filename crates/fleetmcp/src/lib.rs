@@ -35,6 +35,24 @@
 //! [ARCHITECTURE.md](https://github.com/fleetmcp/fleetmcp/blob/main/docs/ARCHITECTURE.md) is
 //! the map (the layers, a request's walk, the invariants, where to change what); each module's
 //! documentation here is the reference for its part.
+//!
+//! ## Words the deployment contract keeps
+//!
+//! The code says one word per idea. The deployment contract (FrontMCP's: environment variables,
+//! headers, stored records, messages between instances, log lines) keeps its own words where an
+//! operator or an older instance meets them, verbatim, even where the code says another
+//! (`serde` renames and constants map them, in one place each):
+//!
+//! | the code says | the contract keeps |
+//! |---|---|
+//! | *fleet* (instances sharing sessions through Redis) | *distributed mode*: `FRONTMCP_DEPLOYMENT_MODE=distributed`; `[ha]` and `FRONTMCP_HA_*` its tuning; `[HA]` its log prefix |
+//! | *holder*, the instance that serves a session (`holder`, `Holder`, `Lookup::HeldElsewhere`) | `session.nodeId` of a stored session record, `nodeId` of a session id's payload, the index keys `node:<id>:sessions`; the log fields `owner_node_id`, `previous_node_id`, `dead_node_id`, `session_node` and lines such as `[HA] Session owner is gone` |
+//! | *machine id*, an instance's own id (`machine_id`) | `MACHINE_ID`, the header `x-frontmcp-machine-id`, `nodeId` of a heartbeat and of a task's `executor`, `sourceNodeId` and `targetNodeId` of the messages between instances, the log field `source_node_id` |
+//! | *principal*, who made a session or task (its fingerprint: `principal`) | `authorizationId` of a stored session record |
+//! | the session a task is filed under (`owner` of a task record) | `owner` of a stored task record, `tasks.max_tasks_per_owner`, `tasks.max_bytes_per_owner` |
+//! | the 2024-11-05 transport (`/sse` + `/message`, `LEGACY_SSE_PROTOCOL`) | `legacy-sse`, the protocol in its session ids' payload |
+//!
+//! *Cluster* means Redis Cluster only.
 
 // The layers, lowest first. A module imports only from layers below it (and its own layer);
 // tests/layers.rs checks it, docs/ARCHITECTURE.md explains each.

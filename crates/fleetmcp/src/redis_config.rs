@@ -344,20 +344,20 @@ impl RedisConfig {
     /// `<key_prefix>node:<nodeId>:sessions`, one sorted set of session ids scored by when the
     /// holder last refreshed them. Read (never written) so that an old instance's sessions are
     /// claimed during a rolling upgrade (`session/index.rs`).
-    pub fn node_index_key(&self, node_id: &str) -> String {
-        format!("{}node:{node_id}:sessions", self.key_prefix)
+    pub fn node_index_key(&self, holder: &str) -> String {
+        format!("{}node:{holder}:sessions", self.key_prefix)
     }
 
     /// Bucket `n` of the index of the sessions an instance holds:
     /// `<key_prefix>node:<nodeId>:sessions:<n>` (`session/index.rs`). The orphan scanner reads a
     /// dead instance's index instead of scanning the keyspace.
-    pub fn node_index_bucket_key(&self, node_id: &str, n: u32) -> String {
-        format!("{}node:{node_id}:sessions:{n}", self.key_prefix)
+    pub fn node_index_bucket_key(&self, holder: &str, n: u32) -> String {
+        format!("{}node:{holder}:sessions:{n}", self.key_prefix)
     }
 
     /// How many buckets an instance's index has: `<key_prefix>node:<nodeId>:buckets`.
-    pub fn node_index_buckets_key(&self, node_id: &str) -> String {
-        format!("{}node:{node_id}:buckets", self.key_prefix)
+    pub fn node_index_buckets_key(&self, holder: &str) -> String {
+        format!("{}node:{holder}:buckets", self.key_prefix)
     }
 
     /// `redis.default_ttl_ms`, as a duration.

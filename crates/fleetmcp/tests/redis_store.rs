@@ -21,13 +21,13 @@ use support_redis::{RedisServer, SharedRedis, free_port};
 fn record(id: &str, node: &str) -> SessionRecord {
     SessionRecord {
         id: id.into(),
-        node_id: node.into(),
+        holder: node.into(),
         protocol_version: LATEST.into(),
         client_info: json!({"name": "t", "version": "1"}),
         client_capabilities: json!({"elicitation": {}}),
         created_at: 1_767_225_600_000,
         epoch: 1,
-        owner: None,
+        principal: None,
     }
 }
 
@@ -63,7 +63,7 @@ async fn round_trip_with_the_contract_key_layout() {
 
     // Write-back by another instance replaces the holder.
     store.put(&record("sid-1", "desk-b")).await.unwrap();
-    assert_eq!(store.get("sid-1").await.unwrap().unwrap().node_id, "desk-b");
+    assert_eq!(store.get("sid-1").await.unwrap().unwrap().holder, "desk-b");
 
     store.touch("sid-1").await.unwrap();
     store.touch("no-such-session").await.unwrap();
@@ -87,7 +87,7 @@ async fn round_trip_with_the_contract_key_layout() {
 
 fn fence(node: &str, epoch: u64) -> Fence {
     Fence {
-        node_id: node.into(),
+        holder: node.into(),
         epoch,
     }
 }
@@ -151,7 +151,7 @@ async fn fenced_writes_on(redis: SharedRedis) {
             .unwrap()
             .standing,
         Standing::Lost {
-            node_id: "desk-b".into(),
+            holder: "desk-b".into(),
             epoch: 2
         }
     );
@@ -163,7 +163,7 @@ async fn fenced_writes_on(redis: SharedRedis) {
     assert_eq!(
         store.claim(&r, "desk-c").await.unwrap(),
         Claim::Lost {
-            node_id: "desk-b".into(),
+            holder: "desk-b".into(),
             epoch: 2
         }
     );
@@ -211,7 +211,7 @@ async fn fenced_writes_on(redis: SharedRedis) {
             Claim::Won(2),
             Claim::Gone,
             Claim::Lost {
-                node_id: "desk-y".into(),
+                holder: "desk-y".into(),
                 epoch: 2
             }
         ]
@@ -310,7 +310,7 @@ async fn a_batch_claim_costs_about_one_command_per_record() {
     assert!(
         again.iter().all(|a| *a
             == Claim::Lost {
-                node_id: "desk-z".into(),
+                holder: "desk-z".into(),
                 epoch: 2
             }),
         "{:?}",
@@ -351,7 +351,7 @@ async fn a_batch_claim_on_a_cluster_costs_about_one_command_per_record() {
         again,
         [
             Claim::Lost {
-                node_id: "desk-z".into(),
+                holder: "desk-z".into(),
                 epoch: 2
             },
             Claim::Gone
@@ -431,7 +431,7 @@ async fn another_tags_prefix_is_added_for_its_check_and_dropped_once_unused() {
     })
     .await;
     let fence = |epoch| Fence {
-        node_id: "desk-b".into(),
+        holder: "desk-b".into(),
         epoch,
     };
     let own = minted_by("desk-b");
@@ -848,7 +848,7 @@ async fn rediss_urls_connect_over_tls_and_verify_the_server() {
         .await
         .expect("TLS connection with the test CA");
     store.put(&record("tls-1", "desk-a")).await.unwrap();
-    assert_eq!(store.get("tls-1").await.unwrap().unwrap().node_id, "desk-a");
+    assert_eq!(store.get("tls-1").await.unwrap().unwrap().holder, "desk-a");
     assert!(store.exists("tls-1").await.unwrap());
 
     // Without the CA, the server's certificate is not trusted: no connection.
@@ -926,7 +926,7 @@ async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key
         Claim::Won(2)
     );
     let claimed = store.get(&compact.id).await.unwrap().expect("claimed");
-    assert_eq!((claimed.node_id.as_str(), claimed.epoch), ("desk-b", 2));
+    assert_eq!((claimed.holder.as_str(), claimed.epoch), ("desk-b", 2));
     let raw: Value = serde_json::from_str(&redis.cli(&["GET", &key])).unwrap();
     assert!(raw["session"].get("id").is_none(), "{raw}");
     let both = store
@@ -948,7 +948,7 @@ async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key
         .await
         .unwrap()
         .expect("main's record reads");
-    assert_eq!((read.node_id.as_str(), read.epoch), ("desk-m", 1));
+    assert_eq!((read.holder.as_str(), read.epoch), ("desk-m", 1));
     let held = store
         .check("main-wrote-this", Some(&fence("desk-m", 1)), false)
         .await;
@@ -959,7 +959,7 @@ async fn compact_records_take_the_256_byte_class_and_read_and_claim_at_their_key
             .get("main-wrote-this")
             .await
             .unwrap()
-            .map(|r| r.node_id),
+            .map(|r| r.holder),
         Some("desk-b".into())
     );
     // A full record at another session's key is not that session's: deleted, as before.

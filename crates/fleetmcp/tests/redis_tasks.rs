@@ -63,7 +63,7 @@ fn rec(id: &str, owner: Option<&str>, node: Option<(&str, u64)>) -> TaskRecord {
         input_requests: Map::new(),
         owner: owner.map(Into::into),
         executor: node.map(|(n, at)| Executor {
-            node_id: n.into(),
+            machine_id: n.into(),
             spawned_at: at,
         }),
         principal: None,
@@ -220,7 +220,7 @@ async fn replace_if_unchanged_is_a_compare_and_set() {
     store.create(&other).await.unwrap();
     let mut claimed = other.clone();
     claimed.executor = Some(Executor {
-        node_id: "node-a".into(),
+        machine_id: "node-a".into(),
         spawned_at: 1,
     });
     let mut next = claimed.clone();

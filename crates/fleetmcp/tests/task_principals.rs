@@ -1,9 +1,9 @@
 //! With authorization on, a task and a `requestState` belong to the principal that made them
 //! (issue 18, hole 3). Another principal, with a valid token of its own, gets for a 2026-07-28
 //! task exactly what it would get for an unknown task id (`tasks/get`, `tasks/update`,
-//! `tasks/cancel`), in memory and through a second instance sharing a real `redis-server`; the
-//! owner's task is untouched. A `requestState` replayed by another principal is refused as an
-//! invalid one is. Session-era (2025-11-25) tasks stay with their session, which another
+//! `tasks/cancel`), in memory and through a second instance sharing a real `redis-server`; its
+//! principal's task is untouched. A `requestState` replayed by another principal is refused as
+//! an invalid one is. Session-era (2025-11-25) tasks stay with their session, which another
 //! principal cannot reach either.
 //!
 //! The authorization server is a loopback introspection endpoint (RFC 7662): the opaque token

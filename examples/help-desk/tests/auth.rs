@@ -429,7 +429,7 @@ fn tokens_are_checked_on_every_route_and_scopes_per_tool() {
         let resp = call(port, &sid, Some(token), id, "find_tickets", json!({}));
         assert_unauthorized(&resp, port, Some(id), true, what);
     }
-    // And the session still serves its owner.
+    // And the session still serves its principal.
     assert_tool_ok(
         &call(
             port,
@@ -878,8 +878,8 @@ fn scopes_are_separated_by_the_space_character_only() {
 }
 
 /// A 2024-11-05 stream belongs to the principal that opened it: another principal who learns
-/// its session id cannot `initialize` it through `/message` (404, nothing on the owner's
-/// stream), and the owner then initializes and uses it as usual.
+/// its session id cannot `initialize` it through `/message` (404, nothing on its principal's
+/// stream), and that principal then initializes and uses it as usual.
 #[test]
 fn a_2024_11_05_stream_is_bound_to_the_principal_that_opened_it() {
     let auth = AuthServer::start();

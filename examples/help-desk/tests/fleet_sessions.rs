@@ -46,13 +46,13 @@ fn a_session_opened_on_a_is_served_by_b_through_redis() {
         key_exists(&redis, &sid),
         "initialize on A stored no session key"
     );
-    assert_eq!(stored_node_ids(&redis, &sid), ["desk-a"], "holder before B");
+    assert_eq!(stored_holders(&redis, &sid), ["desk-a"], "holder before B");
 
     let resp = find_tickets(b.port(), &sid);
     assert_tool_ok(&resp, "tools/call on B for a session opened on A");
     assert_log_has(&b, "B", RECREATING);
     assert_eq!(
-        stored_node_ids(&redis, &sid),
+        stored_holders(&redis, &sid),
         ["desk-b"],
         "B writes the record back naming itself"
     );
@@ -360,7 +360,7 @@ fn redis_down_at_start_then_started_is_used_without_a_restart() {
         key_exists(&redis, &fresh),
         "a session opened after Redis came up is not in Redis"
     );
-    assert_eq!(stored_node_ids(&redis, &fresh), ["desk-a"]);
+    assert_eq!(stored_holders(&redis, &fresh), ["desk-a"]);
     assert_read_ok(&read_sla(a.port(), &fresh), "call on the new session");
     assert_read_ok(
         &read_sla(a.port(), &early),

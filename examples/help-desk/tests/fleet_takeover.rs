@@ -799,7 +799,7 @@ fn after_an_outage_the_first_instance_back_does_not_take_the_others_for_dead() {
         "A claims the sessions of C, killed in the outage:\n{}",
         a.log()
     );
-    assert_eq!(stored_node_ids(&redis, &on_c), ["desk-a"], "C's session");
+    assert_eq!(stored_holders(&redis, &on_c), ["desk-a"], "C's session");
     // B was back well before A could judge: its session stays its own.
     thread::sleep(Duration::from_secs(2));
     assert_eq!(
@@ -808,7 +808,7 @@ fn after_an_outage_the_first_instance_back_does_not_take_the_others_for_dead() {
         "A took live B for dead:\n{}",
         a.log()
     );
-    assert_eq!(stored_node_ids(&redis, &on_b), ["desk-b"], "B's session");
+    assert_eq!(stored_holders(&redis, &on_b), ["desk-b"], "B's session");
     assert_served_by(
         &find_tickets(b.port(), &on_b),
         "desk-b",

@@ -138,7 +138,7 @@ pub(crate) fn input_required(app: &App, round: &Round) -> Reply {
             exp: now + app.config().stateless.request_state_ttl_ms,
             a: round.answers_to_seal(),
             q: asked.iter().map(|(k, _)| k.clone()).collect(),
-            o: round.owner.clone(),
+            o: round.principal.clone(),
             k: Some(round.key_to_seal()),
         })
         .ok_or_else(|| errors::internal("could not seal requestState"))?;

@@ -10,7 +10,9 @@ use crate::redis_conn::{CommandError, RedisConn};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Beat {
-    pub(super) node_id: String,
+    /// The beating instance's machine id (`nodeId` in the contract's record).
+    #[serde(rename = "nodeId")]
+    pub(super) machine_id: String,
     /// When the beating process started (Unix ms): a newer one under the same id has a later one.
     pub(super) started_at: u64,
     pub(super) last_beat: u64,

@@ -1,5 +1,5 @@
 //! Who serves a stored session this instance does not hold, in distributed mode: the
-//! `session::Ownership` the fleet installs.
+//! `session::Holders` the fleet installs.
 //!
 //! The record names its holder (`session.nodeId`). A holder whose heartbeat is in Redis is alive:
 //! its requests are relayed to it. A holder whose heartbeat is gone and who holds no subscription
@@ -20,7 +20,7 @@ use super::beat::read_beat;
 use super::heartbeat::{channel_of, subscribers};
 use crate::process_liveness::ProcessLiveness;
 use crate::redis_conn::RedisConn;
-use crate::session::{Owner, Ownership, SessionRecord};
+use crate::session::{Holder, Holders, SessionRecord};
 
 /// Most instances remembered as gone at once; beyond it the memory starts over (which only
 /// delays a verdict).
@@ -66,48 +66,48 @@ impl Directory {
 
     /// A holder with no heartbeat: gone (take over now), or alive but silent (take over once
     /// the grace period has passed since this instance first saw it so).
-    async fn without_heartbeat(&self, record: &SessionRecord) -> Owner {
-        let node = &record.node_id;
-        match subscribers(&self.redis, &channel_of(&self.key_prefix, node)).await {
+    async fn without_heartbeat(&self, record: &SessionRecord) -> Holder {
+        let holder = &record.holder;
+        match subscribers(&self.redis, &channel_of(&self.key_prefix, holder)).await {
             Some(0) => {
-                self.silent_since.lock().remove(node);
-                tracing::info!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, "[HA] Session owner is gone — the session will be taken over");
-                Owner::TakeOver(node.clone())
+                self.silent_since.lock().remove(holder);
+                tracing::info!(session_id = %crate::session::LogId(&record.id), previous_node_id = %holder, "[HA] Session owner is gone — the session will be taken over");
+                Holder::TakeOver(holder.clone())
             }
             _ => {
                 let since = *self
                     .silent_since
                     .lock()
-                    .entry(node.clone())
+                    .entry(holder.clone())
                     .or_insert_with(Instant::now);
                 if since.elapsed() < self.grace {
-                    return Owner::Peer(node.clone());
+                    return Holder::Peer(holder.clone());
                 }
-                tracing::warn!(session_id = %crate::session::LogId(&record.id), previous_node_id = %node, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
-                Owner::TakeOver(node.clone())
+                tracing::warn!(session_id = %crate::session::LogId(&record.id), previous_node_id = %holder, grace_ms = self.grace.as_millis() as u64, "[HA] Session owner stopped beating and the grace period passed — the session will be taken over");
+                Holder::TakeOver(holder.clone())
             }
         }
     }
 }
 
 #[async_trait]
-impl Ownership for Directory {
-    async fn owner(&self, record: &SessionRecord) -> Owner {
-        if record.node_id == self.me {
-            return Owner::Here;
+impl Holders for Directory {
+    async fn holder(&self, record: &SessionRecord) -> Holder {
+        if record.holder == self.me {
+            return Holder::Here;
         }
-        let key = format!("{}heartbeat:{}", self.key_prefix, record.node_id);
+        let key = format!("{}heartbeat:{}", self.key_prefix, record.holder);
         match read_beat(&self.redis, &key).await {
             Ok(Some(_)) => {
-                self.silent_since.lock().remove(&record.node_id);
-                Owner::Peer(record.node_id.clone())
+                self.silent_since.lock().remove(&record.holder);
+                Holder::Peer(record.holder.clone())
             }
             Ok(None) => self.without_heartbeat(record).await,
             // Redis cannot say whether the holder lives: the relay tries it, and answers 503
             // with Retry-After if it does not answer, rather than risk two holders.
             Err(e) => {
-                tracing::warn!(error = %e, holder = %record.node_id, "[HA] cannot read the holder's heartbeat; relaying to it");
-                Owner::Peer(record.node_id.clone())
+                tracing::warn!(error = %e, holder = %record.holder, "[HA] cannot read the holder's heartbeat; relaying to it");
+                Holder::Peer(record.holder.clone())
             }
         }
     }
@@ -116,16 +116,18 @@ impl Ownership for Directory {
     /// stop and keeps serving its streams through its drain and grace: only once it has been
     /// absent longer than that (`streams_outlive`, this instance's own, the fleet sharing its
     /// configuration) are its streams certainly gone.
-    async fn process_gone(&self, node: &str, since_ms: u64) -> bool {
-        if node == self.me || !self.processes.is_gone(node, since_ms).await {
-            self.gone_since.lock().remove(node);
+    async fn process_gone(&self, machine_id: &str, since_ms: u64) -> bool {
+        if machine_id == self.me || !self.processes.is_gone(machine_id, since_ms).await {
+            self.gone_since.lock().remove(machine_id);
             return false;
         }
         let mut gone = self.gone_since.lock();
-        if gone.len() >= MAX_GONE && !gone.contains_key(node) {
+        if gone.len() >= MAX_GONE && !gone.contains_key(machine_id) {
             gone.clear();
         }
-        let first = *gone.entry(node.to_string()).or_insert_with(Instant::now);
+        let first = *gone
+            .entry(machine_id.to_string())
+            .or_insert_with(Instant::now);
         first.elapsed() >= self.streams_outlive
     }
 }

@@ -38,8 +38,11 @@ const KIND: &str = "drain";
 struct DrainRequest {
     kind: String,
     /// Who asks (the operator's command names itself `operator@<host>`).
-    source_node_id: String,
-    target_node_id: String,
+    #[serde(rename = "sourceNodeId")]
+    source: String,
+    /// The instance asked to drain (its machine id).
+    #[serde(rename = "targetNodeId")]
+    target: String,
     timestamp: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     auth: Option<String>,
@@ -106,8 +109,8 @@ pub(crate) async fn request(
         .map_err(|e| e.to_string())?;
     let message = DrainRequest {
         kind: KIND.into(),
-        source_node_id: source.into(),
-        target_node_id: target.into(),
+        source: source.into(),
+        target: target.into(),
         timestamp: now,
         auth: Some(auth),
         reply_to: Some(reply_to),
@@ -198,12 +201,12 @@ pub(super) fn on_message(
     if req.kind != KIND {
         return false;
     }
-    let checked = if req.target_node_id != me {
+    let checked = if req.target != me {
         Err("it names another instance")
     } else {
         channel_auth::verify(
             verifier,
-            &req.source_node_id,
+            &req.source,
             DRAIN_PATH,
             &signed_body(me),
             req.auth.as_deref(),
@@ -213,7 +216,7 @@ pub(super) fn on_message(
     match checked {
         Ok(()) => {
             tracing::warn!(
-                requested_by = %req.source_node_id,
+                requested_by = %req.source,
                 "[HA] Drain requested by the operator: stopping gracefully, as on SIGTERM"
             );
             drain.cancel();
@@ -225,7 +228,7 @@ pub(super) fn on_message(
         }
         Err(why) => {
             tracing::warn!(
-                source_node_id = %req.source_node_id,
+                source_node_id = %req.source,
                 "[HA] Dropped a drain request on this instance's channel: {why}"
             );
             let reply = DrainReply {

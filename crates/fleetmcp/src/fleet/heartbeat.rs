@@ -39,7 +39,7 @@ const UNSUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
 /// The heartbeat of one instance.
 pub(crate) struct Heartbeat {
     redis: RedisConn,
-    node_id: String,
+    machine_id: String,
     key: String,
     /// This instance's channel, whose subscriber count tells whether it is alive.
     channel: String,
@@ -79,7 +79,7 @@ impl Heartbeat {
     /// machine id (two instances must never share one), then writes the first heartbeat.
     pub async fn start(
         redis: RedisConn,
-        node_id: &str,
+        machine_id: &str,
         cfg: &HaConfig,
         address: Arc<super::advertise::Advertiser>,
         lease: Arc<Lease>,
@@ -96,10 +96,10 @@ impl Heartbeat {
             legacy_index: AtomicBool::new(false),
             beats: Default::default(),
             address,
-            key: format!("{}heartbeat:{node_id}", cfg.key_prefix),
-            channel: channel_of(&cfg.key_prefix, node_id),
+            key: format!("{}heartbeat:{machine_id}", cfg.key_prefix),
+            channel: channel_of(&cfg.key_prefix, machine_id),
             redis,
-            node_id: node_id.to_string(),
+            machine_id: machine_id.to_string(),
             started_at: now_ms(),
             interval: Duration::from_millis(cfg.heartbeat_interval_ms),
             ttl_ms: cfg.heartbeat_ttl_ms,
@@ -109,7 +109,7 @@ impl Heartbeat {
         if let Some(before) = ha.read().await {
             let twin = match ha.listeners().await {
                 Some(n) => n > 0,
-                // Redis cannot say: a live owner rewrites its key within an interval, a dead
+                // Redis cannot say: a live instance rewrites its key within an interval, a dead
                 // one does not.
                 None => {
                     tokio::time::sleep(ha.interval + ha.interval / 10).await;
@@ -120,13 +120,13 @@ impl Heartbeat {
             };
             if twin {
                 return Err(format!(
-                    "another running instance already uses machine id {node_id} (started at {} ms); give every instance its own MACHINE_ID",
+                    "another running instance already uses machine id {machine_id} (started at {} ms); give every instance its own MACHINE_ID",
                     before.started_at
                 ));
             }
             tracing::info!(
                 previous_started_at = before.started_at,
-                "[HA] A stopped instance left its heartbeat under machine id {node_id}; taking its place"
+                "[HA] A stopped instance left its heartbeat under machine id {machine_id}; taking its place"
             );
         }
         // Subscribed before the first beat, so an instance that starts under the same id from
@@ -154,7 +154,7 @@ impl Heartbeat {
             move |present| lease.set_present(present),
         ));
         ha.beat(0).await;
-        tracing::info!("[HA] Heartbeat started for node {node_id}");
+        tracing::info!("[HA] Heartbeat started for node {machine_id}");
         Ok(ha)
     }
 
@@ -175,7 +175,7 @@ impl Heartbeat {
         }
         self.keep_index(session_count).await;
         let hb = Beat {
-            node_id: self.node_id.clone(),
+            machine_id: self.machine_id.clone(),
             started_at: self.started_at,
             last_beat: now_ms(),
             session_count,
@@ -197,7 +197,7 @@ impl Heartbeat {
         listed
             .arg(&self.nodes_key)
             .arg(hb.last_beat)
-            .arg(&self.node_id);
+            .arg(&self.machine_id);
         let expired = format!("({}", hb.last_beat.saturating_sub(session_ttl));
         let prunes = self.pruned_now().into_iter().map(|key| {
             let mut pruned = redis::cmd("ZREMRANGEBYSCORE");
@@ -228,7 +228,7 @@ impl Heartbeat {
                 .await;
         }
         if !ok && self.active.load(Ordering::Relaxed) {
-            tracing::warn!(node = %self.node_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
+            tracing::warn!(node = %self.machine_id, "[HA] heartbeat could not be written; other instances may presume this one gone");
         }
         self.active.store(ok, Ordering::Relaxed);
         ok
@@ -242,10 +242,10 @@ impl Heartbeat {
         use crate::session::index;
         if !self.index_read.load(Ordering::Relaxed) {
             let legacy = redis::cmd("EXISTS")
-                .arg(self.redis.config().node_index_key(&self.node_id))
+                .arg(self.redis.config().node_index_key(&self.machine_id))
                 .clone();
             let (count, legacy) = futures_util::join!(
-                index::read(&self.redis, &self.node_id),
+                index::read(&self.redis, &self.machine_id),
                 self.redis.run::<i64>(legacy)
             );
             if let (Ok(_), Ok(legacy)) = (count, legacy) {
@@ -255,8 +255,8 @@ impl Heartbeat {
         }
         self.redis
             .shared::<crate::session::IndexBuckets>()
-            .held(&self.node_id, held);
-        let grown = index::grow(&self.redis, &self.node_id, held).await;
+            .held(&self.machine_id, held);
+        let grown = index::grow(&self.redis, &self.machine_id, held).await;
         // Once a minute or so, the count known here is stated again (never lowering it): an
         // instance taken for dead while it was only paused had its count deleted by the
         // scanner that emptied its index, and must not write where no reader would read.
@@ -264,12 +264,12 @@ impl Heartbeat {
         let count = self
             .redis
             .shared::<crate::session::IndexBuckets>()
-            .of(&self.node_id);
+            .of(&self.machine_id);
         let restated = if beats % RESTATE_EVERY == RESTATE_EVERY - 1
             && count > 1
             && self.index_read.load(Ordering::Relaxed)
         {
-            index::restate(&self.redis, &self.node_id, count).await
+            index::restate(&self.redis, &self.machine_id, count).await
         } else {
             Ok(())
         };
@@ -287,7 +287,7 @@ impl Heartbeat {
         let count = self
             .redis
             .shared::<crate::session::IndexBuckets>()
-            .of(&self.node_id);
+            .of(&self.machine_id);
         let legacy = self.legacy_index.load(Ordering::Relaxed);
         let slots = count + u32::from(legacy);
         let first = self.prune_next.load(Ordering::Relaxed) % slots;
@@ -299,9 +299,9 @@ impl Heartbeat {
             .map(|i| i % slots)
             .map(|n| {
                 if n < count {
-                    cfg.node_index_bucket_key(&self.node_id, n)
+                    cfg.node_index_bucket_key(&self.machine_id, n)
                 } else {
-                    cfg.node_index_key(&self.node_id)
+                    cfg.node_index_key(&self.machine_id)
                 }
             })
             .collect()
@@ -318,8 +318,8 @@ impl Heartbeat {
             .is_some_and(|h| h.started_at == self.started_at)
     }
 
-    pub fn node_id(&self) -> &str {
-        &self.node_id
+    pub fn machine_id(&self) -> &str {
+        &self.machine_id
     }
 
     /// A graceful stop: the heartbeat goes at once, so others need not wait for it to expire.
@@ -345,7 +345,7 @@ impl Heartbeat {
         // Scored 0 in `nodes`: the orphan scanners judge only the instances whose score is
         // not recent (`scanner.rs`), and this one must be found stopped at their next run.
         let mut mark = redis::cmd("ZADD");
-        mark.arg(&self.nodes_key).arg(0).arg(&self.node_id);
+        mark.arg(&self.nodes_key).arg(0).arg(&self.machine_id);
         let (deleted, marked) = futures_util::join!(
             self.redis
                 .run::<i64>(redis::cmd("DEL").arg(&self.key).clone()),
@@ -372,7 +372,7 @@ impl Probe for Heartbeat {
             healthy: active,
             detail: json!({
                 "status": if active { "healthy" } else { "unhealthy" },
-                "details": {"nodeId": self.node_id(), "heartbeatActive": active},
+                "details": {"nodeId": self.machine_id(), "heartbeatActive": active},
             }),
         }
     }

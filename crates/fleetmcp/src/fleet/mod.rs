@@ -6,7 +6,7 @@
 //!   refusal to start under a machine id in use, and the `/readyz` probe;
 //! - [`advertise`]: that address (`FLEETMCP_ADVERTISE_ADDRESS`, else the one this instance
 //!   reaches Redis from) and the check that this instance reaches itself there (`/readyz`);
-//! - [`directory`]: who serves a stored session (`session::Ownership`): its live holder, or this
+//! - [`directory`]: who serves a stored session (`session::Holders`): its live holder, or this
 //!   instance, taking over from a stopped one;
 //! - [`relay`]: how a request reaches its holder (`transport::Relay`): one direct HTTP hop;
 //!   [`error_text`] writes a failed hop's error with its causes (as [`advertise`] does its own);
@@ -29,13 +29,13 @@
 //!   (`process_liveness::ProcessLiveness`).
 //!
 //! The layers below know another instance only as a machine id (a session's holder, a task's
-//! executor, a stream's writer) and through the seams this module fills: `session::Ownership`
+//! executor, a stream's writer) and through the seams this module fills: `session::Holders`
 //! and `session::Lease`, `transport::Relay`, `transport::Probe` and `transport::Gate`,
 //! `app::Fanout`, `process_liveness::ProcessLiveness`. `session::Sessions` acts on the seams'
 //! answers (it claims a session, takes one over, and remembers for a second which peer holds
 //! one), and
 //! `tasks` reaches a task's executor through the task store (a cancel is published on the
-//! task's channel). Ownership and the relay are consulted only when a session is *not* held
+//! task's channel). Holders and the relay are consulted only when a session is *not* held
 //! here, so a request for a held session pays nothing for them; in distributed mode it reads
 //! the lease (two atomic loads).
 //!
@@ -98,7 +98,7 @@ use std::sync::Arc;
 use crate::app::App;
 use crate::config::{Config, HaConfig};
 use crate::redis_conn::RedisConn;
-use crate::session::{Lease, Ownership};
+use crate::session::{Holders, Lease};
 use crate::transport::{Gate, Probe, Relay};
 use heartbeat::Heartbeat;
 
@@ -116,7 +116,7 @@ pub(crate) fn seams(
     connections: &crate::limits::Connections,
     meters: &crate::telemetry::Meters,
     lease: &Arc<Lease>,
-) -> Option<(Arc<dyn Ownership>, Arc<dyn Relay>)> {
+) -> Option<(Arc<dyn Holders>, Arc<dyn Relay>)> {
     let cfg = &config.ha;
     let relay = relay::HttpRelay::new(
         redis.clone(),

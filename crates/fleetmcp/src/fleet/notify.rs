@@ -35,7 +35,9 @@ struct Routed {
     kind: Option<String>,
     session_id: String,
     notification: Body,
-    source_node_id: String,
+    /// The sending instance's machine id.
+    #[serde(rename = "sourceNodeId")]
+    source: String,
     timestamp: u64,
     /// The authentication (see the module doc): `v1;<unix ms>;<nonce>;<names>;<mac>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,7 +89,7 @@ impl Router {
     /// its holder's channel.
     pub async fn route(&self, session_id: &str, method: &str, params: &Value) -> bool {
         let holder = match self.store.get(session_id).await {
-            Ok(Some(record)) if record.node_id != self.me => record.node_id,
+            Ok(Some(record)) if record.holder != self.me => record.holder,
             Ok(_) => return self.drop_one(session_id, "no live instance holds the session"),
             Err(e) => return self.drop_one(session_id, &e.to_string()),
         };
@@ -108,7 +110,7 @@ impl Router {
             kind: Some("notification".into()),
             session_id: session_id.to_string(),
             notification,
-            source_node_id: self.me.clone(),
+            source: self.me.clone(),
             timestamp: now,
             auth,
         };
@@ -186,11 +188,11 @@ pub(super) fn on_message(inbox: &Inbox, me: &str, verifier: &Verifier, payload: 
         );
         return;
     };
-    if routed.kind.as_deref().is_some_and(|k| k != "notification") || routed.source_node_id == me {
+    if routed.kind.as_deref().is_some_and(|k| k != "notification") || routed.source == me {
         return;
     }
     if let Err(why) = verify(verifier, &routed) {
-        tracing::warn!(source_node_id = %routed.source_node_id, session_id = %crate::session::LogId(&routed.session_id), "[HA] Dropped a notification on this instance's channel: {why}");
+        tracing::warn!(source_node_id = %routed.source, session_id = %crate::session::LogId(&routed.session_id), "[HA] Dropped a notification on this instance's channel: {why}");
         return;
     }
     let key = routed.session_id.clone();
@@ -203,7 +205,7 @@ fn verify(verifier: &Verifier, routed: &Routed) -> Result<(), &'static str> {
     let body = signed_body(&routed.session_id, &routed.notification).ok_or("it does not encode")?;
     channel_auth::verify(
         verifier,
-        &routed.source_node_id,
+        &routed.source,
         NOTIFY_PATH,
         &body,
         routed.auth.as_deref(),

@@ -358,7 +358,7 @@ impl Scanner {
                 // claimed, it could be served nowhere, and an instance that was only paused
                 // would lose it when it comes back. Left to its holder (its record expires
                 // if the holder is gone); out of the index, which the holder rewrites.
-                Some(r) if r.node_id == dead && !self.app.sessions().is_pinned(id) => {
+                Some(r) if r.holder == dead && !self.app.sessions().is_pinned(id) => {
                     mine.push(r);
                     mine_from.push(*key);
                 }

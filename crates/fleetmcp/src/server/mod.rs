@@ -19,7 +19,7 @@
 //! subcommand to `ops.rs`, `init_tracing`, `Config::load`: exit 2, the program's builder: exit
 //! 2, `serve`: exit 1); `heap.rs`, glibc's mapping threshold set at start, so large blocks
 //! freed after a burst go back to the system. `routes_test.rs` compares the direct `/mcp`
-//! path with the router's, `seams_test.rs` tests the ownership and relay seams together with
+//! path with the router's, `seams_test.rs` tests the holder and relay seams together with
 //! stand-in implementations.
 //!
 //! # The graceful stop
@@ -64,7 +64,7 @@ use crate::catalog::{BuildError, Catalog, PromptDef, ResourceDef, TemplateDef, T
 use crate::config::{Config, DeploymentMode, Transport};
 use crate::events::EventStore;
 use crate::machine_id;
-use crate::session::{Lease, Ownership, SessionStore, Sessions};
+use crate::session::{Holders, Lease, SessionStore, Sessions};
 use crate::tasks::TaskStore;
 use crate::transport::{self, Relay, Seams};
 use crate::upstream::Upstream;
@@ -84,7 +84,7 @@ pub struct ServerBuilder {
     events: Option<Arc<dyn EventStore>>,
     tasks: Option<Arc<dyn TaskStore>>,
     state: StateMap,
-    ownership: Option<Arc<dyn Ownership>>,
+    holders: Option<Arc<dyn Holders>>,
     relay: Option<Arc<dyn Relay>>,
     upstream: Option<Arc<dyn Upstream>>,
 }
@@ -189,8 +189,8 @@ impl ServerBuilder {
     }
     /// Installs the seams distributed mode plugs into (tests of the seams use them directly).
     #[cfg(test)]
-    pub(crate) fn seams(mut self, ownership: Arc<dyn Ownership>, relay: Arc<dyn Relay>) -> Self {
-        self.ownership = Some(ownership);
+    pub(crate) fn seams(mut self, holders: Arc<dyn Holders>, relay: Arc<dyn Relay>) -> Self {
+        self.holders = Some(holders);
         self.relay = Some(relay);
         self
     }
@@ -237,14 +237,14 @@ impl ServerBuilder {
         let phases = crate::app::Phases::new();
         let shutdown = phases.shutdown.clone();
         let tasks = shared.tasks(&config, self.tasks, &machine_id, &lease);
-        let (ownership, relay) = shared.seams(
+        let (holders, relay) = shared.seams(
             &config,
             &machine_id,
             phases.closing.clone(),
             &connections,
             &meters,
             &lease,
-            (self.ownership, self.relay),
+            (self.holders, self.relay),
         );
         let sessions = Sessions::new(
             machine_id,
@@ -252,7 +252,7 @@ impl ServerBuilder {
             config.sessions.max_sessions,
             store,
             events.clone(),
-            ownership,
+            holders,
             session_timing(&config),
             shutdown.clone(),
         )
@@ -329,7 +329,7 @@ impl Server {
             events: None,
             tasks: None,
             state: StateMap::default(),
-            ownership: None,
+            holders: None,
             relay: None,
             upstream: None,
         }

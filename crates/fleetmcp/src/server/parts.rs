@@ -9,7 +9,7 @@ use crate::app::App;
 use crate::config::{Config, DeploymentMode, Transport};
 use crate::events::{EventStore, MemoryEventStore};
 use crate::machine_id::MachineIdSource;
-use crate::session::{MemorySessionStore, Ownership, SessionSealer, SessionStore, Timing};
+use crate::session::{Holders, MemorySessionStore, SessionSealer, SessionStore, Timing};
 use crate::stateless::request_state::{RequestStateSealer, StateSecrets};
 use crate::tasks::{MemoryTaskStore, TaskLimits, TaskStore, Tasks};
 use crate::telemetry::Meters;
@@ -18,7 +18,7 @@ use crate::upstream::Upstream;
 
 /// The seams a request for a session not held here meets: who serves a stored session, and
 /// how a request reaches its holder (distributed mode's, or a test's).
-pub(super) type HolderSeams = (Option<Arc<dyn Ownership>>, Option<Arc<dyn Relay>>);
+pub(super) type HolderSeams = (Option<Arc<dyn Holders>>, Option<Arc<dyn Relay>>);
 
 /// The meters, or none when `http.metrics` is off (every call then a no-op).
 pub(super) fn meters_for(config: &Config) -> Meters {

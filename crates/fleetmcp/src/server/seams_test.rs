@@ -1,5 +1,5 @@
-//! Two of the seams distributed mode plugs into, ownership and relay, with stand-in
-//! implementations: a request for a session that the ownership seam says a live peer holds
+//! Two of the seams distributed mode plugs into, holders and relay, with stand-in
+//! implementations: a request for a session that the holders seam says a live peer holds
 //! reaches the relay seam exactly as received (nothing parsed), for POST, GET, DELETE and the
 //! 2024-11-05 `/message` POST; a session held here never does.
 
@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::session::{MemorySessionStore, Owner, Ownership, SessionRecord, SessionStore};
+use crate::session::{Holder, Holders, MemorySessionStore, SessionRecord, SessionStore};
 use crate::transport::{Relay, RelayRequest, Relayed};
 use crate::{Config, Server};
 
@@ -21,9 +21,9 @@ const SECRET: &str = "seams-test-secret-0123456789abcdef";
 struct PeerHoldsAll;
 
 #[async_trait]
-impl Ownership for PeerHoldsAll {
-    async fn owner(&self, _record: &SessionRecord) -> Owner {
-        Owner::Peer("holder-a".into())
+impl Holders for PeerHoldsAll {
+    async fn holder(&self, _record: &SessionRecord) -> Holder {
+        Holder::Peer("holder-a".into())
     }
 }
 
@@ -179,10 +179,10 @@ async fn requests_for_a_session_held_elsewhere_reach_the_relay_unparsed() {
         .collect();
     let h = "holder-a".to_string();
     // A pinned session's request goes to the instance that minted its id, where its stream is.
-    let minter = crate::session::SessionSealer::new(SECRET.as_bytes())
+    let holder = crate::session::SessionSealer::new(SECRET.as_bytes())
         .open(&legacy)
         .expect("the id opens")
-        .node_id;
+        .holder;
     assert_eq!(
         summary,
         vec![
@@ -190,7 +190,7 @@ async fn requests_for_a_session_held_elsewhere_reach_the_relay_unparsed() {
             (h.clone(), "GET".into(), "/mcp".into(), String::new()),
             (h.clone(), "DELETE".into(), "/mcp".into(), String::new()),
             (
-                minter,
+                holder,
                 "POST".into(),
                 format!("/message?sessionId={legacy}"),
                 r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#.into()

@@ -132,7 +132,7 @@ impl Shared {
         lease: &Arc<Lease>,
         given: HolderSeams,
     ) -> HolderSeams {
-        let (ownership, relay) = given;
+        let (holders, relay) = given;
         if config.deployment_mode == DeploymentMode::Distributed
             && let Some(conn) = &self.redis
             && let Some((o, r)) = crate::fleet::seams(
@@ -145,9 +145,9 @@ impl Shared {
                 lease,
             )
         {
-            return (ownership.or(Some(o)), relay.or(Some(r)));
+            return (holders.or(Some(o)), relay.or(Some(r)));
         }
-        (ownership, relay)
+        (holders, relay)
     }
 
     /// The limits, shared by the fleet whenever the server has Redis (as sessions are), else

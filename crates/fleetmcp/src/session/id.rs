@@ -35,8 +35,10 @@ pub const MAX_ID_LEN: usize = 2048;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionIdPayload {
-    /// The instance that created the session.
-    pub node_id: String,
+    /// The instance that created the session: its first holder (a 2024-11-05 session's only
+    /// one). `nodeId` in the contract's payload.
+    #[serde(rename = "nodeId")]
+    pub holder: String,
     pub uuid: String,
     /// Creation time, seconds since the Unix epoch.
     pub iat: u64,
@@ -143,27 +145,27 @@ const TAG_LEN: usize = 3;
 /// Characters of an id that carry the tag: 3 bytes are exactly 4 base64url characters.
 pub const TAG_CHARS: usize = 4;
 
-/// The tag of the instance named `node_id`: the first [`TAG_CHARS`] characters of every id it
+/// The tag of the instance named `machine_id`: the first [`TAG_CHARS`] characters of every id it
 /// mints. Two instances may share a tag (24 bits): each is then also told of the other's
 /// records, nothing worse.
-pub fn instance_tag(node_id: &str) -> String {
-    URL_SAFE_NO_PAD.encode(tag_bytes(node_id))
+pub fn instance_tag(machine_id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(tag_bytes(machine_id))
 }
 
-fn tag_bytes(node_id: &str) -> [u8; TAG_LEN] {
+fn tag_bytes(machine_id: &str) -> [u8; TAG_LEN] {
     use sha2::Digest;
-    let hash = Sha256::digest(node_id.as_bytes());
+    let hash = Sha256::digest(machine_id.as_bytes());
     [hash[0], hash[1], hash[2]]
 }
 
-/// A fresh uuid for a session minted by `node_id`: its tag, then random bytes, marked as an
+/// A fresh uuid for a session minted by `machine_id`: its tag, then random bytes, marked as an
 /// RFC 9562 version 8 (custom) uuid, so that [`tag_of`] tells a tagged id from an id minted
 /// before tags (version 4, random from its first byte). 98 random bits: the uuid is the id's
 /// nonce and must never repeat under one key, and ids of one tag collide with probability
 /// about n²/2⁹⁹ (10¹⁰ ids: 10⁻¹⁰).
-pub fn minted_uuid(node_id: &str) -> uuid::Uuid {
+pub fn minted_uuid(machine_id: &str) -> uuid::Uuid {
     let mut bytes: [u8; UUID_LEN] = rand::random();
-    bytes[..TAG_LEN].copy_from_slice(&tag_bytes(node_id));
+    bytes[..TAG_LEN].copy_from_slice(&tag_bytes(machine_id));
     uuid::Builder::from_custom_bytes(bytes).into_uuid()
 }
 
@@ -195,7 +197,7 @@ const SIG_PUBLIC: u8 = 2;
 const PROTOCOLS: [&str; 2] = ["streamable-http", "legacy-sse"];
 
 /// The uuid's bytes, and `[2][flags][iat: LEB128][protocol code][auth_sig: u8 length + bytes,
-/// unless SIG_PUBLIC][node_id: the rest]`. `None` when the payload does not fit this shape (a
+/// unless SIG_PUBLIC][holder: the rest]`. `None` when the payload does not fit this shape (a
 /// uuid that is not canonical, an unknown transport, a long `auth_sig`): it is then sealed as
 /// JSON.
 fn pack(p: &SessionIdPayload) -> Option<([u8; UUID_LEN], Vec<u8>)> {
@@ -204,7 +206,7 @@ fn pack(p: &SessionIdPayload) -> Option<([u8; UUID_LEN], Vec<u8>)> {
         return None;
     }
     let protocol = PROTOCOLS.iter().position(|k| *k == p.protocol)? as u8;
-    let mut out = Vec::with_capacity(32 + p.node_id.len());
+    let mut out = Vec::with_capacity(32 + p.holder.len());
     let sig_public = p.auth_sig == "public";
     out.push(PACKED);
     out.push((u8::from(p.is_public) * PUBLIC) | (u8::from(sig_public) * SIG_PUBLIC));
@@ -223,7 +225,7 @@ fn pack(p: &SessionIdPayload) -> Option<([u8; UUID_LEN], Vec<u8>)> {
         out.push(u8::try_from(p.auth_sig.len()).ok()?);
         out.extend_from_slice(p.auth_sig.as_bytes());
     }
-    out.extend_from_slice(p.node_id.as_bytes());
+    out.extend_from_slice(p.holder.as_bytes());
     Some((*uuid.as_bytes(), out))
 }
 
@@ -257,7 +259,7 @@ fn unpack(uuid: &[u8; UUID_LEN], b: &[u8]) -> Option<SessionIdPayload> {
         sig.to_string()
     };
     Some(SessionIdPayload {
-        node_id: std::str::from_utf8(rest).ok()?.to_string(),
+        holder: std::str::from_utf8(rest).ok()?.to_string(),
         uuid: uuid.hyphenated().to_string(),
         iat,
         protocol: (*protocol).to_string(),
@@ -289,7 +291,7 @@ mod tests {
 
     fn payload() -> SessionIdPayload {
         SessionIdPayload {
-            node_id: "desk-a".into(),
+            holder: "desk-a".into(),
             uuid: "0b8f".into(),
             iat: 1_767_225_600,
             protocol: "streamable-http".into(),
@@ -465,9 +467,9 @@ mod props {
             prop_oneof![".{0,16}", Just("public".to_string()), ".{200,300}"],
             any::<bool>(),
         )
-            .prop_map(|(node_id, uuid, iat, protocol, auth_sig, is_public)| {
+            .prop_map(|(holder, uuid, iat, protocol, auth_sig, is_public)| {
                 SessionIdPayload {
-                    node_id,
+                    holder,
                     uuid,
                     iat,
                     protocol,

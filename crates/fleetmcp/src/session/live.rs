@@ -161,7 +161,7 @@ pub struct Session {
     leaving: std::sync::OnceLock<CancellationToken>,
     /// Who made it, when authorization is on: the principal's fingerprint (see
     /// `Principal::fingerprint`); a request by anyone else finds no session.
-    owner: Option<Box<str>>,
+    principal: Option<Box<str>>,
     /// Its place under `limits.max_sessions_per_key`, given back when the session is dropped
     /// (set by `initialize`; a session recreated from the store has none here).
     place: std::sync::OnceLock<Place>,
@@ -179,7 +179,7 @@ impl Session {
         client_info: Value,
         client_capabilities: Value,
         stopping: CancellationToken,
-        owner: Option<&str>,
+        principal: Option<&str>,
     ) -> Self {
         Self {
             id,
@@ -205,7 +205,7 @@ impl Session {
             closed: std::sync::OnceLock::new(),
             stopping,
             leaving: std::sync::OnceLock::new(),
-            owner: owner.map(Into::into),
+            principal: principal.map(Into::into),
             place: std::sync::OnceLock::new(),
             attached: std::sync::OnceLock::new(),
         }
@@ -246,14 +246,14 @@ impl Session {
     }
 
     /// The fingerprint of the principal that made the session (`None` without authorization).
-    pub fn owner(&self) -> Option<&str> {
-        self.owner.as_deref()
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
     }
 
     /// Whether a request by the principal of fingerprint `caller` may use this session: only
     /// the one that made it (no principal on either side: authorization is off).
-    pub fn is_owned_by(&self, caller: Option<&str>) -> bool {
-        self.owner.as_deref() == caller
+    pub fn made_by(&self, caller: Option<&str>) -> bool {
+        self.principal.as_deref() == caller
     }
 
     pub fn log_level(&self) -> LogLevel {

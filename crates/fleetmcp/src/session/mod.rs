@@ -2,7 +2,7 @@
 //!
 //! - [`lifecycle`]: [`Sessions`], the one place that decides whether a session exists: mint,
 //!   open, find (typed [`Lookup`]), recreate, refresh, take over, end;
-//! - [`ownership`]: the seam distributed mode plugs into (who serves a stored session this
+//! - [`holder`]: the seam distributed mode plugs into (who serves a stored session this
 //!   instance does not hold), and the [`Lease`] its heartbeat renews;
 //! - [`id`]: sealed session ids;
 //! - [`index`]: the holder index in buckets (which sessions an instance holds, for the orphan
@@ -31,13 +31,13 @@
 //! transport serves only its own (`find`, for `/mcp`, never a pinned session; `find_pinned`,
 //! for `/message`, nothing else). Its stream ends when the session ends any other way, and
 //! with the process that has it: once the relay finds that process gone
-//! ([`Ownership::process_gone`]), a `/message` elsewhere is answered as for an expired session.
+//! ([`Holders::process_gone`]), a `/message` elsewhere is answered as for an expired session.
 //! Each stream tracks its session's running requests, so a graceful stop ends it only once they
 //! answered on it.
 //!
 //! # Binding (authorization on)
 //!
-//! A session records the fingerprint of the principal that opened it ([`Session::owner`]; in
+//! A session records the fingerprint of the principal that opened it ([`Session::principal`]; in
 //! the stored record the contract's `authorizationId` field, absent without authorization).
 //! [`Sessions::find`] answers a held session asked for by anyone else as an unknown one
 //! (`Sessions::stranger`: `Missing::Unknown`, which `transport/http/locate.rs` answers `404`
@@ -62,13 +62,13 @@
 //! Architecture invariant: knows nothing of HTTP; nothing outside this module decides whether a
 //! session exists, or names `LiveSessions`.
 
+mod holder;
 mod id;
 #[cfg(feature = "redis")]
 pub(crate) mod index;
 mod lifecycle;
 mod live;
 mod lossy;
-mod ownership;
 #[cfg(feature = "redis")]
 mod redis;
 mod running;
@@ -81,6 +81,7 @@ mod unread;
 pub(crate) use self::redis::RecordForm;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisSessionStore;
+pub use holder::{Holder, Holders, Lease};
 #[cfg(any(test, feature = "testkit"))]
 pub use id::minted_uuid;
 pub(crate) use id::{LogId, SessionSealer};
@@ -93,7 +94,6 @@ pub use live::Session;
 pub(crate) use live::SubscribeRefusal;
 #[cfg(any(test, feature = "testkit"))]
 pub use lossy::Invalidation;
-pub use ownership::{Lease, Owner, Ownership};
 pub use store::{Claim, MemorySessionStore, SessionRecord, SessionStore, StoreError};
 #[cfg(any(test, feature = "testkit"))]
 pub use store::{Fence, Standing};

@@ -22,8 +22,9 @@ use super::lossy::{Invalidation, InvalidationSender, Invalidations};
 pub struct SessionRecord {
     /// The session's id (the store's key; not the sealed id the client holds).
     pub id: String,
-    /// The instance that holds the session.
-    pub node_id: String,
+    /// The instance that holds the session (its machine id; `nodeId` as stored).
+    #[serde(rename = "nodeId")]
+    pub holder: String,
     /// The version `initialize` agreed on.
     pub protocol_version: String,
     /// The client's `clientInfo`, as sent.
@@ -35,21 +36,21 @@ pub struct SessionRecord {
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
     /// The holder's term: 1 when the session is opened, one more at every claim (takeover,
-    /// recreation) in distributed mode. Owner-side writes there compare it, so an instance
+    /// recreation) in distributed mode. Holder-side writes there compare it, so an instance
     /// that lost the session cannot write over its new holder's record (0: a record written
     /// before epochs existed).
     #[serde(default)]
     pub epoch: u64,
     /// The fingerprint of the principal that made the session, when authorization is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
+    pub principal: Option<String>,
 }
 
 /// What a holder knows of its right to a session: the machine id and epoch it holds it under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     /// The holder's machine id.
-    pub node_id: String,
+    pub holder: String,
     /// The holder's term (see [`SessionRecord::epoch`]).
     pub epoch: u64,
 }
@@ -63,7 +64,7 @@ pub enum Standing {
     /// The record names another holder, or a later epoch: the session was claimed.
     Lost {
         /// The holder the record names.
-        node_id: String,
+        holder: String,
         /// Its epoch.
         epoch: u64,
     },
@@ -74,11 +75,11 @@ pub enum Standing {
 impl Standing {
     /// Whether stored `record` is still held under `fence` (any holder's, without one).
     fn of(record: &SessionRecord, fence: Option<&Fence>) -> Self {
-        if fence.is_none_or(|f| record.node_id == f.node_id && record.epoch == f.epoch) {
+        if fence.is_none_or(|f| record.holder == f.holder && record.epoch == f.epoch) {
             Standing::Mine
         } else {
             Standing::Lost {
-                node_id: record.node_id.clone(),
+                holder: record.holder.clone(),
                 epoch: record.epoch,
             }
         }
@@ -103,7 +104,7 @@ pub enum Claim {
     /// The record changed since it was read: this holder and epoch have it now.
     Lost {
         /// The holder the record names now.
-        node_id: String,
+        holder: String,
         /// Its epoch.
         epoch: u64,
     },
@@ -217,10 +218,10 @@ pub trait SessionStore: Send + Sync + 'static {
     async fn claim(&self, record: &SessionRecord, to: &str) -> Result<Claim, StoreError> {
         match self.get(&record.id).await? {
             None => Ok(Claim::Gone),
-            Some(r) if r.node_id == record.node_id && r.epoch == record.epoch => {
+            Some(r) if r.holder == record.holder && r.epoch == record.epoch => {
                 let epoch = r.epoch + 1;
                 self.put(&SessionRecord {
-                    node_id: to.to_string(),
+                    holder: to.to_string(),
                     epoch,
                     ..r
                 })
@@ -228,7 +229,7 @@ pub trait SessionStore: Send + Sync + 'static {
                 Ok(Claim::Won(epoch))
             }
             Some(r) => Ok(Claim::Lost {
-                node_id: r.node_id,
+                holder: r.holder,
                 epoch: r.epoch,
             }),
         }
@@ -387,13 +388,13 @@ impl SessionStore for MemorySessionStore {
         let Some((r, exp)) = map.get_mut(&record.id).filter(|(_, exp)| *exp > now) else {
             return Ok(Claim::Gone);
         };
-        if r.node_id != record.node_id || r.epoch != record.epoch {
+        if r.holder != record.holder || r.epoch != record.epoch {
             return Ok(Claim::Lost {
-                node_id: r.node_id.clone(),
+                holder: r.holder.clone(),
                 epoch: r.epoch,
             });
         }
-        r.node_id = to.to_string();
+        r.holder = to.to_string();
         r.epoch += 1;
         *exp = now + self.ttl;
         let epoch = r.epoch;
@@ -408,13 +409,13 @@ impl SessionStore for MemorySessionStore {
 pub(crate) fn test_record(id: &str, node: &str) -> SessionRecord {
     SessionRecord {
         id: id.into(),
-        node_id: node.into(),
+        holder: node.into(),
         protocol_version: "2025-11-25".into(),
         client_info: Value::Null,
         client_capabilities: Value::Null,
         created_at: 0,
         epoch: 1,
-        owner: None,
+        principal: None,
     }
 }
 
@@ -448,7 +449,7 @@ mod tests {
         let store = MemorySessionStore::new(Duration::from_secs(60));
         store.create(&record("a"), true).await.unwrap();
         let held = Fence {
-            node_id: "n".into(),
+            holder: "n".into(),
             epoch: 1,
         };
         let check = |id: &'static str| {
@@ -461,14 +462,14 @@ mod tests {
         assert_eq!(
             store.claim(&record("a"), "k").await.unwrap(),
             Claim::Lost {
-                node_id: "m".into(),
+                holder: "m".into(),
                 epoch: 2
             }
         );
         assert_eq!(
             check("a").await,
             Standing::Lost {
-                node_id: "m".into(),
+                holder: "m".into(),
                 epoch: 2
             }
         );

@@ -98,7 +98,7 @@ pub(crate) struct Round {
     pub digest: String,
     /// The fingerprint of the caller's principal (authorization on), which the next
     /// `requestState` is bound to as well; `None`: anonymous.
-    pub owner: Option<String>,
+    pub principal: Option<String>,
     /// The request retries an earlier round (it carries `inputResponses` or `requestState`):
     /// its result carries no caching hints.
     pub retry: bool,
@@ -120,14 +120,14 @@ impl Round {
         meta: RequestMeta,
         method: String,
         digest: String,
-        owner: Option<String>,
+        principal: Option<String>,
         answers: Map<String, Value>,
     ) -> Self {
         Self {
             meta,
             method,
             digest,
-            owner,
+            principal,
             retry: false,
             sealed_key: None,
             client_key: None,

@@ -114,7 +114,7 @@ impl Tasks {
             input_requests: Map::new(),
             owner: owner.clone(),
             executor: self.shared.as_ref().map(|f| Executor {
-                node_id: f.node.clone(),
+                machine_id: f.node.clone(),
                 spawned_at: crate::clock::unix_ms(),
             }),
             principal,
@@ -341,7 +341,7 @@ impl Tasks {
         if record.status.is_terminal() {
             return false;
         }
-        if ex.node_id == shared.node {
+        if ex.machine_id == shared.node {
             // Our machine id: a task runs here from before its record exists until after its
             // end is written, so one not running here was left by a previous process under
             // this id, or ended without its end being recorded (Redis failed then).
@@ -350,11 +350,11 @@ impl Tasks {
         let Some(liveness) = &shared.liveness else {
             return false;
         };
-        let key = (ex.node_id.clone(), ex.spawned_at);
+        let key = (ex.machine_id.clone(), ex.spawned_at);
         if let Some(&g) = known.get(&key) {
             return g;
         }
-        let g = liveness.is_gone(&ex.node_id, ex.spawned_at).await;
+        let g = liveness.is_gone(&ex.machine_id, ex.spawned_at).await;
         known.insert(key, g);
         g
     }
@@ -374,7 +374,7 @@ impl Tasks {
         if let Ok(true) = self.store.replace_if_unchanged(&record, &failed).await {
             tracing::warn!(
                 task = %record.task_id,
-                executor = record.executor.as_ref().map(|e| e.node_id.as_str()).unwrap_or(""),
+                executor = record.executor.as_ref().map(|e| e.machine_id.as_str()).unwrap_or(""),
                 "a task's executor is gone; the task failed"
             );
             return failed;
@@ -574,7 +574,7 @@ fn orphan_failed(record: &TaskRecord) -> TaskRecord {
     let node = record
         .executor
         .as_ref()
-        .map(|e| e.node_id.as_str())
+        .map(|e| e.machine_id.as_str())
         .unwrap_or("");
     failed.error = Some(executor_gone_error(node));
     failed.last_updated_at = crate::clock::iso_now();
@@ -648,7 +648,7 @@ mod tests {
     fn foreign(id: &str, owner: Option<&str>, node: &str, spawned_at: u64) -> TaskRecord {
         let mut r = rec(id, owner, TaskStatus::Working, 0);
         r.executor = Some(Executor {
-            node_id: node.into(),
+            machine_id: node.into(),
             spawned_at,
         });
         r
@@ -702,7 +702,7 @@ mod tests {
             .begin(None, None, CancellationToken::new())
             .await
             .unwrap();
-        assert_eq!(mine.executor.as_ref().unwrap().node_id, "me");
+        assert_eq!(mine.executor.as_ref().unwrap().machine_id, "me");
         assert_eq!(
             tasks
                 .get(None, &mine.task_id)

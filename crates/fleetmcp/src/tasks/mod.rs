@@ -149,8 +149,9 @@ impl TaskRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Executor {
-    /// The executing instance's machine id.
-    pub node_id: String,
+    /// The executing instance's machine id (`nodeId` as stored).
+    #[serde(rename = "nodeId")]
+    pub machine_id: String,
     /// When the task started there (Unix ms). A heartbeat under the same machine id that
     /// started later belongs to a newer process, so this task's executor is gone.
     pub spawned_at: u64,

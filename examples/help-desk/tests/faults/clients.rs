@@ -764,7 +764,7 @@ pub async fn legacy_client(sh: Arc<Shared>, name: String, route: Route, base: St
 /// clients were given: `tools/list` in their sessions, `tasks/get` and `tasks/cancel` on
 /// their tasks, through the balancer (any instance, relayed or not). Each must be answered
 /// as a stranger to the id is: `404` for a session, "Unknown task" for a task (or refused:
-/// `503`, `429`). One served as its owner would be is recorded as `reached`.
+/// `503`, `429`). One served as its principal would be is recorded as `reached`.
 pub async fn intruder(sh: Arc<Shared>, name: String, route: Route, base: String) {
     let Some(http) = sh.intruder.clone() else {
         return;

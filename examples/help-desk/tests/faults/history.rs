@@ -158,7 +158,7 @@ pub struct Op {
     pub results: usize,
     /// The task this request started or read, as it showed it.
     pub task: Option<TaskView>,
-    /// An intruder's request served as its owner's would be: what it did.
+    /// An intruder's request served as its principal's would be: what it did.
     pub reached: Option<String>,
 }
 

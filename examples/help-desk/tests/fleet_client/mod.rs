@@ -624,28 +624,28 @@ pub fn key_exists(redis: &RedisServer, sid: &str) -> bool {
     redis.cli(&["EXISTS", &session_key(sid)]) == "1"
 }
 
-/// Every `nodeId` value anywhere in the stored record of `sid`.
-pub fn stored_node_ids(redis: &RedisServer, sid: &str) -> Vec<String> {
+/// Every holder (`nodeId` value) anywhere in the stored record of `sid`.
+pub fn stored_holders(redis: &RedisServer, sid: &str) -> Vec<String> {
     let raw = redis.cli(&["GET", &session_key(sid)]);
     let record: Value = serde_json::from_str(&raw)
         .unwrap_or_else(|e| panic!("record of {sid} is not JSON ({e}): {raw:?}"));
     let mut ids = Vec::new();
-    collect_node_ids(&record, &mut ids);
+    collect_holders(&record, &mut ids);
     assert!(!ids.is_empty(), "no nodeId in the stored record: {record}");
     ids
 }
 
-fn collect_node_ids(v: &Value, out: &mut Vec<String>) {
+fn collect_holders(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
             for (k, v) in map {
                 if k == "nodeId" {
                     out.push(v.as_str().unwrap_or_default().to_string());
                 }
-                collect_node_ids(v, out);
+                collect_holders(v, out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| collect_node_ids(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| collect_holders(v, out)),
         _ => {}
     }
 }

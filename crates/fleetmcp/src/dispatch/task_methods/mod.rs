@@ -150,7 +150,7 @@ fn task_envelope(r: &TaskRecord) -> Map<String, Value> {
 }
 
 /// The answer for a task that does not exist, or that the caller may not see (another
-/// principal's: the same answer, so a task id is never confirmed to anyone but its owner).
+/// principal's: the same answer, so a task id is never confirmed to anyone but its principal).
 fn unknown(task_id: &str) -> ErrorData {
     errors::invalid_params_with(
         format!("Unknown task: {task_id}"),

@@ -13,7 +13,7 @@
 //! is checked until the store reports a change, the record is due for its refresh, or, in
 //! distributed mode, the lease runs out.
 //!
-//! A session not held here is read from the store and recreated here, or, with an [`Ownership`]
+//! A session not held here is read from the store and recreated here, or, with a [`Holders`]
 //! (distributed mode), claimed, taken over from a holder found gone, or found held by a peer,
 //! which is remembered for a moment so its next requests read nothing.
 //!
@@ -30,10 +30,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::holder::{Holder, Holders, Lease};
 use super::id::{SessionIdPayload, SessionSealer, minted_uuid};
 use super::live::{Ended, LiveSessions, Session};
 use super::lossy::Invalidation;
-use super::ownership::{Lease, Owner, Ownership};
 use super::store::{SessionStore, StoreError};
 use super::unread::Unread;
 use crate::clock::unix_secs;
@@ -51,7 +51,7 @@ pub struct LegacyStream {
     /// What the stream holds that its client has not read.
     pub unread: Arc<Unread>,
     /// The fingerprint of the principal that opened it (none without authorization).
-    pub owner: Option<Arc<str>>,
+    pub principal: Option<Arc<str>>,
     /// Ends the stream. Its session lives as long as the stream, so a session ended another
     /// way (deleted, expired) ends it too.
     pub stop: CancellationToken,
@@ -76,7 +76,7 @@ pub enum Lookup {
     /// Here: this instance holds the session.
     Held(Arc<Session>),
     /// By another live instance (its machine id): hand the request over unchanged.
-    Elsewhere(String),
+    HeldElsewhere(String),
     /// Nowhere; why decides the client's answer.
     Missing(Missing),
 }
@@ -145,9 +145,9 @@ pub struct Sessions {
     live: Arc<LiveSessions>,
     store: Arc<dyn SessionStore>,
     events: Arc<dyn EventStore>,
-    /// `None`: every stored session is served here (see [`Ownership`]). `Some` (distributed
-    /// mode) also fences every owner-side write with the holder's epoch.
-    ownership: Option<Arc<dyn Ownership>>,
+    /// `None`: every stored session is served here (see [`Holders`]). `Some` (distributed
+    /// mode) also fences every holder-side write with the holder's epoch.
+    holders: Option<Arc<dyn Holders>>,
     /// Renewed by the heartbeat in distributed mode; bounds how long a held session is served
     /// when the store cannot confirm it.
     lease: Arc<Lease>,
@@ -213,7 +213,7 @@ impl Sessions {
         max_sessions: usize,
         store: Arc<dyn SessionStore>,
         events: Arc<dyn EventStore>,
-        ownership: Option<Arc<dyn Ownership>>,
+        holders: Option<Arc<dyn Holders>>,
         timing: Timing,
         shutdown: CancellationToken,
     ) -> Self {
@@ -235,7 +235,7 @@ impl Sessions {
             live,
             store,
             events,
-            ownership,
+            holders,
             lease: Arc::new(Lease::default()),
             elsewhere: parking_lot::Mutex::new(HashMap::new()),
             timing,
@@ -251,19 +251,19 @@ impl Sessions {
     /// The holder a live peer was last seen to be, up to `age` ago.
     fn elsewhere_within(&self, id: &str, age: Duration) -> Option<String> {
         let map = self.elsewhere.lock();
-        let (node, at) = map.get(id)?;
-        (at.elapsed() < age).then(|| node.clone())
+        let (holder, at) = map.get(id)?;
+        (at.elapsed() < age).then(|| holder.clone())
     }
 
-    /// Remembers that `node` holds session `id`. Only for an id that opened under this
+    /// Remembers that `holder` holds session `id`. Only for an id that opened under this
     /// deployment's secret (one held here, or one [`Sessions::find`] checked): [`Sessions::find`]
     /// does not open a remembered id again.
-    fn remember_elsewhere(&self, id: &str, node: &str) {
+    fn remember_elsewhere(&self, id: &str, holder: &str) {
         let mut map = self.elsewhere.lock();
         if map.len() >= ELSEWHERE_MAX {
             map.clear();
         }
-        map.insert(id.into(), (node.to_string(), Instant::now()));
+        map.insert(id.into(), (holder.to_string(), Instant::now()));
     }
 
     /// Records that the 2024-11-05 stream of session `id` is open on this instance.
@@ -300,13 +300,13 @@ impl Sessions {
             .map(|stream| stream.runs.clone())
     }
 
-    /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal `owner` (or,
-    /// like it, by no principal): only that caller may initialize its session.
-    pub fn legacy_stream_owned_by(&self, id: &str, owner: Option<&str>) -> bool {
+    /// Whether `id`'s 2024-11-05 stream, open here, was opened by the principal of fingerprint
+    /// `principal` (or, like it, by no principal): only that caller may initialize its session.
+    pub fn legacy_stream_opened_by(&self, id: &str, principal: Option<&str>) -> bool {
         self.legacy_streams
             .lock()
             .get(id)
-            .is_some_and(|stream| stream.owner.as_deref() == owner)
+            .is_some_and(|stream| stream.principal.as_deref() == principal)
     }
 
     /// Records that the 2024-11-05 stream of session `id` closed here.
@@ -334,9 +334,9 @@ impl Sessions {
         self
     }
 
-    /// Whether owner-side writes are fenced (distributed mode: an ownership seam is installed).
+    /// Whether holder-side writes are fenced (distributed mode: a [`Holders`] seam is installed).
     fn fenced(&self) -> bool {
-        self.ownership.is_some()
+        self.holders.is_some()
     }
 
     /// This instance's machine id, as session records name it.
@@ -379,7 +379,7 @@ impl Sessions {
             return Err(OpenError::NoSecret);
         };
         let payload = SessionIdPayload {
-            node_id: self.machine_id.clone(),
+            holder: self.machine_id.clone(),
             // Tagged with this instance (`id.rs`): its tracking connection hears of its ids only.
             uuid: minted_uuid(&self.machine_id).to_string(),
             iat: unix_secs(),
@@ -411,7 +411,7 @@ impl Sessions {
         version: ProtocolVersion,
         client_info: Value,
         client_capabilities: Value,
-        owner: Option<&str>,
+        principal: Option<&str>,
     ) -> Result<Arc<Session>, OpenError> {
         let session = Arc::new(Session::new(
             id.into(),
@@ -419,7 +419,7 @@ impl Sessions {
             client_info,
             client_capabilities,
             self.shutdown.clone(),
-            owner,
+            principal,
         ));
         session.set_epoch(1);
         let term = self.lease.term();
@@ -480,10 +480,10 @@ impl Sessions {
         // remembered, see `remember_elsewhere`), so its seal is not opened again (a relaying
         // instance would open it on every request: about 8,600 instructions each); whether it
         // ended here is still asked.
-        if let Some(node) = self.remembered_elsewhere(id) {
+        if let Some(holder) = self.remembered_elsewhere(id) {
             return match self.ended_here(id) {
                 Some(missing) => Lookup::Missing(missing),
-                None => Lookup::Elsewhere(node),
+                None => Lookup::HeldElsewhere(holder),
             };
         }
         // Boxed: reading, claiming and recreating a session not held here is most of this
@@ -522,20 +522,20 @@ impl Sessions {
         };
         match self.read_within(id, bound).await {
             Ok(Some(record)) => {
-                let owner = match &self.ownership {
-                    Some(o) => o.owner(&record).await,
-                    None => Owner::Here,
+                let holder = match &self.holders {
+                    Some(o) => o.holder(&record).await,
+                    None => Holder::Here,
                 };
-                let previous = match owner {
-                    Owner::Peer(node) => {
-                        self.remember_elsewhere(id, &node);
-                        return Lookup::Elsewhere(node);
+                let previous = match holder {
+                    Holder::Peer(peer) => {
+                        self.remember_elsewhere(id, &peer);
+                        return Lookup::HeldElsewhere(peer);
                     }
-                    Owner::TakeOver(node) => Some(node),
-                    Owner::Here => None,
+                    Holder::TakeOver(gone) => Some(gone),
+                    Holder::Here => None,
                 };
                 // Checked before the claim: a stranger's request moves nothing.
-                if record.owner.as_deref() != caller {
+                if record.principal.as_deref() != caller {
                     return Self::stranger(id);
                 }
                 if self.fenced() {
@@ -543,8 +543,8 @@ impl Sessions {
                 }
                 match self.recreate(record).await {
                     Some(s) => {
-                        if let Some(previous_node_id) = previous {
-                            tracing::info!(session_id = %super::LogId(&s.id), %previous_node_id, "[HA] Took over session from a stopped node");
+                        if let Some(previous) = previous {
+                            tracing::info!(session_id = %super::LogId(&s.id), previous_node_id = %previous, "[HA] Took over session from a stopped node");
                         }
                         Lookup::Held(s)
                     }
@@ -553,9 +553,9 @@ impl Sessions {
             }
             Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(why) => match stale {
-                Some(node) => {
-                    tracing::warn!(error = %why, holder = %node, "the session store could not be read; relaying to the holder last seen");
-                    Lookup::Elsewhere(node)
+                Some(holder) => {
+                    tracing::warn!(error = %why, holder = %holder, "the session store could not be read; relaying to the holder last seen");
+                    Lookup::HeldElsewhere(holder)
                 }
                 None => {
                     tracing::warn!(error = %why, wait_ms = bound.as_millis() as u64, "the session store could not be read for a session this instance does not hold");
@@ -581,11 +581,11 @@ impl Sessions {
             return Lookup::Missing(Missing::Unknown);
         }
         match self.read(id).await {
-            Ok(Some(record)) if record.owner.as_deref() != caller => Self::stranger(id),
-            Ok(Some(record)) if record.node_id == previous && self.fenced() => {
+            Ok(Some(record)) if record.principal.as_deref() != caller => Self::stranger(id),
+            Ok(Some(record)) if record.holder == previous && self.fenced() => {
                 self.claim(record, Some(previous.to_string())).await
             }
-            Ok(Some(record)) if record.node_id == previous => match self.recreate(record).await {
+            Ok(Some(record)) if record.holder == previous => match self.recreate(record).await {
                 Some(s) => {
                     tracing::info!(session_id = %super::LogId(&s.id), previous_node_id = %previous, "[HA] Took over session from a stopped node");
                     Lookup::Held(s)
@@ -602,7 +602,7 @@ impl Sessions {
     /// 2024-11-05 transport's, tied to its stream): held here (and still stored), on the peer
     /// that minted its id (its stream is there, initialized or not, whether or not the store
     /// answers and whether or not that peer's heartbeat is current: the relay finds out), or
-    /// missing. Without an [`Ownership`] a session not held here is never read from the store:
+    /// missing. Without a [`Holders`] a session not held here is never read from the store:
     /// it cannot be served here.
     pub async fn find_pinned(&self, id: &str) -> Lookup {
         // Held here is not enough: another instance may have ended it (its stored record is
@@ -622,7 +622,7 @@ impl Sessions {
         if payload.protocol != LEGACY_SSE_PROTOCOL {
             return Lookup::Missing(Missing::Unknown);
         }
-        let Some(owner) = &self.ownership else {
+        let Some(holders) = &self.holders else {
             return Lookup::Missing(Missing::Unknown);
         };
         // Such a session never moves: its stream is on the instance that minted its id, for
@@ -630,34 +630,34 @@ impl Sessions {
         // `initialize`). A request for one minted elsewhere goes there without reading the
         // store (which may not answer: the relay does not need it). That instance answers for
         // the id itself; one that no longer runs is no holder (the relay says so).
-        if payload.node_id != self.machine_id {
-            return Lookup::Elsewhere(payload.node_id);
+        if payload.holder != self.machine_id {
+            return Lookup::HeldElsewhere(payload.holder);
         }
         // Minted here, and not held: its stream closed, or this process is not the one that
         // opened it (restarted under the same machine id).
         match self.read(id).await {
-            Ok(Some(record)) => match owner.owner(&record).await {
-                Owner::Peer(node) => Lookup::Elsewhere(node),
+            Ok(Some(record)) => match holders.holder(&record).await {
+                Holder::Peer(peer) => Lookup::HeldElsewhere(peer),
                 // Its stream was on the stopped holder: nothing to take over.
-                Owner::Here | Owner::TakeOver(_) => Lookup::Missing(Missing::Unknown),
+                Holder::Here | Holder::TakeOver(_) => Lookup::Missing(Missing::Unknown),
             },
             Ok(None) => Lookup::Missing(Missing::Unknown),
             Err(_) => Lookup::Missing(Missing::StoreUnavailable),
         }
     }
 
-    /// Whether pinned session `id`'s stream is gone for good: the process of `minter` (the
+    /// Whether pinned session `id`'s stream is gone for good: the process of `holder` (the
     /// instance that minted the id, and opened its stream) that ran when the id was minted is
     /// gone (stopped, crashed, or restarted since). Nothing can take such a session over, so
     /// it ended with that process. `false` whenever that is not certain.
-    pub async fn pinned_stream_gone(&self, id: &str, minter: &str) -> bool {
-        let (Some(owner), Some(payload)) = (&self.ownership, self.opened(id)) else {
+    pub async fn pinned_stream_gone(&self, id: &str, holder: &str) -> bool {
+        let (Some(holders), Some(payload)) = (&self.holders, self.opened(id)) else {
             return false;
         };
         // `iat` counts whole seconds: the end of that second, so that a process that started
         // in the same second as the id was minted is never taken for a newer one.
-        let minted_by = payload.iat.saturating_mul(1000).saturating_add(999);
-        owner.process_gone(minter, minted_by).await
+        let minted_at = payload.iat.saturating_mul(1000).saturating_add(999);
+        holders.process_gone(holder, minted_at).await
     }
 
     /// Whether `id` is a 2024-11-05 session's (`GET /sse`): it lives in its stream, on the

@@ -87,7 +87,7 @@ impl Sessions {
         let every = self.timing.refresh_every_ms;
         let limit = self.timing.check_timeout;
         let fence = fenced.then(|| Fence {
-            node_id: self.machine_id.clone(),
+            holder: self.machine_id.clone(),
             epoch: session.epoch(),
         });
         session.begin_confirm();
@@ -166,18 +166,18 @@ impl Sessions {
                 Lookup::Missing(Missing::Expired)
             }
             Checked {
-                standing: Standing::Lost { node_id, epoch },
+                standing: Standing::Lost { holder, epoch },
                 ..
             } => {
-                tracing::warn!(session_id = %LogId(&session.id), owner_node_id = %node_id, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
+                tracing::warn!(session_id = %LogId(&session.id), owner_node_id = %holder, owner_epoch = epoch, held_epoch = session.epoch(), "[HA] Another node took this session over while this node was unreachable — dropping it here");
                 self.live.release(&session.id);
                 self.events.release(&session.id).await;
-                if node_id == self.machine_id {
+                if holder == self.machine_id {
                     // Claimed again under this very id (a restart reusing it): read it anew.
                     return Lookup::Missing(Missing::StoreUnavailable);
                 }
-                self.remember_elsewhere(&session.id, &node_id);
-                Lookup::Elsewhere(node_id)
+                self.remember_elsewhere(&session.id, &holder);
+                Lookup::HeldElsewhere(holder)
             }
         }
     }
@@ -198,7 +198,7 @@ impl Sessions {
             tokio::time::timeout(limit, self.store.claim(&record, &self.machine_id)).await;
         let epoch = match claimed {
             Ok(Ok(Claim::Won(epoch))) => epoch,
-            Ok(Ok(Claim::Lost { node_id, epoch })) if node_id == self.machine_id => {
+            Ok(Ok(Claim::Lost { holder, epoch })) if holder == self.machine_id => {
                 // Another request for it on this instance claimed it a moment ago (it is held
                 // here in a moment), or this instance's orphan scanner did, which claims in the
                 // store only: then it is held here now, at the epoch the store gave it (it was
@@ -208,10 +208,10 @@ impl Sessions {
                     None => epoch,
                 }
             }
-            Ok(Ok(Claim::Lost { node_id, epoch })) => {
-                tracing::info!(session_id = %LogId(&record.id), winner = %node_id, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
-                self.remember_elsewhere(&record.id, &node_id);
-                return Lookup::Elsewhere(node_id);
+            Ok(Ok(Claim::Lost { holder, epoch })) => {
+                tracing::info!(session_id = %LogId(&record.id), winner = %holder, winner_epoch = epoch, "[HA] Another node claimed this session first — relaying to it");
+                self.remember_elsewhere(&record.id, &holder);
+                return Lookup::HeldElsewhere(holder);
             }
             Ok(Ok(Claim::Gone)) => return Lookup::Missing(Missing::Unknown),
             Ok(Err(e)) => {
@@ -233,12 +233,12 @@ impl Sessions {
             return Lookup::Missing(Missing::Full);
         };
         if created {
-            tracing::info!(session_node = %record.node_id, epoch, "[TransportService] Recreating transport from stored session");
+            tracing::info!(session_node = %record.holder, epoch, "[TransportService] Recreating transport from stored session");
             tracing::info!(
                 "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
             );
-            if let Some(previous_node_id) = previous {
-                tracing::info!(session_id = %LogId(&session.id), %previous_node_id, "[HA] Took over session from a stopped node");
+            if let Some(previous) = previous {
+                tracing::info!(session_id = %LogId(&session.id), previous_node_id = %previous, "[HA] Took over session from a stopped node");
             }
         }
         Lookup::Held(session)
@@ -267,14 +267,14 @@ impl Sessions {
         if !created {
             return Some(session);
         }
-        tracing::info!(session_node = %record.node_id, "[TransportService] Recreating transport from stored session");
+        tracing::info!(session_node = %record.holder, "[TransportService] Recreating transport from stored session");
         tracing::info!(
             "[StreamableHttpAdapter] Marked transport as pre-initialized for session recreation"
         );
         // Written back before the request is served, not in the background: a write landing
         // after a DELETE of the same session would bring it back to life.
         let record = SessionRecord {
-            node_id: self.machine_id.clone(),
+            holder: self.machine_id.clone(),
             ..record
         };
         if let Err(why) = self.write(&record).await {
@@ -293,7 +293,7 @@ impl Sessions {
             record.client_info.clone(),
             record.client_capabilities.clone(),
             self.shutdown.clone(),
-            record.owner.as_deref(),
+            record.principal.as_deref(),
         ));
         session.set_epoch(record.epoch);
         session.mark_persisted();
@@ -305,13 +305,13 @@ impl Sessions {
         let (client_info, client_capabilities) = session.client_values();
         SessionRecord {
             id: session.id.to_string(),
-            node_id: self.machine_id.clone(),
+            holder: self.machine_id.clone(),
             protocol_version: session.version.as_str().into(),
             client_info,
             client_capabilities,
             created_at: unix_ms(),
             epoch: session.epoch(),
-            owner: session.owner().map(String::from),
+            principal: session.principal().map(String::from),
         }
     }
 
@@ -362,17 +362,15 @@ mod tests {
 
     use super::super::{Lookup, Sessions, Timing};
     use crate::events::MemoryEventStore;
-    use crate::session::{
-        Claim, MemorySessionStore, Owner, Ownership, SessionRecord, SessionStore,
-    };
+    use crate::session::{Claim, Holder, Holders, MemorySessionStore, SessionRecord, SessionStore};
 
     /// Distributed mode's seam as it answers a record naming a holder that is gone.
     struct HolderGone;
 
     #[async_trait]
-    impl Ownership for HolderGone {
-        async fn owner(&self, record: &SessionRecord) -> Owner {
-            Owner::TakeOver(record.node_id.clone())
+    impl Holders for HolderGone {
+        async fn holder(&self, record: &SessionRecord) -> Holder {
+            Holder::TakeOver(record.holder.clone())
         }
     }
 
@@ -405,7 +403,7 @@ mod tests {
         match sessions.claim(read, Some("gone".into())).await {
             Lookup::Held(s) => assert_eq!(s.epoch(), 2),
             Lookup::Missing(why) => panic!("refused: {why:?}"),
-            Lookup::Elsewhere(node) => panic!("sent to {node}"),
+            Lookup::HeldElsewhere(holder) => panic!("sent to {holder}"),
         }
     }
 }

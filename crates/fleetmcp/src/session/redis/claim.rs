@@ -254,7 +254,7 @@ impl RedisSessionStore {
         for &i in batch {
             let record = &records[i];
             cmd.arg(self.key(&record.id))
-                .arg(&record.node_id)
+                .arg(&record.holder)
                 .arg(record.epoch)
                 .arg(Self::encode(&self.claimed_wire(record, to, now))?);
         }
@@ -271,7 +271,7 @@ impl RedisSessionStore {
     ) -> Result<redis::ScriptInvocation<'_>, StoreError> {
         let mut inv = self.claim.prepare_invoke();
         inv.key(self.key(&record.id))
-            .arg(&record.node_id)
+            .arg(&record.holder)
             .arg(record.epoch)
             .arg(Self::encode(&self.claimed_wire(record, to, now))?)
             .arg(self.ttl_ms);
@@ -290,7 +290,7 @@ impl RedisSessionStore {
         cmd.arg(CLAIM)
             .arg(1)
             .arg(self.key(&record.id))
-            .arg(&record.node_id)
+            .arg(&record.holder)
             .arg(record.epoch)
             .arg(Self::encode(&self.claimed_wire(record, to, now))?)
             .arg(self.ttl_ms);
@@ -311,7 +311,7 @@ impl RedisSessionStore {
         }
         cmd.arg(self.ttl_ms);
         for record in records {
-            cmd.arg(&record.node_id)
+            cmd.arg(&record.holder)
                 .arg(record.epoch)
                 .arg(Self::encode(&self.claimed_wire(record, to, now))?);
         }
@@ -321,12 +321,12 @@ impl RedisSessionStore {
     /// The record `record` becomes when `to` claims it at `now`.
     fn claimed_wire(&self, record: &SessionRecord, to: &str, now: u64) -> StoredRecord {
         let mut wire = self.wire(&SessionRecord {
-            node_id: to.to_string(),
+            holder: to.to_string(),
             epoch: record.epoch + 1,
             ..record.clone()
         });
         wire.reassigned_at = Some(now);
-        wire.reassigned_from = Some(record.node_id.clone());
+        wire.reassigned_from = Some(record.holder.clone());
         wire
     }
 
@@ -362,8 +362,8 @@ impl RedisSessionStore {
         }
         let mut from: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
         // A claim from itself (a holder taking back what its own scanner adopted) stays put.
-        for r in won.iter().filter(|r| r.node_id != to) {
-            from.entry(self.index_key(&r.node_id, &r.id))
+        for r in won.iter().filter(|r| r.holder != to) {
+            from.entry(self.index_key(&r.holder, &r.id))
                 .or_default()
                 .push(r.id.as_str());
         }
@@ -389,10 +389,10 @@ impl RedisSessionStore {
         }
     }
 
-    fn claim_answer(record: &SessionRecord, (code, node_id, epoch): (i64, String, u64)) -> Claim {
+    fn claim_answer(record: &SessionRecord, (code, holder, epoch): (i64, String, u64)) -> Claim {
         match code {
             1 => Claim::Won(record.epoch + 1),
-            2 => Claim::Lost { node_id, epoch },
+            2 => Claim::Lost { holder, epoch },
             _ => Claim::Gone,
         }
     }

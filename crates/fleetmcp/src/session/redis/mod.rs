@@ -115,7 +115,9 @@ struct StoredSession {
     id: String,
     protocol: String,
     created_at: u64,
-    node_id: String,
+    /// The holder: `session.nodeId` in the contract.
+    #[serde(rename = "nodeId")]
+    holder: String,
 }
 
 impl StoredRecord {
@@ -126,7 +128,7 @@ impl StoredRecord {
                 id: if compact { String::new() } else { r.id.clone() },
                 protocol: "streamable-http".into(),
                 created_at: r.created_at,
-                node_id: r.node_id.clone(),
+                holder: r.holder.clone(),
             },
             created_at: r.created_at,
             last_accessed_at: unix_ms(),
@@ -137,7 +139,7 @@ impl StoredRecord {
             epoch: r.epoch,
             reassigned_at: None,
             reassigned_from: None,
-            authorization_id: r.owner.clone(),
+            authorization_id: r.principal.clone(),
         }
     }
 
@@ -149,13 +151,13 @@ impl StoredRecord {
         }
         Some(SessionRecord {
             id: id.to_string(),
-            node_id: self.session.node_id,
+            holder: self.session.holder,
             protocol_version: self.protocol_version,
             client_info: self.client_info,
             client_capabilities: self.client_capabilities,
             created_at: self.session.created_at,
             epoch: self.epoch,
-            owner: self.authorization_id,
+            principal: self.authorization_id,
         })
     }
 }
@@ -472,11 +474,11 @@ impl SessionStore for RedisSessionStore {
             && let Some(holds) = self
                 .conn
                 .shared::<super::IndexBuckets>()
-                .created(&record.node_id)
+                .created(&record.holder)
         {
             // More buckets first (one script, a few times in an instance's life), so that no
             // bucket outgrows Redis's compact encoding while sessions open faster than beats.
-            if let Err(e) = super::index::grow(&self.conn, &record.node_id, holds).await {
+            if let Err(e) = super::index::grow(&self.conn, &record.holder, holds).await {
                 tracing::debug!(error = %e, "the session index's bucket count was not grown");
             }
         }
@@ -487,7 +489,7 @@ impl SessionStore for RedisSessionStore {
             .arg(self.ttl_ms);
         let mut index = redis::cmd("ZADD");
         index
-            .arg(self.index_key(&record.node_id, &record.id))
+            .arg(self.index_key(&record.holder, &record.id))
             .arg(unix_ms())
             .arg(&record.id);
         if self.conn.config().is_cluster() {
@@ -524,7 +526,7 @@ impl SessionStore for RedisSessionStore {
             Some(f) => {
                 inv = self.check.prepare_invoke();
                 inv.key(&key)
-                    .arg(&f.node_id)
+                    .arg(&f.holder)
                     .arg(f.epoch)
                     .arg(refresh)
                     .arg(self.ttl_ms);
@@ -554,7 +556,7 @@ impl SessionStore for RedisSessionStore {
             // Best effort, like every index write (the record is the truth).
             let mut index = redis::cmd("ZADD");
             index
-                .arg(self.index_key(&f.node_id, id))
+                .arg(self.index_key(&f.holder, id))
                 .arg(unix_ms())
                 .arg(id);
             if let Err(e) = self.run::<i64>(index).await {
@@ -563,7 +565,7 @@ impl SessionStore for RedisSessionStore {
         }
         let standing = match answer {
             (1, ..) => Standing::Mine,
-            (2, node_id, epoch) => Standing::Lost { node_id, epoch },
+            (2, holder, epoch) => Standing::Lost { holder, epoch },
             _ => Standing::Gone,
         };
         Ok(Checked {
@@ -591,13 +593,13 @@ mod tests {
     fn wire_layout_matches_the_contract() {
         let r = SessionRecord {
             id: "s1".into(),
-            node_id: "desk-a".into(),
+            holder: "desk-a".into(),
             protocol_version: "2025-06-18".into(),
             client_info: serde_json::json!({"name": "c"}),
             client_capabilities: serde_json::json!({"elicitation": {}}),
             created_at: 42,
             epoch: 3,
-            owner: None,
+            principal: None,
         };
         let v = serde_json::to_value(StoredRecord::from_record(&r, false)).unwrap();
         assert_eq!(v["session"]["nodeId"], "desk-a");
@@ -616,13 +618,13 @@ mod tests {
     fn empty_optional_fields_are_left_out_and_read_back_as_before() {
         let r = SessionRecord {
             id: "s1".into(),
-            node_id: "desk-a".into(),
+            holder: "desk-a".into(),
             protocol_version: "2025-11-25".into(),
             client_info: Value::Null,
             client_capabilities: serde_json::json!({}),
             created_at: 42,
             epoch: 1,
-            owner: None,
+            principal: None,
         };
         let text = serde_json::to_string(&StoredRecord::from_record(&r, false)).unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -664,7 +666,7 @@ mod tests {
             .into_record("s1")
             .unwrap();
         assert_eq!(r.id, "s1");
-        assert_eq!(r.node_id, "desk-a");
+        assert_eq!(r.holder, "desk-a");
         assert_eq!(r.protocol_version, "2025-06-18");
         assert_eq!(r.client_info, serde_json::json!({"name": "c"}));
         assert_eq!(r.client_capabilities, serde_json::json!({}));
@@ -676,13 +678,13 @@ mod tests {
     fn typical() -> SessionRecord {
         SessionRecord {
             id: "A".repeat(62),
-            node_id: "desk-a".into(),
+            holder: "desk-a".into(),
             protocol_version: "2025-11-25".into(),
             client_info: serde_json::json!({"name": "bench", "version": "1.0"}),
             client_capabilities: serde_json::json!({}),
             created_at: 1_765_086_902_000,
             epoch: 1,
-            owner: None,
+            principal: None,
         }
     }
 

@@ -141,7 +141,7 @@ impl RedisTaskStore {
         record
             .executor
             .as_ref()
-            .map(|e| self.executor_index(&e.node_id))
+            .map(|e| self.executor_index(&e.machine_id))
             .unwrap_or_default()
     }
 
@@ -183,7 +183,7 @@ impl RedisTaskStore {
             cmd.arg(status).arg(&seen.last_updated_at).arg(
                 seen.executor
                     .as_ref()
-                    .map(|e| e.node_id.as_str())
+                    .map(|e| e.machine_id.as_str())
                     .unwrap_or(""),
             );
         }
@@ -504,7 +504,7 @@ impl TaskStore for RedisTaskStore {
                 done.push(key.clone());
                 continue;
             };
-            if ex.node_id != node || record.status.is_terminal() {
+            if ex.machine_id != node || record.status.is_terminal() {
                 done.push(key.clone());
                 continue;
             }

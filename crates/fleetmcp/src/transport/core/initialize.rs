@@ -72,7 +72,7 @@ pub(in crate::transport) async fn open(
     app: &App,
     sid: Option<&str>,
     params: Option<&RawValue>,
-    owner: Option<&str>,
+    principal: Option<&str>,
     key: &LimitKey,
 ) -> Result<(Arc<Session>, Value), Refused> {
     let p: InitializeParams =
@@ -119,7 +119,7 @@ pub(in crate::transport) async fn open(
     let version = version.unwrap_or(version_asked);
     let session = match app
         .sessions()
-        .open(sid, version, client_info, capabilities, owner)
+        .open(sid, version, client_info, capabilities, principal)
         .await
     {
         Ok(s) => s,

@@ -19,7 +19,7 @@ use axum::response::Response;
 use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::value::RawValue;
 
-use super::head::only;
+use super::request_headers::only;
 use super::{Endpoint, EndpointState, respond};
 use crate::app::App;
 use crate::auth::{AuthError, Authorizer, Principal};
@@ -81,7 +81,7 @@ pub(super) fn principal(extensions: &http::Extensions) -> Option<Arc<Principal>>
 }
 
 /// Its fingerprint, what a session records of who made it.
-pub(super) fn owner(principal: &Option<Arc<Principal>>) -> Option<&str> {
+pub(super) fn fingerprint(principal: &Option<Arc<Principal>>) -> Option<&str> {
     principal.as_deref().map(Principal::fingerprint)
 }
 

@@ -18,8 +18,8 @@ use serde::de::{DeserializeSeed, Deserializer, Error as _, IgnoredAny, SeqAccess
 use serde_json::json;
 
 use super::client_key::Client;
-use super::head::{Head, Version};
 use super::locate::{self, Asker};
+use super::request_headers::{RequestHead, Version};
 use super::respond;
 use crate::app::App;
 use crate::context::Caller;
@@ -33,7 +33,7 @@ use crate::transport::core::json_array;
 /// version without batches (2025-06-18 and later, 2026-07-28) refuses it at once (`400`
 /// `-32600`, or `-32700` for a body that is not JSON, as for any request). An unknown
 /// version is left to [`super::era::decide`], which answers it like any request.
-pub(super) fn check_header_version(head: &Head, body: &[u8]) -> Result<(), Response> {
+pub(super) fn check_header_version(head: &RequestHead, body: &[u8]) -> Result<(), Response> {
     let refused = match head.version {
         Version::Session(version) if !version.allows_batches() => version.as_str(),
         Version::Stateless(name) => name,
@@ -399,7 +399,7 @@ mod props {
                 // Batches exist in 2025-03-26 only; an unknown version is left to a later check.
                 matches!(v, "2024-11-05" | "2025-06-18" | "2025-11-25" | "2026-07-28")
             });
-            match check_header_version(&Head::read(&headers), body.as_bytes()) {
+            match check_header_version(&RequestHead::read(&headers), body.as_bytes()) {
                 Ok(()) => prop_assert!(!(is_batch && without_batches)),
                 Err(res) => {
                     prop_assert!(is_batch && without_batches);

@@ -9,12 +9,12 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::head::Head;
+use super::request_headers::RequestHead;
 use super::respond;
 use crate::protocol::errors;
 
 /// `Content-Type` and `Accept` of a POST, before the body is read.
-pub(super) fn post_headers(head: &Head) -> Result<(), Response> {
+pub(super) fn post_headers(head: &RequestHead) -> Result<(), Response> {
     json_body(head)?;
     // Lenient when Accept is absent (some clients omit it), strict when it excludes us.
     if head.accept.is_some_and(|a| !a.json && !a.sse) {
@@ -32,7 +32,7 @@ pub(super) fn post_headers(head: &Head) -> Result<(), Response> {
 /// A POST's body must be JSON (`Content-Type`), before it is read: on `/mcp`, and on the
 /// 2024-11-05 transport's `/message`, whose answer goes to the stream (so `Accept` says
 /// nothing there).
-pub(super) fn json_body(head: &Head) -> Result<(), Response> {
+pub(super) fn json_body(head: &RequestHead) -> Result<(), Response> {
     if head.json_body {
         return Ok(());
     }
@@ -44,7 +44,7 @@ pub(super) fn json_body(head: &Head) -> Result<(), Response> {
 }
 
 /// A GET must accept `text/event-stream`.
-pub(super) fn get_headers(head: &Head) -> Result<(), Response> {
+pub(super) fn get_headers(head: &RequestHead) -> Result<(), Response> {
     if head.accept.is_some_and(|a| a.sse) {
         return Ok(());
     }
@@ -63,7 +63,7 @@ mod tests {
     /// `Application/JSON` was accepted; a wildcard's type compared case-sensitively.
     #[test]
     fn wildcards_match_case_insensitively() {
-        use super::super::head::covers;
+        use super::super::request_headers::covers;
         assert!(covers("Application/*", "application/json"));
         assert!(covers("TEXT/*", "text/event-stream"));
         assert!(!covers("text/*", "application/json"));
@@ -78,7 +78,7 @@ mod tests {
             header::ACCEPT,
             http::HeaderValue::from_static("Application/*"),
         );
-        assert!(post_headers(&Head::read(&h)).is_ok());
+        assert!(post_headers(&RequestHead::read(&h)).is_ok());
     }
 }
 
@@ -234,7 +234,7 @@ mod props {
             let takes = accept.as_ref().is_none_or(|list| {
                 list.iter().any(|(_, m)| matches!(*m, "text/event-stream" | "*/*" | "text/*"))
             });
-            let head = Head::read(&h);
+            let head = RequestHead::read(&h);
             prop_assert_eq!(head.takes_sse(), takes);
             match post_headers(&head) {
                 Ok(()) => prop_assert!(json && acceptable),
@@ -254,7 +254,7 @@ mod props {
             for a in &accept {
                 h.append(header::ACCEPT, HeaderValue::from_bytes(a).expect("valid header bytes"));
             }
-            let head = Head::read(&h);
+            let head = RequestHead::read(&h);
             if let Err(res) = post_headers(&head) {
                 prop_assert!(matches!(res.status().as_u16(), 406 | 415));
             }

@@ -80,8 +80,8 @@ impl Client {
     }
 
     /// Its principal's fingerprint, what a session records of who made it.
-    pub(super) fn owner(&self) -> Option<&str> {
-        authorize::owner(&self.principal)
+    pub(super) fn fingerprint(&self) -> Option<&str> {
+        authorize::fingerprint(&self.principal)
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! | extractor | in front of | what runs |
 //! |---|---|---|
-//! | [`Post`] | `POST /mcp` | its [`Head`] read once, then `Content-Type` (415), `Accept` (406): [`checks`]; who sent it ([`Client`]); then what [`Located`] says |
+//! | [`Post`] | `POST /mcp` | its [`RequestHead`] read once, then `Content-Type` (415), `Accept` (406): [`checks`]; who sent it ([`Client`]); then what [`Located`] says |
 //! | [`SessionEra`] | `GET`, `DELETE /mcp` | a request of another era: `405` (or `400`): [`era`] |
 //! | [`GetHeaders`] | `GET /mcp` | `Accept: text/event-stream` (406) |
 //! | [`Client`] | `DELETE /mcp`, `/sse`, `/message` (and within [`Post`]) | who sent it: principal, limit key ([`super::client_key`]) |
@@ -28,8 +28,8 @@ use http::request::Parts;
 use http::{HeaderMap, Method, StatusCode};
 
 use super::client_key::Client;
-use super::head::Head;
 use super::locate::{self, Asker, Located};
+use super::request_headers::RequestHead;
 use super::{Endpoint, authorize, batch, checks, era, respond};
 use crate::protocol::errors;
 use crate::session::{Missing, Session};
@@ -49,7 +49,7 @@ impl FromRequestParts<Arc<Endpoint>> for GetHeaders {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _: &Arc<Endpoint>) -> Result<Self, Response> {
-        checks::get_headers(&Head::read(&parts.headers)).map(|()| GetHeaders)
+        checks::get_headers(&RequestHead::read(&parts.headers)).map(|()| GetHeaders)
     }
 }
 
@@ -64,7 +64,7 @@ impl FromRequestParts<Arc<Endpoint>> for SessionEra {
     }
 }
 
-/// `POST /mcp` at its edge, in this order: its head read once ([`Head`]) and checked
+/// `POST /mcp` at its edge, in this order: its head read once ([`RequestHead`]) and checked
 /// (`Content-Type` 415, `Accept` 406: [`checks`]), who sent it ([`Client`]), then its body
 /// read and where it is served decided from its headers, before the body is parsed
 /// ([`Located`]).
@@ -77,7 +77,7 @@ impl FromRequest<Arc<Endpoint>> for Post {
     type Rejection = Response;
 
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
-        let head = Head::read(req.headers());
+        let head = RequestHead::read(req.headers());
         checks::post_headers(&head)?;
         let (parts, body) = req.into_parts();
         let client = Client::of(&ep.app, &parts);
@@ -95,7 +95,8 @@ impl FromRequest<Arc<Endpoint>> for Post {
             return Ok(Post { client, located });
         }
         let principal = authorize::principal(&parts.extensions);
-        let located = locate::resolve(ep, parts, head, body, authorize::owner(&principal)).await?;
+        let located =
+            locate::resolve(ep, parts, head, body, authorize::fingerprint(&principal)).await?;
         Ok(Post { client, located })
     }
 }
@@ -120,9 +121,9 @@ impl FromRequest<Arc<Endpoint>> for Held {
             _ => Asker::Get,
         };
         let principal = authorize::principal(&parts.extensions);
-        let owner = authorize::owner(&principal);
-        let head = Head::read(&parts.headers);
-        let located = locate::resolve(ep, parts, head, Bytes::new(), owner).await?;
+        let fingerprint = authorize::fingerprint(&principal);
+        let head = RequestHead::read(&parts.headers);
+        let located = locate::resolve(ep, parts, head, Bytes::new(), fingerprint).await?;
         match located.session {
             Ok(session) => Ok(Held {
                 session,
@@ -167,14 +168,14 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
     type Rejection = Response;
 
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
-        checks::json_body(&Head::read(req.headers()))?;
+        checks::json_body(&RequestHead::read(req.headers()))?;
         let (parts, body) = req.into_parts();
         let sid = message_session_id(parts.uri.query())?;
         let (parts, body) = received(parts, body, ep).await?;
         // The relay seam: decided from the query alone, before the body is parsed.
         let principal = authorize::principal(&parts.extensions);
-        let owner = authorize::owner(&principal);
-        let session = locate::pinned(ep, &sid, parts, &body, owner).await?;
+        let fingerprint = authorize::fingerprint(&principal);
+        let session = locate::pinned(ep, &sid, parts, &body, fingerprint).await?;
         Ok(Pinned { sid, session, body })
     }
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::head::{Head, PROTOCOL_VERSION, only};
+use super::request_headers::{PROTOCOL_VERSION, RequestHead, only};
 use super::respond;
 use crate::config::DefaultEra;
 use crate::protocol::{Message, ProtocolVersion, errors};
@@ -25,14 +25,14 @@ use crate::telemetry::labels::{self, Era};
 
 /// A session-era request by its headers alone: it carries a session and no version header of
 /// another era. This is the hot path, and the only requests the relay seam considers.
-fn is_session_request(head: &Head) -> bool {
+fn is_session_request(head: &RequestHead) -> bool {
     head.session && !head.version.names_non_session()
 }
 
 /// [`is_session_request`], for a POST in front of its route: when it is one, the session era
 /// is noted for its metrics (a relayed request gets no other label), and [`decide`] keeps it,
 /// but for a method only 2026-07-28 has.
-pub(super) fn session_by_headers(head: &Head) -> bool {
+pub(super) fn session_by_headers(head: &RequestHead) -> bool {
     let session = is_session_request(head);
     if session {
         labels::note_era(Era::Session);
@@ -45,7 +45,7 @@ pub(super) fn session_by_headers(head: &Head) -> bool {
 /// the session era, whose version header must then name a version we speak (`400` otherwise).
 pub(super) fn decide(
     default: DefaultEra,
-    head: &Head,
+    head: &RequestHead,
     headers: &HeaderMap,
     message: Option<&Message>,
 ) -> Result<Era, Response> {
@@ -61,7 +61,7 @@ pub(super) fn decide(
 /// GET and DELETE exist in the session era only: what each answers a request of another era,
 /// before anything else is checked. (HEAD is GET's: axum serves it with GET's handler.)
 pub(super) fn session_only(method: &Method, h: &HeaderMap) -> Result<(), Response> {
-    let head = Head::read(h);
+    let head = RequestHead::read(h);
     if *method == Method::DELETE {
         // 2026-07-28 has no sessions to end: its DELETE is `405` whatever `Mcp-Session-Id` it
         // carries (never the end of a session a 2026 client happens to name), as GET is. A
@@ -103,7 +103,7 @@ fn stateless_method_not_allowed(method: &'static str) -> Response {
 /// Whether a message belongs to 2026-07-28: it says so in `_meta`, in a non-session version
 /// header, or by a method only that era has; the session era for `initialize` and for requests
 /// that carry a session; otherwise the configured default.
-fn is_stateless(default: DefaultEra, head: &Head, message: &Message) -> bool {
+fn is_stateless(default: DefaultEra, head: &RequestHead, message: &Message) -> bool {
     let (method, params) = match message {
         Message::Request { method, params, .. } | Message::Notification { method, params } => {
             (method, params)
@@ -162,7 +162,7 @@ pub(super) fn meta_version(params: Option<&RawValue>) -> bool {
 
 /// Session era: a version header, when present, must name a version we speak (`head`, read
 /// from `h`; the header is read again only to word a refusal).
-fn check_session_version(head: &Head, h: &HeaderMap) -> Result<(), Response> {
+fn check_session_version(head: &RequestHead, h: &HeaderMap) -> Result<(), Response> {
     if head.version.fits_session_era() {
         return Ok(());
     }
@@ -226,7 +226,7 @@ mod props {
                 .and_then(|v| std::str::from_utf8(v).ok());
             let session_era = text.is_some_and(|v| ProtocolVersion::parse(v.trim()).is_some());
             // Absent, or a session-era version, passes; anything else is 400.
-            let head = Head::read(&h);
+            let head = RequestHead::read(&h);
             match check_session_version(&head, &h) {
                 Ok(()) => prop_assert!(version.is_none() || session_era),
                 Err(res) => {

@@ -17,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, StatusCode, Uri};
 
-use super::head::only;
+use super::request_headers::only;
 use super::{Endpoint, respond};
 
 /// The guard as a layer of its own, for the routes outside the MCP ones (`/metrics`).

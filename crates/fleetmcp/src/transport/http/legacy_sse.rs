@@ -102,7 +102,7 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let stream = LegacyStream {
         line,
         unread: unread.clone(),
-        owner: client.owner().map(Arc::from),
+        principal: client.fingerprint().map(Arc::from),
         stop: stop.clone(),
         runs: runs.clone(),
     };
@@ -382,7 +382,7 @@ async fn initialize(
     params: Option<&RawValue>,
     client: &Client,
 ) -> Response {
-    let owner = client.owner();
+    let principal = client.fingerprint();
     match session {
         // Opened, but the client may not have its answer: a relay that gave up on this
         // instance answered it `503` while the `initialize` ran here. Until the client sends
@@ -421,15 +421,15 @@ async fn initialize(
         return respond::text(StatusCode::NOT_FOUND, "Session not found");
     }
     // Another principal who learned the id must not open it: its answers would go to the
-    // stream's owner, and the session would be bound to the intruder. The same answer as an
+    // stream's principal, and the session would be bound to the intruder. The same answer as an
     // unknown id, so it does not learn more.
-    if !app.sessions().legacy_stream_owned_by(sid, owner) {
+    if !app.sessions().legacy_stream_opened_by(sid, principal) {
         tracing::warn!(
             "a 2024-11-05 initialize was refused: its /sse stream was opened by another principal"
         );
         return respond::text(StatusCode::NOT_FOUND, "Session not found");
     }
-    match initialize::open(app, Some(sid), params, owner, &client.key).await {
+    match initialize::open(app, Some(sid), params, principal, &client.key).await {
         Ok((session, result)) => {
             // The stream may have closed while the session was opened: it must not outlive it.
             if !app.sessions().has_legacy_stream(sid) {

@@ -27,8 +27,8 @@ use http::{HeaderMap, StatusCode};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::head::{Head, session_id};
 use super::relay::{RelayRequest, Relayed};
+use super::request_headers::{RequestHead, session_id};
 use super::{Endpoint, relay, respond};
 use crate::app::App;
 use crate::protocol::{ErrorCode, ErrorData, errors};
@@ -48,31 +48,36 @@ pub(super) enum Asker {
 /// the head read from them.
 pub(super) struct Located {
     pub session: Result<Arc<Session>, Missing>,
-    pub head: Head,
+    pub head: RequestHead,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
 
-/// Where the request with head `parts` (its checked headers read into `head`) and `body`, from the caller whose principal has
-/// fingerprint `owner`, is served: here ([`Located`]), or, for a session another instance
+/// Where the request with head `parts` (its checked headers read into `head`) and `body`, from the caller whose principal's
+/// fingerprint is `principal`, is served: here ([`Located`]), or, for a session another instance
 /// holds, by that instance through the relay seam (taken over here when it is gone), whose
 /// answer is the `Err`.
 pub(super) async fn resolve(
     ep: &Endpoint,
     parts: Parts,
-    head: Head,
+    head: RequestHead,
     body: Bytes,
-    owner: Option<&str>,
+    principal: Option<&str>,
 ) -> Result<Located, Response> {
-    let (session, head, headers, body) = match locate(&ep.app, &parts.headers, owner).await {
+    let (session, head, headers, body) = match locate(&ep.app, &parts.headers, principal).await {
         Lookup::Held(s) => (Ok(s), head, parts.headers, body),
         Lookup::Missing(why) => (Err(why), head, parts.headers, body),
-        Lookup::Elsewhere(node) => {
+        Lookup::HeldElsewhere(holder) => {
             // Boxed: the hop and the take-over are most of this future's size, and every
             // POST's future holds room for them (issue 23: axum copies it whole into a box).
-            let relayed = relay_or_take_over(ep, &node, relay::request(parts, body), owner);
+            let relayed = relay_or_take_over(ep, &holder, relay::request(parts, body), principal);
             let (session, req) = Box::pin(relayed).await?;
-            (session, Head::read(&req.headers), req.headers, req.body)
+            (
+                session,
+                RequestHead::read(&req.headers),
+                req.headers,
+                req.body,
+            )
         }
     };
     Ok(Located {
@@ -90,7 +95,7 @@ async fn relay_or_take_over(
     ep: &Endpoint,
     holder: &str,
     req: RelayRequest,
-    owner: Option<&str>,
+    principal: Option<&str>,
 ) -> Result<(Result<Arc<Session>, Missing>, RelayRequest), Response> {
     let meters = ep.app.meters();
     let began = std::time::Instant::now();
@@ -116,12 +121,12 @@ async fn relay_or_take_over(
         None => return Ok((Err(Missing::NoId), req)),
     };
     let began = std::time::Instant::now();
-    let lookup = ep.app.sessions().take_over(id, holder, owner).await;
+    let lookup = ep.app.sessions().take_over(id, holder, principal).await;
     if matches!(lookup, Lookup::Held(_)) {
         meters.took_over(began.elapsed());
     }
-    match for_caller(lookup, owner) {
-        Lookup::Elsewhere(next) => {
+    match for_caller(lookup, principal) {
+        Lookup::HeldElsewhere(next) => {
             let began = std::time::Instant::now();
             match relay::forward(ep.relay(), &next, req).await {
                 Relayed::Answered(res) => {
@@ -157,20 +162,20 @@ pub(super) async fn pinned(
     sid: &str,
     parts: Parts,
     body: &Bytes,
-    owner: Option<&str>,
+    principal: Option<&str>,
 ) -> Result<Result<Arc<Session>, Missing>, Response> {
-    let node = match locate_pinned(&ep.app, sid, owner).await {
+    let holder = match locate_pinned(&ep.app, sid, principal).await {
         Lookup::Held(s) => return Ok(Ok(s)),
         Lookup::Missing(why) => return Ok(Err(why)),
-        Lookup::Elsewhere(node) => node,
+        Lookup::HeldElsewhere(holder) => holder,
     };
-    match relay::forward(ep.relay(), &node, relay::request(parts, body.clone())).await {
+    match relay::forward(ep.relay(), &holder, relay::request(parts, body.clone())).await {
         Relayed::Answered(res) | Relayed::Failed(res) => Err(res),
         // The instance with its stream cannot be found (its heartbeat is gone). Once its
         // process is certainly gone (`Sessions::pinned_stream_gone`), the stream and the
         // session went with it: nothing can take it over, and the client must open a new one,
         // which the contract's `404` for an ended session tells it.
-        Relayed::HolderGone(_) if ep.app.sessions().pinned_stream_gone(sid, &node).await => {
+        Relayed::HolderGone(_) if ep.app.sessions().pinned_stream_gone(sid, &holder).await => {
             Ok(Err(Missing::Expired))
         }
         // It may only have lost Redis with the stream still open: a `404` would make the
@@ -184,27 +189,27 @@ pub(super) async fn pinned(
 }
 
 /// Where the session the request's `Mcp-Session-Id` names is served, for the caller whose
-/// principal has fingerprint `owner` (`None`: authorization is off).
-async fn locate(app: &App, headers: &HeaderMap, owner: Option<&str>) -> Lookup {
+/// principal's fingerprint is `principal` (`None`: authorization is off).
+async fn locate(app: &App, headers: &HeaderMap, principal: Option<&str>) -> Lookup {
     match session_id(headers) {
-        Some(Some(id)) => for_caller(app.sessions().find(id, owner).await, owner),
+        Some(Some(id)) => for_caller(app.sessions().find(id, principal).await, principal),
         Some(None) => Lookup::Missing(Missing::Invalid),
         None => Lookup::Missing(Missing::NoId),
     }
 }
 
 /// The same for a session that cannot move between instances (2024-11-05's `/message`).
-async fn locate_pinned(app: &App, id: &str, owner: Option<&str>) -> Lookup {
-    for_caller(app.sessions().find_pinned(id).await, owner)
+async fn locate_pinned(app: &App, id: &str, principal: Option<&str>) -> Lookup {
+    for_caller(app.sessions().find_pinned(id).await, principal)
 }
 
-/// `lookup` as the caller with principal fingerprint `owner` may see it: a held session serves
+/// `lookup` as the caller whose principal's fingerprint is `principal` may see it: a held session serves
 /// only the principal that made it, and anyone else is told what a stranger to the id would be
 /// (the contract's token mismatch), so ids are not confirmed to them. A session held elsewhere
 /// is checked by its holder, which gets the request's token.
-fn for_caller(lookup: Lookup, owner: Option<&str>) -> Lookup {
+fn for_caller(lookup: Lookup, principal: Option<&str>) -> Lookup {
     match lookup {
-        Lookup::Held(s) if !s.is_owned_by(owner) => Sessions::stranger(&s.id),
+        Lookup::Held(s) if !s.made_by(principal) => Sessions::stranger(&s.id),
         other => other,
     }
 }

@@ -19,15 +19,15 @@
 //!    a POST without a `traceparent` header has its body read for `_meta.traceparent` only
 //!    then. A header that names one thing (`Host`, `Origin`, `Authorization`,
 //!    `Mcp-Session-Id`, `MCP-Protocol-Version`, the mirrored `Mcp-*` headers) is not read at
-//!    all when repeated, as if unusable (`head.rs`'s `only`): which copy counts could differ
-//!    between this instance, a proxy in front and a relayed request's holder.
-//! 2. The route's extractors ([`edge`]) do the edge work once: the [`head`] read once,
+//!    all when repeated, as if unusable (`request_headers.rs`'s `only`): which copy counts
+//!    could differ between this instance, a proxy in front and a relayed request's holder.
+//! 2. The route's extractors ([`edge`]) do the edge work once: the [`request_headers`] read once,
 //!    [`checks`] (415, 406, the body under `http.max_body_bytes`: 413, 408), whom it counts
 //!    against ([`client_key`]), a batch its version header forbids ([`batch`]), the era its
 //!    headers say ([`era`]).
 //! 3. [`locate`] decides from the session header alone, before the body is parsed, where the
 //!    request is served: `session::Sessions::find` answers a typed `Lookup` (`Held`,
-//!    `Elsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
+//!    `HeldElsewhere(node)`: handed as received to the [`relay`] seam, whose answer is the
 //!    request's; `Missing(why)`: the contract's answer). A held session is one hash-map read
 //!    and, usually, nothing else (client-side caching: `session/tracking.rs`). `locate.rs`
 //!    counts the relays by outcome (answered, holder gone, failed) and the takeovers, with
@@ -84,7 +84,6 @@ mod edge;
 mod era;
 mod get;
 mod guard;
-mod head;
 mod health;
 mod legacy_sse;
 mod locate;
@@ -92,6 +91,7 @@ mod observe;
 mod post;
 mod refused;
 mod relay;
+mod request_headers;
 mod respond;
 mod scrape;
 mod sse;

@@ -38,7 +38,7 @@ use crate::transport::core::driver::{self, NotRun, Started, Streaming};
 use crate::transport::core::initialize;
 
 /// Serves a POST that passed its checks and was located in front of this handler (`edge.rs`):
-/// `post.located` is its body, its headers (and their [`Head`](super::head::Head)), and the
+/// `post.located` is its body, its headers (and their [`RequestHead`](super::request_headers::RequestHead)), and the
 /// session that serves it here or why none does (answered once the request's id is known);
 /// `post.client` who sent it.
 pub(super) async fn handle(State(ep): EndpointState, post: Post) -> Response {
@@ -128,8 +128,8 @@ async fn open_session(
     if let Err(refused) = driver::admit_initialize(app, &client.key).await {
         return refused.response(id);
     }
-    let owner = client.owner();
-    match initialize::open(app, None, params, owner, &client.key).await {
+    let principal = client.fingerprint();
+    match initialize::open(app, None, params, principal, &client.key).await {
         Ok((session, result)) => {
             let mut res = respond::json(StatusCode::OK, encode_result(id, &result));
             if let Ok(v) = HeaderValue::from_str(&session.id) {

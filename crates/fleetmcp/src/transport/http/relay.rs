@@ -3,7 +3,7 @@
 //! answer is passed back as it comes, a JSON body or an SSE stream of any length.
 //!
 //! Distributed mode installs a [`Relay`]; a single instance has none, and never needs one:
-//! without an ownership seam no session is ever found "elsewhere". [`request`] builds the
+//! without a holders seam no session is ever found "elsewhere". [`request`] builds the
 //! request the seam takes; `locate.rs` decides when to call it.
 
 use async_trait::async_trait;

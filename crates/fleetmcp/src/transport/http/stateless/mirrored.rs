@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::super::head::only;
+use super::super::request_headers::only;
 use crate::catalog::ToolDef;
 
 /// Decodes `=?base64?...?=`; a value without the wrapper is literal. `None`: bad base64.

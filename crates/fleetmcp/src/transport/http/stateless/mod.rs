@@ -90,8 +90,8 @@ pub(super) async fn serve(
     if method == "subscriptions/listen" {
         return listen::serve(app, &id, &map, &client);
     }
-    let owner = client.owner().map(String::from);
-    let round = match round_for(app, meta, &method, &map, owner) {
+    let principal = client.fingerprint().map(String::from);
+    let round = match round_for(app, meta, &method, &map, principal) {
         Ok(r) => Arc::new(r),
         Err(e) => return error(&id, &e),
     };
@@ -166,7 +166,7 @@ fn shutting_down() -> ErrorData {
 /// `inputResponses` to the questions the previous round asked (the keys sealed with it). Any
 /// other key is ignored, as the specification advises for unknown keys, and a sealed answer is
 /// never replaced: so a client cannot rewrite an answer the handler already acted on, nor make
-/// the server seal (and carry to the next round) anything it did not ask for. `owner` is the
+/// the server seal (and carry to the next round) anything it did not ask for. `principal` is the
 /// caller's principal's fingerprint (authorization on): a state sealed for another principal
 /// is refused as an invalid one, and the next state is sealed for this one.
 fn round_for(
@@ -174,7 +174,7 @@ fn round_for(
     meta: RequestMeta,
     method: &str,
     map: &Map<String, Value>,
-    owner: Option<String>,
+    principal: Option<String>,
 ) -> Result<Round, ErrorData> {
     let digest = request_digest(method, map);
     let mut answers = Map::new();
@@ -192,7 +192,7 @@ fn round_for(
                     state,
                     method,
                     &digest,
-                    owner.as_deref(),
+                    principal.as_deref(),
                     crate::clock::unix_ms(),
                 )
                 .map_err(|e| {
@@ -233,8 +233,8 @@ fn round_for(
             }
         }
     }
-    let client_key = client_key(map, owner.as_deref());
-    let mut round = Round::new(meta, method.to_string(), digest, owner, answers);
+    let client_key = client_key(map, principal.as_deref());
+    let mut round = Round::new(meta, method.to_string(), digest, principal, answers);
     round.sealed_key = sealed_key;
     round.client_key = client_key;
     // A retry's result is not cacheable (mcp-transports.md 8.5).
@@ -244,13 +244,13 @@ fn round_for(
 }
 
 /// The client's own key for the call (`_meta` `io.fleetmcp/idempotency-key`), scoped as the
-/// call's key would be (`owner`: the principal's fingerprint): what a first round seals for
+/// call's key would be (`principal`: the principal's fingerprint): what a first round seals for
 /// the rounds after it.
-fn client_key(map: &Map<String, Value>, owner: Option<&str>) -> Option<String> {
+fn client_key(map: &Map<String, Value>, principal: Option<&str>) -> Option<String> {
     map.get("_meta")
         .and_then(|m| m.get(crate::context::IDEMPOTENCY_KEY_META))
         .and_then(Value::as_str)
-        .and_then(|k| crate::context::scoped_client_key(k, owner, None))
+        .and_then(|k| crate::context::scoped_client_key(k, principal, None))
 }
 
 /// An SSE answer written straight to the connection. When the client closes it, the request

@@ -1,7 +1,7 @@
 //! Who serves a stored session that this instance does not hold: the seam distributed mode
 //! plugs into.
 //!
-//! A single instance (and the default, non-distributed fleet) has no [`Ownership`]: every stored
+//! A single instance (and the default, non-distributed fleet) has no [`Holders`]: every stored
 //! session it is asked for is recreated here, and the stored record is rewritten to name this
 //! instance. Distributed mode installs one that knows which instances are alive, so that a
 //! session held by a live peer is relayed to it rather than recreated.
@@ -11,7 +11,7 @@
 //!
 //! [`Lease`] is how long this instance may serve its sessions unconfirmed; distributed mode's
 //! heartbeat renews it, and only a fenced [`Sessions`](super::Sessions) (one with an
-//! [`Ownership`]) consults it.
+//! [`Holders`]) consults it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,9 +20,9 @@ use async_trait::async_trait;
 
 use super::store::SessionRecord;
 
-/// The answer of an [`Ownership`]: serve the session here, or hand it to its live holder.
+/// The answer of a [`Holders`]: serve the session here, or hand it to its live holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner {
+pub enum Holder {
     /// This instance becomes the holder (recreation).
     Here,
     /// This instance takes the session over from a holder that stopped (its machine id).
@@ -33,14 +33,14 @@ pub enum Owner {
 
 /// Decides who serves a stored session this instance does not hold.
 #[async_trait]
-pub trait Ownership: Send + Sync + 'static {
-    /// `record.node_id` names the last holder written to the store.
-    async fn owner(&self, record: &SessionRecord) -> Owner;
+pub trait Holders: Send + Sync + 'static {
+    /// `record.holder` names the last holder written to the store.
+    async fn holder(&self, record: &SessionRecord) -> Holder;
 
-    /// Whether the process that ran as instance `node` at `since` (Unix ms) is gone for good,
+    /// Whether the process that ran as instance `machine_id` at `since` (Unix ms) is gone for good,
     /// and with it what lived only there: a 2024-11-05 session's stream, which nothing can
     /// take over. `false` when that is not known (the default, and whenever Redis cannot say).
-    async fn process_gone(&self, _node: &str, _since_ms: u64) -> bool {
+    async fn process_gone(&self, _machine_id: &str, _since_ms: u64) -> bool {
         false
     }
 }

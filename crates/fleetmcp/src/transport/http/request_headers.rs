@@ -1,5 +1,5 @@
 //! The few headers the checks in front of an MCP route judge a request by, read once into a
-//! [`Head`] they all share: `Content-Type`, `Accept`, `Mcp-Session-Id` and
+//! [`RequestHead`] they all share: `Content-Type`, `Accept`, `Mcp-Session-Id` and
 //! `MCP-Protocol-Version`.
 //!
 //! Issue 23: every check looked these headers up again by `&str` name (each such lookup parses
@@ -82,7 +82,7 @@ pub(super) struct Accept {
 
 /// The headers the edge checks judge a request by, read once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Head {
+pub(super) struct RequestHead {
     /// `Content-Type` is `application/json` (any case, any parameters).
     pub json_body: bool,
     /// The `Accept` list, `None` when no readable line is present.
@@ -93,7 +93,7 @@ pub(super) struct Head {
     pub version: Version,
 }
 
-impl Head {
+impl RequestHead {
     /// Reads the head of a request from its headers, in one pass over them: four lookups by
     /// name hashed each name and walked the map's chains (issue 40: about 680 instructions a
     /// POST, for the half-dozen headers a client sends). Read as the lookups read them: the
@@ -117,7 +117,7 @@ impl Head {
             }
         }
         let ct = ct.and_then(|v| v.to_str().ok()).unwrap_or("");
-        Head {
+        RequestHead {
             json_body: media_type(ct).eq_ignore_ascii_case(JSON),
             accept: lines.takes,
             session,
@@ -235,8 +235,8 @@ mod tests {
         h
     }
 
-    fn head(pairs: &[(&'static str, &'static [u8])]) -> Head {
-        Head::read(&headers(pairs))
+    fn head(pairs: &[(&'static str, &'static [u8])]) -> RequestHead {
+        RequestHead::read(&headers(pairs))
     }
 
     /// The `Accept` list split over lines reads as the lines joined; an unreadable line is
@@ -283,7 +283,10 @@ mod tests {
                 ("mcp-protocol-version", twice[0]),
                 ("mcp-protocol-version", twice[1]),
             ];
-            assert_eq!(Head::read(&headers(&pairs)).version, Version::Unreadable);
+            assert_eq!(
+                RequestHead::read(&headers(&pairs)).version,
+                Version::Unreadable
+            );
         }
         assert!(head(&[("Mcp-Session-Id", b"s")]).session);
     }
@@ -312,7 +315,7 @@ mod tests {
     }
 
     /// The head as one lookup per header read it (the reading before issue 40's single pass).
-    fn by_lookups(h: &HeaderMap) -> Head {
+    fn by_lookups(h: &HeaderMap) -> RequestHead {
         let ct = h
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -321,7 +324,7 @@ mod tests {
         for v in h.get_all(header::ACCEPT) {
             lines.add(v);
         }
-        Head {
+        RequestHead {
             json_body: media_type(ct).eq_ignore_ascii_case(JSON),
             accept: lines.takes,
             session: h.contains_key(&SESSION),
@@ -350,7 +353,7 @@ mod tests {
             ), 0..8),
         ) {
             let h = headers(&pairs);
-            prop_assert_eq!(Head::read(&h), by_lookups(&h));
+            prop_assert_eq!(RequestHead::read(&h), by_lookups(&h));
         }
     }
 }
