@@ -40,21 +40,37 @@ fn post(c: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwe
     b
 }
 
+/// Sends what `request` builds, again after a `503` with `Retry-After` (a write the replicas
+/// did not confirm in time: a loaded machine's Sentinel set can be that slow), as a client
+/// does, at most five times; a `503` without `Retry-After` is answered as it is.
+async fn send_retrying(request: impl Fn() -> reqwest::RequestBuilder) -> reqwest::Response {
+    for _ in 0..4 {
+        let res = request().send().await.unwrap();
+        if res.status() != 503 || res.headers().get("retry-after").is_none() {
+            return res;
+        }
+        let body = res.text().await.unwrap_or_default();
+        eprintln!("503 with Retry-After, asked again: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    request().send().await.unwrap()
+}
+
 /// `initialize` on `url` with the client's `capabilities`; the session id.
 async fn initialize(c: &reqwest::Client, url: &str, capabilities: Value) -> String {
-    let res = post(
-        c,
-        url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST,
-            "capabilities": capabilities,
-            "clientInfo": {"name": "it", "version": "0"}
-        }}),
-    )
-    .send()
-    .await
-    .unwrap();
+    let res = send_retrying(|| {
+        post(
+            c,
+            url,
+            None,
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": LATEST,
+                "capabilities": capabilities,
+                "clientInfo": {"name": "it", "version": "0"}
+            }}),
+        )
+    })
+    .await;
     assert_eq!(res.status(), 200);
     res.headers()["mcp-session-id"]
         .to_str()
@@ -111,15 +127,15 @@ async fn served_by_another_on(redis: SharedRedis) {
     .await;
 
     // B serves it.
-    let res = post(
-        &c,
-        &b.mcp,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
-    )
-    .send()
-    .await
-    .unwrap();
+    let res = send_retrying(|| {
+        post(
+            &c,
+            &b.mcp,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hello", "arguments": {}}}),
+        )
+    })
+    .await;
     assert_eq!(res.status(), 200);
     let text = res.text().await.unwrap();
     assert!(text.contains("Hello!"), "{text}");
