@@ -164,7 +164,13 @@ struct Inner<H: ?Sized = dyn Host> {
     /// The request's own stream, when its answer may be one (see [`Outbox`]).
     outbox: Option<Outbox>,
     progress_token: Option<Value>,
-    cancel: CancellationToken,
+    /// The request's cancellation token, made when first asked for
+    /// ([`RequestContext::cancellation`]): a session's request is entered in its in-flight
+    /// table then. `None` once the driver ended the request with no one having asked.
+    cancel: std::sync::OnceLock<Option<CancellationToken>>,
+    /// The token of a context asked for one after its request ended (a task the handler
+    /// spawned): a token of its own, which nothing cancels.
+    late: std::sync::OnceLock<CancellationToken>,
     /// Who made the request, when authorization is on.
     principal: Option<Arc<Principal>>,
     /// Numbers the client requests a handler makes without naming them, so that a handler
@@ -182,7 +188,7 @@ struct Inner<H: ?Sized = dyn Host> {
     /// counting against its caller after the request is answered. Freed by the driver when
     /// the request ends, if no task took it. `None` for a context no request made (a task's
     /// own): made empty, it was an allocation per call that the driver's cell replaced.
-    slot: Option<PlaceCell>,
+    place: Option<PlaceCell>,
     app: H,
 }
 
@@ -247,7 +253,7 @@ impl RequestContext {
         caller: Caller,
         streams: bool,
         progress_token: Option<Value>,
-        cancel: CancellationToken,
+        cancel: Option<CancellationToken>,
         principal: Option<Arc<Principal>>,
     ) -> Self {
         Self {
@@ -255,14 +261,16 @@ impl RequestContext {
                 caller,
                 outbox: streams.then(Outbox::new),
                 progress_token,
-                cancel,
+                // Given (a task's own token), or made when asked for.
+                cancel: cancel.map_or_else(std::sync::OnceLock::new, |t| Some(t).into()),
+                late: std::sync::OnceLock::new(),
                 principal,
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
                 call_key: std::sync::OnceLock::new(),
                 call_key_parts: None,
                 limit_key: None,
-                slot: None,
+                place: None,
                 app,
             }),
         }
@@ -278,11 +286,11 @@ impl RequestContext {
         self
     }
 
-    /// The request counts against `key` and holds the place in flight in `slot`.
-    pub(crate) fn with_limits(mut self, key: LimitKey, slot: PlaceCell) -> Self {
+    /// The request counts against `key` and holds the place in flight in `place`.
+    pub(crate) fn with_limits(mut self, key: LimitKey, place: PlaceCell) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.limit_key = Some(key);
-            inner.slot = Some(slot);
+            inner.place = Some(place);
         }
         self
     }
@@ -295,7 +303,7 @@ impl RequestContext {
     /// Takes the request's place in flight over (a background task it starts holds it until
     /// the task ends).
     pub(crate) fn take_place(&self) -> Option<Place> {
-        self.inner.slot.as_ref()?.lock().take()
+        self.inner.place.as_ref()?.lock().take()
     }
 
     /// A key naming this call, the same every time the call reaches a handler again, so a tool
@@ -408,11 +416,46 @@ impl RequestContext {
     /// stream in 2026-07-28) or the session ends. A cancelled handler is also dropped at its
     /// next `.await`.
     pub fn cancellation(&self) -> &CancellationToken {
-        &self.inner.cancel
+        match self.inner.cancel.get_or_init(|| Some(self.make_token())) {
+            Some(token) => token,
+            None => self.inner.late.get_or_init(CancellationToken::new),
+        }
     }
     /// Whether the request was cancelled already (see [`RequestContext::cancellation`]).
     pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
+        self.cancellation().is_cancelled()
+    }
+
+    /// The request's token, made now: a session's request is entered in its in-flight table
+    /// (see `Session::enter_request`), any other's token is a child of the server's.
+    fn make_token(&self) -> CancellationToken {
+        match (&self.inner.caller, &self.inner.call_key_parts) {
+            (Caller::Session(s), Some(parts)) => s.enter_request(&parts.raw_id),
+            _ => self.inner.app.shutdown().child_token(),
+        }
+    }
+
+    /// Whether the request was cancelled, asked without making its token: before the token
+    /// is made, only the session's end can have reached it (a `notifications/cancelled` is
+    /// kept for it until it is entered, and the server's stop reaches the token made then).
+    pub(crate) fn cancelled_yet(&self) -> bool {
+        match self.inner.cancel.get() {
+            Some(Some(token)) => token.is_cancelled(),
+            Some(None) => false,
+            None => matches!(&self.inner.caller, Caller::Session(s) if s.is_closed()),
+        }
+    }
+
+    /// The request's id as received, for a context its driver made.
+    pub(crate) fn raw_id(&self) -> Option<&str> {
+        self.inner.call_key_parts.as_ref().map(|p| &*p.raw_id)
+    }
+
+    /// The driver ends the request: whether its token was made (a session's request was
+    /// entered in its table then, and leaves it now). A context asked for its token from now on
+    /// gets one of its own (see `late`).
+    pub(crate) fn end_token(&self) -> bool {
+        self.inner.cancel.get_or_init(|| None).is_some()
     }
 
     pub(crate) fn caller(&self) -> &Caller {
@@ -629,7 +672,7 @@ impl RequestContext {
                     answers = futures_util::future::try_join_all(waits) => {
                         answers.map_err(|_| ClientRequestError::Cancelled)
                     }
-                    _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
+                    _ = self.cancellation().cancelled() => Err(ClientRequestError::Cancelled),
                 }
             }
         }
@@ -684,7 +727,7 @@ impl RequestContext {
                 Ok(Err(e)) => Err(ClientRequestError::Client(e)),
                 Err(_) => Err(ClientRequestError::SessionClosed),
             },
-            _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
+            _ = self.cancellation().cancelled() => Err(ClientRequestError::Cancelled),
             _ = leaving.cancelled() => Err(ClientRequestError::SessionClosed),
             _ = tokio::time::sleep(CLIENT_REPLY_TIMEOUT) => Err(ClientRequestError::Timeout(CLIENT_REPLY_TIMEOUT)),
         };
