@@ -186,9 +186,9 @@ struct Inner<H: ?Sized = dyn Host> {
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
     /// request starts takes it over ([`RequestContext::take_place`]), so a working task keeps
     /// counting against its caller after the request is answered. Freed by the driver when
-    /// the request ends, if no task took it. `None` for a context no request made (a task's
-    /// own): made empty, it was an allocation per call that the driver's cell replaced.
-    place: Option<PlaceCell>,
+    /// the request ends, if no task took it. Held here, in the context's own allocation: a
+    /// cell of its own shared with the driver was an allocation per call (issue 40).
+    place: parking_lot::Mutex<Option<Place>>,
     app: H,
 }
 
@@ -241,9 +241,6 @@ pub(crate) fn scoped_client_key(
     })
 }
 
-/// A request's place in flight, shared by its driver and its context.
-pub(crate) type PlaceCell = Arc<parking_lot::Mutex<Option<Place>>>;
-
 /// How long a handler waits for the client to answer a request.
 const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -270,7 +267,7 @@ impl RequestContext {
                 call_key: std::sync::OnceLock::new(),
                 call_key_parts: None,
                 limit_key: None,
-                place: None,
+                place: parking_lot::Mutex::new(None),
                 app,
             }),
         }
@@ -286,11 +283,12 @@ impl RequestContext {
         self
     }
 
-    /// The request counts against `key` and holds the place in flight in `place`.
-    pub(crate) fn with_limits(mut self, key: LimitKey, place: PlaceCell) -> Self {
+    /// The request counts against `key` and holds `place` in flight (freed by its driver when
+    /// it ends: [`RequestContext::take_place`], unless a task took it over first).
+    pub(crate) fn with_limits(mut self, key: LimitKey, place: Place) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.limit_key = Some(key);
-            inner.place = Some(place);
+            *inner.place.get_mut() = Some(place);
         }
         self
     }
@@ -303,7 +301,7 @@ impl RequestContext {
     /// Takes the request's place in flight over (a background task it starts holds it until
     /// the task ends).
     pub(crate) fn take_place(&self) -> Option<Place> {
-        self.inner.place.as_ref()?.lock().take()
+        self.inner.place.lock().take()
     }
 
     /// A key naming this call, the same every time the call reaches a handler again, so a tool

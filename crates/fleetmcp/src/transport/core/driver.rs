@@ -29,7 +29,7 @@ use super::{Client, Status, scope_error};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
-use crate::context::{CallKeyParts, Caller, Outbound, Outbox, PlaceCell, RequestContext};
+use crate::context::{CallKeyParts, Caller, Outbound, Outbox, RequestContext};
 use crate::dispatch::{self, Reply};
 use crate::limits::{Exceeded, LimitKey, Place, Refusal};
 use crate::protocol::{ErrorData, errors};
@@ -263,9 +263,6 @@ pub(in crate::transport) async fn start(
         }
     };
     let meta = meta_of(params.as_deref());
-    // Shared with the context, so a background task the request starts can take the place
-    // over; the driver frees it when the request ends, if nothing took it.
-    let place = PlaceCell::new(parking_lot::Mutex::new(Some(place)));
     let limit_key = key;
     let key = CallKeyParts {
         // Also the key the session's in-flight table enters it under, if it is entered.
@@ -282,7 +279,9 @@ pub(in crate::transport) async fn start(
         principal,
     )
     .with_call_key(key)
-    .with_limits(limit_key, place.clone());
+    // Held by the context, so a background task the request starts can take the place over;
+    // the request's end (`Ending`) frees it, if nothing took it.
+    .with_limits(limit_key, place);
     // The driver's hold on the request's outbox (none when the answer cannot be a stream): it
     // closes the outbox however this ends, unless the answer streams from it.
     let hold = OutboxHold(streams.then(|| ctx.clone()));
@@ -295,7 +294,6 @@ pub(in crate::transport) async fn start(
     // made outside, the block would hold it twice, as a captured value and in the `select!`.
     let running: BoxFuture<'static, Option<Reply>> = async move {
         let ending = ending;
-        let _place = FreePlace(place);
         let work = std::pin::pin!(dispatch::request(method, params, ctx));
         unless_cancelled(&ending.ctx, work).await
     }
@@ -452,9 +450,9 @@ impl Drop for Admitted {
     }
 }
 
-/// A running request: when dropped, however it ended, its session uncounts it, and takes it
-/// out of its in-flight table if it was entered there (its token made:
-/// [`RequestContext::end_token`]).
+/// A running request: when dropped, however it ended, its place in flight is freed (unless a
+/// task took it over), its session uncounts it, and takes it out of its in-flight table if it
+/// was entered there (its token made: [`RequestContext::end_token`]).
 struct Ending {
     session: Option<Arc<Session>>,
     ctx: RequestContext,
@@ -462,6 +460,7 @@ struct Ending {
 
 impl Drop for Ending {
     fn drop(&mut self) {
+        drop(self.ctx.take_place());
         if let Some(s) = &self.session {
             let entered = self.ctx.end_token();
             s.end_request(self.ctx.raw_id().filter(|_| entered));
@@ -527,16 +526,6 @@ impl Streaming {
             }
         }
         Ok(reply)
-    }
-}
-
-/// Frees a request's place in flight when the request ends (unless a task took it over).
-struct FreePlace(PlaceCell);
-
-impl Drop for FreePlace {
-    fn drop(&mut self) {
-        let place = self.0.lock().take();
-        drop(place);
     }
 }
 
