@@ -401,8 +401,8 @@ impl Session {
     /// the token it runs under: it fires on `notifications/cancelled` (one sent before the
     /// request was entered too), the session's end and the server's stop. Made only when
     /// asked for (the handler waits, streams or reads it): a child of the server's token and
-    /// an entry in the table cost a call about 800 instructions, and most calls finish in
-    /// their first poll (issue 40).
+    /// an entry in the table cost a call 550 to 700 instructions and an allocation, measured,
+    /// and most calls finish in their first poll (issue 40).
     pub(crate) fn enter_request(&self, raw_id: &Arc<str>) -> CancellationToken {
         let mut running = self.inflight.lock();
         // A child of the server's token, not of `closed`: a request does not make the session

@@ -3,10 +3,12 @@
 //! is plain (the handler finished without sending anything first) or a stream, which the caller
 //! then pumps into its sink (the event store, the 2024-11-05 stream, or the connection).
 //!
-//! It also keeps a session's in-flight table (for `notifications/cancelled`, and to refuse a
-//! request past `limits.max_inflight_per_session`), applies the limits of the request's key
-//! (`limits/`: rate, per tool, in flight per key), and drops the handler at its next `.await`
-//! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
+//! It also keeps a session's count of running requests (to refuse a request past
+//! `limits.max_inflight_per_session`) and its in-flight table (for `notifications/cancelled`:
+//! an entry made only when the request's token is asked for), applies the limits of the
+//! request's key (`limits/`: rate, per tool, in flight per key), and drops the handler at its
+//! next `.await` when the request is cancelled. A handler that panics is answered `-32603` by
+//! dispatch.
 //!
 //! Every request any era runs passes here, through [`start`] (a POST of either era, an item of a
 //! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed

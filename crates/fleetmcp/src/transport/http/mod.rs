@@ -38,7 +38,8 @@
 //!    [`initialize`](super::core::initialize), a batch to [`batch`].
 //! 5. [`driver`](super::core::driver)'s `start` is the one place any route's request becomes
 //!    a running call (a POST of either era, a batch's item, a 2024-11-05 message, a stdio
-//!    line): it builds the `RequestContext`, tracks it in the session's in-flight table,
+//!    line): it builds the `RequestContext`, counts it in its session (entered in the
+//!    session's in-flight table only when its cancellation token is asked for),
 //!    applies the limits of its key (`limits::Limits::admit`), calls `dispatch::request`, and
 //!    tells its caller whether the answer is plain JSON or a stream. A request it does not run
 //!    (a limit, a missing scope) is answered the same way by every route (`NotRun`, written as
