@@ -47,6 +47,7 @@ use crate::protocol::{
 use crate::session::Session;
 use crate::stateless::Round;
 
+mod cancellation;
 mod elicit;
 mod host;
 mod outbox;
@@ -164,7 +165,13 @@ struct Inner<H: ?Sized = dyn Host> {
     /// The request's own stream, when its answer may be one (see [`Outbox`]).
     outbox: Option<Outbox>,
     progress_token: Option<Value>,
-    cancel: CancellationToken,
+    /// The request's cancellation token, made when first asked for
+    /// ([`RequestContext::cancellation`]): a session's request is entered in its in-flight
+    /// table then. `None` once the driver ended the request with no one having asked.
+    cancel: std::sync::OnceLock<Option<CancellationToken>>,
+    /// The token of a context asked for one after its request ended (a task the handler
+    /// spawned): a token of its own, which nothing cancels.
+    late: std::sync::OnceLock<CancellationToken>,
     /// Who made the request, when authorization is on.
     principal: Option<Arc<Principal>>,
     /// Numbers the client requests a handler makes without naming them, so that a handler
@@ -180,9 +187,9 @@ struct Inner<H: ?Sized = dyn Host> {
     /// The request's place in flight (`limits.max_inflight_per_key`): a background task the
     /// request starts takes it over ([`RequestContext::take_place`]), so a working task keeps
     /// counting against its caller after the request is answered. Freed by the driver when
-    /// the request ends, if no task took it. `None` for a context no request made (a task's
-    /// own): made empty, it was an allocation per call that the driver's cell replaced.
-    slot: Option<PlaceCell>,
+    /// the request ends, if no task took it. Held here, in the context's own allocation: a
+    /// cell of its own shared with the driver was an allocation per call (issue 40).
+    place: parking_lot::Mutex<Option<Place>>,
     app: H,
 }
 
@@ -235,9 +242,6 @@ pub(crate) fn scoped_client_key(
     })
 }
 
-/// A request's place in flight, shared by its driver and its context.
-pub(crate) type PlaceCell = Arc<parking_lot::Mutex<Option<Place>>>;
-
 /// How long a handler waits for the client to answer a request.
 const CLIENT_REPLY_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -247,7 +251,7 @@ impl RequestContext {
         caller: Caller,
         streams: bool,
         progress_token: Option<Value>,
-        cancel: CancellationToken,
+        cancel: Option<CancellationToken>,
         principal: Option<Arc<Principal>>,
     ) -> Self {
         Self {
@@ -255,14 +259,16 @@ impl RequestContext {
                 caller,
                 outbox: streams.then(Outbox::new),
                 progress_token,
-                cancel,
+                // Given (a task's own token), or made when asked for.
+                cancel: cancel.map_or_else(std::sync::OnceLock::new, |t| Some(t).into()),
+                late: std::sync::OnceLock::new(),
                 principal,
                 asked: AtomicUsize::new(0),
                 escalation: parking_lot::Mutex::new(None),
                 call_key: std::sync::OnceLock::new(),
                 call_key_parts: None,
                 limit_key: None,
-                slot: None,
+                place: parking_lot::Mutex::new(None),
                 app,
             }),
         }
@@ -278,11 +284,12 @@ impl RequestContext {
         self
     }
 
-    /// The request counts against `key` and holds the place in flight in `slot`.
-    pub(crate) fn with_limits(mut self, key: LimitKey, slot: PlaceCell) -> Self {
+    /// The request counts against `key` and holds `place` in flight (freed by its driver when
+    /// it ends: [`RequestContext::take_place`], unless a task took it over first).
+    pub(crate) fn with_limits(mut self, key: LimitKey, place: Place) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.limit_key = Some(key);
-            inner.slot = Some(slot);
+            *inner.place.get_mut() = Some(place);
         }
         self
     }
@@ -295,7 +302,7 @@ impl RequestContext {
     /// Takes the request's place in flight over (a background task it starts holds it until
     /// the task ends).
     pub(crate) fn take_place(&self) -> Option<Place> {
-        self.inner.slot.as_ref()?.lock().take()
+        self.inner.place.lock().take()
     }
 
     /// A key naming this call, the same every time the call reaches a handler again, so a tool
@@ -402,17 +409,6 @@ impl RequestContext {
     /// `null` one is not declared.
     pub fn client_supports(&self, capability: &str) -> bool {
         crate::stateless::declares(self.client_capabilities(), capability)
-    }
-
-    /// Fires when the client cancels the request (`notifications/cancelled`, or closing the
-    /// stream in 2026-07-28) or the session ends. A cancelled handler is also dropped at its
-    /// next `.await`.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.inner.cancel
-    }
-    /// Whether the request was cancelled already (see [`RequestContext::cancellation`]).
-    pub fn is_cancelled(&self) -> bool {
-        self.inner.cancel.is_cancelled()
     }
 
     pub(crate) fn caller(&self) -> &Caller {
@@ -629,7 +625,7 @@ impl RequestContext {
                     answers = futures_util::future::try_join_all(waits) => {
                         answers.map_err(|_| ClientRequestError::Cancelled)
                     }
-                    _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
+                    _ = self.cancellation().cancelled() => Err(ClientRequestError::Cancelled),
                 }
             }
         }
@@ -684,7 +680,7 @@ impl RequestContext {
                 Ok(Err(e)) => Err(ClientRequestError::Client(e)),
                 Err(_) => Err(ClientRequestError::SessionClosed),
             },
-            _ = self.inner.cancel.cancelled() => Err(ClientRequestError::Cancelled),
+            _ = self.cancellation().cancelled() => Err(ClientRequestError::Cancelled),
             _ = leaving.cancelled() => Err(ClientRequestError::SessionClosed),
             _ = tokio::time::sleep(CLIENT_REPLY_TIMEOUT) => Err(ClientRequestError::Timeout(CLIENT_REPLY_TIMEOUT)),
         };

@@ -22,6 +22,9 @@ impl context::Host for App {
     fn config(&self) -> &Config {
         App::config(self)
     }
+    fn shutdown(&self) -> &tokio_util::sync::CancellationToken {
+        &self.phases().shutdown
+    }
     fn meters(&self) -> &Meters {
         App::meters(self)
     }

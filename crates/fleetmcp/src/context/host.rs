@@ -22,6 +22,8 @@ use crate::telemetry::Meters;
 /// see the `App` it gave the context again (`App` is the one implementation).
 pub(crate) trait Host: Any + Send + Sync {
     fn config(&self) -> &Config;
+    /// Fires when the server stops (its grace period over): the parent of a request's token.
+    fn shutdown(&self) -> &tokio_util::sync::CancellationToken;
     fn meters(&self) -> &Meters;
     fn events(&self) -> &Arc<dyn EventStore>;
     fn tasks(&self) -> &Tasks;

@@ -5,6 +5,13 @@
 //! at a time (the usual case) has it kept in place, and no table is ever made; the second
 //! request running at once makes a table, which is kept while the session is used (no
 //! allocation per request) and dropped by the idle sweep ([`Running::release_idle`]).
+//!
+//! A request is counted when it is let in ([`Running::admit`]), but entered by its id only
+//! when something asks for its cancellation token (its handler waits, streams, or reads the
+//! token: `RequestContext::cancellation`): most calls finish in their first poll, and neither
+//! an entry nor a token is made for them (issue 40). A `notifications/cancelled` that finds no
+//! entry while requests run that have none is kept ([`Running::cancel`]), so the request it
+//! names, entered later, starts cancelled.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +26,14 @@ pub(super) struct Running {
     /// The others, in a table made when a second request runs beside the first: each id's
     /// token, and how many requests run under it (more than one when a client sent an id again
     /// while its request ran).
+    /// Also the ids cancelled before their request was entered, under a cancelled token and a
+    /// count of 0 (dropped once no request runs).
     #[allow(clippy::box_collection)] // the box is the point: 8 bytes in place, not 48
     more: Option<Box<Table>>,
+    /// How many requests run, entered or not, an id sent again while its request runs
+    /// counted each time: what `limits.max_inflight_per_session` bounds (each is a handler
+    /// running).
+    count: u32,
 }
 
 /// Running requests by id: the token they run under, and how many run under it.
@@ -33,9 +46,52 @@ impl Running {
         usize::from(self.first.is_some()) + self.more.as_ref().map_or(0, |m| m.len())
     }
 
-    /// How many requests run, an id sent again while its request runs counted each time: what
-    /// `limits.max_inflight_per_session` bounds (each is a handler running).
-    pub fn total(&self) -> usize {
+    /// Counts one more request unless `max` run already.
+    pub fn admit(&mut self, max: usize) -> bool {
+        if self.count as usize >= max {
+            return false;
+        }
+        self.count += 1;
+        true
+    }
+
+    /// One request let in by [`Running::admit`] has ended; entered as `id`, if it was.
+    pub fn end(&mut self, id: Option<&str>) {
+        if let Some(id) = id {
+            self.finish(id);
+        }
+        self.count = self.count.saturating_sub(1);
+        if self.count == 0
+            && let Some(more) = self.more.as_mut()
+        {
+            // No request runs: what is left are ids cancelled before their request was
+            // entered, which no request can take up now.
+            more.clear();
+        }
+    }
+
+    /// Cancels request `id`: its token, when it was entered; otherwise, while requests run
+    /// that were not entered (one of them may be `id`, in its first poll), the id is kept
+    /// under a cancelled token, which the request finds when it is entered. True when the
+    /// request was found.
+    pub fn cancel(&mut self, id: &str) -> bool {
+        if let Some(token) = self.remove(id) {
+            token.cancel();
+            return true;
+        }
+        if self.count as usize > self.entered() {
+            let token = CancellationToken::new();
+            token.cancel();
+            self.more
+                .get_or_insert_with(Default::default)
+                .insert(id.into(), (token, 0));
+        }
+        false
+    }
+
+    /// How many entered requests run, an id sent again while its request runs counted each
+    /// time.
+    pub fn entered(&self) -> usize {
         match &self.more {
             None => usize::from(self.first.is_some()),
             Some(more) => {
@@ -56,45 +112,38 @@ impl Running {
     }
 
     /// Adds request `id` under `token`, and gives back the token it runs under: `token`, or,
-    /// when a request with that id already runs, that request's token, shared. A client sends
+    /// when a request with that id already runs (or was cancelled before it was entered: see
+    /// [`Running::cancel`]), that request's token, shared. A client sends
     /// an id again while its request runs when it retries a call whose answer it lost (a
     /// relay's `503`, a broken hop while the holder runs on): the two are one call, cancelled
     /// together by `notifications/cancelled` and by the session's end, and the id is kept
     /// until both have finished, so the one that ends first does not leave the other out of
     /// reach.
     ///
-    /// Also gives back the id as kept here, for the request to name itself with when it
-    /// finishes: shared, so that a request costs one copy of its id, not two (issue 23).
-    pub fn insert(&mut self, id: &str, token: CancellationToken) -> (CancellationToken, Arc<str>) {
+    /// The id is kept as the request's own copy, shared (`CallKeyParts::raw_id`): a request
+    /// costs one copy of its id, not two (issue 23).
+    pub fn insert(&mut self, id: &Arc<str>, token: CancellationToken) -> CancellationToken {
         if self.is_first(id)
             && let Some((k, shared)) = self.first.take()
         {
             // Counted in the table: the place in the struct has no room for a count.
             self.more
                 .get_or_insert_with(Default::default)
-                .insert(k.clone(), (shared.clone(), 2));
-            return (shared, k);
+                .insert(k, (shared.clone(), 2));
+            return shared;
         }
-        if let Some(more) = self.more.as_mut()
-            && let Some((k, _)) = more.get_key_value(id)
-        {
-            // Looked up twice: the std map lends a key and its value mutably by no one call,
-            // and an id sent again while its request runs is rare.
-            let k = k.clone();
-            if let Some((shared, n)) = more.get_mut(id) {
-                *n += 1;
-                return (shared.clone(), k);
-            }
+        if let Some((shared, n)) = self.more.as_mut().and_then(|m| m.get_mut(&**id)) {
+            *n += 1;
+            return shared.clone();
         }
-        let key: Arc<str> = id.into();
         if self.first.is_none() {
-            self.first = Some((key.clone(), token.clone()));
+            self.first = Some((id.clone(), token.clone()));
         } else {
             self.more
                 .get_or_insert_with(Default::default)
-                .insert(key.clone(), (token.clone(), 1));
+                .insert(id.clone(), (token.clone(), 1));
         }
-        (token, key)
+        token
     }
 
     /// One request `id` has finished: the id is dropped once none runs under it.
@@ -106,7 +155,10 @@ impl Running {
         let Some(more) = self.more.as_mut() else {
             return;
         };
-        if let Some((_, n)) = more.get_mut(id) {
+        // A count of 0: a cancellation kept for a request not entered (see `cancel`).
+        if let Some((_, n)) = more.get_mut(id)
+            && *n > 0
+        {
             *n -= 1;
             if *n == 0 {
                 more.remove(id);
@@ -146,11 +198,15 @@ impl Running {
 mod tests {
     use super::*;
 
+    fn id(s: &str) -> Arc<str> {
+        s.into()
+    }
+
     #[test]
     fn one_request_at_a_time_makes_no_table_and_more_make_one_kept_until_idle() {
         let mut r = Running::default();
         for id in ["1", "2", "3"] {
-            r.insert(id, CancellationToken::new());
+            r.insert(&Arc::from(id), CancellationToken::new());
             assert!(r.contains(id) && r.len() == 1);
             assert!(r.remove(id).is_some());
         }
@@ -160,15 +216,15 @@ mod tests {
             CancellationToken::new(),
             CancellationToken::new(),
         );
-        r.insert("a", a.clone());
-        r.insert("b", b.clone());
-        r.insert("c", c.clone());
+        r.insert(&id("a"), a.clone());
+        r.insert(&id("b"), b.clone());
+        r.insert(&id("c"), c.clone());
         assert_eq!(r.len(), 3);
         assert!(r.has_table());
         assert_eq!(r.tokens().count(), 3);
         // The first's place freed, a request in the table is still found there, not twice.
         assert!(r.remove("a").is_some());
-        r.insert("b", b.clone());
+        r.insert(&id("b"), b.clone());
         assert_eq!(r.len(), 2);
         assert!(r.remove("b").is_some() && !r.contains("b"));
         assert!(r.remove("c").is_some());
@@ -179,9 +235,8 @@ mod tests {
         assert!(!r.has_table(), "dropped once idle");
         // An id sent again while its request runs: one call, under one token.
         let (old, new) = (CancellationToken::new(), CancellationToken::new());
-        let (first, key) = r.insert("x", old.clone());
-        let (again, same) = r.insert("x", new.clone());
-        assert!(Arc::ptr_eq(&key, &same), "one copy of the id");
+        let first = r.insert(&id("x"), old.clone());
+        let again = r.insert(&id("x"), new.clone());
         assert_eq!(r.len(), 1);
         assert!(!new.is_cancelled());
         r.remove("x").expect("runs").cancel();
@@ -195,11 +250,10 @@ mod tests {
         for in_place in [true, false] {
             let mut r = Running::default();
             if !in_place {
-                r.insert("other", CancellationToken::new());
+                r.insert(&id("other"), CancellationToken::new());
             }
-            let (token, key) = r.insert("x", CancellationToken::new());
-            let (_, same) = r.insert("x", CancellationToken::new());
-            assert!(Arc::ptr_eq(&key, &same) && &*key == "x");
+            let token = r.insert(&id("x"), CancellationToken::new());
+            r.insert(&id("x"), CancellationToken::new());
             r.finish("x");
             assert!(
                 r.contains("x"),
@@ -215,5 +269,33 @@ mod tests {
             r.finish("x");
             assert_eq!(r.len(), usize::from(!in_place));
         }
+    }
+
+    /// A request is counted when let in and entered only when its token is asked for; a
+    /// `notifications/cancelled` that comes before the entry (the request in its first poll)
+    /// still reaches it, and nothing of it is kept once no request runs.
+    #[test]
+    fn a_request_cancelled_before_it_is_entered_starts_cancelled() {
+        let mut r = Running::default();
+        assert!(r.admit(2) && r.admit(2) && !r.admit(2), "two at most");
+        assert!(!r.cancel("x"), "not entered yet");
+        let token = r.insert(&id("x"), CancellationToken::new());
+        assert!(token.is_cancelled(), "entered after its cancellation");
+        r.end(Some("x"));
+        assert!(!r.cancel("y"), "nothing entered under y");
+        r.end(None);
+        assert!(
+            r.len() == 0,
+            "no request runs: the kept cancellation is dropped"
+        );
+        assert!(r.admit(1));
+        let later = r.insert(&id("y"), CancellationToken::new());
+        assert!(
+            !later.is_cancelled(),
+            "a cancellation kept no longer than its requests ran"
+        );
+        assert!(r.cancel("y") && later.is_cancelled());
+        r.end(Some("y"));
+        assert!(!r.cancel("z") && r.len() == 0, "none runs: nothing kept");
     }
 }

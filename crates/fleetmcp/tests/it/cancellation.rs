@@ -1,7 +1,11 @@
-//! `notifications/cancelled` stops a running handler; a dropped connection does not.
+//! `notifications/cancelled` stops a running handler, silent or streaming, from its first poll
+//! on; a dropped connection does not.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
+use fleetmcp::{NoArgs, RequestContext, tool};
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -140,4 +144,119 @@ async fn another_session_cannot_cancel_a_request() {
     assert_eq!(result_text(&response["result"]), "slow done");
     assert_eq!(srv.counters.cancelled(), 0);
     assert_eq!(srv.counters.completed(), 1);
+}
+
+/// Counts a handler dropped before it finished.
+struct Dropped(Arc<AtomicUsize>, bool);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The fixture server with `gated`, a silent tool (it sends nothing before its answer) whose
+/// first poll blocks until `gate` opens (at most 5 s), then waits 4 s: started and dropped
+/// counts.
+async fn gated_server(
+    gate: Arc<(Mutex<bool>, Condvar)>,
+) -> (TestServer, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (started, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, d) = (started.clone(), dropped.clone());
+    let gated = tool("gated").handler(move |_: NoArgs, _ctx: RequestContext| {
+        let (gate, started, dropped) = (gate.clone(), s.clone(), d.clone());
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            let mut guard = Dropped(dropped, false);
+            {
+                // Blocks the first poll, so that what the test sends meanwhile comes while the
+                // handler has not waited yet.
+                let (open, opened) = &*gate;
+                let open = open.lock().unwrap_or_else(PoisonError::into_inner);
+                let _open = opened.wait_timeout_while(open, Duration::from_secs(5), |o| !*o);
+            }
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            guard.1 = true;
+            Ok("gated done")
+        }
+    });
+    let counters = Arc::new(Counters::default());
+    let builder = fixture_builder(counters.clone()).tool(gated);
+    let srv = serve_counting(builder, config_with(SECRET, |_| {}), counters).await;
+    (srv, started, dropped)
+}
+
+fn open(gate: &(Mutex<bool>, Condvar)) {
+    *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    gate.1.notify_all();
+}
+
+/// A request's cancellation token and its entry in the session's in-flight table are made
+/// only when its handler first waits (issue 40): a silent handler still stops on
+/// `notifications/cancelled` sent while it waits, and on one sent during its first poll, before
+/// it was entered (kept until it is, so it starts cancelled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn a_silent_handler_is_cancelled_while_it_waits_and_during_its_first_poll() {
+    for during_first_poll in [false, true] {
+        let gate = Arc::new((Mutex::new(!during_first_poll), Condvar::new()));
+        let (srv, started, dropped) = gated_server(gate.clone()).await;
+        let c = Client::connect(&srv).await;
+        let call = c.post().json(&json!({
+            "jsonrpc": "2.0", "id": 21, "method": "tools/call",
+            "params": {"name": "gated", "arguments": {}}
+        }));
+        let answer = tokio::spawn(call.send());
+        eventually("the handler runs", Duration::from_secs(2), || {
+            started.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        if !during_first_poll {
+            // Waiting in its sleep by now, well past its first poll.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let res = c
+            .notify("notifications/cancelled", json!({"requestId": 21}))
+            .await;
+        assert_eq!(res.status(), 202);
+        open(&gate);
+        eventually("the handler is dropped", Duration::from_secs(2), || {
+            dropped.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        answer.abort();
+        // The session carries on, and its count of running requests is back to none.
+        c.call_json("ping", json!({})).await;
+    }
+}
+
+/// The same with the cancellation that comes before the entry kept no longer than requests
+/// run: an id cancelled while nothing ran under it does not stop a later request that takes
+/// it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_of_nothing_running_is_not_kept() {
+    let gate = Arc::new((Mutex::new(true), Condvar::new()));
+    let (srv, _, dropped) = gated_server(gate).await;
+    let c = Client::connect(&srv).await;
+    let res = c
+        .notify("notifications/cancelled", json!({"requestId": 22}))
+        .await;
+    assert_eq!(res.status(), 202);
+    let started = std::time::Instant::now();
+    let body: Value = c
+        .post()
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 22, "method": "tools/call",
+            "params": {"name": "gated", "arguments": {}}
+        }))
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(result_text(&body["result"]), "gated done", "{body}");
+    assert!(started.elapsed() >= Duration::from_secs(4));
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
 }

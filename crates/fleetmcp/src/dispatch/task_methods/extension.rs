@@ -73,7 +73,8 @@ pub(crate) async fn create(
                 meta,
                 running,
             }));
-            let ctx = RequestContext::new(task_app, caller, false, None, task_cancel, principal);
+            let ctx =
+                RequestContext::new(task_app, caller, false, None, Some(task_cancel), principal);
             async move { tool.call(args, ctx).await }.boxed()
         },
     )

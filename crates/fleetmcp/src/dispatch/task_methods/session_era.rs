@@ -51,7 +51,7 @@ pub(crate) async fn create(
         Caller::Session(session.clone()),
         false,
         None,
-        cancel.clone(),
+        Some(cancel.clone()),
         principal.clone(),
     );
     let name = tool.name().to_string();

@@ -3,10 +3,12 @@
 //! is plain (the handler finished without sending anything first) or a stream, which the caller
 //! then pumps into its sink (the event store, the 2024-11-05 stream, or the connection).
 //!
-//! It also keeps a session's in-flight table (for `notifications/cancelled`, and to refuse a
-//! request past `limits.max_inflight_per_session`), applies the limits of the request's key
-//! (`limits/`: rate, per tool, in flight per key), and drops the handler at its next `.await`
-//! when the request is cancelled. A handler that panics is answered `-32603` by dispatch.
+//! It also keeps a session's count of running requests (to refuse a request past
+//! `limits.max_inflight_per_session`) and its in-flight table (for `notifications/cancelled`:
+//! an entry made only when the request's token is asked for), applies the limits of the
+//! request's key (`limits/`: rate, per tool, in flight per key), and drops the handler at its
+//! next `.await` when the request is cancelled. A handler that panics is answered `-32603` by
+//! dispatch.
 //!
 //! Every request any era runs passes here, through [`start`] (a POST of either era, an item of a
 //! batch, a 2024-11-05 message alike), and only on the instance that serves it: a relayed
@@ -29,7 +31,7 @@ use super::{Client, Status, scope_error};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::config::RateLimit;
-use crate::context::{CallKeyParts, Caller, Outbound, Outbox, PlaceCell, RequestContext};
+use crate::context::{CallKeyParts, Caller, Outbound, Outbox, RequestContext};
 use crate::dispatch::{self, Reply};
 use crate::limits::{Exceeded, LimitKey, Place, Refusal};
 use crate::protocol::{ErrorData, errors};
@@ -241,7 +243,7 @@ pub(in crate::transport) async fn start(
 ) -> Result<Started, NotRun> {
     let Client { principal, key } = client;
     permitted(app, &method, params.as_deref(), principal.as_deref()).map_err(NotRun::Forbidden)?;
-    let (cancel, tracked) = in_flight(app, &caller, id.get(), &method).map_err(NotRun::Refused)?;
+    let admitted = in_flight(app, &caller, &method).map_err(NotRun::Refused)?;
     // After the session's own limit, so a request it refuses spends none of the key's rate.
     let tool = (method == "tools/call" && app.limits().limits_tools())
         .then(|| tool_name(params.as_deref()))
@@ -249,13 +251,13 @@ pub(in crate::transport) async fn start(
     // Boxed, and only with limits on: a limit store's check (a Redis call) is large, and
     // every request's future would hold room for it, copied whenever the future moves into a
     // box (issue 23).
-    let admitted = if app.limits().is_on() {
+    let admitted_by_limits = if app.limits().is_on() {
         Box::pin(app.limits().admit(&key, tool.as_deref())).await
     } else {
         Ok(Place::none())
     };
-    let slot = match admitted {
-        Ok(slot) => slot,
+    let place = match admitted_by_limits {
+        Ok(place) => place,
         Err(refusal) => {
             tracing::debug!(key = key.as_str(), method, refusal = ?refusal, "refused a request over a limit");
             count_refusal(app, &refusal);
@@ -263,70 +265,97 @@ pub(in crate::transport) async fn start(
         }
     };
     let meta = meta_of(params.as_deref());
-    // Shared with the context, so a background task the request starts can take the place
-    // over; the driver frees it when the request ends, if nothing took it.
-    let slot = PlaceCell::new(parking_lot::Mutex::new(Some(slot)));
     let limit_key = key;
     let key = CallKeyParts {
-        // The session's in-flight table holds the id already: shared, not copied (issue 40).
-        raw_id: match &tracked {
-            Some(Tracked(_, raw_id)) => raw_id.clone(),
-            None => Arc::from(id.get()),
-        },
+        // Also the key the session's in-flight table enters it under, if it is entered.
+        raw_id: Arc::from(id.get()),
         client_key: meta.idempotency_key,
     };
+    // Its token made only when asked for (see `Session::enter_request`).
     let ctx = RequestContext::new(
         app.clone(),
         caller,
         streams,
         meta.progress_token,
-        cancel,
+        None,
         principal,
     )
     .with_call_key(key)
-    .with_limits(limit_key, slot.clone());
+    // Held by the context, so a background task the request starts can take the place over;
+    // the request's end (`Ending`) frees it, if nothing took it.
+    .with_limits(limit_key, place);
     // The driver's hold on the request's outbox (none when the answer cannot be a stream): it
     // closes the outbox however this ends, unless the answer streams from it.
     let hold = OutboxHold(streams.then(|| ctx.clone()));
     // The request's token is read through a copy of its context, not a copy of the token:
     // copying or dropping a token takes its lock, a context's copy is one reference count of
-    // the request's own (issue 40).
-    let stop = ctx.clone();
-    // The request leaves the session's in-flight table however the handler ends: finished,
-    // cancelled, or dropped with its connection. Its work is made inside the block: made
-    // outside, the block would hold it twice, as a captured value and in the `select!`.
+    // the request's own (issue 40). The same copy ends the request in its session.
+    let ending = admitted.running(ctx.clone());
+    // The request leaves its session's count (and in-flight table) however the handler ends:
+    // finished, cancelled, or dropped with its connection. Its work is made inside the block:
+    // made outside, the block would hold it twice, as a captured value and in the `select!`.
     let running: BoxFuture<'static, Option<Reply>> = async move {
-        let _tracked = tracked;
-        let _slot = FreeSlot(slot);
+        let ending = ending;
         let work = std::pin::pin!(dispatch::request(method, params, ctx));
-        unless_cancelled(stop.cancellation(), work).await
+        unless_cancelled(&ending.ctx, work).await
     }
     .boxed();
     Ok(settle(running, &hold).await)
 }
 
-/// `work`'s output, or `None` once `token` fires: checked before every poll of `work`, which
+/// What [`unless_cancelled`] watches: whether it fired, asked before each poll without making
+/// anything, and the token to wait on, made when the work first waits.
+trait Cancellation {
+    fn cancelled_yet(&self) -> bool;
+    fn token(&self) -> &CancellationToken;
+}
+
+impl Cancellation for RequestContext {
+    fn cancelled_yet(&self) -> bool {
+        RequestContext::cancelled_yet(self)
+    }
+    fn token(&self) -> &CancellationToken {
+        self.cancellation()
+    }
+}
+
+impl Cancellation for CancellationToken {
+    fn cancelled_yet(&self) -> bool {
+        self.is_cancelled()
+    }
+    fn token(&self) -> &CancellationToken {
+        self
+    }
+}
+
+/// `work`'s output, or `None` once `cancel` fires: checked before every poll of `work`, which
 /// is dropped at once then (a `select!` biased to the token, as this was, answers the same).
-/// The token's waiter is registered only when `work` waits: a handler that finishes in its
-/// first poll (most) takes no lock of the token's waiter list, and leaves nothing to remove
-/// from it (issue 40: about 250 instructions a call). `work` comes pinned where its caller
-/// holds it: taken by value, it would be held twice in this future (as the argument and as the
-/// pinned local), and the request's boxed future would grow by its size.
-async fn unless_cancelled<F: Future>(
-    token: &CancellationToken,
+/// The token is asked for, and its waiter registered, only when `work` waits: a handler that
+/// finishes in its first poll (most) makes no token, enters no in-flight table (issue 40), and
+/// takes no lock of a token's waiter list. `work` comes pinned where its caller holds it:
+/// taken by value, it would be held twice in this future (as the argument and as the pinned
+/// local), and the request's boxed future would grow by its size.
+async fn unless_cancelled<C: Cancellation, F: Future>(
+    cancel: &C,
     mut work: std::pin::Pin<&mut F>,
 ) -> Option<F::Output> {
-    // Made here, polled only once `work` waits: a waiter joins the token's list when polled.
-    let mut cancelled = std::pin::pin!(token.cancelled());
+    // Made, and polled, only once `work` waits: a waiter joins the token's list when polled.
+    let mut waiting = std::pin::pin!(None);
     std::future::poll_fn(|cx| {
-        if token.is_cancelled() {
+        if cancel.cancelled_yet() {
             return Poll::Ready(None);
         }
         if let Poll::Ready(out) = work.as_mut().poll(cx) {
             return Poll::Ready(Some(out));
         }
+        if waiting.is_none() {
+            waiting.set(Some(cancel.token().cancelled()));
+        }
         // Fired between the check and now: the work is dropped as it would be at its next poll.
-        cancelled.as_mut().poll(cx).map(|()| None)
+        match waiting.as_mut().as_pin_mut() {
+            Some(fired) => fired.poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
     })
     .await
 }
@@ -375,33 +404,68 @@ impl Drop for OutboxHold {
     }
 }
 
-/// Enters a session's request in its in-flight table (refused past
-/// `limits.max_inflight_per_session`): the request's cancellation token, and what takes it out
-/// of the table when dropped. A request of no session is cancelled with the server only.
-fn in_flight(
-    app: &App,
-    caller: &Caller,
-    id: &str,
-    method: &str,
-) -> Result<(CancellationToken, Option<Tracked>), Refused> {
+/// Counts a session's request among those it runs (refused past
+/// `limits.max_inflight_per_session`); it is entered in the session's in-flight table only if
+/// its token is made (see `Session::enter_request`). A request of no session is cancelled with
+/// the server only.
+fn in_flight(app: &App, caller: &Caller, method: &str) -> Result<Admitted, Refused> {
     let Caller::Session(s) = caller else {
-        return Ok((app.phases().shutdown.child_token(), None));
+        return Ok(Admitted(None));
     };
     let max = app.config().limits.max_inflight_per_session;
-    match s.track_request(id, max) {
-        Some((token, id)) => Ok((token, Some(Tracked(s.clone(), id)))),
-        None => {
-            tracing::warn!(
-                session = %crate::session::LogId(&s.id),
-                method,
-                max,
-                "refused a request: its session already runs the most requests allowed"
-            );
-            app.meters().limit_rejected(Limit::InflightPerSession);
-            Err(Refused::over(
-                BUSY_RETRY_AFTER,
-                json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
-            ))
+    if s.admit_request(max) {
+        return Ok(Admitted(Some(s.clone())));
+    }
+    tracing::warn!(
+        session = %crate::session::LogId(&s.id),
+        method,
+        max,
+        "refused a request: its session already runs the most requests allowed"
+    );
+    app.meters().limit_rejected(Limit::InflightPerSession);
+    Err(Refused::over(
+        BUSY_RETRY_AFTER,
+        json!({"limit": "inflightPerSession", "maxInflightPerSession": max}),
+    ))
+}
+
+/// A request counted in its session ([`Session::admit_request`]) before it has a context:
+/// uncounted when dropped (a limit refused it, or its connection went while the limits were
+/// asked).
+struct Admitted(Option<Arc<Session>>);
+
+impl Admitted {
+    /// Hands the count on to the request's context (see [`Ending`]).
+    fn running(mut self, ctx: RequestContext) -> Ending {
+        Ending {
+            session: self.0.take(),
+            ctx,
+        }
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.end_request(None);
+        }
+    }
+}
+
+/// A running request: when dropped, however it ended, its place in flight is freed (unless a
+/// task took it over), its session uncounts it, and takes it out of its in-flight table if it
+/// was entered there (its token made: [`RequestContext::end_token`]).
+struct Ending {
+    session: Option<Arc<Session>>,
+    ctx: RequestContext,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        drop(self.ctx.take_place());
+        if let Some(s) = &self.session {
+            let entered = self.ctx.end_token();
+            s.end_request(self.ctx.raw_id().filter(|_| entered));
         }
     }
 }
@@ -464,26 +528,6 @@ impl Streaming {
             }
         }
         Ok(reply)
-    }
-}
-
-/// Frees a request's place in flight when the request ends (unless a task took it over).
-struct FreeSlot(PlaceCell);
-
-impl Drop for FreeSlot {
-    fn drop(&mut self) {
-        let slot = self.0.lock().take();
-        drop(slot);
-    }
-}
-
-/// Removes a request from its session's in-flight table when dropped (the id shared with the
-/// table's key: no copy of its own).
-struct Tracked(Arc<Session>, Arc<str>);
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        self.0.finish_request(&self.1);
     }
 }
 

@@ -79,9 +79,9 @@ impl FromRequest<Arc<Endpoint>> for Post {
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
         let head = RequestHead::read(req.headers());
         checks::post_headers(&head)?;
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let client = Client::of(&ep.app, &parts);
-        let (parts, body) = received(parts, body, ep).await?;
+        let body = received(&parts.headers, body, ep).await?;
         // A batch the version header forbids costs no session lookup.
         batch::check_header_version(&head, &body)?;
         // The relay seam considers session-era requests by their headers alone (the hot path).
@@ -95,8 +95,8 @@ impl FromRequest<Arc<Endpoint>> for Post {
             return Ok(Post { client, located });
         }
         let principal = authorize::principal(&parts.extensions);
-        let located =
-            locate::resolve(ep, parts, head, body, authorize::fingerprint(&principal)).await?;
+        let fingerprint = authorize::fingerprint(&principal);
+        let located = locate::resolve(ep, &mut parts, head, body, fingerprint).await?;
         Ok(Post { client, located })
     }
 }
@@ -114,7 +114,7 @@ impl FromRequest<Arc<Endpoint>> for Held {
     type Rejection = Response;
 
     async fn from_request(req: Request, ep: &Arc<Endpoint>) -> Result<Self, Response> {
-        let (parts, _) = req.into_parts();
+        let (mut parts, _) = req.into_parts();
         // GET's handler also serves HEAD (axum routes it there).
         let asker = match parts.method {
             Method::DELETE => Asker::Delete,
@@ -123,7 +123,7 @@ impl FromRequest<Arc<Endpoint>> for Held {
         let principal = authorize::principal(&parts.extensions);
         let fingerprint = authorize::fingerprint(&principal);
         let head = RequestHead::read(&parts.headers);
-        let located = locate::resolve(ep, parts, head, Bytes::new(), fingerprint).await?;
+        let located = locate::resolve(ep, &mut parts, head, Bytes::new(), fingerprint).await?;
         match located.session {
             Ok(session) => Ok(Held {
                 session,
@@ -171,7 +171,7 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
         checks::json_body(&RequestHead::read(req.headers()))?;
         let (parts, body) = req.into_parts();
         let sid = message_session_id(parts.uri.query())?;
-        let (parts, body) = received(parts, body, ep).await?;
+        let body = received(&parts.headers, body, ep).await?;
         // The relay seam: decided from the query alone, before the body is parsed.
         let principal = authorize::principal(&parts.extensions);
         let fingerprint = authorize::fingerprint(&principal);
@@ -181,9 +181,10 @@ impl FromRequest<Arc<Endpoint>> for Pinned {
 }
 
 /// The body, read under `http.max_body_bytes` (413) and in time (408) ([`checks::read_body`]),
-/// with the request's head.
-async fn received(parts: Parts, body: Body, ep: &Endpoint) -> Result<(Parts, Bytes), Response> {
+/// by the request's headers `h`. The head stays with the caller: passed through by value, it
+/// was held in this future as well as in the caller's, and the request's future grew by its
+/// size (issue 40).
+pub(super) async fn received(h: &HeaderMap, body: Body, ep: &Endpoint) -> Result<Bytes, Response> {
     let limit = ep.app.config().http.max_body_bytes;
-    let body = checks::read_body(&parts.headers, body, limit).await?;
-    Ok((parts, body))
+    checks::read_body(h, body, limit).await
 }

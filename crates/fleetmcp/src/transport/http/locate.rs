@@ -53,21 +53,26 @@ pub(super) struct Located {
     pub body: Bytes,
 }
 
-/// Where the request with head `parts` (its checked headers read into `head`) and `body`, from the caller whose principal's
-/// fingerprint is `principal`, is served: here ([`Located`]), or, for a session another instance
-/// holds, by that instance through the relay seam (taken over here when it is gone), whose
-/// answer is the `Err`.
+/// Where the request with head `parts` (its checked headers read into `head`) and `body`, from
+/// the caller whose principal's fingerprint is `principal`, is served: here ([`Located`], with
+/// the headers taken from `parts`), or, for a session another instance holds, by that instance
+/// through the relay seam (taken over here when it is gone), whose answer is the `Err`.
+/// `parts` is lent, not moved in: the caller holds it across its body read already, and a copy
+/// in this future too made every request's future larger by its size (issue 40); only the
+/// relay's hop takes it.
 pub(super) async fn resolve(
     ep: &Endpoint,
-    parts: Parts,
+    parts: &mut Parts,
     head: RequestHead,
     body: Bytes,
     principal: Option<&str>,
 ) -> Result<Located, Response> {
     let (session, head, headers, body) = match locate(&ep.app, &parts.headers, principal).await {
-        Lookup::Held(s) => (Ok(s), head, parts.headers, body),
-        Lookup::Missing(why) => (Err(why), head, parts.headers, body),
+        Lookup::Held(s) => (Ok(s), head, std::mem::take(&mut parts.headers), body),
+        Lookup::Missing(why) => (Err(why), head, std::mem::take(&mut parts.headers), body),
         Lookup::HeldElsewhere(holder) => {
+            // The request's head, moved out for the hop (an empty one left in its place).
+            let parts = std::mem::replace(parts, http::Request::new(()).into_parts().0);
             // Boxed: the hop and the take-over are most of this future's size, and every
             // POST's future holds room for them (issue 23: axum copies it whole into a box).
             let relayed = relay_or_take_over(ep, &holder, relay::request(parts, body), principal);
