@@ -181,30 +181,40 @@ fn nginx_tries_an_instance_that_came_back_before_its_fail_timeout_ran_out() {
         support::Instance::start_on(env!("CARGO_BIN_EXE_help-desk"), port, &env)
     };
     let (pa, pb) = (support::free_port(), support::free_port());
-    let mut a = start("desk-a", pa);
-    let mut b = start("desk-b", pb);
+    let mut both = vec![start("desk-a", pa), start("desk-b", pb)];
     let lb_port = support::free_port();
     let nginx = Nginx::start(&Nginx::fleet_conf(&[pa, pb], lb_port), lb_port);
     let through = || http(lb_port, "GET", "/healthz", &[], None, HTTP_LIMIT);
     assert_eq!(through().status, 200, "through nginx, both up");
-    for i in [&mut a, &mut b] {
-        assert!(i.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+    // The restart must land within the fail_timeout for the test to say anything: on a loaded
+    // machine two instances can take longer to start, and then the round is run again.
+    for round in 1..=3 {
+        for i in &mut both {
+            assert!(i.signal_and_wait("KILL", Duration::from_secs(5)).is_some());
+        }
+        let down = through();
+        let failed_at = Instant::now();
+        assert_eq!(down.status, 502, "both down:\n{}", down.describe());
+        // Both started at once: each waits for its own health.
+        both = std::thread::scope(|s| {
+            let a = s.spawn(|| start("desk-a", pa));
+            let b = s.spawn(|| start("desk-b", pb));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let back = through();
+        let within = failed_at.elapsed();
+        if within >= Duration::from_secs(2) {
+            eprintln!("round {round}: the instances took {within:?} to come back; again");
+            continue;
+        }
+        assert_eq!(
+            back.status,
+            200,
+            "{within:?} after both were marked failed, both back:\n{}\nnginx:\n{}",
+            back.describe(),
+            nginx.error_log()
+        );
+        return;
     }
-    let down = through();
-    let failed_at = Instant::now();
-    assert_eq!(down.status, 502, "both down:\n{}", down.describe());
-    let (_a, _b) = (start("desk-a", pa), start("desk-b", pb));
-    let back = through();
-    let within = failed_at.elapsed();
-    assert!(
-        within < Duration::from_secs(2),
-        "the instances took {within:?} to come back: longer than the fail_timeout this tests"
-    );
-    assert_eq!(
-        back.status,
-        200,
-        "{within:?} after both were marked failed, both back:\n{}\nnginx:\n{}",
-        back.describe(),
-        nginx.error_log()
-    );
+    panic!("in 3 rounds the instances never came back within the fail_timeout this tests");
 }
