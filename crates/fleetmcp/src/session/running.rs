@@ -39,6 +39,12 @@ pub(super) struct Running {
 /// Running requests by id: the token they run under, and how many run under it.
 type Table = HashMap<Arc<str>, (CancellationToken, u32)>;
 
+/// The longest id whose cancellation is kept for a request not entered yet: a kept id is the
+/// notification's copy, so without a bound a client could park its largest body in the table
+/// once for every request running (a longer id's request, cancelled in its first poll, runs
+/// on, as the protocol lets a receiver do with a cancellation it cannot act on).
+const MAX_KEPT_ID_BYTES: usize = 256;
+
 impl Running {
     /// How many ids have requests running.
     #[cfg(test)]
@@ -74,12 +80,18 @@ impl Running {
     /// that were not entered (one of them may be `id`, in its first poll), the id is kept
     /// under a cancelled token, which the request finds when it is entered. True when the
     /// request was found.
+    ///
+    /// Kept ids are at most as many as the requests not entered when each was kept (each
+    /// can be named by one cancellation only), so never more than
+    /// `limits.max_inflight_per_session`, each at most [`MAX_KEPT_ID_BYTES`]: a flood of
+    /// cancellations naming nothing keeps nothing more.
     pub fn cancel(&mut self, id: &str) -> bool {
         if let Some(token) = self.remove(id) {
             token.cancel();
             return true;
         }
-        if self.count as usize > self.entered() {
+        let (entered, kept) = self.tally();
+        if id.len() <= MAX_KEPT_ID_BYTES && entered + kept < self.count as usize {
             let token = CancellationToken::new();
             token.cancel();
             self.more
@@ -89,16 +101,16 @@ impl Running {
         false
     }
 
-    /// How many entered requests run, an id sent again while its request runs counted each
-    /// time.
-    pub fn entered(&self) -> usize {
-        match &self.more {
-            None => usize::from(self.first.is_some()),
-            Some(more) => {
-                let table: usize = more.values().map(|(_, n)| *n as usize).sum();
-                usize::from(self.first.is_some()) + table
-            }
+    /// How many entered requests run (an id sent again while its request runs counted each
+    /// time), and how many cancellations are kept for requests not entered.
+    fn tally(&self) -> (usize, usize) {
+        let mut entered = usize::from(self.first.is_some());
+        let mut kept = 0;
+        for (_, n) in self.more.iter().flat_map(|m| m.values()) {
+            entered += *n as usize;
+            kept += usize::from(*n == 0);
         }
+        (entered, kept)
     }
 
     /// Whether a request with this id runs.
@@ -297,5 +309,34 @@ mod tests {
         assert!(r.cancel("y") && later.is_cancelled());
         r.end(Some("y"));
         assert!(!r.cancel("z") && r.len() == 0, "none runs: nothing kept");
+    }
+
+    /// Cancellations naming nothing, sent while requests run that are not entered, keep no
+    /// more ids than there are such requests, and no long one.
+    #[test]
+    fn kept_cancellations_are_bounded_by_the_requests_not_entered() {
+        let mut r = Running::default();
+        assert!(r.admit(10) && r.admit(10) && r.admit(10));
+        r.insert(&id("entered"), CancellationToken::new());
+        for n in 0..1_000 {
+            assert!(!r.cancel(&n.to_string()));
+        }
+        assert_eq!(
+            r.len(),
+            1 + 2,
+            "the entered one and two kept, of 1,000 sent"
+        );
+        r.end(Some("entered"));
+        r.end(None);
+        r.end(None);
+        assert_eq!(r.len(), 0, "none runs: nothing kept");
+        assert!(r.admit(10));
+        let long = "x".repeat(MAX_KEPT_ID_BYTES + 1);
+        assert!(
+            !r.cancel(&long) && !r.contains(&long),
+            "a long id is not kept"
+        );
+        let short = "x".repeat(MAX_KEPT_ID_BYTES);
+        assert!(!r.cancel(&short) && r.contains(&short), "one that fits is");
     }
 }
