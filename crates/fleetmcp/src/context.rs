@@ -170,7 +170,7 @@ struct Inner<H: ?Sized = dyn Host> {
     /// table then. `None` once the driver ended the request with no one having asked.
     cancel: std::sync::OnceLock<Option<CancellationToken>>,
     /// The token of a context asked for one after its request ended (a task the handler
-    /// spawned): a token of its own, which nothing cancels.
+    /// spawned): a child of the server's shutdown token, which only the server's stop cancels.
     late: std::sync::OnceLock<CancellationToken>,
     /// Who made the request, when authorization is on.
     principal: Option<Arc<Principal>>,

@@ -13,7 +13,12 @@ impl RequestContext {
     pub fn cancellation(&self) -> &CancellationToken {
         match self.inner.cancel.get_or_init(|| Some(self.make_token())) {
             Some(token) => token,
-            None => self.inner.late.get_or_init(CancellationToken::new),
+            // Asked after the request ended (work the handler spawned): the server's stop
+            // still reaches it, as it reached the request's own token.
+            None => self
+                .inner
+                .late
+                .get_or_init(|| self.inner.app.shutdown().child_token()),
         }
     }
     /// Whether the request was cancelled already (see [`RequestContext::cancellation`]).

@@ -260,3 +260,46 @@ async fn a_cancellation_of_nothing_running_is_not_kept() {
     assert!(started.elapsed() >= Duration::from_secs(4));
     assert_eq!(dropped.load(Ordering::SeqCst), 0);
 }
+
+/// Work a handler spawns with its context, asking for the token only after the request
+/// ended (the token made late, issue 40), is still stopped by the server's stop, as the
+/// request's own token would have been.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_spawned_by_a_handler_is_cancelled_by_the_servers_stop() {
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let seen = stopped.clone();
+    let spawns = tool("spawns").handler(move |_: NoArgs, ctx: RequestContext| {
+        let seen = seen.clone();
+        async move {
+            tokio::spawn(async move {
+                // Well after the answer: the request has ended by now.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let cancelled = ctx.cancellation().cancelled();
+                if tokio::time::timeout(Duration::from_secs(20), cancelled)
+                    .await
+                    .is_ok()
+                {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+            Ok("spawned")
+        }
+    });
+    let counters = Arc::new(Counters::default());
+    let builder = fixture_builder(counters.clone()).tool(spawns);
+    let mut srv = serve_counting(builder, config_with(SECRET, |_| {}), counters).await;
+    let c = Client::connect(&srv).await;
+    let body = c
+        .call_json("tools/call", json!({"name": "spawns", "arguments": {}}))
+        .await;
+    assert_eq!(result_text(&body["result"]), "spawned", "{body}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(stopped.load(Ordering::SeqCst), 0, "nothing stopped it yet");
+    srv.begin_stop();
+    eventually(
+        "the spawned work sees the stop",
+        Duration::from_secs(10),
+        || stopped.load(Ordering::SeqCst) == 1,
+    )
+    .await;
+}
