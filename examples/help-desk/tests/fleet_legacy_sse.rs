@@ -2,7 +2,8 @@
 //! `redis-server`: a first POST that lands on another instance, a holder that cannot confirm
 //! the session (`503`, not `404`), the orphan scanner leaving the session to its stream, the
 //! session ending with its killed holder (never taken over) but not with a draining one,
-//! answers going straight to the stream, and an `initialize` sent again after a relay gave up.
+//! answers going straight to the stream, an `initialize` sent again after a relay gave up, and
+//! a holder cut off from Redis ending its stream before another instance calls it gone.
 //!
 //! Each test starts its own `redis-server` and instances, and waits for nothing unbounded; what
 //! these tests share is in `fleet_client`.
@@ -15,6 +16,7 @@ mod support_redis;
 
 mod fleet_client;
 
+use std::io::ErrorKind;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -307,6 +309,173 @@ fn a_draining_holders_2024_11_05_session_is_not_called_expired() {
         ended >= Duration::from_millis(2500),
         "called expired {ended:?} after the stop began, within the holder's 2.5 s drain"
     );
+}
+
+/// F16 (found by the fault harness's seed 3): a 2024-11-05 session's holder cut off from Redis
+/// (its link refused: A keeps running and answers HTTP) ends the session's stream before
+/// another instance may call the session gone. Others take A's absence from Redis for its
+/// death, and answer `404` for the session once A has been absent for its drain and grace
+/// (0.5 s here); A's lease ran out as its subscription dropped, and A ends its streams once
+/// the lease has been out that long. So B answers `503` (retry) while the stream is open, and
+/// `404` only once it ended. Before the fix A kept the stream open: B answered `404`
+/// "session expired" 2.5 s after the cut while A's stream was still open, two views of one
+/// session.
+#[test]
+fn a_2024_11_05_holder_cut_off_from_redis_ends_its_stream_before_a_peer_calls_it_gone() {
+    holder_cut_off_ends_its_stream_first(CuttableProxy::cut, &[503], true);
+}
+
+/// The same with A's link to Redis silent rather than refused (every byte held: A's
+/// subscription stays up, Redis still counts it): A's lease runs out a tenth of the
+/// heartbeat's lifetime before its key expires, and A ends its stream half a second later,
+/// before a peer could find A gone (once the key expired and the grace passed). The relay
+/// never does (it finds A's subscription still counted, and answers `503`); A cannot tell
+/// that from a subscription Redis dropped, so it ends the stream all the same. Until its lease
+/// runs out A serves the session from memory (`202`).
+#[test]
+fn a_2024_11_05_holder_whose_redis_link_is_silent_ends_its_stream_before_a_peer_calls_it_gone() {
+    holder_cut_off_ends_its_stream_first(CuttableProxy::hold, &[202, 503], false);
+}
+
+/// A 2024-11-05 session on A, A's link to Redis cut by `cut_link`, and B asked for the session
+/// every 100 ms: B answers one of `before` until A's stream has ended, and `404` only after
+/// (`peers_say_gone`: B comes to say it, else B may never). A's stream ends within 2 s of the
+/// cut, before any peer could call the session gone, and A refuses a new `GET /sse` (`503`)
+/// until its lease holds again.
+fn holder_cut_off_ends_its_stream_first(
+    cut_link: fn(&CuttableProxy),
+    before: &[u16],
+    peers_say_gone: bool,
+) {
+    let redis = RedisServer::start();
+    let proxy = CuttableProxy::start(redis.port);
+    let timings = [
+        ("FRONTMCP_HA_HEARTBEAT_INTERVAL_MS", "300"),
+        ("FRONTMCP_HA_HEARTBEAT_TTL_MS", "1000"),
+        ("FRONTMCP_HA_TAKEOVER_GRACE_MS", "500"),
+        ("FLEETMCP_DRAIN_MS", "0"),
+        ("FLEETMCP_SHUTDOWN_GRACE_MS", "500"),
+    ];
+    let a = distributed_desk("desk-a", &proxy.url(), &timings);
+    let b = distributed_desk("desk-b", &redis.url(), &timings);
+    let (mut stream, endpoint) = open_legacy_session(a.port());
+    let (call, id) = legacy_find();
+    assert_eq!(legacy_post(b.port(), &endpoint, &call).status, 202);
+    read_stream_until(&mut stream, &[&format!("\"id\":{id},")]);
+
+    // When the stream ended, as its client sees it (the end of its chunks, or of the
+    // connection); read on its own thread while B is asked.
+    let ended = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let reader = {
+        let ended = ended.clone();
+        thread::spawn(move || {
+            use std::io::Read;
+            // What was read before ended with a chunk's `\r\n`: the last chunk (`0`) may come
+            // alone.
+            let mut tail = b"\r\n".to_vec();
+            let mut buf = [0u8; 4096];
+            let began = Instant::now();
+            while began.elapsed() < Duration::from_secs(20) {
+                match stream.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        tail.extend_from_slice(&buf[..n]);
+                        if tail.ends_with(b"\r\n0\r\n\r\n") {
+                            break;
+                        }
+                        let keep = tail.len().saturating_sub(16);
+                        tail.drain(..keep);
+                    }
+                    // The read timeout: nothing yet.
+                    Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
+            }
+            if began.elapsed() < Duration::from_secs(20) {
+                *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+        })
+    };
+    let cut = Instant::now();
+    cut_link(&proxy);
+    // A notices its subscription dropped in a moment; until then it may still serve a POST.
+    thread::sleep(Duration::from_millis(200));
+    let stream_end = || *ended.lock().unwrap_or_else(|e| e.into_inner());
+    let mut gone_at = None;
+    loop {
+        let (call, _) = legacy_find();
+        let resp = legacy_post(b.port(), &endpoint, &call);
+        if resp.status == 404 {
+            gone_at = Some(Instant::now());
+            break;
+        }
+        assert!(
+            before.contains(&resp.status),
+            "B, while A's stream is open:\n{}",
+            resp.describe()
+        );
+        // A silent holder is never found gone by the relay (Redis still counts its
+        // subscription): the stream's end is enough.
+        if !peers_say_gone && stream_end().is_some_and(|e| e.elapsed() > Duration::from_secs(1)) {
+            break;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(15),
+            "no 404 from B in 15 s (and A's stream ended {:?} after the cut):\nB:\n{}",
+            stream_end().map(|e| e - cut),
+            b.log()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    let end = stream_end();
+    assert!(
+        end.is_some_and(|e| gone_at.is_none_or(|g| e <= g)),
+        "B answered 404 {:?} after A lost Redis, while A's stream was open (ended: {:?} after the cut)\nA:\n{}",
+        gone_at.map(|g| g - cut),
+        end.map(|e| e - cut),
+        a.log()
+    );
+    // Before any peer could call it gone: A's key expires within a heartbeat's lifetime (1 s)
+    // of the cut, and a peer waits the grace (0.5 s) and the drain and grace (0.5 s) more.
+    let ended_after = end.map(|e| e - cut).unwrap_or_default();
+    assert!(
+        ended_after < Duration::from_secs(2),
+        "A's stream ended {ended_after:?} after the cut"
+    );
+    assert_log_has(
+        &a,
+        "desk-a",
+        "[HA] lease out past what peers wait; ending 1 2024-11-05 streams",
+    );
+    // Its lease still out: a new stream is refused (the others would call it gone at once),
+    // and taken again once Redis answers.
+    assert_eq!(
+        sse_status(a.port()),
+        Some(503),
+        "GET /sse on A while cut off"
+    );
+    proxy.restore();
+    wait_until(
+        "A takes a new stream again",
+        Duration::from_secs(10),
+        || sse_status(a.port()) == Some(200),
+    );
+    let _ = reader.join();
+}
+
+/// The status `GET /sse` on `port` is answered with (`None`: no answer).
+fn sse_status(port: u16) -> Option<u16> {
+    let host = format!("127.0.0.1:{port}");
+    let mut stream = support::raw_http::open(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        "GET",
+        "/sse",
+        &[("Host", host.as_str()), ("Accept", "text/event-stream")],
+        None,
+        Duration::from_secs(2),
+    )
+    .ok()?;
+    support::raw_http::read_status(&mut stream).ok()
 }
 
 /// A 2024-11-05 session's answers go straight to its stream, not through Redis: 20 calls

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::app::App;
 use crate::clock::unix_ms as now_ms;
 use crate::config::HaConfig;
 use crate::redis_conn::RedisConn;
@@ -374,6 +375,59 @@ impl Probe for Heartbeat {
                 "status": if active { "healthy" } else { "unhealthy" },
                 "details": {"nodeId": self.machine_id(), "heartbeatActive": active},
             }),
+        }
+    }
+}
+
+/// Ends this instance's 2024-11-05 streams once it has been absent from Redis (its lease's
+/// [`Lease::absent_for`]) for `streams_outlive`, and refuses new ones until it is back,
+/// checking every `every` until `withdraw` (a graceful stop, which ends them its own way).
+///
+/// Such a session lives in its stream here, and nothing takes it over: others answer `404`
+/// for it once they find this process gone (`directory.rs`, `process_gone`), which is no
+/// sooner than `streams_outlive` after its heartbeat expired (a tenth of the heartbeat's
+/// lifetime after what its beats granted ran out) or after its subscription went missing for
+/// the takeover grace. A holder cut off from Redis that long is, for them, stopped: it ends
+/// the streams first, so that no client is told its session is gone while its stream stays
+/// open here (F16 in docs/RELIABILITY.md). Back before that, it keeps them. The check reads
+/// a few atomics and needs no Redis, so it runs on while Redis refuses or is silent.
+pub(super) async fn watch_lease(
+    app: App,
+    streams_outlive: Duration,
+    every: Duration,
+    withdraw: CancellationToken,
+) {
+    let sessions = app.sessions();
+    // Whether this outage was already told in the log.
+    let mut told = false;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = withdraw.cancelled() => return,
+        }
+        match sessions.lease().absent_for() {
+            Some(absent) if absent >= streams_outlive => {
+                // Refused first, so no stream opens after the ending unseen (one that opened
+                // meanwhile ends at the next check).
+                sessions.refuse_pinned(true);
+                let ended = sessions.end_pinned_streams();
+                if ended > 0 && !told {
+                    tracing::warn!(
+                        absent_ms = absent.as_millis() as u64,
+                        "[HA] lease out past what peers wait; ending {ended} 2024-11-05 streams"
+                    );
+                } else if ended > 0 {
+                    tracing::debug!(
+                        "[HA] lease still out; ending {ended} 2024-11-05 streams opened since"
+                    );
+                }
+                told |= ended > 0;
+            }
+            Some(_) => {}
+            None => {
+                sessions.refuse_pinned(false);
+                told = false;
+            }
         }
     }
 }

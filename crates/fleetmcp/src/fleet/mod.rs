@@ -67,6 +67,13 @@
 //! `Mine` just before a claim landed: that one request is served by the old holder, and its
 //! writes are fenced.
 //!
+//! A 2024-11-05 session is never taken over (its stream is here), but others call it gone once
+//! they find this process gone and its drain and grace have passed (`directory.rs`,
+//! `process_gone`); a holder cut off from Redis that long ends such sessions' streams itself
+//! just before, once it has been absent that long (`Lease::absent_for`,
+//! `heartbeat::watch_lease`), so no client is told its session is gone while its stream is
+//! open.
+//!
 //! The holder's answer on the hop is not signed: an on-path attacker can neither run nor replay
 //! a request, but could alter an answer (TLS between instances would cover both).
 //!
@@ -143,9 +150,17 @@ pub(crate) fn seams(
         &cfg.key_prefix,
         std::time::Duration::from_millis(cfg.takeover_grace_ms),
         process_liveness(redis, cfg, lease),
-        config.drain_delay() + std::time::Duration::from_millis(config.http.shutdown_grace_ms),
+        streams_outlive(config),
     );
     Some((Arc::new(directory), Arc::new(relay)))
+}
+
+/// How long a stopping instance may keep its streams open after it withdrew from the fleet:
+/// its drain delay and grace period. Others take its absence for its streams' end only past
+/// it (`directory.rs`), and a holder cut off from Redis ends its 2024-11-05 streams once it
+/// has been absent that long (`heartbeat::watch_lease`).
+fn streams_outlive(config: &Config) -> std::time::Duration {
+    config.drain_delay() + std::time::Duration::from_millis(config.http.shutdown_grace_ms)
 }
 
 /// The liveness seam in distributed mode: whether another instance's process is gone (a task's
@@ -358,8 +373,9 @@ fn on_channel_message(
 }
 
 /// What runs beside serving until `withdraw` (a graceful stop begins): the fleet's change
-/// channel (until the shutdown), the orphan scanner, the watch on the advertised address and
-/// the heartbeat's renewal.
+/// channel (until the shutdown), the orphan scanner, the watch on the advertised address, the
+/// heartbeat's renewal and the watch on its lease (which ends the 2024-11-05 streams once this
+/// instance has been absent from Redis too long).
 fn spawn_background(
     app: &App,
     redis: &RedisConn,
@@ -402,6 +418,15 @@ fn spawn_background(
         advertiser.clone(),
         advertise::period(cfg.heartbeat_interval_ms),
         changed,
+        withdraw.clone(),
+    ));
+    // Checked well within the tenth of the heartbeat's lifetime by which the lease runs out
+    // before the key does (`session::Lease`): the margin the streams end within.
+    let every = std::time::Duration::from_millis((cfg.heartbeat_ttl_ms / 40).clamp(10, 100));
+    tokio::spawn(heartbeat::watch_lease(
+        app.clone(),
+        streams_outlive(app.config()),
+        every,
         withdraw.clone(),
     ));
     let beats = hb.clone();

@@ -65,6 +65,12 @@ pub struct Lease {
     present: AtomicBool,
     /// Milliseconds after `base` when the current term began: see [`Lease::held_for`].
     term_began_ms: AtomicU64,
+    /// Milliseconds after `base` until which the heartbeats granted the lease, whatever the
+    /// subscription did (`until_ms` is voided when it drops): see [`Lease::absent_for`].
+    granted_until_ms: AtomicU64,
+    /// Milliseconds after `base` when the subscription last dropped (read only while it is
+    /// down): see [`Lease::absent_for`].
+    dropped_ms: AtomicU64,
 }
 
 impl Default for Lease {
@@ -75,6 +81,8 @@ impl Default for Lease {
             term: AtomicU32::new(0),
             present: AtomicBool::new(true),
             term_began_ms: AtomicU64::new(0),
+            granted_until_ms: AtomicU64::new(0),
+            dropped_ms: AtomicU64::new(0),
         }
     }
 }
@@ -87,12 +95,38 @@ impl Lease {
         let before = self
             .until_ms
             .fetch_max(until.as_millis() as u64, Ordering::AcqRel);
+        self.granted_until_ms
+            .fetch_max(until.as_millis() as u64, Ordering::AcqRel);
         if before <= now && (until.as_millis() as u64) > now {
             if before != 0 {
                 self.term.fetch_add(1, Ordering::AcqRel);
             }
             self.term_began_ms.store(now, Ordering::Release);
         }
+    }
+
+    /// How long the others may have counted this instance absent (`None`: they cannot):
+    /// since what its heartbeats granted ran out (its key expires a tenth of the heartbeat's
+    /// lifetime later), or, while its subscription is down, since it dropped; the earlier.
+    /// Counted from the process's start when no heartbeat was ever written.
+    ///
+    /// Others judge an instance's process gone only once its heartbeat expired, or once its
+    /// subscription has been missing for the takeover grace (`fleet/heartbeat_liveness.rs`),
+    /// and call what lives only there gone a while after (its drain and grace): this
+    /// instance's 2024-11-05 streams must end before (`fleet/heartbeat.rs`, `watch_lease`).
+    /// A subscription back with the heartbeat's grant still running is no absence, even before
+    /// a beat makes the lease hold again.
+    pub fn absent_for(&self) -> Option<Duration> {
+        let now = self.base.elapsed().as_millis() as u64;
+        let granted = self.granted_until_ms.load(Ordering::Acquire);
+        let lapsed = (granted <= now).then_some(granted);
+        let dropped = (!self.present.load(Ordering::Acquire))
+            .then(|| self.dropped_ms.load(Ordering::Acquire));
+        let since = match (lapsed, dropped) {
+            (Some(lapsed), Some(dropped)) => lapsed.min(dropped),
+            (lapsed, dropped) => lapsed.or(dropped)?,
+        };
+        Some(Duration::from_millis(now.saturating_sub(since)))
     }
 
     /// How long the lease has held without a break (`None`: it does not hold now).
@@ -132,6 +166,12 @@ impl Lease {
     /// closed too, looks exactly so: from the moment its subscription is gone it must not
     /// serve from memory, and what it confirmed before may have been taken (a new term).
     pub fn set_present(&self, present: bool) {
+        // Noted before the flag falls, so that `absent_for` never reads an older drop (one
+        // task keeps the subscription: no other writes the flag meanwhile).
+        if !present && self.present.load(Ordering::Acquire) {
+            let now = self.base.elapsed().as_millis() as u64;
+            self.dropped_ms.store(now, Ordering::Release);
+        }
         let was = self.present.swap(present, Ordering::AcqRel);
         if was && !present {
             self.term.fetch_add(1, Ordering::AcqRel);
@@ -196,5 +236,39 @@ mod tests {
         lease.renew(Instant::now(), ttl);
         let held = lease.held_for().unwrap_or_default();
         assert!(held < Duration::from_millis(50), "granted again: {held:?}");
+    }
+
+    /// `absent_for` counts from the earlier of the granted end and the subscription's drop
+    /// while it is down; a subscription back with the grant still running is no absence.
+    #[test]
+    fn absent_for_counts_from_the_granted_end_or_the_drop() {
+        let lease = Lease::default();
+        assert!(lease.absent_for().is_some(), "never granted: absent");
+        let ttl = Duration::from_millis(1000);
+        lease.renew(Instant::now(), ttl);
+        assert_eq!(lease.absent_for(), None, "granted");
+        std::thread::sleep(Duration::from_millis(30));
+        lease.set_present(false);
+        std::thread::sleep(Duration::from_millis(60));
+        let absent = lease.absent_for().unwrap_or_default();
+        assert!(
+            absent >= Duration::from_millis(50) && absent < Duration::from_millis(500),
+            "since the drop, not the granted end: {absent:?}"
+        );
+        lease.set_present(true);
+        assert!(!lease.valid(), "no beat since: the lease does not hold");
+        assert_eq!(lease.absent_for(), None, "back, the grant still running");
+        // A heartbeat that runs out: absent since the granted end (90 ms after the beat),
+        // and since then still when the subscription drops later.
+        let lease = Lease::default();
+        lease.renew(Instant::now(), Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(150));
+        let absent = lease.absent_for().unwrap_or_default();
+        assert!(
+            absent >= Duration::from_millis(40) && absent < Duration::from_millis(140),
+            "since the granted end: {absent:?}"
+        );
+        lease.set_present(false);
+        assert!(lease.absent_for().unwrap_or_default() >= absent);
     }
 }

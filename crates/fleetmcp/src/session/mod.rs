@@ -32,6 +32,9 @@
 //! for `/message`, nothing else). Its stream ends when the session ends any other way, and
 //! with the process that has it: once the relay finds that process gone
 //! ([`Holders::process_gone`]), a `/message` elsewhere is answered as for an expired session.
+//! A holder cut off from Redis looks gone to the others too, so it ends its streams first, once
+//! it has been absent as long as they wait ([`Lease::absent_for`],
+//! [`Sessions::end_pinned_streams`], called by the fleet's heartbeat task).
 //! Each stream tracks its session's running requests, so a graceful stop ends it only once they
 //! answered on it.
 //!

@@ -551,7 +551,9 @@ fn sessions_kept(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
                         if (f.at >= since && holder == Some(m))
                             || op.route == Route::Direct(m.clone()))
             });
-            if died {
+            // Or ended by it, cut off from Redis: for the others it was stopped (F16).
+            let ended = holder.is_some_and(|m| absent_past_streams(h, m, since, op.end));
+            if died || ended {
                 continue;
             }
         }
@@ -757,6 +759,108 @@ fn refused_for_the_grace(h: &History, machine: &str, from: Duration, to: Duratio
     .any(|(_, a, b)| b.min(to).saturating_sub(a.max(from)) >= grace)
 }
 
+/// A delay on an instance's link to Redis at which its beats fail: a round trip then takes
+/// longer than Redis's command timeout (500 ms), and its lease runs out as on a silent link.
+const SLOW: Duration = Duration::from_millis(250);
+
+/// The delay of a link mode `delay <n> ms`.
+fn link_delay(mode: &str) -> Option<Duration> {
+    let ms = mode.strip_prefix("delay ")?.strip_suffix(" ms")?;
+    ms.parse().ok().map(Duration::from_millis)
+}
+
+/// Whether `machine`, the holder of a 2024-11-05 stream opened at `since`, may have ended it
+/// by `until` because its lease was out for as long as the others wait before they call its
+/// streams gone (its drain and grace: `fleet/heartbeat.rs`, `watch_lease`; F16). Its lease
+/// goes out as soon as its subscription drops (its own link refused, Redis restarted), and a
+/// lease's length after its last beat (an interval at most before the stretch began) when
+/// Redis only stops answering it (its link blackholed or delayed by [`SLOW`] or more, Redis
+/// or itself paused). A lease granted again before that (within [`RECONNECT`] of the stretch's end) keeps the streams,
+/// and a stream opened while the lease was out past it ends at once. Anything else (a delay,
+/// another instance's link, a shorter stretch) excuses nothing: such a stream ended for
+/// nothing.
+fn absent_past_streams(h: &History, machine: &str, since: Duration, until: Duration) -> bool {
+    use crate::fleet::{DRAIN_MS, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TTL_MS, SHUTDOWN_GRACE_MS};
+    let own_link = format!("{machine}->redis");
+    let outlive = Duration::from_millis(DRAIN_MS + SHUTDOWN_GRACE_MS);
+    // The lease a beat grants, less the interval it may have come before the stretch.
+    let silent = Duration::from_millis(HEARTBEAT_TTL_MS * 9 / 10 - HEARTBEAT_INTERVAL_MS);
+    // The moments its subscription dropped.
+    let drops: Vec<Duration> = h
+        .faults
+        .iter()
+        .filter(|f| match &f.kind {
+            FaultKind::RedisRestart => true,
+            FaultKind::Link { link, mode } => *link == own_link && mode == "refuse",
+            _ => false,
+        })
+        .map(|f| f.at)
+        .collect();
+    without_redis(h, machine, (Duration::ZERO, until), Some(SLOW))
+        .into_iter()
+        .any(|(x, y)| {
+            let out = drops
+                .iter()
+                .copied()
+                .filter(|d| (x..=y).contains(d))
+                .fold(x + silent, Duration::min);
+            (out + outlive).max(since) <= (y + RECONNECT).min(until)
+        })
+}
+
+/// The stretches `machine` was without Redis (Redis stopped or restarting, its link to Redis
+/// blackholed or refused, or itself paused) within `[from, to]`, those less than
+/// [`RECONNECT`] apart as one. With `slow`, its link delayed by at least that much counts too.
+fn without_redis(
+    h: &History,
+    machine: &str,
+    (from, to): (Duration, Duration),
+    slow: Option<Duration>,
+) -> Vec<(Duration, Duration)> {
+    let own_link = format!("{machine}->redis");
+    let cut = |mode: &str| {
+        mode == "blackhole"
+            || mode == "refuse"
+            || slow.is_some_and(|slow| link_delay(mode).is_some_and(|d| d >= slow))
+    };
+    let mut spans: Vec<(Duration, Duration)> = windows(
+        h,
+        |k| match k {
+            FaultKind::RedisStop | FaultKind::RedisRestart => Some("redis".to_string()),
+            FaultKind::Stop(m) if m == machine => Some("stop".to_string()),
+            FaultKind::Link { link, mode } if *link == own_link && cut(mode) => {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+        |k| match k {
+            FaultKind::RedisCont => Some("redis".to_string()),
+            FaultKind::Cont(m) | FaultKind::Kill(m) if m == machine => Some("stop".to_string()),
+            // Any other mode ends the cut (a shorter delay still passes).
+            FaultKind::Link { link, mode } if *link == own_link && !cut(mode) => {
+                Some("link".to_string())
+            }
+            _ => None,
+        },
+    )
+    .into_iter()
+    .map(|(_, a, b)| (a.max(from), b.min(to)))
+    .filter(|(a, b)| a < b)
+    .collect();
+    spans.sort();
+    let mut merged: Vec<(Duration, Duration)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            // Back to back, or nearly: Redis up again for less than a beat's interval may have
+            // seen no beat (the soaks' cases: a restart a microsecond after a restart, a
+            // pause then a restart 0.7 s apart).
+            Some((_, y)) if a <= *y + RECONNECT => *y = (*y).max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
 /// Less than this between two stretches without Redis may hold no beat (one comes every
 /// interval; a failed one is tried again half a second later, after its own timeout), so the
 /// two count as one stretch for the heartbeat.
@@ -769,52 +873,13 @@ const RECONNECT: Duration = Duration::from_millis(crate::fleet::HEARTBEAT_INTERV
 /// fail its tasks), which is the documented rule for a silent instance, and
 /// indistinguishable from a crash.
 fn silent_for_a_lifetime(h: &History, machine: &str, from: Duration, to: Duration) -> bool {
-    let own_link = format!("{machine}->redis");
-    let mut spans: Vec<(Duration, Duration)> = windows(
-        h,
-        |k| match k {
-            FaultKind::RedisStop | FaultKind::RedisRestart => Some("redis".to_string()),
-            FaultKind::Stop(m) if m == machine => Some("stop".to_string()),
-            FaultKind::Link { link, mode }
-                if *link == own_link && (mode == "blackhole" || mode == "refuse") =>
-            {
-                Some("link".to_string())
-            }
-            _ => None,
-        },
-        |k| match k {
-            FaultKind::RedisCont => Some("redis".to_string()),
-            FaultKind::Cont(m) | FaultKind::Kill(m) if m == machine => Some("stop".to_string()),
-            // Any other mode ends the cut (a delay still passes).
-            FaultKind::Link { link, mode }
-                if *link == own_link && mode != "blackhole" && mode != "refuse" =>
-            {
-                Some("link".to_string())
-            }
-            _ => None,
-        },
-    )
-    .into_iter()
-    .map(|(_, a, b)| (a.max(from), b.min(to)))
-    .filter(|(a, b)| a < b)
-    .collect();
-    spans.sort();
     // Its last beat may be up to an interval before the stretch began (or before the task
     // started): the key may expire an interval sooner than the stretch is a lifetime long.
     let lifetime =
         Duration::from_millis(crate::fleet::HEARTBEAT_TTL_MS - crate::fleet::HEARTBEAT_INTERVAL_MS);
-    let mut merged: Option<(Duration, Duration)> = None;
-    for (a, b) in spans {
-        merged = match merged {
-            // Back to back, or nearly: Redis up again for less than a beat's interval may have
-            // seen no beat (the soaks' cases: a restart a microsecond after a restart, a
-            // pause then a restart 0.7 s apart).
-            Some((x, y)) if a <= y + RECONNECT => Some((x, y.max(b))),
-            Some((x, y)) if y - x >= lifetime => return true,
-            _ => Some((a, b)),
-        };
-    }
-    merged.is_some_and(|(x, y)| y - x >= lifetime)
+    without_redis(h, machine, (from, to), None)
+        .into_iter()
+        .any(|(x, y)| y - x >= lifetime)
 }
 
 mod report;

@@ -194,6 +194,11 @@ pub const HEARTBEAT_INTERVAL_MS: u64 = 1000;
 pub const HEARTBEAT_TTL_MS: u64 = 3000;
 /// `FRONTMCP_HA_TAKEOVER_GRACE_MS` of every instance.
 pub const TAKEOVER_GRACE_MS: u64 = 1000;
+/// `FLEETMCP_DRAIN_MS` and `FLEETMCP_SHUTDOWN_GRACE_MS` of every instance: together, how long
+/// a stopping instance's streams outlive its withdrawal, and how long a holder's lease may be
+/// out before it ends its 2024-11-05 streams.
+pub const DRAIN_MS: u64 = 500;
+pub const SHUTDOWN_GRACE_MS: u64 = 1000;
 /// The master's name in the Sentinel topology.
 pub const SENTINEL_MASTER: &str = "faults-master";
 
@@ -267,8 +272,8 @@ impl Fleet {
                 ),
                 ("HELP_DESK_EFFECTS_FILE", effects.display().to_string()),
                 ("HELP_DESK_TICKETS", "memory".to_string()),
-                ("FLEETMCP_DRAIN_MS", "500".to_string()),
-                ("FLEETMCP_SHUTDOWN_GRACE_MS", "1000".to_string()),
+                ("FLEETMCP_DRAIN_MS", DRAIN_MS.to_string()),
+                ("FLEETMCP_SHUTDOWN_GRACE_MS", SHUTDOWN_GRACE_MS.to_string()),
                 (
                     "FRONTMCP_HA_HEARTBEAT_INTERVAL_MS",
                     HEARTBEAT_INTERVAL_MS.to_string(),

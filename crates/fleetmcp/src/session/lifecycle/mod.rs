@@ -166,6 +166,9 @@ pub struct Sessions {
     /// and the fingerprint of the principal that opened it (with authorization on), the only
     /// one that may initialize its session (its answers go to that principal's stream).
     legacy_streams: parking_lot::Mutex<HashMap<Arc<str>, LegacyStream>>,
+    /// Set while this instance has been absent from Redis as long as others wait before they
+    /// call its 2024-11-05 streams gone: see [`Sessions::refuse_pinned`].
+    pinned_refused: std::sync::atomic::AtomicBool,
 }
 
 /// Voids the confirmations of held sessions whose records changed, as the store reports them,
@@ -241,6 +244,7 @@ impl Sessions {
             timing,
             shutdown,
             legacy_streams: parking_lot::Mutex::new(HashMap::new()),
+            pinned_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -277,6 +281,36 @@ impl Sessions {
         if let Some(stream) = streams.get(id) {
             stream.stop.cancel();
         }
+    }
+
+    /// Refuses new 2024-11-05 streams here (`GET /sse` answered `503`), or takes them again:
+    /// refused while this holder has been absent from Redis ([`Lease::absent_for`]) as long
+    /// as others wait before they call its streams gone, since they would call a new one gone
+    /// at once ([`Sessions::end_pinned_streams`] ends the open ones). Set and cleared by the
+    /// fleet's watch on the lease.
+    pub fn refuse_pinned(&self, refused: bool) {
+        self.pinned_refused
+            .store(refused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// See [`Sessions::refuse_pinned`].
+    pub fn pinned_refused(&self) -> bool {
+        self.pinned_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Ends every 2024-11-05 session whose stream is open here, as [`Sessions::close`] does
+    /// (its stream closes after what was queued on its direct line, and its record goes when
+    /// the store answers); how many. For a holder absent from Redis as long as others wait
+    /// before they call its sessions gone (`fleet/heartbeat.rs`): nothing can take such a
+    /// session over, so it ends here rather than live on where others have declared it gone.
+    pub fn end_pinned_streams(&self) -> usize {
+        // Collected first: `close` takes the streams' lock again.
+        let ids: Vec<Arc<str>> = self.legacy_streams.lock().keys().cloned().collect();
+        for id in &ids {
+            self.close(id);
+        }
+        ids.len()
     }
 
     /// What writes to `id`'s 2024-11-05 stream, when it is open here.

@@ -67,6 +67,15 @@ impl Drop for StreamGuard {
 /// `GET /sse`: a new session's stream, bound to the caller's principal (if any).
 pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     let app = &ep.app;
+    // This holder has been absent from Redis as long as others wait before they call its
+    // streams gone: they would call this one gone at once (`Sessions::refuse_pinned`).
+    if app.sessions().pinned_refused() {
+        return respond::unavailable(
+            None,
+            "This instance cannot reach the session store to hold a new stream; retry shortly",
+            1,
+        );
+    }
     let place = match driver::admit_stream(app, &client.key).await {
         Ok(place) => place,
         Err(refused) => return refused.response_to(None),
@@ -82,9 +91,15 @@ pub(super) async fn open(State(ep): EndpointState, client: Client) -> Response {
     // it is gone.
     let stop = CancellationToken::new();
     let runs = TaskTracker::new();
+    // Cut at `stop` here too: the store's reader sees it only between its reads, and one may
+    // wait on a Redis that does not answer for its whole command timeout, while an ended
+    // session's stream must end at once (F16: a holder cut off from Redis ends its streams
+    // before others call them gone).
     let events = app
         .events()
-        .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone());
+        .tail(&id, STANDALONE_STREAM, Cursor::Now, stop.clone())
+        .take_until(stop.clone().cancelled_owned())
+        .boxed();
     let endpoint = Bytes::from(format!(
         "event: endpoint\ndata: {MESSAGE_PATH}?sessionId={id}\n\n"
     ));

@@ -291,6 +291,131 @@ fn a_2024_11_05_session_gone_with_its_streams_instance_is_excused() {
     assert!(unknown(&h, &check(&h, Bounds::default())).is_empty());
 }
 
+/// F16: a 2024-11-05 session is gone with its holder too when the holder's lease was out for
+/// its drain and grace (1.5 s) while it held the stream: from a refusal of its own link to
+/// Redis (the lease goes out with the subscription), from a blackhole a lease (2.7 s) less an
+/// interval later (likewise from a delay its beats time out on); never before that, never for
+/// a blip the lease outlives, a shorter delay, or another instance's link.
+#[test]
+fn a_2024_11_05_session_ended_by_its_holder_cut_off_from_redis_is_excused() {
+    let legacy = |stream_at: f64, gone_at: f64, faults: Vec<Fault>| {
+        let mut stream = op(0, Kind::LegacyStream, stream_at, 9.0, Outcome::Ok);
+        stream.machine = Some("desk-1".into());
+        let post = op(
+            1,
+            Kind::LegacyPost,
+            gone_at - 0.1,
+            gone_at,
+            Outcome::SessionGone,
+        );
+        let mut h = hist(vec![stream, post]);
+        h.faults = faults;
+        unknown(&h, &check(&h, Bounds::default())).len()
+    };
+    // `m`'s link to Redis in `mode` from 2.0 s to `heal`.
+    let cut = |m: &str, mode: &str, heal: f64| {
+        vec![redis_link(m, mode, 2.0), redis_link(m, "pass", heal)]
+    };
+    // (stream opened, session found gone, faults, violations, what it shows)
+    let cases = [
+        // Seed 3's: refused for 5.6 s, the session gone 2 s on.
+        (
+            1.0,
+            4.0,
+            cut("desk-1", "refuse", 7.6),
+            0,
+            "refused past the drain and grace",
+        ),
+        (
+            1.0,
+            3.4,
+            cut("desk-1", "refuse", 7.6),
+            1,
+            "gone before the holder could end it",
+        ),
+        (
+            5.0,
+            5.3,
+            cut("desk-1", "refuse", 7.6),
+            0,
+            "a stream opened past it ends at once",
+        ),
+        (
+            1.0,
+            4.0,
+            cut("desk-1", "refuse", 2.4),
+            1,
+            "a blip the lease outlives",
+        ),
+        (
+            1.0,
+            4.0,
+            cut("desk-2", "refuse", 7.6),
+            1,
+            "another instance's link",
+        ),
+        (
+            1.0,
+            6.0,
+            cut("desk-1", "delay 100 ms", 7.6),
+            1,
+            "a slow link its beats pass",
+        ),
+        // Delayed past half the command timeout, its beats fail: as blackholed.
+        (
+            1.0,
+            6.0,
+            cut("desk-1", "delay 300 ms", 7.6),
+            0,
+            "a link its beats time out on",
+        ),
+        (
+            1.0,
+            4.0,
+            cut("desk-1", "delay 300 ms", 7.6),
+            1,
+            "gone before it could end it",
+        ),
+        // Blackholed: absent 1.7 s after the cut at the soonest, the streams 1.5 s later.
+        (
+            1.0,
+            6.0,
+            cut("desk-1", "blackhole", 5.0),
+            0,
+            "blackholed for 3 s",
+        ),
+        (
+            1.0,
+            6.0,
+            cut("desk-1", "blackhole", 4.0),
+            1,
+            "blackholed for 2 s: back in time",
+        ),
+        (
+            1.0,
+            5.0,
+            cut("desk-1", "blackhole", 7.0),
+            1,
+            "gone before a blackholed one could",
+        ),
+    ];
+    for (stream_at, gone_at, faults, violations, what) in cases {
+        assert_eq!(legacy(stream_at, gone_at, faults), violations, "{what}");
+    }
+    // Redis restarted (every connection closed): like a refusal.
+    let restart = vec![
+        Fault {
+            at: s(2.0),
+            kind: FaultKind::RedisRestart,
+        },
+        Fault {
+            at: s(4.0),
+            kind: FaultKind::RedisCont,
+        },
+    ];
+    assert_eq!(legacy(1.0, 4.5, restart), 0, "Redis restarted for 2 s");
+}
+
 /// A `502` from the balancer while each instance had been down just before is excused
 /// (nginx had nowhere to send it); with one instance never down, it is not.
 #[test]
@@ -522,6 +647,17 @@ fn task(key: &str, views: &[Option<TaskView>]) -> Vec<Op> {
     ops
 }
 
+/// `m`'s link to Redis switched to `mode` at `at` s.
+fn redis_link(m: &str, mode: &str, at: f64) -> Fault {
+    Fault {
+        at: s(at),
+        kind: FaultKind::Link {
+            link: format!("{m}->redis"),
+            mode: mode.into(),
+        },
+    }
+}
+
 fn kill(m: &str, at: f64) -> Fault {
     Fault {
         at: s(at),
@@ -672,13 +808,6 @@ fn a_multi_round_call_has_its_effect_once() {
 /// killed, or without Redis for a heartbeat's lifetime at a stretch while it ran.
 #[test]
 fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() {
-    let link = |m: &str, mode: &str, at: f64| Fault {
-        at: s(at),
-        kind: FaultKind::Link {
-            link: format!("{m}->redis"),
-            mode: mode.into(),
-        },
-    };
     // F5: an unknown task answered by desk-3 while its own link was cut.
     let mut h = hist(task(
         "t0-1",
@@ -687,8 +816,8 @@ fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() 
     h.ops[2].machine = Some("desk-3".into());
     h.effects = [("t0-1".to_string(), 1)].into();
     h.faults = vec![
-        link("desk-3", "blackhole", 1.0),
-        link("desk-3", "pass", 3.0),
+        redis_link("desk-3", "blackhole", 1.0),
+        redis_link("desk-3", "pass", 3.0),
     ];
     assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F5");
     // F7: a creation refused with -32603 on 200 by desk-1 while its link was refused.
@@ -704,7 +833,7 @@ fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() 
     );
     start.machine = Some("desk-1".into());
     let mut h = hist(vec![start]);
-    h.faults = vec![link("desk-1", "refuse", 4.0)];
+    h.faults = vec![redis_link("desk-1", "refuse", 4.0)];
     assert_eq!(unknown(&h, &check(&h, Bounds::default())).len(), 1, "F7");
     // F6: failed as gone (executor desk-2, the task from 1.0 s to the poll at 2.0 s).
     let failed = TaskView::Failed {
@@ -738,18 +867,27 @@ fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() 
         poll_end >= s(4.5),
         "the task lives long enough: {poll_end:?}"
     );
-    h_long.faults = vec![link("desk-2", "refuse", 1.0), link("desk-2", "pass", 2.5)];
+    h_long.faults = vec![
+        redis_link("desk-2", "refuse", 1.0),
+        redis_link("desk-2", "pass", 2.5),
+    ];
     h_long.faults.extend(pause(2.4, 4.1));
     assert!(broken(&h_long).is_empty(), "presumed dead");
     // The same cut of another instance's link, or a slow link, excuses nothing.
-    h_long.faults = vec![link("desk-1", "refuse", 1.0), link("desk-1", "pass", 2.5)];
+    h_long.faults = vec![
+        redis_link("desk-1", "refuse", 1.0),
+        redis_link("desk-1", "pass", 2.5),
+    ];
     h_long.faults.extend(pause(2.4, 4.1));
     assert_eq!(
         broken(&h_long),
         [Promise::TaskEnds].into(),
         "another's link"
     );
-    h_long.faults = vec![link("desk-2", "delay", 1.0), link("desk-2", "pass", 4.5)];
+    h_long.faults = vec![
+        redis_link("desk-2", "delay", 1.0),
+        redis_link("desk-2", "pass", 4.5),
+    ];
     assert_eq!(broken(&h_long), [Promise::TaskEnds].into(), "a slow link");
     // Redis restarted a microsecond after it came back from a restart: one stretch.
     let at = |t: f64, kind: FaultKind| Fault { at: s(t), kind };
@@ -769,15 +907,24 @@ fn task_findings_are_no_longer_excused_and_a_silent_executor_is_presumed_dead() 
         "Redis back between them"
     );
     // Its own link refused for the grace (1 s): presumed dead; for less, not.
-    h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 3.1)];
+    h_long.faults = vec![
+        redis_link("desk-2", "refuse", 2.0),
+        redis_link("desk-2", "pass", 3.1),
+    ];
     assert!(broken(&h_long).is_empty(), "refused past the grace");
-    h_long.faults = vec![link("desk-2", "refuse", 2.0), link("desk-2", "pass", 2.8)];
+    h_long.faults = vec![
+        redis_link("desk-2", "refuse", 2.0),
+        redis_link("desk-2", "pass", 2.8),
+    ];
     assert_eq!(
         broken(&h_long),
         [Promise::TaskEnds].into(),
         "refused within it"
     );
-    h_long.faults = vec![link("desk-1", "refuse", 2.0), link("desk-1", "pass", 3.1)];
+    h_long.faults = vec![
+        redis_link("desk-1", "refuse", 2.0),
+        redis_link("desk-1", "pass", 3.1),
+    ];
     assert_eq!(
         broken(&h_long),
         [Promise::TaskEnds].into(),
