@@ -67,6 +67,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
+use super::when_woken::WhenWoken;
 use crate::app::Phases;
 use crate::config::HttpConfig;
 use crate::limits::Connections;
@@ -364,9 +365,12 @@ async fn connection(
     let service = requests(peer, routes, mode, &limits, &phases, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
-    let mut idle = pin!(idle_for(&activity, limits.idle));
+    // The guards below are polled only when they fire, not at each of the connection's wakes
+    // (`when_woken.rs`).
+    let mut idle = pin!(WhenWoken::new(idle_for(&activity, limits.idle)));
     // The head's bound under the cap (over it, hyper's own timer: see `builder`).
-    let mut head = pin!(idle_for(&activity, limits.header));
+    let mut head = pin!(WhenWoken::new(idle_for(&activity, limits.header)));
+    let mut stop = pin!(WhenWoken::new(phases.closing.cancelled()));
     let head_bounded = mode == Mode::Full;
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
@@ -384,7 +388,7 @@ async fn connection(
                 }
                 break;
             }
-            _ = phases.closing.cancelled(), if !closing => {
+            _ = &mut stop, if !closing => {
                 closing = true;
                 if activity.begun() {
                     // Not closed at once: a response still streaming (a GET stream the stop

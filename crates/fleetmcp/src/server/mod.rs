@@ -675,6 +675,7 @@ mod stdio;
 #[cfg(test)]
 mod stdio_test;
 mod test_client;
+mod when_woken;
 
 pub use run::run;
 pub use test_client::{TestClient, TestClientBuilder};
