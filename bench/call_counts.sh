@@ -22,6 +22,9 @@
 #   BEFORE_BIN=                    other builds (paths separated by spaces), measured the same
 #                                  way first, in that order
 #   WARMUP=3 WINDOW=6 PERF_WINDOW=4  seconds
+#   SESSIONS=1                     sessions the calls go to (each connection keeps to one; with
+#                                  more sessions than connections, the connections are raised
+#                                  to one per session: the saturation shape 64x64's footprint)
 #   COUNTS="instructions mallocs"  which counts to take
 #   CACHE_SIM=1                    callgrind also simulates the caches (`--cache-sim=yes`: its
 #                                  model of this machine's L1 and last-level caches, slower):
@@ -72,11 +75,14 @@ stop_server() {
   BENCH_PIDS=()
 }
 
-# Closed loops of `tools/call find_tickets {}` on one session: load CONNECTIONS SECONDS [ARGS...]
+# Closed loops of `tools/call find_tickets {}` on SESSIONS sessions: load CONNECTIONS SECONDS [ARGS...]
 load() {
   local connections="$1" seconds="$2"
   shift 2
-  "$LOADGEN" --url "http://127.0.0.1:$SERVER_PORT/mcp" --sessions 1 --connections "$connections" \
+  local sessions="${SESSIONS:-1}"
+  # loadgen's --connections counts per session.
+  connections=$(( (connections + sessions - 1) / sessions ))
+  "$LOADGEN" --url "http://127.0.0.1:$SERVER_PORT/mcp" --sessions "$sessions" --connections "$connections" \
     --duration "$seconds" --tool find_tickets --args '{}' --label calls "$@"
 }
 
