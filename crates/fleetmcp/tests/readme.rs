@@ -99,3 +99,49 @@ fn the_notes_example_is_the_getting_started_server() {
         "examples/notes/src/main.rs (measured in docs/BENCHMARKS.md) is the getting-started's server, verbatim"
     );
 }
+
+/// No document or source file keeps a merge's conflict markers: `docs/BENCHMARKS.md` kept one
+/// (both sides of a merge, between `<<<<<<<` and `>>>>>>>`) for a day, unseen by any check.
+#[test]
+fn no_file_keeps_a_merges_conflict_markers() {
+    fn walk(dir: &Path, found: &mut Vec<String>, read_files: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                let skipped = name.starts_with('.')
+                    || matches!(name.as_str(), "target" | "node_modules" | "venv" | "tools");
+                if !skipped {
+                    walk(&path, found, read_files);
+                }
+                continue;
+            }
+            let checked = ["md", "rs", "toml", "sh", "lua", "yml", "yaml"]
+                .iter()
+                .any(|ext| name.ends_with(&format!(".{ext}")));
+            if !checked {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            *read_files += 1;
+            for (i, line) in text.lines().enumerate() {
+                let marker = ["<<<<<<< ", ">>>>>>> "].iter().any(|m| line.starts_with(m))
+                    || line == "=======";
+                if marker {
+                    found.push(format!("{}:{}: {line}", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (mut found, mut read_files) = (Vec::new(), 0);
+    walk(&root, &mut found, &mut read_files);
+    // The walk reads the repository, not an empty directory: its READMEs and sources at least.
+    assert!(read_files > 100, "only {read_files} files read");
+    assert!(found.is_empty(), "conflict markers:\n{}", found.join("\n"));
+}
