@@ -61,13 +61,13 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
 use super::when_woken::WhenWoken;
+use super::write_deadline::WriteDeadline;
 use crate::app::Phases;
 use crate::config::HttpConfig;
 use crate::limits::Connections;
@@ -349,7 +349,8 @@ async fn accept_error(e: io::Error, throttle: &mut Throttle) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-/// Serves one connection until it ends, the server stops, or it idles too long.
+/// Serves one connection until it ends, the server stops, or it idles too long. Its guards (the
+/// idle and head timers, the stop) are polled only when they fire (`when_woken.rs`).
 #[allow(clippy::too_many_arguments)] // one call site, every argument distinct
 async fn connection(
     stream: TcpStream,
@@ -365,13 +366,10 @@ async fn connection(
     let service = requests(peer, routes, mode, &limits, &phases, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
-    // The guards below are polled only when they fire, not at each of the connection's wakes
-    // (`when_woken.rs`).
     let mut idle = pin!(WhenWoken::new(idle_for(&activity, limits.idle)));
     // The head's bound under the cap (over it, hyper's own timer: see `builder`).
     let mut head = pin!(WhenWoken::new(idle_for(&activity, limits.header)));
     let mut stop = pin!(WhenWoken::new(phases.closing.cancelled()));
-    let head_bounded = mode == Mode::Full;
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
@@ -421,7 +419,7 @@ async fn connection(
                 awaiting_first = false;
                 conn.as_mut().graceful_shutdown();
             }
-            _ = &mut head, if head_bounded => {
+            _ = &mut head, if mode == Mode::Full => {
                 // As hyper's header timeout does: closed, nothing answered.
                 tracing::debug!(%peer, "closing a connection that sent no whole request head in {} ms", limits.header.as_millis());
                 break;
@@ -678,107 +676,6 @@ where
     }
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// A TCP stream whose writes fail once one has been blocked for `limit`: the client stopped
-/// reading and the socket buffers are full. Reads are untouched (hyper reads while it writes a
-/// long answer, to notice a client that went away, so a read timeout would end quiet SSE
-/// streams).
-struct WriteDeadline {
-    io: TcpStream,
-    peer: SocketAddr,
-    limit: Duration,
-    // Armed when a write first returns Pending, disarmed when one makes progress; the box is
-    // kept and reset, not reallocated.
-    timer: Option<Pin<Box<Sleep>>>,
-    armed: bool,
-}
-
-impl WriteDeadline {
-    fn new(io: TcpStream, peer: SocketAddr, limit: Duration) -> Self {
-        Self {
-            io,
-            peer,
-            limit,
-            timer: None,
-            armed: false,
-        }
-    }
-
-    fn bound<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        if r.is_ready() {
-            self.armed = false;
-            return r;
-        }
-        if !self.armed {
-            let deadline = Instant::now() + self.limit;
-            match self.timer.as_mut() {
-                Some(t) => t.as_mut().reset(deadline),
-                None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            self.armed = true;
-        }
-        let Some(timer) = self.timer.as_mut() else {
-            return Poll::Pending; // armed above
-        };
-        if timer.as_mut().poll(cx).is_ready() {
-            self.armed = false;
-            tracing::info!(
-                peer = %self.peer,
-                "closing a connection whose client stopped reading for {} ms (http.write_timeout_ms)",
-                self.limit.as_millis()
-            );
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "write blocked past http.write_timeout_ms",
-            )));
-        }
-        Poll::Pending
-    }
-}
-
-impl AsyncRead for WriteDeadline {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for WriteDeadline {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.bound(cx, r)
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.bound(cx, r)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_flush(cx);
-        this.bound(cx, r)
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let r = Pin::new(&mut this.io).poll_shutdown(cx);
-        this.bound(cx, r)
     }
 }
 

@@ -676,6 +676,7 @@ mod stdio;
 mod stdio_test;
 mod test_client;
 mod when_woken;
+mod write_deadline;
 
 pub use run::run;
 pub use test_client::{TestClient, TestClientBuilder};
