@@ -434,7 +434,19 @@ fn answered(h: &History, bounds: Bounds, v: &mut Vec<Violation>, c: &mut Checked
             op.outcome,
             Outcome::Transport(_) | Outcome::Error { status: 502, .. }
         );
-        if infra && (killed_under || sent_to_dead || no_live_upstream(op, &deaths, &machines)) {
+        // A 2024-11-05 POST whose answer was to come on a stream its holder ended, cut off
+        // from Redis past its drain and grace (F16): lost with that stream, as with a killed
+        // holder.
+        let stream_ended = op.kind == Kind::LegacyPost && infra && {
+            let (holder, since) = legacy_stream_of(h, op);
+            holder.is_some_and(|m| absent_past_streams(h, m, since, op.end))
+        };
+        if infra
+            && (killed_under
+                || sent_to_dead
+                || stream_ended
+                || no_live_upstream(op, &deaths, &machines))
+        {
             c.excused += 1;
             continue;
         }
@@ -536,15 +548,7 @@ fn sessions_kept(h: &History, v: &mut Vec<Violation>, c: &mut Checked) {
         if op.kind == Kind::LegacyPost {
             // A 2024-11-05 session lives in its stream: gone with the instance that had it
             // (the one that answered the client's latest `GET /sse`), wherever the POST went.
-            let stream = h
-                .ops
-                .iter()
-                .filter(|s| {
-                    s.kind == Kind::LegacyStream && s.client == op.client && s.start <= op.start
-                })
-                .max_by_key(|s| s.start);
-            let holder = stream.and_then(|s| s.machine.as_ref());
-            let since = stream.map_or(Duration::ZERO, |s| s.start);
+            let (holder, since) = legacy_stream_of(h, op);
             let died = h.faults.iter().any(|f| {
                 f.at <= op.end
                     && matches!(&f.kind, FaultKind::Kill(m)
@@ -767,6 +771,20 @@ const SLOW: Duration = Duration::from_millis(250);
 fn link_delay(mode: &str) -> Option<Duration> {
     let ms = mode.strip_prefix("delay ")?.strip_suffix(" ms")?;
     ms.parse().ok().map(Duration::from_millis)
+}
+
+/// The instance holding the 2024-11-05 stream a POST `op` belongs to (the one that answered
+/// its client's latest `GET /sse` before it), and when that stream opened.
+fn legacy_stream_of<'h>(h: &'h History, op: &Op) -> (Option<&'h str>, Duration) {
+    let stream = h
+        .ops
+        .iter()
+        .filter(|s| s.kind == Kind::LegacyStream && s.client == op.client && s.start <= op.start)
+        .max_by_key(|s| s.start);
+    (
+        stream.and_then(|s| s.machine.as_deref()),
+        stream.map_or(Duration::ZERO, |s| s.start),
+    )
 }
 
 /// Whether `machine`, the holder of a 2024-11-05 stream opened at `since`, may have ended it

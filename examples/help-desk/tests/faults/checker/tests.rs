@@ -416,6 +416,44 @@ fn a_2024_11_05_session_ended_by_its_holder_cut_off_from_redis_is_excused() {
     assert_eq!(legacy(1.0, 4.5, restart), 0, "Redis restarted for 2 s");
 }
 
+/// A 2024-11-05 POST whose answer never came because its holder, cut off from Redis past its
+/// drain and grace, ended the stream (F16) is excused, as with a killed holder (seed 3: Redis
+/// paused for 3 s, the stream ended a moment after it came back); the same end with Redis
+/// there all along is a violation.
+#[test]
+fn a_2024_11_05_post_lost_with_a_stream_its_holder_ended_is_excused() {
+    let lost_post = |faults: Vec<Fault>| {
+        let mut stream = op(0, Kind::LegacyStream, 1.0, 9.0, Outcome::Ok);
+        stream.machine = Some("desk-1".into());
+        let post = op(
+            1,
+            Kind::LegacyPost,
+            5.2,
+            5.2,
+            Outcome::Transport("the stream ended before the answer".into()),
+        );
+        let mut h = hist(vec![stream, post]);
+        h.faults = faults;
+        broken(&h)
+    };
+    let paused = vec![
+        Fault {
+            at: s(2.0),
+            kind: FaultKind::RedisStop,
+        },
+        Fault {
+            at: s(5.0),
+            kind: FaultKind::RedisCont,
+        },
+    ];
+    assert_eq!(lost_post(paused), [].into(), "Redis paused for 3 s");
+    assert_eq!(
+        lost_post(Vec::new()),
+        [Promise::Answered].into(),
+        "a stream ended for nothing"
+    );
+}
+
 /// A `502` from the balancer while each instance had been down just before is excused
 /// (nginx had nowhere to send it); with one instance never down, it is not.
 #[test]
