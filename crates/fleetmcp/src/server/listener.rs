@@ -363,13 +363,19 @@ async fn connection(
     _permit: OwnedSemaphorePermit,
 ) {
     let activity = Arc::new(Activity::new());
-    let service = requests(peer, routes, mode, &limits, &phases, activity.clone());
+    let service = requests(peer, routes, mode, &limits, activity.clone());
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(WhenWoken::new(idle_for(&activity, limits.idle)));
     // The head's bound under the cap (over it, hyper's own timer: see `builder`).
     let mut head = pin!(WhenWoken::new(idle_for(&activity, limits.header)));
-    let mut stop = pin!(WhenWoken::new(phases.closing.cancelled()));
+    // The drain's start, noted where this connection's answers read it (an atomic load each,
+    // where the token's check takes a lock every connection shares), then the close.
+    let mut stop = pin!(WhenWoken::new(async {
+        phases.draining.cancelled().await;
+        activity.draining.store(true, Ordering::Release);
+        phases.closing.cancelled().await;
+    }));
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
@@ -380,12 +386,9 @@ async fn connection(
     let mut linger = pin!(idle_for(&activity, FIRST_REQUEST_WAIT));
     loop {
         tokio::select! {
-            ended = conn.as_mut() => {
-                if let Err(e) = ended {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-                break;
-            }
+            // The stop first: an answer finished in the same wake as the drain's start is
+            // answered with `Connection: close` (see `Activity::draining`).
+            biased;
             _ = &mut stop, if !closing => {
                 closing = true;
                 if activity.begun() {
@@ -406,6 +409,12 @@ async fn connection(
                         .as_mut()
                         .reset(Instant::now() + FIRST_REQUEST_WAIT);
                 }
+            }
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                break;
             }
             _ = &mut linger, if lingering => {
                 lingering = false;
@@ -444,13 +453,12 @@ pub(super) type Answering =
 /// What answers a connection's requests: the routes (over the cap, `mode`, only for the health
 /// routes), each request in flight counted in `active` until its answer's body ends, its body
 /// read under the deadline `limits.body` from its head, and answered with `Connection: close`
-/// once the stop began (`phases.draining`). The first request notifies `activity.first`.
+/// once the stop began (`activity.draining`). The first request notifies `activity.first`.
 pub(super) fn requests(
     peer: SocketAddr,
     routes: Routes,
     mode: Mode,
     limits: &ConnectionBounds,
-    phases: &Phases,
     activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -459,11 +467,9 @@ pub(super) fn requests(
     Future = Answering,
 > + Send {
     let body_limit = limits.body;
-    // What each request's answer needs, behind one reference count of the connection's own:
-    // copying the routes and the token for every request touched counts every connection
-    // shares (the router's, the endpoint's), and a token's copy and drop each take its lock
-    // (issue 40).
-    let shared = Arc::new((routes, phases.draining.clone()));
+    // The routes behind one reference count of the connection's own: copying them for every
+    // request touched counts every connection shares (the router's, the endpoint's; issue 40).
+    let routes = Arc::new(routes);
     hyper::service::service_fn(move |req: Request<Incoming>| {
         if !activity.begun() {
             // `notify_one` keeps the wake for a waiter that comes later.
@@ -471,9 +477,8 @@ pub(super) fn requests(
         }
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
-        let shared = shared.clone();
+        let routes = routes.clone();
         Box::pin(async move {
-            let (routes, draining) = &*shared;
             let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
                 over_capacity()
             } else {
@@ -481,7 +486,7 @@ pub(super) fn requests(
                 // Whom the request's limits count against, absent a trusted header (transport).
                 crate::transport::with_peer(peer, routes.serve(req)).await
             };
-            if draining.is_cancelled() {
+            if guard.0.draining.load(Ordering::Acquire) {
                 // Hyper closes the connection after this answer; the client (a load balancer)
                 // sends its next request on a new connection, which, once this instance stops
                 // accepting, is refused and retried elsewhere.
@@ -532,6 +537,10 @@ pub(super) struct Activity {
     begun: AtomicBool,
     /// Notified when the first request begins.
     first: Notify,
+    /// Whether the stop began (`Phases::draining`): every answer from then on closes its
+    /// connection. Set by the connection's task, which its answers run in, before it polls
+    /// them again (see `connection`).
+    draining: AtomicBool,
 }
 
 impl Activity {
@@ -542,6 +551,7 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             begun: AtomicBool::new(false),
             first: Notify::new(),
+            draining: AtomicBool::new(false),
         }
     }
 

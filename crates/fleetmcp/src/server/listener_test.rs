@@ -9,7 +9,6 @@ use hyper::body::Incoming;
 use hyper::service::Service;
 
 use super::listener::{Activity, ConnectionBounds, Mode, requests};
-use crate::app::Phases;
 use crate::config::HttpConfig;
 use crate::limits::Connections;
 use crate::{Config, Server};
@@ -34,13 +33,11 @@ async fn a_connection_keeps_a_pointer_to_its_request_in_flight_not_the_request()
         .unwrap();
     let limits = ConnectionBounds::from_config(&HttpConfig::default(), Connections::new(8));
     let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let phases = Phases::new();
     let service = requests(
         peer,
         running.routes.clone(),
         Mode::Full,
         &limits,
-        &phases,
         Arc::new(Activity::new()),
     );
     // The routes' own future is about 6 KB (`transport::http::future_sizes`); kept in that place,

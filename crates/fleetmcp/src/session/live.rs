@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
@@ -74,11 +74,10 @@ impl ClientData {
     }
 }
 
-/// Milliseconds since the first session of the process: what a session's refresh times count
-/// in (one `Instant` for all, rather than 16 bytes in each session).
+/// What a session's times count in: milliseconds on the coarse clock, read on every call
+/// ([`crate::clock::coarse_ms`]).
 fn now_ms() -> u64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+    crate::clock::coarse_ms()
 }
 
 /// The first id of the streams a session's POST answers get on this instance: a random 32-bit
@@ -135,7 +134,7 @@ pub struct Session {
     /// client may send `initialize` again (its answer may have been lost to a `503` from a
     /// relay that gave up), and is answered again.
     heard: AtomicBool,
-    /// Milliseconds since the registry's epoch; read by the idle sweeper.
+    /// When it was last used (see [`now_ms`]); read by the idle sweeper.
     last_used: AtomicU64,
     /// What this instance knows of the session's stored record.
     record: RecordState,
@@ -567,7 +566,6 @@ type EndedMemory = (HashMap<Arc<str>, Ended>, VecDeque<Arc<str>>);
 
 /// The sessions this instance holds, plus a bounded memory of recently ended ones.
 pub struct LiveSessions {
-    epoch: Instant,
     /// Keyed by each session's own id (see [`Held`]), found on every call: hashed with
     /// foldhash (randomly seeded per process) rather than SipHash, ~300 instructions a call
     /// fewer (issue 23). Keys chosen to collide cannot be put here: every id inserted is one
@@ -583,7 +581,6 @@ const MAX_ENDED: usize = 10_000;
 impl LiveSessions {
     pub(crate) fn new(max_sessions: usize) -> Self {
         Self {
-            epoch: Instant::now(),
             sessions: RwLock::new(HashSet::default()),
             ended: Mutex::new((HashMap::new(), VecDeque::new())),
             max_sessions,
@@ -591,7 +588,7 @@ impl LiveSessions {
     }
 
     fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        now_ms()
     }
 
     /// Finds a held session by its exact id and marks it used.
