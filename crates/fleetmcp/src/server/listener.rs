@@ -350,7 +350,8 @@ async fn accept_error(e: io::Error, throttle: &mut Throttle) {
 }
 
 /// Serves one connection until it ends, the server stops, or it idles too long. Its guards (the
-/// idle and head timers, the stop) are polled only when they fire (`when_woken.rs`).
+/// idle and head timers, the stop) are polled only when they fire (`when_woken.rs`); the head's
+/// timer is the bound under the cap (over it, hyper's own: see `builder`).
 #[allow(clippy::too_many_arguments)] // one call site, every argument distinct
 async fn connection(
     stream: TcpStream,
@@ -367,15 +368,8 @@ async fn connection(
     let io = TokioIo::new(WriteDeadline::new(stream, peer, limits.write));
     let mut conn = pin!(builder.serve_connection(io, service));
     let mut idle = pin!(WhenWoken::new(idle_for(&activity, limits.idle)));
-    // The head's bound under the cap (over it, hyper's own timer: see `builder`).
     let mut head = pin!(WhenWoken::new(idle_for(&activity, limits.header)));
-    // The drain's start, noted where this connection's answers read it (an atomic load each,
-    // where the token's check takes a lock every connection shares), then the close.
-    let mut stop = pin!(WhenWoken::new(async {
-        phases.draining.cancelled().await;
-        activity.draining.store(true, Ordering::Release);
-        phases.closing.cancelled().await;
-    }));
+    let mut stop = pin!(WhenWoken::new(until_closing(&phases, &activity)));
     let mut closing = false;
     // Closing, on a connection whose first request has not begun yet.
     let mut awaiting_first = false;
@@ -386,9 +380,7 @@ async fn connection(
     let mut linger = pin!(idle_for(&activity, FIRST_REQUEST_WAIT));
     loop {
         tokio::select! {
-            // The stop first: an answer finished in the same wake as the drain's start is
-            // answered with `Connection: close` (see `Activity::draining`).
-            biased;
+            biased; // the stop first: see `until_closing`
             _ = &mut stop, if !closing => {
                 closing = true;
                 if activity.begun() {
@@ -442,6 +434,17 @@ async fn connection(
     }
 }
 
+/// Completes when the server's connections close (`phases.closing`); on the way, notes the
+/// drain's start (`phases.draining`) where the connection's answers read it, one atomic load
+/// each where the token's check takes a lock every connection shares. Polled first in the
+/// connection's `select!` (`biased`), so an answer finished in the same wake as the drain's
+/// start is already answered with `Connection: close`.
+async fn until_closing(phases: &Phases, activity: &Activity) {
+    phases.draining.cancelled().await;
+    activity.draining.store(true, Ordering::Release);
+    phases.closing.cancelled().await;
+}
+
 /// A request being answered, boxed: hyper keeps a place for its service's future for the whole
 /// life of the connection (`Box::pin(None)` when the connection opens, the future written into
 /// it per request), so an unboxed future of the routes (~6 KB) stayed allocated on every
@@ -477,28 +480,56 @@ pub(super) fn requests(
         }
         let guard = InFlight::begin(activity.clone());
         let deadline = Instant::now() + body_limit;
-        let routes = routes.clone();
-        Box::pin(async move {
-            let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
-                over_capacity()
-            } else {
-                let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
-                // Whom the request's limits count against, absent a trusted header (transport).
-                crate::transport::with_peer(peer, routes.serve(req)).await
-            };
-            if guard.0.draining.load(Ordering::Acquire) {
-                // Hyper closes the connection after this answer; the client (a load balancer)
-                // sends its next request on a new connection, which, once this instance stops
-                // accepting, is refused and retried elsewhere.
-                res.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            Ok::<_, Infallible>(res.map(|body| Tracked {
-                inner: body,
-                _guard: guard,
-            }))
-        }) as Answering
+        // The box first, and the answer's future written straight into it by `answer`, which
+        // cannot unwind: built on the stack and then boxed, all of its ~5.5 KB were copied,
+        // most of them not yet written (issue 40).
+        let place = Box::new_uninit();
+        let answering = Box::write(
+            place,
+            answer(routes.clone(), req, guard, deadline, mode, peer),
+        );
+        Box::into_pin(answering) as Answering
     })
+}
+
+/// The answer to `req`, as [`requests`] boxes it. `extern "C"` for its ABI's one property
+/// that matters here: the function cannot unwind (a panic in it aborts; it only moves its
+/// arguments into the future it returns, which cannot panic), so LLVM may hand it the box as
+/// the place to build its result in (memcpyopt's call-slot optimization; a function that may
+/// unwind cannot write there, as the box is freed on that path). Not inlined, so that the
+/// call is there to optimize: checked by `bench/call_counts.sh`'s `memcpy` (2,380 → 2,3xx
+/// instructions a call) and a uprobe on `memcpy` (no copy of the future's 5.5 KB left).
+#[inline(never)]
+// Never called from C: the ABI is for `nounwind`; and an `async fn` cannot be `extern "C"`.
+#[allow(improper_ctypes_definitions, clippy::manual_async_fn)]
+extern "C" fn answer(
+    routes: Arc<Routes>,
+    req: Request<Incoming>,
+    guard: InFlight,
+    deadline: Instant,
+    mode: Mode,
+    peer: SocketAddr,
+) -> impl Future<Output = Result<Response<Tracked<AxumBody>>, Infallible>> + Send {
+    async move {
+        let mut res = if mode == Mode::HealthOnly && !is_health(req.uri().path()) {
+            over_capacity()
+        } else {
+            let req = req.map(|body| AxumBody::new(DeadlineBody::new(body, deadline)));
+            // Whom the request's limits count against, absent a trusted header (transport).
+            crate::transport::with_peer(peer, routes.serve(req)).await
+        };
+        if guard.0.draining.load(Ordering::Acquire) {
+            // Hyper closes the connection after this answer; the client (a load balancer)
+            // sends its next request on a new connection, which, once this instance stops
+            // accepting, is refused and retried elsewhere.
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Ok::<_, Infallible>(res.map(|body| Tracked {
+            inner: body,
+            _guard: guard,
+        }))
+    }
 }
 
 /// The health routes, and distributed mode's self-check (a `/readyz` depends on it: an instance

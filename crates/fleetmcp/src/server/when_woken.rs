@@ -121,20 +121,52 @@ mod tests {
         }
     }
 
+    /// A [`Counted`] future wrapped, the handles to what it counts and keeps, and a task's
+    /// waker counting its wakes.
+    struct Guarded {
+        guarded: Pin<Box<WhenWoken<Counted>>>,
+        polls: Arc<AtomicUsize>,
+        ready: Arc<AtomicBool>,
+        kept: Arc<parking_lot::Mutex<Option<Waker>>>,
+        task_woken: Arc<TaskWakes>,
+        task_waker: Waker,
+    }
+
+    impl Guarded {
+        fn new() -> Self {
+            let polls = Arc::new(AtomicUsize::new(0));
+            let ready = Arc::new(AtomicBool::new(false));
+            let kept = Arc::new(parking_lot::Mutex::new(None));
+            let guarded = Box::pin(WhenWoken::new(Counted {
+                polls: polls.clone(),
+                ready: ready.clone(),
+                kept: kept.clone(),
+            }));
+            let task_woken = Arc::new(TaskWakes(AtomicUsize::new(0)));
+            let task_waker = Waker::from(task_woken.clone());
+            Self {
+                guarded,
+                polls,
+                ready,
+                kept,
+                task_woken,
+                task_waker,
+            }
+        }
+    }
+
     /// Polled once at first; woken by something else (the task's own waker), it is not polled
     /// again; woken through its own waker, it is, and the task is woken.
     #[test]
     fn polls_the_future_only_when_its_own_waker_fired() {
-        let polls = Arc::new(AtomicUsize::new(0));
-        let ready = Arc::new(AtomicBool::new(false));
-        let kept = Arc::new(parking_lot::Mutex::new(None));
-        let mut guarded = Box::pin(WhenWoken::new(Counted {
-            polls: polls.clone(),
-            ready: ready.clone(),
-            kept: kept.clone(),
-        }));
-        let task_woken = Arc::new(TaskWakes(AtomicUsize::new(0)));
-        let task_waker = Waker::from(task_woken.clone());
+        let Guarded {
+            mut guarded,
+            polls,
+            ready,
+            kept,
+            task_woken,
+            task_waker,
+        } = Guarded::new();
         let mut cx = Context::from_waker(&task_waker);
         assert!(guarded.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), 1, "the first poll reaches it");
@@ -162,16 +194,14 @@ mod tests {
     /// wake of the future (after it was polled and is pending again) still reaches the task.
     #[test]
     fn every_wake_of_the_future_reaches_the_task() {
-        let polls = Arc::new(AtomicUsize::new(0));
-        let ready = Arc::new(AtomicBool::new(false));
-        let kept = Arc::new(parking_lot::Mutex::new(None));
-        let mut guarded = Box::pin(WhenWoken::new(Counted {
-            polls: polls.clone(),
-            ready: ready.clone(),
-            kept: kept.clone(),
-        }));
-        let task_woken = Arc::new(TaskWakes(AtomicUsize::new(0)));
-        let task_waker = Waker::from(task_woken.clone());
+        let Guarded {
+            mut guarded,
+            polls,
+            ready: _,
+            kept,
+            task_woken,
+            task_waker,
+        } = Guarded::new();
         let mut cx = Context::from_waker(&task_waker);
         for round in 1..=3 {
             for _ in 0..3 {
