@@ -1,5 +1,5 @@
-//! Wall-clock time as the wire formats want it: Unix milliseconds and seconds for records
-//! other instances read, ISO 8601 for task timestamps.
+//! Time as the wire formats want it (Unix milliseconds and seconds for records other instances
+//! read, ISO 8601 for task timestamps), and the coarse monotonic clock a call reads.
 //!
 //! Durations inside one process use `Instant`, or [`coarse_ms`] where milliseconds are enough
 //! and every call reads the clock; the rest are only for values that leave the process.
