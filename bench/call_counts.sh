@@ -18,7 +18,9 @@
 # Prints one line per binary.
 #
 # Environment (all optional):
-#   BIN=target/release/help-desk   the help-desk binary (built first unless SKIP_BUILD=1)
+#   BIN=target/release/help-desk   the help-desk binary (built first unless SKIP_BUILD=1); the
+#                                  bench's hyper-ref answers the same exchanges, for the bare
+#                                  server's counts
 #   BEFORE_BIN=                    other builds (paths separated by spaces), measured the same
 #                                  way first, in that order
 #   WARMUP=3 WINDOW=6 PERF_WINDOW=4  seconds
