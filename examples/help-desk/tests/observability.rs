@@ -6,7 +6,9 @@
 //! * a call relayed from B to the holder A shows in both instances' metrics (the relay on B,
 //!   the `tools/call` on A) and in both instances' JSON logs under one trace id: the client's
 //!   `traceparent` when it sent one, else the one B started; no credential of the call is
-//!   logged.
+//!   logged;
+//! * when B records no span (`RUST_LOG=warn`), it reads and makes no trace context, and A still
+//!   logs the relayed calls under the client's trace, from the header or from `_meta`.
 //!
 //! Every wait is bounded.
 
@@ -80,6 +82,29 @@ fn in_trace<'a>(lines: &'a [Value], trace_id: &str) -> Vec<&'a Value> {
         .iter()
         .filter(|l| l["span"]["trace_id"] == trace_id)
         .collect()
+}
+
+/// The trace ids of the "request answered" lines for `method`.
+fn answered(lines: &[Value], method: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["message"] == "request answered" && l["method"] == method)
+        .filter_map(|l| l["span"]["trace_id"].as_str().map(String::from))
+        .collect()
+}
+
+/// `instance`'s log lines once it has logged `count` answers to `method` (a bounded wait: the
+/// access lines are written once the answer's head is ready, after the client has it).
+fn once_answered(instance: &Instance, who: &str, method: &str, count: usize) -> Vec<Value> {
+    let mut lines = json_lines(instance, who);
+    for _ in 0..60 {
+        if answered(&lines, method).len() >= count {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        lines = json_lines(instance, who);
+    }
+    lines
 }
 
 fn promtool() -> String {
@@ -284,22 +309,7 @@ fn a_relayed_call_shows_in_both_instances_metrics_and_json_logs_under_one_trace_
     );
     assert_eq!(value(&on_a, "fleetmcp_sessions_held"), 1.0, "A:\n{on_a}");
 
-    // The access lines are written once the answer's head is ready: wait (bounded) for A's.
-    let answered = |lines: &[Value], method: &str| -> Vec<String> {
-        lines
-            .iter()
-            .filter(|l| l["message"] == "request answered" && l["method"] == method)
-            .filter_map(|l| l["span"]["trace_id"].as_str().map(String::from))
-            .collect()
-    };
-    let mut lines_a = json_lines(&a, "A");
-    for _ in 0..60 {
-        if answered(&lines_a, "tools/call").len() >= 2 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        lines_a = json_lines(&a, "A");
-    }
+    let lines_a = once_answered(&a, "A", "tools/call", 2);
     let lines_b = json_lines(&b, "B");
     assert!(
         !in_trace(&lines_a, trace).is_empty(),
@@ -341,6 +351,67 @@ fn a_relayed_call_shows_in_both_instances_metrics_and_json_logs_under_one_trace_
             "{who} logged the secret"
         );
     }
+}
+
+/// A relaying instance whose request spans nobody records (`RUST_LOG=warn`) reads no
+/// `traceparent` and makes no trace for them (issue 40: the body was read for `_meta` on every
+/// POST); what it relays carries the client's own headers and body, and the holder, whose spans
+/// are logged, still puts each call under the client's trace: from the `traceparent` header,
+/// and from `params._meta.traceparent` without one. Red if the relaying instance sends a trace
+/// of its own (the holder takes the header over `_meta`).
+#[test]
+fn a_relaying_instance_that_records_no_span_leaves_the_clients_trace_to_the_holder() {
+    let redis = RedisServer::start();
+    let a = distributed_desk("desk-a", &redis.url(), &JSON_LOGS);
+    let quiet = [("LOG_FORMAT", "json"), ("RUST_LOG", "warn")];
+    let b = distributed_desk("desk-b", &redis.url(), &quiet);
+    let sid = open_session(a.port());
+
+    let in_header = "0af7651916cd43dd8448eb211c80319c";
+    let traceparent = format!("00-{in_header}-b7ad6b7169203331-01");
+    let resp = call_tool(
+        b.port(),
+        &sid,
+        &[("traceparent", &traceparent)],
+        "find_tickets",
+        json!({"query": "header"}),
+    );
+    assert_served_by(&resp, "desk-a", "the call with a traceparent header");
+    let in_meta = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let call = json!({
+        "jsonrpc": "2.0",
+        "id": next_id(),
+        "method": "tools/call",
+        "params": {
+            "name": "find_tickets",
+            "arguments": {"query": "meta"},
+            "_meta": {"traceparent": format!("00-{in_meta}-00f067aa0ba902b7-01")},
+        },
+    });
+    let resp = post_with(b.port(), Some(&sid), &[], &call, HTTP_LIMIT);
+    assert_served_by(&resp, "desk-a", "the call with a traceparent in _meta");
+
+    let lines_a = once_answered(&a, "A", "tools/call", 2);
+    let traces = answered(&lines_a, "tools/call");
+    for (where_, trace) in [("header", in_header), ("_meta", in_meta)] {
+        assert!(
+            traces.iter().any(|t| t == trace),
+            "A logged the call whose trace is in its {where_} under {traces:?}, not {trace}:\n{}",
+            a.log()
+        );
+    }
+    // B relayed both, and logged no access line (its request spans are off).
+    let on_b = scrape(b.port());
+    assert_eq!(
+        value(&on_b, r#"fleetmcp_relays_total{outcome="answered"}"#),
+        2.0,
+        "B:\n{on_b}"
+    );
+    assert!(
+        answered(&json_lines(&b, "B"), "relayed").is_empty(),
+        "B:\n{}",
+        b.log()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

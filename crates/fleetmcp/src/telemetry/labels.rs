@@ -144,7 +144,8 @@ pub struct Labels {
 
 struct State {
     labels: Cell<Labels>,
-    trace: TraceContext,
+    /// `None` when no span records the request (see `observe::request`).
+    trace: Option<TraceContext>,
 }
 
 tokio::task_local! {
@@ -155,8 +156,9 @@ tokio::task_local! {
 pub struct RequestLocal;
 
 impl RequestLocal {
-    /// Runs `serve` with request-local state that starts with `labels` and `trace`; returns
-    /// its output and the labels noted meanwhile.
+    /// Runs `serve` with request-local state that starts with `labels` and `trace` (`None`
+    /// when no span records the request, so nothing was read or made for it); returns its
+    /// output and the labels noted meanwhile.
     ///
     /// A plain function around `serve`, not an `async fn` awaiting it: an async function (or
     /// block) that takes a future and awaits it keeps room for it twice, as its argument and
@@ -164,7 +166,7 @@ impl RequestLocal {
     /// axum copies into a box on every request, was 11 KiB).
     pub fn run<F: Future>(
         labels: Labels,
-        trace: TraceContext,
+        trace: Option<TraceContext>,
         serve: F,
     ) -> impl Future<Output = (F::Output, Labels)> {
         let state = State {
@@ -202,9 +204,9 @@ pub fn note_era(era: Era) {
     });
 }
 
-/// The request's trace context, inside a request.
+/// The request's trace context, inside a request whose span is recorded.
 pub fn trace() -> Option<TraceContext> {
-    REQUEST.try_with(|s| s.trace).ok()
+    REQUEST.try_with(|s| s.trace).ok().flatten()
 }
 
 #[cfg(test)]
@@ -232,16 +234,18 @@ mod tests {
             era: Era::Unknown,
         };
         let trace = TraceContext::new_trace();
-        let ((), l) = RequestLocal::run(start, trace, async {
+        let ((), l) = RequestLocal::run(start, Some(trace), async {
             note_era(Era::Session);
             note_method(Method::of("tools/call"));
             assert_eq!(super::trace(), Some(trace));
         })
         .await;
         assert_eq!((l.method.as_str(), l.era), ("tools/call", Era::Session));
-        let ((), l) = RequestLocal::run(start, trace, async {
+        let ((), l) = RequestLocal::run(start, None, async {
             note_method(Method::BATCH);
             note_method(Method::of("ping"));
+            // A request no span records has no trace context.
+            assert_eq!(super::trace(), None);
         })
         .await;
         assert_eq!(l.method, Method::BATCH);

@@ -17,7 +17,7 @@
 //!    → [`authorize`] (with `[auth]` on: `401`/`403` before any session lookup, relay or
 //!    handler). No body is read before the guard and the token check let the request through:
 //!    a POST without a `traceparent` header has its body read for `_meta.traceparent` only
-//!    then. A header that names one thing (`Host`, `Origin`, `Authorization`,
+//!    then, and only when its span is recorded. A header that names one thing (`Host`, `Origin`, `Authorization`,
 //!    `Mcp-Session-Id`, `MCP-Protocol-Version`, the mirrored `Mcp-*` headers) is not read at
 //!    all when repeated, as if unusable (`request_headers.rs`'s `only`): which copy counts
 //!    could differ between this instance, a proxy in front and a relayed request's holder.

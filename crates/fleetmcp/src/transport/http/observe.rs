@@ -50,6 +50,12 @@ const LOG_TARGET: &str = "fleetmcp::transport::observe";
 /// without a valid `traceparent` header it may be in the body, which only an admitted request
 /// has read ([`meta_trace`]): such a request is admitted first, outside the span (a refused
 /// one is answered in a span of a new trace, as nothing links it to another).
+///
+/// A span nobody records (`RUST_LOG` leaves it out and nothing exports it) gets no trace
+/// context at all: nothing reads a header or a body for one, or makes one (issue 40: about
+/// 1,000 instructions a POST, its body read and handed on again). A request this instance
+/// relays then carries no `traceparent` of this hop, and the holder finds the client's, in
+/// the header or in `_meta`, as it would had the client called it directly.
 pub(super) async fn request<A, AF, R, RF>(
     ep: &Endpoint,
     req: Request,
@@ -64,11 +70,18 @@ where
 {
     let began = Instant::now();
     let start = first_labels(req.method(), req.uri().path());
-    let known = req
-        .headers()
-        .get(&TRACEPARENT_NAME)
-        .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
-        .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace));
+    // Made first, so whether anything records it is known before its parent is looked for;
+    // it starts only when entered, after `in_span` has joined it to its trace.
+    let span = tracing::info_span!(target: LOG_TARGET, "request", trace_id = tracing::field::Empty);
+    let known = if span.is_disabled() {
+        Some(None)
+    } else {
+        req.headers()
+            .get(&TRACEPARENT_NAME)
+            .and_then(|v| TraceContext::from_traceparent(v.as_bytes()))
+            .or_else(|| (req.method() != HttpMethod::POST).then(TraceContext::new_trace))
+            .map(Some)
+    };
     // The request's future is pinned here, where it stays, and the span's layers wrap a
     // reference to it: each layer that took it by value moved it whole (a future of the size
     // of its largest state: it has not started yet, but every byte is copied), five copies
@@ -81,18 +94,19 @@ where
                     Err(refused) => refused,
                 }
             });
-            in_span(began, start, trace, serve).await
+            in_span(began, start, span, trace, serve).await
         }
         None => match admit(req).await {
             Err(refused) => {
-                in_span(began, start, TraceContext::new_trace(), async { refused }).await
+                let trace = Some(TraceContext::new_trace());
+                in_span(began, start, span, trace, async { refused }).await
             }
             Ok(req) => {
                 let limit = ep.app.config().http.max_body_bytes;
                 let (req, meta) = meta_trace(req, limit).await;
-                let trace = meta.unwrap_or_else(TraceContext::new_trace);
+                let trace = Some(meta.unwrap_or_else(TraceContext::new_trace));
                 let routed = std::pin::pin!(route(req));
-                in_span(began, start, trace, routed).await
+                in_span(began, start, span, trace, routed).await
             }
         },
     };
@@ -110,13 +124,15 @@ where
     res
 }
 
-/// Runs `serve` in a `request` span of `trace` and with request-local state that starts with
-/// `start`: its answer, and the labels noted meanwhile. Built around `serve` rather than
-/// awaiting it, so `serve` is held once (see [`RequestLocal::run`]).
+/// Runs `serve` in `span`, joined to `trace` (none when nothing records the span), and with
+/// request-local state that starts with `start`: its answer, and the labels noted meanwhile.
+/// Built around `serve` rather than awaiting it, so `serve` is held once (see
+/// [`RequestLocal::run`]).
 fn in_span<F>(
     began: Instant,
     start: Labels,
-    mut trace: TraceContext,
+    span: tracing::Span,
+    mut trace: Option<TraceContext>,
     serve: F,
 ) -> impl Future<Output = (Response, Labels)>
 where
@@ -124,9 +140,10 @@ where
 {
     // The trace id is recorded once the span has joined its exported trace (feature `otlp`),
     // which may have given it the exporter's ids.
-    let span = tracing::info_span!(target: LOG_TARGET, "request", trace_id = tracing::field::Empty);
-    otlp::join(&span, &mut trace);
-    span.record("trace_id", tracing::field::display(trace.trace_id()));
+    if let Some(trace) = &mut trace {
+        otlp::join(&span, trace);
+        span.record("trace_id", tracing::field::display(trace.trace_id()));
+    }
     RequestLocal::run(start, trace, serve)
         .map(move |(res, labels)| {
             tracing::debug!(

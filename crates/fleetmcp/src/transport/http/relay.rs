@@ -71,7 +71,9 @@ static TRACEPARENT: HeaderName =
     HeaderName::from_static(crate::telemetry::trace_context::TRACEPARENT);
 
 /// The request as the relay seam takes it, with this hop's `traceparent` (the client's trace,
-/// or the one started here), so the holder logs under the same trace id.
+/// or the one started here), so the holder logs under the same trace id. When nothing records
+/// this hop's span it has no trace context, and the request goes on with the client's own
+/// headers and body: the holder finds the client's trace in them, as it would directly.
 pub(super) fn request(parts: http::request::Parts, body: Bytes) -> RelayRequest {
     let mut headers = parts.headers;
     // The holder counts the request's limits against the client, not against this instance:
