@@ -17,10 +17,11 @@
 //!    → [`authorize`] (with `[auth]` on: `401`/`403` before any session lookup, relay or
 //!    handler). No body is read before the guard and the token check let the request through:
 //!    a POST without a `traceparent` header has its body read for `_meta.traceparent` only
-//!    then, and only when its span is recorded. A header that names one thing (`Host`, `Origin`, `Authorization`,
-//!    `Mcp-Session-Id`, `MCP-Protocol-Version`, the mirrored `Mcp-*` headers) is not read at
-//!    all when repeated, as if unusable (`request_headers.rs`'s `only`): which copy counts
-//!    could differ between this instance, a proxy in front and a relayed request's holder.
+//!    then, and only when its span is recorded. A header that names one thing (`Host`,
+//!    `Origin`, `Authorization`, `Mcp-Session-Id`, `MCP-Protocol-Version`, the mirrored
+//!    `Mcp-*` headers) is not read at all when repeated, as if unusable (`request_headers.rs`'s
+//!    `only`): which copy counts could differ between this instance, a proxy in front and a
+//!    relayed request's holder.
 //! 2. The route's extractors ([`edge`]) do the edge work once: the [`request_headers`] read once,
 //!    [`checks`] (415, 406, the body under `http.max_body_bytes`: 413, 408), whom it counts
 //!    against ([`client_key`]), a batch its version header forbids ([`batch`]), the era its

@@ -71,7 +71,9 @@ where
     let began = Instant::now();
     let start = first_labels(req.method(), req.uri().path());
     // Made first, so whether anything records it is known before its parent is looked for;
-    // it starts only when entered, after `in_span` has joined it to its trace.
+    // it starts only when entered, after `in_span` has joined it to its trace. `known`:
+    // `Some(trace)` when the trace is settled before the body (none when nothing records the
+    // span), `None` when it may be in the body's `_meta`.
     let span = tracing::info_span!(target: LOG_TARGET, "request", trace_id = tracing::field::Empty);
     let known = if span.is_disabled() {
         Some(None)
